@@ -1,0 +1,28 @@
+"""poot: one Graph IR, many GPU backends.
+
+Public entry points are imported lazily so that `import poot` stays cheap.
+"""
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "trace": ("poot.trace", "trace"),
+    "spec": ("poot.trace", "spec"),
+    "evaluate": ("poot.reference", "evaluate"),
+    "compile": ("poot.compile", "compile"),
+    "plan": ("poot.plan", "plan"),
+    "load": ("poot.models", "load"),
+    "DType": ("poot.dtypes", "DType"),
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        mod, attr = _LAZY[name]
+        value = getattr(importlib.import_module(mod), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'poot' has no attribute {name!r}")

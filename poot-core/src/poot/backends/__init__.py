@@ -1,0 +1,1 @@
+"""Backends that ship inside poot-core (only the reference backend)."""

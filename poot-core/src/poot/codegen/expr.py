@@ -1,0 +1,239 @@
+"""Scalar expressions: the arithmetic of kernel programs and of packed-weight decode.
+
+An expression is a small immutable tree over the IR's own scalar vocabulary
+(Unary, Binary, Select, Cast) plus what a kernel needs around it: constants,
+named index variables, loads from named buffers, and Bitcast (reinterpreting a
+32-bit word, which every shading language has). Each backend prints these
+nodes in its language; `evaluate` gives their meaning with numpy, vectorised
+over arrays of index values, through the oracle's own scalar rules.
+
+Decode programs of packed formats (poot_quant) are written with these nodes,
+so a new format needs no backend code, and a new backend decodes every format.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+import numpy as np
+
+from poot.dtypes import DType
+from poot.ir.ops.elementwise import BinaryOp, UnaryOp
+
+I32, U32, F32 = DType.I32, DType.U32, DType.F32
+
+
+class Expr:
+    """Base of every scalar expression. `dtype` is the type of the result."""
+
+    dtype: DType
+
+    # operator sugar; both operands must already share a dtype (no implicit promotion)
+    def _bin(self, op, other, swap=False):
+        other = lit(other, self.dtype) if not isinstance(other, Expr) else other
+        a, b = (other, self) if swap else (self, other)
+        return Bin(op, a, b)
+
+    def __add__(self, o): return self._bin(BinaryOp.Add, o)
+    def __radd__(self, o): return self._bin(BinaryOp.Add, o, True)
+    def __sub__(self, o): return self._bin(BinaryOp.Sub, o)
+    def __rsub__(self, o): return self._bin(BinaryOp.Sub, o, True)
+    def __mul__(self, o): return self._bin(BinaryOp.Mul, o)
+    def __rmul__(self, o): return self._bin(BinaryOp.Mul, o, True)
+    def __floordiv__(self, o): return self._bin(BinaryOp.Div, o)   # integer division
+    def __truediv__(self, o): return self._bin(BinaryOp.Div, o)
+    def __and__(self, o): return self._bin(BinaryOp.And, o)
+    def __or__(self, o): return self._bin(BinaryOp.Or, o)
+    def __xor__(self, o): return self._bin(BinaryOp.Xor, o)
+    def __lshift__(self, o): return self._bin(BinaryOp.Shl, o)
+    def __rshift__(self, o): return self._bin(BinaryOp.Shr, o)
+    def __neg__(self): return Un(UnaryOp.Neg, self)
+
+    def cast(self, to: DType) -> "Expr":
+        return self if to is self.dtype else Cast(to, self)
+
+    def bitcast(self, to: DType) -> "Expr":
+        return self if to is self.dtype else Bitcast(to, self)
+
+
+@dataclass(frozen=True, eq=False)
+class Const(Expr):
+    value: float | int
+    dtype: DType
+
+
+@dataclass(frozen=True, eq=False)
+class Var(Expr):
+    """An index variable the kernel binds (a thread index, a loop counter, a row)."""
+
+    name: str
+    dtype: DType = I32
+
+
+@dataclass(frozen=True, eq=False)
+class Load(Expr):
+    """Element `index` (I32) of the named buffer, read as `dtype`."""
+
+    buffer: str
+    index: Expr
+    dtype: DType
+
+
+@dataclass(frozen=True, eq=False)
+class Un(Expr):
+    op: UnaryOp
+    x: Expr
+
+    @property
+    def dtype(self) -> DType:
+        return self.x.dtype
+
+
+@dataclass(frozen=True, eq=False)
+class Bin(Expr):
+    op: BinaryOp
+    a: Expr
+    b: Expr
+
+    def __post_init__(self):
+        if self.a.dtype is not self.b.dtype:
+            raise TypeError(f"{self.op.name}: operand dtypes differ ({self.a.dtype} vs "
+                            f"{self.b.dtype}); cast explicitly")
+
+    @property
+    def dtype(self) -> DType:
+        return I32 if self.op.compare else self.a.dtype
+
+
+@dataclass(frozen=True, eq=False)
+class Sel(Expr):
+    cond: Expr
+    t: Expr
+    f: Expr
+
+    @property
+    def dtype(self) -> DType:
+        return self.t.dtype
+
+
+@dataclass(frozen=True, eq=False)
+class Cast(Expr):
+    dtype: DType
+    x: Expr
+
+
+@dataclass(frozen=True, eq=False)
+class Bitcast(Expr):
+    """Reinterpret the bits of a 32-bit value (I32 <-> U32 <-> F32)."""
+
+    dtype: DType
+    x: Expr
+
+
+# -- constructors ----------------------------------------------------------------
+def lit(value, dtype: DType) -> Const:
+    return Const(value, dtype)
+
+
+def i32(v) -> Expr:
+    return v if isinstance(v, Expr) else Const(int(v), I32)
+
+
+def u32(v) -> Expr:
+    return v if isinstance(v, Expr) else Const(int(v), U32)
+
+
+def f32(v) -> Expr:
+    return v if isinstance(v, Expr) else Const(float(v), F32)
+
+
+def select(cond: Expr, t: Expr, f: Expr) -> Sel:
+    return Sel(cond, t, f)
+
+
+def ge(a: Expr, b: Expr) -> Bin:
+    return Bin(BinaryOp.Ge, a, b)
+
+
+def maximum(a: Expr, b: Expr) -> Bin:
+    return Bin(BinaryOp.Max, a, b)
+
+
+def children(e: Expr) -> tuple[Expr, ...]:
+    if isinstance(e, (Un, Cast, Bitcast)):
+        return (e.x,)
+    if isinstance(e, Bin):
+        return (e.a, e.b)
+    if isinstance(e, Sel):
+        return (e.cond, e.t, e.f)
+    if isinstance(e, Load):
+        return (e.index,)
+    return ()
+
+
+def walk(e: Expr):
+    """Every node of the tree, children before parents (shared nodes once)."""
+    seen: set[int] = set()
+    out: list[Expr] = []
+
+    def go(n):
+        if id(n) in seen:
+            return
+        seen.add(id(n))
+        for c in children(n):
+            go(c)
+        out.append(n)
+
+    go(e)
+    return out
+
+
+# -- meaning -------------------------------------------------------------------------
+def evaluate(e: Expr, env: Mapping[str, np.ndarray | int],
+             buffers: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Evaluate with numpy. `env` binds Vars (scalars or broadcastable arrays);
+    `buffers` maps names to 1-D arrays read by Load (out-of-range loads raise)."""
+    from poot.reference import scalar as S
+
+    memo: dict[int, np.ndarray] = {}
+
+    def ev(n: Expr) -> np.ndarray:
+        key = id(n)
+        if key in memo:
+            return memo[key]
+        if isinstance(n, Const):
+            r = np.asarray(n.value).astype(n.dtype.numpy) if not n.dtype.is_int else \
+                np.asarray(np.int64(n.value)).astype(n.dtype.numpy)
+        elif isinstance(n, Var):
+            r = np.asarray(env[n.name]).astype(n.dtype.numpy)
+        elif isinstance(n, Load):
+            buf = np.asarray(buffers[n.buffer])
+            idx = ev(n.index).astype(np.int64)
+            if idx.size and (idx.min() < 0 or idx.max() >= buf.size):
+                raise IndexError(f"load from {n.buffer!r} out of range "
+                                 f"[{idx.min()}, {idx.max()}] of {buf.size}")
+            flat = buf.reshape(-1)
+            if flat.dtype != n.dtype.numpy:
+                flat = flat.view(n.dtype.numpy) if flat.dtype.itemsize == \
+                    n.dtype.numpy.itemsize else flat.astype(n.dtype.numpy)
+            r = flat[idx]
+        elif isinstance(n, Un):
+            r = S.unary(n.op, ev(n.x), n.x.dtype)
+        elif isinstance(n, Bin):
+            a, b = np.broadcast_arrays(ev(n.a), ev(n.b))
+            r = S.binary(n.op, a, b, n.a.dtype)
+        elif isinstance(n, Sel):
+            r = S.select(ev(n.cond), ev(n.t), ev(n.f))
+        elif isinstance(n, Cast):
+            r = S.cast(ev(n.x), n.x.dtype, n.dtype)
+        elif isinstance(n, Bitcast):
+            r = S.bitcast(np.asarray(ev(n.x)), n.dtype)
+        else:  # pragma: no cover
+            raise TypeError(f"unknown expression {n!r}")
+        memo[key] = r
+        return r
+
+    return ev(e)
+
+
+Printer = Callable[[Expr], str]

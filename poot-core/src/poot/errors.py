@@ -1,0 +1,95 @@
+"""Every error poot raises on purpose. One base class, one subclass per kind.
+
+A refusal names what was refused (op, dtype, backend, device, value, file)
+so that a user can act on the message without reading poot's code.
+"""
+from __future__ import annotations
+
+
+class PootError(Exception):
+    """Base of every typed poot error."""
+
+
+# -- the IR ------------------------------------------------------------------
+class IRError(PootError):
+    """A graph, an eqn or an operand is malformed."""
+
+
+class ShapeError(IRError):
+    """An op's operand shapes do not fit its type rule."""
+
+
+class DtypeError(IRError):
+    """An op's operand dtypes do not fit its type rule, or a dtype is unknown."""
+
+
+class GraphError(IRError):
+    """A whole-graph check failed (SSA, order, undefined or foreign operand, outputs)."""
+
+
+class EditRefused(GraphError):
+    """A GraphEdit commit would lose a witness, export or state pair, or change the result."""
+
+
+class TraceError(PootError):
+    """The tracer was asked for something it cannot record (e.g. a compiler-only op)."""
+
+
+class ParseError(IRError):
+    """The text form of a graph could not be parsed."""
+
+
+# -- backends and capabilities ----------------------------------------------
+class LoweringError(PootError):
+    """A target cannot lower an eqn. Carries op, dtype, backend and device."""
+
+    def __init__(self, message: str, *, op: str = "", dtype: str = "", backend: str = "",
+                 device: str = ""):
+        self.op, self.dtype, self.backend, self.device = op, dtype, backend, device
+        where = ", ".join(
+            f"{k}={v}" for k, v in
+            (("op", op), ("dtype", dtype), ("backend", backend), ("device", device)) if v
+        )
+        super().__init__(f"{message} [{where}]" if where else message)
+
+
+class DtypeLowering(LoweringError):
+    """The device cannot use this dtype the way the op needs (e.g. SPIR-V Select on F16)."""
+
+
+class UnsupportedOp(LoweringError):
+    """The backend has no lowering for this op (or composite) at all."""
+
+
+class LimitExceeded(LoweringError):
+    """A kernel would exceed a device limit (binding size, workgroup size, shared memory)."""
+
+
+class DeviceUnavailable(PootError):
+    """A backend or device is not there (no driver, no adapter, unknown name)."""
+
+
+class UnknownBackend(DeviceUnavailable):
+    """No installed backend has this name."""
+
+
+# -- runtime -------------------------------------------------------------------
+class BindError(PootError):
+    """A value bound to a plan input does not fit it (shape, dtype, missing)."""
+
+
+class SlotRangeError(BindError):
+    """A slot value lies outside the range its slot kind declares."""
+
+
+class CapacityError(PootError):
+    """A KV pool or cache has no room for what was asked."""
+
+
+# -- weights and checkpoints ---------------------------------------------------
+class FormatError(PootError):
+    """A packed weight format is unknown or its sources do not fit it."""
+
+
+class CheckpointError(PootError):
+    """A checkpoint file is missing, truncated, corrupted or unsupported."""

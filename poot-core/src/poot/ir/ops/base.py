@@ -1,0 +1,100 @@
+"""The OpKind protocol: one object per operation, parameters inline.
+
+Each op states its type rule (`infer`) next to its parameters. A composite also
+states its meaning as the primitive chain it replaces (`define`), which is what
+the oracle evaluates and what translation validation compares against.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, ClassVar, Sequence
+
+from poot.dtypes import DType
+from poot.errors import DtypeError, ShapeError
+from poot.ir.types import TensorType
+
+if TYPE_CHECKING:  # pragma: no cover
+    from poot.ir.builder import Builder, Ref
+
+
+class OpKind:
+    """Base of every op. Subclasses are frozen dataclasses (hashable, comparable)."""
+
+    #: introduced by compile; the tracer refuses to emit it
+    compiler_only: ClassVar[bool] = False
+    #: has a primitive definition (`define`) the oracle evaluates
+    composite: ClassVar[bool] = False
+    #: number of operands, or None when variadic
+    arity: ClassVar[int | None] = None
+
+    @property
+    def name(self) -> str:
+        return type(self).__name__
+
+    def infer(self, ins: Sequence[TensorType]) -> TensorType:
+        raise NotImplementedError(f"{self.name} has no type rule")  # pragma: no cover
+
+    def check_arity(self, ins: Sequence[TensorType]) -> None:
+        if self.arity is not None and len(ins) != self.arity:
+            raise ShapeError(f"{self.name} takes {self.arity} operands, got {len(ins)}")
+
+    def define(self, b: "Builder", ins: "list[Ref]") -> "Ref":
+        """Emit the primitive chain this composite stands for (composites only)."""
+        raise NotImplementedError(f"{self.name} is a primitive")  # pragma: no cover
+
+    def params(self) -> dict:
+        """Parameters for printing, in declaration order."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    def __repr__(self) -> str:
+        ps = self.params()
+        return self.name + ("{" + ", ".join(f"{k}={_fmt(v)}" for k, v in ps.items()) + "}"
+                            if ps else "")
+
+    # -- helpers for type rules ----------------------------------------------
+    def fail(self, msg: str, ins: Sequence[TensorType] = (), cls=ShapeError):
+        operands = ", ".join(map(repr, ins))
+        raise cls(f"{self.name}: {msg} (operands: {operands})")
+
+    def need_dtype(self, t: TensorType, allowed, what: str = "operand"):
+        if t.dtype not in allowed:
+            names = ", ".join(str(d) for d in allowed)
+            self.fail(f"{what} dtype {t.dtype} not allowed; expected one of {names}", [t],
+                      DtypeError)
+
+    def norm_axis(self, axis: int, rank: int, ins=()) -> int:
+        a = axis + rank if axis < 0 else axis
+        if not 0 <= a < max(rank, 1):
+            self.fail(f"axis {axis} out of range for rank {rank}", ins)
+        return a
+
+
+def _fmt(v) -> str:
+    if isinstance(v, tuple):
+        return "(" + ",".join(_fmt(x) for x in v) + ("," if len(v) == 1 else "") + ")"
+    if isinstance(v, DType):
+        return str(v)
+    if hasattr(v, "value") and hasattr(v, "name") and not isinstance(v, (int, float, str)):
+        return v.name
+    if isinstance(v, float):
+        return repr(v)
+    return str(v)
+
+
+def broadcast_shapes(op: OpKind, *types: TensorType) -> tuple[int, ...]:
+    """Numpy broadcasting of the operands' shapes, or a ShapeError naming the op."""
+    rank = max(t.rank for t in types)
+    out = []
+    for i in range(rank):
+        dims = {t.shape[t.rank - rank + i] for t in types if t.rank - rank + i >= 0}
+        dims.discard(1)
+        if len(dims) > 1:
+            op.fail(f"shapes {' and '.join(str(t.shape) for t in types)} do not broadcast",
+                    types)
+        out.append(dims.pop() if dims else 1)
+    return tuple(out)
+
+
+FLOATS = tuple(d for d in DType if d.is_float)
+INTS = (DType.I32, DType.U32)
+ARITH = FLOATS + (DType.I32, DType.U32, DType.I16, DType.U16, DType.I8, DType.U8)

@@ -1,0 +1,148 @@
+"""The plugin seam: hook specifications and the plugin manager.
+
+A plugin is an ordinary module (or object) with functions marked `@hookimpl`,
+found through the `poot` entry point group of an installed package::
+
+    [project.entry-points.poot]
+    mybackend = "poot_mybackend.plugin"
+
+or registered explicitly with `poot.plugin.register(module)` (tests, scripts).
+Each hook below is a documented function signature; implement the ones you need.
+A backend author reads this file, `poot.capability` and the conformance suite.
+"""
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:  # pragma: no cover
+    from poot.backend import Backend
+    from poot.formats import WeightFormat
+    from poot.ir.types import SlotKind
+
+PROJECT = "poot"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+class PootHookSpecs:
+    """The hooks poot calls. Every hook is optional for a plugin."""
+
+    @hookspec
+    def poot_backends(self) -> "list[Backend]":
+        """Return the backends this plugin provides (instances of `poot.backend.Backend`).
+
+        Return them even when they find no device: `Backend.probe()` says which
+        devices it finds, or why it finds none ("no CUDA device: ..."), and
+        `poot backends` prints that reason. Each backend declares its capability
+        table per device (`Backend.capabilities`), lowers eqns and fused regions
+        for a device at plan time (`Backend.lower`, raising the typed refusal of
+        `poot.errors` for anything the table does not declare), and runs plans
+        (`Backend.runtime`). See `poot.backend` for the full contract.
+        """
+
+    @hookspec
+    def poot_weight_formats(self) -> "list[WeightFormat]":
+        """Return the packed weight formats this plugin registers (see `poot.formats`).
+
+        Names are global ("gguf:Q4_K", "gptq:int4", ...); two plugins registering
+        the same name is an error.
+        """
+
+    @hookspec
+    def poot_slot_roles(self) -> "list[SlotKind]":
+        """Return owner-defined slot roles (`SlotKind.declare(label, dtype, lo, hi)`).
+
+        The IR knows Token, Pos, SlotMap and WriteMap; a role only a pass or a
+        runtime feature needs (adapter index, expert map, sampler inputs) is
+        declared by its owner here, with its label and its one type rule.
+        """
+
+    @hookspec(firstresult=True)
+    def poot_open_checkpoint(self, path: str, format_hint: str | None) -> Any:
+        """Claim a checkpoint path and return an opened checkpoint, or None to pass.
+
+        A checkpoint exposes `metadata` (dict), `tensors` (name -> TensorInfo with
+        its PackedWeight descriptor or dtype, memory-mapped sources) and `close()`.
+        poot-quant claims GGUF files and safetensors folders; the first plugin
+        that returns a non-None value wins.
+        """
+
+
+class PluginManager:
+    """poot's pluggy manager with cached registries of backends and formats."""
+
+    def __init__(self, load_entry_points: bool = True):
+        self.pm = pluggy.PluginManager(PROJECT)
+        self.pm.add_hookspecs(PootHookSpecs)
+        from poot.backends import reference
+
+        self.pm.register(reference, name="poot.reference-backend")
+        if load_entry_points:
+            self.pm.load_setuptools_entrypoints(PROJECT)
+        self._backends: dict[str, Backend] | None = None
+        self._formats: dict[str, WeightFormat] | None = None
+
+    def register(self, plugin: object, name: str | None = None) -> None:
+        if not self.pm.is_registered(plugin):
+            self.pm.register(plugin, name=name)
+        self._backends = self._formats = None
+        for kinds in self.pm.hook.poot_slot_roles():
+            del kinds  # declaring happens when the plugin builds them
+
+    def unregister(self, plugin: object) -> None:
+        self.pm.unregister(plugin)
+        self._backends = self._formats = None
+
+    def backends(self) -> "dict[str, Backend]":
+        if self._backends is None:
+            out: dict[str, Backend] = {}
+            for group in self.pm.hook.poot_backends():
+                for b in group or ():
+                    if b.name in out:
+                        from poot.errors import PootError
+
+                        raise PootError(f"two plugins register a backend named {b.name!r}")
+                    out[b.name] = b
+            self._backends = out
+        return self._backends
+
+    def formats(self) -> "dict[str, WeightFormat]":
+        if self._formats is None:
+            out: dict[str, WeightFormat] = {}
+            for group in self.pm.hook.poot_weight_formats():
+                for f in group or ():
+                    if f.name in out and out[f.name] is not f:
+                        from poot.errors import FormatError
+
+                        raise FormatError(f"two plugins register a format named {f.name!r}")
+                    out[f.name] = f
+            self._formats = out
+        return self._formats
+
+    def open_checkpoint(self, path: str, format_hint: str | None = None):
+        return self.pm.hook.poot_open_checkpoint(path=path, format_hint=format_hint)
+
+
+_manager: PluginManager | None = None
+_lock = threading.Lock()
+
+
+def manager() -> PluginManager:
+    """The process-wide plugin manager (entry points loaded on first use)."""
+    global _manager
+    with _lock:
+        if _manager is None:
+            _manager = PluginManager()
+        return _manager
+
+
+def register(plugin: object, name: str | None = None) -> None:
+    """Register a plugin module or object that is not installed (tests, scripts)."""
+    manager().register(plugin, name)
+
+
+def unregister(plugin: object) -> None:
+    manager().unregister(plugin)
