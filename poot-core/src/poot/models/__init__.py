@@ -1,0 +1,1 @@
+"""Model support: checkpoints, tokenizers, chat templates, sampling and model builders."""
