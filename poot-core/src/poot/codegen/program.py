@@ -1,0 +1,398 @@
+"""The backend-neutral kernel program: what every backend's printer prints.
+
+A `Kernel` is one dispatch: a launch grid of workgroups, a workgroup shape,
+buffer parameters, workgroup-shared arrays, per-thread arrays and a body of
+statements. Scalar arithmetic is `poot.codegen.expr` trees; the statements here
+add what a kernel needs around it: variables, stores, loops, branches,
+barriers and cooperative reductions.
+
+Conventions every printer and the interpreter (`poot.codegen.interp`) share:
+
+* Builtin index variables are `Var`s with reserved names (`BUILTINS`), all I32:
+  `local_id_x|y|z`, `group_id_x|y|z`, `global_id_x|y|z` (= group * workgroup +
+  local) and `local_index` (the linear thread index in its workgroup,
+  x fastest). Workgroup and grid sizes are static (`Kernel.workgroup`,
+  `Kernel.grid`), so printers emit them as constants.
+* `Load(name, index, dtype)` and `Store(name, index, value)` address a buffer
+  parameter, a shared array or a local array by name, in elements of its
+  declared dtype. A load's dtype equals the array's dtype.
+* A `Let` declares a scalar variable (immutable unless `mutable`); `Assign`
+  changes a mutable one. `For` declares its I32 counter. Names are unique per
+  kernel (no shadowing), which keeps every printer's scoping trivial.
+* `If.cond` and `Sel.cond` are I32: nonzero is true.
+* `Barrier` synchronizes the workgroup and makes its shared and global writes
+  visible to it. It, and every `CoopReduce`, must be reached by all threads of
+  the workgroup (uniform control flow).
+* `CoopReduce(name, op, value, width)` declares `name`: the Sum or Max of `value`
+  over each aligned group of `width` consecutive threads (by `local_index`);
+  every thread of the group receives the result. `width=None` means the whole
+  workgroup. Printers map it to subgroup/warp primitives and, across
+  subgroups, to shared memory and barriers of their own; they must leave shared
+  arrays of the kernel untouched. Floats reduce in F32, integers in I32.
+"""
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+from poot.codegen.expr import Bin, Expr, Load, Var, walk
+from poot.dtypes import DType
+from poot.errors import IRError
+from poot.ir.ops.reduce import ReduceOp
+
+I32 = DType.I32
+AXES = ("x", "y", "z")
+
+#: reserved Var names -> (kind, axis); kind is "local", "group", "global" or "index"
+BUILTINS: dict[str, tuple[str, int]] = {
+    **{f"{kind}_id_{a}": (kind, i) for kind in ("local", "group", "global")
+       for i, a in enumerate(AXES)},
+    "local_index": ("index", 0),
+}
+
+
+def local_id(axis: int = 0) -> Var:
+    return Var(f"local_id_{AXES[axis]}", I32)
+
+
+def group_id(axis: int = 0) -> Var:
+    return Var(f"group_id_{AXES[axis]}", I32)
+
+
+def global_id(axis: int = 0) -> Var:
+    return Var(f"global_id_{AXES[axis]}", I32)
+
+
+def local_index() -> Var:
+    return Var("local_index", I32)
+
+
+class Access(enum.Enum):
+    READ = "read"
+    WRITE = "write"
+    READ_WRITE = "read_write"
+
+    @property
+    def readable(self) -> bool:
+        return self is not Access.WRITE
+
+    @property
+    def writable(self) -> bool:
+        return self is not Access.READ
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """A buffer parameter: `count` elements of `dtype` in device memory.
+
+    `operand` says what the planner binds: the index of the eqn's tensor
+    operand (0, 1, ...), `OUT` (-1) for the eqn's output, or `SCRATCH` (None)
+    for a temporary the lowering asks for (`Lowering.scratch`).
+    """
+
+    name: str
+    dtype: DType
+    access: Access
+    count: int
+    operand: int | None = None
+
+    @property
+    def nbytes(self) -> int:
+        return self.count * self.dtype.itemsize
+
+
+OUT = -1
+SCRATCH = None
+
+
+@dataclass(frozen=True)
+class SharedArray:
+    """A workgroup-shared array (one copy per workgroup)."""
+
+    name: str
+    dtype: DType
+    count: int
+
+
+@dataclass(frozen=True)
+class LocalArray:
+    """A per-thread array (registers or private memory), indexed like a buffer."""
+
+    name: str
+    dtype: DType
+    count: int
+
+
+# -- statements -------------------------------------------------------------------
+class Stmt:
+    """Base of every statement."""
+
+
+@dataclass(frozen=True, eq=False)
+class Let(Stmt):
+    """Declare scalar variable `name` of `value.dtype`; `mutable` allows Assign."""
+
+    name: str
+    value: Expr
+    mutable: bool = False
+
+    @property
+    def var(self) -> Var:
+        return Var(self.name, self.value.dtype)
+
+
+@dataclass(frozen=True, eq=False)
+class Assign(Stmt):
+    name: str
+    value: Expr
+
+
+@dataclass(frozen=True, eq=False)
+class Store(Stmt):
+    """array[index] = value (a buffer, shared or local array; index is I32)."""
+
+    array: str
+    index: Expr
+    value: Expr
+
+
+@dataclass(frozen=True, eq=False)
+class For(Stmt):
+    """for (var = start; var < stop; var += step) body. I32 counter, step > 0."""
+
+    var: str
+    start: Expr
+    stop: Expr
+    step: Expr
+    body: tuple[Stmt, ...]
+
+
+@dataclass(frozen=True, eq=False)
+class If(Stmt):
+    cond: Expr
+    then: tuple[Stmt, ...]
+    orelse: tuple[Stmt, ...] = ()
+
+
+@dataclass(frozen=True, eq=False)
+class Barrier(Stmt):
+    """Workgroup barrier with shared and global memory visibility."""
+
+
+@dataclass(frozen=True, eq=False)
+class CoopReduce(Stmt):
+    """Declare `name` = op-reduction of `value` over groups of `width` threads (see module)."""
+
+    name: str
+    op: ReduceOp
+    value: Expr
+    width: int | None = None
+
+    @property
+    def var(self) -> Var:
+        return Var(self.name, self.value.dtype)
+
+
+# -- the kernel -------------------------------------------------------------------------
+@dataclass(frozen=True, eq=False)
+class Kernel:
+    name: str
+    buffers: tuple[Buffer, ...]
+    grid: tuple[int, ...]
+    workgroup: tuple[int, ...]
+    body: tuple[Stmt, ...]
+    shared: tuple[SharedArray, ...] = ()
+    locals: tuple[LocalArray, ...] = ()
+
+    @property
+    def threads_per_group(self) -> int:
+        return math.prod(self.workgroup)
+
+    @property
+    def groups(self) -> int:
+        return math.prod(self.grid)
+
+    def grid3(self) -> tuple[int, int, int]:
+        return tuple(self.grid) + (1,) * (3 - len(self.grid))
+
+    def workgroup3(self) -> tuple[int, int, int]:
+        return tuple(self.workgroup) + (1,) * (3 - len(self.workgroup))
+
+    def buffer(self, name: str) -> Buffer:
+        for b in self.buffers:
+            if b.name == name:
+                return b
+        raise KeyError(name)
+
+    def arrays(self) -> dict[str, Buffer | SharedArray | LocalArray]:
+        return {a.name: a for a in (*self.buffers, *self.shared, *self.locals)}
+
+    def statements(self) -> Iterator[Stmt]:
+        """Every statement, depth first in program order."""
+        return _stmts(self.body)
+
+    def reductions(self) -> list[CoopReduce]:
+        return [s for s in self.statements() if isinstance(s, CoopReduce)]
+
+    def dtypes(self) -> set[DType]:
+        """Every dtype the kernel stores, loads or computes with (what printers check)."""
+        out = {a.dtype for a in self.arrays().values()}
+        for e in self.expressions():
+            out.update(n.dtype for n in walk(e))
+        return out
+
+    def expressions(self) -> Iterator[Expr]:
+        for s in self.statements():
+            yield from _exprs_of(s)
+
+    def validate(self) -> Kernel:
+        """Check names, scopes, access and dtypes; an IRError names the first fault."""
+        _Checker(self).run()
+        return self
+
+
+def _stmts(body: Sequence[Stmt]) -> Iterator[Stmt]:
+    for s in body:
+        yield s
+        if isinstance(s, For):
+            yield from _stmts(s.body)
+        elif isinstance(s, If):
+            yield from _stmts(s.then)
+            yield from _stmts(s.orelse)
+
+
+def _exprs_of(s: Stmt) -> tuple[Expr, ...]:
+    if isinstance(s, (Let, Assign, CoopReduce)):
+        return (s.value,)
+    if isinstance(s, Store):
+        return (s.index, s.value)
+    if isinstance(s, For):
+        return (s.start, s.stop, s.step)
+    if isinstance(s, If):
+        return (s.cond,)
+    return ()
+
+
+@dataclass
+class _Checker:
+    kernel: Kernel
+    scopes: list[dict[str, tuple[DType, bool]]] = field(default_factory=list)
+    declared: set[str] = field(default_factory=set)
+
+    def fail(self, msg: str):
+        raise IRError(f"kernel {self.kernel.name}: {msg}")
+
+    def run(self):
+        k = self.kernel
+        if not 1 <= len(k.grid) <= 3 or not 1 <= len(k.workgroup) <= 3:
+            self.fail("grid and workgroup must have 1 to 3 dimensions")
+        if min(k.grid) < 1 or min(k.workgroup) < 1:
+            self.fail(f"empty grid {k.grid} or workgroup {k.workgroup}")
+        names = [a.name for a in (*k.buffers, *k.shared, *k.locals)]
+        if len(set(names)) != len(names):
+            self.fail(f"duplicate array names in {names}")
+        for n in names:
+            if n in BUILTINS:
+                self.fail(f"array name {n!r} is a reserved builtin")
+        self.scopes.append({n: (I32, False) for n in BUILTINS})
+        self.block(k.body)
+
+    def block(self, body):
+        self.scopes.append({})
+        for s in body:
+            self.stmt(s)
+        self.scopes.pop()
+
+    def lookup(self, name: str):
+        for scope in reversed(self.scopes):
+            if name in scope:
+                return scope[name]
+        self.fail(f"variable {name!r} used outside its scope")
+
+    def declare(self, name: str, dtype: DType, mutable: bool):
+        if name in self.declared or name in BUILTINS or name in self.kernel.arrays():
+            self.fail(f"name {name!r} declared twice (names are unique per kernel)")
+        self.declared.add(name)
+        self.scopes[-1][name] = (dtype, mutable)
+
+    def expr(self, e: Expr, want: DType | None = None):
+        arrays = self.kernel.arrays()
+        for n in walk(e):
+            if isinstance(n, Var):
+                dt, _ = self.lookup(n.name)
+                if dt is not n.dtype:
+                    self.fail(f"variable {n.name!r} is {dt}, used as {n.dtype}")
+            elif isinstance(n, Load):
+                arr = arrays.get(n.buffer)
+                if arr is None:
+                    self.fail(f"load from unknown array {n.buffer!r}")
+                if isinstance(arr, Buffer) and not arr.access.readable:
+                    self.fail(f"load from write-only buffer {n.buffer!r}")
+                if arr.dtype is not n.dtype:
+                    self.fail(f"load of {n.dtype} from {n.buffer!r} of {arr.dtype}")
+                if n.index.dtype is not I32:
+                    self.fail(f"index into {n.buffer!r} is {n.index.dtype}, not i32")
+            elif isinstance(n, Bin):
+                pass  # operand dtypes are checked when the node is built
+        if want is not None and e.dtype is not want:
+            self.fail(f"expected an {want} expression, got {e.dtype}")
+
+    def stmt(self, s: Stmt):
+        if isinstance(s, Let):
+            self.expr(s.value)
+            self.declare(s.name, s.value.dtype, s.mutable)
+        elif isinstance(s, Assign):
+            dt, mutable = self.lookup(s.name)
+            if not mutable:
+                self.fail(f"assignment to immutable {s.name!r}")
+            self.expr(s.value, dt)
+        elif isinstance(s, Store):
+            arr = self.kernel.arrays().get(s.array)
+            if arr is None:
+                self.fail(f"store to unknown array {s.array!r}")
+            if isinstance(arr, Buffer) and not arr.access.writable:
+                self.fail(f"store to read-only buffer {s.array!r}")
+            self.expr(s.index, I32)
+            self.expr(s.value, arr.dtype)
+        elif isinstance(s, For):
+            for e in (s.start, s.stop, s.step):
+                self.expr(e, I32)
+            self.scopes.append({})
+            self.declare(s.var, I32, False)
+            self.block(s.body)
+            self.scopes.pop()
+        elif isinstance(s, If):
+            self.expr(s.cond, I32)
+            self.block(s.then)
+            self.block(s.orelse)
+        elif isinstance(s, Barrier):
+            pass
+        elif isinstance(s, CoopReduce):
+            self.expr(s.value)
+            if s.value.dtype not in (DType.F32, I32):
+                self.fail(f"cooperative reduction of {s.value.dtype}; reduce in f32 or i32")
+            t = self.kernel.threads_per_group
+            w = s.width
+            if w is not None and (w < 1 or w & (w - 1) or t % w):
+                self.fail(f"reduction width {w} must be a power of two dividing {t}")
+            self.declare(s.name, s.value.dtype, False)
+        else:
+            self.fail(f"unknown statement {s!r}")
+
+
+@dataclass(frozen=True, eq=False)
+class Lowering:
+    """What one planned eqn becomes: kernels dispatched in order.
+
+    `scratch` lists temporaries the kernels share by name (Buffer.operand is
+    SCRATCH); the planner allocates them. `alias` names the operand index the
+    output must share its buffer with: with no kernels the eqn is a pure alias
+    (Reshape); with kernels they update that buffer in place (ScatterUpdate,
+    DynamicUpdateSlice write only the changed rows of the donated buffer).
+    """
+
+    kernels: tuple[Kernel, ...]
+    scratch: tuple[Buffer, ...] = ()
+    alias: int | None = None
