@@ -93,3 +93,7 @@ class FormatError(PootError):
 
 class CheckpointError(PootError):
     """A checkpoint file is missing, truncated, corrupted or unsupported."""
+
+
+class OutOfRange(PootError):
+    """An index read at evaluation time lies outside the tensor it indexes."""

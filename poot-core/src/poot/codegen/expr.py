@@ -190,9 +190,12 @@ def walk(e: Expr):
 
 # -- meaning -------------------------------------------------------------------------
 def evaluate(e: Expr, env: Mapping[str, np.ndarray | int],
-             buffers: Mapping[str, np.ndarray]) -> np.ndarray:
+             buffers: Mapping[str, np.ndarray],
+             load: Callable[[Load, np.ndarray], np.ndarray] | None = None) -> np.ndarray:
     """Evaluate with numpy. `env` binds Vars (scalars or broadcastable arrays);
-    `buffers` maps names to 1-D arrays read by Load (out-of-range loads raise)."""
+    `buffers` maps names to 1-D arrays read by Load (out-of-range loads raise).
+    `load(node, index)`, when given, performs every Load instead (the kernel
+    interpreter uses it for shared and per-thread arrays and race checks)."""
     from poot.reference import scalar as S
 
     memo: dict[int, np.ndarray] = {}
@@ -206,6 +209,8 @@ def evaluate(e: Expr, env: Mapping[str, np.ndarray | int],
                 np.asarray(np.int64(n.value)).astype(n.dtype.numpy)
         elif isinstance(n, Var):
             r = np.asarray(env[n.name]).astype(n.dtype.numpy)
+        elif isinstance(n, Load) and load is not None:
+            r = load(n, ev(n.index).astype(np.int64))
         elif isinstance(n, Load):
             buf = np.asarray(buffers[n.buffer])
             idx = ev(n.index).astype(np.int64)

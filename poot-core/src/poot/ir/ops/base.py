@@ -48,8 +48,13 @@ class OpKind:
 
     def __repr__(self) -> str:
         ps = self.params()
-        return self.name + ("{" + ", ".join(f"{k}={_fmt(v)}" for k, v in ps.items()) + "}"
-                            if ps else "")
+        # the sub-op of Unary/Binary/Reduce reads as the op's own name: Mul, Exp, Reduce{Sum,..}
+        sub = ps.pop("op", None)
+        head = sub.name if sub is not None and self.name in ("Unary", "Binary") else self.name
+        if sub is not None and head == self.name:
+            ps = {"op": sub, **ps}
+        return head + ("{" + ", ".join(f"{k}={_fmt(v)}" for k, v in ps.items()) + "}"
+                       if ps else "")
 
     # -- helpers for type rules ----------------------------------------------
     def fail(self, msg: str, ins: Sequence[TensorType] = (), cls=ShapeError):

@@ -51,7 +51,7 @@ class BinaryOp(enum.Enum):
         return self in (BinaryOp.Ge, BinaryOp.GeU)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Unary(OpKind):
     op: UnaryOp
     arity: ClassVar[int] = 1
@@ -71,7 +71,7 @@ class Unary(OpKind):
         return {"op": self.op}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Binary(OpKind):
     op: BinaryOp
     arity: ClassVar[int] = 2
@@ -87,7 +87,7 @@ class Binary(OpKind):
         return TensorType(shape, DType.I32 if self.op.compare else a.dtype)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Select(OpKind):
     """cond (I32, nonzero picks if_true), if_true, if_false; numpy broadcasting.
 
@@ -107,7 +107,7 @@ class Select(OpKind):
         return TensorType(broadcast_shapes(self, c, t, f), t.dtype)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Cast(OpKind):
     """Storage dtype change. Float to narrower float rounds to nearest even;
     float to integer truncates toward zero (saturating); integers wrap."""
@@ -123,7 +123,7 @@ class Cast(OpKind):
         return ins[0].with_dtype(self.to)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Iota(OpKind):
     """A tensor of `shape` whose elements count 0, 1, ... along `axis`."""
 

@@ -1,0 +1,215 @@
+"""A numpy interpreter of kernel programs: their meaning without a GPU.
+
+All threads of a batch of workgroups run in lockstep, one statement at a time,
+vectorized over the threads; branches and loops narrow the set of active
+threads. Lockstep is a legal schedule for every barrier-correct program, and
+the interpreter checks the rules that make it so instead of trusting them:
+
+* a Barrier or CoopReduce must be reached by every thread of a workgroup;
+* a thread may not read a shared element another thread wrote since the last
+  barrier, nor write one another thread wrote (shared-memory races);
+* two threads may not store to the same element in one statement;
+* every load and store must be inside its array.
+
+A broken rule raises `KernelFault` naming the kernel. Arithmetic goes through
+`poot.codegen.expr.evaluate`, i.e. the oracle's own scalar rules.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from poot.codegen.expr import Load, evaluate
+from poot.codegen.program import (
+    BUILTINS, Assign, Barrier, Buffer, CoopReduce, For, If, Kernel, Let, LocalArray, SharedArray,
+    Stmt, Store,
+)
+from poot.errors import PootError
+from poot.ir.ops.reduce import ReduceOp
+
+
+class KernelFault(PootError):
+    """A kernel program broke a rule of the execution model (race, bounds, divergence)."""
+
+
+def run(kernel: Kernel, buffers: Mapping[str, np.ndarray], max_threads: int = 1 << 16) -> None:
+    """Execute `kernel` over its whole grid. `buffers` maps each buffer parameter to a
+    1-D numpy array of its dtype and count; written buffers are updated in place."""
+    for b in kernel.buffers:
+        arr = buffers.get(b.name)
+        if arr is None:
+            raise KernelFault(f"kernel {kernel.name}: no array bound to buffer {b.name!r}")
+        if arr.ndim != 1 or arr.size != b.count or arr.dtype != b.dtype.numpy:
+            raise KernelFault(f"kernel {kernel.name}: buffer {b.name!r} wants {b.count} x "
+                              f"{b.dtype}, got {arr.shape} {arr.dtype}")
+    tpg = kernel.threads_per_group
+    per_batch = max(1, max_threads // tpg)
+    for first in range(0, kernel.groups, per_batch):
+        _Batch(kernel, buffers, first, min(per_batch, kernel.groups - first)).run()
+
+
+class _Env(Mapping):
+    """Variables seen by the active threads (indexed lazily)."""
+
+    def __init__(self, vars_: dict[str, np.ndarray], act: np.ndarray):
+        self.vars, self.act = vars_, act
+
+    def __getitem__(self, name):
+        return self.vars[name][self.act]
+
+    def __iter__(self):
+        return iter(self.vars)
+
+    def __len__(self):
+        return len(self.vars)
+
+
+class _Batch:
+    def __init__(self, kernel: Kernel, buffers, first_group: int, n_groups: int):
+        self.k, self.buffers = kernel, buffers
+        self.tpg = kernel.threads_per_group
+        self.n_groups = n_groups
+        t = np.arange(n_groups * self.tpg, dtype=np.int64)
+        self.group = t // self.tpg                      # group index within the batch
+        self.lane = t % self.tpg                        # local_index
+        self.vars: dict[str, np.ndarray] = self._builtins(first_group)
+        self.shared = {a.name: np.zeros((n_groups, a.count), a.dtype.numpy)
+                       for a in kernel.shared}
+        self.writer = {a.name: np.full((n_groups, a.count), -1, np.int64)
+                       for a in kernel.shared}
+        self.locals = {a.name: np.zeros((t.size, a.count), a.dtype.numpy)
+                       for a in kernel.locals}
+        self.arrays = kernel.arrays()
+
+    def _builtins(self, first_group: int) -> dict[str, np.ndarray]:
+        wx, wy, wz = self.k.workgroup3()
+        gx, gy, _ = self.k.grid3()
+        g = self.group + first_group
+        lid = (self.lane % wx, self.lane // wx % wy, self.lane // (wx * wy))
+        gid = (g % gx, g // gx % gy, g // (gx * gy))
+        out = {}
+        for name, (kind, axis) in BUILTINS.items():
+            size = (wx, wy, wz)[axis]
+            v = {"local": lid[axis], "group": gid[axis], "index": self.lane,
+                 "global": gid[axis] * size + lid[axis]}[kind]
+            out[name] = v.astype(np.int32)
+        return out
+
+    def fault(self, msg: str):
+        raise KernelFault(f"kernel {self.k.name}: {msg}")
+
+    def run(self):
+        self.block(self.k.body, np.arange(self.group.size))
+
+    # -- expressions ---------------------------------------------------------------
+    def ev(self, e, act: np.ndarray) -> np.ndarray:
+        r = evaluate(e, _Env(self.vars, act), {}, load=lambda n, idx: self.load(n, idx, act))
+        return np.broadcast_to(np.asarray(r), act.shape)
+
+    def bounds(self, name: str, idx: np.ndarray, count: int, what: str):
+        if idx.size and (idx.min() < 0 or idx.max() >= count):
+            self.fault(f"{what} {name!r} index out of range [{idx.min()}, {idx.max()}] "
+                       f"of {count}")
+
+    def load(self, n: Load, idx: np.ndarray, act: np.ndarray) -> np.ndarray:
+        idx = np.broadcast_to(idx, act.shape)
+        arr = self.arrays[n.buffer]
+        self.bounds(n.buffer, idx, arr.count, "load from")
+        if isinstance(arr, Buffer):
+            return self.buffers[n.buffer][idx]
+        if isinstance(arr, LocalArray):
+            return self.locals[n.buffer][act, idx]
+        g, lane = self.group[act], self.lane[act]
+        w = self.writer[n.buffer][g, idx]
+        if np.any((w != -1) & (w != lane)):
+            self.fault(f"shared {n.buffer!r} read of an element another thread wrote "
+                       "since the last barrier (missing Barrier)")
+        return self.shared[n.buffer][g, idx]
+
+    # -- statements ------------------------------------------------------------------
+    def block(self, body: tuple[Stmt, ...], act: np.ndarray):
+        for s in body:
+            if act.size:
+                self.stmt(s, act)
+
+    def set_var(self, name: str, dtype, value: np.ndarray, act: np.ndarray):
+        arr = self.vars.get(name)
+        if arr is None:
+            arr = self.vars[name] = np.zeros(self.group.size, dtype.numpy)
+        arr[act] = value
+
+    def stmt(self, s: Stmt, act: np.ndarray):
+        if isinstance(s, Let):
+            self.set_var(s.name, s.value.dtype, self.ev(s.value, act), act)
+        elif isinstance(s, Assign):
+            self.vars[s.name][act] = self.ev(s.value, act)
+        elif isinstance(s, Store):
+            self.store(s, act)
+        elif isinstance(s, If):
+            c = self.ev(s.cond, act) != 0
+            self.block(s.then, act[c])
+            self.block(s.orelse, act[~c])
+        elif isinstance(s, For):
+            self.loop(s, act)
+        elif isinstance(s, Barrier):
+            self.uniform(act, "Barrier")
+            for w in self.writer.values():
+                w.fill(-1)
+        elif isinstance(s, CoopReduce):
+            self.coop_reduce(s, act)
+        else:  # pragma: no cover - validate() refuses unknown statements
+            self.fault(f"unknown statement {s!r}")
+
+    def store(self, s: Store, act: np.ndarray):
+        idx = self.ev(s.index, act).astype(np.int64)
+        val = self.ev(s.value, act)
+        arr = self.arrays[s.array]
+        self.bounds(s.array, idx, arr.count, "store to")
+        if isinstance(arr, LocalArray):
+            self.locals[s.array][act, idx] = val
+            return
+        key = idx if isinstance(arr, Buffer) else self.group[act] * arr.count + idx
+        if np.unique(key).size != key.size:
+            self.fault(f"two threads store to one element of {s.array!r} in one statement")
+        if isinstance(arr, Buffer):
+            self.buffers[s.array][idx] = val
+            return
+        g, lane = self.group[act], self.lane[act]
+        w = self.writer[s.array][g, idx]
+        if np.any((w != -1) & (w != lane)):
+            self.fault(f"shared {s.array!r} written by two threads between barriers")
+        self.shared[s.array][g, idx] = val
+        self.writer[s.array][g, idx] = lane
+
+    def loop(self, s: For, act: np.ndarray):
+        start = self.ev(s.start, act).astype(np.int32)
+        self.set_var(s.var, s.start.dtype, start, act)
+        stop = np.zeros(self.group.size, np.int64)
+        step = np.zeros(self.group.size, np.int64)
+        stop[act] = self.ev(s.stop, act)
+        step[act] = self.ev(s.step, act)
+        if np.any(step[act] <= 0):
+            self.fault(f"loop {s.var!r} has a non-positive step")
+        counter = self.vars[s.var]
+        cur = act[counter[act] < stop[act]]
+        while cur.size:
+            self.block(s.body, cur)
+            counter[cur] += step[cur].astype(np.int32)
+            cur = cur[counter[cur] < stop[cur]]
+
+    def uniform(self, act: np.ndarray, what: str):
+        counts = np.bincount(self.group[act], minlength=self.n_groups)
+        if np.any((counts != 0) & (counts != self.tpg)):
+            self.fault(f"{what} reached by only part of a workgroup (divergent control flow)")
+
+    def coop_reduce(self, s: CoopReduce, act: np.ndarray):
+        self.uniform(act, "CoopReduce")
+        width = s.width or self.tpg
+        vals = self.ev(s.value, act).reshape(-1, width)  # act is sorted: whole groups
+        fn = np.sum if s.op is ReduceOp.Sum else np.max
+        red = fn(vals, axis=1).astype(s.value.dtype.numpy)
+        self.set_var(s.name, s.value.dtype, np.repeat(red, width), act)
+
+
+__all__ = ["KernelFault", "run", "SharedArray"]

@@ -1,0 +1,442 @@
+"""Compiler-only composites. Each has the same meaning as the primitive chain it
+replaces: `define` emits that chain, which the oracle evaluates and translation
+validation compares against. A tracer cannot emit these.
+"""
+from __future__ import annotations
+
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, Sequence
+
+from poot.dtypes import DType
+from poot.errors import DtypeError
+from poot.formats import PackedWeight
+from poot.ir.ops.base import FLOATS, OpKind
+from poot.ir.ops.compute import IndexedMatMul, MatMul, PackedDequant, check_sources, matmul_type
+from poot.ir.ops.data import ArgTopK, Gather
+from poot.ir.ops.elementwise import Binary, BinaryOp, Cast, Iota, Select, Unary, UnaryOp
+from poot.ir.ops.reduce import Reduce, ReduceOp
+from poot.ir.ops.shape import Broadcast, Concat, Reshape, Slice, Transpose
+from poot.ir.types import TensorType
+
+if TYPE_CHECKING:  # pragma: no cover
+    from poot.ir.graph import Graph
+
+F32 = DType.F32
+NEG_INF = float("-inf")
+
+
+class Composite(OpKind):
+    compiler_only: ClassVar[bool] = True
+    composite: ClassVar[bool] = True
+
+
+def _swap_last(b, x):
+    r = x.type.rank
+    return b.eqn(Transpose(tuple(range(r - 2)) + (r - 1, r - 2)), x)
+
+
+# -- regions ------------------------------------------------------------------------
+@dataclass(frozen=True, eq=False, repr=False)
+class Fused(Composite):
+    """A pointwise region: operands are the body's parameters; result is its result."""
+
+    body: "Graph"
+
+    def params(self):
+        return {"eqns": len(self.body.eqns())}
+
+    def infer(self, ins: Sequence[TensorType]) -> TensorType:
+        want = [self.body.type_of(v) for v in self.body.inputs()]
+        if list(ins) != want:
+            self.fail(f"region takes {want}", ins)
+        return self.body.type_of(self.body.result())
+
+    def define(self, b, ins):
+        return b.inline(self.body, ins)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class FusedRow(Fused):
+    """A reduction-rooted row region (RMSNorm, softmax): reductions run along `axis`."""
+
+    axis: int = -1
+
+    def params(self):
+        return {"eqns": len(self.body.eqns()), "axis": self.axis}
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class ContractionEpilogue(Composite):
+    """A contraction `head` and the pointwise chain that consumes its result.
+
+    Operands: the head's n_head operands, then the epilogue's extra inputs. The
+    body's first parameter is the head's result, in the head's dtype (a BF16 head
+    rounds to BF16 before the first step reads it); each body step rounds
+    through its own dtype.
+    """
+
+    head: OpKind
+    n_head: int
+    body: "Graph"
+
+    def params(self):
+        return {"head": self.head, "eqns": len(self.body.eqns())}
+
+    def infer(self, ins: Sequence[TensorType]) -> TensorType:
+        h = self.head.infer(ins[: self.n_head])
+        want = [self.body.type_of(v) for v in self.body.inputs()]
+        if [h, *ins[self.n_head:]] != want:
+            self.fail(f"epilogue takes {want}; head gives {h}", ins)
+        return self.body.type_of(self.body.result())
+
+    def define(self, b, ins):
+        h = b.eqn(self.head, *ins[: self.n_head])
+        return b.inline(self.body, [h, *ins[self.n_head:]])
+
+
+# -- attention ------------------------------------------------------------------------
+def attention_chain(b, q, k, v, mask, scale: float):
+    """The masked-softmax chain between two matmuls, with GQA by reshaping q.
+
+    q [..., Hq, T, D], k [..., Hkv, S, D], v [..., Hkv, S, Dv], mask broadcastable
+    to [..., T, S] (additive: 0 or -inf). This is exactly what `poot.ops.attention_masked`
+    records, so the attention rewrite can match it and this definition restates it.
+    """
+    *lead, hq, t, d = q.type.shape
+    hkv, s = k.type.shape[-3], k.type.shape[-2]
+    g = hq // hkv
+    lead = tuple(lead)
+    qg = b.eqn(Reshape(lead + (hkv, g * t, d)), q)
+    sc = b.eqn(MatMul(), qg, _swap_last(b, k))                      # [..., Hkv, G*T, S]
+    sc = b.eqn(Binary(BinaryOp.Mul), sc, b.lit(scale, sc.type.dtype))
+    sc = b.eqn(Reshape(lead + (hkv, g, t, s)), sc)
+    sc = b.eqn(Binary(BinaryOp.Add), sc, mask)
+    m = b.eqn(Reduce(ReduceOp.Max, -1, True), sc)
+    ex = b.eqn(Unary(UnaryOp.Exp), b.eqn(Binary(BinaryOp.Sub), sc, m))
+    den = b.eqn(Reduce(ReduceOp.Sum, -1, True), ex)
+    p = b.eqn(Binary(BinaryOp.Div), ex, den)
+    p = b.eqn(Reshape(lead + (hkv, g * t, s)), p)
+    o = b.eqn(MatMul(), p, v)                                       # [..., Hkv, G*T, Dv]
+    return b.eqn(Reshape(lead + (hq, t, v.type.shape[-1])), o)
+
+
+def _attention_type(op: OpKind, ins: Sequence[TensorType]) -> TensorType:
+    q, k, v, mask = ins[:4]
+    if len({q.dtype, k.dtype, v.dtype}) != 1 or q.dtype not in FLOATS:
+        op.fail("q, k, v must share one float dtype", ins, DtypeError)
+    if q.rank < 3 or k.rank != q.rank or v.rank != q.rank:
+        op.fail("q, k, v must be [..., H, T, D] of one rank", ins)
+    hq, t, d = q.shape[-3:]
+    hkv, s, dk = k.shape[-3:]
+    if dk != d or v.shape[-3:-1] != (hkv, s) or hkv == 0 or hq % hkv:
+        op.fail("k must be [..., Hkv, S, D], v [..., Hkv, S, Dv], Hq a multiple of Hkv", ins)
+    if mask.rank > q.rank or any(
+            m not in (1, w) for m, w in zip(reversed(mask.shape), (s, t))):
+        op.fail(f"mask must broadcast to [T={t}, S={s}]", ins)
+    return TensorType(q.shape[:-1] + (v.shape[-1],), q.dtype)
+
+
+@dataclass(frozen=True, repr=False)
+class Attention(Composite):
+    """softmax(q k^T * scale + mask) v with GQA; operands q, k, v, mask.
+
+    Online softmax, no score matrix: the planner generates its kernel.
+    """
+
+    scale: float
+    arity: ClassVar[int] = 4
+
+    def infer(self, ins):
+        self.check_arity(ins)
+        return _attention_type(self, ins)
+
+    def define(self, b, ins):
+        return attention_chain(b, *ins, self.scale)
+
+
+@dataclass(frozen=True, repr=False)
+class Rope(Composite):
+    """Rotate-half RoPE on the first `rot` features: operands x [..., D], cos, sin
+    (broadcastable to [..., rot/2]); features past `rot` pass through."""
+
+    rot: int
+    arity: ClassVar[int] = 3
+
+    def infer(self, ins):
+        self.check_arity(ins)
+        x, cos, sin = ins
+        if self.rot % 2 or not 0 < self.rot <= x.shape[-1]:
+            self.fail(f"rot={self.rot} must be even and <= {x.shape[-1]}", ins)
+        half = TensorType(x.shape[:-1] + (self.rot // 2,), x.dtype)
+        for t in (cos, sin):
+            if t.dtype != x.dtype or t.rank > half.rank or any(
+                    a not in (1, h) for a, h in zip(reversed(t.shape), reversed(half.shape))):
+                self.fail(f"cos/sin must broadcast to {half}", ins)
+        return x
+
+    def define(self, b, ins):
+        x, cos, sin = ins
+        h, d = self.rot // 2, x.type.shape[-1]
+        x1 = b.eqn(Slice(-1, 0, h), x)
+        x2 = b.eqn(Slice(-1, h, self.rot), x)
+        mul, sub, add = Binary(BinaryOp.Mul), Binary(BinaryOp.Sub), Binary(BinaryOp.Add)
+        lo = b.eqn(sub, b.eqn(mul, x1, cos), b.eqn(mul, x2, sin))
+        hi = b.eqn(add, b.eqn(mul, x1, sin), b.eqn(mul, x2, cos))
+        parts = [lo, hi] + ([b.eqn(Slice(-1, self.rot, d), x)] if self.rot < d else [])
+        return b.eqn(Concat(-1), *parts)
+
+
+@dataclass(frozen=True, repr=False)
+class BlockTopK(Composite):
+    """Sparse-attention block selection: q [H, T, D], k [H, S, D] -> [H, T, k] I32.
+
+    Block scores are q against the sum of each block of `block` keys; the k best
+    blocks per query, best first (stable ties).
+    """
+
+    block: int
+    k: int
+    arity: ClassVar[int] = 2
+
+    def infer(self, ins):
+        self.check_arity(ins)
+        q, kk = ins
+        if q.rank != 3 or kk.rank != 3 or q.shape[0] != kk.shape[0] or q.shape[2] != kk.shape[2]:
+            self.fail("expected q [H, T, D], k [H, S, D]", ins)
+        if kk.shape[1] % self.block or not 1 <= self.k <= kk.shape[1] // self.block:
+            self.fail(f"S must be a multiple of block={self.block} with k <= S/block", ins)
+        return TensorType((q.shape[0], q.shape[1], self.k), DType.I32)
+
+    def define(self, b, ins):
+        q, kk = ins
+        h, s, d = kk.type.shape
+        pooled = b.eqn(Reduce(ReduceOp.Sum, 2), b.eqn(Reshape((h, s // self.block, self.block, d)), kk))
+        scores = b.eqn(MatMul(), q, _swap_last(b, pooled))
+        return b.eqn(ArgTopK(self.k), scores)
+
+
+@dataclass(frozen=True, repr=False)
+class SelectedAttention(Composite):
+    """Attention over the selected key blocks: q, k, v [H, *, *], blocks [H, T, kb] I32,
+    mask [T, S]; keys outside the selected blocks are masked out."""
+
+    block: int
+    scale: float
+    arity: ClassVar[int] = 5
+
+    def infer(self, ins):
+        self.check_arity(ins)
+        out = _attention_type(self, [ins[0], ins[1], ins[2], ins[4]])
+        blocks = ins[3]
+        self.need_dtype(blocks, (DType.I32,), "blocks")
+        if ins[0].rank != 3 or blocks.shape[:2] != ins[0].shape[:2] or ins[0].shape[0] != ins[1].shape[0]:
+            self.fail("expected q [H, T, D] with blocks [H, T, kb] and no GQA", ins)
+        return out
+
+    def define(self, b, ins):
+        q, k, v, blocks, mask = ins
+        h, t, kb = blocks.type.shape
+        s = k.type.shape[1]
+        blk = b.eqn(Binary(BinaryOp.Div), b.eqn(Iota((s,), 0, DType.I32)), b.lit(self.block, DType.I32))
+        sel4 = b.eqn(Reshape((h, t, kb, 1)), blocks)
+        ge1 = b.eqn(Binary(BinaryOp.Ge), sel4, blk)
+        ge2 = b.eqn(Binary(BinaryOp.Ge), blk, sel4)
+        eq = b.eqn(Binary(BinaryOp.Mul), ge1, ge2)                      # [H, T, kb, S]
+        keep = b.eqn(Reduce(ReduceOp.Max, 2), eq)                       # [H, T, S]
+        full = b.eqn(Broadcast((h, t, s)), mask)
+        ninf = b.eqn(Broadcast((h, t, s)), b.lit(NEG_INF, mask.type.dtype))
+        m = b.eqn(Select(), keep, full, ninf)
+        return attention_chain(b, q, k, v, b.eqn(Reshape((h, 1, t, s)), m), self.scale)
+
+
+# -- contractions -----------------------------------------------------------------------
+@dataclass(frozen=True, repr=False)
+class PackedContraction(Composite):
+    """a [..., M, K] F32 against a packed [N, K] weight -> [..., M, N] F32.
+    Operands: a, then the weight's sources. Decodes weight values as it consumes them."""
+
+    weight: PackedWeight
+
+    def infer(self, ins):
+        a, *src = ins
+        check_sources(self, self.weight, src)
+        self.need_dtype(a, (F32,), "activation")
+        return matmul_type(self, a, TensorType(self.weight.shape[::-1], F32))
+
+    def define(self, b, ins):
+        a, *src = ins
+        w = b.eqn(PackedDequant(self.weight), *src)
+        return b.eqn(MatMul(), a, b.eqn(Transpose((1, 0)), w))
+
+
+@dataclass(frozen=True, repr=False)
+class PackedRowGather(Composite):
+    """Rows `ids` of a packed [N, K] table, decoded to F32. Operands: ids, sources."""
+
+    weight: PackedWeight
+
+    def infer(self, ins):
+        ids, *src = ins
+        check_sources(self, self.weight, src)
+        self.need_dtype(ids, (DType.I32,), "ids")
+        return TensorType(ids.shape + (self.weight.shape[1],), F32)
+
+    def define(self, b, ins):
+        ids, *src = ins
+        return b.eqn(Gather(0), b.eqn(PackedDequant(self.weight), *src), ids)
+
+
+@dataclass(frozen=True, repr=False)
+class IndexedPackedContraction(Composite):
+    """MoE: x [M, K] F32, idx [M] I32, then the sources of a packed expert stack
+    [E*N, K]; row m contracts with expert idx[m]. Decodes only selected experts."""
+
+    weight: PackedWeight
+    experts: int
+
+    def infer(self, ins):
+        x, idx, *src = ins
+        check_sources(self, self.weight, src)
+        n_all, k = self.weight.shape
+        if n_all % self.experts:
+            self.fail(f"{n_all} rows do not split into {self.experts} experts", ins)
+        return IndexedMatMul().infer([x, TensorType((self.experts, k, n_all // self.experts), F32), idx])
+
+    def define(self, b, ins):
+        x, idx, *src = ins
+        n_all, k = self.weight.shape
+        w = b.eqn(PackedDequant(self.weight), *src)
+        w = b.eqn(Transpose((0, 2, 1)), b.eqn(Reshape((self.experts, n_all // self.experts, k)), w))
+        return b.eqn(IndexedMatMul(), x, w, idx)
+
+
+
+
+
+def dense_weight_f32(b, w, shape_nk: tuple[int, int]):
+    """A checkpoint weight widened to F32 [N, K]: bf16/f16/f32 cast, or u32 f16 words."""
+    if w.type.dtype is DType.U32:
+        return b.eqn(PackedDequant(PackedWeight("dense:f16words", shape_nk)), w)
+    return b.eqn(Cast(F32), w)
+
+
+def _dense_nk(op: OpKind, w: TensorType, ins) -> tuple[int, int]:
+    if w.rank != 2:
+        op.fail("weight must be [N, K]", ins)
+    if w.dtype is DType.U32:
+        return (w.shape[0], 2 * w.shape[1])
+    if w.dtype not in (DType.BF16, DType.F16, F32):
+        op.fail(f"weight dtype {w.dtype} is not bf16, f16, f32 or u32 f16 words", ins, DtypeError)
+    return w.shape
+
+
+@dataclass(frozen=True, repr=False)
+class DenseContraction(Composite):
+    """a [..., M, K] F32 against a checkpoint weight in [N, K] order -> [..., M, N] F32.
+    The weight is bf16, f16, f32, or f16 held as u32 words [N, K/2]; never transposed."""
+
+    arity: ClassVar[int] = 2
+
+    def infer(self, ins):
+        self.check_arity(ins)
+        a, w = ins
+        self.need_dtype(a, (F32,), "activation")
+        n, k = _dense_nk(self, w, ins)
+        return matmul_type(self, a, TensorType((k, n), F32))
+
+    def define(self, b, ins):
+        a, w = ins
+        wf = dense_weight_f32(b, w, _dense_nk(self, w.type, ins))
+        return b.eqn(MatMul(), a, b.eqn(Transpose((1, 0)), wf))
+
+
+@dataclass(frozen=True, repr=False)
+class DenseRowGather(Composite):
+    """Rows `ids` of a bf16 table [V, K], widened to F32. Operands: table, ids."""
+
+    arity: ClassVar[int] = 2
+
+    def infer(self, ins):
+        self.check_arity(ins)
+        table, ids = ins
+        self.need_dtype(table, (DType.BF16,), "table")
+        return Gather(0).infer(ins).with_dtype(F32)
+
+    def define(self, b, ins):
+        return b.eqn(Cast(F32), b.eqn(Gather(0), *ins))
+
+
+@dataclass(frozen=True, repr=False)
+class GroupedDenseContraction(Composite):
+    """a [G, M, K] F32 against a bf16 weight [G*N, K] read as G blocks of N rows."""
+
+    groups: int
+    arity: ClassVar[int] = 2
+
+    def infer(self, ins):
+        self.check_arity(ins)
+        a, w = ins
+        self.need_dtype(a, (F32,), "activation")
+        self.need_dtype(w, (DType.BF16,), "weight")
+        g = self.groups
+        if a.rank != 3 or a.shape[0] != g or w.rank != 2 or w.shape[0] % g or w.shape[1] != a.shape[2]:
+            self.fail(f"expected a [{g}, M, K] and w [{g}*N, K]", ins)
+        return TensorType((g, a.shape[1], w.shape[0] // g), F32)
+
+    def define(self, b, ins):
+        a, w = ins
+        gn, k = w.type.shape
+        w3 = b.eqn(Reshape((self.groups, gn // self.groups, k)), w)
+        wt = b.eqn(Cast(F32), b.eqn(Transpose((0, 2, 1)), w3))
+        return b.eqn(MatMul(), a, wt)
+
+
+# -- collectives ----------------------------------------------------------------------------
+@dataclass(frozen=True, repr=False)
+class AllReduce(Composite):
+    """Sum across `ranks` tensor-parallel ranks. A cut between stages."""
+
+    ranks: int
+    arity: ClassVar[int] = 1
+
+    def infer(self, ins):
+        self.check_arity(ins)
+        return ins[0]
+
+    def define(self, b, ins):
+        from poot.errors import UnsupportedOp
+
+        if self.ranks != 1:
+            raise UnsupportedOp(f"AllReduce over {self.ranks} ranks needs the other ranks' "
+                                "data; a single-process evaluator cannot compute it",
+                                op="AllReduce", backend="reference")
+        return ins[0]
+
+
+@dataclass(frozen=True, repr=False)
+class AllGather(Composite):
+    """Gather `ranks` shards along `axis` (multiplying it by ranks). A cut between stages."""
+
+    ranks: int
+    axis: int = 0
+    arity: ClassVar[int] = 1
+
+    def infer(self, ins):
+        self.check_arity(ins)
+        (x,) = ins
+        a = self.norm_axis(self.axis, x.rank, ins)
+        shape = list(x.shape)
+        shape[a] *= self.ranks
+        return TensorType(tuple(shape), x.dtype)
+
+    def define(self, b, ins):
+        from poot.errors import UnsupportedOp
+
+        if self.ranks != 1:
+            raise UnsupportedOp(f"AllGather over {self.ranks} ranks is refused by the "
+                                "reference evaluator", op="AllGather", backend="reference")
+        return ins[0]
+
+
+

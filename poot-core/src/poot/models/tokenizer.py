@@ -1,0 +1,453 @@
+"""Tokenizers built with HF `tokenizers` from a GGUF's own vocabulary or an HF tokenizer.json.
+
+Two GGUF vocabulary kinds (`tokenizer.ggml.model`):
+- "gpt2": byte-level BPE. Tokens spell bytes with GPT-2's byte-to-unicode alphabet ("Ġ" = space);
+  the merges come from `tokenizer.ggml.merges`; the pre-tokenizer regex follows
+  `tokenizer.ggml.pre` (see PRE_TOKENIZERS).
+- "llama": SentencePiece-style BPE. "▁" marks a space, unknown characters fall back to the
+  <0xXX> byte tokens, and merge priority is the merged piece's score (`tokenizer.ggml.scores`).
+
+Special tokens (token_type 3 = control, 4 = user-defined) are matched in text as whole tokens.
+Decoding works on bytes so that a streamed piece never splits a multi-byte UTF-8 character.
+"""
+from __future__ import annotations
+
+import codecs
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from poot.errors import CheckpointError, PootError
+
+NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
+SPACE_MARK = "\u2581"  # SentencePiece's "▁"
+
+
+class TokenizerError(PootError, ValueError):
+    """Text or token ids the tokenizer cannot take (e.g. an id outside the vocabulary)."""
+
+
+# -- pre-tokenizers by GGUF `tokenizer.ggml.pre` ---------------------------------------------
+# The regexes are the ones llama.cpp applies for each `pre` value (llama-vocab.cpp).
+# "smollm" (SmolLM/SmolLM2) is llama.cpp's STARCODER family: first "\p{N}" isolates every digit,
+# then the GPT-2 regex 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)
+# splits words. In `tokenizers` that is Digits(individual_digits=True) then ByteLevel's own
+# regex, which is the GPT-2 one -- the same pair SmolLM2's HF tokenizer.json declares.
+_LLAMA3_REGEX = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_QWEN2_REGEX = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+
+def _gpt2_split():
+    from tokenizers import pre_tokenizers
+
+    return pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+
+
+def _digits_then_gpt2_split():
+    from tokenizers import pre_tokenizers
+
+    return pre_tokenizers.Sequence(
+        [pre_tokenizers.Digits(individual_digits=True), _gpt2_split()])
+
+
+def _regex_split(pattern: str):
+    def build():
+        from tokenizers import Regex, pre_tokenizers
+
+        return pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ])
+    return build
+
+
+@dataclass(frozen=True)
+class PreTokenizerRule:
+    build: Any  # () -> tokenizers PreTokenizer
+    ignore_merges: bool = False  # a word found whole in the vocab is one token (llama3 style)
+
+
+_GPT2 = PreTokenizerRule(_gpt2_split)
+_DIGITS_GPT2 = PreTokenizerRule(_digits_then_gpt2_split)
+_LLAMA3 = PreTokenizerRule(_regex_split(_LLAMA3_REGEX), ignore_merges=True)
+_QWEN2 = PreTokenizerRule(_regex_split(_QWEN2_REGEX))
+PRE_TOKENIZERS: dict[str, PreTokenizerRule] = {
+    **dict.fromkeys(["gpt-2", "mpt", "olmo", "jais"], _GPT2),
+    **dict.fromkeys(["smollm", "starcoder", "refact", "command-r", "codeshell", "exaone",
+                     "minerva"], _DIGITS_GPT2),
+    **dict.fromkeys(["llama3", "llama-v3", "llama-bpe"], _LLAMA3),
+    **dict.fromkeys(["qwen2", "stablelm2", "deepseek-r1-qwen"], _QWEN2),
+}
+
+
+# -- bytes of each token ---------------------------------------------------------------------
+def gpt2_unicode_to_byte() -> dict[str, int]:
+    """GPT-2's byte-level alphabet, inverted: printable Latin-1 bytes stand for themselves,
+    every other byte b is written as chr(256 + n) with n counting those bytes in order."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAC + 1), *range(0xAE, 0xFF + 1)]
+    mapping = {chr(b): b for b in printable}
+    shifted = (b for b in range(256) if b not in set(printable))
+    for n, b in enumerate(shifted):
+        mapping[chr(256 + n)] = b
+    return mapping
+
+
+def _byte_level_bytes(token: str, table: dict[str, int]) -> bytes:
+    if all(c in table for c in token):
+        return bytes(table[c] for c in token)
+    return token.encode("utf-8")  # not in byte-level spelling: an added token's raw text
+
+
+def _sentencepiece_bytes(token: str) -> bytes:
+    if len(token) == 6 and token.startswith("<0x") and token.endswith(">"):
+        try:
+            return bytes([int(token[3:5], 16)])
+        except ValueError:
+            pass
+    return token.replace(SPACE_MARK, " ").encode("utf-8")
+
+
+# -- the tokenizer ---------------------------------------------------------------------------
+class Tokenizer:
+    """Text <-> token ids, with the BOS/EOS policy and special tokens of one model."""
+
+    def __init__(self, backend, *, token_bytes: Sequence[bytes], special_ids: Iterable[int],
+                 bos_id: int | None, eos_id: int | None, pad_id: int | None = None,
+                 add_bos: bool = False, add_eos: bool = False, stop_ids: Iterable[int] = (),
+                 strip_leading_space: bool = False, chat_template: str | None = None):
+        self.backend = backend  # a tokenizers.Tokenizer
+        self.token_bytes = list(token_bytes)
+        self.special_ids = frozenset(special_ids)
+        self.bos_id, self.eos_id, self.pad_id = bos_id, eos_id, pad_id
+        self.add_bos, self.add_eos = add_bos, add_eos
+        self.stop_ids = frozenset(i for i in (eos_id, *stop_ids) if i is not None)
+        # SentencePiece prepends "▁" to the text; decoding a whole text removes it again.
+        self.strip_leading_space = strip_leading_space
+        self.chat_template = chat_template
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.token_bytes)
+
+    @property
+    def bos_token(self) -> str:
+        return self.id_to_token(self.bos_id) if self.bos_id is not None else ""
+
+    @property
+    def eos_token(self) -> str:
+        return self.id_to_token(self.eos_id) if self.eos_id is not None else ""
+
+    def id_to_token(self, token_id: int) -> str:
+        self._check_ids([token_id])
+        return self.backend.id_to_token(token_id)
+
+    def encode(self, text: str, add_special: bool = True) -> list[int]:
+        """Token ids of `text`; with add_special, BOS/EOS as the model's metadata asks."""
+        if not isinstance(text, str):
+            raise TokenizerError(f"encode takes a str, got {type(text).__name__}")
+        ids = self.backend.encode(text, add_special_tokens=False).ids
+        if add_special and self.add_bos and self.bos_id is not None:
+            ids = [self.bos_id, *ids]
+        if add_special and self.add_eos and self.eos_id is not None:
+            ids = [*ids, self.eos_id]
+        return ids
+
+    def decode(self, ids: Sequence[int], skip_special: bool = True) -> str:
+        """The text of a whole token sequence (control tokens left out when skip_special)."""
+        ids = [int(i) for i in ids]
+        self._check_ids(ids)
+        return self.backend.decode(ids, skip_special_tokens=skip_special)
+
+    def stream(self, *, skip_special: bool = True, at_text_start: bool = False) -> StreamDecoder:
+        """A StreamDecoder for this tokenizer (see StreamDecoder)."""
+        return StreamDecoder(self, skip_special=skip_special, at_text_start=at_text_start)
+
+    def _check_ids(self, ids: Sequence[int]) -> None:
+        bad = [i for i in ids if not 0 <= i < len(self.token_bytes)]
+        if bad:
+            raise TokenizerError(
+                f"token id {bad[0]} is outside the vocabulary (size {len(self.token_bytes)})")
+
+    # -- construction ------------------------------------------------------------------------
+    @classmethod
+    def from_gguf_metadata(cls, meta: dict[str, Any]) -> Tokenizer:
+        """Build from the `tokenizer.*` keys of a GGUF (see poot.models.gguf_meta)."""
+        kind = meta.get("tokenizer.ggml.model")
+        tokens = meta.get("tokenizer.ggml.tokens")
+        if not tokens:
+            raise CheckpointError("GGUF metadata has no tokenizer.ggml.tokens vocabulary")
+        types = meta.get("tokenizer.ggml.token_type") or [NORMAL] * len(tokens)
+        if len(types) != len(tokens):
+            raise CheckpointError(f"GGUF tokenizer has {len(tokens)} tokens but "
+                                  f"{len(types)} token types")
+        if kind == "gpt2":
+            backend, token_bytes = _byte_level_backend(meta, tokens, types)
+            strip = False
+        elif kind == "llama":
+            backend, token_bytes, strip = _sentencepiece_backend(meta, tokens, types)
+        else:
+            raise CheckpointError(f"GGUF tokenizer model {kind!r} is not supported; poot reads "
+                                  "'gpt2' (byte-level BPE) and 'llama' (SentencePiece BPE)")
+        special = [i for i, t in enumerate(types) if t == CONTROL]
+        _add_special_tokens(backend, tokens, types)
+        stop = [meta.get(f"tokenizer.ggml.{k}_token_id") for k in ("eot", "eom")]
+        return cls(
+            backend, token_bytes=token_bytes, special_ids=special,
+            bos_id=meta.get("tokenizer.ggml.bos_token_id"),
+            eos_id=meta.get("tokenizer.ggml.eos_token_id"),
+            pad_id=meta.get("tokenizer.ggml.padding_token_id"),
+            add_bos=bool(meta.get("tokenizer.ggml.add_bos_token", kind == "llama")),
+            add_eos=bool(meta.get("tokenizer.ggml.add_eos_token", False)),
+            stop_ids=[i for i in stop if i is not None], strip_leading_space=strip,
+            chat_template=meta.get("tokenizer.chat_template"),
+        )
+
+    @classmethod
+    def from_gguf(cls, path: str | Path) -> Tokenizer:
+        from poot.models.gguf_meta import read_gguf_metadata
+
+        return cls.from_gguf_metadata(read_gguf_metadata(path))
+
+    @classmethod
+    def from_hf_folder(cls, path: str | Path) -> Tokenizer:
+        """Build from an HF folder: tokenizer.json, plus tokenizer_config.json and config.json."""
+        from tokenizers import Tokenizer as HFTokenizer
+
+        folder = Path(path)
+        file = folder / "tokenizer.json"
+        if not file.is_file():
+            raise CheckpointError(f"{folder} has no tokenizer.json")
+        try:
+            backend = HFTokenizer.from_file(str(file))
+        except Exception as exc:  # tokenizers raises a bare Exception on malformed JSON
+            raise CheckpointError(f"cannot read {file}: {exc}") from exc
+        spec = json.loads(file.read_text(encoding="utf-8"))
+        config = _read_json(folder / "tokenizer_config.json")
+        model_config = _read_json(folder / "config.json")
+        scheme = _hf_byte_scheme(spec, file)
+        size = backend.get_vocab_size(with_added_tokens=True)
+        added = backend.get_added_tokens_decoder()
+        table = gpt2_unicode_to_byte()
+        token_bytes = []
+        for i in range(size):
+            token = backend.id_to_token(i) or ""
+            if i in added:
+                token_bytes.append(token.encode("utf-8"))
+            elif scheme == "byte_level":
+                token_bytes.append(_byte_level_bytes(token, table))
+            else:
+                token_bytes.append(_sentencepiece_bytes(token))
+        bos_id = _hf_token_id(backend, config.get("bos_token"), model_config.get("bos_token_id"))
+        eos_ids = _as_list(model_config.get("eos_token_id"))
+        eos_id = _hf_token_id(backend, config.get("eos_token"), eos_ids[0] if eos_ids else None)
+        return cls(
+            backend, token_bytes=token_bytes,
+            special_ids=[i for i, tok in added.items() if tok.special],
+            bos_id=bos_id, eos_id=eos_id,
+            pad_id=_hf_token_id(backend, config.get("pad_token"), None),
+            add_bos=bool(config.get("add_bos_token", False)),
+            add_eos=bool(config.get("add_eos_token", False)),
+            stop_ids=eos_ids, strip_leading_space=scheme == "sentencepiece",
+            chat_template=_hf_chat_template(folder, config),
+        )
+
+
+class StreamDecoder:
+    """Turns token ids into text pieces as they arrive, holding back incomplete UTF-8 bytes.
+
+    `push(id)` returns the text that became complete (possibly ""); `flush()` returns what is
+    held back at the end (invalid bytes become U+FFFD). With at_text_start, the leading space a
+    SentencePiece tokenizer prepended is removed, as `Tokenizer.decode` does for a whole text;
+    leave it False when streaming a continuation such as generated tokens after a prompt.
+    """
+
+    def __init__(self, tokenizer: Tokenizer, *, skip_special: bool = True,
+                 at_text_start: bool = False):
+        self.tokenizer = tokenizer
+        self.skip_special = skip_special
+        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._strip_pending = at_text_start and tokenizer.strip_leading_space
+
+    def push(self, token_id: int) -> str:
+        token_id = int(token_id)
+        self.tokenizer._check_ids([token_id])
+        if self.skip_special and token_id in self.tokenizer.special_ids:
+            return ""
+        return self._emit(self._utf8.decode(self.tokenizer.token_bytes[token_id], final=False))
+
+    def flush(self) -> str:
+        return self._emit(self._utf8.decode(b"", final=True))
+
+    def feed(self, ids: Iterable[int]) -> Iterator[str]:
+        """Every non-empty piece of `ids`, then what flush() leaves."""
+        for token_id in ids:
+            if piece := self.push(token_id):
+                yield piece
+        if rest := self.flush():
+            yield rest
+
+    def _emit(self, text: str) -> str:
+        if self._strip_pending and text:
+            self._strip_pending = False
+            return text[1:] if text.startswith(" ") else text
+        return text
+
+
+# -- GGUF vocabularies -----------------------------------------------------------------------
+def _first_id_vocab(tokens: Sequence[str]) -> dict[str, int]:
+    """token -> id, the first id winning where a vocabulary repeats a token."""
+    vocab: dict[str, int] = {}
+    for i, token in enumerate(tokens):
+        vocab.setdefault(token, i)
+    return vocab
+
+
+def _check_unique(tokens: Sequence[str]) -> None:
+    # A repeated token would make the later id undecodable through `tokenizers`.
+    if len(set(tokens)) != len(tokens):
+        seen: set[str] = set()
+        repeated = next(t for t in tokens if t in seen or seen.add(t))
+        raise CheckpointError(f"GGUF vocabulary repeats the token {repeated!r}")
+
+
+def _byte_level_backend(meta: dict[str, Any], tokens: list[str], types: list[int]):
+    from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers import decoders, models
+
+    pre = meta.get("tokenizer.ggml.pre", "default")
+    rule = PRE_TOKENIZERS.get(pre)
+    if rule is None:
+        raise CheckpointError(
+            f"GGUF pre-tokenizer {pre!r} is not supported; poot knows "
+            f"{', '.join(sorted(PRE_TOKENIZERS))}")
+    _check_unique(tokens)
+    merges = [_split_merge(m) for m in meta.get("tokenizer.ggml.merges") or []]
+    options = {"ignore_merges": True} if rule.ignore_merges else {}
+    model = models.BPE(_first_id_vocab(tokens), merges, fuse_unk=False, **options)
+    backend = HFTokenizer(model)
+    backend.pre_tokenizer = rule.build()
+    backend.decoder = decoders.ByteLevel()
+    table = gpt2_unicode_to_byte()
+    token_bytes = [
+        tok.encode("utf-8") if kind in (CONTROL, USER_DEFINED) else _byte_level_bytes(tok, table)
+        for tok, kind in zip(tokens, types, strict=True)
+    ]
+    return backend, token_bytes
+
+
+def _split_merge(merge: str) -> tuple[str, str]:
+    left, sep, right = merge.partition(" ")
+    if not sep or not left or not right:
+        raise CheckpointError(f"GGUF merge {merge!r} is not two tokens separated by a space")
+    return left, right
+
+
+def _sentencepiece_backend(meta: dict[str, Any], tokens: list[str], types: list[int]):
+    from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers import decoders, models, normalizers
+
+    _check_unique(tokens)
+    scores = meta.get("tokenizer.ggml.scores") or [-float(i) for i in range(len(tokens))]
+    unk_id = meta.get("tokenizer.ggml.unknown_token_id")
+    model = models.BPE(
+        _first_id_vocab(tokens), _merges_from_scores(tokens, types, scores),
+        unk_token=tokens[unk_id] if unk_id is not None else None,
+        fuse_unk=True, byte_fallback=True)
+    backend = HFTokenizer(model)
+    prefix = bool(meta.get("tokenizer.ggml.add_space_prefix", True))
+    steps = [normalizers.Prepend(SPACE_MARK)] if prefix else []
+    backend.normalizer = normalizers.Sequence([*steps, normalizers.Replace(" ", SPACE_MARK)])
+    tail = [decoders.Strip(" ", 1, 0)] if prefix else []
+    backend.decoder = decoders.Sequence(
+        [decoders.Replace(SPACE_MARK, " "), decoders.ByteFallback(), decoders.Fuse(), *tail])
+    return backend, [_sentencepiece_bytes(t) for t in tokens], prefix
+
+
+def _merges_from_scores(tokens: list[str], types: list[int],
+                        scores: list[float]) -> list[tuple[str, str]]:
+    """SentencePiece BPE as merges: every split of a piece into two pieces of the vocabulary,
+    ranked by the merged piece's score (highest first, then lowest id), which is the order in
+    which SentencePiece joins adjacent pieces."""
+    mergeable = {t for t, kind in zip(tokens, types, strict=True) if kind in (NORMAL, USER_DEFINED)}
+    ranked = []
+    for i, (token, kind) in enumerate(zip(tokens, types, strict=True)):
+        if kind not in (NORMAL, USER_DEFINED):
+            continue
+        for cut in range(1, len(token)):
+            left, right = token[:cut], token[cut:]
+            if left in mergeable and right in mergeable:
+                ranked.append((-scores[i], i, left, right))
+    ranked.sort()
+    return [(left, right) for _, _, left, right in ranked]
+
+
+def _add_special_tokens(backend, tokens: list[str], types: list[int]) -> None:
+    """Make control and user-defined tokens match as whole tokens in raw text."""
+    from tokenizers import AddedToken
+
+    control = [AddedToken(t, special=True, normalized=False)
+               for t, kind in zip(tokens, types, strict=True) if kind == CONTROL]
+    user = [AddedToken(t, special=False, normalized=False)
+            for t, kind in zip(tokens, types, strict=True) if kind == USER_DEFINED]
+    backend.add_special_tokens(control)
+    backend.add_tokens(user)
+
+
+# -- HF folders ------------------------------------------------------------------------------
+def _read_json(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise CheckpointError(f"{path} is not valid JSON: {exc}") from exc
+
+
+def _hf_byte_scheme(spec: dict[str, Any], file: Path) -> str:
+    """'byte_level' or 'sentencepiece', read from the tokenizer.json decoder."""
+    def kinds(node) -> list[str]:
+        if not node:
+            return []
+        return [node.get("type", "")] + [k for d in node.get("decoders") or [] for k in kinds(d)]
+
+    found = kinds(spec.get("decoder"))
+    if "ByteLevel" in found:
+        return "byte_level"
+    if "ByteFallback" in found or "Metaspace" in found:
+        return "sentencepiece"
+    raise CheckpointError(f"{file}: decoder {found or 'none'} is neither byte-level nor "
+                          "SentencePiece; poot cannot stream its text")
+
+
+def _hf_token_id(backend, token, fallback: int | None) -> int | None:
+    if isinstance(token, dict):  # tokenizer_config.json may spell a token as an AddedToken
+        token = token.get("content")
+    if isinstance(token, str):
+        found = backend.token_to_id(token)
+        if found is not None:
+            return found
+    return fallback
+
+
+def _as_list(value) -> list[int]:
+    if value is None:
+        return []
+    return list(value) if isinstance(value, list) else [value]
+
+
+def _hf_chat_template(folder: Path, config: dict[str, Any]) -> str | None:
+    template = config.get("chat_template")
+    if isinstance(template, list):  # named templates: take the default one
+        named = {t.get("name"): t.get("template") for t in template}
+        template = named.get("default")
+    if template is None and (folder / "chat_template.jinja").is_file():
+        template = (folder / "chat_template.jinja").read_text(encoding="utf-8")
+    return template

@@ -1,0 +1,185 @@
+"""The oracle's rule for each primitive: numpy, exact to the spec's semantics.
+
+A rule takes (op, args, in_types, out_type) and returns the output array.
+Composites have no rule here: the oracle evaluates their primitive definition.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from poot.dtypes import DType
+from poot.errors import OutOfRange
+from poot.ir import ops as O
+from poot.reference import scalar as S
+
+Rule = Callable[..., np.ndarray]
+RULES: dict[type, Rule] = {}
+
+
+def rule(*classes):
+    def deco(fn):
+        for c in classes:
+            RULES[c] = fn
+        return fn
+    return deco
+
+
+def _check_index(idx: np.ndarray, size: int, op: str, allow_minus_one=False) -> None:
+    if idx.size == 0:
+        return
+    lo = -1 if allow_minus_one else 0
+    if idx.min() < lo or idx.max() >= size:
+        bad = idx[(idx < lo) | (idx >= size)].reshape(-1)[0]
+        raise OutOfRange(f"{op}: index {int(bad)} outside [{lo}, {size})")
+
+
+@rule(O.Unary)
+def _unary(op, args, ins, out):
+    return S.unary(op.op, args[0], ins[0].dtype)
+
+
+@rule(O.Binary)
+def _binary(op, args, ins, out):
+    a, b = np.broadcast_arrays(*args)
+    return S.binary(op.op, a, b, ins[0].dtype)
+
+
+@rule(O.Select)
+def _select(op, args, ins, out):
+    return S.select(*args)
+
+
+@rule(O.Cast)
+def _cast(op, args, ins, out):
+    return S.cast(args[0], ins[0].dtype, op.to)
+
+
+@rule(O.Iota)
+def _iota(op, args, ins, out):
+    shape = [1] * len(op.shape)
+    shape[op.axis] = op.shape[op.axis]
+    r = np.arange(op.shape[op.axis]).reshape(shape)
+    return np.broadcast_to(r, op.shape).astype(out.dtype.numpy)
+
+
+@rule(O.Broadcast)
+def _broadcast(op, args, ins, out):
+    return np.broadcast_to(args[0], op.shape)
+
+
+@rule(O.Reshape)
+def _reshape(op, args, ins, out):
+    return np.reshape(args[0], op.shape)
+
+
+@rule(O.Transpose)
+def _transpose(op, args, ins, out):
+    return np.transpose(args[0], op.perm)
+
+
+@rule(O.Slice)
+def _slice(op, args, ins, out):
+    x = args[0]
+    sl = [slice(None)] * x.ndim
+    sl[op.axis] = slice(op.start, op.end)
+    return x[tuple(sl)]
+
+
+@rule(O.Concat)
+def _concat(op, args, ins, out):
+    return np.concatenate(args, axis=op.axis)
+
+
+@rule(O.Gather)
+def _gather(op, args, ins, out):
+    src, idx = args
+    axis = op.axis % src.ndim
+    _check_index(idx, src.shape[axis], "Gather")
+    return np.take(src, idx, axis=axis)
+
+
+@rule(O.ScatterUpdate)
+def _scatter(op, args, ins, out):
+    base, src, slots = args
+    _check_index(slots, base.shape[0], "ScatterUpdate", allow_minus_one=True)
+    res = np.array(base, copy=True)
+    keep = slots >= 0
+    rows, where = src[keep], slots[keep]
+    # later rows win: keep the last occurrence of each slot
+    _, last = np.unique(where[::-1], return_index=True)
+    pick = len(where) - 1 - last
+    res[where[pick]] = rows[pick]
+    return res
+
+
+@rule(O.DynamicUpdateSlice)
+def _dus(op, args, ins, out):
+    x, upd, index = args
+    axis = op.axis % x.ndim
+    start = int(np.clip(int(index.reshape(-1)[0]), 0, x.shape[axis] - upd.shape[axis]))
+    res = np.array(x, copy=True)
+    sl = [slice(None)] * x.ndim
+    sl[axis] = slice(start, start + upd.shape[axis])
+    res[tuple(sl)] = upd
+    return res
+
+
+@rule(O.ArgTopK)
+def _argtopk(op, args, ins, out):
+    x = args[0].astype(np.float64)
+    order = np.argsort(-x, axis=-1, kind="stable")
+    return order[..., : op.k].astype(np.int32)
+
+
+@rule(O.Reduce)
+def _reduce(op, args, ins, out):
+    x, dtype = args[0], ins[0].dtype
+    if op.op is O.ReduceOp.Max:
+        return np.max(x, axis=op.axis, keepdims=op.keepdim)
+    if dtype.is_float:
+        r = np.sum(x.astype(np.float32), axis=op.axis, keepdims=op.keepdim, dtype=np.float32)
+    else:
+        r = np.sum(x.astype(np.int64), axis=op.axis, keepdims=op.keepdim)
+    return np.asarray(r).astype(dtype.numpy)
+
+
+def _contract(a: np.ndarray, b: np.ndarray, dtype: DType, sub: str | None = None) -> np.ndarray:
+    if dtype.is_float:
+        a32, b32 = a.astype(np.float32), b.astype(np.float32)
+        r = np.einsum(sub, a32, b32) if sub else np.matmul(a32, b32)
+    else:
+        r = np.einsum(sub, a.astype(np.int64), b.astype(np.int64)) if sub else \
+            np.matmul(a.astype(np.int64), b.astype(np.int64))
+    return np.asarray(r).astype(dtype.numpy)
+
+
+@rule(O.MatMul)
+def _matmul(op, args, ins, out):
+    return _contract(args[0], args[1], ins[0].dtype)
+
+
+@rule(O.IndexedMatMul)
+def _indexed_matmul(op, args, ins, out):
+    x, w, idx = args
+    _check_index(idx, w.shape[0], "IndexedMatMul")
+    return _contract(x, w[idx], ins[0].dtype, "mk,mkn->mn")
+
+
+@rule(O.PackedDequant)
+def _packed_dequant(op, args, ins, out):
+    r = op.weight.dequantize(args)
+    return np.asarray(r, dtype=np.float32).reshape(op.weight.shape)
+
+
+@rule(O.Scan)
+def _scan(op, args, ins, out):
+    from poot.reference.evaluate import evaluate
+
+    carry, *xs = args
+    states = []
+    for t in range(op.length):
+        (carry,) = evaluate(op.body, [carry, *(x[t] for x in xs)], outputs="result")
+        states.append(carry)
+    return np.stack(states)
