@@ -1,0 +1,153 @@
+"""The one wgpu adapter and device of this process, opened on first use.
+
+Setting up a wgpu device costs about a second on lavapipe, and every plan of a
+process can share it, so it is opened once and cached. The device is requested
+with the adapter's own limits (wgpu's defaults are lower: 16 KiB workgroup
+storage, 256 MiB buffers) and with the optional features poot can use.
+"""
+from __future__ import annotations
+
+import functools
+import threading
+from dataclasses import dataclass, field
+
+from poot.errors import DeviceUnavailable
+from poot_wgpu import env
+
+#: optional features the kernels use when the adapter has them
+WANTED_FEATURES = ("shader-f16", "subgroup", "timestamp-query")
+
+#: the limits the planner and the printer check; requested at the adapter's maximum
+LIMIT_NAMES = (
+    "max-storage-buffer-binding-size",
+    "max-buffer-size",
+    "max-storage-buffers-per-shader-stage",
+    "max-compute-workgroup-storage-size",
+    "max-compute-invocations-per-workgroup",
+    "max-compute-workgroup-size-x",
+    "max-compute-workgroup-size-y",
+    "max-compute-workgroup-size-z",
+    "max-compute-workgroups-per-dimension",
+    "min-storage-buffer-offset-alignment",
+)
+
+
+@dataclass(frozen=True)
+class AdapterInfo:
+    """What the adapter says about itself, in a form that needs no wgpu import to read."""
+
+    name: str
+    vendor: str
+    backend_type: str
+    adapter_type: str
+    driver: str
+    features: frozenset[str] = field(default_factory=frozenset)
+    limits: dict[str, int] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        return (f"{self.name} ({self.vendor}, {self.adapter_type}, {self.backend_type}; "
+                f"{self.driver})")
+
+
+class WgpuDevice:
+    """A wgpu device and its queue, with the adapter facts the backend decides by."""
+
+    def __init__(self, adapter, device, info: AdapterInfo):
+        self.adapter, self.device, self.queue, self.info = adapter, device, device.queue, info
+        self.features = frozenset(str(f) for f in device.features)
+        self.limits = {name: int(device.limits[name]) for name in LIMIT_NAMES}
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+    def has(self, feature: str) -> bool:
+        return feature in self.features
+
+    def limit(self, name: str) -> int:
+        return self.limits[name]
+
+    def __repr__(self) -> str:
+        return f"WgpuDevice({self.info.describe()})"
+
+
+_lock = threading.Lock()
+
+
+def _import_wgpu():
+    wanted = env.configure()
+    try:
+        import wgpu
+    except ImportError as e:  # the package is declared; this is a broken install
+        raise DeviceUnavailable(f"no wgpu device: wgpu-py is not importable ({e})") from e
+    return wgpu, wanted
+
+
+def adapter_info(adapter) -> AdapterInfo:
+    info = adapter.info
+    return AdapterInfo(
+        name=str(info.get("device", "")) or "unknown adapter",
+        vendor=str(info.get("vendor", "")),
+        backend_type=str(info.get("backend_type", "")),
+        adapter_type=str(info.get("adapter_type", "")),
+        driver=str(info.get("description", "")),
+        features=frozenset(str(f) for f in adapter.features),
+        limits={k: int(v) for k, v in dict(adapter.limits).items() if isinstance(v, int)},
+    )
+
+
+def _open_adapter():
+    wgpu, wanted = _import_wgpu()
+    if wanted not in env.ACCEPTED_BACKENDS:
+        raise DeviceUnavailable(
+            f"no wgpu device: {env.BACKEND_VAR}={wanted} is not a compute backend poot runs "
+            f"on (accepted: {', '.join(env.ACCEPTED_BACKENDS)})")
+    try:
+        adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
+    except Exception as e:  # wgpu-native raises plain RuntimeErrors when no driver loads
+        raise DeviceUnavailable(
+            f"no wgpu device: no {wanted} adapter ({type(e).__name__}: {e}); on Linux without "
+            f"a GPU install Mesa lavapipe (scripts/install-lavapipe.sh)") from e
+    if adapter is None:
+        raise DeviceUnavailable(f"no wgpu device: wgpu found no {wanted} adapter")
+    info = adapter_info(adapter)
+    if info.backend_type != wanted:  # the silent OpenGL fallback
+        raise DeviceUnavailable(
+            f"no wgpu device: asked for a {wanted} adapter, wgpu gave {info.describe()}; "
+            f"refusing the fallback")
+    return adapter, info
+
+
+@functools.cache
+def _open() -> WgpuDevice:
+    adapter, info = _open_adapter()
+    features = [f for f in WANTED_FEATURES if f in info.features]
+    limits = {name: info.limits[name] for name in LIMIT_NAMES if name in info.limits}
+    try:
+        device = adapter.request_device_sync(
+            label="poot", required_features=features, required_limits=limits)
+    except Exception as e:
+        raise DeviceUnavailable(
+            f"no wgpu device: {info.describe()} refused a device ({type(e).__name__}: {e})"
+        ) from e
+    return WgpuDevice(adapter, device, info)
+
+
+def open_device() -> WgpuDevice:
+    """The process's device; raises DeviceUnavailable (cached: the reason does not change)."""
+    with _lock:
+        return _cached_or_raise()
+
+
+_failure: DeviceUnavailable | None = None
+
+
+def _cached_or_raise() -> WgpuDevice:
+    global _failure
+    if _failure is not None:
+        raise _failure
+    try:
+        return _open()
+    except DeviceUnavailable as e:
+        _failure = e
+        raise

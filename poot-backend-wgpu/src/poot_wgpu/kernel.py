@@ -1,0 +1,98 @@
+"""Compiled WGSL kernels and the dispatches that bind them to a plan's regions.
+
+A kernel is a shader module and compute pipeline, cached per device by its source
+(naga compiles on the first use of a source only). Every binding is a
+`var<storage, read_write>`: regions of one arena buffer are bound side by side, and
+wgpu tracks usage per buffer, where read-only next to read-write bindings of the same
+buffer in one dispatch is a usage conflict.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from poot.errors import LimitExceeded, LoweringError
+from poot_wgpu.device import WgpuDevice
+from poot_wgpu.memory import BACKEND, Arena
+
+
+class Kernel:
+    """One compiled WGSL entry point with `n_bindings` storage bindings in group 0."""
+
+    def __init__(self, dev: WgpuDevice, source: str, n_bindings: int, entry: str = "main",
+                 label: str = "kernel"):
+        import wgpu
+
+        limit = dev.limit("max-storage-buffers-per-shader-stage")
+        if n_bindings > limit:
+            raise LimitExceeded(
+                f"kernel {label!r} binds {n_bindings} buffers, over the adapter's "
+                f"max-storage-buffers-per-shader-stage {limit}", backend=BACKEND,
+                device=dev.name)
+        self.dev, self.source, self.label, self.n_bindings = dev, source, label, n_bindings
+        try:
+            module = dev.device.create_shader_module(label=label, code=source)
+            entries = [{"binding": i, "visibility": wgpu.ShaderStage.COMPUTE,
+                        "buffer": {"type": wgpu.BufferBindingType.storage}}
+                       for i in range(n_bindings)]
+            self.layout = dev.device.create_bind_group_layout(entries=entries)
+            pipeline_layout = dev.device.create_pipeline_layout(
+                bind_group_layouts=[self.layout])
+            self.pipeline = dev.device.create_compute_pipeline(
+                label=label, layout=pipeline_layout,
+                compute={"module": module, "entry_point": entry})
+        except wgpu.GPUError as e:  # naga or pipeline validation: a printer bug or a limit
+            raise LoweringError(f"wgpu rejected kernel {label!r}: {e}\n--- source ---\n"
+                                f"{source}", backend=BACKEND, device=dev.name) from e
+
+    def bind(self, arena: Arena, regions: list[str]):
+        """A bind group of this kernel over the named regions, in binding order."""
+        if len(regions) != self.n_bindings:
+            raise LoweringError(f"kernel {self.label!r} has {self.n_bindings} bindings, "
+                                f"got {len(regions)} regions", backend=BACKEND,
+                                device=self.dev.name)
+        entries = [{"binding": i, "resource": arena.binding(name)}
+                   for i, name in enumerate(regions)]
+        return self.dev.device.create_bind_group(layout=self.layout, entries=entries)
+
+
+class KernelCache:
+    """Kernels by (source, bindings, entry), per device; the key is the printed source."""
+
+    def __init__(self, dev: WgpuDevice):
+        self.dev = dev
+        self._kernels: dict[tuple[str, int, str], Kernel] = {}
+
+    def get(self, source: str, n_bindings: int, entry: str = "main",
+            label: str = "kernel") -> Kernel:
+        key = (source, n_bindings, entry)
+        if key not in self._kernels:
+            self._kernels[key] = Kernel(self.dev, source, n_bindings, entry, label)
+        return self._kernels[key]
+
+    def __len__(self) -> int:
+        return len(self._kernels)
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """One recorded dispatch: pipeline, bind group and workgroup counts (x, y, z)."""
+
+    kernel: Kernel
+    bind_group: object
+    groups: tuple[int, int, int]
+
+
+def workgroup_grid(dev: WgpuDevice, n_groups: int) -> tuple[int, int, int]:
+    """Spread `n_groups` workgroups over x and y within max-compute-workgroups-per-dimension.
+
+    A kernel reads its linear group id as `wid.x + wid.y * nwg.x` and returns early
+    when that id is >= n_groups (x * y can exceed n_groups by less than one row).
+    """
+    cap = dev.limit("max-compute-workgroups-per-dimension")
+    if n_groups <= cap:
+        return (max(n_groups, 1), 1, 1)
+    y = -(-n_groups // cap)
+    if y > cap:
+        raise LimitExceeded(f"{n_groups} workgroups exceed {cap} x {cap}", backend=BACKEND,
+                            device=dev.name)
+    return (-(-n_groups // y), y, 1)
