@@ -4,7 +4,6 @@ from __future__ import annotations
 import copy
 
 import pytest
-
 from poot_wgpu import probe
 
 

@@ -1,7 +1,6 @@
 """The runtime on hand-written WGSL: arena layout, limits, recorded steps, replay, slots."""
 import numpy as np
 import pytest
-
 from poot.errors import LimitExceeded, LoweringError
 from poot_wgpu.kernel import Dispatch, KernelCache, workgroup_grid
 from poot_wgpu.memory import Arena

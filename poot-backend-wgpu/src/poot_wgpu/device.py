@@ -12,6 +12,7 @@ import threading
 from dataclasses import dataclass, field
 
 from poot.errors import DeviceUnavailable
+
 from poot_wgpu import env
 
 #: optional features the kernels use when the adapter has them

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from poot.errors import LimitExceeded, LoweringError
+
 from poot_wgpu.device import WgpuDevice
 from poot_wgpu.memory import BACKEND, Arena
 

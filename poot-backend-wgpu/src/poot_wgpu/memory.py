@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
 from poot.errors import BindError, LimitExceeded
+
 from poot_wgpu.device import WgpuDevice
 
 BACKEND = "wgpu"

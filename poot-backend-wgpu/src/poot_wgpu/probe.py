@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from poot.errors import DeviceUnavailable
+
 from poot_wgpu.device import AdapterInfo
 
 
