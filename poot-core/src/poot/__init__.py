@@ -7,8 +7,8 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 _LAZY = {
-    "trace": ("poot.trace", "trace"),
-    "spec": ("poot.trace", "spec"),
+    "trace": ("poot.tracer", "trace"),
+    "spec": ("poot.tracer", "spec"),
     "evaluate": ("poot.reference", "evaluate"),
     "compile": ("poot.compile", "compile"),
     "plan": ("poot.plan", "plan"),

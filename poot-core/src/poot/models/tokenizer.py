@@ -119,12 +119,17 @@ def _sentencepiece_bytes(token: str) -> bytes:
 class Tokenizer:
     """Text <-> token ids, with the BOS/EOS policy and special tokens of one model."""
 
-    def __init__(self, backend, *, token_bytes: Sequence[bytes], special_ids: Iterable[int],
+    def __init__(self, backend, *, tokens: Sequence[str], token_bytes: Sequence[bytes],
+                 special_ids: Iterable[int],
                  bos_id: int | None, eos_id: int | None, pad_id: int | None = None,
                  add_bos: bool = False, add_eos: bool = False, stop_ids: Iterable[int] = (),
                  strip_leading_space: bool = False, chat_template: str | None = None):
         self.backend = backend  # a tokenizers.Tokenizer
+        self.tokens = list(tokens)
         self.token_bytes = list(token_bytes)
+        if len(self.tokens) != len(self.token_bytes):
+            raise CheckpointError(
+                f"{len(self.tokens)} tokens but {len(self.token_bytes)} byte spellings")
         self.special_ids = frozenset(special_ids)
         self.bos_id, self.eos_id, self.pad_id = bos_id, eos_id, pad_id
         self.add_bos, self.add_eos = add_bos, add_eos
@@ -147,7 +152,7 @@ class Tokenizer:
 
     def id_to_token(self, token_id: int) -> str:
         self._check_ids([token_id])
-        return self.backend.id_to_token(token_id)
+        return self.tokens[token_id]
 
     def encode(self, text: str, add_special: bool = True) -> list[int]:
         """Token ids of `text`; with add_special, BOS/EOS as the model's metadata asks."""
@@ -161,10 +166,11 @@ class Tokenizer:
         return ids
 
     def decode(self, ids: Sequence[int], skip_special: bool = True) -> str:
-        """The text of a whole token sequence (control tokens left out when skip_special)."""
-        ids = [int(i) for i in ids]
-        self._check_ids(ids)
-        return self.backend.decode(ids, skip_special_tokens=skip_special)
+        """The text of a whole token sequence (control tokens left out when skip_special).
+
+        Works on the tokens' bytes, like StreamDecoder, so the two always agree."""
+        return "".join(StreamDecoder(self, skip_special=skip_special, at_text_start=True)
+                       .feed(ids))
 
     def stream(self, *, skip_special: bool = True, at_text_start: bool = False) -> StreamDecoder:
         """A StreamDecoder for this tokenizer (see StreamDecoder)."""
@@ -200,7 +206,7 @@ class Tokenizer:
         _add_special_tokens(backend, tokens, types)
         stop = [meta.get(f"tokenizer.ggml.{k}_token_id") for k in ("eot", "eom")]
         return cls(
-            backend, token_bytes=token_bytes, special_ids=special,
+            backend, tokens=tokens, token_bytes=token_bytes, special_ids=special,
             bos_id=meta.get("tokenizer.ggml.bos_token_id"),
             eos_id=meta.get("tokenizer.ggml.eos_token_id"),
             pad_id=meta.get("tokenizer.ggml.padding_token_id"),
@@ -236,9 +242,10 @@ class Tokenizer:
         size = backend.get_vocab_size(with_added_tokens=True)
         added = backend.get_added_tokens_decoder()
         table = gpt2_unicode_to_byte()
-        token_bytes = []
+        tokens, token_bytes = [], []
         for i in range(size):
             token = backend.id_to_token(i) or ""
+            tokens.append(token)
             if i in added:
                 token_bytes.append(token.encode("utf-8"))
             elif scheme == "byte_level":
@@ -249,7 +256,7 @@ class Tokenizer:
         eos_ids = _as_list(model_config.get("eos_token_id"))
         eos_id = _hf_token_id(backend, config.get("eos_token"), eos_ids[0] if eos_ids else None)
         return cls(
-            backend, token_bytes=token_bytes,
+            backend, tokens=tokens, token_bytes=token_bytes,
             special_ids=[i for i, tok in added.items() if tok.special],
             bos_id=bos_id, eos_id=eos_id,
             pad_id=_hf_token_id(backend, config.get("pad_token"), None),
@@ -310,14 +317,6 @@ def _first_id_vocab(tokens: Sequence[str]) -> dict[str, int]:
     return vocab
 
 
-def _check_unique(tokens: Sequence[str]) -> None:
-    # A repeated token would make the later id undecodable through `tokenizers`.
-    if len(set(tokens)) != len(tokens):
-        seen: set[str] = set()
-        repeated = next(t for t in tokens if t in seen or seen.add(t))
-        raise CheckpointError(f"GGUF vocabulary repeats the token {repeated!r}")
-
-
 def _byte_level_backend(meta: dict[str, Any], tokens: list[str], types: list[int]):
     from tokenizers import Tokenizer as HFTokenizer
     from tokenizers import decoders, models
@@ -328,7 +327,6 @@ def _byte_level_backend(meta: dict[str, Any], tokens: list[str], types: list[int
         raise CheckpointError(
             f"GGUF pre-tokenizer {pre!r} is not supported; poot knows "
             f"{', '.join(sorted(PRE_TOKENIZERS))}")
-    _check_unique(tokens)
     merges = [_split_merge(m) for m in meta.get("tokenizer.ggml.merges") or []]
     options = {"ignore_merges": True} if rule.ignore_merges else {}
     model = models.BPE(_first_id_vocab(tokens), merges, fuse_unk=False, **options)
@@ -354,7 +352,6 @@ def _sentencepiece_backend(meta: dict[str, Any], tokens: list[str], types: list[
     from tokenizers import Tokenizer as HFTokenizer
     from tokenizers import decoders, models, normalizers
 
-    _check_unique(tokens)
     scores = meta.get("tokenizer.ggml.scores") or [-float(i) for i in range(len(tokens))]
     unk_id = meta.get("tokenizer.ggml.unknown_token_id")
     model = models.BPE(

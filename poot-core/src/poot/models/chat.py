@@ -1,0 +1,81 @@
+"""Render a model's chat template (Jinja, from the GGUF or tokenizer_config.json) for messages.
+
+Templates come from checkpoint files, so they run in jinja2's immutable sandbox: a template can
+format strings but cannot reach Python attributes or mutate its inputs.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from poot.errors import CheckpointError, PootError
+
+
+class ChatTemplateError(PootError, ValueError):
+    """The messages do not fit the model's chat template (the template said why)."""
+
+
+def render_chat(template: str | None, messages: Sequence[Mapping[str, Any]], *,
+                bos_token: str = "", eos_token: str = "", add_generation_prompt: bool = True,
+                **variables: Any) -> str:
+    """The prompt text for `messages` (each a {"role", "content"} mapping)."""
+    if not template:
+        raise CheckpointError(
+            "this model has no chat template (tokenizer.chat_template); use a plain prompt")
+    _check_messages(messages)
+    compiled = _compile(template)
+    try:
+        return compiled.render(
+            messages=[dict(m) for m in messages], bos_token=bos_token, eos_token=eos_token,
+            add_generation_prompt=add_generation_prompt, **variables)
+    except ChatTemplateError:
+        raise
+    except Exception as exc:  # jinja2's own errors, and anything the template's code raised
+        raise CheckpointError(f"the model's chat template failed: {type(exc).__name__}: {exc}") \
+            from exc
+
+
+def render_chat_for(tokenizer, messages: Sequence[Mapping[str, Any]], *,
+                    add_generation_prompt: bool = True, **variables: Any) -> str:
+    """render_chat with the template and BOS/EOS text of a poot Tokenizer."""
+    return render_chat(tokenizer.chat_template, messages, bos_token=tokenizer.bos_token,
+                       eos_token=tokenizer.eos_token,
+                       add_generation_prompt=add_generation_prompt, **variables)
+
+
+def _check_messages(messages) -> None:
+    if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence) or not messages:
+        raise ChatTemplateError("messages must be a non-empty list of {role, content} dicts")
+    for n, message in enumerate(messages):
+        if not isinstance(message, Mapping):
+            raise ChatTemplateError(f"message {n} is a {type(message).__name__}, not a dict")
+        for key in ("role", "content"):
+            if not isinstance(message.get(key), str):
+                raise ChatTemplateError(f"message {n} needs a string {key!r}")
+
+
+def _raise_exception(message: str):
+    raise ChatTemplateError(f"chat template refused the messages: {message}")
+
+
+def _tojson(value, indent=None, ensure_ascii=False, sort_keys=False):
+    # jinja2's own tojson escapes HTML characters, which changes what the model sees.
+    return json.dumps(value, indent=indent, ensure_ascii=ensure_ascii, sort_keys=sort_keys)
+
+
+def _compile(template: str):
+    from jinja2 import TemplateError
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    # trim_blocks/lstrip_blocks: chat templates are written for this whitespace handling.
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        keep_trailing_newline=False)
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+    try:
+        return env.from_string(template)
+    except TemplateError as exc:
+        raise CheckpointError(f"the model's chat template is not valid Jinja: {exc}") from exc

@@ -1,0 +1,145 @@
+"""The compositions the spec names, recorded as the primitive chains it shows.
+
+compile finds these chains again (RMSNorm and softmax as FusedRow regions,
+rotate-half as Rope, the masked softmax between two matmuls as Attention).
+"""
+from __future__ import annotations
+
+import math
+
+from poot.dtypes import DType
+from poot.ops.core import (
+    add, cast, concat, div, exp, gather, ge, iota, matmul, mul, neg, reduce_max, reduce_sum,
+    reshape, select, slice_axis, sqrt, sub, swap_last, transpose,
+)
+from poot.tracer import Tensor
+
+NEG_INF = float("-inf")
+
+
+def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+    """The seven eqns: Mul, Reduce Sum, Mul 1/D, Add eps, Sqrt, Div, Mul weight."""
+    d = x.shape[-1]
+    ss = reduce_sum(mul(x, x), -1, keepdim=True)
+    den = sqrt(add(mul(ss, 1.0 / d), eps))
+    return mul(div(x, den), weight)
+
+
+def softmax(x: Tensor, axis: int = -1) -> Tensor:
+    """The five eqns of the two-pass safe softmax."""
+    m = reduce_max(x, axis, keepdim=True)
+    ex = exp(sub(x, m))
+    return div(ex, reduce_sum(ex, axis, keepdim=True))
+
+
+def silu(x: Tensor) -> Tensor:
+    return div(x, add(exp(neg(x)), 1.0))
+
+
+def swiglu(gate: Tensor, up: Tensor) -> Tensor:
+    return mul(silu(gate), up)
+
+
+def gelu_erf(x: Tensor) -> Tensor:
+    from poot.ops.core import erf
+
+    return mul(mul(x, 0.5), add(erf(mul(x, 1.0 / math.sqrt(2.0))), 1.0))
+
+
+def embedding(table: Tensor, ids: Tensor) -> Tensor:
+    return gather(table, ids, 0)
+
+
+def linear(x: Tensor, weight, bias: Tensor | None = None) -> Tensor:
+    """x [..., K] @ W^T for a checkpoint weight in [N, K] order.
+
+    `weight` is a Tensor (f32, or bf16/f16 widened by a Cast) or a PackedTensor
+    (PackedDequant feeding the MatMul); compile turns either into one contraction.
+    """
+    from poot.ops.quant import PackedTensor
+
+    if isinstance(weight, PackedTensor):
+        w = weight.dequant()
+    else:
+        w = cast(weight, DType.F32) if weight.dtype is not x.dtype else weight
+    lead = x.shape[:-1]
+    x2 = reshape(x, (-1, x.shape[-1])) if x.ndim != 2 else x
+    y = matmul(x2, transpose(w, (1, 0)))
+    y = reshape(y, lead + (y.shape[-1],)) if x.ndim != 2 else y
+    return add(y, bias) if bias is not None else y
+
+
+def rope_tables(positions: int, rot: int, base: float = 10000.0, scale: float = 1.0):
+    """Host-side cos/sin tables [positions, rot/2] (numpy, f32) for const binders."""
+    import numpy as np
+
+    inv = base ** (-np.arange(0, rot, 2, dtype=np.float64) / rot)
+    ang = np.outer(np.arange(positions, dtype=np.float64) / scale, inv)
+    return np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+
+
+def rope_partial(x: Tensor, cos_table: Tensor, sin_table: Tensor, positions: Tensor,
+                 rot: int | None = None) -> Tensor:
+    """Rotate-half RoPE on the first `rot` features of x [..., T, D].
+
+    cos/sin rows are gathered from const tables [P, rot/2] by `positions` [T].
+    """
+    d = x.shape[-1]
+    rot = d if rot is None else rot
+    h = rot // 2
+    cos = gather(cos_table, positions, 0)
+    sin = gather(sin_table, positions, 0)
+    x1 = slice_axis(x, -1, 0, h)
+    x2 = slice_axis(x, -1, h, rot)
+    parts = [sub(mul(x1, cos), mul(x2, sin)), add(mul(x1, sin), mul(x2, cos))]
+    if rot < d:
+        parts.append(slice_axis(x, -1, rot, d))
+    return concat(parts, -1)
+
+
+def positions(pos: Tensor, t: int) -> Tensor:
+    """Query positions pos + [0, t) as I32 [t] (pos is a Pos slot of shape [1])."""
+    return add(iota((t,), 0), reshape(pos, (1,)) if pos.shape != (1,) else pos)
+
+
+def causal_mask(pos: Tensor, t: int, s: int, window: int | None = None,
+                dtype: DType = DType.F32) -> Tensor:
+    """Additive mask [T, S] built in-graph from Pos and Iota: key j is visible to
+    query i iff j <= pos + i (and j > pos + i - window for a sliding window)."""
+    qpos = reshape(positions(pos, t), (t, 1))
+    kpos = iota((1, s), 1)
+    visible = ge(qpos, kpos)
+    if window is not None:
+        visible = mul(visible, ge(kpos, sub(qpos, window - 1)))
+    return select(visible, 0.0, NEG_INF, dtype=dtype)
+
+
+def attention_masked(q: Tensor, k: Tensor, v: Tensor, mask: Tensor,
+                     scale: float | None = None) -> Tensor:
+    """softmax(q k^T * scale + mask) v with GQA: q [..., Hq, T, D], k/v [..., Hkv, S, D].
+
+    Records the primitive chain of `poot.ir.ops.attention_chain` (the Attention
+    composite's own definition), so compile can find it and the two agree.
+    """
+    from poot.ir.ops import attention_chain
+    from poot.tracer import builder
+
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    return Tensor(attention_chain(builder(), q.ref, k.ref, v.ref, mask.ref, scale))
+
+
+def moe_route(logits: Tensor, k: int):
+    """Top-k experts per row and their softmax weights: (ids [T, k] I32, weights [T, k])."""
+    from poot.ops.core import argtopk
+
+    t, e = logits.shape
+    ids = argtopk(logits, k)
+    flat = reshape(logits, (t * e,))
+    rows = mul(iota((t, 1), 0), e)
+    picked = gather(flat, add(ids, rows), 0)          # per-row gather via the flat index
+    return ids, softmax(picked, -1)
+
+
+__all__ = ["rms_norm", "softmax", "silu", "swiglu", "gelu_erf", "embedding", "linear",
+           "rope_tables", "rope_partial", "positions", "causal_mask", "attention_masked",
+           "moe_route", "swap_last", "matmul"]

@@ -1,0 +1,35 @@
+"""Packed weights in traced code: the sources are Const binders, decoded by PackedDequant."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from poot.formats import PackedWeight
+from poot.ops.core import const, packed_dequant
+from poot.tracer import Tensor
+
+
+@dataclass(frozen=True)
+class PackedTensor:
+    """A packed weight of logical shape [N, K]: its descriptor and its source binders."""
+
+    weight: PackedWeight
+    sources: tuple[Tensor, ...]
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.weight.shape
+
+    def dequant(self) -> Tensor:
+        return packed_dequant(self.weight, self.sources)
+
+
+def packed_const(weight: PackedWeight, names: Sequence) -> PackedTensor:
+    """Declare the sources of a packed weight as Consts (names or WeightRefs, role order)."""
+    specs = weight.sources()
+    if len(names) != len(specs):
+        from poot.errors import FormatError
+
+        raise FormatError(f"{weight.format} has {len(specs)} sources, got {len(names)} names")
+    return PackedTensor(weight, tuple(const(s.type.shape, s.type.dtype, n)
+                                      for s, n in zip(specs, names)))
