@@ -80,17 +80,29 @@ class PluginManager:
         from poot.backends import reference
 
         self.pm.register(reference, name="poot.reference-backend")
+        #: entry points that failed to load: name -> error line (shown by `poot backends`)
+        self.broken: dict[str, str] = {}
         if load_entry_points:
-            self.pm.load_setuptools_entrypoints(PROJECT)
+            self._load_entry_points()
         self._backends: dict[str, Backend] | None = None
         self._formats: dict[str, WeightFormat] | None = None
+
+    def _load_entry_points(self) -> None:
+        """Load every `poot` entry point; one broken plugin never hides the others."""
+        from importlib_metadata import entry_points
+
+        for ep in entry_points(group=PROJECT):
+            if self.pm.get_plugin(ep.name) is not None:
+                continue
+            try:
+                self.pm.register(ep.load(), name=ep.name)
+            except Exception as exc:  # a broken plugin is reported, not fatal
+                self.broken[ep.name] = f"{type(exc).__name__}: {exc}"
 
     def register(self, plugin: object, name: str | None = None) -> None:
         if not self.pm.is_registered(plugin):
             self.pm.register(plugin, name=name)
         self._backends = self._formats = None
-        for kinds in self.pm.hook.poot_slot_roles():
-            del kinds  # declaring happens when the plugin builds them
 
     def unregister(self, plugin: object) -> None:
         self.pm.unregister(plugin)

@@ -1,9 +1,51 @@
-"""The reference backend: the oracle, registered through the same seam as any backend."""
+"""The reference backend: the oracle, registered through the same seam as any backend.
+
+It declares everything: every dtype for every use, every op key for every
+dtype and every registered packed format. It is the embedded default when no
+GPU backend is installed. Its runtime runs plans with numpy (poot.runtime).
+"""
 from __future__ import annotations
 
+from poot.backend import Backend, Device
+from poot.capability import CapabilityTable, Use, every_op_key
+from poot.dtypes import DType
 from poot.plugin import hookimpl
+
+
+class ReferenceBackend(Backend):
+    name = "reference"
+    priority = 0
+    language = "numpy"
+
+    def probe(self):
+        return [Device(self.name, 0, "numpy oracle (CPU)")]
+
+    def capabilities(self, device):
+        from poot.formats import formats
+
+        everything = frozenset(DType) | frozenset(formats())
+        return CapabilityTable(
+            backend=self.name, device=device.id,
+            dtypes={d: Use.all() for d in DType},
+            ops={k: everything for k in every_op_key()},
+            notes={"all": "the oracle evaluates every op; composites through their definition"})
+
+    def runtime(self, device):
+        from poot.runtime.reference import ReferenceRuntime
+
+        return ReferenceRuntime(device)
+
+
+BACKEND = ReferenceBackend()
 
 
 @hookimpl
 def poot_backends():
-    return []
+    return [BACKEND]
+
+
+@hookimpl
+def poot_weight_formats():
+    from poot.builtin_formats import FORMATS
+
+    return FORMATS
