@@ -12,8 +12,8 @@ so a new format needs no backend code, and a new backend decodes every format.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping
 
 import numpy as np
 
@@ -49,10 +49,10 @@ class Expr:
     def __rshift__(self, o): return self._bin(BinaryOp.Shr, o)
     def __neg__(self): return Un(UnaryOp.Neg, self)
 
-    def cast(self, to: DType) -> "Expr":
+    def cast(self, to: DType) -> Expr:
         return self if to is self.dtype else Cast(to, self)
 
-    def bitcast(self, to: DType) -> "Expr":
+    def bitcast(self, to: DType) -> Expr:
         return self if to is self.dtype else Bitcast(to, self)
 
 
@@ -242,3 +242,31 @@ def evaluate(e: Expr, env: Mapping[str, np.ndarray | int],
 
 
 Printer = Callable[[Expr], str]
+
+
+# -- shared decode pieces (used by packed formats and dense f16 words) -----------------------
+def half_bits_to_f32(h: Expr) -> Expr:
+    """The F32 value of IEEE binary16 bits held in the low 16 bits of a U32 (exact,
+    with subnormals, infinities and NaN), written with integer ops and Bitcast."""
+    h = h.bitcast(U32) if h.dtype is I32 else h
+    sign = (h >> u32(15)) & u32(1)
+    exp = (h >> u32(10)) & u32(0x1F)
+    mant = h & u32(0x3FF)
+    normal = (sign << u32(31)) | ((exp + u32(112)) << u32(23)) | (mant << u32(13))
+    special = (sign << u32(31)) | u32(0x7F800000) | (mant << u32(13))
+    bits = select(ge(exp, u32(31)), special, normal)
+    tiny = mant.cast(F32) * f32(2.0 ** -24)
+    tiny = select(ge(sign, u32(1)), -tiny, tiny)
+    return select(ge(u32(0), exp), tiny, bits.bitcast(F32))
+
+
+def byte_at(load, role: str, offset: Expr) -> Expr:
+    """Byte `offset` (I32) of source `role`, as a U32 in [0, 255]."""
+    word = load(role, offset >> i32(2))
+    return (word >> ((offset & i32(3)) * i32(8)).bitcast(U32)) & u32(0xFF)
+
+
+def half_at(load, role: str, index: Expr) -> Expr:
+    """Little-endian 16-bit element `index` (I32) of source `role`, as a U32."""
+    word = load(role, index >> i32(1))
+    return (word >> ((index & i32(1)) * i32(16)).bitcast(U32)) & u32(0xFFFF)
