@@ -1,0 +1,149 @@
+"""Shared pieces of the in-kernel decode programs (scalar expressions over u32 word loads).
+
+Every format's `decode_expr` is built from these: a byte/halfword reader over a
+source viewed as little-endian u32 words, integer-only conversions of the small
+float encodings (f16, e4m3, e5m2, e2m1, e8m0) to f32 bits, sign extension and a
+16-entry int8 table lookup. They use only shifts, masks, integer add/sub/mul,
+Select, Cast and Bitcast, so every backend prints them without format knowledge.
+
+Conversions never produce an f32 subnormal through arithmetic on a subnormal
+operand (a device that flushes subnormals would change it); subnormal inputs
+are rebuilt as an exact product `mantissa * 2^-n` of normal numbers instead.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from poot.codegen.expr import Expr, f32, ge, i32, select, u32
+from poot.dtypes import DType
+from poot.errors import FormatError
+
+I32, U32, F32 = DType.I32, DType.U32, DType.F32
+
+Loader = Callable[[str, Expr], Expr]
+
+F32_QUIET_NAN = 0x7FC00000
+#: byte offsets are computed in u32, so one source may hold at most 4 GiB
+MAX_SOURCE_BYTES = 1 << 32
+
+
+def as_u32(x) -> Expr:
+    """An index value (Python int or I32/U32 expression) as a U32 expression."""
+    if isinstance(x, Expr):
+        return x if x.dtype is U32 else x.bitcast(U32)
+    return u32(x)
+
+
+def check_addressable(fmt: str, role: str, nbytes: int) -> None:
+    if nbytes > MAX_SOURCE_BYTES:
+        raise FormatError(f"{fmt}: source {role!r} holds {nbytes} bytes; decode programs "
+                          f"address at most {MAX_SOURCE_BYTES} bytes (u32 byte offsets)")
+
+
+class Words:
+    """One source buffer read through 32-bit word loads."""
+
+    def __init__(self, load: Loader, role: str):
+        self.load, self.role = load, role
+
+    def word(self, index) -> Expr:
+        return self.load(self.role, as_u32(index).bitcast(I32))
+
+    def byte(self, offset) -> Expr:
+        """The byte at `offset` (U32), as a U32 in [0, 255]."""
+        offset = as_u32(offset)
+        return (self.word(offset >> 2) >> ((offset & 3) << 3)) & 0xFF
+
+    def half(self, offset) -> Expr:
+        """The 16-bit halfword at an even byte `offset`, as a U32 in [0, 65535]."""
+        offset = as_u32(offset)
+        return (self.word(offset >> 2) >> ((offset & 2) << 3)) & 0xFFFF
+
+    def f16(self, offset) -> Expr:
+        return f16_bits_to_f32(self.half(offset))
+
+    def f32(self, index) -> Expr:
+        return self.word(index).bitcast(F32)
+
+
+def is_zero(x: Expr) -> Expr:
+    """I32 1 where the (small, non-negative) integer x is 0."""
+    one = u32(1) if x.dtype is U32 else i32(1)
+    return select(ge(x, one), i32(0), i32(1))
+
+
+def sign_extend(x: Expr, bits: int) -> Expr:
+    """The low `bits` of U32 x read as a two's complement integer (I32)."""
+    top = 1 << (bits - 1)
+    return (x ^ top).bitcast(I32) - top
+
+
+def _with_sign(magnitude_bits: Expr, sign_bits: Expr) -> Expr:
+    return (magnitude_bits | sign_bits).bitcast(F32)
+
+
+def f16_bits_to_f32(h: Expr) -> Expr:
+    """IEEE binary16 bits (U32, low half) to f32: normals, subnormals, Inf and NaN."""
+    sign = (h & 0x8000) << 16
+    exp = (h >> 10) & 0x1F
+    magnitude = (h & 0x7FFF) << 13
+    normal = magnitude + ((127 - 15) << 23)
+    inf_nan = magnitude + ((255 - 31) << 23)  # exponent 31 -> 255, payload kept
+    subnormal = ((h & 0x3FF).cast(F32) * f32(2.0 ** -24)).bitcast(U32)
+    bits = select(ge(exp, u32(31)), inf_nan, select(ge(exp, u32(1)), normal, subnormal))
+    return _with_sign(bits, sign)
+
+
+def e4m3_bits_to_f32(b: Expr) -> Expr:
+    """OCP FP8 E4M3 (fn: no Inf, S.1111.111 is NaN) to f32."""
+    sign = (b & 0x80) << 24
+    magnitude = b & 0x7F
+    normal = (magnitude << 20) + ((127 - 7) << 23)
+    subnormal = ((b & 0x7).cast(F32) * f32(2.0 ** -9)).bitcast(U32)
+    bits = select(ge(magnitude, u32(0x7F)), u32(F32_QUIET_NAN),
+                  select(ge(magnitude, u32(0x08)), normal, subnormal))
+    return _with_sign(bits, sign)
+
+
+def e5m2_bits_to_f32(b: Expr) -> Expr:
+    """OCP FP8 E5M2 (the top byte of an f16) to f32; NaNs become the quiet NaN."""
+    magnitude = b & 0x7F
+    value = f16_bits_to_f32(b << 8)
+    nan = ((b & 0x80) << 24 | F32_QUIET_NAN).bitcast(F32)
+    return select(ge(magnitude, u32(0x7D)), nan, value)
+
+
+def e2m1_bits_to_f32(nib: Expr) -> Expr:
+    """OCP FP4 E2M1 (4 bits: 0, 0.5, 1, 1.5, 2, 3, 4, 6 and negatives) to f32."""
+    sign = (nib & 0x8) << 28
+    magnitude = nib & 0x7
+    normal = (magnitude << 22) + ((127 - 1) << 23)
+    subnormal = (magnitude & 1) * 0x3F000000  # 0 or 0.5
+    return _with_sign(select(ge(magnitude, u32(2)), normal, subnormal), sign)
+
+
+def e8m0_bits_to_f32(e: Expr) -> Expr:
+    """OCP E8M0 scale: 2^(e-127); 0xFF is NaN; e = 0 is the f32 subnormal 2^-127."""
+    bits = select(ge(e, u32(0xFF)), u32(F32_QUIET_NAN),
+                  select(ge(e, u32(1)), e << 23, u32(0x00400000)))
+    return bits.bitcast(F32)
+
+
+def e8m0_half_bits_to_f32(e: Expr) -> Expr:
+    """ggml's MXFP4 scale 2^(e-128) (half the OCP value, paired with doubled E2M1 ints);
+    finite for every e (e = 255 gives 2^127)."""
+    return select(ge(e, u32(2)), (e - 1) << 23, u32(0x00200000) << e).bitcast(F32)
+
+
+def table16(index: Expr, values: tuple[int, ...]) -> Expr:
+    """values[index] (I32) for a 4-bit U32 index and 16 int8 values, from packed constants."""
+    if len(values) != 16:
+        raise ValueError("table16 takes 16 values")
+    packed = [sum(((v & 0xFF) << (8 * i)) for i, v in enumerate(values[w * 4:w * 4 + 4]))
+              for w in range(4)]
+    hi = index >> 3 & 1
+    mid = index >> 2 & 1
+    low_pair = select(mid.bitcast(I32), u32(packed[1]), u32(packed[0]))
+    high_pair = select(mid.bitcast(I32), u32(packed[3]), u32(packed[2]))
+    word = select(hi.bitcast(I32), high_pair, low_pair)
+    return sign_extend((word >> ((index & 3) << 3)) & 0xFF, 8)

@@ -1,0 +1,377 @@
+"""GGUF block formats: one decode rule per type, read two ways.
+
+A GGUF row of K values is K/B blocks of `type_size` bytes. Each type states the
+value of element j of one block once, in `element(blk, j)`, over a small block
+accessor. `NumpyBlocks` evaluates that rule for all blocks at once (j is an
+array of 0..B-1; the numpy reference decode), `ExprBlock` builds it as a scalar
+program over u32 word loads (the in-kernel decode). The two differ only in how
+bytes are fetched and how ints become floats, so their f32 results agree bit
+for bit; tests check that, and check both against the `gguf` package and
+against hand-written blocks.
+"""
+from __future__ import annotations
+
+import numpy as np
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+from poot.codegen.expr import Expr, ge, select, u32
+from poot.dtypes import DType
+
+from poot_quant import exprs
+from poot_quant.base import Format, f16_to_f32, spec
+
+
+class NumpyBlocks:
+    """Element rules evaluated over every block: blocks is uint8 [n_blocks, type_size]."""
+
+    def __init__(self, blocks: np.ndarray):
+        self.blocks = blocks
+
+    def byte(self, offset) -> np.ndarray:
+        if isinstance(offset, (int, np.integer)):
+            return self.blocks[:, offset:offset + 1].astype(np.uint32)
+        return self.blocks[:, offset].astype(np.uint32)
+
+    def f16(self, offset: int) -> np.ndarray:
+        return f16_to_f32(self.blocks[:, offset:offset + 2])[:, None]
+
+    @staticmethod
+    def to_f32(x):
+        return x.astype(np.float32)
+
+    @staticmethod
+    def to_i32(x):
+        return x.astype(np.int32)
+
+    @staticmethod
+    def sign_extend8(x):
+        return (x ^ 0x80).astype(np.int32) - 0x80
+
+    @staticmethod
+    def table16(index, values):
+        return np.asarray(values, np.int32)[index]
+
+    @staticmethod
+    def where_ge(x, bound: int, then, otherwise):
+        return np.where(x >= bound, then, otherwise)
+
+    @staticmethod
+    def e8m0_half(e):
+        bits = np.where(e >= 2, (e - 1) << 23, np.uint32(0x00200000) << e).astype(np.uint32)
+        return bits.view(np.float32)
+
+
+class ExprBlock:
+    """Element rules as scalar programs: the block starts at byte `base` of "blocks"."""
+
+    def __init__(self, words: exprs.Words, base: Expr):
+        self.words, self.base = words, base
+
+    def byte(self, offset) -> Expr:
+        return self.words.byte(self.base + offset)
+
+    def f16(self, offset: int) -> Expr:
+        return self.words.f16(self.base + offset)
+
+    @staticmethod
+    def to_f32(x: Expr) -> Expr:
+        return x.cast(DType.F32)
+
+    @staticmethod
+    def to_i32(x: Expr) -> Expr:
+        return x.bitcast(DType.I32)
+
+    @staticmethod
+    def sign_extend8(x: Expr) -> Expr:
+        return exprs.sign_extend(x, 8)
+
+    @staticmethod
+    def table16(index: Expr, values) -> Expr:
+        return exprs.table16(index, values)
+
+    @staticmethod
+    def where_ge(x: Expr, bound: int, then: Expr, otherwise: Expr) -> Expr:
+        return select(ge(x, u32(bound)), then, otherwise)
+
+    @staticmethod
+    def e8m0_half(e: Expr) -> Expr:
+        return exprs.e8m0_half_bits_to_f32(e)
+
+
+class GGUFBlockFormat(Format):
+    """A GGUF quant type; the single source "blocks" is the tensor's raw bytes (uint8)."""
+
+    qtype: GGMLQuantizationType
+
+    def __init__(self):
+        self.name = f"gguf:{self.qtype.name}"
+        self.block_size, self.type_size = GGML_QUANT_SIZES[self.qtype]
+        self.block_shift = self.block_size.bit_length() - 1
+
+    def element(self, blk, j):
+        """The f32 value of element j of a block."""
+        raise NotImplementedError
+
+    def roles(self, shape, attrs):
+        n, k = self.check_shape(shape, attrs)
+        if k % self.block_size:
+            self.fail(f"K = {k} is not a multiple of the block size {self.block_size}")
+        return [spec("blocks", (n, k // self.block_size * self.type_size), DType.U8)]
+
+    def decode(self, arrays, shape, attrs):
+        blocks = arrays["blocks"].reshape(-1, self.type_size)
+        j = np.arange(self.block_size, dtype=np.uint32)
+        return self.element(NumpyBlocks(blocks), j).reshape(shape)
+
+    def decode_expr(self, load, n, k, shape, attrs):
+        self.check_expr_sources(shape, attrs)
+        n, k = exprs.as_u32(n), exprs.as_u32(k)
+        blocks_per_row = shape[1] // self.block_size
+        block = n * blocks_per_row + (k >> self.block_shift)
+        blk = ExprBlock(exprs.Words(load, "blocks"), block * self.type_size)
+        return self.element(blk, k & (self.block_size - 1))
+
+    # -- quantization -------------------------------------------------------------
+    def quantize(self, w, **attrs) -> list[np.ndarray]:
+        w = np.asarray(w, np.float32)
+        if w.ndim != 2:
+            self.fail(f"quantize takes a 2-D [N, K] weight, got shape {list(w.shape)}")
+        self.roles(w.shape, attrs)
+        blocks = self.quantize_blocks(w.reshape(-1, self.block_size))
+        return [np.ascontiguousarray(blocks, np.uint8).reshape(w.shape[0], -1)]
+
+    def quantize_blocks(self, x: np.ndarray) -> np.ndarray:
+        import gguf.quants
+
+        return gguf.quants.quantize(x, self.qtype)
+
+
+# -- bit-field layouts: (byte position within the field, shift) of element j ----------------
+def nibble32_at(j):
+    """32 nibbles: byte j % 16 holds element j (low nibble) and j + 16 (high nibble)."""
+    return j & 15, (j >> 4) << 2
+
+
+def high_bit32_at(j):
+    """A little-endian 32-bit mask: bit j."""
+    return j >> 3, j & 7
+
+
+def two_bits_at(j):
+    """Q2_K/Q3_K/Q6_K 2-bit fields: each 128-element half uses 32 bytes, field (j/32)%4."""
+    return ((j >> 7) << 5) + (j & 31), ((j >> 5) & 3) << 1
+
+
+def bit_plane_at(j):
+    """Q3_K/Q5_K high bits: bit j/32 of byte j%32."""
+    return j & 31, j >> 5
+
+
+def kquant_nibble_at(j):
+    """Q4_K/Q5_K low 4 bits: each 64 elements use 32 bytes, low nibble first."""
+    return ((j >> 6) << 5) + (j & 31), ((j >> 5) & 1) << 2
+
+
+def q6_low_at(j):
+    """Q6_K low 4 bits: each 128 elements use 64 bytes, low nibble first."""
+    return ((j >> 7) << 6) + (j & 63), ((j >> 6) & 1) << 2
+
+
+def field(blk, offset: int, layout, j, mask: int):
+    """The bit field of element j stored with `layout` in the bytes at `offset`."""
+    position, shift = layout(j)
+    return (blk.byte(offset + position) >> shift) & mask
+
+
+def nibble32(blk, offset: int, j):
+    return field(blk, offset, nibble32_at, j, 15)
+
+
+def high_bit32(blk, offset: int, j):
+    return field(blk, offset, high_bit32_at, j, 1)
+
+
+class Q4_0(GGUFBlockFormat):
+    """f16 d, 16 bytes of nibbles; x = d * (q - 8)."""
+    qtype = GGMLQuantizationType.Q4_0
+
+    def element(self, blk, j):
+        return blk.f16(0) * blk.to_f32(blk.to_i32(nibble32(blk, 2, j)) - 8)
+
+
+class Q4_1(GGUFBlockFormat):
+    """f16 d, f16 m, 16 bytes of nibbles; x = d * q + m."""
+    qtype = GGMLQuantizationType.Q4_1
+
+    def element(self, blk, j):
+        return blk.f16(0) * blk.to_f32(nibble32(blk, 4, j)) + blk.f16(2)
+
+
+class Q5_0(GGUFBlockFormat):
+    """f16 d, u32 high bits, 16 bytes of nibbles; x = d * (q - 16)."""
+    qtype = GGMLQuantizationType.Q5_0
+
+    def element(self, blk, j):
+        q = nibble32(blk, 6, j) | (high_bit32(blk, 2, j) << 4)
+        return blk.f16(0) * blk.to_f32(blk.to_i32(q) - 16)
+
+
+class Q5_1(GGUFBlockFormat):
+    """f16 d, f16 m, u32 high bits, 16 bytes of nibbles; x = d * q + m."""
+    qtype = GGMLQuantizationType.Q5_1
+
+    def element(self, blk, j):
+        q = nibble32(blk, 8, j) | (high_bit32(blk, 4, j) << 4)
+        return blk.f16(0) * blk.to_f32(q) + blk.f16(2)
+
+
+class Q8_0(GGUFBlockFormat):
+    """f16 d, 32 int8; x = d * q."""
+    qtype = GGMLQuantizationType.Q8_0
+
+    def element(self, blk, j):
+        return blk.f16(0) * blk.to_f32(blk.sign_extend8(blk.byte(2 + j)))
+
+
+IQ4_NL_VALUES = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)
+
+
+class IQ4_NL(GGUFBlockFormat):
+    """f16 d, 16 bytes of nibbles indexing a non-linear table; x = d * table[q]."""
+    qtype = GGMLQuantizationType.IQ4_NL
+
+    def element(self, blk, j):
+        return blk.f16(0) * blk.to_f32(blk.table16(nibble32(blk, 2, j), IQ4_NL_VALUES))
+
+    def quantize_blocks(self, x):
+        from poot_quant.gguf_quantize import quantize_iq4_nl
+
+        return quantize_iq4_nl(x)
+
+
+#: E2M1 values doubled (ggml's convention: the scale below is halved to match)
+E2M1_DOUBLED = (0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12)
+
+
+class MXFP4(GGUFBlockFormat):
+    """u8 E8M0 exponent e, 16 bytes of E2M1 nibbles; x = 2^(e-128) * (2 * e2m1[q])."""
+    qtype = GGMLQuantizationType.MXFP4
+
+    def element(self, blk, j):
+        value = blk.to_f32(blk.table16(nibble32(blk, 1, j), E2M1_DOUBLED))
+        return blk.e8m0_half(blk.byte(0)) * value
+
+
+# -- the 256-element K-quants -----------------------------------------------------------
+def packed_scale_min6(blk, offset: int, i):
+    """Q4_K/Q5_K: 6-bit scale and min of sub-block i (0..7) from 12 bytes at `offset`.
+    Sub-blocks 0-3 use the low 6 bits of bytes 0-3 (scales) and 4-7 (mins); 4-7 take
+    their low 4 bits from bytes 8-11 and their top 2 bits from bits 6-7 of bytes 0-7."""
+    i4 = i & 3
+    scale_byte, min_byte, mixed = (blk.byte(offset + i4), blk.byte(offset + 4 + i4),
+                                   blk.byte(offset + 8 + i4))
+    scale = blk.where_ge(i, 4, (mixed & 15) | ((scale_byte >> 6) << 4), scale_byte & 63)
+    minimum = blk.where_ge(i, 4, (mixed >> 4) | ((min_byte >> 6) << 4), min_byte & 63)
+    return scale, minimum
+
+
+def two_bits(blk, offset: int, j):
+    return field(blk, offset, two_bits_at, j, 3)
+
+
+def bit_plane(blk, offset: int, j):
+    return field(blk, offset, bit_plane_at, j, 1)
+
+
+class Q2_K(GGUFBlockFormat):
+    """16 scale bytes (4-bit scale, 4-bit min per 16), 64 bytes of 2-bit q, f16 d, f16 dmin;
+    x = (d * sc) * q - dmin * m."""
+    qtype = GGMLQuantizationType.Q2_K
+
+    def element(self, blk, j):
+        sm = blk.byte(j >> 4)
+        q = two_bits(blk, 16, j)
+        return (blk.f16(80) * blk.to_f32(sm & 15)) * blk.to_f32(q) \
+            - blk.f16(82) * blk.to_f32(sm >> 4)
+
+    def quantize_blocks(self, x):
+        from poot_quant.gguf_quantize import quantize_q2_k
+
+        return quantize_q2_k(x)
+
+
+class Q3_K(GGUFBlockFormat):
+    """32 bytes high-bit mask, 64 bytes 2-bit low q, 12 bytes of 6-bit signed scales, f16 d;
+    x = (d * (sc - 32)) * (low + 4 * high - 4)."""
+    qtype = GGMLQuantizationType.Q3_K
+
+    def element(self, blk, j):
+        q = blk.to_i32(two_bits(blk, 32, j) | (bit_plane(blk, 0, j) << 2)) - 4
+        i = j >> 4
+        low = (blk.byte(96 + (i & 7)) >> ((i >> 3) << 2)) & 15
+        high = (blk.byte(104 + (i & 3)) >> ((i >> 2) << 1)) & 3
+        scale = blk.to_i32(low | (high << 4)) - 32
+        return (blk.f16(108) * blk.to_f32(scale)) * blk.to_f32(q)
+
+    def quantize_blocks(self, x):
+        from poot_quant.gguf_quantize import quantize_q3_k
+
+        return quantize_q3_k(x)
+
+
+def kquant_nibble(blk, offset: int, j):
+    return field(blk, offset, kquant_nibble_at, j, 15)
+
+
+class Q4_K(GGUFBlockFormat):
+    """f16 d, f16 dmin, 12 bytes of 6-bit scales/mins per 32, 128 bytes of nibbles;
+    x = (d * sc) * q - dmin * m."""
+    qtype = GGMLQuantizationType.Q4_K
+
+    def element(self, blk, j):
+        scale, minimum = packed_scale_min6(blk, 4, j >> 5)
+        q = kquant_nibble(blk, 16, j)
+        return (blk.f16(0) * blk.to_f32(scale)) * blk.to_f32(q) \
+            - blk.f16(2) * blk.to_f32(minimum)
+
+    def quantize_blocks(self, x):
+        from poot_quant.gguf_quantize import quantize_q4_k
+
+        return quantize_q4_k(x)
+
+
+class Q5_K(GGUFBlockFormat):
+    """Q4_K plus 32 bytes of high bits (bit j/32 of byte j%32) before the nibbles."""
+    qtype = GGMLQuantizationType.Q5_K
+
+    def element(self, blk, j):
+        scale, minimum = packed_scale_min6(blk, 4, j >> 5)
+        q = kquant_nibble(blk, 48, j) | (bit_plane(blk, 16, j) << 4)
+        return (blk.f16(0) * blk.to_f32(scale)) * blk.to_f32(q) \
+            - blk.f16(2) * blk.to_f32(minimum)
+
+    def quantize_blocks(self, x):
+        from poot_quant.gguf_quantize import quantize_q5_k
+
+        return quantize_q5_k(x)
+
+
+class Q6_K(GGUFBlockFormat):
+    """128 bytes low nibbles, 64 bytes of 2-bit highs, 16 int8 scales, f16 d;
+    x = (d * sc) * (q - 32)."""
+    qtype = GGMLQuantizationType.Q6_K
+
+    def element(self, blk, j):
+        low = field(blk, 0, q6_low_at, j, 15)
+        q = blk.to_i32(low | (two_bits(blk, 128, j) << 4)) - 32
+        scale = blk.sign_extend8(blk.byte(192 + (j >> 4)))
+        return (blk.f16(208) * blk.to_f32(scale)) * blk.to_f32(q)
+
+    def quantize_blocks(self, x):
+        from poot_quant.gguf_quantize import quantize_q6_k
+
+        return quantize_q6_k(x)
+
+
+GGUF_FORMATS = [cls() for cls in (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
+                                  IQ4_NL, MXFP4)]
