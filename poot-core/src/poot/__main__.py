@@ -1,0 +1,5 @@
+import sys
+
+from poot.cli import main
+
+sys.exit(main())

@@ -1,0 +1,62 @@
+"""The `poot` command. One module per subcommand, each with `add_parser` and `run`.
+
+Every error a user can cause (a PootError) ends as one clear line on stderr
+and exit status 2, never a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+#: subcommand modules, in help order (poot.cli.<name>)
+COMMANDS = ["run", "pull", "info", "graph", "compile", "plan", "backends", "conformance"]
+
+
+def _load(name: str):
+    try:
+        return importlib.import_module(f"poot.cli.{name}")
+    except ModuleNotFoundError as exc:  # a subcommand still being written is left out
+        if exc.name == f"poot.cli.{name}":
+            return None
+        raise
+
+
+def build_parser() -> tuple[argparse.ArgumentParser, dict]:
+    parser = argparse.ArgumentParser(prog="poot", description="poot: one Graph IR, many GPU "
+                                     "backends. Run a model, inspect graphs and plans, list "
+                                     "backends, check a backend against the oracle.")
+    parser.add_argument("--version", action="version",
+                        version=f"poot {__import__('poot').__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    handlers = {}
+    for name in COMMANDS:
+        mod = _load(name)
+        if mod is not None:
+            mod.add_parser(sub)
+            handlers[name] = mod.run
+    return parser, handlers
+
+
+def main(argv: list[str] | None = None) -> int:
+    from poot.errors import PootError
+
+    parser, handlers = build_parser()
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.print_help()
+        return 2
+    try:
+        return int(handlers[args.command](args) or 0)
+    except PootError as exc:
+        print(f"poot: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("poot: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
