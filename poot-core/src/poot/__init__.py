@@ -10,8 +10,7 @@ _LAZY = {
     "trace": ("poot.tracer", "trace"),
     "spec": ("poot.tracer", "spec"),
     "evaluate": ("poot.reference", "evaluate"),
-    "compile": ("poot.compile", "compile"),
-    "plan": ("poot.plan", "plan"),
+    "compile": ("poot.compiler", "compile"),
     "load": ("poot.models", "load"),
     "DType": ("poot.dtypes", "DType"),
 }
