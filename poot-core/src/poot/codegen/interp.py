@@ -22,11 +22,25 @@ import numpy as np
 
 from poot.codegen.expr import Load, evaluate
 from poot.codegen.program import (
-    BUILTINS, Assign, Barrier, Buffer, CoopReduce, For, If, Kernel, Let, LocalArray, SharedArray,
-    Stmt, Store,
+    BUILTINS,
+    OUT,
+    Assign,
+    Barrier,
+    Buffer,
+    CoopReduce,
+    For,
+    If,
+    Kernel,
+    Let,
+    LocalArray,
+    Lowering,
+    SharedArray,
+    Stmt,
+    Store,
 )
 from poot.errors import PootError
 from poot.ir.ops.reduce import ReduceOp
+from poot.ir.types import TensorType
 
 
 class KernelFault(PootError):
@@ -213,3 +227,40 @@ class _Batch:
 
 
 __all__ = ["KernelFault", "run", "SharedArray"]
+
+
+def operand_words(array: np.ndarray, buffer: Buffer) -> np.ndarray:
+    """An operand's bytes viewed as the buffer's element type (padded to whole words)."""
+    raw = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+    size = buffer.dtype.itemsize
+    pad = (-raw.size) % size
+    if pad:
+        raw = np.concatenate([raw, np.zeros(pad, np.uint8)])
+    words = raw.view(buffer.dtype.numpy)
+    if words.size != buffer.count:
+        raise KernelFault(f"buffer {buffer.name!r} wants {buffer.count} x {buffer.dtype}, "
+                          f"the operand gives {words.size}")
+    return words.copy()
+
+
+def run_lowering(lowering: Lowering, operands, out: TensorType) -> np.ndarray:
+    """Run every kernel of a lowering on numpy operands (None for literals) and return
+    the output. Unwritten output elements keep a poison pattern (all bits set: NaN
+    for floats, -1 for integers), so a kernel that skips elements fails comparisons."""
+    if lowering.alias is not None:
+        result = np.array(operands[lowering.alias], dtype=out.dtype.numpy).reshape(-1)
+    else:
+        result = np.full(out.size * out.dtype.itemsize, 0xFF, np.uint8).view(out.dtype.numpy)
+    arrays: dict[str, np.ndarray] = {}
+    for kernel in lowering.kernels:
+        for b in kernel.buffers:
+            if b.name in arrays:
+                continue
+            if b.operand == OUT:
+                arrays[b.name] = result
+            elif b.operand is None:
+                arrays[b.name] = np.zeros(b.count, b.dtype.numpy)
+            else:
+                arrays[b.name] = operand_words(operands[b.operand], b)
+        run(kernel, {b.name: arrays[b.name] for b in kernel.buffers})
+    return result.reshape(out.shape)

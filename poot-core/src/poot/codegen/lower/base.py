@@ -1,0 +1,85 @@
+"""The registry of lowerings and the planned-eqn signature they read."""
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from poot.codegen import index as ix
+from poot.codegen.builder import ArrayRef, KernelBuilder
+from poot.codegen.expr import Const, Expr, Load
+from poot.codegen.program import OUT, Access, Lowering
+from poot.errors import UnsupportedOp
+from poot.ir.graph import Lit
+from poot.ir.ops import OpKind, Reshape
+from poot.ir.types import TensorType
+
+LOWERINGS: dict[type, Callable[[Sig], Lowering]] = {}
+
+
+def lowers(*op_types: type):
+    """Register a lowering for these op classes."""
+    def deco(fn):
+        for t in op_types:
+            LOWERINGS[t] = fn
+        return fn
+    return deco
+
+
+@dataclass(frozen=True)
+class Sig:
+    """One planned eqn: its op, operands (TensorType, or Lit for literals) and output."""
+
+    op: OpKind
+    ins: tuple[TensorType | Lit, ...]
+    out: TensorType
+
+    @property
+    def name(self) -> str:
+        """A kernel name unique to op, parameters and types (a valid identifier)."""
+        key = repr((self.op, self.ins, self.out))
+        if hasattr(self.op, "body"):
+            key += str(self.op.body)
+        digest = hashlib.sha1(key.encode()).hexdigest()[:10]
+        return f"poot_{self.op.name.lower()}_{digest}"
+
+    def type(self, i: int) -> TensorType:
+        x = self.ins[i]
+        return x.type if isinstance(x, Lit) else x
+
+    def tensor_indices(self) -> list[int]:
+        return [i for i, x in enumerate(self.ins) if not isinstance(x, Lit)]
+
+    def builder(self, grid, workgroup, suffix: str = "") -> KernelBuilder:
+        return KernelBuilder(self.name + suffix, grid, workgroup)
+
+    def declare_input(self, kb: KernelBuilder, i: int, dtype=None, count=None) -> ArrayRef:
+        t = self.type(i)
+        return kb.buffer(f"in{i}", dtype or t.dtype, Access.READ,
+                         t.size if count is None else count, operand=i)
+
+    def declare_inputs(self, kb: KernelBuilder) -> None:
+        for i in self.tensor_indices():
+            self.declare_input(kb, i)
+
+    def declare_out(self, kb: KernelBuilder, access: Access = Access.WRITE) -> ArrayRef:
+        return kb.buffer("out", self.out.dtype, access, self.out.size, operand=OUT)
+
+    def operand_at(self, i: int, coords: Sequence[Expr]) -> Expr:
+        """Operand i at output coordinates (numpy broadcasting), or its literal."""
+        x = self.ins[i]
+        if isinstance(x, Lit):
+            return Const(x.value, x.dtype)
+        idx = ix.ravel(ix.broadcast_coords(coords, x.shape), x.shape)
+        return Load(f"in{i}", idx, x.dtype)
+
+
+def lower(op: OpKind, ins: Sequence[TensorType | Lit], out: TensorType) -> Lowering:
+    """Lower one planned eqn to kernel programs (an UnsupportedOp names what has none)."""
+    sig = Sig(op, tuple(ins), out)
+    if isinstance(op, Reshape):
+        return Lowering((), alias=0)
+    fn = LOWERINGS.get(type(op))
+    if fn is None:
+        raise UnsupportedOp(f"no kernel lowering for {op.name}", op=op.name)
+    return fn(sig)

@@ -1,0 +1,135 @@
+"""Row reductions: Reduce, and FusedRow regions (RMSNorm, softmax) as one kernel.
+
+One workgroup per row: each thread accumulates a strided part of the row in
+registers, then one cooperative reduction combines the threads. Floats
+accumulate in F32, integers in I32.
+"""
+from __future__ import annotations
+
+import math
+
+from poot.codegen import index as ix
+from poot.codegen.expr import Const, Expr, Load, i32, maximum
+from poot.codegen.lower.base import Sig, lowers
+from poot.codegen.program import Lowering, local_index
+from poot.codegen.region import RegionEval
+from poot.dtypes import DType
+from poot.errors import DtypeLowering, UnsupportedOp
+from poot.ir.ops import FusedRow, Reduce, ReduceOp
+
+F32, I32 = DType.F32, DType.I32
+
+
+def accumulator_dtype(op: ReduceOp, dtype: DType, name: str) -> DType:
+    if dtype.is_float:
+        return F32
+    if dtype is DType.U32 and op is ReduceOp.Max:
+        raise DtypeLowering("Max of u32 has no signed accumulator", op=name, dtype=str(dtype))
+    return I32
+
+
+def identity(op: ReduceOp, acc: DType) -> Const:
+    if op is ReduceOp.Sum:
+        return Const(0.0 if acc is F32 else 0, acc)
+    return Const(float("-inf"), F32) if acc is F32 else Const(-(2 ** 31), I32)
+
+
+def combine(op: ReduceOp, acc: Expr, v: Expr) -> Expr:
+    return acc + v if op is ReduceOp.Sum else maximum(acc, v)
+
+
+def row_reduce(kb, op: ReduceOp, length: int, workgroup: int, element, acc: DType,
+               name: str = "acc", enter=None, leave=None) -> Expr:
+    """Every thread folds elements j = local_index, + workgroup, ... of a row of `length`
+    (`element(j)` gives one, already of dtype `acc`), then the workgroup combines."""
+    part = kb.var(name, identity(op, acc))
+    with kb.for_("j", local_index(), length, workgroup) as j:
+        if enter:
+            enter()
+        kb.assign(part, combine(op, part, element(j)))
+        if leave:
+            leave()
+    return kb.reduce(name + "_all", op, part)
+
+
+@lowers(Reduce)
+def lower_reduce(sig: Sig) -> Lowering:
+    x = sig.type(0)
+    a = sig.op.norm_axis(sig.op.axis, x.rank)
+    length = x.shape[a]
+    inner = math.prod(x.shape[a + 1:])
+    rows = x.size // max(length, 1)
+    acc = accumulator_dtype(sig.op.op, x.dtype, "Reduce")
+    wg = ix.pow2_at_least(length)
+    grid, row = ix.launch_groups(rows)
+    kb = sig.builder(grid, (wg,))
+    sig.declare_inputs(kb)
+    sig.declare_out(kb)
+    r = kb.let("row", row)
+    with kb.if_(ix.lt(r, i32(rows))):  # whole workgroups in or out: uniform
+        base = kb.let("base", ix.add(ix.mul(ix.div(r, inner), length * inner), ix.mod(r, inner)))
+        total = row_reduce(kb, sig.op.op, length, wg,
+                           lambda j: Load("in0", ix.add(base, ix.mul(j, inner)),
+                                          x.dtype).cast(acc), acc)
+        with kb.if_(ix.eq(local_index(), i32(0))):
+            kb.store("out", r, total.cast(sig.out.dtype))
+    return Lowering((kb.finish(),))
+
+
+@lowers(FusedRow)
+def lower_fused_row(sig: Sig) -> Lowering:
+    body = sig.op.body
+    reduces = [e for e in body.eqns() if isinstance(e.op, Reduce)]
+    if not reduces:
+        raise UnsupportedOp("FusedRow region has no reduction", op="FusedRow")
+    full = body.type_of(reduces[0].inputs[0].id)
+    a = reduces[0].op.norm_axis(reduces[0].op.axis, full.rank)
+    for e in reduces:
+        t = body.type_of(e.inputs[0].id)
+        if t.shape != full.shape or e.op.norm_axis(e.op.axis, t.rank) != a or (
+                not e.op.keepdim and e.out != body.result()):
+            raise UnsupportedOp("FusedRow reductions must share one operand shape and axis "
+                                "and keep their axis (unless they are the root)",
+                                op="FusedRow")
+    length = full.shape[a]
+    rows = full.size // max(length, 1)
+    row_shape = full.shape[:a] + full.shape[a + 1:]
+    out = sig.out
+    per_row = out.rank == full.rank - 1 or (out.rank == full.rank and out.shape[a] == 1)
+    if not per_row and out.shape != full.shape:
+        raise UnsupportedOp(f"FusedRow root {out} is neither the row shape {full} nor one "
+                            "value per row", op="FusedRow")
+    wg = ix.pow2_at_least(length)
+    grid, row = ix.launch_groups(rows)
+    kb = sig.builder(grid, (wg,))
+    sig.declare_inputs(kb)
+    sig.declare_out(kb)
+    r = kb.let("row", row)
+    with kb.if_(ix.lt(r, i32(rows))):
+        rc = [kb.let(f"r{d}", c) if not isinstance(c, Const) else c
+              for d, c in enumerate(ix.unravel(r, row_shape))]
+
+        def coords(j):
+            return rc[:a] + [j] + rc[a:]
+
+        reduced: dict = {}
+        params = [lambda pc, i=i: Load(f"in{i}", ix.ravel(pc, sig.type(i).shape),
+                                       sig.type(i).dtype) for i in range(len(sig.ins))]
+        ev = RegionEval(kb, body, params, reduce=lambda e, c: reduced[e.out])
+        for e in reduces:
+            acc = accumulator_dtype(e.op.op, full.dtype, "FusedRow")
+            total = row_reduce(kb, e.op.op, length, wg,
+                               lambda j, e=e, acc=acc: ev.at(e.inputs[0].id, coords(j)).cast(acc),
+                               acc, enter=ev.push, leave=ev.pop)
+            reduced[e.out] = kb.let("reduced", total.cast(body.type_of(e.out).dtype))
+        if per_row:
+            with kb.if_(ix.eq(local_index(), i32(0))):
+                kb.store("out", r, ev.result_at(coords(i32(0)) if out.rank == full.rank
+                                                else rc))
+        else:
+            with kb.for_("j", local_index(), length, wg) as j:
+                ev.push()
+                c = coords(j)
+                kb.store("out", ix.ravel(c, full.shape), ev.result_at(c))
+                ev.pop()
+    return Lowering((kb.finish(),))
