@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import numpy as np
-from poot.codegen.program import Kernel
+from poot.codegen.program import OUT, SCRATCH, Buffer, Kernel, Lowering
 from poot.errors import BindError
 
 from poot_wgpu.device import WgpuDevice
@@ -44,3 +44,38 @@ def run_kernels(dev: WgpuDevice, kernels: Sequence[Kernel], arrays: Mapping[str,
         dispatches.append(Dispatch(kernel, group, printed.groups))
     RecordedStep(dev, dispatches, label="launch").submit()
     return {name: arena.read(name, b.dtype.numpy, (b.count,)) for name, b in specs.items()}
+
+
+def run_lowering(dev: WgpuDevice, lowering: Lowering, operands: Sequence[np.ndarray | None],
+                 out: np.ndarray, cache: KernelCache | None = None) -> np.ndarray:
+    """Run one eqn's kernels: tensor operand i in its own region (None for literals), the
+    output in another (or in operand `lowering.alias`'s, updated in place), scratch zeroed.
+    A buffer may view its tensor's bytes as another dtype (u32 words). Returns the output."""
+    cache = cache or KernelCache(dev)
+    regions: dict[str, np.ndarray] = {}
+    for i, a in enumerate(operands):
+        if a is not None:
+            regions[f"op{i}"] = np.ascontiguousarray(a)
+    out_region = f"op{lowering.alias}" if lowering.alias is not None else "out"
+    if lowering.alias is None:
+        regions["out"] = np.ascontiguousarray(out)
+    for s in lowering.scratch:
+        regions[f"scratch:{s.name}"] = np.zeros(s.nbytes, np.uint8)
+
+    def region_of(b: Buffer) -> str:
+        if b.operand is SCRATCH:
+            return f"scratch:{b.name}"
+        return out_region if b.operand == OUT else f"op{b.operand}"
+
+    arena = Arena(dev, {name: a.nbytes for name, a in regions.items()})
+    for name, a in regions.items():
+        arena.write(name, a)
+    dispatches = []
+    for k in lowering.kernels:
+        printed = print_kernel(k, dev)
+        kernel = cache.get(printed.source, len(printed.buffers), label=k.name)
+        group = kernel.bind(arena, [region_of(b) for b in printed.buffers])
+        dispatches.append(Dispatch(kernel, group, printed.groups))
+    if dispatches:
+        RecordedStep(dev, dispatches, label="lowering").submit()
+    return arena.read(out_region, out.dtype, out.shape)
