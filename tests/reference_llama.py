@@ -47,9 +47,13 @@ def read_config(reader: GGUFReader) -> LlamaConfig:
         raise ValueError(f"reference_llama reads architecture 'llama', not {arch!r}")
     hidden, heads = value("llama.embedding_length"), value("llama.attention.head_count")
     head_dim = hidden // heads
-    if "llama.rope.dimension_count" in reader.fields:
-        # this reference rotates the whole head; partial rotary models are not Llama
-        assert value("llama.rope.dimension_count") == head_dim
+    # This reference rotates whole heads at the base frequency; refuse what it does not model.
+    if "llama.rope.dimension_count" in reader.fields \
+            and value("llama.rope.dimension_count") != head_dim:
+        raise ValueError("reference_llama rotates the whole head; this file uses partial RoPE")
+    if "llama.rope.scaling.type" in reader.fields \
+            and value("llama.rope.scaling.type") not in ("none", ""):
+        raise ValueError("reference_llama does not implement RoPE scaling")
     vocab = reader.get_tensor(_tensor_index(reader, "token_embd.weight")).shape[-1]
     return LlamaConfig(
         layers=value("llama.block_count"), hidden=hidden, heads=heads,

@@ -110,7 +110,7 @@ def test_bos_eos_flags_follow_metadata():
     tok = Tokenizer.from_gguf_metadata(meta)
     assert tok.encode("t") == [0, tok.tokens.index("t"), 1]
     assert tok.encode("t", add_special=False) == [tok.tokens.index("t")]
-    assert tok.stop_ids == {1}
+    assert tok.stop_ids == {0, 1}  # <|endoftext|> ends a generation whatever EOS says
 
 
 def test_refusals(byte_level):
@@ -189,6 +189,20 @@ def test_from_hf_folder(tmp_path, byte_level):
     assert_round_trips(tok, seed=3, count=5)
 
 
+def test_from_hf_folder_reads_bos_from_the_post_processor(tmp_path, byte_level):
+    from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers import processors
+
+    backend = HFTokenizer.from_str(byte_level.backend.to_str())  # a copy to change
+    backend.post_processor = processors.TemplateProcessing(
+        single="<|endoftext|> $A", special_tokens=[("<|endoftext|>", 0)])
+    backend.save(str(tmp_path / "tokenizer.json"))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"bos_token": "<|endoftext|>"}))
+    tok = Tokenizer.from_hf_folder(tmp_path)
+    assert tok.add_bos and not tok.add_eos
+    assert tok.encode("t") == [0, byte_level.tokens.index("t")]
+
+
 def test_from_hf_folder_without_tokenizer_json(tmp_path):
     with pytest.raises(CheckpointError, match="no tokenizer.json"):
         Tokenizer.from_hf_folder(tmp_path)
@@ -213,7 +227,7 @@ def test_smollm2_encodes_words_as_whole_vocabulary_tokens(smollm2):
 
 def test_smollm2_special_ids(smollm2):
     assert (smollm2.bos_id, smollm2.eos_id, smollm2.add_bos) == (1, 2, False)
-    assert smollm2.eos_token == "<|im_end|>" and 2 in smollm2.stop_ids
+    assert smollm2.eos_token == "<|im_end|>" and smollm2.stop_ids == {0, 2}
 
 
 def test_smollm2_round_trip_and_stream(smollm2):

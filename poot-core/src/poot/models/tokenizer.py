@@ -25,6 +25,14 @@ NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 SPACE_MARK = "\u2581"  # SentencePiece's "▁"
 
 
+# Control tokens that end a generation although the metadata names only one EOS id: chat models
+# end a turn with one token and a document with another (SmolLM2: <|im_end|>, <|endoftext|>).
+END_OF_GENERATION = frozenset({
+    "<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end_of_text|>", "<|end|>",
+    "<end_of_turn>", "<|return|>", "</s>",
+})
+
+
 class TokenizerError(PootError, ValueError):
     """Text or token ids the tokenizer cannot take (e.g. an id outside the vocabulary)."""
 
@@ -133,6 +141,7 @@ class Tokenizer:
         self.special_ids = frozenset(special_ids)
         self.bos_id, self.eos_id, self.pad_id = bos_id, eos_id, pad_id
         self.add_bos, self.add_eos = add_bos, add_eos
+        # every id that ends a generation: EOS, end-of-turn and end-of-document tokens
         self.stop_ids = frozenset(i for i in (eos_id, *stop_ids) if i is not None)
         # SentencePiece prepends "▁" to the text; decoding a whole text removes it again.
         self.strip_leading_space = strip_leading_space
@@ -205,6 +214,7 @@ class Tokenizer:
         special = [i for i, t in enumerate(types) if t == CONTROL]
         _add_special_tokens(backend, tokens, types)
         stop = [meta.get(f"tokenizer.ggml.{k}_token_id") for k in ("eot", "eom")]
+        stop += [i for i in special if tokens[i] in END_OF_GENERATION]
         return cls(
             backend, tokens=tokens, token_bytes=token_bytes, special_ids=special,
             bos_id=meta.get("tokenizer.ggml.bos_token_id"),
@@ -255,14 +265,16 @@ class Tokenizer:
         bos_id = _hf_token_id(backend, config.get("bos_token"), model_config.get("bos_token_id"))
         eos_ids = _as_list(model_config.get("eos_token_id"))
         eos_id = _hf_token_id(backend, config.get("eos_token"), eos_ids[0] if eos_ids else None)
+        special = [i for i, tok in added.items() if tok.special]
+        stop_ids = eos_ids + [i for i in special if tokens[i] in END_OF_GENERATION]
+        probe_bos, probe_eos = _post_processor_adds(backend, bos_id, eos_id)
         return cls(
             backend, tokens=tokens, token_bytes=token_bytes,
-            special_ids=[i for i, tok in added.items() if tok.special],
-            bos_id=bos_id, eos_id=eos_id,
+            special_ids=special, bos_id=bos_id, eos_id=eos_id,
             pad_id=_hf_token_id(backend, config.get("pad_token"), None),
-            add_bos=bool(config.get("add_bos_token", False)),
-            add_eos=bool(config.get("add_eos_token", False)),
-            stop_ids=eos_ids, strip_leading_space=scheme == "sentencepiece",
+            add_bos=bool(config.get("add_bos_token", probe_bos)),
+            add_eos=bool(config.get("add_eos_token", probe_eos)),
+            stop_ids=stop_ids, strip_leading_space=scheme == "sentencepiece",
             chat_template=_hf_chat_template(folder, config),
         )
 
@@ -432,6 +444,16 @@ def _hf_token_id(backend, token, fallback: int | None) -> int | None:
         if found is not None:
             return found
     return fallback
+
+
+def _post_processor_adds(backend, bos_id: int | None, eos_id: int | None) -> tuple[bool, bool]:
+    """Whether tokenizer.json's post-processor adds BOS / EOS (Llama 3 says so only there)."""
+    plain = backend.encode("a", add_special_tokens=False).ids
+    full = backend.encode("a", add_special_tokens=True).ids
+    if full == plain:
+        return False, False
+    return (bos_id is not None and full[:1] == [bos_id],
+            eos_id is not None and full[-1:] == [eos_id])
 
 
 def _as_list(value) -> list[int]:
