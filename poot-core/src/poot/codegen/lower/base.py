@@ -9,6 +9,7 @@ from poot.codegen import index as ix
 from poot.codegen.builder import ArrayRef, KernelBuilder
 from poot.codegen.expr import Const, Expr, Load
 from poot.codegen.program import OUT, Access, Lowering
+from poot.dtypes import DType
 from poot.errors import UnsupportedOp
 from poot.ir.graph import Lit
 from poot.ir.ops import OpKind, Reshape
@@ -58,9 +59,17 @@ class Sig:
         return kb.buffer(f"in{i}", dtype or t.dtype, Access.READ,
                          t.size if count is None else count, operand=i)
 
-    def declare_inputs(self, kb: KernelBuilder) -> None:
+    def declare_inputs(self, kb: KernelBuilder, views: dict | None = None) -> None:
+        """Every tensor operand; `views` maps an operand index to the (dtype, count) its
+        buffer is read as (e.g. 16-bit weights as U32 words)."""
+        views = views or {}
         for i in self.tensor_indices():
-            self.declare_input(kb, i)
+            self.declare_input(kb, i, *views.get(i, (None, None)))
+
+    def declare_all(self, kb: KernelBuilder, views: dict | None = None) -> None:
+        """Every tensor operand, then the output."""
+        self.declare_inputs(kb, views)
+        self.declare_out(kb)
 
     def declare_out(self, kb: KernelBuilder, access: Access = Access.WRITE) -> ArrayRef:
         return kb.buffer("out", self.out.dtype, access, self.out.size, operand=OUT)
@@ -72,6 +81,11 @@ class Sig:
             return Const(x.value, x.dtype)
         idx = ix.ravel(ix.broadcast_coords(coords, x.shape), x.shape)
         return Load(f"in{i}", idx, x.dtype)
+
+
+def words(t: TensorType) -> tuple:
+    """The (dtype, count) of an operand read as whole U32 words."""
+    return (DType.U32, -(-t.nbytes // 4))
 
 
 def lower(op: OpKind, ins: Sequence[TensorType | Lit], out: TensorType) -> Lowering:

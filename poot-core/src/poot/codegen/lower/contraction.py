@@ -1,1 +1,218 @@
-"""(being written)"""
+"""Weight contractions in checkpoint [N, K] order: dense (bf16/f16/f32), packed (any
+registered format, through its decode program), grouped, indexed (MoE), row gathers,
+and ContractionEpilogue (the contraction's pointwise epilogue applied in registers).
+
+16-bit weights are read as U32 words and widened in registers (`poot.codegen.bits`);
+packed weights are decoded by `WeightFormat.decode_expr`, so no kernel here knows
+any format.
+"""
+from __future__ import annotations
+
+import math
+
+from poot.codegen import index as ix
+from poot.codegen.bits import half_of, widen16
+from poot.codegen.expr import Expr, Load, u32
+from poot.codegen.lower.base import Sig, lowers, words
+from poot.codegen.lower.contract import (
+    PROBLEMS,
+    Problem,
+    contraction_kernel,
+    problem_for,
+    store_flat,
+)
+from poot.codegen.lower.pointwise import pointwise_kernel
+from poot.codegen.program import Lowering
+from poot.codegen.region import RegionEval
+from poot.dtypes import DType
+from poot.errors import UnsupportedOp
+from poot.formats import get_format
+from poot.ir.graph import Lit
+from poot.ir.ops import (
+    ContractionEpilogue,
+    DenseContraction,
+    DenseRowGather,
+    GroupedDenseContraction,
+    IndexedPackedContraction,
+    PackedContraction,
+    PackedRowGather,
+)
+
+F32, U32 = DType.F32, DType.U32
+
+
+# -- weight readers ---------------------------------------------------------------------
+class DenseWeight:
+    """Element (row, k) of a [rows, K] checkpoint weight held in buffer `name`."""
+
+    def __init__(self, name: str, t, k: int):
+        self.name, self.k = name, k
+        if t.dtype is U32:                      # f16 values packed two per word
+            self.dtype, self.view = DType.F16, None
+        else:
+            self.dtype = t.dtype
+            self.view = words(t) if t.dtype in (DType.BF16, DType.F16) else None
+        self.wide = self.dtype in (DType.BF16, DType.F16)
+
+    def elem(self, row: Expr, k: Expr) -> Expr:
+        e = ix.add(ix.mul(row, self.k), k)
+        if not self.wide:
+            return Load(self.name, e, F32)
+        word = Load(self.name, ix.div(e, 2), U32)
+        return widen16(half_of(word, ix.mod(e, 2)), self.dtype)
+
+    def pair(self, row: Expr, kw: Expr) -> tuple[Expr, Expr]:
+        """Elements (row, 2kw) and (row, 2kw + 1): one word (K even)."""
+        word = Load(self.name, ix.add(ix.mul(row, self.k // 2), kw), U32)
+        return (widen16(word & u32(0xFFFF), self.dtype), widen16(word >> u32(16), self.dtype))
+
+
+class PackedReader:
+    """Element (row, k) of a packed weight whose sources are buffers in{first}, ..."""
+
+    def __init__(self, sig: Sig, weight, first: int):
+        self.weight, self.first = weight, first
+        self.format = get_format(weight.format)
+        self.roles = {s.role: first + j for j, s in enumerate(weight.sources())}
+        self.views = {i: words(sig.type(i)) for i in self.roles.values()}
+
+    def load(self, role: str, word_index) -> Expr:
+        if role not in self.roles:
+            raise UnsupportedOp(f"decode program of {self.weight.format} reads unknown source "
+                                f"{role!r}", op="PackedContraction")
+        return Load(f"in{self.roles[role]}", ix.i32(word_index), U32)
+
+    def elem(self, row: Expr, k: Expr) -> Expr:
+        value = self.format.decode_expr(self.load, row, k, self.weight.shape,
+                                        self.weight.attr_dict)
+        return value.cast(F32)
+
+
+def _rows(t) -> int:
+    return math.prod(t.shape[:-1])
+
+
+def _activation(name: str, k: int):
+    return lambda b, m, kk: Load(name, ix.add(ix.mul(m, k), kk), F32)
+
+
+# -- contractions -------------------------------------------------------------------------
+@problem_for(DenseContraction)
+def dense_problem(sig: Sig, epilogue) -> Problem:
+    a = sig.type(0)
+    k = a.shape[-1]
+    n = sig.out.shape[-1]
+    w = DenseWeight("in1", sig.type(1), k)
+    return Problem(1, _rows(a), n, k, _activation("in0", k),
+                   lambda b, m, nn, kk: w.elem(nn, kk), store_flat(sig, _rows(a), n, epilogue),
+                   w_pair=(lambda b, nn, kw: w.pair(nn, kw)) if w.wide else None,
+                   views={1: w.view} if w.view else None)
+
+
+@problem_for(GroupedDenseContraction)
+def grouped_problem(sig: Sig, epilogue) -> Problem:
+    a = sig.type(0)
+    g, m, k = a.shape
+    n = sig.out.shape[-1]
+    w = DenseWeight("in1", sig.type(1), k)
+
+    def a_elem(b, mm, kk):
+        return Load("in0", ix.add(ix.mul(ix.add(ix.mul(b, m), mm), k), kk), F32)
+
+    return Problem(g, m, n, k, a_elem, lambda b, mm, nn, kk: w.elem(ix.add(ix.mul(b, n), nn), kk),
+                   store_flat(sig, m, n, epilogue),
+                   w_pair=lambda b, nn, kw: w.pair(ix.add(ix.mul(b, n), nn), kw),
+                   views={1: w.view})
+
+
+@problem_for(PackedContraction)
+def packed_problem(sig: Sig, epilogue) -> Problem:
+    a = sig.type(0)
+    k = a.shape[-1]
+    n = sig.out.shape[-1]
+    w = PackedReader(sig, sig.op.weight, 1)
+    return Problem(1, _rows(a), n, k, _activation("in0", k),
+                   lambda b, m, nn, kk: w.elem(nn, kk), store_flat(sig, _rows(a), n, epilogue),
+                   views=w.views)
+
+
+@problem_for(IndexedPackedContraction)
+def indexed_packed_problem(sig: Sig, epilogue) -> Problem:
+    x = sig.type(0)
+    m, k = x.shape
+    n = sig.out.shape[-1]
+    experts = sig.op.experts
+    w = PackedReader(sig, sig.op.weight, 2)
+
+    def w_elem(b, mm, nn, kk):
+        e = ix.clamp(Load("in1", mm, DType.I32), 0, experts - 1)
+        return w.elem(ix.add(ix.mul(e, n), nn), kk)
+
+    return Problem(1, m, n, k, _activation("in0", k), w_elem, store_flat(sig, m, n, epilogue),
+                   w_per_row=True, views=w.views)
+
+
+# -- row gathers ------------------------------------------------------------------------------
+def _row_gather(sig: Sig, ids_index: int, rows: int, elem, views) -> Lowering:
+    ids = sig.type(ids_index)
+
+    def value(c, kb):
+        flat = ix.ravel(c[:-1], ids.shape)
+        row = kb.let("row", ix.clamp(Load(f"in{ids_index}", flat, ids.dtype), 0, rows - 1))
+        return elem(row, c[-1])
+
+    def declare(kb):
+        sig.declare_inputs(kb, views)
+    return pointwise_kernel(sig, value, declare)
+
+
+@lowers(DenseRowGather)
+def lower_dense_row_gather(sig: Sig) -> Lowering:
+    table = sig.type(0)
+    w = DenseWeight("in0", table, table.shape[1])
+    return _row_gather(sig, 1, table.shape[0], w.elem, {0: w.view})
+
+
+@lowers(PackedRowGather)
+def lower_packed_row_gather(sig: Sig) -> Lowering:
+    w = PackedReader(sig, sig.op.weight, 1)
+    return _row_gather(sig, 0, sig.op.weight.shape[0], w.elem, w.views)
+
+
+# -- epilogue -------------------------------------------------------------------------------
+@lowers(ContractionEpilogue)
+def lower_contraction_epilogue(sig: Sig) -> Lowering:
+    op = sig.op
+    make = PROBLEMS.get(type(op.head))
+    if make is None:
+        raise UnsupportedOp(f"ContractionEpilogue head {op.head.name} is not a contraction",
+                            op="ContractionEpilogue")
+    head_ins = sig.ins[: op.n_head]
+    head_out = op.head.infer([x.type if isinstance(x, Lit) else x for x in head_ins])
+    if head_out.shape != sig.out.shape:
+        raise UnsupportedOp(f"epilogue changes the shape {head_out} -> {sig.out}",
+                            op="ContractionEpilogue")
+    head_sig = Sig(op.head, head_ins, head_out)
+
+    def epilogue(kb, flat, acc):
+        coords = ix.unravel(flat, sig.out.shape)
+        params = [lambda c: acc.cast(head_out.dtype)]
+        for j in range(op.n_head, len(sig.ins)):
+            params.append(lambda c, j=j: _operand(sig, j, c))
+        return RegionEval(kb, op.body, params).result_at(coords)
+
+    p = make(head_sig, epilogue)
+    p.store = store_flat(sig, p.m, p.n, epilogue)
+
+    def declare(kb):
+        sig.declare_all(kb, p.views)
+    return Lowering((contraction_kernel(p, lambda g, wg: sig.builder(g, wg), declare),))
+
+
+def _operand(sig: Sig, j: int, coords) -> Expr:
+    x = sig.ins[j]
+    if isinstance(x, Lit):
+        return sig.operand_at(j, coords)
+    return Load(f"in{j}", ix.ravel(coords, x.shape), x.dtype)
+
+

@@ -30,13 +30,13 @@ WORKGROUP = 256
 
 
 def pointwise_kernel(sig: Sig, value: Callable[[Sequence[Expr], object], Expr],
-                     declare_inputs: bool = True) -> Lowering:
-    """out[i] = value(coords of i, builder) for every element of the output."""
+                     declare_inputs: Callable | None = None) -> Lowering:
+    """out[i] = value(coords of i, builder) for every element of the output.
+    `declare_inputs(kb)` declares the operand buffers (default: as their tensor types)."""
     n = sig.out.size
     grid, flat = ix.launch_1d(n, WORKGROUP)
     kb = sig.builder(grid, (WORKGROUP,))
-    if declare_inputs:
-        sig.declare_inputs(kb)
+    (declare_inputs or sig.declare_inputs)(kb)
     sig.declare_out(kb)
     i = kb.let("i", flat)
     with kb.if_(ix.lt(i, ix.i32(n))):

@@ -1,0 +1,171 @@
+"""The contraction kernels every matmul-like op shares: out[b, m, n] = sum_k a * w.
+
+An op describes its operands as element functions (`Problem`); this module
+owns the schedules:
+
+* GEMV (few rows, decode): one 32-thread group per output column n. Its lanes
+  stride along K, so each group reads one weight row with coalesced loads;
+  all rows m reuse the weight value from registers; one cooperative reduction
+  of width 32 (a warp or subgroup) finishes each dot product. Weights of 16
+  bits are read as whole U32 words, two values per load (`w_pair`).
+* Tiled GEMM (many rows, prefill): 16x16 output tiles, operands staged through
+  shared memory tiles of 16 along K (widened to the accumulator type).
+
+Weights that differ per row (IndexedMatMul, MoE) take the GEMV schedule with
+one group per output element.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from poot.codegen import index as ix
+from poot.codegen.builder import KernelBuilder
+from poot.codegen.expr import Const, Expr, Sel, i32
+from poot.codegen.program import group_id, local_id, local_index
+from poot.dtypes import DType
+from poot.ir.ops import ReduceOp
+
+LANES = 32        # threads that share one dot product in the GEMV schedule
+GROUPS = 8        # dot products per workgroup in the GEMV schedule
+TILE = 16         # GEMM tile edge
+GEMV_MAX_ROWS = 4
+
+Elem = Callable[..., Expr]
+
+
+@dataclass
+class Problem:
+    """One contraction. Indices are I32 expressions; element functions return `acc` dtype.
+
+    a(b, m, k); w(b, m, n, k) (m matters only when `w_per_row`);
+    w_pair(b, n, kw) -> (w[2kw], w[2kw+1]) when the weight is read two per word (K even);
+    a_pair(b, m, kw) likewise for the activation; store(kb, b, m, n, acc) writes one result.
+    """
+
+    batch: int
+    m: int
+    n: int
+    k: int
+    a: Elem
+    w: Elem
+    store: Callable[[KernelBuilder, Expr, Expr, Expr, Expr], None]
+    acc: DType = DType.F32
+    w_per_row: bool = False
+    w_pair: Elem | None = None
+    views: dict | None = None     # operand index -> (dtype, count) its buffer is read as
+
+    def zero(self) -> Const:
+        return Const(0.0 if self.acc.is_float else 0, self.acc)
+
+
+#: op class -> problem(sig, store) -> Problem; ops whose kernels are contractions
+PROBLEMS: dict[type, Callable] = {}
+
+
+def problem_for(*op_types: type):
+    """Register how an op states its contraction; it lowers through the shared schedules."""
+    from poot.codegen.lower.base import lowers
+
+    def deco(fn):
+        for t in op_types:
+            PROBLEMS[t] = fn
+        lowers(*op_types)(lower_contraction)
+        return fn
+    return deco
+
+
+def store_flat(sig, m_count: int, n_count: int, epilogue=None):
+    """Store out[(b*M + m)*N + n] = acc cast to the output dtype, through `epilogue`
+    (flat index, acc) -> value when given."""
+    def store(kb, b, m, n, acc):
+        idx = kb.let("o", ix.add(ix.mul(ix.add(ix.mul(b, m_count), m), n_count), n))
+        value = acc.cast(sig.out.dtype) if epilogue is None else epilogue(kb, idx, acc)
+        kb.store("out", idx, value)
+    return store
+
+
+def lower_contraction(sig):
+    from poot.codegen.program import Lowering
+
+    p = PROBLEMS[type(sig.op)](sig, None)
+    declare = lambda kb: sig.declare_all(kb, p.views)  # noqa: E731
+    return Lowering((contraction_kernel(p, lambda g, wg: sig.builder(g, wg), declare),))
+
+
+def contraction_kernel(p: Problem, kb_factory: Callable[[tuple, tuple], KernelBuilder],
+                       declare: Callable[[KernelBuilder], None]):
+    if p.w_per_row or p.m <= GEMV_MAX_ROWS:
+        return gemv_kernel(p, kb_factory, declare)
+    return gemm_kernel(p, kb_factory, declare)
+
+
+def gemv_kernel(p: Problem, kb_factory, declare):
+    rows = p.m if not p.w_per_row else 1        # rows sharing one weight column per group
+    columns = p.batch * p.n * (p.m if p.w_per_row else 1)
+    grid, blk = ix.launch_groups(-(-columns // GROUPS))
+    kb = kb_factory(grid, (LANES * GROUPS,))
+    declare(kb)
+    lane = kb.let("lane", ix.mod(local_index(), LANES))
+    col = kb.let("col", ix.add(ix.mul(blk, GROUPS), ix.div(local_index(), LANES)))
+    # every group runs the loop (its reduction must be uniform); spare ones use the last column
+    c = kb.let("c", ix.minimum(col, i32(columns - 1)))
+    n = kb.let("n", ix.mod(c, p.n))
+    rest = kb.let("rest", ix.div(c, p.n))
+    if p.w_per_row:
+        ms = [kb.let("m", ix.mod(rest, p.m))]
+        b = kb.let("b", ix.div(rest, p.m))
+    else:
+        ms = [i32(m) for m in range(rows)]
+        b = rest
+    accs = [kb.var(f"acc{j}", p.zero()) for j in range(len(ms))]
+    if p.w_pair is not None and not p.w_per_row and p.k % 2 == 0:
+        with kb.for_("kw", lane, p.k // 2, LANES) as kw:
+            w0, w1 = p.w_pair(b, n, kw)
+            w0, w1 = kb.let("w0", w0), kb.let("w1", w1)
+            k0 = kb.let("k0", ix.mul(kw, 2))
+            k1 = ix.add(k0, 1)
+            for acc, m in zip(accs, ms, strict=True):
+                kb.assign(acc, acc + p.a(b, m, k0) * w0 + p.a(b, m, k1) * w1)
+    else:
+        with kb.for_("k", lane, p.k, LANES) as k:
+            w = None if p.w_per_row else kb.let("w", p.w(b, ms[0], n, k))
+            for acc, m in zip(accs, ms, strict=True):
+                wk = w if w is not None else p.w(b, m, n, k)
+                kb.assign(acc, acc + p.a(b, m, k) * wk)
+    sums = [kb.reduce("dot", ReduceOp.Sum, acc, LANES) for acc in accs]
+    with kb.if_(ix.both(ix.eq(lane, i32(0)), ix.lt(col, i32(columns)))):
+        for total, m in zip(sums, ms, strict=True):
+            p.store(kb, b, m, n, total)
+    return kb.finish()
+
+
+def gemm_kernel(p: Problem, kb_factory, declare):
+    grid = (-(-p.n // TILE), -(-p.m // TILE), p.batch)
+    kb = kb_factory(grid, (TILE, TILE))
+    declare(kb)
+    sa = kb.shared("tile_a", p.acc, TILE * TILE)
+    sw = kb.shared("tile_w", p.acc, TILE * TILE)
+    tx, ty = local_id(0), local_id(1)
+    b = group_id(2)
+    m = kb.let("m", ix.add(ix.mul(group_id(1), TILE), ty))
+    n = kb.let("n", ix.add(ix.mul(group_id(0), TILE), tx))
+    wrow = kb.let("wrow", ix.add(ix.mul(group_id(0), TILE), ty))   # the w row this thread stages
+    acc = kb.var("acc", p.zero())
+    with kb.for_("k0", 0, p.k, TILE) as k0:
+        k = kb.let("k", ix.add(k0, tx))
+        k_ok = ix.lt(k, i32(p.k))
+        kc = ix.minimum(k, i32(p.k - 1))
+        a_ok = ix.both(ix.lt(m, i32(p.m)), k_ok)
+        a_val = p.a(b, ix.minimum(m, i32(p.m - 1)), kc)
+        kb.store(sa, ix.add(ix.mul(ty, TILE), tx), Sel(a_ok, a_val, p.zero()))
+        w_ok = ix.both(ix.lt(wrow, i32(p.n)), k_ok)
+        w_val = p.w(b, None, ix.minimum(wrow, i32(p.n - 1)), kc)
+        kb.store(sw, ix.add(ix.mul(ty, TILE), tx), Sel(w_ok, w_val, p.zero()))
+        kb.barrier()
+        with kb.for_("j", 0, TILE) as j:
+            kb.assign(acc, acc + sa[ix.add(ix.mul(ty, TILE), j)] * sw[ix.add(ix.mul(tx, TILE), j)])
+        kb.barrier()
+    with kb.if_(ix.both(ix.lt(m, i32(p.m)), ix.lt(n, i32(p.n)))):
+        p.store(kb, b, m, n, acc)
+    return kb.finish()
