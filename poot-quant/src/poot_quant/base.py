@@ -2,10 +2,9 @@
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
-
 from poot.dtypes import DType
 from poot.errors import FormatError
 from poot.formats import SourceSpec
@@ -33,7 +32,8 @@ class Format:
     def dequantize(self, sources: Sequence[np.ndarray], shape, **attrs) -> np.ndarray:
         shape = self.check_shape(shape, attrs)
         arrays = self.check_sources(sources, shape, attrs)
-        out = self.decode(arrays, shape, attrs)
+        with np.errstate(over="ignore", invalid="ignore"):  # Inf/NaN scales are encodings
+            out = self.decode(arrays, shape, attrs)
         assert out.shape == shape and out.dtype == np.float32, (self.name, out.shape)
         return out
 
@@ -63,7 +63,8 @@ class Format:
         if len(sources) != len(specs):
             self.fail(f"expects {len(specs)} sources ({', '.join(s.role for s in specs)}) for "
                       f"shape {list(shape)}, got {len(sources)}")
-        return {spec.role: self.check_source(spec, src) for spec, src in zip(specs, sources)}
+        pairs = zip(specs, sources, strict=True)
+        return {spec.role: self.check_source(spec, src) for spec, src in pairs}
 
     def check_source(self, spec: SourceSpec, src) -> np.ndarray:
         arr = np.asarray(src)

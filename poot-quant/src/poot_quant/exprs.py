@@ -12,9 +12,9 @@ are rebuilt as an exact product `mantissa * 2^-n` of normal numbers instead.
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
-from poot.codegen.expr import Expr, f32, ge, i32, select, u32
+from poot.codegen.expr import Expr, f32, ge, half_bits_to_f32, i32, select, u32
 from poot.dtypes import DType
 from poot.errors import FormatError
 
@@ -60,7 +60,7 @@ class Words:
         return (self.word(offset >> 2) >> ((offset & 2) << 3)) & 0xFFFF
 
     def f16(self, offset) -> Expr:
-        return f16_bits_to_f32(self.half(offset))
+        return half_bits_to_f32(self.half(offset))
 
     def f32(self, index) -> Expr:
         return self.word(index).bitcast(F32)
@@ -82,18 +82,6 @@ def _with_sign(magnitude_bits: Expr, sign_bits: Expr) -> Expr:
     return (magnitude_bits | sign_bits).bitcast(F32)
 
 
-def f16_bits_to_f32(h: Expr) -> Expr:
-    """IEEE binary16 bits (U32, low half) to f32: normals, subnormals, Inf and NaN."""
-    sign = (h & 0x8000) << 16
-    exp = (h >> 10) & 0x1F
-    magnitude = (h & 0x7FFF) << 13
-    normal = magnitude + ((127 - 15) << 23)
-    inf_nan = magnitude + ((255 - 31) << 23)  # exponent 31 -> 255, payload kept
-    subnormal = ((h & 0x3FF).cast(F32) * f32(2.0 ** -24)).bitcast(U32)
-    bits = select(ge(exp, u32(31)), inf_nan, select(ge(exp, u32(1)), normal, subnormal))
-    return _with_sign(bits, sign)
-
-
 def e4m3_bits_to_f32(b: Expr) -> Expr:
     """OCP FP8 E4M3 (fn: no Inf, S.1111.111 is NaN) to f32."""
     sign = (b & 0x80) << 24
@@ -108,7 +96,7 @@ def e4m3_bits_to_f32(b: Expr) -> Expr:
 def e5m2_bits_to_f32(b: Expr) -> Expr:
     """OCP FP8 E5M2 (the top byte of an f16) to f32; NaNs become the quiet NaN."""
     magnitude = b & 0x7F
-    value = f16_bits_to_f32(b << 8)
+    value = half_bits_to_f32(b << 8)
     nan = ((b & 0x80) << 24 | F32_QUIET_NAN).bitcast(F32)
     return select(ge(magnitude, u32(0x7D)), nan, value)
 
@@ -147,3 +135,8 @@ def table16(index: Expr, values: tuple[int, ...]) -> Expr:
     high_pair = select(mid.bitcast(I32), u32(packed[3]), u32(packed[2]))
     word = select(hi.bitcast(I32), high_pair, low_pair)
     return sign_extend((word >> ((index & 3) << 3)) & 0xFF, 8)
+
+
+def div_const(x: Expr, d: int) -> Expr:
+    """x // d for a non-negative U32 x and a positive constant d (a shift when d is 2^m)."""
+    return x >> (d.bit_length() - 1) if d & (d - 1) == 0 else x // d

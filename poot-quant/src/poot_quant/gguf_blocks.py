@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
-
 from poot.codegen.expr import Expr, ge, select, u32
 from poot.dtypes import DType
 
