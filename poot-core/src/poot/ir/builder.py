@@ -152,7 +152,11 @@ class Builder:
                                            input=self._own(state_in)))
 
     def finish(self) -> Graph:
-        """Check the whole graph and return it. The builder cannot be used afterwards."""
+        """Check the whole graph and return it. The builder cannot be used afterwards.
+
+        Outputs are listed result first, then witnesses, exports and state updates."""
+        order = list(OutputKind)
+        self._t.outputs.sort(key=lambda o: order.index(o.kind))
         g = Graph(self._t, self.name)
         self._t = None  # type: ignore[assignment]
         return g

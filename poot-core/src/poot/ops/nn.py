@@ -46,8 +46,14 @@ def gelu_erf(x: Tensor) -> Tensor:
     return mul(mul(x, 0.5), add(erf(mul(x, 1.0 / math.sqrt(2.0))), 1.0))
 
 
-def embedding(table: Tensor, ids: Tensor) -> Tensor:
-    return gather(table, ids, 0)
+def embedding(table, ids: Tensor) -> Tensor:
+    """Rows `ids` of a table: a Tensor (widened to F32 if stored narrower) or a PackedTensor."""
+    from poot.ops.quant import PackedTensor
+
+    if isinstance(table, PackedTensor):
+        return gather(table.dequant(), ids, 0)
+    rows = gather(table, ids, 0)
+    return rows if rows.dtype is DType.F32 else cast(rows, DType.F32)
 
 
 def linear(x: Tensor, weight, bias: Tensor | None = None) -> Tensor:
@@ -79,16 +85,21 @@ def rope_tables(positions: int, rot: int, base: float = 10000.0, scale: float = 
 
 
 def rope_partial(x: Tensor, cos_table: Tensor, sin_table: Tensor, positions: Tensor,
-                 rot: int | None = None) -> Tensor:
-    """Rotate-half RoPE on the first `rot` features of x [..., T, D].
+                 rot: int | None = None, tokens_first: bool = False) -> Tensor:
+    """Rotate-half RoPE on the first `rot` features of x.
 
-    cos/sin rows are gathered from const tables [P, rot/2] by `positions` [T].
+    cos/sin rows are gathered from const tables [P, rot/2] by `positions`. With
+    x [..., H, T, D] (heads first) positions is [T]; with x [..., T, H, D]
+    (`tokens_first`) positions is [..., T] and the rows broadcast over heads.
     """
     d = x.shape[-1]
     rot = d if rot is None else rot
     h = rot // 2
     cos = gather(cos_table, positions, 0)
     sin = gather(sin_table, positions, 0)
+    if tokens_first:
+        cos = reshape(cos, positions.shape + (1, h))
+        sin = reshape(sin, positions.shape + (1, h))
     x1 = slice_axis(x, -1, 0, h)
     x2 = slice_axis(x, -1, h, rot)
     parts = [sub(mul(x1, cos), mul(x2, sin)), add(mul(x1, sin), mul(x2, cos))]
@@ -98,16 +109,20 @@ def rope_partial(x: Tensor, cos_table: Tensor, sin_table: Tensor, positions: Ten
 
 
 def positions(pos: Tensor, t: int) -> Tensor:
-    """Query positions pos + [0, t) as I32 [t] (pos is a Pos slot of shape [1])."""
+    """Query positions pos + [0, t): I32 [t] for a Pos slot [1], [B, t] for pos [B, 1]."""
+    if pos.ndim == 2:
+        return add(iota((1, t), 1), pos)
     return add(iota((t,), 0), reshape(pos, (1,)) if pos.shape != (1,) else pos)
 
 
 def causal_mask(pos: Tensor, t: int, s: int, window: int | None = None,
                 dtype: DType = DType.F32) -> Tensor:
-    """Additive mask [T, S] built in-graph from Pos and Iota: key j is visible to
-    query i iff j <= pos + i (and j > pos + i - window for a sliding window)."""
-    qpos = reshape(positions(pos, t), (t, 1))
-    kpos = iota((1, s), 1)
+    """Additive mask built in-graph from Pos and Iota: key j is visible to query i
+    iff j <= pos + i (and j > pos + i - window for a sliding window).
+    [T, S] for a Pos slot [1]; [B, T, S] for per-sequence positions [B, 1]."""
+    lead = pos.shape[:1] if pos.ndim == 2 else ()
+    qpos = reshape(positions(pos, t), lead + (t, 1))
+    kpos = iota(tuple(1 for _ in lead) + (1, s), len(lead) + 1)
     visible = ge(qpos, kpos)
     if window is not None:
         visible = mul(visible, ge(kpos, sub(qpos, window - 1)))
