@@ -12,7 +12,10 @@ A backend is found through the `poot` entry point group (see poot.plugin). It
    raises the typed refusal (DtypeLowering, UnsupportedOp, LimitExceeded) for
    anything its table does not declare, before anything runs;
 4. runs plans: `runtime(device)` returns a Runtime (memory, upload, launch,
-   record/replay). See poot.runtime for the Runtime protocol.
+   record/replay). See poot.runtime.protocol for the Runtime contract;
+5. tells the planner (poot.plan) how it wants memory laid out: `Lowering.strided_inputs`
+   (a Transpose may reach the kernel as a strided view) and `bind_time` (a constant eqn
+   is evaluated once on the host at bind time and cached as a weight).
 
 Subclass `Backend` and override what differs; the conformance suite
 (`pytest --pyargs poot.conformance --poot-backend NAME`) checks the result.
@@ -54,6 +57,8 @@ class Lowering:
     "alias"); `launch` a printable shape (grid, workgroup); `program` whatever the
     backend's runtime needs later (a poot.codegen Kernel, source text, a callable).
     `dispatches` is 0 for aliases (Reshape) that need no work.
+    `strided_inputs` says the kernel reads its operands through element strides, so the
+    planner may hand it a Transpose as a strided view instead of a copy.
     """
 
     kernel: str
@@ -61,6 +66,7 @@ class Lowering:
     program: Any = None
     dispatches: int = 1
     extra: dict = field(default_factory=dict)
+    strided_inputs: bool = False
 
     def __str__(self) -> str:
         return f"{self.kernel}{f' [{self.launch}]' if self.launch else ''}"
@@ -97,7 +103,34 @@ class Backend:
 
         ins = [x.type if isinstance(x, Lit) else graph.type_of(x.id) for x in eqn.inputs]
         self.capabilities(device).check(eqn.op, ins, graph.type_of(eqn.out))
-        return Lowering(op_key(eqn.op))
+        return Lowering(op_key(eqn.op), strided_inputs=self.host_kernels)
+
+    @property
+    def host_kernels(self) -> bool:
+        """True when this backend's kernels are host numpy calls over views of its
+        buffers (the reference backend): they read strided views, and folding a
+        constant eqn on the host at bind time costs nothing on the device."""
+        return self.language == "numpy"
+
+    def bind_time(self, eqn: Eqn, graph: Graph, device: Device) -> str | None:
+        """Whether to evaluate `eqn`, whose operands are all constant (consts, computed
+        values, literals or values folded before it), once at bind time on the host.
+
+        Returns the storage representation of the folded result (a short name that goes
+        into the weight cache key with the payload identities of its sources), or None to
+        run the eqn on the device every step. The planner asks this only for eqns with
+        constant operands. The default folds operand-less generators (Iota) everywhere,
+        and every constant eqn on host-kernel backends, where a packed weight's storage
+        representation is its decoded F32 matrix ("f32-decoded"). A GPU backend keeps
+        packed weights packed (its contraction decodes them) and may leave this as is.
+        """
+        from poot.ir import ops as O
+
+        if not eqn.inputs:
+            return "computed"
+        if not self.host_kernels:
+            return None
+        return "f32-decoded" if isinstance(eqn.op, O.PackedDequant) else "folded"
 
     def runtime(self, device: Device):
         """A runtime for `device` (see poot.runtime.Runtime)."""

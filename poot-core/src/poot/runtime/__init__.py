@@ -1,0 +1,32 @@
+"""poot.runtime: runs a Plan on a backend's Runtime, step after step.
+
+`Runtime`, `Buffer`, `Executable` (protocol.py) are the contract a backend implements.
+`Executor(plan, consts)` (executor.py) binds weights once through a `WeightCache`,
+rewrites slots in place after checking them, keeps donated state, and runs steps.
+"""
+from __future__ import annotations
+
+from poot.runtime.protocol import Buffer, Executable, Runtime
+
+_LAZY = {
+    "Executor": "poot.runtime.executor",
+    "load": "poot.runtime.executor",
+    "StepResult": "poot.runtime.executor",
+    "WeightCache": "poot.runtime.weights",
+    "StateStore": "poot.runtime.executor",
+    "BlockAllocator": "poot.runtime.kv",
+    "ReferenceRuntime": "poot.runtime.reference",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'poot.runtime' has no attribute {name!r}")
+
+
+__all__ = ["Buffer", "Executable", "Runtime", *_LAZY]
