@@ -1,0 +1,95 @@
+"""The wgpu backend's capability table, read from the adapter's features.
+
+Declared, then proven by the tests on lavapipe (tests/test_wgpu_lowerings.py):
+* F32 always; I32/U32 with the bit ops; 8/16-bit integers in u32 words.
+* F16 (storage, conversion, arithmetic, dot) only with the adapter's `shader-f16`
+  feature; without it F16 is refused everywhere (no silent emulation).
+* BF16 is storage and conversion only: 16-bit halves of u32 words, widened exactly
+  to f32 on load, rounded to nearest even on store. Ops that only move, convert, or
+  accumulate in f32 (contractions, reductions) take it; Unary/Binary/Select refuse it.
+* Select on F16 and BF16 is refused (DtypeLowering): the spec's rule for SPIR-V targets.
+* 8- and 4-bit floats have no lowering (packed formats decode them from u32 words).
+An op is declared only where poot.codegen has a lowering for it.
+"""
+from __future__ import annotations
+
+from poot.capability import CapabilityTable, Use, every_op_key
+from poot.dtypes import DType
+
+from poot_wgpu.device import WgpuDevice
+from poot_wgpu.wgsl.types import BACKEND
+
+D = DType
+NARROW_INTS = frozenset({D.I8, D.U8, D.I16, D.U16})
+FLOAT_MATH = ("Exp", "Log", "Sqrt", "Recip", "Tanh", "Erf")
+ARITH_BINARY = ("Add", "Sub", "Mul", "Div", "Max", "Ge")
+BIT_BINARY = ("GeU", "And", "Or", "Xor", "Shl", "Shr")
+MOVEMENT = ("Broadcast", "Reshape", "Transpose", "Slice", "Concat", "Gather", "ScatterUpdate",
+            "DynamicUpdateSlice", "Cast", "Fused")
+
+
+def dtype_uses(dev: WgpuDevice) -> dict[DType, Use]:
+    wide = Use.STORAGE | Use.CONVERT | Use.ARITH | Use.DOT
+    uses = {D.F32: wide, D.I32: wide, D.U32: Use.STORAGE | Use.CONVERT | Use.ARITH,
+            D.BF16: Use.STORAGE | Use.CONVERT | Use.DOT}
+    uses.update({d: Use.STORAGE | Use.CONVERT | Use.ARITH for d in NARROW_INTS})
+    uses[D.F16] = wide if dev.has("shader-f16") else Use.NONE
+    for d in (D.F8E4M3, D.F8E5M2, D.F8E8M0, D.F4E2M1):
+        uses[d] = Use.NONE
+    return uses
+
+
+def op_dtypes(uses: dict[DType, Use]) -> dict[str, frozenset]:
+    stored = frozenset(d for d, u in uses.items() if Use.STORAGE in u)
+    arith = frozenset(d for d, u in uses.items() if Use.ARITH in u)
+    floats = frozenset(d for d in arith if d.is_float)
+    dot = frozenset(d for d, u in uses.items() if Use.DOT in u)
+    table: dict[str, frozenset] = {}
+    table.update({f"Unary.{op}": floats for op in FLOAT_MATH})
+    table["Unary.Neg"] = floats | {D.I32}
+    table.update({f"Unary.{op}": frozenset({D.I32, D.U32}) for op in ("Not", "Clz")})
+    table.update({f"Binary.{op}": arith for op in ARITH_BINARY})
+    table.update({f"Binary.{op}": frozenset({D.I32, D.U32}) for op in BIT_BINARY})
+    table["Select"] = arith - {D.F16}
+    table["Iota"] = frozenset({D.F32, D.I32})
+    table.update({op: stored for op in MOVEMENT})
+    table["ArgTopK"] = arith
+    table["Reduce.Sum"] = (arith | dot) - NARROW_INTS
+    table["Reduce.Max"] = (arith | dot) - NARROW_INTS - {D.U32}
+    table["FusedRow"] = stored
+    table["MatMul"] = dot
+    table["IndexedMatMul"] = dot
+    return table
+
+
+NOTES = {
+    "Select:f16": "Select on F16 is not lowered on SPIR-V targets (the IR spec's rule)",
+    "Select:bf16": "Select on BF16 is not lowered on SPIR-V targets (the IR spec's rule)",
+    "bf16": "storage and conversion only: u32 words, exact widening to f32, round-to-nearest-"
+            "even narrowing; contractions and reductions accumulate in f32; no bf16 arithmetic",
+    "f16": "needs the adapter's shader-f16 feature; arithmetic widens to f32 and rounds back "
+           "once per op",
+    "f8e4m3": "no WGSL lowering (packed formats decode 8-bit floats from u32 words)",
+    "f8e5m2": "no WGSL lowering (packed formats decode 8-bit floats from u32 words)",
+    "f8e8m0": "no WGSL lowering (packed formats decode 8-bit floats from u32 words)",
+    "f4e2m1": "no WGSL lowering (packed formats decode 4-bit floats from u32 words)",
+    "Reduce.Max:u32": "no signed accumulator for u32 Max",
+    "numerics": "WGSL lets compilers assume finite math: NaN/Inf through float arithmetic is "
+                "not guaranteed (lavapipe folds x*0 to 0); Select, casts and Max keep them "
+                "bit for bit; exp is within Vulkan's 3+2|x| ulp",
+}
+
+
+def capability_table(dev: WgpuDevice, device_id: str) -> CapabilityTable:
+    """The table of `dev`, declaring only the ops poot.codegen can lower."""
+    from poot.codegen.lower import LOWERINGS
+
+    uses = dtype_uses(dev)
+    lowered = {cls.__name__ for cls in LOWERINGS} | {"Reshape"}  # Reshape is an alias
+    keys = set(every_op_key())
+    ops = {k: v for k, v in op_dtypes(uses).items() if k in keys and k.split(".")[0] in lowered}
+    notes = dict(NOTES)
+    if uses[D.F16] == Use.NONE:
+        notes["f16"] = "refused: the adapter lacks the shader-f16 feature"
+    return CapabilityTable(backend=BACKEND, device=device_id, dtypes=uses, ops=ops,
+                           limits=dict(dev.limits), notes=notes)
