@@ -69,7 +69,7 @@ class OpKind:
 
     def norm_axis(self, axis: int, rank: int, ins=()) -> int:
         a = axis + rank if axis < 0 else axis
-        if not 0 <= a < max(rank, 1):
+        if not 0 <= a < rank:
             self.fail(f"axis {axis} out of range for rank {rank}", ins)
         return a
 
