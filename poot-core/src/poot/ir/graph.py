@@ -94,6 +94,11 @@ class GraphOutput:
     boundary: BoundaryId | None = None
     input: ValueId | None = None
 
+    def __post_init__(self):
+        require_value_id(self.value, "output value")
+        if self.input is not None:
+            require_value_id(self.input, "state_next input")
+
     def key(self) -> tuple:
         """What a rewrite must preserve: the output's kind and what it names."""
         return (self.kind, self.label, self.boundary, self.input)
