@@ -31,6 +31,11 @@ class Composite(OpKind):
     composite: ClassVar[bool] = True
 
 
+def _reshape(b, x, shape):
+    """Reshape unless it would be a no-op (so the chain has no idle eqns)."""
+    return x if tuple(x.type.shape) == tuple(shape) else b.eqn(Reshape(tuple(shape)), x)
+
+
 def _swap_last(b, x):
     r = x.type.rank
     return b.eqn(Transpose(tuple(range(r - 2)) + (r - 1, r - 2)), x)
@@ -107,18 +112,18 @@ def attention_chain(b, q, k, v, mask, scale: float):
     hkv, s = k.type.shape[-3], k.type.shape[-2]
     g = hq // hkv
     lead = tuple(lead)
-    qg = b.eqn(Reshape(lead + (hkv, g * t, d)), q)
+    qg = _reshape(b, q, lead + (hkv, g * t, d))
     sc = b.eqn(MatMul(), qg, _swap_last(b, k))                      # [..., Hkv, G*T, S]
     sc = b.eqn(Binary(BinaryOp.Mul), sc, b.lit(scale, sc.type.dtype))
-    sc = b.eqn(Reshape(lead + (hkv, g, t, s)), sc)
+    sc = _reshape(b, sc, lead + (hkv, g, t, s))
     sc = b.eqn(Binary(BinaryOp.Add), sc, mask)
     m = b.eqn(Reduce(ReduceOp.Max, -1, True), sc)
     ex = b.eqn(Unary(UnaryOp.Exp), b.eqn(Binary(BinaryOp.Sub), sc, m))
     den = b.eqn(Reduce(ReduceOp.Sum, -1, True), ex)
     p = b.eqn(Binary(BinaryOp.Div), ex, den)
-    p = b.eqn(Reshape(lead + (hkv, g * t, s)), p)
+    p = _reshape(b, p, lead + (hkv, g * t, s))
     o = b.eqn(MatMul(), p, v)                                       # [..., Hkv, G*T, Dv]
-    return b.eqn(Reshape(lead + (hq, t, v.type.shape[-1])), o)
+    return _reshape(b, o, lead + (hq, t, v.type.shape[-1]))
 
 
 def _attention_type(op: OpKind, ins: Sequence[TensorType]) -> TensorType:

@@ -1,0 +1,34 @@
+"""`poot info MODEL`: architecture, tensors by storage format, memory."""
+from __future__ import annotations
+
+from collections import Counter
+
+
+def add_parser(sub):
+    p = sub.add_parser("info", help="architecture, tensors by format and memory of a model")
+    p.add_argument("model", help="smollm2, a .gguf file or an HF folder")
+
+
+def run(args) -> int:
+    from poot.models.loader import open_model
+
+    ckpt, config = open_model(args.model)
+    by_format: Counter = Counter()
+    nbytes: Counter = Counter()
+    for info in ckpt.tensors.values():
+        key = info.packed.format if info.packed is not None else str(info.dtype)
+        by_format[key] += 1
+        nbytes[key] += info.nbytes
+    print(f"model        {ckpt.path}")
+    print(f"checkpoint   {ckpt.kind}, {len(ckpt.tensors)} tensors")
+    c = config
+    print(f"architecture {c.arch}: {c.layers} layers, dim {c.dim}, heads {c.heads} "
+          f"(kv {c.kv_heads}), head dim {c.head_dim}, ffn {c.ffn}, vocab {c.vocab}")
+    print(f"rope         base {c.rope_base:g}, dims {c.rot}, scale {c.rope_scale:g}, "
+          f"rows {c.rope_layout}; norm eps {c.norm_eps:g}; tied head {c.tied}; "
+          f"q/k/v bias {c.qkv_bias}; context {c.max_seq}")
+    print("tensors by storage format:")
+    for key, n in by_format.most_common():
+        print(f"  {key:16s} {n:5d} tensors {nbytes[key] / 2**20:10.1f} MiB")
+    print(f"weights total {sum(nbytes.values()) / 2**20:.1f} MiB (kept packed, memory-mapped)")
+    return 0

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The main job: set up, fetch SmolLM2-135M, and generate from a prompt on the best
+# backend this machine has (the reference backend where there is no GPU).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+poot backends
+poot pull smollm2
+poot run smollm2 --prompt "${POOT_PROMPT:-The capital of France is}" --max-tokens "${POOT_MAX_TOKENS:-24}"
