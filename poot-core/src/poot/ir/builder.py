@@ -47,15 +47,21 @@ class Builder:
         self._t = _Tables(ValueTable(), [], [], [], [])
         self._names: set[str] = set()
 
+    @property
+    def _tables(self) -> _Tables:
+        if self._t is None:
+            raise GraphError(f"builder {self.name!r} has finished its graph; start a new Builder")
+        return self._t
+
     # -- binders -------------------------------------------------------------------
     def _bind(self, aval: TensorType, storage: Storage, identity: Identity,
               generator: OpKind | None = None) -> Ref:
-        vid = self._t.values.append(ValueMeta(aval, storage, identity))
-        self._t.inputs.append(vid)
+        vid = self._tables.values.append(ValueMeta(aval, storage, identity))
+        self._tables.inputs.append(vid)
         if storage.cls is StorageClass.SLOT:
-            self._t.slots.append((vid, storage.slot))
+            self._tables.slots.append((vid, storage.slot))
         if generator is not None:
-            self._t.computed[vid] = generator
+            self._tables.computed[vid] = generator
         return Ref(self._uid, vid, aval)
 
     def const(self, aval: TensorType, name: str | WeightRef) -> Ref:
@@ -111,8 +117,8 @@ class Builder:
             else:
                 raise TypeError(f"operand must be a Ref or Lit, not {type(x).__name__} ({x!r})")
         aval = op.infer(types)
-        vid = self._t.values.append(ValueMeta(aval))
-        self._t.eqns.append(Eqn(op, tuple(ins), vid))
+        vid = self._tables.values.append(ValueMeta(aval))
+        self._tables.eqns.append(Eqn(op, tuple(ins), vid))
         return Ref(self._uid, vid, aval)
 
     def inline(self, body: Graph, args: Sequence[Ref]) -> Ref:
@@ -127,8 +133,9 @@ class Builder:
 
     def name_value(self, ref: Ref, name: str) -> Ref:
         """Give an eqn result a Named identity (for printing and witnesses)."""
-        meta = self._t.values[ref.id]
-        self._t.values[ref.id] = meta.replace(identity=Identity.named(name))
+        vid = self._own(ref)
+        meta = self._tables.values[vid]
+        self._tables.values[vid] = meta.replace(identity=Identity.named(name))
         return ref
 
     # -- outputs -------------------------------------------------------------------
@@ -138,26 +145,26 @@ class Builder:
         return ref.id
 
     def result(self, ref: Ref) -> None:
-        self._t.outputs.append(GraphOutput(self._own(ref), OutputKind.RESULT))
+        self._tables.outputs.append(GraphOutput(self._own(ref), OutputKind.RESULT))
 
     def witness(self, ref: Ref, label: str) -> None:
-        self._t.outputs.append(GraphOutput(self._own(ref), OutputKind.WITNESS, label=label))
+        self._tables.outputs.append(GraphOutput(self._own(ref), OutputKind.WITNESS, label=label))
 
     def export(self, ref: Ref, boundary: str) -> None:
-        self._t.outputs.append(GraphOutput(self._own(ref), OutputKind.EXPORT,
-                                           boundary=BoundaryId(boundary)))
+        self._tables.outputs.append(GraphOutput(self._own(ref), OutputKind.EXPORT,
+                                                boundary=BoundaryId(boundary)))
 
     def state_next(self, state_in: Ref, value: Ref) -> None:
-        self._t.outputs.append(GraphOutput(self._own(value), OutputKind.STATE_NEXT,
-                                           input=self._own(state_in)))
+        self._tables.outputs.append(GraphOutput(self._own(value), OutputKind.STATE_NEXT,
+                                                input=self._own(state_in)))
 
     def finish(self) -> Graph:
         """Check the whole graph and return it. The builder cannot be used afterwards.
 
         Outputs are listed result first, then witnesses, exports and state updates."""
         order = list(OutputKind)
-        self._t.outputs.sort(key=lambda o: order.index(o.kind))
-        g = Graph(self._t, self.name)
+        self._tables.outputs.sort(key=lambda o: order.index(o.kind))
+        g = Graph(self._tables, self.name)
         self._t = None  # type: ignore[assignment]
         return g
 
