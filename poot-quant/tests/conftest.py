@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from poot.codegen.expr import Load, Var, evaluate
 from poot.dtypes import DType
 from poot.formats import words_of

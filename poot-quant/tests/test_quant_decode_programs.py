@@ -2,9 +2,8 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
-
 import poot_quant
+import pytest
 from poot.codegen.expr import Bin, Bitcast, Cast, Const, Load, Sel, Un, Var, walk
 from poot.dtypes import DType
 from poot.errors import FormatError

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import ml_dtypes
 import numpy as np
-import pytest
-
 import poot_quant
+import pytest
 from poot.codegen.expr import Var, evaluate
 from poot.dtypes import DType
 from poot_quant import exprs

@@ -7,9 +7,8 @@ import struct
 import gguf
 import gguf.quants
 import numpy as np
-import pytest
-
 import poot_quant
+import pytest
 from poot.errors import FormatError
 
 f32 = np.float32
@@ -102,7 +101,8 @@ def ref_q45_k(b, five):
         sc1, m1 = scale_min_k4(2 * c, s)
         sc2, m2 = scale_min_k4(2 * c + 1, s)
         q = ql[32 * c:32 * c + 32]
-        for sc, mn, nib, u in ((sc1, m1, [v & 15 for v in q], u1), (sc2, m2, [v >> 4 for v in q], u2)):
+        halves = ((sc1, m1, [v & 15 for v in q], u1), (sc2, m2, [v >> 4 for v in q], u2))
+        for sc, mn, nib, u in halves:
             high = [16 if five and qh[ll] & u else 0 for ll in range(32)]
             y += [(d * f32(sc)) * f32(nib[ll] + high[ll]) - dmin * f32(mn) for ll in range(32)]
         u1, u2 = u1 << 2, u2 << 2
@@ -188,7 +188,8 @@ def test_hand_written_q4_k_block():
     scales[0], scales[4] = 2, 4
     scales[1] = 0b11 << 6
     scales[9] = (1 << 4) | 0b0011
-    block = np.float16(1).tobytes() + np.float16(0.5).tobytes() + bytes(scales) + bytes([0x33] * 128)
+    block = (np.float16(1).tobytes() + np.float16(0.5).tobytes() + bytes(scales)
+             + bytes([0x33] * 128))
     got = poot_quant.get("gguf:Q4_K").dequantize([np.frombuffer(block, np.uint8)], (1, 256))[0]
     assert got[0] == 2 * 3 - 0.5 * 4 and got[31] == got[0]
     assert got[5 * 32] == 51 * 3 - 0.5 * 1

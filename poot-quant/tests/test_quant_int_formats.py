@@ -3,9 +3,8 @@ round trips."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
-
 import poot_quant
+import pytest
 from poot.errors import FormatError
 
 AWQ_ORDER = [0, 2, 4, 6, 1, 3, 5, 7]  # AutoAWQ GEMM: nibble i holds column order[i]
