@@ -143,7 +143,7 @@ def as_operand(x, like: DType | None) -> Ref | Lit:
     if isinstance(x, (int, float)) or hasattr(x, "dtype") and getattr(x, "shape", None) == ():
         if like is None:
             raise TraceError("a scalar operand needs a tensor operand to take its dtype from")
-        return Lit(float(x) if like.is_float else int(x), like)
+        return Lit(x, like)  # Lit refuses a non-integral value for an integer dtype
     raise TraceError(f"cannot trace operand of type {type(x).__name__}")
 
 

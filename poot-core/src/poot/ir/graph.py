@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Iterator, Union
 
 from poot.dtypes import DType
-from poot.errors import EditRefused, GraphError
+from poot.errors import DtypeError, EditRefused, GraphError
 from poot.ir.ops.base import OpKind
 from poot.ir.types import (
     BoundaryId, Identity, Slot, StorageClass, TensorType, ValueId, ValueMeta, ValueTable,
@@ -43,6 +43,17 @@ class Lit:
     def __post_init__(self):
         object.__setattr__(self, "dtype", DType.parse(self.dtype))
         v = self.value
+        if self.dtype.is_int:
+            import numpy as np
+
+            if not isinstance(v, (int, float, np.integer, np.floating)) or isinstance(
+                    v, (float, np.floating)) and not float(v).is_integer():
+                raise DtypeError(f"literal {v!r} is not an integer; a {self.dtype} literal "
+                                 f"holds whole numbers")
+            info = np.iinfo(self.dtype.numpy)
+            if not info.min <= int(v) <= info.max:
+                raise DtypeError(f"literal {v!r} does not fit {self.dtype} "
+                                 f"[{info.min}, {info.max}]")
         object.__setattr__(self, "value", int(v) if self.dtype.is_int else float(v))
 
     @property
