@@ -1,0 +1,134 @@
+"""CUDA C: the C-like printer with CUDA's types, indices, barrier and warp shuffles."""
+from __future__ import annotations
+
+from poot.codegen.cstyle import CPrinter
+from poot.codegen.program import CoopReduce, Kernel
+from poot.dtypes import DType
+from poot.ir.ops import ReduceOp
+
+F32, F16, BF16, I32, U32 = DType.F32, DType.F16, DType.BF16, DType.I32, DType.U32
+WARP = 32
+
+HEADER = """\
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+"""
+
+
+class CudaPrinter(CPrinter):
+    backend = "cuda"
+    qualifier = "static __device__ __forceinline__"
+
+    def __init__(self, device: str = "sm_90", supported=None):
+        self.device = device
+        base = {F32, I32, U32, DType.I16, DType.U16, DType.I8, DType.U8, F16, BF16}
+        self.supported = frozenset(supported if supported is not None else base)
+
+    def type_name(self, dtype: DType) -> str:
+        if dtype is F16:
+            return "__half"
+        if dtype is BF16:
+            return "__nv_bfloat16"
+        return super().type_name(dtype)
+
+    def header(self, kernel: Kernel) -> str:
+        return HEADER
+
+    def signature(self, kernel: Kernel) -> str:
+        params = []
+        for b in kernel.buffers:
+            const = "const " if not b.access.writable else ""
+            params.append(f"{const}{self.type_name(b.dtype)}* __restrict__ {b.name}")
+        return (f'extern "C" __global__ void __launch_bounds__({kernel.threads_per_group}) '
+                f"{kernel.name}({', '.join(params)})")
+
+    def builtin(self, kind: str, axis: int, kernel: Kernel) -> str:
+        a = "xyz"[axis]
+        if kind == "local":
+            return f"((int)threadIdx.{a})"
+        if kind == "group":
+            return f"((int)blockIdx.{a})"
+        if kind == "global":
+            return f"((int)(blockIdx.{a} * {kernel.workgroup3()[axis]}u + threadIdx.{a}))"
+        wx, wy, _ = kernel.workgroup3()
+        return f"((int)(threadIdx.x + {wx}u * (threadIdx.y + {wy}u * threadIdx.z)))"
+
+    def barrier(self) -> str:
+        return "__syncthreads();"
+
+    def shared_decl(self, name: str, dtype: DType, count: int) -> str:
+        return f"__shared__ {self.type_name(dtype)} {name}[{count}];"
+
+    def to_f32(self, dtype: DType, text: str) -> str:
+        return f"__half2float({text})" if dtype is F16 else f"__bfloat162float({text})"
+
+    def from_f32(self, dtype: DType, text: str) -> str:
+        return f"__float2half_rn({text})" if dtype is F16 else f"__float2bfloat16_rn({text})"
+
+    def bitcast(self, src: DType, dst: DType, text: str) -> str:
+        fn = {(I32, F32): "__int_as_float", (U32, F32): "__uint_as_float",
+              (F32, I32): "__float_as_int", (F32, U32): "__float_as_uint"}.get((src, dst))
+        if fn is not None:
+            return f"{fn}({text})"
+        if {src, dst} == {I32, U32}:
+            return f"(({self.type_name(dst)})({text}))"
+        raise self.refuse(src, f"bitcast to {dst}")
+
+    def clz(self, text: str) -> str:
+        return f"__clz({text})"
+
+    # -- cooperative reductions -----------------------------------------------------
+    def _combine(self, op: ReduceOp, dtype: DType, a: str, b: str) -> str:
+        if op is ReduceOp.Sum:
+            return f"({a} + {b})" if dtype is F32 else f"poot_iadd({a}, {b})"
+        return f"poot_fmax({a}, {b})" if dtype is F32 else f"poot_imax({a}, {b})"
+
+    def _warps(self, kernel: Kernel) -> int:
+        return kernel.threads_per_group // WARP
+
+    def needs_scratch(self, s: CoopReduce, kernel: Kernel) -> bool:
+        width = s.width or kernel.threads_per_group
+        return width > WARP or kernel.threads_per_group % WARP != 0
+
+    def reduction_scratch_decl(self, s: CoopReduce, i: int) -> str:
+        count = max(1, -(-self._kernel.threads_per_group // WARP))
+        return self.shared_decl(f"poot_red_{s.name}", s.value.dtype, count if
+                                self._kernel.threads_per_group % WARP == 0
+                                else self._kernel.threads_per_group)
+
+    def coop_reduce(self, s: CoopReduce, kernel: Kernel, depth: int) -> list[str]:
+        pad = self.indent_unit * depth
+        t = self.type_name(s.value.dtype)
+        tpg = kernel.threads_per_group
+        width = s.width or tpg
+        lane = self.builtin("index", 0, kernel)
+        v = f"{s.name}_v"
+        out = [f"{pad}{t} {v} = {self.expr(s.value)};"]
+        if tpg % WARP != 0:
+            # small or ragged workgroups: every thread publishes, each reads its group
+            scratch = f"poot_red_{s.name}"
+            out += [f"{pad}{scratch}[{lane}] = {v};", f"{pad}__syncthreads();",
+                    f"{pad}{v} = {scratch}[({lane} / {width}) * {width}];",
+                    f"{pad}for (int o = 1; o < {width}; ++o) "
+                    f"{v} = {self._combine(s.op, s.value.dtype, v, f'{scratch}[({lane} / {width}) * {width} + o]')};",
+                    f"{pad}__syncthreads();", f"{pad}const {t} {s.name} = {v};"]
+            return out
+        w = min(width, WARP)
+        off = w // 2
+        while off >= 1:
+            out.append(f"{pad}{v} = {self._combine(s.op, s.value.dtype, v, f'__shfl_xor_sync(0xffffffffu, {v}, {off}, 32)')};")
+            off //= 2
+        if width <= WARP:
+            return out + [f"{pad}const {t} {s.name} = {v};"]
+        # across warps: each warp's lane 0 publishes, every thread folds its group's warps
+        scratch = f"poot_red_{s.name}"
+        per_group = width // WARP
+        first = f"({lane} / {width}) * {per_group}"
+        out += [f"{pad}if (({lane} & {WARP - 1}) == 0) {scratch}[{lane} / {WARP}] = {v};",
+                f"{pad}__syncthreads();",
+                f"{pad}{v} = {scratch}[{first}];",
+                f"{pad}for (int o = 1; o < {per_group}; ++o) "
+                f"{v} = {self._combine(s.op, s.value.dtype, v, f'{scratch}[{first} + o]')};",
+                f"{pad}__syncthreads();",
+                f"{pad}const {t} {s.name} = {v};"]
+        return out
