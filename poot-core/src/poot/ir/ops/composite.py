@@ -112,6 +112,13 @@ def attention_chain(b, q, k, v, mask, scale: float):
     hkv, s = k.type.shape[-3], k.type.shape[-2]
     g = hq // hkv
     lead = tuple(lead)
+    mr = mask.type.rank
+    if 2 < mr <= q.type.rank and any(n != 1 for n in mask.type.shape[:-2]):
+        # the scores are [..., Hkv, G, T, S]: a mask [..., H or 1, T, S] must split its head
+        # axis the way q's was split, or its batch axes would line up with Hkv
+        ms = (1,) * (q.type.rank - mr) + tuple(mask.type.shape)
+        mask = b.eqn(Reshape(ms[:-3] + ((hkv, g) if ms[-3] == hq else (1, 1)) + ms[-2:]),
+                     mask)
     qg = _reshape(b, q, lead + (hkv, g * t, d))
     sc = b.eqn(MatMul(), qg, _swap_last(b, k))                      # [..., Hkv, G*T, S]
     sc = b.eqn(Binary(BinaryOp.Mul), sc, b.lit(scale, sc.type.dtype))
@@ -139,6 +146,10 @@ def _attention_type(op: OpKind, ins: Sequence[TensorType]) -> TensorType:
     if mask.rank > q.rank or any(
             m not in (1, w) for m, w in zip(reversed(mask.shape), (s, t))):
         op.fail(f"mask must broadcast to [T={t}, S={s}]", ins)
+    ms = (1,) * (q.rank - mask.rank) + mask.shape
+    if mask.rank > 2 and (ms[-3] not in (1, hq) or any(
+            m not in (1, w) for m, w in zip(ms[:-3], q.shape[:-3]))):
+        op.fail(f"mask must broadcast to q's [..., Hq={hq}] axes, then [T, S]", ins)
     return TensorType(q.shape[:-1] + (v.shape[-1],), q.dtype)
 
 
