@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from poot.ir.graph import Eqn, Lit
 from poot.ir.ops.base import OpKind
-from poot.ir.types import TensorType, ValueId
+from poot.ir.types import TensorType, ValueId, WeightRef
 
 if TYPE_CHECKING:  # pragma: no cover
     from poot.backend import Backend, Device, Lowering
@@ -71,7 +71,7 @@ class Place:
 class WeightSpec:
     """A tensor bound once and cached: a const binder, or a value folded at bind time.
 
-    A raw const has `binder` set. A folded value has `op` and `operands` (WeightSpecs or
+    A raw const has `binder` set (and `ref`, its WeightRef, when the graph names one). A folded value has `op` and `operands` (WeightSpecs or
     Lits) and is computed once on the host by the oracle; `representation` names its
     storage representation in the weight cache key ("f32-decoded" for a decoded packed
     weight, else the op).
@@ -79,6 +79,7 @@ class WeightSpec:
 
     type: TensorType
     binder: ValueId | None = None
+    ref: WeightRef | None = None
     op: OpKind | None = None
     operands: tuple[WeightSpec | Lit, ...] = ()
     representation: str = ""

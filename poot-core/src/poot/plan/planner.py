@@ -1,0 +1,272 @@
+"""make_plan: turn a graph and a target into a Plan (see poot.plan).
+
+The walk over the eqns decides, for each value, where it lives:
+- a const or computed binder, or an eqn the backend folds at bind time: a weight region;
+- a slot or state binder: its own region at a stable address;
+- Reshape of a contiguous value: an alias (same bytes, new type), no dispatch;
+- Transpose whose every reader accepts strided operands: a strided view, no dispatch;
+- DynamicUpdateSlice / ScatterUpdate producing a state_out from its own state_in binder,
+  with no later reader of state_in: in place in the state buffer (donation);
+- anything else: an arena block, live from its eqn to its last reader.
+"""
+from __future__ import annotations
+
+from poot.backend import Backend, Device, get_backend, select_backend
+from poot.errors import GraphError
+from poot.ir import ops as O
+from poot.ir.graph import Eqn, Graph, Lit, OutputKind, Value
+from poot.ir.types import StorageClass, TensorType, ValueId
+from poot.plan.arena import Interval, assign_offsets
+from poot.plan.model import ARENA, Copy, Note, Place, Plan, Region, Step, WeightSpec
+
+_IN_PLACE_OPS = (O.DynamicUpdateSlice, O.ScatterUpdate)
+
+
+def resolve_target(obj, target) -> tuple[Graph, Backend, Device]:
+    """The graph to plan and the (backend, device) to plan it for."""
+    graph = obj if isinstance(obj, Graph) else getattr(obj, "graph", None)
+    if not isinstance(graph, Graph):
+        raise TypeError(f"plan takes a Graph or a compiled result with .graph, "
+                        f"not {type(obj).__name__}")
+    if target is None and not isinstance(obj, Graph):
+        backend = getattr(obj, "backend", None)
+        if backend is not None:
+            target = (backend, getattr(obj, "device", None))
+    if isinstance(target, tuple):
+        backend, device = target
+        backend = get_backend(backend) if isinstance(backend, str) else backend
+        return graph, backend, device or backend.default_device()
+    if isinstance(target, Backend):
+        return graph, target, target.default_device()
+    backend, device = select_backend(target)
+    return graph, backend, device
+
+
+def make_plan(obj, target=None) -> Plan:
+    graph, backend, device = resolve_target(obj, target)
+    return _Planner(graph, backend, device).run()
+
+
+def storage_bytes(t: TensorType) -> int:
+    """Bytes a tensor occupies in a buffer: one element per numpy item (F4E2M1 takes a
+    byte per element, as the oracle holds it)."""
+    return t.size * t.dtype.itemsize
+
+
+def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for d in reversed(shape):
+        strides.append(acc)
+        acc *= d
+    return tuple(reversed(strides))
+
+
+class _Planner:
+    def __init__(self, graph: Graph, backend: Backend, device: Device):
+        self.g, self.backend, self.device = graph, backend, device
+        self.eqns = graph.eqns()
+        self.places: dict[ValueId, Place] = {}
+        self.weights: dict[ValueId, WeightSpec] = {}
+        self.root: dict[ValueId, ValueId] = {}        # alias/view -> the value owning bytes
+        self.regions: dict[str, Region] = {}
+        self.weight_region: dict[int, str] = {}       # id(WeightSpec) -> region name
+        self.steps: list[Step] = []
+        self.notes: list[Note] = []
+        self.arena_values: list[ValueId] = []
+        self.state_out = {out: st for st, out in graph.state()}
+        self.view_strides: dict[ValueId, tuple[int, ...]] = {}   # element strides of views
+
+    # -- the walk ------------------------------------------------------------------
+    def run(self) -> Plan:
+        self.lowerings = [self.backend.lower(e, self.g, self.device) for e in self.eqns]
+        self.users = self._users()
+        self._bind_inputs()
+        self.last_read = self._last_reads()
+        for i, e in enumerate(self.eqns):
+            self._plan_eqn(i, e)
+        intervals = self._intervals()
+        offsets, size = assign_offsets(intervals)
+        self.regions[ARENA] = Region(ARENA, "arena", size)
+        for v in self.arena_values:
+            self.places[v] = Place(ARENA, offsets[v], self.g.type_of(v))
+        self._resolve_arena_places()
+        outputs, copies, state = self._outputs()
+        return Plan(self.g, self.backend, self.device, self._final_steps(), copies,
+                    self._final_notes(), self.regions, dict(self.places), outputs, state,
+                    unshared_bytes=sum(iv.nbytes for iv in intervals),
+                    intervals={iv.key: (iv.start, iv.end) for iv in intervals})
+
+    def _users(self) -> dict[ValueId, list[int]]:
+        users: dict[ValueId, list[int]] = {}
+        for i, e in enumerate(self.eqns):
+            for v in e.value_inputs():
+                users.setdefault(v, []).append(i)
+        return users
+
+    def _bind_inputs(self) -> None:
+        g = self.g
+        for v in g.inputs():
+            meta = g.meta(v)
+            cls = meta.storage.cls
+            label = meta.identity.label or f"v{v.index}"
+            if cls is StorageClass.CONST:
+                self.weights[v] = WeightSpec(meta.aval, binder=v, ref=meta.identity.weight,
+                                             representation=str(meta.aval))
+            elif cls is StorageClass.COMPUTED:
+                gen = g.computed_def(v)
+                self.weights[v] = WeightSpec(meta.aval, op=gen, representation="computed")
+            elif cls in (StorageClass.SLOT, StorageClass.STATE):
+                kind = "slot" if cls is StorageClass.SLOT else "state"
+                name = f"{kind}:{label}"
+                self.regions[name] = Region(name, kind, storage_bytes(meta.aval), value=v)
+                self.places[v] = Place(name, 0, meta.aval)
+            else:
+                raise GraphError(f"{g.name}: binder {v!r} has Device storage (a region body "
+                                 f"parameter); only whole graphs can be planned")
+
+    def _last_reads(self) -> dict[ValueId, int]:
+        return {v: max(ix) for v, ix in self.users.items()}
+
+    def _plan_eqn(self, i: int, e: Eqn) -> None:
+        vins = e.value_inputs()
+        if isinstance(e.op, O.Reshape) and self._contiguous(vins[0]):
+            self._alias(i, e, vins[0], "alias", None)
+            return
+        if isinstance(e.op, O.Transpose) and self._view_ok(e):
+            src = self._stride_of(vins[0])
+            self._alias(i, e, vins[0], "view", tuple(src[p] for p in e.op.perm))
+            return
+        if all(v in self.weights for v in vins):
+            rep = self.backend.bind_time(e, self.g, self.device)
+            if rep is not None:
+                ops = tuple(x if isinstance(x, Lit) else self.weights[x.id] for x in e.inputs)
+                self.weights[e.out] = WeightSpec(self.g.type_of(e.out), op=e.op, operands=ops,
+                                                 representation=rep)
+                self.notes.append(Note(i, e, "bind", None))
+                return
+        lw = self.lowerings[i]
+        inplace = self._donates(i, e)
+        if inplace:
+            self.root[e.out] = vins[0]
+        else:
+            self.arena_values.append(e.out)
+        self.steps.append(Step(i, e, lw, (), None, inplace))  # places filled in later
+
+    # -- aliases and views ------------------------------------------------------------
+    def _contiguous(self, v: ValueId) -> bool:
+        return v not in self.view_strides
+
+    def _stride_of(self, v: ValueId) -> tuple[int, ...]:
+        return self.view_strides.get(v) or contiguous_strides(self.g.type_of(v).shape)
+
+    def _view_ok(self, e: Eqn) -> bool:
+        """A Transpose becomes a strided view when every reader's kernel takes strided
+        operands and nothing else (an alias, an output, a state copy) needs its bytes."""
+        src = e.value_inputs()[0]
+        if not self._contiguous(src) or self._is_output(e.out):
+            return False
+        readers = self.users.get(e.out, [])
+        return bool(readers) and all(
+            self.lowerings[j].strided_inputs and not isinstance(self.eqns[j].op, O.Reshape)
+            for j in readers)
+
+    def _alias(self, i, e, src: ValueId, kind: str, strides) -> None:
+        self.root[e.out] = self.root.get(src, src)
+        if strides is not None:
+            self.view_strides[e.out] = strides
+        if src in self.weights:   # an alias of a weight is that weight, seen differently
+            self.weights[e.out] = self.weights[src]
+        self.notes.append(Note(i, e, kind, None))
+
+    def _is_output(self, v: ValueId) -> bool:
+        return any(o.value == v for o in self.g.outputs())
+
+    # -- donation ------------------------------------------------------------------------
+    def _donates(self, i: int, e: Eqn) -> bool:
+        """The donate contract: state_out = update(state_in, ...) with state_in read by
+        nothing after this eqn, so the update may happen in the state buffer itself."""
+        if not isinstance(e.op, _IN_PLACE_OPS) or not isinstance(e.inputs[0], Value):
+            return False
+        base = e.inputs[0].id
+        if self.state_out.get(e.out) != base:
+            return False
+        readers_after = [j for v in self._aliases_of(base) for j in self.users.get(v, [])
+                         if j > i]
+        return not readers_after and not any(
+            o.value in self._aliases_of(base) for o in self.g.outputs()
+            if o.kind is not OutputKind.STATE_NEXT)
+
+    def _aliases_of(self, v: ValueId) -> set[ValueId]:
+        return {v} | {a for a, r in self.root.items() if r == v}
+
+    # -- lifetimes ------------------------------------------------------------------------
+    def _intervals(self) -> list[Interval]:
+        end_of_step = len(self.eqns)
+        last: dict[ValueId, int] = {}
+        for v, j in self.last_read.items():
+            r = self.root.get(v, v)
+            last[r] = max(last.get(r, -1), j)
+        for o in self.g.outputs():
+            r = self.root.get(o.value, o.value)
+            last[r] = end_of_step
+        start = {e.out: i for i, e in enumerate(self.eqns)}
+        return [Interval(v, start[v], max(last.get(v, start[v]), start[v]),
+                         storage_bytes(self.g.type_of(v))) for v in self.arena_values]
+
+    def _resolve_arena_places(self) -> None:
+        """Places of aliases, views, in-place outputs and weights, now that roots are placed."""
+        for v, w in self.weights.items():
+            if v not in self.places:
+                self.places[v] = self._weight_place(w, self.g.type_of(v), v)
+        for i, e in enumerate(self.eqns):
+            v = e.out
+            if v in self.places or v not in self.root:
+                continue
+            base = self.places[self.root[v]]
+            self.places[v] = Place(base.region, base.offset, self.g.type_of(v),
+                                   self.view_strides.get(v))
+
+    def _weight_place(self, w: WeightSpec, t: TensorType, v: ValueId) -> Place:
+        name = self.weight_region.get(id(w))
+        if name is None:
+            label = (self.g.meta(w.binder).identity.label if w.binder is not None
+                     else f"{w.op.name}.{v.index}")
+            name = f"w:{label}"
+            while name in self.regions:
+                name += "'"
+            self.regions[name] = Region(name, "weight", storage_bytes(w.type), weight=w)
+            self.weight_region[id(w)] = name
+        return Place(name, 0, t, self.view_strides.get(v))
+
+    # -- finishing -----------------------------------------------------------------------
+    def _final_steps(self) -> list[Step]:
+        out = []
+        for s in self.steps:
+            ins = tuple(x if isinstance(x, Lit) else self.places[x.id] for x in s.eqn.inputs)
+            out.append(Step(s.index, s.eqn, s.lowering, ins, self.places[s.eqn.out], s.inplace))
+        return out
+
+    def _final_notes(self) -> list[Note]:
+        return [Note(n.index, n.eqn, n.kind, self.places.get(n.eqn.out)) for n in self.notes]
+
+    def _outputs(self):
+        outputs, copies, state = [], [], []
+        for o in self.g.outputs():
+            if o.kind is OutputKind.STATE_NEXT:
+                dst = self.places[o.input]
+                src = self.places[o.value]
+                if src.region != dst.region or src.offset != dst.offset:
+                    copies.append(Copy(src, dst))
+                state.append((o.input, o.value, dst.region))
+            else:
+                outputs.append((o, self.places[o.value]))
+        dsts = {c.dst.region for c in copies}
+        for c in copies:
+            if c.src.region in dsts:
+                raise GraphError(f"{self.g.name}: state {c.dst.region} takes its next value "
+                                 f"from state {c.src.region}, which is overwritten in the same "
+                                 f"step; compute the value into a fresh tensor first")
+        return outputs, copies, state
+
+
+__all__ = ["make_plan", "resolve_target", "contiguous_strides"]

@@ -1,0 +1,205 @@
+"""The Executor: a Plan bound to a Runtime, run step after step.
+
+    ex = Executor(plan, consts)                # or poot.runtime.load(plan, consts)
+    out = ex.step({"tokens": [5], "pos": [0]}) # one step; out.result is numpy
+
+At construction it allocates every buffer once (the arena, one buffer per slot, the
+state buffers, the weights through the WeightCache) and has the runtime load the plan.
+A step checks every slot value against its slot's declared range before anything is
+written (an out-of-range value raises SlotRangeError and changes nothing, state
+included), writes the slots in place, runs the plan (state is donated: updated in place
+or copied into its buffer at the end of the step) and reads the outputs. A step
+allocates nothing.
+
+Two plans of one model (a prefill plan for T tokens and a decode plan for one) share
+weights and state by sharing the caches: `Executor(decode_plan, consts,
+weights=prefill.weights, state=prefill.state)`. Weights are found by payload identity,
+state buffers by the state binder's name (its type must match).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+import numpy as np
+
+from poot.errors import BindError
+from poot.ir.graph import OutputKind
+from poot.ir.types import ValueId
+from poot.plan.model import ARENA, Place, Plan, Region, WeightSpec
+from poot.reference.evaluate import check_slot, coerce_input
+from poot.runtime.protocol import Buffer, Runtime
+from poot.runtime.weights import WeightCache
+
+
+@dataclass
+class StepResult:
+    """What one step returns: the Result and every witness and export, as numpy."""
+
+    result: np.ndarray
+    witnesses: dict[str, np.ndarray] = field(default_factory=dict)
+    exports: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+class StateStore:
+    """State buffers on one runtime by state name, shared by the executors handed it."""
+
+    def __init__(self, runtime: Runtime):
+        self.runtime = runtime
+        self.buffers: dict[str, tuple[Buffer, str]] = {}
+
+    def buffer(self, name: str, nbytes: int, type_text: str) -> Buffer:
+        got = self.buffers.get(name)
+        if got is not None:
+            buf, have = got
+            if have != type_text:
+                raise BindError(f"state {name!r} is {have} in an earlier plan but {type_text} "
+                                f"here; plans that share state must agree on its type")
+            return buf
+        buf = self.runtime.alloc(max(nbytes, 1), name)
+        self.runtime.write(buf, 0, np.zeros(nbytes, np.uint8))
+        self.buffers[name] = (buf, type_text)
+        return buf
+
+
+class Executor:
+    """Runs one Plan; see the module docstring."""
+
+    def __init__(self, plan: Plan, consts: Mapping | None = None, *,
+                 runtime: Runtime | None = None, weights: WeightCache | None = None,
+                 state: StateStore | None = None):
+        self.plan = plan
+        self.graph = g = plan.graph
+        if runtime is None:
+            runtime = weights.runtime if weights is not None else \
+                plan.backend.runtime(plan.device)
+        self.runtime = runtime
+        self.weights = weights if weights is not None else WeightCache(runtime)
+        self.state = state if state is not None else StateStore(runtime)
+        self._consts = _ConstSource(g, consts or {})
+        self.buffers: dict[str, Buffer] = {}
+        self.slots: dict[str, tuple[ValueId, Buffer]] = {}
+        for region in plan.regions.values():
+            self.buffers[region.name] = self._allocate(region)
+        self.executable = runtime.load(plan, self.buffers)
+        self._outputs = [(o, place) for o, place in plan.outputs]
+        self.steps = 0
+
+    def _allocate(self, region: Region) -> Buffer:
+        rt, g = self.runtime, self.graph
+        if region.kind == "arena":
+            return rt.alloc(max(region.nbytes, 1), ARENA)
+        if region.kind == "slot":
+            buf = rt.alloc(max(region.nbytes, 1), region.name)
+            self.slots[g.meta(region.value).identity.label] = (region.value, buf)
+            return buf
+        if region.kind == "state":
+            return self.state.buffer(g.meta(region.value).identity.label, region.nbytes,
+                                     str(g.type_of(region.value)))
+        return self.weights.bind(region.weight, self._consts, region.name)
+
+    # -- a step ----------------------------------------------------------------------
+    def step(self, slot_values: Mapping) -> StepResult:
+        """Run one step with these slot values (by slot name or ValueId)."""
+        arrays = self._checked_slots(slot_values)
+        for label, a in arrays.items():
+            self.runtime.write(self.slots[label][1], 0, a)
+        self.executable.run()
+        self.steps += 1
+        return self._read_outputs()
+
+    def _checked_slots(self, values: Mapping) -> dict[str, np.ndarray]:
+        by_id = {vid: label for label, (vid, _) in self.slots.items()}
+        given: dict[str, object] = {}
+        for k, v in values.items():
+            label = by_id.get(k) if isinstance(k, ValueId) else k
+            if label not in self.slots:
+                raise BindError(f"{self.graph.name} has no slot {k!r}; slots: "
+                                f"{', '.join(self.slots)}")
+            given[label] = v
+        missing = [s for s in self.slots if s not in given]
+        if missing:
+            raise BindError(f"{self.graph.name}: slots {missing} are not given a value")
+        out = {}
+        for label, v in given.items():
+            vid = self.slots[label][0]
+            what = f"slot {label}"
+            a = coerce_input(vid, self.graph.type_of(vid), v, what)
+            check_slot(self.graph, vid, a, what)
+            out[label] = a
+        return out
+
+    def _read_outputs(self) -> StepResult:
+        res = StepResult(result=None)
+        for o, place in self._outputs:
+            a = self.read(place)
+            if o.kind is OutputKind.RESULT:
+                res.result = a
+            elif o.kind is OutputKind.WITNESS:
+                res.witnesses[o.label] = a
+            elif o.kind is OutputKind.EXPORT:
+                res.exports[o.boundary.name] = a
+        return res
+
+    # -- host access ----------------------------------------------------------------
+    def read(self, place: Place) -> np.ndarray:
+        if not place.contiguous:
+            raise BindError(f"{place} is a strided view; only contiguous places are read")
+        raw = self.runtime.read(self.buffers[place.region], place.offset,
+                                place.type.size * place.type.dtype.itemsize)
+        return raw.view(place.type.dtype.numpy).reshape(place.type.shape)
+
+    def _state_region(self, name: str) -> Region:
+        region = self.plan.regions.get(f"state:{name}")
+        if region is None:
+            names = [r.name.removeprefix("state:") for r in self.plan.state_regions()]
+            raise BindError(f"{self.graph.name} has no state {name!r}; state: {names}")
+        return region
+
+    def read_state(self, name: str) -> np.ndarray:
+        """The current content of the state buffer `name` (a state binder's name)."""
+        region = self._state_region(name)
+        return self.read(Place(region.name, 0, self.graph.type_of(region.value)))
+
+    def write_state(self, name: str, value) -> None:
+        """Replace the content of the state buffer `name` (checked like any input)."""
+        region = self._state_region(name)
+        a = coerce_input(region.value, self.graph.type_of(region.value), value,
+                         f"state {name}")
+        self.runtime.write(self.buffers[region.name], 0, a)
+
+    def state_names(self) -> list[str]:
+        return [self.graph.meta(r.value).identity.label for r in self.plan.state_regions()]
+
+
+class _ConstSource:
+    """Host arrays of a graph's const binders, by label or ValueId, checked on first use."""
+
+    def __init__(self, graph, consts: Mapping):
+        self.graph = graph
+        self.by_label: dict[str, object] = {}
+        for k, v in consts.items():
+            label = graph.meta(k).identity.label if isinstance(k, ValueId) else k
+            self.by_label[label] = v
+        self.checked: dict[ValueId, np.ndarray] = {}
+
+    def __call__(self, spec: WeightSpec) -> np.ndarray:
+        vid = spec.binder
+        got = self.checked.get(vid)
+        if got is None:
+            meta = self.graph.meta(vid)
+            label = meta.identity.label
+            if label not in self.by_label:
+                raise BindError(f"const {label} ({meta.aval}) of {self.graph.name} is not "
+                                f"given; pass it in consts by name")
+            got = coerce_input(vid, meta.aval, self.by_label[label], f"const {label}")
+            self.checked[vid] = got
+        return got
+
+
+def load(plan: Plan, consts: Mapping | None = None, **kw) -> Executor:
+    """`Executor(plan, consts, **kw)`."""
+    return Executor(plan, consts, **kw)
+
+
+__all__ = ["Executor", "StepResult", "StateStore", "load"]

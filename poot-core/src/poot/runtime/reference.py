@@ -1,0 +1,200 @@
+"""The reference runtime: buffers are host numpy bytes; a step runs each planned eqn.
+
+Every kernel is prepared in `load`: numpy views of its operands and result at their
+planned places (strided views where the plan says so) and one callable per step. A step
+calls them in order. Kernels compute exactly what the oracle (`poot.reference.apply`)
+computes: the hot F32 ops call the same numpy routine the oracle's rule calls, writing
+into the planned place (`out=`); every other op goes through `apply` itself.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+import numpy as np
+
+from poot.backend import Device
+from poot.dtypes import DType
+from poot.errors import CapacityError, OutOfRange
+from poot.ir import ops as O
+from poot.ir.graph import Lit
+from poot.plan.model import ALIGN, Place, Plan, Step
+from poot.reference import apply
+
+Kernel = Callable[[], None]
+
+
+@dataclass(eq=False)
+class HostBuffer:
+    """A Buffer of the reference runtime: 256-aligned host bytes that never move."""
+
+    data: np.ndarray
+    nbytes: int
+    label: str
+
+
+class ReferenceExecutable:
+    recorded = False     # the reference runtime runs the plan directly, never records
+
+    def __init__(self, kernels: list[Kernel]):
+        self.kernels = kernels
+
+    def run(self) -> None:
+        with np.errstate(all="ignore"):
+            for k in self.kernels:
+                k()
+
+
+class ReferenceRuntime:
+    """The Runtime of the reference backend (see poot.runtime.protocol)."""
+
+    def __init__(self, device: Device, limit_bytes: int | None = None):
+        self.device = device
+        self.limit_bytes = limit_bytes
+        self.allocated = 0
+        self.allocs = 0          # calls of alloc, so tests can check steps allocate nothing
+
+    def alloc(self, nbytes: int, label: str) -> HostBuffer:
+        if self.limit_bytes is not None and self.allocated + nbytes > self.limit_bytes:
+            raise CapacityError(f"{self.device}: allocating {nbytes} bytes for {label} exceeds "
+                                f"the runtime's limit of {self.limit_bytes} bytes "
+                                f"({self.allocated} in use)")
+        raw = np.empty(nbytes + ALIGN, np.uint8)
+        skip = (-raw.ctypes.data) % ALIGN
+        self.allocs += 1
+        self.allocated += nbytes
+        return HostBuffer(raw[skip: skip + nbytes], nbytes, label)
+
+    def write(self, buf: HostBuffer, offset: int, array: np.ndarray) -> None:
+        src = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+        buf.data[offset: offset + src.size] = src
+
+    def read(self, buf: HostBuffer, offset: int, nbytes: int) -> np.ndarray:
+        return buf.data[offset: offset + nbytes].copy()
+
+    def load(self, plan: Plan, buffers: Mapping[str, HostBuffer]) -> ReferenceExecutable:
+        view = _Views(buffers)
+        kernels = [_kernel(step, view) for step in plan.steps]
+        kernels += [_copy(view(c.src), view(c.dst)) for c in plan.copies]
+        return ReferenceExecutable(kernels)
+
+
+class _Views:
+    """numpy views of planned places, made once at load."""
+
+    def __init__(self, buffers: Mapping[str, HostBuffer]):
+        self.buffers = buffers
+
+    def __call__(self, place: Place) -> np.ndarray:
+        t = place.type
+        dt = t.dtype.numpy
+        strides = None if place.strides is None else tuple(s * dt.itemsize for s in place.strides)
+        return np.ndarray(t.shape, dtype=dt, buffer=self.buffers[place.region].data,
+                          offset=place.offset, strides=strides)
+
+
+def _copy(src: np.ndarray, dst: np.ndarray) -> Kernel:
+    return lambda: np.copyto(dst, src)
+
+
+def _kernel(step: Step, view: _Views) -> Kernel:
+    op = step.eqn.op
+    args = [np.asarray(x.value, x.dtype.numpy) if isinstance(x, Lit) else view(x)
+            for x in step.inputs]
+    out = view(step.out)
+    if step.inplace:
+        return (_dus_in_place if isinstance(op, O.DynamicUpdateSlice) else _scatter_in_place)(
+            op, args, out)
+    in_types = [x.type for x in step.inputs]
+    fast = _fast_kernel(op, args, in_types, out)
+    if fast is not None:
+        return fast
+    out_type = step.out.type
+
+    def generic():
+        out[...] = apply(op, args, in_types, out_type)
+    return generic
+
+
+_F32_BINARY = {O.BinaryOp.Add: np.add, O.BinaryOp.Sub: np.subtract, O.BinaryOp.Mul: np.multiply,
+               O.BinaryOp.Div: np.divide, O.BinaryOp.Max: np.maximum}
+_F32_UNARY = {O.UnaryOp.Exp: np.exp, O.UnaryOp.Sqrt: np.sqrt, O.UnaryOp.Neg: np.negative,
+              O.UnaryOp.Log: np.log, O.UnaryOp.Tanh: np.tanh}
+
+
+def _fast_kernel(op, args, in_types, out) -> Kernel | None:
+    """The oracle's own numpy routine written into `out`, for the ops a decoder spends its
+    time in. Only F32, where the oracle's rule computes in the operand dtype directly."""
+    f32 = all(t.dtype is DType.F32 for t in in_types) and out.dtype == np.float32
+    if isinstance(op, O.Binary) and f32 and op.op in _F32_BINARY:
+        fn, (a, b) = _F32_BINARY[op.op], args
+        return lambda: fn(a, b, out=out)
+    if isinstance(op, O.Unary) and f32 and op.op in _F32_UNARY:
+        fn, (a,) = _F32_UNARY[op.op], args
+        return lambda: fn(a, out=out)
+    if isinstance(op, O.MatMul) and f32:
+        a, b = args
+        return lambda: np.matmul(a, b, out=out)
+    if isinstance(op, O.Reduce) and f32:
+        (x,) = args
+        axis, keep = op.axis, op.keepdim
+        if op.op is O.ReduceOp.Max:
+            return lambda: np.max(x, axis=axis, keepdims=keep, out=out)
+        return lambda: np.sum(x, axis=axis, keepdims=keep, dtype=np.float32, out=out)
+    if isinstance(op, O.Gather):
+        src, idx = args
+        axis = op.axis % src.ndim
+        size = src.shape[axis]
+
+        def gather():
+            _check_index(idx, size, "Gather")
+            np.take(src, idx, axis=axis, out=out)
+        return gather
+    return None
+
+
+def _check_index(idx: np.ndarray, size: int, what: str, allow_minus_one: bool = False) -> None:
+    if idx.size == 0:
+        return
+    lo = -1 if allow_minus_one else 0
+    low, high = int(idx.min()), int(idx.max())
+    if low < lo or high >= size:
+        bad = low if low < lo else high
+        raise OutOfRange(f"{what}: index {bad} outside [{lo}, {size})")
+
+
+def _dus_in_place(op: O.DynamicUpdateSlice, args, state: np.ndarray) -> Kernel:
+    """Write the update into the donated state at the clamped index (the oracle's rule)."""
+    _, upd, index = args
+    axis = op.axis % state.ndim
+    limit = state.shape[axis] - upd.shape[axis]
+    n = upd.shape[axis]
+    flat = index.reshape(-1)
+
+    def dus():
+        start = min(max(int(flat[0]), 0), limit)
+        sl = [slice(None)] * state.ndim
+        sl[axis] = slice(start, start + n)
+        state[tuple(sl)] = upd
+    return dus
+
+
+def _scatter_in_place(op: O.ScatterUpdate, args, pool: np.ndarray) -> Kernel:
+    """Rows of src into the donated pool at their slots; -1 skips; the later row wins."""
+    _, src, slots = args
+    size = pool.shape[0]
+
+    def scatter():
+        _check_index(slots, size, "ScatterUpdate", allow_minus_one=True)
+        keep = slots >= 0
+        where = slots[keep]
+        rows = src[keep]
+        if np.unique(where).size != where.size:
+            _, last = np.unique(where[::-1], return_index=True)
+            pick = where.size - 1 - last
+            where, rows = where[pick], rows[pick]
+        pool[where] = rows
+    return scatter
+
+
+__all__ = ["ReferenceRuntime", "ReferenceExecutable", "HostBuffer"]
