@@ -71,10 +71,10 @@ class Place:
 class WeightSpec:
     """A tensor bound once and cached: a const binder, or a value folded at bind time.
 
-    A raw const has `binder` set (and `ref`, its WeightRef, when the graph names one). A folded value has `op` and `operands` (WeightSpecs or
-    Lits) and is computed once on the host by the oracle; `representation` names its
-    storage representation in the weight cache key ("f32-decoded" for a decoded packed
-    weight, else the op).
+    A raw const has `binder` set (and `ref`, its WeightRef, when the graph names one).
+    A folded value has `op` and `operands` (WeightSpecs or Lits) and is computed once on
+    the host by the oracle. `representation` names its storage representation in the
+    weight cache key ("f32-decoded" for a decoded packed weight, "folded" otherwise).
     """
 
     type: TensorType

@@ -218,7 +218,7 @@ class _Planner:
         for v, w in self.weights.items():
             if v not in self.places:
                 self.places[v] = self._weight_place(w, self.g.type_of(v), v)
-        for i, e in enumerate(self.eqns):
+        for e in self.eqns:
             v = e.out
             if v in self.places or v not in self.root:
                 continue

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from poot.ir.graph import Lit
-from poot.plan.model import Plan, Place
+from poot.plan.model import Place, Plan
 
 
 def mib(n: int) -> str:
@@ -30,7 +30,7 @@ def format_summary(p: Plan) -> str:
     ])
 
 
-def _operand(x: "Place | Lit") -> str:
+def _operand(x: Place | Lit) -> str:
     return repr(x) if isinstance(x, Lit) else str(x)
 
 

@@ -18,8 +18,8 @@ state buffers by the state binder's name (its type must match).
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 import numpy as np
 

@@ -8,8 +8,8 @@ into the planned place (`out=`); every other op goes through `apply` itself.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping
 
 import numpy as np
 

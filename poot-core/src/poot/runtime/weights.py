@@ -12,7 +12,7 @@ and the device. Different bytes never reuse a cached weight; the same bytes boun
 from __future__ import annotations
 
 import hashlib
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
