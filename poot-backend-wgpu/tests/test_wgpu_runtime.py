@@ -1,12 +1,12 @@
-"""The runtime on hand-written WGSL: arena layout, limits, recorded steps, replay, slots."""
+"""The runtime on hand-written WGSL: buffers, transfers, limits, recorded steps, replay."""
 import numpy as np
 import pytest
-from poot.errors import LimitExceeded, LoweringError
+from poot.errors import BindError, LimitExceeded, LoweringError
+from poot_wgpu import memory
 from poot_wgpu.kernel import Dispatch, KernelCache, workgroup_grid
-from poot_wgpu.memory import Arena
-from poot_wgpu.step import RecordedStep
+from poot_wgpu.step import BufferCopy, RecordedStep
 
-# y = a * x + y, with `a` read from a one-word slot buffer; linear group id over x and y.
+# y = a * x + y, with `a` read from a one-word slot; linear group id over x and y.
 AXPY = """
 @group(0) @binding(0) var<storage, read_write> a: array<f32>;
 @group(0) @binding(1) var<storage, read_write> x: array<f32>;
@@ -21,45 +21,49 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 """
 
 
-def _axpy_plan(dev, n, rng):
-    arena = Arena(dev, {"a": 4, "x": 4 * n, "y": 4 * n})
+def _axpy(dev, n, rng):
+    """One buffer holding a, x, y at 256-byte aligned offsets (a plan's arena)."""
+    offsets = {"a": 0, "x": 256, "y": 256 + memory.align(4 * n, 256)}
+    arena = memory.WgpuBuffer(dev, offsets["y"] + 4 * n, "arena")
     x = rng.standard_normal(n).astype(np.float32)
     y = rng.standard_normal(n).astype(np.float32)
-    arena.write("x", x)
-    arena.write("y", y)
+    memory.write(dev, arena, offsets["x"], x)
+    memory.write(dev, arena, offsets["y"], y)
     kernel = KernelCache(dev).get(AXPY, 3, label="axpy")
-    groups = workgroup_grid(dev, -(-n // 64))
-    dispatch = Dispatch(kernel, kernel.bind(arena, ["a", "x", "y"]), groups)
-    return arena, x, y, dispatch
+    group = kernel.bind([memory.storage_binding(dev, arena, offsets[k], 4 if k == "a" else 4 * n,
+                                                k) for k in "axy"])
+    return arena, offsets, x, y, Dispatch(kernel, group, workgroup_grid(dev, -(-n // 64)))
 
 
-def test_arena_aligns_regions_and_pads_to_words(wgpu_device):
-    arena = Arena(wgpu_device, {"a": 3, "b": 40, "c": 1})
-    align = wgpu_device.limit("min-storage-buffer-offset-alignment")
-    offsets = [r.offset for r in arena.regions.values()]
-    assert all(o % align == 0 for o in offsets) and len(set(offsets)) == 3
-    assert arena.region("a").size == 4 and arena.region("c").size == 4
-    data = np.arange(3, dtype=np.uint8) + 7
-    arena.write("a", data)
-    assert arena.read("a", np.uint8, (3,)).tolist() == data.tolist()
+def test_unaligned_writes_and_reads_keep_neighbouring_bytes(wgpu_device):
+    buf = memory.WgpuBuffer(wgpu_device, 13, "bytes")
+    assert buf.gpu.size == 16
+    memory.write(wgpu_device, buf, 0, np.arange(1, 14, dtype=np.uint8))
+    memory.write(wgpu_device, buf, 5, np.array([200, 201, 202], np.uint8))  # inside words
+    got = memory.read(wgpu_device, buf, 3, 7)
+    assert got.tolist() == [4, 5, 200, 201, 202, 9, 10]
+    with pytest.raises(BindError):
+        memory.write(wgpu_device, buf, 14, np.zeros(4, np.uint8))
 
 
-def test_arena_splits_over_buffers_at_max_buffer_size(limited):
+def test_buffer_over_max_buffer_size_is_refused(limited):
     dev = limited(max_buffer_size=1024)
-    arena = Arena(dev, {"a": 600, "b": 600, "c": 100})
-    assert [r.arena for r in arena.regions.values()] == [0, 1, 1]
-    assert len(arena.buffers) == 2
-    with pytest.raises(LimitExceeded, match="max-buffer-size"):
-        Arena(dev, {"huge": 2048})
+    memory.WgpuBuffer(dev, 1024, "fits")
+    with pytest.raises(LimitExceeded, match="max-buffer-size 1024"):
+        memory.WgpuBuffer(dev, 1025, "too big")
 
 
-def test_binding_over_the_storage_binding_limit_is_refused(limited):
+def test_binding_limits_are_typed_refusals(limited):
     dev = limited(max_storage_buffer_binding_size=256)
-    arena = Arena(dev, {"small": 256, "big": 260})
-    arena.binding("small")
+    buf = memory.WgpuBuffer(dev, 1024, "arena")
+    memory.storage_binding(dev, buf, 256, 256, "fits")
     with pytest.raises(LimitExceeded, match="max-storage-buffer-binding-size 256") as e:
-        arena.binding("big")
+        memory.storage_binding(dev, buf, 0, 260, "big")
     assert e.value.backend == "wgpu" and e.value.device == dev.name
+    with pytest.raises(LimitExceeded, match="min-storage-buffer-offset-alignment"):
+        memory.storage_binding(dev, buf, 4, 16, "misaligned")
+    with pytest.raises(BindError, match="past the end"):
+        memory.storage_binding(dev, buf, 896, 256, "overrun")
 
 
 def test_too_many_bindings_is_refused(limited):
@@ -74,29 +78,39 @@ def test_invalid_wgsl_is_a_lowering_error_with_the_source(wgpu_device):
     assert "fn main( {" in str(e.value)
 
 
-def test_recorded_step_replays_with_slot_rewrites(wgpu_device):
+def test_kernel_cache_compiles_a_source_once(wgpu_device):
+    cache = KernelCache(wgpu_device)
+    assert cache.get(AXPY, 3) is cache.get(AXPY, 3) and len(cache) == 1
+
+
+def test_recorded_step_replays_with_slot_rewrites_and_copies(wgpu_device):
     rng = np.random.default_rng(1)
     n = 1000
-    arena, x, y, axpy = _axpy_plan(wgpu_device, n, rng)
-    step = RecordedStep(wgpu_device, [axpy, axpy])  # two dependent dispatches, one submit
+    arena, off, x, y, axpy = _axpy(wgpu_device, n, rng)
+    keep = memory.WgpuBuffer(wgpu_device, 4 * n, "state")
+    copy = BufferCopy(arena.gpu, off["y"], keep.gpu, 0, 4 * n)
+    step = RecordedStep(wgpu_device, [axpy, axpy], [copy])  # two dependent dispatches
     expect = y.copy()
     for a in rng.uniform(0.5, 2.0, 3).astype(np.float32):
-        arena.write("a", np.array([a], np.float32))  # the slot, rewritten in place
+        memory.write(wgpu_device, arena, off["a"], np.array([a], np.float32))  # the slot
         step.submit()
         expect = a * x + (a * x + expect)
-        np.testing.assert_allclose(arena.read("y", np.float32, (n,)), expect, rtol=1e-5)
+        got = memory.read(wgpu_device, arena, off["y"], 4 * n).view(np.float32)
+        np.testing.assert_allclose(got, expect, rtol=1e-5)
+        np.testing.assert_array_equal(memory.read(wgpu_device, keep, 0, 4 * n).view(np.float32),
+                                      got)
     assert step.replays == 3
 
 
 def test_grid_over_the_per_dimension_limit_folds_into_y(limited):
     dev = limited(max_compute_workgroups_per_dimension=4)
     n = 64 * 10 - 3  # ten groups, the last partial: folds to 4 x 3 with two idle groups
-    rng = np.random.default_rng(2)
-    arena, x, y, axpy = _axpy_plan(dev, n, rng)
+    arena, off, x, y, axpy = _axpy(dev, n, np.random.default_rng(2))
     assert axpy.groups == (4, 3, 1)
-    arena.write("a", np.array([3.0], np.float32))
+    memory.write(dev, arena, off["a"], np.array([3.0], np.float32))
     RecordedStep(dev, [axpy]).submit()
-    np.testing.assert_allclose(arena.read("y", np.float32, (n,)), 3 * x + y, rtol=1e-6)
+    got = memory.read(dev, arena, off["y"], 4 * n).view(np.float32)
+    np.testing.assert_allclose(got, 3 * x + y, rtol=1e-6)
     with pytest.raises(LimitExceeded):
         workgroup_grid(dev, 17)
 
@@ -114,15 +128,15 @@ fn main(@builtin(local_invocation_index) lid: u32) {
   if (lid == 0u) { s[0] = total; }
 }
 """
-    rng = np.random.default_rng(3)
-    h = rng.standard_normal(32).astype(np.float16)
-    arena = Arena(wgpu_device, {"h": h.nbytes, "s": 4})
-    arena.write("h", h)
+    h = np.random.default_rng(3).standard_normal(32).astype(np.float16)
+    buf = memory.WgpuBuffer(wgpu_device, 256 + 4, "hs")
+    memory.write(wgpu_device, buf, 0, h)
     kernel = KernelCache(wgpu_device).get(src, 2)
-    RecordedStep(wgpu_device, [Dispatch(kernel, kernel.bind(arena, ["h", "s"]), (1, 1, 1))]
-                 ).submit()
-    np.testing.assert_array_equal(arena.read("h", np.float16, (32,)), h * np.float16(2))
-    # one subgroup holds lanes 0..size-1; its sum is a prefix of the doubled values
-    s = arena.read("s", np.float32, (1,))[0]
-    prefixes = np.cumsum((h * 2).astype(np.float32))
-    assert np.isclose(prefixes, s, rtol=1e-5).any()
+    group = kernel.bind([memory.storage_binding(wgpu_device, buf, 0, h.nbytes, "h"),
+                         memory.storage_binding(wgpu_device, buf, 256, 4, "s")])
+    RecordedStep(wgpu_device, [Dispatch(kernel, group, (1, 1, 1))]).submit()
+    doubled = memory.read(wgpu_device, buf, 0, h.nbytes).view(np.float16)
+    np.testing.assert_array_equal(doubled, h * np.float16(2))
+    # one subgroup holds lanes 0..size-1; its sum is a prefix sum of the doubled values
+    s = memory.read(wgpu_device, buf, 256, 4).view(np.float32)[0]
+    assert np.isclose(np.cumsum(doubled.astype(np.float32)), s, rtol=1e-5).any()

@@ -56,5 +56,10 @@ class WgpuBackend(Backend):
         return Lowering(kind, launch=launch, program=(program, printed),
                         dispatches=len(printed), extra={"alias": program.alias})
 
+    def runtime(self, device: Device):
+        from poot_wgpu.runtime import WgpuRuntime
+
+        return WgpuRuntime(device, self._device(device))
+
 
 BACKEND_INSTANCE = WgpuBackend()

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from poot.errors import LimitExceeded, LoweringError
 
 from poot_wgpu.device import WgpuDevice
-from poot_wgpu.memory import BACKEND, Arena
+from poot_wgpu.memory import BACKEND
 
 
 class Kernel:
@@ -45,14 +45,14 @@ class Kernel:
             raise LoweringError(f"wgpu rejected kernel {label!r}: {e}\n--- source ---\n"
                                 f"{source}", backend=BACKEND, device=dev.name) from e
 
-    def bind(self, arena: Arena, regions: list[str]):
-        """A bind group of this kernel over the named regions, in binding order."""
-        if len(regions) != self.n_bindings:
+    def bind(self, resources: list[dict]):
+        """A bind group of this kernel over buffer ranges ({buffer, offset, size}), in
+        binding order."""
+        if len(resources) != self.n_bindings:
             raise LoweringError(f"kernel {self.label!r} has {self.n_bindings} bindings, "
-                                f"got {len(regions)} regions", backend=BACKEND,
+                                f"got {len(resources)} buffers", backend=BACKEND,
                                 device=self.dev.name)
-        entries = [{"binding": i, "resource": arena.binding(name)}
-                   for i, name in enumerate(regions)]
+        entries = [{"binding": i, "resource": r} for i, r in enumerate(resources)]
         return self.dev.device.create_bind_group(layout=self.layout, entries=entries)
 
 
@@ -72,6 +72,16 @@ class KernelCache:
 
     def __len__(self) -> int:
         return len(self._kernels)
+
+
+def dispatches_for(cache: KernelCache, printed, resolve) -> list[Dispatch]:
+    """Compile (or reuse) each printed kernel and bind its buffers; `resolve(Buffer)` gives
+    the bind-group resource of one of the kernel's buffer parameters."""
+    out = []
+    for p in printed:
+        kernel = cache.get(p.source, len(p.buffers), label=p.name)
+        out.append(Dispatch(kernel, kernel.bind([resolve(b) for b in p.buffers]), p.groups))
+    return out
 
 
 @dataclass(frozen=True)

@@ -1,102 +1,97 @@
-"""Device memory of one plan: regions laid out once in arena buffers, at stable offsets.
+"""Device buffers and host transfers on wgpu, within the adapter's limits.
 
-A plan's tensors are regions of as few arena buffers as the adapter allows
-(`max-buffer-size` each); a kernel binds each region it touches as its own
-storage binding (offset, size), so a region must fit `max-storage-buffer-binding-size`
-and start at `min-storage-buffer-offset-alignment`. Consts are written once, slots are
-rewritten in place with `queue.write_buffer` (ordered before the next submit), and
-results are read back with `queue.read_buffer`.
+Buffers are created once at their full size (stable for the life of a plan) with
+STORAGE | COPY_SRC | COPY_DST usage. wgpu moves bytes in whole 32-bit words at
+word-aligned offsets; `write` and `read` accept any byte range and merge the
+partial words at its ends, so a 2-byte slot or an odd bf16 tensor never clobbers
+its neighbours. A kernel binds a byte range of a buffer (`storage_binding`), which
+must fit `max-storage-buffer-binding-size` and start at
+`min-storage-buffer-offset-alignment`; otherwise a typed LimitExceeded.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
-from poot.errors import BindError, LimitExceeded
+from poot.errors import BindError, CapacityError, LimitExceeded
 
 from poot_wgpu.device import WgpuDevice
 
 BACKEND = "wgpu"
-_WORD = 4
+WORD = 4
 
 
-@dataclass(frozen=True)
-class Region:
-    """A named byte range of one arena buffer; `size` is padded to whole 32-bit words."""
-
-    name: str
-    arena: int
-    offset: int
-    size: int
-    nbytes: int  # the tensor's own byte count (before padding)
-
-
-def _align(n: int, a: int) -> int:
+def align(n: int, a: int = WORD) -> int:
     return (n + a - 1) // a * a
 
 
-class Arena:
-    """Lays out named regions, allocates the arena buffers, reads and writes regions."""
+class WgpuBuffer:
+    """A device buffer (the poot.runtime Buffer protocol): `nbytes`, `label`, `gpu`."""
 
-    def __init__(self, dev: WgpuDevice, sizes: dict[str, int], label: str = "poot-plan"):
+    def __init__(self, dev: WgpuDevice, nbytes: int, label: str):
         import wgpu
 
-        self.dev = dev
-        align = dev.limit("min-storage-buffer-offset-alignment")
-        max_buffer = dev.limit("max-buffer-size")
-        self.regions: dict[str, Region] = {}
-        arena_sizes: list[int] = [0]
-        for name, nbytes in sizes.items():
-            size = max(_align(int(nbytes), _WORD), _WORD)  # storage bindings: whole words
-            if size > max_buffer:
-                raise LimitExceeded(
-                    f"tensor {name!r} needs {size} bytes, over the adapter's max-buffer-size "
-                    f"{max_buffer}", backend=BACKEND, device=dev.name)
-            offset = _align(arena_sizes[-1], align)
-            if offset + size > max_buffer:  # start the next arena buffer
-                arena_sizes.append(0)
-                offset = 0
-            self.regions[name] = Region(name, len(arena_sizes) - 1, offset, size, int(nbytes))
-            arena_sizes[-1] = offset + size
+        size = max(align(nbytes), WORD)
+        cap = dev.limit("max-buffer-size")
+        if size > cap:
+            raise LimitExceeded(f"buffer {label!r} needs {size} bytes, over the adapter's "
+                                f"max-buffer-size {cap}", backend=BACKEND, device=dev.name)
         usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST | wgpu.BufferUsage.COPY_SRC
-        self.buffers = [dev.device.create_buffer(label=f"{label}/{i}", size=max(s, _WORD),
-                                                 usage=usage)
-                        for i, s in enumerate(arena_sizes)]
-
-    @property
-    def nbytes(self) -> int:
-        return sum(b.size for b in self.buffers)
-
-    def region(self, name: str) -> Region:
         try:
-            return self.regions[name]
-        except KeyError:
-            raise BindError(f"no buffer named {name!r} in this plan's arena") from None
+            self.gpu = dev.device.create_buffer(label=label, size=size, usage=usage)
+        except wgpu.GPUError as e:  # out of memory (or a driver refusal) at this size
+            raise CapacityError(f"wgpu could not allocate {size} bytes for {label!r} on "
+                                f"{dev.name}: {e}") from e
+        self.nbytes, self.label = int(nbytes), label
 
-    def binding(self, name: str) -> dict:
-        """The bind-group resource for a region; refuses one over the binding limit."""
-        r = self.region(name)
-        limit = self.dev.limit("max-storage-buffer-binding-size")
-        if r.size > limit:
-            raise LimitExceeded(
-                f"tensor {name!r} is {r.size} bytes, over the adapter's "
-                f"max-storage-buffer-binding-size {limit}; a kernel cannot bind it whole",
-                backend=BACKEND, device=self.dev.name)
-        return {"buffer": self.buffers[r.arena], "offset": r.offset, "size": r.size}
+    def __repr__(self) -> str:
+        return f"WgpuBuffer({self.label!r}, {self.nbytes} bytes)"
 
-    def write(self, name: str, data: np.ndarray) -> None:
-        """Write a tensor's bytes in place (ordered before the next queue submit)."""
-        r = self.region(name)
-        raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
-        if raw.size != r.nbytes:
-            raise BindError(f"buffer {name!r} holds {r.nbytes} bytes, got {raw.size}")
-        pad = (-raw.size) % _WORD  # write_buffer moves whole words
-        if pad:
-            raw = np.concatenate([raw, np.zeros(pad, np.uint8)])
-        self.dev.queue.write_buffer(self.buffers[r.arena], r.offset, raw)
 
-    def read(self, name: str, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
-        """Copy a region back to the host (waits for the queue)."""
-        r = self.region(name)
-        raw = self.dev.queue.read_buffer(self.buffers[r.arena], r.offset, r.size)
-        return np.frombuffer(raw, np.uint8)[:r.nbytes].view(dtype).reshape(shape).copy()
+def _check_range(buf: WgpuBuffer, offset: int, nbytes: int) -> None:
+    if offset < 0 or offset + nbytes > buf.gpu.size:
+        raise BindError(f"{nbytes} bytes at {offset} do not fit buffer {buf.label!r} "
+                        f"({buf.nbytes} bytes)")
+
+
+def write(dev: WgpuDevice, buf: WgpuBuffer, offset: int, array: np.ndarray) -> None:
+    """Copy `array`'s bytes into `buf` at byte `offset` (ordered before the next submit)."""
+    raw = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+    _check_range(buf, offset, raw.size)
+    start, end = offset - offset % WORD, align(offset + raw.size)
+    if (start, end) != (offset, offset + raw.size):  # keep the bytes around a partial word
+        window = read(dev, buf, start, end - start)
+        window[offset - start:offset - start + raw.size] = raw
+        raw = window
+    if raw.size:
+        dev.queue.write_buffer(buf.gpu, start, raw)
+
+
+def read(dev: WgpuDevice, buf: WgpuBuffer, offset: int, nbytes: int) -> np.ndarray:
+    """`nbytes` bytes of `buf` from `offset` as a fresh uint8 array (waits for the queue)."""
+    _check_range(buf, offset, nbytes)
+    start, end = offset - offset % WORD, align(offset + nbytes)
+    if end == start:
+        return np.zeros(0, np.uint8)
+    raw = np.frombuffer(dev.queue.read_buffer(buf.gpu, start, end - start), np.uint8)
+    return raw[offset - start:offset - start + nbytes].copy()
+
+
+def storage_binding(dev: WgpuDevice, buf: WgpuBuffer, offset: int, size: int,
+                    what: str) -> dict:
+    """The bind-group resource of `size` bytes of `buf` at `offset`, checked against the
+    adapter's limits (the size is rounded up to whole words: storage arrays hold words)."""
+    size = max(align(size), WORD)
+    limit = dev.limit("max-storage-buffer-binding-size")
+    if size > limit:
+        raise LimitExceeded(
+            f"tensor {what!r} is {size} bytes, over the adapter's "
+            f"max-storage-buffer-binding-size {limit}; a kernel cannot bind it whole",
+            backend=BACKEND, device=dev.name)
+    alignment = dev.limit("min-storage-buffer-offset-alignment")
+    if offset % alignment:
+        raise LimitExceeded(f"tensor {what!r} starts at byte {offset}, not a multiple of the "
+                            f"adapter's min-storage-buffer-offset-alignment {alignment}",
+                            backend=BACKEND, device=dev.name)
+    if offset + size > buf.gpu.size:
+        raise BindError(f"tensor {what!r} ({size} bytes at {offset}) runs past the end of "
+                        f"buffer {buf.label!r} ({buf.gpu.size} bytes)")
+    return {"buffer": buf.gpu, "offset": offset, "size": size}

@@ -2,33 +2,53 @@
 
 wgpu command buffers are single-use (a finished buffer cannot be submitted twice, and
 wgpu-py has no compute bundles), so what is recorded once is everything that costs:
-pipelines, bind groups, workgroup counts. Each replay encodes the list into one
-command encoder and one compute pass (a few Python calls per dispatch, no validation
-of new objects) and submits it once. WebGPU orders the dispatches of a pass and makes
-each one's storage writes visible to the next, so no barriers are recorded here.
+pipelines, bind groups, workgroup counts, copy ranges. Each replay encodes the list
+into one command encoder (one compute pass, then the end-of-step copies) and submits
+it once; that is a few Python calls per dispatch and no new wgpu objects but the
+encoder. WebGPU orders the dispatches of a pass and makes each one's storage writes
+visible to the next, so no barriers are recorded here.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from poot_wgpu.device import WgpuDevice
 from poot_wgpu.kernel import Dispatch
 
 
+@dataclass(frozen=True)
+class BufferCopy:
+    """copy_buffer_to_buffer arguments (offsets and size in whole words)."""
+
+    src: object
+    src_offset: int
+    dst: object
+    dst_offset: int
+    size: int
+
+
 class RecordedStep:
-    def __init__(self, dev: WgpuDevice, dispatches: list[Dispatch], label: str = "poot-step"):
-        self.dev, self.dispatches, self.label = dev, list(dispatches), label
+    def __init__(self, dev: WgpuDevice, dispatches: list[Dispatch],
+                 copies: list[BufferCopy] = (), label: str = "poot-step"):
+        self.dev, self.label = dev, label
+        self.dispatches, self.copies = list(dispatches), list(copies)
         self.replays = 0
 
     def submit(self) -> None:
-        """Encode the recorded dispatches into one command buffer and submit it."""
+        """Encode the recorded dispatches and copies into one command buffer and submit it.
+        The queue runs it before any later write or read (those wait for it)."""
         encoder = self.dev.device.create_command_encoder(label=self.label)
-        compute = encoder.begin_compute_pass(label=self.label)
-        current = None
-        for d in self.dispatches:
-            if d.kernel is not current:  # consecutive dispatches of one kernel share state
-                compute.set_pipeline(d.kernel.pipeline)
-                current = d.kernel
-            compute.set_bind_group(0, d.bind_group)
-            compute.dispatch_workgroups(*d.groups)
-        compute.end()
+        if self.dispatches:
+            compute = encoder.begin_compute_pass(label=self.label)
+            current = None
+            for d in self.dispatches:
+                if d.kernel is not current:  # consecutive dispatches of a kernel share state
+                    compute.set_pipeline(d.kernel.pipeline)
+                    current = d.kernel
+                compute.set_bind_group(0, d.bind_group)
+                compute.dispatch_workgroups(*d.groups)
+            compute.end()
+        for c in self.copies:
+            encoder.copy_buffer_to_buffer(c.src, c.src_offset, c.dst, c.dst_offset, c.size)
         self.dev.queue.submit([encoder.finish()])
         self.replays += 1

@@ -1,0 +1,94 @@
+"""The poot.runtime Runtime of the wgpu backend: buffers, plan loading, recorded steps.
+
+`load` turns every planned step into dispatches once (pipelines from the kernel cache,
+bind groups over the plan's buffers at the planned offsets, scratch buffers); each
+`Executable.run()` replays that list as one submit (see poot_wgpu.step). The queue runs
+submits, writes and reads in order, and a read waits for the queue, so a `read` after
+`run()` sees the step. (wgpu-py 0.32's `on_submitted_work_done_sync` does not work,
+so `run()` itself does not block; a timing must end with a read.)
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+from poot.backend import Device
+from poot.codegen.program import OUT, SCRATCH, Buffer
+from poot.errors import BindError, UnsupportedOp
+
+from poot_wgpu import memory
+from poot_wgpu.device import WgpuDevice
+from poot_wgpu.kernel import KernelCache, dispatches_for
+from poot_wgpu.memory import BACKEND, WgpuBuffer
+from poot_wgpu.step import BufferCopy, RecordedStep
+
+
+class WgpuExecutable:
+    """A plan bound to its buffers; `run()` is one step (one submit)."""
+
+    def __init__(self, step: RecordedStep):
+        self.step = step
+        self.recorded = False
+
+    @property
+    def dispatches(self) -> int:
+        return len(self.step.dispatches)
+
+    def run(self) -> None:
+        self.step.submit()
+        self.recorded = True  # the dispatch list is the recording; every run replays it
+
+
+class WgpuRuntime:
+    def __init__(self, device: Device, dev: WgpuDevice):
+        self.device, self.dev = device, dev
+        self.kernels = KernelCache(dev)
+
+    # -- memory -------------------------------------------------------------------------
+    def alloc(self, nbytes: int, label: str) -> WgpuBuffer:
+        return WgpuBuffer(self.dev, nbytes, label)
+
+    def write(self, buf: WgpuBuffer, offset: int, array: np.ndarray) -> None:
+        memory.write(self.dev, buf, offset, array)
+
+    def read(self, buf: WgpuBuffer, offset: int, nbytes: int) -> np.ndarray:
+        return memory.read(self.dev, buf, offset, nbytes)
+
+    # -- plans ----------------------------------------------------------------------------
+    def load(self, plan, buffers: Mapping[str, WgpuBuffer]) -> WgpuExecutable:
+        missing = set(plan.regions) - set(buffers)
+        if missing:
+            raise BindError(f"no buffer bound to plan regions {sorted(missing)}")
+        dispatches = []
+        for step in plan.steps:
+            program, printed = step.lowering.program
+            scratch = {b.name: self.alloc(b.nbytes, f"scratch:{step.index}:{b.name}")
+                       for b in program.scratch}
+            dispatches += dispatches_for(self.kernels, printed,
+                                         self._resolver(step, buffers, scratch))
+        copies = [self._copy(c, buffers) for c in plan.copies]
+        return WgpuExecutable(RecordedStep(self.dev, dispatches, copies, label="poot-plan"))
+
+    def _resolver(self, step, buffers, scratch):
+        def resolve(b: Buffer) -> dict:
+            if b.operand is SCRATCH:
+                return memory.storage_binding(self.dev, scratch[b.name], 0, b.nbytes, b.name)
+            place = step.out if b.operand == OUT else step.inputs[b.operand]
+            if place.strides is not None:
+                raise UnsupportedOp(f"step {step.index} ({step.eqn.op.name}): wgpu kernels "
+                                    f"read contiguous operands, got a strided view",
+                                    op=step.eqn.op.name, backend=BACKEND,
+                                    device=self.dev.name)
+            what = f"step {step.index} {b.name}"
+            return memory.storage_binding(self.dev, buffers[place.region], place.offset,
+                                          b.nbytes, what)
+        return resolve
+
+    def _copy(self, c, buffers) -> BufferCopy:
+        size = memory.align(c.src.nbytes)
+        for place in (c.src, c.dst):
+            if place.offset % memory.WORD:
+                raise UnsupportedOp(f"copy of {place} is not word aligned", backend=BACKEND,
+                                    device=self.dev.name)
+        return BufferCopy(buffers[c.src.region].gpu, c.src.offset, buffers[c.dst.region].gpu,
+                          c.dst.offset, size)
