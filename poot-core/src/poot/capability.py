@@ -1,20 +1,38 @@
 """Capability tables: what one backend can do on one device, declared, never guessed.
 
-A table answers "can this device run this eqn" without trying. For each dtype
-it lists the uses the device supports (storage, conversion, arithmetic, dot
-product); for each op (and each Unary/Binary/Reduce sub-op) the dtypes it
-lowers; for packed ops, the formats. `check` raises the typed refusal that
-names op, dtype, backend and device; compile consults `allows` before it
-rewrites, and the planner calls `check` on every eqn before anything runs.
+A table answers "can this device run this eqn" without trying. It has two parts:
+
+- `dtypes`: for each dtype, the uses the device supports (`Use`): STORAGE (hold and
+  copy buffers), CONVERT (Cast to and from F32), ARITH (elementwise arithmetic,
+  reductions, selects), DOT (contraction operands: MatMul, Attention, dense weights).
+- `ops`: for each op key ("Binary.Add", "Unary.Exp", "Reduce.Max", "Select",
+  "MatMul", "Fused", "PackedContraction", ...; `every_op_key()` lists them) the
+  dtypes it lowers; for packed ops, the packed format names ("gguf:Q4_K").
+
+An eqn is allowed when its op key is declared, every operand and the result can be
+stored, its deciding dtype (`primary_dtype`) is in the op's set and has the use the
+op needs, and, for a region (Fused, FusedRow, ContractionEpilogue), every eqn of
+its body (and the epilogue's head) is allowed too. `refusal` returns the typed
+error otherwise (UnsupportedOp, DtypeLowering, LimitExceeded), naming op, dtype,
+backend and device; `check` raises it. compile consults `allows` before it
+rewrites; the planner calls `Backend.lower` (which calls `check`) on every eqn
+before anything runs. A backend never emulates what its table does not declare.
+
+Build a table with `CapabilityTable.declare(...)`, which checks the keys:
+
+    CapabilityTable.declare("toy", "toy:0",
+        dtypes={DType.F32: Use.all()},
+        ops={k: {DType.F32} for k in op_keys("Unary", "Binary", "Reduce")},
+        notes={"Select:f16": "OpSelect has no 16-bit float form here"})
 """
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
 
 from poot.dtypes import DType
-from poot.errors import DtypeLowering, LoweringError, UnsupportedOp
+from poot.errors import DtypeLowering, LimitExceeded, LoweringError, PootError, UnsupportedOp
 from poot.ir import ops as O
 from poot.ir.types import TensorType
 
@@ -23,11 +41,11 @@ class Use(enum.Flag):
     NONE = 0
     STORAGE = enum.auto()      # buffers of this dtype can be held and copied
     CONVERT = enum.auto()      # Cast to and from F32
-    ARITH = enum.auto()        # elementwise arithmetic in this dtype
+    ARITH = enum.auto()        # elementwise arithmetic, reductions, selects in this dtype
     DOT = enum.auto()          # contraction operands (MatMul, Attention, dense weights)
 
     @classmethod
-    def all(cls) -> "Use":
+    def all(cls) -> Use:
         return cls.STORAGE | cls.CONVERT | cls.ARITH | cls.DOT
 
 
@@ -37,29 +55,63 @@ def op_key(op: O.OpKind) -> str:
     return f"{op.name}.{sub.name}" if sub is not None and hasattr(sub, "name") else op.name
 
 
+_PACKED = (O.PackedDequant, O.PackedContraction, O.PackedRowGather, O.IndexedPackedContraction)
+_FIRST_OPERAND = (O.Binary, O.Unary, O.Reduce, O.ArgTopK, O.MatMul, O.IndexedMatMul,
+                  O.Attention, O.SelectedAttention, O.Rope, O.BlockTopK, O.Gather,
+                  O.ScatterUpdate, O.DynamicUpdateSlice, O.Broadcast, O.Reshape, O.Transpose,
+                  O.Slice, O.Concat, O.AllReduce, O.AllGather, O.DenseRowGather)
+#: ops whose deciding dtype needs arithmetic, and those that need it as a contraction operand
+_ARITH_OPS = (O.Unary, O.Binary, O.Reduce, O.Select, O.ArgTopK, O.Rope)
+_DOT_OPS = (O.MatMul, O.IndexedMatMul, O.Attention, O.SelectedAttention, O.DenseContraction,
+            O.GroupedDenseContraction, O.BlockTopK)
+
+
 def primary_dtype(op: O.OpKind, ins: Sequence[TensorType], out: TensorType) -> DType | str:
-    """The dtype (or packed format name) that decides whether a device lowers this eqn."""
-    if isinstance(op, (O.PackedDequant, O.PackedContraction, O.PackedRowGather,
-                       O.IndexedPackedContraction)):
+    """The dtype (or packed format name) that decides whether a device lowers this eqn.
+
+    Select: its branches' dtype; dense contractions: the weight's; packed ops: the
+    format name; Cast: its source; regions and generators: the result's.
+    """
+    if isinstance(op, _PACKED):
         return op.weight.format
     if isinstance(op, O.Select):
         return ins[1].dtype
-    if isinstance(op, (O.Binary, O.Unary, O.Reduce, O.ArgTopK, O.MatMul, O.IndexedMatMul,
-                       O.Attention, O.SelectedAttention, O.Rope, O.BlockTopK)):
-        return ins[0].dtype
-    if isinstance(op, (O.Gather, O.ScatterUpdate, O.DynamicUpdateSlice, O.Broadcast, O.Reshape,
-                       O.Transpose, O.Slice, O.Concat, O.AllReduce, O.AllGather)):
-        return ins[0].dtype
     if isinstance(op, (O.DenseContraction, O.GroupedDenseContraction)):
         return ins[1].dtype
-    if isinstance(op, O.DenseRowGather):
+    if isinstance(op, _FIRST_OPERAND + (O.Cast,)):
         return ins[0].dtype
     return out.dtype
 
 
+def _needed_use(op: O.OpKind) -> Use:
+    if isinstance(op, _DOT_OPS):
+        return Use.DOT
+    if isinstance(op, _ARITH_OPS):
+        return Use.ARITH
+    return Use.STORAGE
+
+
+def op_keys(*families: str) -> list[str]:
+    """The op keys of whole families: op_keys("Binary") is every Binary.<op> key;
+    a plain op name ("Select") gives itself. Unknown names are a PootError."""
+    every = every_op_key()
+    out = []
+    for fam in families:
+        got = [k for k in every if k == fam or k.startswith(fam + ".")]
+        if not got:
+            raise PootError(f"unknown op family {fam!r}; op keys are: {', '.join(every)}")
+        out += got
+    return out
+
+
 @dataclass
 class CapabilityTable:
-    """One device's declaration. `ops` maps an op key to the dtypes (or formats) it lowers."""
+    """One device's declaration. `ops` maps an op key to the dtypes (or formats) it lowers.
+
+    `limits` may hold "max_buffer_bytes" (the largest tensor one binding may hold);
+    `notes` maps "<op key>:<dtype>", "<op key>" or "<dtype>" to the reason a refusal
+    gives ("OpSelect has no 16-bit float form in SPIR-V").
+    """
 
     backend: str
     device: str
@@ -68,36 +120,70 @@ class CapabilityTable:
     limits: dict[str, int] = field(default_factory=dict)
     notes: dict[str, str] = field(default_factory=dict)
 
+    @classmethod
+    def declare(cls, backend: str, device: str, dtypes: Mapping[DType, Use],
+                ops: Mapping[str, Iterable], limits: Mapping[str, int] | None = None,
+                notes: Mapping[str, str] | None = None) -> CapabilityTable:
+        """A table from plain mappings, with every op key checked (a typo is a PootError,
+        not a silently undeclared op)."""
+        known = set(every_op_key())
+        bad = sorted(k for k in ops if k not in known)
+        if bad:
+            raise PootError(f"{backend}: unknown op keys {bad}; see poot.capability.every_op_key()")
+        return cls(backend, device, {DType.parse(d): u for d, u in dtypes.items()},
+                   {k: frozenset(map(_entry, v)) for k, v in ops.items()},
+                   dict(limits or {}), dict(notes or {}))
+
     # -- queries -------------------------------------------------------------------
     def uses(self, dtype: DType) -> Use:
         return self.dtypes.get(dtype, Use.NONE)
+
+    def lowers(self, key: str) -> frozenset:
+        """The dtypes and formats declared for an op key (empty when not declared)."""
+        return self.ops.get(key, frozenset())
+
+    def _reason(self, key: str, dt) -> str:
+        return (self.notes.get(f"{key}:{dt}") or self.notes.get(key) or self.notes.get(str(dt))
+                or "not declared in its capability table")
 
     def refusal(self, op: O.OpKind, ins: Sequence[TensorType],
                 out: TensorType) -> LoweringError | None:
         """The typed error this eqn would get, or None when the table declares it."""
         where = dict(backend=self.backend, device=self.device)
         key = op_key(op)
-        if key not in self.ops and op.name not in self.ops:
-            return UnsupportedOp(f"{self.backend} does not lower {key}", op=key, **where)
+        if key not in self.ops:
+            return UnsupportedOp(f"{self.backend} does not lower {key}: {self._reason(key, '')}",
+                                 op=key, **where)
         for t in list(ins) + [out]:
             if Use.STORAGE not in self.uses(t.dtype):
-                return DtypeLowering(f"{t.dtype} tensors cannot be stored on this device",
-                                     op=key, dtype=str(t.dtype), **where)
+                return DtypeLowering(f"{key}: {t.dtype} tensors cannot be stored on this device "
+                                     f"({self._reason(key, t.dtype)})", op=key,
+                                     dtype=str(t.dtype), **where)
+        limit = self.limits.get("max_buffer_bytes")
+        for t in list(ins) + [out]:
+            if limit is not None and t.nbytes > limit:
+                return LimitExceeded(f"{key}: a {t} tensor ({t.nbytes} bytes) exceeds the "
+                                     f"{limit}-byte binding limit", op=key, dtype=str(t.dtype),
+                                     **where)
         if isinstance(op, O.Cast):
             for d in (ins[0].dtype, op.to):
                 if d is not DType.F32 and Use.CONVERT not in self.uses(d):
-                    return DtypeLowering(f"no conversion between {ins[0].dtype} and {op.to}",
-                                         op=key, dtype=str(d), **where)
+                    return DtypeLowering(f"Cast: no conversion between {ins[0].dtype} and "
+                                         f"{op.to}", op=key, dtype=str(d), **where)
         dt = primary_dtype(op, ins, out)
-        allowed = self.ops.get(key, self.ops.get(op.name, frozenset()))
-        if dt not in allowed:
-            reason = self.notes.get(f"{key}:{dt}") or self.notes.get(str(dt)) or \
-                "not declared in its capability table"
-            return DtypeLowering(f"{key} on {dt}: {reason}", op=key, dtype=str(dt), **where)
-        for region_op, r_ins, r_out in _region_eqns(op):
-            err = self.refusal(region_op, r_ins, r_out)
+        if dt not in self.lowers(key):
+            return DtypeLowering(f"{key} on {dt}: {self._reason(key, dt)}", op=key,
+                                 dtype=str(dt), **where)
+        need = _needed_use(op)
+        if isinstance(dt, DType) and need not in self.uses(dt):
+            return DtypeLowering(f"{key} on {dt}: the device has no {need.name.lower()} use of "
+                                 f"{dt} ({self._reason(key, dt)})", op=key, dtype=str(dt),
+                                 **where)
+        for inner, r_ins, r_out in region_eqns(op, ins):
+            err = self.refusal(inner, r_ins, r_out)
             if err is not None:
-                return err
+                return type(err)(f"inside {key}: {err.args[0]}", op=err.op, dtype=err.dtype,
+                                 **where)
         return None
 
     def allows(self, op: O.OpKind, ins: Sequence[TensorType], out: TensorType) -> bool:
@@ -108,47 +194,88 @@ class CapabilityTable:
         if err is not None:
             raise err
 
+    def graph_refusals(self, graph) -> list[tuple[object, LoweringError]]:
+        """Every (eqn, error) of a graph this device refuses, in order (empty: it plans)."""
+        out = []
+        for e in graph.eqns():
+            err = self.refusal(e.op, operand_types(graph, e), graph.type_of(e.out))
+            if err is not None:
+                out.append((e, err))
+        return out
+
+    # -- printing --------------------------------------------------------------------
     def summary(self) -> str:
-        """A few lines for `poot backends`."""
+        """A few lines for `poot backends`: dtype uses, then how many op keys per family."""
         dts = ", ".join(f"{d}:{_uses(u)}" for d, u in self.dtypes.items() if u)
-        return (f"dtypes {dts}\n"
-                f"ops {len(self.ops)} ({', '.join(sorted(k for k in self.ops if '.' not in k))})")
+        fams: dict[str, list[str]] = {}
+        for k in sorted(self.ops):
+            fams.setdefault(k.split(".")[0], []).append(k)
+        total = {f: sum(1 for k in every_op_key() if k.split(".")[0] == f) for f in fams}
+        parts = [f"{f} {len(ks)}/{total[f]}" if total[f] > 1 else f for f, ks in fams.items()]
+        fmts = sorted({x for v in self.ops.values() for x in v if isinstance(x, str)})
+        lines = [f"dtypes: {dts or 'none'}",
+                 f"ops ({len(self.ops)} of {len(every_op_key())} keys): {', '.join(parts)}"]
+        if fmts:
+            lines.append(f"packed formats: {', '.join(fmts)}")
+        return "\n".join(lines)
 
     def to_markdown(self) -> str:
-        """The support matrix: one row per op key, one column per dtype."""
+        """The support matrix: one row per op key, one column per dtype or packed format."""
         cols = [d for d in DType if self.uses(d)]
         fmts = sorted({x for v in self.ops.values() for x in v if isinstance(x, str)})
         head = "| op | " + " | ".join(map(str, cols + fmts)) + " |"
-        lines = [f"# {self.backend} on {self.device}", "", head,
+        lines = [f"# {self.backend} on {self.device}", "",
+                 "Generated from the backend's own capability table "
+                 "(`poot conformance NAME --support`).", "", head,
                  "|" + "---|" * (len(cols) + len(fmts) + 1)]
-        for k in sorted(self.ops):
-            v = self.ops[k]
-            lines.append(f"| {k} | " + " | ".join("yes" if c in v else "-" for c in cols + fmts)
-                         + " |")
+        for k in every_op_key():
+            v = self.lowers(k)
+            mark = ["yes" if c in v else "-" for c in cols + fmts]
+            lines.append(f"| {k} | " + " | ".join(mark) + " |")
         lines += ["", "| dtype | uses |", "|---|---|"]
-        lines += [f"| {d} | {_uses(u)} |" for d, u in self.dtypes.items()]
+        lines += [f"| {d} | {_uses(self.uses(d))} |" for d in DType]
+        if self.limits:
+            lines += ["", "Limits:"] + [f"- {k}: {v}" for k, v in sorted(self.limits.items())]
         if self.notes:
             lines += ["", "Notes:"] + [f"- {k}: {v}" for k, v in sorted(self.notes.items())]
         return "\n".join(lines) + "\n"
+
+
+def _entry(x: DType | str) -> DType | str:
+    """A declared dtype ("f16" or DType.F16), or else a packed format name ("gguf:Q4_K")."""
+    if isinstance(x, DType):
+        return x
+    try:
+        return DType(str(x).lower())
+    except ValueError:
+        return str(x)
 
 
 def _uses(u: Use) -> str:
     return "+".join(m.name.lower() for m in Use if m and m in u and m is not Use.NONE) or "none"
 
 
-def _region_eqns(op: O.OpKind) -> Iterable[tuple[O.OpKind, list, TensorType]]:
-    """Every eqn inside a fused region's body (and an epilogue's head), for checking."""
-    body = getattr(op, "body", None)
-    if isinstance(op, O.ContractionEpilogue):
-        pass  # the head is checked by its own key through the composite's dtype
-    if body is None or isinstance(op, O.Scan):
-        return ()
+def operand_types(graph, eqn) -> list[TensorType]:
+    """The operand types of one eqn of `graph` (literals are rank-0 tensors)."""
     from poot.ir.graph import Lit
 
+    return [x.type if isinstance(x, Lit) else graph.type_of(x.id) for x in eqn.inputs]
+
+
+def region_eqns(op: O.OpKind, ins: Sequence[TensorType]) \
+        -> Iterable[tuple[O.OpKind, list, TensorType]]:
+    """Every eqn a region lowers with it: a Fused/FusedRow body's eqns, and a
+    ContractionEpilogue's head followed by its body. Scan and the other composites
+    are checked by their own key only (their definition is not a device kernel)."""
     out = []
+    if isinstance(op, O.ContractionEpilogue):
+        head_ins = list(ins[: op.n_head])
+        out.append((op.head, head_ins, op.head.infer(head_ins)))
+    body = getattr(op, "body", None)
+    if body is None or isinstance(op, O.Scan):
+        return out
     for e in body.eqns():
-        ins = [x.type if isinstance(x, Lit) else body.type_of(x.id) for x in e.inputs]
-        out.append((e.op, ins, body.type_of(e.out)))
+        out.append((e.op, operand_types(body, e), body.type_of(e.out)))
     return out
 
 

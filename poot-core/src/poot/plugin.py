@@ -31,7 +31,7 @@ class PootHookSpecs:
     """The hooks poot calls. Every hook is optional for a plugin."""
 
     @hookspec
-    def poot_backends(self) -> "list[Backend]":
+    def poot_backends(self) -> list[Backend]:
         """Return the backends this plugin provides (instances of `poot.backend.Backend`).
 
         Return them even when they find no device: `Backend.probe()` says which
@@ -44,7 +44,7 @@ class PootHookSpecs:
         """
 
     @hookspec
-    def poot_weight_formats(self) -> "list[WeightFormat]":
+    def poot_weight_formats(self) -> list[WeightFormat]:
         """Return the packed weight formats this plugin registers (see `poot.formats`).
 
         Names are global ("gguf:Q4_K", "gptq:int4", ...); two plugins registering
@@ -52,7 +52,7 @@ class PootHookSpecs:
         """
 
     @hookspec
-    def poot_slot_roles(self) -> "list[SlotKind]":
+    def poot_slot_roles(self) -> list[SlotKind]:
         """Return owner-defined slot roles (`SlotKind.declare(label, dtype, lo, hi)`).
 
         The IR knows Token, Pos, SlotMap and WriteMap; a role only a pass or a
@@ -72,7 +72,11 @@ class PootHookSpecs:
 
 
 class PluginManager:
-    """poot's pluggy manager with cached registries of backends and formats."""
+    """poot's pluggy manager with cached registries of backends, formats and slot roles.
+
+    A plugin that fails to load, or whose hook raises, is recorded in `broken`
+    (name -> one error line, shown by `poot backends`) and never hides the others.
+    """
 
     def __init__(self, load_entry_points: bool = True):
         self.pm = pluggy.PluginManager(PROJECT)
@@ -80,12 +84,13 @@ class PluginManager:
         from poot.backends import reference
 
         self.pm.register(reference, name="poot.reference-backend")
-        #: entry points that failed to load: name -> error line (shown by `poot backends`)
+        #: plugins that failed to load or whose hook raised: name -> error line
         self.broken: dict[str, str] = {}
         if load_entry_points:
             self._load_entry_points()
         self._backends: dict[str, Backend] | None = None
         self._formats: dict[str, WeightFormat] | None = None
+        self._roles: dict[str, SlotKind] | None = None
 
     def _load_entry_points(self) -> None:
         """Load every `poot` entry point; one broken plugin never hides the others."""
@@ -99,33 +104,50 @@ class PluginManager:
             except Exception as exc:  # a broken plugin is reported, not fatal
                 self.broken[ep.name] = f"{type(exc).__name__}: {exc}"
 
+    def _each(self, hook: str):
+        """(plugin name, items) from every implementation of a list-returning hook;
+        an implementation that raises is recorded in `broken` and skipped."""
+        for impl in reversed(getattr(self.pm.hook, hook).get_hookimpls()):
+            try:
+                items = impl.function()
+            except Exception as exc:
+                self.broken[f"{impl.plugin_name} ({hook})"] = f"{type(exc).__name__}: {exc}"
+                continue
+            yield impl.plugin_name, list(items or ())
+
     def register(self, plugin: object, name: str | None = None) -> None:
+        """Register a plugin module or object; its slot roles are declared at once."""
         if not self.pm.is_registered(plugin):
             self.pm.register(plugin, name=name)
-        self._backends = self._formats = None
+        self._backends = self._formats = self._roles = None
+        self.slot_roles()
 
     def unregister(self, plugin: object) -> None:
         self.pm.unregister(plugin)
-        self._backends = self._formats = None
+        self._backends = self._formats = self._roles = None
 
-    def backends(self) -> "dict[str, Backend]":
+    def backends(self) -> dict[str, Backend]:
+        """Every registered backend by name (two plugins with one name: a PootError)."""
         if self._backends is None:
             out: dict[str, Backend] = {}
-            for group in self.pm.hook.poot_backends():
-                for b in group or ():
+            owner: dict[str, str] = {}
+            for plugin, group in self._each("poot_backends"):
+                for b in group:
                     if b.name in out:
                         from poot.errors import PootError
 
-                        raise PootError(f"two plugins register a backend named {b.name!r}")
-                    out[b.name] = b
+                        raise PootError(f"two plugins register a backend named {b.name!r}: "
+                                        f"{owner[b.name]} and {plugin}")
+                    out[b.name], owner[b.name] = b, plugin
             self._backends = out
         return self._backends
 
-    def formats(self) -> "dict[str, WeightFormat]":
+    def formats(self) -> dict[str, WeightFormat]:
+        """Every registered packed weight format by name."""
         if self._formats is None:
             out: dict[str, WeightFormat] = {}
-            for group in self.pm.hook.poot_weight_formats():
-                for f in group or ():
+            for _plugin, group in self._each("poot_weight_formats"):
+                for f in group:
                     if f.name in out and out[f.name] is not f:
                         from poot.errors import FormatError
 
@@ -133,6 +155,30 @@ class PluginManager:
                     out[f.name] = f
             self._formats = out
         return self._formats
+
+    def slot_roles(self) -> dict[str, SlotKind]:
+        """Owner-defined slot roles by label, each declared through `SlotKind.declare`.
+
+        A role that is not a SlotKind, or that conflicts with a role already declared
+        under its label, makes its plugin broken (recorded, not raised)."""
+        if self._roles is None:
+            from poot.errors import PootError
+            from poot.ir.types import SlotKind
+
+            out: dict[str, SlotKind] = {}
+            for plugin, roles in self._each("poot_slot_roles"):
+                for r in roles:
+                    try:
+                        if not isinstance(r, SlotKind):
+                            raise PootError(f"poot_slot_roles returned {r!r}, not a SlotKind")
+                        kind = SlotKind.declare(r.label, r.dtype, r.lo, r.hi, owner=r.owner,
+                                                allows_negative_one=r.allows_negative_one)
+                    except PootError as exc:
+                        self.broken[f"{plugin} (poot_slot_roles)"] = str(exc)
+                        continue
+                    out[kind.label] = kind
+            self._roles = out
+        return self._roles
 
     def open_checkpoint(self, path: str, format_hint: str | None = None):
         return self.pm.hook.poot_open_checkpoint(path=path, format_hint=format_hint)
@@ -148,6 +194,7 @@ def manager() -> PluginManager:
     with _lock:
         if _manager is None:
             _manager = PluginManager()
+            _manager.slot_roles()  # declare plugin-owned slot roles before any graph uses them
         return _manager
 
 

@@ -64,7 +64,7 @@ def coerce_input(vid: ValueId, t: TensorType, value, what: str) -> np.ndarray:
 def check_slot(graph: Graph, vid: ValueId, a: np.ndarray, what: str) -> None:
     slot = graph.meta(vid).storage.slot
     lo, hi = slot.valid_range()
-    if a.size == 0:
+    if a.size == 0 or (lo is None and hi is None):  # a role without a range (any value)
         return
     vals = a.astype(np.int64)
     if slot.kind.allows_negative_one:

@@ -1,0 +1,378 @@
+"""The cases of the suite: every op x every dtype its type rule admits x a spread of shapes.
+
+A Case is a small graph whose inputs are slots (see roles.py), the domains its
+inputs are drawn from, and how its result is compared with the oracle: exactly
+(bytes) for integer, bit, index, movement, Select, Cast, Gather/Scatter and
+ArgTopK results, else by NMSE under a per-op, per-dtype threshold.
+
+Shapes are chosen to catch tiling bugs while keeping the run short: size 1, odd
+sizes, sizes that are not a multiple of any power-of-two tile (257, 67, 33),
+numpy broadcasting, leading batch dims, a middle reduction axis.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from poot.conformance.inputs import Arg, nan_payload
+from poot.conformance.roles import input_role
+from poot.dtypes import DType
+from poot.errors import IRError
+from poot.ir import Builder, region
+from poot.ir import ops as O
+from poot.ir.graph import Graph
+from poot.ir.ops.base import ARITH, FLOATS, INTS
+from poot.ir.types import TensorType
+
+F32, F16, BF16, I32, U32 = DType.F32, DType.F16, DType.BF16, DType.I32, DType.U32
+WIDE_FLOATS = (F32, F16, BF16)
+
+#: unit roundoff of each float dtype (the NMSE threshold scales with its square)
+EPS = {F32: 2.0**-24, F16: 2.0**-11, BF16: 2.0**-8, DType.F8E4M3: 2.0**-4,
+       DType.F8E5M2: 2.0**-3, DType.F8E8M0: 1.0, DType.F4E2M1: 2.0**-2}
+#: error growth allowed per kind of op, in units of the dtype's roundoff
+GROWTH = {"basic": 4, "div": 16, "transcendental": 128, "reduce": 256, "compose": 1024}
+NMSE_CAP = 1e-3   # a looser threshold no longer tells a wrong kernel from rounding
+
+
+@dataclass
+class Case:
+    """One check: `graph` (inputs are slots, in `args` order), compared with the oracle."""
+
+    id: str
+    key: str                       # the op key under test
+    dtype: str                     # its deciding dtype or packed format
+    graph: Graph
+    args: tuple[Arg, ...]
+    exact: bool
+    tol: float = 0.0
+    flops: int = 0                 # for the perf mode (0: report bytes moved)
+    fixed: dict[int, np.ndarray] = field(default_factory=dict)  # inputs with set values
+
+    @property
+    def bytes_moved(self) -> int:
+        ins = sum(a.type.nbytes for a in self.args)
+        return ins + self.graph.type_of(self.graph.result()).nbytes
+
+
+def threshold(growth: str, dtype: DType) -> float:
+    return min((GROWTH[growth] * EPS.get(dtype, 2.0**-24)) ** 2, NMSE_CAP)
+
+
+def build(name: str, args: list[Arg], fn: Callable) -> Graph:
+    """A graph whose inputs are slots of `args`' types and whose result is fn(b, *refs)."""
+    b = Builder(name, compiler=True)
+    refs = [b.slot(input_role(a.type.dtype), a.type.shape, f"x{i}") for i, a in enumerate(args)]
+    b.result(fn(b, *refs))
+    return b.finish()
+
+
+def case(id: str, key: str, dtype, args: list[Arg], fn: Callable, exact: bool,
+         growth: str = "basic", flops: int = 0, fixed=None) -> Case | None:
+    """A Case, or None when the op's type rule refuses these operand types."""
+    try:
+        g = build(id, args, fn)
+    except IRError:
+        return None
+    out = g.type_of(g.result())
+    exact = exact or out.dtype.is_int
+    tol = 0.0 if exact else threshold(growth, dtype if isinstance(dtype, DType) else F32)
+    return Case(id, key, str(dtype), g, tuple(args), exact, tol, flops, dict(fixed or {}))
+
+
+def one(op: O.OpKind) -> Callable:
+    return lambda b, *xs: b.eqn(op, *xs)
+
+
+def shape_id(*shapes) -> str:
+    return "_".join("x".join(map(str, s)) or "scalar" for s in shapes)
+
+
+def T(shape, dtype) -> TensorType:
+    return TensorType(tuple(shape), dtype)
+
+
+# -- elementwise ---------------------------------------------------------------------------
+UNARY_DOMAIN = {O.UnaryOp.Log: "positive", O.UnaryOp.Sqrt: "positive", O.UnaryOp.Recip: "away",
+                O.UnaryOp.Exp: "small", O.UnaryOp.Not: "words", O.UnaryOp.Clz: "words"}
+UNARY_GROWTH = {O.UnaryOp.Neg: "basic", O.UnaryOp.Sqrt: "div", O.UnaryOp.Recip: "div"}
+BINARY_GROWTH = {O.BinaryOp.Div: "div"}
+ELEMENTWISE_SHAPES = [((1,), (1,)), ((3, 257), (3, 257)), ((5, 1, 33), (4, 33))]
+
+
+def unary_cases() -> Iterator[Case]:
+    for u in O.UnaryOp:
+        dom = UNARY_DOMAIN.get(u, "special")
+        for d in DType:
+            for shape in ((1,), (3, 257)):
+                yield case(f"Unary.{u.name}-{d}-{shape_id(shape)}", f"Unary.{u.name}", d,
+                           [Arg(T(shape, d), dom if d.is_float or dom == "words" else "any")],
+                           one(O.Unary(u)), exact=u is O.UnaryOp.Neg,
+                           growth=UNARY_GROWTH.get(u, "transcendental"))
+
+
+def binary_cases() -> Iterator[Case]:
+    for bop in O.BinaryOp:
+        for d in DType:
+            for sa, sb in ELEMENTWISE_SHAPES:
+                a_dom = "words" if bop.bitwise else ("special" if d.is_float else "any")
+                b_dom = {O.BinaryOp.Shl: "shift", O.BinaryOp.Shr: "shift"}.get(
+                    bop, "words" if bop.bitwise else ("away" if d.is_float else "any"))
+                yield case(f"Binary.{bop.name}-{d}-{shape_id(sa, sb)}", f"Binary.{bop.name}", d,
+                           [Arg(T(sa, d), a_dom), Arg(T(sb, d), b_dom)], one(O.Binary(bop)),
+                           exact=False, growth=BINARY_GROWTH.get(bop, "basic"))
+
+
+def select_cases() -> Iterator[Case]:
+    shapes = [((1,), (1,), (1,)), ((3, 257), (3, 257), (3, 257)), ((4, 1), (1, 33), (4, 33))]
+    for d in DType:
+        for sc, st, sf in shapes:
+            yield case(f"Select-{d}-{shape_id(sc, st, sf)}", "Select", d,
+                       [Arg(T(sc, I32), ("index", 2)), Arg(T(st, d), "special"),
+                        Arg(T(sf, d), "special")], one(O.Select()), exact=True)
+    for d in FLOATS:  # NaN payloads and Infs in both branches move bit for bit
+        yield select_passthrough(d)
+
+
+def select_passthrough(d: DType) -> Case:
+    n = 8
+    cond = np.array([1, 0, 1, 0, 1, 0, 0, 1], np.int32)
+    t = np.ones(n, np.float32).astype(d.numpy)
+    f = np.ones(n, np.float32).astype(d.numpy) * 2 if d is not DType.F8E8M0 else t * 2
+    nan = nan_payload(d)
+    t[[1, 2]] = nan            # a NaN unselected (1) and selected (2)
+    f[[0, 3]] = nan[::-1]
+    if d in (F32, F16, BF16, DType.F8E5M2):
+        t[[3, 4]] = np.array([np.inf, -np.inf], np.float32)
+        f[[5, 4]] = np.array([-np.inf, np.inf], np.float32)
+    args = [Arg(T((n,), I32)), Arg(T((n,), d)), Arg(T((n,), d))]
+    return case(f"Select-{d}-nan_inf_passthrough", "Select", d, args, one(O.Select()),
+                exact=True, fixed={0: cond, 1: t, 2: f})
+
+
+def cast_cases() -> Iterator[Case]:
+    for src in DType:
+        for to in DType:
+            dom = "int" if to.is_int and src.is_float else "small"
+            yield case(f"Cast-{src}-to-{to}-7x37", "Cast", src, [Arg(T((7, 37), src), dom)],
+                       one(O.Cast(to)), exact=True)
+
+
+# -- movement and data ------------------------------------------------------------------------
+def shape_cases() -> Iterator[Case]:
+    for d in DType:
+        specs = [
+            ("Broadcast", [(3, 1, 5)], O.Broadcast((2, 3, 4, 5))),
+            ("Reshape", [(6, 35)], O.Reshape((5, 42))),
+            ("Transpose", [(3, 5, 7)], O.Transpose((2, 0, 1))),
+            ("Slice", [(5, 67)], O.Slice(1, 3, 50)),
+            ("Concat", [(3, 5), (3, 7), (3, 1)], O.Concat(1)),
+        ]
+        for key, shapes, op in specs:
+            yield case(f"{key}-{d}-{shape_id(*shapes)}", key, d,
+                       [Arg(T(s, d)) for s in shapes], one(op), exact=True)
+
+
+def data_cases() -> Iterator[Case]:
+    for d in DType:
+        yield case(f"Gather-{d}-37x9-axis0", "Gather", d,
+                   [Arg(T((37, 9), d)), Arg(T((5,), I32), ("index", 37))], one(O.Gather(0)),
+                   exact=True)
+        yield case(f"Gather-{d}-4x37-axis1", "Gather", d,
+                   [Arg(T((4, 37), d)), Arg(T((2, 3), I32), ("index", 37))], one(O.Gather(1)),
+                   exact=True)
+        yield case(f"ScatterUpdate-{d}-11x6", "ScatterUpdate", d,
+                   [Arg(T((11, 6), d)), Arg(T((5, 6), d)), Arg(T((5,), I32), ("slots", 11))],
+                   one(O.ScatterUpdate()), exact=True)
+        for where, idx in (("4", 4), ("clamped", 8)):
+            yield case(f"DynamicUpdateSlice-{d}-9x5-at-{where}", "DynamicUpdateSlice", d,
+                       [Arg(T((9, 5), d)), Arg(T((2, 5), d)), Arg(T((1,), I32))],
+                       one(O.DynamicUpdateSlice(0)), exact=True,
+                       fixed={2: np.array([idx], np.int32)})
+        yield case(f"ArgTopK-{d}-5x37-k4", "ArgTopK", d, [Arg(T((5, 37), d))],
+                   one(O.ArgTopK(4)), exact=True)
+
+
+def reduce_cases() -> Iterator[Case]:
+    shapes = [((1, 1), -1), ((5, 257), -1), ((6, 7, 9), 1), ((33, 3), 0)]
+    for r in O.ReduceOp:
+        for d in ARITH:
+            for shape, axis in shapes:
+                keep = axis == 1
+                yield case(f"Reduce.{r.name}-{d}-{shape_id(shape)}-axis{axis}",
+                           f"Reduce.{r.name}", d, [Arg(T(shape, d))],
+                           one(O.Reduce(r, axis, keep)), exact=r is O.ReduceOp.Max,
+                           growth="reduce")
+
+
+# -- contractions ------------------------------------------------------------------------------
+def matmul_cases() -> Iterator[Case]:
+    shapes = [((1, 67), (67, 33)), ((7, 65), (65, 19)), ((2, 1, 5, 9), (3, 9, 4))]
+    for d in FLOATS + (I32,):
+        for sa, sb in shapes:
+            flops = 2 * math.prod(np.broadcast_shapes(sa[:-2], sb[:-2])) * sa[-2] * sa[-1] * sb[-1]
+            yield case(f"MatMul-{d}-{shape_id(sa, sb)}", "MatMul", d,
+                       [Arg(T(sa, d)), Arg(T(sb, d))], one(O.MatMul()), exact=False,
+                       growth="compose", flops=flops)
+        yield case(f"IndexedMatMul-{d}-5x17-3x17x9", "IndexedMatMul", d,
+                   [Arg(T((5, 17), d)), Arg(T((3, 17, 9), d)), Arg(T((5,), I32), ("index", 3))],
+                   one(O.IndexedMatMul()), exact=False, growth="compose", flops=2 * 5 * 17 * 9)
+
+
+def _f16_words(shape) -> tuple:
+    """f16 values held two to a u32 word (the dense:f16words layout), not random words,
+    whose halves would hold NaN and Inf patterns."""
+    from poot.formats import PackedWeight
+
+    return ("packed", PackedWeight("dense:f16words", (shape[0], 2 * shape[1])), 0)
+
+
+def dense_cases() -> Iterator[Case]:
+    for w in (F32, BF16, F16, U32):
+        ws = (19, 32) if w is U32 else (19, 64)
+        yield case(f"DenseContraction-{w}-3x64-19x64", "DenseContraction", w,
+                   [Arg(T((3, 64), F32)), Arg(T(ws, w), _f16_words(ws) if w is U32 else "any")],
+                   one(O.DenseContraction()), exact=False, growth="compose",
+                   flops=2 * 3 * 64 * 19)
+    yield case("DenseRowGather-bf16-37x16", "DenseRowGather", BF16,
+               [Arg(T((37, 16), BF16)), Arg(T((5,), I32), ("index", 37))],
+               one(O.DenseRowGather()), exact=True)
+    yield case("GroupedDenseContraction-bf16-2x3x16", "GroupedDenseContraction", BF16,
+               [Arg(T((2, 3, 16), F32)), Arg(T((10, 16), BF16))],
+               one(O.GroupedDenseContraction(2)), exact=False, growth="compose",
+               flops=2 * 2 * 3 * 16 * 5)
+
+
+def packed_cases() -> Iterator[Case]:
+    """Every packed format registered by an installed format plugin, in each packed op."""
+    from poot.formats import PackedWeight, formats
+
+    for name in sorted(formats()):
+        w = PackedWeight(name, (8, 256))
+        srcs = [Arg(s.type, ("packed", w, i)) for i, s in enumerate(w.sources())]
+        yield case(f"PackedDequant-{name}-8x256", "PackedDequant", name, srcs,
+                   one(O.PackedDequant(w)), exact=False, growth="basic")
+        yield case(f"PackedContraction-{name}-3x256", "PackedContraction", name,
+                   [Arg(T((3, 256), F32))] + srcs, one(O.PackedContraction(w)), exact=False,
+                   growth="compose", flops=2 * 3 * 256 * 8)
+        yield case(f"PackedRowGather-{name}-5", "PackedRowGather", name,
+                   [Arg(T((5,), I32), ("index", 8))] + srcs, one(O.PackedRowGather(w)),
+                   exact=False, growth="basic")
+        yield case(f"IndexedPackedContraction-{name}-4x256-2experts",
+                   "IndexedPackedContraction", name,
+                   [Arg(T((4, 256), F32)), Arg(T((4,), I32), ("index", 2))] + srcs,
+                   one(O.IndexedPackedContraction(w, 2)), exact=False, growth="compose",
+                   flops=2 * 4 * 256 * 4)
+
+
+# -- composites --------------------------------------------------------------------------------
+def _pointwise_body(b, x, y):
+    e = b.eqn(O.Unary(O.UnaryOp.Exp), x)
+    p = b.eqn(O.Binary(O.BinaryOp.Mul), x, y)
+    return b.eqn(O.Binary(O.BinaryOp.Max), b.eqn(O.Binary(O.BinaryOp.Add), p, e), y)
+
+
+def _softmax_body(b, x):
+    m = b.eqn(O.Reduce(O.ReduceOp.Max, -1, True), x)
+    ex = b.eqn(O.Unary(O.UnaryOp.Exp), b.eqn(O.Binary(O.BinaryOp.Sub), x, m))
+    return b.eqn(O.Binary(O.BinaryOp.Div), ex, b.eqn(O.Reduce(O.ReduceOp.Sum, -1, True), ex))
+
+
+def _rms_body(b, x, w):
+    d = x.type.dtype
+    ss = b.eqn(O.Reduce(O.ReduceOp.Sum, -1, True), b.eqn(O.Binary(O.BinaryOp.Mul), x, x))
+    ms = b.eqn(O.Binary(O.BinaryOp.Mul), ss, b.lit(1.0 / x.type.shape[-1], d))
+    den = b.eqn(O.Unary(O.UnaryOp.Sqrt), b.eqn(O.Binary(O.BinaryOp.Add), ms, b.lit(1e-5, d)))
+    return b.eqn(O.Binary(O.BinaryOp.Mul), b.eqn(O.Binary(O.BinaryOp.Div), x, den), w)
+
+
+def _epilogue_body(b, h, bias):
+    return b.eqn(O.Unary(O.UnaryOp.Tanh), b.eqn(O.Binary(O.BinaryOp.Add), h, bias))
+
+
+def region_cases() -> Iterator[Case]:
+    for d in WIDE_FLOATS:
+        x, y = T((3, 257), d), T((257,), d)
+        body = region([x, y], _pointwise_body)
+        yield case(f"Fused-{d}-3x257", "Fused", d, [Arg(x, "small"), Arg(y)],
+                   one(O.Fused(body)), exact=False, growth="transcendental")
+        r = T((5, 67), d)
+        yield case(f"FusedRow-softmax-{d}-5x67", "FusedRow", d, [Arg(r)],
+                   one(O.FusedRow(region([r], _softmax_body), -1)), exact=False,
+                   growth="compose")
+        yield case(f"FusedRow-rmsnorm-{d}-5x67", "FusedRow", d, [Arg(r), Arg(T((67,), d))],
+                   one(O.FusedRow(region([r, T((67,), d)], _rms_body), -1)), exact=False,
+                   growth="compose")
+        h = T((7, 19), d)
+        body = region([h, T((19,), d)], _epilogue_body)
+        yield case(f"ContractionEpilogue-MatMul-{d}-7x33x19", "ContractionEpilogue", d,
+                   [Arg(T((7, 33), d)), Arg(T((33, 19), d)), Arg(T((19,), d))],
+                   one(O.ContractionEpilogue(O.MatMul(), 2, body)), exact=False,
+                   growth="compose", flops=2 * 7 * 33 * 19)
+    h = T((3, 19), F32)
+    body = region([h, T((19,), F32)], _epilogue_body)
+    yield case("ContractionEpilogue-DenseContraction-bf16-3x64x19", "ContractionEpilogue", F32,
+               [Arg(T((3, 64), F32)), Arg(T((19, 64), BF16)), Arg(T((19,), F32))],
+               one(O.ContractionEpilogue(O.DenseContraction(), 2, body)), exact=False,
+               growth="compose", flops=2 * 3 * 64 * 19)
+
+
+def attention_cases() -> Iterator[Case]:
+    for d in WIDE_FLOATS:
+        q, k = T((4, 3, 16), d), T((2, 11, 16), d)
+        yield case(f"Attention-{d}-gqa4x2-t3-s11", "Attention", d,
+                   [Arg(q), Arg(k), Arg(k), Arg(T((3, 11), d), "small")],
+                   one(O.Attention(0.25)), exact=False, growth="compose",
+                   flops=4 * 4 * 3 * 11 * 16)
+        yield case(f"Rope-{d}-3x4x16-rot12", "Rope", d,
+                   [Arg(T((3, 4, 16), d)), Arg(T((3, 1, 6), d)), Arg(T((3, 1, 6), d))],
+                   one(O.Rope(12)), exact=False, growth="basic")
+    yield case("BlockTopK-f32-2x3x8-s16-b4-k2", "BlockTopK", F32,
+               [Arg(T((2, 3, 8), F32), "int"), Arg(T((2, 16, 8), F32), "int")],
+               one(O.BlockTopK(4, 2)), exact=True)
+    yield case("SelectedAttention-f32-2x3x8-s16-b4", "SelectedAttention", F32,
+               [Arg(T((2, 3, 8), F32)), Arg(T((2, 16, 8), F32)), Arg(T((2, 16, 8), F32)),
+                Arg(T((2, 3, 2), I32), ("index", 4)), Arg(T((3, 16), F32), "small")],
+               one(O.SelectedAttention(4, 0.3)), exact=False, growth="compose")
+
+
+def _scan_body(b, carry, x):
+    return b.eqn(O.Binary(O.BinaryOp.Add), b.eqn(O.Binary(O.BinaryOp.Mul), carry, x), x)
+
+
+def other_cases() -> Iterator[Case]:
+    c = T((4,), F32)
+    yield case("Scan-f32-5x4", "Scan", F32, [Arg(c), Arg(T((5, 4), F32), "small")],
+               one(O.Scan(region([c, c], _scan_body), 5)), exact=False, growth="compose")
+    yield case("AllReduce-f32-1rank-3x5", "AllReduce", F32, [Arg(T((3, 5), F32))],
+               one(O.AllReduce(1)), exact=True)
+    yield case("AllGather-f32-1rank-3x5", "AllGather", F32, [Arg(T((3, 5), F32))],
+               one(O.AllGather(1, 0)), exact=True)
+    for d in (F32, I32):
+        yield case(f"Iota-{d}-4x6-axis1", "Iota", d, [], lambda b, d=d: b.eqn(
+            O.Binary(O.BinaryOp.Add), b.eqn(O.Iota((4, 6), 1, d)), b.lit(1, d)), exact=True)
+
+
+FAMILIES = (unary_cases, binary_cases, select_cases, cast_cases, shape_cases, data_cases,
+            reduce_cases, matmul_cases, dense_cases, packed_cases, region_cases,
+            attention_cases, other_cases)
+
+
+def all_cases() -> list[Case]:
+    """Every case, in a stable order; a case id is unique."""
+    out, seen = [], set()
+    for fam in FAMILIES:
+        for c in fam():
+            if c is None:
+                continue
+            if c.id in seen:  # pragma: no cover - a bug in this module
+                raise AssertionError(f"duplicate case id {c.id}")
+            seen.add(c.id)
+            out.append(c)
+    return out
+
+
+__all__ = ["Case", "all_cases", "FAMILIES", "threshold", "build", "F32", "INTS"]

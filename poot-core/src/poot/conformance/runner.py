@@ -1,0 +1,121 @@
+"""Run one case on a backend device through the public pipeline, with guards.
+
+    plan = poot.plan.plan(graph, (backend, device))     # refusals are raised here
+    ex = poot.runtime.Executor(guarded(plan), runtime=rt)
+    ex.step(inputs)
+
+`guarded` moves every arena place GUARD bytes up and grows the arena by two
+guards, so each output has sentinel bytes before and after it. Before a step
+the whole arena is filled with random sentinel bytes; after it, every byte that
+no planned value occupies must still hold its sentinel (an out-of-bounds write
+fails), and every input slot buffer must still hold the input (a kernel wrote
+into an operand). The step is then replayed without new inputs: the result
+must not change by a single bit.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from poot.ir.graph import OutputKind
+from poot.plan import ARENA, Place, Plan
+
+GUARD = 256  # keeps every shifted arena offset on the planner's 256-byte alignment
+
+
+@dataclass
+class Outcome:
+    """What a run gave: the result (None when refused), failures, and timing."""
+
+    result: np.ndarray | None
+    problems: list[str]
+    seconds: float = 0.0          # one replayed step, for the perf mode
+
+
+def _shift(x, by: int):
+    if isinstance(x, Place) and x.region == ARENA:
+        return dataclasses.replace(x, offset=x.offset + by)
+    return x
+
+
+def guarded(plan: Plan, guard: int = GUARD) -> Plan:
+    """The same plan with its arena places moved up by `guard` and the arena grown by
+    two guards (plain data: a backend's Lowering never holds an offset)."""
+    s = lambda p: _shift(p, guard)
+    steps = [dataclasses.replace(st, inputs=tuple(map(s, st.inputs)), out=s(st.out))
+             for st in plan.steps]
+    regions = dict(plan.regions)
+    regions[ARENA] = dataclasses.replace(regions[ARENA],
+                                         nbytes=regions[ARENA].nbytes + 2 * guard)
+    return dataclasses.replace(
+        plan, steps=steps, regions=regions,
+        copies=[dataclasses.replace(c, src=s(c.src), dst=s(c.dst)) for c in plan.copies],
+        notes=[dataclasses.replace(n, out=s(n.out)) for n in plan.notes],
+        places={v: s(p) for v, p in plan.places.items()},
+        outputs=[(o, s(p)) for o, p in plan.outputs])
+
+
+def occupied(plan: Plan, nbytes: int) -> np.ndarray:
+    """A mask of the arena bytes some planned value may legitimately hold."""
+    mask = np.zeros(nbytes, bool)
+    for p in plan.places.values():
+        if p.region != ARENA:
+            continue
+        t = p.type
+        if p.strides is None:
+            extent = t.size * t.dtype.itemsize
+        else:  # a strided view spans from its first to its last element
+            last = sum((d - 1) * st for d, st in zip(t.shape, p.strides, strict=True))
+            extent = (last + 1) * t.dtype.itemsize if t.size else 0
+        mask[p.offset: p.offset + extent] = True
+    return mask
+
+
+def run_case(graph, inputs: list[np.ndarray], backend, device, runtime,
+             rng: np.random.Generator, plan: Plan | None = None,
+             timed: bool = False) -> Outcome:
+    """Plan (unless given), load, fill sentinels, step, check guards and inputs, replay."""
+    from poot.plan import plan as make_plan
+    from poot.runtime.executor import Executor
+
+    plan = guarded(plan if plan is not None else make_plan(graph, (backend, device)))
+    ex = Executor(plan, {}, runtime=runtime)
+    arena = ex.buffers[ARENA]
+    size = plan.regions[ARENA].nbytes
+    sentinel = rng.integers(0, 256, size, dtype=np.uint8)
+    runtime.write(arena, 0, sentinel)
+    slots = {f"x{i}": a for i, a in enumerate(inputs)}
+    res = ex.step(slots).result.copy()
+    problems = []
+    result_place = next(p for o, p in plan.outputs if o.kind is OutputKind.RESULT)
+    free = ~occupied(plan, size)
+    after = runtime.read(arena, 0, size)
+    hit = free & (after != sentinel)
+    if hit.any():
+        at = np.flatnonzero(hit)
+        problems.append(f"out-of-bounds write: {at.size} sentinel byte(s) of the arena "
+                        f"changed, first at byte {int(at[0]) - GUARD} of the planned arena "
+                        f"(the result is at {result_place})")
+    for label, (_, buf) in ex.slots.items():
+        want = np.ascontiguousarray(slots[label]).reshape(-1).view(np.uint8)
+        if not np.array_equal(runtime.read(buf, 0, want.size), want):
+            problems.append(f"input {label} was overwritten by the step")
+    t0 = time.perf_counter()
+    ex.executable.run()
+    seconds = time.perf_counter() - t0
+    again = ex.read(result_place)
+    if not np.array_equal(again.view(np.uint8), res.view(np.uint8)):
+        problems.append("replaying the step changed the result")
+    if timed:
+        reps = max(1, min(50, int(0.05 / max(seconds, 1e-6))))
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            ex.executable.run()
+        seconds = (time.perf_counter() - t0) / reps
+    return Outcome(res, problems, seconds)
+
+
+__all__ = ["GUARD", "Outcome", "guarded", "occupied", "run_case"]
