@@ -137,3 +137,11 @@ def prefill_logits(gguf_path: str | Path, token_ids) -> np.ndarray:
     x = rms_norm(x, w["output_norm.weight"], cfg.norm_eps)
     output = w.get("output.weight", w["token_embd.weight"])  # tied embeddings when absent
     return (x @ output.T).astype(np.float32)
+
+
+def greedy_tokens(gguf_path: str | Path, token_ids, steps: int) -> list[int]:
+    """`steps` greedy next tokens after `token_ids`, each from a full prefill (no KV cache)."""
+    ids = list(token_ids)
+    for _ in range(steps):
+        ids.append(int(np.argmax(prefill_logits(gguf_path, ids)[-1])))
+    return ids[len(token_ids):]

@@ -3,7 +3,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from reference_llama import causal_gqa_attention, prefill_logits, rope_adjacent_pairs
+from reference_llama import (
+    causal_gqa_attention,
+    greedy_tokens,
+    prefill_logits,
+    rope_adjacent_pairs,
+)
 
 
 def _rotate_half_rope(x, positions, base):
@@ -59,6 +64,7 @@ def test_smollm2_greedy_next_token_is_paris(smollm2_gguf):
     assert tokenizer.decode([int(np.argmax(logits[-1]))]) == " Paris"
     # causal: a prefix's logits do not depend on the tokens after it
     np.testing.assert_allclose(prefill_logits(smollm2_gguf, ids[:3]), logits[:3], atol=1e-4)
+    assert tokenizer.decode(greedy_tokens(smollm2_gguf, ids, 3)).startswith(" Paris")
 
 
 @pytest.mark.slow
