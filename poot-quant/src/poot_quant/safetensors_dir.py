@@ -3,8 +3,10 @@
 The file format is an 8-byte little-endian header length, a JSON header
 (name -> dtype, shape, data_offsets) and the data region. The header is read
 here and every tensor becomes an np.memmap view after its offsets are checked
-against the file size (`safetensors.safe_open(framework="numpy")` cannot give
-bf16, and would copy). Packed weights are recognised by their tensor names:
+against the file size (`safetensors.safe_open(framework="numpy")` hands out each
+tensor as an in-memory copy, and older releases cannot give bf16). Tests write
+their files with the `safetensors` package. Packed weights are recognised by
+their tensor names:
 
   GPTQ / AWQ   X.qweight, X.qzeros, X.scales (+ X.g_idx)  -> "X.weight", per
                config.json "quantization_config" (or quantize_config.json)
@@ -261,14 +263,15 @@ class _Grouper:
 
     def fp8(self, prefix: str) -> None:
         weight = self.raw[prefix + ".weight"]
-        scale = self.raw.get(prefix + ".weight_scale_inv") or self.raw.get(prefix + ".weight_scale")
+        inverse = self.raw.get(prefix + ".weight_scale_inv")  # DeepSeek-style block scales
+        scale = inverse or self.raw.get(prefix + ".weight_scale")
         if scale is None or len(weight.shape) != 2:
             return  # a bare FP8 tensor stays a dense F8 tensor
         n, k = weight.shape
         fmt = "fp8:e4m3" if weight.dtype is DType.F8E4M3 else "fp8:e5m2"
-        if scale.array.size == 1:
+        if inverse is None and scale.array.size == 1:
             attrs = {"scale": "tensor"}
-        elif scale.shape in ((n,), (n, 1)):
+        elif inverse is None and scale.shape in ((n,), (n, 1)):
             attrs = {"scale": "channel"}
         else:
             block = self.qconfig.get("weight_block_size", (128, 128))
