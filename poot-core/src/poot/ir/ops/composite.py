@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, ClassVar, Sequence
 
 from poot.dtypes import DType
 from poot.errors import DtypeError
-from poot.formats import PackedWeight
 from poot.ir.ops.base import FLOATS, OpKind
 from poot.ir.ops.compute import IndexedMatMul, MatMul, PackedDequant, check_sources, matmul_type
 from poot.ir.ops.data import ArgTopK, Gather
@@ -20,6 +19,7 @@ from poot.ir.ops.shape import Broadcast, Concat, Reshape, Slice, Transpose
 from poot.ir.types import TensorType
 
 if TYPE_CHECKING:  # pragma: no cover
+    from poot.formats import PackedWeight  # poot.formats imports poot.ir: no cycle at run time
     from poot.ir.graph import Graph
 
 F32 = DType.F32
@@ -333,6 +333,8 @@ class IndexedPackedContraction(Composite):
 def dense_weight_f32(b, w, shape_nk: tuple[int, int]):
     """A checkpoint weight widened to F32 [N, K]: bf16/f16/f32 cast, or u32 f16 words."""
     if w.type.dtype is DType.U32:
+        from poot.formats import PackedWeight
+
         return b.eqn(PackedDequant(PackedWeight("dense:f16words", shape_nk)), w)
     return b.eqn(Cast(F32), w)
 

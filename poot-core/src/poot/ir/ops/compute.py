@@ -6,11 +6,11 @@ from typing import TYPE_CHECKING, ClassVar, Sequence
 
 from poot.dtypes import DType
 from poot.errors import DtypeError
-from poot.formats import PackedWeight
 from poot.ir.ops.base import FLOATS, OpKind, broadcast_shapes
 from poot.ir.types import TensorType
 
 if TYPE_CHECKING:  # pragma: no cover
+    from poot.formats import PackedWeight  # poot.formats imports poot.ir: no cycle at run time
     from poot.ir.graph import Graph
 
 
