@@ -20,7 +20,17 @@ import numpy as np
 
 from poot.codegen.expr import Bin, Bitcast, Cast, Const, Expr, Load, Sel, Un, Var
 from poot.codegen.program import (
-    BUILTINS, Assign, Barrier, Buffer, CoopReduce, For, If, Kernel, Let, Stmt, Store,
+    BUILTINS,
+    Assign,
+    Barrier,
+    Buffer,
+    CoopReduce,
+    For,
+    If,
+    Kernel,
+    Let,
+    Stmt,
+    Store,
 )
 from poot.dtypes import DType
 from poot.errors import DtypeLowering
