@@ -1,0 +1,36 @@
+"""What a pass sees besides the graph: the target's table, the policy, its record."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from poot.capability import CapabilityTable
+from poot.compiler.policy import Policy
+from poot.compiler.report import PassRecord
+from poot.compiler.view import GraphView
+from poot.ir.graph import Eqn, Operand
+from poot.ir.ops import OpKind
+
+
+@dataclass
+class PassContext:
+    table: CapabilityTable
+    policy: Policy
+    record: PassRecord
+
+    def refusal(self, op: OpKind, inputs: list[Operand], out: Eqn, view: GraphView) -> str | None:
+        """Why `op(inputs)` cannot stand in for `out` here (its type differs, or the target
+        cannot lower it), or None when it can."""
+        from poot.errors import PootError
+        from poot.ir.graph import Lit, Value
+
+        types = [x.type if isinstance(x, Lit) else
+                 view.type_of(x.id if isinstance(x, Value) else x) for x in inputs]
+        want = view.type_of(out.out)
+        try:
+            got = op.infer(types)
+        except PootError as exc:
+            return f"{op.name} does not type-check here: {exc}"
+        if got != want:
+            return f"{op.name} would give {got}, not {want}"
+        err = self.table.refusal(op, types, want)
+        return None if err is None else str(err)

@@ -1,0 +1,1 @@
+"""One module per pass; each exposes `run(graph, ctx) -> Graph`."""

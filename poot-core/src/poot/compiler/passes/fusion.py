@@ -1,0 +1,69 @@
+"""Pointwise fusion into Fused regions and reduction-rooted row fusion into FusedRow.
+
+A region grows forward from a seed over pointwise eqns and last-axis keepdim
+reductions whose results are full rows [..., D] or row scalars [..., 1] of one
+shape; RMSNorm and softmax each become one FusedRow. Concat, movement, data and
+compute ops are boundaries. Single eqns stay as they are.
+"""
+from __future__ import annotations
+
+from poot.compiler.region import body_graph, external_inputs, grow
+from poot.compiler.rewrite import Rewriter
+from poot.compiler.view import GraphView
+from poot.ir.ops import Binary, Cast, Fused, FusedRow, Reduce, Select, Unary
+
+POINTWISE = (Unary, Binary, Select, Cast)
+
+
+def row_shape(view: GraphView, seed) -> tuple[int, ...] | None:
+    """The full row shape a region seeded here works on, or None if it cannot seed one."""
+    if isinstance(seed.op, POINTWISE):
+        return view.type_of(seed.out).shape
+    if isinstance(seed.op, Reduce) and reduces_rows(view, seed):
+        return view.type_of(seed.inputs[0].id).shape
+    return None
+
+
+def reduces_rows(view: GraphView, e) -> bool:
+    rank = view.type_of(e.inputs[0].id).rank
+    return e.op.keepdim and rank >= 1 and e.op.axis % rank == rank - 1
+
+
+def admits(view: GraphView, full: tuple[int, ...]):
+    row = full[:-1] + (1,) if full else full
+
+    def admit(e) -> bool:
+        out = view.type_of(e.out).shape
+        if isinstance(e.op, POINTWISE):
+            return out in (full, row)
+        return isinstance(e.op, Reduce) and reduces_rows(view, e) and \
+            view.type_of(e.inputs[0].id).shape == full
+
+    return admit
+
+
+def run(graph, ctx):
+    view, rw = GraphView(graph), Rewriter(graph)
+    taken = lambda v: v in rw.removed or v in rw.replaced
+    for seed in view.eqns:
+        if taken(seed.out):
+            continue
+        full = row_shape(view, seed)
+        if full is None:
+            continue
+        members = grow(view, seed.out, admits(view, full), taken, [seed])
+        if len(members) < 2:
+            continue
+        params = external_inputs(members)
+        body = body_graph(view, members, params, "region")
+        rowwise = any(isinstance(e.op, Reduce) for e in members)
+        op = FusedRow(body, -1) if rowwise else Fused(body)
+        root = members[-1]
+        refused = ctx.refusal(op, params, root, view)
+        if refused:
+            ctx.record.kept(op.name, root.out, f"target refuses: {refused}")
+            continue
+        rw.replace(root, op, params, members)
+        ctx.record.rewrote(op.name, root.out, f"{len(members)} eqns: "
+                           + ", ".join(repr(e.op) for e in members))
+    return rw.commit()

@@ -1,0 +1,95 @@
+"""The pass pipeline: each pass opens graph.edit(), commits a checked draft, and records
+what it did. The order matters: chains are recognized before their pieces are fused."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from poot.backend import Backend, Device
+from poot.capability import CapabilityTable
+from poot.compiler.context import PassContext
+from poot.compiler.passes import (
+    attention,
+    collectives,
+    contraction_dense,
+    contraction_packed,
+    dce,
+    epilogue,
+    fusion,
+    iota_fold,
+    rope,
+    selection,
+)
+from poot.compiler.policy import Policy
+from poot.compiler.report import CompileReport
+from poot.ir.graph import Graph
+
+#: (name, run) in order. collectives refuses first; dce runs first and last.
+PASSES = [
+    ("collectives", collectives.run),
+    ("dce", dce.run),
+    ("selection", selection.run),
+    ("attention", attention.run),
+    ("rope_fusion", rope.run),
+    ("iota_fold", iota_fold.run),
+    ("dense_contraction", contraction_dense.run),
+    ("packed_contraction", contraction_packed.run),
+    ("epilogue", epilogue.run),
+    ("fusion", fusion.run),
+    ("dce_final", dce.run),
+]
+
+
+@dataclass
+class Compiled:
+    """A compiled graph and the target it was compiled for (the planner's input)."""
+
+    graph: Graph
+    source: Graph
+    backend: Backend
+    device: Device
+    table: CapabilityTable
+    policy: Policy
+    report: CompileReport
+
+    def explain(self, **kw) -> str:
+        return self.report.explain(**kw)
+
+
+def resolve_target(target) -> tuple[Backend, Device]:
+    """None (best available), a backend name or Backend, or a (backend, device) pair."""
+    from poot.backend import get_backend, select_backend
+
+    if target is None or isinstance(target, str):
+        return select_backend(target)
+    if isinstance(target, Backend):
+        return target, target.default_device()
+    if isinstance(target, tuple) and len(target) == 2:
+        backend, device = target
+        backend = get_backend(backend) if isinstance(backend, str) else backend
+        return backend, device if device is not None else backend.default_device()
+    from poot.errors import UnknownBackend
+
+    raise UnknownBackend(f"target must be None, a backend name, or a (backend, device) pair; "
+                         f"got {target!r}")
+
+
+def compile(graph: Graph, target=None, *, policy: Policy | None = None) -> Compiled:
+    """Rewrite `graph` for `target`: find the composites the target can lower."""
+    backend, device = resolve_target(target)
+    table = backend.capabilities(device)
+    policy = policy or Policy()
+    report = CompileReport(f"{backend.name} on {device}")
+    g = graph
+    for name, run in PASSES:
+        rec = report.record(name)
+        rec.eqns_before = len(g.eqns())
+        if name in policy.disable:
+            rec.skipped, rec.eqns_after = "disabled by policy", rec.eqns_before
+            continue
+        start = time.perf_counter()
+        g = run(g, PassContext(table, policy, rec))
+        rec.seconds = time.perf_counter() - start
+        rec.eqns_after = len(g.eqns())
+    report.graph = g
+    return Compiled(g, graph, backend, device, table, policy, report)
