@@ -143,9 +143,12 @@ def _attention_type(op: OpKind, ins: Sequence[TensorType]) -> TensorType:
     hkv, s, dk = k.shape[-3:]
     if dk != d or v.shape[-3:-1] != (hkv, s) or hkv == 0 or hq % hkv:
         op.fail("k must be [..., Hkv, S, D], v [..., Hkv, S, Dv], Hq a multiple of Hkv", ins)
-    if mask.rank > q.rank or any(
-            m not in (1, w) for m, w in zip(reversed(mask.shape), (s, t))):
-        op.fail(f"mask must broadcast to [T={t}, S={s}]", ins)
+    # the chain adds the mask to the grouped scores [..., Hkv, G, T, S], so a per-sequence
+    # mask [B, 1, 1, T, S] (rank q.rank + 1) is fine; it must broadcast into that shape
+    scores = q.shape[:-3] + (hkv, hq // hkv, t, s)
+    if mask.rank > len(scores) or any(
+            m not in (1, w) for m, w in zip(reversed(mask.shape), reversed(scores))):
+        op.fail(f"mask must broadcast to [T={t}, S={s}] (or the grouped scores {scores})", ins)
     ms = (1,) * (q.rank - mask.rank) + mask.shape
     if mask.rank > 2 and (ms[-3] not in (1, hq) or any(
             m not in (1, w) for m, w in zip(ms[:-3], q.shape[:-3]))):
