@@ -1,7 +1,23 @@
-"""pytest plugin of the conformance suite (loaded through the `pytest11` entry point)."""
+"""pytest plugin of the conformance suite (loaded through the `pytest11` entry point).
+
+It only adds the command-line options; the suite itself (fixtures, cases, reports)
+lives in this package's conftest.py and test modules, which pytest loads only when
+the suite is collected: `pytest --pyargs poot.conformance --poot-backend NAME`.
+"""
 
 
 def pytest_addoption(parser):
     group = parser.getgroup("poot", "poot backend conformance")
     group.addoption("--poot-backend", action="store", default=None,
-                    help="name of the installed poot backend to check against the oracle")
+                    help="name of the installed poot backend to check against the oracle "
+                         "(default when the suite is collected: reference)")
+    group.addoption("--poot-device", action="store", type=int, default=0,
+                    help="index of the backend's device to check (default 0)")
+    group.addoption("--poot-seed", action="store", type=int, default=None,
+                    help="seed of the case inputs (default: a fixed seed, printed in the "
+                         "header; a case's inputs depend only on the seed and its id)")
+    group.addoption("--poot-support", action="store", default=None, metavar="PATH",
+                    help="write the backend's support matrix (Markdown, from its own "
+                         "capability table, with the suite's results) to PATH")
+    group.addoption("--poot-perf", action="store_true", default=False,
+                    help="time each declared case (replayed steps) and print GB/s or FLOP/s")

@@ -1,0 +1,79 @@
+"""The suite's session: the target, case parametrization, and the support/perf reports."""
+from __future__ import annotations
+
+import pytest
+
+from poot.conformance.cases import all_cases
+from poot.conformance.report import Report
+from poot.conformance.target import DEFAULT_SEED, resolve
+from poot.errors import PootError
+
+_TARGET = pytest.StashKey()
+_REPORT = pytest.StashKey()
+
+
+def _target(config):
+    if _TARGET not in config.stash:
+        name = config.getoption("--poot-backend") or "reference"
+        seed = config.getoption("--poot-seed")
+        try:
+            config.stash[_TARGET] = resolve(name, config.getoption("--poot-device"),
+                                            DEFAULT_SEED if seed is None else seed)
+        except PootError as exc:  # no device / unknown name: loud, not a silent skip
+            raise pytest.UsageError(f"poot conformance: {exc}") from None
+        config.stash[_REPORT] = Report(config.stash[_TARGET])
+    return config.stash[_TARGET]
+
+
+def pytest_report_header(config):
+    t = _target(config)
+    return [f"poot conformance: {t} (seed {t.seed}; rerun with --poot-seed {t.seed})"]
+
+
+def pytest_generate_tests(metafunc):
+    """Split the cases by the backend's own declaration: declared cases must match the
+    oracle; the others must be refused with the typed error."""
+    if "case" not in metafunc.fixturenames:
+        return
+    t = _target(metafunc.config)
+    want = metafunc.function.__name__ == "test_declared"
+    cases = [c for c in all_cases() if t.declares(c.graph) == want]
+    if not cases:  # e.g. the reference declares everything: nothing to refuse, say so
+        metafunc.parametrize("case", [None], ids=["no-" + ("declared" if want else
+                                                           "undeclared") + "-cases"])
+        return
+    metafunc.parametrize("case", cases, ids=[c.id for c in cases])
+
+
+@pytest.fixture(scope="session")
+def target(request):
+    return _target(request.config)
+
+
+@pytest.fixture(scope="session")
+def report(request):
+    _target(request.config)
+    return request.config.stash[_REPORT]
+
+
+@pytest.fixture(scope="session")
+def perf(request) -> bool:
+    return bool(request.config.getoption("--poot-perf"))
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    if _REPORT not in config.stash:
+        return
+    rep = config.stash[_REPORT]
+    tr = terminalreporter
+    tr.section(f"poot conformance: {rep.target}")
+    for line in rep.summary_lines():
+        tr.write_line(line)
+    if config.getoption("--poot-perf"):
+        tr.section("poot conformance perf (one replayed step per case)")
+        for line in rep.perf_lines():
+            tr.write_line(line)
+    path = config.getoption("--poot-support")
+    if path:
+        rep.write_support(path)
+        tr.write_line(f"support matrix written to {path}")

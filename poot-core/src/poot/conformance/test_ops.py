@@ -1,0 +1,51 @@
+"""Every case: declared ones match the oracle through the backend's own pipeline;
+undeclared ones are refused at plan time with the typed error, with no numbers."""
+from __future__ import annotations
+
+import pytest
+
+from poot.conformance.compare import mismatch
+from poot.conformance.inputs import draw_all
+from poot.conformance.runner import run_case
+from poot.errors import LoweringError
+from poot.reference import evaluate
+
+
+def test_declared(case, target, report, perf):
+    if case is None:
+        pytest.fail(f"{target} declares none of the suite's cases: nothing it runs is checked")
+    report.record(case, True, False)
+    rng = target.rng(case.id)
+    inputs = draw_all(rng, case.args, case.fixed)
+    (want,) = evaluate(case.graph, inputs, outputs="result")
+    try:
+        out = run_case(case.graph, inputs, target.backend, target.device, target.runtime, rng,
+                       timed=perf)
+    except LoweringError as exc:
+        pytest.fail(f"{target} declares {case.key} on {case.dtype} but refused it: {exc}")
+    problems = list(out.problems)
+    bad = mismatch(want, out.result, case.exact, case.tol)
+    if bad:
+        problems.insert(0, bad)
+    assert not problems, f"{case.id} on {target}: " + "; ".join(problems)
+    report.record(case, True, True, out.seconds)
+
+
+def test_refused(case, target, report):
+    from poot.conformance.cases import all_cases
+    from poot.plan import plan
+
+    if case is None:  # the backend declares every case: confirm it from its table
+        assert all(target.declares(c.graph) for c in all_cases())
+        return
+    report.record(case, False, False)
+    refused = target.table.graph_refusals(case.graph)[0][1]
+    try:
+        got = plan(case.graph, (target.backend, target.device))
+    except LoweringError as exc:
+        assert exc.backend == target.backend.name and exc.op and exc.device, \
+            f"the refusal must name op, backend and device: {exc!r}"
+        report.record(case, False, True)
+        return
+    pytest.fail(f"{target} does not declare this case ({refused}) but planned it "
+                f"({got.dispatches} dispatches) instead of raising the typed refusal")
