@@ -20,6 +20,10 @@ from poot_quant import exprs
 from poot_quant.base import Format, f16_to_f32, spec
 
 
+#: values decoded per numpy pass (a chunk of whole blocks)
+DECODE_CHUNK_VALUES = 1 << 18
+
+
 class NumpyBlocks:
     """Element rules evaluated over every block: blocks is uint8 [n_blocks, type_size]."""
 
@@ -29,6 +33,9 @@ class NumpyBlocks:
     def byte(self, offset) -> np.ndarray:
         if isinstance(offset, (int, np.integer)):
             return self.blocks[:, offset:offset + 1].astype(np.uint32)
+        first = int(offset[0])
+        if np.array_equal(offset, np.arange(first, first + offset.size)):  # a plain slice
+            return self.blocks[:, first:first + offset.size].astype(np.uint32)
         return self.blocks[:, offset].astype(np.uint32)
 
     def f16(self, offset: int) -> np.ndarray:
@@ -119,8 +126,12 @@ class GGUFBlockFormat(Format):
 
     def decode(self, arrays, shape, attrs):
         blocks = arrays["blocks"].reshape(-1, self.type_size)
+        out = np.empty((blocks.shape[0], self.block_size), np.float32)
         j = np.arange(self.block_size, dtype=np.uint32)
-        return self.element(NumpyBlocks(blocks), j).reshape(shape)
+        step = max(1, DECODE_CHUNK_VALUES // self.block_size)  # temporaries stay cache-sized
+        for start in range(0, blocks.shape[0], step):
+            out[start:start + step] = self.element(NumpyBlocks(blocks[start:start + step]), j)
+        return out.reshape(shape)
 
     def decode_expr(self, load, n, k, shape, attrs):
         self.check_expr_sources(shape, attrs)
