@@ -308,9 +308,12 @@ class GraphEdit:
         want = sorted((o.key() for o in before.outputs()), key=repr)
         got = sorted((o.key() for o in self.outputs), key=repr)
         if want != got:
-            lost = [k for k in want if k not in got]
-            raise EditRefused(f"rewrite changes the graph's outputs; lost: {lost}, "
-                              f"now: {[k for k in got if k not in want]}")
+            from collections import Counter
+
+            w, g = Counter(map(repr, want)), Counter(map(repr, got))
+            raise EditRefused(f"rewrite changes the graph's outputs; lost: "
+                              f"{sorted((w - g).elements())}, added: "
+                              f"{sorted((g - w).elements())}")
         res = [o for o in self.outputs if o.kind is OutputKind.RESULT]
         if res and self.type_of(res[0].value) != before.type_of(before.result()):
             raise EditRefused(f"rewrite changes the result type from "
