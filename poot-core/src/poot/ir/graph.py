@@ -310,7 +310,12 @@ class GraphEdit:
         if want != got:
             from collections import Counter
 
-            w, g = Counter(map(repr, want)), Counter(map(repr, got))
+            def say(k):
+                kind, label, boundary, inp = k
+                return " ".join([kind.value] + [repr(x) for x in (label, inp) if x is not None]
+                                + ([f"@{boundary.name}"] if boundary else []))
+
+            w, g = Counter(map(say, want)), Counter(map(say, got))
             raise EditRefused(f"rewrite changes the graph's outputs; lost: "
                               f"{sorted((w - g).elements())}, added: "
                               f"{sorted((g - w).elements())}")
