@@ -19,7 +19,6 @@ from poot.dtypes import DType
 from poot_quant import exprs
 from poot_quant.base import Format, f16_to_f32, spec
 
-
 #: values decoded per numpy pass (a chunk of whole blocks)
 DECODE_CHUNK_VALUES = 1 << 18
 
@@ -150,10 +149,17 @@ class GGUFBlockFormat(Format):
         blocks = self.quantize_blocks(w.reshape(-1, self.block_size))
         return [np.ascontiguousarray(blocks, np.uint8).reshape(w.shape[0], -1)]
 
-    def quantize_blocks(self, x: np.ndarray) -> np.ndarray:
-        import gguf.quants
+    #: the poot_quant.gguf_quantize function for types the gguf package cannot quantize
+    quantizer: str | None = None
 
-        return gguf.quants.quantize(x, self.qtype)
+    def quantize_blocks(self, x: np.ndarray) -> np.ndarray:
+        if self.quantizer is None:
+            import gguf.quants
+
+            return gguf.quants.quantize(x, self.qtype)
+        from poot_quant import gguf_quantize
+
+        return getattr(gguf_quantize, self.quantizer)(x)
 
 
 # -- bit-field layouts: (byte position within the field, shift) of element j ----------------
@@ -185,6 +191,16 @@ def kquant_nibble_at(j):
 def q6_low_at(j):
     """Q6_K low 4 bits: each 128 elements use 64 bytes, low nibble first."""
     return ((j >> 7) << 6) + (j & 63), ((j >> 6) & 1) << 2
+
+
+def q3_scale_low_at(i):
+    """Q3_K 6-bit scale i (0..15): low 4 bits in byte i % 8, nibble i / 8 ..."""
+    return i & 7, (i >> 3) << 2
+
+
+def q3_scale_high_at(i):
+    """... top 2 bits in byte 8 + i % 4, 2-bit field i / 4."""
+    return i & 3, (i >> 2) << 1
 
 
 def field(blk, offset: int, layout, j, mask: int):
@@ -253,10 +269,7 @@ class IQ4_NL(GGUFBlockFormat):
     def element(self, blk, j):
         return blk.f16(0) * blk.to_f32(blk.table16(nibble32(blk, 2, j), IQ4_NL_VALUES))
 
-    def quantize_blocks(self, x):
-        from poot_quant.gguf_quantize import quantize_iq4_nl
-
-        return quantize_iq4_nl(x)
+    quantizer = "quantize_iq4_nl"
 
 
 #: E2M1 values doubled (ggml's convention: the scale below is halved to match)
@@ -304,10 +317,7 @@ class Q2_K(GGUFBlockFormat):
         return (blk.f16(80) * blk.to_f32(sm & 15)) * blk.to_f32(q) \
             - blk.f16(82) * blk.to_f32(sm >> 4)
 
-    def quantize_blocks(self, x):
-        from poot_quant.gguf_quantize import quantize_q2_k
-
-        return quantize_q2_k(x)
+    quantizer = "quantize_q2_k"
 
 
 class Q3_K(GGUFBlockFormat):
@@ -318,15 +328,11 @@ class Q3_K(GGUFBlockFormat):
     def element(self, blk, j):
         q = blk.to_i32(two_bits(blk, 32, j) | (bit_plane(blk, 0, j) << 2)) - 4
         i = j >> 4
-        low = (blk.byte(96 + (i & 7)) >> ((i >> 3) << 2)) & 15
-        high = (blk.byte(104 + (i & 3)) >> ((i >> 2) << 1)) & 3
+        low, high = field(blk, 96, q3_scale_low_at, i, 15), field(blk, 104, q3_scale_high_at, i, 3)
         scale = blk.to_i32(low | (high << 4)) - 32
         return (blk.f16(108) * blk.to_f32(scale)) * blk.to_f32(q)
 
-    def quantize_blocks(self, x):
-        from poot_quant.gguf_quantize import quantize_q3_k
-
-        return quantize_q3_k(x)
+    quantizer = "quantize_q3_k"
 
 
 def kquant_nibble(blk, offset: int, j):
@@ -344,10 +350,7 @@ class Q4_K(GGUFBlockFormat):
         return (blk.f16(0) * blk.to_f32(scale)) * blk.to_f32(q) \
             - blk.f16(2) * blk.to_f32(minimum)
 
-    def quantize_blocks(self, x):
-        from poot_quant.gguf_quantize import quantize_q4_k
-
-        return quantize_q4_k(x)
+    quantizer = "quantize_q4_k"
 
 
 class Q5_K(GGUFBlockFormat):
@@ -360,10 +363,7 @@ class Q5_K(GGUFBlockFormat):
         return (blk.f16(0) * blk.to_f32(scale)) * blk.to_f32(q) \
             - blk.f16(2) * blk.to_f32(minimum)
 
-    def quantize_blocks(self, x):
-        from poot_quant.gguf_quantize import quantize_q5_k
-
-        return quantize_q5_k(x)
+    quantizer = "quantize_q5_k"
 
 
 class Q6_K(GGUFBlockFormat):
@@ -377,10 +377,7 @@ class Q6_K(GGUFBlockFormat):
         scale = blk.sign_extend8(blk.byte(192 + (j >> 4)))
         return (blk.f16(208) * blk.to_f32(scale)) * blk.to_f32(q)
 
-    def quantize_blocks(self, x):
-        from poot_quant.gguf_quantize import quantize_q6_k
-
-        return quantize_q6_k(x)
+    quantizer = "quantize_q6_k"
 
 
 GGUF_FORMATS = [cls() for cls in (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,

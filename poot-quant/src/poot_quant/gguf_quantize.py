@@ -98,8 +98,8 @@ def quantize_q3_k(x: np.ndarray) -> np.ndarray:
     pack_bits(out, 0, L.bit_plane_at, u >> 2)
     pack_bits(out, 32, L.two_bits_at, u & 3)
     s = (sc + 32).astype(np.uint32)
-    pack_bits(out, 96, lambda i: (i & 7, (i >> 3) << 2), s & 15)
-    pack_bits(out, 104, lambda i: (i & 3, (i >> 2) << 1), s >> 4)
+    pack_bits(out, 96, L.q3_scale_low_at, s & 15)
+    pack_bits(out, 104, L.q3_scale_high_at, s >> 4)
     _put_f16(out, 108, d)
     return out
 
