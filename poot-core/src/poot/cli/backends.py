@@ -1,0 +1,48 @@
+"""`poot backends`: every installed backend, its devices (or why it has none), a summary
+of each device's capability table, and every plugin that failed to load."""
+from __future__ import annotations
+
+
+def add_parser(sub):
+    p = sub.add_parser("backends", help="list installed backends, their devices and what "
+                       "each device declares it can run")
+    p.add_argument("--table", action="store_true",
+                   help="print each device's full support matrix (Markdown) instead of a "
+                        "summary")
+
+
+def describe(backend, full: bool = False) -> list[str]:
+    """The lines `poot backends` prints for one backend."""
+    head = f"{backend.name} (priority {backend.priority}, {backend.language or 'no language'})"
+    try:
+        devices = backend.probe()
+        reason = None if devices else backend.unavailable_reason() or "no reason given"
+    except Exception as exc:  # a probe must not raise; say so instead of crashing the listing
+        devices, reason = [], f"probe raised {type(exc).__name__}: {exc}"
+    if not devices:
+        return [head, f"  no device: {reason}"]
+    lines = [head]
+    for d in devices:
+        lines.append(f"  device {d}")
+        try:
+            table = backend.capabilities(d)
+        except Exception as exc:
+            lines.append(f"    no capability table: {type(exc).__name__}: {exc}")
+            continue
+        text = table.to_markdown() if full else table.summary()
+        lines += [f"    {line}" for line in text.splitlines()]
+    return lines
+
+
+def run(args) -> int:
+    from poot.plugin import manager
+
+    m = manager()
+    table = m.backends()
+    for b in sorted(table.values(), key=lambda b: (-b.priority, b.name)):
+        print("\n".join(describe(b, args.table)))
+    if m.broken:
+        print("plugins that failed to load:")
+        for name, err in sorted(m.broken.items()):
+            print(f"  {name}: {err}")
+    return 0

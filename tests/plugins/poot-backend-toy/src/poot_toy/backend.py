@@ -1,0 +1,38 @@
+"""The toy backend: a deliberately partial table (F32 elementwise and reductions only)."""
+from __future__ import annotations
+
+from poot.backend import Backend, Device, Lowering
+from poot.capability import CapabilityTable, Use, op_keys
+from poot.dtypes import DType
+
+from poot_toy.kernels import kernel_for
+
+#: what the toy lowers: every float Unary, the arithmetic Binary ops, both reductions
+DECLARED = [k for k in op_keys("Unary", "Binary", "Reduce")
+            if k.split(".")[1] not in ("Not", "Clz", "Ge", "GeU", "And", "Or", "Xor", "Shl",
+                                       "Shr")]
+
+
+class ToyBackend(Backend):
+    name = "toy"
+    priority = -1          # never picked over the reference unless asked for by name
+    language = "toy-numpy"
+
+    def probe(self):
+        return [Device(self.name, 0, "toy numpy kernels (CPU)")]
+
+    def capabilities(self, device):
+        return CapabilityTable.declare(
+            self.name, device.id, dtypes={DType.F32: Use.STORAGE | Use.ARITH},
+            ops={k: [DType.F32] for k in DECLARED},
+            notes={"f16": "the toy computes in float32 only"})
+
+    def lower(self, eqn, graph, device):
+        super().lower(eqn, graph, device)   # the table's typed refusal, before anything runs
+        family, name = type(eqn.op).__name__, eqn.op.op.name
+        return Lowering(f"toy.{name.lower()}", program=kernel_for(family, name, eqn.op))
+
+    def runtime(self, device):
+        from poot_toy.runtime import ToyRuntime
+
+        return ToyRuntime(device)
