@@ -83,6 +83,10 @@ def test_open_keeps_tensors_packed_and_mapped(small_gguf):
             assert info.ref.tensor == name and info.ref.format == str(info.storage).split("[")[0]
         assert ckpt.metadata["llama.block_count"] == 2
         assert ckpt.metadata["tokenizer.ggml.tokens"] == ["<s>", "hello", "wörld"]
+        with pytest.raises(CheckpointError, match="is packed"):
+            ckpt["token_embd.weight"].array()
+        with pytest.raises(CheckpointError, match="no tensor 'nope'"):
+            ckpt["nope"]
     assert ckpt.tensors == {}
 
 
