@@ -50,7 +50,9 @@ class CudaPrinter(CPrinter):
             return f"((int)blockIdx.{a})"
         if kind == "global":
             return f"((int)(blockIdx.{a} * {kernel.workgroup3()[axis]}u + threadIdx.{a}))"
-        wx, wy, _ = kernel.workgroup3()
+        wx, wy, wz = kernel.workgroup3()
+        if wy == wz == 1:
+            return "((int)threadIdx.x)"
         return f"((int)(threadIdx.x + {wx}u * (threadIdx.y + {wy}u * threadIdx.z)))"
 
     def barrier(self) -> str:
@@ -102,33 +104,31 @@ class CudaPrinter(CPrinter):
         tpg = kernel.threads_per_group
         width = s.width or tpg
         lane = self.builtin("index", 0, kernel)
-        v = f"{s.name}_v"
+        v, scratch = f"{s.name}_v", f"poot_red_{s.name}"
+
+        def fold(other: str) -> str:
+            return f"{pad}{v} = {self._combine(s.op, s.value.dtype, v, other)};"
+
         out = [f"{pad}{t} {v} = {self.expr(s.value)};"]
         if tpg % WARP != 0:
-            # small or ragged workgroups: every thread publishes, each reads its group
-            scratch = f"poot_red_{s.name}"
-            out += [f"{pad}{scratch}[{lane}] = {v};", f"{pad}__syncthreads();",
-                    f"{pad}{v} = {scratch}[({lane} / {width}) * {width}];",
-                    f"{pad}for (int o = 1; o < {width}; ++o) "
-                    f"{v} = {self._combine(s.op, s.value.dtype, v, f'{scratch}[({lane} / {width}) * {width} + o]')};",
-                    f"{pad}__syncthreads();", f"{pad}const {t} {s.name} = {v};"]
-            return out
-        w = min(width, WARP)
-        off = w // 2
-        while off >= 1:
-            out.append(f"{pad}{v} = {self._combine(s.op, s.value.dtype, v, f'__shfl_xor_sync(0xffffffffu, {v}, {off}, 32)')};")
+            # ragged workgroups: every thread publishes, each folds its group sequentially
+            first = f"({lane} / {width}) * {width}"
+            return out + [f"{pad}{scratch}[{lane}] = {v};", f"{pad}__syncthreads();",
+                          f"{pad}{v} = {scratch}[{first}];",
+                          f"{pad}for (int o = 1; o < {width}; ++o)",
+                          self.indent_unit + fold(f"{scratch}[{first} + o]"),
+                          f"{pad}__syncthreads();", f"{pad}const {t} {s.name} = {v};"]
+        off = min(width, WARP) // 2
+        while off >= 1:  # butterfly within aligned groups of min(width, 32) lanes
+            out.append(fold(f"__shfl_xor_sync(0xffffffffu, {v}, {off}, 32)"))
             off //= 2
         if width <= WARP:
             return out + [f"{pad}const {t} {s.name} = {v};"]
-        # across warps: each warp's lane 0 publishes, every thread folds its group's warps
-        scratch = f"poot_red_{s.name}"
+        # across warps: lane 0 of each warp publishes, every thread folds its group's warps
         per_group = width // WARP
         first = f"({lane} / {width}) * {per_group}"
-        out += [f"{pad}if (({lane} & {WARP - 1}) == 0) {scratch}[{lane} / {WARP}] = {v};",
-                f"{pad}__syncthreads();",
-                f"{pad}{v} = {scratch}[{first}];",
-                f"{pad}for (int o = 1; o < {per_group}; ++o) "
-                f"{v} = {self._combine(s.op, s.value.dtype, v, f'{scratch}[{first} + o]')};",
-                f"{pad}__syncthreads();",
-                f"{pad}const {t} {s.name} = {v};"]
-        return out
+        return out + [f"{pad}if (({lane} & {WARP - 1}) == 0) {scratch}[{lane} / {WARP}] = {v};",
+                      f"{pad}__syncthreads();", f"{pad}{v} = {scratch}[{first}];",
+                      f"{pad}for (int o = 1; o < {per_group}; ++o)",
+                      self.indent_unit + fold(f"{scratch}[{first} + o]"),
+                      f"{pad}__syncthreads();", f"{pad}const {t} {s.name} = {v};"]

@@ -38,6 +38,7 @@ from poot.ir.ops import (
     MatMul,
     OpKind,
     PackedContraction,
+    PackedDequant,
     PackedRowGather,
     Reduce,
     ReduceOp,
@@ -392,6 +393,8 @@ def packed_cases(formats: dict | None = None) -> list[Case]:
             out.append(Case(f"packed-{name}-m{m_shape[0]}", PackedContraction(pw),
                             (a, *src_types), lambda rng, a=a, s=sources: [normal(a)(rng),
                                                                           *s(rng)], 1e-10))
+        out.append(Case(f"packed-dequant-{name}", PackedDequant(pw), src_types,
+                        lambda rng, s=sources: s(rng), 1e-12))
         out.append(Case(f"packed-rows-{name}", PackedRowGather(pw), (ids, *src_types),
                         lambda rng, s=sources: [ints(ids, 0, n)(rng), *s(rng)], 1e-12))
         pw3 = PackedWeight(name, (3 * n, k))

@@ -35,6 +35,7 @@ from poot.ir.ops import (
     GroupedDenseContraction,
     IndexedPackedContraction,
     PackedContraction,
+    PackedDequant,
     PackedRowGather,
 )
 
@@ -164,6 +165,13 @@ def _row_gather(sig: Sig, ids_index: int, rows: int, elem, views) -> Lowering:
     def declare(kb):
         sig.declare_inputs(kb, views)
     return pointwise_kernel(sig, value, declare)
+
+
+@lowers(PackedDequant)
+def lower_packed_dequant(sig: Sig) -> Lowering:
+    w = PackedReader(sig, sig.op.weight, 0)
+    return pointwise_kernel(sig, lambda c, kb: w.elem(c[0], c[1]),
+                            lambda kb: sig.declare_inputs(kb, w.views))
 
 
 @lowers(DenseRowGather)

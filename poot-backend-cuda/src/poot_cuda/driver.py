@@ -1,0 +1,127 @@
+"""A thin, checked layer over the CUDA driver API (cuda.bindings.driver).
+
+Every call's CUresult is checked; a failure raises a typed poot error naming
+the call. Kernel arguments are device pointers, passed the driver's way: an
+array of addresses of the argument values.
+"""
+from __future__ import annotations
+
+import numpy as np
+from poot.errors import CapacityError, DeviceUnavailable, PootError
+
+
+class CudaError(PootError):
+    """A CUDA driver call failed."""
+
+
+def cu():
+    from cuda.bindings import driver
+
+    return driver
+
+
+def check(result, what: str):
+    driver = cu()
+    err, *rest = result if isinstance(result, tuple) else (result,)
+    if err != driver.CUresult.CUDA_SUCCESS:
+        _, msg = driver.cuGetErrorString(err)
+        text = msg.decode() if isinstance(msg, bytes) else str(msg)
+        cls = CapacityError if err == driver.CUresult.CUDA_ERROR_OUT_OF_MEMORY else CudaError
+        raise cls(f"{what} failed: {err.name}: {text}")
+    if not rest:
+        return None
+    return rest[0] if len(rest) == 1 else tuple(rest)
+
+
+class Context:
+    """The primary context of one device, with one stream for all work."""
+
+    def __init__(self, index: int):
+        driver = cu()
+        try:
+            check(driver.cuInit(0), "cuInit")
+        except Exception as e:  # noqa: BLE001 - no driver raises, it does not return
+            raise DeviceUnavailable(f"no CUDA device: {e}") from None
+        self.device = check(driver.cuDeviceGet(index), "cuDeviceGet")
+        self.context = check(driver.cuDevicePrimaryCtxRetain(self.device),
+                             "cuDevicePrimaryCtxRetain")
+        self.make_current()
+        self.stream = check(driver.cuStreamCreate(
+            driver.CUstream_flags.CU_STREAM_NON_BLOCKING), "cuStreamCreate")
+
+    def make_current(self):
+        check(cu().cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
+
+    def alloc(self, nbytes: int) -> int:
+        self.make_current()
+        return int(check(cu().cuMemAlloc(max(nbytes, 1)), f"cuMemAlloc({nbytes})"))
+
+    def free(self, ptr: int) -> None:
+        check(cu().cuMemFree(ptr), "cuMemFree")
+
+    def write(self, ptr: int, array: np.ndarray) -> None:
+        host = np.ascontiguousarray(array)
+        self.make_current()
+        check(cu().cuMemcpyHtoDAsync(ptr, host.ctypes.data, host.nbytes, self.stream),
+              "cuMemcpyHtoDAsync")
+        self.sync()
+
+    def read(self, ptr: int, nbytes: int) -> np.ndarray:
+        host = np.empty(nbytes, np.uint8)
+        self.make_current()
+        check(cu().cuMemcpyDtoHAsync(host.ctypes.data, ptr, nbytes, self.stream),
+              "cuMemcpyDtoHAsync")
+        self.sync()
+        return host
+
+    def copy(self, dst: int, src: int, nbytes: int) -> None:
+        """Device-to-device copy, queued on the stream (captured into graphs too)."""
+        check(cu().cuMemcpyDtoDAsync(dst, src, nbytes, self.stream), "cuMemcpyDtoDAsync")
+
+    def sync(self) -> None:
+        check(cu().cuStreamSynchronize(self.stream), "cuStreamSynchronize")
+
+    def load_module(self, cubin: bytes):
+        self.make_current()
+        return check(cu().cuModuleLoadData(cubin), "cuModuleLoadData")
+
+    def function(self, module, name: str):
+        return check(cu().cuModuleGetFunction(module, name.encode()),
+                     f"cuModuleGetFunction({name})")
+
+
+class Launch:
+    """One kernel launch with its arguments bound (pointers fixed at load time)."""
+
+    def __init__(self, function, grid, block, pointers: list[int], name: str):
+        self.function, self.name = function, name
+        self.grid = tuple(grid) + (1,) * (3 - len(grid))
+        self.block = tuple(block) + (1,) * (3 - len(block))
+        self.values = np.array(pointers, dtype=np.uint64)
+        # the driver takes an array of addresses, each pointing at one argument value
+        self.addresses = np.array([self.values.ctypes.data + 8 * i
+                                   for i in range(len(pointers))], dtype=np.uint64)
+
+    def __call__(self, ctx: Context) -> None:
+        check(cu().cuLaunchKernel(self.function, *self.grid, *self.block, 0, ctx.stream,
+                                  self.addresses.ctypes.data, 0), f"launch {self.name}")
+
+
+class Graph:
+    """A recorded step: capture the stream once, replay the instantiated graph."""
+
+    def __init__(self, ctx: Context, record):
+        driver = cu()
+        self.ctx = ctx
+        ctx.make_current()
+        mode = driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+        check(driver.cuStreamBeginCapture(ctx.stream, mode), "cuStreamBeginCapture")
+        try:
+            record()
+        finally:
+            graph = check(driver.cuStreamEndCapture(ctx.stream), "cuStreamEndCapture")
+        self.graph = graph
+        self.exec = check(driver.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
+
+    def launch(self) -> None:
+        check(cu().cuGraphLaunch(self.exec, self.ctx.stream), "cuGraphLaunch")
