@@ -20,8 +20,8 @@ from poot.compiler.passes import (
     rope,
     selection,
 )
-from poot.compiler.policy import Policy
-from poot.compiler.report import CompileReport
+from poot.compiler.policy import Policy, PolicyError
+from poot.compiler.report import CompileReport, PassRecord
 from poot.ir.graph import Graph
 
 #: (name, run) in order. collectives refuses first; dce runs first and last.
@@ -72,6 +72,19 @@ def resolve_target(target) -> tuple[Backend, Device]:
 
     raise UnknownBackend(f"target must be None, a backend name, or a (backend, device) pair; "
                          f"got {target!r}")
+
+
+def run_pass(graph: Graph, name: str, target=None, *,
+             policy: Policy | None = None) -> tuple[Graph, PassRecord]:
+    """Run one pass of PASSES alone (tests, and explaining one step)."""
+    runs = dict(PASSES)
+    if name not in runs:
+        raise PolicyError(f"no pass named {name!r}; passes: {', '.join(runs)}")
+    backend, device = resolve_target(target)
+    rec = PassRecord(name, eqns_before=len(graph.eqns()))
+    g = runs[name](graph, PassContext(backend.capabilities(device), policy or Policy(), rec))
+    rec.eqns_after = len(g.eqns())
+    return g, rec
 
 
 def compile(graph: Graph, target=None, *, policy: Policy | None = None) -> Compiled:

@@ -98,3 +98,13 @@ def validate(source: Graph, compiled: Graph, seed: int = 0, trials: int = 2,
     rng = np.random.default_rng(seed)
     for _ in range(trials):
         compare(source, compiled, random_inputs(source, rng, given), rtol)
+
+
+def validated_pass(graph: Graph, name: str, target="reference", *, policy=None, seed: int = 0,
+                   given: Mapping[str, np.ndarray] | None = None):
+    """Run pass `name` alone and validate it; returns (graph, its PassRecord)."""
+    from poot.compiler.pipeline import run_pass
+
+    out, record = run_pass(graph, name, target, policy=policy)
+    validate(graph, out, seed=seed, given=given)
+    return out, record

@@ -12,24 +12,63 @@ from poot.compiler.view import GraphView, NoMatch
 from poot.ir.ops import Attention, Binary, BinaryOp, MatMul, Reshape, Transpose, Unary, UnaryOp
 
 
-def guess(view: GraphView, root) -> tuple[Attention, list]:
-    """(Attention(scale), [q, k, v, mask]) read along the chain from its last Reshape back."""
-    pv = view.defined_by(root.inputs[0], MatMul, "the attention output")
-    p = view.defined_by(pv.inputs[0], Reshape, "the probabilities")
-    div = view.defined_by(p.inputs[0], Binary, "the softmax")
+def skip_reshape(view: GraphView, v):
+    """The chain reshapes only where a shape changes: look through one Reshape if any."""
+    e = view.producer(v)
+    return view.value(e, 0) if e is not None and isinstance(e.op, Reshape) else v
+
+
+def parts(view: GraphView, pv):
+    """(scale, q, k, v, mask options) read back from the output MatMul `pv`."""
+    div = view.defined_by(skip_reshape(view, view.value(pv, 0)), Binary, "the softmax")
     ex = view.defined_by(div.inputs[0], Unary, "exp")
     sub = view.defined_by(ex.inputs[0], Binary, "scores - max")
     masked = view.defined_by(sub.inputs[0], Binary, "the masked scores")
     if (div.op.op, ex.op.op, sub.op.op, masked.op.op) != (
             BinaryOp.Div, UnaryOp.Exp, BinaryOp.Sub, BinaryOp.Add):
         raise NoMatch("not exp(scores + mask - max) / sum")
-    sc = view.defined_by(view.defined_by(masked.inputs[0], Reshape, "scores").inputs[0],
-                         Binary, "scaled scores")
+    sc = view.defined_by(skip_reshape(view, view.value(masked, 0)), Binary, "scaled scores")
     qk = view.defined_by(sc.inputs[0], MatMul, "q k^T")
-    q = view.value(view.defined_by(qk.inputs[0], Reshape, "grouped q"), 0)
+    q = skip_reshape(view, view.value(qk, 0))
     k = view.value(view.defined_by(qk.inputs[1], Transpose, "k^T"), 0)
-    scale = view.literal(sc, 1).value
-    return Attention(scale), [q, k, view.value(pv, 1), view.value(masked, 1)]
+    mask = view.value(masked, 1)
+    # the chain may have split the mask's head axis like q's: prefer the mask before that
+    masks = [m for m in (skip_reshape(view, mask), mask) if m is not None]
+    return view.literal(sc, 1).value, q, k, view.value(pv, 1), list(dict.fromkeys(masks))
+
+
+def find(view: GraphView, pv, build):
+    """(op, args, root, chain) for the first reading of the chain at `pv` that is exactly
+    `build(scale, q, k, v, mask)`'s definition; NoMatch with the last reason otherwise."""
+    scale, q, k, v, masks = parts(view, pv)
+    user = view.single_user(pv.out)
+    roots = ([user] if user is not None and isinstance(user.op, Reshape) else []) + [pv]
+    why = NoMatch("no reading of the chain matched")
+    for mask in masks:
+        try:
+            op, args = build(view, scale, q, k, v, mask)
+        except NoMatch as exc:
+            why = exc
+            continue
+        for root in roots:
+            try:
+                return op, args, root, match_definition(view, op, args, root)
+            except NoMatch as exc:
+                why = exc
+    raise why
+
+
+def plain(view, scale, q, k, v, mask):
+    return Attention(scale), [q, k, v, mask]
+
+
+def candidates(view: GraphView):
+    """MatMuls whose left operand is (a reshape of) a Div: the chain's second matmul."""
+    for e in view.eqns:
+        if isinstance(e.op, MatMul):
+            d = view.producer(skip_reshape(view, e.inputs[0].id))
+            if d is not None and isinstance(d.op, Binary) and d.op.op is BinaryOp.Div:
+                yield e
 
 
 def over_limit(policy, view: GraphView, q, k) -> str | None:
@@ -42,37 +81,25 @@ def over_limit(policy, view: GraphView, q, k) -> str | None:
     return None
 
 
-def candidates(view: GraphView):
-    """Reshapes of a MatMul whose left operand is a reshaped softmax: the chain's root."""
-    for e in view.eqns:
-        if isinstance(e.op, Reshape):
-            mm = view.producer(e.inputs[0].id)
-            if mm is not None and isinstance(mm.op, MatMul):
-                p = view.producer(mm.inputs[0].id)
-                if p is not None and isinstance(p.op, Reshape):
-                    yield e
-
-
 def run(graph, ctx):
     view, rw = GraphView(graph), Rewriter(graph)
-    for e in candidates(view):
+    for pv in candidates(view):
         try:
-            op, args = guess(view, e)
-            chain = match_definition(view, op, args, e)
+            op, args, root, chain = find(view, pv, plain)
         except NoMatch as why:
-            ctx.record.kept("Attention", e.out, str(why))
+            ctx.record.kept("Attention", pv.out, str(why))
             continue
         if rw.claimed(c.out for c in chain):
             continue
         why = ("policy.attention is 'never'" if ctx.policy.attention == "never" else
                over_limit(ctx.policy, view, args[0], args[1]))
-        refused = why or ctx.refusal(op, args, e, view)
+        refused = why or ctx.refusal(op, args, root, view)
         if refused:
-            ctx.record.kept("Attention", e.out, refused if why else f"target refuses: {refused}")
+            ctx.record.kept("Attention", root.out, refused if why else
+                            f"target refuses: {refused}")
             continue
-        rw.replace(e, op, args, chain)
-        hq, hkv = view.type_of(args[0]).shape[-3], view.type_of(args[1]).shape[-3]
-        ctx.record.rewrote("Attention", e.out, f"{len(chain)} eqns -> Attention "
-                           f"(T={view.type_of(args[0]).shape[-2]}, "
-                           f"S={view.type_of(args[1]).shape[-2]}, Hq={hq}, Hkv={hkv})")
+        rw.replace(root, op, args, chain)
+        q, k = view.type_of(args[0]).shape, view.type_of(args[1]).shape
+        ctx.record.rewrote("Attention", root.out, f"{len(chain)} eqns -> Attention (T={q[-2]}, "
+                           f"S={k[-2]}, Hq={q[-3]}, Hkv={k[-3]})")
     return rw.commit()

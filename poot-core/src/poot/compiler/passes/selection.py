@@ -33,8 +33,8 @@ def guess_topk(view: GraphView, root) -> tuple[BlockTopK, list]:
                                                      view.value(blocks, 0)]
 
 
-def guess_selected(view: GraphView, root) -> tuple[SelectedAttention, list]:
-    att, (q, k, v, mask4) = attention.guess(view, root)
+def selected(view: GraphView, scale, q, k, v, mask4) -> tuple[SelectedAttention, list]:
+    """SelectedAttention's operands read off the selection mask the chain adds."""
     sel = view.defined_by(view.defined_by(mask4, Reshape, "the selection mask").inputs[0],
                           Select, "the selection mask")
     mask = view.value(view.defined_by(sel.inputs[1], Broadcast, "the broadcast mask"), 0)
@@ -43,24 +43,33 @@ def guess_selected(view: GraphView, root) -> tuple[SelectedAttention, list]:
     ge = view.defined_by(eq.inputs[0], Binary, "block >= selected")
     blocks = view.value(view.defined_by(ge.inputs[0], Reshape, "the selected blocks"), 0)
     blk = view.defined_by(ge.inputs[1], Binary, "key block ids")
-    return SelectedAttention(view.literal(blk, 1).value, att.scale), [q, k, v, blocks, mask]
+    return SelectedAttention(view.literal(blk, 1).value, scale), [q, k, v, blocks, mask]
+
+
+def match_topk(view: GraphView, root):
+    op, args = guess_topk(view, root)
+    return op, args, root, match_definition(view, op, args, root)
+
+
+def match_selected(view: GraphView, pv):
+    return attention.find(view, pv, selected)
 
 
 def run(graph, ctx):
     view, rw = GraphView(graph), Rewriter(graph)
-    found = [(e, guess_topk, "BlockTopK") for e in view.eqns if isinstance(e.op, ArgTopK)]
-    found += [(e, guess_selected, "SelectedAttention") for e in attention.candidates(view)]
-    for e, guess, name in found:
+    found = [(e, match_topk, "BlockTopK") for e in view.eqns if isinstance(e.op, ArgTopK)]
+    found += [(e, match_selected, "SelectedAttention") for e in attention.candidates(view)]
+    for e, match, name in found:
         try:
-            op, args = guess(view, e)
-            chain = match_definition(view, op, args, e)
+            op, args, root, chain = match(view, e)
         except NoMatch as why:
             ctx.record.kept(name, e.out, str(why))
             continue
-        err = ctx.table.refusal(op, [view.type_of(a) for a in args], view.type_of(e.out))
+        err = ctx.table.refusal(op, [view.type_of(a) for a in args], view.type_of(root.out))
         if err is not None:
-            ctx.record.kept(name, e.out, f"target refuses, and the chain has no lowering: {err}")
+            ctx.record.kept(name, root.out, f"target refuses, and the chain has no lowering: "
+                            f"{err}")
             raise err
-        rw.replace(e, op, args, chain)
-        ctx.record.rewrote(name, e.out, f"{len(chain)} eqns -> {op!r}")
+        rw.replace(root, op, args, chain)
+        ctx.record.rewrote(name, root.out, f"{len(chain)} eqns -> {op!r}")
     return rw.commit()

@@ -1,0 +1,122 @@
+"""The whole pipeline on Llama decoder steps: the oracle agrees before and after compile,
+and the composites the spec promises are found (counted)."""
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+import poot
+from poot.compiler import Compiled, LimitedBackend, Policy, PolicyError
+from poot.compiler.validate import validate
+from poot.backend import get_backend
+from poot.errors import UnknownBackend
+from poot.models.llama import build_decoder, const_inputs, random_weights, tiny_config
+
+CASES = [  # tokens, kv, dtype, packed format
+    (1, "dense", "f32", None),
+    (5, "dense", "f32", None),
+    (1, "paged", "f32", None),
+    (3, "paged", "bf16", None),
+    (1, "dense", "f16", None),
+    (2, "dense", "f32", "dense:f16words"),
+    (1, "dense", "f32", "gguf:Q8_0"),
+    (4, "paged", "f32", "gguf:Q4_0"),
+]
+
+
+def compile_step(layers=1, tokens=1, kv="dense", dtype="f32", fmt=None, **kw):
+    config = tiny_config(layers=layers)
+    weights = random_weights(config, seed=layers + tokens, dtype=dtype, packed_format=fmt)
+    step = build_decoder(config, weights, tokens=tokens, kv=kv, batch=2 if kv == "paged" else 1)
+    return step, weights, poot.compile(step.graph, "reference", **kw)
+
+
+@pytest.mark.parametrize("tokens,kv,dtype,fmt", CASES)
+def test_decoder_step_keeps_the_oracle(tokens, kv, dtype, fmt):
+    step, weights, compiled = compile_step(2, tokens, kv, dtype, fmt)
+    validate(step.graph, compiled.graph, seed=tokens, given=const_inputs(step, weights))
+    ops = Counter(e.op.name for e in compiled.graph.eqns())
+    assert ops["Attention"] == 2 and ops["Rope"] == 4
+    assert not {"MatMul", "Reduce", "Concat", "Slice", "PackedDequant"} & set(ops)
+    contraction = "PackedContraction" if fmt and fmt.startswith("gguf") else "DenseContraction"
+    # q, k, v, up per layer and the head alone; o, gate, down inside epilogues
+    assert ops[contraction] == 2 * 4 + 1
+    assert ops["ContractionEpilogue"] == 2 * 3
+
+
+def layer_counts(layers: int) -> tuple[int, Counter]:
+    _, _, compiled = compile_step(layers)
+    return len(compiled.graph.eqns()), Counter(e.op.name for e in compiled.graph.eqns())
+
+
+def test_decoder_layer_counted():
+    """One Llama layer: RMSNorm -> one FusedRow each, softmax into Attention, rotate-half ->
+    Rope, each projection -> one contraction, residual adds and the SwiGLU gate in
+    epilogues."""
+    (n1, ops1), (n2, ops2) = layer_counts(1), layer_counts(2)
+    per_layer = ops2 - ops1
+    print(f"\ncompiled decode step: 1 layer {n1} eqns, 2 layers {n2} eqns; one layer adds "
+          f"{n2 - n1}: {dict(sorted(per_layer.items()))}")
+    assert per_layer["FusedRow"] == 2               # attn_norm, ffn_norm
+    assert per_layer["Attention"] == 1
+    assert per_layer["Rope"] == 2                   # q and k
+    assert per_layer["DenseContraction"] == 4       # q, k, v, up
+    assert per_layer["ContractionEpilogue"] == 3    # o + residual, gate + SwiGLU, down + residual
+    assert per_layer["DynamicUpdateSlice"] == 2
+    assert not {"MatMul", "Reduce", "Unary", "Concat", "Slice", "Cast"} & set(ops2)
+    assert n2 - n1 == 34 and n1 == 41
+
+
+def test_epilogue_bodies_hold_the_residual_and_the_gate():
+    _, _, compiled = compile_step(1)
+    bodies = [Counter(repr(e.op) for e in eq.op.body.eqns()) for eq in compiled.graph.eqns()
+              if eq.op.name == "ContractionEpilogue"]
+    assert Counter(tuple(sorted(b)) for b in bodies) == Counter({
+        ("Add",): 2, ("Add", "Div", "Exp", "Mul", "Neg"): 1})
+
+
+def test_compiled_carries_its_target():
+    _, _, compiled = compile_step(1)
+    assert isinstance(compiled, Compiled)
+    assert compiled.backend.name == "reference" and compiled.device.backend == "reference"
+    assert compiled.table.backend == "reference"
+    assert compiled.report.passes[0].name == "collectives"
+    assert "Attention at" in compiled.report.explain() and "rewritten graph:" in \
+        compiled.explain()
+
+
+def test_target_forms():
+    g = compile_step(1)[0].graph
+    ref = get_backend("reference")
+    assert poot.compile(g, (ref, None)).backend is ref
+    assert poot.compile(g, ("reference", ref.default_device())).device == ref.default_device()
+    assert poot.compile(g).graph is not None          # best available backend
+    with pytest.raises(UnknownBackend, match="no-such"):
+        poot.compile(g, "no-such")
+    with pytest.raises(UnknownBackend, match="target must be"):
+        poot.compile(g, 42)
+
+
+def test_policy_and_target_decide_attention():
+    step, weights, never = compile_step(1, policy=Policy(attention="never"))
+    assert "Attention" not in {e.op.name for e in never.graph.eqns()}
+    assert "policy.attention is 'never'" in never.report.explain(graph=False)
+    validate(step.graph, never.graph, given=const_inputs(step, weights))
+    limited = poot.compile(step.graph, "reference", policy=Policy(attention_max_keys=8))
+    assert "exceed policy.attention_max_keys=8" in limited.report.explain(graph=False)
+    ref = get_backend("reference")
+    lacking = poot.compile(step.graph, (LimitedBackend(ref, {"Attention", "Rope"}), None))
+    names = {e.op.name for e in lacking.graph.eqns()}
+    assert "Attention" not in names and "Rope" not in names
+    assert "does not lower Attention" in lacking.report.explain(graph=False)
+    validate(step.graph, lacking.graph, given=const_inputs(step, weights))
+    with pytest.raises(PolicyError, match="'auto' or 'never'"):
+        Policy(attention="sometimes")
+
+
+def test_disabled_passes_are_reported():
+    _, _, compiled = compile_step(1, policy=Policy(disable={"epilogue", "fusion"}))
+    names = {e.op.name for e in compiled.graph.eqns()}
+    assert "ContractionEpilogue" not in names and "FusedRow" not in names
+    assert compiled.report["epilogue"].skipped == "disabled by policy"

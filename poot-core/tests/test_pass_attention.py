@@ -1,0 +1,73 @@
+"""The attention rewrite: attention_masked chains become Attention (decode, prefill, GQA,
+batched), when the policy and the target allow it."""
+from __future__ import annotations
+
+import pytest
+
+import poot
+from poot import ops
+from poot.backend import get_backend
+from poot.compiler import LimitedBackend, Policy
+from poot.compiler.validate import validated_pass
+from poot.ir.types import SlotKind
+
+
+def attention_graph(lead, hq, hkv, t, s, d, window=None, scale=None, witness_probs=False):
+    def fn(q, k, v, pos):
+        mask = ops.causal_mask(pos, t, s, window)
+        if witness_probs:  # the softmax read outside: the chain must stay
+            ops.witness(ops.softmax(q), "probs")
+        return ops.attention_masked(q, k, v, mask, scale)
+
+    return poot.trace(fn, poot.spec(lead + (hq, t, d), name="q"),
+                      poot.spec(lead + (hkv, s, d), name="k"),
+                      poot.spec(lead + (hkv, s, d), name="v"),
+                      poot.spec((1,), "i32", name="pos", kind="slot", slot=SlotKind.POS,
+                                bound=s - t + 1))
+
+
+@pytest.mark.parametrize("lead,hq,hkv,t,s,d,window", [
+    ((), 4, 4, 1, 16, 8, None),       # decode, MHA
+    ((), 6, 2, 1, 24, 16, None),      # decode, GQA 3:1
+    ((), 4, 2, 5, 12, 8, None),       # prefill, GQA
+    ((2,), 4, 1, 3, 8, 4, 4),         # batched, MQA, sliding window
+])
+def test_attention_rewrite(lead, hq, hkv, t, s, d, window):
+    g = attention_graph(lead, hq, hkv, t, s, d, window)
+    out, rec = validated_pass(g, "attention", seed=t + s)
+    att = [e for e in out.eqns() if e.op.name == "Attention"]
+    assert len(att) == 1 and rec.rewrites == 1
+    assert att[0].op.scale == pytest.approx(d ** -0.5)
+    assert not {"MatMul", "Reduce", "Unary"} & {e.op.name for e in out.eqns()}
+
+
+def test_policy_never_and_limits_keep_the_chain():
+    g = attention_graph((), 4, 2, 2, 16, 8)
+    for policy, why in ((Policy(attention="never"), "'never'"),
+                        (Policy(attention_max_keys=8), "16 keys exceed"),
+                        (Policy(attention_max_head_dim=4), "head dim 8 exceeds")):
+        out, rec = validated_pass(g, "attention", policy=policy)
+        assert rec.rewrites == 0 and why in rec.decisions[0].reason
+        assert "Attention" not in {e.op.name for e in out.eqns()}
+
+
+def test_target_without_attention_keeps_the_chain():
+    ref = get_backend("reference")
+    out, rec = validated_pass(attention_graph((), 2, 2, 1, 8, 4), "attention",
+                              (LimitedBackend(ref, {"Attention"}), None))
+    assert rec.rewrites == 0 and "does not lower Attention" in rec.decisions[0].reason
+
+
+def test_softmax_read_elsewhere_is_still_rewritten_only_where_whole():
+    g = attention_graph((), 2, 2, 1, 8, 4, witness_probs=True)
+    out, rec = validated_pass(g, "attention")
+    assert rec.rewrites == 1  # the witnessed softmax is a separate chain
+
+
+def test_custom_scale_and_no_mask_slot():
+    g = poot.trace(lambda q, k, v, m: ops.attention_masked(q, k, v, m, 0.3),
+                   poot.spec((2, 3, 4)), poot.spec((2, 5, 4)), poot.spec((2, 5, 6)),
+                   poot.spec((3, 5), name="mask"))
+    out, rec = validated_pass(g, "attention")
+    (att,) = [e for e in out.eqns() if e.op.name == "Attention"]
+    assert att.op.scale == 0.3 and out.type_of(att.out).shape == (2, 3, 6)
