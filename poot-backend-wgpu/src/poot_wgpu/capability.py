@@ -8,7 +8,8 @@ Declared, then proven by the tests on lavapipe (tests/test_wgpu_lowerings.py):
   to f32 on load, rounded to nearest even on store. Ops that only move, convert, or
   accumulate in f32 (contractions, reductions) take it; Unary/Binary/Select refuse it.
 * Select on F16 and BF16 is refused (DtypeLowering): the spec's rule for SPIR-V targets.
-* 8- and 4-bit floats have no lowering (packed formats decode them from u32 words).
+* 8- and 4-bit floats are storage only, as packed weights' sources: the format's decode
+  program reads their bytes as u32 words; no op computes with or moves them.
 An op is declared only where poot.codegen has a lowering for it.
 """
 from __future__ import annotations
@@ -21,6 +22,7 @@ from poot_wgpu.wgsl.types import BACKEND
 
 D = DType
 NARROW_INTS = frozenset({D.I8, D.U8, D.I16, D.U16})
+BYTE_FLOATS = frozenset({D.F8E4M3, D.F8E5M2, D.F8E8M0, D.F4E2M1})
 FLOAT_MATH = ("Exp", "Log", "Sqrt", "Recip", "Tanh", "Erf")
 ARITH_BINARY = ("Add", "Sub", "Mul", "Div", "Max", "Ge")
 BIT_BINARY = ("GeU", "And", "Or", "Xor", "Shl", "Shr")
@@ -30,17 +32,18 @@ MOVEMENT = ("Broadcast", "Reshape", "Transpose", "Slice", "Concat", "Gather", "S
 
 def dtype_uses(dev: WgpuDevice) -> dict[DType, Use]:
     wide = Use.STORAGE | Use.CONVERT | Use.ARITH | Use.DOT
-    uses = {D.F32: wide, D.I32: wide, D.U32: Use.STORAGE | Use.CONVERT | Use.ARITH,
+    # u32 is a dot operand only as DenseContraction's weight words (two f16 values each)
+    uses = {D.F32: wide, D.I32: wide, D.U32: wide,
             D.BF16: Use.STORAGE | Use.CONVERT | Use.DOT}
     uses.update({d: Use.STORAGE | Use.CONVERT | Use.ARITH for d in NARROW_INTS})
     uses[D.F16] = wide if dev.has("shader-f16") else Use.NONE
-    for d in (D.F8E4M3, D.F8E5M2, D.F8E8M0, D.F4E2M1):
-        uses[d] = Use.NONE
+    for d in BYTE_FLOATS:  # held only as packed sources, read as u32 words by decode programs
+        uses[d] = Use.STORAGE
     return uses
 
 
 def op_dtypes(uses: dict[DType, Use]) -> dict[str, frozenset]:
-    stored = frozenset(d for d, u in uses.items() if Use.STORAGE in u)
+    stored = frozenset(d for d, u in uses.items() if Use.STORAGE in u) - BYTE_FLOATS
     arith = frozenset(d for d, u in uses.items() if Use.ARITH in u)
     floats = frozenset(d for d in arith if d.is_float)
     dot = frozenset(d for d, u in uses.items() if Use.DOT in u)
@@ -54,12 +57,23 @@ def op_dtypes(uses: dict[DType, Use]) -> dict[str, frozenset]:
     table["Iota"] = frozenset({D.F32, D.I32})
     table.update({op: stored for op in MOVEMENT})
     table["ArgTopK"] = arith
-    table["Reduce.Sum"] = (arith | dot) - NARROW_INTS
-    table["Reduce.Max"] = (arith | dot) - NARROW_INTS - {D.U32}
+    table["Reduce.Sum"] = arith - NARROW_INTS
+    table["Reduce.Max"] = arith - NARROW_INTS - {D.U32}
     table["FusedRow"] = stored
-    table["MatMul"] = dot
-    table["IndexedMatMul"] = dot
+    table["Rope"] = floats - {D.F16}  # its lowering selects in the element dtype (see NOTES)
+    table.update({op: dot - {D.U32} for op in ("MatMul", "IndexedMatMul", "Attention")})
+    table["DenseContraction"] = dot - {D.I32}  # u32: f16 values two to a word
+    table["GroupedDenseContraction"] = frozenset({D.BF16})
+    table["DenseRowGather"] = frozenset({D.BF16})
+    table["ContractionEpilogue"] = dot - {D.I32}
     return table
+
+
+def packed_formats() -> frozenset[str]:
+    """Every registered packed format: its decode program is printed into the kernel."""
+    from poot.formats import formats
+
+    return frozenset(formats())
 
 
 NOTES = {
@@ -69,11 +83,12 @@ NOTES = {
             "even narrowing; contractions and reductions accumulate in f32; no bf16 arithmetic",
     "f16": "needs the adapter's shader-f16 feature; arithmetic widens to f32 and rounds back "
            "once per op",
-    "f8e4m3": "no WGSL lowering (packed formats decode 8-bit floats from u32 words)",
-    "f8e5m2": "no WGSL lowering (packed formats decode 8-bit floats from u32 words)",
-    "f8e8m0": "no WGSL lowering (packed formats decode 8-bit floats from u32 words)",
-    "f4e2m1": "no WGSL lowering (packed formats decode 4-bit floats from u32 words)",
+    **{str(d): "held only as a packed weight's source bytes, which its format's decode "
+                "program reads as u32 words; no op computes with it" for d in BYTE_FLOATS},
     "Reduce.Max:u32": "no signed accumulator for u32 Max",
+    "Rope:f16": "poot.codegen's Rope kernel selects in the element dtype, and Select on F16 "
+                "is refused on SPIR-V targets",
+    "MatMul:u32": "u32 is a contraction operand only as DenseContraction's f16 words",
     "numerics": "WGSL lets compilers assume finite math: NaN/Inf through float arithmetic is "
                 "not guaranteed (lavapipe folds x*0 to 0); Select, casts and Max keep them "
                 "bit for bit; exp is within Vulkan's 3+2|x| ulp",
@@ -87,9 +102,13 @@ def capability_table(dev: WgpuDevice, device_id: str) -> CapabilityTable:
     uses = dtype_uses(dev)
     lowered = {cls.__name__ for cls in LOWERINGS} | {"Reshape"}  # Reshape is an alias
     keys = set(every_op_key())
-    ops = {k: v for k, v in op_dtypes(uses).items() if k in keys and k.split(".")[0] in lowered}
+    table = op_dtypes(uses)
+    for op in ("PackedContraction", "PackedRowGather", "IndexedPackedContraction"):
+        table[op] = packed_formats()
+    ops = {k: v for k, v in table.items() if k in keys and k.split(".")[0] in lowered}
     notes = dict(NOTES)
     if uses[D.F16] == Use.NONE:
         notes["f16"] = "refused: the adapter lacks the shader-f16 feature"
-    return CapabilityTable(backend=BACKEND, device=device_id, dtypes=uses, ops=ops,
-                           limits=dict(dev.limits), notes=notes)
+    limits = dict(dev.limits)
+    limits["max_buffer_bytes"] = dev.limit("max-storage-buffer-binding-size")
+    return CapabilityTable.declare(BACKEND, device_id, uses, ops, limits, notes)

@@ -13,14 +13,17 @@ from collections.abc import Mapping
 
 import numpy as np
 from poot.backend import Device
+from poot.codegen.lower import lower
 from poot.codegen.program import OUT, SCRATCH, Buffer
 from poot.errors import BindError, UnsupportedOp
+from poot.ir.ops import Broadcast
 
 from poot_wgpu import memory
 from poot_wgpu.device import WgpuDevice
 from poot_wgpu.kernel import KernelCache, dispatches_for
 from poot_wgpu.memory import BACKEND, WgpuBuffer
 from poot_wgpu.step import BufferCopy, RecordedStep
+from poot_wgpu.wgsl import print_kernel
 
 
 class WgpuExecutable:
@@ -62,18 +65,28 @@ class WgpuRuntime:
         dispatches = []
         for step in plan.steps:
             program, printed = step.lowering.program
+            if program.alias is not None and not step.inplace:
+                # the kernels write only what changes: start the output as a copy
+                src = step.inputs[program.alias]
+                dispatches += dispatches_for(self.kernels, self._copy_kernel(src.type),
+                                             self._resolver(step, (src,), buffers, {}))
             scratch = {b.name: self.alloc(b.nbytes, f"scratch:{step.index}:{b.name}")
                        for b in program.scratch}
             dispatches += dispatches_for(self.kernels, printed,
-                                         self._resolver(step, buffers, scratch))
+                                         self._resolver(step, step.inputs, buffers, scratch))
         copies = [self._copy(c, buffers) for c in plan.copies]
         return WgpuExecutable(RecordedStep(self.dev, dispatches, copies, label="poot-plan"))
 
-    def _resolver(self, step, buffers, scratch):
+    def _copy_kernel(self, t):
+        """An element copy of a `t` tensor: the Broadcast lowering to its own shape."""
+        copy = lower(Broadcast(t.shape), [t], t)
+        return [print_kernel(k, self.dev) for k in copy.kernels]
+
+    def _resolver(self, step, inputs, buffers, scratch):
         def resolve(b: Buffer) -> dict:
             if b.operand is SCRATCH:
                 return memory.storage_binding(self.dev, scratch[b.name], 0, b.nbytes, b.name)
-            place = step.out if b.operand == OUT else step.inputs[b.operand]
+            place = step.out if b.operand == OUT else inputs[b.operand]
             if place.strides is not None:
                 raise UnsupportedOp(f"step {step.index} ({step.eqn.op.name}): wgpu kernels "
                                     f"read contiguous operands, got a strided view",
