@@ -444,3 +444,41 @@ def mismatch(got: np.ndarray, want: np.ndarray, tol: float) -> str | None:
     denom = float(np.sum(w[fin] ** 2)) or 1.0
     nmse = float(np.sum((g[fin] - w[fin]) ** 2)) / denom
     return None if nmse <= tol else f"NMSE {nmse:.3g} > {tol:.3g}"
+
+
+# -- a whole graph, eqn by eqn ---------------------------------------------------------------
+@dataclass(frozen=True)
+class EqnCase:
+    """One eqn of a real graph with the oracle's operand values and result."""
+
+    id: str
+    op: OpKind
+    ins: tuple
+    arrays: list
+    want: np.ndarray
+    tol: float
+
+    def out(self) -> TensorType:
+        return TensorType(self.want.shape, DType.of(self.want))
+
+
+def eqn_cases(graph, inputs, tol_f32: float = 1e-8, tol_16: float = 1e-4) -> list[EqnCase]:
+    """Every eqn of `graph` as a case: operands are the oracle's values on `inputs`, so
+    each kernel is checked on the data it meets in the real model, errors not carried."""
+    from poot.reference.evaluate import apply, bind_inputs
+
+    env = bind_inputs(graph, inputs)
+    out = []
+    with np.errstate(all="ignore"):
+        for n, e in enumerate(graph.eqns()):
+            args = [None if isinstance(x, Lit) else env[x.id] for x in e.inputs]
+            ins = tuple(x if isinstance(x, Lit) else graph.type_of(x.id) for x in e.inputs)
+            t = graph.type_of(e.out)
+            want = np.asarray(apply(e.op, [np.asarray(x.value, x.dtype.numpy) if a is None
+                                           else a for a, x in zip(args, e.inputs, strict=True)],
+                                    [x.type if isinstance(x, Lit) else x for x in ins], t))
+            env[e.out] = want
+            tol = 0.0 if not t.dtype.is_float else (tol_f32 if t.dtype is F32 else tol_16)
+            out.append(EqnCase(f"{graph.name}:{n}:{e.op.name}", e.op, ins, args,
+                               want.reshape(t.shape), tol))
+    return out
