@@ -174,8 +174,11 @@ class _Planner:
         self.root[e.out] = self.root.get(src, src)
         if strides is not None:
             self.view_strides[e.out] = strides
-        if src in self.weights:   # an alias of a weight is that weight, seen differently
-            self.weights[e.out] = self.weights[src]
+        if src in self.weights:
+            # still a constant for folding, but its bytes are its root weight's
+            self.weights[e.out] = WeightSpec(self.g.type_of(e.out), op=e.op,
+                                             operands=(self.weights[src],),
+                                             representation=kind)
         self.notes.append(Note(i, e, kind, None))
 
     def _is_output(self, v: ValueId) -> bool:
@@ -215,16 +218,21 @@ class _Planner:
 
     def _resolve_arena_places(self) -> None:
         """Places of aliases, views, in-place outputs and weights, now that roots are placed."""
-        for v, w in self.weights.items():
-            if v not in self.places:
-                self.places[v] = self._weight_place(w, self.g.type_of(v), v)
         for e in self.eqns:
             v = e.out
-            if v in self.places or v not in self.root:
+            if v in self.places or v not in self.root or v in self.weights:
                 continue
             base = self.places[self.root[v]]
             self.places[v] = Place(base.region, base.offset, self.g.type_of(v),
                                    self.view_strides.get(v))
+
+    def _place(self, v: ValueId) -> Place:
+        """A value's place; a weight gets its region only when a step or an output reads
+        it (a packed source decoded at bind is never uploaded as it is)."""
+        if v not in self.places:
+            owner = self.weights[self.root.get(v, v)]
+            self.places[v] = self._weight_place(owner, self.g.type_of(v), v)
+        return self.places[v]
 
     def _weight_place(self, w: WeightSpec, t: TensorType, v: ValueId) -> Place:
         name = self.weight_region.get(id(w))
@@ -242,7 +250,7 @@ class _Planner:
     def _final_steps(self) -> list[Step]:
         out = []
         for s in self.steps:
-            ins = tuple(x if isinstance(x, Lit) else self.places[x.id] for x in s.eqn.inputs)
+            ins = tuple(x if isinstance(x, Lit) else self._place(x.id) for x in s.eqn.inputs)
             out.append(Step(s.index, s.eqn, s.lowering, ins, self.places[s.eqn.out], s.inplace))
         return out
 
@@ -253,13 +261,13 @@ class _Planner:
         outputs, copies, state = [], [], []
         for o in self.g.outputs():
             if o.kind is OutputKind.STATE_NEXT:
-                dst = self.places[o.input]
-                src = self.places[o.value]
+                dst = self._place(o.input)
+                src = self._place(o.value)
                 if src.region != dst.region or src.offset != dst.offset:
                     copies.append(Copy(src, dst))
                 state.append((o.input, o.value, dst.region))
             else:
-                outputs.append((o, self.places[o.value]))
+                outputs.append((o, self._place(o.value)))
         dsts = {c.dst.region for c in copies}
         for c in copies:
             if c.src.region in dsts:

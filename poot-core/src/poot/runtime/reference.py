@@ -20,6 +20,7 @@ from poot.ir import ops as O
 from poot.ir.graph import Lit
 from poot.plan.model import ALIGN, Place, Plan, Step
 from poot.reference import apply
+from poot.runtime.blas import single_thread
 
 Kernel = Callable[[], None]
 
@@ -40,7 +41,7 @@ class ReferenceExecutable:
         self.kernels = kernels
 
     def run(self) -> None:
-        with np.errstate(all="ignore"):
+        with np.errstate(all="ignore"), single_thread():
             for k in self.kernels:
                 k()
 
@@ -148,8 +149,35 @@ def _fast_kernel(op, args, in_types, out) -> Kernel | None:
 
         def gather():
             _check_index(idx, size, "Gather")
-            np.take(src, idx, axis=axis, out=out)
+            np.take(src, idx, axis=axis, out=out, mode="clip")  # checked above; unbuffered
         return gather
+    moved = _moved_view(op, args)
+    if moved is not None:
+        return lambda: np.copyto(out, moved)
+    if isinstance(op, O.Concat):
+        axis = op.axis
+        return lambda: np.concatenate(args, axis=axis, out=out)
+    if isinstance(op, O.Select) and out.dtype == args[1].dtype == args[2].dtype:
+        cond, if_true, if_false = args
+
+        def select():  # moves the chosen element bit for bit, as the oracle's np.where
+            np.copyto(out, if_false)
+            np.copyto(out, if_true, where=cond != 0)
+        return select
+    return None
+
+
+def _moved_view(op, args) -> np.ndarray | None:
+    """Data movement ops as a view of their operand, made once: a step copies it out."""
+    if isinstance(op, O.Transpose):
+        return args[0].transpose(op.perm)
+    if isinstance(op, O.Slice):
+        x = args[0]
+        sl = [slice(None)] * x.ndim
+        sl[op.axis % x.ndim] = slice(op.start, op.end)
+        return x[tuple(sl)]
+    if isinstance(op, O.Broadcast):
+        return np.broadcast_to(args[0], op.shape)
     return None
 
 

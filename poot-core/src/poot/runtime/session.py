@@ -1,0 +1,169 @@
+"""The step API of the model runner: prefill prompts, decode one token per sequence.
+
+A `Session` drives plans of one graph builder, `make_graph(tokens, batch) -> Graph` (or an
+object with `.graph`, such as `poot.models.llama.build_decoder(...)`'s Step). It plans
+each shape it needs once: a prefill plan for chunks of `prefill_tokens` tokens of one
+sequence, a decode plan for one token of up to `batch` sequences. All its executors share
+one WeightCache (each weight is uploaded once, whichever plan bound it first) and one
+StateStore (state buffers by state name: the prefill and decode plans read and write the
+same KV buffers), so a prefill followed by decode steps is one continuous cache.
+
+The builder's interface is the Llama builder's (poot.models.llama.build_decoder):
+- slots "tokens" ([T] dense, [B, T] paged) and "pos" ([1] dense, [B, 1] paged), and for
+  paged KV "write_map" [B*T] and "slot_map" [B, capacity];
+- the result holds logits for every token, [B*T, vocab].
+Dense KV holds one sequence; paged KV holds as many as its pool has blocks for.
+"""
+from __future__ import annotations
+
+from typing import Callable, Mapping
+
+import numpy as np
+
+from poot.errors import BindError, CapacityError
+from poot.ir.graph import Graph
+from poot.plan import plan
+from poot.runtime.executor import Executor, StateStore
+from poot.runtime.kv import BlockAllocator, DenseCache
+from poot.runtime.weights import WeightCache
+
+
+class Session:
+    def __init__(self, make_graph: Callable[[int, int], object], consts: Mapping, *,
+                 kv: str = "paged", capacity: int, batch: int = 1, prefill_tokens: int = 16,
+                 pool_slots: int | None = None, block: int = 16, target=None):
+        if kv not in ("dense", "paged"):
+            raise BindError(f"kv must be 'dense' or 'paged', not {kv!r}")
+        if kv == "dense" and batch != 1:
+            raise BindError("a dense KV cache holds one sequence: use batch=1 or kv='paged'")
+        self.make_graph, self.consts, self.kv, self.target = make_graph, consts, kv, target
+        self.capacity, self.batch, self.prefill_tokens = capacity, batch, prefill_tokens
+        self.weights: WeightCache | None = None
+        self.state: StateStore | None = None
+        self.executors: dict[tuple[int, int], Executor] = {}
+        if kv == "paged":
+            self.blocks = BlockAllocator(pool_slots or capacity * batch, block, capacity)
+        else:
+            self.dense = DenseCache(capacity)
+            self.dense_seq = None
+
+    # -- plans ----------------------------------------------------------------------
+    def executor(self, tokens: int, batch: int) -> Executor:
+        """The executor of the (tokens, batch) plan, planned and bound on first use."""
+        ex = self.executors.get((tokens, batch))
+        if ex is None:
+            made = self.make_graph(tokens, batch)
+            graph = made if isinstance(made, Graph) else made.graph
+            ex = Executor(plan(graph, self.target), self.consts, weights=self.weights,
+                          state=self.state)
+            self.weights, self.state = ex.weights, ex.state
+            self.executors[(tokens, batch)] = ex
+        return ex
+
+    # -- sequences --------------------------------------------------------------------
+    def open(self, seq) -> None:
+        if self.kv == "paged":
+            self.blocks.open(seq)
+            return
+        if self.dense_seq is not None:
+            raise CapacityError(f"the dense KV cache holds sequence {self.dense_seq!r}; close "
+                                f"it first or use kv='paged'")
+        self.dense_seq = seq
+        self.dense.reset()
+
+    def close(self, seq) -> None:
+        if self.kv == "paged":
+            self.blocks.close(seq)
+        elif seq == self.dense_seq:
+            self.dense_seq = None
+        else:
+            raise CapacityError(f"sequence {seq!r} is not open")
+
+    def length(self, seq) -> int:
+        if self.kv == "paged":
+            return self.blocks.length(seq)
+        self._dense_check(seq)
+        return self.dense.length
+
+    # -- steps ------------------------------------------------------------------------
+    def prefill(self, seq, tokens) -> np.ndarray:
+        """Feed a prompt to an open sequence; returns the logits after its last token.
+
+        Chunks of `prefill_tokens` go through the prefill plan (the last one padded); a
+        tail that would pass the capacity in a whole chunk goes through the decode plan.
+        """
+        tokens = np.asarray(tokens, np.int64).reshape(-1)
+        t = self.prefill_tokens
+        logits = None
+        i = 0
+        while i < len(tokens):
+            n = min(t, len(tokens) - i)
+            if self.length(seq) + t > self.capacity or n == 1:
+                logits = self.decode({seq: int(tokens[i])})[seq]
+                i += 1
+                continue
+            logits = self._chunk(seq, tokens[i: i + n], t)
+            i += n
+        if logits is None:
+            raise BindError("prefill needs at least one token")
+        return logits
+
+    def decode(self, tokens: Mapping) -> dict:
+        """One token for each given sequence (at most `batch`); returns logits by sequence."""
+        if not 0 < len(tokens) <= self.batch:
+            raise BindError(f"decode takes 1 to {self.batch} sequences, got {len(tokens)}")
+        seqs = list(tokens)
+        if self.kv == "dense":
+            (seq,) = seqs
+            self._dense_check(seq)
+            pos = self.dense.reserve(1)
+            out = self.executor(1, 1).step({"tokens": [int(tokens[seq])], "pos": [pos]})
+            return {seq: out.result[0]}
+        b = self.batch
+        toks = np.zeros((b, 1), np.int32)
+        pos = np.zeros((b, 1), np.int32)
+        wmap = np.full(b, -1, np.int32)
+        smap = np.zeros((b, self.capacity), np.int32)
+        self._check_room(seqs, 1)
+        for r, seq in enumerate(seqs):
+            toks[r, 0], pos[r, 0] = tokens[seq], self.blocks.length(seq)
+            wmap[r] = self.blocks.reserve(seq, 1)[0]
+            smap[r] = self.blocks.slot_map(seq)
+        out = self.executor(1, b).step({"tokens": toks, "pos": pos, "write_map": wmap,
+                                        "slot_map": smap})
+        return {seq: out.result[r] for r, seq in enumerate(seqs)}
+
+    def _chunk(self, seq, chunk: np.ndarray, t: int) -> np.ndarray:
+        n = len(chunk)
+        toks = np.zeros(t, np.int32)
+        toks[:n] = chunk
+        if self.kv == "dense":
+            self._dense_check(seq)
+            pos = self.dense.reserve(n)
+            out = self.executor(t, 1).step({"tokens": toks, "pos": [pos]})
+            return out.result[n - 1]
+        self._check_room([seq], n)
+        pos = self.blocks.length(seq)
+        wmap = np.full(t, -1, np.int32)
+        wmap[:n] = self.blocks.reserve(seq, n)
+        out = self.executor(t, 1).step({"tokens": toks[None], "pos": [[pos]],
+                                        "write_map": wmap,
+                                        "slot_map": self.blocks.slot_map(seq)[None]})
+        return out.result[n - 1]
+
+    def _check_room(self, seqs, n: int) -> None:
+        """Refuse a step the pool cannot hold before any sequence claims a slot."""
+        blk = self.blocks.block
+        need = sum(-(-(self.blocks.length(s) + n) // blk) - len(self.blocks.blocks(s))
+                   for s in seqs)
+        if need > self.blocks.free:
+            raise CapacityError(f"KV pool out of blocks: this step needs {need} more blocks "
+                                f"of {blk} slots, {self.blocks.free} are free; finish a "
+                                f"sequence or plan a larger pool")
+
+    def _dense_check(self, seq) -> None:
+        if seq != self.dense_seq:
+            raise CapacityError(f"sequence {seq!r} is not open in the dense KV cache")
+
+
+__all__ = ["Session"]
