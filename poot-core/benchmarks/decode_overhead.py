@@ -17,7 +17,6 @@ import argparse
 import time
 
 import numpy as np
-
 from poot.models.llama import build_decoder, const_inputs, random_weights, tiny_config
 from poot.plan import plan
 from poot.reference import evaluate

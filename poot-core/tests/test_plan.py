@@ -4,10 +4,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import numpy as np
-import pytest
-from test_runtime_support import decoder
-
 import poot
+import pytest
 from poot import ops
 from poot.backend import Backend
 from poot.backends.reference import BACKEND as REFERENCE
@@ -17,6 +15,7 @@ from poot.errors import GraphError, UnsupportedOp
 from poot.ir import ops as O
 from poot.plan import ARENA, plan
 from poot.runtime import Executor
+from test_runtime_support import decoder
 
 
 @pytest.fixture(scope="module")

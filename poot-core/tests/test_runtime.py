@@ -2,16 +2,15 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
-from test_runtime_support import OracleStepper, decoder
-
 import poot
+import pytest
 from poot import ops
 from poot.errors import BindError, SlotRangeError
 from poot.formats import PackedWeight, get_format
 from poot.plan import plan
 from poot.runtime import Executor, WeightCache
 from poot.runtime.protocol import Executable, Runtime
+from test_runtime_support import OracleStepper, decoder
 
 
 def test_dense_decode_matches_the_oracle_bit_for_bit():

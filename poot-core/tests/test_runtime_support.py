@@ -1,8 +1,7 @@
-"""Shared helpers of the plan/runtime/kv tests (no tests here): small decoders, the oracle by hand."""
+"""Helpers of the plan, runtime and kv tests (no tests here): small decoders, the oracle."""
 from __future__ import annotations
 
 import numpy as np
-
 import poot
 from poot.ir.graph import OutputKind
 from poot.models.llama import build_decoder, const_inputs, random_weights, tiny_config
@@ -29,7 +28,7 @@ class OracleStepper:
     def step(self, slots: dict) -> np.ndarray:
         outs = poot.evaluate(self.g, {**self.consts, **self.state, **slots})
         result = None
-        for o, a in zip(self.g.outputs(), outs):
+        for o, a in zip(self.g.outputs(), outs, strict=True):
             if o.kind is OutputKind.STATE_NEXT:
                 self.state[self.g.meta(o.input).identity.label] = a
             elif o.kind is OutputKind.RESULT:

@@ -16,7 +16,7 @@ Dense KV holds one sequence; paged KV holds as many as its pool has blocks for.
 """
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
