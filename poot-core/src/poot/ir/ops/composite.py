@@ -143,16 +143,22 @@ def _attention_type(op: OpKind, ins: Sequence[TensorType]) -> TensorType:
     hkv, s, dk = k.shape[-3:]
     if dk != d or v.shape[-3:-1] != (hkv, s) or hkv == 0 or hq % hkv:
         op.fail("k must be [..., Hkv, S, D], v [..., Hkv, S, Dv], Hq a multiple of Hkv", ins)
-    # the chain adds the mask to the grouped scores [..., Hkv, G, T, S], so a per-sequence
-    # mask [B, 1, 1, T, S] (rank q.rank + 1) is fine; it must broadcast into that shape
+    # a mask of rank <= q.rank lines up with q: [..., Hq or 1, T, S] (the chain splits its
+    # head axis like q's); a mask of rank q.rank + 1 is already in the grouped scores' form
+    # [..., Hkv, G, T, S] (a per-sequence mask [B, 1, 1, T, S] of a paged batch)
     scores = q.shape[:-3] + (hkv, hq // hkv, t, s)
     if mask.rank > len(scores) or any(
-            m not in (1, w) for m, w in zip(reversed(mask.shape), reversed(scores))):
+            m not in (1, w) for m, w in zip(reversed(mask.shape), (s, t))):
         op.fail(f"mask must broadcast to [T={t}, S={s}] (or the grouped scores {scores})", ins)
-    ms = (1,) * (q.rank - mask.rank) + mask.shape
-    if mask.rank > 2 and (ms[-3] not in (1, hq) or any(
-            m not in (1, w) for m, w in zip(ms[:-3], q.shape[:-3]))):
-        op.fail(f"mask must broadcast to q's [..., Hq={hq}] axes, then [T, S]", ins)
+    if mask.rank == len(scores):
+        if any(m not in (1, w) for m, w in zip(mask.shape, scores)):
+            op.fail(f"a mask of q's rank + 1 must broadcast to the grouped scores {scores}",
+                    ins)
+    elif mask.rank > 2:
+        ms = (1,) * (q.rank - mask.rank) + mask.shape
+        if ms[-3] not in (1, hq) or any(
+                m not in (1, w) for m, w in zip(ms[:-3], q.shape[:-3])):
+            op.fail(f"mask must broadcast to q's [..., Hq={hq}] axes, then [T, S]", ins)
     return TensorType(q.shape[:-1] + (v.shape[-1],), q.dtype)
 
 
