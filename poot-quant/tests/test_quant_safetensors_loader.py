@@ -177,3 +177,15 @@ def test_inconsistent_packed_tensors_are_refused(tmp_path, rng):
                                              "l.g_idx": np.full(64, 7, np.int32)}, qconfig)
     with pytest.raises(CheckpointError, match="holds groups outside"):
         poot_quant.open_checkpoint(folder)
+
+
+def test_bf16_fp8_scales_are_widened_exactly(tmp_path, rng):
+    fmt = poot_quant.get("fp8:e4m3")
+    weight, scale = fmt.quantize(rng.standard_normal((8, 32)).astype(np.float32),
+                                 scale="channel")
+    scale16 = scale.astype(ml_dtypes.bfloat16)
+    folder = make_folder(tmp_path / "bf", {"l.weight": weight, "l.weight_scale": scale16})
+    info = poot_quant.open_checkpoint(folder)["l.weight"]
+    assert info.sources[1].dtype == np.float32
+    want = fmt.dequantize([weight, scale16.astype(np.float32)], (8, 32), scale="channel")
+    assert np.array_equal(info.dequantize(), want)

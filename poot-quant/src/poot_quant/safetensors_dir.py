@@ -162,6 +162,12 @@ def open_safetensors(path: str | Path) -> Checkpoint:
     return Checkpoint(path, "safetensors", config, tensors)
 
 
+def _widens(part: _Raw, want: DType) -> bool:
+    """An f16/bf16 scale where the format keeps f32 scales: widened exactly (a copy of the
+    small scale tensor only; weights themselves are never converted)."""
+    return want is DType.F32 and part.dtype in (DType.F16, DType.BF16)
+
+
 class _Grouper:
     """Turns stored tensors into logical ones, consuming the parts of packed weights."""
 
@@ -204,18 +210,20 @@ class _Grouper:
             roles = get(fmt).roles(packed.shape, packed.attr_dict)
         except FormatError as exc:
             raise CheckpointError(f"{where}: {exc}") from exc
+        sources = []
         for spec, part in zip(roles, parts, strict=True):
-            same_kind = part.dtype is spec.type.dtype or part.dtype.itemsize == 1 == \
-                spec.type.dtype.itemsize
-            if part.array.size != spec.type.size or not same_kind:
+            want = spec.type.dtype
+            same_kind = part.dtype is want or part.dtype.itemsize == 1 == want.itemsize
+            if part.array.size != spec.type.size or not (same_kind or _widens(part, want)):
                 raise CheckpointError(
                     f"{where}: {part.name!r} is {part.dtype.value}{list(part.shape)}, but role "
                     f"{spec.role!r} of a [{rows}, {k}] weight needs {spec.type}")
+            array = part.array if same_kind else part.array.astype(want.numpy)
+            sources.append(array.reshape(spec.type.shape))
         self.used.update(p.name for p in parts)
         key = "+".join(p.ref_key() for p in parts)
-        sources = tuple(p.array.reshape(s.type.shape) for s, p in zip(roles, parts, strict=True))
         ref = WeightRef(str(parts[0].file), name, key, fmt)
-        self.out[name] = TensorInfo(name, tuple(shape), None, packed, sources, ref)
+        self.out[name] = TensorInfo(name, tuple(shape), None, packed, tuple(sources), ref)
 
     # -- the recognised layouts ---------------------------------------------------------
     def int_grouped(self, prefix: str) -> None:
