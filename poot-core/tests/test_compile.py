@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from collections import Counter
 
-import pytest
-
 import poot
+import pytest
+from poot.backend import get_backend
 from poot.compiler import Compiled, LimitedBackend, Policy, PolicyError
 from poot.compiler.validate import validate
-from poot.backend import get_backend
 from poot.errors import UnknownBackend
 from poot.models.llama import build_decoder, const_inputs, random_weights, tiny_config
 

@@ -2,9 +2,8 @@
 batched), when the policy and the target allow it."""
 from __future__ import annotations
 
-import pytest
-
 import poot
+import pytest
 from poot import ops
 from poot.backend import get_backend
 from poot.compiler import LimitedBackend, Policy

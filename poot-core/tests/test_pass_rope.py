@@ -1,9 +1,8 @@
 """rope_fusion: rotate-half chains become Rope; near misses stay, with the reason."""
 from __future__ import annotations
 
-import pytest
-
 import poot
+import pytest
 from poot import ops
 from poot.compiler.validate import validated_pass
 from poot.ir.types import SlotKind

@@ -1,4 +1,5 @@
-"""Grow a closed region of eqns forward from a start value, and build its body graph.
+"""Grow a closed region of eqns (forward from a start value, or backward from a root),
+and build its body graph.
 
 A region is closed when every value it defines, except its root (the last member),
 is read only inside it and is no output: then one eqn writing the root's value can
@@ -48,6 +49,30 @@ def grow(view: GraphView, start: ValueId, admit: Callable[[Eqn], bool],
         for r in view.users.get(u.out, ()):
             heapq.heappush(heap, view.position[r.out])
     return best
+
+
+def grow_back(view: GraphView, root: Eqn, admit: Callable[[Eqn], bool],
+              taken: Callable[[ValueId], bool]) -> list[Eqn]:
+    """The closed region rooted at `root`, grown backward over producers: a producer
+    joins once every reader of its value is in the region (and the value is no output),
+    so the region is closed by construction. Members in graph order."""
+    members = {root.out: root}
+    inside_uses: dict[ValueId, int] = {}
+    work = [root]
+    while work:
+        e = work.pop()
+        for x in e.inputs:
+            if not isinstance(x, Value):
+                continue
+            v = x.id
+            inside_uses[v] = inside_uses.get(v, 0) + 1
+            p = view.producer(v)
+            if p is None or v in members or inside_uses[v] != view.uses(v) or taken(v) or \
+                    not admit(p):
+                continue
+            members[v] = p
+            work.append(p)
+    return sorted(members.values(), key=lambda e: view.position[e.out])
 
 
 def external_inputs(members: list[Eqn], first: list[ValueId] = ()) -> list[ValueId]:

@@ -1,13 +1,14 @@
 """Pointwise fusion into Fused regions and reduction-rooted row fusion into FusedRow.
 
-A region grows forward from a seed over pointwise eqns and last-axis keepdim
-reductions whose results are full rows [..., D] or row scalars [..., 1] of one
-shape; RMSNorm and softmax each become one FusedRow. Concat, movement, data and
+A region grows backward from a root (taking roots last to first, so a root is an
+eqn no later region took) over the producers that only it reads: pointwise eqns
+and last-axis keepdim reductions whose results are full rows [..., D] or row
+scalars [..., 1] of one shape; RMSNorm and softmax each become one FusedRow. Concat, movement, data and
 compute ops are boundaries. Single eqns stay as they are.
 """
 from __future__ import annotations
 
-from poot.compiler.region import body_graph, external_inputs, grow
+from poot.compiler.region import body_graph, external_inputs, grow_back
 from poot.compiler.rewrite import Rewriter
 from poot.compiler.view import GraphView
 from poot.ir.ops import Binary, Cast, Fused, FusedRow, Reduce, Select, Unary
@@ -15,12 +16,12 @@ from poot.ir.ops import Binary, Cast, Fused, FusedRow, Reduce, Select, Unary
 POINTWISE = (Unary, Binary, Select, Cast)
 
 
-def row_shape(view: GraphView, seed) -> tuple[int, ...] | None:
-    """The full row shape a region seeded here works on, or None if it cannot seed one."""
-    if isinstance(seed.op, POINTWISE):
-        return view.type_of(seed.out).shape
-    if isinstance(seed.op, Reduce) and reduces_rows(view, seed):
-        return view.type_of(seed.inputs[0].id).shape
+def row_shape(view: GraphView, root) -> tuple[int, ...] | None:
+    """The full row shape a region rooted here works on, or None if it cannot root one."""
+    if isinstance(root.op, POINTWISE):
+        return view.type_of(root.out).shape
+    if isinstance(root.op, Reduce) and reduces_rows(view, root):
+        return view.type_of(root.inputs[0].id).shape
     return None
 
 
@@ -45,20 +46,19 @@ def admits(view: GraphView, full: tuple[int, ...]):
 def run(graph, ctx):
     view, rw = GraphView(graph), Rewriter(graph)
     taken = lambda v: v in rw.removed or v in rw.replaced
-    for seed in view.eqns:
-        if taken(seed.out):
+    for root in reversed(view.eqns):
+        if taken(root.out):
             continue
-        full = row_shape(view, seed)
+        full = row_shape(view, root)
         if full is None:
             continue
-        members = grow(view, seed.out, admits(view, full), taken, [seed])
+        members = grow_back(view, root, admits(view, full), taken)
         if len(members) < 2:
             continue
         params = external_inputs(members)
         body = body_graph(view, members, params, "region")
         rowwise = any(isinstance(e.op, Reduce) for e in members)
         op = FusedRow(body, -1) if rowwise else Fused(body)
-        root = members[-1]
         refused = ctx.refusal(op, params, root, view)
         if refused:
             ctx.record.kept(op.name, root.out, f"target refuses: {refused}")
