@@ -116,8 +116,12 @@ class PluginManager:
             yield impl.plugin_name, list(items or ())
 
     def register(self, plugin: object, name: str | None = None) -> None:
-        """Register a plugin module or object; its slot roles are declared at once."""
+        """Register a plugin module or object; its slot roles are declared at once.
+        Registering under a name already taken replaces that plugin (a re-imported module)."""
         if not self.pm.is_registered(plugin):
+            old = self.pm.get_plugin(name) if name else None
+            if old is not None:
+                self.pm.unregister(old)
             self.pm.register(plugin, name=name)
         self._backends = self._formats = self._roles = None
         self.slot_roles()

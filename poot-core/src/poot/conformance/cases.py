@@ -11,6 +11,7 @@ numpy broadcasting, leading batch dims, a middle reduction axis.
 """
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -362,7 +363,15 @@ FAMILIES = (unary_cases, binary_cases, select_cases, cast_cases, shape_cases, da
 
 
 def all_cases() -> list[Case]:
-    """Every case, in a stable order; a case id is unique."""
+    """Every case, in a stable order; a case id is unique. Built once per set of
+    registered packed formats (cases are immutable graphs)."""
+    from poot.formats import formats
+
+    return list(_cases(tuple(sorted(formats()))))
+
+
+@functools.lru_cache(maxsize=4)
+def _cases(_formats: tuple[str, ...]) -> tuple[Case, ...]:
     out, seen = [], set()
     for fam in FAMILIES:
         for c in fam():
@@ -372,7 +381,7 @@ def all_cases() -> list[Case]:
                 raise AssertionError(f"duplicate case id {c.id}")
             seen.add(c.id)
             out.append(c)
-    return out
+    return tuple(out)
 
 
 __all__ = ["Case", "all_cases", "FAMILIES", "threshold", "build", "F32", "INTS"]
