@@ -128,3 +128,27 @@ def test_a_state_swap_that_cannot_be_ordered_is_refused():
                    poot.spec((2,), name="b", kind="state"))
     with pytest.raises(GraphError, match="overwritten in the same step"):
         plan(g, "reference")
+
+
+def test_compiled_graph_plans_through_definitions_and_matches_the_oracle():
+    """poot.compile's composites (fused regions, attention, rope, packed contractions) run
+    on the reference backend as their definitions: bit for bit the source graph's answer,
+    and the packed weights decoded once at bind."""
+    from poot.models.llama import build_decoder, const_inputs, random_weights, tiny_config
+    from test_runtime_support import OracleStepper
+
+    c = tiny_config(layers=1)
+    w = random_weights(c, seed=9, packed_format="gguf:Q8_0")
+    step = build_decoder(c, w)
+    compiled = poot.compile(step.graph, "reference")
+    assert any(isinstance(e.op, O.PackedContraction) for e in compiled.graph.eqns())
+    p = plan(compiled)
+    assert not any(s.eqn.op.composite for s in p.steps)
+    assert any(r.weight.representation == "f32-decoded" for r in p.weight_regions()
+               if r.weight.folded)
+    consts = const_inputs(step, w)
+    ex = Executor(p, consts)
+    oracle = OracleStepper(step.graph, consts)
+    for pos, tok in enumerate([5, 17, 2]):
+        slots = {"tokens": [tok], "pos": [pos]}
+        np.testing.assert_array_equal(ex.step(slots).result, oracle.step(slots))

@@ -93,6 +93,7 @@ class Session:
         tail that would pass the capacity in a whole chunk goes through the decode plan.
         """
         tokens = np.asarray(tokens, np.int64).reshape(-1)
+        self._check_fits(seq, len(tokens))
         t = self.prefill_tokens
         logits = None
         i = 0
@@ -150,6 +151,14 @@ class Session:
                                         "write_map": wmap,
                                         "slot_map": self.blocks.slot_map(seq)[None]})
         return out.result[n - 1]
+
+    def _check_fits(self, seq, n: int) -> None:
+        """Refuse a whole prompt the cache cannot hold before any of it is fed."""
+        if self.length(seq) + n > self.capacity:
+            raise CapacityError(f"sequence {seq!r} holds {self.length(seq)} positions; "
+                                f"{n} more pass its capacity of {self.capacity}")
+        if self.kv == "paged":
+            self._check_room([seq], n)
 
     def _check_room(self, seqs, n: int) -> None:
         """Refuse a step the pool cannot hold before any sequence claims a slot."""
