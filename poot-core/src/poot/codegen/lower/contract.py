@@ -30,6 +30,7 @@ LANES = 32        # threads that share one dot product in the GEMV schedule
 GROUPS = 8        # dot products per workgroup in the GEMV schedule
 TILE = 16         # GEMM tile edge
 GEMV_MAX_ROWS = 4
+UNROLL = 4        # strided items per lane per loop trip in the GEMV schedule
 
 Elem = Callable[..., Expr]
 
@@ -120,24 +121,48 @@ def gemv_kernel(p: Problem, kb_factory, declare):
         b = rest
     accs = [kb.var(f"acc{j}", p.zero()) for j in range(len(ms))]
     if p.w_pair is not None and not p.w_per_row and p.k % 2 == 0:
-        with kb.for_("kw", lane, p.k // 2, LANES) as kw:
-            w0, w1 = p.w_pair(b, n, kw)
-            w0, w1 = kb.let("w0", w0), kb.let("w1", w1)
-            k0 = kb.let("k0", ix.mul(kw, 2))
-            k1 = ix.add(k0, 1)
-            for acc, m in zip(accs, ms, strict=True):
-                kb.assign(acc, acc + p.a(b, m, k0) * w0 + p.a(b, m, k1) * w1)
+        _gemv_words(kb, p, lane, b, n, ms, accs)
     else:
-        with kb.for_("k", lane, p.k, LANES) as k:
-            w = None if p.w_per_row else kb.let("w", p.w(b, ms[0], n, k))
-            for acc, m in zip(accs, ms, strict=True):
-                wk = w if w is not None else p.w(b, m, n, k)
-                kb.assign(acc, acc + p.a(b, m, k) * wk)
+        _gemv_elements(kb, p, lane, b, n, ms, accs)
     sums = [kb.reduce("dot", ReduceOp.Sum, acc, LANES) for acc in accs]
     with kb.if_(ix.both(ix.eq(lane, i32(0)), ix.lt(col, i32(columns)))):
         for total, m in zip(sums, ms, strict=True):
             p.store(kb, b, m, n, total)
     return kb.finish()
+
+
+def _unrolled(kb, lane, count: int):
+    """A lane's strided walk over `count` items, UNROLL items per trip: yields, per trip,
+    the clamped item index and its in-range flag for each of the UNROLL slots. Every slot
+    loads (clamped) before any use, so UNROLL coalesced loads are in flight per lane."""
+    with kb.for_("base", lane, count, LANES * UNROLL) as base:
+        slots = []
+        for u in range(UNROLL):
+            item = ix.add(base, LANES * u)
+            slots.append((kb.let("it", ix.minimum(item, i32(count - 1))),
+                          ix.lt(item, i32(count))))
+        yield slots
+
+
+def _gemv_words(kb, p: Problem, lane, b, n, ms, accs):
+    """16-bit weights, two per U32 word: each lane reads whole words."""
+    for slots in _unrolled(kb, lane, p.k // 2):
+        words = [tuple(kb.let("w", x) for x in p.w_pair(b, n, kw)) for kw, _ in slots]
+        for (kw, ok), (w0, w1) in zip(slots, words, strict=True):
+            k0 = kb.let("k0", ix.mul(kw, 2))
+            for acc, m in zip(accs, ms, strict=True):
+                term = p.a(b, m, k0) * w0 + p.a(b, m, ix.add(k0, 1)) * w1
+                kb.assign(acc, acc + Sel(ok, term, p.zero()))
+
+
+def _gemv_elements(kb, p: Problem, lane, b, n, ms, accs):
+    """One weight element at a time (f32, odd K, packed decode, per-row experts)."""
+    for slots in _unrolled(kb, lane, p.k):
+        shared = None if p.w_per_row else [kb.let("w", p.w(b, ms[0], n, k)) for k, _ in slots]
+        for u, (k, ok) in enumerate(slots):
+            for acc, m in zip(accs, ms, strict=True):
+                wk = shared[u] if shared is not None else p.w(b, m, n, k)
+                kb.assign(acc, acc + Sel(ok, p.a(b, m, k) * wk, p.zero()))
 
 
 def gemm_kernel(p: Problem, kb_factory, declare):

@@ -1,0 +1,15 @@
+"""The CI check of the CUDA backend: every kernel the lowerings produce compiles to CUBIN."""
+from __future__ import annotations
+
+import pytest
+from conftest import ARCH, CASES, compiled
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_kernels_compile_to_cubin(case):
+    result = compiled(case.id)
+    assert len(result.kernels) == len(result.lowering.kernels)
+    for ck in result.kernels:
+        assert ck.cubin[:4] == b"\x7fELF", f"{ck.kernel.name}: NVRTC gave no ELF CUBIN"
+        assert f"{ck.kernel.name}(" in ck.source
+    assert result.arch == ARCH

@@ -1,0 +1,49 @@
+"""CUDA printing: refusals, the cache, and the shape of the printed code."""
+from __future__ import annotations
+
+import pytest
+from poot.codegen.lower import lower
+from poot.dtypes import DType
+from poot.errors import DtypeLowering
+from poot.ir.ops import Binary, BinaryOp, Reduce, ReduceOp
+from poot.ir.types import TensorType
+from poot_cuda import compiler
+from poot_cuda.printer import CudaPrinter
+
+F32, BF16 = DType.F32, DType.BF16
+
+
+def test_printer_refuses_a_dtype_its_device_lacks():
+    t = TensorType((4, 8), BF16)
+    kernel = lower(Binary(BinaryOp.Add), [t, t], t).kernels[0]
+    printer = CudaPrinter("sm_75", supported={F32, DType.I32, DType.U32, DType.F16})
+    with pytest.raises(DtypeLowering) as e:
+        printer.source(kernel)
+    assert "bf16" in str(e.value) and "sm_75" in str(e.value) and "cuda" in str(e.value)
+
+
+def test_workgroup_reduction_uses_warp_shuffles_then_shared_memory():
+    t = TensorType((3, 1000), F32)
+    kernel = lower(Reduce(ReduceOp.Max, -1, False), [t], TensorType((3,), F32)).kernels[0]
+    src = CudaPrinter().source(kernel)
+    assert "__shfl_xor_sync" in src and "__syncthreads();" in src
+    assert 'extern "C" __global__' in src and "poot_fmax" in src
+
+
+def test_cache_key_follows_source_and_arch(tmp_path, monkeypatch):
+    monkeypatch.setenv("POOT_CACHE_DIR", str(tmp_path))
+    t = TensorType((5,), F32)
+    kernel = lower(Binary(BinaryOp.Mul), [t, t], t).kernels[0]
+    src = CudaPrinter().source(kernel)
+    a = compiler.compile_cubin(src, kernel.name, "sm_90")
+    assert len(list((tmp_path / "cuda").glob("*.cubin"))) == 1
+    assert compiler.compile_cubin(src, kernel.name, "sm_90") == a
+    compiler.compile_cubin(src, kernel.name, "sm_80")
+    assert compiler.cache_key(src, "sm_90") != compiler.cache_key(src, "sm_80")
+    assert len(list((tmp_path / "cuda").glob("*.cubin"))) == 2
+
+
+def test_compile_error_carries_the_nvrtc_log():
+    with pytest.raises(compiler.CompileError) as e:
+        compiler.compile_cubin('extern "C" __global__ void broken() { nope; }', "broken")
+    assert "nope" in str(e.value)
