@@ -4,25 +4,8 @@ from __future__ import annotations
 import pytest
 
 from poot.conformance.cases import all_cases
-from poot.conformance.report import Report
-from poot.conformance.target import DEFAULT_SEED, resolve
-from poot.errors import PootError
-
-_TARGET = pytest.StashKey()
-_REPORT = pytest.StashKey()
-
-
-def _target(config):
-    if _TARGET not in config.stash:
-        name = config.getoption("--poot-backend") or "reference"
-        seed = config.getoption("--poot-seed")
-        try:
-            config.stash[_TARGET] = resolve(name, config.getoption("--poot-device"),
-                                            DEFAULT_SEED if seed is None else seed)
-        except PootError as exc:  # no device / unknown name: loud, not a silent skip
-            raise pytest.UsageError(f"poot conformance: {exc}") from None
-        config.stash[_REPORT] = Report(config.stash[_TARGET])
-    return config.stash[_TARGET]
+from poot.conformance.session import REPORT as _REPORT
+from poot.conformance.session import target_of as _target
 
 
 def pytest_report_header(config):

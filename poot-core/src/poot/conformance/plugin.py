@@ -21,3 +21,12 @@ def pytest_addoption(parser):
                          "capability table, with the suite's results) to PATH")
     group.addoption("--poot-perf", action="store_true", default=False,
                     help="time each declared case (replayed steps) and print GB/s or FLOP/s")
+
+
+def pytest_configure(config):
+    """With --poot-backend, resolve the backend before collection (a wrong name or a
+    missing device stops the run with the reason); without it, do nothing."""
+    if config.getoption("--poot-backend", None):
+        from poot.conformance.session import target_of
+
+        target_of(config)
