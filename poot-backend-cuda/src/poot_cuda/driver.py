@@ -47,7 +47,7 @@ class Context:
                              "cuDevicePrimaryCtxRetain")
         self.make_current()
         self.stream = check(driver.cuStreamCreate(
-            driver.CUstream_flags.CU_STREAM_NON_BLOCKING), "cuStreamCreate")
+            int(driver.CUstream_flags.CU_STREAM_NON_BLOCKING)), "cuStreamCreate")
 
     def make_current(self):
         check(cu().cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
