@@ -8,17 +8,14 @@ from poot.compiler.validate import validated_pass
 from poot.ir.types import SlotKind
 
 
-def rope_graph(shape, rot, tokens_first=False, witness_half=False):
+def rope_graph(shape, rot, tokens_first=False):
     t = shape[-2] if not tokens_first else shape[-3]
-    d = shape[-1]
 
     def fn(x, cos_t, sin_t, pos):
         positions = ops.positions(pos, t)
         if tokens_first:
             positions = ops.reshape(positions, (1, t))
         y = ops.rope_partial(x, cos_t, sin_t, positions, rot, tokens_first=tokens_first)
-        if witness_half:  # a value inside the chain read outside it: no rewrite
-            ops.witness(ops.slice_axis(x, -1, 0, 1), "first")
         return y
 
     return poot.trace(fn, poot.spec(shape, name="x"), poot.spec((16, rot // 2), name="cos"),

@@ -23,8 +23,11 @@ def match_definition(view: GraphView, op: OpKind, args: list[ValueId], root: Eqn
     """
     from poot.reference import definition
 
+    types = [view.type_of(a) for a in args]
     try:
-        d = definition(op, [view.type_of(a) for a in args])
+        if op.infer(types) != view.type_of(root.out):
+            raise NoMatch(f"{op.name} would not give {view.type_of(root.out)} here")
+        d = definition(op, types)
     except PootError as exc:
         raise NoMatch(f"{op.name} does not type-check on these operands: {exc}") from None
     env: dict[ValueId, ValueId] = dict(zip(d.inputs(), args, strict=True))

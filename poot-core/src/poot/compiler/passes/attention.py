@@ -6,6 +6,8 @@ The policy decides (attention="never", shape limits) and the target must allow i
 """
 from __future__ import annotations
 
+import itertools
+
 from poot.compiler.match import match_definition
 from poot.compiler.rewrite import Rewriter
 from poot.compiler.view import GraphView, NoMatch
@@ -19,7 +21,7 @@ def skip_reshape(view: GraphView, v):
 
 
 def parts(view: GraphView, pv):
-    """(scale, q, k, v, mask options) read back from the output MatMul `pv`."""
+    """(scale, q options, k, v, mask options) read back from the output MatMul `pv`."""
     div = view.defined_by(skip_reshape(view, view.value(pv, 0)), Binary, "the softmax")
     ex = view.defined_by(div.inputs[0], Unary, "exp")
     sub = view.defined_by(ex.inputs[0], Binary, "scores - max")
@@ -29,22 +31,25 @@ def parts(view: GraphView, pv):
         raise NoMatch("not exp(scores + mask - max) / sum")
     sc = view.defined_by(skip_reshape(view, view.value(masked, 0)), Binary, "scaled scores")
     qk = view.defined_by(sc.inputs[0], MatMul, "q k^T")
-    q = skip_reshape(view, view.value(qk, 0))
     k = view.value(view.defined_by(qk.inputs[1], Transpose, "k^T"), 0)
-    mask = view.value(masked, 1)
-    # the chain may have split the mask's head axis like q's: prefer the mask before that
-    masks = [m for m in (skip_reshape(view, mask), mask) if m is not None]
-    return view.literal(sc, 1).value, q, k, view.value(pv, 1), list(dict.fromkeys(masks))
+    return view.literal(sc, 1).value, either(view, view.value(qk, 0)), k, view.value(pv, 1), \
+        either(view, view.value(masked, 1))
+
+
+def either(view: GraphView, v) -> list:
+    """A chain operand as the chain may have reshaped it (GQA grouping of q, the mask's
+    head axis split like q's) or as it is: the reshaped reading first."""
+    return list(dict.fromkeys((skip_reshape(view, v), v)))
 
 
 def find(view: GraphView, pv, build):
     """(op, args, root, chain) for the first reading of the chain at `pv` that is exactly
     `build(scale, q, k, v, mask)`'s definition; NoMatch with the last reason otherwise."""
-    scale, q, k, v, masks = parts(view, pv)
+    scale, qs, k, v, masks = parts(view, pv)
     user = view.single_user(pv.out)
     roots = ([user] if user is not None and isinstance(user.op, Reshape) else []) + [pv]
     why = NoMatch("no reading of the chain matched")
-    for mask in masks:
+    for q, mask in itertools.product(qs, masks):
         try:
             op, args = build(view, scale, q, k, v, mask)
         except NoMatch as exc:

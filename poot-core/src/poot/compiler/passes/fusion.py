@@ -3,8 +3,8 @@
 A region grows backward from a root (taking roots last to first, so a root is an
 eqn no later region took) over the producers that only it reads: pointwise eqns
 and last-axis keepdim reductions whose results are full rows [..., D] or row
-scalars [..., 1] of one shape; RMSNorm and softmax each become one FusedRow. Concat, movement, data and
-compute ops are boundaries. Single eqns stay as they are.
+scalars [..., 1] of one shape; RMSNorm and softmax each become one FusedRow.
+Concat, movement, data and compute ops are boundaries. Single eqns stay as they are.
 """
 from __future__ import annotations
 
