@@ -184,7 +184,9 @@ def test_summary_and_markdown():
     md = t.to_markdown()
     assert md.startswith("# spirv on spirv:0")
     row = next(line for line in md.splitlines() if line.startswith("| Select |"))
-    assert row == "| Select | yes | - | - | yes | - | - |"  # f32 f16 bf16 i32 u32, a format
+    assert row == "| Select | yes | - | - | yes | - |"  # columns f32 f16 bf16 i32 u32
+    packed = next(line for line in md.splitlines() if line.startswith("| PackedContraction |"))
+    assert packed == "| PackedContraction | yes |"  # the format table: dense:f16words
     assert "- Select:f16: OpSelect has no 16-bit float form" in md
 
 

@@ -220,18 +220,16 @@ class CapabilityTable:
         return "\n".join(lines)
 
     def to_markdown(self) -> str:
-        """The support matrix: one row per op key, one column per dtype or packed format."""
+        """The support matrix: op keys by dtype, then packed op keys by format."""
         cols = [d for d in DType if self.uses(d)]
         fmts = sorted({x for v in self.ops.values() for x in v if isinstance(x, str)})
-        head = "| op | " + " | ".join(map(str, cols + fmts)) + " |"
         lines = [f"# {self.backend} on {self.device}", "",
                  "Generated from the backend's own capability table "
-                 "(`poot conformance NAME --support`).", "", head,
-                 "|" + "---|" * (len(cols) + len(fmts) + 1)]
-        for k in every_op_key():
-            v = self.lowers(k)
-            mark = ["yes" if c in v else "-" for c in cols + fmts]
-            lines.append(f"| {k} | " + " | ".join(mark) + " |")
+                 "(`poot conformance NAME --support`).", ""]
+        lines += _matrix([k for k in every_op_key() if k not in PACKED_KEYS], cols, self.lowers)
+        if fmts:
+            lines += ["", "Packed weight formats:", ""]
+            lines += _matrix(PACKED_KEYS, fmts, self.lowers)
         lines += ["", "| dtype | uses |", "|---|---|"]
         lines += [f"| {d} | {_uses(self.uses(d))} |" for d in DType]
         if self.limits:
@@ -239,6 +237,19 @@ class CapabilityTable:
         if self.notes:
             lines += ["", "Notes:"] + [f"- {k}: {v}" for k, v in sorted(self.notes.items())]
         return "\n".join(lines) + "\n"
+
+
+#: the op keys whose deciding "dtype" is a packed format name
+PACKED_KEYS = [cls.__name__ for cls in _PACKED]
+
+
+def _matrix(keys, cols, lowers) -> list[str]:
+    head = "| op | " + " | ".join(map(str, cols)) + " |"
+    rows = [head, "|" + "---|" * (len(cols) + 1)]
+    for k in keys:
+        v = lowers(k)
+        rows.append(f"| {k} | " + " | ".join("yes" if c in v else "-" for c in cols) + " |")
+    return rows
 
 
 def _entry(x: DType | str) -> DType | str:

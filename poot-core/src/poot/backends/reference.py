@@ -1,13 +1,13 @@
 """The reference backend: the oracle, registered through the same seam as any backend.
 
 It declares everything: every dtype for every use, every op key for every
-dtype and every registered packed format. It is the embedded default when no
+dtype, and the packed ops for every registered packed format. It is the embedded default when no
 GPU backend is installed. Its runtime runs plans with numpy (poot.runtime).
 """
 from __future__ import annotations
 
 from poot.backend import Backend, Device
-from poot.capability import CapabilityTable, Use, every_op_key
+from poot.capability import PACKED_KEYS, CapabilityTable, Use, every_op_key
 from poot.dtypes import DType
 from poot.plugin import hookimpl
 
@@ -23,11 +23,11 @@ class ReferenceBackend(Backend):
     def capabilities(self, device):
         from poot.formats import formats
 
-        everything = frozenset(DType) | frozenset(formats())
+        dtypes, packed = frozenset(DType), frozenset(formats())
         return CapabilityTable(
             backend=self.name, device=device.id,
             dtypes={d: Use.all() for d in DType},
-            ops={k: everything for k in every_op_key()},
+            ops={k: packed if k in PACKED_KEYS else dtypes for k in every_op_key()},
             notes={"all": "the oracle evaluates every op; composites through their definition"})
 
     def runtime(self, device):
