@@ -6,6 +6,8 @@ from types import SimpleNamespace
 import numpy as np
 import poot
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from poot import ops
 from poot.backend import Backend
 from poot.backends.reference import BACKEND as REFERENCE
@@ -14,6 +16,7 @@ from poot.dtypes import DType
 from poot.errors import GraphError, UnsupportedOp
 from poot.ir import ops as O
 from poot.plan import ARENA, plan
+from poot.plan.arena import Interval, assign_offsets
 from poot.runtime import Executor
 from test_runtime_support import decoder
 
@@ -152,3 +155,18 @@ def test_compiled_graph_plans_through_definitions_and_matches_the_oracle():
     for pos, tok in enumerate([5, 17, 2]):
         slots = {"tokens": [tok], "pos": [pos]}
         np.testing.assert_array_equal(ex.step(slots).result, oracle.step(slots))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 30), st.integers(0, 8), st.integers(1, 2000)),
+                min_size=1, max_size=40))
+def test_arena_offsets_never_overlap_live_intervals(raw):
+    ivs = [Interval(i, s, s + d, n) for i, (s, d, n) in enumerate(raw)]
+    offsets, size = assign_offsets(ivs)
+    for a in ivs:
+        assert offsets[a.key] % 256 == 0 and offsets[a.key] + a.nbytes <= size
+        for b in ivs:
+            if a.key < b.key and a.start <= b.end and b.start <= a.end:
+                assert (offsets[a.key] + a.nbytes <= offsets[b.key]
+                        or offsets[b.key] + b.nbytes <= offsets[a.key])
+    assert size <= sum(-(-iv.nbytes // 256) * 256 for iv in ivs)

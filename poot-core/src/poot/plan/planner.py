@@ -81,6 +81,7 @@ class _Planner:
         self.arena_values: list[ValueId] = []
         self.state_out = {out: st for st, out in graph.state()}
         self.view_strides: dict[ValueId, tuple[int, ...]] = {}   # element strides of views
+        self.folded: dict[tuple, WeightSpec] = {}
 
     # -- the walk ------------------------------------------------------------------
     def run(self) -> Plan:
@@ -145,9 +146,7 @@ class _Planner:
         if all(v in self.weights for v in vins):
             rep = self.backend.bind_time(e, self.g, self.device)
             if rep is not None:
-                ops = tuple(x if isinstance(x, Lit) else self.weights[x.id] for x in e.inputs)
-                self.weights[e.out] = WeightSpec(self.g.type_of(e.out), op=e.op, operands=ops,
-                                                 representation=rep)
+                self.weights[e.out] = self._folded(e, rep)
                 self.notes.append(Note(i, e, "bind", None))
                 return
         lw = self.lowerings[i]
@@ -157,6 +156,18 @@ class _Planner:
         else:
             self.arena_values.append(e.out)
         self.steps.append(Step(i, e, lw, (), None, inplace))  # places filled in later
+
+    def _folded(self, e: Eqn, rep: str) -> WeightSpec:
+        """The folded value of a constant eqn; the same op on the same weights (a tied
+        embedding decoded for its gather and for the head) is one WeightSpec, one buffer."""
+        ops = tuple(x if isinstance(x, Lit) else self.weights[x.id] for x in e.inputs)
+        key = (e.op, rep, tuple((x.value, x.dtype) if isinstance(x, Lit) else id(x)
+                                for x in ops))
+        spec = self.folded.get(key)
+        if spec is None:
+            spec = self.folded[key] = WeightSpec(self.g.type_of(e.out), op=e.op, operands=ops,
+                                                 representation=rep)
+        return spec
 
     # -- aliases and views ------------------------------------------------------------
     def _contiguous(self, v: ValueId) -> bool:
