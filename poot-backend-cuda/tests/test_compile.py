@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import pytest
-from conftest import ARCH, CASES, compiled
+from poot_cuda.testing import ARCH, cases, compiled
+
+CASES = cases()
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])

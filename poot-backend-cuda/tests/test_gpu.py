@@ -6,11 +6,12 @@ import zlib
 
 import numpy as np
 import pytest
-from conftest import CASES, compiled
 from poot.codegen.cases import mismatch
 from poot.reference import apply
+from poot_cuda.testing import cases, compiled
 
 pytestmark = pytest.mark.gpu
+CASES = cases()
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,24 @@
+"""Helpers the CUDA tests and benchmarks share: the case catalog compiled once per process."""
+from __future__ import annotations
+
+import functools
+
+from poot.codegen.cases import all_cases
+from poot.codegen.lower import lower
+
+from poot_cuda.kernels import CompiledLowering, compile_lowering
+from poot_cuda.printer import CudaPrinter
+
+ARCH = "sm_90"
+
+
+@functools.cache
+def cases() -> tuple:
+    return tuple(all_cases())
+
+
+@functools.cache
+def compiled(case_id: str, arch: str = ARCH) -> CompiledLowering:
+    """A case lowered, printed and compiled once per process (and cached on disk)."""
+    case = next(c for c in cases() if c.id == case_id)
+    return compile_lowering(lower(case.op, case.ins, case.out()), CudaPrinter(arch))
