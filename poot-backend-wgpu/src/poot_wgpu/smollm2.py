@@ -1,0 +1,67 @@
+"""Greedy decoding of a GGUF Llama (SmolLM2 by default) on one backend, timed.
+
+Shared by the benchmark (benchmarks/smollm2_decode.py) and the whole-model test: one
+decode graph (one token per step, dense KV cache), compiled and planned for the named
+backend, fed the prompt one token at a time, then its own greedy choices.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class Decoded:
+    backend: str
+    tokens: list[int]          # the generated tokens (after the prompt)
+    prompt_seconds: float
+    decode_seconds: float      # generating `tokens`, one step each
+    setup_seconds: float       # compile, plan, weight upload
+    dispatches: int
+
+    @property
+    def tokens_per_second(self) -> float:
+        return len(self.tokens) / self.decode_seconds if self.decode_seconds else 0.0
+
+
+def open_decoder(model: str = "smollm2", max_seq: int = 64):
+    """(decode step, weights) for a model name or GGUF path."""
+    from poot.models.llama import build_decoder
+    from poot.models.loader import open_model
+    from poot.models.weights import CheckpointWeights
+
+    ckpt, config = open_model(model, max_seq=max_seq, pull_missing=False)
+    weights = CheckpointWeights(ckpt)
+    return build_decoder(config, weights), weights
+
+
+def greedy(step, weights, backend: str, prompt: list[int], new_tokens: int) -> Decoded:
+    """Run the prompt and `new_tokens` greedy steps of `step` on `backend`."""
+    import poot
+    from poot.models.llama import const_inputs
+    from poot.plan import plan
+    from poot.runtime.executor import Executor
+
+    t0 = time.perf_counter()
+    planned = plan(poot.compile(step.graph, backend))
+    ex = Executor(planned, const_inputs(step, weights))
+    setup = time.perf_counter() - t0
+
+    def run(pos: int, token: int) -> int:
+        slots = {"tokens": np.array([token], np.int32), "pos": np.array([pos], np.int32)}
+        return int(np.argmax(ex.step(slots).result[-1]))
+
+    t0 = time.perf_counter()
+    for pos, token in enumerate(prompt):
+        nxt = run(pos, token)
+    prompt_s = time.perf_counter() - t0
+    out = [nxt]
+    t0 = time.perf_counter()
+    for pos in range(len(prompt), len(prompt) + new_tokens - 1):
+        out.append(run(pos, out[-1]))
+    decode_s = time.perf_counter() - t0
+    # the first token came from the prompt's last step; time the steps that made the rest
+    return Decoded(backend, out, prompt_s, decode_s * new_tokens / max(new_tokens - 1, 1),
+                   setup, planned.dispatches)
