@@ -53,3 +53,10 @@ def test_checkpoint_refusals(tmp_path):
     text.write_text("not a gguf")
     with pytest.raises(CheckpointError, match="bad magic"):
         poot_quant.open_checkpoint(text, "gguf")
+
+
+def test_unknown_attributes_are_refused():
+    with pytest.raises(FormatError, match="unknown attribute.*group_sz.*reads: act_order"):
+        poot_quant.get("gptq:int4").roles((8, 64), {"group_sz": 32})
+    with pytest.raises(FormatError, match="gguf:Q4_0: unknown attribute.*reads: none"):
+        poot_quant.get("gguf:Q4_0").dequantize([np.zeros((1, 18), np.uint8)], (1, 32), scale=2)

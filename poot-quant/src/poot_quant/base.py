@@ -21,6 +21,8 @@ class Format:
     """
 
     name: str = ""
+    #: the attributes this format reads; any other is refused (a typo must not pass silently)
+    attr_names: frozenset[str] = frozenset()
 
     def __repr__(self) -> str:
         return f"<format {self.name}>"
@@ -54,6 +56,10 @@ class Format:
             self.fail(f"logical shape must be [N, K], got {shape!r}")
         if n <= 0 or k <= 0:
             self.fail(f"logical shape [{n}, {k}] must be positive")
+        unknown = sorted(set(attrs) - self.attr_names)
+        if unknown:
+            known = ", ".join(sorted(self.attr_names)) or "none"
+            self.fail(f"unknown attribute(s) {', '.join(unknown)} (this format reads: {known})")
         return n, k
 
     def check_sources(self, sources, shape, attrs) -> dict[str, np.ndarray]:

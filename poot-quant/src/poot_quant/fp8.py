@@ -21,6 +21,8 @@ SCALE_KINDS = ("tensor", "channel", "block")
 
 
 class FP8(Format):
+    attr_names = frozenset({"scale", "block"})
+
     def __init__(self, kind: str):
         self.name = f"fp8:{kind}"
         self.dtype = {"e4m3": DType.F8E4M3, "e5m2": DType.F8E5M2}[kind]

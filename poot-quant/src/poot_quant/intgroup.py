@@ -154,6 +154,8 @@ def _pack_last(values: np.ndarray, shifts: np.ndarray) -> np.ndarray:
 
 
 class GPTQ(GroupedIntFormat):
+    attr_names = frozenset({"group_size", "sym", "version", "act_order"})
+
     def __init__(self, bits: int):
         super().__init__(f"gptq:int{bits}", bits)
         self.shifts = np.arange(self.per_word, dtype=np.uint32) * bits
@@ -227,6 +229,7 @@ class GPTQ(GroupedIntFormat):
 
 
 class AWQ(GroupedIntFormat):
+    attr_names = frozenset({"group_size", "version"})
     #: nibble position of column c % 8 (the inverse of AWQ_ORDER)
     positions = np.argsort(AWQ_ORDER).astype(np.uint32)
 
