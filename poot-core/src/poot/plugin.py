@@ -35,12 +35,15 @@ class PootHookSpecs:
         """Return the backends this plugin provides (instances of `poot.backend.Backend`).
 
         Return them even when they find no device: `Backend.probe()` says which
-        devices it finds, or why it finds none ("no CUDA device: ..."), and
-        `poot backends` prints that reason. Each backend declares its capability
-        table per device (`Backend.capabilities`), lowers eqns and fused regions
-        for a device at plan time (`Backend.lower`, raising the typed refusal of
-        `poot.errors` for anything the table does not declare), and runs plans
-        (`Backend.runtime`). See `poot.backend` for the full contract.
+        devices it finds (never raising for a missing driver), `unavailable_reason()`
+        why it finds none ("no CUDA device: ..."), and `poot backends` prints both.
+        Per device, a backend declares a capability table (`Backend.capabilities`,
+        see `poot.capability`), lowers each eqn or fused region at plan time
+        (`Backend.lower`, raising the typed refusal of `poot.errors` for anything the
+        table does not declare, before anything runs) and runs plans
+        (`Backend.runtime`, the contract in `poot.runtime.protocol`). Check it with
+        `pytest --pyargs poot.conformance --poot-backend NAME`; docs/backend-guide.md
+        walks through a complete example.
         """
 
     @hookspec

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from poot.ir import Lit
 
 ALIGN = 256
 
@@ -53,7 +54,7 @@ class ToyRuntime:
 
         calls = []
         for step in plan.steps:
-            args = [np.asarray(x.value, x.dtype.numpy) if not hasattr(x, "region") else view(x)
+            args = [np.asarray(x.value, x.dtype.numpy) if isinstance(x, Lit) else view(x)
                     for x in step.inputs]
             calls.append(_call(step.lowering.program, args, view(step.out)))
         for c in plan.copies:
