@@ -3,7 +3,8 @@
 A `Session` drives plans of one graph builder, `make_graph(tokens, batch) -> Graph` (or an
 object with `.graph`, such as `poot.models.llama.build_decoder(...)`'s Step). It plans
 each shape it needs once: a prefill plan for chunks of `prefill_tokens` tokens of one
-sequence, a decode plan for one token of up to `batch` sequences. All its executors share
+sequence, a decode plan for one token of up to `batch` sequences (each graph compiled for
+the target first, unless compile=False). All its executors share
 one WeightCache (each weight is uploaded once, whichever plan bound it first) and one
 StateStore (state buffers by state name: the prefill and decode plans read and write the
 same KV buffers), so a prefill followed by decode steps is one continuous cache.
@@ -31,12 +32,14 @@ from poot.runtime.weights import WeightCache
 class Session:
     def __init__(self, make_graph: Callable[[int, int], object], consts: Mapping, *,
                  kv: str = "paged", capacity: int, batch: int = 1, prefill_tokens: int = 16,
-                 pool_slots: int | None = None, block: int = 16, target=None):
+                 pool_slots: int | None = None, block: int = 16, target=None,
+                 compile: bool = True):
         if kv not in ("dense", "paged"):
             raise BindError(f"kv must be 'dense' or 'paged', not {kv!r}")
         if kv == "dense" and batch != 1:
             raise BindError("a dense KV cache holds one sequence: use batch=1 or kv='paged'")
         self.make_graph, self.consts, self.kv, self.target = make_graph, consts, kv, target
+        self.compile = compile
         self.capacity, self.batch, self.prefill_tokens = capacity, batch, prefill_tokens
         self.weights: WeightCache | None = None
         self.state: StateStore | None = None
@@ -54,7 +57,13 @@ class Session:
         if ex is None:
             made = self.make_graph(tokens, batch)
             graph = made if isinstance(made, Graph) else made.graph
-            ex = Executor(plan(graph, self.target), self.consts, weights=self.weights,
+            if self.compile:
+                import poot
+
+                subject = poot.compile(graph, self.target)
+            else:
+                subject = graph
+            ex = Executor(plan(subject, self.target), self.consts, weights=self.weights,
                           state=self.state)
             self.weights, self.state = ex.weights, ex.state
             self.executors[(tokens, batch)] = ex
