@@ -1,7 +1,6 @@
 """What every format shares: checking sources against its roles, and naming failures."""
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -98,10 +97,6 @@ def spec(role: str, shape: Sequence[int], dtype: DType) -> SourceSpec:
 
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
-
-
-def nbytes_of(shape: Sequence[int], dtype: DType) -> int:
-    return math.prod(shape) * dtype.itemsize
 
 
 def f16_to_f32(raw_u8: np.ndarray) -> np.ndarray:

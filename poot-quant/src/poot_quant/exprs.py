@@ -2,8 +2,8 @@
 
 Every format's `decode_expr` is built from these: a byte/halfword reader over a
 source viewed as little-endian u32 words, integer-only conversions of the small
-float encodings (f16, e4m3, e5m2, e2m1, e8m0) to f32 bits, sign extension and a
-16-entry int8 table lookup. They use only shifts, masks, integer add/sub/mul,
+float encodings (e4m3, e5m2, e2m1, e8m0; f16 is poot.codegen.expr's
+half_bits_to_f32) to f32 bits, sign extension and a 16-entry int8 table lookup. They use only shifts, masks, integer add/sub/mul,
 Select, Cast and Bitcast, so every backend prints them without format knowledge.
 
 Conversions never produce an f32 subnormal through arithmetic on a subnormal
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from poot.codegen.expr import Expr, f32, ge, half_bits_to_f32, i32, select, u32
+from poot.codegen.expr import Expr, f32, ge, half_bits_to_f32, select, u32
 from poot.dtypes import DType
 from poot.errors import FormatError
 
@@ -64,12 +64,6 @@ class Words:
 
     def f32(self, index) -> Expr:
         return self.word(index).bitcast(F32)
-
-
-def is_zero(x: Expr) -> Expr:
-    """I32 1 where the (small, non-negative) integer x is 0."""
-    one = u32(1) if x.dtype is U32 else i32(1)
-    return select(ge(x, one), i32(0), i32(1))
 
 
 def sign_extend(x: Expr, bits: int) -> Expr:
