@@ -3,8 +3,9 @@
 Every format's `decode_expr` is built from these: a byte/halfword reader over a
 source viewed as little-endian u32 words, integer-only conversions of the small
 float encodings (e4m3, e5m2, e2m1, e8m0; f16 is poot.codegen.expr's
-half_bits_to_f32) to f32 bits, sign extension and a 16-entry int8 table lookup. They use only shifts, masks, integer add/sub/mul,
-Select, Cast and Bitcast, so every backend prints them without format knowledge.
+half_bits_to_f32) to f32 bits, sign extension and a 16-entry int8 table lookup.
+They use only shifts, masks, integer add/sub/mul, Select, Cast and Bitcast, so
+every backend prints them without format knowledge.
 
 Conversions never produce an f32 subnormal through arithmetic on a subnormal
 operand (a device that flushes subnormals would change it); subnormal inputs
