@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+import traceback
 
 import numpy as np
 from poot.codegen.lower import lower
@@ -104,14 +105,19 @@ def bench_ops(ctx, timer, copy_gbs: float, rows: list):
 
     modules, rng = ModuleCache(ctx), np.random.default_rng(1)
     for label, op, ins, nbytes, flops in ops_to_bench():
-        out = op.infer(ins)
-        compiled = compile_lowering(lower(op, ins, out), CudaPrinter("sm_90"))
-        run = LoweringRun(ctx, modules, compiled, [random_operand(t, rng) for t in ins], out)
-        ms = timer.graph_ms(run.enqueue)
+        try:
+            out = op.infer(ins)
+            compiled = compile_lowering(lower(op, ins, out), CudaPrinter("sm_90"))
+            run = LoweringRun(ctx, modules, compiled, [random_operand(t, rng) for t in ins], out)
+            ms = timer.graph_ms(run.enqueue)
+            run.free()
+        except Exception as e:  # noqa: BLE001 - one broken row must not hide the others
+            traceback.print_exc()
+            rows.append((label, "FAILED", f"{type(e).__name__}: {e}"[:200], "", ""))
+            continue
         gbs = nbytes / ms / 1e6
         rows.append((label, f"{ms * 1e3:9.1f} us", f"{gbs:8.1f} GB/s",
                      f"{100 * gbs / copy_gbs:5.1f}% of copy", f"{flops / ms / 1e9:8.2f} TFLOP/s"))
-        run.free()
 
 
 def smollm2_step(device, plan_only: bool = False):
@@ -188,7 +194,12 @@ def main():
     copy_gbs = copy_bandwidth(ctx, timer)
     rows = [("device-to-device copy 1 GiB (ceiling)", "", f"{copy_gbs:8.1f} GB/s", "", "")]
     bench_ops(ctx, timer, copy_gbs, rows)
-    bench_step(CudaBackend().probe()[0], timer, rows)
+    try:
+        bench_step(CudaBackend().probe()[0], timer, rows)
+    except Exception as e:  # noqa: BLE001
+        traceback.print_exc()
+        rows.append(("smollm2-shape decode step", "FAILED", f"{type(e).__name__}: {e}"[:300],
+                     "", ""))
     print()
     for r in rows:
         print(" | ".join(str(c) for c in r))

@@ -4,6 +4,9 @@ set -o pipefail
 export PYTHONUNBUFFERED=1 POOT_CACHE_DIR=/tmp/poot-cache
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
+# packages the device image lacks travel as wheels in .whl (importlib-metadata, gguf, zipp)
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
 python3 -m pip install -q --no-deps --no-build-isolation --no-index \
   -e poot-core -e poot-quant -e poot-backend-cuda 2>&1 | grep -v WARNING | tail -3
 nvidia-smi --query-gpu=name,driver_version,memory.used,clocks.sm --format=csv
