@@ -27,7 +27,7 @@ def add_parser(sub):
 
 
 def source_step(args):
-    """(Step, const arrays for validation, a description)."""
+    """(Step, its const arrays (checkpoint weights, rope tables), a description)."""
     import dataclasses
 
     from poot.models.llama import build_decoder, const_inputs, random_weights, tiny_config
@@ -44,9 +44,9 @@ def source_step(args):
     ckpt, config = open_model(args.model, max_seq=256)
     if args.layers:
         config = dataclasses.replace(config, layers=min(args.layers, config.layers))
-    step = build_decoder(config, CheckpointWeights(ckpt), tokens=args.tokens, kv=args.kv,
-                         batch=batch)
-    return step, dict(step.consts), f"{ckpt.path.name}, {config.layers} layers"
+    weights = CheckpointWeights(ckpt)
+    step = build_decoder(config, weights, tokens=args.tokens, kv=args.kv, batch=batch)
+    return step, {**weights.arrays, **step.consts}, f"{ckpt.path.name}, {config.layers} layers"
 
 
 def run(args) -> int:
@@ -70,5 +70,6 @@ def run(args) -> int:
         from poot.compiler.validate import validate
 
         validate(step.graph, g, given=consts)
-        print("validated: the oracle agrees before and after compile on random inputs")
+        print("validated: the oracle agrees before and after compile (the model's weights, "
+              "random slots and state)")
     return 0

@@ -46,8 +46,9 @@ def admits(view: GraphView, full: tuple[int, ...]):
 def run(graph, ctx):
     view, rw = GraphView(graph), Rewriter(graph)
     taken = lambda v: v in rw.removed or v in rw.replaced
+    tried: set = set()
     for root in reversed(view.eqns):
-        if taken(root.out):
+        if taken(root.out) or root.out in tried:
             continue
         full = row_shape(view, root)
         if full is None:
@@ -60,8 +61,9 @@ def run(graph, ctx):
         rowwise = any(isinstance(e.op, Reduce) for e in members)
         op = FusedRow(body, -1) if rowwise else Fused(body)
         refused = ctx.refusal(op, params, root, view)
-        if refused:
+        if refused:  # its members root no smaller regions: each eqn is grown over once
             ctx.record.kept(op.name, root.out, f"target refuses: {refused}")
+            tried.update(e.out for e in members)
             continue
         rw.replace(root, op, params, members)
         ctx.record.rewrote(op.name, root.out, f"{len(members)} eqns: "

@@ -1,0 +1,39 @@
+"""The real SmolLM2-135M GGUF (Q4_1 projections, Q8_0 embedding, tied head, pair-ordered
+RoPE rows): compile finds every composite, and the oracle agrees on its real weights."""
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+
+import poot
+import pytest
+from poot.compiler.validate import validate
+
+
+@pytest.fixture(scope="module")
+def smollm2_step():
+    from poot.models.hub import cached_model_path, smollm2_path
+    from poot.models.llama import build_decoder
+    from poot.models.loader import open_model
+    from poot.models.weights import CheckpointWeights
+
+    if smollm2_path() is None:
+        pytest.skip(f"SmolLM2 GGUF not found at {cached_model_path('smollm2')}: run "
+                    "`poot pull smollm2` or set POOT_SMOLLM2_GGUF")
+    ckpt, config = open_model(str(smollm2_path()), max_seq=64, pull_missing=False)
+    weights = CheckpointWeights(ckpt)
+    step = build_decoder(dataclasses.replace(config, layers=2), weights, tokens=1)
+    return step, {**weights.arrays, **step.consts}
+
+
+@pytest.mark.slow
+def test_smollm2_two_layers(smollm2_step):
+    step, consts = smollm2_step
+    compiled = poot.compile(step.graph, "reference")
+    ops = Counter(e.op.name for e in compiled.graph.eqns())
+    print(f"\nSmolLM2, 2 layers: {len(step.graph.eqns())} -> {len(compiled.graph.eqns())} "
+          f"eqns: {dict(ops.most_common())}")
+    assert ops["PackedContraction"] == 2 * 4 + 1 and ops["PackedRowGather"] == 1
+    assert ops["Attention"] == 2 and ops["Rope"] == 4 and ops["ContractionEpilogue"] == 6
+    assert not {"MatMul", "PackedDequant", "Reduce"} & set(ops)
+    validate(step.graph, compiled.graph, seed=5, trials=1, given=consts)
