@@ -210,10 +210,11 @@ def test_smollm2_layout_and_values(smollm2):
     assert (q.shape, q.packed.format) == ((576, 576), "gguf:Q4_1")
     assert (k.shape, k.packed.format) == ((192, 576), "gguf:Q4_1")  # 3 KV heads x 64
     assert (norm.shape, norm.dtype.value) == ((576,), "f32")
-    reader = gguf.GGUFReader(str(smollm2))
-    raw = next(t for t in reader.tensors if t.name == "blk.0.attn_k.weight")
-    want = gguf.quants.dequantize(np.asarray(raw.data), raw.tensor_type)
+    # (GGUFReader agrees with this reader byte for byte on written files, above; on this
+    # file it alone takes seconds, so the gguf package checks the decode of the bytes)
+    want = gguf.quants.dequantize(np.asarray(k.sources[0]), Q.Q4_1)
     assert np.array_equal(k.dequantize(), want)
+    assert np.abs(want).max() < 10 and np.abs(emb.dequantize()[:100]).max() < 10
 
 
 def test_smollm2_open_stays_below_file_size_in_memory(smollm2):
