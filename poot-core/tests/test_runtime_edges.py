@@ -110,3 +110,25 @@ def test_in_place_dynamic_update_clamps_like_the_oracle():
     # pos 5 and 6 lie in the slot's range but past the last full write: clamped to 4
     _check(g, {"table": _f32(3, 3)}, [{"tok": [0, 2], "pos": [p]} for p in (0, 5, 6, 2)],
            {"cache": _f32(1, 6, 3)})
+
+
+def test_consts_sharing_a_name_must_be_bound_by_value_id():
+    from poot.errors import BindError, GraphError
+
+    def fn(tok, a, b):
+        return ops.add(ops.gather(a, tok), ops.gather(b, tok))
+
+    g = poot.trace(fn, poot.spec((2,), "i32", name="tok", kind="slot", slot="Token", bound=3),
+                   poot.spec((3, 2), name="w"), poot.spec((3, 2), name="w"))
+    p = plan(g, "reference")
+    a, b = _f32(3, 2), _f32(3, 2)
+    with pytest.raises(BindError, match="several consts named 'w'"):
+        Executor(p, {"w": a})
+    first, second = g.consts()
+    ex = Executor(p, {first: a, second: b})
+    want = poot.evaluate(g, {"tok": [2, 0], first: a, second: b})[0]
+    np.testing.assert_array_equal(ex.step({"tok": [2, 0]}).result, want)
+    twin = poot.trace(lambda s, t: ops.add(s, t), poot.spec((2,), name="s", kind="state"),
+                      poot.spec((2,), name="s", kind="state"))
+    with pytest.raises(GraphError, match="two state binders"):
+        plan(twin, "reference")

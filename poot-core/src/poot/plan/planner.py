@@ -125,6 +125,9 @@ class _Planner:
             elif cls in (StorageClass.SLOT, StorageClass.STATE):
                 kind = "slot" if cls is StorageClass.SLOT else "state"
                 name = f"{kind}:{label}"
+                if name in self.regions:
+                    raise GraphError(f"{g.name}: two {kind} binders are named {label!r}; the "
+                                     f"executor addresses {kind}s by name, so name them apart")
                 self.regions[name] = Region(name, kind, storage_bytes(meta.aval), value=v)
                 self.places[v] = Place(name, 0, meta.aval)
             else:

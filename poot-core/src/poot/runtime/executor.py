@@ -177,10 +177,10 @@ class _ConstSource:
 
     def __init__(self, graph, consts: Mapping):
         self.graph = graph
-        self.by_label: dict[str, object] = {}
-        for k, v in consts.items():
-            label = graph.meta(k).identity.label if isinstance(k, ValueId) else k
-            self.by_label[label] = v
+        self.by_id = {k: v for k, v in consts.items() if isinstance(k, ValueId)}
+        self.by_label = {k: v for k, v in consts.items() if not isinstance(k, ValueId)}
+        labels = [graph.meta(v).identity.label for v in graph.consts()]
+        self.ambiguous = {x for x in labels if labels.count(x) > 1}
         self.checked: dict[ValueId, np.ndarray] = {}
 
     def __call__(self, spec: WeightSpec) -> np.ndarray:
@@ -189,10 +189,17 @@ class _ConstSource:
         if got is None:
             meta = self.graph.meta(vid)
             label = meta.identity.label
-            if label not in self.by_label:
+            if vid in self.by_id:
+                value = self.by_id[vid]
+            elif label in self.ambiguous:
+                raise BindError(f"{self.graph.name} has several consts named {label!r}; "
+                                f"pass them by ValueId")
+            elif label in self.by_label:
+                value = self.by_label[label]
+            else:
                 raise BindError(f"const {label} ({meta.aval}) of {self.graph.name} is not "
                                 f"given; pass it in consts by name")
-            got = coerce_input(vid, meta.aval, self.by_label[label], f"const {label}")
+            got = coerce_input(vid, meta.aval, value, f"const {label}")
             self.checked[vid] = got
         return got
 
