@@ -89,6 +89,13 @@ def _runtime_nodes(e: Expr) -> set[int]:
     return out
 
 
+def _small_constant(e: Expr, bound: int) -> int | None:
+    """The value of an integer constant in [0, bound), else None."""
+    if isinstance(e, Const) and e.dtype.is_int and 0 <= int(e.value) < bound:
+        return int(e.value)
+    return None
+
+
 def f32_literal(value: float) -> str:
     v = np.float32(value)
     bits = int(v.view(np.uint32))
@@ -118,8 +125,9 @@ class ExprPrinter:
         self.ctx = ctx
 
     # -- entry point ---------------------------------------------------------------
-    def print(self, e: Expr) -> tuple[list[str], str]:
-        """(let lines to emit before the statement, the expression's text)."""
+    def print(self, e: Expr, as_bool: bool = False) -> tuple[list[str], str]:
+        """(let lines to emit before the statement, the expression's text); with `as_bool`,
+        the text is a WGSL bool that is true where the I32 value is nonzero."""
         uses: Counter[int] = Counter()
         seen: set[int] = set()
 
@@ -135,6 +143,7 @@ class ExprPrinter:
         lines: list[str] = []
         memo: dict[int, str] = {}
         runtime = _runtime_nodes(e)
+        self.bools = {}  # id of an indicator node (0 or 1) -> its WGSL bool text
 
         def go(n: Expr) -> str:
             if id(n) in memo:
@@ -151,7 +160,12 @@ class ExprPrinter:
             memo[id(n)] = text
             return text
 
-        return lines, go(e)
+        text = go(e)
+        return lines, (self.cond(e, text) if as_bool else text)
+
+    def cond(self, n: Expr, text: str) -> str:
+        """The bool `n != 0` for an I32 node already printed as `text`."""
+        return self.bools.get(id(n)) or f"({text} != 0i)"
 
     # -- nodes ---------------------------------------------------------------------
     def node(self, n: Expr, args: list[str]) -> str:
@@ -176,7 +190,7 @@ class ExprPrinter:
                 ctx.refuse(f"Select on {n.dtype} is not lowered on SPIR-V targets (wgpu); "
                            f"select in f32 or i32", n.dtype, "Select")
             ctx.layout(n.dtype, "Select")
-            return f"select({args[2]}, {args[1]}, {args[0]} != 0i)"
+            return f"select({args[2]}, {args[1]}, {self.cond(n.cond, args[0])})"
         if isinstance(n, Cast):
             return self.cast(n.x.dtype, n.dtype, args[0])
         if isinstance(n, Bitcast):
@@ -246,16 +260,18 @@ class ExprPrinter:
         d, op = n.a.dtype, n.op
         self._arith_dtype(d, f"Binary.{op.name}")
         h = self.ctx.helpers
-        if op is BinaryOp.Ge:
+        if op.compare:
             if d is F16:
                 a, b = f"f32({a})", f"f32({b})"
-            return f"select(0i, 1i, {a} >= {b})"
-        if op is BinaryOp.GeU:
-            if d is I32:
+            elif op is BinaryOp.GeU and d is I32:
                 a, b = f"bitcast<u32>({a})", f"bitcast<u32>({b})"
-            return f"select(0i, 1i, {a} >= {b})"
+            return self.indicator(n, f"({a} >= {b})")
         if op in _BIT_OPS:
-            return f"({a} {_BIT_OPS[op]} {b})"
+            logical = self.logical(n)
+            return self.indicator(n, logical) if logical else f"({a} {_BIT_OPS[op]} {b})"
+        amount = _small_constant(n.b, 32)
+        if op in (BinaryOp.Shl, BinaryOp.Shr) and amount is not None:
+            return f"({a} {'<<' if op is BinaryOp.Shl else '>>'} {amount}u)"  # in range
         if op in (BinaryOp.Shl, BinaryOp.Shr):
             return h.call(f"poot_{op.name.lower()}_{d.value}", a, b)
         if d.is_float:
@@ -263,11 +279,26 @@ class ExprPrinter:
                 return f"f16({self.float_binary(op, f'f32({a})', f'f32({b})')})"
             return self.float_binary(op, a, b)
         wide = "i32" if d.is_signed else "u32"
+        if op is BinaryOp.Div and _small_constant(n.b, 2**31) not in (None, 0):
+            return self.wrap(f"({a} / {b})", d)  # a positive divisor: WGSL's rule is ours
         if op is BinaryOp.Div:
             return self.wrap(h.call(f"poot_div_{wide}", a, b), d)
         if op is BinaryOp.Max:
             return f"max({a}, {b})"
         return self.wrap(f"({a} {_ARITH_OPS[op]} {b})", d)
+
+    def indicator(self, n: Expr, boolean: str) -> str:
+        self.bools[id(n)] = boolean
+        return f"select(0i, 1i, {boolean})"
+
+    def logical(self, n: Bin) -> str | None:
+        """And/Or of two indicators, or Xor of one with 1, as a bool (None otherwise)."""
+        a, b = self.bools.get(id(n.a)), self.bools.get(id(n.b))
+        if a and b and n.op in (BinaryOp.And, BinaryOp.Or):
+            return f"({a} {'&&' if n.op is BinaryOp.And else '||'} {b})"
+        if n.op is BinaryOp.Xor and a and _small_constant(n.b, 2) == 1:
+            return f"(!{a})"
+        return None
 
     def float_binary(self, op: BinaryOp, a: str, b: str) -> str:
         if op is BinaryOp.Max:

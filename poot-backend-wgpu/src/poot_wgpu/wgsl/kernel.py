@@ -168,8 +168,10 @@ class _KernelPrinter:
         elif isinstance(s, For):
             self.loop(s)
         elif isinstance(s, If):
-            cond = self.expr(s.cond)
-            self.emit(f"if ({cond} != 0i) {{")
+            lets, cond = self.exprs.print(s.cond, as_bool=True)
+            for line in lets:
+                self.emit(line)
+            self.emit(f"if {cond} {{")
             self.block(s.then)
             if s.orelse:
                 self.emit("} else {")
