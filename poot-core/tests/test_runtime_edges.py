@@ -128,7 +128,12 @@ def test_consts_sharing_a_name_must_be_bound_by_value_id():
     ex = Executor(p, {first: a, second: b})
     want = poot.evaluate(g, {"tok": [2, 0], first: a, second: b})[0]
     np.testing.assert_array_equal(ex.step({"tok": [2, 0]}).result, want)
-    twin = poot.trace(lambda s, t: ops.add(s, t), poot.spec((2,), name="s", kind="state"),
+    def both(s, t):
+        ops.state_update(s, ops.add(s, t))
+        ops.state_update(t, t)
+        return ops.add(s, t)
+
+    twin = poot.trace(both, poot.spec((2,), name="s", kind="state"),
                       poot.spec((2,), name="s", kind="state"))
     with pytest.raises(GraphError, match="two state binders"):
         plan(twin, "reference")
