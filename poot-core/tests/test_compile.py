@@ -7,7 +7,7 @@ from collections import Counter
 import poot
 import pytest
 from poot.backend import get_backend
-from poot.compiler import Compiled, LimitedBackend, Policy, PolicyError
+from poot.compiler import PASSES, Compiled, LimitedBackend, Policy, PolicyError, run_pass
 from poot.compiler.validate import validate
 from poot.errors import UnknownBackend
 from poot.models.llama import build_decoder, const_inputs, random_weights, tiny_config
@@ -34,7 +34,13 @@ def compile_step(layers=1, tokens=1, kv="dense", dtype="f32", fmt=None, **kw):
 @pytest.mark.parametrize("tokens,kv,dtype,fmt", CASES)
 def test_decoder_step_keeps_the_oracle(tokens, kv, dtype, fmt):
     step, weights, compiled = compile_step(2, tokens, kv, dtype, fmt)
-    validate(step.graph, compiled.graph, seed=tokens, given=const_inputs(step, weights))
+    consts = const_inputs(step, weights)
+    g = step.graph
+    for name, _ in PASSES:                       # after every pass, not only at the end
+        g, _ = run_pass(g, name, "reference")
+        validate(step.graph, g, seed=tokens, trials=1, given=consts)
+    assert str(g) == str(compiled.graph)
+    validate(step.graph, compiled.graph, seed=tokens + 1, given=consts)
     ops = Counter(e.op.name for e in compiled.graph.eqns())
     assert ops["Attention"] == 2 and ops["Rope"] == 4
     assert not {"MatMul", "Reduce", "Concat", "Slice", "PackedDequant"} & set(ops)
@@ -119,3 +125,14 @@ def test_disabled_passes_are_reported():
     names = {e.op.name for e in compiled.graph.eqns()}
     assert "ContractionEpilogue" not in names and "FusedRow" not in names
     assert compiled.report["epilogue"].skipped == "disabled by policy"
+
+
+def test_the_spec_decode_attention_layer():
+    from poot.models.examples import decode_attention_layer
+
+    g = decode_attention_layer()
+    compiled = poot.compile(g, "reference")
+    validate(g, compiled.graph, seed=9)
+    # Pos + Iota, its reshape, the mask (Ge, Select) as one region, then one Attention
+    assert [e.op.name for e in compiled.graph.eqns()] == ["Binary", "Reshape", "Fused",
+                                                          "Attention"]
