@@ -12,7 +12,6 @@ import zlib
 
 import numpy as np
 import pytest
-
 from poot.dtypes import DType
 
 

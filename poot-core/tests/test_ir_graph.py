@@ -4,15 +4,26 @@ GraphEdit refusal (and the original left unchanged), and the int-as-ValueId refu
 from __future__ import annotations
 
 import numpy as np
-import pytest
-
 import poot
 import poot.ops
+import pytest
 from poot.dtypes import DType
 from poot.errors import DtypeError, EditRefused, GraphError, PootError, ShapeError, TraceError
 from poot.ir import (
-    Builder, Eqn, GraphOutput, Identity, Lit, OutputKind, SlotKind, Storage, StorageClass,
-    TensorType, Value, ValueId, ValueMeta, ValueTable, WeightRef,
+    Builder,
+    Eqn,
+    GraphOutput,
+    Identity,
+    Lit,
+    OutputKind,
+    SlotKind,
+    Storage,
+    TensorType,
+    Value,
+    ValueId,
+    ValueMeta,
+    ValueTable,
+    WeightRef,
 )
 from poot.ir import ops as O
 
@@ -363,7 +374,8 @@ def edit_and_refuse(g, change, match):
 
 def test_edit_refuses_losing_a_witness():
     g, r = layer_graph()
-    edit_and_refuse(g, lambda d: d.outputs.__delitem__(1), r"lost: \[\"witness 'pre_tanh'\"\], added: \[\]")
+    edit_and_refuse(g, lambda d: d.outputs.__delitem__(1),
+                    r"lost: \[\"witness 'pre_tanh'\"\], added: \[\]")
 
 
 def test_edit_refuses_relabelling_a_witness():

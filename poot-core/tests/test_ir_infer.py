@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-
 from poot.dtypes import DType
 from poot.errors import DtypeError, ShapeError
 from poot.formats import PackedWeight

@@ -6,10 +6,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pytest
-
 import poot
 import poot.ops as P
+import pytest
 from poot.dtypes import DType
 from poot.errors import ParseError
 from poot.formats import PackedWeight
@@ -66,7 +65,7 @@ def test_decode_attention_layer_prints_as_its_primitive_eqns(rand):
     assert "Iota" in mask_part and "Ge" in mask_part
     attn = [x for x in heads[len(mask_part):] if x not in ("Reshape", "Transpose")]
     assert attn == ["MatMul", "Mul", "Add", "Reduce", "Sub", "Exp", "Reduce", "Div", "MatMul"]
-    assert f"Mul %" in text and f"{1 / math.sqrt(d)!r}:f32" in text
+    assert "Mul %" in text and f"{1 / math.sqrt(d)!r}:f32" in text
     assert "Reduce{op=Max, axis=-1, keepdim=True}" in text
     assert "Reduce{op=Sum, axis=-1, keepdim=True}" in text
     assert lines[-1].startswith("} -> result %")
@@ -113,7 +112,9 @@ def everything_graph():
     b.export(h, "s2")
     b.state_next(cache, nxt)
     tail = b.eqn(ADD, b.eqn(O.Select(), b.eqn(O.Binary(O.BinaryOp.Ge), em, Lit(1, I32)),
-                            b.eqn(O.Broadcast((2,)), b.eqn(O.Reshape(()), b.eqn(O.Slice(0, 0, 1), g1))), Lit(-7, I32)),
+                            b.eqn(O.Broadcast((2,)),
+                                  b.eqn(O.Reshape(()), b.eqn(O.Slice(0, 0, 1), g1))),
+                            Lit(-7, I32)),
                  b.eqn(O.Slice(0, 0, 2), anon))
     b.result(b.eqn(O.Binary(O.BinaryOp.Shr), tail, Lit(2 ** 31 - 1, I32)))
     return b.finish()

@@ -6,10 +6,9 @@ import math
 
 import ml_dtypes
 import numpy as np
-import pytest
-
 import poot
 import poot.ops as P
+import pytest
 from poot.dtypes import DType
 from poot.errors import FormatError
 from poot.formats import PackedWeight

@@ -7,10 +7,9 @@ import math
 
 import ml_dtypes
 import numpy as np
-import pytest
-
 import poot
 import poot.ops
+import pytest
 from poot.dtypes import DType
 from poot.errors import DtypeError, ShapeError, UnsupportedOp
 from poot.formats import PackedWeight

@@ -7,10 +7,9 @@ import math
 
 import ml_dtypes
 import numpy as np
-import pytest
-
 import poot
 import poot.ops
+import pytest
 from poot.dtypes import DType
 from poot.errors import BindError, OutOfRange, PootError, SlotRangeError
 from poot.formats import PackedWeight
@@ -143,7 +142,8 @@ def test_int_arithmetic_wraps(rand):
     ua = a.view(np.uint32)
     ub = b.view(np.uint32)
     np.testing.assert_array_equal(ev(O.Binary(B.Mul), ua, ub),
-                                  [(int(x) * int(y)) % 2 ** 32 for x, y in zip(ua, ub)])
+                                  [int(x) * int(y) % 2 ** 32
+                                   for x, y in zip(ua, ub, strict=True)])
 
 
 def test_int_div_truncates_and_division_by_zero_is_zero(rand):
@@ -151,7 +151,7 @@ def test_int_div_truncates_and_division_by_zero_is_zero(rand):
     b = rand((200,), I32, lo=-20, hi=20, zero_ok=True)
     b[:3] = 0
     want = [0 if y == 0 else int(math.copysign(abs(int(x)) // abs(int(y)), 1)) *
-            (1 if (x < 0) == (y < 0) else -1) for x, y in zip(a, b)]
+            (1 if (x < 0) == (y < 0) else -1) for x, y in zip(a, b, strict=True)]
     np.testing.assert_array_equal(ev(O.Binary(B.Div), a, b), want)
     cases = np.array([7, -7, 7, -7, 5, -2 ** 31], np.int32)
     divs = np.array([2, 2, -2, -2, 0, -1], np.int32)
