@@ -159,7 +159,8 @@ def bench_step(device, timer, rows):
         ex.step(slots)                  # replay + slot writes + result read
         times.append(time.perf_counter() - t0)
     exe = ex.executable
-    ms_graph = timer.call_ms(exe._graph.launch, reps=20, trials=5)
+    # events must sit on the stream the step's graph is launched on (the runtime's own)
+    ms_graph = Timer(ex.runtime.ctx).call_ms(exe._graph.launch, reps=20, trials=5)
     ms_host = statistics.median(times) * 1e3
     rows.append(("smollm2-shape decode step (graph replay only)", f"{ms_graph * 1e3:9.1f} us",
                  f"{1e3 / ms_graph:8.1f} tok/s", f"{len(p.steps)} kernels", ""))
