@@ -103,9 +103,14 @@ class Scan(OpKind):
         if not ins:
             self.fail("needs an initial carry")
         carry, *xs = ins
+        if self.length < 1:
+            self.fail(f"length {self.length} must be at least 1", ins)
+        bad = [x for x in xs if x.rank < 1 or x.shape[0] != self.length]
+        if bad:
+            self.fail(f"sequences must have a leading axis of length {self.length}", ins)
         p = [self.body.type_of(v) for v in self.body.inputs()]
         want = [carry] + [TensorType(x.shape[1:], x.dtype) for x in xs]
-        if any(x.rank < 1 or x.shape[0] != self.length for x in xs) or p != want:
+        if p != want:
             self.fail(f"body takes {p}; operands give {want} (length {self.length})", ins)
         if self.body.type_of(self.body.result()) != carry:
             self.fail("body must return a value of the carry's type", ins)
