@@ -83,13 +83,18 @@ def bind_inputs(graph: Graph, inputs) -> dict[ValueId, np.ndarray]:
     mapping by ValueId or binder name) to checked arrays. Computed values are generated."""
     binders = [v for v in graph.inputs() if graph.meta(v).storage.cls is not StorageClass.COMPUTED]
     if isinstance(inputs, Mapping):
-        by_name = {graph.meta(v).identity.label: v for v in binders}
+        by_name: dict[str, list[ValueId]] = {}
+        for v in binders:
+            by_name.setdefault(graph.meta(v).identity.label, []).append(v)
         given: dict[ValueId, object] = {}
         for k, val in inputs.items():
             if isinstance(k, ValueId):
                 vid = k
             elif isinstance(k, str) and k in by_name:
-                vid = by_name[k]
+                if len(by_name[k]) > 1:
+                    raise BindError(f"input name {k!r} names {len(by_name[k])} inputs "
+                                    f"{by_name[k]}; bind them by ValueId or in order")
+                (vid,) = by_name[k]
             else:
                 raise BindError(f"unknown input {k!r}; inputs are "
                                 f"{[graph.meta(v).identity.label or repr(v) for v in binders]}")
