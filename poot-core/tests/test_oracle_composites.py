@@ -300,5 +300,12 @@ def test_scan_rule_and_definition_agree_with_a_python_loop(rand):
     assert not any(isinstance(e.op, O.Scan) for e in d_g.eqns())
     (by_def,) = poot.evaluate(d_g, [h0, xs], outputs="result")
     np.testing.assert_array_equal(by_def, got)
-    with pytest.raises(ShapeError, match=r"^Scan: body takes"):
+    with pytest.raises(ShapeError, match=r"^Scan: sequences must have a leading axis of "
+                                         r"length 5"):
         eqn.op.infer([T((d,)), T((n + 1, d))])
+    with pytest.raises(ShapeError, match=r"^Scan: body takes \[f32\[3\], f32\[3\]\]; "
+                                         r"operands give \[f32\[3\], f32\[4\]\]"):
+        eqn.op.infer([T((d,)), T((n, d + 1))])
+    with pytest.raises(ShapeError, match=r"^Scan: length 0 must be at least 1"):
+        poot.trace(lambda h, xs: poot.ops.scan(poot.ops.add, h, [xs], 0),
+                   poot.spec((d,)), poot.spec((0, d)))

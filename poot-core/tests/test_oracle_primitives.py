@@ -491,6 +491,15 @@ def test_bind_errors_name_the_input_and_the_fix(rand):
     assert issubclass(SlotRangeError, BindError) and issubclass(BindError, PootError)
 
 
+def test_an_ambiguous_input_name_is_refused(rand):
+    g = poot.trace(poot.ops.add, poot.spec((2,), name="x"), poot.spec((2,), name="x"))
+    with pytest.raises(BindError, match=r"input name 'x' names 2 inputs \[%0, %1\]; bind them "
+                                        r"by ValueId or in order"):
+        poot.evaluate(g, {"x": rand((2,))})
+    a, b = rand((2,)), rand((2,))
+    np.testing.assert_array_equal(poot.evaluate(g, [a, b])[0], a + b)
+
+
 def test_evaluate_by_value_id_and_sequence(rand):
     g = slot_graph()
     vals = [rand((3,)), np.array([1], np.int32), np.array([0, 1, 2], np.int32),
