@@ -9,10 +9,12 @@ from hypothesis import strategies as st
 from poot import ops
 from poot.compiler import PASSES, run_pass
 from poot.compiler.validate import validate
+from poot.formats import PackedWeight
 
 R, C = 3, 8
 STEPS = ["unary", "binary", "reduce", "softmax", "rms_norm", "linear", "concat", "rope",
-         "swiglu", "attention", "witness", "round_trip"]
+         "swiglu", "attention", "witness", "round_trip", "packed_linear", "embedding"]
+WORDS = PackedWeight("dense:f16words", (C, C))
 
 
 def build(program: list[tuple[int, int, int, int]]):
@@ -55,6 +57,11 @@ def build(program: list[tuple[int, int, int, int]]):
                 kv = ops.reshape(y, (1, R, C))
                 mask = ops.causal_mask(pos, R, R) if variant % 2 else const((R, R))
                 out = ops.reshape(ops.attention_masked(q, kv, kv, mask), (R, C))
+            elif name == "packed_linear":
+                out = ops.linear(x, ops.PackedTensor(WORDS, (const((C, C // 2), "u32"),)))
+            elif name == "embedding":
+                table = const((C, C), ["f32", "bf16"][variant % 2])
+                out = ops.embedding(table, ops.positions(pos, R))
             elif name == "witness":
                 ops.witness(any_a, f"w{len(pool)}")
                 continue

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from poot.compiler.view import GraphView, NoMatch
-from poot.ir.graph import Eqn
+from poot.ir.graph import Eqn, Graph
 from poot.ir.ops import Cast, PackedDequant, Reshape, Transpose
 from poot.ir.types import ValueId
 
@@ -91,7 +91,7 @@ def on_matmul(view: GraphView, mm: Eqn, op, weight_args: list, steps: list[Eqn])
     return Contraction(op, [a, *weight_args], root, mm, steps, extra)
 
 
-def run_matchers(graph, ctx, matchers: dict) -> object:
+def run_matchers(graph: Graph, ctx, matchers: dict) -> Graph:
     """Try `matchers[type(eqn.op)] = (candidate name, fn(view, eqn) -> Contraction | None)`
     on every eqn; rewrite the matches the target allows; record every verdict."""
     from poot.compiler.rewrite import Rewriter

@@ -29,6 +29,8 @@ def guess_topk(view: GraphView, root) -> tuple[BlockTopK, list]:
     pooled = view.defined_by(view.defined_by(scores.inputs[1], Transpose, "pooled keys^T")
                              .inputs[0], Reduce, "pooled keys")
     blocks = view.defined_by(pooled.inputs[0], Reshape, "key blocks")
+    if len(blocks.op.shape) != 4:
+        raise NoMatch("the keys are not split into [H, S/block, block, D]")
     return BlockTopK(blocks.op.shape[2], root.op.k), [view.value(scores, 0),
                                                      view.value(blocks, 0)]
 
