@@ -360,3 +360,16 @@ def test_tensor_type_refuses_bad_shapes_and_dtypes():
     with pytest.raises(DtypeError, match=r"unknown dtype 'f64'; known dtypes: f32, f16, bf16"):
         TensorType((2,), "f64")
     assert TensorType((np.int64(3),), "bf16") == T((3,), DType.BF16)
+
+
+def test_dtype_parse_names_the_known_dtypes():
+    for d in DType:
+        assert DType.parse(d.value) is d and DType.parse(d.value.upper()) is d
+        assert DType.of(np.zeros(1, d.numpy)) is d
+    with pytest.raises(DtypeError, match=r"^unknown dtype 'f64'; known dtypes: f32, f16, bf16, "
+                                         r"f8e4m3, f8e5m2"):
+        DType.parse("f64")
+    with pytest.raises(DtypeError, match="numpy dtype float64 has no poot DType; cast it first"):
+        DType.of(np.zeros(1))
+    with pytest.raises(DtypeError, match="numpy dtype bool has no poot DType"):
+        DType.of(np.zeros(1, bool))

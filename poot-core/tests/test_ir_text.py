@@ -9,8 +9,10 @@ import numpy as np
 import poot
 import poot.ops as P
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from poot.dtypes import DType
-from poot.errors import ParseError
+from poot.errors import DtypeError, ParseError, ShapeError
 from poot.formats import PackedWeight
 from poot.ir import Builder, Lit, SlotKind, TensorType, Value, WeightRef, region
 from poot.ir import ops as O
@@ -222,3 +224,48 @@ def test_parse_errors_name_the_line(mutate, match):
     with pytest.raises(ParseError, match=match) as err:
         parse(text)
     assert "line " in str(err.value) or "not well formed" in str(err.value)
+
+
+# -- random graphs ---------------------------------------------------------------------------
+_PALETTE = [
+    lambda d, s: O.Unary(d.draw(st.sampled_from([O.UnaryOp.Neg, O.UnaryOp.Exp, O.UnaryOp.Tanh]))),
+    lambda d, s: O.Binary(d.draw(st.sampled_from([O.BinaryOp.Add, O.BinaryOp.Mul,
+                                                  O.BinaryOp.Max, O.BinaryOp.Sub]))),
+    lambda d, s: O.Reduce(d.draw(st.sampled_from(list(O.ReduceOp))),
+                          d.draw(st.integers(-2, 1)), d.draw(st.booleans())),
+    lambda d, s: O.Transpose(tuple(d.draw(st.permutations(range(len(s)))))),
+    lambda d, s: O.Reshape((max(1, math.prod(s)),)) if math.prod(s) else O.Reshape(s),
+    lambda d, s: O.Slice(-1, 0, d.draw(st.integers(0, s[-1] if s else 0))),
+    lambda d, s: O.Concat(d.draw(st.integers(-1, 0))),
+    lambda d, s: O.Cast(d.draw(st.sampled_from([BF16, DType.F16, F32]))),
+    lambda d, s: O.Broadcast((2,) + tuple(s)),
+]
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.data())
+def test_random_graphs_round_trip_and_evaluate_the_same(data):
+    b = Builder("random")
+    vals = [b.const(T((2, 3)), "a"), b.const(T((3,)), "b"), b.param(T((1, 3)), "p")]
+    for _ in range(data.draw(st.integers(1, 8))):
+        x = data.draw(st.sampled_from(vals))
+        op = data.draw(st.sampled_from(_PALETTE))(data, x.shape)
+        arity = {"Binary": 2, "Concat": 2}.get(op.name, 1)
+        args = [x] + [data.draw(st.sampled_from(vals)) for _ in range(arity - 1)]
+        if isinstance(op, O.Binary) and args[1].dtype != x.dtype:
+            args[1] = b.eqn(O.Cast(x.dtype), args[1])
+        try:
+            vals.append(b.eqn(op, *args))
+        except (ShapeError, DtypeError):
+            continue
+        if data.draw(st.booleans()):
+            b.name_value(vals[-1], f"v{len(vals)}")
+    b.result(vals[-1])
+    if len(vals) > 4:
+        b.witness(vals[3], "w")
+    g = b.finish()
+    g2 = round_trip(g)
+    rng = np.random.default_rng(len(g.eqns()))
+    ins = [rng.standard_normal(g.type_of(v).shape).astype(np.float32) for v in g.inputs()]
+    for x, y in zip(poot.evaluate(g, ins), poot.evaluate(g2, ins), strict=True):
+        np.testing.assert_array_equal(x.reshape(-1).view(np.uint8), y.reshape(-1).view(np.uint8))
