@@ -150,10 +150,17 @@ def elementwise_cases() -> list[Case]:
                BinaryOp.Shl, BinaryOp.GeU):
         out.append(Case(f"binary-{op.value}-u32", Binary(op), (a, a),
                         makers(ints(a, 0, 2**32), ints(a, 0, 40))))
+    for dt in (DType.I8, DType.U16):
+        a, b = T((3, 1, 7), dt), T((5, 7), dt)
+        info = np.iinfo(dt.numpy)
+        for op in (BinaryOp.Add, BinaryOp.Mul, BinaryOp.Div, BinaryOp.Max, BinaryOp.Ge):
+            out.append(Case(f"binary-{op.value}-{dt}", Binary(op), (a, b),
+                            makers(ints(a, info.min, info.max), ints(b, -3 if info.min else 0,
+                                                                     4))))
     t = T((6, 10), F32)
     out.append(Case("binary-mul-literal", Binary(BinaryOp.Mul), (t, Lit(0.125, F32)),
                     makers(normal(t), None), 1e-12))
-    for dt in (F32, BF16, F16, I32):
+    for dt in (F32, BF16, F16, I32, DType.U8):
         c, x = T((3, 1, 8), I32), T((2, 8), dt)
         mk = specials(x) if dt.is_float else ints(x, -100, 100)
         out.append(Case(f"select-{dt}", Select(), (c, x, x), makers(ints(c, 0, 2), mk, mk)))
@@ -219,7 +226,7 @@ def reduce_cases() -> list[Case]:
             t = T(shape, F32)
             out.append(Case(f"reduce-{op.value}-{shape}-{axis}", Reduce(op, axis, keep), (t,),
                             makers(normal(t)), 1e-10))
-        for dt in (BF16, I32):
+        for dt in (BF16, I32, DType.I16, DType.U8):
             t = T((5, 33), dt)
             mk = normal(t) if dt.is_float else ints(t, -1000, 1000)
             out.append(Case(f"reduce-{op.value}-{dt}", Reduce(op, -1, False), (t,), makers(mk),

@@ -52,6 +52,16 @@ def row_reduce(kb, op: ReduceOp, length: int, workgroup: int, element, acc: DTyp
     return kb.reduce(name + "_all", op, part)
 
 
+def row_workgroups(sig: Sig, rows: int, length: int):
+    """A kernel with one workgroup per row (a power of two of threads, 32 to 256, near the
+    row length), its buffers declared; returns (builder, workgroup size, row variable)."""
+    wg = ix.pow2_at_least(length)
+    grid, row = ix.launch_groups(rows)
+    kb = sig.builder(grid, (wg,))
+    sig.declare_all(kb)
+    return kb, wg, kb.let("row", row)
+
+
 @lowers(Reduce)
 def lower_reduce(sig: Sig) -> Lowering:
     x = sig.type(0)
@@ -60,12 +70,7 @@ def lower_reduce(sig: Sig) -> Lowering:
     inner = math.prod(x.shape[a + 1:])
     rows = x.size // max(length, 1)
     acc = accumulator_dtype(sig.op.op, x.dtype, "Reduce")
-    wg = ix.pow2_at_least(length)
-    grid, row = ix.launch_groups(rows)
-    kb = sig.builder(grid, (wg,))
-    sig.declare_inputs(kb)
-    sig.declare_out(kb)
-    r = kb.let("row", row)
+    kb, wg, r = row_workgroups(sig, rows, length)
     with kb.if_(ix.lt(r, i32(rows))):  # whole workgroups in or out: uniform
         base = kb.let("base", ix.add(ix.mul(ix.div(r, inner), length * inner), ix.mod(r, inner)))
         total = row_reduce(kb, sig.op.op, length, wg,
@@ -99,12 +104,7 @@ def lower_fused_row(sig: Sig) -> Lowering:
     if not per_row and out.shape != full.shape:
         raise UnsupportedOp(f"FusedRow root {out} is neither the row shape {full} nor one "
                             "value per row", op="FusedRow")
-    wg = ix.pow2_at_least(length)
-    grid, row = ix.launch_groups(rows)
-    kb = sig.builder(grid, (wg,))
-    sig.declare_inputs(kb)
-    sig.declare_out(kb)
-    r = kb.let("row", row)
+    kb, wg, r = row_workgroups(sig, rows, length)
     with kb.if_(ix.lt(r, i32(rows))):
         rc = [kb.let(f"r{d}", c) if not isinstance(c, Const) else c
               for d, c in enumerate(ix.unravel(r, row_shape))]
