@@ -37,6 +37,20 @@ def open_decoder(model: str = "smollm2", max_seq: int = 64):
     return build_decoder(config, weights), weights
 
 
+#: SmolLM2-135M's shape (from its GGUF), for random-weight runs where the file is absent
+SMOLLM2_SHAPE = dict(vocab=49152, dim=576, layers=30, heads=9, kv_heads=3, head_dim=64,
+                     ffn=1536, norm_eps=1e-5, rope_base=100000.0, tied=True)
+
+
+def random_decoder(max_seq: int = 64, packed_format: str = "gguf:Q4_1", seed: int = 0):
+    """(decode step, weights) of SmolLM2's shape with random weights packed in a format."""
+    from poot.models.llama import LlamaConfig, build_decoder, random_weights
+
+    config = LlamaConfig(**SMOLLM2_SHAPE, max_seq=max_seq)
+    weights = random_weights(config, seed=seed, packed_format=packed_format)
+    return build_decoder(config, weights), weights
+
+
 def greedy(step, weights, backend: str, prompt: list[int], new_tokens: int) -> Decoded:
     """Run the prompt and `new_tokens` greedy steps of `step` on `backend`."""
     import poot
