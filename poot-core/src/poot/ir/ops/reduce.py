@@ -28,6 +28,8 @@ class Reduce(OpKind):
         (x,) = ins
         self.need_dtype(x, ARITH)
         a = self.norm_axis(self.axis, x.rank, ins)
+        if self.op is ReduceOp.Max and x.shape[a] == 0:
+            self.fail(f"Max over axis {a} of size 0 has no value", ins)
         shape = list(x.shape)
         if self.keepdim:
             shape[a] = 1
