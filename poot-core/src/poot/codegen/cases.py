@@ -340,6 +340,7 @@ def attention_cases() -> list[Case]:
         _attention(4, 1, 1, 37, 80, 80, mshape=(1, 37)),     # MQA, head dim past 64
         _attention(2, 1, 3, 20, 8, 8, dt=BF16),
         _attention(2, 2, 1, 1, 32, 32, dt=F16),              # one key
+        _attention(2, 1, 1, 1000, 32, 40),                   # 16 KV splits, ragged runs
     ]
 
 

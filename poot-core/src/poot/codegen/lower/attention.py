@@ -1,9 +1,10 @@
 """Attention: softmax(q k^T * scale + mask) v with GQA, online softmax, no score matrix.
 
 One workgroup per query row (lead, head, t) and KV split. Its 32-lane groups
-take keys in turn; the lanes of a group split the head dimension, so a score
-is one width-32 cooperative sum, and each lane keeps its slice of the running
-output in registers with the online-softmax rescaling. The groups merge
+take runs of KEYS consecutive keys in turn; the lanes of a group split the head
+dimension, so a score is one width-32 cooperative sum (KEYS of them in flight
+at once), and each lane keeps its slice of the running output in registers
+with the online-softmax rescaling (one rescale per run of keys). The groups merge
 through shared memory. For decode (few rows) the keys are split across
 workgroups too (split-KV) and a second kernel merges the partial results;
 prefill rows are many, so each workgroup takes all keys of its row.
@@ -22,6 +23,7 @@ from poot.ir.ops import Attention, ReduceOp, UnaryOp
 F32 = DType.F32
 LANES = 32
 WARPS = 4
+KEYS = 8          # keys one 32-lane group scores per loop trip (independent chains in flight)
 NEG_INF = Const(float("-inf"), F32)
 
 
@@ -111,29 +113,49 @@ def _partial_kernel(sig: Sig, rows: int, splits: int, chunk: int):
         lsum = kb.var("lsum", f32(0.0))
         start = kb.let("start", ix.mul(split, chunk))
         end = kb.let("end", ix.minimum(ix.add(start, chunk), i32(s)))
-        with kb.for_("it", 0, math.ceil(chunk / WARPS)) as it:
-            key = kb.let("key", ix.add(start, ix.add(ix.mul(it, WARPS), warp)))
-            kc = kb.let("kc", ix.minimum(key, i32(s - 1)))
-            part = kb.var("part", f32(0.0))
+        mrow = list(ix.unravel(li, lead)) + [kvh, ix.mod(h, group), ti]
+
+        def mask_at(kc):
+            c = ix.broadcast_coords(mrow + [kc], mask.shape)
+            return Load("in3", ix.ravel(c, mask.shape), mask.dtype).cast(F32)
+
+        with kb.for_("it", 0, math.ceil(chunk / (WARPS * KEYS))) as it:
+            # this group's KEYS consecutive keys; clamped so spare slots read inside k and v
+            first = kb.let("first", ix.add(start, ix.mul(ix.add(ix.mul(it, WARPS), warp), KEYS)))
+            keys = [ix.add(first, i) for i in range(KEYS)]
+            kcs = [kb.let("kc", ix.minimum(key, i32(s - 1))) for key in keys]
+            parts = [kb.var("part", f32(0.0)) for _ in keys]
             with kb.for_("jk", 0, dj) as j:
-                dd = ix.minimum(ix.add(lane, ix.mul(j, LANES)), i32(d - 1))
-                kval = Load("in1", ix.add(kbase, ix.add(ix.mul(kc, d), dd)), k.dtype).cast(F32)
-                kb.assign(part, part + qreg[j] * kval)
-            dot = kb.reduce("dot", ReduceOp.Sum, part, LANES)
-            mcoords = list(ix.unravel(li, lead)) + [kvh, ix.mod(h, group), ti, kc]
-            mval = Load("in3", ix.ravel(ix.broadcast_coords(mcoords, mask.shape), mask.shape),
-                        mask.dtype).cast(F32)
-            score = kb.let("score", ix.Sel(ix.lt(key, end),
-                                           dot * f32(sig.op.scale) + mval, NEG_INF))
-            m_new = kb.let("m_new", maximum(m, score))
+                dk = kb.let("dk", ix.minimum(ix.add(lane, ix.mul(j, LANES)), i32(d - 1)))
+                qj = kb.let("qj", qreg[j])
+                for part, kc in zip(parts, kcs, strict=True):
+                    kval = Load("in1", ix.add(kbase, ix.add(ix.mul(kc, d), dk)), k.dtype)
+                    kb.assign(part, part + qj * kval.cast(F32))
+            # KEYS independent width-32 reductions: their shuffles overlap
+            scores = []
+            for part, key, kc in zip(parts, keys, kcs, strict=True):
+                dot = kb.reduce("dot", ReduceOp.Sum, part, LANES)
+                scores.append(kb.let("score", ix.Sel(ix.lt(key, end),
+                                                      dot * f32(sig.op.scale) + mask_at(kc),
+                                                      NEG_INF)))
+            m_new = m
+            for sc in scores:
+                m_new = maximum(m_new, sc)
+            m_new = kb.let("m_new", m_new)
             base = kb.let("base", finite_or_zero(m_new))
             corr = kb.let("corr", exp(m - base))
-            p = kb.let("p", exp(score - base))
-            kb.assign(lsum, lsum * corr + p)
+            ps = [kb.let("p", exp(sc - base)) for sc in scores]
+            total = lsum * corr
+            for p in ps:
+                total = total + p
+            kb.assign(lsum, total)
             with kb.for_("jv", 0, vj) as j:
-                dd = ix.minimum(ix.add(lane, ix.mul(j, LANES)), i32(dv - 1))
-                vval = Load("in2", ix.add(vbase, ix.add(ix.mul(kc, dv), dd)), v.dtype).cast(F32)
-                kb.store(acc, j, acc[j] * corr + p * vval)
+                dv_j = kb.let("dv", ix.minimum(ix.add(lane, ix.mul(j, LANES)), i32(dv - 1)))
+                out_j = acc[j] * corr
+                for p, kc in zip(ps, kcs, strict=True):
+                    vval = Load("in2", ix.add(vbase, ix.add(ix.mul(kc, dv), dv_j)), v.dtype)
+                    out_j = out_j + p * vval.cast(F32)
+                kb.store(acc, j, out_j)
             kb.assign(m, m_new)
         with kb.if_(ix.eq(lane, i32(0))):
             kb.store(sm, warp, m)
