@@ -143,6 +143,8 @@ def _attention_type(op: OpKind, ins: Sequence[TensorType]) -> TensorType:
     hkv, s, dk = k.shape[-3:]
     if dk != d or v.shape[-3:-1] != (hkv, s) or hkv == 0 or hq % hkv:
         op.fail("k must be [..., Hkv, S, D], v [..., Hkv, S, Dv], Hq a multiple of Hkv", ins)
+    if any(n not in (1, w) for x in (k, v) for n, w in zip(x.shape[:-3], q.shape[:-3])):
+        op.fail(f"k and v's leading axes must be 1 or q's {q.shape[:-3]}", ins)
     # a mask of rank <= q.rank lines up with q: [..., Hq or 1, T, S] (the chain splits its
     # head axis like q's); a mask of rank q.rank + 1 is already in the grouped scores' form
     # [..., Hkv, G, T, S] (a per-sequence mask [B, 1, 1, T, S] of a paged batch)
