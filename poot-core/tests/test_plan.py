@@ -170,3 +170,24 @@ def test_arena_offsets_never_overlap_live_intervals(raw):
                 assert (offsets[a.key] + a.nbytes <= offsets[b.key]
                         or offsets[b.key] + b.nbytes <= offsets[a.key])
     assert size <= sum(-(-iv.nbytes // 256) * 256 for iv in ivs)
+
+
+def test_a_dense_f32_weight_is_bound_once_not_widened_into_a_copy():
+    """DenseContraction's definition casts its weight to F32: for an f32 weight that is an
+    alias, so the tied table serves its gather and the head from one buffer."""
+    from poot.models.llama import build_decoder, const_inputs, random_weights, tiny_config
+
+    c = tiny_config(layers=1)
+    w = random_weights(c, seed=3)
+    step = build_decoder(c, w)
+    p = plan(poot.compile(step.graph, "reference"))
+    assert not any(isinstance(s.eqn.op, O.Cast) for s in p.steps)
+    assert len(p.weight_regions()) == len(step.graph.consts())
+    ex = Executor(p, const_inputs(step, w))
+    want = poot.evaluate(step.graph, {**const_inputs(step, w), "tokens": [4], "pos": [0],
+                                      **{step.graph.meta(v).identity.label:
+                                         np.zeros(step.graph.type_of(v).shape, np.float32)
+                                         for v, _ in step.graph.state()}})
+    np.testing.assert_array_equal(ex.step({"tokens": [4], "pos": [0]}).result,
+                                  [a for o, a in zip(step.graph.outputs(), want, strict=True)
+                                   if o.kind.value == "result"][0])

@@ -139,7 +139,7 @@ class _Planner:
 
     def _plan_eqn(self, i: int, e: Eqn) -> None:
         vins = e.value_inputs()
-        if isinstance(e.op, O.Reshape) and self._contiguous(vins[0]):
+        if isinstance(e.op, O.Reshape) and self._contiguous(vins[0]) or self._same_cast(e):
             self._alias(i, e, vins[0], "alias", None)
             return
         if isinstance(e.op, O.Transpose) and self._view_ok(e):
@@ -173,6 +173,13 @@ class _Planner:
         return spec
 
     # -- aliases and views ------------------------------------------------------------
+    def _same_cast(self, e: Eqn) -> bool:
+        """A Cast to the dtype its operand already has changes nothing: an alias (the
+        oracle returns the operand itself), so an f32 weight is not copied to "widen" it."""
+        return (isinstance(e.op, O.Cast) and isinstance(e.inputs[0], Value)
+                and self.g.type_of(e.inputs[0].id).dtype is e.op.to
+                and self._contiguous(e.inputs[0].id))
+
     def _contiguous(self, v: ValueId) -> bool:
         return v not in self.view_strides
 
