@@ -13,6 +13,7 @@ from poot.compiler.passes import (
     collectives,
     contraction_dense,
     contraction_packed,
+    cse,
     dce,
     epilogue,
     fusion,
@@ -28,6 +29,7 @@ from poot.ir.graph import Graph
 PASSES = [
     ("collectives", collectives.run),
     ("dce", dce.run),
+    ("cse", cse.run),
     ("selection", selection.run),
     ("attention", attention.run),
     ("rope_fusion", rope.run),
