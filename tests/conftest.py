@@ -1,7 +1,15 @@
 """Cross-package fixtures: the real SmolLM2 GGUF, found the way poot's own tests find it."""
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
+
+# Tests here import helpers such as reference_llama by module name; keep that working under
+# pytest's importlib import mode too, which does not put this folder on sys.path.
+if str(Path(__file__).parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).parent))
 
 
 @pytest.fixture(scope="session")
