@@ -10,6 +10,8 @@ import numpy as np
 import poot
 import poot.ops
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from poot.dtypes import DType
 from poot.errors import DtypeError, ShapeError, UnsupportedOp
 from poot.formats import PackedWeight
@@ -309,3 +311,28 @@ def test_scan_rule_and_definition_agree_with_a_python_loop(rand):
     with pytest.raises(ShapeError, match=r"^Scan: length 0 must be at least 1"):
         poot.trace(lambda h, xs: poot.ops.scan(poot.ops.add, h, [xs], 0),
                    poot.spec((d,)), poot.spec((0, d)))
+
+
+# -- infer and define agree --------------------------------------------------------------------
+dims = st.integers(1, 3)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(3, 4), st.data())
+def test_attention_infer_accepts_exactly_what_its_definition_builds(rank, data):
+    lead = tuple(data.draw(st.lists(dims, min_size=rank - 3, max_size=rank - 3)))
+    hkv, g, t, s, d = (data.draw(dims) for _ in range(5))
+    kl = tuple(data.draw(st.sampled_from([1, n, n + 1])) for n in lead)
+    vl = tuple(data.draw(st.sampled_from([1, n])) for n in lead)
+    full = data.draw(st.sampled_from([lead + (hkv * g, t, s), lead + (hkv, g, t, s)]))
+    mrank = data.draw(st.integers(1, len(full)))
+    ms = tuple(data.draw(st.sampled_from([1, n, n + 1])) for n in full[len(full) - mrank:])
+    ins = [T(lead + (hkv * g, t, d)), T(kl + (hkv, s, d)), T(vl + (hkv, s, d)), T(ms)]
+    op = O.Attention(0.5)
+    try:
+        out = op.infer(ins)
+    except ShapeError as e:
+        assert str(e).startswith("Attention: ")
+        return
+    dg = definition(op, ins)  # never fails where infer accepted
+    assert dg.type_of(dg.result()) == out == T(lead + (hkv * g, t, d))
