@@ -5,7 +5,7 @@ each half in registers, which every backend can print (no bf16/f16 type needed).
 """
 from __future__ import annotations
 
-from poot.codegen.expr import Expr, Sel, f32, ge, u32
+from poot.codegen.expr import Expr, half_bits_to_f32, u32
 from poot.dtypes import DType
 
 F32, U32 = DType.F32, DType.U32
@@ -14,18 +14,6 @@ F32, U32 = DType.F32, DType.U32
 def bf16_bits_to_f32(h: Expr) -> Expr:
     """bf16 bits (U32, low half) to f32: exact, the bits move to the high half."""
     return (h << u32(16)).bitcast(F32)
-
-
-def f16_bits_to_f32(h: Expr) -> Expr:
-    """IEEE binary16 bits (U32, low half) to f32: normals, subnormals, Inf and NaN."""
-    sign = (h & u32(0x8000)) << u32(16)
-    exp = (h >> u32(10)) & u32(0x1F)
-    magnitude = (h & u32(0x7FFF)) << u32(13)
-    normal = magnitude + u32((127 - 15) << 23)
-    inf_nan = magnitude + u32((255 - 31) << 23)
-    subnormal = ((h & u32(0x3FF)).cast(F32) * f32(2.0 ** -24)).bitcast(U32)
-    bits = Sel(ge(exp, u32(31)), inf_nan, Sel(ge(exp, u32(1)), normal, subnormal))
-    return (bits | sign).bitcast(F32)
 
 
 def half_of(word: Expr, upper: Expr) -> Expr:
@@ -39,5 +27,5 @@ def widen16(bits: Expr, dtype: DType) -> Expr:
     if dtype is DType.BF16:
         return bf16_bits_to_f32(bits)
     if dtype is DType.F16:
-        return f16_bits_to_f32(bits)
+        return half_bits_to_f32(bits)
     raise ValueError(f"widen16 takes bf16 or f16, not {dtype}")

@@ -23,7 +23,6 @@ from poot.codegen.program import (
     BUILTINS,
     Assign,
     Barrier,
-    Buffer,
     CoopReduce,
     For,
     If,
@@ -34,7 +33,7 @@ from poot.codegen.program import (
 )
 from poot.dtypes import DType
 from poot.errors import DtypeLowering
-from poot.ir.ops import BinaryOp, ReduceOp, UnaryOp
+from poot.ir.ops import BinaryOp, UnaryOp
 
 F32, F16, BF16, I32, U32 = DType.F32, DType.F16, DType.BF16, DType.I32, DType.U32
 NARROW_FLOATS = (F16, BF16)
@@ -321,4 +320,4 @@ class CPrinter:
 _C_OPS = {BinaryOp.Add: "+", BinaryOp.Sub: "-", BinaryOp.Mul: "*", BinaryOp.Div: "/",
           BinaryOp.And: "&", BinaryOp.Or: "|", BinaryOp.Xor: "^"}
 
-__all__ = ["CPrinter", "Buffer", "ReduceOp", "PRELUDE", "NARROW_FLOATS"]
+__all__ = ["CPrinter", "PRELUDE", "NARROW_FLOATS"]

@@ -34,7 +34,6 @@ from poot.codegen.program import (
     Let,
     LocalArray,
     Lowering,
-    SharedArray,
     Stmt,
     Store,
 )
@@ -226,7 +225,7 @@ class _Batch:
         self.set_var(s.name, s.value.dtype, np.repeat(red, width), act)
 
 
-__all__ = ["KernelFault", "run", "SharedArray"]
+__all__ = ["KernelFault", "run", "run_lowering", "operand_words"]
 
 
 def operand_words(array: np.ndarray, buffer: Buffer) -> np.ndarray:

@@ -37,7 +37,7 @@ import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from poot.codegen.expr import Bin, Expr, Load, Var, walk
+from poot.codegen.expr import Expr, Load, Var, walk
 from poot.dtypes import DType
 from poot.errors import IRError
 from poot.ir.ops.reduce import ReduceOp
@@ -334,8 +334,6 @@ class _Checker:
                     self.fail(f"load of {n.dtype} from {n.buffer!r} of {arr.dtype}")
                 if n.index.dtype is not I32:
                     self.fail(f"index into {n.buffer!r} is {n.index.dtype}, not i32")
-            elif isinstance(n, Bin):
-                pass  # operand dtypes are checked when the node is built
         if want is not None and e.dtype is not want:
             self.fail(f"expected an {want} expression, got {e.dtype}")
 
