@@ -4,7 +4,6 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from poot.backend import Backend, Device
 from poot.capability import CapabilityTable, Use, every_op_key, op_keys
 from poot.dtypes import DType

@@ -4,7 +4,6 @@ from __future__ import annotations
 import contextlib
 
 import pytest
-
 from poot.backend import Backend, Device, get_backend, select_backend
 from poot.capability import CapabilityTable, Use
 from poot.dtypes import DType

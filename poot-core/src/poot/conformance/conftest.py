@@ -13,19 +13,30 @@ def pytest_report_header(config):
     return [f"poot conformance: {t} (seed {t.seed}; rerun with --poot-seed {t.seed})"]
 
 
+def _model_cases():
+    from poot.conformance.model import model_case_list
+
+    return model_case_list()
+
+
+#: the parametrized fixture -> where its cases come from
+SOURCES = {"case": all_cases, "model_case": _model_cases}
+
+
 def pytest_generate_tests(metafunc):
     """Split the cases by the backend's own declaration: declared cases must match the
-    oracle; the others must be refused with the typed error."""
-    if "case" not in metafunc.fixturenames:
-        return
-    t = _target(metafunc.config)
-    want = metafunc.function.__name__ == "test_declared"
-    cases = [c for c in all_cases() if t.declares(c.graph) == want]
-    if not cases:  # e.g. the reference declares everything: nothing to refuse, say so
-        metafunc.parametrize("case", [None], ids=["no-" + ("declared" if want else
-                                                           "undeclared") + "-cases"])
-        return
-    metafunc.parametrize("case", cases, ids=[c.id for c in cases])
+    oracle (test_*declared); the others must be refused with the typed error."""
+    for name, source in SOURCES.items():
+        if name not in metafunc.fixturenames:
+            continue
+        t = _target(metafunc.config)
+        want = metafunc.function.__name__.endswith("_declared")
+        cases = [c for c in source() if t.declares(c.graph) == want]
+        if not cases:  # e.g. the reference declares everything: nothing to refuse, say so
+            kind = "declared" if want else "undeclared"
+            metafunc.parametrize(name, [None], ids=[f"no-{kind}-cases"])
+        else:
+            metafunc.parametrize(name, cases, ids=[c.id for c in cases])
 
 
 @pytest.fixture(scope="session")
