@@ -272,3 +272,52 @@ def test_bf16_chain_rounds_each_step(rand):
     e = np.exp(x.astype(np.float32)).astype(ml_dtypes.bfloat16)
     np.testing.assert_array_equal(got, (e.astype(np.float32) * x.astype(np.float32))
                                   .astype(ml_dtypes.bfloat16))
+
+
+def test_batched_positions_and_causal_masks(rng):
+    b, t, s = 3, 2, 7
+    pos = rng.integers(0, s - t + 1, (b, 1)).astype(np.int32)
+
+    def f(p):
+        return P.concat([P.cast(P.reshape(P.positions(p, t), (b, t, 1)), "f32"),
+                         P.causal_mask(p, t, s, window=3)], -1)
+    g = poot.trace(f, pos_spec(s, shape=(b, 1)))
+    (got,) = poot.evaluate(g, [pos])
+    np.testing.assert_array_equal(got[..., 0], pos + np.arange(t)[None, :])
+    i = pos[:, :, None] + np.arange(t)[None, :, None]        # [b, t, 1]
+    j = np.arange(s)[None, None, :]
+    np.testing.assert_array_equal(got[..., 1:], np.where((j <= i) & (j > i - 3), 0, -np.inf))
+
+
+def test_batched_attention_with_per_sequence_masks(rand, rng):
+    b, hq, hkv, t, s, d = 2, 4, 2, 1, 6, 8
+    q, k, v = rand((b, hq, t, d)), rand((b, hkv, s, d)), rand((b, hkv, s, d))
+    pos = rng.integers(0, s, (b, 1)).astype(np.int32)
+
+    def f(q, k, v, p):
+        m = P.causal_mask(p, t, s)                               # [B, T, S]
+        return P.attention_masked(q, k, v, P.reshape(m, (b, 1, t, s)))
+    g = poot.trace(f, spec_of(q, "q"), spec_of(k, "k"), spec_of(v, "v"),
+                   pos_spec(s, shape=(b, 1)))
+    (got,) = poot.evaluate(g, [q, k, v, pos])
+    mask = np.where(np.arange(s)[None, None, None, :] <= pos[:, None, :, None]
+                    + np.arange(t)[None, None, :, None], 0, -np.inf)
+    np.testing.assert_allclose(got, attention64(q, k, v, mask, 1 / math.sqrt(d)), rtol=2e-5,
+                               atol=2e-6)
+
+
+def test_rope_tokens_first(rand, rng):
+    b, t, h, d, rot, cap = 2, 3, 2, 8, 4, 16
+    cos_t, sin_t = P.rope_tables(cap, rot, base=500.0)
+    x = rand((b, t, h, d))
+    p = rng.integers(0, cap, (b, t)).astype(np.int32)
+    g = poot.trace(lambda x, c, s, p: P.rope_partial(x, c, s, p, rot, tokens_first=True),
+                   spec_of(x, "x"), spec_of(cos_t, "cos"), spec_of(sin_t, "sin"),
+                   poot.spec((b, t), "i32", name="p", kind="slot", slot="Pos", bound=cap))
+    (got,) = poot.evaluate(g, [x, cos_t, sin_t, p])
+    ang = p[..., None, None] * (500.0 ** (-np.arange(0, rot, 2) / rot))  # [b, t, 1, rot/2]
+    x64 = x.astype(np.float64)
+    x1, x2 = x64[..., : rot // 2], x64[..., rot // 2: rot]
+    want = np.concatenate([x1 * np.cos(ang) - x2 * np.sin(ang),
+                           x1 * np.sin(ang) + x2 * np.cos(ang), x64[..., rot:]], -1)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
