@@ -1,0 +1,103 @@
+"""The kernel program and its interpreter: validation refusals and the execution-model
+checks (races, missing barriers, divergent reductions, bounds)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from poot.codegen.builder import KernelBuilder
+from poot.codegen.expr import Var, i32
+from poot.codegen.index import eq, lt
+from poot.codegen.interp import KernelFault, run
+from poot.codegen.program import OUT, Access, Assign, Kernel, Let, Store, local_index
+from poot.dtypes import DType
+from poot.errors import IRError
+from poot.ir.ops import ReduceOp
+
+F32, I32 = DType.F32, DType.I32
+WG = 16
+
+
+def neighbour_kernel(with_barrier: bool) -> Kernel:
+    """Each thread publishes its value in shared memory and reads its neighbour's."""
+    kb = KernelBuilder("neighbour", (2,), (WG,))
+    x = kb.buffer("in0", F32, Access.READ, 2 * WG, operand=0)
+    kb.buffer("out", F32, Access.WRITE, 2 * WG, operand=OUT)
+    tile = kb.shared("tile", F32, WG)
+    g = kb.let("g", Var("global_id_x"))
+    kb.store(tile, local_index(), x[g])
+    if with_barrier:
+        kb.barrier()
+    kb.store("out", g, tile[local_index() ^ i32(1)])
+    return kb.finish()
+
+
+def test_shared_memory_exchange_after_a_barrier():
+    x = np.random.default_rng(0).standard_normal(2 * WG).astype(np.float32)
+    out = np.zeros_like(x)
+    run(neighbour_kernel(True), {"in0": x, "out": out})
+    assert np.array_equal(out, x.reshape(-1, 2)[:, ::-1].reshape(-1))
+
+
+def test_missing_barrier_is_a_race():
+    x = np.ones(2 * WG, np.float32)
+    with pytest.raises(KernelFault, match="missing Barrier"):
+        run(neighbour_kernel(False), {"in0": x, "out": np.zeros_like(x)})
+
+
+def test_reduction_widths_and_divergence():
+    kb = KernelBuilder("groups", (1,), (WG,))
+    x = kb.buffer("in0", I32, Access.READ, WG, operand=0)
+    kb.buffer("out", I32, Access.WRITE, WG, operand=OUT)
+    s = kb.reduce("s", ReduceOp.Sum, x[local_index()], 4)
+    kb.store("out", local_index(), s)
+    x0 = np.arange(WG, dtype=np.int32) * 3 - 7
+    out = np.zeros(WG, np.int32)
+    run(kb.finish(), {"in0": x0, "out": out})
+    assert np.array_equal(out, np.repeat(x0.reshape(-1, 4).sum(1), 4))
+
+    kb = KernelBuilder("divergent", (1,), (WG,))
+    x = kb.buffer("in0", F32, Access.READ, WG, operand=0)
+    kb.buffer("out", F32, Access.WRITE, 1, operand=OUT)
+    with kb.if_(lt(local_index(), i32(8))):
+        m = kb.reduce("m", ReduceOp.Max, x[local_index()])
+        with kb.if_(eq(local_index(), i32(0))):
+            kb.store("out", 0, m)
+    with pytest.raises(KernelFault, match="part of a workgroup"):
+        run(kb.finish(), {"in0": np.ones(WG, np.float32), "out": np.zeros(1, np.float32)})
+
+
+def test_double_store_and_out_of_range_are_refused():
+    kb = KernelBuilder("same_slot", (1,), (WG,))
+    kb.buffer("out", F32, Access.WRITE, WG, operand=OUT)
+    kb.store("out", 0, Var("global_id_x").cast(F32))
+    with pytest.raises(KernelFault, match="two threads"):
+        run(kb.finish(), {"out": np.zeros(WG, np.float32)})
+
+    kb = KernelBuilder("past_end", (1,), (WG,))
+    x = kb.buffer("in0", F32, Access.READ, WG, operand=0)
+    kb.buffer("out", F32, Access.WRITE, WG, operand=OUT)
+    kb.store("out", local_index(), x[local_index() + i32(1)])
+    with pytest.raises(KernelFault, match="out of range"):
+        run(kb.finish(), {"in0": np.ones(WG, np.float32), "out": np.zeros(WG, np.float32)})
+
+
+def _kernel(body, buffers=None) -> Kernel:
+    from poot.codegen.program import Buffer
+
+    bufs = buffers or (Buffer("in0", F32, Access.READ, 4, 0), Buffer("out", F32, Access.WRITE,
+                                                                        4, OUT))
+    return Kernel("k", tuple(bufs), (1,), (4,), tuple(body))
+
+
+def test_validation_refuses_malformed_programs():
+    x = Var("x", F32)
+    with pytest.raises(IRError, match="outside its scope"):
+        _kernel([Store("out", i32(0), x)]).validate()
+    with pytest.raises(IRError, match="read-only"):
+        _kernel([Store("in0", i32(0), Var("local_id_x").cast(F32))]).validate()
+    with pytest.raises(IRError, match="immutable"):
+        _kernel([Let("x", i32(1).cast(F32)), Assign("x", i32(2).cast(F32))]).validate()
+    with pytest.raises(IRError, match="declared twice"):
+        _kernel([Let("x", i32(1)), Let("x", i32(2))]).validate()
+    with pytest.raises(IRError, match="expected an f32"):
+        _kernel([Store("out", i32(0), i32(1))]).validate()
