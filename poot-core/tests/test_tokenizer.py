@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 
 import numpy as np
 import pytest
@@ -166,6 +167,49 @@ def test_spm_byte_fallback_and_streaming(spm):
 def test_spm_round_trip_random_text(spm):
     assert all(spm.tokens[spm.encode(text)[0]] == "<s>" for text in random_texts(seed=2))
     assert_round_trips(spm, seed=2)
+
+
+def random_spm_meta(seed: int) -> dict:
+    """A SentencePiece vocabulary of random corpus substrings with random scores."""
+    rng = np.random.default_rng(seed)
+    corpus = "".join(rng.choice(list("abcdefgé▁"), size=3000))
+    pieces = sorted({corpus[i:i + n] for n in range(1, 6) for i in range(0, len(corpus) - n, 5)})
+    meta = spm_meta()
+    meta["tokenizer.ggml.tokens"] = meta["tokenizer.ggml.tokens"][:259] + pieces
+    meta["tokenizer.ggml.token_type"] = meta["tokenizer.ggml.token_type"][:259] + \
+        [NORMAL] * len(pieces)
+    meta["tokenizer.ggml.scores"] = [0.0] * 259 + (-rng.random(len(pieces)) * 10).tolist()
+    return meta
+
+
+def naive_sentencepiece(text: str, meta: dict) -> list[int]:
+    """SentencePiece BPE written out: join the adjacent pair whose join scores best, leftmost
+    first, until no join is in the vocabulary; spell what is left in <0xXX> byte tokens."""
+    ids = {t: i for i, t in enumerate(meta["tokenizer.ggml.tokens"])}
+    scores = dict(zip(meta["tokenizer.ggml.tokens"][259:], meta["tokenizer.ggml.scores"][259:],
+                      strict=True))
+    symbols = list("▁" + text.replace(" ", "▁"))
+    while True:
+        joins = [(scores[a + b], -i) for i, (a, b) in enumerate(pairwise(symbols))
+                 if a + b in scores]
+        if not joins:
+            break
+        i = -max(joins)[1]
+        symbols[i:i + 2] = [symbols[i] + symbols[i + 1]]
+    out = []
+    for symbol in symbols:
+        known = symbol in scores
+        out += [ids[symbol]] if known else [ids[f"<0x{b:02X}>"] for b in symbol.encode()]
+    return out
+
+
+def test_spm_matches_naive_sentencepiece_merging():
+    meta = random_spm_meta(seed=5)
+    tok = Tokenizer.from_gguf_metadata(meta)
+    rng = np.random.default_rng(6)
+    for _ in range(200):
+        text = "".join(rng.choice(list("abcdefgé 年"), size=int(rng.integers(1, 40))))
+        assert tok.encode(text, add_special=False) == naive_sentencepiece(text, meta), text
 
 
 def test_spm_without_space_prefix():
