@@ -4,7 +4,8 @@ The walk over the eqns decides, for each value, where it lives:
 - a const or computed binder, or an eqn the backend folds at bind time: a weight region;
 - a slot or state binder: its own region at a stable address;
 - Reshape of a contiguous value: an alias (same bytes, new type), no dispatch;
-- Transpose whose every reader accepts strided operands: a strided view, no dispatch;
+- Transpose or Slice whose every reader accepts strided operands: a strided view, no
+  dispatch;
 - DynamicUpdateSlice / ScatterUpdate producing a state_out from its own state_in binder,
   with no later reader of state_in: in place in the state buffer (donation);
 - anything else: an arena block, live from its eqn to its last reader.
@@ -81,6 +82,7 @@ class _Planner:
         self.arena_values: list[ValueId] = []
         self.state_out = {out: st for st, out in graph.state()}
         self.view_strides: dict[ValueId, tuple[int, ...]] = {}   # element strides of views
+        self.view_offset: dict[ValueId, int] = {}                # element offset of views
         self.folded: dict[tuple, WeightSpec] = {}
 
     # -- the walk ------------------------------------------------------------------
@@ -140,11 +142,10 @@ class _Planner:
     def _plan_eqn(self, i: int, e: Eqn) -> None:
         vins = e.value_inputs()
         if isinstance(e.op, O.Reshape) and self._contiguous(vins[0]) or self._same_cast(e):
-            self._alias(i, e, vins[0], "alias", None)
+            self._alias(i, e, vins[0], "alias")
             return
-        if isinstance(e.op, O.Transpose) and self._view_ok(e):
-            src = self._stride_of(vins[0])
-            self._alias(i, e, vins[0], "view", tuple(src[p] for p in e.op.perm))
+        if isinstance(e.op, (O.Transpose, O.Slice)) and self._view_ok(e):
+            self._alias(i, e, vins[0], "view", *self._view_of(e.op, vins[0]))
             return
         if all(v in self.weights for v in vins):
             rep = self.backend.bind_time(e, self.g, self.device)
@@ -186,21 +187,30 @@ class _Planner:
     def _stride_of(self, v: ValueId) -> tuple[int, ...]:
         return self.view_strides.get(v) or contiguous_strides(self.g.type_of(v).shape)
 
+    def _view_of(self, op, src: ValueId) -> tuple[tuple[int, ...], int]:
+        """Element strides and offset of a Transpose or Slice of `src`, as a view."""
+        strides, offset = self._stride_of(src), self.view_offset.get(src, 0)
+        if isinstance(op, O.Transpose):
+            return tuple(strides[p] for p in op.perm), offset
+        axis = op.axis % len(strides)
+        return strides, offset + op.start * strides[axis]
+
     def _view_ok(self, e: Eqn) -> bool:
-        """A Transpose becomes a strided view when every reader's kernel takes strided
-        operands and nothing else (an alias, an output, a state copy) needs its bytes."""
-        src = e.value_inputs()[0]
-        if not self._contiguous(src) or self._is_output(e.out):
+        """A Transpose or Slice becomes a strided view when every reader's kernel takes
+        strided operands and nothing else (an alias, an output, a state copy) needs its
+        bytes."""
+        if self._is_output(e.out):
             return False
         readers = self.users.get(e.out, [])
         return bool(readers) and all(
             self.lowerings[j].strided_inputs and not isinstance(self.eqns[j].op, O.Reshape)
             for j in readers)
 
-    def _alias(self, i, e, src: ValueId, kind: str, strides) -> None:
+    def _alias(self, i, e, src: ValueId, kind: str, strides=None, offset: int = 0) -> None:
         self.root[e.out] = self.root.get(src, src)
         if strides is not None:
             self.view_strides[e.out] = strides
+            self.view_offset[e.out] = offset
         if src in self.weights:
             # still a constant for folding, but its bytes are its root weight's
             self.weights[e.out] = WeightSpec(self.g.type_of(e.out), op=e.op,
@@ -250,8 +260,8 @@ class _Planner:
             if v in self.places or v not in self.root or v in self.weights:
                 continue
             base = self.places[self.root[v]]
-            self.places[v] = Place(base.region, base.offset, self.g.type_of(v),
-                                   self.view_strides.get(v))
+            self.places[v] = Place(base.region, base.offset + self._offset_bytes(v),
+                                   self.g.type_of(v), self.view_strides.get(v))
 
     def _place(self, v: ValueId) -> Place:
         """A value's place; a weight gets its region only when a step or an output reads
@@ -271,7 +281,10 @@ class _Planner:
                 name += "'"
             self.regions[name] = Region(name, "weight", storage_bytes(w.type), weight=w)
             self.weight_region[id(w)] = name
-        return Place(name, 0, t, self.view_strides.get(v))
+        return Place(name, self._offset_bytes(v), t, self.view_strides.get(v))
+
+    def _offset_bytes(self, v: ValueId) -> int:
+        return self.view_offset.get(v, 0) * self.g.type_of(v).dtype.itemsize
 
     # -- finishing -----------------------------------------------------------------------
     def _final_steps(self) -> list[Step]:
