@@ -47,3 +47,19 @@ def test_compile_error_carries_the_nvrtc_log():
     with pytest.raises(compiler.CompileError) as e:
         compiler.compile_cubin('extern "C" __global__ void broken() { nope; }', "broken")
     assert "nope" in str(e.value)
+
+
+@pytest.mark.parametrize("width", [4, None])
+def test_reduction_in_a_workgroup_smaller_than_a_warp_compiles(width):
+    """Ragged workgroups (not a multiple of 32) reduce through shared memory."""
+    from poot.codegen.builder import KernelBuilder
+    from poot.codegen.program import OUT, Access, global_id
+
+    kb = KernelBuilder("ragged", (3,), (24,))
+    x = kb.buffer("in0", F32, Access.READ, 72, operand=0)
+    kb.buffer("out", F32, Access.WRITE, 72, operand=OUT)
+    s = kb.reduce("s", ReduceOp.Sum, x[global_id()], width)
+    kb.store("out", global_id(), s)
+    src = CudaPrinter().source(kb.finish())
+    assert "__shfl_xor_sync" not in src and "poot_red_s[" in src
+    assert compiler.compile_cubin(src, "ragged")[:4] == b"\x7fELF"
