@@ -42,6 +42,12 @@ class Device:
     info: tuple[tuple[str, Any], ...] = ()
 
     @property
+    def is_software(self) -> bool:
+        """A device emulated on the CPU (e.g. Mesa lavapipe): real shaders, CPU speed."""
+        kind = str(dict(self.info).get("adapter_type", dict(self.info).get("device_type", "")))
+        return kind.lower() == "cpu"
+
+    @property
     def id(self) -> str:
         return f"{self.backend}:{self.index}"
 
@@ -161,13 +167,15 @@ def get_backend(name: str) -> Backend:
 
 
 def select_backend(name: str | None = None) -> tuple[Backend, Device]:
-    """The named backend's first device, or the best available one (highest priority
-    backend that finds a device; the reference backend always does)."""
+    """The named backend's first device, or the best available one: the highest-priority
+    backend with a hardware device, else the reference backend. A software device (a
+    GPU API emulated on the CPU, such as lavapipe) runs real shaders but slower than the
+    reference backend's numpy, so it is used only when named."""
     if name is not None:
         b = get_backend(name)
         return b, b.default_device()
     for b in sorted(backends().values(), key=lambda b: -b.priority):
-        devs = b.probe()
+        devs = [d for d in b.probe() if not d.is_software or b.language == "numpy"]
         if devs:
             return b, devs[0]
     raise DeviceUnavailable("no backend finds a device (the reference backend should always)")

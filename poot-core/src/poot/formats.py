@@ -21,13 +21,15 @@ A format is any object with this shape (duck-typed; see `WeightFormat`):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 
 import numpy as np
 
 from poot.dtypes import DType
 from poot.errors import FormatError
-from poot.ir.types import TensorType
+
+if TYPE_CHECKING:  # pragma: no cover - the IR imports this module; no cycle at run time
+    from poot.ir.types import TensorType
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,54 @@
+"""`poot run MODEL --prompt TEXT`: stream a generation, then tokens/s for prefill and decode."""
+from __future__ import annotations
+
+import sys
+
+
+def add_parser(sub):
+    p = sub.add_parser("run", help="generate text from a model (smollm2, a .gguf, an HF folder)")
+    p.add_argument("model", help="smollm2, a .gguf file or an HF folder")
+    p.add_argument("--prompt", required=True, help="the prompt text")
+    p.add_argument("--chat", action="store_true", help="wrap the prompt in the chat template")
+    p.add_argument("--backend", default=None, help="backend name (default: best available)")
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--repetition-penalty", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    p.add_argument("--kv", choices=("dense", "paged"), default="dense")
+    p.add_argument("--max-seq", type=int, default=1024, help="KV capacity in positions")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+
+
+def run(args) -> int:
+    import time
+
+    from poot.models.runner import load
+
+    def progress(msg: str) -> None:
+        if not args.quiet:
+            print(f"[poot] {msg}", file=sys.stderr, flush=True)
+
+    t0 = time.perf_counter()
+    model = load(args.model, args.backend, kv=args.kv, max_seq=args.max_seq,
+                 progress=progress)
+    progress(f"loaded {model.checkpoint.path.name} ({model.config.arch}, "
+             f"{model.config.layers} layers) for {model.backend.name} on {model.device} "
+             f"in {time.perf_counter() - t0:.1f} s")
+    pieces = model.generate(args.prompt, max_tokens=args.max_tokens, chat=args.chat,
+                            temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                            repetition_penalty=args.repetition_penalty, seed=args.seed,
+                            stop=args.stop)
+    if not args.chat:
+        sys.stdout.write(args.prompt)
+    for piece in pieces:
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+    sys.stdout.write("\n")
+    s = model.stats
+    print(f"[poot] prefill: {s.prompt_tokens} tokens, {s.prefill_tps:.1f} tok/s; "
+          f"decode: {s.generated_tokens} tokens, {s.decode_tps:.1f} tok/s "
+          f"({model.backend.name})", file=sys.stderr)
+    return 0

@@ -1,0 +1,231 @@
+"""poot.load(MODEL): a checkpoint ready to generate on a backend.
+
+The runner ties the pieces together: the checkpoint plugin opens the file (weights
+stay packed and memory-mapped), the Llama builder traces a step, compile fuses it for
+the target, the planner lays out its buffers, and a Session (poot.runtime.session)
+runs prefill and decode plans that share one weight cache and one KV cache.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from poot.errors import BindError
+
+
+@dataclass
+class Stats:
+    """Timing of the last generation."""
+
+    prompt_tokens: int = 0
+    prefill_seconds: float = 0.0
+    generated_tokens: int = 0
+    decode_seconds: float = 0.0
+
+    @property
+    def prefill_tps(self) -> float:
+        return self.prompt_tokens / self.prefill_seconds if self.prefill_seconds else 0.0
+
+    @property
+    def decode_tps(self) -> float:
+        return self.generated_tokens / self.decode_seconds if self.decode_seconds else 0.0
+
+    def __str__(self) -> str:
+        return (f"prefill {self.prompt_tokens} tokens at {self.prefill_tps:.1f} tok/s, "
+                f"decode {self.generated_tokens} tokens at {self.decode_tps:.1f} tok/s")
+
+
+class Model:
+    """A loaded model: tokenizer, config, target, and the sessions that run it."""
+
+    def __init__(self, checkpoint, config, tokenizer, backend, device, *, kv: str = "dense",
+                 prefill_tokens: int = 32, progress=None):
+        from poot.models.weights import CheckpointWeights
+
+        self.checkpoint, self.config, self.tokenizer = checkpoint, config, tokenizer
+        self.backend, self.device = backend, device
+        self.kv, self.prefill_tokens = kv, prefill_tokens
+        self.weights = CheckpointWeights(checkpoint)
+        self.consts: dict[str, np.ndarray] = {}
+        self.stats = Stats()
+        self.progress = progress
+        self._sessions: dict[tuple[str, int], object] = {}
+
+    # -- graphs -----------------------------------------------------------------------
+    def step_graph(self, tokens: int, batch: int = 1, kv: str | None = None,
+                   logits: str = "all", compiled: bool = True):
+        """The traced (and, by default, compiled) graph of one step."""
+        import poot
+        from poot.models.llama import build_decoder
+
+        kv = kv or self.kv
+        pool = self.config.max_seq * batch if kv == "paged" else None
+        step = build_decoder(self.config, self.weights, tokens=tokens, batch=batch, kv=kv,
+                             logits=logits, pool_slots=pool)
+        self.consts.update(step.consts)
+        self.consts.update(self.weights.arrays)
+        return poot.compile(step.graph, (self.backend, self.device)).graph if compiled \
+            else step.graph
+
+    def session(self, kv: str | None = None, batch: int = 1):
+        """The Session for this KV form and batch (planned lazily, cached)."""
+        from poot.runtime.session import Session
+
+        kv = kv or self.kv
+        key = (kv, batch)
+        if key not in self._sessions:
+            self._sessions[key] = Session(
+                lambda t, b: self._timed_graph(t, b, kv), self.consts, kv=kv,
+                capacity=self.config.max_seq, batch=batch, prefill_tokens=self.prefill_tokens,
+                pool_slots=self.config.max_seq * batch, target=(self.backend, self.device))
+        return self._sessions[key]
+
+    def prepare(self, session, prompt_tokens: int) -> None:
+        """Plan and bind the prefill and decode steps before any timing starts."""
+        if prompt_tokens > 1:
+            session.executor(self.prefill_tokens, 1)
+        session.executor(1, session.batch)
+
+    def _timed_graph(self, tokens: int, batch: int, kv: str):
+        t0 = time.perf_counter()
+        g = self.step_graph(tokens, batch, kv)
+        if self.progress:
+            self.progress(f"compiled a {tokens}-token x {batch} step "
+                          f"({len(g.eqns())} eqns) in {time.perf_counter() - t0:.2f} s")
+        return g
+
+    # -- the Python API ------------------------------------------------------------------
+    def tokenize(self, text: str, add_special: bool = True) -> list[int]:
+        return self.tokenizer.encode(text, add_special=add_special)
+
+    def prefill_logits(self, token_ids: Sequence[int]) -> np.ndarray:
+        """Logits [T, vocab] (float32) of a prompt run from an empty cache in one step."""
+        from poot.plan import plan
+        from poot.runtime.executor import Executor
+
+        ids = np.asarray(token_ids, np.int32).reshape(-1)
+        if not 0 < len(ids) <= self.config.max_seq:
+            raise BindError(f"prefill takes 1 to {self.config.max_seq} tokens, got {len(ids)}")
+        g = self.step_graph(len(ids), 1, "dense")
+        ex = Executor(plan(g, (self.backend, self.device)), self.consts)
+        return np.asarray(ex.step({"tokens": ids, "pos": [0]}).result, np.float32)
+
+    def prompt_ids(self, prompt: str, chat: bool = False, system: str | None = None):
+        if not chat:
+            return self.tokenize(prompt)
+        from poot.models.chat import render_chat_for
+
+        msgs = ([{"role": "system", "content": system}] if system else []) + \
+            [{"role": "user", "content": prompt}]
+        return self.tokenize(render_chat_for(self.tokenizer, msgs), add_special=False)
+
+    def generate(self, prompt: str | Sequence[int], *, max_tokens: int = 64,
+                 temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
+                 repetition_penalty: float = 1.0, seed: int | None = None,
+                 stop: Sequence[str] = (), chat: bool = False) -> Iterator[str]:
+        """Stream the continuation of `prompt` as text pieces (stops at EOS, a stop
+        string or max_tokens). Timing lands in `self.stats`."""
+        from poot.models.sampling import Sampler
+
+        ids = list(prompt) if not isinstance(prompt, str) else self.prompt_ids(prompt, chat)
+        room = self.config.max_seq - len(ids)
+        if room <= 0:
+            raise BindError(f"the prompt has {len(ids)} tokens; this model was loaded with "
+                            f"room for {self.config.max_seq} (load with a larger max_seq)")
+        max_tokens = min(max_tokens, room)
+        sampler = Sampler(temperature, top_k, top_p, repetition_penalty, seed)
+        session = self.session()
+        self.prepare(session, len(ids))
+        seq = object()
+        session.open(seq)
+        self.stats = stats = Stats(prompt_tokens=len(ids))
+        stream = self.tokenizer.stream(at_text_start=False)
+        text = ""
+        try:
+            t0 = time.perf_counter()
+            logits = session.prefill(seq, ids)
+            stats.prefill_seconds = time.perf_counter() - t0
+            history = list(ids)
+            t0 = time.perf_counter()
+            for i in range(max_tokens):
+                tok = sampler.sample(logits, history)
+                history.append(tok)
+                stats.generated_tokens += 1
+                if tok in self.tokenizer.stop_ids:
+                    break
+                piece = stream.push(tok)
+                text += piece
+                hit = next((s for s in stop if s and s in text), None)
+                if hit is not None:
+                    cut = text.index(hit) - (len(text) - len(piece))
+                    if cut > 0:
+                        yield piece[:cut]
+                    break
+                if piece:
+                    yield piece
+                if i + 1 < max_tokens:
+                    logits = session.decode({seq: tok})[seq]
+            else:
+                tail = stream.flush()
+                if tail:
+                    yield tail
+            stats.decode_seconds = time.perf_counter() - t0
+        finally:
+            session.close(seq)
+
+    def generate_many(self, prompts: Sequence[str], *, max_tokens: int = 32,
+                      chat: bool = False, **sampling) -> list[str]:
+        """Several prompts at once: each prefilled alone, then decoded together, one
+        token per sequence per step, sharing one paged KV pool."""
+        from poot.models.sampling import Sampler
+
+        session = self.session("paged", batch=len(prompts))
+        seqs = list(range(len(prompts)))
+        ids = [self.prompt_ids(p, chat) for p in prompts]
+        samplers = [Sampler(**sampling) for _ in prompts]
+        out = [[] for _ in prompts]
+        logits = {}
+        for s in seqs:
+            session.open(s)
+        try:
+            for s in seqs:
+                logits[s] = session.prefill(s, ids[s])
+            live = set(seqs)
+            for _ in range(max_tokens):
+                nxt = {}
+                for s in sorted(live):
+                    tok = samplers[s].sample(logits[s], ids[s] + out[s])
+                    if tok in self.tokenizer.stop_ids:
+                        live.discard(s)
+                        continue
+                    out[s].append(tok)
+                    nxt[s] = tok
+                if not nxt:
+                    break
+                logits.update(session.decode(nxt))
+        finally:
+            for s in seqs:
+                session.close(s)
+        return [self.tokenizer.decode(o) for o in out]
+
+
+def load(model: str, backend: str | None = None, *, kv: str = "dense", max_seq: int = 1024,
+         prefill_tokens: int = 32, progress=None) -> Model:
+    """Open `model` ("smollm2", a .gguf file, an HF folder) for the named backend, or
+    the best available one (the reference backend where there is no GPU)."""
+    from poot.backend import select_backend
+    from poot.models.loader import open_model
+    from poot.models.tokenizer import Tokenizer
+
+    ckpt, config = open_model(model, max_seq=max_seq)
+    if ckpt.kind == "gguf":
+        tok = Tokenizer.from_gguf_metadata(ckpt.metadata)
+    else:
+        tok = Tokenizer.from_hf_folder(ckpt.path)
+    b, dev = select_backend(backend)
+    config = replace(config, max_seq=min(config.max_seq, max_seq))
+    return Model(ckpt, config, tok, b, dev, kv=kv, prefill_tokens=prefill_tokens,
+                 progress=progress)
