@@ -52,6 +52,10 @@ def test_reshape_is_an_alias_and_transpose_a_view(four_layers):
     assert {"alias", "view"} <= kinds
     views = [n.out for n in p.notes if n.kind == "view"]
     assert all(v.strides is not None for v in views)
+    # rope's second half: a Slice read in place, at an offset into its operand's bytes
+    halves = [n for n in p.notes if n.kind == "view" and isinstance(n.eqn.op, O.Slice)
+              and n.eqn.op.start > 0]
+    assert halves and all(n.out.offset % 256 for n in halves)
     # a linear's W^T reaches its MatMul as a strided view of the weight buffer itself
     mm = [s for s in p.steps if isinstance(s.eqn.op, O.MatMul) and
           s.inputs[1].region.startswith("w:")]
