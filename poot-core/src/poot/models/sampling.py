@@ -47,18 +47,17 @@ class Sampler:
         if self.greedy:
             return int(np.argmax(scores))
         scores = scores / self.temperature
-        order = np.argsort(-scores, kind="stable")  # best first, lower id first on ties
-        if self.top_k:
-            order = order[: self.top_k]
-        kept = scores[order]
-        probs = np.exp(kept - kept[0])
+        if self.top_k and self.top_k < scores.size:
+            ids = np.argpartition(-scores, self.top_k - 1)[: self.top_k]  # O(vocab), unordered
+        else:
+            ids = np.arange(scores.size)
+        kept = scores[ids]
+        probs = np.exp(kept - kept.max())
         probs /= probs.sum()
         if self.top_p < 1:
-            # keep the shortest best-first prefix whose mass reaches top_p (at least one token)
-            keep = int(np.searchsorted(np.cumsum(probs), self.top_p)) + 1
-            order, probs = order[:keep], probs[:keep] / probs[:keep].sum()
+            ids, probs = _nucleus(ids, probs, self.top_p)
         pick = int(np.searchsorted(np.cumsum(probs), self.rng.random(), side="right"))
-        return int(order[min(pick, len(order) - 1)])
+        return int(ids[min(pick, len(ids) - 1)])
 
     def sample_batch(self, logits: np.ndarray,
                      histories: Sequence[Sequence[int]] | None = None) -> np.ndarray:
@@ -84,6 +83,23 @@ def _checked_row(logits: np.ndarray) -> np.ndarray:
     if np.isneginf(scores).all():
         raise SamplingError("every logit is -inf; no token can be chosen")
     return scores
+
+
+def _nucleus(ids: np.ndarray, probs: np.ndarray, top_p: float):
+    """The shortest best-first run of `ids` whose probability reaches top_p, renormalized.
+
+    Sorting a whole vocabulary costs milliseconds, so it sorts only the best `size` ids and
+    widens that window until it holds the run (the run is a prefix of the sorted order)."""
+    size = 64
+    while True:
+        size = min(size, len(ids))
+        head = np.argpartition(-probs, size - 1)[:size] if size < len(ids) else np.arange(size)
+        head = head[np.argsort(-probs[head], kind="stable")]
+        mass = np.cumsum(probs[head])
+        if mass[-1] >= top_p or size == len(ids):
+            chosen = head[: min(int(np.searchsorted(mass, top_p)) + 1, size)]
+            return ids[chosen], probs[chosen] / probs[chosen].sum()
+        size *= 8
 
 
 def _penalize(scores: np.ndarray, history: Sequence[int], penalty: float) -> np.ndarray:
