@@ -93,3 +93,18 @@ def test_broken_logits_are_refused(logits):
         Sampler(repetition_penalty=1.3).sample(logits, history=[50])
     with pytest.raises(SamplingError):
         Sampler().sample_batch(logits)
+
+
+def test_top_p_window_equals_sorting_everything():
+    from poot.models.sampling import _nucleus
+
+    rng = np.random.default_rng(12)
+    probs = np.exp(rng.standard_normal(5000) * 2)
+    probs /= probs.sum()
+    ids = rng.permutation(5000)
+    order = np.argsort(-probs, kind="stable")
+    for top_p in (0.05, 0.5, 0.9, 0.999):
+        keep = int(np.searchsorted(np.cumsum(probs[order]), top_p)) + 1
+        kept_ids, kept_probs = _nucleus(ids, probs, top_p)
+        assert kept_ids.tolist() == ids[order[:keep]].tolist()
+        np.testing.assert_allclose(kept_probs, probs[order[:keep]] / probs[order[:keep]].sum())
