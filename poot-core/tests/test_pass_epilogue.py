@@ -77,3 +77,14 @@ def test_whole_pipeline_agrees_on_the_mlp():
     validate(g, compiled.graph, seed=11)
     assert Counter(e.op.name for e in compiled.graph.eqns()) == Counter(
         {"FusedRow": 1, "ContractionEpilogue": 2, "DenseContraction": 1})
+
+
+def test_head_the_target_cannot_lower_keeps_its_chain():
+    from poot.backend import get_backend
+    from poot.compiler import LimitedBackend
+
+    g = poot.trace(lambda a, b: ops.tanh(ops.matmul(a, b)), poot.spec((4, 8)),
+                   poot.spec((8, 5)))
+    target = (LimitedBackend(get_backend("reference"), {"MatMul"}), None)
+    out, rec = validated_pass(g, "epilogue", target)
+    assert not epilogues(out) and "does not lower MatMul" in rec.decisions[0].reason

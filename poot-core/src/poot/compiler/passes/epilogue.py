@@ -49,7 +49,9 @@ def run(graph, ctx):
         op = ContractionEpilogue(head.op, len(head.inputs),
                                  body_graph(view, body, [head.out] + extras, "epilogue"))
         args = list(head.inputs) + extras
-        refused = ctx.refusal(op, args, body[-1], view)
+        # the table's ContractionEpilogue entry covers the body; the head is asked apart
+        refused = ctx.refusal(head.op, head.inputs, head, view) or \
+            ctx.refusal(op, args, body[-1], view)
         if refused:
             ctx.record.kept("ContractionEpilogue", head.out, f"target refuses: {refused}")
             continue
