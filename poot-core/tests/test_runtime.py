@@ -17,27 +17,27 @@ def test_dense_decode_matches_the_oracle_bit_for_bit():
     c, step, consts = decoder(layers=2, kv="dense")
     ex = Executor(plan(step.graph, "reference"), consts)
     assert isinstance(ex.runtime, Runtime) and isinstance(ex.executable, Executable)
-    oracle = OracleStepper(step.graph, consts)
     tokens = np.random.default_rng(1).integers(0, c.vocab, 6)
-    for pos, tok in enumerate(tokens):
-        slots = {"tokens": [tok], "pos": [pos]}
-        np.testing.assert_array_equal(ex.step(slots).result, oracle.step(slots))
-    for name, want in oracle.state.items():
-        np.testing.assert_array_equal(ex.read_state(name), want)
+    _same_as_oracle(ex, OracleStepper(step.graph, consts),
+                    [{"tokens": [tok], "pos": [pos]} for pos, tok in enumerate(tokens)])
 
 
 def test_paged_decode_matches_the_oracle_bit_for_bit():
     c, step, consts = decoder(layers=2, kv="paged", batch=2, pool_slots=48)
     ex = Executor(plan(step.graph, "reference"), consts)
-    oracle = OracleStepper(step.graph, consts)
     rng = np.random.default_rng(2)
     # two sequences: rows 0 and 1 take pool slots from two shuffled halves of the pool
     slots_of = rng.permutation(48).reshape(2, 24).astype(np.int32)
-    for pos in range(5):
-        smap = np.zeros((2, c.max_seq), np.int32)
-        smap[:, :24] = slots_of
-        slots = {"tokens": rng.integers(0, c.vocab, (2, 1)), "pos": [[pos], [pos]],
-                 "write_map": slots_of[:, pos], "slot_map": smap}
+    smap = np.zeros((2, c.max_seq), np.int32)
+    smap[:, :24] = slots_of
+    _same_as_oracle(ex, OracleStepper(step.graph, consts),
+                    [{"tokens": rng.integers(0, c.vocab, (2, 1)), "pos": [[pos], [pos]],
+                      "write_map": slots_of[:, pos], "slot_map": smap} for pos in range(5)])
+
+
+def _same_as_oracle(ex, oracle, steps) -> None:
+    """Every step's result and the final state, bit for bit."""
+    for slots in steps:
         np.testing.assert_array_equal(ex.step(slots).result, oracle.step(slots))
     for name, want in oracle.state.items():
         np.testing.assert_array_equal(ex.read_state(name), want)
