@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from poot.compiler.view import GraphView, NoMatch
 from poot.ir.graph import Eqn, Graph
 from poot.ir.ops import Cast, PackedDequant, Reshape, Transpose
-from poot.ir.types import ValueId
+from poot.ir.types import StorageClass, ValueId
 
 MOVES = (Transpose, Reshape, Cast)
 
@@ -115,5 +115,14 @@ def run_matchers(graph: Graph, ctx, matchers: dict) -> Graph:
             continue
         gone = removable(view, m.steps, m.consumer) + m.extra
         rw.replace(m.root, m.op, m.args, gone)
-        ctx.record.rewrote(m.op.name, m.root.out, f"{len(gone) + 1} eqns -> {m.op!r}")
+        ctx.record.rewrote(m.op.name, m.root.out, f"{len(gone) + 1} eqns -> {m.op!r} on "
+                           f"{weight_label(view, m.args)}")
     return rw.commit()
+
+
+def weight_label(view: GraphView, args) -> str:
+    """The checkpoint tensor a contraction reads, for the report."""
+    for a in args:
+        if view.storage(a) is StorageClass.CONST:
+            return f"{view.graph.meta(a).identity.label or repr(a)} {view.type_of(a)}"
+    return "a computed weight"
