@@ -26,9 +26,9 @@ def check_graph(t: "_Tables") -> None:
         if meta.storage.cls is StorageClass.COMPUTED and t.computed.get(vid) is None:
             raise GraphError(f"computed value {vid!r} has no generator")
         defined.add(vid)
-    slot_ids = [v for v, _ in t.slots]
-    want_slots = [v for v in t.inputs if t.values[v].storage.cls is StorageClass.SLOT]
-    if slot_ids != want_slots:
+    want_slots = [(v, t.values[v].storage.slot) for v in t.inputs
+                  if t.values[v].storage.cls is StorageClass.SLOT]
+    if list(t.slots) != want_slots:
         raise GraphError("the slots table does not match the Slot binders")
 
     for i, e in enumerate(t.eqns):
