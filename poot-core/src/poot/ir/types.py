@@ -24,8 +24,8 @@ class ValueId:
     index: int
 
     def __post_init__(self):
-        if type(self.index) is not int or self.index < 0:
-            raise TypeError(f"ValueId wraps a non-negative int, got {self.index!r}")
+        if type(self.index) is not int or not 0 <= self.index < 2 ** 32:
+            raise TypeError(f"ValueId wraps a u32 (an int in [0, 2**32)), got {self.index!r}")
 
     def __repr__(self) -> str:
         return f"%{self.index}"
