@@ -359,6 +359,11 @@ def test_check_refuses_two_results_and_tables_out_of_step():
     d.slots.clear()
     with pytest.raises(GraphError, match="slots table does not match the Slot binders"):
         d.commit()
+    d = g2.edit()
+    vid, slot = d.slots[0]
+    d.slots[0] = (vid, type(slot)(slot.kind, 99))  # same binder, another bound than its meta
+    with pytest.raises(GraphError, match="slots table does not match the Slot binders"):
+        d.commit()
 
 
 # -- GraphEdit refusals ----------------------------------------------------------------
@@ -458,6 +463,9 @@ def test_value_id_refuses_non_ints_and_is_not_an_index():
         ValueId(-1)
     with pytest.raises(TypeError):
         ValueId(True)
+    with pytest.raises(TypeError, match="u32"):
+        ValueId(2 ** 32)
+    assert ValueId(2 ** 32 - 1).index == 2 ** 32 - 1
     with pytest.raises(TypeError, match="a ValueId is not an integer index"):
         [1, 2, 3][ValueId(1)]
     assert ValueId(3) == ValueId(3) and ValueId(3) != 3 and repr(ValueId(3)) == "%3"

@@ -268,4 +268,5 @@ def test_random_graphs_round_trip_and_evaluate_the_same(data):
     rng = np.random.default_rng(len(g.eqns()))
     ins = [rng.standard_normal(g.type_of(v).shape).astype(np.float32) for v in g.inputs()]
     for x, y in zip(poot.evaluate(g, ins), poot.evaluate(g2, ins), strict=True):
-        np.testing.assert_array_equal(x.reshape(-1).view(np.uint8), y.reshape(-1).view(np.uint8))
+        np.testing.assert_array_equal(np.ascontiguousarray(x).reshape(-1).view(np.uint8),
+                                      np.ascontiguousarray(y).reshape(-1).view(np.uint8))

@@ -36,7 +36,8 @@ def ev(op, *args):
     copies = [a.copy() for a in arrays]
     (out,) = poot.evaluate(g, arrays)
     for a, c in zip(arrays, copies, strict=True):  # the oracle never writes its inputs
-        np.testing.assert_array_equal(a.reshape(-1).view(np.uint8), c.reshape(-1).view(np.uint8))
+        np.testing.assert_array_equal(np.ascontiguousarray(a).reshape(-1).view(np.uint8),
+                                      c.reshape(-1).view(np.uint8))
     assert out.dtype == g.type_of(g.result()).dtype.numpy
     assert out.shape == g.type_of(g.result()).shape
     return out
