@@ -139,3 +139,36 @@ def test_the_spec_decode_attention_layer():
     # Pos + Iota, its reshape, the mask (Ge, Select) as one region, then one Attention
     assert [e.op.name for e in compiled.graph.eqns()] == ["Binary", "Reshape", "Fused",
                                                           "Attention"]
+
+
+def test_packed_moe_block():
+    """A top-2 MoE FFN over a Q8_0 expert stack: the router, then one indexed packed
+    contraction per routing slot, weighted and summed; the oracle agrees."""
+    from poot import ops
+    from poot.formats import PackedWeight
+
+    t, d, e, n = 4, 32, 4, 16
+    experts = PackedWeight("gguf:Q8_0", (e * n, d))
+    src_specs = [poot.spec(s.type.shape, s.type.dtype, name=f"experts.{s.role}")
+                 for s in experts.sources()]
+
+    def block(x, router, *src):
+        ids, weights = ops.moe_route(ops.linear(x, router), 2)
+        stack = ops.transpose(ops.reshape(ops.PackedTensor(experts, src).dequant(), (e, n, d)),
+                              (0, 2, 1))
+        out = None
+        for j in range(2):
+            idx = ops.reshape(ops.slice_axis(ids, 1, j, j + 1), (t,))
+            y = ops.mul(ops.indexed_matmul(x, stack, idx), ops.slice_axis(weights, 1, j, j + 1))
+            out = y if out is None else ops.add(out, y)
+        return out
+
+    g = poot.trace(block, poot.spec((t, d), name="x"), poot.spec((e, d), "bf16", name="router"),
+                   *src_specs)
+    compiled = poot.compile(g, "reference")
+    validate(g, compiled.graph, seed=4)
+    ops_after = Counter(e.op.name for e in compiled.graph.eqns())
+    assert ops_after["IndexedPackedContraction"] == 0 and ops_after["ContractionEpilogue"] == 2
+    heads = [q.op.head.name for q in compiled.graph.eqns() if q.op.name == "ContractionEpilogue"]
+    assert heads == ["IndexedPackedContraction"] * 2
+    assert "PackedDequant" not in ops_after and "IndexedMatMul" not in ops_after

@@ -11,28 +11,30 @@ from poot.compiler.validate import validated_pass
 from poot.ir.types import SlotKind
 
 
-def attention_graph(lead, hq, hkv, t, s, d, window=None, scale=None, witness_probs=False):
+def attention_graph(lead, hq, hkv, t, s, d, window=None, scale=None, witness_probs=False,
+                    dtype="f32"):
     def fn(q, k, v, pos):
-        mask = ops.causal_mask(pos, t, s, window)
+        mask = ops.causal_mask(pos, t, s, window, dtype=q.dtype)
         if witness_probs:  # the softmax read outside: the chain must stay
             ops.witness(ops.softmax(q), "probs")
         return ops.attention_masked(q, k, v, mask, scale)
 
-    return poot.trace(fn, poot.spec(lead + (hq, t, d), name="q"),
-                      poot.spec(lead + (hkv, s, d), name="k"),
-                      poot.spec(lead + (hkv, s, d), name="v"),
+    return poot.trace(fn, poot.spec(lead + (hq, t, d), dtype, name="q"),
+                      poot.spec(lead + (hkv, s, d), dtype, name="k"),
+                      poot.spec(lead + (hkv, s, d), dtype, name="v"),
                       poot.spec((1,), "i32", name="pos", kind="slot", slot=SlotKind.POS,
                                 bound=s - t + 1))
 
 
-@pytest.mark.parametrize("lead,hq,hkv,t,s,d,window", [
-    ((), 4, 4, 1, 16, 8, None),       # decode, MHA
-    ((), 6, 2, 1, 24, 16, None),      # decode, GQA 3:1
-    ((), 4, 2, 5, 12, 8, None),       # prefill, GQA
-    ((2,), 4, 1, 3, 8, 4, 4),         # batched, MQA, sliding window
+@pytest.mark.parametrize("lead,hq,hkv,t,s,d,window,dtype", [
+    ((), 4, 4, 1, 16, 8, None, "f32"),       # decode, MHA
+    ((), 6, 2, 1, 24, 16, None, "f32"),      # decode, GQA 3:1
+    ((), 4, 2, 5, 12, 8, None, "f32"),       # prefill, GQA
+    ((2,), 4, 1, 3, 8, 4, 4, "f32"),         # batched, MQA, sliding window
+    ((), 4, 2, 3, 8, 8, None, "bf16"),       # bf16 prefill, GQA
 ])
-def test_attention_rewrite(lead, hq, hkv, t, s, d, window):
-    g = attention_graph(lead, hq, hkv, t, s, d, window)
+def test_attention_rewrite(lead, hq, hkv, t, s, d, window, dtype):
+    g = attention_graph(lead, hq, hkv, t, s, d, window, dtype=dtype)
     out, rec = validated_pass(g, "attention", seed=t + s)
     att = [e for e in out.eqns() if e.op.name == "Attention"]
     assert len(att) == 1 and rec.rewrites == 1
