@@ -56,25 +56,34 @@ def mul(a, b) -> Expr:
     return a * b
 
 
+def _pow2(c: int | None) -> int | None:
+    return c.bit_length() - 1 if c is not None and c > 0 and c & (c - 1) == 0 else None
+
+
 def div(a, b) -> Expr:
-    """Integer division of non-negative indices."""
+    """Integer division of non-negative indices (by a power of two: a shift)."""
     a, b = i32(a), i32(b)
     ca, cb = _c(a), _c(b)
     if ca is not None and cb is not None:
         return i32(ca // cb)
     if cb == 1:
         return a
+    if _pow2(cb) is not None:
+        return Bin(BinaryOp.Shr, a, i32(_pow2(cb)))
     return Bin(BinaryOp.Div, a, b)
 
 
 def mod(a, b) -> Expr:
-    """Remainder of non-negative indices (the IR has no Rem: a - (a / b) * b)."""
+    """Remainder of non-negative indices (the IR has no Rem: a - (a / b) * b; by a power
+    of two: a mask)."""
     a, b = i32(a), i32(b)
     ca, cb = _c(a), _c(b)
     if ca is not None and cb is not None:
         return i32(ca % cb)
     if cb == 1:
         return i32(0)
+    if _pow2(cb) is not None:
+        return Bin(BinaryOp.And, a, i32(cb - 1))
     return sub(a, mul(div(a, b), b))
 
 
