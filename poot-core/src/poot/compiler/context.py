@@ -7,7 +7,8 @@ from poot.capability import CapabilityTable
 from poot.compiler.policy import Policy
 from poot.compiler.report import PassRecord
 from poot.compiler.view import GraphView
-from poot.ir.graph import Eqn, Operand
+from poot.errors import PootError
+from poot.ir.graph import Eqn, Lit, Operand, Value
 from poot.ir.ops import OpKind
 
 
@@ -20,9 +21,6 @@ class PassContext:
     def refusal(self, op: OpKind, inputs: list[Operand], out: Eqn, view: GraphView) -> str | None:
         """Why `op(inputs)` cannot stand in for `out` here (its type differs, or the target
         cannot lower it), or None when it can."""
-        from poot.errors import PootError
-        from poot.ir.graph import Lit, Value
-
         types = [x.type if isinstance(x, Lit) else
                  view.type_of(x.id if isinstance(x, Value) else x) for x in inputs]
         want = view.type_of(out.out)

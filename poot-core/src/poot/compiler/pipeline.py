@@ -25,7 +25,8 @@ from poot.compiler.policy import Policy, PolicyError
 from poot.compiler.report import CompileReport, PassRecord
 from poot.ir.graph import Graph
 
-#: (name, run) in order. collectives refuses first; dce runs first and last.
+#: (name, run) in order: refuse collectives, clean up (dce, cse), find the chains
+#: (selection before attention, which it contains), then contractions, epilogues, regions.
 PASSES = [
     ("collectives", collectives.run),
     ("dce", dce.run),
