@@ -20,8 +20,11 @@ def add_parser(sub):
 
 
 def pytest_argv(args) -> list[str]:
+    # poot is imported before pytest starts, so pytest cannot rewrite its asserts (the
+    # suite's messages are explicit): silence that one warning
     argv = ["--pyargs", "poot.conformance", "--poot-backend", args.backend,
-            "--poot-device", str(args.device), "-q", "-p", "no:cacheprovider"]
+            "--poot-device", str(args.device), "-q", "-p", "no:cacheprovider",
+            "-W", "ignore::pytest.PytestAssertRewriteWarning"]
     if args.support:
         argv += ["--poot-support", args.support.format(name=args.backend)]
     if args.perf:
