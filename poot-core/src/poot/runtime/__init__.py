@@ -3,6 +3,9 @@
 `Runtime`, `Buffer`, `Executable` (protocol.py) are the contract a backend implements.
 `Executor(plan, consts)` (executor.py) binds weights once through a `WeightCache`,
 rewrites slots in place after checking them, keeps donated state, and runs steps.
+`ReferenceRuntime` (reference.py) is the reference backend's Runtime (numpy buffers).
+`BlockAllocator` / `DenseCache` (kv.py) hand out KV cache rows per sequence, and
+`Session` (session.py) prefills and decodes sequences through plans of one graph builder.
 """
 from __future__ import annotations
 
@@ -15,6 +18,8 @@ _LAZY = {
     "WeightCache": "poot.runtime.weights",
     "StateStore": "poot.runtime.executor",
     "BlockAllocator": "poot.runtime.kv",
+    "DenseCache": "poot.runtime.kv",
+    "Session": "poot.runtime.session",
     "ReferenceRuntime": "poot.runtime.reference",
 }
 
