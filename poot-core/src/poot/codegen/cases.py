@@ -248,6 +248,7 @@ def matmul_cases() -> list[Case]:
         _matmul((3, 20, 33), (3, 33, 17)), _matmul((18, 7), (7, 40)),
         _matmul((2, 1, 6, 9), (3, 9, 5)), _matmul((20, 33), (33, 17), BF16),
         _matmul((5, 8), (8, 3), I32), _matmul((1, 64), (64, 64), F16),
+        _matmul((70, 33), (33, 90)), _matmul((2, 64, 16), (2, 16, 64), BF16),
         Case("indexed-matmul", IndexedMatMul(), (x, w, idx),
              makers(normal(x), normal(w), ints(idx, 0, 3)), 1e-10),
     ]
@@ -363,6 +364,7 @@ def contraction_cases() -> list[Case]:
     return [
         _dense((1,), 20, 64, BF16), _dense((2, 9), 20, 63, BF16), _dense((2, 9), 20, 63, F16),
         _dense((3,), 17, 63, F32), _dense((3,), 20, 64, U32), _dense((1,), 33, 130, F16),
+        _dense((2, 40), 70, 47, BF16),
         Case("grouped-dense", GroupedDenseContraction(3), (ga, gw),
              makers(normal(ga), normal(gw)), 1e-10),
         Case("dense-row-gather", DenseRowGather(), (tab, ids),

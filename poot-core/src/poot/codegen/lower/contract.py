@@ -166,31 +166,46 @@ def _gemv_elements(kb, p: Problem, lane, b, n, ms, accs):
 
 
 def gemm_kernel(p: Problem, kb_factory, declare):
-    grid = (-(-p.n // TILE), -(-p.m // TILE), p.batch)
+    """16x16 threads, each computing R x R outputs (rows ty + 16i, columns tx + 16j) of a
+    16R x 16R tile; operands staged through shared tiles of 16 along K, rows padded to 17
+    words so the threads of a warp read distinct banks. R = 4 once M fills the tile."""
+    r = 4 if p.m >= 4 * TILE else 1
+    edge, pitch = TILE * r, TILE + 1
+    grid = (-(-p.n // edge), -(-p.m // edge), p.batch)
     kb = kb_factory(grid, (TILE, TILE))
     declare(kb)
-    sa = kb.shared("tile_a", p.acc, TILE * TILE)
-    sw = kb.shared("tile_w", p.acc, TILE * TILE)
-    tx, ty = local_id(0), local_id(1)
-    b = group_id(2)
-    m = kb.let("m", ix.add(ix.mul(group_id(1), TILE), ty))
-    n = kb.let("n", ix.add(ix.mul(group_id(0), TILE), tx))
-    wrow = kb.let("wrow", ix.add(ix.mul(group_id(0), TILE), ty))   # the w row this thread stages
-    acc = kb.var("acc", p.zero())
+    sa = kb.shared("tile_a", p.acc, edge * pitch)
+    sw = kb.shared("tile_w", p.acc, edge * pitch)
+    tx, ty, b = local_id(0), local_id(1), group_id(2)
+    m0 = kb.let("m0", ix.mul(group_id(1), edge))
+    n0 = kb.let("n0", ix.mul(group_id(0), edge))
+    accs = [[kb.var("acc", p.zero()) for _ in range(r)] for _ in range(r)]
     with kb.for_("k0", 0, p.k, TILE) as k0:
-        k = kb.let("k", ix.add(k0, tx))
-        k_ok = ix.lt(k, i32(p.k))
-        kc = ix.minimum(k, i32(p.k - 1))
-        a_ok = ix.both(ix.lt(m, i32(p.m)), k_ok)
-        a_val = p.a(b, ix.minimum(m, i32(p.m - 1)), kc)
-        kb.store(sa, ix.add(ix.mul(ty, TILE), tx), Sel(a_ok, a_val, p.zero()))
-        w_ok = ix.both(ix.lt(wrow, i32(p.n)), k_ok)
-        w_val = p.w(b, None, ix.minimum(wrow, i32(p.n - 1)), kc)
-        kb.store(sw, ix.add(ix.mul(ty, TILE), tx), Sel(w_ok, w_val, p.zero()))
+        for u in range(r):   # each thread stages r elements of each tile, coalesced along K
+            e = ix.add(local_index(), TILE * TILE * u)
+            row, kk = kb.let("row", ix.div(e, TILE)), kb.let("kk", ix.mod(e, TILE))
+            k = kb.let("k", ix.add(k0, kk))
+            kc = ix.minimum(k, i32(p.k - 1))
+            slot = ix.add(ix.mul(row, pitch), kk)
+            for tile, base, size, value in ((sa, m0, p.m, lambda x, kc=kc: p.a(b, x, kc)),
+                                            (sw, n0, p.n, lambda x, kc=kc: p.w(b, None, x, kc))):
+                at = ix.add(base, row)
+                ok = ix.both(ix.lt(at, i32(size)), ix.lt(k, i32(p.k)))
+                kb.store(tile, slot, Sel(ok, value(ix.minimum(at, i32(size - 1))), p.zero()))
         kb.barrier()
         with kb.for_("j", 0, TILE) as j:
-            kb.assign(acc, acc + sa[ix.add(ix.mul(ty, TILE), j)] * sw[ix.add(ix.mul(tx, TILE), j)])
+            a_vals = [kb.let("a", sa[ix.add(ix.mul(ix.add(ty, TILE * i), pitch), j)])
+                      for i in range(r)]
+            w_vals = [kb.let("w", sw[ix.add(ix.mul(ix.add(tx, TILE * jj), pitch), j)])
+                      for jj in range(r)]
+            for i in range(r):
+                for jj in range(r):
+                    kb.assign(accs[i][jj], accs[i][jj] + a_vals[i] * w_vals[jj])
         kb.barrier()
-    with kb.if_(ix.both(ix.lt(m, i32(p.m)), ix.lt(n, i32(p.n)))):
-        p.store(kb, b, m, n, acc)
+    for i in range(r):
+        for jj in range(r):
+            m = kb.let("m", ix.add(m0, ix.add(ty, TILE * i)))
+            n = kb.let("n", ix.add(n0, ix.add(tx, TILE * jj)))
+            with kb.if_(ix.both(ix.lt(m, i32(p.m)), ix.lt(n, i32(p.n)))):
+                p.store(kb, b, m, n, accs[i][jj])
     return kb.finish()
