@@ -66,16 +66,22 @@ def check_slot(graph: Graph, vid: ValueId, a: np.ndarray, what: str) -> None:
     lo, hi = slot.valid_range()
     if a.size == 0 or (lo is None and hi is None):  # a role without a range (any value)
         return
-    vals = a.astype(np.int64)
+    # float roles (sampler inputs) are compared as floats, not truncated; NaN lies nowhere
+    vals = a.astype(np.float64) if a.dtype.kind not in "iu" else a.astype(np.int64)
     if slot.kind.allows_negative_one:
         vals = vals[vals != -1]
         if vals.size == 0:
             return
-    if (lo is not None and vals.min() < lo) or (hi is not None and vals.max() >= hi):
+    inside = np.ones(vals.shape, bool)
+    if lo is not None:
+        inside &= vals >= lo
+    if hi is not None:
+        inside &= vals < hi
+    if not inside.all():
         raise SlotRangeError(f"{what}: {slot.kind.label} slot values must lie in "
                              f"[{lo}, {hi if hi is not None else '..'})"
                              f"{' or be -1' if slot.kind.allows_negative_one else ''}; "
-                             f"got [{int(vals.min())}, {int(vals.max())}]")
+                             f"got [{vals.min()}, {vals.max()}]")
 
 
 def bind_inputs(graph: Graph, inputs) -> dict[ValueId, np.ndarray]:
