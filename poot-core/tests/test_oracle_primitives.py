@@ -503,6 +503,17 @@ def test_bind_errors_name_the_input_and_the_fix(rand):
     assert issubclass(SlotRangeError, BindError) and issubclass(BindError, PootError)
 
 
+def test_float_slot_roles_are_range_checked_as_floats():
+    k = SlotKind.declare("TestSamplerTemperature", F32, 0, 2, owner="tests")
+    g = poot.trace(lambda t: poot.ops.mul(t, 2.0),
+                   poot.spec((2,), "f32", name="temp", kind="slot", slot=k))
+    np.testing.assert_array_equal(poot.evaluate(g, [f32([0.0, 1.5])])[0], [0, 3])
+    for bad in ([-0.5, 1.0], [1.0, 2.0], [np.nan, 1.0]):  # -0.5 is not truncated to 0
+        with pytest.raises(SlotRangeError, match=r"TestSamplerTemperature slot values must lie "
+                                                 r"in \[0, 2\)"):
+            poot.evaluate(g, [f32(bad)])
+
+
 def test_an_ambiguous_input_name_is_refused(rand):
     g = poot.trace(poot.ops.add, poot.spec((2,), name="x"), poot.spec((2,), name="x"))
     with pytest.raises(BindError, match=r"input name 'x' names 2 inputs \[%0, %1\]; bind them "
