@@ -13,8 +13,8 @@ from poot.ir import ops as O
 from poot.ir.graph import Lit
 from poot.ir.types import TensorType
 from poot.reference.evaluate import apply
+from poot_wgpu.exprcheck import assert_bits_equal, assert_close
 from poot_wgpu.launch import run_lowering
-from wgpu_exprcheck import assert_bits_equal, assert_close
 
 D = DType
 T = TensorType

@@ -5,7 +5,7 @@ from poot.codegen.expr import Bin, Bitcast, Cast, Const, Sel, Un
 from poot.dtypes import DType
 from poot.errors import DtypeLowering
 from poot.ir.ops.elementwise import BinaryOp, UnaryOp
-from wgpu_exprcheck import assert_bits_equal, assert_close, inputs_for, load, run_exprs
+from poot_wgpu.exprcheck import assert_bits_equal, assert_close, inputs_for, load, run_exprs
 
 N = 300
 D = DType

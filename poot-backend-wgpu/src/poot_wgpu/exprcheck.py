@@ -6,6 +6,7 @@ from poot.codegen.builder import KernelBuilder
 from poot.codegen.expr import Expr, Load, evaluate, ge, i32
 from poot.codegen.program import Access, global_id
 from poot.dtypes import DType
+
 from poot_wgpu.launch import run_kernels
 
 WORKGROUP = 64
