@@ -111,6 +111,24 @@ def test_contraction_epilogue_bf16_rounds_the_head_first(rand):
     np.testing.assert_array_equal(got, want)
 
 
+def test_contraction_epilogue_with_a_dense_contraction_head(rand):
+    n, k = 5, 8
+    w16 = rand((n, k), F16)
+    words = np.frombuffer(w16.astype("<f2").tobytes(), "<u4").reshape(n, k // 2).copy()
+    body = region([T((3, n)), T((n,))], lambda b, h, bias: b.eqn(
+        O.Unary(O.UnaryOp.Tanh), b.eqn(ADD, h, bias)))
+    op = O.ContractionEpilogue(O.DenseContraction(), 2, body)
+    a, bias = rand((3, k)), rand((n,))
+    types = [T(a.shape), T(words.shape, U32), T(bias.shape)]
+    assert op.infer(types) == T((3, n))
+    b = Builder("epi", compiler=True)
+    refs = [b.const(t, f"a{i}") for i, t in enumerate(types)]
+    b.result(b.eqn(op, *refs))
+    (got,) = poot.evaluate(b.finish(), [a, words, bias])
+    want = np.tanh(a.astype(np.float64) @ w16.astype(np.float64).T + bias)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
 # -- attention ------------------------------------------------------------------------------
 @pytest.mark.parametrize("hq,hkv,t,s,window", [(4, 4, 1, 7, None), (4, 2, 3, 9, None),
                                                (6, 2, 4, 12, 5), (3, 1, 2, 5, 2)])
