@@ -165,13 +165,14 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
             p = f"blk.{i}."
             h = ops.rms_norm(x, declare(p + "attn_norm.weight"), c.norm_eps)
 
-            def proj(name, heads):
+            def proj(name, heads, h=h, p=p):
                 bias = declare(p + name + ".bias") if c.qkv_bias else None
                 y = ops.linear(h, declare(p + name + ".weight"), bias)
                 y = ops.reshape(y, (b, t, heads, c.head_dim))
                 return _to_half_layout(y) if c.rope_layout == "pairs" and name != "attn_v" else y
 
-            q, k, v = proj("attn_q", c.heads), proj("attn_k", c.kv_heads), proj("attn_v", c.kv_heads)
+            q = proj("attn_q", c.heads)
+            k, v = proj("attn_k", c.kv_heads), proj("attn_v", c.kv_heads)
             qpos = rope_pos if kv == "paged" else ops.reshape(rope_pos, (1, t))
             q = ops.rope_partial(q, cos, sin, qpos, c.rot, tokens_first=True)
             k = ops.rope_partial(k, cos, sin, qpos, c.rot, tokens_first=True)
@@ -255,7 +256,7 @@ class ArrayWeights:
     def add_packed(self, name: str, weight: PackedWeight, sources: list[np.ndarray]) -> None:
         roles = [s.role for s in weight.sources()]
         refs = []
-        for role, arr in zip(roles, sources):
+        for role, arr in zip(roles, sources, strict=True):
             label = name if len(roles) == 1 else f"{name}:{role}"
             refs.append(WeightRef(self.checkpoint, label, payload=_payload(arr),
                                   format=weight.format))
@@ -286,8 +287,9 @@ def random_weights(config: LlamaConfig, seed: int = 0, dtype: str = "f32",
         if packed_format:
             fmt = get_format(packed_format)
             w.add_packed(name, PackedWeight(packed_format, m.shape), list(fmt.quantize(m)))
-        elif dtype == "f16words":
-            w.add_dense(name, np.ascontiguousarray(m.astype("<f2")).view("<u4"))
+        elif dtype == "f16words":  # f16 kept as u32 words, decoded by the built-in format
+            words = np.ascontiguousarray(m.astype("<f2")).view("<u4")
+            w.add_packed(name, PackedWeight("dense:f16words", m.shape), [words])
         else:
             w.add_dense(name, m.astype(DType.parse(dtype).numpy))
 

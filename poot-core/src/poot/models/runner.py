@@ -56,13 +56,13 @@ class Model:
 
     # -- graphs -----------------------------------------------------------------------
     def step_graph(self, tokens: int, batch: int = 1, kv: str | None = None,
-                   logits: str = "all", compiled: bool = True):
-        """The traced (and, by default, compiled) graph of one step."""
+                   logits: str = "all", compiled: bool = True, pool: int | None = None):
+        """The traced (and, by default, compiled) graph of one step. `pool` is the paged
+        KV pool's size in token slots (shared by every plan of one session)."""
         import poot
         from poot.models.llama import build_decoder
 
         kv = kv or self.kv
-        pool = self.config.max_seq * batch if kv == "paged" else None
         step = build_decoder(self.config, self.weights, tokens=tokens, batch=batch, kv=kv,
                              logits=logits, pool_slots=pool)
         self.consts.update(step.consts)
@@ -77,10 +77,11 @@ class Model:
         kv = kv or self.kv
         key = (kv, batch)
         if key not in self._sessions:
+            pool = self.config.max_seq * batch
             self._sessions[key] = Session(
-                lambda t, b: self._timed_graph(t, b, kv), self.consts, kv=kv,
+                lambda t, b: self._timed_graph(t, b, kv, pool), self.consts, kv=kv,
                 capacity=self.config.max_seq, batch=batch, prefill_tokens=self.prefill_tokens,
-                pool_slots=self.config.max_seq * batch, target=(self.backend, self.device))
+                pool_slots=pool, target=(self.backend, self.device))
         return self._sessions[key]
 
     def prepare(self, session, prompt_tokens: int) -> None:
@@ -89,9 +90,9 @@ class Model:
             session.executor(self.prefill_tokens, 1)
         session.executor(1, session.batch)
 
-    def _timed_graph(self, tokens: int, batch: int, kv: str):
+    def _timed_graph(self, tokens: int, batch: int, kv: str, pool: int):
         t0 = time.perf_counter()
-        g = self.step_graph(tokens, batch, kv)
+        g = self.step_graph(tokens, batch, kv, pool=pool)
         if self.progress:
             self.progress(f"compiled a {tokens}-token x {batch} step "
                           f"({len(g.eqns())} eqns) in {time.perf_counter() - t0:.2f} s")

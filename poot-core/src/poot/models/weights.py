@@ -61,7 +61,7 @@ class CheckpointWeights:
         if info.packed is not None:
             roles = [s.role for s in info.packed.sources()]
             refs = []
-            for role, src in zip(roles, info.sources):
+            for role, src in zip(roles, info.sources, strict=True):
                 ref = info.ref if len(roles) == 1 else type(info.ref)(
                     info.ref.checkpoint, f"{info.ref.tensor}:{role}", f"{info.ref.payload}:{role}",
                     info.ref.format)
