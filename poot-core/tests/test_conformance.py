@@ -159,6 +159,9 @@ class SpillingRuntime:
         out = plan.steps[-1].out
         at = out.offset + (out.nbytes if self.where == "after" else -1)
         data = buffers[out.region].data
+        if self.where == "past-input":  # one byte past the end of the first input's buffer
+            region = plan.slot_regions()[0]
+            at, data = region.nbytes, buffers[region.name].data
 
         class Spill:
             recorded = False
@@ -169,7 +172,7 @@ class SpillingRuntime:
         return Spill()
 
 
-@pytest.mark.parametrize("where", ["after", "before"])
+@pytest.mark.parametrize("where", ["after", "before", "past-input"])
 def test_out_of_bounds_writes_are_caught(where):
     t = resolve("reference")
     c = _case("Unary.Exp-f32-3x257")
@@ -177,6 +180,8 @@ def test_out_of_bounds_writes_are_caught(where):
     rt = SpillingRuntime(t.backend.runtime(t.device), where)
     out = run_case(c.graph, draw_all(rng, c.args), t.backend, t.device, rt, rng)
     assert any("out-of-bounds write" in p for p in out.problems), out.problems
+    if where == "past-input":
+        assert any("past the end of buffer 'slot:x0'" in p for p in out.problems)
 
 
 def test_a_clean_run_has_no_problems_and_matches():

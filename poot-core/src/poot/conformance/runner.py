@@ -5,12 +5,12 @@
     ex.step(inputs)
 
 `guarded` moves every arena place GUARD bytes up and grows the arena by two
-guards, so each output has sentinel bytes before and after it. Before a step
+guards, so each result has sentinel bytes before and after it. Before a step
 the whole arena is filled with random sentinel bytes; after it, every byte that
-no planned value occupies must still hold its sentinel (an out-of-bounds write
-fails), and every input slot buffer must still hold the input (a kernel wrote
-into an operand). The step is then replayed without new inputs: the result
-must not change by a single bit.
+no planned value occupies must still hold its sentinel. `GuardedRuntime` also
+puts GUARD sentinel bytes past the end of every buffer (slots, state, weights).
+An out-of-bounds write fails, and so does a step that changed an input slot.
+The step is then replayed without new inputs: the result must not change a bit.
 """
 from __future__ import annotations
 
@@ -33,6 +33,41 @@ class Outcome:
     result: np.ndarray | None
     problems: list[str]
     seconds: float = 0.0          # one replayed step, for the perf mode
+
+
+class GuardedRuntime:
+    """A backend's Runtime whose every buffer (slots, state, weights, arena) is allocated
+    GUARD bytes longer, the extra bytes holding random sentinels; `violations()` says
+    which buffers' sentinels a step changed. Everything else goes to the wrapped runtime."""
+
+    def __init__(self, inner, rng: np.random.Generator):
+        self.inner, self.device, self.rng = inner, inner.device, rng
+        self.tails: list[tuple[object, int, np.ndarray]] = []
+
+    def alloc(self, nbytes: int, label: str):
+        buf = self.inner.alloc(nbytes + GUARD, label)
+        pattern = self.rng.integers(0, 256, GUARD, dtype=np.uint8)
+        self.inner.write(buf, nbytes, pattern)
+        self.tails.append((buf, nbytes, pattern))
+        return buf
+
+    def write(self, buf, offset: int, array) -> None:
+        self.inner.write(buf, offset, array)
+
+    def read(self, buf, offset: int, nbytes: int) -> np.ndarray:
+        return self.inner.read(buf, offset, nbytes)
+
+    def load(self, plan, buffers):
+        return self.inner.load(plan, buffers)
+
+    def violations(self) -> list[str]:
+        out = []
+        for buf, n, pattern in self.tails:
+            changed = self.inner.read(buf, n, GUARD) != pattern
+            if changed.any():
+                out.append(f"out-of-bounds write: {int(changed.sum())} sentinel byte(s) past "
+                           f"the end of buffer {buf.label!r} ({n} bytes) changed")
+        return out
 
 
 def _shift(x, by: int):
@@ -82,6 +117,7 @@ def run_case(graph, inputs: list[np.ndarray], backend, device, runtime,
     from poot.runtime.executor import Executor
 
     plan = guarded(plan if plan is not None else make_plan(graph, (backend, device)))
+    runtime = GuardedRuntime(runtime, rng)
     ex = Executor(plan, {}, runtime=runtime)
     arena = ex.buffers[ARENA]
     size = plan.regions[ARENA].nbytes
@@ -99,6 +135,7 @@ def run_case(graph, inputs: list[np.ndarray], backend, device, runtime,
         problems.append(f"out-of-bounds write: {at.size} sentinel byte(s) of the arena "
                         f"changed, first at byte {int(at[0]) - GUARD} of the planned arena "
                         f"(the result is at {result_place})")
+    problems += runtime.violations()
     for label, (_, buf) in ex.slots.items():
         want = np.ascontiguousarray(slots[label]).reshape(-1).view(np.uint8)
         if not np.array_equal(runtime.read(buf, 0, want.size), want):
@@ -127,4 +164,4 @@ def best_time(run, first: float, batch_s: float = 0.002, batches: int = 3) -> fl
     return best
 
 
-__all__ = ["GUARD", "Outcome", "guarded", "occupied", "run_case"]
+__all__ = ["GUARD", "GuardedRuntime", "Outcome", "guarded", "occupied", "run_case"]
