@@ -101,3 +101,14 @@ def test_validation_refuses_malformed_programs():
         _kernel([Let("x", i32(1)), Let("x", i32(2))]).validate()
     with pytest.raises(IRError, match="expected an f32"):
         _kernel([Store("out", i32(0), i32(1))]).validate()
+
+
+def test_lowering_refuses_buffers_past_32_bit_indices():
+    from poot.codegen.lower import lower
+    from poot.errors import LimitExceeded
+    from poot.ir.ops import Unary, UnaryOp
+    from poot.ir.types import TensorType
+
+    t = TensorType((2**16, 2**15 + 1), F32)
+    with pytest.raises(LimitExceeded, match="32-bit"):
+        lower(Unary(UnaryOp.Exp), [t], t)

@@ -10,11 +10,12 @@ from poot.codegen.builder import ArrayRef, KernelBuilder
 from poot.codegen.expr import Const, Expr, Load
 from poot.codegen.program import OUT, Access, Lowering
 from poot.dtypes import DType
-from poot.errors import UnsupportedOp
+from poot.errors import LimitExceeded, UnsupportedOp
 from poot.ir.graph import Lit
 from poot.ir.ops import OpKind, Reshape
 from poot.ir.types import TensorType
 
+MAX_INDEX = 2**31 - 1      # kernel index arithmetic is I32
 LOWERINGS: dict[type, Callable[[Sig], Lowering]] = {}
 
 
@@ -96,4 +97,11 @@ def lower(op: OpKind, ins: Sequence[TensorType | Lit], out: TensorType) -> Lower
     fn = LOWERINGS.get(type(op))
     if fn is None:
         raise UnsupportedOp(f"no kernel lowering for {op.name}", op=op.name)
-    return fn(sig)
+    lowering = fn(sig)
+    for k in lowering.kernels:
+        for b in k.buffers:
+            if b.count > MAX_INDEX:
+                raise LimitExceeded(f"{op.name}: buffer {b.name} holds {b.count} elements; "
+                                    f"kernel indices are 32-bit (at most {MAX_INDEX})",
+                                    op=op.name, dtype=str(b.dtype))
+    return lowering
