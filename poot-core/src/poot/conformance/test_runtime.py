@@ -8,6 +8,7 @@ import pytest
 
 from poot.conformance.compare import mismatch
 from poot.conformance.roles import input_role
+from poot.conformance.runner import GuardedRuntime
 from poot.dtypes import DType
 from poot.errors import LoweringError
 from poot.ir import Builder
@@ -29,8 +30,18 @@ def executor(target, graph, consts=None, **kw):
         with pytest.raises(LoweringError):
             plan(graph, (target.backend, target.device))
         return None
+    weights = kw.get("weights")
+    runtime = weights.runtime if weights is not None else \
+        GuardedRuntime(target.runtime, target.rng(graph.name))
     return Executor(plan(graph, (target.backend, target.device)), consts or {},
-                    runtime=target.runtime, **kw)
+                    runtime=runtime, **kw)
+
+
+def step(ex, slots):
+    """One step, then the sentinels past every buffer (state included) must be intact."""
+    out = ex.step(slots).result
+    assert not ex.runtime.violations(), ex.runtime.violations()
+    return out
 
 
 def rand(rng, *shape):
@@ -52,10 +63,10 @@ def test_slot_rewrites_take_effect(target):
     if ex is None:
         return
     rng = target.rng("slots")
-    for step in range(3):
+    for i in range(3):
         ins = {"x0": rand(rng, 3, 33), "x1": rand(rng, 33)}
-        got = ex.step(ins).result
-        check(evaluate(g, ins, outputs="result")[0], got, f"step {step} after rewriting slots")
+        got = step(ex, ins)
+        check(evaluate(g, ins, outputs="result")[0], got, f"step {i} after rewriting slots")
 
 
 def _softmax_graph():
@@ -74,10 +85,10 @@ def test_replay_is_identical(target):
     if ex is None:
         return
     x = rand(target.rng("replay"), 5, 67)
-    first = ex.step({"x0": x}).result.copy()
+    first = step(ex, {"x0": x}).copy()
     check(evaluate(g, [x], outputs="result")[0], first, "first step")
     for _ in range(3):
-        again = ex.step({"x0": x}).result
+        again = step(ex, {"x0": x})
         assert np.array_equal(again.view(np.uint8), first.view(np.uint8)), \
             "a replayed step with the same inputs changed the result"
 
@@ -96,11 +107,11 @@ def test_state_is_carried(target):
     rng = target.rng("state")
     acc = rand(rng, 4, 33)
     ex.write_state("acc", acc)
-    for step in range(3):
+    for i in range(3):
         x = rand(rng, 4, 33)
         res, acc = evaluate(g, [acc, x])
-        check(res, ex.step({"x0": x}).result, f"result of step {step}")
-        check(acc, ex.read_state("acc"), f"state after step {step}")
+        check(res, step(ex, {"x0": x}), f"result of step {i}")
+        check(acc, ex.read_state("acc"), f"state after step {i}")
 
 
 def test_state_updated_in_place(target):
@@ -122,7 +133,7 @@ def test_state_updated_in_place(target):
     for p in (0, 3, 5):
         x = rand(rng, 1, 5)
         res, state = evaluate(g, [state, x, np.array([p], np.int32)])
-        check(res, ex.step({"x0": x, "pos": [p]}).result, f"result after writing row {p}")
+        check(res, step(ex, {"x0": x, "pos": [p]}), f"result after writing row {p}")
         check(state, ex.read_state("cache"), f"cache after writing row {p}")
 
 
@@ -137,11 +148,11 @@ def test_weight_cache_never_reuses_different_bytes(target):
     if executor(target, g, {"w": np.ones(33, np.float32)}) is None:
         return
     rng = target.rng("weights")
-    cache = WeightCache(target.runtime)
+    cache = WeightCache(GuardedRuntime(target.runtime, rng))
     w1, w2, x = rand(rng, 33), rand(rng, 33), rand(rng, 3, 33)
     for w_value in (w1, w2, w1.copy(), w2):
         ex = executor(target, g, {"w": w_value}, weights=cache)
-        check(evaluate(g, [w_value, x], outputs="result")[0], ex.step({"x0": x}).result,
+        check(evaluate(g, [w_value, x], outputs="result")[0], step(ex, {"x0": x}),
               "a weight bound after others")
     assert cache.uploads == 2 and cache.hits == 2, \
         f"two distinct weights bound twice each: {cache.uploads} uploads, {cache.hits} hits"
