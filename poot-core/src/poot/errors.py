@@ -97,3 +97,16 @@ class CheckpointError(PootError):
 
 class OutOfRange(PootError):
     """An index read at evaluation time lies outside the tensor it indexes."""
+
+
+# -- models ------------------------------------------------------------------------------
+class TokenizerError(PootError, ValueError):
+    """Text or token ids the tokenizer cannot take (e.g. an id outside the vocabulary)."""
+
+
+class ChatTemplateError(PootError, ValueError):
+    """The messages do not fit the model's chat template (the template said why)."""
+
+
+class SamplingError(PootError, ValueError):
+    """A sampler setting is out of range, or the logits cannot be sampled (NaN, all -inf)."""

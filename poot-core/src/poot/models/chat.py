@@ -10,11 +10,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from poot.errors import CheckpointError, PootError
-
-
-class ChatTemplateError(PootError, ValueError):
-    """The messages do not fit the model's chat template (the template said why)."""
+from poot.errors import ChatTemplateError, CheckpointError
 
 
 def render_chat(template: str | None, messages: Sequence[Mapping[str, Any]], *,

@@ -10,11 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from poot.errors import PootError
-
-
-class SamplingError(PootError, ValueError):
-    """A sampler setting is out of range, or the logits cannot be sampled (NaN, all -inf)."""
+from poot.errors import SamplingError
 
 
 class Sampler:

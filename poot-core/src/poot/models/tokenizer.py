@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from poot.errors import CheckpointError, PootError
+from poot.errors import CheckpointError, TokenizerError
 
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 SPACE_MARK = "\u2581"  # SentencePiece's "▁"
@@ -31,10 +31,6 @@ END_OF_GENERATION = frozenset({
     "<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end_of_text|>", "<|end|>",
     "<end_of_turn>", "<|return|>", "</s>",
 })
-
-
-class TokenizerError(PootError, ValueError):
-    """Text or token ids the tokenizer cannot take (e.g. an id outside the vocabulary)."""
 
 
 # -- pre-tokenizers by GGUF `tokenizer.ggml.pre` ---------------------------------------------
