@@ -60,7 +60,12 @@ class PootHookSpecs:
 
         The IR knows Token, Pos, SlotMap and WriteMap; a role only a pass or a
         runtime feature needs (adapter index, expert map, sampler inputs) is
-        declared by its owner here, with its label and its one type rule.
+        declared by its owner here, with its label and its one type rule (dtype
+        and value range, checked when a slot is bound). poot declares the roles
+        when the plugin manager starts and whenever a plugin is registered, so a
+        graph can use them (`SlotKind.get(label)`); a role that conflicts with one
+        already declared under its label marks its plugin broken (`poot backends`).
+        The conformance suite declares its own input roles this way.
         """
 
     @hookspec(firstresult=True)
