@@ -1,13 +1,19 @@
 """KV caches: the block allocator, and Session prefill/decode in dense and paged form."""
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 from poot.errors import CapacityError
 from poot.models.llama import build_decoder, random_weights, tiny_config
 from poot.runtime.kv import BlockAllocator, DenseCache
 from poot.runtime.session import Session
-from test_runtime_support import OracleStepper
+
+# the helpers beside this file (pytest's importlib mode puts no test folder on sys.path)
+sys.path.insert(0, str(Path(__file__).parent))
+from test_runtime_support import OracleStepper  # noqa: E402
 
 
 def test_block_allocator_hands_out_frees_and_reuses_blocks():

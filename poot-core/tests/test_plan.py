@@ -1,6 +1,8 @@
 """The planner: kernels, aliases, views, donation, arena reuse and refusals."""
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -18,7 +20,10 @@ from poot.ir import ops as O
 from poot.plan import ARENA, plan
 from poot.plan.arena import Interval, assign_offsets
 from poot.runtime import Executor
-from test_runtime_support import decoder
+
+# the helpers beside this file (pytest's importlib mode puts no test folder on sys.path)
+sys.path.insert(0, str(Path(__file__).parent))
+from test_runtime_support import decoder  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,9 @@
 """The executor on the reference backend against the oracle, step by step."""
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import poot
 import pytest
@@ -10,7 +13,10 @@ from poot.formats import PackedWeight, get_format
 from poot.plan import plan
 from poot.runtime import Executor, WeightCache
 from poot.runtime.protocol import Executable, Runtime
-from test_runtime_support import OracleStepper, decoder
+
+# the helpers beside this file (pytest's importlib mode puts no test folder on sys.path)
+sys.path.insert(0, str(Path(__file__).parent))
+from test_runtime_support import OracleStepper, decoder  # noqa: E402
 
 
 def test_dense_decode_matches_the_oracle_bit_for_bit():

@@ -1,7 +1,8 @@
 """The step API of the model runner: prefill prompts, decode one token per sequence.
 
 A `Session` drives plans of one graph builder, `make_graph(tokens, batch) -> Graph` (or an
-object with `.graph`, such as `poot.models.llama.build_decoder(...)`'s Step). It plans
+object with `.graph`: `poot.models.llama.build_decoder(...)`'s Step, or a `poot.compile`
+result). It plans
 each shape it needs once: a prefill plan for chunks of `prefill_tokens` tokens of one
 sequence, a decode plan for one token of up to `batch` sequences (each graph compiled for
 the target first, unless compile=False). All its executors share
@@ -55,19 +56,24 @@ class Session:
         """The executor of the (tokens, batch) plan, planned and bound on first use."""
         ex = self.executors.get((tokens, batch))
         if ex is None:
-            made = self.make_graph(tokens, batch)
-            graph = made if isinstance(made, Graph) else made.graph
-            if self.compile:
-                import poot
-
-                subject = poot.compile(graph, self.target)
-            else:
-                subject = graph
-            ex = Executor(plan(subject, self.target), self.consts, weights=self.weights,
-                          state=self.state)
+            ex = Executor(plan(self._plannable(self.make_graph(tokens, batch)), self.target),
+                          self.consts, weights=self.weights, state=self.state)
             self.weights, self.state = ex.weights, ex.state
             self.executors[(tokens, batch)] = ex
         return ex
+
+    def _plannable(self, made):
+        """What the builder made, ready for the planner: a compile result as it is, a
+        traced graph (or a Step's) compiled for the target first. A graph that already
+        holds compiler-only ops was compiled by the builder and is planned as it is."""
+        if not isinstance(made, Graph) and hasattr(made, "backend"):
+            return made
+        graph = made if isinstance(made, Graph) else made.graph
+        if not self.compile or any(e.op.compiler_only for e in graph.eqns()):
+            return graph
+        import poot
+
+        return poot.compile(graph, self.target)
 
     # -- sequences --------------------------------------------------------------------
     def open(self, seq) -> None:
