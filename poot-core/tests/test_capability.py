@@ -199,3 +199,31 @@ def test_allows_iff_declared_with_the_needed_uses(declared, dtype):
     assert t.allows(MUL, [ty, ty], ty) == want
     if not want:
         assert isinstance(t.refusal(MUL, [ty, ty], ty), DtypeLowering)
+
+
+class TwoDeviceBackend(Backend):
+    """Device 0 computes in bf16; device 1 only stores it: one table per device."""
+
+    name = "twodev"
+
+    def probe(self):
+        return [Device("twodev", 0, "new"), Device("twodev", 1, "old")]
+
+    def capabilities(self, device):
+        bf16 = Use.all() if device.index == 0 else Use.STORAGE
+        return CapabilityTable.declare(self.name, device.id, {F32: Use.all(), BF16: bf16},
+                                       {"Unary.Exp": [F32, BF16]})
+
+
+def test_tables_are_per_device():
+    from poot.plan import plan
+
+    b = Builder("exp")
+    b.result(b.eqn(EXP, b.const(TensorType((8,), BF16), "x")))
+    g = b.finish()
+    backend = TwoDeviceBackend()
+    new, old = backend.probe()
+    assert plan(g, (backend, new)).steps[0].lowering.kernel == "Unary.Exp"
+    with pytest.raises(DtypeLowering) as ei:
+        plan(g, (backend, old))
+    assert ei.value.device == "twodev:1" and ei.value.dtype == "bf16"

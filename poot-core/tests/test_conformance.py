@@ -246,3 +246,29 @@ def test_cli_conformance_unknown_backend_is_one_line(capsys):
 
     assert main(["conformance", "no-such"]) == 2
     assert "unknown backend 'no-such'" in capsys.readouterr().err
+
+
+def test_a_backend_without_a_device_is_a_usage_error_with_its_reason(pytester):
+    from poot.backend import Backend
+    from poot.plugin import hookimpl, register, unregister
+
+    class Absent(Backend):
+        name = "absent"
+
+        def unavailable_reason(self):
+            return "no absent driver (libabsent.so not found)"
+
+    class Plugin:
+        @hookimpl
+        def poot_backends(self):
+            return [Absent()]
+
+    plugin = Plugin()
+    register(plugin, name="test:absent")
+    try:
+        r = pytester.runpytest_inprocess("--pyargs", "poot.conformance", "--poot-backend",
+                                         "absent", "-p", "no:cacheprovider")
+    finally:
+        unregister(plugin)
+    assert r.ret == pytest.ExitCode.USAGE_ERROR
+    assert "libabsent.so not found" in r.stderr.str() + r.stdout.str()
