@@ -156,3 +156,30 @@ def test_dense_session_prefill_then_decode_matches_the_oracle(model):
     assert len(session.state.buffers) == 2 * c.layers
     with pytest.raises(CapacityError, match="dense KV cache holds"):
         session.open("t")
+
+
+def test_session_plans_compile_results_and_compiled_graphs_without_compiling_again(
+        model, monkeypatch):
+    import poot
+
+    c, w = model
+    traced = _greedy(_paged_session(c, w), {"a": [5, 9, 2]}, 2, together=False)["a"]
+
+    def make(tokens, b, as_graph):
+        step = build_decoder(c, w, tokens=tokens, batch=b, kv="paged", pool_slots=64)
+        compiled = poot.compile(step.graph, "reference")
+        return compiled.graph if as_graph else compiled
+
+    consts = {**w.arrays, **build_decoder(c, w, kv="paged", pool_slots=64).consts}
+    real = poot.compile
+    for as_graph in (False, True):
+        calls = []
+        monkeypatch.setattr(poot, "compile",
+                            lambda *a, calls=calls, **k: calls.append(1) or real(*a, **k))
+        s = Session(lambda t, b, g=as_graph: make(t, b, g), consts, kv="paged",
+                    capacity=c.max_seq, prefill_tokens=4, pool_slots=64, block=4,
+                    target="reference")
+        got = _greedy(s, {"a": [5, 9, 2]}, 2, together=False)["a"]
+        assert len(calls) == len(s.executors)           # only the builder's own compiles
+        for x, y in zip(traced, got, strict=True):
+            np.testing.assert_array_equal(x, y)
