@@ -125,6 +125,8 @@ def test_region_bodies_are_checked():
     err = t.refusal(O.Fused(bad), [c, ty, ty], ty)
     assert isinstance(err, DtypeLowering) and "inside Fused" in str(err)
     assert err.op == "Select" and err.dtype == "f16" and err.device == "spirv:0"
+    assert str(err) == ("inside Fused: Select on f16: OpSelect has no 16-bit float form "
+                        "[op=Select, dtype=f16, backend=spirv, device=spirv:0]")
 
 
 def test_contraction_epilogue_head_is_checked():

@@ -181,8 +181,9 @@ class CapabilityTable:
                                  **where)
         for inner, r_ins, r_out in region_eqns(op, ins):
             err = self.refusal(inner, r_ins, r_out)
-            if err is not None:
-                return type(err)(f"inside {key}: {err.args[0]}", op=err.op, dtype=err.dtype,
+            if err is not None:  # the inner message, without its "[op=..., ...]" tail
+                inner_msg = str(err).rsplit(" [op=", 1)[0]
+                return type(err)(f"inside {key}: {inner_msg}", op=err.op, dtype=err.dtype,
                                  **where)
         return None
 
