@@ -32,6 +32,14 @@ element strides); `buffers` maps each `plan.regions` name to the Buffer holding 
 Region kinds: "arena" (all Device intermediates, one buffer), "weight" (a bound const or
 a bind-time folded value, shared through the weight cache), "slot" (per-step inputs,
 rewritten by the host), "state" (carried across steps, donated: updated in place).
+
+What a step does, in order: every `plan.steps` entry (one eqn each: `step.lowering` is what
+the backend's `lower` chose, `step.inputs` a Place per Value operand and the Lit itself per
+literal, `step.out` the result's Place), then every `plan.copies` entry (a state_out value
+copied into its state buffer). A step with `inplace=True` is a DynamicUpdateSlice or
+ScatterUpdate whose result Place is its first operand's Place (the donated state buffer):
+writing only the update is enough. Places with `strides` occur only where the lowering
+said `strided_inputs=True`. `plan.notes` (aliases, views, bind-time folds) dispatch nothing.
 """
 from __future__ import annotations
 
