@@ -110,7 +110,7 @@ def test_grid_over_the_per_dimension_limit_folds_into_y(limited):
     memory.write(dev, arena, off["a"], np.array([3.0], np.float32))
     RecordedStep(dev, [axpy]).submit()
     got = memory.read(dev, arena, off["y"], 4 * n).view(np.float32)
-    np.testing.assert_allclose(got, 3 * x + y, rtol=1e-6)
+    np.testing.assert_allclose(got, 3 * x + y, rtol=1e-6, atol=1e-6)  # a GPU may fuse it
     with pytest.raises(LimitExceeded):
         workgroup_grid(dev, 17)
 

@@ -91,7 +91,9 @@ NOTES = {
     "MatMul:u32": "u32 is a contraction operand only as DenseContraction's f16 words",
     "numerics": "WGSL lets compilers assume finite math: NaN/Inf through float arithmetic is "
                 "not guaranteed (lavapipe folds x*0 to 0); Select, casts and Max keep them "
-                "bit for bit; exp is within Vulkan's 3+2|x| ulp",
+                "bit for bit; exp is within Vulkan's 3+2|x| ulp; f32 subnormals may be "
+                "flushed to zero (Vulkan allows it: the H200's driver flushes, lavapipe keeps "
+                "them), and a*b+c may be fused",
 }
 
 
