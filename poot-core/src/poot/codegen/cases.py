@@ -342,6 +342,8 @@ def attention_cases() -> list[Case]:
         _attention(2, 1, 3, 20, 8, 8, dt=BF16),
         _attention(2, 2, 1, 1, 32, 32, dt=F16),              # one key
         _attention(2, 1, 1, 1000, 32, 40),                   # 16 KV splits, ragged runs
+        _attention(6, 2, 3, 45, 72, 40),                     # prefill GQA, ragged block/tile
+        _attention(2, 2, 2, 9, 256, 256, dt=BF16),           # prefill, wide heads: small tiles
     ]
 
 

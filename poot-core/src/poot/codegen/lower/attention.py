@@ -1,13 +1,17 @@
 """Attention: softmax(q k^T * scale + mask) v with GQA, online softmax, no score matrix.
 
-One workgroup per query row (lead, head, t) and KV split. Its 32-lane groups
-take runs of KEYS consecutive keys in turn; the lanes of a group split the head
-dimension, so a score is one width-32 cooperative sum (KEYS of them in flight
-at once), and each lane keeps its slice of the running output in registers
-with the online-softmax rescaling (one rescale per run of keys). The groups merge
-through shared memory. For decode (few rows) the keys are split across
-workgroups too (split-KV) and a second kernel merges the partial results;
-prefill rows are many, so each workgroup takes all keys of its row.
+Both schedules share one piece (`_Row`): a 32-lane group owns one query row; its
+lanes split the head dimension, so a score is one width-32 cooperative sum (a run
+of KEYS of them in flight at once), and each lane keeps its slice of the running
+output in registers, rescaled once per run of keys (online softmax).
+
+* decode (T = 1): one workgroup per query row and KV split; its groups take runs
+  of keys in turn and merge through shared memory; with few rows the keys are
+  split across workgroups too (split-KV) and a second kernel merges the splits.
+* prefill (T > 1): query-block tiles. A workgroup takes WARPS query rows that
+  share one KV head (GQA heads and positions together); K and V tiles of up to
+  32 keys are staged once in shared memory and consumed by every row of
+  the block, so K/V are read from memory once per block, not once per row.
 """
 from __future__ import annotations
 
@@ -18,12 +22,14 @@ from poot.codegen.expr import Const, Expr, Load, Un, f32, i32, maximum
 from poot.codegen.lower.base import Sig, lowers
 from poot.codegen.program import SCRATCH, Access, Buffer, Lowering, local_index
 from poot.dtypes import DType
+from poot.errors import LimitExceeded
 from poot.ir.ops import Attention, ReduceOp, UnaryOp
 
 F32 = DType.F32
 LANES = 32
 WARPS = 4
 KEYS = 8          # keys one 32-lane group scores per loop trip (independent chains in flight)
+SHARED_BYTES = 32 * 1024   # the prefill schedule's K/V tiles stay within this
 NEG_INF = Const(float("-inf"), F32)
 
 
@@ -51,6 +57,8 @@ def choose_splits(rows: int, keys: int) -> int:
 def lower_attention(sig: Sig) -> Lowering:
     q, k = sig.type(0), sig.type(1)
     s = k.shape[-2]
+    if q.shape[-2] > 1:
+        return Lowering((_block_kernel(sig),))
     rows = math.prod(q.shape[:-1])
     splits = choose_splits(rows, s)
     chunk = math.ceil(s / splits)
@@ -70,12 +78,143 @@ def _part_ml(rows, splits):
     return Buffer("part_ml", F32, Access.READ_WRITE, rows * splits * 2, SCRATCH)
 
 
+class _Shape:
+    """The attention operands' sizes."""
+
+    def __init__(self, sig: Sig):
+        q, k, v, mask = (sig.type(i) for i in range(4))
+        self.q, self.k, self.v, self.mask = q, k, v, mask
+        *lead, self.hq, self.t, self.d = q.shape
+        self.lead = tuple(lead)
+        self.hkv, self.s, self.dv = k.shape[-3], k.shape[-2], v.shape[-1]
+        self.group = self.hq // self.hkv
+        self.dj, self.vj = math.ceil(self.d / LANES), math.ceil(self.dv / LANES)
+        self.scale = sig.op.scale
+
+
+class _Row:
+    """One query row owned by one 32-lane group: its q slice, running max, sum and output
+    slice (per-thread arrays), updated by runs of KEYS keys."""
+
+    def __init__(self, kb, a: _Shape, lane, li, h, ti, row_ok):
+        self.kb, self.a, self.lane, self.row_ok = kb, a, lane, row_ok
+        self.qreg = kb.local("qreg", F32, a.dj)
+        self.acc = kb.local("acc", F32, a.vj)
+        qbase = ix.mul(ix.add(ix.mul(ix.add(ix.mul(li, a.hq), h), a.t), ti), a.d)
+        with kb.for_("jq", 0, a.dj) as j:
+            dd = ix.add(lane, ix.mul(j, LANES))
+            val = Load("in0", ix.add(qbase, ix.minimum(dd, i32(a.d - 1))), a.q.dtype).cast(F32)
+            kb.store(self.qreg, j, ix.Sel(ix.both(ix.lt(dd, i32(a.d)), row_ok), val, f32(0.0)))
+        with kb.for_("ja", 0, a.vj) as j:
+            kb.store(self.acc, j, f32(0.0))
+        self.m = kb.var("m", NEG_INF)
+        self.lsum = kb.var("lsum", f32(0.0))
+        self.mrow = list(ix.unravel(li, a.lead)) + [ix.div(h, a.group), ix.mod(h, a.group), ti]
+
+    def mask_at(self, key):
+        c = ix.broadcast_coords(self.mrow + [key], self.a.mask.shape)
+        return Load("in3", ix.ravel(c, self.a.mask.shape), self.a.mask.dtype).cast(F32)
+
+    def run(self, keys, valid, k_at, v_at):
+        """Consume KEYS keys: `keys[i]` (clamped, in range) and `valid[i]` (I32) of each;
+        `k_at(i, dim)`, `v_at(i, dim)` read key i's K and V at a (clamped) dimension."""
+        kb, a, lane = self.kb, self.a, self.lane
+        parts = [kb.var("part", f32(0.0)) for _ in keys]
+        with kb.for_("jk", 0, a.dj) as j:
+            dk = kb.let("dk", ix.minimum(ix.add(lane, ix.mul(j, LANES)), i32(a.d - 1)))
+            qj = kb.let("qj", self.qreg[j])
+            for i, part in enumerate(parts):
+                kb.assign(part, part + qj * k_at(i, dk))
+        scores = []   # KEYS independent width-32 reductions: their shuffles overlap
+        for part, key, ok in zip(parts, keys, valid, strict=True):
+            dot = kb.reduce("dot", ReduceOp.Sum, part, LANES)
+            scores.append(kb.let("score", ix.Sel(ok, dot * f32(a.scale) + self.mask_at(key),
+                                                  NEG_INF)))
+        m_new = self.m
+        for sc in scores:
+            m_new = maximum(m_new, sc)
+        m_new = kb.let("m_new", m_new)
+        base = kb.let("base", finite_or_zero(m_new))
+        corr = kb.let("corr", exp(self.m - base))
+        ps = [kb.let("p", exp(sc - base)) for sc in scores]
+        total = self.lsum * corr
+        for p in ps:
+            total = total + p
+        kb.assign(self.lsum, total)
+        with kb.for_("jv", 0, a.vj) as j:
+            dvj = kb.let("dvj", ix.minimum(ix.add(lane, ix.mul(j, LANES)), i32(a.dv - 1)))
+            out_j = self.acc[j] * corr
+            for i, p in enumerate(ps):
+                out_j = out_j + p * v_at(i, dvj)
+            kb.store(self.acc, j, out_j)
+        kb.assign(self.m, m_new)
+
+
+def _block_kernel(sig: Sig):
+    """Prefill: WARPS query rows of one KV head per workgroup, K/V tiles in shared memory."""
+    a = _Shape(sig)
+    per_head = a.group * a.t                       # query rows that read one KV head
+    blocks = math.ceil(per_head / WARPS)
+    count = math.prod(a.lead) * a.hkv * blocks
+    wg = LANES * WARPS
+    tile_keys = KEYS * max(1, SHARED_BYTES // (4 * KEYS * (a.d + a.dv)))
+    if tile_keys * 4 * (a.d + a.dv) > 48 * 1024:
+        raise LimitExceeded(f"Attention head dims {a.d}+{a.dv} need more shared memory than "
+                            "a workgroup has", op="Attention")
+    tile_keys = min(tile_keys, 4 * KEYS)
+    grid, g = ix.launch_groups(count)
+    kb = sig.builder(grid, (wg,))
+    sig.declare_all(kb)
+    sk = kb.shared("s_k", F32, tile_keys * a.d)
+    sv = kb.shared("s_v", F32, tile_keys * a.dv)
+    lane = kb.let("lane", ix.mod(local_index(), LANES))
+    warp = kb.let("warp", ix.div(local_index(), LANES))
+    gg = kb.let("g", g)
+    with kb.if_(ix.lt(gg, i32(count))):               # uniform: whole workgroups
+        blk = kb.let("blk", ix.mod(gg, blocks))
+        kvh = kb.let("kvh", ix.mod(ix.div(gg, blocks), a.hkv))
+        li = kb.let("l", ix.div(gg, blocks * a.hkv))
+        r = kb.let("r", ix.add(ix.mul(blk, WARPS), warp))   # this group's row within the head
+        row_ok = kb.let("row_ok", ix.lt(r, i32(per_head)))
+        rc = kb.let("rc", ix.minimum(r, i32(per_head - 1)))
+        h = kb.let("h", ix.add(ix.mul(kvh, a.group), ix.div(rc, a.t)))
+        ti = kb.let("t", ix.mod(rc, a.t))
+        row = _Row(kb, a, lane, li, h, ti, row_ok)
+        kvrow = ix.add(ix.mul(li, a.hkv), kvh)
+        kbase = kb.let("kbase", ix.mul(kvrow, a.s * a.d))
+        vbase = kb.let("vbase", ix.mul(kvrow, a.s * a.dv))
+        with kb.for_("kt", 0, a.s, tile_keys) as kt:
+            for tile, base, width, name in ((sk, kbase, a.d, "in1"), (sv, vbase, a.dv, "in2")):
+                dtype = sig.type(1 if name == "in1" else 2).dtype
+                with kb.for_("e", local_index(), tile_keys * width, wg) as e:
+                    key = ix.add(kt, ix.div(e, width))
+                    src = ix.add(base, ix.add(ix.mul(ix.minimum(key, i32(a.s - 1)), width),
+                                              ix.mod(e, width)))
+                    kb.store(tile, e, ix.Sel(ix.lt(key, i32(a.s)),
+                                             Load(name, src, dtype).cast(F32), f32(0.0)))
+            kb.barrier()
+            with kb.for_("run", 0, tile_keys, KEYS) as run:
+                rel = [ix.add(run, i) for i in range(KEYS)]
+                keys = [kb.let("key", ix.minimum(ix.add(kt, x), i32(a.s - 1))) for x in rel]
+                valid = [ix.lt(ix.add(kt, x), i32(a.s)) for x in rel]
+                row.run(keys, valid,
+                        lambda i, dk: sk[ix.add(ix.mul(rel[i], a.d), dk)],
+                        lambda i, dvj: sv[ix.add(ix.mul(rel[i], a.dv), dvj)])
+            kb.barrier()
+        with kb.if_(row_ok):
+            obase = ix.mul(ix.add(ix.mul(ix.add(ix.mul(li, a.hq), h), a.t), ti), a.dv)
+            with kb.for_("jo", 0, a.vj) as j:
+                dd = kb.let("dd", ix.add(lane, ix.mul(j, LANES)))
+                with kb.if_(ix.lt(dd, i32(a.dv))):
+                    kb.store("out", ix.add(obase, dd),
+                             (row.acc[j] / row.lsum).cast(sig.out.dtype))
+    return kb.finish()
+
+
 def _partial_kernel(sig: Sig, rows: int, splits: int, chunk: int):
-    q, k, v, mask = (sig.type(i) for i in range(4))
-    *lead, hq, t, d = q.shape
-    hkv, s, dv = k.shape[-3], k.shape[-2], v.shape[-1]
-    group = hq // hkv
-    dj, vj = math.ceil(d / LANES), math.ceil(dv / LANES)
+    """Decode: one workgroup per (query row, KV split); its groups take runs of keys."""
+    a = _Shape(sig)
+    dv = a.dv
     wg = LANES * WARPS
     grid, g = ix.launch_groups(rows * splits)
     kb = sig.builder(grid, (wg,), "_part" if splits > 1 else "")
@@ -85,8 +224,6 @@ def _partial_kernel(sig: Sig, rows: int, splits: int, chunk: int):
         kb.buffer("part_ml", F32, Access.WRITE, rows * splits * 2, SCRATCH)
     else:
         sig.declare_out(kb)
-    qreg = kb.local("qreg", F32, dj)
-    acc = kb.local("acc", F32, vj)
     sm = kb.shared("s_max", F32, WARPS)
     sl = kb.shared("s_sum", F32, WARPS)
     sacc = kb.shared("s_acc", F32, WARPS * dv)
@@ -94,76 +231,34 @@ def _partial_kernel(sig: Sig, rows: int, splits: int, chunk: int):
     warp = kb.let("warp", ix.div(local_index(), LANES))
     gg = kb.let("g", g)
     with kb.if_(ix.lt(gg, i32(rows * splits))):   # uniform: whole workgroups
-        row = kb.let("row", ix.div(gg, splits))
+        rowi = kb.let("row", ix.div(gg, splits))
         split = kb.let("split", ix.mod(gg, splits))
-        ti = kb.let("t", ix.mod(row, t))
-        h = kb.let("h", ix.mod(ix.div(row, t), hq))
-        li = kb.let("l", ix.div(row, t * hq))
-        kvh = kb.let("kvh", ix.div(h, group))
-        kbase = kb.let("kbase", ix.mul(ix.add(ix.mul(li, hkv), kvh), s * d))
-        vbase = kb.let("vbase", ix.mul(ix.add(ix.mul(li, hkv), kvh), s * dv))
-        qbase = ix.mul(row, d)
-        with kb.for_("jq", 0, dj) as j:
-            dd = ix.add(lane, ix.mul(j, LANES))
-            val = Load("in0", ix.add(qbase, ix.minimum(dd, i32(d - 1))), q.dtype).cast(F32)
-            kb.store(qreg, j, ix.Sel(ix.lt(dd, i32(d)), val, f32(0.0)))
-        with kb.for_("ja", 0, vj) as j:
-            kb.store(acc, j, f32(0.0))
-        m = kb.var("m", NEG_INF)
-        lsum = kb.var("lsum", f32(0.0))
+        ti = kb.let("t", ix.mod(rowi, a.t))
+        h = kb.let("h", ix.mod(ix.div(rowi, a.t), a.hq))
+        li = kb.let("l", ix.div(rowi, a.t * a.hq))
+        kvrow = ix.add(ix.mul(li, a.hkv), ix.div(h, a.group))
+        kbase = kb.let("kbase", ix.mul(kvrow, a.s * a.d))
+        vbase = kb.let("vbase", ix.mul(kvrow, a.s * dv))
+        row = _Row(kb, a, lane, li, h, ti, i32(1))
         start = kb.let("start", ix.mul(split, chunk))
-        end = kb.let("end", ix.minimum(ix.add(start, chunk), i32(s)))
-        mrow = list(ix.unravel(li, lead)) + [kvh, ix.mod(h, group), ti]
-
-        def mask_at(kc):
-            c = ix.broadcast_coords(mrow + [kc], mask.shape)
-            return Load("in3", ix.ravel(c, mask.shape), mask.dtype).cast(F32)
-
+        end = kb.let("end", ix.minimum(ix.add(start, chunk), i32(a.s)))
         with kb.for_("it", 0, math.ceil(chunk / (WARPS * KEYS))) as it:
             # this group's KEYS consecutive keys; clamped so spare slots read inside k and v
             first = kb.let("first", ix.add(start, ix.mul(ix.add(ix.mul(it, WARPS), warp), KEYS)))
-            keys = [ix.add(first, i) for i in range(KEYS)]
-            kcs = [kb.let("kc", ix.minimum(key, i32(s - 1))) for key in keys]
-            parts = [kb.var("part", f32(0.0)) for _ in keys]
-            with kb.for_("jk", 0, dj) as j:
-                dk = kb.let("dk", ix.minimum(ix.add(lane, ix.mul(j, LANES)), i32(d - 1)))
-                qj = kb.let("qj", qreg[j])
-                for part, kc in zip(parts, kcs, strict=True):
-                    kval = Load("in1", ix.add(kbase, ix.add(ix.mul(kc, d), dk)), k.dtype)
-                    kb.assign(part, part + qj * kval.cast(F32))
-            # KEYS independent width-32 reductions: their shuffles overlap
-            scores = []
-            for part, key, kc in zip(parts, keys, kcs, strict=True):
-                dot = kb.reduce("dot", ReduceOp.Sum, part, LANES)
-                scores.append(kb.let("score", ix.Sel(ix.lt(key, end),
-                                                      dot * f32(sig.op.scale) + mask_at(kc),
-                                                      NEG_INF)))
-            m_new = m
-            for sc in scores:
-                m_new = maximum(m_new, sc)
-            m_new = kb.let("m_new", m_new)
-            base = kb.let("base", finite_or_zero(m_new))
-            corr = kb.let("corr", exp(m - base))
-            ps = [kb.let("p", exp(sc - base)) for sc in scores]
-            total = lsum * corr
-            for p in ps:
-                total = total + p
-            kb.assign(lsum, total)
-            with kb.for_("jv", 0, vj) as j:
-                dv_j = kb.let("dv", ix.minimum(ix.add(lane, ix.mul(j, LANES)), i32(dv - 1)))
-                out_j = acc[j] * corr
-                for p, kc in zip(ps, kcs, strict=True):
-                    vval = Load("in2", ix.add(vbase, ix.add(ix.mul(kc, dv), dv_j)), v.dtype)
-                    out_j = out_j + p * vval.cast(F32)
-                kb.store(acc, j, out_j)
-            kb.assign(m, m_new)
+            raw = [ix.add(first, i) for i in range(KEYS)]
+            keys = [kb.let("kc", ix.minimum(x, i32(a.s - 1))) for x in raw]
+            row.run(keys, [ix.lt(x, end) for x in raw],
+                    lambda i, dk: Load("in1", ix.add(kbase, ix.add(ix.mul(keys[i], a.d), dk)),
+                                       a.k.dtype).cast(F32),
+                    lambda i, dvj: Load("in2", ix.add(vbase, ix.add(ix.mul(keys[i], dv), dvj)),
+                                        a.v.dtype).cast(F32))
         with kb.if_(ix.eq(lane, i32(0))):
-            kb.store(sm, warp, m)
-            kb.store(sl, warp, lsum)
-        with kb.for_("js", 0, vj) as j:
+            kb.store(sm, warp, row.m)
+            kb.store(sl, warp, row.lsum)
+        with kb.for_("js", 0, a.vj) as j:
             dd = kb.let("dd", ix.add(lane, ix.mul(j, LANES)))
             with kb.if_(ix.lt(dd, i32(dv))):
-                kb.store(sacc, ix.add(ix.mul(warp, dv), dd), acc[j])
+                kb.store(sacc, ix.add(ix.mul(warp, dv), dd), row.acc[j])
         kb.barrier()
         with kb.for_("e", local_index(), dv, wg) as e:
             mx = kb.var("mx", NEG_INF)
@@ -177,7 +272,8 @@ def _partial_kernel(sig: Sig, rows: int, splits: int, chunk: int):
                 kb.assign(tot_l, tot_l + sl[w] * f)
                 kb.assign(tot_a, tot_a + sacc[ix.add(ix.mul(w, dv), e)] * f)
             if splits == 1:
-                kb.store("out", ix.add(ix.mul(row, dv), e), (tot_a / tot_l).cast(sig.out.dtype))
+                kb.store("out", ix.add(ix.mul(rowi, dv), e),
+                         (tot_a / tot_l).cast(sig.out.dtype))
             else:
                 kb.store("part_acc", ix.add(ix.mul(gg, dv), e), tot_a)
                 with kb.if_(ix.eq(e, i32(0))):
