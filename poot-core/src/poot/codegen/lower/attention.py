@@ -29,7 +29,7 @@ F32 = DType.F32
 LANES = 32
 WARPS = 4
 KEYS = 8          # keys one 32-lane group scores per loop trip (independent chains in flight)
-SHARED_BYTES = 32 * 1024   # the prefill schedule's K/V tiles stay within this
+SHARED_BYTES = 16 * 1024   # prefill K/V tiles stay within this (WebGPU devices have 16-32 KiB)
 NEG_INF = Const(float("-inf"), F32)
 
 
