@@ -321,6 +321,13 @@ def region_cases() -> Iterator[Case]:
                growth="compose", flops=2 * 3 * 64 * 19)
 
 
+def causal_mask(t: int, s: int, d: DType) -> np.ndarray:
+    """The additive causal mask of the last t of s positions: 0 where a query may look,
+    -inf where it may not (every row keeps at least one key)."""
+    allowed = np.arange(s)[None, :] <= np.arange(t)[:, None] + (s - t)
+    return np.where(allowed, 0.0, -np.inf).astype(np.float32).astype(d.numpy)
+
+
 def attention_cases() -> Iterator[Case]:
     for d in WIDE_FLOATS:
         q, k = T((4, 3, 16), d), T((2, 11, 16), d)
@@ -328,6 +335,14 @@ def attention_cases() -> Iterator[Case]:
                    [Arg(q), Arg(k), Arg(k), Arg(T((3, 11), d), "small")],
                    one(O.Attention(0.25)), exact=False, growth="compose",
                    flops=4 * 4 * 3 * 11 * 16)
+        qd, kd = T((2, 4, 1, 16), d), T((2, 2, 37, 16), d)
+        yield case(f"Attention-{d}-decode-b2-gqa4x2-s37", "Attention", d,
+                   [Arg(qd), Arg(kd), Arg(kd), Arg(T((1, 37), d), "small")],
+                   one(O.Attention(0.25)), exact=False, growth="compose",
+                   flops=2 * 2 * 4 * 37 * 16 * 2)
+        yield case(f"Attention-{d}-causal-inf-mask-t3-s11", "Attention", d,
+                   [Arg(q), Arg(k), Arg(k), Arg(T((3, 11), d))], one(O.Attention(0.25)),
+                   exact=False, growth="compose", fixed={3: causal_mask(3, 11, d)})
         yield case(f"Rope-{d}-3x4x16-rot12", "Rope", d,
                    [Arg(T((3, 4, 16), d)), Arg(T((3, 1, 6), d)), Arg(T((3, 1, 6), d))],
                    one(O.Rope(12)), exact=False, growth="basic")
