@@ -102,7 +102,10 @@ class PluginManager:
 
     def _load_entry_points(self) -> None:
         """Load every `poot` entry point; one broken plugin never hides the others."""
-        from importlib_metadata import entry_points
+        try:  # the backport where installed, else the standard library (3.10+ API)
+            from importlib_metadata import entry_points
+        except ImportError:  # pragma: no cover - images without the backport
+            from importlib.metadata import entry_points
 
         for ep in entry_points(group=PROJECT):
             if self.pm.get_plugin(ep.name) is not None:
