@@ -38,7 +38,10 @@ def test_float_binary(wgpu_device, rng, dtype):
     exprs = {op.name: Bin(op, load("a", dtype), load("b", dtype)) for op in ops}
     for name, (got, want) in run_exprs(wgpu_device, {"a": a, "b": b}, exprs).items():
         if name == "Div":
-            assert_close(got, want, f"{name} {dtype}", rtol=3e-7 if dtype is D.F32 else 1e-3)
+            # subnormal quotients may flush to zero (as on the H200's Vulkan driver)
+            tiny = float(np.finfo(np.float32).tiny)
+            assert_close(got, want, f"{name} {dtype}", rtol=3e-7 if dtype is D.F32 else 1e-3,
+                         atol=tiny)
             continue
         if dtype is D.F32:  # Vulkan lets a device flush f32 subnormals (NVIDIA does)
             flushed = _oracle_flushed(exprs[name], a, b)
