@@ -84,7 +84,8 @@ def test_poot_backends_lists_the_toy_table(capsys):
 
     assert main(["backends"]) == 0
     out = capsys.readouterr().out
-    assert "toy (priority -1" in out and "dtypes: f32:storage+arith" in out
+    assert "toy (priority -1, toy-numpy, plugin toy)" in out  # found through its entry point
+    assert "dtypes: f32:storage+arith" in out
     assert "Binary 5/12, Reduce 2/2, Unary 7/9" in out
 
 

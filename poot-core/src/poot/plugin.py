@@ -99,6 +99,8 @@ class PluginManager:
         self._backends: dict[str, Backend] | None = None
         self._formats: dict[str, WeightFormat] | None = None
         self._roles: dict[str, SlotKind] | None = None
+        #: backend name -> the name of the plugin that registered it (after `backends()`)
+        self.backend_plugins: dict[str, str] = {}
 
     def _load_entry_points(self) -> None:
         """Load every `poot` entry point; one broken plugin never hides the others."""
@@ -154,7 +156,7 @@ class PluginManager:
                         raise PootError(f"two plugins register a backend named {b.name!r}: "
                                         f"{owner[b.name]} and {plugin}")
                     out[b.name], owner[b.name] = b, plugin
-            self._backends = out
+            self._backends, self.backend_plugins = out, owner
         return self._backends
 
     def formats(self) -> dict[str, WeightFormat]:

@@ -11,9 +11,10 @@ def add_parser(sub):
                         "summary")
 
 
-def describe(backend, full: bool = False) -> list[str]:
+def describe(backend, full: bool = False, plugin: str = "") -> list[str]:
     """The lines `poot backends` prints for one backend."""
-    head = f"{backend.name} (priority {backend.priority}, {backend.language or 'no language'})"
+    head = (f"{backend.name} (priority {backend.priority}, {backend.language or 'no language'}"
+            f"{f', plugin {plugin}' if plugin else ''})")
     try:
         devices = backend.probe()
         reason = None if devices else backend.unavailable_reason() or "no reason given"
@@ -40,7 +41,7 @@ def run(args) -> int:
     m = manager()
     table = m.backends()
     for b in sorted(table.values(), key=lambda b: (-b.priority, b.name)):
-        print("\n".join(describe(b, args.table)))
+        print("\n".join(describe(b, args.table, m.backend_plugins.get(b.name, ""))))
     if m.broken:
         print("plugins that failed to load:")
         for name, err in sorted(m.broken.items()):
