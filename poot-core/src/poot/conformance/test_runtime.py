@@ -93,6 +93,22 @@ def test_replay_is_identical(target):
             "a replayed step with the same inputs changed the result"
 
 
+def check_state_steps(target, g, name: str, shape, steps) -> None:
+    """Run `steps` (each rng -> slot values, in binder order after the state) from a random
+    state; after each, the result and the state buffer must match the oracle's."""
+    ex = executor(target, g)
+    if ex is None:
+        return
+    rng = target.rng(g.name)
+    state = rand(rng, *shape)
+    ex.write_state(name, state)
+    for i, make in enumerate(steps):
+        slots = make(rng)
+        res, state = evaluate(g, [state, *slots.values()])
+        check(res, step(ex, slots), f"result of step {i}")
+        check(state, ex.read_state(name), f"state {name} after step {i}")
+
+
 def test_state_is_carried(target):
     b = Builder("accumulate", compiler=True)
     s = b.state(TensorType((4, 33), F32), "acc")
@@ -100,18 +116,8 @@ def test_state_is_carried(target):
     nxt = b.eqn(ADD, s, x)
     b.state_next(s, nxt)
     b.result(b.eqn(MUL, nxt, x))
-    g = b.finish()
-    ex = executor(target, g)
-    if ex is None:
-        return
-    rng = target.rng("state")
-    acc = rand(rng, 4, 33)
-    ex.write_state("acc", acc)
-    for i in range(3):
-        x = rand(rng, 4, 33)
-        res, acc = evaluate(g, [acc, x])
-        check(res, step(ex, {"x0": x}), f"result of step {i}")
-        check(acc, ex.read_state("acc"), f"state after step {i}")
+    check_state_steps(target, b.finish(), "acc", (4, 33),
+                      [lambda rng: {"x0": rand(rng, 4, 33)}] * 3)
 
 
 def test_state_updated_in_place(target):
@@ -123,18 +129,9 @@ def test_state_updated_in_place(target):
     nxt = b.eqn(O.DynamicUpdateSlice(0), cache, row, pos)
     b.state_next(cache, nxt)
     b.result(b.eqn(O.Reduce(O.ReduceOp.Sum, 0), nxt))
-    g = b.finish()
-    ex = executor(target, g)
-    if ex is None:
-        return
-    rng = target.rng("kv")
-    state = rand(rng, 6, 5)
-    ex.write_state("cache", state)
-    for p in (0, 3, 5):
-        x = rand(rng, 1, 5)
-        res, state = evaluate(g, [state, x, np.array([p], np.int32)])
-        check(res, step(ex, {"x0": x, "pos": [p]}), f"result after writing row {p}")
-        check(state, ex.read_state("cache"), f"cache after writing row {p}")
+    check_state_steps(target, b.finish(), "cache", (6, 5), [
+        lambda rng, p=p: {"x0": rand(rng, 1, 5), "pos": np.array([p], np.int32)}
+        for p in (0, 3, 5)])
 
 
 def test_weight_cache_never_reuses_different_bytes(target):
