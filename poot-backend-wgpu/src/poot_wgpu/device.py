@@ -16,7 +16,7 @@ from poot.errors import DeviceUnavailable
 from poot_wgpu import env
 
 #: optional features the kernels use when the adapter has them
-WANTED_FEATURES = ("shader-f16", "subgroup", "timestamp-query")
+WANTED_FEATURES = ("shader-f16", "subgroup")
 
 #: the limits the planner and the printer check; requested at the adapter's maximum
 LIMIT_NAMES = (
