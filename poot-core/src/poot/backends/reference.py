@@ -17,18 +17,29 @@ class ReferenceBackend(Backend):
     priority = 0
     language = "numpy"
 
+    def __init__(self):
+        self._tables: dict = {}
+
     def probe(self):
         return [Device(self.name, 0, "numpy oracle (CPU)")]
 
     def capabilities(self, device):
+        """The full table, built once per device and set of registered formats (the
+        planner asks for it once per eqn)."""
         from poot.formats import formats
 
-        dtypes, packed = frozenset(DType), frozenset(formats())
-        return CapabilityTable(
-            backend=self.name, device=device.id,
-            dtypes={d: Use.all() for d in DType},
-            ops={k: packed if k in PACKED_KEYS else dtypes for k in every_op_key()},
-            notes={"all": "the oracle evaluates every op; composites through their definition"})
+        packed = frozenset(formats())
+        key = (device.id, packed)
+        table = self._tables.get(key)
+        if table is None:
+            dtypes = frozenset(DType)
+            table = self._tables[key] = CapabilityTable(
+                backend=self.name, device=device.id,
+                dtypes={d: Use.all() for d in DType},
+                ops={k: packed if k in PACKED_KEYS else dtypes for k in every_op_key()},
+                notes={"all": "the oracle evaluates every op; composites through their "
+                                "definition"})
+        return table
 
     def runtime(self, device):
         from poot.runtime.reference import ReferenceRuntime
