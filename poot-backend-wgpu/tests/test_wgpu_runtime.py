@@ -102,6 +102,20 @@ def test_recorded_step_replays_with_slot_rewrites_and_copies(wgpu_device):
     assert step.replays == 3
 
 
+def test_native_and_public_encoding_give_the_same_step(wgpu_device):
+    from poot_wgpu.step import native_pass_functions
+
+    assert native_pass_functions() is not None  # the fast path exists for this wgpu-py
+    results = []
+    for native in (True, False):
+        arena, off, x, y, axpy = _axpy(wgpu_device, 333, np.random.default_rng(4))
+        memory.write(wgpu_device, arena, off["a"], np.array([1.5], np.float32))
+        RecordedStep(wgpu_device, [axpy, axpy, axpy], native=native).submit()
+        results.append(memory.read(wgpu_device, arena, off["y"], 4 * 333))
+    np.testing.assert_array_equal(results[0], results[1])
+    assert not np.array_equal(results[0].view(np.float32), y)  # the step did run
+
+
 def test_grid_over_the_per_dimension_limit_folds_into_y(limited):
     dev = limited(max_compute_workgroups_per_dimension=4)
     n = 64 * 10 - 3  # ten groups, the last partial: folds to 4 x 3 with two idle groups
