@@ -106,12 +106,12 @@ def test_the_graph_evaluates(rng):
     res, wit, exp, nxt = poot.evaluate(g, {"x": x, "blk.0.w": w, "pos": np.array([5]),
                                           "cache": cache})
     h = x * w + np.arange(4, dtype=np.float32)
-    np.testing.assert_allclose(wit, h, rtol=1e-6)
-    np.testing.assert_allclose(res, np.tanh(h), rtol=1e-6)
+    np.testing.assert_allclose(wit, h, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(res, np.tanh(h), rtol=1e-6, atol=1e-6)
     np.testing.assert_array_equal(exp, res)
     want = cache.copy()
     want[5] = h[0]
-    np.testing.assert_allclose(nxt, want, rtol=1e-6)
+    np.testing.assert_allclose(nxt, want, rtol=1e-6, atol=1e-6)
 
 
 # -- Builder refusals --------------------------------------------------------------------

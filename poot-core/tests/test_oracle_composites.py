@@ -72,7 +72,8 @@ def test_fused_pointwise_region(rand):
         O.Unary(O.UnaryOp.Tanh), b.eqn(ADD, b.eqn(MUL, x, y), Lit(0.5, F32))))
     x, y = rand((3, 4)), rand((4,))
     got = ev(O.Fused(body), x, y)
-    np.testing.assert_allclose(got, np.tanh(x.astype(np.float64) * y + 0.5), rtol=1e-6)
+    np.testing.assert_allclose(got, np.tanh(x.astype(np.float64) * y + 0.5), rtol=1e-6,
+                               atol=1e-6)
     with pytest.raises(ShapeError, match=r"^Fused: region takes \[f32\[3,4\], f32\[4\]\]"):
         O.Fused(body).infer([T((3, 4)), T((3,))])
 
@@ -88,7 +89,7 @@ def test_fused_row_region_rms_norm(rand):
     got = ev(O.FusedRow(body, -1), x, w)
     x64 = x.astype(np.float64)
     want = x64 / np.sqrt((x64 ** 2).mean(-1, keepdims=True) + 1e-5) * w
-    np.testing.assert_allclose(got, want, rtol=1e-5)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
 def test_contraction_epilogue_f32(rand):
@@ -314,7 +315,7 @@ def test_scan_rule_and_definition_agree_with_a_python_loop(rand):
     for t in range(n):
         h = np.tanh(h * 0.9 + xs[t])
         want.append(h)
-    np.testing.assert_allclose(got, np.stack(want), rtol=1e-5)
+    np.testing.assert_allclose(got, np.stack(want), rtol=1e-5, atol=1e-6)
     types = [g.type_of(v) for v in g.inputs()[:2]]
     d_g = definition(eqn.op, types)
     assert not any(isinstance(e.op, O.Scan) for e in d_g.eqns())
