@@ -278,11 +278,12 @@ def test_check_refuses_an_undefined_operand():
     d.eqns.append(Eqn(MUL, (Value(y), Value(x)), ValueId(99)))
     with pytest.raises(GraphError, match="writes %99, not in the value table"):
         d.commit()
-    d = g.edit()
-    d.outputs.append(GraphOutput(ghost if False else ValueId(99), OutputKind.WITNESS,
-                                 label="w"))
-    with pytest.raises(GraphError):
-        d.commit()
+    b = Builder()
+    x = b.const(T((2,)), "x")
+    b.result(x)
+    b._tables.outputs.append(GraphOutput(ghost, OutputKind.WITNESS, label="w"))
+    with pytest.raises(GraphError, match=r"output witness %3 'w' names an undefined value"):
+        b.finish()
 
 
 def test_check_refuses_a_type_disagreeing_with_infer():
@@ -422,6 +423,22 @@ def test_edit_refuses_changing_the_result_type():
 def test_edit_refuses_dropping_the_result():
     g, r = layer_graph()
     edit_and_refuse(g, lambda d: d.outputs.__delitem__(0), r"lost: \['result'\]")
+
+
+def test_a_committed_graph_is_independent_of_its_draft():
+    g, x, y, z = small_graph()
+    d = g.edit()
+    e = d.new_eqn(O.Unary(O.UnaryOp.Exp), [Value(z)])
+    d.eqns.append(e)
+    d.outputs.append(GraphOutput(e.out, OutputKind.WITNESS, label="late"))
+    with pytest.raises(EditRefused, match=r"added: \[\"witness 'late'\"\]"):
+        d.commit()
+    d.outputs.pop()
+    g2 = d.commit()
+    before = snapshot(g2)
+    d.eqns.clear()  # the draft stays a draft: changing it later changes no graph
+    d.outputs.clear()
+    assert snapshot(g2) == before and len(g2.eqns()) == 3 and len(g.eqns()) == 2
 
 
 def test_refused_check_leaves_the_original_unchanged():
