@@ -303,8 +303,6 @@ class ExprPrinter:
     def float_binary(self, op: BinaryOp, a: str, b: str) -> str:
         if op is BinaryOp.Max:
             return self.ctx.helpers.call("poot_max_f32", a, b)
-        if op is BinaryOp.Div:
-            return self.ctx.helpers.call("poot_div_f32", a, b)
         return f"({a} {_ARITH_OPS[op]} {b})"
 
     def wrap(self, text: str, d: DType) -> str:

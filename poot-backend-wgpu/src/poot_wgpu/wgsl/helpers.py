@@ -19,13 +19,6 @@ _SOURCES: dict[str, tuple[str, tuple[str, ...]]] = {
   // arithmetic on the NaN: WGSL lets compilers assume finite math and fold it away.
   return select(max(a, b), select(b, a, poot_isnan(a)), poot_isnan(a) || poot_isnan(b));
 }""", ("poot_isnan",)),
-    "poot_div_f32": ("""fn poot_div_f32(a: f32, b: f32) -> f32 {
-  // Some drivers divide as a * (1 / b) (the H200's Vulkan driver gives -inf for 3e38 / -1.5):
-  // operands beyond 2^126 are scaled by 1/4 first, exactly, and the quotient scaled back.
-  let sa = select(1.0f, 0.25f, abs(a) > 8.507059e37f);
-  let sb = select(1.0f, 0.25f, abs(b) > 8.507059e37f);
-  return ((a * sa) / (b * sb)) * (sb / sa);
-}""", ()),
     "poot_div_i32": (f"""fn poot_div_i32(a: i32, b: i32) -> i32 {{
   // x / 0 = 0; INT_MIN / -1 wraps to INT_MIN (divide by 1 instead)
   let safe = select(b, 1i, b == 0i || (a == {_INT_MIN} && b == -1i));
