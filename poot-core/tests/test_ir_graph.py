@@ -261,6 +261,10 @@ def test_check_refuses_eqns_out_of_order():
         d.commit()
     d.toposort()  # the draft can repair its own order
     assert d.commit().eqns() == g.eqns()
+    d = g.edit()
+    d.eqns[0] = Eqn(ADD, (Value(x), Value(z)), y)  # y reads z, z reads y: a cycle
+    with pytest.raises(GraphError, match="eqns form a cycle or read undefined values"):
+        d.toposort()
 
 
 def test_check_refuses_an_undefined_operand():

@@ -414,6 +414,15 @@ def test_reduce(dtype, keepdim, rand):
                           dtype=np.float32).astype(dtype.numpy))
 
 
+def test_integer_sums_wrap(rand):
+    x = rand((5, 9), I32, lo=2 ** 30, hi=2 ** 31 - 1)
+    want = (x.astype(object).sum(1) + 2 ** 31) % 2 ** 32 - 2 ** 31
+    np.testing.assert_array_equal(ev(O.Reduce(O.ReduceOp.Sum, 1), x), want.astype(np.int64))
+    u = rand((4, 7), DType.U8, lo=0, hi=256)
+    np.testing.assert_array_equal(ev(O.Reduce(O.ReduceOp.Sum, 1), u),
+                                  u.astype(np.int64).sum(1) % 256)
+
+
 def test_matmul_batched_broadcast(rand):
     a, b = rand((2, 1, 3, 5)), rand((4, 5, 6))
     got = ev(O.MatMul(), a, b)
