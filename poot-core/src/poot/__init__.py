@@ -16,7 +16,16 @@ _LAZY = {
 }
 
 
+#: subpackages reachable as attributes of `poot` without importing them first
+_SUBMODULES = {"ops", "ir", "errors", "dtypes", "reference", "models", "plan", "runtime",
+               "plugin", "backend", "capability", "formats", "codegen", "conformance"}
+
+
 def __getattr__(name: str):
+    if name in _SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f"poot.{name}")
     if name in _LAZY:
         import importlib
 
