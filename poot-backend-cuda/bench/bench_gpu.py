@@ -1,9 +1,18 @@
 """GPU benchmark of the CUDA backend: decode-shaped kernels and a whole decode step.
 
-Prints bytes moved per second against a device-to-device copy measured in the same
-run (the bandwidth ceiling), and a SmolLM2-shaped decode step (random bf16 weights)
-replayed as one CUDA graph. Timing: CUDA events around graph replays, after warm-up,
-median of several trials. Inputs are random, never zeros.
+Prints, side by side, from one run:
+- the device's copy bandwidth (the ceiling): cuMemcpyDtoD in a graph and on the stream, a
+  16-byte-per-thread copy kernel, and PyTorch's copy_ when torch is importable; the best one
+  is the ceiling the GEMV rows are a fraction of;
+- BF16 GEMV (N=14336, K=4096 and N=4096, K=14336) and packed Q4_0 / Q4_K GEMV: achieved
+  GB/s and the fraction of the copy ceiling (each timed over several weight copies in
+  turn, so repeated launches stream from HBM, not from the 50 MB L2);
+- BF16 GEMM 4096^3 (f32 activations x bf16 weights, poot's DenseContraction) TFLOP/s as a
+  fraction of torch.matmul's bf16 4096^3 measured in the same run (CUDA events);
+- a SmolLM2-shaped decode step (random bf16 weights) with CUDA graph replay and without
+  (every kernel launched each step).
+Timing: CUDA events around graph replays, after warm-up, median of several trials. Inputs
+are random, never zeros. Lines starting with "SUMMARY " are collected by h200_session.sh.
 
     python bench_gpu.py            # on a machine with a CUDA GPU
     python bench_gpu.py --plan     # without one: lower, compile and plan only
@@ -14,6 +23,7 @@ import argparse
 import statistics
 import time
 import traceback
+from dataclasses import dataclass
 
 import numpy as np
 from poot.codegen.lower import lower
@@ -24,31 +34,55 @@ from poot.ir.types import TensorType as T
 F32, BF16, U8 = DType.F32, DType.BF16, DType.U8
 
 
-def ops_to_bench():
-    """(label, op, operand types, bytes that must move, flops)."""
+GEMV_SHAPES = ((14336, 4096), (4096, 14336))   # (N, K): an 8B FFN's up and down shapes
+TARGETS = {"gemv": 0.80, "q4": 0.60, "gemm": 0.50, "decode": 1000.0}   # issue 8's targets
+
+
+@dataclass
+class Bench:
+    label: str
+    op: object
+    ins: list
+    nbytes: int          # bytes that must move
+    flops: int
+    kind: str = ""       # "gemv", "q4", "gemm" or "" (what the row is compared with)
+    reps: int = 20       # launches per timed graph
+
+
+def ops_to_bench() -> list[Bench]:
     from poot.codegen.cases import _rmsnorm
     from poot.formats import PackedWeight
     from poot.ir import region
 
     out = []
-    for n, k in ((4096, 4096), (14336, 4096)):
-        out.append((f"dense bf16 GEMV {n}x{k}", DenseContraction(),
-                    [T((1, k), F32), T((n, k), BF16)], n * k * 2 + 4 * (k + n), 2 * n * k))
-    out.append(("dense bf16 GEMM 64x4096x4096 (tiled, FMA)", DenseContraction(),
-                [T((64, 4096), F32), T((4096, 4096), BF16)], 4096 * 4096 * 2,
-                2 * 64 * 4096 * 4096))
-    pw = PackedWeight("gguf:Q4_0", (28672, 4096))
-    srcs = [s.type for s in pw.sources()]
-    out.append(("packed Q4_0 GEMV 28672x4096", PackedContraction(pw),
-                [T((1, 4096), F32), *srcs], sum(s.nbytes for s in srcs), 2 * 28672 * 4096))
+    for n, k in GEMV_SHAPES:
+        out.append(Bench(f"dense bf16 GEMV N={n} K={k}", DenseContraction(),
+                         [T((1, k), F32), T((n, k), BF16)], n * k * 2 + 4 * (k + n),
+                         2 * n * k, "gemv"))
+    for fmt in ("Q4_0", "Q4_K"):
+        for n, k in GEMV_SHAPES:
+            pw = PackedWeight(f"gguf:{fmt}", (n, k))
+            srcs = [s.type for s in pw.sources()]
+            out.append(Bench(f"packed {fmt} GEMV N={n} K={k}", PackedContraction(pw),
+                             [T((1, k), F32), *srcs], sum(s.nbytes for s in srcs) + 4 * (k + n),
+                             2 * n * k, "q4"))
+    m = n = k = 4096
+    out.append(Bench(f"dense bf16 GEMM {m}x{n}x{k} (f32 x bf16)", DenseContraction(),
+                     [T((m, k), F32), T((n, k), BF16)], 4 * m * k + 2 * n * k + 4 * m * n,
+                     2 * m * n * k, "gemm", reps=2))
     hq, hkv, s, d = 32, 8, 16384, 128
-    out.append((f"attention decode bf16 {hq}/{hkv} heads S={s} D={d}", Attention(d ** -0.5),
-                [T((hq, 1, d), BF16), T((hkv, s, d), BF16), T((hkv, s, d), BF16),
-                 T((1, s), BF16)], 2 * hkv * s * d * 2, 4 * hq * s * d))
+    out.append(Bench(f"attention decode bf16 {hq}/{hkv} heads S={s} D={d}", Attention(d ** -0.5),
+                     [T((hq, 1, d), BF16), T((hkv, s, d), BF16), T((hkv, s, d), BF16),
+                      T((1, s), BF16)], 2 * hkv * s * d * 2, 4 * hq * s * d))
     x, w = T((1, 4096), F32), T((4096,), F32)
-    out.append(("rmsnorm FusedRow 1x4096", FusedRow(region([x, w], _rmsnorm), -1), [x, w],
-                4096 * 12, 4 * 4096))
+    out.append(Bench("rmsnorm FusedRow 1x4096", FusedRow(region([x, w], _rmsnorm), -1), [x, w],
+                     4096 * 12, 4 * 4096))
     return out
+
+
+def copies_for(nbytes: int) -> int:
+    """Weight copies to rotate through so that one timed round streams >= 512 MB (10x L2)."""
+    return max(1, min(8, -(-(512 << 20) // max(nbytes, 1))))
 
 
 def random_operand(t: T, rng) -> np.ndarray:
@@ -89,35 +123,129 @@ class Timer:
         return statistics.median(times)
 
 
-def copy_bandwidth(ctx, timer, nbytes: int = 1 << 30) -> float:
+COPY_KERNEL = """
+extern "C" __global__ void __launch_bounds__(256) poot_bench_copy(
+    const uint4* __restrict__ src, uint4* __restrict__ dst) {
+  const unsigned long long i = (unsigned long long)blockIdx.x * 256u + threadIdx.x;
+  if (i < %dull) dst[i] = src[i];
+}
+"""
+
+
+def copy_kernel(nbytes: int):
+    """(CUDA C source, kernel name, grid) of a copy of `nbytes` moving 16 bytes a thread."""
+    n16 = nbytes // 16
+    return COPY_KERNEL % n16, "poot_bench_copy", (-(-n16 // 256),)
+
+
+def copy_bandwidths(ctx, timer, nbytes: int = 1 << 30) -> dict[str, float]:
+    """GB/s (read + write) of several device-to-device copies of `nbytes`."""
+    from poot_cuda.compiler import compile_cubin
+    from poot_cuda.driver import Launch
+
+    out = {}
     src, dst = ctx.alloc(nbytes), ctx.alloc(nbytes)
-    ctx.write(src, np.random.default_rng(0).integers(0, 256, nbytes, dtype=np.uint8))
-    ms = timer.graph_ms(lambda: ctx.copy(dst, src, nbytes), reps=5, trials=5)
-    ctx.free(src)
-    ctx.free(dst)
-    return 2 * nbytes / ms / 1e6   # GB/s, read + write
+    try:
+        ctx.write(src, np.frombuffer(np.random.default_rng(0).bytes(nbytes), np.uint8))
+        gbs = lambda ms: 2 * nbytes / ms / 1e6  # noqa: E731
+        out["cuMemcpyDtoD, graph"] = gbs(timer.graph_ms(lambda: ctx.copy(dst, src, nbytes),
+                                                        reps=5, trials=5))
+        out["cuMemcpyDtoD, stream"] = gbs(timer.call_ms(lambda: ctx.copy(dst, src, nbytes),
+                                                        reps=5, trials=5))
+        source, name, grid = copy_kernel(nbytes)
+        fn = ctx.function(ctx.load_module(compile_cubin(source, name, "sm_90")), name)
+        launch = Launch(fn, grid, (256,), [src, dst], name)
+        out["copy kernel, 16 B/thread"] = gbs(timer.graph_ms(lambda: launch(ctx), reps=5,
+                                                             trials=5))
+    finally:
+        ctx.free(src)
+        ctx.free(dst)
+    return out
 
 
-def bench_ops(ctx, timer, copy_gbs: float, rows: list):
+def torch_ceilings(nbytes: int = 1 << 30) -> dict[str, float]:
+    """PyTorch on the same GPU: copy_ GB/s and bf16 matmul 4096^3 TFLOP/s (CUDA events)."""
+    import torch
+
+    def event_ms(fn, reps: int, trials: int = 7) -> float:
+        fn()
+        torch.cuda.synchronize()
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        times = []
+        for _ in range(trials):
+            start.record()
+            for _ in range(reps):
+                fn()
+            stop.record()
+            stop.synchronize()
+            times.append(start.elapsed_time(stop) / reps)
+        return statistics.median(times)
+
+    def copy_gbs() -> float:
+        src = torch.randint(0, 255, (nbytes,), dtype=torch.uint8, device="cuda")
+        dst = torch.empty_like(src)
+        return 2 * nbytes / event_ms(lambda: dst.copy_(src), 5) / 1e6
+
+    def matmul_tflops(n: int = 4096) -> float:
+        a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+        return 2 * n ** 3 / event_ms(lambda: a @ b, 20) / 1e9
+
+    out = {"torch copy_ GB/s": copy_gbs(), "torch bf16 matmul 4096^3 TFLOP/s": matmul_tflops()}
+    torch.cuda.empty_cache()
+    return out
+
+
+def summary(key: str, value) -> None:
+    print(f"SUMMARY {key} | {value}", flush=True)
+
+
+def bench_ops(ctx, timer, copy_gbs: float, torch_tflops: float | None, rows: list):
     from poot_cuda.harness import LoweringRun
     from poot_cuda.kernels import ModuleCache, compile_lowering
     from poot_cuda.printer import CudaPrinter
 
     modules, rng = ModuleCache(ctx), np.random.default_rng(1)
-    for label, op, ins, nbytes, flops in ops_to_bench():
+    for b in ops_to_bench():
+        runs = []
         try:
-            out = op.infer(ins)
-            compiled = compile_lowering(lower(op, ins, out), CudaPrinter("sm_90"))
-            run = LoweringRun(ctx, modules, compiled, [random_operand(t, rng) for t in ins], out)
-            ms = timer.graph_ms(run.enqueue)
-            run.free()
+            out = b.op.infer(b.ins)
+            compiled = compile_lowering(lower(b.op, b.ins, out), CudaPrinter("sm_90"))
+            operands = [random_operand(t, rng) for t in b.ins]
+            sets = copies_for(b.nbytes) if b.kind in ("gemv", "q4") else 1
+            runs = [LoweringRun(ctx, modules, compiled, operands, out) for _ in range(sets)]
+
+            def enqueue(runs=runs):
+                for r in runs:
+                    r.enqueue()
+
+            ms = timer.graph_ms(enqueue, reps=b.reps, trials=5 if b.reps < 5 else 7) / sets
         except Exception as e:  # noqa: BLE001 - one broken row must not hide the others
             traceback.print_exc()
-            rows.append((label, "FAILED", f"{type(e).__name__}: {e}"[:200], "", ""))
+            rows.append((b.label, "FAILED", f"{type(e).__name__}: {e}"[:200], "", ""))
+            summary(b.label, "FAILED")
             continue
-        gbs = nbytes / ms / 1e6
-        rows.append((label, f"{ms * 1e3:9.1f} us", f"{gbs:8.1f} GB/s",
-                     f"{100 * gbs / copy_gbs:5.1f}% of copy", f"{flops / ms / 1e9:8.2f} TFLOP/s"))
+        finally:
+            for r in runs:
+                r.free()
+        gbs, tflops = b.nbytes / ms / 1e6, b.flops / ms / 1e9
+        frac = gbs / copy_gbs
+        note = f"{100 * frac:5.1f}% of copy"
+        if b.kind == "gemv":
+            note += f" (target {100 * TARGETS['gemv']:.0f}%)"
+        elif b.kind == "q4":
+            note += f" (target {100 * TARGETS['q4']:.0f}%)"
+        elif b.kind == "gemm":
+            note = (f"{100 * tflops / torch_tflops:5.1f}% of torch.matmul "
+                    f"(target {100 * TARGETS['gemm']:.0f}%)" if torch_tflops else "torch n/a")
+        if sets > 1:
+            note += f", {sets} weight copies"
+        rows.append((b.label, f"{ms * 1e3:9.1f} us", f"{gbs:8.1f} GB/s", note,
+                     f"{tflops:8.2f} TFLOP/s"))
+        if b.kind == "gemm":
+            summary(b.label, f"{tflops:.2f} TFLOP/s = {note.split(' (')[0].strip()}")
+        elif b.kind:
+            summary(b.label, f"{gbs:.0f} GB/s = {100 * frac:.1f}% of copy")
 
 
 def smollm2_step(device, plan_only: bool = False):
@@ -135,11 +263,21 @@ def smollm2_step(device, plan_only: bool = False):
     backend = CudaBackend()
     compiled = poot.compile(step.graph, (backend, device))
     p = plan(compiled, (backend, device))
-    print(f"smollm2-shape step: {len(p.steps)} kernels planned in {time.time() - t0:.1f} s")
+    print(f"smollm2-shape step: {len(p.steps)} kernels planned in {time.time() - t0:.1f} s",
+          flush=True)
     return step, weights, compiled, p
 
 
-def bench_step(device, timer, rows):
+def host_ms(fn, steps: int = 50) -> float:
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3
+
+
+def bench_step(device, rows):
     from poot.compiler.validate import random_inputs
     from poot.models.llama import const_inputs
     from poot.runtime.executor import Executor
@@ -152,58 +290,99 @@ def bench_step(device, timer, rows):
     slots = {label(v): inputs[label(v)] for v, _ in g.slots()}
     slots["pos"] = np.array([100], np.int32) if "pos" in slots else None
     slots = {k: v for k, v in slots.items() if v is not None}
-    ex.step(slots)                      # records the CUDA graph
-    times = []
-    for _ in range(50):
-        t0 = time.perf_counter()
-        ex.step(slots)                  # replay + slot writes + result read
-        times.append(time.perf_counter() - t0)
     exe = ex.executable
+    kernels = sum(1 for a in exe._actions if a[0] == "launch")
     # events must sit on the stream the step's graph is launched on (the runtime's own)
-    ms_graph = Timer(ex.runtime.ctx).call_ms(exe._graph.launch, reps=20, trials=5)
-    ms_host = statistics.median(times) * 1e3
-    rows.append(("smollm2-shape decode step (graph replay only)", f"{ms_graph * 1e3:9.1f} us",
-                 f"{1e3 / ms_graph:8.1f} tok/s", f"{len(p.steps)} kernels", ""))
-    rows.append(("smollm2-shape decode step (Executor.step)", f"{ms_host * 1e3:9.1f} us",
-                 f"{1e3 / ms_host:8.1f} tok/s", "incl. slot write + logits read", ""))
+    timer = Timer(ex.runtime.ctx)
+    exe.replay = True
+    ex.step(slots)                      # records the CUDA graph
+    replay_host = host_ms(lambda: ex.step(slots))    # replay + slot writes + result read
+    replay_dev = timer.call_ms(exe._graph.launch, reps=20, trials=5)
+    exe.replay = False
+    ex.step(slots)
+    eager_host = host_ms(lambda: ex.step(slots))     # every kernel launched from Python
+    eager_dev = timer.call_ms(exe._enqueue, reps=3, trials=5)
+    exe.replay = True
+    for name, ms, what in (("graph replay, launch only", replay_dev, f"{kernels} kernels"),
+                           ("graph replay, Executor.step", replay_host,
+                            "incl. slot write + logits read"),
+                           ("no replay, launches only", eager_dev, f"{kernels} launches"),
+                           ("no replay, Executor.step", eager_host,
+                            "incl. slot write + logits read")):
+        rows.append((f"smollm2-shape decode step ({name})", f"{ms * 1e3:9.1f} us",
+                     f"{1e3 / ms:8.1f} tok/s", what, ""))
+    summary("smollm2-shape step, replay (Executor.step)",
+            f"{1e3 / replay_host:.1f} tok/s (target {TARGETS['decode']:.0f}); "
+            f"graph alone {1e3 / replay_dev:.1f} tok/s")
+    summary("smollm2-shape step, no replay (Executor.step)",
+            f"{1e3 / eager_host:.1f} tok/s; launches alone {1e3 / eager_dev:.1f} tok/s")
+
+
+def plan_only():
+    from poot_cuda.backend import CudaBackend
+    from poot_cuda.compiler import compile_cubin
+    from poot_cuda.kernels import compile_lowering
+    from poot_cuda.printer import CudaPrinter
+
+    compile_cubin(*copy_kernel(1 << 30)[:2], "sm_90")
+    print("compiled copy kernel", flush=True)
+    for b in ops_to_bench():
+        compile_lowering(lower(b.op, b.ins, b.op.infer(b.ins)), CudaPrinter("sm_90"))
+        print(f"compiled {b.label} ({b.nbytes / 1e6:.1f} MB, {copies_for(b.nbytes)} copies "
+              f"if rotated)", flush=True)
+    smollm2_step(CudaBackend.compile_only_device("sm_90"), plan_only=True)
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--plan", action="store_true", help="no GPU: lower, compile, plan only")
+    ap.add_argument("--no-torch", action="store_true", help="skip the PyTorch reference rows")
     args = ap.parse_args()
-    from poot_cuda.backend import CudaBackend
-
     if args.plan:
-        for label, op, ins, *_ in ops_to_bench():
-            from poot_cuda.kernels import compile_lowering
-            from poot_cuda.printer import CudaPrinter
-
-            compile_lowering(lower(op, ins, op.infer(ins)), CudaPrinter("sm_90"))
-            print("compiled", label)
-        smollm2_step(CudaBackend.compile_only_device("sm_90"), plan_only=True)
+        plan_only()
         return
+    from poot_cuda.backend import CudaBackend
     from poot_cuda.driver import Context
     from poot_cuda.probe import probe
 
     devices, reason = probe()
     if not devices:
         raise SystemExit(reason)
-    print(devices[0])
+    print(devices[0], flush=True)
     ctx = Context(0)
     timer = Timer(ctx)
-    copy_gbs = copy_bandwidth(ctx, timer)
-    rows = [("device-to-device copy 1 GiB (ceiling)", "", f"{copy_gbs:8.1f} GB/s", "", "")]
-    bench_ops(ctx, timer, copy_gbs, rows)
+    rows = []
+    copies = copy_bandwidths(ctx, timer)
+    torch_tflops = None
+    if not args.no_torch:
+        try:
+            ref = torch_ceilings()
+            copies["torch copy_"] = ref["torch copy_ GB/s"]
+            torch_tflops = ref["torch bf16 matmul 4096^3 TFLOP/s"]
+        except Exception as e:  # noqa: BLE001 - the poot rows still run
+            traceback.print_exc()
+            rows.append(("torch reference", "FAILED", f"{type(e).__name__}: {e}"[:200], "", ""))
+    copy_gbs = max(copies.values())
+    best = max(copies, key=copies.get)
+    for name, gbs in copies.items():
+        rows.append((f"copy 1 GiB: {name}", "", f"{gbs:8.1f} GB/s",
+                     "(ceiling)" if name == best else "", ""))
+    summary("copy ceiling (best of the copies)", f"{copy_gbs:.0f} GB/s ({best})")
+    if torch_tflops:
+        rows.append(("torch.matmul bf16 4096^3", "", "", "", f"{torch_tflops:8.2f} TFLOP/s"))
+        summary("torch.matmul bf16 4096^3", f"{torch_tflops:.0f} TFLOP/s")
+    bench_ops(ctx, timer, copy_gbs, torch_tflops, rows)
     try:
-        bench_step(CudaBackend().probe()[0], timer, rows)
+        bench_step(CudaBackend().probe()[0], rows)
     except Exception as e:  # noqa: BLE001
         traceback.print_exc()
         rows.append(("smollm2-shape decode step", "FAILED", f"{type(e).__name__}: {e}"[:300],
                      "", ""))
+        summary("smollm2-shape step", "FAILED")
     print()
+    widths = [max(len(str(r[i])) for r in rows) for i in range(5)]
     for r in rows:
-        print(" | ".join(str(c) for c in r))
+        print(" | ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
 
 
 if __name__ == "__main__":

@@ -4,9 +4,14 @@
 cuMemAlloc, synchronous write/read, and `load(plan, buffers)` building every
 launch once. `CudaExecutable.run()` records the whole step into a CUDA graph on
 the first call (stream capture) and replays the instantiated graph afterwards.
+
+Graph replay is the default. `POOT_CUDA_REPLAY=0` (or `false`/`no`/`off`, read when a plan is
+loaded), or `executable.replay = False` on one loaded plan, launches every kernel of the step
+directly instead, each step: for measuring what replay saves, and for debugging.
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -17,6 +22,13 @@ from poot.ir.graph import Lit
 
 from poot_cuda.driver import Context, Graph, Launch
 from poot_cuda.kernels import CompiledLowering, ModuleCache, bind
+
+REPLAY_ENV = "POOT_CUDA_REPLAY"
+
+
+def replay_default() -> bool:
+    """Whether loaded plans replay a recorded CUDA graph: yes unless $POOT_CUDA_REPLAY says no."""
+    return os.environ.get(REPLAY_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 @dataclass
@@ -54,10 +66,14 @@ class CudaRuntime:
 
 
 class CudaExecutable:
-    """One plan bound to its buffers: a list of queued actions, recorded once."""
+    """One plan bound to its buffers: a list of queued actions, recorded once.
+
+    `replay` (default from $POOT_CUDA_REPLAY, on) picks how `run()` runs a step: replay the
+    graph recorded on the first run, or launch every action directly."""
 
     def __init__(self, rt: CudaRuntime, plan, buffers: Mapping[str, CudaBuffer]):
         self.rt, self.recorded = rt, False
+        self.replay = replay_default()
         self._graph: Graph | None = None
         self._actions: list = []
 
@@ -96,6 +112,9 @@ class CudaExecutable:
                 ctx.copy(dst, src, nbytes)
 
     def run(self) -> None:
+        if not self.replay:
+            self.run_eager()
+            return
         if self._graph is None:
             self._graph = Graph(self.rt.ctx, self._enqueue)
             self.recorded = True

@@ -1,0 +1,188 @@
+"""SmolLM2-135M (the real GGUF) on the cuda backend against the reference backend.
+
+Greedy decoding of N tokens from one prompt on both backends (the same token ids must come
+out), then on cuda: decode tokens/s with CUDA graph replay and without (every kernel
+launched each step), and prefill tokens/s (a short prompt, and a long one in 32-token
+chunks). Timing is host wall time around Session.prefill/decode (slot writes and the
+logits read included), after a warm-up generation that records the graphs.
+
+    POOT_SMOLLM2_GGUF=/path/SmolLM2.gguf python smollm2_gpu.py          # on a CUDA GPU
+    POOT_SMOLLM2_GGUF=/path/SmolLM2.gguf python smollm2_gpu.py --plan   # no GPU: compile
+                                                                        # and plan only
+Lines starting with "SUMMARY " are collected by h200_session.sh.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import traceback
+
+import numpy as np
+
+PROMPT = "The capital of France is"
+
+
+def summary(key: str, value) -> None:
+    print(f"SUMMARY {key} | {value}", flush=True)
+
+
+def model_path() -> str:
+    from poot.models.hub import smollm2_path
+
+    path = smollm2_path()
+    if path is None:
+        raise SystemExit("no SmolLM2 GGUF: set POOT_SMOLLM2_GGUF")
+    return str(path)
+
+
+def greedy(model, ids: list[int], n: int, replay: bool | None = None) -> dict:
+    """`n` greedy tokens after `ids` through the model's dense-KV session; with `replay`
+    given, every loaded cuda executable is switched to it first. Returns ids and times."""
+    session = model.session()
+    model.prepare(session, len(ids))
+    if replay is not None:
+        for ex in session.executors.values():
+            ex.executable.replay = replay
+    seq = object()
+    session.open(seq)
+    try:
+        t0 = time.perf_counter()
+        logits = session.prefill(seq, ids)
+        prefill_s = time.perf_counter() - t0
+        out, step_s = [], []
+        for i in range(n):
+            tok = int(np.argmax(np.asarray(logits, np.float32)))
+            out.append(tok)
+            if i + 1 < n:
+                t0 = time.perf_counter()
+                logits = session.decode({seq: tok})[seq]
+                step_s.append(time.perf_counter() - t0)
+    finally:
+        session.close(seq)
+    return {"ids": out, "prefill_s": prefill_s, "steps_s": step_s}
+
+
+def tps(run: dict) -> float:
+    return len(run["steps_s"]) / sum(run["steps_s"]) if run["steps_s"] else 0.0
+
+
+def load(backend: str, max_seq: int):
+    import poot
+
+    t0 = time.perf_counter()
+    m = poot.load(model_path(), backend=backend, max_seq=max_seq,
+                  progress=lambda s: print(f"  [{backend}] {s}", flush=True))
+    print(f"[{backend}] loaded {m.config.layers} layers on {m.device} in "
+          f"{time.perf_counter() - t0:.1f} s", flush=True)
+    return m
+
+
+def plan_only(max_seq: int) -> None:
+    """No GPU: compile and plan the decode and prefill steps for a compile-only sm_90
+    device (fills the NVRTC disk cache for a later run on the GPU)."""
+    from dataclasses import replace
+
+    from poot.models.loader import open_model
+    from poot.models.runner import Model
+    from poot.models.tokenizer import Tokenizer
+    from poot.plan import plan
+    from poot_cuda.backend import CudaBackend
+
+    backend = CudaBackend()
+    device = backend.compile_only_device("sm_90")
+    ckpt, config = open_model(model_path(), max_seq=max_seq)
+    config = replace(config, max_seq=min(config.max_seq, max_seq))
+    m = Model(ckpt, config, Tokenizer.from_gguf_metadata(ckpt.metadata), backend, device)
+    for tokens in (1, m.prefill_tokens):
+        t0 = time.perf_counter()
+        g = m.step_graph(tokens, 1, "dense", pool=config.max_seq)
+        p = plan(g, (backend, device))
+        print(f"planned a {tokens}-token step: {len(p.steps)} steps in "
+              f"{time.perf_counter() - t0:.1f} s", flush=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tokens", type=int, default=32)
+    ap.add_argument("--max-seq", type=int, default=512)
+    ap.add_argument("--long-prompt", type=int, default=256,
+                    help="tokens of the long prompt timed for prefill tokens/s")
+    ap.add_argument("--reference", action=argparse.BooleanOptionalAction, default=True,
+                    help="also run the reference backend and compare token ids")
+    ap.add_argument("--plan", action="store_true", help="no GPU: compile and plan only")
+    ap.add_argument("--backend", default="cuda",
+                    help="the backend measured (another name checks this script without a GPU)")
+    args = ap.parse_args()
+    if args.plan:
+        plan_only(args.max_seq)
+        return 0
+    failed = False
+    gpu = load(args.backend, args.max_seq)
+    ids = gpu.tokenize(PROMPT)
+    print(f"prompt {PROMPT!r} -> {len(ids)} ids {ids}", flush=True)
+    t0 = time.perf_counter()
+    first = greedy(gpu, ids, args.tokens, replay=True)   # plans, records the graphs
+    print(f"[cuda] first generation (plans bound, graphs recorded) "
+          f"{time.perf_counter() - t0:.2f} s", flush=True)
+    gpu_text = gpu.tokenizer.decode(first["ids"])
+    print(f"[cuda] ids  {first['ids']}\n[cuda] text {gpu_text!r}", flush=True)
+
+    replay = greedy(gpu, ids, args.tokens, replay=True)
+    eager = greedy(gpu, ids, args.tokens, replay=False)
+    same_modes = replay["ids"] == first["ids"] == eager["ids"]
+    if not same_modes:
+        failed = True
+        print(f"MISMATCH between cuda runs: replay {replay['ids']} eager {eager['ids']}")
+    r_tps, e_tps = tps(replay), tps(eager)
+    print(f"[cuda] decode with graph replay: {r_tps:.1f} tok/s (median step "
+          f"{1e3 * float(np.median(replay['steps_s'])):.3f} ms)")
+    print(f"[cuda] decode without replay:    {e_tps:.1f} tok/s (median step "
+          f"{1e3 * float(np.median(eager['steps_s'])):.3f} ms)")
+    summary("smollm2 cuda decode, graph replay", f"{r_tps:.1f} tok/s")
+    summary("smollm2 cuda decode, no replay", f"{e_tps:.1f} tok/s")
+    summary("smollm2 cuda replay vs no-replay ids", "same" if same_modes else "DIFFERENT")
+    short = len(ids) / replay["prefill_s"]
+    print(f"[cuda] prefill {len(ids)}-token prompt: {1e3 * replay['prefill_s']:.2f} ms "
+          f"({short:.1f} tok/s; one {gpu.prefill_tokens}-token chunk)", flush=True)
+    try:
+        rng = np.random.default_rng(0)
+        n = min(args.long_prompt, gpu.config.max_seq - 2)
+        long_ids = [int(x) for x in rng.integers(100, gpu.config.vocab - 100, n)]
+        greedy(gpu, long_ids, 2, replay=True)      # warm-up: all chunks replay afterwards
+        runs = [greedy(gpu, long_ids, 2, replay=True)["prefill_s"] for _ in range(3)]
+        long_tps = n / min(runs)
+        print(f"[cuda] prefill {n}-token prompt ({gpu.prefill_tokens}-token chunks): "
+              f"{1e3 * min(runs):.2f} ms, {long_tps:.1f} tok/s", flush=True)
+        summary(f"smollm2 cuda prefill ({n} tokens)", f"{long_tps:.1f} tok/s")
+    except Exception:  # noqa: BLE001 - report and go on to the comparison
+        failed = True
+        traceback.print_exc()
+        summary("smollm2 cuda prefill", "FAILED (see smollm2.log)")
+    summary("smollm2 cuda prefill (short prompt)", f"{short:.1f} tok/s, {len(ids)} tokens")
+
+    if args.reference:
+        ref = load("reference", args.max_seq)
+        t0 = time.perf_counter()
+        want = greedy(ref, ids, args.tokens)
+        print(f"[reference] {args.tokens} tokens in {time.perf_counter() - t0:.1f} s "
+              f"({tps(want):.1f} tok/s decode)")
+        ref_text = ref.tokenizer.decode(want["ids"])
+        print(f"[reference] ids  {want['ids']}\n[reference] text {ref_text!r}")
+        same = want["ids"] == first["ids"]
+        if not same:
+            failed = True
+            pairs = enumerate(zip(want["ids"], first["ids"], strict=True))
+            k = next(i for i, (a, b) in pairs if a != b)
+            print(f"MISMATCH: first differing token at {k}: cuda {first['ids'][k]} "
+                  f"reference {want['ids'][k]}")
+        print(f"greedy {args.tokens} tokens, cuda vs reference: "
+              f"{'MATCH' if same else 'MISMATCH'}", flush=True)
+        summary(f"smollm2 greedy {args.tokens} tokens cuda == reference",
+                "MATCH" if same else "MISMATCH")
+        summary("smollm2 cuda text", repr(gpu_text)[:70])
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
