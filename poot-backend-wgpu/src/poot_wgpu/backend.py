@@ -33,7 +33,15 @@ class WgpuBackend(Backend):
         return open_device()
 
     def capabilities(self, device: Device):
-        return capability_table(self._device(device), device.id)
+        # one table per device and set of registered formats: plan-time lowering consults
+        # it for every eqn
+        from poot.formats import formats
+
+        key = (device.id, frozenset(formats()))
+        tables = self.__dict__.setdefault("_tables", {})
+        if key not in tables:
+            tables[key] = capability_table(self._device(device), device.id)
+        return tables[key]
 
     def lower(self, eqn, graph, device: Device) -> Lowering:
         """Check the table, build the kernel programs and print them now, so that every
