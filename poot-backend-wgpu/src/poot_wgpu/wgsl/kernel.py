@@ -11,7 +11,6 @@ Device limits are checked here: a kernel that does not fit raises LimitExceeded.
 """
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 
@@ -35,7 +34,7 @@ from poot.ir.ops.reduce import ReduceOp
 from poot_wgpu.device import WgpuDevice
 from poot_wgpu.kernel import workgroup_grid
 from poot_wgpu.wgsl.expr import ArrayInfo, Context, ExprPrinter
-from poot_wgpu.wgsl.types import BACKEND
+from poot_wgpu.wgsl.types import BACKEND, layout
 
 _REDUCE_TYPES = {DType.F32: "f32", DType.I32: "i32"}
 
@@ -62,7 +61,7 @@ class _KernelPrinter:
         written = {s.array for s in kernel.statements() if isinstance(s, Store)}
         arrays = {}
         for b in kernel.buffers:
-            packed = _layout_bits(self, b.dtype)
+            packed = layout(b.dtype, dev.features, dev.name, "Buffer").packed_bits
             arrays[b.name] = ArrayInfo(_ident("b_", b.name), b.dtype,
                                        atomic=bool(packed) and b.name in written)
         for a in (*kernel.shared, *kernel.locals):
@@ -90,7 +89,7 @@ class _KernelPrinter:
             if b.nbytes > binding:
                 self.limit(f"buffer {b.name!r} is {b.nbytes} bytes, over "
                            f"max-storage-buffer-binding-size {binding}")
-        shared = sum(a.count * _shared_itemsize(self, a.dtype) for a in k.shared)
+        shared = sum(a.count * a.dtype.itemsize for a in k.shared)
         if k.reductions():
             shared += 4 * k.threads_per_group * len({s.value.dtype for s in k.reductions()})
         cap = lim["max-compute-workgroup-storage-size"]
@@ -297,12 +296,6 @@ class _KernelPrinter:
         return PrintedKernel(k.name, source, k.buffers, groups)
 
 
-def _layout_bits(printer: _KernelPrinter, dtype: DType) -> int:
-    from poot_wgpu.wgsl.types import layout
-
-    return layout(dtype, printer.dev.features, printer.dev.name, "Buffer").packed_bits
-
-
 def _shared_type(printer: _KernelPrinter, dtype: DType) -> str:
     lay = printer.ctx.layout(dtype, "SharedArray")
     if lay.packed_bits:
@@ -310,10 +303,6 @@ def _shared_type(printer: _KernelPrinter, dtype: DType) -> str:
                             f"8/16-bit workgroup storage; use f32/i32/u32", op="SharedArray",
                             dtype=str(dtype), backend=BACKEND, device=printer.dev.name)
     return lay.register
-
-
-def _shared_itemsize(printer: _KernelPrinter, dtype: DType) -> int:
-    return math.ceil(dtype.bits / 8)
 
 
 def print_kernel(kernel: Kernel, dev: WgpuDevice) -> PrintedKernel:
