@@ -16,7 +16,7 @@ if [ "$need_apt" = 1 ]; then
 fi
 
 # wgpu-py ships wgpu-native inside its wheel; nothing else to build.
-python -m pip install --quiet "wgpu>=0.32"
+python3 -m pip install --quiet "wgpu>=0.32"
 
 # The lavapipe ICD must be visible to the Vulkan loader.
 ls /usr/share/vulkan/icd.d/lvp_icd*.json >/dev/null
