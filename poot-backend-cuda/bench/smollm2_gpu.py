@@ -67,12 +67,42 @@ def tps(run: dict) -> float:
     return len(run["steps_s"]) / sum(run["steps_s"]) if run["steps_s"] else 0.0
 
 
-def load(backend: str, max_seq: int):
+#: the real tokenization of PROMPT by SmolLM2's tokenizer (used with --random weights)
+PROMPT_IDS = [504, 3575, 282, 4649, 314]
+_RANDOM: dict = {}
+
+
+def random_smollm2(max_seq: int):
+    """SmolLM2-135M's exact shape with random weights quantized to Q4_1 (seed 0), for a
+    machine the 98 MB checkpoint cannot reach. Built once, shared by both backends."""
+    if max_seq not in _RANDOM:
+        from poot.models.llama import LlamaConfig, random_weights
+
+        cfg = LlamaConfig(vocab=49152, dim=576, layers=30, heads=9, kv_heads=3, head_dim=64,
+                          ffn=1536, norm_eps=1e-5, rope_base=100000.0, rope_layout="pairs",
+                          tied=False, max_seq=max_seq, arch="llama")  # untied: a random
+        # tied head would echo the input token (the residual stream is mostly its embedding)
+        t0 = time.perf_counter()
+        _RANDOM[max_seq] = cfg, random_weights(cfg, seed=0, packed_format="gguf:Q4_1")
+        print(f"random SmolLM2-shaped Q4_1 weights in {time.perf_counter() - t0:.1f} s")
+    return _RANDOM[max_seq]
+
+
+def load(backend: str, max_seq: int, random: bool = False):
     import poot
 
     t0 = time.perf_counter()
-    m = poot.load(model_path(), backend=backend, max_seq=max_seq,
+    if random:
+        from poot.backend import get_backend
+        from poot.models.runner import Model
+
+        cfg, weights = random_smollm2(max_seq)
+        b = get_backend(backend)
+        m = Model(None, cfg, None, b, b.default_device(), weights=weights,
                   progress=lambda s: print(f"  [{backend}] {s}", flush=True))
+    else:
+        m = poot.load(model_path(), backend=backend, max_seq=max_seq,
+                      progress=lambda s: print(f"  [{backend}] {s}", flush=True))
     print(f"[{backend}] loaded {m.config.layers} layers on {m.device} in "
           f"{time.perf_counter() - t0:.1f} s", flush=True)
     return m
@@ -111,6 +141,8 @@ def main() -> int:
     ap.add_argument("--reference", action=argparse.BooleanOptionalAction, default=True,
                     help="also run the reference backend and compare token ids")
     ap.add_argument("--plan", action="store_true", help="no GPU: compile and plan only")
+    ap.add_argument("--random", action="store_true",
+                    help="SmolLM2's shape with random Q4_1 weights (no checkpoint needed)")
     ap.add_argument("--backend", default="cuda",
                     help="the backend measured (another name checks this script without a GPU)")
     args = ap.parse_args()
@@ -118,14 +150,15 @@ def main() -> int:
         plan_only(args.max_seq)
         return 0
     failed = False
-    gpu = load(args.backend, args.max_seq)
-    ids = gpu.tokenize(PROMPT)
+    gpu = load(args.backend, args.max_seq, args.random)
+    ids = PROMPT_IDS if args.random else gpu.tokenize(PROMPT)
+    text = (lambda ids: "(random weights: no text)") if args.random else gpu.tokenizer.decode
     print(f"prompt {PROMPT!r} -> {len(ids)} ids {ids}", flush=True)
     t0 = time.perf_counter()
     first = greedy(gpu, ids, args.tokens, replay=True)   # plans, records the graphs
     print(f"[cuda] first generation (plans bound, graphs recorded) "
           f"{time.perf_counter() - t0:.2f} s", flush=True)
-    gpu_text = gpu.tokenizer.decode(first["ids"])
+    gpu_text = text(first["ids"])
     print(f"[cuda] ids  {first['ids']}\n[cuda] text {gpu_text!r}", flush=True)
 
     replay = greedy(gpu, ids, args.tokens, replay=True)
@@ -162,12 +195,12 @@ def main() -> int:
     summary("smollm2 cuda prefill (short prompt)", f"{short:.1f} tok/s, {len(ids)} tokens")
 
     if args.reference:
-        ref = load("reference", args.max_seq)
+        ref = load("reference", args.max_seq, args.random)
         t0 = time.perf_counter()
         want = greedy(ref, ids, args.tokens)
         print(f"[reference] {args.tokens} tokens in {time.perf_counter() - t0:.1f} s "
               f"({tps(want):.1f} tok/s decode)")
-        ref_text = ref.tokenizer.decode(want["ids"])
+        ref_text = text(want["ids"])
         print(f"[reference] ids  {want['ids']}\n[reference] text {ref_text!r}")
         same = want["ids"] == first["ids"]
         if not same:

@@ -42,13 +42,15 @@ class Model:
     """A loaded model: tokenizer, config, target, and the sessions that run it."""
 
     def __init__(self, checkpoint, config, tokenizer, backend, device, *, kv: str = "dense",
-                 prefill_tokens: int = 32, progress=None):
+                 prefill_tokens: int = 32, progress=None, weights=None):
+        """`weights` overrides the checkpoint's (a WeightSource with `.arrays`, such as
+        `poot.models.llama.random_weights(...)` for a model of a real shape)."""
         from poot.models.weights import CheckpointWeights
 
         self.checkpoint, self.config, self.tokenizer = checkpoint, config, tokenizer
         self.backend, self.device = backend, device
         self.kv, self.prefill_tokens = kv, prefill_tokens
-        self.weights = CheckpointWeights(checkpoint)
+        self.weights = weights if weights is not None else CheckpointWeights(checkpoint)
         self.consts: dict[str, np.ndarray] = {}
         self.stats = Stats()
         self.progress = progress
