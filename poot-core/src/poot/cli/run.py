@@ -37,6 +37,7 @@ def run(args) -> int:
     progress(f"loaded {model.checkpoint.path.name} ({model.config.arch}, "
              f"{model.config.layers} layers) for {model.backend.name} on {model.device} "
              f"in {time.perf_counter() - t0:.1f} s")
+    model.prepare(model.session(), prompt_tokens=2)  # compile and plan before streaming
     pieces = model.generate(args.prompt, max_tokens=args.max_tokens, chat=args.chat,
                             temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                             repetition_penalty=args.repetition_penalty, seed=args.seed,
