@@ -38,6 +38,27 @@ class Stats:
                 f"decode {self.generated_tokens} tokens at {self.decode_tps:.1f} tok/s")
 
 
+class BindingBar:
+    """A progress bar on stderr while a plan binds its buffers (decoding and uploading
+    weights), for `poot run`; one bar per plan."""
+
+    def __init__(self):
+        self.bar = None
+
+    def __call__(self, done: int, total: int, label: str) -> None:
+        import sys
+
+        from tqdm import tqdm
+
+        if self.bar is None:
+            self.bar = tqdm(total=total, desc="binding weights", unit="buf", file=sys.stderr,
+                            leave=False, disable=not sys.stderr.isatty())
+        self.bar.update(done - self.bar.n)
+        if done == total:
+            self.bar.close()
+            self.bar = None
+
+
 class Model:
     """A loaded model: tokenizer, config, target, and the sessions that run it."""
 
@@ -80,10 +101,13 @@ class Model:
         key = (kv, batch)
         if key not in self._sessions:
             pool = self.config.max_seq * batch
-            self._sessions[key] = Session(
+            session = Session(
                 lambda t, b: self._timed_graph(t, b, kv, pool), self.consts, kv=kv,
                 capacity=self.config.max_seq, batch=batch, prefill_tokens=self.prefill_tokens,
                 pool_slots=pool, target=(self.backend, self.device))
+            if self.progress:
+                session.progress = BindingBar()
+            self._sessions[key] = session
         return self._sessions[key]
 
     def prepare(self, session, prompt_tokens: int) -> None:

@@ -67,7 +67,9 @@ class Executor:
 
     def __init__(self, plan: Plan, consts: Mapping | None = None, *,
                  runtime: Runtime | None = None, weights: WeightCache | None = None,
-                 state: StateStore | None = None):
+                 state: StateStore | None = None, progress=None):
+        """`progress(done, total, label)`, if given, is called as each buffer is bound
+        (weights are decoded and uploaded here: the slow part of loading a model)."""
         self.plan = plan
         self.graph = g = plan.graph
         if runtime is None:
@@ -79,8 +81,11 @@ class Executor:
         self._consts = _ConstSource(g, consts or {})
         self.buffers: dict[str, Buffer] = {}
         self.slots: dict[str, tuple[ValueId, Buffer]] = {}
-        for region in plan.regions.values():
+        regions = list(plan.regions.values())
+        for i, region in enumerate(regions):
             self.buffers[region.name] = self._allocate(region)
+            if progress is not None:
+                progress(i + 1, len(regions), region.name)
         self.executable = runtime.load(plan, self.buffers)
         self._outputs = [(o, place) for o, place in plan.outputs]
         self.steps = 0

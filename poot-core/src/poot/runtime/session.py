@@ -45,6 +45,8 @@ class Session:
         self.weights: WeightCache | None = None
         self.state: StateStore | None = None
         self.executors: dict[tuple[int, int], Executor] = {}
+        #: called as `progress(done, total, label)` while a new plan binds its buffers
+        self.progress = None
         if kv == "paged":
             self.blocks = BlockAllocator(pool_slots or capacity * batch, block, capacity)
         else:
