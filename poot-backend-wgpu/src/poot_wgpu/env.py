@@ -23,7 +23,24 @@ def configure() -> str:
     """
     os.environ.setdefault(BACKEND_VAR, DEFAULT_BACKEND)
     _private_runtime_dir()
+    _quiet_pinned_backend_notice()
     return os.environ[BACKEND_VAR]
+
+
+def _quiet_pinned_backend_notice() -> None:
+    """wgpu logs "Forcing backend: ..." as a warning whenever the variable pins the
+    backend; poot pins it on purpose, so that one line would only add noise to every
+    `poot` command. Other wgpu warnings still show."""
+    import logging
+
+    class _DropPinNotice(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            return not str(record.msg).startswith("Forcing backend:")
+
+    log = logging.getLogger("wgpu")
+    if not any(isinstance(f, _DropPinNotice) or type(f).__name__ == "_DropPinNotice"
+               for f in log.filters):
+        log.addFilter(_DropPinNotice())
 
 
 def _private_runtime_dir() -> None:
