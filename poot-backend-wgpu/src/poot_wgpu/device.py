@@ -81,6 +81,7 @@ def _import_wgpu():
         import wgpu
     except ImportError as e:  # the package is declared; this is a broken install
         raise DeviceUnavailable(f"no wgpu device: wgpu-py is not importable ({e})") from e
+    env.quiet_pinned_backend_notice()
     return wgpu, wanted
 
 

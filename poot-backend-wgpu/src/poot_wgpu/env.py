@@ -23,14 +23,14 @@ def configure() -> str:
     """
     os.environ.setdefault(BACKEND_VAR, DEFAULT_BACKEND)
     _private_runtime_dir()
-    _quiet_pinned_backend_notice()
     return os.environ[BACKEND_VAR]
 
 
-def _quiet_pinned_backend_notice() -> None:
+def quiet_pinned_backend_notice() -> None:
     """wgpu logs "Forcing backend: ..." as a warning whenever the variable pins the
     backend; poot pins it on purpose, so that one line would only add noise to every
-    `poot` command. Other wgpu warnings still show."""
+    `poot` command. Other wgpu warnings still show. Call after `import wgpu` (wgpu
+    installs its own logger class and refuses a logger made before it)."""
     import logging
 
     class _DropPinNotice(logging.Filter):
