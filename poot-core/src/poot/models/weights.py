@@ -68,7 +68,14 @@ class CheckpointWeights:
                 refs.append(ref)
                 self.arrays[ref.tensor] = src
             return PackedSpec(info.packed, tuple(refs))
+        from poot.dtypes import DType
         from poot.ir.types import TensorType
 
-        self.arrays[info.ref.tensor] = info.sources[0]
-        return DenseSpec(TensorType(info.shape, info.dtype), info.ref)
+        array, dtype, ref = info.sources[0], info.dtype, info.ref
+        if len(info.shape) == 1 and dtype in (DType.F16, DType.BF16):
+            # norm weights and biases meet f32 activations elementwise (only projections and
+            # embeddings widen in their ops): widen these small vectors exactly, here
+            array, dtype = np.asarray(array, np.float32), DType.F32
+            ref = type(ref)(ref.checkpoint, ref.tensor, f"{ref.payload}:f32", "f32")
+        self.arrays[ref.tensor] = array
+        return DenseSpec(TensorType(info.shape, dtype), ref)
