@@ -145,7 +145,13 @@ def quantization_config(folder: Path, config: dict) -> dict:
     q = config.get("quantization_config")
     if isinstance(q, dict):
         return q
-    return _json(folder / "quantize_config.json")
+    # AutoGPTQ's quantize_config.json and AutoAWQ's quant_config.json often lack quant_method:
+    # the file itself says which method wrote it
+    for name, method in (("quantize_config.json", "gptq"), ("quant_config.json", "awq")):
+        q = _json(folder / name)
+        if q:
+            return {"quant_method": method, **q}
+    return {}
 
 
 def open_safetensors(path: str | Path) -> Checkpoint:
