@@ -1,7 +1,7 @@
 #!/bin/bash
 # One device session: install the packages offline, run the CUDA tests on the GPU, benchmark.
 set -o pipefail
-export PYTHONUNBUFFERED=1 POOT_CACHE_DIR=/tmp/poot-cache
+export PYTHONUNBUFFERED=1 POOT_CACHE=/tmp/poot-cache
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 # packages the device image lacks travel as wheels in .whl (importlib-metadata, gguf, zipp)

@@ -18,10 +18,10 @@
 # POOT_SESSION_BUDGET (seconds, default 470) bounds the whole session: each part's timeout
 # is its own cap or what is left after the later parts' minimum shares, whichever is less.
 set -u -o pipefail
-export PYTHONUNBUFFERED=1 POOT_CACHE_DIR=/tmp/poot-cache
+export PYTHONUNBUFFERED=1 POOT_CACHE=/tmp/poot-cache
 export TORCHINDUCTOR_CACHE_DIR=/tmp/torchinductor-cache TRITON_CACHE_DIR=/tmp/triton-cache
 OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT" "$POOT_CACHE_DIR"
+mkdir -p "$OUT" "$POOT_CACHE"
 B=poot-backend-cuda/bench
 BUDGET=${POOT_SESSION_BUDGET:-470}
 START=$SECONDS
@@ -103,8 +103,8 @@ fi
 ((model_ok)) || rc=1
 row "model /tmp/smol.gguf size + sha256" "$( ((model_ok)) && echo OK || echo FAILED)"
 # kernels compiled ahead on another machine with the same NVRTC (13.0.88) for sm_90
-[ -d .cudacache ] && cp -r .cudacache/. "$POOT_CACHE_DIR"/ &&
-  echo "carried NVRTC cache: $(ls "$POOT_CACHE_DIR" | wc -l) kernels" | tee -a "$OUT/setup.log"
+[ -d .cudacache ] && cp -r .cudacache/. "$POOT_CACHE"/ &&
+  echo "carried NVRTC cache: $(ls "$POOT_CACHE" | wc -l) kernels" | tee -a "$OUT/setup.log"
 # fill the NVRTC disk cache while the conformance suite runs (compile-only, no GPU context)
 warm=()
 python3 $B/bench_gpu.py --plan >/tmp/warm_bench.log 2>&1 &

@@ -31,7 +31,7 @@ def test_workgroup_reduction_uses_warp_shuffles_then_shared_memory():
 
 
 def test_cache_key_follows_source_and_arch(tmp_path, monkeypatch):
-    monkeypatch.setenv("POOT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("POOT_CACHE", str(tmp_path))
     t = TensorType((5,), F32)
     kernel = lower(Binary(BinaryOp.Mul), [t, t], t).kernels[0]
     src = CudaPrinter().source(kernel)

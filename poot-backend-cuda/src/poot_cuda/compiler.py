@@ -55,9 +55,10 @@ def include_dirs() -> tuple[str, ...]:
 
 
 def cache_dir() -> pathlib.Path:
-    root = os.environ.get("POOT_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "poot")
-    path = pathlib.Path(root) / "cuda"
+    """Compiled kernels live under poot's one cache root ($POOT_CACHE, see poot.paths)."""
+    from poot.paths import cache_dir as root
+
+    path = root() / "cuda"
     path.mkdir(parents=True, exist_ok=True)
     return path
 

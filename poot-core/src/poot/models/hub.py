@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from poot.errors import CheckpointError
+from poot.paths import cache_dir  # the cache root, shared with compiled kernels
 
 
 @dataclass(frozen=True)
@@ -34,12 +35,6 @@ KNOWN_MODELS: dict[str, KnownModel] = {
         filename="SmolLM2-135M-Instruct.Q4_1.gguf",
     ),
 }
-
-
-def cache_dir() -> Path:
-    """poot's cache folder: $POOT_CACHE, else ~/.cache/poot."""
-    configured = os.environ.get("POOT_CACHE")
-    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "poot"
 
 
 def cached_model_path(name: str) -> Path:
