@@ -47,24 +47,85 @@ def from_gguf(meta: dict[str, Any], tensors: dict, max_seq: int | None = None) -
         max_seq=min(ctx, max_seq or ctx), arch=arch)
 
 
+def _hf_folder(tensors: dict) -> str:
+    """The folder a safetensors checkpoint's tensors come from (for error messages)."""
+    from pathlib import Path
+
+    for t in tensors.values():
+        ref = getattr(t, "ref", None)
+        if ref is not None and ref.checkpoint:
+            return str(Path(ref.checkpoint).parent)
+    return "the HF folder"
+
+
+#: the tensors every decoder layer needs (GGUF names; HF names are mapped to them)
+_LAYER_TENSORS = ("attn_norm.weight", "ffn_norm.weight", "attn_q.weight", "attn_k.weight",
+                  "attn_v.weight", "attn_output.weight", "ffn_gate.weight", "ffn_up.weight",
+                  "ffn_down.weight")
+_HF_LAYER_TENSORS = ("input_layernorm.weight", "post_attention_layernorm.weight",
+                     "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+                     "self_attn.v_proj.weight", "self_attn.o_proj.weight",
+                     "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight")
+
+
+def _check_hf_tensors(config: LlamaConfig, tensors: dict, where: str) -> None:
+    """Every tensor the builder will read, named the HF way where one is missing."""
+    from poot.models.weights import gguf_name
+
+    have = {gguf_name(n) for n in tensors}
+    need = {"token_embd.weight": "model.embed_tokens.weight",
+            "output_norm.weight": "model.norm.weight"}
+    if not config.tied:
+        need["output.weight"] = "lm_head.weight"
+    for i in range(config.layers):
+        for g, hf in zip(_LAYER_TENSORS, _HF_LAYER_TENSORS, strict=True):
+            need[f"blk.{i}.{g}"] = f"model.layers.{i}.{hf}"
+        if config.qkv_bias:
+            for g in ("q", "k", "v"):
+                need[f"blk.{i}.attn_{g}.bias"] = f"model.layers.{i}.self_attn.{g}_proj.bias"
+    missing = [hf for g, hf in need.items() if g not in have]
+    if missing:
+        more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+        raise CheckpointError(f"{where}: the safetensors files lack tensor {missing[0]!r}{more} "
+                              f"(a {config.layers}-layer {config.arch} model per config.json)")
+
+
 def from_hf(cfg: dict[str, Any], tensors: dict, max_seq: int | None = None) -> LlamaConfig:
+    where = _hf_folder(tensors)
     arch = cfg.get("model_type")
     if arch not in HF_ARCHS:
-        raise CheckpointError(f"unsupported architecture {arch!r}: poot runs "
-                              f"{', '.join(sorted(HF_ARCHS))} (Llama family) HF folders")
-    dim, heads = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
-    head_dim = int(cfg.get("head_dim") or dim // heads)
+        raise CheckpointError(f"{where}: unsupported architecture {arch!r} (config.json "
+                              f"model_type): poot runs {', '.join(sorted(HF_ARCHS))} "
+                              f"(Llama family) HF folders")
+
+    def key(name, default=None, kind=int):
+        value = cfg.get(name)
+        if value is None:
+            if default is None:
+                raise CheckpointError(f"{where}: config.json lacks {name!r} "
+                                      f"(needed for a {arch} model)")
+            return default
+        try:
+            return kind(value)
+        except (TypeError, ValueError):
+            raise CheckpointError(f"{where}: config.json has {name} = {value!r}, "
+                                  f"not a {kind.__name__}") from None
+
+    dim, heads = key("hidden_size"), key("num_attention_heads")
+    head_dim = key("head_dim", dim // heads)
     rs = cfg.get("rope_scaling") or {}
     rtype = rs.get("rope_type", rs.get("type"))
     if rtype not in (None, "default", "linear"):
-        raise CheckpointError(f"RoPE scaling {rtype!r} is not supported (linear only)")
-    ctx = int(cfg.get("max_position_embeddings", 2048))
-    return LlamaConfig(
-        vocab=int(cfg["vocab_size"]), dim=dim, layers=int(cfg["num_hidden_layers"]),
-        heads=heads, kv_heads=int(cfg.get("num_key_value_heads", heads)), head_dim=head_dim,
-        ffn=int(cfg["intermediate_size"]), norm_eps=float(cfg.get("rms_norm_eps", 1e-5)),
-        rope_base=float(cfg.get("rope_theta", 10000.0)),
+        raise CheckpointError(f"{where}: RoPE scaling {rtype!r} is not supported (linear only)")
+    ctx = key("max_position_embeddings", 2048)
+    config = LlamaConfig(
+        vocab=key("vocab_size"), dim=dim, layers=key("num_hidden_layers"),
+        heads=heads, kv_heads=key("num_key_value_heads", heads), head_dim=head_dim,
+        ffn=key("intermediate_size"), norm_eps=key("rms_norm_eps", 1e-5, float),
+        rope_base=key("rope_theta", 10000.0, float),
         rope_scale=float(rs.get("factor", 1.0)) if rtype == "linear" else 1.0,
         rope_layout="half", tied=bool(cfg.get("tie_word_embeddings", False)),
         qkv_bias=arch == "qwen2" or bool(cfg.get("attention_bias", False)),
         max_seq=min(ctx, max_seq or ctx), arch=arch)
+    _check_hf_tensors(config, tensors, where)
+    return config
