@@ -113,7 +113,9 @@ def from_hf(cfg: dict[str, Any], tensors: dict, max_seq: int | None = None) -> L
 
     dim, heads = key("hidden_size"), key("num_attention_heads")
     head_dim = key("head_dim", dim // heads)
-    rs = cfg.get("rope_scaling") or {}
+    # transformers 5 writes rope_parameters (with rope_theta inside) where 4.x wrote
+    # rope_scaling and a top-level rope_theta
+    rs = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
     rtype = rs.get("rope_type", rs.get("type"))
     if rtype not in (None, "default", "linear"):
         raise CheckpointError(f"{where}: RoPE scaling {rtype!r} is not supported (linear only)")
@@ -122,7 +124,7 @@ def from_hf(cfg: dict[str, Any], tensors: dict, max_seq: int | None = None) -> L
         vocab=key("vocab_size"), dim=dim, layers=key("num_hidden_layers"),
         heads=heads, kv_heads=key("num_key_value_heads", heads), head_dim=head_dim,
         ffn=key("intermediate_size"), norm_eps=key("rms_norm_eps", 1e-5, float),
-        rope_base=key("rope_theta", 10000.0, float),
+        rope_base=key("rope_theta", float(rs.get("rope_theta", 10000.0)), float),
         rope_scale=float(rs.get("factor", 1.0)) if rtype == "linear" else 1.0,
         rope_layout="half", tied=bool(cfg.get("tie_word_embeddings", False)),
         qkv_bias=arch == "qwen2" or bool(cfg.get("attention_bias", False)),
