@@ -236,6 +236,70 @@ def test_f32_folder_needs_the_half_layout(f32_model, f32_logits):
     assert rel_err(wrong.prefill_logits(ids), f32_logits) > 1e-2
 
 
+def hf_forward(w: dict[str, np.ndarray], cfg: dict, ids) -> np.ndarray:
+    """HF's Llama / Qwen2 forward pass in float64 numpy, on HF names and rows: rotate-half RoPE
+    on pairs (i, i + d/2), q/k/v biases where present, tied head without lm_head."""
+    from reference_llama import causal_gqa_attention, rms_norm, silu
+
+    w = {n: a.astype(np.float64) for n, a in w.items()}
+    t, eps, base = len(ids), cfg["rms_norm_eps"], cfg["rope_theta"]
+    heads, kv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    d = cfg["hidden_size"] // heads
+    angle = np.arange(t)[:, None] * base ** (-np.arange(0, d, 2) / d)[None, :]
+    cos = np.concatenate([np.cos(angle)] * 2, -1)[:, None, :]
+    sin = np.concatenate([np.sin(angle)] * 2, -1)[:, None, :]
+
+    def rope(x):
+        return x * cos + np.concatenate([-x[..., d // 2:], x[..., :d // 2]], -1) * sin
+
+    x = w["model.embed_tokens.weight"][np.asarray(ids)]
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        h = rms_norm(x, w[p + "input_layernorm.weight"], eps)
+
+        def proj(name, n, h=h, p=p):
+            y = h @ w[f"{p}self_attn.{name}.weight"].T + w.get(f"{p}self_attn.{name}.bias", 0)
+            return y.reshape(t, n, d)
+
+        q, k, v = rope(proj("q_proj", heads)), rope(proj("k_proj", kv)), proj("v_proj", kv)
+        x = x + causal_gqa_attention(q, k, v).reshape(t, -1) @ w[p + "self_attn.o_proj.weight"].T
+        h = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
+        gate, up = h @ w[p + "mlp.gate_proj.weight"].T, h @ w[p + "mlp.up_proj.weight"].T
+        x = x + (silu(gate) * up) @ w[p + "mlp.down_proj.weight"].T
+    x = rms_norm(x, w["model.norm.weight"], eps)
+    return x @ w.get("lm_head.weight", w["model.embed_tokens.weight"]).T
+
+
+def test_f32_folder_equals_an_independent_hf_forward(f32_model, f32_logits, hf_weights):
+    want = hf_forward(hf_weights, CONFIG, f32_model.tokenize(PROMPT))
+    assert rel_err(f32_logits, want) < 1e-4
+
+
+def test_qwen2_folder_with_qkv_biases(tmp_path, hf_weights, tokenizer_dir, f32_model,
+                                      f32_logits):
+    """Qwen2: q/k/v biases (bf16, as Qwen2 checkpoints store them) and an untied lm_head."""
+    import poot
+
+    rng = np.random.default_rng(0)
+    tensors = dict(hf_weights)
+    for i in range(LAYERS):
+        for name, n in (("q_proj", HEADS), ("k_proj", KV_HEADS), ("v_proj", KV_HEADS)):
+            bias = 0.5 * rng.standard_normal(n * HEAD_DIM)
+            tensors[f"model.layers.{i}.self_attn.{name}.bias"] = bias.astype(ml_dtypes.bfloat16)
+    head = hf_weights["model.embed_tokens.weight"]
+    tensors["lm_head.weight"] = head + 0.01 * rng.standard_normal(head.shape).astype(np.float32)
+    cfg = {**CONFIG, "model_type": "qwen2", "tie_word_embeddings": False,
+           "architectures": ["Qwen2ForCausalLM"]}
+    folder = write_folder(tmp_path / "qwen2", tensors, tokenizer_dir, cfg)
+    model = poot.load(str(folder), backend="reference", max_seq=64)
+    assert model.config.qkv_bias and not model.config.tied and model.config.arch == "qwen2"
+    ids = model.tokenize(PROMPT)
+    logits = model.prefill_logits(ids)
+    want = hf_forward({n: np.asarray(a, np.float32) for n, a in tensors.items()}, cfg, ids)
+    assert rel_err(logits, want) < 1e-4
+    assert rel_err(logits, f32_logits) > 1e-2  # the biases and the head did change the result
+
+
 # -- 2. the same folder in bf16 ----------------------------------------------------------
 @pytest.fixture(scope="module")
 def bf16_folder(tmp_path_factory, hf_weights, tokenizer_dir) -> Path:
@@ -427,3 +491,23 @@ def test_poot_info_on_a_good_folder(f32_folder):
     assert r.returncode == 0, r.stderr
     assert "safetensors" in r.stdout and "2 layers, dim 576, heads 9 (kv 3)" in r.stdout
     assert "rows half" in r.stdout and "tied head True" in r.stdout
+
+
+def test_folder_without_tokenizer_json_is_refused_by_load(tmp_path, hf_weights, tokenizer_dir):
+    import poot
+    from poot.errors import CheckpointError
+
+    folder = write_folder(tmp_path / "no-tokenizer", hf_weights, tokenizer_dir)
+    (folder / "tokenizer.json").unlink()
+    with pytest.raises(CheckpointError, match="has no tokenizer.json") as exc:
+        poot.load(str(folder), backend="reference", max_seq=16)
+    assert str(folder) in str(exc.value)
+
+
+def test_poot_run_on_a_folder(f32_folder, f32_model, gguf_two_layers):
+    r = _poot("run", str(f32_folder), "--prompt", PROMPT, "--max-tokens", "6",
+              "--backend", "reference")
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    want = "".join(gguf_two_layers.generate(f32_model.tokenize(PROMPT), max_tokens=6))
+    assert r.stdout.startswith(PROMPT + want), (r.stdout, want)
+    assert "decode 6 tokens" in r.stderr or "decode: 6 tokens" in r.stderr, r.stderr
