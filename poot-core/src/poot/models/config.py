@@ -68,11 +68,15 @@ _HF_LAYER_TENSORS = ("input_layernorm.weight", "post_attention_layernorm.weight"
                      "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight")
 
 
-def _check_hf_tensors(config: LlamaConfig, tensors: dict, where: str) -> None:
-    """Every tensor the builder will read, named the HF way where one is missing."""
+def _check_hf_tensors(config: LlamaConfig, tensors: dict, where: str,
+                      method: str | None = None) -> None:
+    """Every tensor the builder will read is there (named the HF way where one is missing),
+    and none is an integer tensor left over from a packed layout poot does not group."""
     from poot.models.weights import gguf_name
 
-    have = {gguf_name(n) for n in tensors}
+    have = {}
+    for n, info in tensors.items():
+        have.setdefault(gguf_name(n), (n, info))
     need = {"token_embd.weight": "model.embed_tokens.weight",
             "output_norm.weight": "model.norm.weight"}
     if not config.tied:
@@ -88,6 +92,14 @@ def _check_hf_tensors(config: LlamaConfig, tensors: dict, where: str) -> None:
         more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
         raise CheckpointError(f"{where}: the safetensors files lack tensor {missing[0]!r}{more} "
                               f"(a {config.layers}-layer {config.arch} model per config.json)")
+    for g in need:
+        name, info = have[g]
+        dtype = getattr(info, "dtype", None)
+        if getattr(info, "packed", None) is None and dtype is not None and dtype.is_int:
+            raise CheckpointError(
+                f"{where}: tensor {name!r} is {dtype.value}{list(info.shape)}, packed in a "
+                f"layout poot does not read{f' (quant_method {method!r})' if method else ''}; "
+                f"poot reads GPTQ, AWQ, FP8, NVFP4 (ModelOpt) and MXFP4 safetensors")
 
 
 def from_hf(cfg: dict[str, Any], tensors: dict, max_seq: int | None = None) -> LlamaConfig:
@@ -129,5 +141,7 @@ def from_hf(cfg: dict[str, Any], tensors: dict, max_seq: int | None = None) -> L
         rope_layout="half", tied=bool(cfg.get("tie_word_embeddings", False)),
         qkv_bias=arch == "qwen2" or bool(cfg.get("attention_bias", False)),
         max_seq=min(ctx, max_seq or ctx), arch=arch)
-    _check_hf_tensors(config, tensors, where)
+    quant = cfg.get("quantization_config")
+    _check_hf_tensors(config, tensors, where,
+                      quant.get("quant_method") if isinstance(quant, dict) else None)
     return config
