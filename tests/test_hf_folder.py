@@ -457,6 +457,17 @@ def _broken_folders(base: Path, hf_weights, tokenizer_dir):
     folder = write_folder(base / "untied-no-head", few, tokenizer_dir,
                           {**cfg, "tie_word_embeddings": False})
     cases.append((folder, "lack tensor 'lm_head.weight'"))
+    # compressed-tensors' pack-quantized int4 (no loader groups it): refused, not run as ints
+    packed = "model.layers.0.mlp.up_proj"
+    ct = {n: a for n, a in few.items() if n != packed + ".weight"}
+    ct.update({packed + ".weight_packed": np.zeros((1536, 576 // 8), np.int32),
+               packed + ".weight_scale": np.ones((1536, 576 // 32), np.float16),
+               packed + ".weight_shape": np.array([1536, 576], np.int32)})
+    folder = write_folder(base / "compressed-tensors", ct, tokenizer_dir, {
+        **cfg, "quantization_config": {"quant_method": "compressed-tensors",
+                                       "format": "pack-quantized"}})
+    cases.append((folder, f"tensor '{packed}.weight_packed' is i32[1536, 72], packed in a "
+                          "layout poot does not read (quant_method 'compressed-tensors')"))
     return cases
 
 
