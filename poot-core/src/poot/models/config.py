@@ -132,6 +132,9 @@ def from_hf(cfg: dict[str, Any], tensors: dict, max_seq: int | None = None) -> L
     if rtype not in (None, "default", "linear"):
         raise CheckpointError(f"{where}: RoPE scaling {rtype!r} is not supported (linear only)")
     ctx = key("max_position_embeddings", 2048)
+    window = cfg.get("sliding_window") if cfg.get("use_sliding_window", True) else None
+    if window:  # poot attends to the whole cache: keep the cache within the window
+        ctx = min(ctx, key("sliding_window"))
     config = LlamaConfig(
         vocab=key("vocab_size"), dim=dim, layers=key("num_hidden_layers"),
         heads=heads, kv_heads=key("num_key_value_heads", heads), head_dim=head_dim,
