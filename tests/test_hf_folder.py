@@ -227,6 +227,20 @@ def test_transformers5_rope_parameters(f32_model):
     assert got == f32_model.config and got.rope_base == 100000.0
 
 
+def test_sliding_window_bounds_the_cache(f32_model):
+    """Mistral's sliding window: poot attends to the whole cache, so the cache (max_seq) stays
+    within the window, where both attend to the same positions."""
+    from poot.models.config import from_hf
+
+    tensors = f32_model.checkpoint.tensors
+    mistral = {**CONFIG, "model_type": "mistral", "sliding_window": 32}
+    assert from_hf(mistral, tensors, max_seq=64).max_seq == 32
+    assert from_hf(mistral, tensors, max_seq=16).max_seq == 16
+    assert from_hf({**mistral, "sliding_window": None}, tensors, max_seq=64).max_seq == 64
+    # Qwen2 configs name a window but switch it off
+    assert from_hf({**mistral, "use_sliding_window": False}, tensors, max_seq=64).max_seq == 64
+
+
 def test_f32_folder_needs_the_half_layout(f32_model, f32_logits):
     """Run on the rows of the wrong layout, the folder's logits differ: the check above sees
     the RoPE layout and the q/k rows."""
