@@ -32,20 +32,6 @@ def target():
     return backend, backend.compile_only_device(ARCH)
 
 
-@pytest.fixture(scope="module")
-def smollm2_gguf():
-    """The SmolLM2 GGUF, or the skip of tests/conftest.py's fixture of the same name (that
-    conftest does not reach this package's tests)."""
-    from poot.models.hub import cached_model_path, smollm2_path
-
-    path = smollm2_path()
-    if path is None:
-        pytest.skip(f"SmolLM2 GGUF not found at {cached_model_path('smollm2')}: run "
-                    "`poot pull smollm2` (or python -c \"from poot.models.hub import pull; "
-                    "pull('smollm2')\") or set POOT_SMOLLM2_GGUF")
-    return path
-
-
 def conformance_cases() -> list:
     """The suite's cases, op and model ones, with its slot roles registered as it does."""
     from poot import plugin

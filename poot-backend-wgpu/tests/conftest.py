@@ -29,15 +29,3 @@ def limited(wgpu_device):
         return dev
 
     return make
-
-
-@pytest.fixture(scope="session")
-def smollm2_gguf():
-    """The SmolLM2 GGUF, or a skip that says how to get it (`poot pull smollm2`)."""
-    from poot.models.hub import cached_model_path, smollm2_path
-
-    path = smollm2_path()
-    if path is None:
-        pytest.skip(f"SmolLM2 GGUF not found at {cached_model_path('smollm2')}: run "
-                    "`poot pull smollm2` or set POOT_SMOLLM2_GGUF")
-    return path

@@ -4,7 +4,6 @@ from __future__ import annotations
 import pytest
 from poot.errors import CheckpointError
 from poot.models.chat import ChatTemplateError, render_chat, render_chat_for
-from poot.models.hub import smollm2_path
 
 CHATML = ("{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] "
           "+ '<|im_end|>\n' }}{% endfor %}{% if add_generation_prompt %}"
@@ -55,10 +54,8 @@ def test_sandbox_and_broken_templates():
         render_chat(None, MESSAGES)
 
 
-def test_smollm2_template():
-    path = smollm2_path()
-    if path is None:
-        pytest.skip("SmolLM2 GGUF not downloaded: run `poot pull smollm2`")
+def test_smollm2_template(smollm2_gguf):
+    path = smollm2_gguf
     from poot.models.tokenizer import Tokenizer
 
     tokenizer = Tokenizer.from_gguf(path)

@@ -11,16 +11,12 @@ from poot.compiler.validate import validate
 
 
 @pytest.fixture(scope="module")
-def smollm2_step():
-    from poot.models.hub import cached_model_path, smollm2_path
+def smollm2_step(smollm2_gguf):
     from poot.models.llama import build_decoder
     from poot.models.loader import open_model
     from poot.models.weights import CheckpointWeights
 
-    if smollm2_path() is None:
-        pytest.skip(f"SmolLM2 GGUF not found at {cached_model_path('smollm2')}: run "
-                    "`poot pull smollm2` or set POOT_SMOLLM2_GGUF")
-    ckpt, config = open_model(str(smollm2_path()), max_seq=64, pull_missing=False)
+    ckpt, config = open_model(str(smollm2_gguf), max_seq=64, pull_missing=False)
     weights = CheckpointWeights(ckpt)
     step = build_decoder(dataclasses.replace(config, layers=2), weights, tokens=1)
     return step, {**weights.arrays, **step.consts}

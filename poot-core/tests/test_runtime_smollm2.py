@@ -4,20 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from poot.models.hub import cached_model_path, smollm2_path
+from poot.models.hub import smollm2_path
 
 
 @pytest.fixture(scope="module")
-def smollm2():
-    if smollm2_path() is None:
-        pytest.skip(f"SmolLM2 GGUF not found at {cached_model_path('smollm2')}: run "
-                    "`poot pull smollm2` or set POOT_SMOLLM2_GGUF")
+def smollm2(smollm2_gguf):
     from poot.models.llama import build_decoder
     from poot.models.loader import open_model
     from poot.models.tokenizer import Tokenizer
     from poot.models.weights import CheckpointWeights
 
-    ckpt, config = open_model(str(smollm2_path()), max_seq=64, pull_missing=False)
+    ckpt, config = open_model(str(smollm2_gguf), max_seq=64, pull_missing=False)
     weights = CheckpointWeights(ckpt)
 
     def make(tokens, batch):

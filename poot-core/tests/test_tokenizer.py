@@ -7,7 +7,6 @@ from itertools import pairwise
 import numpy as np
 import pytest
 from poot.errors import CheckpointError
-from poot.models.hub import smollm2_path
 from poot.models.tokenizer import (
     BYTE,
     CONTROL,
@@ -254,12 +253,8 @@ def test_from_hf_folder_without_tokenizer_json(tmp_path):
 
 # -- the real SmolLM2 vocabulary -------------------------------------------------------------
 @pytest.fixture(scope="module")
-def smollm2():
-    path = smollm2_path()
-    if path is None:
-        pytest.skip("SmolLM2 GGUF not downloaded: run `poot pull smollm2` or set "
-                    "POOT_SMOLLM2_GGUF")
-    return Tokenizer.from_gguf(path)
+def smollm2(smollm2_gguf):
+    return Tokenizer.from_gguf(smollm2_gguf)
 
 
 def test_smollm2_encodes_words_as_whole_vocabulary_tokens(smollm2):

@@ -2,7 +2,6 @@
 files (truncated, flipped header bytes, unknown or unsupported types, bad shapes)."""
 from __future__ import annotations
 
-import os
 import struct
 import subprocess
 import sys
@@ -186,19 +185,9 @@ def test_unknown_type_and_bad_shapes_are_refused(small_gguf, tmp_path):
         open_gguf(damaged)
 
 
-def smollm2_path() -> Path | None:
-    env = os.environ.get("POOT_SMOLLM2_GGUF")
-    path = Path(env) if env else Path.home() / ".cache/poot/models/SmolLM2-135M-Instruct.Q4_1.gguf"
-    return path if path.is_file() else None
-
-
 @pytest.fixture
-def smollm2():
-    path = smollm2_path()
-    if path is None:
-        pytest.skip("SmolLM2 GGUF not found: set POOT_SMOLLM2_GGUF or put it at "
-                    "~/.cache/poot/models/SmolLM2-135M-Instruct.Q4_1.gguf")
-    return path
+def smollm2(smollm2_gguf):
+    return smollm2_gguf
 
 
 def test_smollm2_layout_and_values(smollm2):
