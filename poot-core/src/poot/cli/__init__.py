@@ -14,12 +14,7 @@ COMMANDS = ["run", "pull", "info", "graph", "compile", "plan", "backends", "conf
 
 
 def _load(name: str):
-    try:
-        return importlib.import_module(f"poot.cli.{name}")
-    except ModuleNotFoundError as exc:  # a subcommand still being written is left out
-        if exc.name == f"poot.cli.{name}":
-            return None
-        raise
+    return importlib.import_module(f"poot.cli.{name}")
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict]:
@@ -32,9 +27,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict]:
     handlers = {}
     for name in COMMANDS:
         mod = _load(name)
-        if mod is not None:
-            mod.add_parser(sub)
-            handlers[name] = mod.run
+        mod.add_parser(sub)
+        handlers[name] = mod.run
     return parser, handlers
 
 
