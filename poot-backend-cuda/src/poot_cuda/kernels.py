@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from poot.codegen.program import OUT, Kernel, Lowering
+
 from poot_cuda.compiler import compile_cubin
 from poot_cuda.driver import Context, Launch
 from poot_cuda.printer import CudaPrinter

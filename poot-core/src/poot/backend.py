@@ -87,7 +87,7 @@ class Backend:
     #: the short kind of code it runs ("numpy", "cuda", "wgsl", "spirv")
     language: str = ""
 
-    def probe(self) -> "list[Device]":
+    def probe(self) -> list[Device]:
         """The devices this backend can use now (cached by the caller). Never raises."""
         return []
 
@@ -95,10 +95,10 @@ class Backend:
         """Why `probe()` found no device, in one line; None when it found some."""
         return None
 
-    def capabilities(self, device: Device) -> "CapabilityTable":
+    def capabilities(self, device: Device) -> CapabilityTable:
         raise NotImplementedError(f"backend {self.name} declares no capability table")
 
-    def lower(self, eqn: "Eqn", graph: "Graph", device: Device) -> Lowering:
+    def lower(self, eqn: Eqn, graph: Graph, device: Device) -> Lowering:
         """Choose the kernel for one eqn of `graph` (types via graph.type_of).
 
         The default checks the capability table and names the op; backends
@@ -150,7 +150,7 @@ class Backend:
         return devs[0]
 
 
-def backends() -> "dict[str, Backend]":
+def backends() -> dict[str, Backend]:
     """Every installed backend, by name."""
     from poot.plugin import manager
 

@@ -58,7 +58,7 @@ class DType(enum.Enum):
     __str__ = __repr__
 
     @classmethod
-    def parse(cls, name: "str | DType") -> "DType":
+    def parse(cls, name: str | DType) -> DType:
         """The DType named `name` (`"f32"`, `"bf16"`, ...); a typed error otherwise."""
         if isinstance(name, DType):
             return name
@@ -71,7 +71,7 @@ class DType(enum.Enum):
             raise DtypeError(f"unknown dtype {name!r}; known dtypes: {known}") from None
 
     @classmethod
-    def of(cls, array: np.ndarray) -> "DType":
+    def of(cls, array: np.ndarray) -> DType:
         """The DType of a numpy array (a typed error for float64, bool, ...)."""
         for d, npd in _NUMPY.items():
             if array.dtype == npd:

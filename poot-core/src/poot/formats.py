@@ -20,8 +20,9 @@ A format is any object with this shape (duck-typed; see `WeightFormat`):
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -64,7 +65,7 @@ class PackedWeight:
     def attr_dict(self) -> dict[str, Any]:
         return dict(self.attrs)
 
-    def get_format(self) -> "WeightFormat":
+    def get_format(self) -> WeightFormat:
         return get_format(self.format)
 
     def sources(self) -> list[SourceSpec]:

@@ -11,8 +11,8 @@ it records witnesses, exports and state updates through `poot.ops`.
 from __future__ import annotations
 
 import contextvars
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from poot.dtypes import DType
 from poot.errors import TraceError
@@ -20,7 +20,7 @@ from poot.ir.builder import Builder, Ref
 from poot.ir.graph import Graph, Lit
 from poot.ir.types import SlotKind, TensorType, WeightRef
 
-_current: contextvars.ContextVar["Builder | None"] = contextvars.ContextVar("poot_trace",
+_current: contextvars.ContextVar[Builder | None] = contextvars.ContextVar("poot_trace",
                                                                           default=None)
 
 
@@ -53,24 +53,49 @@ class Tensor:
         return f"Tensor({self.ref!r})"
 
     # operators delegate to poot.ops so the recorded chain is the library's
-    def __add__(self, o): from poot import ops; return ops.add(self, o)
-    def __radd__(self, o): from poot import ops; return ops.add(o, self)
-    def __sub__(self, o): from poot import ops; return ops.sub(self, o)
-    def __rsub__(self, o): from poot import ops; return ops.sub(o, self)
-    def __mul__(self, o): from poot import ops; return ops.mul(self, o)
-    def __rmul__(self, o): from poot import ops; return ops.mul(o, self)
-    def __truediv__(self, o): from poot import ops; return ops.div(self, o)
-    def __rtruediv__(self, o): from poot import ops; return ops.div(o, self)
-    def __neg__(self): from poot import ops; return ops.neg(self)
-    def __matmul__(self, o): from poot import ops; return ops.matmul(self, o)
+    def __add__(self, o):
+        return _ops().add(self, o)
+
+    def __radd__(self, o):
+        return _ops().add(o, self)
+
+    def __sub__(self, o):
+        return _ops().sub(self, o)
+
+    def __rsub__(self, o):
+        return _ops().sub(o, self)
+
+    def __mul__(self, o):
+        return _ops().mul(self, o)
+
+    def __rmul__(self, o):
+        return _ops().mul(o, self)
+
+    def __truediv__(self, o):
+        return _ops().div(self, o)
+
+    def __rtruediv__(self, o):
+        return _ops().div(o, self)
+
+    def __neg__(self):
+        return _ops().neg(self)
+
+    def __matmul__(self, o):
+        return _ops().matmul(self, o)
 
     def reshape(self, *shape):
-        from poot import ops
-        return ops.reshape(self, shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape)
+        one = len(shape) == 1 and isinstance(shape[0], (tuple, list))
+        return _ops().reshape(self, shape[0] if one else shape)
 
     def astype(self, dtype):
-        from poot import ops
-        return ops.cast(self, dtype)
+        return _ops().cast(self, dtype)
+
+
+def _ops():
+    """poot.ops, imported late (it imports this module)."""
+    from poot import ops
+
+    return ops
 
 
 @dataclass(frozen=True)

@@ -2,16 +2,26 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from poot.dtypes import DType
 from poot.errors import GraphError, TraceError
 from poot.ir.graph import Eqn, Graph, GraphOutput, Lit, OutputKind, Value, _Tables
 from poot.ir.ops.base import OpKind
 from poot.ir.types import (
-    BoundaryId, Identity, Slot, SlotKey, SlotKind, Storage, StorageClass, TensorType, ValueId,
-    ValueMeta, ValueTable, WeightRef,
+    BoundaryId,
+    Identity,
+    Slot,
+    SlotKey,
+    SlotKind,
+    Storage,
+    StorageClass,
+    TensorType,
+    ValueId,
+    ValueMeta,
+    ValueTable,
+    WeightRef,
 )
 
 _builder_ids = itertools.count(1)

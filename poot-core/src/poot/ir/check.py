@@ -10,7 +10,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from poot.ir.graph import _Tables
 
 
-def check_graph(t: "_Tables") -> None:
+def check_graph(t: _Tables) -> None:
     """Raise GraphError (or the op's typed error) unless the tables form a valid graph:
     binders well classed, SSA, topological order, every operand defined, every
     type equal to its op's infer, one result, state pairs of identical type."""

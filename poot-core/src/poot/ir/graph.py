@@ -7,14 +7,21 @@ the accessors. A pass changes a graph only by `graph.edit()` ... `commit()`.
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Union
 
 from poot.dtypes import DType
 from poot.errors import DtypeError, EditRefused, GraphError
 from poot.ir.ops.base import OpKind
 from poot.ir.types import (
-    BoundaryId, Identity, Slot, StorageClass, TensorType, ValueId, ValueMeta, ValueTable,
+    BoundaryId,
+    Identity,
+    Slot,
+    StorageClass,
+    TensorType,
+    ValueId,
+    ValueMeta,
+    ValueTable,
     require_value_id,
 )
 
@@ -64,7 +71,7 @@ class Lit:
         return f"{self.value!r}:{self.dtype}"
 
 
-Operand = Union[Value, Lit]
+Operand = Value | Lit
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +140,7 @@ class _Tables:
     outputs: list[GraphOutput]
     computed: dict[ValueId, OpKind] = field(default_factory=dict)
 
-    def copy(self) -> "_Tables":
+    def copy(self) -> _Tables:
         return _Tables(self.values.copy(), list(self.inputs), list(self.slots), list(self.eqns),
                        list(self.outputs), dict(self.computed))
 
@@ -219,7 +226,7 @@ class Graph:
         return tuple(v for v in self._t.inputs if self._t.values[v].storage.cls is cls)
 
     # -- editing -----------------------------------------------------------------
-    def edit(self) -> "GraphEdit":
+    def edit(self) -> GraphEdit:
         return GraphEdit(self)
 
     def __str__(self) -> str:

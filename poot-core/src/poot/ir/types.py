@@ -8,8 +8,9 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Generic, Iterator, TypeVar
+from typing import Generic, TypeVar
 
 from poot.dtypes import DType
 from poot.errors import ShapeError
@@ -74,7 +75,7 @@ class ValueTable(Generic[T]):
     def items(self) -> Iterator[tuple[ValueId, T]]:
         return ((ValueId(i), r) for i, r in enumerate(self._rows))
 
-    def copy(self) -> "ValueTable[T]":
+    def copy(self) -> ValueTable[T]:
         return ValueTable(self._rows)
 
 
@@ -107,10 +108,10 @@ class TensorType:
     def nbytes(self) -> int:
         return (self.size * self.dtype.bits + 7) // 8
 
-    def with_shape(self, shape) -> "TensorType":
+    def with_shape(self, shape) -> TensorType:
         return TensorType(tuple(shape), self.dtype)
 
-    def with_dtype(self, dtype: DType) -> "TensorType":
+    def with_dtype(self, dtype: DType) -> TensorType:
         return TensorType(self.shape, dtype)
 
     def __repr__(self) -> str:
@@ -131,7 +132,7 @@ class SlotKind:
     """
 
     __slots__ = ("label", "dtype", "lo", "hi", "owner", "allows_negative_one")
-    _registry: dict[str, "SlotKind"] = {}
+    _registry: dict[str, SlotKind] = {}
 
     def __init__(self, label: str, dtype: DType, lo: int | None, hi: int | None,
                  owner: str = "poot.ir", allows_negative_one: bool = False):
@@ -140,7 +141,7 @@ class SlotKind:
 
     @classmethod
     def declare(cls, label: str, dtype: DType, lo: int | None = None, hi: int | None = None,
-                owner: str = "plugin", allows_negative_one: bool = False) -> "SlotKind":
+                owner: str = "plugin", allows_negative_one: bool = False) -> SlotKind:
         """Declare (or fetch the identical) owner-defined slot role."""
         kind = cls(label, dtype, lo, hi, owner, allows_negative_one)
         old = cls._registry.get(label)
@@ -156,7 +157,7 @@ class SlotKind:
         return kind
 
     @classmethod
-    def get(cls, label: str) -> "SlotKind":
+    def get(cls, label: str) -> SlotKind:
         try:
             return cls._registry[label]
         except KeyError:
@@ -271,15 +272,15 @@ class Identity:
     slot: SlotKey | None = None
 
     @staticmethod
-    def named(name: str) -> "Identity":
+    def named(name: str) -> Identity:
         return Identity("Named", name=name)
 
     @staticmethod
-    def of_weight(ref: WeightRef) -> "Identity":
+    def of_weight(ref: WeightRef) -> Identity:
         return Identity("Weight", weight=ref)
 
     @staticmethod
-    def of_slot(key: SlotKey) -> "Identity":
+    def of_slot(key: SlotKey) -> Identity:
         return Identity("Slot", slot=key)
 
     @property
@@ -302,5 +303,5 @@ class ValueMeta:
     storage: Storage = Storage.DEVICE
     identity: Identity = Identity.ANONYMOUS
 
-    def replace(self, **kw) -> "ValueMeta":
+    def replace(self, **kw) -> ValueMeta:
         return dataclasses.replace(self, **kw)

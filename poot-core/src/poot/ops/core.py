@@ -1,7 +1,7 @@
 """Primitive wrappers: each call records one eqn of the IR's vocabulary."""
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from poot.dtypes import DType
 from poot.errors import TraceError

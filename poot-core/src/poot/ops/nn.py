@@ -9,8 +9,26 @@ import math
 
 from poot.dtypes import DType
 from poot.ops.core import (
-    add, cast, concat, div, exp, gather, ge, iota, matmul, mul, neg, reduce_max, reduce_sum,
-    reshape, select, slice_axis, sqrt, sub, swap_last, transpose,
+    add,
+    cast,
+    concat,
+    div,
+    exp,
+    gather,
+    ge,
+    iota,
+    matmul,
+    mul,
+    neg,
+    reduce_max,
+    reduce_sum,
+    reshape,
+    select,
+    slice_axis,
+    sqrt,
+    sub,
+    swap_last,
+    transpose,
 )
 from poot.tracer import Tensor
 

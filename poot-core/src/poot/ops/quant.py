@@ -1,8 +1,8 @@
 """Packed weights in traced code: the sources are Const binders, decoded by PackedDequant."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from poot.formats import PackedWeight
 from poot.ops.core import const, packed_dequant

@@ -1,7 +1,7 @@
 """evaluate(graph, inputs): the oracle. Primitives by rule, composites by definition."""
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 

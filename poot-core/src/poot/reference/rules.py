@@ -5,7 +5,7 @@ Composites have no rule here: the oracle evaluates their primitive definition.
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

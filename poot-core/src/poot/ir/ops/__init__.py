@@ -1,9 +1,22 @@
 """The OpKind vocabulary of the IR (the spec's table), one module per category."""
 from poot.ir.ops.base import OpKind, broadcast_shapes
 from poot.ir.ops.composite import (
-    AllGather, AllReduce, Attention, BlockTopK, Composite, ContractionEpilogue,
-    DenseContraction, DenseRowGather, Fused, FusedRow, GroupedDenseContraction,
-    IndexedPackedContraction, PackedContraction, PackedRowGather, Rope, SelectedAttention,
+    AllGather,
+    AllReduce,
+    Attention,
+    BlockTopK,
+    Composite,
+    ContractionEpilogue,
+    DenseContraction,
+    DenseRowGather,
+    Fused,
+    FusedRow,
+    GroupedDenseContraction,
+    IndexedPackedContraction,
+    PackedContraction,
+    PackedRowGather,
+    Rope,
+    SelectedAttention,
     attention_chain,
 )
 from poot.ir.ops.compute import IndexedMatMul, MatMul, PackedDequant, Scan

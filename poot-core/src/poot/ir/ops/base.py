@@ -7,7 +7,8 @@ the oracle evaluates and what translation validation compares against.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, ClassVar, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, ClassVar
 
 from poot.dtypes import DType
 from poot.errors import DtypeError, ShapeError
@@ -38,7 +39,7 @@ class OpKind:
         if self.arity is not None and len(ins) != self.arity:
             raise ShapeError(f"{self.name} takes {self.arity} operands, got {len(ins)}")
 
-    def define(self, b: "Builder", ins: "list[Ref]") -> "Ref":
+    def define(self, b: Builder, ins: list[Ref]) -> Ref:
         """Emit the primitive chain this composite stands for (composites only)."""
         raise NotImplementedError(f"{self.name} is a primitive")  # pragma: no cover
 

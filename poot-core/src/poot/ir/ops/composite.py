@@ -4,9 +4,9 @@ validation compares against. A tracer cannot emit these.
 """
 from __future__ import annotations
 
-
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Sequence
+from typing import TYPE_CHECKING, ClassVar
 
 from poot.dtypes import DType
 from poot.errors import DtypeError
@@ -46,7 +46,7 @@ def _swap_last(b, x):
 class Fused(Composite):
     """A pointwise region: operands are the body's parameters; result is its result."""
 
-    body: "Graph"
+    body: Graph
 
     def params(self):
         return {"eqns": len(self.body.eqns())}
@@ -83,7 +83,7 @@ class ContractionEpilogue(Composite):
 
     head: OpKind
     n_head: int
-    body: "Graph"
+    body: Graph
 
     def params(self):
         return {"head": self.head, "eqns": len(self.body.eqns())}
@@ -238,7 +238,8 @@ class BlockTopK(Composite):
     def define(self, b, ins):
         q, kk = ins
         h, s, d = kk.type.shape
-        pooled = b.eqn(Reduce(ReduceOp.Sum, 2), b.eqn(Reshape((h, s // self.block, self.block, d)), kk))
+        blocks = b.eqn(Reshape((h, s // self.block, self.block, d)), kk)
+        pooled = b.eqn(Reduce(ReduceOp.Sum, 2), blocks)
         scores = b.eqn(MatMul(), q, _swap_last(b, pooled))
         return b.eqn(ArgTopK(self.k), scores)
 
@@ -257,7 +258,8 @@ class SelectedAttention(Composite):
         out = _attention_type(self, [ins[0], ins[1], ins[2], ins[4]])
         blocks = ins[3]
         self.need_dtype(blocks, (DType.I32,), "blocks")
-        if ins[0].rank != 3 or blocks.shape[:2] != ins[0].shape[:2] or ins[0].shape[0] != ins[1].shape[0]:
+        q, k = ins[0], ins[1]
+        if q.rank != 3 or blocks.shape[:2] != q.shape[:2] or q.shape[0] != k.shape[0]:
             self.fail("expected q [H, T, D] with blocks [H, T, kb] and no GQA", ins)
         return out
 
@@ -265,7 +267,8 @@ class SelectedAttention(Composite):
         q, k, v, blocks, mask = ins
         h, t, kb = blocks.type.shape
         s = k.type.shape[1]
-        blk = b.eqn(Binary(BinaryOp.Div), b.eqn(Iota((s,), 0, DType.I32)), b.lit(self.block, DType.I32))
+        key_pos = b.eqn(Iota((s,), 0, DType.I32))
+        blk = b.eqn(Binary(BinaryOp.Div), key_pos, b.lit(self.block, DType.I32))
         sel4 = b.eqn(Reshape((h, t, kb, 1)), blocks)
         ge1 = b.eqn(Binary(BinaryOp.Ge), sel4, blk)
         ge2 = b.eqn(Binary(BinaryOp.Ge), blk, sel4)
@@ -328,7 +331,8 @@ class IndexedPackedContraction(Composite):
         n_all, k = self.weight.shape
         if n_all % self.experts:
             self.fail(f"{n_all} rows do not split into {self.experts} experts", ins)
-        return IndexedMatMul().infer([x, TensorType((self.experts, k, n_all // self.experts), F32), idx])
+        stack = TensorType((self.experts, k, n_all // self.experts), F32)
+        return IndexedMatMul().infer([x, stack, idx])
 
     def define(self, b, ins):
         x, idx, *src = ins
@@ -409,7 +413,8 @@ class GroupedDenseContraction(Composite):
         self.need_dtype(a, (F32,), "activation")
         self.need_dtype(w, (DType.BF16,), "weight")
         g = self.groups
-        if a.rank != 3 or a.shape[0] != g or w.rank != 2 or w.shape[0] % g or w.shape[1] != a.shape[2]:
+        if a.rank != 3 or a.shape[0] != g or w.rank != 2 or w.shape[0] % g or \
+                w.shape[1] != a.shape[2]:
             self.fail(f"expected a [{g}, M, K] and w [{g}*N, K]", ins)
         return TensorType((g, a.shape[1], w.shape[0] // g), F32)
 

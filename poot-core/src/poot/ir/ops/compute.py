@@ -1,8 +1,9 @@
 """Compute primitives: MatMul, IndexedMatMul, PackedDequant, and the Scan recurrence."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Sequence
+from typing import TYPE_CHECKING, ClassVar
 
 from poot.dtypes import DType
 from poot.errors import DtypeError
@@ -92,7 +93,7 @@ class Scan(OpKind):
     tracers emit it; its primitive definition unrolls the body.
     """
 
-    body: "Graph"
+    body: Graph
     length: int
     composite: ClassVar[bool] = True
 

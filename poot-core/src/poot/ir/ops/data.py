@@ -1,8 +1,9 @@
 """Data movement primitives: Gather, ScatterUpdate, DynamicUpdateSlice, ArgTopK."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Sequence
+from typing import ClassVar
 
 from poot.dtypes import DType
 from poot.errors import DtypeError

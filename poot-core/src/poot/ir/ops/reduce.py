@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Sequence
+from typing import ClassVar
 
 from poot.ir.ops.base import ARITH, OpKind
 from poot.ir.types import TensorType
