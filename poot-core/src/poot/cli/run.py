@@ -48,6 +48,7 @@ def run(args) -> int:
         sys.stdout.write(piece)
         sys.stdout.flush()
     sys.stdout.write("\n")
+    sys.stdout.flush()  # the text ends before the stats line on a shared terminal
     s = model.stats
     print(f"[poot] prefill: {s.prompt_tokens} tokens, {s.prefill_tps:.1f} tok/s; "
           f"decode: {s.generated_tokens} tokens, {s.decode_tps:.1f} tok/s "
