@@ -19,7 +19,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import pytest
-from safetensors.numpy import save_file
+from poot_quant.safetensors_dir import write_folder as save_folder
 
 LAYERS = 2
 PROMPT = "The capital of France is"
@@ -102,22 +102,7 @@ def write_folder(folder: Path, tensors: dict[str, np.ndarray], tokenizer_dir: Pa
                  shards: int = 1) -> Path:
     """An HF folder: model.safetensors (or shards and their index), config.json, and the
     tokenizer files of tokenizer_dir."""
-    folder.mkdir(parents=True, exist_ok=True)
-    names = sorted(tensors)
-    weight_map = {}
-    for s in range(shards):
-        file = f"model-{s + 1:05d}-of-{shards:05d}.safetensors" if shards > 1 else \
-            "model.safetensors"
-        part = {n: np.ascontiguousarray(tensors[n]) for n in names[s::shards]}
-        save_file(part, str(folder / file), metadata={"format": "pt"})
-        weight_map.update(dict.fromkeys(part, file))
-    if shards > 1:
-        (folder / "model.safetensors.index.json").write_text(json.dumps(
-            {"metadata": {"total_size": sum(a.nbytes for a in tensors.values())},
-             "weight_map": weight_map}))
-    (folder / "config.json").write_text(json.dumps(config or CONFIG, indent=1))
-    for name, value in (extra or {}).items():
-        (folder / name).write_text(json.dumps(value, indent=1))
+    save_folder(folder, tensors, config or CONFIG, shards, extra)
     for f in tokenizer_dir.iterdir():
         (folder / f.name).write_bytes(f.read_bytes())
     return folder

@@ -10,24 +10,11 @@ import numpy as np
 import poot_quant
 import pytest
 from poot.errors import CheckpointError
-from safetensors.numpy import save_file
+from poot_quant.safetensors_dir import write_folder
 
 
 def make_folder(path, tensors: dict, config: dict | None = None, shards: int = 1):
-    path.mkdir(parents=True, exist_ok=True)
-    names = sorted(tensors)
-    weight_map = {}
-    for s in range(shards):
-        file = f"model-{s + 1:05d}-of-{shards:05d}.safetensors" if shards > 1 else \
-            "model.safetensors"
-        part = {n: np.ascontiguousarray(tensors[n]) for n in names[s::shards]}
-        save_file(part, str(path / file), metadata={"format": "pt"})
-        weight_map.update({n: file for n in part})
-    if shards > 1:
-        (path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
-    if config is not None:
-        (path / "config.json").write_text(json.dumps(config))
-    return path
+    return write_folder(path, tensors, config, shards)
 
 
 def test_plain_folder_with_bf16_is_memory_mapped(tmp_path, rng):

@@ -310,3 +310,31 @@ class _Grouper:
         shape = (*blocks.shape[:-2], blocks.shape[-2] * 32)
         self.add(prefix, shape, "mxfp4", {}, [blocks, scales])
 
+
+
+def write_folder(folder: Path, tensors: dict[str, np.ndarray], config: dict | None = None,
+                 shards: int = 1, extra: dict[str, dict] | None = None) -> Path:
+    """Write an HF-style folder: model.safetensors (or `shards` files and their index),
+    config.json, and any `extra` JSON files (quantize_config.json, ...). What the reader
+    above opens; used to build checkpoints in tests and by tools that export them."""
+    from safetensors.numpy import save_file
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    names = sorted(tensors)
+    weight_map = {}
+    for s in range(shards):
+        file = f"model-{s + 1:05d}-of-{shards:05d}.safetensors" if shards > 1 else \
+            "model.safetensors"
+        part = {n: np.ascontiguousarray(tensors[n]) for n in names[s::shards]}
+        save_file(part, str(folder / file), metadata={"format": "pt"})
+        weight_map.update(dict.fromkeys(part, file))
+    if shards > 1:
+        (folder / "model.safetensors.index.json").write_text(json.dumps(
+            {"metadata": {"total_size": sum(a.nbytes for a in tensors.values())},
+             "weight_map": weight_map}))
+    if config is not None:
+        (folder / "config.json").write_text(json.dumps(config, indent=1))
+    for name, value in (extra or {}).items():
+        (folder / name).write_text(json.dumps(value, indent=1))
+    return folder
