@@ -18,6 +18,7 @@ from poot.compiler.passes import (
     epilogue,
     fusion,
     iota_fold,
+    relabel,
     rope,
     selection,
 )
@@ -39,6 +40,7 @@ PASSES = [
     ("packed_contraction", contraction_packed.run),
     ("epilogue", epilogue.run),
     ("fusion", fusion.run),
+    ("relabel", relabel.run),
     ("dce_final", dce.run),
 ]
 

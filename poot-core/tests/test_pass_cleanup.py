@@ -1,4 +1,4 @@
-"""Dead-code elimination and Iota folding."""
+"""Clean-up passes: dead-code elimination, Iota folding, unit-axis Transposes as Reshapes."""
 from __future__ import annotations
 
 from collections import Counter
@@ -72,3 +72,17 @@ def test_f32_range_past_exact_floats_is_not_folded():
     g = poot.trace(lambda: ops.reduce_sum(ops.iota((2 ** 24 + 2,), 0, "f32")))
     out, rec = run_pass(g, "iota_fold", "reference")
     assert out is g and "not exact past 2**24" in rec.decisions[0].reason
+
+
+def test_transposes_of_unit_axes_become_reshapes():
+    def fn(q, k):
+        a = ops.transpose(q, (0, 2, 1, 3))        # [1, 1, 9, 8] -> [1, 9, 1, 8]: a relabel
+        b = ops.transpose(k, (0, 2, 1, 3))        # [1, 2, 3, 8] -> [1, 3, 2, 8]: moves data
+        first = ops.slice_axis(ops.reshape(ops.exp(b), (6, 8)), 0, 0, 1)
+        return ops.add(ops.reshape(ops.exp(a), (9, 8)), first)
+
+    g = poot.trace(fn, poot.spec((1, 1, 9, 8)), poot.spec((1, 2, 3, 8)))
+    out, rec = validated_pass(g, "relabel")
+    names = Counter(e.op.name for e in out.eqns())
+    assert names["Transpose"] == 1 and names["Reshape"] == 3
+    assert rec.rewrites == 1
