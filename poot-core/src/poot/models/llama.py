@@ -25,7 +25,6 @@ from poot.errors import CheckpointError
 from poot.formats import PackedWeight
 from poot.ir.graph import Graph
 from poot.ir.types import SlotKind, TensorType, WeightRef
-from poot.tracer import Tensor
 
 
 @dataclass(frozen=True)
@@ -42,7 +41,8 @@ class LlamaConfig:
     rope_scale: float = 1.0          # linear position scaling
     rope_dim: int | None = None      # partial rotary (None: the whole head)
     #: "pairs": q/k rows stored as adjacent (even, odd) pairs, as GGUF llama checkpoints
-    #: hold them (the converter permutes HF rows); "half": HF's rotate-half order
+    #: hold them (the converter permutes HF rows; build_decoder reorders them once, through
+    #: poot.models.weights.HalfLayoutRows); "half": HF's rotate-half order
     rope_layout: str = "half"
     tied: bool = True
     qkv_bias: bool = False
@@ -89,7 +89,9 @@ class Step:
     batch: int                      # sequences per step
     tokens: int                     # tokens per sequence in this step
     logits: str                     # "all" | "last"
-    consts: dict[str, np.ndarray] = field(default_factory=dict)  # host tables (rope)
+    #: host arrays the step binds beyond the source's `arrays`: rope tables, and q/k rows
+    #: reordered from a "pairs" source (poot.models.weights.HalfLayoutRows)
+    consts: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def _declare(weights: WeightSource, name: str, seen: dict):
@@ -102,16 +104,6 @@ def _declare(weights: WeightSource, name: str, seen: dict):
     else:
         seen[name] = ops.const(s.type.shape, s.type.dtype, s.ref)
     return seen[name]
-
-
-def _to_half_layout(x: Tensor) -> Tensor:
-    """Adjacent (even, odd) pairs -> rotate-half order, on the last axis (a permutation
-    applied to q and k alike, so attention scores are unchanged)."""
-    d = x.shape[-1]
-    lead = x.shape[:-1]
-    x = ops.reshape(x, lead + (d // 2, 2))
-    x = ops.transpose(x, tuple(range(len(lead))) + (len(lead) + 1, len(lead)))
-    return ops.reshape(x, lead + (d,))
 
 
 def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1,
@@ -127,6 +119,12 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
     slot of each position of each sequence).
     """
     c = config
+    consts: dict[str, np.ndarray] = {}
+    if c.rope_layout == "pairs":  # reorder the q/k weight rows once, not q/k every step
+        from poot.models.weights import HalfLayoutRows
+
+        weights = HalfLayoutRows(weights, c.head_dim)
+        consts = weights.arrays
     if kv not in ("dense", "paged"):
         raise ValueError(f"kv must be 'dense' or 'paged', not {kv!r}")
     if kv == "dense" and batch != 1:
@@ -168,8 +166,7 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
             def proj(name, heads, h=h, p=p):
                 bias = declare(p + name + ".bias") if c.qkv_bias else None
                 y = ops.linear(h, declare(p + name + ".weight"), bias)
-                y = ops.reshape(y, (b, t, heads, c.head_dim))
-                return _to_half_layout(y) if c.rope_layout == "pairs" and name != "attn_v" else y
+                return ops.reshape(y, (b, t, heads, c.head_dim))
 
             q = proj("attn_q", c.heads)
             k, v = proj("attn_k", c.kv_heads), proj("attn_v", c.kv_heads)
@@ -214,7 +211,7 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
 
     mode = "decode" if t == 1 else "prefill"
     g = ops_trace(step, f"{c.arch}_{mode}_{kv}_b{b}_t{t}")
-    return Step(g, c, mode, kv, b, t, logits, {"rope.cos": cos_t, "rope.sin": sin_t})
+    return Step(g, c, mode, kv, b, t, logits, {**consts, "rope.cos": cos_t, "rope.sin": sin_t})
 
 
 def ops_trace(fn, name: str) -> Graph:

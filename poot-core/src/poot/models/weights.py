@@ -2,15 +2,20 @@
 
 Tensor names are GGUF's; HF folders are mapped to them here. Dense tensors stay
 as memory-mapped arrays; packed ones keep their sources and PackedWeight.
+`HalfLayoutRows` reorders the q/k rows of a pair-ordered source (GGUF llama/mistral)
+into rotate-half order once, so the traced step needs no permutation of activations.
 """
 from __future__ import annotations
 
 import re
+import weakref
+from dataclasses import replace
 
 import numpy as np
 
 from poot.errors import CheckpointError
-from poot.models.llama import DenseSpec, PackedSpec
+from poot.formats import PackedWeight
+from poot.models.llama import DenseSpec, PackedSpec, WeightSource
 
 _HF = [
     (r"model\.embed_tokens\.weight", "token_embd.weight"),
@@ -79,3 +84,84 @@ class CheckpointWeights:
             ref = type(ref)(ref.checkpoint, ref.tensor, f"{ref.payload}:f32", "f32")
         self.arrays[ref.tensor] = array
         return DenseSpec(TensorType(info.shape, dtype), ref)
+
+
+# -- q/k rows from GGUF's adjacent pairs to rotate-half order ---------------------------
+#: the tensors llama.cpp's converter permutes (q/k projections and their biases)
+_ROPE_ROWS = re.compile(r"blk\.\d+\.attn_[qk]\.(weight|bias)")
+
+
+def half_rows(n: int, head_dim: int) -> np.ndarray:
+    """The row order taking n = heads * head_dim q/k rows from adjacent (even, odd) pairs
+    to rotate-half order, per head: row 2i -> i, row 2i+1 -> head_dim/2 + i (the inverse
+    of llama.cpp's converter permutation)."""
+    return np.arange(n).reshape(n // head_dim, head_dim // 2, 2).transpose(0, 2, 1).reshape(n)
+
+
+def _row_sources(name: str, weight: PackedWeight) -> list[bool]:
+    """Per source of a packed weight: True where its rows are the weight's output rows (GGUF
+    blocks lie within rows, so reordering rows reorders them), False where it does not depend
+    on the rows at all (a per-tensor scale). The format tells which by its sources for twice
+    the rows; a source that packs output rows otherwise (GPTQ/AWQ pack output columns into
+    words) cannot be reordered by rows, and is refused."""
+    n, k = weight.shape
+    fmt, attrs = weight.get_format(), weight.attr_dict
+    rows = []
+    for a, b in zip(fmt.roles((n, k), attrs), fmt.roles((2 * n, k), attrs), strict=True):
+        sa, sb = a.type.shape, b.type.shape
+        if sa != sb and not (sa[:1] == (n,) and sb == (2 * n,) + sa[1:]):
+            raise CheckpointError(
+                f"{name}: {weight.format} source {a.role!r} does not hold one row per output "
+                f"row, so its q/k rows cannot be reordered from GGUF's adjacent pairs to "
+                f"rotate-half order")
+        rows.append(sa != sb)
+    return rows
+
+
+class HalfLayoutRows:
+    """The WeightSource `inner` (with q/k rows in adjacent pairs) with its q/k rows in
+    rotate-half order: the builder's only layout.
+
+    The reordered tensors are materialized once (the rest stays memory-mapped in `inner`)
+    and get their own identity: label `<tensor>~half` and payload `<payload>~half<head_dim>`,
+    so weight caches never mix them with the stored bytes. `arrays` holds them by label.
+    """
+
+    arrays: dict[str, np.ndarray]
+
+    def __init__(self, inner: WeightSource, head_dim: int):
+        self.inner, self.head_dim = inner, head_dim
+        # each traced step (prefill, decode, paged) wraps its source anew: they share the
+        # reordered specs and arrays of this source and head_dim, which die with the source
+        self._specs, self.arrays = _MADE.setdefault(inner, {}).setdefault(head_dim, ({}, {}))
+
+    def has(self, name: str) -> bool:
+        return self.inner.has(name)
+
+    def spec(self, name: str):
+        if not _ROPE_ROWS.fullmatch(name):
+            return self.inner.spec(name)
+        if name not in self._specs:
+            self._specs[name] = self._reorder(name, self.inner.spec(name))
+        return self._specs[name]
+
+    def _reorder(self, name: str, s: DenseSpec | PackedSpec) -> DenseSpec | PackedSpec:
+        packed = isinstance(s, PackedSpec)
+        n = s.weight.shape[0] if packed else s.type.shape[0]
+        order = half_rows(n, self.head_dim)
+
+        def moved(ref):
+            new = replace(ref, tensor=f"{ref.tensor}~half",
+                          payload=ref.payload and f"{ref.payload}~half{self.head_dim}")
+            self.arrays[new.tensor] = np.asarray(self.inner.arrays[ref.tensor])[order]
+            return new
+
+        if not packed:
+            return DenseSpec(s.type, moved(s.ref))
+        rows = _row_sources(name, s.weight)
+        return PackedSpec(s.weight, tuple(moved(r) if row else r
+                                          for r, row in zip(s.refs, rows, strict=True)))
+
+
+#: HalfLayoutRows' reordered (specs, arrays) by source and head_dim (never holding the source)
+_MADE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
