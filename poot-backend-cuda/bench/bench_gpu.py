@@ -7,10 +7,12 @@ Prints, side by side, from one run:
 - BF16 GEMV (N=14336, K=4096 and N=4096, K=14336) and packed Q4_0 / Q4_K GEMV: achieved
   GB/s and the fraction of the copy ceiling (each timed over several weight copies in
   turn, so repeated launches stream from HBM, not from the 50 MB L2);
-- BF16 GEMM 4096^3 (f32 activations x bf16 weights, poot's DenseContraction) TFLOP/s as a
-  fraction of torch.matmul's bf16 4096^3 measured in the same run (CUDA events);
+- BF16 GEMM 4096^3 (MatMul bf16 x bf16 -> bf16, the tensor-core schedule) TFLOP/s as a
+  fraction of torch.matmul's bf16 4096^3 measured in the same run (CUDA events), its result
+  checked against numpy; and DenseContraction's f32 x bf16 GEMM (FMA tiles) for contrast;
 - a SmolLM2-shaped decode step (random bf16 weights) with CUDA graph replay and without
-  (every kernel launched each step).
+  (every kernel launched each step), and where its time goes: each launch timed alone,
+  summed per op.
 Timing: CUDA events around graph replays, after warm-up, median of several trials. Inputs
 are random, never zeros. Lines starting with "SUMMARY " are collected by h200_session.sh.
 
@@ -28,12 +30,14 @@ from dataclasses import dataclass
 import numpy as np
 from poot.codegen.lower import lower
 from poot.dtypes import DType
-from poot.ir.ops import Attention, DenseContraction, FusedRow, PackedContraction
+from poot.ir.ops import Attention, DenseContraction, FusedRow, MatMul, PackedContraction
 from poot.ir.types import TensorType as T
+from poot_cuda.capability import kernel_features
 
 F32, BF16, U8 = DType.F32, DType.BF16, DType.U8
 
 
+FEATURES = kernel_features(9, 0)                # what the backend gives sm_90 lowerings
 GEMV_SHAPES = ((14336, 4096), (4096, 14336))   # (N, K): an 8B FFN's up and down shapes
 TARGETS = {"gemv": 0.80, "q4": 0.60, "gemm": 0.50, "decode": 1000.0}   # issue 8's targets
 
@@ -67,9 +71,12 @@ def ops_to_bench() -> list[Bench]:
                              [T((1, k), F32), *srcs], sum(s.nbytes for s in srcs) + 4 * (k + n),
                              2 * n * k, "q4"))
     m = n = k = 4096
-    out.append(Bench(f"dense bf16 GEMM {m}x{n}x{k} (f32 x bf16)", DenseContraction(),
-                     [T((m, k), F32), T((n, k), BF16)], 4 * m * k + 2 * n * k + 4 * m * n,
-                     2 * m * n * k, "gemm", reps=2))
+    out.append(Bench(f"bf16 GEMM {m}x{n}x{k} (MatMul bf16, tensor cores)", MatMul(),
+                     [T((m, k), BF16), T((k, n), BF16)], 2 * (m * k + n * k + m * n),
+                     2 * m * n * k, "gemm", reps=10))
+    out.append(Bench(f"dense GEMM {m}x{n}x{k} (f32 x bf16 DenseContraction, FMA)",
+                     DenseContraction(), [T((m, k), F32), T((n, k), BF16)],
+                     4 * m * k + 2 * n * k + 4 * m * n, 2 * m * n * k, "fma", reps=2))
     hq, hkv, s, d = 32, 8, 16384, 128
     out.append(Bench(f"attention decode bf16 {hq}/{hkv} heads S={s} D={d}", Attention(d ** -0.5),
                      [T((hq, 1, d), BF16), T((hkv, s, d), BF16), T((hkv, s, d), BF16),
@@ -196,6 +203,25 @@ def torch_ceilings(nbytes: int = 1 << 30) -> dict[str, float]:
     return out
 
 
+def check_result(ctx, modules, compiled, operands, out, b: Bench) -> None:
+    """The kernel's result against numpy in f32: relative Frobenius error under 1e-2
+    (bf16 operands and outputs) and no NaN; the output starts poisoned."""
+    from poot_cuda.harness import LoweringRun
+
+    run = LoweringRun(ctx, modules, compiled, operands, out)
+    try:
+        run.run()
+        got = run.result().astype(np.float32)
+    finally:
+        run.free()
+    a, w = (x.astype(np.float32) for x in operands[:2])
+    want = a @ (w.T if isinstance(b.op, DenseContraction) else w)
+    err = float(np.linalg.norm(got - want) / np.linalg.norm(want))
+    print(f"check {b.label}: relative error {err:.2e}", flush=True)
+    if not np.isfinite(got).all() or err > 1e-2:
+        raise AssertionError(f"{b.label}: wrong result (relative error {err:.2e})")
+
+
 def summary(key: str, value) -> None:
     print(f"SUMMARY {key} | {value}", flush=True)
 
@@ -210,8 +236,10 @@ def bench_ops(ctx, timer, copy_gbs: float, torch_tflops: float | None, rows: lis
         runs = []
         try:
             out = b.op.infer(b.ins)
-            compiled = compile_lowering(lower(b.op, b.ins, out), CudaPrinter("sm_90"))
+            compiled = compile_lowering(lower(b.op, b.ins, out, FEATURES), CudaPrinter("sm_90"))
             operands = [random_operand(t, rng) for t in b.ins]
+            if b.kind in ("gemm", "gemv"):
+                check_result(ctx, modules, compiled, operands, out, b)
             sets = copies_for(b.nbytes) if b.kind in ("gemv", "q4") else 1
             runs = [LoweringRun(ctx, modules, compiled, operands, out) for _ in range(sets)]
 
@@ -303,6 +331,7 @@ def bench_step(device, rows):
     eager_host = host_ms(lambda: ex.step(slots))     # every kernel launched from Python
     eager_dev = timer.call_ms(exe._enqueue, reps=3, trials=5)
     exe.replay = True
+    profile_step(exe, timer, rows)
     for name, ms, what in (("graph replay, launch only", replay_dev, f"{kernels} kernels"),
                            ("graph replay, Executor.step", replay_host,
                             "incl. slot write + logits read"),
@@ -318,6 +347,27 @@ def bench_step(device, rows):
             f"{1e3 / eager_host:.1f} tok/s; launches alone {1e3 / eager_dev:.1f} tok/s")
 
 
+def profile_step(exe, timer, rows, top: int = 8) -> None:
+    """Each launch of the step timed alone (a graph of 20 of it), summed per kernel kind:
+    where the step's time goes (isolated launches see a warm L2, so this ranks, not adds)."""
+    per_kind: dict[str, list[float]] = {}
+    for action in exe._actions:
+        if action[0] != "launch":
+            continue
+        launch = action[1]
+        kind = launch.name.split("_")[1] + ("_merge" if launch.name.endswith("merge") else "")
+        ms = timer.graph_ms(lambda launch=launch: launch(exe.rt.ctx), reps=20, trials=3)
+        per_kind.setdefault(kind, []).append(ms)
+    total = sum(sum(v) for v in per_kind.values())
+    ranked = sorted(per_kind.items(), key=lambda kv: -sum(kv[1]))
+    for kind, times in ranked[:top]:
+        rows.append((f"  step profile: {kind}", f"{sum(times) * 1e3:9.1f} us",
+                     f"{len(times)} launches", f"{100 * sum(times) / total:5.1f}% of "
+                     f"{total * 1e3:.0f} us", f"{statistics.mean(times) * 1e3:.1f} us each"))
+        summary(f"step profile {kind}", f"{sum(times) * 1e3:.0f} us in {len(times)} launches "
+                f"({statistics.mean(times) * 1e3:.1f} us each)")
+
+
 def plan_only():
     from poot_cuda.backend import CudaBackend
     from poot_cuda.compiler import compile_cubin
@@ -327,7 +377,7 @@ def plan_only():
     compile_cubin(*copy_kernel(1 << 30)[:2], "sm_90")
     print("compiled copy kernel", flush=True)
     for b in ops_to_bench():
-        compile_lowering(lower(b.op, b.ins, b.op.infer(b.ins)), CudaPrinter("sm_90"))
+        compile_lowering(lower(b.op, b.ins, b.op.infer(b.ins), FEATURES), CudaPrinter("sm_90"))
         print(f"compiled {b.label} ({b.nbytes / 1e6:.1f} MB, {copies_for(b.nbytes)} copies "
               f"if rotated)", flush=True)
     smollm2_step(CudaBackend.compile_only_device("sm_90"), plan_only=True)

@@ -9,7 +9,7 @@ from poot.codegen.lower import lower as lower_eqn
 from poot.errors import DeviceUnavailable
 from poot.ir.graph import Lit
 
-from poot_cuda.capability import table
+from poot_cuda.capability import kernel_features, table
 from poot_cuda.kernels import compile_lowering
 from poot_cuda.printer import CudaPrinter
 from poot_cuda.probe import probe
@@ -46,6 +46,11 @@ class CudaBackend(Backend):
 
         return _table(str(device), info["major"], info["minor"], tuple(sorted(formats())))
 
+    def features(self, device: Device) -> frozenset:
+        """Kernel statements beyond the core ones: async copies and mma.sync on sm_80+."""
+        info = self._info(device)
+        return kernel_features(info["major"], info["minor"])
+
     def printer(self, device: Device) -> CudaPrinter:
         return CudaPrinter(self._info(device)["arch"])
 
@@ -54,7 +59,7 @@ class CudaBackend(Backend):
         out = graph.type_of(eqn.out)
         self.capabilities(device).check(eqn.op, ins, out)
         operands = [x if isinstance(x, Lit) else t for x, t in zip(eqn.inputs, ins, strict=True)]
-        lowering = lower_eqn(eqn.op, operands, out)
+        lowering = lower_eqn(eqn.op, operands, out, self.features(device))
         compiled = compile_lowering(lowering, self.printer(device))
         names = ",".join(k.kernel.name for k in compiled.kernels) or "alias"
         return Choice(names, compiled.launch, compiled, dispatches=len(compiled.kernels))

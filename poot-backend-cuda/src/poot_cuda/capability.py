@@ -20,6 +20,13 @@ MOVES = ("Broadcast", "Reshape", "Transpose", "Slice", "Concat", "Gather", "Scat
 PACKED = ("PackedDequant", "PackedContraction", "PackedRowGather", "IndexedPackedContraction")
 
 
+def kernel_features(major: int, minor: int) -> frozenset:
+    """cp.async and mma.sync m16n8k16 (BF16/F16 -> F32) exist from sm_80 on."""
+    from poot.codegen.program import COPY_ASYNC, MMA
+
+    return frozenset({MMA, COPY_ASYNC}) if (major, minor) >= (8, 0) else frozenset()
+
+
 def arch_of(major: int, minor: int) -> str:
     return f"sm_{major}{minor}"
 

@@ -2,7 +2,15 @@
 from __future__ import annotations
 
 from poot.codegen.cstyle import CPrinter
-from poot.codegen.program import CoopReduce, Kernel
+from poot.codegen.program import (
+    CoopReduce,
+    CopyAsync,
+    CopyCommit,
+    CopyWait,
+    Kernel,
+    MmaTile,
+    Stmt,
+)
 from poot.dtypes import DType
 from poot.ir.ops import ReduceOp
 
@@ -59,7 +67,68 @@ class CudaPrinter(CPrinter):
         return "__syncthreads();"
 
     def shared_decl(self, name: str, dtype: DType, count: int) -> str:
-        return f"__shared__ {self.type_name(dtype)} {name}[{count}];"
+        # rows that async copies and matrix loads address in 16-byte units
+        align = "__align__(16) " if self._matrix_kernel() else ""
+        return f"__shared__ {align}{self.type_name(dtype)} {name}[{count}];"
+
+    def _matrix_kernel(self) -> bool:
+        return any(isinstance(s, (CopyAsync, MmaTile)) for s in self._kernel.statements())
+
+    # -- async copies and tensor cores (sm_80+) -------------------------------------------
+    def matrix_stmt(self, s: Stmt, depth: int) -> list[str]:
+        pad = self.indent_unit * depth
+        if isinstance(s, CopyCommit):
+            return [f'{pad}asm volatile("cp.async.commit_group;\\n" ::: "memory");']
+        if isinstance(s, CopyWait):
+            return [f'{pad}asm volatile("cp.async.wait_group {s.pending};\\n" ::: "memory");']
+        if isinstance(s, CopyAsync):
+            dst = f"&{s.dst}[{self.expr(s.dst_index)}]"
+            src = f"&{s.src}[{self.expr(s.src_index)}]"
+            return [f"{pad}asm volatile(\"cp.async.cg.shared.global [%0], [%1], 16, %2;\\n\" "
+                    f":: \"r\"((unsigned)__cvta_generic_to_shared({dst})), \"l\"({src}), "
+                    f"\"r\"({self.expr(s.valid)} != 0 ? 16 : 0) : \"memory\");"]
+        return self.mma_tile(s, pad)
+
+    def mma_tile(self, s: MmaTile, pad: str) -> list[str]:
+        """ldmatrix loads the fragments (x4: four 8x8 matrices, one row address per
+        lane), then one mma.sync per 16 x 8 tile; see MmaTile for the layouts."""
+        t = "bf16" if s.dtype is BF16 else "f16"
+        lane = f"({self.builtin('index', 0, self._kernel)} & 31)"
+        a_row, a_word = self.expr(s.a_row), self.expr(s.a_word)
+        b_col, b_word = self.expr(s.b_col), self.expr(s.b_word)
+        out = [pad + "{", f"{pad}  const int ln = {lane};",
+               f"{pad}  unsigned fa[{s.tiles_m}][4], fb[{s.tiles_n}][2];"]
+
+        def ldmatrix(regs: list[str], array: str, word: str, trans: bool) -> str:
+            outs = ", ".join(f'"=r"({r})' for r in regs)
+            return (f'{pad}  asm volatile("ldmatrix.sync.aligned.m8n8.x4{".trans" if trans else ""}'
+                    f'.shared.b16 {{%0, %1, %2, %3}}, [%4];\\n" : {outs} : '
+                    f'"r"((unsigned)__cvta_generic_to_shared(&{array}[{word}])));')
+
+        for i in range(s.tiles_m):       # rows ln % 16, K half ln / 16
+            word = (f"({a_row} + {16 * i} + (ln & 15)) * {s.a_pitch} + {a_word} + "
+                    f"(ln >> 4) * 4")
+            out.append(ldmatrix([f"fa[{i}][{r}]" for r in range(4)], s.a, word, False))
+        for jj in range(s.tiles_n // 2):  # two 8-column tiles per load
+            regs = [f"fb[{2 * jj}][0]", f"fb[{2 * jj}][1]", f"fb[{2 * jj + 1}][0]",
+                    f"fb[{2 * jj + 1}][1]"]
+            if s.b_trans:                 # [k][n]: rows k = ln % 16, columns + 8 (ln / 16)
+                word = (f"(ln & 15) * {s.b_pitch} + {b_word} + ({b_col} + {16 * jj} + "
+                        f"(ln >> 4) * 8) / 2")
+            else:                         # [n][k]: rows n, K half (ln / 8) % 2
+                word = (f"({b_col} + {16 * jj} + (ln & 7) + (ln >> 4) * 8) * {s.b_pitch} + "
+                        f"{b_word} + ((ln >> 3) & 1) * 4")
+            out.append(ldmatrix(regs, s.b, word, s.b_trans))
+        for i in range(s.tiles_m):
+            for j in range(s.tiles_n):
+                c = [f"{s.acc}[{s.acc_first + 4 * (i * s.tiles_n + j) + r}]" for r in range(4)]
+                out.append(
+                    f'{pad}  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.{t}.{t}.f32 '
+                    f'{{%0, %1, %2, %3}}, {{%4, %5, %6, %7}}, {{%8, %9}}, {{%0, %1, %2, %3}};'
+                    f'\\n" : ' + ", ".join(f'"+f"({x})' for x in c) + " : "
+                    + ", ".join(f'"r"(fa[{i}][{r}])' for r in range(4)) + ", "
+                    + f'"r"(fb[{j}][0]), "r"(fb[{j}][1]));')
+        return out + [pad + "}"]
 
     def to_f32(self, dtype: DType, text: str) -> str:
         return f"__half2float({text})" if dtype is F16 else f"__bfloat162float({text})"

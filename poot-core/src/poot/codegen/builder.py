@@ -19,11 +19,15 @@ from poot.codegen.program import (
     Barrier,
     Buffer,
     CoopReduce,
+    CopyAsync,
+    CopyCommit,
+    CopyWait,
     For,
     If,
     Kernel,
     Let,
     LocalArray,
+    MmaTile,
     SharedArray,
     Stmt,
     Store,
@@ -67,6 +71,13 @@ class KernelBuilder:
         self._locals.append(LocalArray(name, dtype, int(count)))
         return ArrayRef(name, dtype, count)
 
+    def array(self, name: str) -> ArrayRef:
+        """The declared buffer, shared or local array `name`."""
+        for a in (*self._buffers, *self._shared, *self._locals):
+            if a.name == name:
+                return ArrayRef(a.name, a.dtype, a.count)
+        raise KeyError(name)
+
     def fresh(self, base: str) -> str:
         """A variable name not used yet in this kernel (names are unique per kernel)."""
         n = self._names.get(base, 0)
@@ -99,6 +110,18 @@ class KernelBuilder:
         s = CoopReduce(self.fresh(name), op, value, width)
         self.emit(s)
         return s.var
+
+    def copy_async(self, dst: ArrayRef, dst_index, src: ArrayRef, src_index, valid) -> None:
+        self.emit(CopyAsync(dst.name, i32(dst_index), src.name, i32(src_index), i32(valid)))
+
+    def copy_commit(self) -> None:
+        self.emit(CopyCommit())
+
+    def copy_wait(self, pending: int) -> None:
+        self.emit(CopyWait(pending))
+
+    def mma(self, tile: MmaTile) -> None:
+        self.emit(tile)
 
     @contextlib.contextmanager
     def for_(self, name: str, start, stop, step=1) -> Iterator[Var]:

@@ -24,15 +24,19 @@ from poot.codegen.program import (
     Assign,
     Barrier,
     CoopReduce,
+    CopyAsync,
+    CopyCommit,
+    CopyWait,
     For,
     If,
     Kernel,
     Let,
+    MmaTile,
     Stmt,
     Store,
 )
 from poot.dtypes import DType
-from poot.errors import DtypeLowering
+from poot.errors import DtypeLowering, UnsupportedOp
 from poot.ir.ops import BinaryOp, UnaryOp
 
 F32, F16, BF16, I32, U32 = DType.F32, DType.F16, DType.BF16, DType.I32, DType.U32
@@ -118,6 +122,12 @@ class CPrinter:
     def coop_reduce(self, s: CoopReduce, kernel: Kernel, depth: int) -> list[str]:
         raise NotImplementedError
 
+    def matrix_stmt(self, s: Stmt, depth: int) -> list[str]:
+        """CopyAsync / CopyCommit / CopyWait / MmaTile: only printers of targets that
+        declare those features print them."""
+        raise UnsupportedOp(f"{self.backend} prints no {type(s).__name__} statement",
+                            op=self._kernel.name, backend=self.backend, device=self.device)
+
     # -- refusals --------------------------------------------------------------------
     def refuse(self, dtype: DType, what: str, op: str = "") -> DtypeLowering:
         return DtypeLowering(f"{self.backend} cannot do {what} on {dtype}", op=op,
@@ -182,6 +192,8 @@ class CPrinter:
             return [pad + self.barrier()]
         if isinstance(s, CoopReduce):
             return self.coop_reduce(s, self._kernel, depth)
+        if isinstance(s, (CopyAsync, CopyCommit, CopyWait, MmaTile)):
+            return self.matrix_stmt(s, depth)
         raise TypeError(f"unknown statement {s!r}")
 
     def loop_pragma(self, s: For, pad: str) -> list[str]:

@@ -28,14 +28,19 @@ from poot.codegen.program import (
     Barrier,
     Buffer,
     CoopReduce,
+    CopyAsync,
+    CopyCommit,
+    CopyWait,
     For,
     If,
     Kernel,
     Let,
     LocalArray,
     Lowering,
+    MmaTile,
     Stmt,
     Store,
+    mma_coords,
 )
 from poot.errors import PootError
 from poot.ir.ops.reduce import ReduceOp
@@ -171,6 +176,12 @@ class _Batch:
                 w.fill(-1)
         elif isinstance(s, CoopReduce):
             self.coop_reduce(s, act)
+        elif isinstance(s, CopyAsync):
+            self.copy_async(s, act)
+        elif isinstance(s, (CopyCommit, CopyWait)):
+            pass                        # copies complete at once: a legal schedule
+        elif isinstance(s, MmaTile):
+            self.mma_tile(s, act)
         else:  # pragma: no cover - validate() refuses unknown statements
             self.fault(f"unknown statement {s!r}")
 
@@ -223,6 +234,78 @@ class _Batch:
         fn = np.sum if s.op is ReduceOp.Sum else np.max
         red = fn(vals, axis=1).astype(s.value.dtype.numpy)
         self.set_var(s.name, s.value.dtype, np.repeat(red, width), act)
+
+    # -- matrix-unit statements ------------------------------------------------------
+    def copy_async(self, s: CopyAsync, act: np.ndarray):
+        """16 bytes per active thread, recorded as that thread's writes (race rules)."""
+        dst, src = self.arrays[s.dst], self.arrays[s.src]
+        d_size, s_size = dst.dtype.itemsize, src.dtype.itemsize
+        d_idx = self.ev(s.dst_index, act).astype(np.int64)
+        s_idx = self.ev(s.src_index, act).astype(np.int64)
+        valid = self.ev(s.valid, act) != 0
+        if np.any((d_idx * d_size) % 16) or np.any((s_idx[valid] * s_size) % 16):
+            self.fault(f"CopyAsync {s.src!r} -> {s.dst!r} is not 16-byte aligned")
+        span = 16 // d_size
+        for t in range(span):
+            self.bounds(s.dst, d_idx + t, dst.count, "copy to")
+        raw_src = self.buffers[s.src].view(np.uint8)
+        for j, thread in enumerate(act):
+            if valid[j]:
+                b0 = s_idx[j] * s_size
+                if b0 < 0 or b0 + 16 > raw_src.size:
+                    self.fault(f"copy from {s.src!r} out of range at byte {b0}")
+                chunk = raw_src[b0:b0 + 16]
+            else:
+                chunk = np.zeros(16, np.uint8)
+            g, lane = self.group[thread], self.lane[thread]
+            cells = slice(d_idx[j], d_idx[j] + span)
+            w = self.writer[s.dst][g, cells]
+            if np.any((w != -1) & (w != lane)):
+                self.fault(f"shared {s.dst!r} written by two threads between barriers")
+            self.shared[s.dst][g, cells] = chunk.view(dst.dtype.numpy)
+            self.writer[s.dst][g, cells] = lane
+
+    def mma_tile(self, s: MmaTile, act: np.ndarray):
+        """The warp's product from shared words, written to its lanes' accumulators in
+        the documented layout; operands must be warp-uniform and every lane present."""
+        lanes = self.lane[act]
+        if act.size % 32 or np.any(lanes.reshape(-1, 32) % 32 != np.arange(32)):
+            self.fault("MmaTile reached by part of a warp")
+        half = np.dtype(s.dtype.numpy)
+        for warp in act.reshape(-1, 32):
+            vals = [self.ev(e, warp) for e in (s.a_row, s.a_word, s.b_col, s.b_word)]
+            if any(np.any(v != v[0]) for v in vals):
+                self.fault("MmaTile operands differ across a warp")
+            a_row, a_word, b_col, b_word = (int(v[0]) for v in vals)
+            g = self.group[warp[0]]
+            rows, cols = 16 * s.tiles_m, 8 * s.tiles_n
+            a = self._halves(s.a, g, [a_row + r for r in range(rows)], s.a_pitch, a_word, 16)
+            if s.b_trans:
+                b = self._halves(s.b, g, list(range(16)), s.b_pitch, 0, cols, b_word, b_col)
+            else:
+                b = self._halves(s.b, g, [b_col + c for c in range(cols)], s.b_pitch,
+                                 b_word, 16).T
+            prod = (a.view(half).astype(np.float32) @ b.view(half).astype(np.float32))
+            lane, i, j, r = np.ix_(range(32), range(s.tiles_m), range(s.tiles_n), range(4))
+            row, col = mma_coords(lane, r)
+            vals = prod[16 * i + row, 8 * j + col].reshape(32, -1)
+            first = s.acc_first
+            self.locals[s.acc][warp, first:first + vals.shape[1]] += vals
+
+    def _halves(self, name, g, rows, pitch, word, count, row_word=0, first=0):
+        """16-bit values [len(rows), count]: row r starts at word r * pitch + word
+        (+ `row_word` words of row offset, then `first` values in)."""
+        words = self.shared[name][g]
+        out = np.empty((len(rows), count), np.uint16)
+        for i, r in enumerate(rows):
+            start = (r * pitch + word + row_word) * 2 + first
+            idx = np.arange(start, start + count)
+            self.bounds(name, idx // 2, words.size, "MmaTile read of")
+            w = self.writer[name][g, idx // 2]
+            if np.any(w != -1):
+                self.fault(f"MmaTile reads {name!r} written since the last barrier")
+            out[i] = words.view(np.uint16)[idx]
+        return out
 
 
 __all__ = ["KernelFault", "run", "run_lowering", "operand_words"]

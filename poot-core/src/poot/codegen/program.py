@@ -29,6 +29,18 @@ Conventions every printer and the interpreter (`poot.codegen.interp`) share:
   workgroup. Printers map it to subgroup/warp primitives and, across
   subgroups, to shared memory and barriers of their own; they must leave shared
   arrays of the kernel untouched. Floats reduce in F32, integers in I32.
+
+Matrix-unit statements, for targets that declare the features (`FEATURES`); a
+lowering emits them only when its target has them, and printers without them refuse:
+
+* `CopyAsync` copies 16 bytes from a buffer into a shared array, possibly in the
+  background; `CopyCommit` closes the batch of copies this thread issued since the
+  last commit, and `CopyWait(pending)` waits until at most `pending` of this
+  thread's batches are still in flight. A Barrier after the wait makes the copies
+  visible to the workgroup (the interpreter copies at once, a legal schedule).
+* `MmaTile` is warp-cooperative (every thread of each 32-thread warp reaches it, with
+  warp-uniform operands): acc += A . B^T over 16 values of K, 16-bit floats (BF16 or
+  F16) read from shared U32 words, F32 accumulate. See its docstring for the layouts.
 """
 from __future__ import annotations
 
@@ -44,6 +56,12 @@ from poot.ir.ops.reduce import ReduceOp
 
 I32 = DType.I32
 AXES = ("x", "y", "z")
+WARP = 32
+
+#: optional statement families a target may declare (Sig.features)
+MMA = "mma.m16n8k16"       # MmaTile
+COPY_ASYNC = "copy.async"  # CopyAsync, CopyCommit, CopyWait
+FEATURES = frozenset({MMA, COPY_ASYNC})
 
 #: reserved Var names -> (kind, axis); kind is "local", "group", "global" or "index"
 BUILTINS: dict[str, tuple[str, int]] = {
@@ -195,6 +213,66 @@ class CoopReduce(Stmt):
         return Var(self.name, self.value.dtype)
 
 
+@dataclass(frozen=True, eq=False)
+class CopyAsync(Stmt):
+    """Copy 16 bytes: buffer `src` from element `src_index` -> shared `dst` from element
+    `dst_index` (both 16-byte aligned). Where `valid` is 0 the 16 bytes are zeros and
+    `src` is not read (rows past the edge of a tile)."""
+
+    dst: str
+    dst_index: Expr
+    src: str
+    src_index: Expr
+    valid: Expr
+
+
+@dataclass(frozen=True, eq=False)
+class CopyCommit(Stmt):
+    """Close this thread's batch of CopyAsync issued since the last commit."""
+
+
+@dataclass(frozen=True, eq=False)
+class CopyWait(Stmt):
+    """Wait until at most `pending` of this thread's committed batches are in flight."""
+
+    pending: int
+
+
+@dataclass(frozen=True, eq=False)
+class MmaTile(Stmt):
+    """Per warp: acc += A[a_row : a_row + 16*tiles_m, k : k+16] . B[k : k+16, cols]
+    with cols = b_col : b_col + 8*tiles_n (F32 accumulate).
+
+    A is row-major in shared U32 words, two 16-bit values per word: element (r, k) at
+    word r * a_pitch + a_word + k // 2. B is either [n][k] (`b_trans` False: element
+    (k, n) at word n * b_pitch + b_word + k // 2, a weight in checkpoint order) or
+    [k][n] (`b_trans` True: at word k * b_pitch + b_word + n // 2). Rows start on
+    16-byte boundaries. Lane l of the warp holds result (row, col) of tile (i, j) in
+    acc[acc_first + 4 * (i * tiles_n + j) + r], r = 0..3, with row = 16 i + l // 4 +
+    8 (r // 2) and col = 8 j + 2 (l % 4) + r % 2 (`mma_coords`). tiles_n is even.
+    """
+
+    acc: str
+    acc_first: int
+    tiles_m: int
+    tiles_n: int
+    dtype: DType
+    a: str
+    a_row: Expr
+    a_word: Expr
+    a_pitch: int
+    b: str
+    b_col: Expr
+    b_word: Expr
+    b_pitch: int
+    b_trans: bool = False
+
+
+def mma_coords(lane: int, r: int) -> tuple[int, int]:
+    """(row, col) within a 16 x 8 MmaTile tile of accumulator register r of `lane`."""
+    return lane // 4 + 8 * (r // 2), 2 * (lane % 4) + r % 2
+
+
 # -- the kernel -------------------------------------------------------------------------
 @dataclass(frozen=True, eq=False)
 class Kernel:
@@ -272,6 +350,10 @@ def _exprs_of(s: Stmt) -> tuple[Expr, ...]:
         return (s.start, s.stop, s.step)
     if isinstance(s, If):
         return (s.cond,)
+    if isinstance(s, CopyAsync):
+        return (s.dst_index, s.src_index, s.valid)
+    if isinstance(s, MmaTile):
+        return (s.a_row, s.a_word, s.b_col, s.b_word)
     return ()
 
 
@@ -365,8 +447,15 @@ class _Checker:
             self.expr(s.cond, I32)
             self.block(s.then)
             self.block(s.orelse)
-        elif isinstance(s, Barrier):
+        elif isinstance(s, (Barrier, CopyCommit)):
             pass
+        elif isinstance(s, CopyWait):
+            if s.pending < 0:
+                self.fail("CopyWait pending must be >= 0")
+        elif isinstance(s, CopyAsync):
+            self.copy_async(s)
+        elif isinstance(s, MmaTile):
+            self.mma_tile(s)
         elif isinstance(s, CoopReduce):
             self.expr(s.value)
             if s.value.dtype not in (DType.F32, I32):
@@ -378,6 +467,39 @@ class _Checker:
             self.declare(s.name, s.value.dtype, False)
         else:
             self.fail(f"unknown statement {s!r}")
+
+
+    def copy_async(self, s: CopyAsync):
+        arrays = self.kernel.arrays()
+        src, dst = arrays.get(s.src), arrays.get(s.dst)
+        if not isinstance(src, Buffer) or not src.access.readable:
+            self.fail(f"CopyAsync source {s.src!r} must be a readable buffer")
+        if not isinstance(dst, SharedArray):
+            self.fail(f"CopyAsync destination {s.dst!r} must be a shared array")
+        for e in (s.dst_index, s.src_index, s.valid):
+            self.expr(e, I32)
+
+    def mma_tile(self, s: MmaTile):
+        arrays = self.kernel.arrays()
+        acc = arrays.get(s.acc)
+        if not isinstance(acc, LocalArray) or acc.dtype is not DType.F32:
+            self.fail(f"MmaTile accumulator {s.acc!r} must be a local F32 array")
+        if s.acc_first < 0 or s.acc_first + 4 * s.tiles_m * s.tiles_n > acc.count:
+            self.fail(f"MmaTile accumulators past the end of {s.acc!r}")
+        for name in (s.a, s.b):
+            arr = arrays.get(name)
+            if not isinstance(arr, SharedArray) or arr.dtype is not DType.U32:
+                self.fail(f"MmaTile operand {name!r} must be a shared U32 array")
+        if s.dtype not in (DType.BF16, DType.F16):
+            self.fail(f"MmaTile multiplies BF16 or F16, not {s.dtype}")
+        if s.tiles_m < 1 or s.tiles_n < 2 or s.tiles_n % 2:
+            self.fail("MmaTile needs tiles_m >= 1 and an even tiles_n")
+        if s.a_pitch % 4 or s.b_pitch % 4:
+            self.fail("MmaTile rows must start on 16-byte boundaries (pitches of 4 words)")
+        if self.kernel.threads_per_group % WARP:
+            self.fail(f"MmaTile needs whole warps of {WARP} threads")
+        for e in (s.a_row, s.a_word, s.b_col, s.b_word):
+            self.expr(e, I32)
 
 
 @dataclass(frozen=True, eq=False)

@@ -211,7 +211,9 @@ def reduce_cases() -> Iterator[Case]:
 
 # -- contractions ------------------------------------------------------------------------------
 def matmul_cases() -> Iterator[Case]:
-    shapes = [((1, 67), (67, 33)), ((7, 65), (65, 19)), ((2, 1, 5, 9), (3, 9, 4))]
+    shapes = [((1, 67), (67, 33)), ((7, 65), (65, 19)), ((2, 1, 5, 9), (3, 9, 4)),
+              # tile-sized: tensor-core schedules (16-bit floats), ragged edges, batches
+              ((130, 72), (72, 136)), ((2, 96, 40), (40, 48))]
     for d in FLOATS + (I32,):
         for sa, sb in shapes:
             flops = 2 * math.prod(np.broadcast_shapes(sa[:-2], sb[:-2])) * sa[-2] * sa[-1] * sb[-1]

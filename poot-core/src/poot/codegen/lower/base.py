@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from poot.codegen import index as ix
 from poot.codegen.builder import ArrayRef, KernelBuilder
 from poot.codegen.expr import Const, Expr, Load
-from poot.codegen.program import OUT, Access, Lowering
+from poot.codegen.program import FEATURES, OUT, Access, Lowering
 from poot.dtypes import DType
 from poot.errors import LimitExceeded, UnsupportedOp
 from poot.ir.graph import Lit
@@ -30,16 +30,21 @@ def lowers(*op_types: type):
 
 @dataclass(frozen=True)
 class Sig:
-    """One planned eqn: its op, operands (TensorType, or Lit for literals) and output."""
+    """One planned eqn: its op, operands (TensorType, or Lit for literals) and output;
+    `features` are the optional statement families its target prints
+    (poot.codegen.program.FEATURES), which open faster schedules."""
 
     op: OpKind
     ins: tuple[TensorType | Lit, ...]
     out: TensorType
+    features: frozenset = frozenset()
 
     @property
     def name(self) -> str:
         """A kernel name unique to op, parameters and types (a valid identifier)."""
         key = repr((self.op, self.ins, self.out))
+        if self.features:
+            key += repr(sorted(self.features))
         if hasattr(self.op, "body"):
             key += str(self.op.body)
         digest = hashlib.sha1(key.encode()).hexdigest()[:10]
@@ -89,9 +94,14 @@ def words(t: TensorType) -> tuple:
     return (DType.U32, -(-t.nbytes // 4))
 
 
-def lower(op: OpKind, ins: Sequence[TensorType | Lit], out: TensorType) -> Lowering:
-    """Lower one planned eqn to kernel programs (an UnsupportedOp names what has none)."""
-    sig = Sig(op, tuple(ins), out)
+def lower(op: OpKind, ins: Sequence[TensorType | Lit], out: TensorType,
+          features: frozenset = frozenset()) -> Lowering:
+    """Lower one planned eqn to kernel programs (an UnsupportedOp names what has none)
+    for a target that prints `features` besides the core statements."""
+    unknown = set(features) - FEATURES
+    if unknown:
+        raise UnsupportedOp(f"unknown kernel features {sorted(unknown)}", op=op.name)
+    sig = Sig(op, tuple(ins), out, frozenset(features))
     if isinstance(op, Reshape):
         return Lowering((), alias=0)
     fn = LOWERINGS.get(type(op))

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from poot.codegen import index as ix
 from poot.codegen.builder import KernelBuilder
 from poot.codegen.expr import Const, Expr, Sel, i32
+from poot.codegen.lower import mma
 from poot.codegen.program import group_id, local_id, local_index
 from poot.dtypes import DType
 from poot.ir.ops import ReduceOp
@@ -55,6 +56,8 @@ class Problem:
     w_per_row: bool = False
     w_pair: Elem | None = None
     views: dict | None = None     # operand index -> (dtype, count) its buffer is read as
+    tiles: object = None          # mma.Tiles: 16-bit operands tensor cores can read as is
+    features: frozenset = frozenset()   # the target's optional statements (Sig.features)
 
     def zero(self) -> Const:
         return Const(0.0 if self.acc.is_float else 0, self.acc)
@@ -90,6 +93,7 @@ def lower_contraction(sig):
     from poot.codegen.program import Lowering
 
     p = PROBLEMS[type(sig.op)](sig, None)
+    p.features = sig.features
     declare = lambda kb: sig.declare_all(kb, p.views)  # noqa: E731
     return Lowering((contraction_kernel(p, lambda g, wg: sig.builder(g, wg), declare),))
 
@@ -98,6 +102,8 @@ def contraction_kernel(p: Problem, kb_factory: Callable[[tuple, tuple], KernelBu
                        declare: Callable[[KernelBuilder], None]):
     if p.w_per_row or p.m <= GEMV_MAX_ROWS:
         return gemv_kernel(p, kb_factory, declare)
+    if mma.usable(p, p.features):
+        return mma.mma_gemm_kernel(p, kb_factory, declare)
     return gemm_kernel(p, kb_factory, declare)
 
 

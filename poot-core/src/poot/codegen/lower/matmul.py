@@ -5,6 +5,7 @@ import math
 
 from poot.codegen import index as ix
 from poot.codegen.expr import Load
+from poot.codegen.lower import mma
 from poot.codegen.lower.base import Sig
 from poot.codegen.lower.contract import Problem, problem_for, store_flat
 from poot.dtypes import DType
@@ -36,8 +37,14 @@ def matmul_problem(sig: Sig, epilogue) -> Problem:
         off = batch_offset(b, batch_shape, w.shape[:-2], k * n)
         return Load("in1", ix.add(off, ix.add(ix.mul(kk, n), nn)), w.dtype).cast(acc)
 
+    tiles = mma.tiles_for(
+        a.dtype, w.dtype, n, k,
+        mma.TileOperand("in0", a.dtype, True,
+                        lambda b: batch_offset(b, batch_shape, a.shape[:-2], m * k)),
+        mma.TileOperand("in1", w.dtype, False,
+                        lambda b: batch_offset(b, batch_shape, w.shape[:-2], k * n)))
     return Problem(math.prod(batch_shape), m, n, k, a_elem, w_elem,
-                   store_flat(sig, m, n, epilogue), acc)
+                   store_flat(sig, m, n, epilogue), acc, tiles=tiles)
 
 
 @problem_for(IndexedMatMul)

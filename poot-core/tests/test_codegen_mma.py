@@ -1,0 +1,60 @@
+"""The tensor-core GEMM schedule (MmaTile + CopyAsync), run by the kernel interpreter
+against the oracle; and where it must not be chosen."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from poot.codegen.cases import mismatch
+from poot.codegen.interp import run_lowering
+from poot.codegen.lower import lower
+from poot.codegen.program import COPY_ASYNC, FEATURES, MMA, MmaTile
+from poot.dtypes import DType
+from poot.ir.ops import MatMul
+from poot.ir.types import TensorType
+from poot.reference import apply
+
+BF16, F16, F32 = DType.BF16, DType.F16, DType.F32
+
+
+def uses_mma(lowering) -> bool:
+    return any(isinstance(s, MmaTile) for k in lowering.kernels for s in k.statements())
+
+
+@pytest.mark.parametrize("a_shape,w_shape,dt", [
+    ((64, 32), (32, 128), BF16),            # one tile, one K step
+    ((130, 48), (48, 136), F16),            # ragged M and N edges, K past one step
+    ((200, 72), (72, 24), BF16),            # N smaller than a warp's columns
+    ((2, 3, 64, 16), (3, 16, 40), BF16),    # broadcast batch axes
+])
+def test_tensor_core_matmul_matches_oracle(a_shape, w_shape, dt):
+    rng = np.random.default_rng(sum(a_shape) + sum(w_shape))
+    a, w = TensorType(a_shape, dt), TensorType(w_shape, dt)
+    out = MatMul().infer([a, w])
+    lowering = lower(MatMul(), [a, w], out, FEATURES)
+    assert uses_mma(lowering)
+    x = rng.standard_normal(a_shape).astype(dt.numpy)
+    y = rng.standard_normal(w_shape).astype(dt.numpy)
+    want = np.asarray(apply(MatMul(), [x, y], [a, w], out)).reshape(out.shape)
+    got = run_lowering(lowering, [x, y], out)
+    assert mismatch(got, want, 1e-5) is None
+
+
+@pytest.mark.parametrize("features,a_shape,w_shape,dt", [
+    (frozenset(), (128, 32), (32, 128), BF16),          # target without matrix units
+    (frozenset({MMA}), (128, 32), (32, 128), BF16),     # no async copies
+    (FEATURES, (128, 32), (32, 128), F32),              # not 16-bit operands
+    (FEATURES, (128, 36), (36, 128), BF16),             # K not in whole 16-byte chunks
+    (FEATURES, (32, 32), (32, 128), BF16),              # too few rows for the tile
+])
+def test_fma_schedule_where_tensor_cores_do_not_fit(features, a_shape, w_shape, dt):
+    a, w = TensorType(a_shape, dt), TensorType(w_shape, dt)
+    assert not uses_mma(lower(MatMul(), [a, w], MatMul().infer([a, w]), features))
+
+
+def test_unknown_features_are_refused():
+    from poot.errors import UnsupportedOp
+
+    a = TensorType((4, 8), F32)
+    with pytest.raises(UnsupportedOp, match="unknown kernel features"):
+        lower(MatMul(), [a, TensorType((8, 4), F32)], TensorType((4, 4), F32),
+              frozenset({COPY_ASYNC, "warp.specialize"}))
