@@ -347,6 +347,47 @@ def bench_step(device, rows):
             f"{1e3 / eager_host:.1f} tok/s; launches alone {1e3 / eager_dev:.1f} tok/s")
 
 
+GEMM_SCHEDULES = [dict(stages=2), dict(stages=3), dict(stages=4), dict(stages=3, bk=64),
+                  dict(bn=256, stages=3), dict(bm=256, warps_m=4, warps_n=2, stages=3)]
+
+
+def bench_gemm_schedules(ctx, timer, torch_tflops, rows, n: int = 4096) -> None:
+    """The bf16 4096^3 MatMul under other tensor-core schedules (tile, K step, stages,
+    warp grid), each checked against numpy: which one the lowering should default to."""
+    from poot.codegen.lower import mma
+    from poot_cuda.harness import LoweringRun
+    from poot_cuda.kernels import ModuleCache, compile_lowering
+    from poot_cuda.printer import CudaPrinter
+
+    modules, rng = ModuleCache(ctx), np.random.default_rng(2)
+    b = Bench("gemm", MatMul(), [T((n, n), BF16), T((n, n), BF16)], 6 * n * n, 2 * n ** 3,
+              "gemm", reps=10)
+    operands = [random_operand(t, rng) for t in b.ins]
+    out, default = b.op.infer(b.ins), mma.SCHEDULE
+    for params in GEMM_SCHEDULES:
+        sc = mma.Schedule(**params)
+        label = f"bf16 GEMM {n}^3 schedule {params}"
+        run = None
+        try:
+            mma.SCHEDULE = sc
+            compiled = compile_lowering(lower(b.op, b.ins, out, FEATURES), CudaPrinter("sm_90"))
+            check_result(ctx, modules, compiled, operands, out, b)
+            run = LoweringRun(ctx, modules, compiled, operands, out)
+            ms = timer.graph_ms(run.enqueue, reps=b.reps, trials=5)
+        except Exception as e:  # noqa: BLE001 - one broken schedule must not hide the others
+            traceback.print_exc()
+            summary(label, f"FAILED {type(e).__name__}: {e}"[:160])
+            continue
+        finally:
+            mma.SCHEDULE = default
+            if run is not None:
+                run.free()
+        tflops = b.flops / ms / 1e9
+        note = f"{100 * tflops / torch_tflops:.1f}% of torch.matmul" if torch_tflops else ""
+        rows.append((label, f"{ms * 1e3:9.1f} us", "", note, f"{tflops:8.2f} TFLOP/s"))
+        summary(label, f"{tflops:.1f} TFLOP/s {note}")
+
+
 def profile_step(exe, timer, rows, top: int = 8) -> None:
     """Each launch of the step timed alone (a graph of 20 of it), summed per kernel kind:
     where the step's time goes (isolated launches see a warm L2, so this ranks, not adds)."""
@@ -387,6 +428,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--plan", action="store_true", help="no GPU: lower, compile, plan only")
     ap.add_argument("--no-torch", action="store_true", help="skip the PyTorch reference rows")
+    ap.add_argument("--no-sweep", action="store_true", help="skip the GEMM schedule sweep")
     args = ap.parse_args()
     if args.plan:
         plan_only()
@@ -422,6 +464,8 @@ def main():
         rows.append(("torch.matmul bf16 4096^3", "", "", "", f"{torch_tflops:8.2f} TFLOP/s"))
         summary("torch.matmul bf16 4096^3", f"{torch_tflops:.0f} TFLOP/s")
     bench_ops(ctx, timer, copy_gbs, torch_tflops, rows)
+    if not args.no_sweep:
+        bench_gemm_schedules(ctx, timer, torch_tflops, rows)
     try:
         bench_step(CudaBackend().probe()[0], rows)
     except Exception as e:  # noqa: BLE001

@@ -58,3 +58,22 @@ def test_unknown_features_are_refused():
     with pytest.raises(UnsupportedOp, match="unknown kernel features"):
         lower(MatMul(), [a, TensorType((8, 4), F32)], TensorType((4, 4), F32),
               frozenset({COPY_ASYNC, "warp.specialize"}))
+
+
+@pytest.mark.parametrize("schedule", [
+    dict(stages=2), dict(stages=3, bk=64), dict(bn=256, warps_n=4), dict(bm=64, warps_m=1),
+], ids=str)
+def test_other_schedules_match_oracle(monkeypatch, schedule):
+    """Every shape of the schedule (stages, K step, tile, warp grid) computes the same."""
+    from poot.codegen.lower import mma
+
+    monkeypatch.setattr(mma, "SCHEDULE", mma.Schedule(**schedule))
+    rng = np.random.default_rng(7)
+    a, w = TensorType((96, 200), BF16), TensorType((200, 264), BF16)
+    out = MatMul().infer([a, w])
+    lowering = lower(MatMul(), [a, w], out, FEATURES)
+    assert uses_mma(lowering)
+    x = rng.standard_normal(a.shape).astype(BF16.numpy)
+    y = rng.standard_normal(w.shape).astype(BF16.numpy)
+    want = np.asarray(apply(MatMul(), [x, y], [a, w], out)).reshape(out.shape)
+    assert mismatch(run_lowering(lowering, [x, y], out), want, 1e-5) is None

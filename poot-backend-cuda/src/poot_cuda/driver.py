@@ -85,6 +85,11 @@ class Context:
         self.make_current()
         return check(cu().cuModuleLoadData(cubin), "cuModuleLoadData")
 
+    def allow_dynamic_shared(self, function, nbytes: int) -> None:
+        """Let `function` launch with `nbytes` of dynamic shared memory (past 48 KiB)."""
+        attr = cu().CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        check(cu().cuFuncSetAttribute(function, attr, nbytes), "cuFuncSetAttribute")
+
     def function(self, module, name: str):
         return check(cu().cuModuleGetFunction(module, name.encode()),
                      f"cuModuleGetFunction({name})")
@@ -93,8 +98,9 @@ class Context:
 class Launch:
     """One kernel launch with its arguments bound (pointers fixed at load time)."""
 
-    def __init__(self, function, grid, block, pointers: list[int], name: str):
-        self.function, self.name = function, name
+    def __init__(self, function, grid, block, pointers: list[int], name: str,
+                 shared_bytes: int = 0):
+        self.function, self.name, self.shared_bytes = function, name, shared_bytes
         self.grid = tuple(grid) + (1,) * (3 - len(grid))
         self.block = tuple(block) + (1,) * (3 - len(block))
         self.values = np.array(pointers, dtype=np.uint64)
@@ -103,7 +109,8 @@ class Launch:
                                    for i in range(len(pointers))], dtype=np.uint64)
 
     def __call__(self, ctx: Context) -> None:
-        check(cu().cuLaunchKernel(self.function, *self.grid, *self.block, 0, ctx.stream,
+        check(cu().cuLaunchKernel(self.function, *self.grid, *self.block, self.shared_bytes,
+                                  ctx.stream,
                                   self.addresses.ctypes.data, 0), f"launch {self.name}")
 
 

@@ -12,7 +12,7 @@ from poot.codegen.program import OUT, Kernel, Lowering
 
 from poot_cuda.compiler import compile_cubin
 from poot_cuda.driver import Context, Launch
-from poot_cuda.printer import CudaPrinter
+from poot_cuda.printer import CudaPrinter, dynamic_shared_bytes
 
 
 @dataclass(frozen=True)
@@ -20,6 +20,7 @@ class CompiledKernel:
     kernel: Kernel
     source: str
     cubin: bytes
+    dynamic_shared: int = 0      # bytes of dynamic shared memory per workgroup
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,8 @@ def compile_lowering(lowering: Lowering, printer: CudaPrinter) -> CompiledLoweri
     out = []
     for k in lowering.kernels:
         src = printer.source(k)
-        out.append(CompiledKernel(k, src, compile_cubin(src, k.name, printer.device)))
+        out.append(CompiledKernel(k, src, compile_cubin(src, k.name, printer.device),
+                                  dynamic_shared_bytes(k)))
     return CompiledLowering(lowering, tuple(out), printer.device)
 
 
@@ -51,7 +53,10 @@ class ModuleCache:
         mod = self._modules.get(ck.cubin)
         if mod is None:
             mod = self._modules[ck.cubin] = self.ctx.load_module(ck.cubin)
-        return self.ctx.function(mod, ck.kernel.name)
+        fn = self.ctx.function(mod, ck.kernel.name)
+        if ck.dynamic_shared:
+            self.ctx.allow_dynamic_shared(fn, ck.dynamic_shared)
+        return fn
 
 
 def bind(compiled: CompiledLowering, modules: ModuleCache, operand_ptrs: dict[int, int],
@@ -64,7 +69,7 @@ def bind(compiled: CompiledLowering, modules: ModuleCache, operand_ptrs: dict[in
         for b in ck.kernel.buffers:
             ptrs.append(scratch_ptrs[b.name] if b.operand is None else operand_ptrs[b.operand])
         launches.append(Launch(modules.function(ck), ck.kernel.grid, ck.kernel.workgroup, ptrs,
-                               ck.kernel.name))
+                               ck.kernel.name, ck.dynamic_shared))
     return launches
 
 

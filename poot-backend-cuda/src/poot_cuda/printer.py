@@ -16,6 +16,24 @@ from poot.ir.ops import ReduceOp
 
 F32, F16, BF16, I32, U32 = DType.F32, DType.F16, DType.BF16, DType.I32, DType.U32
 WARP = 32
+STATIC_SHARED_LIMIT = 48 * 1024     # more needs dynamic shared memory, opted in per kernel
+
+
+def _shared_layout(kernel: Kernel) -> list[tuple[str, DType, int, int]]:
+    """(name, dtype, count, byte offset) of each shared array, 16-byte aligned."""
+    out, offset = [], 0
+    for a in kernel.shared:
+        out.append((a.name, a.dtype, a.count, offset))
+        offset += -(-a.count * a.dtype.itemsize // 16) * 16
+    return out
+
+
+def dynamic_shared_bytes(kernel: Kernel) -> int:
+    """Bytes of dynamic shared memory the kernel is launched with: its shared arrays when
+    they pass the static limit (deep GEMM pipelines), else 0."""
+    layout = _shared_layout(kernel)
+    total = layout[-1][3] + layout[-1][2] * layout[-1][1].itemsize if layout else 0
+    return total if total > STATIC_SHARED_LIMIT else 0
 
 HEADER = """\
 #include <cuda_fp16.h>
@@ -67,9 +85,15 @@ class CudaPrinter(CPrinter):
         return "__syncthreads();"
 
     def shared_decl(self, name: str, dtype: DType, count: int) -> str:
+        t = self.type_name(dtype)
+        if dynamic_shared_bytes(self._kernel):   # one extern block, arrays at offsets
+            offset = next(o for n, _, _, o in _shared_layout(self._kernel) if n == name)
+            first = ("extern __shared__ __align__(16) unsigned char poot_smem[]; "
+                     if offset == 0 else "")
+            return f"{first}{t}* const {name} = ({t}*)(poot_smem + {offset});"
         # rows that async copies and matrix loads address in 16-byte units
         align = "__align__(16) " if self._matrix_kernel() else ""
-        return f"__shared__ {align}{self.type_name(dtype)} {name}[{count}];"
+        return f"__shared__ {align}{t} {name}[{count}];"
 
     def _matrix_kernel(self) -> bool:
         return any(isinstance(s, (CopyAsync, MmaTile)) for s in self._kernel.statements())

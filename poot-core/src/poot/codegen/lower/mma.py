@@ -2,11 +2,12 @@
 
 out[b, m, n] = sum_k a[b, m, k] * w[b, ., .] with 16-bit float operands (BF16 or F16,
 the same on both sides) and F32 accumulation, then the problem's own store (cast,
-epilogue). A workgroup of 8 warps owns a 128 x 128 output tile, each warp a 64 x 32
-block (4 x 4 MmaTile tiles of 16 x 8, 64 accumulators per thread). K advances 32 at a
-time through shared memory: 16-byte async copies fill one stage while the tensor cores
-read the other, so loads and products overlap. Shared rows are padded by 16 bytes,
-which keeps the eight rows that one 8x8 matrix load touches in distinct banks.
+epilogue). By default (`Schedule`) a workgroup of 8 warps owns a 128 x 128 output tile,
+each warp a 64 x 32 block (4 x 4 MmaTile tiles of 16 x 8, 64 accumulators per thread).
+K advances 32 at a time through shared memory: 16-byte async copies fill the stages
+ahead while the tensor cores read the current one, so loads and products overlap.
+Shared rows are padded by 16 bytes, which keeps the eight rows that one 8x8 matrix
+load touches in distinct banks.
 
 Edges: a 16-byte chunk past M, N or K is zero-filled instead of read, so any M and
 any K, N that are multiples of 8 work (chunks never straddle an edge).
@@ -21,14 +22,38 @@ from poot.codegen.expr import Const, Expr, Load, i32
 from poot.codegen.program import COPY_ASYNC, MMA, MmaTile, group_id, local_index, mma_coords
 from poot.dtypes import DType
 
-BM, BN, BK = 128, 128, 32        # workgroup tile, K step
-WARPS_M, WARPS_N = 2, 4          # warp grid; each warp owns (BM / 2) x (BN / 4)
-TM, TN = BM // WARPS_M // 16, BN // WARPS_N // 8
-STAGES = 2
 PAD = 4                          # words (16 bytes) after each shared row
 CHUNK = 8                        # 16-bit values per 16-byte copy
-THREADS = 32 * WARPS_M * WARPS_N
 MIN_ROWS = 64                    # below this the FMA tiles waste less
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Workgroup tile bm x bn, K step bk, `stages` shared buffers in flight, a
+    warps_m x warps_n grid of warps (each owns (bm / warps_m) x (bn / warps_n))."""
+
+    bm: int = 128
+    bn: int = 128
+    bk: int = 32
+    stages: int = 4
+    warps_m: int = 2
+    warps_n: int = 4
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps_m * self.warps_n
+
+    @property
+    def tm(self) -> int:           # 16-row tiles per warp
+        return self.bm // self.warps_m // 16
+
+    @property
+    def tn(self) -> int:           # 8-column tiles per warp
+        return self.bn // self.warps_n // 8
+
+
+#: the schedule lowerings use (bench_gpu.py times alternatives against it)
+SCHEDULE = Schedule()
 
 
 @dataclass(frozen=True)
@@ -66,7 +91,10 @@ def usable(p, features) -> bool:
             and not p.w_per_row)
 
 
-def mma_gemm_kernel(p, kb_factory, declare):
+def mma_gemm_kernel(p, kb_factory, declare, sc: Schedule | None = None):
+    sc = sc or SCHEDULE
+    BM, BN, BK, STAGES, THREADS = sc.bm, sc.bn, sc.bk, sc.stages, sc.threads  # noqa: N806
+    WARPS_M, WARPS_N, TM, TN = sc.warps_m, sc.warps_n, sc.tm, sc.tn           # noqa: N806
     t: Tiles = p.tiles
     grid = (-(-p.n // BN), -(-p.m // BM), p.batch)
     kb = kb_factory(grid, (THREADS,))
@@ -112,6 +140,7 @@ def mma_gemm_kernel(p, kb_factory, declare):
             kb.copy_async(dst, slot, src, at, ok)
 
     def load_stage(stage, kt):
+        """Issue the copies of K step kt into shared stage `stage` (no commit)."""
         k0 = kb.let("k0", ix.mul(kt, BK))
         copy_rows(sa, ix.mul(stage, a_stage), src_a, a_base, BM, BK, a_pitch, m0, k0,
                   p.m, p.k)
@@ -121,17 +150,22 @@ def mma_gemm_kernel(p, kb_factory, declare):
         else:
             copy_rows(sw, ix.mul(stage, w_stage), src_w, w_base, BK, BN, w_pitch, k0, n0,
                       p.k, p.n)
-        kb.copy_commit()
 
-    load_stage(i32(0), i32(0))
+    # stages - 1 K steps in flight before the first product; then, per step: wait for
+    # the oldest, barrier (its copies are visible, and every warp is done with the
+    # stage the next copies overwrite), issue the step stages - 1 ahead, multiply.
+    for s in range(STAGES - 1):
+        if s < k_tiles:
+            load_stage(i32(s), i32(s))
+        kb.copy_commit()                     # empty batches keep the wait count uniform
     with kb.for_("kt", 0, k_tiles) as kt:
         stage = kb.let("stage", ix.mod(kt, STAGES))
-        with kb.if_(ix.lt(ix.add(kt, 1), i32(k_tiles))):
-            load_stage(ix.mod(ix.add(kt, 1), STAGES), ix.add(kt, 1))
-        with kb.else_():
-            kb.copy_commit()                 # an empty batch keeps the wait count uniform
-        kb.copy_wait(STAGES - 1)
+        kb.copy_wait(STAGES - 2)
         kb.barrier()
+        ahead = ix.add(kt, STAGES - 1)
+        with kb.if_(ix.lt(ahead, i32(k_tiles))):
+            load_stage(ix.mod(ahead, STAGES), ahead)
+        kb.copy_commit()
         for kk in range(BK // 16):
             if t.w.k_major:
                 b_col = ix.add(ix.mul(stage, BN), ix.mul(wn, BN // WARPS_N))
@@ -143,7 +177,6 @@ def mma_gemm_kernel(p, kb_factory, declare):
                            sa.name, ix.add(ix.mul(stage, BM), ix.mul(wm, BM // WARPS_M)),
                            i32(kk * 8), a_pitch,
                            sw.name, b_col, b_word, w_pitch, b_trans=not t.w.k_major))
-        kb.barrier()
 
     row_base = kb.let("rb", ix.add(m0, ix.mul(wm, BM // WARPS_M)))
     col_base = kb.let("cb", ix.add(n0, ix.mul(wn, BN // WARPS_N)))
