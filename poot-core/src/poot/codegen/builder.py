@@ -10,9 +10,10 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import dataclasses
+from collections.abc import Iterator, Sequence
 
-from poot.codegen.expr import Expr, Load, Var, i32
+from poot.codegen.expr import Const, Expr, Load, Var, children, i32
 from poot.codegen.program import (
     Access,
     Assign,
@@ -44,6 +45,25 @@ class ArrayRef:
 
     def __getitem__(self, index) -> Load:
         return Load(self.name, i32(index), self.dtype)
+
+
+def _key(v, merged: dict[int, Expr]):
+    """A hashable stand-in for one field of an expression node (children by the identity
+    of their merged node; floats by repr, so 0.0 and -0.0 stay apart)."""
+    if isinstance(v, Expr):
+        return id(merged[id(v)])
+    return (type(v).__name__, repr(v)) if isinstance(v, float) else v
+
+
+def _with_children(e: Expr, kids: list[Expr]) -> Expr:
+    """`e` over new children (itself when they are unchanged)."""
+    old = children(e)
+    if all(a is b for a, b in zip(old, kids, strict=True)):
+        return e
+    swap = dict(zip(map(id, old), kids, strict=True))
+    return dataclasses.replace(e, **{f.name: swap[id(getattr(e, f.name))]
+                                     for f in dataclasses.fields(e)
+                                     if isinstance(getattr(e, f.name), Expr)})
 
 
 class KernelBuilder:
@@ -95,6 +115,45 @@ class KernelBuilder:
 
     def var(self, name: str, value: Expr) -> Var:
         return self.let(name, value, mutable=True)
+
+    def let_shared(self, name: str, values: Sequence[Expr]) -> list[Expr]:
+        """`values` with common subexpressions computed once. Structurally equal nodes are
+        merged (decode programs rebuild the same word load per element); every Load, and
+        every other node used more than once, is bound by a Let, loads first so that they
+        are all in flight before the arithmetic. Returns the values over those variables."""
+        canon: dict[tuple, Expr] = {}
+        of: dict[int, Expr] = {}
+        uses: dict[int, int] = {}
+
+        def merge(e: Expr) -> Expr:
+            if id(e) not in of:
+                kids = [merge(c) for c in children(e)]
+                key = (type(e), *(_key(getattr(e, f.name), of) for f in dataclasses.fields(e)))
+                c = canon.get(key)
+                if c is None:
+                    c = canon[key] = _with_children(e, kids)
+                    for kid in kids:
+                        uses[id(kid)] = uses.get(id(kid), 0) + 1
+                of[id(e)] = c
+            return of[id(e)]
+
+        roots = [merge(v) for v in values]
+        for r in roots:
+            uses[id(r)] = uses.get(id(r), 0) + 1
+        bound: dict[int, Expr] = {}
+
+        def emit(e: Expr) -> Expr:
+            if id(e) not in bound:
+                rebuilt = _with_children(e, [emit(c) for c in children(e)])
+                shared = uses.get(id(e), 0) > 1 or isinstance(e, Load)
+                bound[id(e)] = self.let(name, rebuilt) if shared and not isinstance(
+                    e, (Const, Var)) else rebuilt
+            return bound[id(e)]
+
+        for e in canon.values():    # insertion order is children first
+            if isinstance(e, Load):
+                emit(e)
+        return [emit(r) for r in roots]
 
     def assign(self, var: Var, value: Expr) -> None:
         self.emit(Assign(var.name, value))
