@@ -17,6 +17,17 @@ A format is any object with this shape (duck-typed; see `WeightFormat`):
         buffer `role`, whose bytes are viewed as little-endian u32 words (sources
         are padded to a multiple of 4 bytes). Decode programs load only words.
     quantize(w, **attrs) -> list[np.ndarray]     optional, where the format defines one
+
+Optional, for kernels that walk K (the GEMV schedule): a format may decode a *run*
+of consecutive elements of one row at once, so that the words and scales they share
+are loaded and converted once, and a scale shared by many elements multiplies their
+sum instead of each element:
+
+    run_length(shape, attrs) -> int              R, elements per run (default 1)
+    decode_run(load, n, k0, shape, attrs) -> list[RunPart]
+        W[n, k0 : k0 + R] for k0 a multiple of R (k0 + R <= K), as consecutive parts;
+        element i of a part is `scale * values[i] + offset` (F32). Only the sum over
+        K must match `decode_expr`; the default is one part of `decode_expr` per element.
 """
 from __future__ import annotations
 
@@ -79,7 +90,21 @@ class PackedWeight:
         return f"{self.format}[{self.shape[0]}x{self.shape[1]}{';' + a if a else ''}]"
 
 
+@dataclass
+class RunPart:
+    """Consecutive elements of a decoded run that share a scale and an offset: element i
+    is `scale * values[i] + offset` (F32 expressions; None means 1 and 0). Kernels may
+    compute `scale * sum(a * values) + offset * sum(a)`."""
+
+    values: list
+    scale: Any = None
+    offset: Any = None
+
+
 class WeightFormat(Protocol):
+    """What a format provides (see the module docstring); `run_length` and `decode_run`
+    are optional (`run_length` and `decode_run` below give their defaults)."""
+
     name: str
 
     def roles(self, shape: tuple[int, int], attrs: dict) -> Sequence[SourceSpec]: ...
@@ -88,6 +113,26 @@ class WeightFormat(Protocol):
                    **attrs) -> np.ndarray: ...
 
     def decode_expr(self, load: Callable, n, k, shape: tuple[int, int], attrs: dict): ...
+
+
+def run_length(fmt: WeightFormat, shape: tuple[int, int], attrs: dict) -> int:
+    """Elements of one row that `fmt` decodes at once (1 when it declares no runs)."""
+    fn = getattr(fmt, "run_length", None)
+    return int(fn(shape, attrs)) if fn is not None else 1
+
+
+def decode_run(fmt: WeightFormat, load: Callable, n, k0, shape: tuple[int, int],
+               attrs: dict) -> list[RunPart]:
+    """W[n, k0 : k0 + run_length] as RunParts: the format's own `decode_run`, else one
+    part of per-element `decode_expr` programs (a kernel builder merges the word loads
+    they repeat, `KernelBuilder.let_shared`)."""
+    fn = getattr(fmt, "decode_run", None)
+    if fn is not None:
+        return fn(load, n, k0, shape, attrs)
+    from poot.codegen.expr import i32
+
+    return [RunPart([fmt.decode_expr(load, n, k0 + i32(i), shape, attrs)
+                     for i in range(run_length(fmt, shape, attrs))])]
 
 
 def formats() -> dict[str, WeightFormat]:
@@ -116,5 +161,5 @@ def words_of(source: np.ndarray) -> np.ndarray:
     return raw.view("<u4")
 
 
-__all__ = ["PackedWeight", "SourceSpec", "WeightFormat", "formats", "get_format", "words_of",
-           "DType"]
+__all__ = ["PackedWeight", "RunPart", "SourceSpec", "WeightFormat", "decode_run", "formats",
+           "get_format", "run_length", "words_of", "DType"]

@@ -7,7 +7,10 @@ owns the schedules:
   stride along K, so each group reads one weight row with coalesced loads;
   all rows m reuse the weight value from registers; one cooperative reduction
   of width 32 (a warp or subgroup) finishes each dot product. Weights of 16
-  bits are read as whole U32 words, two values per load (`w_pair`).
+  bits are read as whole U32 words, two values per load (`w_pair`). Packed
+  weights are decoded a run of consecutive k at a time (`w_run`, the format's
+  `decode_run`): adjacent lanes take adjacent runs, each run's words and scales
+  are loaded once, and a scale shared by a part of the run multiplies its sum.
 * Tiled GEMM (many rows, prefill): 16x16 output tiles, operands staged through
   shared memory tiles of 16 along K (widened to the accumulator type).
 
@@ -32,6 +35,7 @@ GROUPS = 8        # dot products per workgroup in the GEMV schedule
 TILE = 16         # GEMM tile edge
 GEMV_MAX_ROWS = 4
 UNROLL = 4        # strided items per lane per loop trip in the GEMV schedule
+RUN_TRIP = 64     # weight elements per lane per trip when decoding runs (>= 32 bytes of 4-bit)
 
 Elem = Callable[..., Expr]
 
@@ -42,6 +46,8 @@ class Problem:
 
     a(b, m, k); w(b, m, n, k) (m matters only when `w_per_row`);
     w_pair(b, n, kw) -> (w[2kw], w[2kw+1]) when the weight is read two per word (K even);
+    w_run(b, m, n, k0) -> [RunPart]: w[k0 : k0 + run] (k0 a multiple of `run`), see
+    poot.formats.RunPart;
     a_pair(b, m, kw) likewise for the activation; store(kb, b, m, n, acc) writes one result.
     """
 
@@ -56,6 +62,8 @@ class Problem:
     w_per_row: bool = False
     w_pair: Elem | None = None
     views: dict | None = None     # operand index -> (dtype, count) its buffer is read as
+    w_run: Elem | None = None
+    run: int = 1                  # elements per w_run
     tiles: object = None          # mma.Tiles: 16-bit operands tensor cores can read as is
     features: frozenset = frozenset()   # the target's optional statements (Sig.features)
 
@@ -128,8 +136,10 @@ def gemv_kernel(p: Problem, kb_factory, declare):
     accs = [kb.var(f"acc{j}", p.zero()) for j in range(len(ms))]
     if p.w_pair is not None and not p.w_per_row and p.k % 2 == 0:
         _gemv_words(kb, p, lane, b, n, ms, accs)
+    elif p.w_run is not None and p.run > 1:
+        _gemv_runs(kb, p, lane, b, n, ms, accs)
     else:
-        _gemv_elements(kb, p, lane, b, n, ms, accs)
+        _gemv_elements(kb, p, lane, b, n, ms, accs, 0)
     sums = [kb.reduce("dot", ReduceOp.Sum, acc, LANES) for acc in accs]
     with kb.if_(ix.both(ix.eq(lane, i32(0)), ix.lt(col, i32(columns)))):
         for total, m in zip(sums, ms, strict=True):
@@ -137,38 +147,87 @@ def gemv_kernel(p: Problem, kb_factory, declare):
     return kb.finish()
 
 
-def _unrolled(kb, lane, count: int):
-    """A lane's strided walk over `count` items, UNROLL items per trip: yields, per trip,
-    the clamped item index and its in-range flag for each of the UNROLL slots. Every slot
-    loads (clamped) before any use, so UNROLL coalesced loads are in flight per lane."""
-    with kb.for_("base", lane, count, LANES * UNROLL) as base:
-        slots = []
-        for u in range(UNROLL):
-            item = ix.add(base, LANES * u)
-            slots.append((kb.let("it", ix.minimum(item, i32(count - 1))),
-                          ix.lt(item, i32(count))))
-        yield slots
+def _unrolled(kb, lane, start: int, stop: int, unroll: int = UNROLL):
+    """A lane's strided walk over items start .. stop - 1 (adjacent lanes, adjacent items):
+    yields, per loop trip, the item indices the lane takes. Trips of `unroll` items, LANES
+    apart, while whole such trips remain (every slot loads before any use, so `unroll`
+    coalesced loads are in flight per lane), then trips of one item for the rest. Every
+    item yielded is in range: no clamping or masking."""
+    stride = LANES * unroll
+    full = start + (stop - start) // stride * stride
+    if full > start:
+        with kb.for_("base", ix.add(lane, start), full, stride) as base:
+            yield [ix.add(base, LANES * u) for u in range(unroll)]
+    if full < stop:
+        with kb.for_("it", ix.add(lane, full), stop, LANES) as it:
+            yield [it]
 
 
 def _gemv_words(kb, p: Problem, lane, b, n, ms, accs):
     """16-bit weights, two per U32 word: each lane reads whole words."""
-    for slots in _unrolled(kb, lane, p.k // 2):
-        words = [tuple(kb.let("w", x) for x in p.w_pair(b, n, kw)) for kw, _ in slots]
-        for (kw, ok), (w0, w1) in zip(slots, words, strict=True):
+    for slots in _unrolled(kb, lane, 0, p.k // 2):
+        words = [tuple(kb.let("w", x) for x in p.w_pair(b, n, kw)) for kw in slots]
+        for kw, (w0, w1) in zip(slots, words, strict=True):
             k0 = kb.let("k0", ix.mul(kw, 2))
             for acc, m in zip(accs, ms, strict=True):
-                term = p.a(b, m, k0) * w0 + p.a(b, m, ix.add(k0, 1)) * w1
-                kb.assign(acc, acc + Sel(ok, term, p.zero()))
+                kb.assign(acc, acc + p.a(b, m, k0) * w0 + p.a(b, m, ix.add(k0, 1)) * w1)
 
 
-def _gemv_elements(kb, p: Problem, lane, b, n, ms, accs):
-    """One weight element at a time (f32, odd K, packed decode, per-row experts)."""
-    for slots in _unrolled(kb, lane, p.k):
-        shared = None if p.w_per_row else [kb.let("w", p.w(b, ms[0], n, k)) for k, _ in slots]
-        for u, (k, ok) in enumerate(slots):
+def _gemv_elements(kb, p: Problem, lane, b, n, ms, accs, start: int):
+    """One weight element at a time, k = start .. K - 1 (f32, odd K, a packed weight without
+    runs or past its last whole run)."""
+    for slots in _unrolled(kb, lane, start, p.k):
+        shared = None if p.w_per_row else kb.let_shared("w", [p.w(b, ms[0], n, k)
+                                                             for k in slots])
+        for u, k in enumerate(slots):
             for acc, m in zip(accs, ms, strict=True):
                 wk = shared[u] if shared is not None else p.w(b, m, n, k)
-                kb.assign(acc, acc + Sel(ok, p.a(b, m, k) * wk, p.zero()))
+                kb.assign(acc, acc + p.a(b, m, k) * wk)
+
+
+def _gemv_runs(kb, p: Problem, lane, b, n, ms, accs):
+    """Packed weights, a run of `p.run` consecutive k per lane and item: the words and
+    scales of every run in flight are loaded once (let_shared binds them first), then each
+    part adds scale * sum(a * value) + offset * sum(a) per row. With an offset and several
+    rows it is cheaper to decode w = scale * value + offset once and share it; K past the
+    last whole run goes element by element."""
+    runs = p.k // p.run
+    for slots in _unrolled(kb, lane, 0, runs, max(1, RUN_TRIP // p.run)):
+        k0s = [kb.let("k0", ix.mul(r, p.run)) for r in slots]
+        decoded = [p.w_run(b, ms[0], n, k0) for k0 in k0s]
+        flat = [x for parts in decoded for part in parts
+                for x in (*part.values, part.scale, part.offset) if x is not None]
+        bound = iter(kb.let_shared("w", flat))
+        for k0, parts in zip(k0s, decoded, strict=True):
+            k = 0
+            for part in parts:
+                values = [next(bound) for _ in part.values]
+                scale, offset = (None if x is None else next(bound)
+                                 for x in (part.scale, part.offset))
+                ks = [ix.add(k0, k + i) for i in range(len(values))]
+                k += len(values)
+                if offset is not None and len(ms) > 1:
+                    values = [kb.let("w", v * scale + offset if scale is not None else
+                                     v + offset) for v in values]
+                    scale = offset = None
+                for acc, m in zip(accs, ms, strict=True):
+                    a = [p.a(b, m, kk) for kk in ks]
+                    total = _dot(a, values)
+                    total = total if scale is None else total * scale
+                    if offset is not None:
+                        total = total + _dot(a, [None] * len(a)) * offset
+                    kb.assign(acc, acc + total)
+    if runs * p.run < p.k:
+        _gemv_elements(kb, p, lane, b, n, ms, accs, runs * p.run)
+
+
+def _dot(a: list[Expr], w: list) -> Expr:
+    """sum(a[i] * w[i]) left to right (w[i] None: a[i] alone)."""
+    total = None
+    for x, y in zip(a, w, strict=True):
+        term = x if y is None else x * y
+        total = term if total is None else total + term
+    return total
 
 
 def gemm_kernel(p: Problem, kb_factory, declare):

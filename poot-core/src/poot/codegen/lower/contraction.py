@@ -3,8 +3,8 @@ registered format, through its decode program), grouped, indexed (MoE), row gath
 and ContractionEpilogue (the contraction's pointwise epilogue applied in registers).
 
 16-bit weights are read as U32 words and widened in registers (`poot.codegen.bits`);
-packed weights are decoded by `WeightFormat.decode_expr`, so no kernel here knows
-any format.
+packed weights are decoded by `WeightFormat.decode_expr`, and a run of K at a time by
+`decode_run` where the GEMV schedule walks K, so no kernel here knows any format.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from poot.codegen.program import Lowering
 from poot.codegen.region import RegionEval
 from poot.dtypes import DType
 from poot.errors import UnsupportedOp
-from poot.formats import get_format
+from poot.formats import RunPart, decode_run, get_format, run_length
 from poot.ir.graph import Lit
 from poot.ir.ops import (
     ContractionEpilogue,
@@ -76,6 +76,7 @@ class PackedReader:
         self.format = get_format(weight.format)
         self.roles = {s.role: first + j for j, s in enumerate(weight.sources())}
         self.views = {i: words(sig.type(i)) for i in self.roles.values()}
+        self.run = run_length(self.format, weight.shape, weight.attr_dict)
 
     def load(self, role: str, word_index) -> Expr:
         if role not in self.roles:
@@ -87,6 +88,14 @@ class PackedReader:
         value = self.format.decode_expr(self.load, row, k, self.weight.shape,
                                         self.weight.attr_dict)
         return value.cast(F32)
+
+    def run_parts(self, row: Expr, k0: Expr) -> list[RunPart]:
+        """Elements (row, k0 .. k0 + run - 1), k0 a multiple of `run`."""
+        parts = decode_run(self.format, self.load, row, k0, self.weight.shape,
+                           self.weight.attr_dict)
+        cast = lambda x: None if x is None else x.cast(F32)  # noqa: E731
+        return [RunPart([v.cast(F32) for v in p.values], cast(p.scale), cast(p.offset))
+                for p in parts]
 
 
 def _rows(t) -> int:
@@ -134,7 +143,7 @@ def packed_problem(sig: Sig, epilogue) -> Problem:
     w = PackedReader(sig, sig.op.weight, 1)
     return Problem(1, _rows(a), n, k, _activation("in0", k),
                    lambda b, m, nn, kk: w.elem(nn, kk), store_flat(sig, _rows(a), n, epilogue),
-                   views=w.views)
+                   views=w.views, w_run=lambda b, m, nn, k0: w.run_parts(nn, k0), run=w.run)
 
 
 @problem_for(IndexedPackedContraction)
@@ -145,12 +154,13 @@ def indexed_packed_problem(sig: Sig, epilogue) -> Problem:
     experts = sig.op.experts
     w = PackedReader(sig, sig.op.weight, 2)
 
-    def w_elem(b, mm, nn, kk):
+    def row(mm, nn):
         e = ix.clamp(Load("in1", mm, DType.I32), 0, experts - 1)
-        return w.elem(ix.add(ix.mul(e, n), nn), kk)
+        return ix.add(ix.mul(e, n), nn)
 
-    return Problem(1, m, n, k, _activation("in0", k), w_elem, store_flat(sig, m, n, epilogue),
-                   w_per_row=True, views=w.views)
+    return Problem(1, m, n, k, _activation("in0", k), lambda b, mm, nn, kk: w.elem(row(mm, nn), kk),
+                   store_flat(sig, m, n, epilogue), w_per_row=True, views=w.views,
+                   w_run=lambda b, mm, nn, k0: w.run_parts(row(mm, nn), k0), run=w.run)
 
 
 # -- row gathers ------------------------------------------------------------------------------
