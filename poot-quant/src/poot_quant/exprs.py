@@ -15,9 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from poot.codegen.expr import Expr, f32, ge, half_bits_to_f32, select, u32
+from poot.codegen.expr import Bin, Const, Expr, f32, ge, half_bits_to_f32, select, u32
 from poot.dtypes import DType
 from poot.errors import FormatError
+from poot.formats import RunPart
+from poot.ir.ops.elementwise import BinaryOp
 
 I32, U32, F32 = DType.I32, DType.U32, DType.F32
 
@@ -118,8 +120,9 @@ def e8m0_half_bits_to_f32(e: Expr) -> Expr:
     return select(ge(e, u32(2)), (e - 1) << 23, u32(0x00200000) << e).bitcast(F32)
 
 
-def table16(index: Expr, values: tuple[int, ...]) -> Expr:
-    """values[index] (I32) for a 4-bit U32 index and 16 int8 values, from packed constants."""
+def table16_byte(index: Expr, values: tuple[int, ...]) -> Expr:
+    """The byte (U32) of values[index] for a 4-bit U32 index and 16 int8 values, from packed
+    constants."""
     if len(values) != 16:
         raise ValueError("table16 takes 16 values")
     packed = [sum(((v & 0xFF) << (8 * i)) for i, v in enumerate(values[w * 4:w * 4 + 4]))
@@ -129,9 +132,83 @@ def table16(index: Expr, values: tuple[int, ...]) -> Expr:
     low_pair = select(mid.bitcast(I32), u32(packed[1]), u32(packed[0]))
     high_pair = select(mid.bitcast(I32), u32(packed[3]), u32(packed[2]))
     word = select(hi.bitcast(I32), high_pair, low_pair)
-    return sign_extend((word >> ((index & 3) << 3)) & 0xFF, 8)
+    return (word >> ((index & 3) << 3)) & 0xFF
+
+
+def table16(index: Expr, values: tuple[int, ...]) -> Expr:
+    """values[index] (I32) for a 4-bit U32 index and 16 int8 values."""
+    return sign_extend(table16_byte(index, values), 8)
+
+
+def small_uint_to_f32(u: Expr, minus=0) -> Expr:
+    """f32(u - minus) for a U32 u < 2^23 (minus: an int or a U32 below 2^23), exactly: u
+    ORed into the mantissa of 2^23, less 2^23 + minus. Two full-rate ops (an OR the mask
+    before it usually absorbs, and a subtraction) where an int-to-float conversion runs at
+    a fraction of the rate; runs of 4-bit weights have few ops to spare per element."""
+    magic = (as_u32(minus) | 0x4B000000).bitcast(F32) if isinstance(minus, Expr) \
+        else f32(8388608.0 + minus)
+    return (u | 0x4B000000).bitcast(F32) - magic
 
 
 def div_const(x: Expr, d: int) -> Expr:
     """x // d for a non-negative U32 x and a positive constant d (a shift when d is 2^m)."""
     return x >> (d.bit_length() - 1) if d & (d - 1) == 0 else x // d
+
+
+# -- runs: integers to floats at full rate ------------------------------------------------
+class Biased:
+    """The integer u - bias of a U32 u (bias an int or a U32): run decoding keeps integers
+    unsigned until they become floats, so that the bias costs nothing there."""
+
+    def __init__(self, u: Expr, bias=0):
+        self.u, self.bias = u, bias
+
+    def __sub__(self, c: int):
+        return Biased(self.u, self.bias + c)
+
+
+def biased(q) -> tuple:
+    """(u, bias) of a Biased or of a plain U32."""
+    return (q.u, q.bias) if isinstance(q, Biased) else (q, 0)
+
+
+def bound(e: Expr) -> int:
+    """An upper bound of a U32 expression built from masks, shifts and ors of fields."""
+    if isinstance(e, Const):
+        return int(e.value)
+    if isinstance(e, Bin):
+        a, b = bound(e.a), bound(e.b)
+        if e.op is BinaryOp.And:
+            return min(a, b)
+        if e.op in (BinaryOp.Or, BinaryOp.Xor):
+            return (1 << max(a, b).bit_length()) - 1
+        if e.op is BinaryOp.Shr and isinstance(e.b, Const):
+            return a >> b
+        if e.op is BinaryOp.Shl and isinstance(e.b, Const):
+            return min(a << b, 0xFFFFFFFF)
+    return 0xFFFFFFFF
+
+
+def unit_f32(u: Expr, bits: int) -> Expr:
+    """1 + u / 2^bits for a U32 u < 2^bits (bits <= 23), exactly: u placed at the top of
+    the mantissa of 1.0 (a shift folded into the field's own, and an OR)."""
+    return ((u << (23 - bits)) | 0x3F800000).bitcast(F32)
+
+
+def int_part(qs: list, scale: Expr, offset: Expr | None = None) -> RunPart:
+    """The RunPart of elements scale * q + offset for integers q (Biased or U32).
+
+    Without an offset each value is f32(q) exactly (`small_uint_to_f32`, the bias folded
+    into its subtraction). With one, the kernel sums the activations anyway, so each value
+    is 1 + u / 2^bits with no subtraction at all, and the part's scale and offset absorb
+    the change: scale * (u - bias) + offset = (scale * 2^bits) * value + (offset - scale *
+    (2^bits + bias)); the sums then cancel to a few bits of f32 rounding."""
+    if offset is None:
+        return RunPart([small_uint_to_f32(*biased(q)) for q in qs], scale)
+    pairs = [biased(q) for q in qs]
+    bias = pairs[0][1]
+    bits = max(bound(u) for u, _ in pairs).bit_length()
+    if bits > 23 or isinstance(bias, Expr) or any(b != bias for _, b in pairs):
+        return RunPart([small_uint_to_f32(u, b) for u, b in pairs], scale, offset)
+    return RunPart([unit_f32(u, bits) for u, _ in pairs], scale * f32(2.0 ** bits),
+                   offset - scale * f32(2.0 ** bits + bias))
