@@ -331,6 +331,18 @@ def bench_step(device, rows):
     eager_host = host_ms(lambda: ex.step(slots))     # every kernel launched from Python
     eager_dev = timer.call_ms(exe._enqueue, reps=3, trials=5)
     exe.replay = True
+    overlap_dev = None
+    if exe.overlap:        # the same graph with ordinary launches: what overlap saves
+        set_overlap(exe, False)
+        ex.step(slots)
+        overlap_dev, replay_dev = replay_dev, timer.call_ms(exe._graph.launch, reps=20, trials=5)
+        set_overlap(exe, True)
+        ex.step(slots)
+        rows.append(("smollm2-shape decode step (graph replay, overlapped launches)",
+                     f"{overlap_dev * 1e3:9.1f} us", f"{1e3 / overlap_dev:8.1f} tok/s",
+                     "programmatic dependent launch", ""))
+        summary("smollm2-shape step, replay + overlapped launches (graph alone)",
+                f"{1e3 / overlap_dev:.1f} tok/s vs {1e3 / replay_dev:.1f} tok/s ordinary")
     profile_step(exe, timer, rows)
     for name, ms, what in (("graph replay, launch only", replay_dev, f"{kernels} kernels"),
                            ("graph replay, Executor.step", replay_host,
@@ -386,6 +398,14 @@ def bench_gemm_schedules(ctx, timer, torch_tflops, rows, n: int = 4096) -> None:
         note = f"{100 * tflops / torch_tflops:.1f}% of torch.matmul" if torch_tflops else ""
         rows.append((label, f"{ms * 1e3:9.1f} us", "", note, f"{tflops:8.2f} TFLOP/s"))
         summary(label, f"{tflops:.1f} TFLOP/s {note}")
+
+
+def set_overlap(exe, on: bool) -> None:
+    """Switch a loaded step's launches between overlapped and ordinary; re-record."""
+    for action in exe._actions:
+        if action[0] == "launch":
+            action[1].overlap = on
+    exe.overlap, exe._graph = on, None
 
 
 def profile_step(exe, timer, rows, top: int = 8) -> None:

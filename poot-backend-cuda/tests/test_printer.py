@@ -38,7 +38,9 @@ def test_cache_key_follows_source_and_arch(tmp_path, monkeypatch):
     a = compiler.compile_cubin(src, kernel.name, "sm_90")
     assert len(list((tmp_path / "cuda").glob("*.cubin"))) == 1
     assert compiler.compile_cubin(src, kernel.name, "sm_90") == a
-    compiler.compile_cubin(src, kernel.name, "sm_80")
+    src80 = CudaPrinter("sm_80").source(kernel)       # no programmatic launch protocol
+    assert "griddepcontrol" in src and "griddepcontrol" not in src80
+    compiler.compile_cubin(src80, kernel.name, "sm_80")
     assert compiler.cache_key(src, "sm_90") != compiler.cache_key(src, "sm_80")
     assert len(list((tmp_path / "cuda").glob("*.cubin"))) == 2
 

@@ -99,8 +99,10 @@ class Launch:
     """One kernel launch with its arguments bound (pointers fixed at load time)."""
 
     def __init__(self, function, grid, block, pointers: list[int], name: str,
-                 shared_bytes: int = 0):
+                 shared_bytes: int = 0, overlap: bool = False):
         self.function, self.name, self.shared_bytes = function, name, shared_bytes
+        self.overlap = overlap      # programmatic dependent launch (see CudaPrinter.entry)
+        self._config = None
         self.grid = tuple(grid) + (1,) * (3 - len(grid))
         self.block = tuple(block) + (1,) * (3 - len(block))
         self.values = np.array(pointers, dtype=np.uint64)
@@ -109,9 +111,30 @@ class Launch:
                                    for i in range(len(pointers))], dtype=np.uint64)
 
     def __call__(self, ctx: Context) -> None:
+        if self.overlap:
+            check(cu().cuLaunchKernelEx(self._overlap_config(ctx), self.function,
+                                        self.addresses.ctypes.data, 0), f"launch {self.name}")
+            return
         check(cu().cuLaunchKernel(self.function, *self.grid, *self.block, self.shared_bytes,
                                   ctx.stream,
                                   self.addresses.ctypes.data, 0), f"launch {self.name}")
+
+    def _overlap_config(self, ctx: Context):
+        """The launch config allowing this kernel to start before the previous kernel of
+        the stream finishes (it waits inside, in griddepcontrol.wait)."""
+        if self._config is None:
+            driver = cu()
+            cfg = driver.CUlaunchConfig()
+            cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = self.grid
+            cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = self.block
+            cfg.sharedMemBytes, cfg.hStream = self.shared_bytes, ctx.stream
+            attr = driver.CUlaunchAttribute()
+            ids = driver.CUlaunchAttributeID
+            attr.id = ids.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+            attr.value.programmaticStreamSerializationAllowed = 1
+            cfg.attrs, cfg.numAttrs = [attr], 1
+            self._config = cfg
+        return self._config
 
 
 class Graph:

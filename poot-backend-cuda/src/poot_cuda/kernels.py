@@ -60,16 +60,16 @@ class ModuleCache:
 
 
 def bind(compiled: CompiledLowering, modules: ModuleCache, operand_ptrs: dict[int, int],
-         scratch_ptrs: dict[str, int]) -> list[Launch]:
+         scratch_ptrs: dict[str, int], overlap: bool = False) -> list[Launch]:
     """Launches with every buffer parameter resolved: operands by index (OUT for the
-    output), scratch buffers by name."""
+    output), scratch buffers by name; `overlap`: programmatic dependent launches."""
     launches = []
     for ck in compiled.kernels:
         ptrs = []
         for b in ck.kernel.buffers:
             ptrs.append(scratch_ptrs[b.name] if b.operand is None else operand_ptrs[b.operand])
         launches.append(Launch(modules.function(ck), ck.kernel.grid, ck.kernel.workgroup, ptrs,
-                               ck.kernel.name, ck.dynamic_shared))
+                               ck.kernel.name, ck.dynamic_shared, overlap))
     return launches
 
 

@@ -84,6 +84,16 @@ class CudaPrinter(CPrinter):
     def barrier(self) -> str:
         return "__syncthreads();"
 
+    def entry(self) -> list[str]:
+        """sm_90: programmatic dependent launch. Wait until the kernels this one depends
+        on have finished and their writes are visible (a no-op when it was launched the
+        ordinary way), then let the next kernel of the stream start launching, so its
+        launch overlaps this kernel's work instead of following it."""
+        if int(self.device[3:].rstrip("af")[:-1]) < 9:         # sm_90 -> major 9
+            return []
+        return ['asm volatile("griddepcontrol.wait;\\n" ::: "memory");',
+                'asm volatile("griddepcontrol.launch_dependents;\\n" ::: "memory");']
+
     def shared_decl(self, name: str, dtype: DType, count: int) -> str:
         t = self.type_name(dtype)
         if dynamic_shared_bytes(self._kernel):   # one extern block, arrays at offsets

@@ -8,6 +8,9 @@ the first call (stream capture) and replays the instantiated graph afterwards.
 Graph replay is the default. `POOT_CUDA_REPLAY=0` (or `false`/`no`/`off`, read when a plan is
 loaded), or `executable.replay = False` on one loaded plan, launches every kernel of the step
 directly instead, each step: for measuring what replay saves, and for debugging.
+On sm_90+ kernels are launched as programmatic dependent launches (each kernel's launch
+overlaps the previous one's work; the kernel waits inside until its inputs are written):
+`POOT_CUDA_OVERLAP=0`, read when a plan is loaded, launches them the ordinary way.
 """
 from __future__ import annotations
 
@@ -24,11 +27,22 @@ from poot_cuda.driver import Context, Graph, Launch
 from poot_cuda.kernels import CompiledLowering, ModuleCache, bind
 
 REPLAY_ENV = "POOT_CUDA_REPLAY"
+OVERLAP_ENV = "POOT_CUDA_OVERLAP"
+
+
+def _env_on(name: str) -> bool:
+    return os.environ.get(name, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def replay_default() -> bool:
     """Whether loaded plans replay a recorded CUDA graph: yes unless $POOT_CUDA_REPLAY says no."""
-    return os.environ.get(REPLAY_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+    return _env_on(REPLAY_ENV)
+
+
+def overlap_default(device) -> bool:
+    """Programmatic dependent launches (each kernel's launch overlaps the previous kernel;
+    sm_90+): on unless $POOT_CUDA_OVERLAP says no."""
+    return dict(device.info).get("major", 0) >= 9 and _env_on(OVERLAP_ENV)
 
 
 @dataclass
@@ -74,6 +88,7 @@ class CudaExecutable:
     def __init__(self, rt: CudaRuntime, plan, buffers: Mapping[str, CudaBuffer]):
         self.rt, self.recorded = rt, False
         self.replay = replay_default()
+        self.overlap = overlap_default(rt.device)
         self._graph: Graph | None = None
         self._actions: list = []
 
@@ -96,7 +111,7 @@ class CudaExecutable:
                 self._actions.append(("copy", operands[OUT], operands[alias], step.out.nbytes))
             scratch = {b.name: rt.alloc(b.nbytes, f"scratch:{step.index}:{b.name}").ptr
                        for b in compiled.lowering.scratch}
-            for launch in bind(compiled, rt.modules, operands, scratch):
+            for launch in bind(compiled, rt.modules, operands, scratch, self.overlap):
                 self._actions.append(("launch", launch))
         for c in plan.copies:
             self._actions.append(("copy", ptr(c.dst), ptr(c.src), c.src.nbytes))

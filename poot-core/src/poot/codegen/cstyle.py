@@ -152,9 +152,14 @@ class CPrinter:
                   for i, s in enumerate(kernel.reductions()) if self.needs_scratch(s, kernel)]
         for a in kernel.locals:
             lines.append(f"{self.indent_unit}{self.type_name(a.dtype)} {a.name}[{a.count}];")
+        lines += [self.indent_unit + x for x in self.entry()]
         lines += self.block(kernel.body, 1)
         lines.append("}")
         return "\n".join(x for x in lines if x is not None) + "\n"
+
+    def entry(self) -> list[str]:
+        """Statements every kernel starts with (the language's launch protocol)."""
+        return []
 
     def needs_scratch(self, s: CoopReduce, kernel: Kernel) -> bool:
         return False
