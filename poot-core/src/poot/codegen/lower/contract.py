@@ -36,6 +36,7 @@ TILE = 16         # GEMM tile edge
 GEMV_MAX_ROWS = 4
 UNROLL = 4        # strided items per lane per loop trip in the GEMV schedule
 RUN_TRIP = 64     # weight elements per lane per trip when decoding runs (>= 32 bytes of 4-bit)
+SHARED_BYTES = 16 * 1024   # staged activations stay within this (WebGPU devices have 16 KiB+)
 
 Elem = Callable[..., Expr]
 
@@ -186,39 +187,120 @@ def _gemv_elements(kb, p: Problem, lane, b, n, ms, accs, start: int):
 
 
 def _gemv_runs(kb, p: Problem, lane, b, n, ms, accs):
-    """Packed weights, a run of `p.run` consecutive k per lane and item: the words and
+    """Packed weights, a run of `p.run` consecutive k per lane and slot: the words and
     scales of every run in flight are loaded once (let_shared binds them first), then each
     part adds scale * sum(a * value) + offset * sum(a) per row. With an offset and several
     rows it is cheaper to decode w = scale * value + offset once and share it; K past the
     last whole run goes element by element."""
     runs = p.k // p.run
-    for slots in _unrolled(kb, lane, 0, runs, max(1, RUN_TRIP // p.run)):
-        k0s = [kb.let("k0", ix.mul(r, p.run)) for r in slots]
-        decoded = [p.w_run(b, ms[0], n, k0) for k0 in k0s]
+    unroll = max(1, RUN_TRIP // p.run)
+    span = _stage_span(p, len(ms), unroll)
+    walk = _direct_trips(kb, p, lane, b, ms, runs, unroll) if span is None else \
+        _staged_trips(kb, p, lane, b, ms, runs, unroll, span)
+    for slots, phases in walk:
+        decoded = [p.w_run(b, ms[0], n, k0) for k0, _ in slots]
         flat = [x for parts in decoded for part in parts
                 for x in (*part.values, part.scale, part.offset) if x is not None]
         bound = iter(kb.let_shared("w", flat))
-        for k0, parts in zip(k0s, decoded, strict=True):
+        bound_parts = []        # per slot: (first element, values, scale, offset) per part
+        for parts in decoded:
+            bound_parts.append([])
             k = 0
             for part in parts:
                 values = [next(bound) for _ in part.values]
                 scale, offset = (None if x is None else next(bound)
                                  for x in (part.scale, part.offset))
-                ks = [ix.add(k0, k + i) for i in range(len(values))]
-                k += len(values)
                 if offset is not None and len(ms) > 1:
                     values = [kb.let("w", v * scale + offset if scale is not None else
                                      v + offset) for v in values]
                     scale = offset = None
-                for acc, m in zip(accs, ms, strict=True):
-                    a = [p.a(b, m, kk) for kk in ks]
-                    total = _dot(a, values)
-                    total = total if scale is None else total * scale
-                    if offset is not None:
-                        total = total + _dot(a, [None] * len(a)) * offset
-                    kb.assign(acc, acc + total)
+                bound_parts[-1].append((k, values, scale, offset))
+                k += len(values)
+        for lo, hi, act in phases():
+            for u, ((_, ok), parts) in enumerate(zip(slots, bound_parts, strict=True)):
+                for j, acc in enumerate(accs):
+                    total = None
+                    for first, values, scale, offset in parts:
+                        ks = range(max(lo, first), min(hi, first + len(values)))
+                        if not ks:
+                            continue
+                        a = [act(j, u, i) for i in ks]
+                        term = _dot(a, values[ks.start - first:ks.stop - first])
+                        term = term if scale is None else term * scale
+                        if offset is not None:
+                            term = term + _dot(a, [None] * len(a)) * offset
+                        total = term if total is None else total + term
+                    kb.assign(acc, acc + (total if ok is None else Sel(ok, total, p.zero())))
     if runs * p.run < p.k:
         _gemv_elements(kb, p, lane, b, n, ms, accs, runs * p.run)
+
+
+def _stage_span(p: Problem, rows: int, unroll: int) -> int | None:
+    """Elements of each run whose activations one staging phase holds in shared memory
+    (the tile stays within SHARED_BYTES), or None to read activations directly: rows whose
+    weights differ per group, or batches, share nothing across the workgroup."""
+    if p.w_per_row or p.batch > 1:
+        return None
+    per, span = LANES * unroll, p.run
+    while span > 1 and rows * per * (span + 1) * p.acc.itemsize > SHARED_BYTES:
+        span //= 2
+    return span if per * span % (LANES * GROUPS) == 0 else None
+
+
+def _direct_trips(kb, p: Problem, lane, b, ms, runs: int, unroll: int):
+    """Per trip of `_unrolled` runs: slots (k0, None) and one phase whose activations are
+    read where they are."""
+    for items in _unrolled(kb, lane, 0, runs, unroll):
+        k0s = [kb.let("k0", ix.mul(r, p.run)) for r in items]
+        yield [(k0, None) for k0 in k0s], lambda k0s=k0s: [
+            (0, p.run, lambda j, u, i: p.a(b, ms[j], ix.add(k0s[u], i)))]
+
+
+def _staged_trips(kb, p: Problem, lane, b, ms, runs: int, unroll: int, span: int):
+    """Per trip of LANES * unroll runs per group (the same K range for every group):
+    slots (k0, ok), and phases that copy `span` elements of each run's activations to a
+    shared tile before the lanes read them. Lanes a run apart reading activations directly
+    would take a cache line each per element; the whole workgroup copies them instead
+    (runs of `span` floats, once for all its columns), with one pad word per run so that
+    lanes reading the same element of their runs hit distinct banks. Whole trips loop; a
+    last partial trip follows, its missing slots dropped or masked (ok) and their runs
+    clamped."""
+    per, threads = LANES * unroll, LANES * GROUPS
+    pitch, step = per * (span + 1), threads // span      # tile row; runs per staging store
+    tile = kb.shared("tile_a", p.acc, len(ms) * pitch)
+    li = local_index()
+    spot = kb.let("spot", ix.add(ix.mul(ix.div(li, span), span + 1), ix.mod(li, span)))
+    src = kb.let("src", ix.add(ix.mul(ix.div(li, span), p.run), ix.mod(li, span)))
+    at = ix.mul(lane, span + 1)                          # a lane's run in the tile
+
+    def trip(kc, count: int):
+        slots = []
+        for u in range(-(-count // LANES)):
+            run = ix.add(ix.add(ix.div(kc, p.run), lane), LANES * u)
+            ok = None if LANES * (u + 1) <= count else ix.lt(lane, i32(count - LANES * u))
+            slots.append((kb.let("k0", ix.mul(run if ok is None else ix.minimum(
+                run, i32(runs - 1)), p.run)), ok))
+
+        def phases():
+            for lo in range(0, p.run, span):
+                for j, m in enumerate(ms):
+                    for s in range(per * span // threads):
+                        k = ix.add(kc, ix.add(src, lo + s * step * p.run))
+                        k = k if count == per else ix.minimum(k, i32(p.k - 1))
+                        kb.store(tile, ix.add(spot, j * pitch + s * step * (span + 1)),
+                                 p.a(b, m, k))
+                kb.barrier()
+                yield lo, lo + span, lambda j, u, i, lo=lo: tile[
+                    ix.add(at, j * pitch + u * LANES * (span + 1) + i - lo)]
+                kb.barrier()
+        return slots, phases
+
+    full = runs // per
+    if full:
+        with kb.for_("kc", 0, full * per * p.run, per * p.run) as kc:
+            yield trip(kc, per)
+    if full * per < runs:
+        yield trip(i32(full * per * p.run), runs - full * per)
 
 
 def _dot(a: list[Expr], w: list) -> Expr:
