@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
-from poot.codegen.expr import Expr, ge, half_bits_to_f32, select, u32
+from poot.codegen.expr import Expr, ge, select, u32
 from poot.dtypes import DType
 from poot.formats import RunPart
 
@@ -199,7 +199,7 @@ class RunBlock(ExprBlock):
         return self.bits(offset, 8)
 
     def f16(self, offset: int) -> Expr:
-        return half_bits_to_f32(self.bits(offset, 16))
+        return exprs.f16_bits_to_f32(self.bits(offset, 16))
 
     @staticmethod
     def to_f32(x) -> Expr:
