@@ -16,8 +16,12 @@ columns per word in the order [0, 2, 4, 6, 1, 3, 5, 7] (nibble i holds column
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
+from poot.codegen.expr import Expr
 from poot.dtypes import DType
+from poot.formats import RunPart
 
 from poot_quant import exprs
 from poot_quant.base import Format, ceil_div, spec
@@ -64,6 +68,10 @@ class GroupedIntFormat(Format):
     def q_expr(self, qweight: exprs.Words, n, k, shape):
         raise NotImplementedError
 
+    def q_run(self, qweight: exprs.Words, n, k0, count: int, shape) -> list:
+        """q of k0 .. k0 + count - 1 (U32), k0 a multiple of count (runs stay in a word)."""
+        raise NotImplementedError
+
     def col_shift_expr(self, n):
         raise NotImplementedError
 
@@ -91,19 +99,49 @@ class GroupedIntFormat(Format):
 
     def decode_expr(self, load, n, k, shape, attrs):
         self.check_expr_sources(shape, attrs)
-        n_cols, k_rows = shape
         n, k = exprs.as_u32(n), exprs.as_u32(k)
         q = self.q_expr(exprs.Words(load, "qweight"), n, k, shape)
+        z, s = self.zero_scale(load, n, self.group_of(load, k, shape, attrs), shape, attrs)
+        diff = q.bitcast(I32) - (z.bitcast(I32) + self.zero_offset(attrs))
+        return diff.cast(DType.F32) * s
+
+    def group_of(self, load, k, shape, attrs) -> Expr:
         if self.has_g_idx(attrs):
-            g = exprs.Words(load, "g_idx").word(k)
-        else:
-            g = exprs.div_const(k, self.group_size(k_rows, attrs))
+            return exprs.Words(load, "g_idx").word(k)
+        return exprs.div_const(k, self.group_size(shape[1], attrs))
+
+    def zero_scale(self, load, n, g, shape, attrs) -> tuple[Expr, Expr]:
+        """The stored zero point (U32) and the f32 scale of column n in group g."""
+        n_cols = shape[0]
         per_shift = self.per_word.bit_length() - 1
         zword = exprs.Words(load, "qzeros").word(g * (n_cols // self.per_word) + (n >> per_shift))
         z = (zword >> self.col_shift_expr(n)) & self.mask
-        s = exprs.Words(load, "scales").f16((g * n_cols + n) << 1)
-        diff = q.bitcast(I32) - (z.bitcast(I32) + self.zero_offset(attrs))
-        return diff.cast(DType.F32) * s
+        return z, exprs.Words(load, "scales").f16((g * n_cols + n) << 1)
+
+    def run_length(self, shape, attrs) -> int:
+        """Up to 32 k that share a group (one scale and zero load per run); with act-order
+        each k has its own group, so a run is the k of one word."""
+        if self.has_g_idx(attrs):
+            return self.run_unit
+        run = math.gcd(self.group_size(shape[1], attrs), 32, shape[1])
+        return run if run % self.run_unit == 0 else 1   # groups that split words: per element
+
+    def decode_run(self, load, n, k0, shape, attrs) -> list[RunPart]:
+        self.check_expr_sources(shape, attrs)
+        n, k0 = exprs.as_u32(n), exprs.as_u32(k0)
+        count = self.run_length(shape, attrs)
+        qs = self.q_run(exprs.Words(load, "qweight"), n, k0, count, shape)
+        if self.has_g_idx(attrs):   # a group, zero and scale per element
+            groups = [self.group_of(load, k0 + i, shape, attrs) for i in range(count)]
+        else:
+            groups = [self.group_of(load, k0, shape, attrs)]
+        parts = []
+        for i, g in enumerate(groups):
+            z, s = self.zero_scale(load, n, g, shape, attrs)
+            mine = qs[i:i + 1] if len(groups) > 1 else qs
+            parts.append(exprs.int_part([exprs.Biased(q, z + self.zero_offset(attrs))
+                                         for q in mine], s))
+        return parts
 
     # -- quantization --------------------------------------------------------------------
     def quantize(self, w, **attrs) -> list[np.ndarray]:
@@ -198,6 +236,18 @@ class GPTQ(GroupedIntFormat):
     def col_shift_expr(self, n):
         return (n & (self.per_word - 1)) * self.bits
 
+    @property
+    def run_unit(self) -> int:
+        return self.per_word
+
+    def q_run(self, qweight, n, k0, count, shape):
+        per_shift = self.per_word.bit_length() - 1
+        out = []
+        for i in range(count):
+            word = qweight.word(((k0 >> per_shift) + i // self.per_word) * shape[0] + n)
+            out.append((word >> (i % self.per_word) * self.bits) & self.mask)
+        return out
+
     def pack_q(self, q):
         k, n = q.shape
         return _pack_last(q.reshape(k // self.per_word, self.per_word, n).transpose(0, 2, 1),
@@ -259,6 +309,12 @@ class AWQ(GroupedIntFormat):
     def col_shift_expr(self, n):
         c = n & 7  # nibble position of column c is (c >> 1) + 4 * (c & 1)
         return ((c >> 1) + ((c & 1) << 2)) << 2
+
+    #: a word holds 8 columns of one k: consecutive k are a row of words apart
+    run_unit = 1
+
+    def q_run(self, qweight, n, k0, count, shape):
+        return [self.q_expr(qweight, n, k0 + i, shape) for i in range(count)]
 
     def pack_q(self, q):
         return self.pack_cols(q)
