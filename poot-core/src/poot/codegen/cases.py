@@ -321,15 +321,19 @@ def rope_cases() -> list[Case]:
     return out
 
 
-def _attention(hq, hkv, t, s, d, dv, lead=(), mshape=None, dt=F32):
+def _attention(hq, hkv, t, s, d, dv, lead=(), mshape=None, dt=F32, live=None):
+    """`live`: keys past it are masked out, as in a KV cache sized past the position."""
     q, k, v = T(lead + (hq, t, d), dt), T(lead + (hkv, s, d), dt), T(lead + (hkv, s, dv), dt)
     m = T(mshape or (t, s), dt)
 
     def mask(rng):
         keep = rng.random(m.shape) < 0.8
         keep[..., 0] = True
+        if live is not None:
+            keep[..., live:] = False
         return np.where(keep, 0.0, -np.inf).astype(dt.numpy)
-    return Case(f"attention-{hq}x{hkv}-t{t}-s{s}-d{d}-{dt}", Attention(float(d) ** -0.5),
+    name = f"attention-{hq}x{hkv}-t{t}-s{s}-d{d}-{dt}" + (f"-live{live}" if live else "")
+    return Case(name, Attention(float(d) ** -0.5),
                 (q, k, v, m), makers(normal(q), normal(k), normal(v), mask),
                 1e-10 if dt is F32 else 1e-3)
 
@@ -342,6 +346,7 @@ def attention_cases() -> list[Case]:
         _attention(2, 1, 3, 20, 8, 8, dt=BF16),
         _attention(2, 2, 1, 1, 32, 32, dt=F16),              # one key
         _attention(2, 1, 1, 1000, 32, 40),                   # 16 KV splits, ragged runs
+        _attention(3, 1, 1, 1000, 64, 64, live=130),         # splits past the position
         _attention(6, 2, 3, 45, 72, 40),                     # prefill GQA, ragged block/tile
         _attention(2, 2, 2, 9, 256, 256, dt=BF16),           # prefill, wide heads: small tiles
     ]

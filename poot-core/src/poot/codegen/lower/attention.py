@@ -242,7 +242,16 @@ def _partial_kernel(sig: Sig, rows: int, splits: int, chunk: int):
         row = _Row(kb, a, lane, li, h, ti, i32(1))
         start = kb.let("start", ix.mul(split, chunk))
         end = kb.let("end", ix.minimum(ix.add(start, chunk), i32(a.s)))
-        with kb.for_("it", 0, math.ceil(chunk / (WARPS * KEYS))) as it:
+        # Skip a split whose keys are all masked out (-inf): decode KV caches are sized for
+        # the longest sequence, and the keys past the current position need no reads.
+        seen = kb.var("seen", i32(0))
+        with kb.for_("e", local_index(), chunk, wg) as e:
+            key = ix.minimum(ix.add(start, e), i32(a.s - 1))
+            live = ix.Sel(ix.eq(row.mask_at(key), NEG_INF), i32(0), i32(1))
+            kb.assign(seen, maximum(seen, ix.Sel(ix.lt(ix.add(start, e), end), live,
+                                                     i32(0))))
+        any_live = kb.reduce("any_live", ReduceOp.Max, seen)
+        with kb.if_(any_live), kb.for_("it", 0, math.ceil(chunk / (WARPS * KEYS))) as it:
             # this group's KEYS consecutive keys; clamped so spare slots read inside k and v
             first = kb.let("first", ix.add(start, ix.mul(ix.add(ix.mul(it, WARPS), warp), KEYS)))
             raw = [ix.add(first, i) for i in range(KEYS)]
