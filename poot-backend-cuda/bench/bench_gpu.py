@@ -359,8 +359,11 @@ def bench_step(device, rows):
             f"{1e3 / eager_host:.1f} tok/s; launches alone {1e3 / eager_dev:.1f} tok/s")
 
 
-GEMM_SCHEDULES = [dict(stages=2), dict(stages=3), dict(stages=4), dict(stages=3, bk=64),
-                  dict(bn=256, stages=3), dict(bm=256, warps_m=4, warps_n=2, stages=3)]
+GEMM_SCHEDULES = [dict(stages=2), dict(stages=4), dict(stages=3, bk=64), dict(bn=256, stages=3),
+                  dict(bm=256, warps_m=4, warps_n=4, stages=3),
+                  dict(bm=256, warps_m=4, warps_n=4, stages=3, bk=64),
+                  dict(bn=256, warps_m=4, warps_n=4, stages=3),
+                  dict(bn=256, warps_m=4, warps_n=4, stages=3, bk=64)]
 
 
 def bench_gemm_schedules(ctx, timer, torch_tflops, rows, n: int = 4096) -> None:
