@@ -60,11 +60,14 @@ class Context:
         check(cu().cuMemFree(ptr), "cuMemFree")
 
     def write(self, ptr: int, array: np.ndarray) -> None:
+        """Queue a host-to-device copy on the stream. From pageable memory (numpy) the
+        driver stages the bytes before returning, so `array` may change at once; later
+        launches and reads on the stream see the copy. No wait: a decode step writes its
+        slots and launches without a round trip per slot."""
         host = np.ascontiguousarray(array)
         self.make_current()
         check(cu().cuMemcpyHtoDAsync(ptr, host.ctypes.data, host.nbytes, self.stream),
               "cuMemcpyHtoDAsync")
-        self.sync()
 
     def read(self, ptr: int, nbytes: int) -> np.ndarray:
         host = np.empty(nbytes, np.uint8)
