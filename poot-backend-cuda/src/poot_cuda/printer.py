@@ -157,7 +157,7 @@ class CudaPrinter(CPrinter):
             for j in range(s.tiles_n):
                 c = [f"{s.acc}[{s.acc_first + 4 * (i * s.tiles_n + j) + r}]" for r in range(4)]
                 out.append(
-                    f'{pad}  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.{t}.{t}.f32 '
+                    f'{pad}  asm("mma.sync.aligned.m16n8k16.row.col.f32.{t}.{t}.f32 '
                     f'{{%0, %1, %2, %3}}, {{%4, %5, %6, %7}}, {{%8, %9}}, {{%0, %1, %2, %3}};'
                     f'\\n" : ' + ", ".join(f'"+f"({x})' for x in c) + " : "
                     + ", ".join(f'"r"(fa[{i}][{r}])' for r in range(4)) + ", "

@@ -4,7 +4,7 @@ out[b, m, n] = sum_k a[b, m, k] * w[b, ., .] with 16-bit float operands (BF16 or
 the same on both sides) and F32 accumulation, then the problem's own store (cast,
 epilogue). By default (`Schedule`) a workgroup of 8 warps owns a 128 x 128 output tile,
 each warp a 64 x 32 block (4 x 4 MmaTile tiles of 16 x 8, 64 accumulators per thread).
-K advances 32 at a time through shared memory: 16-byte async copies fill the stages
+K advances 64 at a time through shared memory, 2 stages deep: 16-byte async copies fill the stages
 ahead while the tensor cores read the current one, so loads and products overlap.
 Shared rows are padded by 16 bytes, which keeps the eight rows that one 8x8 matrix
 load touches in distinct banks.
@@ -34,8 +34,8 @@ class Schedule:
 
     bm: int = 128
     bn: int = 128
-    bk: int = 32
-    stages: int = 4
+    bk: int = 64
+    stages: int = 2
     warps_m: int = 2
     warps_n: int = 4
 
