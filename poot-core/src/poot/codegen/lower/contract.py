@@ -36,6 +36,7 @@ TILE = 16         # GEMM tile edge
 GEMV_MAX_ROWS = 4
 UNROLL = 4        # strided items per lane per loop trip in the GEMV schedule
 RUN_TRIP = 64     # weight elements per lane per trip when decoding runs (>= 32 bytes of 4-bit)
+RUN_COLUMNS = 2   # weight rows per group when decoding runs over staged activations
 SHARED_BYTES = 16 * 1024   # staged activations stay within this (WebGPU devices have 16 KiB+)
 
 Elem = Callable[..., Expr]
@@ -119,33 +120,48 @@ def contraction_kernel(p: Problem, kb_factory: Callable[[tuple, tuple], KernelBu
 def gemv_kernel(p: Problem, kb_factory, declare):
     rows = p.m if not p.w_per_row else 1        # rows sharing one weight column per group
     columns = p.batch * p.n * (p.m if p.w_per_row else 1)
-    grid, blk = ix.launch_groups(-(-columns // GROUPS))
+    width = _run_columns(p, rows)               # columns per group
+    grid, blk = ix.launch_groups(-(-columns // (GROUPS * width)))
     kb = kb_factory(grid, (LANES * GROUPS,))
     declare(kb)
     lane = kb.let("lane", ix.mod(local_index(), LANES))
-    col = kb.let("col", ix.add(ix.mul(blk, GROUPS), ix.div(local_index(), LANES)))
+    group = kb.let("col", ix.add(ix.mul(blk, GROUPS), ix.div(local_index(), LANES)))
+    cols = [group if width == 1 else kb.let("col", ix.add(ix.mul(group, width), t))
+            for t in range(width)]
     # every group runs the loop (its reduction must be uniform); spare ones use the last column
-    c = kb.let("c", ix.minimum(col, i32(columns - 1)))
-    n = kb.let("n", ix.mod(c, p.n))
-    rest = kb.let("rest", ix.div(c, p.n))
+    cs = [kb.let("c", ix.minimum(col, i32(columns - 1))) for col in cols]
+    ns = [kb.let("n", ix.mod(c, p.n)) for c in cs]
+    rest = kb.let("rest", ix.div(cs[0], p.n))   # one batch per group (width > 1: batch 1)
     if p.w_per_row:
         ms = [kb.let("m", ix.mod(rest, p.m))]
         b = kb.let("b", ix.div(rest, p.m))
     else:
         ms = [i32(m) for m in range(rows)]
         b = rest
-    accs = [kb.var(f"acc{j}", p.zero()) for j in range(len(ms))]
+    accs = [[kb.var(f"acc{j}", p.zero()) for j in range(len(ms))] for _ in ns]
     if p.w_pair is not None and not p.w_per_row and p.k % 2 == 0:
-        _gemv_words(kb, p, lane, b, n, ms, accs)
+        _gemv_words(kb, p, lane, b, ns[0], ms, accs[0])
     elif p.w_run is not None and p.run > 1:
-        _gemv_runs(kb, p, lane, b, n, ms, accs)
+        _gemv_runs(kb, p, lane, b, ns, ms, accs)
     else:
-        _gemv_elements(kb, p, lane, b, n, ms, accs, 0)
-    sums = [kb.reduce("dot", ReduceOp.Sum, acc, LANES) for acc in accs]
-    with kb.if_(ix.both(ix.eq(lane, i32(0)), ix.lt(col, i32(columns)))):
-        for total, m in zip(sums, ms, strict=True):
-            p.store(kb, b, m, n, total)
+        _gemv_elements(kb, p, lane, b, ns[0], ms, accs[0], 0)
+    for col, n, column in zip(cols, ns, accs, strict=True):
+        sums = [kb.reduce("dot", ReduceOp.Sum, acc, LANES) for acc in column]
+        with kb.if_(ix.both(ix.eq(lane, i32(0)), ix.lt(col, i32(columns)))):
+            for total, m in zip(sums, ms, strict=True):
+                p.store(kb, b, m, n, total)
     return kb.finish()
+
+
+def _run_columns(p: Problem, rows: int) -> int:
+    """Columns one group computes: RUN_COLUMNS where runs read staged activations (each
+    activation a lane reads from the tile then serves that many weight rows: a 4-bit
+    weight costs only a few instructions, and one shared load per element was a fifth of
+    them), else 1."""
+    staged = p.w_run is not None and p.run > 1 and not (p.w_pair is not None and p.k % 2 == 0)
+    if not staged or _stage_span(p, rows, max(1, RUN_TRIP // p.run)) is None:
+        return 1
+    return RUN_COLUMNS
 
 
 def _unrolled(kb, lane, start: int, stop: int, unroll: int = UNROLL):
@@ -186,23 +202,24 @@ def _gemv_elements(kb, p: Problem, lane, b, n, ms, accs, start: int):
                 kb.assign(acc, acc + p.a(b, m, k) * wk)
 
 
-def _gemv_runs(kb, p: Problem, lane, b, n, ms, accs):
-    """Packed weights, a run of `p.run` consecutive k per lane and slot: the words and
-    scales of every run in flight are loaded once (let_shared binds them first), then each
-    part adds scale * sum(a * value) + offset * sum(a) per row. With an offset and several
-    rows it is cheaper to decode w = scale * value + offset once and share it; K past the
-    last whole run goes element by element."""
+def _gemv_runs(kb, p: Problem, lane, b, ns, ms, accs):
+    """Packed weights, a run of `p.run` consecutive k per lane and slot, for columns `ns`
+    (accs[t][j]: column t, row j): the words and scales of every run in flight are loaded
+    once (let_shared binds them first), then each part adds scale * sum(a * value) +
+    offset * sum(a) per row, each activation read once for all columns. With an offset and
+    several rows it is cheaper to decode w = scale * value + offset once and share it; K
+    past the last whole run goes element by element."""
     runs = p.k // p.run
     unroll = max(1, RUN_TRIP // p.run)
     span = _stage_span(p, len(ms), unroll)
     walk = _direct_trips(kb, p, lane, b, ms, runs, unroll) if span is None else \
         _staged_trips(kb, p, lane, b, ms, runs, unroll, span)
     for slots, phases in walk:
-        decoded = [p.w_run(b, ms[0], n, k0) for k0, _ in slots]
+        decoded = [p.w_run(b, ms[0], n, k0) for n in ns for k0, _ in slots]
         flat = [x for parts in decoded for part in parts
                 for x in (*part.values, part.scale, part.offset) if x is not None]
         bound = iter(kb.let_shared("w", flat))
-        bound_parts = []        # per slot: (first element, values, scale, offset) per part
+        bound_parts = []        # per column and slot: (first element, values, scale, offset)
         for parts in decoded:
             bound_parts.append([])
             k = 0
@@ -216,23 +233,34 @@ def _gemv_runs(kb, p: Problem, lane, b, n, ms, accs):
                     scale = offset = None
                 bound_parts[-1].append((k, values, scale, offset))
                 k += len(values)
+        # activations (and their sums) serve every column: bound once when there are several
+        bind = (lambda x: kb.let("a", x)) if len(accs) > 1 else (lambda x: x)
         for lo, hi, act in phases():
-            for u, ((_, ok), parts) in enumerate(zip(slots, bound_parts, strict=True)):
-                for j, acc in enumerate(accs):
-                    total = None
-                    for first, values, scale, offset in parts:
-                        ks = range(max(lo, first), min(hi, first + len(values)))
-                        if not ks:
-                            continue
-                        a = [act(j, u, i) for i in ks]
-                        term = _dot(a, values[ks.start - first:ks.stop - first])
-                        term = term if scale is None else term * scale
-                        if offset is not None:
-                            term = term + _dot(a, [None] * len(a)) * offset
-                        total = term if total is None else total + term
-                    kb.assign(acc, acc + (total if ok is None else Sel(ok, total, p.zero())))
+            for u, (_, ok) in enumerate(slots):
+                for j in range(len(ms)):
+                    a, sum_a = {}, {}     # element -> activation, range -> sum
+                    for t, column in enumerate(accs):
+                        total = None
+                        for first, values, scale, offset in bound_parts[t * len(slots) + u]:
+                            ks = range(max(lo, first), min(hi, first + len(values)))
+                            if not ks:
+                                continue
+                            for i in ks:
+                                if i not in a:
+                                    a[i] = bind(act(j, u, i))
+                            xs = [a[i] for i in ks]
+                            term = _dot(xs, values[ks.start - first:ks.stop - first])
+                            term = term if scale is None else term * scale
+                            if offset is not None:
+                                if ks not in sum_a:
+                                    sum_a[ks] = bind(_dot(xs, [None] * len(xs)))
+                                term = term + sum_a[ks] * offset
+                            total = term if total is None else total + term
+                        acc = column[j]
+                        kb.assign(acc, acc + (total if ok is None else Sel(ok, total, p.zero())))
     if runs * p.run < p.k:
-        _gemv_elements(kb, p, lane, b, n, ms, accs, runs * p.run)
+        for n, column in zip(ns, accs, strict=True):
+            _gemv_elements(kb, p, lane, b, n, ms, column, runs * p.run)
 
 
 def _stage_span(p: Problem, rows: int, unroll: int) -> int | None:
