@@ -75,8 +75,9 @@ def test_runs_match_numpy_decode(name, shape, attrs):
     for p in parts:
         scale, offset = (np.float32(1) if p.scale is None else evaluate(p.scale, env, buffers),
                          np.float32(0) if p.offset is None else evaluate(p.offset, env, buffers))
-        got += [np.broadcast_to(scale * evaluate(v, env, buffers) + offset, (shape[0], runs))
-                for v in p.values]
+        got += [np.broadcast_to(scale * (evaluate(v, env, buffers) * np.float32(2.0 ** e))
+                                + offset, (shape[0], runs))
+                for v, e in zip(p.values, p.exponents or [0] * len(p.values), strict=True)]
     assert len(got) == run
     got = np.stack(got, -1).reshape(shape[0], runs * run)
     np.testing.assert_allclose(got, want[:, :runs * run], rtol=1e-6,

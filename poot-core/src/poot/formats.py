@@ -26,8 +26,10 @@ sum instead of each element:
     run_length(shape, attrs) -> int              R, elements per run (default 1)
     decode_run(load, n, k0, shape, attrs) -> list[RunPart]
         W[n, k0 : k0 + R] for k0 a multiple of R (k0 + R <= K), as consecutive parts;
-        element i of a part is `scale * values[i] + offset` (F32). Only the sum over
-        K must match `decode_expr`; the default is one part of `decode_expr` per element.
+        element i of a part is `scale * values[i] * 2^exponents[i] + offset` (F32; the
+        optional exponents let a format leave a field where it lies in its word, see
+        RunPart). Only the sum over K must match `decode_expr`; the default is one part
+        of `decode_expr` per element.
 """
 from __future__ import annotations
 
@@ -93,12 +95,15 @@ class PackedWeight:
 @dataclass
 class RunPart:
     """Consecutive elements of a decoded run that share a scale and an offset: element i
-    is `scale * values[i] + offset` (F32 expressions; None means 1 and 0). Kernels may
-    compute `scale * sum(a * values) + offset * sum(a)`."""
+    is `scale * values[i] * 2^exponents[i] + offset` (F32 expressions; None means 1 and
+    0, and exponents None all 0). Kernels may compute `scale * sum_e(2^e * sum(a *
+    values)) + offset * sum(a)`, one inner sum per exponent e: a 4-bit field masked where
+    it lies in its word becomes a float in one op fewer than one shifted down first."""
 
     values: list
     scale: Any = None
     offset: Any = None
+    exponents: list[int] | None = None
 
 
 class WeightFormat(Protocol):

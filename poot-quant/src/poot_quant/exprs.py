@@ -200,7 +200,47 @@ def bound(e: Expr) -> int:
             return a >> b
         if e.op is BinaryOp.Shl and isinstance(e.b, Const):
             return min(a << b, 0xFFFFFFFF)
+        if e.op is BinaryOp.Add:
+            return min(a + b, 0xFFFFFFFF)
     return 0xFFFFFFFF
+
+
+def bit_field(e: Expr) -> tuple[Expr, int, int, int] | None:
+    """(x, s, m, flip) with e == ((x >> s) & m) ^ flip for constants s, m and flip (flip
+    within m), when U32 e is built that way from shifts, masks and a final xor."""
+    if not (isinstance(e, Bin) and isinstance(e.b, Const) and e.dtype is U32):
+        return None
+    c = int(e.b.value)
+    if e.op is BinaryOp.Xor:
+        f = bit_field(e.a)
+        if f is None or c & ~f[2]:
+            return None
+        return f[0], f[1], f[2], f[3] ^ c
+    x, s, m, flip = bit_field(e.a) or (e.a, 0, 0xFFFFFFFF, 0)
+    if flip:
+        return None
+    if e.op is BinaryOp.And:
+        return x, s, m & c, 0
+    if e.op is BinaryOp.Shr and c < 32:
+        return x, s + c, m >> c, 0
+    return None
+
+
+def in_place_uint_to_f32(u: Expr, minus=0) -> tuple[Expr, int]:
+    """(v, e) with f32(u - minus) == v * 2^e exactly, for a U32 u < 2^23 (minus as in
+    `small_uint_to_f32`). A bit field of a word is masked where it lies, not shifted down
+    (e = -its shift), so that it becomes a float in a mask, an OR and a subtraction; fields
+    in the top half are masked in the word shifted by 16, which all of them share."""
+    f = bit_field(u)
+    if f is not None:
+        x, s, m, flip = f
+        base, at = (x >> 16, s - 16) if s >= 16 else (x, s)
+        top = minus if isinstance(minus, int) else bound(minus)
+        if max(m, top) << at < 1 << 23:
+            bits = base & (m << at)
+            return small_uint_to_f32(bits ^ (flip << at) if flip else bits,
+                                     minus << at if minus else 0), -at
+    return small_uint_to_f32(u, minus), 0
 
 
 def unit_f32(u: Expr, bits: int) -> Expr:
@@ -218,7 +258,9 @@ def int_part(qs: list, scale: Expr, offset: Expr | None = None) -> RunPart:
     the change: scale * (u - bias) + offset = (scale * 2^bits) * value + (offset - scale *
     (2^bits + bias)); the sums then cancel to a few bits of f32 rounding."""
     if offset is None:
-        return RunPart([small_uint_to_f32(*biased(q)) for q in qs], scale)
+        values, exponents = zip(*(in_place_uint_to_f32(*biased(q)) for q in qs),
+                                strict=True)
+        return RunPart(list(values), scale, None, list(exponents) if any(exponents) else None)
     pairs = [biased(q) for q in qs]
     bias = pairs[0][1]
     bits = max(bound(u) for u, _ in pairs).bit_length()

@@ -219,19 +219,20 @@ def _gemv_runs(kb, p: Problem, lane, b, ns, ms, accs):
         flat = [x for parts in decoded for part in parts
                 for x in (*part.values, part.scale, part.offset) if x is not None]
         bound = iter(kb.let_shared("w", flat))
-        bound_parts = []        # per column and slot: (first element, values, scale, offset)
-        for parts in decoded:
+        bound_parts = []        # per column and slot: (first element, values, exponents,
+        for parts in decoded:   # scale, offset) per part
             bound_parts.append([])
             k = 0
             for part in parts:
                 values = [next(bound) for _ in part.values]
+                exps = part.exponents or [0] * len(values)
                 scale, offset = (None if x is None else next(bound)
                                  for x in (part.scale, part.offset))
                 if offset is not None and len(ms) > 1:
-                    values = [kb.let("w", v * scale + offset if scale is not None else
-                                     v + offset) for v in values]
-                    scale = offset = None
-                bound_parts[-1].append((k, values, scale, offset))
+                    values = [kb.let("w", _pow2(v, e) * scale + offset if scale is not None
+                                     else _pow2(v, e) + offset) for v, e in zip(values, exps)]
+                    exps, scale, offset = [0] * len(values), None, None
+                bound_parts[-1].append((k, values, exps, scale, offset))
                 k += len(values)
         # activations (and their sums) serve every column: bound once when there are several
         bind = (lambda x: kb.let("a", x)) if len(accs) > 1 else (lambda x: x)
@@ -241,7 +242,7 @@ def _gemv_runs(kb, p: Problem, lane, b, ns, ms, accs):
                     a, sum_a = {}, {}     # element -> activation, range -> sum
                     for t, column in enumerate(accs):
                         total = None
-                        for first, values, scale, offset in bound_parts[t * len(slots) + u]:
+                        for first, values, exps, scale, offset in bound_parts[t * len(slots) + u]:
                             ks = range(max(lo, first), min(hi, first + len(values)))
                             if not ks:
                                 continue
@@ -249,7 +250,8 @@ def _gemv_runs(kb, p: Problem, lane, b, ns, ms, accs):
                                 if i not in a:
                                     a[i] = bind(act(j, u, i))
                             xs = [a[i] for i in ks]
-                            term = _dot(xs, values[ks.start - first:ks.stop - first])
+                            mine = slice(ks.start - first, ks.stop - first)
+                            term = _dot(xs, values[mine], exps[mine])
                             term = term if scale is None else term * scale
                             if offset is not None:
                                 if ks not in sum_a:
@@ -331,13 +333,21 @@ def _staged_trips(kb, p: Problem, lane, b, ms, runs: int, unroll: int, span: int
         yield trip(i32(full * per * p.run), runs - full * per)
 
 
-def _dot(a: list[Expr], w: list) -> Expr:
-    """sum(a[i] * w[i]) left to right (w[i] None: a[i] alone)."""
-    total = None
-    for x, y in zip(a, w, strict=True):
+def _dot(a: list[Expr], w: list, exps: list[int] | None = None) -> Expr:
+    """sum(a[i] * w[i] * 2^exps[i]) (w[i] None: a[i] alone): one sum left to right per
+    exponent, then each scaled by its power of two (exact) and added."""
+    sums = {}
+    for x, y, e in zip(a, w, exps or [0] * len(a), strict=True):
         term = x if y is None else x * y
-        total = term if total is None else total + term
+        sums[e] = term if e not in sums else sums[e] + term
+    total = None
+    for e, part in sums.items():
+        total = _pow2(part, e) if total is None else total + _pow2(part, e)
     return total
+
+
+def _pow2(x: Expr, e: int) -> Expr:
+    return x if e == 0 else x * Const(2.0 ** e, x.dtype)
 
 
 def gemm_kernel(p: Problem, kb_factory, declare):

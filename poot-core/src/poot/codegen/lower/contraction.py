@@ -94,8 +94,8 @@ class PackedReader:
         parts = decode_run(self.format, self.load, row, k0, self.weight.shape,
                            self.weight.attr_dict)
         cast = lambda x: None if x is None else x.cast(F32)  # noqa: E731
-        return [RunPart([v.cast(F32) for v in p.values], cast(p.scale), cast(p.offset))
-                for p in parts]
+        return [RunPart([v.cast(F32) for v in p.values], cast(p.scale), cast(p.offset),
+                        p.exponents) for p in parts]
 
 
 def _rows(t) -> int:
