@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from poot.codegen.cstyle import CPrinter
+from poot.codegen.expr import Bin, Const
 from poot.codegen.program import (
     CoopReduce,
     CopyAsync,
@@ -12,7 +13,7 @@ from poot.codegen.program import (
     Stmt,
 )
 from poot.dtypes import DType
-from poot.ir.ops import ReduceOp
+from poot.ir.ops import BinaryOp, ReduceOp
 
 F32, F16, BF16, I32, U32 = DType.F32, DType.F16, DType.BF16, DType.I32, DType.U32
 WARP = 32
@@ -38,6 +39,12 @@ def dynamic_shared_bytes(kernel: Kernel) -> int:
 HEADER = """\
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
+static __device__ __forceinline__ unsigned int poot_and_or(unsigned int x, unsigned int m,
+                                                           unsigned int o) {
+  unsigned int r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(x), "r"(m), "r"(o));
+  return r;
+}
 """
 
 
@@ -181,6 +188,14 @@ class CudaPrinter(CPrinter):
 
     def clz(self, text: str) -> str:
         return f"__clz({text})"
+
+    def binary(self, e: Bin) -> str:
+        """(x & m) | o on words as one lop3: packed decoders build floats that way per
+        element, and ptxas splits the two constants into two instructions."""
+        if (e.op is BinaryOp.Or and e.a.dtype is U32 and isinstance(e.a, Bin)
+                and e.a.op is BinaryOp.And and isinstance(e.b, Const)):
+            return f"poot_and_or({self.expr(e.a.a)}, {self.expr(e.a.b)}, {self.expr(e.b)})"
+        return super().binary(e)
 
     # -- cooperative reductions -----------------------------------------------------
     def _combine(self, op: ReduceOp, dtype: DType, a: str, b: str) -> str:
