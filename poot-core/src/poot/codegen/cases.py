@@ -370,6 +370,7 @@ def contraction_cases() -> list[Case]:
         Binary(BinaryOp.Add), b.eqn(Binary(BinaryOp.Add), h, bb), r))
     return [
         _dense((1,), 20, 64, BF16), _dense((2, 9), 20, 63, BF16), _dense((2, 9), 20, 63, F16),
+        _dense((1,), 12, 2088, BF16),                    # long rows: 8 words in flight
         _dense((3,), 17, 63, F32), _dense((3,), 20, 64, U32), _dense((1,), 33, 130, F16),
         _dense((2, 40), 70, 47, BF16),
         Case("grouped-dense", GroupedDenseContraction(3), (ga, gw),

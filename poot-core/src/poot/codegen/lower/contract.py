@@ -181,8 +181,12 @@ def _unrolled(kb, lane, start: int, stop: int, unroll: int = UNROLL):
 
 
 def _gemv_words(kb, p: Problem, lane, b, n, ms, accs):
-    """16-bit weights, two per U32 word: each lane reads whole words."""
-    for slots in _unrolled(kb, lane, 0, p.k // 2):
+    """16-bit weights, two per U32 word: each lane reads whole words, 8 in flight on long
+    rows (few columns of long rows need more loads in flight per lane to fill the memory
+    pipe: N=4096, K=14336 ran at 55% of copy bandwidth with 4)."""
+    words_per_row = p.k // 2
+    unroll = 2 * UNROLL if words_per_row >= 4 * LANES * 2 * UNROLL else UNROLL
+    for slots in _unrolled(kb, lane, 0, words_per_row, unroll):
         words = [tuple(kb.let("w", x) for x in p.w_pair(b, n, kw)) for kw in slots]
         for kw, (w0, w1) in zip(slots, words, strict=True):
             k0 = kb.let("k0", ix.mul(kw, 2))
