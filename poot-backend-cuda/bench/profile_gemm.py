@@ -1,8 +1,9 @@
-"""One bf16 4096^3 MatMul through the tensor-core schedule, launched once, for Nsight
-Compute to read (stall reasons, pipe use, memory traffic):
+"""One benchmark kernel launched once, for Nsight Compute to read (stall reasons, pipe
+use, memory traffic): the bf16 4096^3 MatMul (tensor-core schedule) or, with an argument
+naming a row of bench_gpu.py (e.g. "packed Q4_0 GEMV N=14336 K=4096"), that kernel:
 
-    ncu --clock-control none --kernel-name regex:poot_matmul --launch-count 1 \\
-        --section SpeedOfLight --section WarpStateStats python3 profile_gemm.py
+    ncu --clock-control none --kernel-name regex:poot_ --launch-count 1 \\
+        --section SpeedOfLight --section WarpStateStats python3 profile_gemm.py [ROW]
 """
 from __future__ import annotations
 
@@ -18,13 +19,19 @@ from poot_cuda.kernels import ModuleCache, compile_lowering
 from poot_cuda.printer import CudaPrinter
 
 
-def main(n: int = 4096) -> None:
-    ins = [T((n, n), DType.BF16), T((n, n), DType.BF16)]
-    out = MatMul().infer(ins)
-    compiled = compile_lowering(lower(MatMul(), ins, out, kernel_features(9, 0)),
-                                CudaPrinter("sm_90"))
+def main(row: str | None = None, n: int = 4096) -> None:
+    op, ins = MatMul(), [T((n, n), DType.BF16), T((n, n), DType.BF16)]
+    if row is not None:
+        from bench_gpu import ops_to_bench
+
+        bench = next(b for b in ops_to_bench() if b.label == row)
+        op, ins = bench.op, bench.ins
+    out = op.infer(ins)
+    compiled = compile_lowering(lower(op, ins, out, kernel_features(9, 0)), CudaPrinter("sm_90"))
+    from bench_gpu import random_operand
+
     rng = np.random.default_rng(0)
-    operands = [rng.standard_normal(t.shape, np.float32).astype(t.dtype.numpy) for t in ins]
+    operands = [random_operand(t, rng) for t in ins]
     ctx = Context(0)
     run = LoweringRun(ctx, ModuleCache(ctx), compiled, operands, out)
     run.run()
@@ -32,4 +39,6 @@ def main(n: int = 4096) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    main(sys.argv[1] if len(sys.argv) > 1 else None)
