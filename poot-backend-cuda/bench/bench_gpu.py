@@ -226,13 +226,18 @@ def summary(key: str, value) -> None:
     print(f"SUMMARY {key} | {value}", flush=True)
 
 
-def bench_ops(ctx, timer, copy_gbs: float, torch_tflops: float | None, rows: list):
+def bench_ops(ctx, timer, copy_gbs: float, torch_tflops: float | None, rows: list,
+              kinds=None, tag: str = ""):
+    """Each row of ops_to_bench() (of `kinds` when given; `tag` appended to the labels)."""
     from poot_cuda.harness import LoweringRun
     from poot_cuda.kernels import ModuleCache, compile_lowering
     from poot_cuda.printer import CudaPrinter
 
     modules, rng = ModuleCache(ctx), np.random.default_rng(1)
     for b in ops_to_bench():
+        if kinds is not None and b.kind not in kinds:
+            continue
+        b.label += tag
         runs = []
         try:
             out = b.op.infer(b.ins)
@@ -451,6 +456,8 @@ def main():
     ap.add_argument("--no-torch", action="store_true", help="skip the PyTorch reference rows")
     ap.add_argument("--no-sweep", action="store_true", help="skip the GEMM schedule sweep")
     ap.add_argument("--sweep-only", action="store_true", help="only the GEMM schedule sweep")
+    ap.add_argument("--gemv-columns", default="",
+                    help="only the packed GEMV rows, once per value of RUN_COLUMNS (e.g. 1,2)")
     args = ap.parse_args()
     if args.plan:
         plan_only()
@@ -485,6 +492,14 @@ def main():
     if torch_tflops:
         rows.append(("torch.matmul bf16 4096^3", "", "", "", f"{torch_tflops:8.2f} TFLOP/s"))
         summary("torch.matmul bf16 4096^3", f"{torch_tflops:.0f} TFLOP/s")
+    if args.gemv_columns:
+        from poot.codegen.lower import contract
+
+        for cols in (int(c) for c in args.gemv_columns.split(",")):
+            contract.RUN_COLUMNS = cols
+            bench_ops(ctx, timer, copy_gbs, torch_tflops, rows, {"q4"}, f" columns={cols}")
+        print_rows(rows)
+        return
     if args.sweep_only:
         bench_gemm_schedules(ctx, timer, torch_tflops, rows)
         print_rows(rows)
