@@ -30,6 +30,13 @@ sum instead of each element:
         optional exponents let a format leave a field where it lies in its word, see
         RunPart). Only the sum over K must match `decode_expr`; the default is one part
         of `decode_expr` per element.
+    word_chunks(shape, attrs) -> {role: (elements, words)}
+        the roles whose words lie in K order: every `elements` consecutive k of a row
+        (from a multiple of `elements`) are `words` consecutive words, row n starting at
+        word n * K / elements * words. A kernel may then copy the words a range of K
+        needs with coalesced loads into shared memory and decode runs from that copy
+        (`decode_run` of row 0 at the offset into the range, `load` reading the copy).
+        Default: none.
 """
 from __future__ import annotations
 
@@ -140,6 +147,12 @@ def decode_run(fmt: WeightFormat, load: Callable, n, k0, shape: tuple[int, int],
                      for i in range(run_length(fmt, shape, attrs))])]
 
 
+def word_chunks(fmt: WeightFormat, shape: tuple[int, int], attrs: dict) -> dict:
+    """{role: (elements, words)} of the roles `fmt` lays out in K order ({} if none)."""
+    fn = getattr(fmt, "word_chunks", None)
+    return dict(fn(shape, attrs)) if fn is not None else {}
+
+
 def formats() -> dict[str, WeightFormat]:
     """Every format registered through the plugin seam, by name."""
     from poot.plugin import manager
@@ -167,4 +180,4 @@ def words_of(source: np.ndarray) -> np.ndarray:
 
 
 __all__ = ["PackedWeight", "RunPart", "SourceSpec", "WeightFormat", "decode_run", "formats",
-           "get_format", "run_length", "words_of", "DType"]
+           "get_format", "run_length", "word_chunks", "words_of", "DType"]

@@ -282,6 +282,14 @@ class GGUFBlockFormat(Format):
             return self.run * 4 // math.gcd(self.type_size, 4)
         return self.run
 
+    def word_chunks(self, shape, attrs) -> dict:
+        """Rows of whole words: the fewest whole blocks that end on a word are a chunk."""
+        n, k = self.check_shape(shape, attrs)
+        if k // self.block_size * self.type_size % 4:
+            return {}
+        blocks = 4 // math.gcd(self.type_size, 4)
+        return {"blocks": (self.block_size * blocks, self.type_size * blocks // 4)}
+
     def decode_run(self, load, n, k0, shape, attrs) -> list[RunPart]:
         self.check_expr_sources(shape, attrs)
         n, k0 = exprs.as_u32(n), exprs.as_u32(k0)
