@@ -29,6 +29,7 @@ RUN_CASES = [
     ("gguf:Q4_0", (3, 32 * 70), {}), ("gguf:Q4_0", (3, 32 * 5), {}),
     ("gguf:Q4_1", (3, 32 * 40), {}), ("gguf:Q8_0", (3, 32 * 66), {}),
     ("gguf:Q4_K", (3, 256 * 9), {}), ("gguf:Q6_K", (3, 256 * 3), {}),
+    ("gguf:Q6_K", (3, 256 * 18), {}),
     ("gguf:Q5_K", (2, 256 * 2), {}), ("gguf:Q2_K", (2, 256 * 2), {}),
     ("gguf:Q3_K", (2, 256 * 2), {}), ("gguf:Q5_0", (2, 32 * 6), {}),
     ("gguf:Q5_1", (2, 32 * 6), {}), ("gguf:IQ4_NL", (2, 32 * 6), {}),
@@ -144,9 +145,10 @@ def test_default_run_decodes_element_by_element(monkeypatch):
 
 
 def test_q4_0_gemv_loads_each_word_once():
-    """The decode GEMV of the benchmark shape loads the 9 words of a 2-block run once per
-    column of its group, and reads activations from the shared tile (its only global loads
-    of them are the copy)."""
+    """The decode GEMV of the benchmark shape copies the 9 words of each lane's share of
+    its group's trip with coalesced loads (load s of lane l: word 32s + l of the trip's
+    span), decodes the runs from the shared copy, and reads activations from the shared
+    tile (its only global loads of them are the copy)."""
     from poot.codegen.lower.contract import RUN_COLUMNS
 
     pw = PackedWeight("gguf:Q4_0", (14336, 4096))
@@ -155,10 +157,30 @@ def test_q4_0_gemv_loads_each_word_once():
     (loop,) = [s for s in kernel.body if isinstance(s, For)]
 
     def loads(kind, buffer):
-        return sum(isinstance(n, Load) and n.buffer == buffer for s in loop.body
-                   if isinstance(s, kind) for n in walk(s.value))
-    assert loads(Let, "in1") == 9 * RUN_COLUMNS
-    assert loads(Let, "in0") == loads(Assign, "in0") == 0 and loads(Store, "in0") == 8
+        return [n for s in loop.body if isinstance(s, kind) for n in walk(s.value)
+                if isinstance(n, Load) and n.buffer == buffer]
+    copies = loads(Let, "in1")      # per column of the group
+    assert len(copies) == len(loads(Let, "tile_w")) == 9 * RUN_COLUMNS
+    for s, load in enumerate(copies):   # span start + lane + 32 s: consecutive lanes
+        lanes = [evaluate(load.index, dict(local_index=lane, lane=lane, ws=0, ws_1=0), {})
+                 for lane in (0, 1, 31)]
+        assert [int(x) for x in lanes] == [32 * (s % 9), 32 * (s % 9) + 1, 32 * (s % 9) + 31]
+    copy = 32 * 64 // kernel.workgroup[0]     # a trip's activations over the workgroup
+    assert not loads(Assign, "in0") and not loads(Let, "in0") and len(loads(Store, "in0")) == copy
+
+
+def test_staged_weights_only_where_words_lie_in_k_order():
+    """Staged weight words for GGUF rows of whole words; the old direct loads for rows that
+    do not start on a word (Q4_0 with an odd block count) and for K-major GPTQ words."""
+    def tiles(name, shape, attrs=None):
+        pw = PackedWeight(name, shape, attrs or {})
+        ins = [TensorType((1, shape[1]), F32), *(s.type for s in pw.sources())]
+        kernel = lower(PackedContraction(pw), ins, PackedContraction(pw).infer(ins)).kernels[0]
+        return {a.name for a in kernel.shared}
+    for name in ("gguf:Q4_0", "gguf:Q4_1", "gguf:Q8_0", "gguf:Q4_K", "gguf:Q6_K"):
+        assert tiles(name, (16, 256 * 18)) == {"tile_a", "tile_w"}, name
+    assert tiles("gguf:Q4_0", (16, 32 * 5)) == {"tile_a"}
+    assert tiles("gptq:int4", (16, 2048), {"group_size": 32}) == {"tile_a"}
 
 
 def test_f16_conversion_is_exact_for_every_half():

@@ -11,6 +11,9 @@ owns the schedules:
   weights are decoded a run of consecutive k at a time (`w_run`, the format's
   `decode_run`): adjacent lanes take adjacent runs, each run's words and scales
   are loaded once, and a scale shared by a part of the run multiplies its sum.
+  Where the weight's words lie in K order (`w_chunks`), each group first copies
+  the words of its trip's runs to shared memory, consecutive lanes reading
+  consecutive words, and the lanes decode their runs from that copy.
 * Tiled GEMM (many rows, prefill): 16x16 output tiles, operands staged through
   shared memory tiles of 16 along K (widened to the accumulator type).
 
@@ -20,11 +23,11 @@ one group per output element.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from poot.codegen import index as ix
 from poot.codegen.builder import KernelBuilder
-from poot.codegen.expr import Const, Expr, Sel, i32
+from poot.codegen.expr import Const, Expr, Load, Sel, i32
 from poot.codegen.lower import mma
 from poot.codegen.program import group_id, local_id, local_index
 from poot.dtypes import DType
@@ -37,7 +40,8 @@ GEMV_MAX_ROWS = 4
 UNROLL = 4        # strided items per lane per loop trip in the GEMV schedule
 RUN_TRIP = 64     # weight elements per lane per trip when decoding runs (>= 32 bytes of 4-bit)
 RUN_COLUMNS = 2   # weight rows per group when decoding runs over staged activations
-SHARED_BYTES = 16 * 1024   # staged activations stay within this (WebGPU devices have 16 KiB+)
+SHARED_BYTES = 16 * 1024   # staged activations and weights stay within this (WebGPU: 16 KiB+)
+MIN_SPAN = 16     # fewest activations per run and phase when weights are staged too
 
 Elem = Callable[..., Expr]
 
@@ -48,8 +52,11 @@ class Problem:
 
     a(b, m, k); w(b, m, n, k) (m matters only when `w_per_row`);
     w_pair(b, n, kw) -> (w[2kw], w[2kw+1]) when the weight is read two per word (K even);
-    w_run(b, m, n, k0) -> [RunPart]: w[k0 : k0 + run] (k0 a multiple of `run`), see
-    poot.formats.RunPart;
+    w_run(b, m, n, k0, load=None) -> [RunPart]: w[k0 : k0 + run] (k0 a multiple of `run`),
+    see poot.formats.RunPart; `load(role, word)` replaces the weight's word loads if given;
+    w_chunks: role -> (buffer, elements, words) when every role w_run reads lies in K order
+    (poot.formats.word_chunks): w_run(b, m, 0, k0, load) then decodes from `load`'s copy of
+    the words of row n from k = kc on (kc a multiple of `elements`), k0 counted from kc;
     a_pair(b, m, kw) likewise for the activation; store(kb, b, m, n, acc) writes one result.
     """
 
@@ -68,6 +75,7 @@ class Problem:
     run: int = 1                  # elements per w_run
     tiles: object = None          # mma.Tiles: 16-bit operands tensor cores can read as is
     features: frozenset = frozenset()   # the target's optional statements (Sig.features)
+    w_chunks: dict = field(default_factory=dict)
 
     def zero(self) -> Const:
         return Const(0.0 if self.acc.is_float else 0, self.acc)
@@ -120,12 +128,13 @@ def contraction_kernel(p: Problem, kb_factory: Callable[[tuple, tuple], KernelBu
 def gemv_kernel(p: Problem, kb_factory, declare):
     rows = p.m if not p.w_per_row else 1        # rows sharing one weight column per group
     columns = p.batch * p.n * (p.m if p.w_per_row else 1)
-    width = _run_columns(p, rows)               # columns per group
-    grid, blk = ix.launch_groups(-(-columns // (GROUPS * width)))
-    kb = kb_factory(grid, (LANES * GROUPS,))
+    plan = _run_plan(p, rows)
+    width = plan.width                          # columns per group
+    grid, blk = ix.launch_groups(-(-columns // (plan.groups * width)))
+    kb = kb_factory(grid, (LANES * plan.groups,))
     declare(kb)
     lane = kb.let("lane", ix.mod(local_index(), LANES))
-    group = kb.let("col", ix.add(ix.mul(blk, GROUPS), ix.div(local_index(), LANES)))
+    group = kb.let("col", ix.add(ix.mul(blk, plan.groups), ix.div(local_index(), LANES)))
     cols = [group if width == 1 else kb.let("col", ix.add(ix.mul(group, width), t))
             for t in range(width)]
     # every group runs the loop (its reduction must be uniform); spare ones use the last column
@@ -142,7 +151,7 @@ def gemv_kernel(p: Problem, kb_factory, declare):
     if p.w_pair is not None and not p.w_per_row and p.k % 2 == 0:
         _gemv_words(kb, p, lane, b, ns[0], ms, accs[0])
     elif p.w_run is not None and p.run > 1:
-        _gemv_runs(kb, p, lane, b, ns, ms, accs)
+        _gemv_runs(kb, p, plan, lane, b, ns, ms, accs)
     else:
         _gemv_elements(kb, p, lane, b, ns[0], ms, accs[0], 0)
     for col, n, column in zip(cols, ns, accs, strict=True):
@@ -153,15 +162,74 @@ def gemv_kernel(p: Problem, kb_factory, declare):
     return kb.finish()
 
 
-def _run_columns(p: Problem, rows: int) -> int:
-    """Columns one group computes: RUN_COLUMNS where runs read staged activations (each
-    activation a lane reads from the tile then serves that many weight rows: a 4-bit
-    weight costs only a few instructions, and one shared load per element was a fifth of
-    them), else 1."""
-    staged = p.w_run is not None and p.run > 1 and not (p.w_pair is not None and p.k % 2 == 0)
-    if not staged or _stage_span(p, rows, max(1, RUN_TRIP // p.run)) is None:
-        return 1
-    return RUN_COLUMNS
+@dataclass(frozen=True)
+class RunPlan:
+    """How the GEMV walks runs: `width` columns per group, `groups` groups per workgroup,
+    `span` elements of each run's activations per staging phase (None: activations read
+    where they are), `words` role -> words per column and trip of staged weights (None:
+    each lane loads its runs' words)."""
+
+    width: int = 1
+    groups: int = GROUPS
+    span: int | None = None
+    words: dict | None = None
+
+
+def _run_plan(p: Problem, rows: int) -> RunPlan:
+    """Staged weights where the format lays its words out in K order: a lane's run of 4-bit
+    Q4_0 is 9 words, so lanes loading their own runs read words 36 bytes apart per load
+    and 9 loads re-touch the same sectors (load/store-bound at 45% of copy bandwidth on an
+    H200); copied by the group, consecutive lanes read consecutive words. Their tile and
+    the activation tile share SHARED_BYTES: RUN_COLUMNS columns per group if they fit
+    (fewer shared loads of activations per weight), then the most groups per workgroup
+    (at least 4 columns, so each staged activation serves several). Else activations
+    alone are staged with RUN_COLUMNS columns per group (each activation a lane reads from
+    the tile then serves that many weight rows: one shared load per element was a fifth of
+    a 4-bit weight's instructions)."""
+    if (p.w_run is None or p.run <= 1 or (p.w_pair is not None and p.k % 2 == 0)
+            or p.w_per_row or p.batch > 1):    # nothing shared across the workgroup
+        return RunPlan()
+    per = LANES * _run_unroll(p)
+    words = _trip_words(p, per)
+    options = [(w, g) for w in (RUN_COLUMNS, 1) for g in (GROUPS, GROUPS // 2, GROUPS // 4)
+               if w * g >= GROUPS // 2] if words else []
+    for width, groups in options:
+        span = _stage_span(p, rows, per, groups,
+                           SHARED_BYTES - 4 * groups * width * _pitch(words))
+        if span is not None and span >= min(MIN_SPAN, p.run):
+            return RunPlan(width, groups, span, words)
+    span = _stage_span(p, rows, per, GROUPS, SHARED_BYTES)
+    return RunPlan(RUN_COLUMNS, GROUPS, span) if span is not None else RunPlan()
+
+
+def _run_unroll(p: Problem) -> int:
+    return max(1, RUN_TRIP // p.run)
+
+
+def _trip_words(p: Problem, per: int) -> dict | None:
+    """role -> words of one row that a trip of `per` runs reads (its K range, whole chunks
+    of every role), or None."""
+    span = per * p.run
+    if not p.w_chunks or any(span % e or p.k % e for _, e, _ in p.w_chunks.values()):
+        return None
+    pad = _chunk_pad(p)
+    return {role: span // e * (w + pad) for role, (_, e, w) in p.w_chunks.items()}
+
+
+def _chunk_pad(p: Problem) -> int:
+    """Tile words after each chunk: 1 where that makes an even chunk odd, so lanes whose
+    runs lie in different chunks read the same place of theirs from distinct banks (Q4_K:
+    4 runs per 36-word block read 4-way conflicted, 37 words apart none). Only for one role
+    whose chunks hold whole runs (a run's words stay contiguous in the tile)."""
+    if len(p.w_chunks) != 1:
+        return 0
+    ((_, e, w),) = p.w_chunks.values()
+    return 1 if w % 2 == 0 and e % p.run == 0 else 0
+
+
+def _pitch(words: dict) -> int:
+    """Tile words per column and trip (the roles one after another)."""
+    return sum(words.values())
 
 
 def _unrolled(kb, lane, start: int, stop: int, unroll: int = UNROLL):
@@ -206,7 +274,7 @@ def _gemv_elements(kb, p: Problem, lane, b, n, ms, accs, start: int):
                 kb.assign(acc, acc + p.a(b, m, k) * wk)
 
 
-def _gemv_runs(kb, p: Problem, lane, b, ns, ms, accs):
+def _gemv_runs(kb, p: Problem, plan: RunPlan, lane, b, ns, ms, accs):
     """Packed weights, a run of `p.run` consecutive k per lane and slot, for columns `ns`
     (accs[t][j]: column t, row j): the words and scales of every run in flight are loaded
     once (let_shared binds them first), then each part adds scale * sum(a * value) +
@@ -214,12 +282,11 @@ def _gemv_runs(kb, p: Problem, lane, b, ns, ms, accs):
     several rows it is cheaper to decode w = scale * value + offset once and share it; K
     past the last whole run goes element by element."""
     runs = p.k // p.run
-    unroll = max(1, RUN_TRIP // p.run)
-    span = _stage_span(p, len(ms), unroll)
-    walk = _direct_trips(kb, p, lane, b, ms, runs, unroll) if span is None else \
-        _staged_trips(kb, p, lane, b, ms, runs, unroll, span)
-    for slots, phases in walk:
-        decoded = [p.w_run(b, ms[0], n, k0) for n in ns for k0, _ in slots]
+    unroll = _run_unroll(p)
+    walk = _direct_trips(kb, p, lane, b, ms, runs, unroll) if plan.span is None else \
+        _staged_trips(kb, p, plan, lane, b, ns, ms, runs, unroll)
+    for slots, phases, decode in walk:
+        decoded = [decode(t, n, k0) for t, n in enumerate(ns) for k0, _ in slots]
         flat = [x for parts in decoded for part in parts
                 for x in (*part.values, part.scale, part.offset) if x is not None]
         bound = iter(kb.let_shared("w", flat))
@@ -269,51 +336,57 @@ def _gemv_runs(kb, p: Problem, lane, b, ns, ms, accs):
             _gemv_elements(kb, p, lane, b, n, ms, column, runs * p.run)
 
 
-def _stage_span(p: Problem, rows: int, unroll: int) -> int | None:
-    """Elements of each run whose activations one staging phase holds in shared memory
-    (the tile stays within SHARED_BYTES), or None to read activations directly: rows whose
-    weights differ per group, or batches, share nothing across the workgroup."""
-    if p.w_per_row or p.batch > 1:
-        return None
-    per, span = LANES * unroll, p.run
-    while span > 1 and rows * per * (span + 1) * p.acc.itemsize > SHARED_BYTES:
+def _stage_span(p: Problem, rows: int, per: int, groups: int, budget: int) -> int | None:
+    """Elements of each of `per` runs whose activations one staging phase holds in shared
+    memory (the tile within `budget` bytes), or None (no such span that the workgroup's
+    threads copy in whole steps)."""
+    span = p.run
+    while span > 1 and rows * per * (span + 1) * p.acc.itemsize > budget:
         span //= 2
-    return span if per * span % (LANES * GROUPS) == 0 else None
+    fits = rows * per * (span + 1) * p.acc.itemsize <= budget
+    return span if fits and per * span % (LANES * groups) == 0 else None
 
 
 def _direct_trips(kb, p: Problem, lane, b, ms, runs: int, unroll: int):
-    """Per trip of `_unrolled` runs: slots (k0, None) and one phase whose activations are
-    read where they are."""
+    """Per trip of `_unrolled` runs: slots (k0, None), one phase whose activations are
+    read where they are, and decode(t, n, k0) from the weight's own words."""
     for items in _unrolled(kb, lane, 0, runs, unroll):
         k0s = [kb.let("k0", ix.mul(r, p.run)) for r in items]
         yield [(k0, None) for k0 in k0s], lambda k0s=k0s: [
-            (0, p.run, lambda j, u, i: p.a(b, ms[j], ix.add(k0s[u], i)))]
+            (0, p.run, lambda j, u, i: p.a(b, ms[j], ix.add(k0s[u], i)))], \
+            lambda t, n, k0: p.w_run(b, ms[0], n, k0)
 
 
-def _staged_trips(kb, p: Problem, lane, b, ms, runs: int, unroll: int, span: int):
+def _staged_trips(kb, p: Problem, plan: RunPlan, lane, b, ns, ms, runs: int, unroll: int):
     """Per trip of LANES * unroll runs per group (the same K range for every group):
-    slots (k0, ok), and phases that copy `span` elements of each run's activations to a
-    shared tile before the lanes read them. Lanes a run apart reading activations directly
-    would take a cache line each per element; the whole workgroup copies them instead
-    (runs of `span` floats, once for all its columns), with one pad word per run so that
-    lanes reading the same element of their runs hit distinct banks. Whole trips loop; a
-    last partial trip follows, its missing slots dropped or masked (ok) and their runs
-    clamped."""
-    per, threads = LANES * unroll, LANES * GROUPS
+    slots (k0, ok), phases that copy `plan.span` elements of each run's activations to a
+    shared tile before the lanes read them, and decode(t, n, k0), column t's runs. Lanes a
+    run apart reading activations directly would take a cache line each per element; the
+    whole workgroup copies them instead (runs of `span` floats, once for all its columns),
+    with one pad word per run so that lanes reading the same element of their runs hit
+    distinct banks. With `plan.words` the weights' words are staged first (`_weight_tile`)
+    and k0 counts from the trip's start. Whole trips loop; a last partial trip follows, its
+    missing slots dropped or masked (ok) and their runs clamped."""
+    span = plan.span
+    per, threads = LANES * unroll, LANES * plan.groups
     pitch, step = per * (span + 1), threads // span      # tile row; runs per staging store
     tile = kb.shared("tile_a", p.acc, len(ms) * pitch)
     li = local_index()
     spot = kb.let("spot", ix.add(ix.mul(ix.div(li, span), span + 1), ix.mod(li, span)))
     src = kb.let("src", ix.add(ix.mul(ix.div(li, span), p.run), ix.mod(li, span)))
     at = ix.mul(lane, span + 1)                          # a lane's run in the tile
+    stage = None if plan.words is None else _weight_tile(kb, p, plan, lane, b, ms[0], ns)
 
-    def trip(kc, count: int):
+    def trip(kc, count: int, kc0: int | None = None):
         slots = []
         for u in range(-(-count // LANES)):
-            run = ix.add(ix.add(ix.div(kc, p.run), lane), LANES * u)
+            run = ix.add(lane, LANES * u) if stage else \
+                ix.add(ix.add(ix.div(kc, p.run), lane), LANES * u)
             ok = None if LANES * (u + 1) <= count else ix.lt(lane, i32(count - LANES * u))
+            last = count - 1 if stage else runs - 1
             slots.append((kb.let("k0", ix.mul(run if ok is None else ix.minimum(
-                run, i32(runs - 1)), p.run)), ok))
+                run, i32(last)), p.run)), ok))
+        decode = stage(kc, kc0) if stage else lambda t, n, k0: p.w_run(b, ms[0], n, k0)
 
         def phases():
             for lo in range(0, p.run, span):
@@ -327,14 +400,67 @@ def _staged_trips(kb, p: Problem, lane, b, ms, runs: int, unroll: int, span: int
                 yield lo, lo + span, lambda j, u, i, lo=lo: tile[
                     ix.add(at, j * pitch + u * LANES * (span + 1) + i - lo)]
                 kb.barrier()
-        return slots, phases
+        return slots, phases, decode
 
     full = runs // per
     if full:
         with kb.for_("kc", 0, full * per * p.run, per * p.run) as kc:
             yield trip(kc, per)
     if full * per < runs:
-        yield trip(i32(full * per * p.run), runs - full * per)
+        kc0 = full * per * p.run
+        yield trip(i32(kc0), runs - full * per, kc0)
+
+
+def _weight_tile(kb, p: Problem, plan: RunPlan, lane, b, m, ns):
+    """A shared tile of each group's columns' weight words for one trip, and stage(kc, kc0)
+    that copies the trip from k = kc on (kc0: its value in the last, partial trip, whose
+    words are clamped to the row) and returns decode(t, n, k0) over the copy. Load s of
+    lane l reads word 32s + l of a role's span (consecutive lanes, consecutive words); the
+    lanes then read their runs' words from the tile: a run of R words per lane is R apart,
+    conflict-free when R is odd (Q4_0: 9, Q8_0: 17, Q4_1: 5); every other format reads its
+    runs' words in a pattern of its own (`_chunk_pad`). The copy is read (decoded) before
+    the activation phases, whose barriers keep the next trip's copy after it."""
+    pitch, pad = _pitch(plan.words), _chunk_pad(p)
+    tile = kb.shared("tile_w", DType.U32, plan.groups * plan.width * pitch)
+    mine = kb.let("wt", ix.mul(ix.div(local_index(), LANES), plan.width * pitch))
+    offsets, at = {}, 0
+    for role, count in plan.words.items():
+        offsets[role], at = at, at + count
+
+    def stage(kc, kc0):
+        copies = []
+        for t, n in enumerate(ns):
+            for role, (buf, e, w) in p.w_chunks.items():
+                row, count = p.k // e * w, plan.words[role] // (w + pad) * w
+                start = kb.let("ws", ix.add(ix.mul(n, row), ix.mul(ix.div(kc, e), w)))
+                limit = count if kc0 is None else min(count, row - kc0 // e * w)
+                for s in range(0, count, LANES):     # all loads in flight, then the stores
+                    i = ix.add(lane, s)
+                    at = i if s + LANES <= limit else ix.minimum(i, i32(limit - 1))
+                    word = kb.let("wv", Load(buf, ix.add(start, at), DType.U32))
+                    spot = ix.add(i, ix.div(i, w)) if pad else i
+                    copies.append((ix.add(mine, ix.add(spot, t * pitch + offsets[role])), word,
+                                   None if s + LANES <= count else ix.lt(lane, i32(count - s))))
+        for spot, word, partial in copies:
+            if partial is None:
+                kb.store(tile, spot, word)
+            else:
+                with kb.if_(partial):
+                    kb.store(tile, spot, word)
+        kb.barrier()
+
+        def decode(t, n, k0):
+            first = ix.i32(t * pitch)
+            if pad:     # the run decoded at its place in its chunk, the chunk found here
+                ((_, e, w),) = p.w_chunks.values()
+                first = kb.let("wc", ix.add(first, ix.mul(ix.div(k0, e), w + pad)))
+                k0 = ix.mod(k0, e)
+
+            def load(role, index):
+                return tile[ix.add(mine, ix.add(ix.i32(index), ix.add(first, offsets[role])))]
+            return p.w_run(b, m, i32(0), k0, load=load)
+        return decode
+    return stage
 
 
 def _dot(a: list[Expr], w: list, exps: list[int] | None = None) -> Expr:

@@ -26,7 +26,7 @@ from poot.codegen.program import Lowering
 from poot.codegen.region import RegionEval
 from poot.dtypes import DType
 from poot.errors import UnsupportedOp
-from poot.formats import RunPart, decode_run, get_format, run_length
+from poot.formats import RunPart, decode_run, get_format, run_length, word_chunks
 from poot.ir.graph import Lit
 from poot.ir.ops import (
     ContractionEpilogue,
@@ -77,6 +77,10 @@ class PackedReader:
         self.roles = {s.role: first + j for j, s in enumerate(weight.sources())}
         self.views = {i: words(sig.type(i)) for i in self.roles.values()}
         self.run = run_length(self.format, weight.shape, weight.attr_dict)
+        # role -> (buffer, elements, words) for the roles stored in K order (Problem.w_chunks)
+        chunks = word_chunks(self.format, weight.shape, weight.attr_dict)
+        self.chunks = {role: (f"in{self.roles[role]}", *c) for role, c in chunks.items()} \
+            if set(chunks) == set(self.roles) else {}      # a run's words all staged, or none
 
     def load(self, role: str, word_index) -> Expr:
         if role not in self.roles:
@@ -89,9 +93,10 @@ class PackedReader:
                                         self.weight.attr_dict)
         return value.cast(F32)
 
-    def run_parts(self, row: Expr, k0: Expr) -> list[RunPart]:
-        """Elements (row, k0 .. k0 + run - 1), k0 a multiple of `run`."""
-        parts = decode_run(self.format, self.load, row, k0, self.weight.shape,
+    def run_parts(self, row: Expr, k0: Expr, load=None) -> list[RunPart]:
+        """Elements (row, k0 .. k0 + run - 1), k0 a multiple of `run`; words read through
+        `load(role, word_index)` when given (a staged copy), else from the sources."""
+        parts = decode_run(self.format, load or self.load, row, k0, self.weight.shape,
                            self.weight.attr_dict)
         cast = lambda x: None if x is None else x.cast(F32)  # noqa: E731
         return [RunPart([v.cast(F32) for v in p.values], cast(p.scale), cast(p.offset),
@@ -143,7 +148,8 @@ def packed_problem(sig: Sig, epilogue) -> Problem:
     w = PackedReader(sig, sig.op.weight, 1)
     return Problem(1, _rows(a), n, k, _activation("in0", k),
                    lambda b, m, nn, kk: w.elem(nn, kk), store_flat(sig, _rows(a), n, epilogue),
-                   views=w.views, w_run=lambda b, m, nn, k0: w.run_parts(nn, k0), run=w.run)
+                   views=w.views, w_run=lambda b, m, nn, k0, load=None: w.run_parts(nn, k0, load),
+                   run=w.run, w_chunks=w.chunks)
 
 
 @problem_for(IndexedPackedContraction)
