@@ -77,3 +77,22 @@ def test_other_schedules_match_oracle(monkeypatch, schedule):
     y = rng.standard_normal(w.shape).astype(BF16.numpy)
     want = np.asarray(apply(MatMul(), [x, y], [a, w], out)).reshape(out.shape)
     assert mismatch(run_lowering(lowering, [x, y], out), want, 1e-5) is None
+
+
+def test_an_epilogue_keeps_the_tensor_core_schedule():
+    """ContractionEpilogue(MatMul) lowers its head with the target's features too: the
+    epilogue (here + bias) runs on the accumulators the MmaTiles left."""
+    from poot.ir import region
+    from poot.ir.ops import Binary, BinaryOp, ContractionEpilogue
+
+    rng = np.random.default_rng(3)
+    a, w, bias = TensorType((96, 40), BF16), TensorType((40, 72), BF16), TensorType((72,), BF16)
+    body = region([TensorType((96, 72), BF16), bias],
+                  lambda b, h, bb: b.eqn(Binary(BinaryOp.Add), h, bb))
+    op = ContractionEpilogue(MatMul(), 2, body)
+    out = op.infer([a, w, bias])
+    lowering = lower(op, [a, w, bias], out, FEATURES)
+    assert uses_mma(lowering)
+    args = [rng.standard_normal(t.shape).astype(BF16.numpy) for t in (a, w, bias)]
+    want = np.asarray(apply(op, args, [a, w, bias], out)).reshape(out.shape)
+    assert mismatch(run_lowering(lowering, args, out), want, 1e-5) is None

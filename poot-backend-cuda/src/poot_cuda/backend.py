@@ -9,7 +9,7 @@ from poot.codegen.lower import lower as lower_eqn
 from poot.errors import DeviceUnavailable
 from poot.ir.graph import Lit
 
-from poot_cuda.capability import kernel_features, table
+from poot_cuda.capability import kernel_features, parse_arch, table
 from poot_cuda.kernels import compile_lowering
 from poot_cuda.printer import CudaPrinter
 from poot_cuda.probe import probe
@@ -32,7 +32,7 @@ class CudaBackend(Backend):
     @staticmethod
     def compile_only_device(arch: str = "sm_90") -> Device:
         """A device record for planning and compiling without a GPU (CI's compile check)."""
-        major, minor = int(arch[3:-1]), int(arch[-1])
+        major, minor = parse_arch(arch)
         return Device("cuda", -1, f"compile-only {arch}",
                       (("arch", arch), ("major", major), ("minor", minor)))
 

@@ -31,6 +31,13 @@ def arch_of(major: int, minor: int) -> str:
     return f"sm_{major}{minor}"
 
 
+def parse_arch(arch: str) -> tuple[int, int]:
+    """(major, minor) of an NVRTC arch name: sm_90 -> (9, 0), sm_90a -> (9, 0), sm_120 ->
+    (12, 0)."""
+    digits = arch.removeprefix("sm_").rstrip("af")
+    return int(digits[:-1]), int(digits[-1])
+
+
 def table(device: str, major: int, minor: int, formats) -> CapabilityTable:
     """sm_80+ computes with F32, F16 and BF16 (16-bit floats compute in F32 and round
     per op, the IR's rule); sm_70/75 lack BF16 arithmetic. FP8 is storage only (packed

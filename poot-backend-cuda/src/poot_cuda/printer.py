@@ -15,6 +15,8 @@ from poot.codegen.program import (
 from poot.dtypes import DType
 from poot.ir.ops import BinaryOp, ReduceOp
 
+from poot_cuda.capability import parse_arch
+
 F32, F16, BF16, I32, U32 = DType.F32, DType.F16, DType.BF16, DType.I32, DType.U32
 WARP = 32
 STATIC_SHARED_LIMIT = 48 * 1024     # more needs dynamic shared memory, opted in per kernel
@@ -96,7 +98,7 @@ class CudaPrinter(CPrinter):
         on have finished and their writes are visible (a no-op when it was launched the
         ordinary way), then let the next kernel of the stream start launching, so its
         launch overlaps this kernel's work instead of following it."""
-        if int(self.device[3:].rstrip("af")[:-1]) < 9:         # sm_90 -> major 9
+        if parse_arch(self.device)[0] < 9:
             return []
         return ['asm volatile("griddepcontrol.wait;\\n" ::: "memory");',
                 'asm volatile("griddepcontrol.launch_dependents;\\n" ::: "memory");']

@@ -6,7 +6,7 @@ import functools
 from poot.codegen.cases import all_cases
 from poot.codegen.lower import lower
 
-from poot_cuda.capability import kernel_features
+from poot_cuda.capability import kernel_features, parse_arch
 from poot_cuda.kernels import CompiledLowering, compile_lowering
 from poot_cuda.printer import CudaPrinter
 
@@ -22,6 +22,5 @@ def cases() -> tuple:
 def compiled(case_id: str, arch: str = ARCH) -> CompiledLowering:
     """A case lowered, printed and compiled once per process (and cached on disk)."""
     case = next(c for c in cases() if c.id == case_id)
-    major, minor = int(arch[3:-1]), int(arch[-1])
-    lowering = lower(case.op, case.ins, case.out(), kernel_features(major, minor))
+    lowering = lower(case.op, case.ins, case.out(), kernel_features(*parse_arch(arch)))
     return compile_lowering(lowering, CudaPrinter(arch))

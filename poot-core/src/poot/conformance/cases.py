@@ -309,12 +309,13 @@ def region_cases() -> Iterator[Case]:
         yield case(f"FusedRow-rmsnorm-{d}-5x67", "FusedRow", d, [Arg(r), Arg(T((67,), d))],
                    one(O.FusedRow(region([r, T((67,), d)], _rms_body), -1)), exact=False,
                    growth="compose")
-        h = T((7, 19), d)
-        body = region([h, T((19,), d)], _epilogue_body)
-        yield case(f"ContractionEpilogue-MatMul-{d}-7x33x19", "ContractionEpilogue", d,
-                   [Arg(T((7, 33), d)), Arg(T((33, 19), d)), Arg(T((19,), d))],
-                   one(O.ContractionEpilogue(O.MatMul(), 2, body)), exact=False,
-                   growth="compose", flops=2 * 7 * 33 * 19)
+        for m, k, n in ((7, 33, 19), (130, 72, 40)):      # FMA tiles; tensor-core tiles
+            h = T((m, n), d)
+            body = region([h, T((n,), d)], _epilogue_body)
+            yield case(f"ContractionEpilogue-MatMul-{d}-{m}x{k}x{n}", "ContractionEpilogue", d,
+                       [Arg(T((m, k), d)), Arg(T((k, n), d)), Arg(T((n,), d))],
+                       one(O.ContractionEpilogue(O.MatMul(), 2, body)), exact=False,
+                       growth="compose", flops=2 * m * k * n)
     h = T((3, 19), F32)
     body = region([h, T((19,), F32)], _epilogue_body)
     yield case("ContractionEpilogue-DenseContraction-bf16-3x64x19", "ContractionEpilogue", F32,

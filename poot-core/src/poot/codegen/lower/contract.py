@@ -74,7 +74,6 @@ class Problem:
     w_run: Elem | None = None
     run: int = 1                  # elements per w_run
     tiles: object = None          # mma.Tiles: 16-bit operands tensor cores can read as is
-    features: frozenset = frozenset()   # the target's optional statements (Sig.features)
     w_chunks: dict = field(default_factory=dict)
 
     def zero(self) -> Const:
@@ -111,16 +110,16 @@ def lower_contraction(sig):
     from poot.codegen.program import Lowering
 
     p = PROBLEMS[type(sig.op)](sig, None)
-    p.features = sig.features
-    declare = lambda kb: sig.declare_all(kb, p.views)  # noqa: E731
-    return Lowering((contraction_kernel(p, lambda g, wg: sig.builder(g, wg), declare),))
+    return Lowering((contraction_kernel(p, sig, lambda kb: sig.declare_all(kb, p.views)),))
 
 
-def contraction_kernel(p: Problem, kb_factory: Callable[[tuple, tuple], KernelBuilder],
-                       declare: Callable[[KernelBuilder], None]):
+def contraction_kernel(p: Problem, sig, declare: Callable[[KernelBuilder], None]):
+    """The schedule for `p`, in kernels named after `sig`'s eqn, using the optional
+    statements its target declares (`sig.features`)."""
+    kb_factory = sig.builder
     if p.w_per_row or p.m <= GEMV_MAX_ROWS:
         return gemv_kernel(p, kb_factory, declare)
-    if mma.usable(p, p.features):
+    if mma.usable(p, sig.features):
         return mma.mma_gemm_kernel(p, kb_factory, declare)
     return gemm_kernel(p, kb_factory, declare)
 

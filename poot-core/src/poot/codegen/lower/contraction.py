@@ -230,7 +230,7 @@ def lower_contraction_epilogue(sig: Sig) -> Lowering:
 
     def declare(kb):
         sig.declare_all(kb, p.views)
-    return Lowering((contraction_kernel(p, lambda g, wg: sig.builder(g, wg), declare),))
+    return Lowering((contraction_kernel(p, sig, declare),))
 
 
 def _operand(sig: Sig, j: int, coords) -> Expr:

@@ -38,7 +38,7 @@ def matmul_problem(sig: Sig, epilogue) -> Problem:
         return Load("in1", ix.add(off, ix.add(ix.mul(kk, n), nn)), w.dtype).cast(acc)
 
     tiles = mma.tiles_for(
-        a.dtype, w.dtype, n, k,
+        n, k,
         mma.TileOperand("in0", a.dtype, True,
                         lambda b: batch_offset(b, batch_shape, a.shape[:-2], m * k)),
         mma.TileOperand("in1", w.dtype, False,

@@ -75,11 +75,10 @@ class Tiles:
     w: TileOperand       # [N, K] (k_major) or [K, N]
 
 
-def tiles_for(a_dtype: DType, w_dtype: DType, n: int, k: int, a: TileOperand,
-              w: TileOperand) -> Tiles | None:
+def tiles_for(n: int, k: int, a: TileOperand, w: TileOperand) -> Tiles | None:
     """Tile operands when the problem fits the schedule: one 16-bit float type on both
     sides, K and N in whole 16-byte chunks."""
-    if a_dtype is not w_dtype or a_dtype not in (DType.BF16, DType.F16):
+    if a.dtype is not w.dtype or a.dtype not in (DType.BF16, DType.F16):
         return None
     if k % CHUNK or n % CHUNK or not a.k_major:
         return None
