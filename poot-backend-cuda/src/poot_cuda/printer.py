@@ -103,19 +103,23 @@ class CudaPrinter(CPrinter):
         return ['asm volatile("griddepcontrol.wait;\\n" ::: "memory");',
                 'asm volatile("griddepcontrol.launch_dependents;\\n" ::: "memory");']
 
+    def source(self, kernel: Kernel) -> str:
+        # decided once per kernel: where its shared arrays live (one dynamic block past
+        # 48 KiB), and whether async copies and matrix loads address them in 16-byte units
+        self._offsets = ({n: o for n, _, _, o in _shared_layout(kernel)}
+                         if dynamic_shared_bytes(kernel) else None)
+        self._align = any(isinstance(s, (CopyAsync, MmaTile)) for s in kernel.statements())
+        return super().source(kernel)
+
     def shared_decl(self, name: str, dtype: DType, count: int) -> str:
         t = self.type_name(dtype)
-        if dynamic_shared_bytes(self._kernel):   # one extern block, arrays at offsets
-            offset = next(o for n, _, _, o in _shared_layout(self._kernel) if n == name)
+        if self._offsets is not None:
+            offset = self._offsets[name]
             first = ("extern __shared__ __align__(16) unsigned char poot_smem[]; "
                      if offset == 0 else "")
             return f"{first}{t}* const {name} = ({t}*)(poot_smem + {offset});"
-        # rows that async copies and matrix loads address in 16-byte units
-        align = "__align__(16) " if self._matrix_kernel() else ""
+        align = "__align__(16) " if self._align else ""
         return f"__shared__ {align}{t} {name}[{count}];"
-
-    def _matrix_kernel(self) -> bool:
-        return any(isinstance(s, (CopyAsync, MmaTile)) for s in self._kernel.statements())
 
     # -- async copies and tensor cores (sm_80+) -------------------------------------------
     def matrix_stmt(self, s: Stmt, depth: int) -> list[str]:
@@ -204,9 +208,6 @@ class CudaPrinter(CPrinter):
         if op is ReduceOp.Sum:
             return f"({a} + {b})" if dtype is F32 else f"poot_iadd({a}, {b})"
         return f"poot_fmax({a}, {b})" if dtype is F32 else f"poot_imax({a}, {b})"
-
-    def _warps(self, kernel: Kernel) -> int:
-        return kernel.threads_per_group // WARP
 
     def needs_scratch(self, s: CoopReduce, kernel: Kernel) -> bool:
         width = s.width or kernel.threads_per_group
