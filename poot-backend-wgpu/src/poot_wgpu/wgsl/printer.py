@@ -18,7 +18,7 @@ left is WGSL's spelling:
   out (`helpers`).
 * A grid over the per-dimension workgroup limit is folded into x and y and unfolded
   from the linear workgroup id; a CoopReduce is a tree reduction over a workgroup
-  array of the printer's own. Device limits are checked: LimitExceeded.
+  array of the printer's own. Device limits are checked first (kernel.check_limits).
 """
 from __future__ import annotations
 
@@ -27,17 +27,17 @@ import re
 from collections import Counter
 
 import numpy as np
-from poot.codegen.expr import Bin, Bitcast, Cast, Const, Expr, Load, Sel, Un, Var, children
+from poot.codegen.expr import Bin, Const, Expr, Load, Sel, Un, Var, children
 from poot.codegen.printer import Printer
-from poot.codegen.program import Assign, Barrier, CoopReduce, For, If, Kernel, Let, Store
+from poot.codegen.program import Barrier, CoopReduce, For, Kernel, Let, Store
 from poot.dtypes import DType
-from poot.errors import DtypeLowering, LimitExceeded, UnsupportedOp
+from poot.errors import DtypeLowering, UnsupportedOp
 from poot.ir.ops.elementwise import BinaryOp, UnaryOp
 from poot.ir.ops.reduce import ReduceOp
 from poot.kernel_backend import CompiledKernel
 
 from poot_wgpu.device import WgpuDevice
-from poot_wgpu.kernel import dispatch_groups
+from poot_wgpu.kernel import check_limits, dispatch_groups
 from poot_wgpu.wgsl.helpers import Helpers
 from poot_wgpu.wgsl.rewrite import rewrite_kernel
 from poot_wgpu.wgsl.types import ARITHMETIC, BACKEND, Layout, layout
@@ -121,7 +121,8 @@ class WgslPrinter(Printer):
             prefix = "s_" if a in kernel.shared else "l_"
             self.arrays[a.name] = (_ident(prefix, a.name), a.dtype, False)
         self.variables = {}
-        groups = self.check_limits(kernel)
+        check_limits(kernel, self.dev)
+        groups = dispatch_groups(kernel, self.dev)
         body = self.group_ids(kernel, folded=groups != kernel.grid3())
         for a in kernel.locals:
             typ = self.layout(a.dtype, "LocalArray").register
@@ -176,37 +177,6 @@ class WgslPrinter(Printer):
             self.refuse_dtype(f"{op} on {d}: {d} is storage-and-conversion only on wgpu; cast "
                               f"to f32 first", d, op)
 
-    def check_limits(self, k: Kernel) -> tuple[int, int, int]:
-        lim = self.dev.limits
-
-        def over(msg: str):
-            raise LimitExceeded(f"kernel {k.name}: {msg}", backend=BACKEND, device=self.device)
-
-        for axis, size in zip("xyz", k.workgroup3(), strict=True):
-            if size > lim[f"max-compute-workgroup-size-{axis}"]:
-                over(f"workgroup {k.workgroup} is over max-compute-workgroup-size-{axis} "
-                     f"{lim[f'max-compute-workgroup-size-{axis}']}")
-        cap = lim["max-compute-invocations-per-workgroup"]
-        if k.threads_per_group > cap:
-            over(f"{k.threads_per_group} threads per workgroup, over "
-                 f"max-compute-invocations-per-workgroup {cap}")
-        cap = lim["max-storage-buffer-binding-size"]
-        for b in k.buffers:
-            if b.nbytes > cap:
-                over(f"buffer {b.name!r} is {b.nbytes} bytes, over "
-                     f"max-storage-buffer-binding-size {cap}")
-        shared = sum(a.count * a.dtype.itemsize for a in k.shared)
-        if k.reductions():
-            shared += 4 * k.threads_per_group * len({s.value.dtype for s in k.reductions()})
-        cap = lim["max-compute-workgroup-storage-size"]
-        if shared > cap:
-            over(f"{shared} bytes of workgroup memory, over "
-                 f"max-compute-workgroup-storage-size {cap}")
-        cap = lim["max-storage-buffers-per-shader-stage"]
-        if len(k.buffers) > cap:
-            over(f"{len(k.buffers)} buffers, over max-storage-buffers-per-shader-stage {cap}")
-        return dispatch_groups(k, self.dev)
-
     # -- builtins and group ids ------------------------------------------------------------
     def builtin(self, kind: str, axis: int, kernel: Kernel) -> str:
         a = "xyz"[axis]
@@ -239,13 +209,6 @@ class WgslPrinter(Printer):
         name = self.variables[s.name] = _ident("v_", s.name)
         typ = self.layout(s.value.dtype).register
         return [f"{self.pad(depth)}{'var' if s.mutable else 'let'} {name}: {typ} = {text};"]
-
-    def branch(self, s: If, depth: int) -> list[str]:
-        pad = self.pad(depth)
-        out = [f"{pad}if {self.condition(s.cond)} {{", *self.block(s.then, depth + 1)]
-        if s.orelse:
-            out += [pad + "} else {", *self.block(s.orelse, depth + 1)]
-        return out + [pad + "}"]
 
     def barrier_stmt(self, s: Barrier, depth: int) -> list[str]:
         return [self.pad(depth) + "workgroupBarrier();", self.pad(depth) + "storageBarrier();"]

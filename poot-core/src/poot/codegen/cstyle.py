@@ -27,7 +27,7 @@ import numpy as np
 
 from poot.codegen.expr import Bin, Const, Expr, Sel, Un
 from poot.codegen.printer import Printer
-from poot.codegen.program import Barrier, CoopReduce, For, If, Kernel, Let, Store
+from poot.codegen.program import Barrier, CoopReduce, For, Kernel, Let, Store
 from poot.dtypes import DType
 from poot.ir.ops import BinaryOp, UnaryOp
 
@@ -160,12 +160,8 @@ class CPrinter(Printer):
                 f"{self.expr(s.stop)}; {s.var} += {self.expr(s.step)}) {{")
         return [*self.loop_pragma(s, pad), head, *self.block(s.body, depth + 1), pad + "}"]
 
-    def branch(self, s: If, depth: int) -> list[str]:
-        pad = self.pad(depth)
-        out = [f"{pad}if ({self.expr(s.cond)} != 0) {{", *self.block(s.then, depth + 1)]
-        if s.orelse:
-            out += [pad + "} else {", *self.block(s.orelse, depth + 1)]
-        return out + [pad + "}"]
+    def condition(self, e: Expr) -> str:
+        return f"({self.expr(e)} != 0)"
 
     def barrier_stmt(self, s: Barrier, depth: int) -> list[str]:
         return [self.pad(depth) + self.barrier()]
