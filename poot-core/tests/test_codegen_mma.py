@@ -7,11 +7,14 @@ import pytest
 from poot.codegen.cases import mismatch
 from poot.codegen.interp import run_lowering
 from poot.codegen.lower import lower
-from poot.codegen.program import COPY_ASYNC, FEATURES, MMA, MmaTile
+from poot.codegen.program import MmaTile
+from poot.codegen.target import COPY_ASYNC, FEATURES, MMA_M16N8K16
 from poot.dtypes import DType
 from poot.ir.ops import MatMul
 from poot.ir.types import TensorType
 from poot.reference import apply
+
+MMA = MMA_M16N8K16.feature
 
 BF16, F16, F32 = DType.BF16, DType.F16, DType.F32
 

@@ -23,9 +23,10 @@ PACKED = ("PackedDequant", "PackedContraction", "PackedRowGather", "IndexedPacke
 
 def kernel_features(major: int, minor: int) -> frozenset:
     """cp.async and mma.sync m16n8k16 (BF16/F16 -> F32) exist from sm_80 on."""
-    from poot.codegen.program import COPY_ASYNC, MMA
+    from poot.codegen.target import COPY_ASYNC, MMA_M16N8K16
 
-    return frozenset({MMA, COPY_ASYNC}) if (major, minor) >= (8, 0) else frozenset()
+    return (frozenset({MMA_M16N8K16.feature, COPY_ASYNC}) if (major, minor) >= (8, 0)
+            else frozenset())
 
 
 def arch_of(major: int, minor: int) -> str:

@@ -12,13 +12,14 @@ from poot.codegen.program import (
     MmaTile,
     Stmt,
 )
+from poot.codegen.target import MMA_M16N8K16
 from poot.dtypes import DType
 from poot.ir.ops import BinaryOp, ReduceOp
 
 from poot_cuda.capability import parse_arch
 
 F32, F16, BF16, I32, U32 = DType.F32, DType.F16, DType.BF16, DType.I32, DType.U32
-WARP = 32
+WARP = 32                           # threads of a warp (shuffles, MmaTile lane groups)
 STATIC_SHARED_LIMIT = 48 * 1024     # more needs dynamic shared memory, opted in per kernel
 
 
@@ -139,8 +140,10 @@ class CudaPrinter(CPrinter):
     def mma_tile(self, s: MmaTile, pad: str) -> list[str]:
         """ldmatrix loads the fragments (x4: four 8x8 matrices, one row address per
         lane), then one mma.sync per 16 x 8 tile; see MmaTile for the layouts."""
+        if s.unit is not MMA_M16N8K16:
+            raise self.unsupported(f"MmaTile of matrix unit {s.unit.feature}")
         t = "bf16" if s.dtype is BF16 else "f16"
-        lane = f"({self.builtin('index', 0, self.kernel)} & 31)"
+        lane = f"({self.builtin('index', 0, self.kernel)} & {WARP - 1})"
         a_row, a_word = self.expr(s.a_row), self.expr(s.a_word)
         b_col, b_word = self.expr(s.b_col), self.expr(s.b_word)
         out = [pad + "{", f"{pad}  const int ln = {lane};",

@@ -40,7 +40,6 @@ from poot.codegen.program import (
     MmaTile,
     Stmt,
     Store,
-    mma_coords,
 )
 from poot.errors import PootError
 from poot.ir.ops.reduce import ReduceOp
@@ -268,27 +267,28 @@ class _Batch:
     def mma_tile(self, s: MmaTile, act: np.ndarray):
         """The warp's product from shared words, written to its lanes' accumulators in
         the documented layout; operands must be warp-uniform and every lane present."""
-        lanes = self.lane[act]
-        if act.size % 32 or np.any(lanes.reshape(-1, 32) % 32 != np.arange(32)):
-            self.fault("MmaTile reached by part of a warp")
+        lanes, u = self.lane[act], s.unit
+        n = u.lanes
+        if act.size % n or np.any(lanes.reshape(-1, n) % n != np.arange(n)):
+            self.fault("MmaTile reached by part of a lane group")
         half = np.dtype(s.dtype.numpy)
-        for warp in act.reshape(-1, 32):
+        for warp in act.reshape(-1, n):
             vals = [self.ev(e, warp) for e in (s.a_row, s.a_word, s.b_col, s.b_word)]
             if any(np.any(v != v[0]) for v in vals):
                 self.fault("MmaTile operands differ across a warp")
             a_row, a_word, b_col, b_word = (int(v[0]) for v in vals)
             g = self.group[warp[0]]
-            rows, cols = 16 * s.tiles_m, 8 * s.tiles_n
-            a = self._halves(s.a, g, [a_row + r for r in range(rows)], s.a_pitch, a_word, 16)
+            rows, cols = u.m * s.tiles_m, u.n * s.tiles_n
+            a = self._halves(s.a, g, [a_row + r for r in range(rows)], s.a_pitch, a_word, u.k)
             if s.b_trans:
-                b = self._halves(s.b, g, list(range(16)), s.b_pitch, 0, cols, b_word, b_col)
+                b = self._halves(s.b, g, list(range(u.k)), s.b_pitch, 0, cols, b_word, b_col)
             else:
                 b = self._halves(s.b, g, [b_col + c for c in range(cols)], s.b_pitch,
-                                 b_word, 16).T
+                                 b_word, u.k).T
             prod = (a.view(half).astype(np.float32) @ b.view(half).astype(np.float32))
-            lane, i, j, r = np.ix_(range(32), range(s.tiles_m), range(s.tiles_n), range(4))
-            row, col = mma_coords(lane, r)
-            vals = prod[16 * i + row, 8 * j + col].reshape(32, -1)
+            lane, i, j, r = np.ix_(range(n), range(s.tiles_m), range(s.tiles_n), range(4))
+            row, col = u.coords(lane, r)
+            vals = prod[u.m * i + row, u.n * j + col].reshape(n, -1)
             first = s.acc_first
             self.locals[s.acc][warp, first:first + vals.shape[1]] += vals
 

@@ -30,17 +30,18 @@ Conventions every printer and the interpreter (`poot.codegen.interp`) share:
   subgroups, to shared memory and barriers of their own; they must leave shared
   arrays of the kernel untouched. Floats reduce in F32, integers in I32.
 
-Matrix-unit statements, for targets that declare the features (`FEATURES`); a
-lowering emits them only when its target has them, and printers without them refuse:
+Matrix-unit statements, for targets that declare the features (poot.codegen.target);
+a lowering emits them only when its target has them, and printers without them refuse:
 
 * `CopyAsync` copies 16 bytes from a buffer into a shared array, possibly in the
   background; `CopyCommit` closes the batch of copies this thread issued since the
   last commit, and `CopyWait(pending)` waits until at most `pending` of this
   thread's batches are still in flight. A Barrier after the wait makes the copies
   visible to the workgroup (the interpreter copies at once, a legal schedule).
-* `MmaTile` is warp-cooperative (every thread of each 32-thread warp reaches it, with
-  warp-uniform operands): acc += A . B^T over 16 values of K, 16-bit floats (BF16 or
-  F16) read from shared U32 words, F32 accumulate. See its docstring for the layouts.
+* `MmaTile` is cooperative over the lanes of its matrix unit (`MmaTile.unit`, the
+  target's `MatrixUnit`: every thread of each group of `unit.lanes` reaches it, with
+  group-uniform operands): acc += A . B^T over `unit.k` values of K, 16-bit floats
+  (BF16 or F16) read from shared U32 words, F32 accumulate. See its docstring.
 """
 from __future__ import annotations
 
@@ -48,20 +49,18 @@ import enum
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from poot.codegen.expr import Expr, Load, Var, walk
 from poot.dtypes import DType
 from poot.errors import IRError
 from poot.ir.ops.reduce import ReduceOp
 
+if TYPE_CHECKING:  # pragma: no cover
+    from poot.codegen.target import MatrixUnit
+
 I32 = DType.I32
 AXES = ("x", "y", "z")
-WARP = 32
-
-#: optional statement families a target may declare (Sig.features)
-MMA = "mma.m16n8k16"       # MmaTile
-COPY_ASYNC = "copy.async"  # CopyAsync, CopyCommit, CopyWait
-FEATURES = frozenset({MMA, COPY_ASYNC})
 
 #: reserved Var names -> (kind, axis); kind is "local", "group", "global" or "index"
 BUILTINS: dict[str, tuple[str, int]] = {
@@ -240,16 +239,17 @@ class CopyWait(Stmt):
 
 @dataclass(frozen=True, eq=False)
 class MmaTile(Stmt):
-    """Per warp: acc += A[a_row : a_row + 16*tiles_m, k : k+16] . B[k : k+16, cols]
-    with cols = b_col : b_col + 8*tiles_n (F32 accumulate).
+    """Per group of `unit.lanes` threads, with (m, n, k) the unit's tile shape:
+    acc += A[a_row : a_row + m*tiles_m, k0 : k0+k] . B[k0 : k0+k, cols] with
+    cols = b_col : b_col + n*tiles_n (F32 accumulate).
 
     A is row-major in shared U32 words, two 16-bit values per word: element (r, k) at
     word r * a_pitch + a_word + k // 2. B is either [n][k] (`b_trans` False: element
     (k, n) at word n * b_pitch + b_word + k // 2, a weight in checkpoint order) or
     [k][n] (`b_trans` True: at word k * b_pitch + b_word + n // 2). Rows start on
-    16-byte boundaries. Lane l of the warp holds result (row, col) of tile (i, j) in
-    acc[acc_first + 4 * (i * tiles_n + j) + r], r = 0..3, with row = 16 i + l // 4 +
-    8 (r // 2) and col = 8 j + 2 (l % 4) + r % 2 (`mma_coords`). tiles_n is even.
+    16-byte boundaries. Lane l of the group holds result (row, col) of tile (i, j) in
+    acc[acc_first + 4 * (i * tiles_n + j) + r], r = 0..3, with (row - m i, col - n j) =
+    `unit.coords(l, r)`. tiles_n is even. `unit` is the target's (poot.codegen.target).
     """
 
     acc: str
@@ -266,11 +266,7 @@ class MmaTile(Stmt):
     b_word: Expr
     b_pitch: int
     b_trans: bool = False
-
-
-def mma_coords(lane: int, r: int) -> tuple[int, int]:
-    """(row, col) within a 16 x 8 MmaTile tile of accumulator register r of `lane`."""
-    return lane // 4 + 8 * (r // 2), 2 * (lane % 4) + r % 2
+    unit: MatrixUnit | None = None
 
 
 # -- the kernel -------------------------------------------------------------------------
@@ -490,14 +486,16 @@ class _Checker:
             arr = arrays.get(name)
             if not isinstance(arr, SharedArray) or arr.dtype is not DType.U32:
                 self.fail(f"MmaTile operand {name!r} must be a shared U32 array")
+        if s.unit is None:
+            self.fail("MmaTile names no matrix unit (the target's, poot.codegen.target)")
         if s.dtype not in (DType.BF16, DType.F16):
             self.fail(f"MmaTile multiplies BF16 or F16, not {s.dtype}")
         if s.tiles_m < 1 or s.tiles_n < 2 or s.tiles_n % 2:
             self.fail("MmaTile needs tiles_m >= 1 and an even tiles_n")
         if s.a_pitch % 4 or s.b_pitch % 4:
             self.fail("MmaTile rows must start on 16-byte boundaries (pitches of 4 words)")
-        if self.kernel.threads_per_group % WARP:
-            self.fail(f"MmaTile needs whole warps of {WARP} threads")
+        if self.kernel.threads_per_group % s.unit.lanes:
+            self.fail(f"MmaTile needs whole groups of {s.unit.lanes} threads")
         for e in (s.a_row, s.a_word, s.b_col, s.b_word):
             self.expr(e, I32)
 

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from poot.codegen import index as ix
 from poot.codegen.builder import ArrayRef, KernelBuilder
 from poot.codegen.expr import Const, Expr, Load
-from poot.codegen.program import FEATURES, OUT, Access, KernelProgram
+from poot.codegen.program import OUT, Access, KernelProgram
+from poot.codegen.target import FEATURES
 from poot.dtypes import DType
 from poot.errors import LimitExceeded, UnsupportedOp
 from poot.ir.graph import Lit
@@ -32,7 +33,7 @@ def lowers(*op_types: type):
 class Sig:
     """One planned eqn: its op, operands (TensorType, or Lit for literals) and output;
     `features` are the optional statement families its target prints
-    (poot.codegen.program.FEATURES), which open faster schedules."""
+    (poot.codegen.target.FEATURES), which open faster schedules."""
 
     op: OpKind
     ins: tuple[TensorType | Lit, ...]

@@ -19,12 +19,14 @@ from dataclasses import dataclass
 
 from poot.codegen import index as ix
 from poot.codegen.expr import Const, Expr, Load, i32
-from poot.codegen.program import COPY_ASYNC, MMA, MmaTile, group_id, local_index, mma_coords
+from poot.codegen.program import MmaTile, group_id, local_index
+from poot.codegen.target import COPY_ASYNC, MMA_M16N8K16, matrix_unit
 from poot.dtypes import DType
 
 PAD = 4                          # words (16 bytes) after each shared row
 CHUNK = 8                        # 16-bit values per 16-byte copy
 MIN_ROWS = 64                    # below this the FMA tiles waste less
+UNIT = MMA_M16N8K16              # the matrix unit the schedule's tiling is written for
 
 
 @dataclass(frozen=True)
@@ -41,7 +43,7 @@ class Schedule:
 
     @property
     def threads(self) -> int:
-        return 32 * self.warps_m * self.warps_n
+        return UNIT.lanes * self.warps_m * self.warps_n
 
     @property
     def tm(self) -> int:           # 16-row tiles per warp
@@ -86,8 +88,10 @@ def tiles_for(n: int, k: int, a: TileOperand, w: TileOperand) -> Tiles | None:
 
 
 def usable(p, features) -> bool:
-    return (p.tiles is not None and {MMA, COPY_ASYNC} <= set(features) and p.m >= MIN_ROWS
-            and not p.w_per_row)
+    """This schedule is written for 16 x 8 x 16 tiles over 32 lanes: targets whose matrix
+    unit is that one, and that copy asynchronously."""
+    return (p.tiles is not None and matrix_unit(features) is UNIT and COPY_ASYNC in features
+            and p.m >= MIN_ROWS and not p.w_per_row)
 
 
 def mma_gemm_kernel(p, kb_factory, declare, sc: Schedule | None = None):
@@ -112,8 +116,8 @@ def mma_gemm_kernel(p, kb_factory, declare, sc: Schedule | None = None):
         kb.store(acc, r, Const(0.0, DType.F32))
 
     tid = local_index()
-    lane = kb.let("lane", ix.mod(tid, 32))
-    warp = kb.let("warp", ix.div(tid, 32))
+    lane = kb.let("lane", ix.mod(tid, UNIT.lanes))
+    warp = kb.let("warp", ix.div(tid, UNIT.lanes))
     wm = kb.let("wm", ix.div(warp, WARPS_N))
     wn = kb.let("wn", ix.mod(warp, WARPS_N))
     m0 = kb.let("m0", ix.mul(group_id(1), BM))
@@ -175,7 +179,8 @@ def mma_gemm_kernel(p, kb_factory, declare, sc: Schedule | None = None):
             kb.mma(MmaTile(acc.name, 0, TM, TN, t.a.dtype,
                            sa.name, ix.add(ix.mul(stage, BM), ix.mul(wm, BM // WARPS_M)),
                            i32(kk * 8), a_pitch,
-                           sw.name, b_col, b_word, w_pitch, b_trans=not t.w.k_major))
+                           sw.name, b_col, b_word, w_pitch, b_trans=not t.w.k_major,
+                           unit=UNIT))
 
     row_base = kb.let("rb", ix.add(m0, ix.mul(wm, BM // WARPS_M)))
     col_base = kb.let("cb", ix.add(n0, ix.mul(wn, BN // WARPS_N)))
@@ -183,7 +188,7 @@ def mma_gemm_kernel(p, kb_factory, declare, sc: Schedule | None = None):
     for i in range(TM):
         for j in range(TN):
             for r in range(4):
-                dr, dc = mma_coords(0, r)            # the lane's part is quad / pair
+                dr, dc = UNIT.coords(0, r)           # the lane's part is quad / pair
                 m = kb.let("m", ix.add(row_base, ix.add(quad, 16 * i + dr)))
                 n = kb.let("n", ix.add(col_base, ix.add(pair, 8 * j + dc)))
                 with kb.if_(ix.both(ix.lt(m, i32(p.m)), ix.lt(n, i32(p.n)))):

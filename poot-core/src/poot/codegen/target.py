@@ -1,0 +1,60 @@
+"""Target facts: what a lowering may assume of the device, as its backend declares it.
+
+The kernel program (poot.codegen.program) is neutral: it names no warp width and no
+instruction. A backend tells the lowerings what its target has through
+`KernelBackend.features(device)`, a set of feature names:
+
+* a matrix unit (`MatrixUnit.feature`): the target prints `MmaTile` for that unit's
+  tile shape and lane layout (CUDA sm_80+: `MMA_M16N8K16`);
+* `COPY_ASYNC`: the target prints CopyAsync / CopyCommit / CopyWait.
+
+A lowering emits a statement family only when its target declares it; the printers of
+targets without it refuse. A new matrix unit (a wavefront-wide one, say) is one more
+`MatrixUnit` here, and a schedule that asks `matrix_unit(features)` for it.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class MatrixUnit:
+    """A cooperative matrix instruction as `MmaTile` uses it: acc (m x n, F32) += A (m x k)
+    . B (k x n) with 16-bit float operands, executed together by `lanes` threads. Lane l
+    holds accumulator r (0..3) of each tile at (row, col) = `coords(l, r)`."""
+
+    feature: str
+    m: int
+    n: int
+    k: int
+    lanes: int
+
+    def coords(self, lane, r):
+        """(row, col) within an m x n tile of accumulator register r of `lane` (ints or
+        numpy arrays)."""
+        lane, r = np.asarray(lane), np.asarray(r)
+        row = lane // 4 + (self.m // 2) * (r // 2)
+        col = 2 * (lane % 4) + r % 2
+        return (int(row), int(col)) if row.ndim == 0 else (row, col)
+
+
+#: 16 x 8 x 16 tiles over a 32-lane warp: quad (lane / 4) picks the row, pair (lane % 4)
+#: two adjacent columns; registers 2 and 3 are the rows 8 below (PTX mma.sync.m16n8k16)
+MMA_M16N8K16 = MatrixUnit("mma.m16n8k16", 16, 8, 16, 32)
+MATRIX_UNITS = {u.feature: u for u in (MMA_M16N8K16,)}
+
+COPY_ASYNC = "copy.async"
+#: every feature name a target may declare
+FEATURES = frozenset({*MATRIX_UNITS, COPY_ASYNC})
+
+
+def matrix_unit(features: Iterable[str]) -> MatrixUnit | None:
+    """The matrix unit a target declares, if any."""
+    return next((MATRIX_UNITS[f] for f in sorted(features) if f in MATRIX_UNITS), None)
+
+
+__all__ = ["COPY_ASYNC", "FEATURES", "MATRIX_UNITS", "MMA_M16N8K16", "MatrixUnit",
+           "matrix_unit"]
