@@ -55,40 +55,23 @@ def op_key(op: O.OpKind) -> str:
     return f"{op.name}.{sub.name}" if sub is not None and hasattr(sub, "name") else op.name
 
 
-_PACKED = (O.PackedDequant, O.PackedContraction, O.PackedRowGather, O.IndexedPackedContraction)
-_FIRST_OPERAND = (O.Binary, O.Unary, O.Reduce, O.ArgTopK, O.MatMul, O.IndexedMatMul,
-                  O.Attention, O.SelectedAttention, O.Rope, O.BlockTopK, O.Gather,
-                  O.ScatterUpdate, O.DynamicUpdateSlice, O.Broadcast, O.Reshape, O.Transpose,
-                  O.Slice, O.Concat, O.AllReduce, O.AllGather, O.DenseRowGather)
-#: ops whose deciding dtype needs arithmetic, and those that need it as a contraction operand
-_ARITH_OPS = (O.Unary, O.Binary, O.Reduce, O.Select, O.ArgTopK, O.Rope)
-_DOT_OPS = (O.MatMul, O.IndexedMatMul, O.Attention, O.SelectedAttention, O.DenseContraction,
-            O.GroupedDenseContraction, O.BlockTopK)
-
-
 def primary_dtype(op: O.OpKind, ins: Sequence[TensorType], out: TensorType) -> DType | str:
-    """The dtype (or packed format name) that decides whether a device lowers this eqn.
-
-    Select: its branches' dtype; dense contractions: the weight's; packed ops: the
-    format name; Cast: its source; regions and generators: the result's.
-    """
-    if isinstance(op, _PACKED):
+    """The dtype (or packed format name) that decides whether a device lowers this eqn,
+    as the op's class declares it (`OpKind.deciding`): Select its branches' dtype; dense
+    contractions the weight's; packed ops the format name; Cast its source; regions and
+    generators the result's."""
+    if op.deciding == "format":
         return op.weight.format
-    if isinstance(op, O.Select):
+    if op.deciding in ("branches", "weight"):
         return ins[1].dtype
-    if isinstance(op, (O.DenseContraction, O.GroupedDenseContraction)):
-        return ins[1].dtype
-    if isinstance(op, _FIRST_OPERAND + (O.Cast,)):
+    if op.deciding == "operand":
         return ins[0].dtype
     return out.dtype
 
 
 def _needed_use(op: O.OpKind) -> Use:
-    if isinstance(op, _DOT_OPS):
-        return Use.DOT
-    if isinstance(op, _ARITH_OPS):
-        return Use.ARITH
-    return Use.STORAGE
+    """The use of its deciding dtype the op needs (`OpKind.needs`)."""
+    return Use[op.needs.upper()]
 
 
 def op_keys(*families: str) -> list[str]:
@@ -241,7 +224,7 @@ class CapabilityTable:
 
 
 #: the op keys whose deciding "dtype" is a packed format name
-PACKED_KEYS = [cls.__name__ for cls in _PACKED]
+PACKED_KEYS = [name for name, cls in O.ALL_OPS.items() if cls.deciding == "format"]
 
 
 def _matrix(keys, cols, lowers) -> list[str]:

@@ -39,6 +39,14 @@ class OpKind:
     composite: ClassVar[bool] = False
     #: number of operands, or None when variadic
     arity: ClassVar[int | None] = None
+    #: capability traits (poot.capability reads them): which dtype decides whether a
+    #: device lowers the op, "operand" (the first operand's), "branches" (Select's
+    #: branches), "weight" (a dense contraction's weight), "format" (a packed weight's
+    #: format name) or "out" (the result's); and the use of it the device needs,
+    #: "storage", "arith" (elementwise arithmetic, reductions, selects) or "dot"
+    #: (contraction operands)
+    deciding: ClassVar[str] = "out"
+    needs: ClassVar[str] = "storage"
 
     @property
     def name(self) -> str:

@@ -173,6 +173,8 @@ class Attention(Composite):
 
     scale: float
     arity: ClassVar[int] = 4
+    deciding: ClassVar[str] = "operand"
+    needs: ClassVar[str] = "dot"
 
     def infer(self, ins):
         self.check_arity(ins)
@@ -189,6 +191,8 @@ class Rope(Composite):
 
     rot: int
     arity: ClassVar[int] = 3
+    deciding: ClassVar[str] = "operand"
+    needs: ClassVar[str] = "arith"
 
     def infer(self, ins):
         self.check_arity(ins)
@@ -225,6 +229,8 @@ class BlockTopK(Composite):
     block: int
     k: int
     arity: ClassVar[int] = 2
+    deciding: ClassVar[str] = "operand"
+    needs: ClassVar[str] = "dot"
 
     def infer(self, ins):
         self.check_arity(ins)
@@ -252,6 +258,8 @@ class SelectedAttention(Composite):
     block: int
     scale: float
     arity: ClassVar[int] = 5
+    deciding: ClassVar[str] = "operand"
+    needs: ClassVar[str] = "dot"
 
     def infer(self, ins):
         self.check_arity(ins)
@@ -285,6 +293,7 @@ class SelectedAttention(Composite):
 class PackedContraction(Composite):
     """a [..., M, K] F32 against a packed [N, K] weight -> [..., M, N] F32.
     Operands: a, then the weight's sources. Decodes weight values as it consumes them."""
+    deciding: ClassVar[str] = "format"
 
     weight: PackedWeight
 
@@ -303,6 +312,7 @@ class PackedContraction(Composite):
 @dataclass(frozen=True, repr=False)
 class PackedRowGather(Composite):
     """Rows `ids` of a packed [N, K] table, decoded to F32. Operands: ids, sources."""
+    deciding: ClassVar[str] = "format"
 
     weight: PackedWeight
 
@@ -321,6 +331,7 @@ class PackedRowGather(Composite):
 class IndexedPackedContraction(Composite):
     """MoE: x [M, K] F32, idx [M] I32, then the sources of a packed expert stack
     [E*N, K]; row m contracts with expert idx[m]. Decodes only selected experts."""
+    deciding: ClassVar[str] = "format"
 
     weight: PackedWeight
     experts: int
@@ -370,6 +381,8 @@ class DenseContraction(Composite):
     The weight is bf16, f16, f32, or f16 held as u32 words [N, K/2]; never transposed."""
 
     arity: ClassVar[int] = 2
+    deciding: ClassVar[str] = "weight"
+    needs: ClassVar[str] = "dot"
 
     def infer(self, ins):
         self.check_arity(ins)
@@ -389,6 +402,7 @@ class DenseRowGather(Composite):
     """Rows `ids` of a bf16 table [V, K], widened to F32. Operands: table, ids."""
 
     arity: ClassVar[int] = 2
+    deciding: ClassVar[str] = "operand"
 
     def infer(self, ins):
         self.check_arity(ins)
@@ -406,6 +420,8 @@ class GroupedDenseContraction(Composite):
 
     groups: int
     arity: ClassVar[int] = 2
+    deciding: ClassVar[str] = "weight"
+    needs: ClassVar[str] = "dot"
 
     def infer(self, ins):
         self.check_arity(ins)
@@ -433,6 +449,7 @@ class AllReduce(Composite):
 
     ranks: int
     arity: ClassVar[int] = 1
+    deciding: ClassVar[str] = "operand"
 
     def infer(self, ins):
         self.check_arity(ins)
@@ -455,6 +472,7 @@ class AllGather(Composite):
     ranks: int
     axis: int = 0
     arity: ClassVar[int] = 1
+    deciding: ClassVar[str] = "operand"
 
     def infer(self, ins):
         self.check_arity(ins)

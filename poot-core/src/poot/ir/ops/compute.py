@@ -34,6 +34,8 @@ class MatMul(OpKind):
     """
 
     arity: ClassVar[int] = 2
+    deciding: ClassVar[str] = "operand"
+    needs: ClassVar[str] = "dot"
 
     def infer(self, ins: Sequence[TensorType]) -> TensorType:
         self.check_arity(ins)
@@ -49,6 +51,8 @@ class IndexedMatMul(OpKind):
     """x [M, K], W [E, K, N], idx [M] I32 -> [M, N]: row m contracts with W[idx[m]]."""
 
     arity: ClassVar[int] = 3
+    deciding: ClassVar[str] = "operand"
+    needs: ClassVar[str] = "dot"
 
     def infer(self, ins: Sequence[TensorType]) -> TensorType:
         self.check_arity(ins)
@@ -68,6 +72,7 @@ class PackedDequant(OpKind):
 
     weight: PackedWeight
     arity: ClassVar[None] = None
+    deciding: ClassVar[str] = "format"
 
     def infer(self, ins: Sequence[TensorType]) -> TensorType:
         check_sources(self, self.weight, ins)

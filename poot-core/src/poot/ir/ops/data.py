@@ -23,6 +23,7 @@ class Gather(OpKind):
 
     axis: int = 0
     arity: ClassVar[int] = 2
+    deciding: ClassVar[str] = "operand"
 
     def infer(self, ins: Sequence[TensorType]) -> TensorType:
         self.check_arity(ins)
@@ -41,6 +42,7 @@ class ScatterUpdate(OpKind):
     """
 
     arity: ClassVar[int] = 3
+    deciding: ClassVar[str] = "operand"
 
     def infer(self, ins: Sequence[TensorType]) -> TensorType:
         self.check_arity(ins)
@@ -65,6 +67,7 @@ class DynamicUpdateSlice(OpKind):
 
     axis: int = 0
     arity: ClassVar[int] = 3
+    deciding: ClassVar[str] = "operand"
 
     def infer(self, ins: Sequence[TensorType]) -> TensorType:
         self.check_arity(ins)
@@ -91,6 +94,8 @@ class ArgTopK(OpKind):
 
     k: int
     arity: ClassVar[int] = 1
+    deciding: ClassVar[str] = "operand"
+    needs: ClassVar[str] = "arith"
 
     def infer(self, ins: Sequence[TensorType]) -> TensorType:
         self.check_arity(ins)

@@ -56,6 +56,8 @@ class BinaryOp(SubOp):
 class Unary(OpKind):
     op: UnaryOp
     arity: ClassVar[int] = 1
+    deciding: ClassVar[str] = "operand"
+    needs: ClassVar[str] = "arith"
 
     def infer(self, ins: Sequence[TensorType]) -> TensorType:
         self.check_arity(ins)
@@ -76,6 +78,8 @@ class Unary(OpKind):
 class Binary(OpKind):
     op: BinaryOp
     arity: ClassVar[int] = 2
+    deciding: ClassVar[str] = "operand"
+    needs: ClassVar[str] = "arith"
 
     def infer(self, ins: Sequence[TensorType]) -> TensorType:
         self.check_arity(ins)
@@ -97,6 +101,8 @@ class Select(OpKind):
     """
 
     arity: ClassVar[int] = 3
+    deciding: ClassVar[str] = "branches"
+    needs: ClassVar[str] = "arith"
 
     def infer(self, ins: Sequence[TensorType]) -> TensorType:
         self.check_arity(ins)
@@ -115,6 +121,7 @@ class Cast(OpKind):
 
     to: DType
     arity: ClassVar[int] = 1
+    deciding: ClassVar[str] = "operand"
 
     def __post_init__(self):
         object.__setattr__(self, "to", DType.parse(self.to))

@@ -22,6 +22,8 @@ class Reduce(OpKind):
     axis: int
     keepdim: bool = False
     arity: ClassVar[int] = 1
+    deciding: ClassVar[str] = "operand"
+    needs: ClassVar[str] = "arith"
 
     def infer(self, ins: Sequence[TensorType]) -> TensorType:
         self.check_arity(ins)

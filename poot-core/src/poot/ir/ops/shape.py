@@ -21,6 +21,7 @@ class Broadcast(OpKind):
 
     shape: tuple[int, ...]
     arity: ClassVar[int] = 1
+    deciding: ClassVar[str] = "operand"
 
     def __post_init__(self):
         object.__setattr__(self, "shape", _ints(self.shape))
@@ -42,6 +43,7 @@ class Reshape(OpKind):
 
     shape: tuple[int, ...]
     arity: ClassVar[int] = 1
+    deciding: ClassVar[str] = "operand"
 
     def __post_init__(self):
         object.__setattr__(self, "shape", _ints(self.shape))
@@ -60,6 +62,7 @@ class Transpose(OpKind):
 
     perm: tuple[int, ...]
     arity: ClassVar[int] = 1
+    deciding: ClassVar[str] = "operand"
 
     def __post_init__(self):
         object.__setattr__(self, "perm", _ints(self.perm))
@@ -80,6 +83,7 @@ class Slice(OpKind):
     start: int
     end: int
     arity: ClassVar[int] = 1
+    deciding: ClassVar[str] = "operand"
 
     def infer(self, ins: Sequence[TensorType]) -> TensorType:
         self.check_arity(ins)
@@ -99,6 +103,7 @@ class Concat(OpKind):
 
     axis: int
     arity: ClassVar[None] = None
+    deciding: ClassVar[str] = "operand"
 
     def infer(self, ins: Sequence[TensorType]) -> TensorType:
         if not ins:
