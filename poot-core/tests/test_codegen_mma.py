@@ -11,7 +11,7 @@ from poot.codegen.program import COPY_ASYNC, FEATURES, MMA, MmaTile
 from poot.dtypes import DType
 from poot.ir.ops import MatMul
 from poot.ir.types import TensorType
-from poot.reference import apply
+from poot.oracle import apply
 
 BF16, F16, F32 = DType.BF16, DType.F16, DType.F32
 
