@@ -314,3 +314,17 @@ def test_the_rerun_command_reruns_one_case_verbosely(pytester, monkeypatch):
         r = pytester.runpytest_inprocess(*argv)
     assert r.parseoutcomes().get("failed") == 1, r.stdout.str()[-3000:] + r.stderr.str()
     assert f"test_declared[{case}] FAILED" in r.stdout.str()
+
+
+def test_a_raising_probe_stops_the_suite_with_the_reason_not_an_internal_error(pytester):
+    class ProbeRaises(ToyBackend):
+        name = "toy-probe-raises"
+
+        def probe(self):
+            raise RuntimeError("driver exploded")
+
+    with registered(ProbeRaises()):
+        r = suite(pytester, "toy-probe-raises")
+    text = r.stdout.str() + r.stderr.str()
+    assert r.ret == pytest.ExitCode.USAGE_ERROR and "INTERNALERROR" not in text, text[-3000:]
+    assert "has no device: probe() raised RuntimeError: driver exploded" in text
