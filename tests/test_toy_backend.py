@@ -86,7 +86,7 @@ def test_poot_backends_lists_the_toy_table(capsys):
     out = capsys.readouterr().out
     assert "toy (priority -1, toy-numpy, plugin toy)" in out  # found through its entry point
     assert "dtypes: f32:storage+arith" in out
-    assert "Binary 5/12, Reduce 2/2, Unary 7/9" in out
+    assert "Binary 6/13, Reduce 2/2, Unary 7/9" in out
 
 
 # -- liars -----------------------------------------------------------------------------------
