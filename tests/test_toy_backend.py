@@ -314,6 +314,9 @@ def test_the_rerun_command_reruns_one_case_verbosely(pytester, monkeypatch):
         r = pytester.runpytest_inprocess(*argv)
     assert r.parseoutcomes().get("failed") == 1, r.stdout.str()[-3000:] + r.stderr.str()
     assert f"test_declared[{case}] FAILED" in r.stdout.str()
+    # the header (printed when not -q) names the target and the seed
+    assert (f"poot conformance: toy-oob on toy-oob:0 (toy numpy kernels (CPU)) (seed {SEED}; "
+            f"rerun: poot conformance toy-oob --seed {SEED} -- -v)") in r.stdout.str()
 
 
 def test_a_raising_probe_stops_the_suite_with_the_reason_not_an_internal_error(pytester):

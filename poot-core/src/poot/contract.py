@@ -201,8 +201,8 @@ class Backend:
         Returns: a `Lowering`. Raises the table's typed refusal for anything the table
         does not declare. This default does that check and returns a Lowering named by
         the op key; call it first (`super().lower(...)`) and attach your program.
-        Reshape never reaches `lower` (it is an alias); neither does a constant eqn
-        that `bind_time` folds.
+        Every eqn is lowered, also those the planner then makes an alias (Reshape), a
+        strided view or a bind-time fold: those never become a Step.
         """
         key = self.capabilities(device).check_eqn(eqn, graph)
         return Lowering(key, strided_inputs=self.host_kernels)
