@@ -167,7 +167,7 @@ class Backend:
 
         Never raises and never hangs: a missing driver or adapter gives `[]` (and
         `unavailable_reason()` says why). An exception here is reported as the
-        backend's unavailability ("probe raised ..."), never a crash."""
+        backend's unavailability ("probe() raised ..."), never a crash."""
         return []
 
     def unavailable_reason(self) -> str | None:
