@@ -7,7 +7,7 @@ import zlib
 import numpy as np
 import pytest
 from poot.codegen.cases import mismatch
-from poot.reference import apply
+from poot.oracle import apply
 from poot_cuda.testing import cases, compiled
 
 pytestmark = pytest.mark.gpu

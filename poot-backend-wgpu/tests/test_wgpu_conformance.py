@@ -12,7 +12,7 @@ from poot.conformance.compare import mismatch
 from poot.conformance.inputs import draw_all
 from poot.conformance.runner import run_case
 from poot.errors import LoweringError
-from poot.reference.evaluate import evaluate
+from poot.oracle.evaluate import evaluate
 from poot_wgpu.backend import BACKEND_INSTANCE
 
 CASES = all_cases()

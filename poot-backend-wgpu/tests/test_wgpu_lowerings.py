@@ -2,7 +2,7 @@
 
 Each case is one eqn: its op, operand types (or literals) and seeded random inputs; the
 kernels come from `poot.codegen.lower.lower`, the expected result from the oracle's rule
-(`poot.reference.evaluate.apply`).
+(`poot.oracle.evaluate.apply`).
 """
 import numpy as np
 import pytest
@@ -12,7 +12,7 @@ from poot.errors import DtypeLowering
 from poot.ir import ops as O
 from poot.ir.graph import Lit
 from poot.ir.types import TensorType
-from poot.reference.evaluate import apply
+from poot.oracle.evaluate import apply
 from poot_wgpu.exprcheck import assert_bits_equal, assert_close
 from poot_wgpu.launch import run_lowering
 

@@ -26,7 +26,7 @@ import poot
 from poot.ir import ops as O
 from poot.models.llama import build_decoder, const_inputs, random_weights, tiny_config
 from poot.plan import plan
-from poot.reference import evaluate
+from poot.oracle import evaluate
 from poot.runtime import Executor
 from poot.runtime.blas import single_thread
 

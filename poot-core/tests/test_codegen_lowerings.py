@@ -8,7 +8,7 @@ import pytest
 from poot.codegen.cases import Case, all_cases, mismatch
 from poot.codegen.interp import run_lowering
 from poot.codegen.lower import lower
-from poot.reference import apply
+from poot.oracle import apply
 
 CASES = all_cases()
 

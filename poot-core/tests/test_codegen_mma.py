@@ -12,7 +12,7 @@ from poot.codegen.target import COPY_ASYNC, FEATURES, MMA_M16N8K16
 from poot.dtypes import DType
 from poot.ir.ops import MatMul
 from poot.ir.types import TensorType
-from poot.reference import apply
+from poot.oracle import apply
 
 MMA = MMA_M16N8K16.feature
 

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from poot.capability import every_op_key
 from poot.conformance.cases import all_cases
 from poot.conformance.compare import mismatch, nmse
-from poot.conformance.inputs import Arg, draw, draw_all, nan_payload
+from poot.conformance.inputs import Arg, draw, draw_all, nan_payload, special_values
 from poot.conformance.runner import GUARD, guarded, occupied, run_case
 from poot.conformance.target import resolve
 from poot.dtypes import DType
@@ -22,10 +22,12 @@ pytest_plugins = ["pytester"]
 @given(st.sampled_from(list(DType)), st.sampled_from(["any", "positive", "away", "small",
                                                       "special", "int"]),
        st.integers(0, 2**32 - 1))
-def test_inputs_are_never_zero(dtype, domain, seed):
+def test_inputs_are_zero_only_where_planted(dtype, domain, seed):
     a = draw(np.random.default_rng(seed), Arg(TensorType((5, 7), dtype), domain))
     assert a.dtype == dtype.numpy and a.shape == (5, 7)
-    assert not np.any(a.astype(np.float64) == 0)
+    zeros = int(np.sum(a.astype(np.float64) == 0))
+    assert zeros == (2 if domain == "special" and dtype in (DType.F32, DType.F16, DType.BF16)
+                     else 0)
     if domain in ("positive",) and dtype not in (DType.F8E8M0,) and dtype.is_float:
         assert np.all(a.astype(np.float32) > 0)
 
@@ -185,7 +187,7 @@ def test_out_of_bounds_writes_are_caught(where):
 
 
 def test_a_clean_run_has_no_problems_and_matches():
-    from poot.reference import evaluate
+    from poot.oracle import evaluate
 
     t = resolve("reference")
     c = _case("Attention-bf16")
@@ -272,3 +274,17 @@ def test_a_backend_without_a_device_is_a_usage_error_with_its_reason(pytester):
         unregister(plugin)
     assert r.ret == pytest.ExitCode.USAGE_ERROR
     assert "libabsent.so not found" in r.stderr.str() + r.stdout.str()
+
+
+@pytest.mark.parametrize("dtype", [DType.F32, DType.F16, DType.BF16])
+def test_special_inputs_plant_the_edges_of_the_dtype(dtype):
+    """+-0, +-Inf and the largest finite values (and F16's subnormals) are planted once
+    each into a "special" input; small inputs get only the infinities."""
+    a = draw(np.random.default_rng(1), Arg(TensorType((3, 257), dtype), "special"))
+    bits = {v.tobytes() for v in a.reshape(-1)}
+    for v in special_values(dtype):
+        assert v.tobytes() in bits, (dtype, v)
+    assert np.signbit(a[a.astype(np.float32) == 0].astype(np.float32)).tolist().count(True) == 1
+    tiny = draw(np.random.default_rng(1), Arg(TensorType((2, 3), dtype), "special"))
+    assert np.isinf(tiny.astype(np.float32)).sum() == 2 and not np.any(tiny == 0)
+

@@ -17,7 +17,7 @@ from poot.errors import DtypeError, ShapeError, UnsupportedOp
 from poot.formats import PackedWeight
 from poot.ir import Builder, Lit, TensorType, region
 from poot.ir import ops as O
-from poot.reference import apply, definition
+from poot.oracle import apply, definition
 
 F32, F16, BF16, I32, U32 = DType.F32, DType.F16, DType.BF16, DType.I32, DType.U32
 ADD, MUL = O.Binary(O.BinaryOp.Add), O.Binary(O.BinaryOp.Mul)

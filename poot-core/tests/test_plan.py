@@ -18,6 +18,7 @@ from poot.dtypes import DType
 from poot.errors import GraphError, UnsupportedOp
 from poot.ir import ops as O
 from poot.plan import ARENA, plan
+from poot.plan.show import format_plan
 from poot.plan.arena import Interval, assign_offsets
 from poot.runtime import Executor
 
@@ -36,7 +37,7 @@ def test_arena_of_four_layer_decoder_is_much_smaller_than_its_buffers(four_layer
     _, _, p = four_layers
     assert p.arena_size * 8 < p.unshared_bytes
     assert p.arena_size % 256 == 0
-    text = str(p)
+    text = format_plan(p)
     assert f"arena {p.arena_size} B" in text and "reuse" in text and "kernels:" in text
 
 

@@ -7,7 +7,7 @@ import pytest
 from poot.backend import Backend, Device, get_backend, select_backend
 from poot.capability import CapabilityTable, Use
 from poot.dtypes import DType
-from poot.errors import DeviceUnavailable, PootError, UnknownBackend
+from poot.errors import DeviceUnavailable, UnknownBackend
 from poot.ir.ops import BinaryOp
 from poot.ir.types import SlotKind
 from poot.plugin import PluginManager, hookimpl, manager, register, unregister
@@ -70,10 +70,64 @@ def test_registered_backend_appears_and_goes():
     assert "fake-a" not in manager().backends()
 
 
-def test_two_backends_with_one_name_is_an_error():
-    with plugged(Plugin([FakeBackend("twin", 1)]), Plugin([FakeBackend("twin", 2)])) as m:
-        with pytest.raises(PootError, match="two plugins register a backend named 'twin'"):
-            m.backends()
+def test_two_plugins_registering_one_name_keep_the_first_and_hide_no_other():
+    first, second = FakeBackend("twin", 1), FakeBackend("twin", 2)
+    with plugged(Plugin([first]), Plugin([second, FakeBackend("other", 1)])) as m:
+        table = m.backends()
+        assert table["twin"] is first and "reference" in table and "other" in table
+        # the second plugin is reported; its other backend still works
+        (why,) = [v for k, v in m.broken.items() if k.startswith("test-plugin-")]
+        assert "'twin'" in why and "already registers" in why
+
+
+def test_a_hook_returning_one_backend_instead_of_a_list_is_reported(capsys):
+    class Single:
+        @hookimpl
+        def poot_backends(self):
+            return FakeBackend("lonely", 1)
+
+    from poot.cli import main
+
+    with plugged(Single(), Plugin([FakeBackend("fine", 1)])) as m:
+        assert "fine" in m.backends() and "reference" in m.backends()
+        assert any("not a list" in v for v in m.broken.values())
+        assert main(["backends"]) == 0
+    out = capsys.readouterr().out
+    assert "plugins that failed to load:" in out and "not a list" in out
+
+
+def test_a_hook_returning_a_list_of_something_else_is_reported():
+    with plugged(Plugin(["not a backend"])) as m:
+        assert "reference" in m.backends()
+        assert any("not a Backend" in v for v in m.broken.values())
+
+
+def test_a_misspelled_hook_is_warned_about():
+    class Typo:
+        @hookimpl
+        def poot_backend(self):  # poot_backends
+            return [FakeBackend("typo", 1)]
+
+    with pytest.warns(UserWarning, match="poot_backend, which is not a poot hook"):
+        with plugged(Typo()) as m:
+            assert any("misspelled" in v for v in m.broken.values())
+
+
+def test_a_raising_probe_is_a_reason_not_a_crash(capsys):
+    class Exploding(FakeBackend):
+        def probe(self):
+            raise RuntimeError("driver exploded")
+
+    from poot.cli import main
+    from poot.plugin import probe
+
+    b = Exploding("exploding", 1)
+    assert probe(b) == ([], "probe() raised RuntimeError: driver exploded")
+    with plugged(Plugin([b])):
+        assert main(["backends"]) == 0
+        with pytest.raises(DeviceUnavailable, match="driver exploded"):
+            select_backend("exploding")
+    assert "no device: probe() raised RuntimeError: driver exploded" in capsys.readouterr().out
 
 
 def test_a_raising_hook_is_recorded_and_hides_no_other_backend():
@@ -93,8 +147,30 @@ def test_broken_entry_point_is_recorded(monkeypatch):
 
     monkeypatch.setattr(importlib_metadata, "entry_points", lambda group: [EP()])
     m = PluginManager()
-    assert m.broken == {"exploding": "ImportError: No module named 'poot_exploding'"}
+    assert m.broken == {"exploding": "failed to import: ImportError: No module named "
+                                     "'poot_exploding'"}
     assert "reference" in m.backends()
+    monkeypatch.setattr("poot.plugin._manager", m)
+    # asking for it by name says that its plugin failed to load, and why
+    with pytest.raises(UnknownBackend, match="its plugin failed to load .*No module named"):
+        get_backend("exploding")
+
+
+def test_poot_conformance_names_a_plugin_that_failed_to_load(monkeypatch, capsys):
+    class EP:
+        name = "exploding"
+
+        def load(self):
+            raise ImportError("No module named 'poot_exploding'")
+
+    import importlib_metadata
+    from poot.cli import main
+
+    monkeypatch.setattr(importlib_metadata, "entry_points", lambda group: [EP()])
+    monkeypatch.setattr("poot.plugin._manager", PluginManager())
+    assert main(["conformance", "exploding"]) != 0
+    err = capsys.readouterr().err
+    assert "its plugin failed to load" in err and "No module named 'poot_exploding'" in err
 
 
 def test_slot_roles_are_declared_through_the_hook():

@@ -19,7 +19,7 @@ from poot.dtypes import DType
 from poot.formats import PackedWeight, decode_run, run_length, words_of
 from poot.ir.ops import IndexedPackedContraction, PackedContraction
 from poot.ir.types import TensorType
-from poot.reference import apply
+from poot.oracle import apply
 
 F32 = DType.F32
 

@@ -1,6 +1,6 @@
 """The CUDA runtime: device memory, plan loading, launches and CUDA graph replay.
 
-`CudaRuntime` follows poot.runtime.protocol: buffers at stable addresses from
+`CudaRuntime` follows poot.contract.Runtime: buffers at stable addresses from
 cuMemAlloc, synchronous write/read, and `load(plan, buffers)` building every
 launch once. `CudaExecutable.run()` records the whole step into a CUDA graph on
 the first call (stream capture) and replays the instantiated graph afterwards.

@@ -9,7 +9,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "trace": ("poot.tracer", "trace"),
     "spec": ("poot.tracer", "spec"),
-    "evaluate": ("poot.reference", "evaluate"),
+    "evaluate": ("poot.oracle", "evaluate"),
     "compile": ("poot.compiler", "compile"),
     "load": ("poot.models", "load"),
     "DType": ("poot.dtypes", "DType"),
@@ -17,7 +17,7 @@ _LAZY = {
 
 
 #: subpackages reachable as attributes of `poot` without importing them first
-_SUBMODULES = {"ops", "ir", "errors", "dtypes", "reference", "models", "plan", "runtime",
+_SUBMODULES = {"ops", "ir", "errors", "dtypes", "oracle", "contract", "models", "plan", "runtime",
                "plugin", "backend", "capability", "formats", "codegen", "conformance"}
 
 

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from poot.dtypes import DType
 from poot.errors import DtypeLowering, LimitExceeded, LoweringError, PootError, UnsupportedOp
 from poot.ir import ops as O
+from poot.ir.graph import Lit
 from poot.ir.types import TensorType
 
 
@@ -178,6 +179,11 @@ class CapabilityTable:
         if err is not None:
             raise err
 
+    def check_eqn(self, eqn, graph) -> str:
+        """`check` one eqn of `graph`; returns its op key (what `Backend.lower` names)."""
+        self.check(eqn.op, operand_types(graph, eqn), graph.type_of(eqn.out))
+        return op_key(eqn.op)
+
     def graph_refusals(self, graph) -> list[tuple[object, LoweringError]]:
         """Every (eqn, error) of a graph this device refuses, in order (empty: it plans)."""
         out = []
@@ -252,8 +258,6 @@ def _uses(u: Use) -> str:
 
 def operand_types(graph, eqn) -> list[TensorType]:
     """The operand types of one eqn of `graph` (literals are rank-0 tensors)."""
-    from poot.ir.graph import Lit
-
     return [x.type if isinstance(x, Lit) else graph.type_of(x.id) for x in eqn.inputs]
 
 

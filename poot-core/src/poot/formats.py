@@ -98,6 +98,11 @@ class PackedWeight:
         a = ",".join(f"{k}={v}" for k, v in self.attrs)
         return f"{self.format}[{self.shape[0]}x{self.shape[1]}{';' + a if a else ''}]"
 
+    def __str__(self):
+        """The IR text form (`poot.ir.parse` reads it back): attribute values as literals."""
+        a = ",".join(f"{k}={v!r}" for k, v in self.attrs)
+        return f"{self.format}[{self.shape[0]}x{self.shape[1]}{';' + a if a else ''}]"
+
 
 @dataclass
 class RunPart:

@@ -17,7 +17,7 @@ A backend supplies only what is its own:
     features(device)                   the target's optional statement families
     printer(device)                    its language's printer
     compile(kernel, source, device)    its compiler call -> a `CompiledKernel`
-    runtime(device)                    its runtime (poot.runtime.protocol)
+    runtime(device)                    its runtime (poot.contract.Runtime)
 
 plus `probe`, `unavailable_reason` and the class attributes of any Backend.
 """
@@ -26,9 +26,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from poot.backend import Backend, Device, Lowering
 from poot.capability import CapabilityTable
 from poot.codegen.program import Kernel, KernelProgram
+from poot.contract import Backend, Device, Lowering
 
 
 @dataclass(frozen=True)

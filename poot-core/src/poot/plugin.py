@@ -1,99 +1,48 @@
-"""The plugin seam: hook specifications and the plugin manager.
+"""The plugin manager: loads plugins, checks them against the hooks of `poot.contract`,
+and keeps the registries they fill (backends, packed weight formats, slot roles).
 
-A plugin is an ordinary module (or object) with functions marked `@hookimpl`,
-found through the `poot` entry point group of an installed package::
-
-    [project.entry-points.poot]
-    mybackend = "poot_mybackend.plugin"
-
-or registered explicitly with `poot.plugin.register(module)` (tests, scripts).
-Each hook below is a documented function signature; implement the ones you need.
-A backend author reads this file, `poot.capability` and the conformance suite.
+Plugins come from the `poot` entry point group of installed packages, from the
+plugins poot-core ships (`BUILTIN`, loaded by module name exactly like an entry
+point), and from `register(obj)` (tests, scripts). A plugin that fails to import,
+misspells a hook, or whose hook raises, returns a wrong type or re-registers a name
+is recorded in `broken` (shown by `poot backends`) and hides no other plugin.
 """
 from __future__ import annotations
 
+import importlib
 import threading
-from typing import TYPE_CHECKING, Any
+import warnings
+from typing import TYPE_CHECKING
 
 import pluggy
 
+from poot.contract import PROJECT, Backend, Device, PootHookSpecs, hookimpl, hookspec
+from poot.errors import DeviceUnavailable, PootError, UnknownBackend
+from poot.ir.types import SlotKind
+
 if TYPE_CHECKING:  # pragma: no cover
-    from poot.backend import Backend
     from poot.formats import WeightFormat
-    from poot.ir.types import SlotKind
 
-PROJECT = "poot"
-hookspec = pluggy.HookspecMarker(PROJECT)
-hookimpl = pluggy.HookimplMarker(PROJECT)
+#: the plugins poot-core ships: entry point name -> module (the reference backend)
+BUILTIN = {"poot.reference-backend": "poot.backends.reference"}
+#: what each list-returning hook's items must be, for the broken-plugin report
+_ITEM = {"poot_backends": (Backend, "a Backend"), "poot_slot_roles": (SlotKind, "a SlotKind")}
 
 
-class PootHookSpecs:
-    """The hooks poot calls. Every hook is optional for a plugin."""
-
-    @hookspec
-    def poot_backends(self) -> list[Backend]:
-        """Return the backends this plugin provides (instances of `poot.backend.Backend`).
-
-        Return them even when they find no device: `Backend.probe()` says which
-        devices it finds (never raising for a missing driver), `unavailable_reason()`
-        why it finds none ("no CUDA device: ..."), and `poot backends` prints both.
-        Per device, a backend declares a capability table (`Backend.capabilities`,
-        see `poot.capability`), lowers each eqn or fused region at plan time
-        (`Backend.lower`, raising the typed refusal of `poot.errors` for anything the
-        table does not declare, before anything runs) and runs plans
-        (`Backend.runtime`, the contract in `poot.runtime.protocol`). Check it with
-        `pytest --pyargs poot.conformance --poot-backend NAME`; docs/backend-guide.md
-        walks through a complete example.
-        """
-
-    @hookspec
-    def poot_weight_formats(self) -> list[WeightFormat]:
-        """Return the packed weight formats this plugin registers (see `poot.formats`).
-
-        Names are global ("gguf:Q4_K", "gptq:int4", ...); two plugins registering
-        the same name is an error.
-        """
-
-    @hookspec
-    def poot_slot_roles(self) -> list[SlotKind]:
-        """Return owner-defined slot roles (`SlotKind.declare(label, dtype, lo, hi)`).
-
-        The IR knows Token, Pos, SlotMap and WriteMap; a role only a pass or a
-        runtime feature needs (adapter index, expert map, sampler inputs) is
-        declared by its owner here, with its label and its one type rule (dtype
-        and value range, checked when a slot is bound). poot declares the roles
-        when the plugin manager starts and whenever a plugin is registered, so a
-        graph can use them (`SlotKind.get(label)`); a role that conflicts with one
-        already declared under its label marks its plugin broken (`poot backends`).
-        The conformance suite declares its own input roles this way.
-        """
-
-    @hookspec(firstresult=True)
-    def poot_open_checkpoint(self, path: str, format_hint: str | None) -> Any:
-        """Claim a checkpoint path and return an opened checkpoint, or None to pass.
-
-        A checkpoint exposes `metadata` (dict), `tensors` (name -> TensorInfo with
-        its PackedWeight descriptor or dtype, memory-mapped sources) and `close()`.
-        poot-quant claims GGUF files and safetensors folders; the first plugin
-        that returns a non-None value wins.
-        """
+class PluginWarning(UserWarning):
+    """A plugin defines a `poot_*` function that is not one of poot's hooks."""
 
 
 class PluginManager:
-    """poot's pluggy manager with cached registries of backends, formats and slot roles.
-
-    A plugin that fails to load, or whose hook raises, is recorded in `broken`
-    (name -> one error line, shown by `poot backends`) and never hides the others.
-    """
+    """poot's pluggy manager with cached registries of backends, formats and slot roles."""
 
     def __init__(self, load_entry_points: bool = True):
         self.pm = pluggy.PluginManager(PROJECT)
         self.pm.add_hookspecs(PootHookSpecs)
-        from poot.backends import reference
-
-        self.pm.register(reference, name="poot.reference-backend")
-        #: plugins that failed to load or whose hook raised: name -> error line
+        #: plugins that failed to load or whose hook misbehaved: name -> error line
         self.broken: dict[str, str] = {}
+        for name, module in BUILTIN.items():
+            self._load(name, lambda m=module: importlib.import_module(m))
         if load_entry_points:
             self._load_entry_points()
         self._backends: dict[str, Backend] | None = None
@@ -103,30 +52,69 @@ class PluginManager:
         self.backend_plugins: dict[str, str] = {}
 
     def _load_entry_points(self) -> None:
-        """Load every `poot` entry point; one broken plugin never hides the others."""
         try:  # the backport where installed, else the standard library (3.10+ API)
             from importlib_metadata import entry_points
         except ImportError:  # pragma: no cover - images without the backport
             from importlib.metadata import entry_points
 
         for ep in entry_points(group=PROJECT):
-            if self.pm.get_plugin(ep.name) is not None:
-                continue
-            try:
-                self.pm.register(ep.load(), name=ep.name)
-            except Exception as exc:  # a broken plugin is reported, not fatal
-                self.broken[ep.name] = f"{type(exc).__name__}: {exc}"
+            if self.pm.get_plugin(ep.name) is None:
+                self._load(ep.name, ep.load)
+
+    def _load(self, name: str, load) -> None:
+        """Import and register one plugin; a failure is recorded, never raised."""
+        try:
+            plugin = load()
+        except Exception as exc:  # a broken plugin is reported, not fatal
+            self.broken[name] = f"failed to import: {type(exc).__name__}: {exc}"
+            return
+        self._add(plugin, name)
+
+    def _add(self, plugin: object, name: str | None) -> None:
+        unknown = sorted(a for a in dir(plugin) if a.startswith("poot_")
+                         and callable(getattr(plugin, a, None))
+                         and not hasattr(PootHookSpecs, a))
+        if unknown:
+            msg = (f"plugin {name or plugin!r} defines {', '.join(unknown)}, which is not a "
+                   f"poot hook (the hooks: {', '.join(_hook_names())}); is it misspelled?")
+            warnings.warn(msg, PluginWarning, stacklevel=3)
+            self.broken[f"{name} (unknown hook)"] = msg
+        try:
+            self.pm.register(plugin, name=name)
+        except Exception as exc:  # a hook with a wrong signature (pluggy's validation)
+            self.broken[str(name)] = f"{type(exc).__name__}: {exc}"
+
+    def failure(self, name: str) -> str | None:
+        """Why the plugin called `name` (or registering a backend called `name`) is
+        broken, or None."""
+        for key, why in self.broken.items():
+            if key == name or key.startswith(f"{name} ("):
+                return f"{key}: {why}"
+        return None
 
     def _each(self, hook: str):
-        """(plugin name, items) from every implementation of a list-returning hook;
-        an implementation that raises is recorded in `broken` and skipped."""
-        for impl in reversed(getattr(self.pm.hook, hook).get_hookimpls()):
+        """(plugin name, items) from every implementation of a list-returning hook.
+        An implementation that raises or returns anything but a list or tuple of the
+        hook's items is recorded in `broken` and skipped."""
+        want = _ITEM.get(hook)
+        for impl in getattr(self.pm.hook, hook).get_hookimpls():  # in registration order
+            where = f"{impl.plugin_name} ({hook})"
             try:
                 items = impl.function()
             except Exception as exc:
-                self.broken[f"{impl.plugin_name} ({hook})"] = f"{type(exc).__name__}: {exc}"
+                self.broken[where] = f"raised {type(exc).__name__}: {exc}"
                 continue
-            yield impl.plugin_name, list(items or ())
+            if items is None:
+                continue
+            if not isinstance(items, (list, tuple)):
+                self.broken[where] = (f"returned {type(items).__name__} {items!r}, "
+                                      "not a list")
+                continue
+            if want is not None and not all(isinstance(x, want[0]) for x in items):
+                bad = next(x for x in items if not isinstance(x, want[0]))
+                self.broken[where] = f"returned {bad!r}, not {want[1]}"
+                continue
+            yield impl.plugin_name, list(items)
 
     def register(self, plugin: object, name: str | None = None) -> None:
         """Register a plugin module or object; its slot roles are declared at once.
@@ -135,59 +123,59 @@ class PluginManager:
             old = self.pm.get_plugin(name) if name else None
             if old is not None:
                 self.pm.unregister(old)
-            self.pm.register(plugin, name=name)
+            self._add(plugin, name)
         self._backends = self._formats = self._roles = None
         self.slot_roles()
 
     def unregister(self, plugin: object) -> None:
+        name = self.pm.get_name(plugin)
         self.pm.unregister(plugin)
+        for key in [k for k in self.broken if name and (k == name or k.startswith(f"{name} ("))]:
+            del self.broken[key]
         self._backends = self._formats = self._roles = None
 
     def backends(self) -> dict[str, Backend]:
-        """Every registered backend by name (two plugins with one name: a PootError)."""
+        """Every registered backend by name. A name two plugins register stays with the
+        first registered; the second is recorded broken."""
         if self._backends is None:
             out: dict[str, Backend] = {}
             owner: dict[str, str] = {}
             for plugin, group in self._each("poot_backends"):
                 for b in group:
                     if b.name in out:
-                        from poot.errors import PootError
-
-                        raise PootError(f"two plugins register a backend named {b.name!r}: "
-                                        f"{owner[b.name]} and {plugin}")
+                        self.broken[f"{plugin} (poot_backends)"] = (
+                            f"registers a backend named {b.name!r}, which plugin "
+                            f"{owner[b.name]} already registers; kept the first")
+                        continue
                     out[b.name], owner[b.name] = b, plugin
             self._backends, self.backend_plugins = out, owner
         return self._backends
 
     def formats(self) -> dict[str, WeightFormat]:
-        """Every registered packed weight format by name."""
+        """Every registered packed weight format by name (a name registered twice stays
+        with the first plugin; the second is recorded broken)."""
         if self._formats is None:
             out: dict[str, WeightFormat] = {}
-            for _plugin, group in self._each("poot_weight_formats"):
+            for plugin, group in self._each("poot_weight_formats"):
                 for f in group:
                     if f.name in out and out[f.name] is not f:
-                        from poot.errors import FormatError
-
-                        raise FormatError(f"two plugins register a format named {f.name!r}")
+                        self.broken[f"{plugin} (poot_weight_formats)"] = (
+                            f"registers a format named {f.name!r} that another plugin "
+                            "already registers; kept the first")
+                        continue
                     out[f.name] = f
             self._formats = out
         return self._formats
 
     def slot_roles(self) -> dict[str, SlotKind]:
         """Owner-defined slot roles by label, each declared through `SlotKind.declare`.
-
-        A role that is not a SlotKind, or that conflicts with a role already declared
-        under its label, makes its plugin broken (recorded, not raised)."""
+        A role that conflicts with a role already declared under its label makes its
+        plugin broken (recorded, not raised)."""
         if self._roles is None:
-            from poot.errors import PootError
-            from poot.ir.types import SlotKind
-
             out: dict[str, SlotKind] = {}
             for plugin, roles in self._each("poot_slot_roles"):
                 for r in roles:
                     try:
-                        if not isinstance(r, SlotKind):
-                            raise PootError(f"poot_slot_roles returned {r!r}, not a SlotKind")
                         kind = SlotKind.declare(r.label, r.dtype, r.lo, r.hi, owner=r.owner,
                                                 allows_negative_one=r.allows_negative_one)
                     except PootError as exc:
@@ -201,12 +189,16 @@ class PluginManager:
         return self.pm.hook.poot_open_checkpoint(path=path, format_hint=format_hint)
 
 
+def _hook_names() -> list[str]:
+    return sorted(a for a in vars(PootHookSpecs) if a.startswith("poot_"))
+
+
 _manager: PluginManager | None = None
 _lock = threading.Lock()
 
 
 def manager() -> PluginManager:
-    """The process-wide plugin manager (entry points loaded on first use)."""
+    """The process-wide plugin manager (plugins loaded on first use)."""
     global _manager
     with _lock:
         if _manager is None:
@@ -222,3 +214,60 @@ def register(plugin: object, name: str | None = None) -> None:
 
 def unregister(plugin: object) -> None:
     manager().unregister(plugin)
+
+
+# -- the backend registry ----------------------------------------------------------------------
+def backends() -> dict[str, Backend]:
+    """Every installed backend, by name."""
+    return manager().backends()
+
+
+def get_backend(name: str) -> Backend:
+    """The installed backend `name`; UnknownBackend lists the installed ones and says
+    when a plugin of that name failed to load, and why."""
+    table = backends()
+    if name not in table:
+        why = manager().failure(name)
+        if why is not None:
+            raise UnknownBackend(f"backend {name!r} is not available: its plugin failed to "
+                                 f"load ({why})")
+        raise UnknownBackend(f"unknown backend {name!r}; installed: {', '.join(sorted(table))}")
+    return table[name]
+
+
+def probe(backend: Backend) -> tuple[list[Device], str | None]:
+    """(devices, reason none were found) of `backend`; a probe that raises finds no
+    device, and the exception is the reason."""
+    try:
+        devices = list(backend.probe())
+    except Exception as exc:  # the contract says probe never raises; report it if it does
+        return [], f"probe() raised {type(exc).__name__}: {exc}"
+    if devices:
+        return devices, None
+    try:
+        reason = backend.unavailable_reason()
+    except Exception as exc:
+        reason = f"unavailable_reason() raised {type(exc).__name__}: {exc}"
+    return [], reason or "no reason given"
+
+
+def select_backend(name: str | None = None) -> tuple[Backend, Device]:
+    """The named backend's first device, or the best available one: the highest-priority
+    backend with a hardware device, else the reference backend. A software device (a
+    GPU API emulated on the CPU, such as lavapipe) runs real shaders but slower than the
+    reference backend's numpy, so it is used only when named."""
+    if name is not None:
+        b = get_backend(name)
+        devs, why = probe(b)
+        if not devs:
+            raise DeviceUnavailable(f"backend {name} has no device: {why}")
+        return b, devs[0]
+    for b in sorted(backends().values(), key=lambda b: -b.priority):
+        devs = [d for d in probe(b)[0] if not d.is_software or b.language == "numpy"]
+        if devs:
+            return b, devs[0]
+    raise DeviceUnavailable("no backend finds a device (the reference backend should always)")
+
+
+__all__ = ["BUILTIN", "PluginManager", "PluginWarning", "hookimpl", "hookspec", "manager",
+           "register", "unregister", "backends", "get_backend", "probe", "select_backend"]

@@ -11,11 +11,13 @@ it records witnesses, exports and state updates through `poot.ops`.
 from __future__ import annotations
 
 import contextvars
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from poot.dtypes import DType
 from poot.errors import TraceError
+from poot.ir import ops as O
 from poot.ir.builder import Builder, Ref
 from poot.ir.graph import Graph, Lit
 from poot.ir.types import SlotKind, TensorType, WeightRef
@@ -52,50 +54,72 @@ class Tensor:
     def __repr__(self):
         return f"Tensor({self.ref!r})"
 
-    # operators delegate to poot.ops so the recorded chain is the library's
+    # operators record the same eqns as poot.ops (which builds on the helpers below)
     def __add__(self, o):
-        return _ops().add(self, o)
+        return binary(O.BinaryOp.Add, self, o)
 
     def __radd__(self, o):
-        return _ops().add(o, self)
+        return binary(O.BinaryOp.Add, o, self)
 
     def __sub__(self, o):
-        return _ops().sub(self, o)
+        return binary(O.BinaryOp.Sub, self, o)
 
     def __rsub__(self, o):
-        return _ops().sub(o, self)
+        return binary(O.BinaryOp.Sub, o, self)
 
     def __mul__(self, o):
-        return _ops().mul(self, o)
+        return binary(O.BinaryOp.Mul, self, o)
 
     def __rmul__(self, o):
-        return _ops().mul(o, self)
+        return binary(O.BinaryOp.Mul, o, self)
 
     def __truediv__(self, o):
-        return _ops().div(self, o)
+        return binary(O.BinaryOp.Div, self, o)
 
     def __rtruediv__(self, o):
-        return _ops().div(o, self)
+        return binary(O.BinaryOp.Div, o, self)
 
     def __neg__(self):
-        return _ops().neg(self)
+        return emit(O.Unary(O.UnaryOp.Neg), self.ref)
 
     def __matmul__(self, o):
-        return _ops().matmul(self, o)
+        return emit(O.MatMul(), self.ref, o.ref)
 
     def reshape(self, *shape):
         one = len(shape) == 1 and isinstance(shape[0], (tuple, list))
-        return _ops().reshape(self, shape[0] if one else shape)
+        return reshape(self, shape[0] if one else shape)
 
     def astype(self, dtype):
-        return _ops().cast(self, dtype)
+        return cast(self, dtype)
 
 
-def _ops():
-    """poot.ops, imported late (it imports this module)."""
-    from poot import ops
+# -- recording eqns (poot.ops builds its wrappers on these) --------------------------------
+def emit(op: O.OpKind, *xs) -> Tensor:
+    """Record one eqn in the current trace."""
+    return Tensor(builder().eqn(op, *xs))
 
-    return ops
+
+def dtype_of(*xs) -> DType | None:
+    return next((x.dtype for x in xs if isinstance(x, Tensor)), None)
+
+
+def binary(op: O.BinaryOp, a, b) -> Tensor:
+    """A Binary eqn; a Python scalar operand takes the other operand's dtype."""
+    like = dtype_of(a, b)
+    return emit(O.Binary(op), as_operand(a, like), as_operand(b, like))
+
+
+def cast(x: Tensor, dtype) -> Tensor:
+    dtype = DType.parse(dtype)
+    return x if x.dtype is dtype else emit(O.Cast(dtype), x.ref)
+
+
+def reshape(x: Tensor, shape: Sequence[int]) -> Tensor:
+    shape = tuple(int(d) for d in shape)
+    if -1 in shape:
+        known = -1 * math.prod(shape)
+        shape = tuple(x.type.size // known if d == -1 else d for d in shape)
+    return x if x.shape == shape else emit(O.Reshape(shape), x.ref)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """WGSL functions the printer calls where a WGSL builtin differs from poot's scalar rules.
 
-Each rule's meaning is `poot.reference.scalar`: integer x / 0 = 0, shifts by >= 32
+Each rule's meaning is `poot.oracle.scalar`: integer x / 0 = 0, shifts by >= 32
 give 0 (or the sign fill), float-to-int casts truncate, saturate and send NaN to 0,
 Max propagates NaN, f32 -> bf16 rounds to nearest even. WGSL leaves some of these
 implementation-defined (max with NaN, out-of-range float-to-int) or different

@@ -36,7 +36,15 @@ def main(argv: list[str] | None = None) -> int:
     from poot.errors import PootError
 
     parser, handlers = build_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # everything after "--" goes to a command's `pytest_args` untouched (argparse would
+    # refuse it after an option: `poot conformance NAME -k CASE -- -v`)
+    tail = argv[argv.index("--") + 1:] if "--" in argv else []
+    args = parser.parse_args(argv[: len(argv) - len(tail) - 1] if "--" in argv else argv)
+    if "--" in argv:
+        if not hasattr(args, "pytest_args"):
+            parser.error(f"`poot {args.command}` takes no arguments after --")
+        args.pytest_args = list(args.pytest_args) + tail
     if not args.command:
         parser.print_help()
         return 2

@@ -15,11 +15,9 @@ def describe(backend, full: bool = False, plugin: str = "") -> list[str]:
     """The lines `poot backends` prints for one backend."""
     head = (f"{backend.name} (priority {backend.priority}, {backend.language or 'no language'}"
             f"{f', plugin {plugin}' if plugin else ''})")
-    try:
-        devices = backend.probe()
-        reason = None if devices else backend.unavailable_reason() or "no reason given"
-    except Exception as exc:  # a probe must not raise; say so instead of crashing the listing
-        devices, reason = [], f"probe raised {type(exc).__name__}: {exc}"
+    from poot.plugin import probe
+
+    devices, reason = probe(backend)
     if not devices:
         return [head, f"  no device: {reason}"]
     lines = [head]

@@ -6,7 +6,8 @@ DEFAULT_SUPPORT = "docs/support/{name}.md"
 
 def add_parser(sub):
     p = sub.add_parser("conformance", help="check an installed backend against the oracle "
-                       "(pytest --pyargs poot.conformance --poot-backend NAME)")
+                       "(pytest --pyargs poot.conformance --poot-backend NAME); arguments "
+                       "after -- go to pytest")
     p.add_argument("backend", help="installed backend name (see `poot backends`)")
     p.add_argument("--support", nargs="?", const=DEFAULT_SUPPORT, default=None,
                    metavar="PATH", help="write the support matrix to PATH "
@@ -16,15 +17,17 @@ def add_parser(sub):
     p.add_argument("--seed", type=int, default=None, help="seed of the case inputs")
     p.add_argument("-k", dest="keyword", default=None,
                    help="only cases whose id matches this pytest -k expression")
-    p.add_argument("pytest_args", nargs="*", help="further pytest arguments (after --)")
+    p.set_defaults(pytest_args=[])  # what follows `--`: further pytest arguments
 
 
 def pytest_argv(args) -> list[str]:
     # poot is imported before pytest starts, so pytest cannot rewrite its asserts (the
     # suite's messages are explicit): silence that one warning
+    # -q unless the caller asks for verbose output (`poot conformance NAME -- -v`)
+    verbose = any(a == "--verbose" or a.startswith("-v") for a in args.pytest_args)
     argv = ["--pyargs", "poot.conformance", "--poot-backend", args.backend,
-            "--poot-device", str(args.device), "-q", "-p", "no:cacheprovider",
-            "-W", "ignore::pytest.PytestAssertRewriteWarning"]
+            "--poot-device", str(args.device), *([] if verbose else ["-q"]),
+            "-p", "no:cacheprovider", "-W", "ignore::pytest.PytestAssertRewriteWarning"]
     if args.support:
         argv += ["--poot-support", args.support.format(name=args.backend)]
     if args.perf:
@@ -39,7 +42,8 @@ def pytest_argv(args) -> list[str]:
 def run(args) -> int:
     import pytest
 
-    from poot.backend import get_backend
+    from poot.plugin import get_backend
 
-    get_backend(args.backend)  # an unknown name: one clear line listing the installed ones
+    # an unknown name, or a plugin that failed to load: one clear line saying which and why
+    get_backend(args.backend)
     return int(pytest.main(pytest_argv(args)))

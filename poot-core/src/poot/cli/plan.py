@@ -53,6 +53,7 @@ def _decoder(args):
 def run(args) -> int:
     import poot
     from poot.plan import plan
+    from poot.plan.show import format_plan, format_summary
 
     step, weights, source = _decoder(args)
     target = args.backend
@@ -62,7 +63,7 @@ def run(args) -> int:
     took = time.perf_counter() - t0
     print(f"# {source}: {step.mode} step, {args.kv} KV, {step.graph.name} "
           f"({'traced' if args.no_compile else 'compiled'}; planned in {took:.2f} s)")
-    print(p.summary() if args.summary else p)
+    print(format_summary(p) if args.summary else format_plan(p))
     if args.run:
         _time_steps(p, step, weights, args.run)
     return 0

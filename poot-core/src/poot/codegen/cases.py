@@ -480,7 +480,7 @@ class EqnCase:
 def eqn_cases(graph, inputs, tol_f32: float = 1e-8, tol_16: float = 1e-4) -> list[EqnCase]:
     """Every eqn of `graph` as a case: operands are the oracle's values on `inputs`, so
     each kernel is checked on the data it meets in the real model, errors not carried."""
-    from poot.reference.evaluate import apply, bind_inputs
+    from poot.oracle.evaluate import apply, bind_inputs
 
     env = bind_inputs(graph, inputs)
     out = []

@@ -17,7 +17,7 @@ row. A dialect is a small subclass that names its language (see `CPrinter`):
 A dtype the printer's device cannot do is refused with `DtypeLowering`
 (`supported`): arithmetic is never moved into another type behind the user's
 back. 16-bit floats compute in F32 and round once per op, which is the IR's
-own rule for them (poot.reference.scalar), not an emulation.
+own rule for them (poot.oracle.scalar), not an emulation.
 """
 from __future__ import annotations
 

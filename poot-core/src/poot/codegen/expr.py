@@ -196,7 +196,7 @@ def evaluate(e: Expr, env: Mapping[str, np.ndarray | int],
     `buffers` maps names to 1-D arrays read by Load (out-of-range loads raise).
     `load(node, index)`, when given, performs every Load instead (the kernel
     interpreter uses it for shared and per-thread arrays and race checks)."""
-    from poot.reference import scalar as S
+    from poot.oracle import scalar as S
 
     memo: dict[int, np.ndarray] = {}
 

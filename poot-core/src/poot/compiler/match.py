@@ -21,7 +21,7 @@ def match_definition(view: GraphView, op: OpKind, args: list[ValueId], root: Eqn
     Every matched eqn but the root must be read only by matched eqns (and be no
     output), so the rewrite removes them all and computes nothing twice.
     """
-    from poot.reference import definition
+    from poot.oracle import definition
 
     types = [view.type_of(a) for a in args]
     try:

@@ -76,7 +76,7 @@ def _packed_sources(graph: Graph, rng) -> dict:
 
 def compare(source: Graph, compiled: Graph, inputs, rtol: float = 1e-5) -> None:
     """Evaluate both graphs on `inputs` and raise ValidationError where an output differs."""
-    from poot.reference import evaluate
+    from poot.oracle import evaluate
 
     want = evaluate(source, inputs)
     got = evaluate(compiled, inputs)

@@ -101,6 +101,10 @@ UNARY_DOMAIN = {O.UnaryOp.Log: "positive", O.UnaryOp.Sqrt: "positive", O.UnaryOp
                 O.UnaryOp.Exp: "small", O.UnaryOp.Not: "words", O.UnaryOp.Clz: "words"}
 UNARY_GROWTH = {O.UnaryOp.Neg: "basic", O.UnaryOp.Sqrt: "div", O.UnaryOp.Recip: "div"}
 BINARY_GROWTH = {O.BinaryOp.Div: "div"}
+#: IEEE defines these results exactly (round to nearest even); f32 holds every product and
+#: sum of two 16-bit floats closely enough that one rounding gives the same bits, so any
+#: correct kernel matches bit for bit, and one that rounds another way does not
+CORRECTLY_ROUNDED = (O.BinaryOp.Add, O.BinaryOp.Sub, O.BinaryOp.Mul)
 ELEMENTWISE_SHAPES = [((1,), (1,)), ((3, 257), (3, 257)), ((5, 1, 33), (4, 33))]
 
 
@@ -124,7 +128,8 @@ def binary_cases() -> Iterator[Case]:
                     bop, "words" if bop.bitwise else ("away" if d.is_float else "any"))
                 yield case(f"Binary.{bop.name}-{d}-{shape_id(sa, sb)}", f"Binary.{bop.name}", d,
                            [Arg(T(sa, d), a_dom), Arg(T(sb, d), b_dom)], one(O.Binary(bop)),
-                           exact=False, growth=BINARY_GROWTH.get(bop, "basic"))
+                           exact=bop in CORRECTLY_ROUNDED and d in WIDE_FLOATS,
+                           growth=BINARY_GROWTH.get(bop, "basic"))
 
 
 def select_cases() -> Iterator[Case]:
@@ -223,6 +228,41 @@ def matmul_cases() -> Iterator[Case]:
         yield case(f"IndexedMatMul-{d}-5x17-3x17x9", "IndexedMatMul", d,
                    [Arg(T((5, 17), d)), Arg(T((3, 17, 9), d)), Arg(T((5,), I32), ("index", 3))],
                    one(O.IndexedMatMul()), exact=False, growth="compose", flops=2 * 5 * 17 * 9)
+
+
+#: realistic contraction depths (a 4096 model width, a 14336 FFN width) and one that is a
+#: multiple of no tile; few rows and columns keep them cheap
+LONG_K = (4096, 14336, 4099)
+#: one packed format of each decode family (a block, a k-quant super-block, an int group,
+#: a microscaled float): a GPU backend compiles a kernel per format and K, so not all
+LONG_K_FORMATS = ("gguf:Q8_0", "gguf:Q4_K", "gptq:int4", "mxfp4")
+
+
+def long_k_cases() -> Iterator[Case]:
+    """Contractions over realistic K, dense and packed: a kernel wrong only past some K
+    (a dropped tail, an accumulator that overflows a tile loop) fails here."""
+    from poot.formats import PackedWeight, formats
+
+    for d in WIDE_FLOATS:
+        for k in LONG_K:
+            yield case(f"MatMul-{d}-longK-2x{k}x3", "MatMul", d,
+                       [Arg(T((2, k), d)), Arg(T((k, 3), d))], one(O.MatMul()), exact=False,
+                       growth="compose", flops=2 * 2 * k * 3)
+    for w in (F32, BF16, F16, U32):
+        for k in LONG_K:
+            k = k + k % 2 if w is U32 else k          # two f16 per u32 word: K even
+            ws = (3, k // 2) if w is U32 else (3, k)
+            yield case(f"DenseContraction-{w}-longK-2x{k}-3x{k}", "DenseContraction", w,
+                       [Arg(T((2, k), F32)), Arg(T(ws, w), _f16_words(ws) if w is U32 else "any")],
+                       one(O.DenseContraction()), exact=False, growth="compose",
+                       flops=2 * 2 * k * 3)
+    for name in [f for f in LONG_K_FORMATS if f in formats()]:
+        for k in (14336, 4352):                       # 4352 = 17 blocks of 256
+            w = PackedWeight(name, (8, k))
+            srcs = [Arg(s.type, ("packed", w, i)) for i, s in enumerate(w.sources())]
+            yield case(f"PackedContraction-{name}-longK-2x{k}", "PackedContraction", name,
+                       [Arg(T((2, k), F32))] + srcs, one(O.PackedContraction(w)), exact=False,
+                       growth="compose", flops=2 * 2 * k * 8)
 
 
 def _f16_words(shape) -> tuple:
@@ -376,7 +416,7 @@ def other_cases() -> Iterator[Case]:
 
 
 FAMILIES = (unary_cases, binary_cases, select_cases, cast_cases, shape_cases, data_cases,
-            reduce_cases, matmul_cases, dense_cases, packed_cases, region_cases,
+            reduce_cases, matmul_cases, dense_cases, packed_cases, long_k_cases, region_cases,
             attention_cases, other_cases)
 
 

@@ -8,11 +8,6 @@ from poot.conformance.session import REPORT as _REPORT
 from poot.conformance.session import target_of as _target
 
 
-def pytest_report_header(config):
-    t = _target(config)
-    return [f"poot conformance: {t} (seed {t.seed}; rerun with --poot-seed {t.seed})"]
-
-
 def _model_cases():
     from poot.conformance.model import model_case_list
 

@@ -1,4 +1,4 @@
-"""Random case inputs: drawn fresh from a seeded Generator, never zeros.
+"""Random case inputs: drawn fresh from a seeded Generator; zeros only where planted.
 
 Each case input names a *domain* that keeps the oracle's result meaningful:
 "any" (signed values), "positive" (Log, Sqrt), "away" (divisors, |x| >= 0.5),
@@ -6,12 +6,17 @@ Each case input names a *domain* that keeps the oracle's result meaningful:
 amounts, some >= 32 to check the spec's rule), "int" (small exact integers held
 in a float dtype), ("index", n) (indices in [0, n)), ("slots", n) (ScatterUpdate
 rows: in range, one -1 and one repeated slot), and "special" (like "any", with
-+Inf and -Inf planted where the dtype has them).
++Inf and -Inf planted where the dtype has them, and in larger inputs the values whose
+results IEEE defines exactly: +0, -0, the largest finite values, and for F16 the
+subnormals and the smallest normal). F32 and BF16 subnormals are left out: GPU APIs
+allow flushing them (an F32 subnormal is flushed on many devices, and a BF16 one is an
+F32 one), so the IR does not define those results.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import ml_dtypes
 import numpy as np
 
 from poot.dtypes import DType
@@ -50,7 +55,8 @@ def draw_all(rng: np.random.Generator, args, fixed=None) -> list[np.ndarray]:
 
 
 def draw(rng: np.random.Generator, arg: Arg) -> np.ndarray:
-    """Fresh values for one input, in the input's dtype and domain; never zero."""
+    """Fresh values for one input, in the input's dtype and domain (zero only where a
+    "special" domain plants it)."""
     t, dom = arg.type, arg.domain
     if isinstance(dom, tuple):
         return _indices(rng, t, *dom)
@@ -104,11 +110,23 @@ def _floats(rng, t: TensorType, dom: str) -> np.ndarray:
             x = np.sign(x) * (np.abs(x) + 0.5)
     a = np.asarray(x, np.float32).astype(t.dtype.numpy)
     a[a.astype(np.float32) == 0] = 1
-    if dom == "special" and t.dtype in HAS_INF and a.size >= 4:
-        flat = a.reshape(-1)
-        flat[rng.choice(flat.size, 2, replace=False)] = np.array([np.inf, -np.inf],
-                                                                  np.float32)
+    if dom == "special" and a.size >= 4:
+        plant = special_values(t.dtype, many=a.size >= 16)
+        if plant.size:
+            flat = a.reshape(-1)
+            flat[rng.choice(flat.size, plant.size, replace=False)] = plant
     return a
+
+
+def special_values(dtype: DType, many: bool = True) -> np.ndarray:
+    """The edge values planted in a "special" input of `dtype` (see the module doc)."""
+    vals = [np.inf, -np.inf] if dtype in HAS_INF else []
+    if many and dtype in (DType.F32, DType.F16, DType.BF16):
+        big = float(ml_dtypes.finfo(dtype.numpy).max)
+        vals += [0.0, -0.0, big, -big]
+        if dtype is DType.F16:  # smallest and largest subnormal, smallest normal
+            vals += [2.0**-24, -(2.0**-14 - 2.0**-24), 2.0**-14]
+    return np.array(vals, np.float64).astype(dtype.numpy)
 
 
 def nan_payload(dtype: DType) -> np.ndarray:
@@ -122,4 +140,4 @@ def nan_payload(dtype: DType) -> np.ndarray:
     return np.array(vals, u).view(dtype.numpy)
 
 
-__all__ = ["Arg", "draw", "nan_payload", "HAS_INF", "draw_all"]
+__all__ = ["Arg", "draw", "nan_payload", "HAS_INF", "draw_all", "special_values"]

@@ -1,8 +1,10 @@
 """pytest plugin of the conformance suite (loaded through the `pytest11` entry point).
 
-It only adds the command-line options; the suite itself (fixtures, cases, reports)
-lives in this package's conftest.py and test modules, which pytest loads only when
-the suite is collected: `pytest --pyargs poot.conformance --poot-backend NAME`.
+It adds the command-line options and the report header (pytest asks only plugins and
+the root conftest for the header, never a package's conftest); the suite itself
+(fixtures, cases, reports) lives in this package's conftest.py and test modules, which
+pytest loads only when the suite is collected:
+`pytest --pyargs poot.conformance --poot-backend NAME`.
 """
 
 
@@ -30,3 +32,13 @@ def pytest_configure(config):
         from poot.conformance.session import target_of
 
         target_of(config)
+
+
+def pytest_report_header(config):
+    """The backend device, the seed, and how to rerun with them."""
+    if not config.getoption("--poot-backend", None):
+        return None
+    from poot.conformance.session import target_of
+
+    t = target_of(config)
+    return [f"poot conformance: {t} (seed {t.seed}; rerun: {t.rerun()})"]

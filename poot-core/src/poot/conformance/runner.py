@@ -116,7 +116,8 @@ def run_case(graph, inputs: list[np.ndarray], backend, device, runtime,
     from poot.plan import plan as make_plan
     from poot.runtime.executor import Executor
 
-    plan = guarded(plan if plan is not None else make_plan(graph, (backend, device)))
+    planned = plan if plan is not None else make_plan(graph, (backend, device))
+    plan = guarded(planned)
     runtime = GuardedRuntime(runtime, rng)
     ex = Executor(plan, {}, runtime=runtime)
     arena = ex.buffers[ARENA]
@@ -130,11 +131,16 @@ def run_case(graph, inputs: list[np.ndarray], backend, device, runtime,
     free = ~occupied(plan, size)
     after = runtime.read(arena, 0, size)
     hit = free & (after != sentinel)
-    if hit.any():
-        at = np.flatnonzero(hit)
+    if hit.any():  # in the planned arena's offsets (as `poot plan` prints), guards apart
+        at = np.flatnonzero(hit) - GUARD
+        planned_result = next(p for o, p in planned.outputs if o.kind is OutputKind.RESULT)
+        where = (f"planned bytes [{planned_result.offset}, "
+                 f"{planned_result.offset + planned_result.nbytes})"
+                 if planned_result.region == ARENA else f"region {planned_result.region!r}")
         problems.append(f"out-of-bounds write: {at.size} sentinel byte(s) of the arena "
-                        f"changed, first at byte {int(at[0]) - GUARD} of the planned arena "
-                        f"(the result is at {result_place})")
+                        f"changed, first at planned byte {int(at[0])} (the arena holds "
+                        f"{planned.arena_size} bytes; the result {planned_result.type} is at "
+                        f"{where})")
     problems += runtime.violations()
     for label, (_, buf) in ex.slots.items():
         want = np.ascontiguousarray(slots[label]).reshape(-1).view(np.uint8)

@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from poot.backend import Backend, Device, get_backend
 from poot.capability import CapabilityTable
-from poot.errors import DeviceUnavailable
+from poot.contract import Backend, Device
+from poot.errors import DeviceUnavailable, PootError
 
 DEFAULT_SEED = 20261129
 
@@ -32,6 +32,12 @@ class Target:
         """The case's own stream: reproducible from (seed, case id), independent of order."""
         return np.random.default_rng([self.seed, zlib.crc32(case_id.encode())])
 
+    def rerun(self, case_id: str | None = None) -> str:
+        """The command that reruns one case (or the whole suite) with this seed, verbose."""
+        dev = f" --device {self.device.index}" if self.device.index else ""
+        only = f" -k '{case_id}'" if case_id else ""
+        return f"poot conformance {self.backend.name} --seed {self.seed}{dev}{only} -- -v"
+
     def declares(self, graph) -> bool:
         return not self.table.graph_refusals(graph)
 
@@ -46,16 +52,20 @@ def resolve(name: str, device_index: int = 0, seed: int = DEFAULT_SEED) -> Targe
     from poot.conformance import roles
 
     plugin.register(roles, name="poot.conformance.roles")
-    backend = get_backend(name)
-    devices = backend.probe()
+    backend = plugin.get_backend(name)
+    devices, why = plugin.probe(backend)  # a probe that raises is reported, not a crash
     if not devices:
-        raise DeviceUnavailable(f"backend {name} has no device: "
-                                f"{backend.unavailable_reason() or 'no reason given'}")
+        raise DeviceUnavailable(f"backend {name} has no device: {why}")
     if not 0 <= device_index < len(devices):
         raise DeviceUnavailable(f"backend {name} has {len(devices)} device(s); "
                                 f"there is no device {device_index}")
     device = devices[device_index]
-    return Target(backend, device, backend.capabilities(device), seed)
+    try:
+        table = backend.capabilities(device)
+    except Exception as exc:  # a usage error with the reason, never an INTERNALERROR
+        raise PootError(f"backend {name}: capabilities({device.id}) raised "
+                        f"{type(exc).__name__}: {exc}") from None
+    return Target(backend, device, table, seed)
 
 
 __all__ = ["Target", "resolve", "DEFAULT_SEED"]

@@ -9,7 +9,7 @@ from poot.conformance.compare import mismatch
 from poot.conformance.inputs import draw_all
 from poot.conformance.runner import run_case
 from poot.errors import LoweringError
-from poot.reference import evaluate
+from poot.oracle import evaluate
 
 
 def test_declared(case, target, report, perf):
@@ -31,13 +31,21 @@ def check_declared(case, target, report, perf):
         out = run_case(case.graph, inputs, target.backend, target.device, target.runtime, rng,
                        timed=perf)
     except LoweringError as exc:
-        pytest.fail(f"{target} declares {case.key} on {case.dtype} but refused it: {exc}")
+        pytest.fail(f"{target} declares {case.key} on {case.dtype} but refused it: {exc} "
+                    f"{where(case, target)}")
     problems = list(out.problems)
     bad = mismatch(want, out.result, case.exact, case.tol)
     if bad:
         problems.insert(0, bad)
-    assert not problems, f"{case.id} on {target}: " + "; ".join(problems)
+    assert not problems, f"{'; '.join(problems)} {where(case, target)}"
     report.record(case, True, True, out.seconds)
+
+
+def where(case, target) -> str:
+    """What every failure line ends with: op, dtype, shapes, backend, seed, rerun command."""
+    shapes = ", ".join(str(a.type) for a in case.args) or "no operands"
+    return (f"[{case.key} on {case.dtype}, operands {shapes}; {target}; seed {target.seed}; "
+            f"rerun: {target.rerun(case.id)}]")
 
 
 def check_refused(case, target, report):
@@ -51,8 +59,9 @@ def check_refused(case, target, report):
         got = plan(case.graph, (target.backend, target.device))
     except LoweringError as exc:
         assert exc.backend == target.backend.name and exc.op and exc.device, \
-            f"the refusal must name op, backend and device: {exc!r}"
+            f"the refusal must name op, backend and device: {exc!r} {where(case, target)}"
         report.record(case, False, True)
         return
     pytest.fail(f"{target} does not declare this case ({refused}) but planned it "
-                f"({got.dispatches} dispatches) instead of raising the typed refusal")
+                f"({got.dispatches} dispatches) instead of raising the typed refusal "
+                f"{where(case, target)}")

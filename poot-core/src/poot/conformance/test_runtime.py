@@ -14,7 +14,7 @@ from poot.errors import LoweringError
 from poot.ir import Builder
 from poot.ir import ops as O
 from poot.ir.types import SlotKind, TensorType
-from poot.reference import evaluate
+from poot.oracle import evaluate
 
 F32 = DType.F32
 ADD, MUL = O.Binary(O.BinaryOp.Add), O.Binary(O.BinaryOp.Mul)

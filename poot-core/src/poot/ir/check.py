@@ -1,21 +1,15 @@
 """The whole-graph check run by Builder.finish and GraphEdit.commit."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from poot.errors import GraphError, IRError
+from poot.ir.nodes import Lit, OutputKind, _Tables
 from poot.ir.types import StorageClass
-
-if TYPE_CHECKING:  # pragma: no cover
-    from poot.ir.graph import _Tables
 
 
 def check_graph(t: _Tables) -> None:
     """Raise GraphError (or the op's typed error) unless the tables form a valid graph:
     binders well classed, SSA, topological order, every operand defined, every
     type equal to its op's infer, one result, state pairs of identical type."""
-    from poot.ir.graph import Lit, OutputKind
-
     defined = set()
     for vid in t.inputs:
         if vid not in t.values:

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from poot.ir.nodes import GraphOutput, OutputKind
+from poot.ir.ops.base import OpKind, _fmt
 from poot.ir.types import StorageClass
 
 if TYPE_CHECKING:  # pragma: no cover
-    from poot.ir.graph import Graph, GraphOutput
-    from poot.ir.ops.base import OpKind
+    from poot.ir.graph import Graph
 
 
 def _name(s: str) -> str:
@@ -34,15 +35,9 @@ def _name(s: str) -> str:
 
 
 def _param(v) -> str:
-    from poot.formats import PackedWeight
-    from poot.ir.ops.base import OpKind, _fmt
-
     if isinstance(v, OpKind):
         return format_op(v)
-    if isinstance(v, PackedWeight):
-        attrs = ",".join(f"{k}={a!r}" for k, a in v.attrs)
-        return f"{v.format}[{v.shape[0]}x{v.shape[1]}{';' + attrs if attrs else ''}]"
-    return _fmt(v)
+    return _fmt(v)  # a PackedWeight prints its own text form (its __str__)
 
 
 def format_op(op: OpKind) -> str:
@@ -84,8 +79,6 @@ def _binder(g: Graph, vid) -> str:
 
 
 def format_output(o: GraphOutput) -> str:
-    from poot.ir.graph import OutputKind
-
     if o.kind is OutputKind.EXPORT:
         return f"export {o.value!r} @{_name(o.boundary.name)}"
     if o.kind is OutputKind.WITNESS:

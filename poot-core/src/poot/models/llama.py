@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Protocol
 
 import numpy as np
 
@@ -25,6 +24,7 @@ from poot.errors import CheckpointError
 from poot.formats import PackedWeight
 from poot.ir.graph import Graph
 from poot.ir.types import SlotKind, TensorType, WeightRef
+from poot.models.weights import DenseSpec, HalfLayoutRows, PackedSpec, WeightSource
 
 
 @dataclass(frozen=True)
@@ -52,30 +52,6 @@ class LlamaConfig:
     @property
     def rot(self) -> int:
         return self.rope_dim or self.head_dim
-
-
-@dataclass(frozen=True)
-class DenseSpec:
-    """A dense checkpoint tensor: its type and identity."""
-
-    type: TensorType
-    ref: WeightRef
-
-
-@dataclass(frozen=True)
-class PackedSpec:
-    """A packed checkpoint tensor: its descriptor and the identity of each source."""
-
-    weight: PackedWeight
-    refs: tuple[WeightRef, ...]
-
-
-class WeightSource(Protocol):
-    """What the builder needs from a checkpoint: a spec per GGUF tensor name."""
-
-    def has(self, name: str) -> bool: ...
-
-    def spec(self, name: str) -> DenseSpec | PackedSpec: ...
 
 
 @dataclass
@@ -121,8 +97,6 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
     c = config
     consts: dict[str, np.ndarray] = {}
     if c.rope_layout == "pairs":  # reorder the q/k weight rows once, not q/k every step
-        from poot.models.weights import HalfLayoutRows
-
         weights = HalfLayoutRows(weights, c.head_dim)
         consts = weights.arrays
     if kv not in ("dense", "paged"):

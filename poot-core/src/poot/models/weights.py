@@ -9,13 +9,40 @@ from __future__ import annotations
 
 import re
 import weakref
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import Protocol
 
 import numpy as np
 
 from poot.errors import CheckpointError
 from poot.formats import PackedWeight
-from poot.models.llama import DenseSpec, PackedSpec, WeightSource
+from poot.ir.types import TensorType, WeightRef
+
+
+@dataclass(frozen=True)
+class DenseSpec:
+    """A dense checkpoint tensor: its type and identity."""
+
+    type: TensorType
+    ref: WeightRef
+
+
+@dataclass(frozen=True)
+class PackedSpec:
+    """A packed checkpoint tensor: its descriptor and the identity of each source."""
+
+    weight: PackedWeight
+    refs: tuple[WeightRef, ...]
+
+
+class WeightSource(Protocol):
+    """What the builder needs from a checkpoint: a spec per GGUF tensor name."""
+
+    def has(self, name: str) -> bool: ...
+
+    def spec(self, name: str) -> DenseSpec | PackedSpec: ...
+
+
 
 _HF = [
     (r"model\.embed_tokens\.weight", "token_embd.weight"),

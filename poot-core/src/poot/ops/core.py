@@ -7,20 +7,10 @@ from poot.dtypes import DType
 from poot.errors import TraceError
 from poot.ir import ops as O
 from poot.ir.types import SlotKind, TensorType, WeightRef
-from poot.tracer import Tensor, as_operand, builder
-
-
-def _emit(op, *xs) -> Tensor:
-    return Tensor(builder().eqn(op, *xs))
-
-
-def _dtype_of(*xs) -> DType | None:
-    return next((x.dtype for x in xs if isinstance(x, Tensor)), None)
-
-
-def _bin(op: O.BinaryOp, a, b) -> Tensor:
-    like = _dtype_of(a, b)
-    return _emit(O.Binary(op), as_operand(a, like), as_operand(b, like))
+from poot.tracer import Tensor, as_operand, builder, cast, reshape  # noqa: F401  (API)
+from poot.tracer import binary as _bin
+from poot.tracer import dtype_of as _dtype_of
+from poot.tracer import emit as _emit
 
 
 def add(a, b): return _bin(O.BinaryOp.Add, a, b)
@@ -59,11 +49,6 @@ def select(cond: Tensor, if_true, if_false, dtype=None) -> Tensor:
     return _emit(O.Select(), cond.ref, as_operand(if_true, like), as_operand(if_false, like))
 
 
-def cast(x: Tensor, dtype) -> Tensor:
-    dtype = DType.parse(dtype)
-    return x if x.dtype is dtype else _emit(O.Cast(dtype), x.ref)
-
-
 def iota(shape: Sequence[int], axis: int = 0, dtype=DType.I32) -> Tensor:
     return _emit(O.Iota(tuple(shape), axis, DType.parse(dtype)))
 
@@ -71,14 +56,6 @@ def iota(shape: Sequence[int], axis: int = 0, dtype=DType.I32) -> Tensor:
 def broadcast_to(x: Tensor, shape: Sequence[int]) -> Tensor:
     shape = tuple(shape)
     return x if x.shape == shape else _emit(O.Broadcast(shape), x.ref)
-
-
-def reshape(x: Tensor, shape: Sequence[int]) -> Tensor:
-    shape = tuple(int(d) for d in shape)
-    if -1 in shape:
-        known = -1 * int(__import__("math").prod(shape))
-        shape = tuple(x.type.size // known if d == -1 else d for d in shape)
-    return x if x.shape == shape else _emit(O.Reshape(shape), x.ref)
 
 
 def transpose(x: Tensor, perm: Sequence[int]) -> Tensor:

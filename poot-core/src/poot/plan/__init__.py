@@ -4,11 +4,13 @@
 backend's Lowering), every value placed before the first dispatch (an arena with fixed,
 256-aligned offsets reused across disjoint lifetimes; Reshape as an alias; Transpose as a
 strided view where the consumer accepts one; consts bound once; slots and state at stable
-addresses; state updated in place where the donate contract allows). `str(plan)` prints it.
+addresses; state updated in place where the donate contract allows).
+`poot.plan.show.format_plan(plan)` prints it. The Plan's data classes are defined in
+`poot.contract` (what a backend's runtime reads).
 """
 from __future__ import annotations
 
-from poot.plan.model import ALIGN, ARENA, Copy, Note, Place, Plan, Region, Step, WeightSpec
+from poot.contract import ALIGN, ARENA, Copy, Note, Place, Plan, Region, Step, WeightSpec
 
 __all__ = ["plan", "Plan", "Place", "Region", "Step", "Copy", "Note", "WeightSpec", "ALIGN",
            "ARENA"]

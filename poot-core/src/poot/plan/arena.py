@@ -10,7 +10,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
-from poot.plan.model import ALIGN, align
+from poot.contract import ALIGN, align
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from poot.ir.graph import Eqn, Graph, GraphOutput, Lit, Operand, Value
 from poot.ir.types import ValueId
-from poot.reference import definition
+from poot.oracle import definition
 
 
 def has_composites(graph: Graph) -> bool:

@@ -9,20 +9,20 @@ The walk over the eqns decides, for each value, where it lives:
 - DynamicUpdateSlice / ScatterUpdate producing a state_out from its own state_in binder,
   with no later reader of state_in: in place in the state buffer (donation);
 - anything else: an arena block, live from its eqn to its last reader.
-On a host-kernel backend (the reference), composites are first replaced by their
-primitive definitions (poot.plan.inline), so a packed contraction's weight is decoded once
-at bind time.
+On a backend that `inlines_composites` (the reference), composites are first checked
+against its table and then replaced by their primitive definitions (poot.plan.inline), so
+a packed contraction's weight is decoded once at bind time.
 """
 from __future__ import annotations
 
 from poot.backend import Backend, Device, get_backend, select_backend
+from poot.contract import ARENA, Copy, Note, Place, Plan, Region, Step, WeightSpec
 from poot.errors import GraphError
 from poot.ir import ops as O
 from poot.ir.graph import Eqn, Graph, Lit, OutputKind, Value
 from poot.ir.types import StorageClass, TensorType, ValueId
 from poot.plan.arena import Interval, assign_offsets
 from poot.plan.inline import has_composites, inline_composites
-from poot.plan.model import ARENA, Copy, Note, Place, Plan, Region, Step, WeightSpec
 
 _IN_PLACE_OPS = (O.DynamicUpdateSlice, O.ScatterUpdate)
 
@@ -49,7 +49,11 @@ def resolve_target(obj, target) -> tuple[Graph, Backend, Device]:
 
 def make_plan(obj, target=None) -> Plan:
     graph, backend, device = resolve_target(obj, target)
-    if backend.host_kernels and has_composites(graph):
+    if backend.inlines_composites and has_composites(graph):
+        table = backend.capabilities(device)
+        for e in graph.eqns():  # the composite itself must be declared: refuse it here
+            if e.op.composite:
+                table.check_eqn(e, graph)
         graph = inline_composites(graph)
     return _Planner(graph, backend, device).run()
 

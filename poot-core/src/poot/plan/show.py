@@ -1,8 +1,8 @@
-"""The text form of a Plan: what `str(plan)` and `poot plan` print."""
+"""The text form of a Plan: what `poot plan` prints (`format_plan`, `format_summary`)."""
 from __future__ import annotations
 
+from poot.contract import Place, Plan
 from poot.ir.graph import Lit
-from poot.plan.model import Place, Plan
 
 
 def mib(n: int) -> str:

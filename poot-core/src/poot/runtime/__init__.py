@@ -1,15 +1,13 @@
 """poot.runtime: runs a Plan on a backend's Runtime, step after step.
 
-`Runtime`, `Buffer`, `Executable` (protocol.py) are the contract a backend implements.
+The Runtime, Executable and DeviceBuffer protocols a backend implements are in
+`poot.contract`.
 `Executor(plan, consts)` (executor.py) binds weights once through a `WeightCache`,
 rewrites slots in place after checking them, keeps donated state, and runs steps.
-`ReferenceRuntime` (reference.py) is the reference backend's Runtime (numpy buffers).
 `BlockAllocator` / `DenseCache` (kv.py) hand out KV cache rows per sequence, and
 `Session` (session.py) prefills and decodes sequences through plans of one graph builder.
 """
 from __future__ import annotations
-
-from poot.runtime.protocol import Buffer, Executable, Runtime
 
 _LAZY = {
     "Executor": "poot.runtime.executor",
@@ -20,7 +18,6 @@ _LAZY = {
     "BlockAllocator": "poot.runtime.kv",
     "DenseCache": "poot.runtime.kv",
     "Session": "poot.runtime.session",
-    "ReferenceRuntime": "poot.runtime.reference",
 }
 
 
@@ -34,4 +31,4 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'poot.runtime' has no attribute {name!r}")
 
 
-__all__ = ["Buffer", "Executable", "Runtime", *_LAZY]
+__all__ = list(_LAZY)

@@ -23,12 +23,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from poot.contract import ARENA, DeviceBuffer, Place, Plan, Region, Runtime, WeightSpec
 from poot.errors import BindError
 from poot.ir.graph import OutputKind
 from poot.ir.types import ValueId
-from poot.plan.model import ARENA, Place, Plan, Region, WeightSpec
-from poot.reference.evaluate import check_slot, coerce_input
-from poot.runtime.protocol import Buffer, Runtime
+from poot.oracle.evaluate import check_slot, coerce_input
 from poot.runtime.weights import WeightCache
 
 
@@ -46,9 +45,9 @@ class StateStore:
 
     def __init__(self, runtime: Runtime):
         self.runtime = runtime
-        self.buffers: dict[str, tuple[Buffer, str]] = {}
+        self.buffers: dict[str, tuple[DeviceBuffer, str]] = {}
 
-    def buffer(self, name: str, nbytes: int, type_text: str) -> Buffer:
+    def buffer(self, name: str, nbytes: int, type_text: str) -> DeviceBuffer:
         got = self.buffers.get(name)
         if got is not None:
             buf, have = got
@@ -79,8 +78,8 @@ class Executor:
         self.weights = weights if weights is not None else WeightCache(runtime)
         self.state = state if state is not None else StateStore(runtime)
         self._consts = _ConstSource(g, consts or {})
-        self.buffers: dict[str, Buffer] = {}
-        self.slots: dict[str, tuple[ValueId, Buffer]] = {}
+        self.buffers: dict[str, DeviceBuffer] = {}
+        self.slots: dict[str, tuple[ValueId, DeviceBuffer]] = {}
         regions = list(plan.regions.values())
         for i, region in enumerate(regions):
             self.buffers[region.name] = self._allocate(region)
@@ -90,7 +89,7 @@ class Executor:
         self._outputs = [(o, place) for o, place in plan.outputs]
         self.steps = 0
 
-    def _allocate(self, region: Region) -> Buffer:
+    def _allocate(self, region: Region) -> DeviceBuffer:
         rt, g = self.runtime, self.graph
         if region.kind == "arena":
             return rt.alloc(max(region.nbytes, 1), ARENA)

@@ -16,9 +16,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from poot.contract import DeviceBuffer, Runtime, WeightSpec
 from poot.ir.graph import Lit
-from poot.plan.model import WeightSpec
-from poot.runtime.protocol import Buffer, Runtime
 
 Key = tuple
 
@@ -34,7 +33,7 @@ class WeightCache:
     def __init__(self, runtime: Runtime):
         self.runtime = runtime
         self.device = str(getattr(runtime, "device", ""))
-        self.buffers: dict[Key, Buffer] = {}
+        self.buffers: dict[Key, DeviceBuffer] = {}
         self.uploads = 0        # weights written to the device
         self.hits = 0           # binds served by an earlier upload
         self.folds = 0          # folded values computed on the host
@@ -46,7 +45,7 @@ class WeightCache:
         return sum(b.nbytes for b in self.buffers.values())
 
     def bind(self, spec: WeightSpec, const_array: Callable[[WeightSpec], np.ndarray],
-             label: str) -> Buffer:
+             label: str) -> DeviceBuffer:
         """The device buffer of `spec`, uploading it if no earlier bind did.
 
         `const_array(spec)` returns the host array of a const binder (checked by the
@@ -87,7 +86,7 @@ class WeightCache:
         if not spec.folded:
             value = const_array(spec)
         else:
-            from poot.reference import apply
+            from poot.oracle import apply
 
             args = [np.asarray(x.value, x.dtype.numpy) if isinstance(x, Lit)
                     else self._host_value(x, const_array, memo) for x in spec.operands]

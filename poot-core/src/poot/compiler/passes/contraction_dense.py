@@ -11,7 +11,7 @@ A Cast commutes with movement, so it may sit anywhere along the weight's path.
 """
 from __future__ import annotations
 
-from poot.compiler.contract import Contraction, on_matmul, run_matchers, weight_path
+from poot.compiler.passes.contraction_match import Contraction, on_matmul, run_matchers, weight_path
 from poot.compiler.view import GraphView, NoMatch
 from poot.dtypes import DType
 from poot.ir.ops import (

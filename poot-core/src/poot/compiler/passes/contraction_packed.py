@@ -7,7 +7,7 @@
 """
 from __future__ import annotations
 
-from poot.compiler.contract import Contraction, on_matmul, run_matchers, weight_path
+from poot.compiler.passes.contraction_match import Contraction, on_matmul, run_matchers, weight_path
 from poot.compiler.view import GraphView, NoMatch
 from poot.ir.ops import (
     Gather,

@@ -31,6 +31,7 @@ BINARY = {
     "Mul": lambda a, b: _f64(a) * _f64(b),
     "Div": lambda a, b: _f64(a) / _f64(b),
     "Max": lambda a, b: np.maximum(_f64(a), _f64(b)),
+    "Min": lambda a, b: np.minimum(_f64(a), _f64(b)),
 }
 
 

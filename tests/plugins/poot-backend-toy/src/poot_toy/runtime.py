@@ -1,4 +1,4 @@
-"""The toy's Runtime (poot.runtime.protocol): host bytes as device memory, a step runs
+"""The toy's Runtime (poot.contract.Runtime): host bytes as device memory, a step runs
 each planned kernel over numpy views of its places."""
 from __future__ import annotations
 

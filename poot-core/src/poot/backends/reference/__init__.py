@@ -2,20 +2,23 @@
 
 It declares everything: every dtype for every use, every op key for every
 dtype, and the packed ops for every registered packed format. It is the embedded default when no
-GPU backend is installed. Its runtime runs plans with numpy (poot.runtime).
+GPU backend is installed. Its runtime (runtime.py) runs plans with numpy.
 """
 from __future__ import annotations
 
-from poot.backend import Backend, Device
+from poot.backends.reference.runtime import ReferenceRuntime
+from poot.builtin_formats import FORMATS
 from poot.capability import PACKED_KEYS, CapabilityTable, Use, every_op_key
+from poot.contract import Backend, Device, hookimpl
 from poot.dtypes import DType
-from poot.plugin import hookimpl
+from poot.formats import formats
 
 
 class ReferenceBackend(Backend):
     name = "reference"
     priority = 0
     language = "numpy"
+    inlines_composites = True    # its composites are exactly their definitions
 
     def __init__(self):
         self._tables: dict = {}
@@ -26,8 +29,6 @@ class ReferenceBackend(Backend):
     def capabilities(self, device):
         """The full table, built once per device and set of registered formats (the
         planner asks for it once per eqn)."""
-        from poot.formats import formats
-
         packed = frozenset(formats())
         key = (device.id, packed)
         table = self._tables.get(key)
@@ -42,8 +43,6 @@ class ReferenceBackend(Backend):
         return table
 
     def runtime(self, device):
-        from poot.runtime.reference import ReferenceRuntime
-
         return ReferenceRuntime(device)
 
 
@@ -57,6 +56,4 @@ def poot_backends():
 
 @hookimpl
 def poot_weight_formats():
-    from poot.builtin_formats import FORMATS
-
     return FORMATS

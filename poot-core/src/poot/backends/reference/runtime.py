@@ -2,7 +2,7 @@
 
 Every kernel is prepared in `load`: numpy views of its operands and result at their
 planned places (strided views where the plan says so) and one callable per step. A step
-calls them in order. Kernels compute exactly what the oracle (`poot.reference.apply`)
+calls them in order. Kernels compute exactly what the oracle (`poot.oracle.apply`)
 computes: the hot F32 ops call the same numpy routine the oracle's rule calls, writing
 into the planned place (`out=`); every other op goes through `apply` itself.
 """
@@ -13,14 +13,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from poot.backend import Device
+from poot.contract import ALIGN, Device, Place, Plan, Step
 from poot.dtypes import DType
 from poot.errors import CapacityError, OutOfRange
 from poot.ir import ops as O
 from poot.ir.graph import Lit
-from poot.plan.model import ALIGN, Place, Plan, Step
-from poot.reference import apply
-from poot.reference import scalar as S
+from poot.oracle import apply
+from poot.oracle import scalar as S
 from poot.runtime.blas import single_thread
 
 Kernel = Callable[[], None]
@@ -48,7 +47,7 @@ class ReferenceExecutable:
 
 
 class ReferenceRuntime:
-    """The Runtime of the reference backend (see poot.runtime.protocol)."""
+    """The Runtime of the reference backend (see poot.contract.Runtime)."""
 
     def __init__(self, device: Device, limit_bytes: int | None = None):
         self.device = device

@@ -1,5 +1,6 @@
-"""Shared pieces of the contraction passes: reading a weight operand back to its
-binder, absorbing linear()'s reshapes, and deciding which matched eqns can go."""
+"""Shared pieces of the contraction passes (contraction_dense, contraction_packed): reading
+a weight operand back to its binder, absorbing linear()'s reshapes, and deciding which
+matched eqns can go."""
 from __future__ import annotations
 
 from dataclasses import dataclass

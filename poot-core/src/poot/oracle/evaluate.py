@@ -10,8 +10,9 @@ from poot.errors import BindError, SlotRangeError
 from poot.ir.builder import Builder
 from poot.ir.graph import Graph, Lit, OutputKind
 from poot.ir.ops.base import OpKind
+from poot.ir.ops.compute import Scan
 from poot.ir.types import StorageClass, TensorType, ValueId
-from poot.reference.rules import RULES
+from poot.oracle.rules import RULES
 
 _definitions: dict[tuple, Graph] = {}
 
@@ -141,5 +142,17 @@ def evaluate(graph: Graph, inputs, outputs: str = "all") -> list[np.ndarray]:
         outs = [o for o in outs if o.kind is OutputKind.RESULT]
     return [env[o.value] for o in outs]
 
+
+def _scan(op, args, ins, out):
+    """Scan's rule runs its body through the evaluator, so it lives beside it."""
+    carry, *xs = args
+    states = []
+    for t in range(op.length):
+        (carry,) = evaluate(op.body, [carry, *(x[t] for x in xs)], outputs="result")
+        states.append(carry)
+    return np.stack(states)
+
+
+RULES[Scan] = _scan
 
 __all__ = ["evaluate", "apply", "definition", "bind_inputs", "DType"]

@@ -12,7 +12,7 @@ import numpy as np
 from poot.dtypes import DType
 from poot.errors import OutOfRange
 from poot.ir import ops as O
-from poot.reference import scalar as S
+from poot.oracle import scalar as S
 
 Rule = Callable[..., np.ndarray]
 RULES: dict[type, Rule] = {}
@@ -173,13 +173,3 @@ def _packed_dequant(op, args, ins, out):
     return np.asarray(r, dtype=np.float32).reshape(op.weight.shape)
 
 
-@rule(O.Scan)
-def _scan(op, args, ins, out):
-    from poot.reference.evaluate import evaluate
-
-    carry, *xs = args
-    states = []
-    for t in range(op.length):
-        (carry,) = evaluate(op.body, [carry, *(x[t] for x in xs)], outputs="result")
-        states.append(carry)
-    return np.stack(states)

@@ -1,4 +1,4 @@
 """The CPU reference evaluator ("the oracle"): the ground truth of every test."""
-from poot.reference.evaluate import apply, bind_inputs, definition, evaluate
+from poot.oracle.evaluate import apply, bind_inputs, definition, evaluate
 
 __all__ = ["evaluate", "apply", "definition", "bind_inputs"]
