@@ -1,0 +1,139 @@
+"""CI's compile check (no AMD GPU): every kernel the conformance suite and the SmolLM2
+plan generate compiles to an AMD code object with hiprtc, for CDNA2 (gfx90a, wave64)
+and RDNA2 (gfx1030, wave32).
+
+Each case of the conformance suite (op cases and model cases) is planned for a
+compile-only device, exactly as the suite plans it on a GPU: a case the target declares
+must plan, every kernel built; an undeclared one must be refused at plan time with the
+typed LoweringError naming op, backend and device. Plans are made inside one
+`compiler.batch()`, so the kernels build in a few large hiprtc units; each code object's
+metadata is then read back and must name the target, hold the kernel, and run at the
+wavefront width the kernel was printed for. Then SmolLM2-135M's decode step (1 token)
+and its 32-token prefill step are compiled and planned the same way.
+"""
+from __future__ import annotations
+
+import inspect
+import time
+from dataclasses import replace
+
+import poot
+import pytest
+from poot.errors import LoweringError
+from poot.plan import plan
+from poot_rocm import codeobject, compiler
+from poot_rocm.backend import RocmBackend
+from poot_rocm.kernels import CompiledProgram
+
+TARGETS = ["gfx90a", "gfx1030"]
+
+
+@pytest.fixture(scope="module", params=TARGETS)
+def target(request):
+    backend = RocmBackend()
+    return backend, backend.compile_only_device(request.param)
+
+
+def conformance_cases() -> list:
+    """The suite's cases, op and model ones, with its slot roles registered as it does."""
+    from poot import plugin
+    from poot.conformance import roles
+    from poot.conformance.cases import all_cases
+    from poot.conformance.model import model_case_list
+
+    plugin.register(roles, name="poot.conformance.roles")
+    return [*all_cases(), *model_case_list()]
+
+
+def check_code_objects(plans, backend, device) -> tuple[list, list[str]]:
+    """Every CompiledKernel of the plans, and what is wrong with them: each step's
+    program is a CompiledProgram for the target whose kernels' code objects (read back
+    from the cache) name the target and hold the kernel at the target's wavefront."""
+    t = backend.target(device)
+    kernels, problems, read = [], [], {}
+    for label, p in plans:
+        for s in p.steps:
+            prog = s.lowering.program
+            if not isinstance(prog, CompiledProgram) or prog.target != t.name:
+                problems.append(f"{label}: step {s.index} ({s.eqn.op}): {prog!r}")
+                continue
+            for ck in prog.kernels:
+                code = ck.binary.load()
+                if code not in read:
+                    read[code] = codeobject.read(code)[0]
+                co = read[code]
+                info = co.kernel(ck.kernel.name)
+                if co.gfx != t.arch.name or info.wavefront != t.wave:
+                    problems.append(f"{label}: {ck.kernel.name} built for {co.target} "
+                                    f"wave{info.wavefront}, not {t}")
+                kernels.append((ck, info))
+    return kernels, problems
+
+
+def test_every_conformance_case_compiles_or_is_refused(target):
+    backend, device = target
+    table = backend.capabilities(device)
+    t0 = time.perf_counter()
+    cases = conformance_cases()
+    refused, plans, problems = 0, [], []
+    with compiler.batch():
+        for case in cases:
+            declared = not table.graph_refusals(case.graph)
+            try:
+                p = plan(case.graph, (backend, device))
+            except LoweringError as exc:
+                if declared:
+                    problems.append(f"{case.id}: declared but refused: {exc}")
+                elif not (exc.backend == backend.name and exc.op and exc.device):
+                    problems.append(f"{case.id}: the refusal must name op, backend and "
+                                    f"device: {exc!r}")
+                else:
+                    refused += 1
+                continue
+            if not declared:
+                problems.append(f"{case.id}: not declared "
+                                f"({table.graph_refusals(case.graph)[0][1]}) but planned")
+                continue
+            plans.append((case.id, p))
+        planned = time.perf_counter() - t0
+    built = time.perf_counter() - t0 - planned
+    kernels, wrong = check_code_objects(plans, backend, device)
+    problems += wrong
+    sources = {ck.source for ck, _ in kernels}
+    vgprs = max((info.vgprs for _, info in kernels), default=0)
+    lds = max((info.lds_bytes for _, info in kernels), default=0)
+    print(f"\nconformance on {device}: {len(cases)} cases, {len(plans)} compiled, "
+          f"{refused} refused, {len(sources)} distinct kernels; planned in {planned:.1f} s, "
+          f"built in {built:.1f} s; most VGPRs {vgprs}, most LDS {lds} B")
+    assert not problems, f"{len(problems)} of {len(cases)} cases:\n" + "\n".join(problems)
+    assert len(plans) + refused == len(cases)
+    assert plans and sources, "no case compiled: the check checked nothing"
+
+
+@pytest.mark.parametrize("tokens", [1, 32], ids=["decode", "prefill32"])
+def test_smollm2_step_compiles_to_code_objects(target, smollm2_gguf, tokens):
+    from poot.models.loader import open_model
+    from poot.models.runner import Model, load
+
+    backend, device = target
+    t0 = time.perf_counter()
+    max_seq = inspect.signature(load).parameters["max_seq"].default  # what `poot run` plans
+    ckpt, config = open_model(str(smollm2_gguf), max_seq=max_seq)
+    config = replace(config, max_seq=min(config.max_seq, max_seq))
+    model = Model(ckpt, config, None, backend, device, prefill_tokens=32)
+    traced = model.step_graph(tokens, 1, "dense", pool=config.max_seq, compiled=False)
+    with compiler.batch():
+        compiled = poot.compile(traced, (backend, device))
+        p = plan(compiled, (backend, device))
+    kernels, problems = check_code_objects([("smollm2", p)], backend, device)
+    assert not problems, "\n".join(problems)
+    names = {s.eqn.op.name for s in p.steps}
+    seconds = time.perf_counter() - t0
+    worst = max((info for _, info in kernels), key=lambda i: i.vgprs)
+    print(f"\nSmolLM2 {tokens}-token step on {device}: {len(traced.eqns())} eqns traced, "
+          f"{len(p.steps)} steps, {len(kernels)} kernels, "
+          f"{len({ck.source for ck, _ in kernels})} distinct, {seconds:.1f} s; "
+          f"most VGPRs: {worst}")
+    assert {"Attention", "Rope"} <= names, names
+    assert any("Packed" in n for n in names), names   # the Q4_1 weights decode in-kernel
+    assert len(kernels) >= config.layers * 4
