@@ -34,7 +34,7 @@ def check(result, what: str):
     if err != api.hipError_t.hipSuccess:
         text = ""
         try:
-            msg = api.hipGetErrorString(err)
+            _, msg = api.hipGetErrorString(err)
             text = msg.decode() if isinstance(msg, bytes) else str(msg)
         except Exception:  # noqa: BLE001 - the message is a courtesy
             pass
