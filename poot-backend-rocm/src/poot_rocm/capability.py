@@ -9,26 +9,14 @@ matrix-unit facts of `poot_rocm.archs` are reported, not used by a schedule yet.
 """
 from __future__ import annotations
 
-from poot.capability import CapabilityTable, Use, op_keys
+from poot.capability import CapabilityTable, Use
+from poot.codegen.coverage import INTS, SMALL, kernel_notes, kernel_ops
 from poot.dtypes import DType
 
 from poot_rocm.archs import Target
 
-F32, F16, BF16, I32, U32 = DType.F32, DType.F16, DType.BF16, DType.I32, DType.U32
-SMALL = {DType.I8, DType.U8, DType.I16, DType.U16}
-INTS = {I32, U32}
-ALL_WORDS = INTS | SMALL
+F32, F16, BF16 = DType.F32, DType.F16, DType.BF16
 FLOATS = {F32, F16, BF16}
-
-FLOAT_UNARY = ("Unary.Neg", "Unary.Exp", "Unary.Log", "Unary.Sqrt", "Unary.Recip", "Unary.Tanh",
-               "Unary.Erf")
-ARITH_BINARY = ("Binary.Add", "Binary.Sub", "Binary.Mul", "Binary.Div", "Binary.Max",
-                "Binary.Ge")
-BIT_BINARY = ("Binary.GeU", "Binary.And", "Binary.Or", "Binary.Xor", "Binary.Shl", "Binary.Shr")
-MOVES = ("Broadcast", "Reshape", "Transpose", "Slice", "Concat", "Gather", "ScatterUpdate",
-         "DynamicUpdateSlice", "Select", "Cast", "Fused", "FusedRow", "ContractionEpilogue",
-         "Reduce.Sum")
-PACKED = ("PackedDequant", "PackedContraction", "PackedRowGather", "IndexedPackedContraction")
 
 
 def facts(t: Target) -> dict:
@@ -45,27 +33,6 @@ def table(device: str, t: Target, formats) -> CapabilityTable:
     dtypes.update({d: Use.STORAGE | Use.CONVERT | Use.ARITH for d in SMALL})
     if t.arch.fp8:
         dtypes.update({DType.F8E4M3: Use.STORAGE, DType.F8E5M2: Use.STORAGE})
-    ops: dict[str, set] = {}
-    ops.update({k: set(FLOATS) for k in FLOAT_UNARY})
-    ops["Unary.Neg"] |= {I32}
-    ops.update({k: set(INTS) for k in ("Unary.Not", "Unary.Clz", *BIT_BINARY)})
-    ops.update({k: FLOATS | ALL_WORDS for k in ARITH_BINARY + MOVES})
-    ops["Reduce.Max"] = FLOATS | {I32} | SMALL
-    ops["Iota"] = {F32, I32}
-    ops["ArgTopK"] = FLOATS | {I32}
-    ops.update({k: FLOATS | {I32} for k in ("MatMul", "IndexedMatMul")})
-    ops.update({k: set(FLOATS) for k in ("Attention", "Rope")})
-    ops["DenseContraction"] = {F32, F16, BF16, U32}
-    ops["GroupedDenseContraction"] = {BF16}
-    ops["DenseRowGather"] = {BF16}
-    ops.update({k: set(formats) for k in PACKED})
-    known = set(op_keys(*sorted({k.split(".")[0] for k in ops})))
-    notes = {"Scan": "Scan is evaluated by its primitive definition; no rocm kernel",
-             "AllReduce": "collectives are cuts between stages",
-             "AllGather": "collectives are cuts between stages",
-             "BlockTopK": "no rocm kernel for sparse block selection yet",
-             "SelectedAttention": "no rocm kernel for sparse attention yet",
-             "Reduce.Max:u32": "no unsigned accumulator for Max"}
-    return CapabilityTable.declare("rocm", device, dtypes,
-                                   {k: v for k, v in ops.items() if k in known},
-                                   limits={"lds_bytes": t.arch.lds_bytes}, notes=notes)
+    return CapabilityTable.declare("rocm", device, dtypes, kernel_ops(FLOATS, formats),
+                                   limits={"lds_bytes": t.arch.lds_bytes},
+                                   notes=kernel_notes("rocm"))
