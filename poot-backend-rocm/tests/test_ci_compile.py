@@ -13,13 +13,11 @@ and its 32-token prefill step are compiled and planned the same way.
 """
 from __future__ import annotations
 
-import inspect
 import time
-from dataclasses import replace
 
 import poot
 import pytest
-from poot.errors import LoweringError
+from poot.conformance.compile_only import model_step_graph, plan_cases
 from poot.plan import plan
 from poot_rocm import codeobject, compiler
 from poot_rocm.backend import RocmBackend
@@ -32,17 +30,6 @@ TARGETS = ["gfx90a", "gfx1030"]
 def target(request):
     backend = RocmBackend()
     return backend, backend.compile_only_device(request.param)
-
-
-def conformance_cases() -> list:
-    """The suite's cases, op and model ones, with its slot roles registered as it does."""
-    from poot import plugin
-    from poot.conformance import roles
-    from poot.conformance.cases import all_cases
-    from poot.conformance.model import model_case_list
-
-    plugin.register(roles, name="poot.conformance.roles")
-    return [*all_cases(), *model_case_list()]
 
 
 def check_code_objects(plans, backend, device) -> tuple[list, list[str]]:
@@ -72,56 +59,29 @@ def check_code_objects(plans, backend, device) -> tuple[list, list[str]]:
 
 def test_every_conformance_case_compiles_or_is_refused(target):
     backend, device = target
-    table = backend.capabilities(device)
     t0 = time.perf_counter()
-    cases = conformance_cases()
-    refused, plans, problems = 0, [], []
     with compiler.batch():
-        for case in cases:
-            declared = not table.graph_refusals(case.graph)
-            try:
-                p = plan(case.graph, (backend, device))
-            except LoweringError as exc:
-                if declared:
-                    problems.append(f"{case.id}: declared but refused: {exc}")
-                elif not (exc.backend == backend.name and exc.op and exc.device):
-                    problems.append(f"{case.id}: the refusal must name op, backend and "
-                                    f"device: {exc!r}")
-                else:
-                    refused += 1
-                continue
-            if not declared:
-                problems.append(f"{case.id}: not declared "
-                                f"({table.graph_refusals(case.graph)[0][1]}) but planned")
-                continue
-            plans.append((case.id, p))
+        out = plan_cases(backend, device, compiler.CompileError)
         planned = time.perf_counter() - t0
     built = time.perf_counter() - t0 - planned
-    kernels, wrong = check_code_objects(plans, backend, device)
-    problems += wrong
+    kernels, wrong = check_code_objects(out.plans, backend, device)
+    problems = out.problems + wrong
     sources = {ck.source for ck, _ in kernels}
     vgprs = max((info.vgprs for _, info in kernels), default=0)
-    lds = max((info.lds_bytes for _, info in kernels), default=0)
-    print(f"\nconformance on {device}: {len(cases)} cases, {len(plans)} compiled, "
-          f"{refused} refused, {len(sources)} distinct kernels; planned in {planned:.1f} s, "
-          f"built in {built:.1f} s; most VGPRs {vgprs}, most LDS {lds} B")
-    assert not problems, f"{len(problems)} of {len(cases)} cases:\n" + "\n".join(problems)
-    assert len(plans) + refused == len(cases)
-    assert plans and sources, "no case compiled: the check checked nothing"
+    spilling = {info.name for _, info in kernels if info.spills}
+    print(f"\nconformance on {device}: {out.cases} cases, {len(out.plans)} compiled, "
+          f"{out.refused} refused, {len(sources)} distinct kernels; planned in {planned:.1f} s,"
+          f" built in {built:.1f} s; most VGPRs {vgprs}, {len(spilling)} kernels spill")
+    assert not problems, f"{len(problems)} of {out.cases} cases:\n" + "\n".join(problems)
+    assert len(out.plans) + out.refused == out.cases
+    assert out.plans and sources, "no case compiled: the check checked nothing"
 
 
 @pytest.mark.parametrize("tokens", [1, 32], ids=["decode", "prefill32"])
 def test_smollm2_step_compiles_to_code_objects(target, smollm2_gguf, tokens):
-    from poot.models.loader import open_model
-    from poot.models.runner import Model, load
-
     backend, device = target
     t0 = time.perf_counter()
-    max_seq = inspect.signature(load).parameters["max_seq"].default  # what `poot run` plans
-    ckpt, config = open_model(str(smollm2_gguf), max_seq=max_seq)
-    config = replace(config, max_seq=min(config.max_seq, max_seq))
-    model = Model(ckpt, config, None, backend, device, prefill_tokens=32)
-    traced = model.step_graph(tokens, 1, "dense", pool=config.max_seq, compiled=False)
+    traced, config = model_step_graph(smollm2_gguf, backend, device, tokens)
     with compiler.batch():
         compiled = poot.compile(traced, (backend, device))
         p = plan(compiled, (backend, device))
