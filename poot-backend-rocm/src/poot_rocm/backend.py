@@ -8,7 +8,7 @@ compile-only device names it (`compile_only_device("gfx90a")`, "gfx1030",
 from __future__ import annotations
 
 from poot.backend import Device
-from poot.codegen.program import Lowering as KernelProgram
+from poot.codegen.program import KernelProgram
 from poot.errors import DeviceUnavailable
 from poot.kernel_backend import CompiledProgram, KernelBackend
 

@@ -8,7 +8,7 @@ ready to launch or capture.
 """
 from __future__ import annotations
 
-from poot.codegen.program import Lowering as KernelProgram
+from poot.codegen.program import KernelProgram
 from poot.kernel_backend import CompiledKernel, CompiledProgram
 
 from poot_rocm import compiler
