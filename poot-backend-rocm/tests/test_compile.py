@@ -101,3 +101,18 @@ def test_damaged_code_objects_are_refused():
         + b"amdgcn"
     with pytest.raises(codeobject.CodeObjectError, match="past the end"):
         codeobject.read(bundle)
+
+
+def test_planning_for_an_unbuildable_target_is_refused_before_any_compile():
+    import poot
+    from poot import ops
+    from poot.plan import plan
+    from poot_rocm.backend import RocmBackend
+
+    if toolchain.buildable("gfx942")[0]:
+        pytest.skip(f"{toolchain.locate()} builds gfx942")
+    b = RocmBackend()
+    dev = b.compile_only_device("gfx942")
+    g = poot.trace(lambda x: ops.exp(x), poot.spec((4, 8), name="x"))
+    with pytest.raises(toolchain.UnsupportedTarget, match="cannot build code for gfx942"):
+        plan(poot.compile(g, (b, dev)), (b, dev))

@@ -17,6 +17,7 @@ A target the installed toolchain cannot build is refused before hiprtc sees it
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import multiprocessing
 import os
@@ -73,13 +74,20 @@ def _path(key: str) -> pathlib.Path:
 def cached(key: str) -> bytes | None:
     """The code object holding the kernel of `key`, if it was built."""
     path = _path(key)
-    if path.exists():
-        data = path.read_bytes()
-        if data.startswith(b"ref:"):        # built in a unit with others
-            unit = cache_dir() / data[4:].decode().strip()
-            return unit.read_bytes() if unit.exists() else None
-        return data
-    return None
+    if not path.exists():
+        return None
+    data = path.read_bytes()
+    if data.startswith(b"ref:"):            # built in a unit with others
+        unit = cache_dir() / data[4:].decode().strip()
+        return _unit_bytes(str(unit)) if unit.exists() else None
+    return data
+
+
+@functools.lru_cache(maxsize=64)
+def _unit_bytes(path: str) -> bytes:
+    """A unit's code object, read once per process: its kernels all return the same
+    bytes object (a unit is written once, atomically, and never changes)."""
+    return pathlib.Path(path).read_bytes()
 
 
 def _store(path: pathlib.Path, data: bytes) -> None:

@@ -83,6 +83,9 @@ def _link_root(runtime: pathlib.Path) -> pathlib.Path:
     return lib.parent
 
 
+_LINKED: list[str] = [""]     # the $ROCM_PATH set here for hip-python, if any
+
+
 def _configure() -> tuple[pathlib.Path, pathlib.Path]:
     """(root, runtime library), setting $ROCM_PATH for hip-python when it was not set."""
     configured = os.environ.get(ENV)
@@ -100,7 +103,7 @@ def _configure() -> tuple[pathlib.Path, pathlib.Path]:
     root = runtime.parent.parent
     if not (root / "lib" / "libhiprtc.so").exists() or root / "lib" != runtime.parent:
         root = _link_root(runtime)
-    os.environ[ENV] = str(root)
+    os.environ[ENV] = _LINKED[0] = str(root)
     return root, runtime
 
 
@@ -197,5 +200,9 @@ def hipcc() -> str:
 
 def hipcc_env() -> dict:
     """hipcc's environment: always the AMD platform (with CUDA installed, hipcc would
-    otherwise hand the source to nvcc)."""
-    return dict(os.environ, HIP_PLATFORM="amd", HIP_COMPILER="clang")
+    otherwise hand the source to nvcc), and without the $ROCM_PATH set here for
+    hip-python (a folder of two links; hipcc reads $ROCM_PATH for its whole tree)."""
+    env = dict(os.environ, HIP_PLATFORM="amd", HIP_COMPILER="clang")
+    if _LINKED[0] and env.get(ENV) == _LINKED[0]:
+        del env[ENV]
+    return env
