@@ -166,3 +166,12 @@ def test_a_step_is_captured_once_and_replayed(monkeypatch, tmp_path):
     ex.replay = False
     ex.run()
     assert [e[0] for e in fake.log[-len(fake.captured):]] == ["launch"] * len(fake.captured)
+
+
+def test_prebuild_without_a_device_says_why(capsys):
+    from poot_rocm import prebuild
+
+    if probe()[0]:
+        pytest.skip("a ROCm device is present")
+    assert prebuild.main([]) == 2
+    assert "no ROCm device" in capsys.readouterr().err
