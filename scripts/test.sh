@@ -2,7 +2,8 @@
 # Set up and run the whole test suite (what CI runs). The real model is fetched first
 # so that the whole-model tests run rather than skip; then the backend conformance
 # suite runs on every backend this machine has (reference, the third-party toy and stride
-# examples, wgpu on Mesa lavapipe; CUDA compiles its kernels here and runs them only on a GPU).
+# examples, wgpu on Mesa lavapipe; CUDA and ROCm compile their kernels here and run them
+# only on a GPU).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh

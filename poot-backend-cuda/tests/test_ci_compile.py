@@ -10,13 +10,11 @@ compiled by poot.compile and planned the same way.
 """
 from __future__ import annotations
 
-import inspect
 import time
-from dataclasses import replace
 
 import poot
 import pytest
-from poot.errors import LoweringError
+from poot.conformance.compile_only import model_step_graph, plan_cases
 from poot.plan import plan
 from poot_cuda.backend import CudaBackend
 from poot_cuda.compiler import CompileError
@@ -30,17 +28,6 @@ ELF = b"\x7fELF"
 def target():
     backend = CudaBackend()
     return backend, backend.compile_only_device(ARCH)
-
-
-def conformance_cases() -> list:
-    """The suite's cases, op and model ones, with its slot roles registered as it does."""
-    from poot import plugin
-    from poot.conformance import roles
-    from poot.conformance.cases import all_cases
-    from poot.conformance.model import model_case_list
-
-    plugin.register(roles, name="poot.conformance.roles")
-    return [*all_cases(), *model_case_list()]
 
 
 def brief(exc: CompileError, lines: int = 12) -> str:
@@ -70,57 +57,27 @@ def compiled_kernels(p) -> list:
 
 def test_every_conformance_case_compiles_or_is_refused(target):
     backend, device = target
-    table = backend.capabilities(device)
     t0 = time.perf_counter()
-    cases = conformance_cases()
-    compiled, refused, sources, problems = 0, 0, set(), []
-    for case in cases:
-        declared = not table.graph_refusals(case.graph)
+    out = plan_cases(backend, device, CompileError, brief)
+    problems, sources = out.problems, set()
+    for case_id, p in out.plans:
         try:
-            p = plan(case.graph, (backend, device))
-        except CompileError as exc:
-            problems.append(f"{case.id}: NVRTC failed: {brief(exc)}")
-            continue
-        except LoweringError as exc:
-            if declared:
-                problems.append(f"{case.id}: declared but refused: {exc}")
-            elif not (exc.backend == backend.name and exc.op and exc.device):
-                problems.append(f"{case.id}: the refusal must name op, backend and device: "
-                                f"{exc!r}")
-            else:
-                refused += 1
-            continue
-        if not declared:
-            problems.append(f"{case.id}: not declared "
-                            f"({table.graph_refusals(case.graph)[0][1]}) but planned")
-            continue
-        try:
-            kernels = compiled_kernels(p)
+            sources.update(ck.source for ck in compiled_kernels(p))
         except AssertionError as exc:
-            problems.append(f"{case.id}: {exc}")
-            continue
-        compiled += 1
-        sources.update(ck.source for ck in kernels)
+            problems.append(f"{case_id}: {exc}")
     seconds = time.perf_counter() - t0
-    print(f"\nconformance on {device}: {len(cases)} cases, {compiled} compiled, "
-          f"{refused} refused, {len(sources)} distinct kernels, {seconds:.1f} s")
-    assert not problems, f"{len(problems)} of {len(cases)} cases:\n" + "\n".join(problems)
-    assert compiled + refused == len(cases)
-    assert compiled and sources, "no case compiled: the check checked nothing"
+    print(f"\nconformance on {device}: {out.cases} cases, {len(out.plans)} compiled, "
+          f"{out.refused} refused, {len(sources)} distinct kernels, {seconds:.1f} s")
+    assert not problems, f"{len(problems)} of {out.cases} cases:\n" + "\n".join(problems)
+    assert len(out.plans) + out.refused == out.cases
+    assert out.plans and sources, "no case compiled: the check checked nothing"
 
 
 @pytest.mark.parametrize("tokens", [1, 32], ids=["decode", "prefill32"])
 def test_smollm2_step_compiles_to_cubin(target, smollm2_gguf, tokens):
-    from poot.models.loader import open_model
-    from poot.models.runner import Model, load
-
     backend, device = target
     t0 = time.perf_counter()
-    max_seq = inspect.signature(load).parameters["max_seq"].default  # what `poot run` plans
-    ckpt, config = open_model(str(smollm2_gguf), max_seq=max_seq)
-    config = replace(config, max_seq=min(config.max_seq, max_seq))
-    model = Model(ckpt, config, None, backend, device, prefill_tokens=32)
-    traced = model.step_graph(tokens, 1, "dense", pool=config.max_seq, compiled=False)
+    traced, config = model_step_graph(smollm2_gguf, backend, device, tokens)
     compiled = poot.compile(traced, (backend, device))
     p = plan(compiled, (backend, device))
     kernels = compiled_kernels(p)

@@ -1,24 +1,11 @@
 """The CUDA capability table of one device, from its compute capability."""
 from __future__ import annotations
 
-from poot.capability import CapabilityTable, Use, op_keys
+from poot.capability import CapabilityTable, Use
+from poot.codegen.coverage import INTS, SMALL, kernel_notes, kernel_ops
 from poot.dtypes import DType
-from poot.ir.ops import BinaryOp, UnaryOp
 
 F32, F16, BF16, I32, U32 = DType.F32, DType.F16, DType.BF16, DType.I32, DType.U32
-SMALL = {DType.I8, DType.U8, DType.I16, DType.U16}
-INTS = {I32, U32}
-ALL_WORDS = INTS | SMALL
-
-# op families from the sub-ops' own traits
-FLOAT_UNARY = UnaryOp.keys(lambda u: not u.bitwise)
-BIT_UNARY = UnaryOp.keys(lambda u: u.bitwise)
-ARITH_BINARY = BinaryOp.keys(lambda b: not b.bitwise)
-BIT_BINARY = BinaryOp.keys(lambda b: b.bitwise)
-MOVES = ("Broadcast", "Reshape", "Transpose", "Slice", "Concat", "Gather", "ScatterUpdate",
-         "DynamicUpdateSlice", "Select", "Cast", "Fused", "FusedRow", "ContractionEpilogue",
-         "Reduce.Sum")
-PACKED = ("PackedDequant", "PackedContraction", "PackedRowGather", "IndexedPackedContraction")
 
 
 def kernel_features(major: int, minor: int) -> frozenset:
@@ -52,27 +39,5 @@ def table(device: str, major: int, minor: int, formats) -> CapabilityTable:
         dtypes[BF16] = Use.STORAGE
     if (major, minor) >= (8, 9):
         dtypes.update({DType.F8E4M3: Use.STORAGE, DType.F8E5M2: Use.STORAGE})
-    ops: dict[str, set] = {}
-    ops.update({k: set(floats) for k in FLOAT_UNARY})
-    ops["Unary.Neg"] |= {I32}
-    ops.update({k: set(INTS) for k in BIT_UNARY + BIT_BINARY})
-    ops.update({k: floats | ALL_WORDS for k in ARITH_BINARY + MOVES})
-    ops["Reduce.Max"] = floats | {I32} | SMALL
-    ops["Iota"] = {F32, I32}
-    ops["ArgTopK"] = floats | {I32}
-    ops.update({k: floats | {I32} for k in ("MatMul", "IndexedMatMul")})
-    ops.update({k: set(floats) for k in ("Attention", "Rope")})
-    ops["DenseContraction"] = {F32, F16, U32} | ({BF16} & floats)
-    ops["GroupedDenseContraction"] = {BF16} & floats
-    ops["DenseRowGather"] = {BF16} & floats
-    ops.update({k: set(formats) for k in PACKED})
-    known = set(op_keys(*sorted({k.split(".")[0] for k in ops})))
-    notes = {"Scan": "Scan is evaluated by its primitive definition; no cuda kernel",
-             "AllReduce": "collectives are cuts between stages",
-             "AllGather": "collectives are cuts between stages",
-             "BlockTopK": "no cuda kernel for sparse block selection yet",
-             "SelectedAttention": "no cuda kernel for sparse attention yet",
-             "Reduce.Max:u32": "no unsigned accumulator for Max"}
-    return CapabilityTable.declare("cuda", device, dtypes,
-                                   {k: v for k, v in ops.items() if k in known},
-                                   notes=notes)
+    ops = kernel_ops(floats, formats)
+    return CapabilityTable.declare("cuda", device, dtypes, ops, notes=kernel_notes("cuda"))

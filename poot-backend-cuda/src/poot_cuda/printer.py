@@ -1,10 +1,9 @@
-"""CUDA C: the C-like printer with CUDA's types, indices, barrier and warp shuffles."""
+"""CUDA C: the CUDA-style dialect (poot.codegen.simt) with CUDA's types, 32-lane warp
+shuffles, dynamic shared memory, async copies and tensor cores."""
 from __future__ import annotations
 
-from poot.codegen.cstyle import CPrinter
 from poot.codegen.expr import Bin, Const
 from poot.codegen.program import (
-    CoopReduce,
     CopyAsync,
     CopyCommit,
     CopyWait,
@@ -12,14 +11,14 @@ from poot.codegen.program import (
     MmaTile,
     Stmt,
 )
+from poot.codegen.simt import SimtPrinter
 from poot.codegen.target import MMA_M16N8K16
 from poot.dtypes import DType
-from poot.ir.ops import BinaryOp, ReduceOp
+from poot.ir.ops import BinaryOp
 
 from poot_cuda.capability import parse_arch
 
 F32, F16, BF16, I32, U32 = DType.F32, DType.F16, DType.BF16, DType.I32, DType.U32
-WARP = 32                           # threads of a warp (shuffles, MmaTile lane groups)
 STATIC_SHARED_LIMIT = 48 * 1024     # more needs dynamic shared memory, opted in per kernel
 
 
@@ -51,9 +50,10 @@ static __device__ __forceinline__ unsigned int poot_and_or(unsigned int x, unsig
 """
 
 
-class CudaPrinter(CPrinter):
+class CudaPrinter(SimtPrinter):
     backend = "cuda"
     qualifier = "static __device__ __forceinline__"
+    warp = 32
 
     def __init__(self, device: str = "sm_90", supported=None):
         self.device = device
@@ -69,30 +69,6 @@ class CudaPrinter(CPrinter):
 
     def header(self, kernel: Kernel) -> str:
         return HEADER
-
-    def signature(self, kernel: Kernel) -> str:
-        params = []
-        for b in kernel.buffers:
-            const = "const " if not b.access.writable else ""
-            params.append(f"{const}{self.type_name(b.dtype)}* __restrict__ {b.name}")
-        return (f'extern "C" __global__ void __launch_bounds__({kernel.threads_per_group}) '
-                f"{kernel.name}({', '.join(params)})")
-
-    def builtin(self, kind: str, axis: int, kernel: Kernel) -> str:
-        a = "xyz"[axis]
-        if kind == "local":
-            return f"((int)threadIdx.{a})"
-        if kind == "group":
-            return f"((int)blockIdx.{a})"
-        if kind == "global":
-            return f"((int)(blockIdx.{a} * {kernel.workgroup3()[axis]}u + threadIdx.{a}))"
-        wx, wy, wz = kernel.workgroup3()
-        if wy == wz == 1:
-            return "((int)threadIdx.x)"
-        return f"((int)(threadIdx.x + {wx}u * (threadIdx.y + {wy}u * threadIdx.z)))"
-
-    def barrier(self) -> str:
-        return "__syncthreads();"
 
     def entry(self) -> list[str]:
         """sm_90: programmatic dependent launch. Wait until the kernels this one depends
@@ -143,7 +119,7 @@ class CudaPrinter(CPrinter):
         if s.unit is not MMA_M16N8K16:
             raise self.unsupported(f"MmaTile of matrix unit {s.unit.feature}")
         t = "bf16" if s.dtype is BF16 else "f16"
-        lane = f"({self.builtin('index', 0, self.kernel)} & {WARP - 1})"
+        lane = f"({self.builtin('index', 0, self.kernel)} & {self.warp - 1})"
         a_row, a_word = self.expr(s.a_row), self.expr(s.a_word)
         b_col, b_word = self.expr(s.b_col), self.expr(s.b_word)
         out = [pad + "{", f"{pad}  const int ln = {lane};",
@@ -186,18 +162,6 @@ class CudaPrinter(CPrinter):
     def from_f32(self, dtype: DType, text: str) -> str:
         return f"__float2half_rn({text})" if dtype is F16 else f"__float2bfloat16_rn({text})"
 
-    def bitcast(self, src: DType, dst: DType, text: str) -> str:
-        fn = {(I32, F32): "__int_as_float", (U32, F32): "__uint_as_float",
-              (F32, I32): "__float_as_int", (F32, U32): "__float_as_uint"}.get((src, dst))
-        if fn is not None:
-            return f"{fn}({text})"
-        if {src, dst} == {I32, U32}:
-            return f"(({self.type_name(dst)})({text}))"
-        raise self.refuse(src, f"bitcast to {dst}")
-
-    def clz(self, text: str) -> str:
-        return f"__clz({text})"
-
     def binary(self, e: Bin) -> str:
         """(x & m) | o on words as one lop3: packed decoders build floats that way per
         element, and ptxas splits the two constants into two instructions."""
@@ -206,53 +170,5 @@ class CudaPrinter(CPrinter):
             return f"poot_and_or({self.expr(e.a.a)}, {self.expr(e.a.b)}, {self.expr(e.b)})"
         return super().binary(e)
 
-    # -- cooperative reductions -----------------------------------------------------
-    def _combine(self, op: ReduceOp, dtype: DType, a: str, b: str) -> str:
-        if op is ReduceOp.Sum:
-            return f"({a} + {b})" if dtype is F32 else f"poot_iadd({a}, {b})"
-        return f"poot_fmax({a}, {b})" if dtype is F32 else f"poot_imax({a}, {b})"
-
-    def needs_scratch(self, s: CoopReduce, kernel: Kernel) -> bool:
-        width = s.width or kernel.threads_per_group
-        return width > WARP or kernel.threads_per_group % WARP != 0
-
-    def reduction_scratch_decl(self, s: CoopReduce, i: int) -> str:
-        count = max(1, -(-self.kernel.threads_per_group // WARP))
-        return self.shared_decl(f"poot_red_{s.name}", s.value.dtype, count if
-                                self.kernel.threads_per_group % WARP == 0
-                                else self.kernel.threads_per_group)
-
-    def coop_reduce(self, s: CoopReduce, depth: int) -> list[str]:
-        pad, kernel = self.pad(depth), self.kernel
-        t = self.type_name(s.value.dtype)
-        tpg = kernel.threads_per_group
-        width = s.width or tpg
-        lane = self.builtin("index", 0, kernel)
-        v, scratch = f"{s.name}_v", f"poot_red_{s.name}"
-
-        def fold(other: str) -> str:
-            return f"{pad}{v} = {self._combine(s.op, s.value.dtype, v, other)};"
-
-        out = [f"{pad}{t} {v} = {self.expr(s.value)};"]
-        if tpg % WARP != 0:
-            # ragged workgroups: every thread publishes, each folds its group sequentially
-            first = f"({lane} / {width}) * {width}"
-            return out + [f"{pad}{scratch}[{lane}] = {v};", f"{pad}__syncthreads();",
-                          f"{pad}{v} = {scratch}[{first}];",
-                          f"{pad}for (int o = 1; o < {width}; ++o)",
-                          self.indent_unit + fold(f"{scratch}[{first} + o]"),
-                          f"{pad}__syncthreads();", f"{pad}const {t} {s.name} = {v};"]
-        off = min(width, WARP) // 2
-        while off >= 1:  # butterfly within aligned groups of min(width, 32) lanes
-            out.append(fold(f"__shfl_xor_sync(0xffffffffu, {v}, {off}, 32)"))
-            off //= 2
-        if width <= WARP:
-            return out + [f"{pad}const {t} {s.name} = {v};"]
-        # across warps: lane 0 of each warp publishes, every thread folds its group's warps
-        per_group = width // WARP
-        first = f"({lane} / {width}) * {per_group}"
-        return out + [f"{pad}if (({lane} & {WARP - 1}) == 0) {scratch}[{lane} / {WARP}] = {v};",
-                      f"{pad}__syncthreads();", f"{pad}{v} = {scratch}[{first}];",
-                      f"{pad}for (int o = 1; o < {per_group}; ++o)",
-                      self.indent_unit + fold(f"{scratch}[{first} + o]"),
-                      f"{pad}__syncthreads();", f"{pad}const {t} {s.name} = {v};"]
+    def shuffle_xor(self, value: str, offset: int, lanes: int) -> str:
+        return f"__shfl_xor_sync(0xffffffffu, {value}, {offset}, 32)"

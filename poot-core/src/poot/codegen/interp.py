@@ -13,6 +13,13 @@ the interpreter checks the rules that make it so instead of trusting them:
 
 A broken rule raises `KernelFault` naming the kernel. Arithmetic goes through
 `poot.codegen.expr.evaluate`, i.e. the oracle's own scalar rules.
+
+`subgroup` is the target's subgroup (warp, wavefront) width, 32 or 64. A
+CoopReduce folds in the order the C-style printers print it for that width: an
+xor butterfly within aligned runs of min(width, subgroup) lanes, then one
+subgroup partial after another (a whole workgroup not made of whole subgroups
+folds thread by thread), so F32 sums round as they do on the device. MmaTile
+is defined for 32-lane warps only.
 """
 from __future__ import annotations
 
@@ -49,10 +56,17 @@ from poot.ir.types import TensorType
 class KernelFault(PootError):
     """A kernel program broke a rule of the execution model (race, bounds, divergence)."""
 
+SUBGROUP = 32   # simulated subgroup width unless a target names its own
 
-def run(kernel: Kernel, buffers: Mapping[str, np.ndarray], max_threads: int = 1 << 16) -> None:
-    """Execute `kernel` over its whole grid. `buffers` maps each buffer parameter to a
-    1-D numpy array of its dtype and count; written buffers are updated in place."""
+
+def run(kernel: Kernel, buffers: Mapping[str, np.ndarray], max_threads: int = 1 << 16,
+        subgroup: int = SUBGROUP) -> None:
+    """Execute `kernel` over its whole grid on a target of `subgroup`-lane subgroups.
+    `buffers` maps each buffer parameter to a 1-D numpy array of its dtype and count;
+    written buffers are updated in place."""
+    if subgroup < 1 or subgroup & (subgroup - 1):
+        raise KernelFault(f"kernel {kernel.name}: subgroup width {subgroup} is not a power "
+                          "of two")
     for b in kernel.buffers:
         arr = buffers.get(b.name)
         if arr is None:
@@ -63,7 +77,7 @@ def run(kernel: Kernel, buffers: Mapping[str, np.ndarray], max_threads: int = 1 
     tpg = kernel.threads_per_group
     per_batch = max(1, max_threads // tpg)
     for first in range(0, kernel.groups, per_batch):
-        _Batch(kernel, buffers, first, min(per_batch, kernel.groups - first)).run()
+        _Batch(kernel, buffers, first, min(per_batch, kernel.groups - first), subgroup).run()
 
 
 class _Env(Mapping):
@@ -83,8 +97,9 @@ class _Env(Mapping):
 
 
 class _Batch:
-    def __init__(self, kernel: Kernel, buffers, first_group: int, n_groups: int):
-        self.k, self.buffers = kernel, buffers
+    def __init__(self, kernel: Kernel, buffers, first_group: int, n_groups: int,
+                 subgroup: int = SUBGROUP):
+        self.k, self.buffers, self.subgroup = kernel, buffers, subgroup
         self.tpg = kernel.threads_per_group
         self.n_groups = n_groups
         t = np.arange(n_groups * self.tpg, dtype=np.int64)
@@ -229,9 +244,22 @@ class _Batch:
     def coop_reduce(self, s: CoopReduce, act: np.ndarray):
         self.uniform(act, "CoopReduce")
         width = s.width or self.tpg
-        vals = self.ev(s.value, act).reshape(-1, width)  # act is sorted: whole groups
-        fn = np.sum if s.op is ReduceOp.Sum else np.max
-        red = fn(vals, axis=1).astype(s.value.dtype.numpy)
+        vals = self.ev(s.value, act).astype(s.value.dtype.numpy)
+        vals = vals.reshape(-1, width)                   # act is sorted: whole groups
+        combine = np.add if s.op is ReduceOp.Sum else np.maximum
+        with np.errstate(over="ignore", invalid="ignore"):
+            if self.tpg % self.subgroup == 0:
+                # butterfly within runs of `lanes`: every lane ends with the same value
+                lanes = min(width, self.subgroup)
+                runs = vals.reshape(-1, lanes)
+                off = lanes // 2
+                while off >= 1:
+                    runs = combine(runs, runs[:, np.arange(lanes) ^ off])
+                    off //= 2
+                vals = runs[:, 0].reshape(-1, width // lanes)   # one partial per subgroup
+            red = vals[:, 0]
+            for j in range(1, vals.shape[1]):                   # partials in order
+                red = combine(red, vals[:, j])
         self.set_var(s.name, s.value.dtype, np.repeat(red, width), act)
 
     # -- matrix-unit statements ------------------------------------------------------
@@ -269,6 +297,9 @@ class _Batch:
         the documented layout; operands must be warp-uniform and every lane present."""
         lanes, u = self.lane[act], s.unit
         n = u.lanes
+        if self.subgroup != n:
+            self.fault(f"MmaTile of {u.feature} is a {n}-lane statement; this target's "
+                       f"subgroups have {self.subgroup} lanes")
         if act.size % n or np.any(lanes.reshape(-1, n) % n != np.arange(n)):
             self.fault("MmaTile reached by part of a lane group")
         half = np.dtype(s.dtype.numpy)
@@ -325,10 +356,12 @@ def operand_words(array: np.ndarray, buffer: BufferParam) -> np.ndarray:
     return words.copy()
 
 
-def run_lowering(lowering: KernelProgram, operands, out: TensorType) -> np.ndarray:
-    """Run every kernel of a lowering on numpy operands (None for literals) and return
-    the output. Unwritten output elements keep a poison pattern (all bits set: NaN
-    for floats, -1 for integers), so a kernel that skips elements fails comparisons."""
+def run_lowering(lowering: KernelProgram, operands, out: TensorType,
+                 subgroup: int = SUBGROUP) -> np.ndarray:
+    """Run every kernel of a lowering on numpy operands (None for literals) on a target
+    of `subgroup`-lane subgroups and return the output. Unwritten output elements keep a
+    poison pattern (all bits set: NaN for floats, -1 for integers), so a kernel that
+    skips elements fails comparisons."""
     if lowering.alias is not None:
         result = np.array(operands[lowering.alias], dtype=out.dtype.numpy).reshape(-1)
     else:
@@ -344,5 +377,5 @@ def run_lowering(lowering: KernelProgram, operands, out: TensorType) -> np.ndarr
                 arrays[b.name] = np.zeros(b.count, b.dtype.numpy)
             else:
                 arrays[b.name] = operand_words(operands[b.operand], b)
-        run(kernel, {b.name: arrays[b.name] for b in kernel.buffers})
+        run(kernel, {b.name: arrays[b.name] for b in kernel.buffers}, subgroup=subgroup)
     return result.reshape(out.shape)

@@ -1,0 +1,139 @@
+"""Runtimes over a stream-and-graph GPU API (the CUDA driver, HIP): what they share.
+
+A backend's context holds one device and one stream (`alloc`, `free`, `write`
+queued on the stream, `read` that waits, device-to-device `copy`, `sync`).
+`StreamRuntime` gives poot.contract.Runtime's buffers at stable addresses on it;
+`StreamExecutable` binds a plan once into a list of actions (kernel launches with
+their pointers fixed, device copies) and `run()` records the whole step into a graph
+on the first call (stream capture) and replays the instantiated graph afterwards.
+With `replay` off it launches every action directly, each step (for measuring what
+replay saves, and for debugging).
+
+A backend subclasses both: the executable names its `backend`, its `graph` class
+(constructed as graph(ctx, record) to capture `record`'s stream work; `launch()`
+queues a replay) and `launches(compiled, operands, scratch)`.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from poot.codegen.program import OUT
+from poot.errors import UnsupportedOp
+from poot.ir.graph import Lit
+
+
+def env_on(name: str) -> bool:
+    """A switch read from the environment: on unless it says 0, false, no or off."""
+    return os.environ.get(name, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+@dataclass
+class DeviceBuffer:
+    nbytes: int
+    label: str
+    ptr: int
+
+
+class StreamRuntime:
+    """Device memory of one context; `executable` is the backend's StreamExecutable."""
+
+    executable: type
+
+    def __init__(self, device, ctx):
+        self.device, self.ctx = device, ctx
+        self._buffers: list[DeviceBuffer] = []
+
+    def alloc(self, nbytes: int, label: str) -> DeviceBuffer:
+        buf = DeviceBuffer(nbytes, label, self.ctx.alloc(nbytes))   # 256-byte aligned
+        self._buffers.append(buf)
+        return buf
+
+    def write(self, buf: DeviceBuffer, offset: int, array: np.ndarray) -> None:
+        self.ctx.write(buf.ptr + offset, array)
+
+    def read(self, buf: DeviceBuffer, offset: int, nbytes: int) -> np.ndarray:
+        return self.ctx.read(buf.ptr + offset, nbytes)
+
+    def load(self, plan, buffers: Mapping[str, DeviceBuffer]):
+        return self.executable(self, plan, buffers)
+
+    def close(self) -> None:
+        self.ctx.sync()
+        for b in self._buffers:
+            self.ctx.free(b.ptr)
+        self._buffers.clear()
+
+
+class StreamExecutable:
+    """One plan bound to its buffers: a list of queued actions, recorded once."""
+
+    backend = ""
+    graph: type
+
+    def __init__(self, rt: StreamRuntime, plan, buffers: Mapping[str, DeviceBuffer],
+                 replay: bool = True):
+        from poot.kernel_backend import CompiledProgram
+
+        self.rt, self.recorded, self.replay = rt, False, replay
+        self._graph = None
+        self._actions: list = []
+
+        def ptr(place) -> int:
+            if place.strides is not None:
+                raise UnsupportedOp(f"{self.backend} kernels read contiguous operands; the "
+                                    f"plan gave a strided view {place}", backend=self.backend)
+            return buffers[place.region].ptr + place.offset
+
+        for step in plan.steps:
+            compiled = step.lowering.program
+            if not isinstance(compiled, CompiledProgram):
+                raise UnsupportedOp(f"step {step.index} ({step.eqn.op.name}) was not lowered "
+                                    f"by the {self.backend} backend", op=step.eqn.op.name,
+                                    backend=self.backend)
+            operands = {i: ptr(p) for i, p in enumerate(step.inputs) if not isinstance(p, Lit)}
+            operands[OUT] = ptr(step.out)
+            alias = compiled.program.alias
+            if alias is not None and not step.inplace and operands[alias] != operands[OUT]:
+                # the kernel updates in place: start from a copy of the operand it updates
+                self._actions.append(("copy", operands[OUT], operands[alias], step.out.nbytes))
+            scratch = {b.name: rt.alloc(b.nbytes, f"scratch:{step.index}:{b.name}").ptr
+                       for b in compiled.program.scratch}
+            for launch in self.launches(compiled, operands, scratch):
+                self._actions.append(("launch", launch))
+        for c in plan.copies:
+            self._actions.append(("copy", ptr(c.dst), ptr(c.src), c.src.nbytes))
+
+    def launches(self, compiled, operands: dict[int, int], scratch: dict[str, int]) -> list:
+        """The backend's bound launches of one step (callables taking the context)."""
+        raise NotImplementedError
+
+    def _enqueue(self) -> None:
+        ctx = self.rt.ctx
+        for action in self._actions:
+            if action[0] == "launch":
+                action[1](ctx)
+            else:
+                _, dst, src, nbytes = action
+                ctx.copy(dst, src, nbytes)
+
+    def run(self) -> None:
+        if not self.replay:
+            self.run_eager()
+            return
+        if self._graph is None:
+            self._graph = self.graph(self.rt.ctx, self._enqueue)
+            self.recorded = True
+        self._graph.launch()
+        self.rt.ctx.sync()
+
+    def run_eager(self) -> None:
+        """Launch every action directly (no graph), for comparison and debugging."""
+        self._enqueue()
+        self.rt.ctx.sync()
+
+
+__all__ = ["DeviceBuffer", "StreamExecutable", "StreamRuntime", "env_on"]
