@@ -9,7 +9,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
 bash scripts/install-lavapipe.sh
 
 pkgs=(-e "poot-core[models,test]")
-for p in poot-quant poot-backend-cuda poot-backend-wgpu tests/plugins/poot-backend-toy; do
+for p in poot-quant poot-backend-cuda poot-backend-wgpu poot-backend-vulkan tests/plugins/poot-backend-toy; do
   [ -f "$p/pyproject.toml" ] && pkgs+=(-e "$p")
 done
 python3 -m pip install --quiet "${pkgs[@]}"

@@ -9,7 +9,7 @@ bash scripts/setup.sh
 poot pull smollm2
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp/poot-xdg}"; mkdir -p -m 0700 "$XDG_RUNTIME_DIR"
 poot backends
-for backend in reference toy wgpu; do
+for backend in reference toy wgpu vulkan; do
   poot conformance "$backend" -- -q
 done
 python3 -m pytest -q "$@"

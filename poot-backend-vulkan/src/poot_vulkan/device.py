@@ -116,22 +116,47 @@ class Instance:
     def __init__(self):
         vk = self.vk = import_vulkan()
         self.layers = [VALIDATION_LAYER] if validation_wanted(vk) else []
+        extensions = ["VK_EXT_debug_utils"] if self.layers else []
+        #: validation warnings and errors, in order (tests assert there are none)
+        self.validation_messages: list[str] = []
         app = vk.VkApplicationInfo(pApplicationName="poot", applicationVersion=1,
                                    pEngineName="poot", engineVersion=1,
                                    apiVersion=vk.VK_MAKE_VERSION(*API_VERSION, 0))
         info = vk.VkInstanceCreateInfo(pApplicationInfo=app, enabledLayerCount=len(self.layers),
-                                       ppEnabledLayerNames=self.layers or None)
+                                       ppEnabledLayerNames=self.layers or None,
+                                       enabledExtensionCount=len(extensions),
+                                       ppEnabledExtensionNames=extensions or None)
         try:
             self.handle = vk.vkCreateInstance(info, None)
         except Exception as e:  # VkErrorIncompatibleDriver etc.: no driver at all
             raise DeviceUnavailable(f"no Vulkan device: vkCreateInstance failed "
                                     f"({type(e).__name__}: {e}); install a Vulkan driver "
                                     f"(mesa-vulkan-drivers gives lavapipe)") from e
+        if self.layers:
+            self._messenger = self._listen()
         physical = list(vk.vkEnumeratePhysicalDevices(self.handle))
         facts = [(read_facts(vk, pd, i), pd) for i, pd in enumerate(physical)]
         facts = [(f, pd) for f, pd in facts if f.api_version[:2] >= API_VERSION]
         facts.sort(key=lambda fp: (RANK.get(_type_code(fp[0].device_type), 9), fp[0].index))
         self.devices = [(_reindex(f, i), pd) for i, (f, pd) in enumerate(facts)]
+
+
+    def _listen(self):
+        vk = self.vk
+
+        def collect(severity, kinds, data, user):
+            self.validation_messages.append(vk.ffi.string(data.pMessage).decode())
+            return 0
+
+        self._callback = collect  # the binding calls it through a cffi callback
+        info = vk.VkDebugUtilsMessengerCreateInfoEXT(
+            messageSeverity=vk.VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT
+            | vk.VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT,
+            messageType=vk.VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT
+            | vk.VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT,
+            pfnUserCallback=collect)
+        create = vk.vkGetInstanceProcAddr(self.handle, "vkCreateDebugUtilsMessengerEXT")
+        return create(self.handle, info, None)
 
 
 def _type_code(name: str) -> int:
