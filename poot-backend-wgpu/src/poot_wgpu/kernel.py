@@ -107,3 +107,11 @@ def workgroup_grid(dev: WgpuDevice, n_groups: int) -> tuple[int, int, int]:
         raise LimitExceeded(f"{n_groups} workgroups exceed {cap} x {cap}", backend=BACKEND,
                             device=dev.name)
     return (-(-n_groups // y), y, 1)
+
+
+def dispatch_groups(kernel, dev: WgpuDevice) -> tuple[int, int, int]:
+    """The workgroup counts a kernel program is dispatched with: its grid, or the grid
+    folded by `workgroup_grid` when an axis is over the adapter's limit."""
+    if max(kernel.grid3()) > dev.limit("max-compute-workgroups-per-dimension"):
+        return workgroup_grid(dev, kernel.groups)
+    return kernel.grid3()

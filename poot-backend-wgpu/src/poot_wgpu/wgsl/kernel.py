@@ -12,13 +12,11 @@ Device limits are checked here: a kernel that does not fit raises LimitExceeded.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from poot.codegen.program import (
     BUILTINS,
     Assign,
     Barrier,
-    Buffer,
     CoopReduce,
     For,
     If,
@@ -29,24 +27,15 @@ from poot.codegen.program import (
 )
 from poot.dtypes import DType
 from poot.errors import LimitExceeded, UnsupportedOp
+from poot.kernel_backend import CompiledKernel
 from poot.ir.ops.reduce import ReduceOp
 
 from poot_wgpu.device import WgpuDevice
-from poot_wgpu.kernel import workgroup_grid
+from poot_wgpu.kernel import dispatch_groups
 from poot_wgpu.wgsl.expr import ArrayInfo, Context, ExprPrinter
 from poot_wgpu.wgsl.types import BACKEND, layout
 
 _REDUCE_TYPES = {DType.F32: "f32", DType.I32: "i32"}
-
-
-@dataclass(frozen=True)
-class PrintedKernel:
-    """WGSL source plus what the runtime needs to dispatch it."""
-
-    name: str
-    source: str
-    buffers: tuple[Buffer, ...]          # in binding order
-    groups: tuple[int, int, int]         # dispatch_workgroups arguments
 
 
 def _ident(prefix: str, name: str) -> str:
@@ -100,8 +89,7 @@ class _KernelPrinter:
         if len(k.buffers) > cap:
             self.limit(f"{len(k.buffers)} buffers, over max-storage-buffers-per-shader-stage "
                        f"{cap}")
-        return workgroup_grid(self.dev, k.groups) if max(k.grid3()) > lim[
-            "max-compute-workgroups-per-dimension"] else k.grid3()
+        return dispatch_groups(k, self.dev)
 
     def limit(self, msg: str):
         raise LimitExceeded(f"kernel {self.k.name}: {msg}", backend=BACKEND,
@@ -255,7 +243,7 @@ class _KernelPrinter:
         self.ctx.variables[s.name] = name
 
     # -- the whole shader ----------------------------------------------------------------------
-    def run(self) -> PrintedKernel:
+    def run(self) -> CompiledKernel:
         k = self.k
         groups = self.check_limits()
         folded = groups != k.grid3()
@@ -293,7 +281,7 @@ class _KernelPrinter:
         ]
         parts = ["\n".join(head), "\n".join(decls), self.ctx.helpers.source(), "\n".join(entry)]
         source = "\n\n".join(p for p in parts if p) + "\n"
-        return PrintedKernel(k.name, source, k.buffers, groups)
+        return CompiledKernel(k, source, groups=groups)
 
 
 def _shared_type(printer: _KernelPrinter, dtype: DType) -> str:
@@ -305,6 +293,17 @@ def _shared_type(printer: _KernelPrinter, dtype: DType) -> str:
     return lay.register
 
 
-def print_kernel(kernel: Kernel, dev: WgpuDevice) -> PrintedKernel:
-    """The WGSL of `kernel` for `dev`, or the typed refusal (DtypeLowering, LimitExceeded)."""
+def print_kernel(kernel: Kernel, dev: WgpuDevice) -> CompiledKernel:
+    """The WGSL of `kernel` for `dev` with its dispatch groups, or the typed refusal
+    (DtypeLowering, LimitExceeded)."""
     return _KernelPrinter(kernel, dev).run()
+
+
+class WgslPrinter:
+    """The printer of one adapter (KernelBackend.printer)."""
+
+    def __init__(self, dev: WgpuDevice):
+        self.dev, self.device = dev, dev.name
+
+    def source(self, kernel: Kernel) -> str:
+        return print_kernel(kernel, self.dev).source
