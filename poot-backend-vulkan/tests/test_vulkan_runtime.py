@@ -48,10 +48,10 @@ def test_capability_table_follows_the_device(vulkan_device):
     from poot_vulkan.capability import capability_table
 
     facts = vulkan_device.facts
-    table = capability_table(facts, "vulkan:0")
+    table = capability_table(facts, "vulkan:0", frozenset())
     assert table.uses(DType.BF16) == Use.STORAGE | Use.CONVERT | Use.DOT  # storage-only
     bare = dataclasses.replace(facts, features=facts.features - {"shaderFloat16"})
-    assert capability_table(bare, "vulkan:0").uses(DType.F16) == Use.NONE
+    assert capability_table(bare, "vulkan:0", frozenset()).uses(DType.F16) == Use.NONE
 
 
 @pytest.mark.parametrize("dtype", [DType.F16, DType.BF16])
@@ -66,7 +66,7 @@ def test_select_on_16_bit_floats_is_refused(vulkan_target, dtype):
 
 
 def test_printer_refuses_dtypes_the_device_lacks(vulkan_device):
-    from poot_vulkan.glsl import print_kernel
+    from poot_vulkan.glsl import GlslPrinter
 
     kb = KernelBuilder("halve", grid=(1,), workgroup=(8,))
     kb.buffer("h", DType.F16, Access.READ_WRITE, 8)
@@ -74,22 +74,24 @@ def test_printer_refuses_dtypes_the_device_lacks(vulkan_device):
     bare = dataclasses.replace(vulkan_device.facts,
                                features=vulkan_device.facts.features - {"shaderFloat16"})
     with pytest.raises(DtypeLowering, match="f16"):
-        print_kernel(kb.finish(), bare)
+        GlslPrinter(bare).source(kb.finish())
 
 
 def test_limits_are_refused_before_anything_runs(vulkan_device):
-    from poot_vulkan.glsl import print_kernel
+    from poot_vulkan.glsl import GlslPrinter
 
     with pytest.raises(LimitExceeded, match="maxComputeWorkGroupInvocations"):
-        print_kernel(_axpy(100, 64), _limited(vulkan_device, maxComputeWorkGroupInvocations=32))
+        GlslPrinter(_limited(vulkan_device, maxComputeWorkGroupInvocations=32)).source(
+            _axpy(100, 64))
     with pytest.raises(LimitExceeded, match="maxStorageBufferRange"):
-        print_kernel(_axpy(100), _limited(vulkan_device, maxStorageBufferRange=256))
+        GlslPrinter(_limited(vulkan_device, maxStorageBufferRange=256)).source(_axpy(100))
     kb = KernelBuilder("shared", grid=(1,), workgroup=(8,))
     kb.buffer("o", F32, Access.WRITE, 8)
     kb.shared("t", F32, 4096)
     kb.store("o", global_id(), f32(1.0))
     with pytest.raises(LimitExceeded, match="maxComputeSharedMemorySize"):
-        print_kernel(kb.finish(), _limited(vulkan_device, maxComputeSharedMemorySize=1024))
+        GlslPrinter(_limited(vulkan_device, maxComputeSharedMemorySize=1024)).source(
+            kb.finish())
 
 
 def test_grid_over_the_per_dimension_limit_folds_into_y(vulkan_device):

@@ -1,15 +1,23 @@
-"""The `vulkan` Backend: probe, capability table, plan-time lowering to SPIR-V."""
+"""The `vulkan` Backend: probe, capability facts, the GLSL printer, glslang, the runtime.
+
+Everything else (check -> lower -> print -> compile -> wrap) is poot.kernel_backend's;
+`compile` turns the printed GLSL into SPIR-V (cached) and keeps the workgroup counts
+the kernel is dispatched with.
+"""
 from __future__ import annotations
 
-from poot.backend import Backend, Device, Lowering
+from poot.backend import Device
 from poot.errors import DeviceUnavailable
+from poot.kernel_backend import CompiledKernel, KernelBackend
 
 from poot_vulkan.capability import capability_table
+from poot_vulkan.compiler import compile_glsl
 from poot_vulkan.device import BACKEND, open_device
+from poot_vulkan.glsl import GlslPrinter, dispatch_groups
 from poot_vulkan.probe import probe
 
 
-class VulkanBackend(Backend):
+class VulkanBackend(KernelBackend):
     name = BACKEND
     priority = 20  # over wgpu (same devices, recorded steps), under native GPU backends
     language = "spirv"
@@ -29,40 +37,17 @@ class VulkanBackend(Backend):
             raise DeviceUnavailable(f"backend {self.name} has no device {device.id}")
         return open_device(device.index)
 
-    def capabilities(self, device: Device):
-        # one table per device and set of registered formats: lowering reads it per eqn
-        from poot.formats import formats
+    def capability_table(self, device: Device, formats: frozenset[str]):
+        return capability_table(self._device(device).facts, device.id, formats)
 
-        key = (device.id, frozenset(formats()))
-        tables = self.__dict__.setdefault("_tables", {})
-        if key not in tables:
-            tables[key] = capability_table(self._device(device).facts, device.id)
-        return tables[key]
+    def printer(self, device: Device) -> GlslPrinter:
+        return GlslPrinter(self._device(device).facts)
 
-    def lower(self, eqn, graph, device: Device) -> Lowering:
-        """Check the table, build the kernel programs, print and compile them now, so
-        every refusal (dtype, limit, compiler) comes at plan time, before anything runs."""
-        from poot.codegen.lower import lower
-        from poot.ir.graph import Lit
-
-        from poot_vulkan.glsl import print_kernel
-        from poot_vulkan.runtime import compile_printed
-
-        ins = [x if isinstance(x, Lit) else graph.type_of(x.id) for x in eqn.inputs]
-        types = [x.type if isinstance(x, Lit) else x for x in ins]
-        out = graph.type_of(eqn.out)
-        self.capabilities(device).check(eqn.op, types, out)
-        program = lower(eqn.op, ins, out)
-        dev = self._device(device)
-        printed = tuple(print_kernel(k, dev.facts) for k in program.kernels)
-        spirv = compile_printed(printed, dev)
-        launch = "; ".join(f"{p.groups}x{k.workgroup}"
-                           for p, k in zip(printed, program.kernels, strict=True))
-        kind = "alias" if not printed else (program.kernels[0].name.split("_")[1]
-                                            if program.kernels[0].name.startswith("poot_")
-                                            else program.kernels[0].name)
-        return Lowering(kind, launch=launch, program=(program, printed, spirv),
-                        dispatches=len(printed), extra={"alias": program.alias})
+    def compile(self, kernel, source: str, device: Device) -> CompiledKernel:
+        facts = self._device(device).facts
+        return CompiledKernel(kernel, source, binary=compile_glsl(source, kernel.name,
+                                                                  facts.name),
+                              groups=dispatch_groups(kernel, facts))
 
     def runtime(self, device: Device):
         from poot_vulkan.runtime import VulkanRuntime

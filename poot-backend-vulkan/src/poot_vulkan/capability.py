@@ -91,17 +91,18 @@ NOTES = {
 }
 
 
-def capability_table(facts: DeviceFacts, device_id: str) -> CapabilityTable:
-    """The table of one device, declaring only the ops poot.codegen can lower."""
+def capability_table(facts: DeviceFacts, device_id: str,
+                     formats: frozenset[str]) -> CapabilityTable:
+    """The table of one device with these packed formats registered, declaring only the
+    ops poot.codegen can lower."""
     from poot.codegen.lower import LOWERINGS
-    from poot.formats import formats
 
     uses = dtype_uses(facts)
     lowered = {cls.__name__ for cls in LOWERINGS} | {"Reshape"}  # Reshape is an alias
     keys = set(every_op_key())
     table = op_dtypes(uses)
     for op in PACKED:
-        table[op] = frozenset(formats())
+        table[op] = frozenset(formats)
     ops = {k: v for k, v in table.items() if k in keys and k.split(".")[0] in lowered}
     notes = dict(NOTES)
     for d, why in ((D.F16, "shaderFloat16 and storageBuffer16BitAccess"),

@@ -22,24 +22,13 @@ LimitExceeded when it is printed, before anything runs.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
-from poot.codegen.cstyle import INT_RANGES, NARROW_FLOATS, CPrinter
-from poot.codegen.expr import Bin, Expr, Load, Un, Var
-from poot.codegen.program import (
-    BUILTINS,
-    Assign,
-    Buffer,
-    CoopReduce,
-    For,
-    Kernel,
-    Let,
-    Stmt,
-    Store,
-)
+from poot.codegen.cstyle import C_BINARY, CPrinter
+from poot.codegen.expr import Load
+from poot.codegen.program import CoopReduce, For, Kernel, Store
 from poot.dtypes import DType
 from poot.errors import LimitExceeded
-from poot.ir.ops import BinaryOp, ReduceOp, UnaryOp
+from poot.ir.ops import BinaryOp, ReduceOp
 
 from poot_vulkan.device import BACKEND, DeviceFacts
 
@@ -107,16 +96,6 @@ uint16_t poot_f2bf(float f) {
 """
 
 
-@dataclass(frozen=True)
-class PrintedKernel:
-    """GLSL source plus what the runtime needs to dispatch it."""
-
-    name: str
-    source: str
-    buffers: tuple[Buffer, ...]          # in binding order
-    groups: tuple[int, int, int]         # vkCmdDispatch arguments
-
-
 def supported_dtypes(facts: DeviceFacts) -> frozenset[DType]:
     """Dtypes the device can both store in buffers and compute with in a shader."""
     out = {F32, I32, U32}
@@ -128,6 +107,30 @@ def supported_dtypes(facts: DeviceFacts) -> frozenset[DType]:
     if facts.has("storageBuffer8BitAccess") and facts.has("shaderInt8"):
         out |= {I8, U8}
     return frozenset(out)
+
+
+#: C_BINARY with conversions as constructors (GLSL has no C casts)
+GLSL_BINARY = {op: dict(rows) for op, rows in C_BINARY.items()}
+for _op, _sym in ((BinaryOp.Add, "+"), (BinaryOp.Sub, "-"), (BinaryOp.Mul, "*")):
+    GLSL_BINARY[_op]["small"] = f"{{t}}(int({{a}}) {_sym} int({{b}}))"
+GLSL_BINARY[BinaryOp.Div]["small"] = "{t}(poot_idiv(int({a}), int({b})))"
+for _cls in ("i32", "u32", "small"):
+    GLSL_BINARY[BinaryOp.GeU][_cls] = "(uint({a}) >= uint({b}) ? 1 : 0)"
+
+
+def dispatch_groups(kernel: Kernel, facts: DeviceFacts) -> tuple[int, int, int]:
+    """The vkCmdDispatch group counts: the grid, or its groups folded into x and y when a
+    dimension is over maxComputeWorkGroupCount (the kernel unfolds its linear id)."""
+    grid = kernel.grid3()
+    caps = [facts.limit(f"maxComputeWorkGroupCount.{a}") for a in "xyz"]
+    if all(g <= c for g, c in zip(grid, caps, strict=True)):
+        return grid
+    n = kernel.groups
+    y = -(-n // caps[0])
+    if y > caps[1]:
+        raise LimitExceeded(f"kernel {kernel.name}: {n} workgroups exceed {caps[0]} x "
+                            f"{caps[1]}", op=kernel.name, backend=BACKEND, device=facts.name)
+    return (-(-n // y), y, 1)
 
 
 def _ident(prefix: str, name: str) -> str:
@@ -153,15 +156,26 @@ class GlslPrinter(CPrinter):
     def array(self, name: str) -> str:
         return _ident("b_", name)
 
-    def var(self, name: str) -> str:
-        return _ident("v_", name)
+    def name(self, var: str) -> str:
+        return _ident("v_", var)
+
+    def load(self, e: Load) -> str:
+        return f"{self.array(e.buffer)}[{self.expr(e.index)}]"
+
+    def store(self, s: Store, depth: int) -> list[str]:
+        return [f"{self.pad(depth)}{self.array(s.array)}[{self.expr(s.index)}] = "
+                f"{self.expr(s.value)};"]
+
+    def convert(self, dtype: DType, text: str) -> str:
+        return f"{self.type_name(dtype)}({text})"
+
+    def binary_rules(self):
+        return GLSL_BINARY
 
     # -- the translation unit ------------------------------------------------------------
-    def source(self, kernel: Kernel) -> str:
-        kernel.validate()
-        self.check_dtypes(kernel)
-        self._kernel = kernel
-        self.groups = self.check_limits(kernel)
+    def unit(self, kernel: Kernel) -> str:
+        self.check_limits(kernel)
+        self.groups = dispatch_groups(kernel, self.facts)
         body = []
         for a in kernel.locals:
             body.append(f"  {self.type_name(a.dtype)} {self.array(a.name)}[{a.count}];")
@@ -186,8 +200,8 @@ class GlslPrinter(CPrinter):
         lines += ["void main() {", *body, "}"]
         return "\n".join(lines) + "\n"
 
-    def check_limits(self, kernel: Kernel) -> tuple[int, int, int]:
-        """Refuse what the device cannot launch; the dispatch's group counts."""
+    def check_limits(self, kernel: Kernel) -> None:
+        """Refuse what the device cannot launch."""
         lim = self.facts.limits
 
         def refuse(msg: str):
@@ -215,18 +229,9 @@ class GlslPrinter(CPrinter):
         if shared > lim["maxComputeSharedMemorySize"]:
             refuse(f"{shared} bytes of shared memory, over maxComputeSharedMemorySize "
                    f"{lim['maxComputeSharedMemorySize']}")
-        grid = kernel.grid3()
-        caps = [lim[f"maxComputeWorkGroupCount.{a}"] for a in "xyz"]
-        if all(g <= c for g, c in zip(grid, caps, strict=True)):
-            return grid
-        n = kernel.groups  # fold into x and y; the kernel unfolds its linear id
-        y = -(-n // caps[0])
-        if y > caps[1]:
-            refuse(f"{n} workgroups exceed {caps[0]} x {caps[1]}")
-        return (-(-n // y), y, 1)
 
     def entry(self) -> list[str]:
-        k = self._kernel
+        k = self.kernel
         if self.groups == k.grid3():
             return [f"const int poot_group_{a} = int(gl_WorkGroupID.{a});" for a in "xyz"]
         gx, gy, _ = k.grid3()
@@ -256,38 +261,7 @@ class GlslPrinter(CPrinter):
         return [f"{pad}[[unroll]]" if x.endswith("#pragma unroll") else x
                 for x in super().loop_pragma(s, pad)]
 
-    # -- statements: the program's names, prefixed --------------------------------------
-    def stmt(self, s: Stmt, depth: int) -> list[str]:
-        pad = self.indent_unit * depth
-        if isinstance(s, Let):
-            const = "" if s.mutable else "const "
-            return [f"{pad}{const}{self.type_name(s.value.dtype)} {self.var(s.name)} = "
-                    f"{self.expr(s.value)};"]
-        if isinstance(s, Assign):
-            return [f"{pad}{self.var(s.name)} = {self.expr(s.value)};"]
-        if isinstance(s, Store):
-            return [f"{pad}{self.array(s.array)}[{self.expr(s.index)}] = "
-                    f"{self.expr(s.value)};"]
-        if isinstance(s, For):
-            v = self.var(s.var)
-            head = (f"{pad}for (int {v} = {self.expr(s.start)}; {v} < {self.expr(s.stop)}; "
-                    f"{v} += {self.expr(s.step)}) {{")
-            return [*self.loop_pragma(s, pad), head, *self.block(s.body, depth + 1), pad + "}"]
-        return super().stmt(s, depth)
-
-    def expr(self, e: Expr) -> str:
-        if isinstance(e, Var) and e.name not in BUILTINS:
-            return self.var(e.name)
-        if isinstance(e, Load):
-            return f"{self.array(e.buffer)}[{self.expr(e.index)}]"
-        return super().expr(e)
-
-    # -- scalars: constructor conversions --------------------------------------------------
-    def const(self, value, dtype: DType) -> str:
-        if dtype in (I16, U16, I8, U8):
-            return f"{self.type_name(dtype)}({int(value)})"
-        return super().const(value, dtype)
-
+    # -- scalars ----------------------------------------------------------------------------
     def to_f32(self, dtype: DType, text: str) -> str:
         return f"float({text})" if dtype is F16 else f"poot_bf2f({text})"
 
@@ -304,45 +278,6 @@ class GlslPrinter(CPrinter):
 
     def clz(self, text: str) -> str:
         return f"(31 - findMSB(uint({text})))"
-
-    def unary(self, e: Un) -> str:
-        if e.op is UnaryOp.Clz:
-            r = self.clz(self.expr(e.x))
-            return r if e.x.dtype is I32 else f"uint{r}"
-        if e.op is UnaryOp.Recip and e.x.dtype.is_float:
-            r = f"(1.0 / {self.wide(e.x)})"
-            return self.from_f32(e.x.dtype, r) if e.x.dtype in NARROW_FLOATS else r
-        return super().unary(e)
-
-    def binary(self, e: Bin) -> str:
-        d, op = e.a.dtype, e.op
-        if op is BinaryOp.GeU:
-            return f"(uint({self.expr(e.a)}) >= uint({self.expr(e.b)}) ? 1 : 0)"
-        if d in (I16, U16, I8, U8) and op not in (BinaryOp.Ge, BinaryOp.Max, BinaryOp.And,
-                                                  BinaryOp.Or, BinaryOp.Xor):
-            t, a, b = self.type_name(d), self.expr(e.a), self.expr(e.b)
-            if op is BinaryOp.Div:
-                return f"{t}(poot_idiv(int({a}), int({b})))"
-            sym = {BinaryOp.Add: "+", BinaryOp.Sub: "-", BinaryOp.Mul: "*"}[op]
-            return f"{t}(int({a}) {sym} int({b}))"
-        return super().binary(e)
-
-    def cast(self, src: DType, dst: DType, text: str) -> str:
-        if src is dst:
-            return text
-        if src.is_float and dst.is_float:
-            return super().cast(src, dst, text)
-        if src.is_float:
-            wide = self.to_f32(src, text) if src in NARROW_FLOATS else text
-            if dst is U32:
-                return f"poot_f2u({wide})"
-            lo, hi = INT_RANGES[dst]
-            r = f"poot_f2i({wide}, {self.f32_literal(lo)}, {self.f32_literal(hi)})"
-            return r if dst is I32 else f"{self.type_name(dst)}({r})"
-        if dst.is_float:
-            wide = f"float({text})"
-            return self.from_f32(dst, wide) if dst in NARROW_FLOATS else wide
-        return f"{self.type_name(dst)}({text})"
 
     # -- cooperative reductions ------------------------------------------------------------
     def _combine(self, op: ReduceOp, dtype: DType, a: str, b: str) -> str:
@@ -362,15 +297,15 @@ class GlslPrinter(CPrinter):
         return max(1, tpg // self.subgroup) if self._subgroups(kernel) else tpg
 
     def reduction_scratch_decl(self, s: CoopReduce, i: int) -> str:
-        return (f"shared {self.type_name(s.value.dtype)} poot_red_{self.var(s.name)}"
-                f"[{self.scratch_count(self._kernel)}];")
+        return (f"shared {self.type_name(s.value.dtype)} poot_red_{self.name(s.name)}"
+                f"[{self.scratch_count(self.kernel)}];")
 
-    def coop_reduce(self, s: CoopReduce, kernel: Kernel, depth: int) -> list[str]:
-        pad = self.indent_unit * depth
+    def coop_reduce(self, s: CoopReduce, depth: int) -> list[str]:
+        pad, kernel = self.pad(depth), self.kernel
         t = self.type_name(s.value.dtype)
         width = s.width or kernel.threads_per_group
         lane = self.builtin("index", 0, kernel)
-        name = self.var(s.name)
+        name = self.name(s.name)
         v, scratch = f"{name}_r", f"poot_red_{name}"
 
         def fold(other: str) -> str:
@@ -409,11 +344,4 @@ class GlslPrinter(CPrinter):
                       f"{pad}{self.barrier()}", f"{pad}const {t} {name} = {v};"]
 
 
-def print_kernel(kernel: Kernel, facts: DeviceFacts) -> PrintedKernel:
-    """The GLSL of `kernel` for the device, or the typed refusal."""
-    printer = GlslPrinter(facts)
-    source = printer.source(kernel)
-    return PrintedKernel(kernel.name, source, kernel.buffers, printer.groups)
-
-
-__all__ = ["GlslPrinter", "PrintedKernel", "print_kernel", "supported_dtypes"]
+__all__ = ["GlslPrinter", "dispatch_groups", "supported_dtypes"]

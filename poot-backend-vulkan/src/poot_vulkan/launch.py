@@ -14,7 +14,7 @@ from poot.errors import BindError
 from poot_vulkan.compiler import compile_glsl
 from poot_vulkan.context import VulkanDevice
 from poot_vulkan.device import DeviceFacts
-from poot_vulkan.glsl import print_kernel
+from poot_vulkan.glsl import GlslPrinter, dispatch_groups
 from poot_vulkan.memory import Transfers, VulkanBuffer
 from poot_vulkan.pipeline import pipelines
 from poot_vulkan.step import Binding, Dispatch, RecordedStep
@@ -37,13 +37,13 @@ def run_kernels(dev: VulkanDevice, kernels: Sequence[Kernel], arrays: Mapping[st
         bufs[name] = VulkanBuffer(dev, a.nbytes, name)
         transfers.write(bufs[name], 0, a)
     ops = []
+    facts = facts or dev.facts
     for k in kernels:
-        p = print_kernel(k, facts or dev.facts)
-        pipeline = pipelines(dev).get(compile_glsl(p.source, p.name, dev.name),
-                                      len(p.buffers), p.name)
+        spirv = compile_glsl(GlslPrinter(facts).source(k), k.name, dev.name)
+        pipeline = pipelines(dev).get(spirv, len(k.buffers), k.name)
         ops.append(Dispatch(pipeline, tuple(Binding(bufs[b.name], 0, b.nbytes,
-                                                    b.access.writable) for b in p.buffers),
-                            p.groups))
+                                                    b.access.writable) for b in k.buffers),
+                            dispatch_groups(k, facts)))
     step = RecordedStep(dev, ops, label="launch")
     step.submit()
     out = {name: transfers.read(bufs[name], 0, a.nbytes).view(a.dtype)

@@ -18,7 +18,6 @@ from poot.backend import Device
 from poot.codegen.program import OUT, SCRATCH, Buffer
 from poot.errors import BindError, UnsupportedOp
 
-from poot_vulkan.compiler import compile_glsl
 from poot_vulkan.context import VulkanDevice
 from poot_vulkan.device import BACKEND
 from poot_vulkan.memory import Transfers, VulkanBuffer, check_binding
@@ -86,7 +85,8 @@ class VulkanRuntime:
             raise BindError(f"no buffer bound to plan regions {sorted(missing)}")
         ops: list = []
         for step in plan.steps:
-            program, printed, spirv = step.lowering.program
+            compiled = step.lowering.program
+            program = compiled.program
             if program.alias is not None and not step.inplace:
                 # the kernels write only what changes: the output starts as a copy
                 src, dst = step.inputs[program.alias], step.out
@@ -96,10 +96,10 @@ class VulkanRuntime:
             for b in program.scratch:
                 scratch[b.name] = self.alloc(b.nbytes, f"scratch:{step.index}:{b.name}")
                 self._scratch.append(scratch[b.name])
-            for p, code in zip(printed, spirv, strict=True):
-                pipeline = self.pipelines.get(code, len(p.buffers), p.name)
-                binds = tuple(self._binding(step, b, buffers, scratch) for b in p.buffers)
-                ops.append(Dispatch(pipeline, binds, p.groups))
+            for k in compiled.kernels:
+                pipeline = self.pipelines.get(k.binary, len(k.buffers), k.name)
+                binds = tuple(self._binding(step, b, buffers, scratch) for b in k.buffers)
+                ops.append(Dispatch(pipeline, binds, k.groups))
         for c in plan.copies:
             ops.append(Copy(buffers[c.src.region], c.src.offset, buffers[c.dst.region],
                             c.dst.offset, c.src.nbytes))
@@ -121,7 +121,3 @@ class VulkanRuntime:
         check_binding(self.dev, buf, place.offset, size, f"step {step.index} {b.name}")
         return Binding(buf, place.offset, size, b.access.writable)
 
-
-def compile_printed(printed, dev: VulkanDevice) -> tuple[bytes, ...]:
-    """SPIR-V of each printed kernel (compiled once, cached on disk)."""
-    return tuple(compile_glsl(p.source, p.name, dev.name) for p in printed)
