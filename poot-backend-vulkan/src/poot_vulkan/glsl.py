@@ -320,14 +320,12 @@ class GlslPrinter(CPrinter):
                           self.indent_unit + fold(f"{scratch}[{first} + o]"),
                           f"{pad}{self.barrier()}", f"{pad}const {t} {name} = {v};"]
         sg = self.subgroup
-        if min(width, sg) == sg and self.arithmetic:
+        # subgroupMax may drop NaN, so a float Max keeps the butterfly (poot_fmax)
+        whole = min(width, sg) == sg and self.arithmetic and not (
+            s.op is ReduceOp.Max and s.value.dtype is F32)
+        if whole:
             fn = "subgroupAdd" if s.op is ReduceOp.Sum else "subgroupMax"
-            if s.op is ReduceOp.Max and s.value.dtype is F32:
-                # subgroupMax may drop NaN: fold NaN in as the IR's max does
-                out.append(f"{pad}{v} = subgroupAny(poot_isnan({v})) ? uintBitsToFloat("
-                           f"0x7fc00000u) : subgroupMax({v});")
-            else:
-                out.append(f"{pad}{v} = {fn}({v});")
+            out.append(f"{pad}{v} = {fn}({v});")
         else:
             off = min(width, sg) // 2
             while off >= 1:
