@@ -163,3 +163,11 @@ def test_a_plan_replays_its_recording_with_slot_rewrites(vulkan_target):
         got = ex.step({"x0": a, "x1": b}).result
         np.testing.assert_allclose(got, np.exp(a) * b + a, rtol=1e-5, atol=1e-6)
     assert ex.executable.recorded and ex.executable.step.replays == 3
+    # the result was copied to the host by the step itself; a write to its buffer drops that
+    from poot.plan import ARENA
+
+    rt, (_, place) = ex.runtime, ex.plan.outputs[0]
+    assert (ex.buffers[ARENA], place.offset, place.nbytes) in rt.fresh
+    rt.write(ex.buffers[ARENA], place.offset, np.zeros(place.nbytes, np.uint8))
+    assert not rt.fresh
+    assert not ex.read(place).any()

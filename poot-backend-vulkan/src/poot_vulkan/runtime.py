@@ -7,7 +7,10 @@ region a host-visible staging twin, and records the whole step once (poot_vulkan
 
 A slot written by the host lands in its staging twin; the recorded step starts by
 copying the twins into the slot buffers. Until the next run the twin holds the newest
-bytes, so a read in between returns them.
+bytes, so a read in between returns them. The other way, the step ends by copying each
+plan output into a host-visible twin, so reading a step's result is a memcpy, not one
+more submit; a write to the output's buffer, or another step, makes the device copy
+the one read again.
 """
 from __future__ import annotations
 
@@ -28,8 +31,10 @@ from poot_vulkan.step import Binding, Copy, Dispatch, RecordedStep
 class VulkanExecutable:
     """A plan bound to its buffers; `run()` is one step (one submit of the recording)."""
 
-    def __init__(self, runtime: VulkanRuntime, step: RecordedStep, slots: list[VulkanBuffer]):
+    def __init__(self, runtime: VulkanRuntime, step: RecordedStep, slots: list[VulkanBuffer],
+                 readbacks: dict):
         self.runtime, self.step, self.slots = runtime, step, slots
+        self.readbacks = readbacks  # (buffer, offset, nbytes) -> host-visible twin
         self.recorded = True  # recorded at load; every run replays the command buffer
 
     @property
@@ -37,9 +42,11 @@ class VulkanExecutable:
         return sum(isinstance(op, Dispatch) for op in self.step.ops)
 
     def run(self) -> None:
+        self.runtime.fresh = {}
         self.step.submit()
         for s in self.slots:
             s.dirty = False
+        self.runtime.fresh = self.readbacks
 
 
 class VulkanRuntime:
@@ -48,12 +55,16 @@ class VulkanRuntime:
         self.transfers = Transfers(dev)
         self.pipelines = pipelines(dev)
         self._scratch: list[VulkanBuffer] = []
+        #: outputs the last step copied to the host: (buffer, offset, nbytes) -> twin
+        self.fresh: dict = {}
 
     # -- memory -------------------------------------------------------------------------
     def alloc(self, nbytes: int, label: str) -> VulkanBuffer:
         return VulkanBuffer(self.dev, nbytes, label)
 
     def write(self, buf: VulkanBuffer, offset: int, array: np.ndarray) -> None:
+        if self.fresh:
+            self.fresh = {k: v for k, v in self.fresh.items() if k[0] is not buf}
         twin = getattr(buf, "twin", None)
         if twin is not None and buf.mapped is None:
             raw = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
@@ -66,6 +77,9 @@ class VulkanRuntime:
             self.transfers.write(twin, offset, array)
 
     def read(self, buf: VulkanBuffer, offset: int, nbytes: int) -> np.ndarray:
+        copied = self.fresh.get((buf, offset, nbytes))
+        if copied is not None:
+            return self.transfers.read(copied, 0, nbytes)
         if getattr(buf, "dirty", False):
             return self.transfers.read(buf.twin, offset, nbytes)
         return self.transfers.read(buf, offset, nbytes)
@@ -103,9 +117,17 @@ class VulkanRuntime:
         for c in plan.copies:
             ops.append(Copy(buffers[c.src.region], c.src.offset, buffers[c.dst.region],
                             c.dst.offset, c.src.nbytes))
+        readbacks = {}
+        for _, place in plan.outputs:
+            if place.strides is None and place.nbytes:
+                buf = buffers[place.region]
+                twin = VulkanBuffer(self.dev, place.nbytes, f"readback:{place}", host=True)
+                self._scratch.append(twin)
+                ops.append(Copy(buf, place.offset, twin, 0, place.nbytes))
+                readbacks[(buf, place.offset, place.nbytes)] = twin
         slots = [buffers[r.name] for r in plan.slot_regions()]
         uploads = [Copy(self._twin(s), 0, s, 0, s.size) for s in slots]
-        return VulkanExecutable(self, RecordedStep(self.dev, ops, uploads), slots)
+        return VulkanExecutable(self, RecordedStep(self.dev, ops, uploads), slots, readbacks)
 
     def _binding(self, step, b: Buffer, buffers, scratch) -> Binding:
         if b.operand is SCRATCH:
