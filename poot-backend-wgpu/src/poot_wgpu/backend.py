@@ -12,8 +12,8 @@ from poot.kernel_backend import CompiledKernel, KernelBackend
 
 from poot_wgpu.capability import capability_table
 from poot_wgpu.device import open_device
-from poot_wgpu.probe import probe
 from poot_wgpu.kernel import dispatch_groups
+from poot_wgpu.probe import probe
 from poot_wgpu.wgsl import WgslPrinter
 from poot_wgpu.wgsl.types import BACKEND
 

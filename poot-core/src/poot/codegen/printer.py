@@ -126,7 +126,15 @@ class Printer:
         raise self.unsupported("For")
 
     def branch(self, s: If, depth: int) -> list[str]:
-        raise self.unsupported("If")
+        pad = self.pad(depth)
+        out = [f"{pad}if {self.condition(s.cond)} {{", *self.block(s.then, depth + 1)]
+        if s.orelse:
+            out += [pad + "} else {", *self.block(s.orelse, depth + 1)]
+        return out + [pad + "}"]
+
+    def condition(self, e: Expr) -> str:
+        """The parenthesised truth test `e != 0` of an I32 expression."""
+        raise NotImplementedError
 
     def barrier_stmt(self, s: Barrier, depth: int) -> list[str]:
         raise self.unsupported("Barrier")
