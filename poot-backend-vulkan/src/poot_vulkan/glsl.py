@@ -48,7 +48,9 @@ EXTENSIONS = ("GL_EXT_shader_explicit_arithmetic_types", "GL_EXT_shader_16bit_st
 PRELUDE = """\
 bool poot_isnan(float x) { return (floatBitsToUint(x) & 0x7fffffffu) > 0x7f800000u; }
 float poot_fmax(float a, float b) { return (a > b || poot_isnan(a)) ? a : b; }
+float poot_fmin(float a, float b) { return (a < b || poot_isnan(a)) ? a : b; }
 int poot_imax(int a, int b) { return max(a, b); }
+int poot_imin(int a, int b) { return min(a, b); }
 int poot_iadd(int a, int b) { return a + b; }
 int poot_isub(int a, int b) { return a - b; }
 int poot_imul(int a, int b) { return a * b; }

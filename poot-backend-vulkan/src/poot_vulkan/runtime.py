@@ -18,7 +18,7 @@ from collections.abc import Mapping
 
 import numpy as np
 from poot.backend import Device
-from poot.codegen.program import OUT, SCRATCH, Buffer
+from poot.codegen.program import OUT, SCRATCH, BufferParam
 from poot.errors import BindError, UnsupportedOp
 
 from poot_vulkan.context import VulkanDevice
@@ -129,7 +129,7 @@ class VulkanRuntime:
         uploads = [Copy(self._twin(s), 0, s, 0, s.size) for s in slots]
         return VulkanExecutable(self, RecordedStep(self.dev, ops, uploads), slots, readbacks)
 
-    def _binding(self, step, b: Buffer, buffers, scratch) -> Binding:
+    def _binding(self, step, b: BufferParam, buffers, scratch) -> Binding:
         if b.operand is SCRATCH:
             buf = scratch[b.name]
             return Binding(buf, 0, max(b.nbytes, 1), b.access.writable)
