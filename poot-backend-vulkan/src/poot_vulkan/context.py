@@ -95,12 +95,15 @@ class VulkanDevice:
         # POOT_VULKAN_STAGING=1 takes the staging path a discrete GPU takes (for tests)
         self.direct = bool(flags & visible and flags & coherent) and \
             os.environ.get(STAGING_VAR, "") not in ("1", "true", "yes")
-        staging = [i for i, (f, _) in enumerate(types) if f & visible and f & coherent]
-        self.staging_coherent = bool(staging)
-        staging = staging or [i for i, (f, _) in enumerate(types) if f & visible]
-        if not staging:
+        # staging: host memory the CPU reads fast (cached) and that needs no flushes
+        # (coherent), rather than a write-combined window onto device memory
+        cached = vk.VK_MEMORY_PROPERTY_HOST_CACHED_BIT
+        visible_types = [i for i, (f, _) in enumerate(types) if f & visible]
+        if not visible_types:
             raise DeviceUnavailable(f"Vulkan device {self.name} has no host-visible memory")
-        self.staging_type = staging[0]
+        self.staging_type = min(visible_types, key=lambda i: (
+            not types[i][0] & coherent, not types[i][0] & cached,
+            bool(types[i][0] & local and not self.direct), i))
 
     def allocate(self, size: int, memory_type: int, label: str):
         vk = self.vk

@@ -63,6 +63,7 @@ class VulkanBuffer:
             vk.vkInvalidateMappedMemoryRanges(self.dev.device, 1, [rng])
 
     def destroy(self) -> None:
+        """Free the buffer (the device is idle between steps: run() waits for it)."""
         vk = self.dev.vk
         if self.handle is not None:
             if self.mapped is not None:
@@ -71,6 +72,13 @@ class VulkanBuffer:
             vk.vkDestroyBuffer(self.dev.device, self.handle, None)
             vk.vkFreeMemory(self.dev.device, self.memory, None)
             self.handle = None
+
+    def __del__(self):
+        # a conformance run makes thousands of buffers; drivers cap live allocations
+        try:
+            self.destroy()
+        except Exception:  # noqa: BLE001 - interpreter shutdown: the binding may be gone
+            pass
 
     def __repr__(self) -> str:
         return f"VulkanBuffer({self.label!r}, {self.nbytes} bytes)"

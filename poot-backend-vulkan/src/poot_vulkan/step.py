@@ -168,6 +168,12 @@ class RecordedStep:
             raise vk.exception_codes[result]
         self.replays += 1
 
+    def __del__(self):
+        try:
+            self.destroy()
+        except Exception:  # noqa: BLE001 - interpreter shutdown: the binding may be gone
+            pass
+
     def destroy(self) -> None:
         vk, dev = self.vk, self.dev
         if self.command is not None:
