@@ -39,9 +39,8 @@ def summary(key: str, value) -> None:
 
 def decode(backends: list[str], tokens: int, random: bool, max_seq: int) -> dict[str, float]:
     from poot.backend import get_backend
-    from smollm2_gpu import PROMPT, PROMPT_IDS, greedy, load, tps
-
     from poot.models.hub import smollm2_path
+    from smollm2_gpu import PROMPT, PROMPT_IDS, greedy, load, tps
 
     random = random or smollm2_path() is None
     summary("smollm2 weights", "random Q4_1, SmolLM2's shape" if random else smollm2_path())

@@ -128,7 +128,7 @@ def test_unaligned_writes_and_reads_keep_neighbouring_bytes(vulkan_device):
 
 def test_compiled_kernels_are_cached_on_disk(tmp_path, monkeypatch):
     monkeypatch.setenv("POOT_CACHE", str(tmp_path))
-    src = "#version 450\nlayout(local_size_x = 1) in;\nvoid main() { /* %s */ }\n" % tmp_path
+    src = f"#version 450\nlayout(local_size_x = 1) in;\nvoid main() {{ /* {tmp_path} */ }}\n"
     spirv = compile_glsl(src, "empty")
     assert spirv[:4] == b"\x03\x02\x23\x07"  # the SPIR-V magic number, little endian
     key = next(tmp_path.glob("vulkan/*/*.spv"))

@@ -81,7 +81,8 @@ class VulkanDevice:
                  for i in range(props.memoryTypeCount)]
         heaps = [int(props.memoryHeaps[i].size) for i in range(props.memoryHeapCount)]
         self.memory_types = types
-        local, visible = vk.VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, vk.VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT
+        local = vk.VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT
+        visible = vk.VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT
         coherent = vk.VK_MEMORY_PROPERTY_HOST_COHERENT_BIT
         device_types = [i for i, (f, _) in enumerate(types) if f & local]
         if not device_types:

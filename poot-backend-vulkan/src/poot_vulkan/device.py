@@ -199,7 +199,7 @@ def read_facts(vk, pd, index: int) -> DeviceFacts:
         subgroup_size = int(sub.subgroupSize)
         ops = frozenset(k for k, bit in SUBGROUP_OPS.items()
                         if compute and sub.supportedOperations & bit)
-        driver = f"{vk.ffi.string(drv.driverName).decode()} {vk.ffi.string(drv.driverInfo).decode()}"
+        driver = " ".join(vk.ffi.string(x).decode() for x in (drv.driverName, drv.driverInfo))
     if BF16_EXTENSION in extensions:
         features.add("shaderBFloat16")
     if COOPMAT_EXTENSION in extensions:

@@ -135,7 +135,7 @@ class Transfers:
             stage.mapped[:part.size] = part
             stage.flush()
 
-            def record(cmd, n=part.size, at=offset + start):
+            def record(cmd, n=part.size, at=offset + start, stage=stage):
                 full_barrier(vk, cmd)
                 copy(vk, cmd, stage.handle, 0, buf.handle, at, n)
             self.dev.oneshot(record)
@@ -151,7 +151,7 @@ class Transfers:
             n = min(STAGING_CHUNK, nbytes - start)
             stage = self._stage(min(nbytes, STAGING_CHUNK))
 
-            def record(cmd, n=n, at=offset + start):
+            def record(cmd, n=n, at=offset + start, stage=stage):
                 full_barrier(vk, cmd)
                 copy(vk, cmd, buf.handle, at, stage.handle, 0, n)
                 to_host_barrier(vk, cmd)
