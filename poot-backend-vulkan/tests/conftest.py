@@ -1,11 +1,8 @@
-"""One Vulkan device for the whole test session; validation layers on where installed."""
+"""One Vulkan device for the whole test session. The validation layer is switched on in
+its own process (test_vulkan_validation.py): the process's instance is made once."""
 from __future__ import annotations
 
-import os
-
 import pytest
-
-os.environ.setdefault("POOT_VULKAN_VALIDATION", "1")  # used only when the layer exists
 
 
 @pytest.fixture(scope="session")
