@@ -11,7 +11,7 @@ bash scripts/install-lavapipe.sh
 bash scripts/install-hip.sh
 
 pkgs=(-e "poot-core[models,test]")
-for p in poot-quant poot-backend-cuda poot-backend-rocm poot-backend-wgpu \
+for p in poot-quant poot-backend-cuda poot-backend-rocm poot-backend-wgpu poot-backend-vulkan \
          tests/plugins/poot-backend-toy tests/plugins/poot-backend-stride; do
   [ -f "$p/pyproject.toml" ] && pkgs+=(-e "$p")
 done

@@ -83,7 +83,7 @@ class CPrinter(Printer):
     - `barrier()`: the workgroup barrier statement
     - `shared_decl(name, dtype, count)`: a workgroup-shared array
     - `to_f32` / `from_f32`: 16-bit float widening and nearest-even rounding
-    - `bitcast(src, dst, text)`, `clz(text)`
+    - `bitcast(src, dst, text)`, `clz(text)`, `convert(dtype, text)` (a value conversion)
     - `coop_reduce(s, depth)`: the cooperative reduction (subgroup/warp primitives)
     - optional: `entry()` (statements every kernel starts with), `needs_scratch` and
       `reduction_scratch_decl` (shared arrays of the reductions), `matrix` (matrix-unit
@@ -121,6 +121,15 @@ class CPrinter(Printer):
     def clz(self, text: str) -> str:
         raise NotImplementedError
 
+    def binary_rules(self) -> dict[BinaryOp, dict[str, str]]:
+        """The Binary rules (C_BINARY; a dialect that spells conversions otherwise swaps
+        the rows that convert)."""
+        return C_BINARY
+
+    def convert(self, dtype: DType, text: str) -> str:
+        """A value conversion to `dtype` (C's cast; constructor-style languages differ)."""
+        return f"(({self.type_name(dtype)}){text})"
+
     def entry(self) -> list[str]:
         """Statements every kernel starts with (the language's launch protocol)."""
         return []
@@ -150,16 +159,17 @@ class CPrinter(Printer):
     # -- statements -----------------------------------------------------------------------
     def let(self, s: Let, depth: int) -> list[str]:
         const = "" if s.mutable else "const "
-        return [f"{self.pad(depth)}{const}{self.type_name(s.value.dtype)} {s.name} = "
-                f"{self.expr(s.value)};"]
+        return [f"{self.pad(depth)}{const}{self.type_name(s.value.dtype)} "
+                f"{self.name(s.name)} = {self.expr(s.value)};"]
 
     def store(self, s: Store, depth: int) -> list[str]:
         return [f"{self.pad(depth)}{s.array}[{self.expr(s.index)}] = {self.expr(s.value)};"]
 
     def loop(self, s: For, depth: int) -> list[str]:
         pad = self.pad(depth)
-        head = (f"{pad}for (int {s.var} = {self.expr(s.start)}; {s.var} < "
-                f"{self.expr(s.stop)}; {s.var} += {self.expr(s.step)}) {{")
+        v = self.name(s.var)
+        head = (f"{pad}for (int {v} = {self.expr(s.start)}; {v} < "
+                f"{self.expr(s.stop)}; {v} += {self.expr(s.step)}) {{")
         return [*self.loop_pragma(s, pad), head, *self.block(s.body, depth + 1), pad + "}"]
 
     def condition(self, e: Expr) -> str:
@@ -190,7 +200,7 @@ class CPrinter(Printer):
             return "(-2147483647 - 1)" if v == -2 ** 31 else (f"({v})" if v < 0 else str(v))
         if dtype is U32:
             return f"{v % 2 ** 32}u"
-        return f"(({self.type_name(dtype)}){v})"
+        return self.convert(dtype, str(v))
 
     def f32_literal(self, v: float) -> str:
         if math.isnan(v):
@@ -210,7 +220,7 @@ class CPrinter(Printer):
             return f"(~{self.expr(e.x)})"
         if op is UnaryOp.Clz:
             return self.clz(self.expr(e.x)) if d is I32 else \
-                f"((unsigned int){self.clz('(int)' + self.expr(e.x))})"
+                self.convert(U32, self.clz(self.convert(I32, self.expr(e.x))))
         if d.is_int:  # Neg of I32 (wrapping)
             return f"poot_isub(0, {self.expr(e.x)})"
         r = F32_UNARY[op].format(self.wide(e.x))
@@ -221,7 +231,7 @@ class CPrinter(Printer):
         round the result once."""
         d = e.a.dtype
         cls = "f32" if d.is_float else "i32" if d is I32 else "u32" if d is U32 else "small"
-        template = C_BINARY[e.op].get(cls)
+        template = self.binary_rules()[e.op].get(cls)
         if template is None:
             raise self.refuse(d, f"Binary.{e.op.name}", op=f"Binary.{e.op.name}")
         a, b = (self.wide(e.a), self.wide(e.b)) if d.is_float else (self.expr(e.a),
@@ -241,11 +251,11 @@ class CPrinter(Printer):
                 return f"poot_f2u({wide})"
             lo, hi = INT_RANGES[dst]
             r = f"poot_f2i({wide}, {self.f32_literal(lo)}, {self.f32_literal(hi)})"
-            return r if dst is I32 else f"(({self.type_name(dst)}){r})"
+            return r if dst is I32 else self.convert(dst, r)
         if dst.is_float:
-            wide = f"((float)({text}))"
+            wide = self.convert(F32, f"({text})")
             return self.from_f32(dst, wide) if dst in NARROW_FLOATS else wide
-        return f"(({self.type_name(dst)})({text}))"
+        return self.convert(dst, f"({text})")
 
 
 #: Binary sub-ops by operand class: "f32" (every float; 16-bit ones widen to float and

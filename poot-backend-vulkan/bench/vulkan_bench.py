@@ -1,0 +1,186 @@
+"""Vulkan next to wgpu and cuda on one GPU, in one run:
+
+1. SmolLM2-135M greedy decode tokens/s on each backend given (default vulkan, cuda,
+   wgpu; a backend without a device is reported with its reason), the same prompt and
+   token count, through the public session (slot writes and the logits read included),
+   after a warm-up generation that plans and records the steps. Token ids are compared.
+   The real GGUF when POOT_SMOLLM2_GGUF (or the poot cache) has it, else --random:
+   SmolLM2's exact shape with random Q4_1 weights.
+2. On vulkan: a chain of dense bf16 GEMVs (f32 x bf16 DenseContraction, alternating
+   N x K and K x N weights, each its own buffer) as achieved GB/s, next to a device
+   buffer copy (vkCmdCopyBuffer, read + write counted) recorded and timed the same way
+   (one submit of a recorded command buffer per repetition, fence-waited).
+
+    python3 poot-backend-vulkan/bench/vulkan_bench.py [--tokens 32] [--random]
+    python3 poot-backend-vulkan/bench/vulkan_bench.py --backends vulkan,reference \
+        --random --tokens 4 --gemv 1024x512 --copy-mb 16       # a quick check on lavapipe
+
+Lines starting with "SUMMARY " are the results (h200_session.sh collects them).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import traceback
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+# the cuda backend's SmolLM2 bench owns the shared pieces: loading a model (real or random
+# weights of SmolLM2's shape) and a timed greedy generation through the session
+sys.path.insert(0, os.path.join(HERE, "..", "..", "poot-backend-cuda", "bench"))
+
+
+def summary(key: str, value) -> None:
+    print(f"SUMMARY {key} | {value}", flush=True)
+
+
+def decode(backends: list[str], tokens: int, random: bool, max_seq: int) -> dict[str, float]:
+    from poot.backend import get_backend
+    from poot.models.hub import smollm2_path
+    from smollm2_gpu import PROMPT, PROMPT_IDS, greedy, load, tps
+
+    random = random or smollm2_path() is None
+    summary("smollm2 weights", "random Q4_1, SmolLM2's shape" if random else smollm2_path())
+    results, ids_of = {}, {}
+    for name in backends:
+        try:
+            b = get_backend(name)
+            if not b.probe():
+                summary(f"smollm2 {name} decode", f"SKIPPED: {b.unavailable_reason()}")
+                continue
+            model = load(name, max_seq, random)
+            ids = PROMPT_IDS if random else model.tokenize(PROMPT)
+            t0 = time.perf_counter()
+            greedy(model, ids, tokens)  # plans, binds and records every step
+            print(f"[{name}] warm-up generation {time.perf_counter() - t0:.2f} s", flush=True)
+            run = greedy(model, ids, tokens)
+            results[name], ids_of[name] = tps(run), run["ids"]
+            steps = np.asarray(run["steps_s"]) * 1e3
+            print(f"[{name}] ids {run['ids']}", flush=True)
+            summary(f"smollm2 {name} decode", f"{results[name]:.1f} tok/s (median step "
+                    f"{np.median(steps):.3f} ms, {len(steps)} steps)")
+            del model
+        except Exception as e:  # noqa: BLE001 - report and go on to the next backend
+            traceback.print_exc()
+            summary(f"smollm2 {name} decode", f"FAILED: {type(e).__name__}: {e}"[:300])
+    first = next(iter(ids_of.values()), None)
+    for name, ids in ids_of.items():
+        summary(f"smollm2 {name} ids", "same as " + next(iter(ids_of)) if ids == first
+                else f"DIFFERENT: {ids}")
+    if "vulkan" in results:
+        for peer in ("cuda", "wgpu"):
+            if results.get(peer):
+                summary(f"smollm2 vulkan / {peer}", f"{results['vulkan'] / results[peer]:.2f}"
+                        f"{' (target 0.60)' if peer == 'cuda' else ''}")
+    return results
+
+
+def timed(run, reps: int, trials: int = 5) -> float:
+    """Best seconds per call of `run` over `trials` rounds of `reps` calls."""
+    run()
+    best = float("inf")
+    for _ in range(trials):
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            run()
+        best = min(best, (time.perf_counter() - t0) / reps)
+    return best
+
+
+def gemv_chain(n: int, k: int, links: int, rng):
+    """A graph x[1,k] -> W1[n,k] -> W2[k,n] -> ... (`links` bf16 GEMVs), and its weights."""
+    import ml_dtypes
+    from poot.conformance.roles import input_role
+    from poot.dtypes import DType
+    from poot.ir import ops as O
+    from poot.ir.builder import Builder
+    from poot.ir.types import TensorType
+
+    b = Builder("gemv_chain", compiler=True)
+    h = b.slot(input_role(DType.F32), (1, k), "x0")
+    consts = {}
+    for i in range(links):
+        rows, cols = (n, k) if i % 2 == 0 else (k, n)
+        w = b.const(TensorType((rows, cols), DType.BF16), f"w{i}")
+        # random bf16 of size ~1/sqrt(cols) (activations stay O(1) down the chain), a
+        # distinct 64-row block per matrix tiled to full height (fast to build)
+        block = (rng.standard_normal((64, cols), np.float32) / np.sqrt(cols)).astype(
+            ml_dtypes.bfloat16)
+        consts[f"w{i}"] = np.tile(block, (-(-rows // 64), 1))[:rows]
+        h = b.eqn(O.DenseContraction(), h, w)
+    b.result(h)
+    return b.finish(), consts
+
+
+def bandwidth(n: int, k: int, links: int, copy_mb: int) -> None:
+    """bf16 GEMV GB/s on vulkan as a fraction of a buffer copy timed the same way."""
+    from poot.backend import get_backend
+    from poot.plan import plan
+    from poot.runtime.executor import Executor
+    from poot_vulkan.memory import VulkanBuffer
+    from poot_vulkan.step import Copy, RecordedStep
+
+    backend = get_backend("vulkan")
+    if not backend.probe():
+        summary("vulkan bf16 GEMV", f"SKIPPED: {backend.unavailable_reason()}")
+        return
+    device = backend.probe()[0]
+    rt = backend.runtime(device)
+    dev = rt.dev
+    print(f"[vulkan] {dev.facts.describe()}", flush=True)
+
+    nbytes = copy_mb << 20
+    src, dst = VulkanBuffer(dev, nbytes, "copy-src"), VulkanBuffer(dev, nbytes, "copy-dst")
+    copy = RecordedStep(dev, [Copy(src, 0, dst, 0, nbytes)] * 8, label="copy")
+    t = timed(copy.submit, 5) / 8
+    copy_gbs = 2 * nbytes / t / 1e9
+    summary(f"vulkan buffer copy {copy_mb} MiB (read + write)", f"{copy_gbs:.1f} GB/s")
+
+    rng = np.random.default_rng(0)
+    graph, consts = gemv_chain(n, k, links, rng)
+    ex = Executor(plan(graph, (backend, device)), consts, runtime=rt)
+    x = rng.standard_normal((1, k)).astype(np.float32)
+    got = ex.step({"x0": x}).result
+    want = x
+    for i in range(links):
+        want = want @ consts[f"w{i}"].astype(np.float32).T
+    err = float(np.abs(got - want).max() / (np.abs(want).max() + 1e-30))
+    moved = sum(w.nbytes for w in consts.values()) + 4 * (k + n) * links
+    t = timed(ex.executable.run, 5)
+    gbs = moved / t / 1e9
+    summary(f"vulkan bf16 GEMV chain {links} x ({n}x{k}, {k}x{n} alternating)",
+            f"{gbs:.1f} GB/s = {gbs / copy_gbs:.2f} of the copy; {t * 1e6 / links:.1f} us "
+            f"per GEMV; max rel err {err:.1e}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--backends", default="vulkan,cuda,wgpu")
+    ap.add_argument("--tokens", type=int, default=32)
+    ap.add_argument("--max-seq", type=int, default=128)
+    ap.add_argument("--random", action="store_true",
+                    help="random Q4_1 weights of SmolLM2's shape even where the GGUF exists")
+    ap.add_argument("--gemv", default="14336x4096", help="N x K of the GEMV chain's weights")
+    ap.add_argument("--links", type=int, default=8, help="GEMVs in the chain")
+    ap.add_argument("--copy-mb", type=int, default=1024)
+    ap.add_argument("--skip-decode", action="store_true")
+    args = ap.parse_args()
+    failed = False
+    if not args.skip_decode:
+        failed |= not decode(args.backends.split(","), args.tokens, args.random,
+                             args.max_seq)
+    try:
+        n, k = (int(v) for v in args.gemv.lower().split("x"))
+        bandwidth(n, k, args.links, args.copy_mb)
+    except Exception as e:  # noqa: BLE001
+        traceback.print_exc()
+        summary("vulkan bf16 GEMV", f"FAILED: {type(e).__name__}: {e}"[:300])
+        failed = True
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

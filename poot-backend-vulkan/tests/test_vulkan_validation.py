@@ -1,0 +1,47 @@
+"""The runtime under the Khronos validation layer: a plan's recorded step and a one-off
+launch raise no validation error or warning. The layer must be on when the process's
+instance is created, so this runs in a fresh process; skipped where it is not installed."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+SCRIPT = r"""
+import numpy as np
+from poot.backend import get_backend
+from poot.conformance.roles import input_role
+from poot.dtypes import DType
+from poot.ir import ops as O
+from poot.ir.builder import Builder
+from poot.plan import plan
+from poot.runtime.executor import Executor
+from poot_vulkan.device import instance
+
+backend = get_backend("vulkan")
+target = (backend, backend.probe()[0])
+if not instance().layers:
+    print("NO-LAYER"); raise SystemExit(0)
+b = Builder("validated", compiler=True)
+x = b.slot(input_role(DType.F32), (5, 300), "x0")
+s = b.eqn(O.Reduce(O.ReduceOp.Sum, 1), b.eqn(O.Unary(O.UnaryOp.Exp), x))
+b.result(s)
+ex = Executor(plan(b.finish(), target), {})
+a = np.random.default_rng(0).standard_normal((5, 300)).astype(np.float32)
+for _ in range(2):
+    got = ex.step({"x0": a}).result
+np.testing.assert_allclose(got, np.exp(a).sum(1), rtol=1e-5)
+for m in instance().validation_messages:
+    print("VALIDATION:", m)
+print("MESSAGES", len(instance().validation_messages))
+"""
+
+
+def test_a_plan_runs_clean_under_the_validation_layer(vulkan_device):
+    env = dict(os.environ, POOT_VULKAN_VALIDATION="1")
+    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    if "NO-LAYER" in proc.stdout:
+        pytest.skip("VK_LAYER_KHRONOS_validation is not installed")
+    assert "MESSAGES 0" in proc.stdout, proc.stdout
