@@ -77,7 +77,7 @@ class CpuBackend(Backend):
         types = [x.type if isinstance(x, Lit) else x for x in ins]
         out = graph.type_of(eqn.out)
         self.capabilities(device).check(eqn.op, types, out)
-        compiled = lower_eqn(eqn.op, ins, out, device, host_features())
+        compiled = lower_eqn(eqn.op, ins, out, device)
         return Choice(compiled.kind, compiled.launch, compiled,
                       dispatches=len(compiled.functions))
 

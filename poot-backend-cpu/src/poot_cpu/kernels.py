@@ -43,12 +43,15 @@ def print_lowering(lowering: Lowering, device) -> CpuLowering:
     return CpuLowering(kind, funcs, lowering.scratch, lowering.alias, launch)
 
 
-def lower_eqn(op, ins, out, device, isa: tuple[str, ...]) -> CpuLowering:
-    """The eqn's C functions: the packed GEMV builder where it applies, else the shared
-    lowering printed by the host C printer (which refuses what it cannot print)."""
+def lower_eqn(op, ins, out, device) -> CpuLowering:
+    """The eqn's C functions: a CPU-shaped source builder where one applies (packed
+    contractions, attention), else the shared lowering printed by the host C printer
+    (which refuses what it cannot print)."""
+    from poot_cpu.attention import attention_lowering
     from poot_cpu.gemv import gemv_lowering
 
-    fast = gemv_lowering(op, ins, out, isa)
-    if fast is not None:
-        return fast
+    for builder in (gemv_lowering, attention_lowering):
+        fast = builder(op, ins, out)
+        if fast is not None:
+            return fast
     return print_lowering(lower_program(op, ins, out), device)

@@ -44,6 +44,19 @@ HEADER = """\
 #include <stdint.h>
 #include <string.h>
 #include <math.h>
+#include <stdlib.h>
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define POOT_AVX2 1
+static inline float poot_hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+#endif
+static inline float poot_h2f(const unsigned char* p) {
+  _Float16 h; memcpy(&h, p, 2); return (float)h; }
 static inline float poot_bf2f(unsigned short h) {
   unsigned int u = (unsigned int)h << 16; float f; memcpy(&f, &u, 4); return f; }
 static inline unsigned short poot_f2bf(float f) {
