@@ -17,19 +17,21 @@ from __future__ import annotations
 import math
 
 from poot.codegen.lower.base import Sig
-from poot.codegen.program import OUT, Access, Buffer
+from poot.codegen.program import OUT, Access, BufferParam, KernelProgram
 from poot.dtypes import DType
 from poot.ir.graph import Lit
 from poot.ir.ops import Attention
 
-from poot_cpu.kernels import CpuLowering, Function
+from poot.kernel_backend import CompiledProgram
+
+from poot_cpu.kernels import built_kernel
 
 F32 = DType.F32
 MAX_S = 16384      # the score row lives on the thread's stack
 LANES = 8
 
 
-def attention_lowering(op, ins, out) -> CpuLowering | None:
+def attention_program(op, ins, out, printer) -> CompiledProgram | None:
     if not isinstance(op, Attention) or any(isinstance(x, Lit) for x in ins):
         return None
     q, k, v, mask = ins
@@ -57,11 +59,12 @@ def attention_lowering(op, ins, out) -> CpuLowering | None:
                         g=hq // hkv, klead=int(kv_lead[0]), vlead=int(kv_lead[1]),
                         mt=mask_t, ms=mask_s, scale=repr(float(op.scale)) + "f",
                         lanes=LANES)
-    bufs = (Buffer("q", F32, Access.READ, q.size, 0), Buffer("k", F32, Access.READ, k.size, 1),
-            Buffer("v", F32, Access.READ, v.size, 2),
-            Buffer("mask", F32, Access.READ, mask.size, 3),
-            Buffer("o", F32, Access.WRITE, out.size, OUT))
-    return CpuLowering("attention", (Function(name, src, bufs),), launch=f"{rows} rows x {s}")
+    bufs = (BufferParam("q", F32, Access.READ, q.size, 0), BufferParam("k", F32, Access.READ, k.size, 1),
+            BufferParam("v", F32, Access.READ, v.size, 2),
+            BufferParam("mask", F32, Access.READ, mask.size, 3),
+            BufferParam("o", F32, Access.WRITE, out.size, OUT))
+    kernel = built_kernel(name, src, bufs)
+    return CompiledProgram(KernelProgram((kernel.kernel,)), (kernel,), printer.device)
 
 
 SOURCE = """\
@@ -116,4 +119,4 @@ static void {name}(const float* restrict q, const float* restrict k,
 }}
 """
 
-__all__ = ["attention_lowering"]
+__all__ = ["attention_program"]

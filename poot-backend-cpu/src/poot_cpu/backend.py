@@ -1,24 +1,24 @@
-"""The cpu backend: probe (a C compiler and the host's ISA), capability table, plan-time
-lowering (kernel programs printed as C now, so refusals come before anything runs),
-runtime (one compiled library per plan)."""
+"""The cpu backend: probe (a C compiler and the host's ISA), capability facts, the host C
+printer, and the runtime (one compiled library per plan). Plan-time lowering is the
+seam's (poot.kernel_backend); the CPU-shaped source builders (packed contractions,
+attention) take their eqns after the capability check, before the shared lowering."""
 from __future__ import annotations
 
 import functools
 import os
 import platform
 
-from poot.backend import Backend, Device
-from poot.backend import Lowering as Choice
+from poot.backend import Device, Lowering
 from poot.errors import DeviceUnavailable
-from poot.ir.graph import Lit
+from poot.kernel_backend import CompiledProgram, KernelBackend
 
 from poot_cpu.capability import table
-from poot_cpu.kernels import lower_eqn
+from poot_cpu.printer import HostCPrinter
 
 
 @functools.cache
 def host_features() -> tuple[str, ...]:
-    """The SIMD features of the host CPU that the kernels use (from /proc/cpuinfo)."""
+    """The SIMD features of the host CPU the kernels use (from /proc/cpuinfo)."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -42,7 +42,7 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-class CpuBackend(Backend):
+class CpuBackend(KernelBackend):
     name = "cpu"
     priority = 5      # over the reference backend (0), under every GPU backend
     language = "c"
@@ -67,19 +67,33 @@ class CpuBackend(Backend):
             return f"no cpu device: {e}"
         return None
 
-    def capabilities(self, device: Device):
-        from poot.formats import formats
+    def capability_table(self, device: Device, formats: frozenset[str]):
+        return table(device.id, formats)
 
-        return _table(device.id, frozenset(formats()))
+    def printer(self, device: Device) -> HostCPrinter:
+        return HostCPrinter(str(device))
 
-    def lower(self, eqn, graph, device: Device) -> Choice:
-        ins = [x if isinstance(x, Lit) else graph.type_of(x.id) for x in eqn.inputs]
-        types = [x.type if isinstance(x, Lit) else x for x in ins]
+    def lower(self, eqn, graph, device: Device) -> Lowering:
+        """A CPU source builder's kernels where one takes the eqn (after the capability
+        check), else the seam's sequence."""
+        from poot.capability import operand_types
+        from poot.ir.graph import Lit
+
+        from poot_cpu.attention import attention_program
+        from poot_cpu.gemv import gemv_program
+
+        types = operand_types(graph, eqn)
         out = graph.type_of(eqn.out)
         self.capabilities(device).check(eqn.op, types, out)
-        compiled = lower_eqn(eqn.op, ins, out, device)
-        return Choice(compiled.kind, compiled.launch, compiled,
-                      dispatches=len(compiled.functions))
+        operands = [x if isinstance(x, Lit) else t
+                    for x, t in zip(eqn.inputs, types, strict=True)]
+        for builder in (gemv_program, attention_program):
+            compiled = builder(eqn.op, operands, out, self.printer(device))
+            if compiled is not None:
+                return Lowering(compiled.label, compiled.launch, compiled,
+                                dispatches=len(compiled.kernels),
+                                extra={"alias": compiled.program.alias})
+        return super().lower(eqn, graph, device)
 
     def runtime(self, device: Device):
         from poot_cpu.runtime import CpuRuntime
@@ -87,9 +101,5 @@ class CpuBackend(Backend):
         return CpuRuntime(device)
 
 
-@functools.cache
-def _table(device: str, formats: frozenset):
-    return table(device, formats)
-
-
 BACKEND = CpuBackend()
+__all__ = ["BACKEND", "CompiledProgram", "CpuBackend", "host_features"]

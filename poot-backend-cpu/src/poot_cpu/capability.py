@@ -22,7 +22,7 @@ BYTE_FLOATS = frozenset({D.F8E4M3, D.F8E5M2, D.F8E8M0, D.F4E2M1})
 WIDE = Use.STORAGE | Use.CONVERT | Use.ARITH | Use.DOT
 
 UNARY_FLOAT = ("Exp", "Log", "Sqrt", "Recip", "Tanh", "Erf")
-BINARY_ARITH = ("Add", "Sub", "Mul", "Div", "Max", "Ge")
+BINARY_ARITH = ("Add", "Sub", "Mul", "Div", "Max", "Min", "Ge")
 BINARY_BITS = ("GeU", "And", "Or", "Xor", "Shl", "Shr")
 MOVES = ("Broadcast", "Reshape", "Transpose", "Slice", "Concat", "Gather", "ScatterUpdate",
          "DynamicUpdateSlice", "Cast", "Fused", "FusedRow", "Select")

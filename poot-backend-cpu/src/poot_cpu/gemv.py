@@ -34,13 +34,15 @@ from poot.codegen import index as ix
 from poot.codegen.expr import Load
 from poot.codegen.lower.base import Sig
 from poot.codegen.lower.pointwise import pointwise_kernel
-from poot.codegen.program import OUT, SCRATCH, Access, Buffer, Lowering
+from poot.codegen.program import OUT, SCRATCH, Access, BufferParam, KernelProgram
 from poot.codegen.region import RegionEval
 from poot.dtypes import DType
 from poot.ir.graph import Lit
 from poot.ir.ops import ContractionEpilogue, PackedContraction
 
-from poot_cpu.kernels import CpuLowering, Function, print_lowering
+from poot.kernel_backend import CompiledProgram
+
+from poot_cpu.kernels import built_kernel
 
 F32, U8 = DType.F32, DType.U8
 M_TILE = 4          # activation rows sharing one decoded weight block
@@ -119,7 +121,7 @@ def _head(op, ins):
     return head, layout
 
 
-def gemv_lowering(op, ins, out) -> CpuLowering | None:
+def gemv_program(op, ins, out, printer) -> CompiledProgram | None:
     found = _head(op, ins)
     if found is None:
         return None
@@ -131,19 +133,22 @@ def gemv_lowering(op, ins, out) -> CpuLowering | None:
     if isinstance(op, PackedContraction):
         if out.dtype is not F32:
             return None
-        y, scratch = Buffer("y", F32, Access.WRITE, m * n, OUT), ()
+        y, scratch = BufferParam("y", F32, Access.WRITE, m * n, OUT), ()
     else:
-        y = Buffer("acc", F32, Access.READ_WRITE, m * n, SCRATCH)
+        y = BufferParam("acc", F32, Access.READ_WRITE, m * n, SCRATCH)
         scratch = (y,)
-    xq = Buffer("xq", U8, Access.READ_WRITE, scratch_bytes(m, k, layout), SCRATCH)
-    bufs = (Buffer("x", F32, Access.READ, m * k, 0),
-            Buffer("w", U8, Access.READ, ins[1].size, 1), y, xq)
-    gemv = Function(name, gemv_source(name, layout, m, n, k), bufs)
+    xq = BufferParam("xq", U8, Access.READ_WRITE, scratch_bytes(m, k, layout), SCRATCH)
+    bufs = (BufferParam("x", F32, Access.READ, m * k, 0),
+            BufferParam("w", U8, Access.READ, ins[1].size, 1), y, xq)
+    gemv = built_kernel(name, gemv_source(name, layout, m, n, k), bufs)
     if isinstance(op, PackedContraction):
-        return CpuLowering("gemv", (gemv,), scratch=(xq,), launch=f"{m}x{n}x{k}")
-    epi = print_lowering(epilogue(sig, y), "cpu")
-    return CpuLowering("gemv+epilogue", (gemv, *epi.functions), scratch=(y, xq),
-                       launch=f"{m}x{n}x{k}; {epi.launch}")
+        return CompiledProgram(KernelProgram((gemv.kernel,), scratch=(xq,)), (gemv,),
+                               printer.device)
+    epi = epilogue(sig, y)
+    kernels = (gemv, *(built_kernel(k.name, printer.source(k), k.buffers)
+                       for k in epi.kernels))
+    return CompiledProgram(KernelProgram(tuple(k.kernel for k in kernels), scratch=(y, xq)),
+                           kernels, printer.device)
 
 
 def epilogue(sig: Sig, acc: Buffer) -> Lowering:
@@ -276,5 +281,5 @@ def gemv_source(name: str, layout: BlockLayout, m: int, n: int, k: int) -> str:
                            scalar_decode="\n".join(pad + x for x in scalar))
 
 
-__all__ = ["LAYOUTS", "BlockLayout", "gemv_lowering", "gemv_source", "layout_of",
+__all__ = ["LAYOUTS", "BlockLayout", "gemv_program", "gemv_source", "layout_of",
            "scratch_bytes"]

@@ -21,7 +21,7 @@ the helpers below (nearest even, NaN kept quiet), with no arithmetic of its own.
 """
 from __future__ import annotations
 
-from poot.codegen.cstyle import CPrinter
+from poot.codegen.cstyle import PRELUDE, CPrinter
 from poot.codegen.expr import Load, Var, walk
 from poot.codegen.program import (
     Assign,
@@ -32,7 +32,6 @@ from poot.codegen.program import (
     Kernel,
     Let,
     LocalArray,
-    Stmt,
     Store,
 )
 from poot.dtypes import DType
@@ -216,11 +215,8 @@ class HostCPrinter(CPrinter):
         return f"static void {self.function_name(kernel)}({', '.join(params)})"
 
     # -- the function ------------------------------------------------------------------------
-    def source(self, kernel: Kernel) -> str:
+    def unit(self, kernel: Kernel) -> str:
         """The kernel as one C function (no includes or helpers: see `prelude`)."""
-        kernel.validate()
-        self.check_dtypes(kernel)
-        self._kernel, self._reductions = kernel, 0
         self._split = _has_sync(kernel.body)
         self._promoted = promoted_names(kernel.body) if self._split else {}
         tpg = kernel.threads_per_group
@@ -248,16 +244,14 @@ class HostCPrinter(CPrinter):
         return "\n".join(lines) + "\n"
 
     def prelude(self) -> str:
-        from poot.codegen.cstyle import PRELUDE
-
         return HEADER + PRELUDE.format(q=self.qualifier)
 
     def thread_loop(self, body, depth: int, declare_locals: bool = False) -> list[str]:
-        pad = self.indent_unit * depth
-        tpg = self._kernel.threads_per_group
+        pad = self.pad(depth)
+        tpg = self.kernel.threads_per_group
         out = [f"{pad}for (int {LID} = 0; {LID} < {tpg}; ++{LID}) {{"]
         if declare_locals:
-            for a in self._kernel.locals:
+            for a in self.kernel.locals:
                 out.append(f"{pad}{self.indent_unit}{self.type_name(a.dtype)} {a.name}"
                            f"[{a.count}];")
         return out + self.block(body, depth + 1) + [pad + "}"]
@@ -289,7 +283,7 @@ class HostCPrinter(CPrinter):
 
     def reduce(self, s: CoopReduce, depth: int) -> list[str]:
         pad, u = self.indent_unit * depth, self.indent_unit
-        tpg = self._kernel.threads_per_group
+        tpg = self.kernel.threads_per_group
         width = s.width or tpg
         t = self.type_name(s.value.dtype)
         arr, r, acc = s.name, f"poot_r_{s.name}", f"poot_a_{s.name}"
@@ -308,27 +302,40 @@ class HostCPrinter(CPrinter):
                 f"{pad}}}"]
 
     # -- promoted scalars and per-thread arrays -------------------------------------------
-    def stmt(self, s: Stmt, depth: int) -> list[str]:
-        if isinstance(s, Let) and s.name in self._promoted:
-            return [f"{self.indent_unit * depth}{s.name}[{LID}] = {self.expr(s.value)};"]
-        if isinstance(s, Assign) and s.name in self._promoted:
-            return [f"{self.indent_unit * depth}{s.name}[{LID}] = {self.expr(s.value)};"]
-        if isinstance(s, Store) and self._split and self._is_local(s.array):
-            count = self._kernel.arrays()[s.array].count
-            return [f"{self.indent_unit * depth}{s.array}[{LID} * {count} + "
-                    f"{self.expr(s.index)}] = {self.expr(s.value)};"]
-        return super().stmt(s, depth)
+    def let(self, s: Let, depth: int) -> list[str]:
+        if s.name in self._promoted:
+            return [f"{self.pad(depth)}{s.name}[{LID}] = {self.expr(s.value)};"]
+        return super().let(s, depth)
+
+    def assign(self, s: Assign, depth: int) -> list[str]:
+        if s.name in self._promoted:
+            return [f"{self.pad(depth)}{s.name}[{LID}] = {self.expr(s.value)};"]
+        return super().assign(s, depth)
+
+    def store(self, s: Store, depth: int) -> list[str]:
+        if self._split and self._is_local(s.array):
+            return [f"{self.pad(depth)}{self._local(s.array, s.index)} = {self.expr(s.value)};"]
+        return super().store(s, depth)
+
+    def coop_reduce(self, s: CoopReduce, depth: int) -> list[str]:
+        return self.reduce(s, depth)    # reached only through split_block
 
     def _is_local(self, name: str) -> bool:
-        return isinstance(self._kernel.arrays().get(name), LocalArray)
+        return isinstance(self.kernel.arrays().get(name), LocalArray)
 
-    def expr(self, e) -> str:
-        if isinstance(e, Var) and e.name in self._promoted:
+    def _local(self, name: str, index) -> str:
+        count = self.kernel.arrays()[name].count
+        return f"{name}[{LID} * {count} + {self.expr(index)}]"
+
+    def var(self, e: Var) -> str:
+        if e.name in self._promoted:
             return f"{e.name}[{LID}]"
-        if isinstance(e, Load) and self._split and self._is_local(e.buffer):
-            count = self._kernel.arrays()[e.buffer].count
-            return f"{e.buffer}[{LID} * {count} + {self.expr(e.index)}]"
-        return super().expr(e)
+        return super().var(e)
+
+    def load(self, e: Load) -> str:
+        if self._split and self._is_local(e.buffer):
+            return self._local(e.buffer, e.index)
+        return super().load(e)
 
 
 __all__ = ["HostCPrinter", "HEADER", "promoted_names"]

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from poot.codegen.program import OUT
 from poot.errors import UnsupportedOp
 from poot.ir.graph import Lit
+from poot.kernel_backend import CompiledProgram
 
-from poot_cpu.kernels import CpuLowering
 from poot_cpu.printer import HostCPrinter
 
 SCRATCH_ALIGN = 256
@@ -52,13 +52,14 @@ def build_step(plan) -> StepSource:
 
     calls = 0
     for step in plan.steps:
-        low = step.lowering.program
-        if not isinstance(low, CpuLowering):
+        compiled = step.lowering.program
+        if not isinstance(compiled, CompiledProgram):
             raise UnsupportedOp(f"step {step.index} ({step.eqn.op.name}) was not lowered by "
                                 "the cpu backend", op=step.eqn.op.name, backend="cpu")
         operands = {i: p for i, p in enumerate(step.inputs) if not isinstance(p, Lit)}
         operands[OUT] = step.out
-        if low.alias is not None and low.functions and not step.inplace:
+        low = compiled.program
+        if low.alias is not None and low.kernels and not step.inplace:
             src, dst = operands[low.alias], step.out
             if (src.region, src.offset) != (dst.region, dst.offset):
                 copy(ptr(dst), ptr(src), dst.nbytes)
@@ -67,7 +68,7 @@ def build_step(plan) -> StepSource:
             scratch[b.name] = offset
             offset += -(-b.nbytes // SCRATCH_ALIGN) * SCRATCH_ALIGN
         scratch_bytes = max(scratch_bytes, offset)
-        for fn in low.functions:
+        for fn in compiled.kernels:
             if fn.name not in seen:
                 seen.add(fn.name)
                 defs.append(fn.source)
