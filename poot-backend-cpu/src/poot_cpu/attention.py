@@ -73,7 +73,7 @@ static void {name}(const float* restrict q, const float* restrict k,
                    float* restrict o) {{
   enum {{ ROWS = {rows}, HQ = {hq}, T = {t}, D = {d}, HKV = {hkv}, S = {s}, DV = {dv},
           G = {g}, KLEAD = {klead}, VLEAD = {vlead}, MT = {mt}, MS = {ms}, L = {lanes} }};
-  #pragma omp for schedule(static)
+  #pragma omp for schedule(static) nowait
   for (int r = 0; r < ROWS; ++r) {{
     const int t = r % T, h = (r / T) % HQ, l = r / (T * HQ);
     const float* qr = q + (size_t)r * D;

@@ -91,8 +91,17 @@ def build(source: str, flags=FLAGS) -> pathlib.Path:
     return lib
 
 
+def _wait_policy() -> None:
+    """OpenMP threads sleep at barriers unless the user chose otherwise: spinning (libgomp's
+    default) collapses when the cores are shared with other work (a decode step went from
+    35 ms to 7 s on a 2-core machine at load 14). Read by libgomp when it is first loaded."""
+    if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
+        os.environ["OMP_WAIT_POLICY"] = "passive"
+
+
 def load(source: str, flags=FLAGS) -> ctypes.CDLL:
     """`source` compiled and loaded (once per process and library)."""
+    _wait_policy()
     path = str(build(source, flags))
     with _lock:
         lib = _loaded.get(path)

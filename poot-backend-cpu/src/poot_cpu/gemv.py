@@ -193,7 +193,7 @@ static void {name}(const float* restrict x, const unsigned char* restrict w,
     dx[i] = isfinite(s) ? amax / 32767.0f : s;
     xs[i] = s;
   }}
-  #pragma omp for schedule(static)
+  #pragma omp for schedule(static) nowait
   for (int nn = 0; nn < N; ++nn) {{
     const unsigned char* wr = w + (size_t)nn * NB * BS;
     for (int m0 = 0; m0 < M; m0 += MT) {{

@@ -223,7 +223,7 @@ class HostCPrinter(CPrinter):
         gx, gy, gz = kernel.grid3()
         u = self.indent_unit
         lines = [self.signature(kernel) + " {",
-                 f"{u}#pragma omp for schedule(static)",
+                 f"{u}#pragma omp for schedule(static) nowait",
                  f"{u}for (int poot_g = 0; poot_g < {gx * gy * gz}; ++poot_g) {{",
                  f"{u * 2}const int poot_gx = poot_g % {gx}, poot_gy = (poot_g / {gx}) % {gy},"
                  f" poot_gz = poot_g / {gx * gy};",
