@@ -19,7 +19,7 @@ def _gemv(fmt: str, m: int, n: int, k: int, seed: int = 0):
     rng = np.random.default_rng(seed)
     w = get_format(fmt).quantize(rng.standard_normal((n, k)).astype(np.float32))[0]
     x = rng.standard_normal((m, k)).astype(np.float32)
-    src = HostCPrinter().prelude() + gemv_source("g", layout, m, n, k) + (
+    src = HostCPrinter().prelude(simd=True) + gemv_source("g", layout, m, n, k) + (
         "void run(const float* x, const unsigned char* w, float* y, unsigned char* s) {\n"
         "  #pragma omp parallel\n  g(x, w, y, s);\n}\n")
     fn = compiler.load(src).run

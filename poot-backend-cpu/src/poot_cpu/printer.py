@@ -44,6 +44,19 @@ HEADER = """\
 #include <string.h>
 #include <math.h>
 #include <stdlib.h>
+static inline float poot_bf2f(unsigned short h) {
+  unsigned int u = (unsigned int)h << 16; float f; memcpy(&f, &u, 4); return f; }
+static inline unsigned short poot_f2bf(float f) {
+  unsigned int u; memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+  return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); }
+static inline float poot_u2f(unsigned int u) { float f; memcpy(&f, &u, 4); return f; }
+static inline unsigned int poot_f2u_bits(float f) { unsigned int u; memcpy(&u, &f, 4); return u; }
+"""
+
+#: SIMD helpers of the source builders (poot_cpu.gemv): a translation unit includes them
+#: only when one of its functions uses them (immintrin.h alone costs gcc ~0.4 s)
+SIMD_HEADER = """\
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #define POOT_AVX2 1
@@ -56,14 +69,6 @@ static inline float poot_hsum8(__m256 v) {
 #endif
 static inline float poot_h2f(const unsigned char* p) {
   _Float16 h; memcpy(&h, p, 2); return (float)h; }
-static inline float poot_bf2f(unsigned short h) {
-  unsigned int u = (unsigned int)h << 16; float f; memcpy(&f, &u, 4); return f; }
-static inline unsigned short poot_f2bf(float f) {
-  unsigned int u; memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
-  return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); }
-static inline float poot_u2f(unsigned int u) { float f; memcpy(&f, &u, 4); return f; }
-static inline unsigned int poot_f2u_bits(float f) { unsigned int u; memcpy(&u, &f, 4); return u; }
 """
 
 LID = "poot_lid"      # the thread loop's counter: local_index of the current thread
@@ -243,8 +248,9 @@ class HostCPrinter(CPrinter):
         lines += [f"{u}}}", "}"]
         return "\n".join(lines) + "\n"
 
-    def prelude(self) -> str:
-        return HEADER + PRELUDE.format(q=self.qualifier)
+    def prelude(self, simd: bool = False) -> str:
+        """Includes and helpers of a translation unit; `simd`: with SIMD_HEADER."""
+        return HEADER + PRELUDE.format(q=self.qualifier) + (SIMD_HEADER if simd else "")
 
     def thread_loop(self, body, depth: int, declare_locals: bool = False) -> list[str]:
         pad = self.pad(depth)
@@ -338,4 +344,4 @@ class HostCPrinter(CPrinter):
         return super().load(e)
 
 
-__all__ = ["HostCPrinter", "HEADER", "promoted_names"]
+__all__ = ["HEADER", "SIMD_HEADER", "HostCPrinter", "promoted_names"]

@@ -132,7 +132,8 @@ def build_step(plan) -> StepSource:
     for c in plan.copies:
         copy(c.dst, c.src)
     barriers = sum(line.strip() == "#pragma omp barrier" for line in body)
-    source = "\n".join([printer.prelude(), *defs,
+    simd = any("POOT_AVX2" in d or "poot_h2f" in d for d in defs)
+    source = "\n".join([printer.prelude(simd), *defs,
                         "void poot_step(char *const *R) {",
                         "  #pragma omp parallel",
                         "  {",
