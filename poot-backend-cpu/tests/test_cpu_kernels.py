@@ -7,7 +7,6 @@ import ctypes
 import numpy as np
 import pytest
 from poot.formats import get_format
-
 from poot_cpu import compiler
 from poot_cpu.gemv import LAYOUTS, gemv_source, layout_of, scratch_bytes
 from poot_cpu.printer import HostCPrinter

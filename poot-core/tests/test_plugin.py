@@ -148,7 +148,7 @@ def test_poot_backends_prints_devices_reasons_tables_and_broken(capsys):
         assert main(["backends"]) == 0
     out = capsys.readouterr().out
     assert "fake-gpu (priority 50" in out and "device fake-gpu:0 (fake 0)" in out
-    assert "dtypes: f32:storage+convert+arith+dot" in out and "Binary 1/12" in out
+    assert "dtypes: f32:storage+convert+arith+dot" in out and "Binary 1/13" in out
     assert "fake-none (priority 3" in out and "no device: no fake driver" in out
     assert "reference (priority 0, numpy, plugin poot.reference-backend)" in out
     assert "plugins that failed to load:" in out and "cannot load" in out

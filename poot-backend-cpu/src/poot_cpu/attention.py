@@ -21,7 +21,6 @@ from poot.codegen.program import OUT, Access, BufferParam, KernelProgram
 from poot.dtypes import DType
 from poot.ir.graph import Lit
 from poot.ir.ops import Attention
-
 from poot.kernel_backend import CompiledProgram
 
 from poot_cpu.kernels import built_kernel
@@ -59,7 +58,8 @@ def attention_program(op, ins, out, printer) -> CompiledProgram | None:
                         g=hq // hkv, klead=int(kv_lead[0]), vlead=int(kv_lead[1]),
                         mt=mask_t, ms=mask_s, scale=repr(float(op.scale)) + "f",
                         lanes=LANES)
-    bufs = (BufferParam("q", F32, Access.READ, q.size, 0), BufferParam("k", F32, Access.READ, k.size, 1),
+    bufs = (BufferParam("q", F32, Access.READ, q.size, 0),
+            BufferParam("k", F32, Access.READ, k.size, 1),
             BufferParam("v", F32, Access.READ, v.size, 2),
             BufferParam("mask", F32, Access.READ, mask.size, 3),
             BufferParam("o", F32, Access.WRITE, out.size, OUT))

@@ -39,13 +39,12 @@ from poot.codegen.region import RegionEval
 from poot.dtypes import DType
 from poot.ir.graph import Lit
 from poot.ir.ops import ContractionEpilogue, PackedContraction
-
 from poot.kernel_backend import CompiledProgram
 
 from poot_cpu.kernels import built_kernel
 
 F32, U8 = DType.F32, DType.U8
-M_TILE = 4          # activation rows sharing one decoded weight block
+M_TILES = (4, 8)    # activation rows sharing one decoded weight block: decode, prefill
 
 
 @dataclass(frozen=True)
@@ -133,10 +132,9 @@ def gemv_program(op, ins, out, printer) -> CompiledProgram | None:
     if isinstance(op, PackedContraction):
         if out.dtype is not F32:
             return None
-        y, scratch = BufferParam("y", F32, Access.WRITE, m * n, OUT), ()
+        y = BufferParam("y", F32, Access.WRITE, m * n, OUT)
     else:
         y = BufferParam("acc", F32, Access.READ_WRITE, m * n, SCRATCH)
-        scratch = (y,)
     xq = BufferParam("xq", U8, Access.READ_WRITE, scratch_bytes(m, k, layout), SCRATCH)
     bufs = (BufferParam("x", F32, Access.READ, m * k, 0),
             BufferParam("w", U8, Access.READ, ins[1].size, 1), y, xq)
@@ -151,7 +149,7 @@ def gemv_program(op, ins, out, printer) -> CompiledProgram | None:
                            kernels, printer.device)
 
 
-def epilogue(sig: Sig, acc: Buffer) -> Lowering:
+def epilogue(sig: Sig, acc: BufferParam) -> KernelProgram:
     """The ContractionEpilogue's body applied to the head's result held in `acc`."""
     op = sig.op
     shape = sig.out.shape
@@ -276,7 +274,8 @@ def gemv_source(name: str, layout: BlockLayout, m: int, n: int, k: int) -> str:
         scalar = [f"for (int j = 0; j < 32; ++j) wq[j] = (signed char)blk[{q} + j];"]
     pad = " " * 8
     return TEMPLATE.format(name=name, m=m, n=n, k=k, nb=k // layout.elements,
-                           bs=layout.nbytes, mt=M_TILE, scale=layout.scale, shift=shift,
+                           bs=layout.nbytes, mt=M_TILES[m >= 8], scale=layout.scale,
+                           shift=shift,
                            avx_decode="\n".join(pad + x for x in avx),
                            scalar_decode="\n".join(pad + x for x in scalar))
 

@@ -32,6 +32,7 @@ from poot.codegen.program import (
     Kernel,
     Let,
     LocalArray,
+    Stmt,
     Store,
 )
 from poot.dtypes import DType
