@@ -1,0 +1,105 @@
+"""The cpu backend: probe (a C compiler and the host's ISA), capability facts, the host C
+printer, and the runtime (one compiled library per plan). Plan-time lowering is the
+seam's (poot.kernel_backend); the CPU-shaped source builders (packed contractions,
+attention) take their eqns after the capability check, before the shared lowering."""
+from __future__ import annotations
+
+import functools
+import os
+import platform
+
+from poot.backend import Device, Lowering
+from poot.errors import DeviceUnavailable
+from poot.kernel_backend import CompiledProgram, KernelBackend
+
+from poot_cpu.capability import table
+from poot_cpu.printer import HostCPrinter
+
+
+@functools.cache
+def host_features() -> tuple[str, ...]:
+    """The SIMD features of the host CPU the kernels use (from /proc/cpuinfo)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    return tuple(x for x in ("avx2", "fma", "f16c", "avx512f") if x in flags)
+    except OSError:
+        pass
+    return ()
+
+
+@functools.cache
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+class CpuBackend(KernelBackend):
+    name = "cpu"
+    priority = 5      # over the reference backend (0), under every GPU backend
+    language = "c"
+
+    def probe(self) -> list[Device]:
+        if self.unavailable_reason() is not None:
+            return []
+        from poot_cpu.compiler import compiler_version
+
+        return [Device("cpu", 0, f"{cpu_name()}, {os.cpu_count()} threads", (
+            ("compiler", compiler_version()), ("isa", ",".join(host_features())),
+            ("threads", os.cpu_count())))]
+
+    def unavailable_reason(self) -> str | None:
+        from poot_cpu.compiler import compiler_version
+
+        if platform.machine() not in ("x86_64", "AMD64", "aarch64", "arm64"):
+            return f"no cpu device: unsupported host architecture {platform.machine()}"
+        try:
+            compiler_version()
+        except DeviceUnavailable as e:
+            return f"no cpu device: {e}"
+        return None
+
+    def capability_table(self, device: Device, formats: frozenset[str]):
+        return table(device.id, formats)
+
+    def printer(self, device: Device) -> HostCPrinter:
+        return HostCPrinter(str(device))
+
+    def lower(self, eqn, graph, device: Device) -> Lowering:
+        """A CPU source builder's kernels where one takes the eqn (after the capability
+        check), else the seam's sequence."""
+        from poot.capability import operand_types
+        from poot.ir.graph import Lit
+
+        from poot_cpu.attention import attention_program
+        from poot_cpu.gemv import gemv_program
+
+        types = operand_types(graph, eqn)
+        out = graph.type_of(eqn.out)
+        self.capabilities(device).check(eqn.op, types, out)
+        operands = [x if isinstance(x, Lit) else t
+                    for x, t in zip(eqn.inputs, types, strict=True)]
+        for builder in (gemv_program, attention_program):
+            compiled = builder(eqn.op, operands, out, self.printer(device))
+            if compiled is not None:
+                return Lowering(compiled.label, compiled.launch, compiled,
+                                dispatches=len(compiled.kernels),
+                                extra={"alias": compiled.program.alias})
+        return super().lower(eqn, graph, device)
+
+    def runtime(self, device: Device):
+        from poot_cpu.runtime import CpuRuntime
+
+        return CpuRuntime(device)
+
+
+BACKEND = CpuBackend()
+__all__ = ["BACKEND", "CompiledProgram", "CpuBackend", "host_features"]

@@ -1,0 +1,114 @@
+"""The system C compiler: C source -> a shared library loaded with ctypes, cached.
+
+The compiler is `$CC`, else `gcc` (Debian's gcc 12 on the machines poot runs on).
+Flags: -O3 for the host's instruction set (-march=native), OpenMP, and the IEEE
+semantics the oracle has (no -ffast-math: no reassociation, no flush to zero).
+Libraries are cached under `$POOT_CACHE/cpu`, keyed by the source, the flags and the
+compiler's own version line, so a changed kernel, flag or compiler never reuses a
+stale library.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import pathlib
+import shutil
+import subprocess
+import tempfile
+import threading
+
+from poot.errors import DeviceUnavailable, LoweringError
+
+FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=gnu11",
+         "-fno-math-errno", "-ffp-contract=off", "-w")
+_lock = threading.Lock()
+_loaded: dict[str, ctypes.CDLL] = {}
+
+
+class CompileError(LoweringError):
+    """The C compiler rejected a translation unit; the message holds its log."""
+
+
+def compiler() -> str:
+    return os.environ.get("CC") or "gcc"
+
+
+@functools.cache
+def compiler_version(cc: str | None = None) -> str:
+    """The compiler's version line; DeviceUnavailable when there is no compiler."""
+    cc = cc or compiler()
+    path = shutil.which(cc)
+    if path is None:
+        raise DeviceUnavailable(f"no C compiler: {cc!r} is not on PATH (apt-get install gcc)")
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise DeviceUnavailable(f"C compiler {cc!r} does not run: {e}") from None
+    if out.returncode != 0:
+        raise DeviceUnavailable(f"C compiler {cc!r} --version failed: {out.stderr.strip()}")
+    return out.stdout.splitlines()[0].strip()
+
+
+def cache_dir() -> pathlib.Path:
+    from poot.paths import cache_dir as root
+
+    return root() / "cpu"
+
+
+def library_key(source: str, flags=FLAGS) -> str:
+    h = hashlib.sha256()
+    for part in (compiler_version(), " ".join(flags), source):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()[:32]
+
+
+def build(source: str, flags=FLAGS) -> pathlib.Path:
+    """The shared library of `source`, compiled now or found in the cache."""
+    key = library_key(source, flags)
+    out_dir = cache_dir()
+    lib = out_dir / f"{key}.so"
+    if lib.exists():
+        return lib
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out_dir, prefix=".build-") as tmp:
+        src = pathlib.Path(tmp) / f"{key}.c"
+        src.write_text(source)
+        tmp_lib = pathlib.Path(tmp) / f"{key}.so"
+        cmd = [compiler(), *flags, str(src), "-o", str(tmp_lib), "-lm"]
+        try:
+            res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        except subprocess.TimeoutExpired:
+            raise CompileError(f"{compiler()} took over 600 s on {src.name}",
+                               backend="cpu") from None
+        if res.returncode != 0:
+            raise CompileError(f"{compiler()} failed on {key}.c:\n{res.stderr[-4000:]}",
+                               backend="cpu")
+        os.replace(tmp_lib, lib)       # atomic: a concurrent build of the same key is fine
+        (out_dir / f"{key}.c").write_text(source)
+    return lib
+
+
+def _wait_policy() -> None:
+    """OpenMP threads sleep at barriers unless the user chose otherwise: spinning (libgomp's
+    default) collapses when the cores are shared with other work (a decode step went from
+    35 ms to 7 s on a 2-core machine at load 14). Read by libgomp when it is first loaded."""
+    if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
+        os.environ["OMP_WAIT_POLICY"] = "passive"
+
+
+def load(source: str, flags=FLAGS) -> ctypes.CDLL:
+    """`source` compiled and loaded (once per process and library)."""
+    _wait_policy()
+    path = str(build(source, flags))
+    with _lock:
+        lib = _loaded.get(path)
+        if lib is None:
+            lib = _loaded[path] = ctypes.CDLL(path)
+    return lib
+
+
+__all__ = ["FLAGS", "CompileError", "build", "cache_dir", "compiler", "compiler_version",
+           "load", "library_key"]

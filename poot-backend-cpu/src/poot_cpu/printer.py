@@ -1,0 +1,348 @@
+"""C for the host CPU: the C-style printer with workgroups as loop nests.
+
+A kernel becomes one C function that runs its workgroups as an OpenMP work-shared
+loop (`#pragma omp for`, orphaned: the plan's step function opens the one parallel
+region, so a step forks once). Inside a workgroup the threads become a loop; a
+barrier or a cooperative reduction splits the body into segments, each its own
+thread loop (loop fission at barriers): the loops run one after the other, which is
+what a barrier guarantees. Barriers sit in uniform control flow (program.py's rule),
+so a `For` or `If` holding one runs once per workgroup around its split body.
+
+A scalar declared in one segment and read in a later one is promoted to a
+per-thread array (`name[poot_lid]`); per-thread arrays of split kernels likewise get
+one row per thread. A cooperative reduction stores each thread's value in such an
+array, folds each group of `width` threads in order, and hands every thread its
+group's result: on a CPU a subgroup operation is a plain loop the compiler can
+vectorize.
+
+16-bit floats: F16 is the compiler's `_Float16` (conversions round to nearest even,
+by the hardware where F16C exists); BF16 is stored as 16-bit words and converted by
+the helpers below (nearest even, NaN kept quiet), with no arithmetic of its own.
+"""
+from __future__ import annotations
+
+from poot.codegen.cstyle import PRELUDE, CPrinter
+from poot.codegen.expr import Load, Var, walk
+from poot.codegen.program import (
+    Assign,
+    Barrier,
+    CoopReduce,
+    For,
+    If,
+    Kernel,
+    Let,
+    LocalArray,
+    Stmt,
+    Store,
+)
+from poot.dtypes import DType
+from poot.ir.ops import ReduceOp
+
+F32, F16, BF16, I32, U32 = DType.F32, DType.F16, DType.BF16, DType.I32, DType.U32
+
+HEADER = """\
+#include <stdint.h>
+#include <string.h>
+#include <math.h>
+#include <stdlib.h>
+static inline float poot_bf2f(unsigned short h) {
+  unsigned int u = (unsigned int)h << 16; float f; memcpy(&f, &u, 4); return f; }
+static inline unsigned short poot_f2bf(float f) {
+  unsigned int u; memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+  return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); }
+static inline float poot_u2f(unsigned int u) { float f; memcpy(&f, &u, 4); return f; }
+static inline unsigned int poot_f2u_bits(float f) { unsigned int u; memcpy(&u, &f, 4); return u; }
+"""
+
+#: SIMD helpers of the source builders (poot_cpu.gemv): a translation unit includes them
+#: only when one of its functions uses them (immintrin.h alone costs gcc ~0.4 s)
+SIMD_HEADER = """\
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define POOT_AVX2 1
+static inline float poot_hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+#endif
+static inline float poot_h2f(const unsigned char* p) {
+  _Float16 h; memcpy(&h, p, 2); return (float)h; }
+"""
+
+LID = "poot_lid"      # the thread loop's counter: local_index of the current thread
+
+
+def _has_sync(body) -> bool:
+    for s in body:
+        if isinstance(s, (Barrier, CoopReduce)):
+            return True
+        if isinstance(s, For) and _has_sync(s.body):
+            return True
+        if isinstance(s, If) and (_has_sync(s.then) or _has_sync(s.orelse)):
+            return True
+    return False
+
+
+def _names_used(stmts) -> set[str]:
+    """Every variable and array name the statements read or assign."""
+    out: set[str] = set()
+
+    def exprs(s):
+        if isinstance(s, (Let, Assign, CoopReduce)):
+            yield s.value
+        elif isinstance(s, Store):
+            yield from (s.index, s.value)
+        elif isinstance(s, For):
+            yield from (s.start, s.stop, s.step)
+        elif isinstance(s, If):
+            yield s.cond
+
+    def visit(body):
+        for s in body:
+            if isinstance(s, Assign):
+                out.add(s.name)
+            for e in exprs(s):
+                for n in walk(e):
+                    if isinstance(n, Var):
+                        out.add(n.name)
+                    elif isinstance(n, Load):
+                        out.add(n.buffer)
+            if isinstance(s, For):
+                visit(s.body)
+            elif isinstance(s, If):
+                visit(s.then)
+                visit(s.orelse)
+    visit(stmts)
+    return out
+
+
+def _units(body) -> list[tuple[str, list[Stmt]]]:
+    """A split block's units in order: ("seg", statements without sync) or ("sync", [s])."""
+    units, seg = [], []
+    for s in body:
+        sync = isinstance(s, (Barrier, CoopReduce)) or \
+            (isinstance(s, For) and _has_sync(s.body)) or \
+            (isinstance(s, If) and (_has_sync(s.then) or _has_sync(s.orelse)))
+        if sync:
+            if seg:
+                units.append(("seg", seg))
+                seg = []
+            units.append(("sync", [s]))
+        else:
+            seg.append(s)
+    if seg:
+        units.append(("seg", seg))
+    return units
+
+
+def promoted_names(body) -> dict[str, DType]:
+    """Scalars of split blocks read outside the segment that declares them, and every
+    cooperative reduction's result: they become per-thread arrays."""
+    out: dict[str, DType] = {}
+    units = _units(body)
+    for i, (kind, stmts) in enumerate(units):
+        later = _names_used([s for _, ss in units[i + 1:] for s in ss])
+        for s in stmts:
+            if isinstance(s, CoopReduce):
+                out[s.name] = s.value.dtype
+            elif isinstance(s, Let) and s.name in later:
+                out[s.name] = s.value.dtype
+        for s in stmts:
+            if kind == "sync" and isinstance(s, For):
+                out.update(promoted_names(s.body))
+            elif kind == "sync" and isinstance(s, If):
+                out.update(promoted_names(s.then))
+                out.update(promoted_names(s.orelse))
+    return out
+
+
+class HostCPrinter(CPrinter):
+    backend = "cpu"
+    qualifier = "static inline"
+
+    def __init__(self, device: str = "cpu:0"):
+        self.device = device
+        self.supported = frozenset({F32, I32, U32, DType.I16, DType.U16, DType.I8, DType.U8,
+                                    F16, BF16})
+
+    # -- language hooks --------------------------------------------------------------------
+    def type_name(self, dtype: DType) -> str:
+        if dtype is F16:
+            return "_Float16"
+        if dtype is BF16:
+            return "unsigned short"
+        return super().type_name(dtype)
+
+    def to_f32(self, dtype: DType, text: str) -> str:
+        return f"((float)({text}))" if dtype is F16 else f"poot_bf2f({text})"
+
+    def from_f32(self, dtype: DType, text: str) -> str:
+        return f"((_Float16)({text}))" if dtype is F16 else f"poot_f2bf({text})"
+
+    def bitcast(self, src: DType, dst: DType, text: str) -> str:
+        if dst is F32 and src in (I32, U32):
+            return f"poot_u2f((unsigned int)({text}))"
+        if src is F32 and dst in (I32, U32):
+            return f"(({self.type_name(dst)})poot_f2u_bits({text}))"
+        if {src, dst} == {I32, U32}:
+            return f"(({self.type_name(dst)})({text}))"
+        raise self.refuse(src, f"bitcast to {dst}")
+
+    def clz(self, text: str) -> str:
+        return f"({text} == 0 ? 32 : __builtin_clz((unsigned int)({text})))"
+
+    def loop_pragma(self, s: For, pad: str) -> list[str]:
+        return [p.replace("#pragma unroll", "#pragma GCC unroll 16")
+                for p in super().loop_pragma(s, pad)]
+
+    def builtin(self, kind: str, axis: int, kernel: Kernel) -> str:
+        wx, wy, wz = kernel.workgroup3()
+        local = (f"({LID} % {wx})", f"(({LID} / {wx}) % {wy})", f"({LID} / {wx * wy})")[axis]
+        if kind == "index":
+            return LID
+        if kind == "local":
+            return local
+        group = ("poot_gx", "poot_gy", "poot_gz")[axis]
+        if kind == "group":
+            return group
+        return f"({group} * {kernel.workgroup3()[axis]} + {local})"
+
+    def function_name(self, kernel: Kernel) -> str:
+        return kernel.name
+
+    def signature(self, kernel: Kernel) -> str:
+        params = []
+        for b in kernel.buffers:
+            const = "const " if not b.access.writable else ""
+            params.append(f"{const}{self.type_name(b.dtype)}* restrict {b.name}")
+        return f"static void {self.function_name(kernel)}({', '.join(params)})"
+
+    # -- the function ------------------------------------------------------------------------
+    def unit(self, kernel: Kernel) -> str:
+        """The kernel as one C function (no includes or helpers: see `prelude`)."""
+        self._split = _has_sync(kernel.body)
+        self._promoted = promoted_names(kernel.body) if self._split else {}
+        tpg = kernel.threads_per_group
+        gx, gy, gz = kernel.grid3()
+        u = self.indent_unit
+        lines = [self.signature(kernel) + " {",
+                 f"{u}#pragma omp for schedule(static) nowait",
+                 f"{u}for (int poot_g = 0; poot_g < {gx * gy * gz}; ++poot_g) {{",
+                 f"{u * 2}const int poot_gx = poot_g % {gx}, poot_gy = (poot_g / {gx}) % {gy},"
+                 f" poot_gz = poot_g / {gx * gy};",
+                 f"{u * 2}(void)poot_gx; (void)poot_gy; (void)poot_gz;"]
+        for a in kernel.shared:
+            lines.append(f"{u * 2}{self.type_name(a.dtype)} {a.name}[{a.count}] "
+                         "__attribute__((aligned(64)));")
+        if self._split:
+            for a in kernel.locals:
+                lines.append(f"{u * 2}{self.type_name(a.dtype)} {a.name}[{tpg * a.count}];")
+            for name, dtype in self._promoted.items():
+                lines.append(f"{u * 2}{self.type_name(dtype)} {name}[{tpg}];")
+            lines.append(f"{u * 2}const int {LID} = 0; (void){LID};")
+            lines += self.split_block(kernel.body, 2)
+        else:
+            lines += self.thread_loop(kernel.body, 2, declare_locals=True)
+        lines += [f"{u}}}", "}"]
+        return "\n".join(lines) + "\n"
+
+    def prelude(self, simd: bool = False) -> str:
+        """Includes and helpers of a translation unit; `simd`: with SIMD_HEADER."""
+        return HEADER + PRELUDE.format(q=self.qualifier) + (SIMD_HEADER if simd else "")
+
+    def thread_loop(self, body, depth: int, declare_locals: bool = False) -> list[str]:
+        pad = self.pad(depth)
+        tpg = self.kernel.threads_per_group
+        out = [f"{pad}for (int {LID} = 0; {LID} < {tpg}; ++{LID}) {{"]
+        if declare_locals:
+            for a in self.kernel.locals:
+                out.append(f"{pad}{self.indent_unit}{self.type_name(a.dtype)} {a.name}"
+                           f"[{a.count}];")
+        return out + self.block(body, depth + 1) + [pad + "}"]
+
+    def split_block(self, body, depth: int) -> list[str]:
+        pad = self.indent_unit * depth
+        out = []
+        for kind, stmts in _units(body):
+            if kind == "seg":
+                out += self.thread_loop(stmts, depth)
+                continue
+            s = stmts[0]
+            if isinstance(s, Barrier):
+                continue                      # the thread loops run one after the other
+            if isinstance(s, CoopReduce):
+                out += self.reduce(s, depth)
+            elif isinstance(s, For):
+                out += [*self.loop_pragma(s, pad),
+                        f"{pad}for (int {s.var} = {self.expr(s.start)}; {s.var} < "
+                        f"{self.expr(s.stop)}; {s.var} += {self.expr(s.step)}) {{",
+                        *self.split_block(s.body, depth + 1), pad + "}"]
+            else:
+                out += [f"{pad}if ({self.expr(s.cond)} != 0) {{",
+                        *self.split_block(s.then, depth + 1)]
+                if s.orelse:
+                    out += [pad + "} else {", *self.split_block(s.orelse, depth + 1)]
+                out.append(pad + "}")
+        return out
+
+    def reduce(self, s: CoopReduce, depth: int) -> list[str]:
+        pad, u = self.indent_unit * depth, self.indent_unit
+        tpg = self.kernel.threads_per_group
+        width = s.width or tpg
+        t = self.type_name(s.value.dtype)
+        arr, r, acc = s.name, f"poot_r_{s.name}", f"poot_a_{s.name}"
+        if s.op is ReduceOp.Sum:
+            fold = f"{acc} + {arr}[{r} + o]" if s.value.dtype is F32 else \
+                f"poot_iadd({acc}, {arr}[{r} + o])"
+        else:
+            fold = f"poot_fmax({acc}, {arr}[{r} + o])" if s.value.dtype is F32 else \
+                f"poot_imax({acc}, {arr}[{r} + o])"
+        return [f"{pad}for (int {LID} = 0; {LID} < {tpg}; ++{LID}) "
+                f"{arr}[{LID}] = {self.expr(s.value)};",
+                f"{pad}for (int {r} = 0; {r} < {tpg}; {r} += {width}) {{",
+                f"{pad}{u}{t} {acc} = {arr}[{r}];",
+                f"{pad}{u}for (int o = 1; o < {width}; ++o) {acc} = {fold};",
+                f"{pad}{u}for (int o = 0; o < {width}; ++o) {arr}[{r} + o] = {acc};",
+                f"{pad}}}"]
+
+    # -- promoted scalars and per-thread arrays -------------------------------------------
+    def let(self, s: Let, depth: int) -> list[str]:
+        if s.name in self._promoted:
+            return [f"{self.pad(depth)}{s.name}[{LID}] = {self.expr(s.value)};"]
+        return super().let(s, depth)
+
+    def assign(self, s: Assign, depth: int) -> list[str]:
+        if s.name in self._promoted:
+            return [f"{self.pad(depth)}{s.name}[{LID}] = {self.expr(s.value)};"]
+        return super().assign(s, depth)
+
+    def store(self, s: Store, depth: int) -> list[str]:
+        if self._split and self._is_local(s.array):
+            return [f"{self.pad(depth)}{self._local(s.array, s.index)} = {self.expr(s.value)};"]
+        return super().store(s, depth)
+
+    def coop_reduce(self, s: CoopReduce, depth: int) -> list[str]:
+        return self.reduce(s, depth)    # reached only through split_block
+
+    def _is_local(self, name: str) -> bool:
+        return isinstance(self.kernel.arrays().get(name), LocalArray)
+
+    def _local(self, name: str, index) -> str:
+        count = self.kernel.arrays()[name].count
+        return f"{name}[{LID} * {count} + {self.expr(index)}]"
+
+    def var(self, e: Var) -> str:
+        if e.name in self._promoted:
+            return f"{e.name}[{LID}]"
+        return super().var(e)
+
+    def load(self, e: Load) -> str:
+        if self._split and self._is_local(e.buffer):
+            return self._local(e.buffer, e.index)
+        return super().load(e)
+
+
+__all__ = ["HEADER", "SIMD_HEADER", "HostCPrinter", "promoted_names"]

@@ -1,0 +1,66 @@
+"""The CPU source builders against the oracle at model shapes, the compile cache, and the
+step function's barriers."""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+from poot.formats import get_format
+from poot_cpu import compiler
+from poot_cpu.gemv import LAYOUTS, gemv_source, layout_of, scratch_bytes
+from poot_cpu.printer import HostCPrinter
+from poot_cpu.step import Hazards
+
+
+def _gemv(fmt: str, m: int, n: int, k: int, seed: int = 0):
+    layout = LAYOUTS[fmt]
+    rng = np.random.default_rng(seed)
+    w = get_format(fmt).quantize(rng.standard_normal((n, k)).astype(np.float32))[0]
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    src = HostCPrinter().prelude(simd=True) + gemv_source("g", layout, m, n, k) + (
+        "void run(const float* x, const unsigned char* w, float* y, unsigned char* s) {\n"
+        "  #pragma omp parallel\n  g(x, w, y, s);\n}\n")
+    fn = compiler.load(src).run
+    fn.argtypes = [ctypes.c_void_p] * 4
+    y = np.zeros((m, n), np.float32)
+    scratch = np.zeros(scratch_bytes(m, k, layout), np.uint8)
+    fn(x.ctypes.data, w.ctypes.data, y.ctypes.data, scratch.ctypes.data)
+    want = x.astype(np.float64) @ get_format(fmt).dequantize([w], (n, k)).astype(np.float64).T
+    return y, want
+
+
+@pytest.mark.parametrize("fmt", sorted(LAYOUTS))
+@pytest.mark.parametrize("m", [1, 5])
+def test_packed_gemv_matches_the_oracle_at_model_shapes(cpu_backend, fmt, m):
+    y, want = _gemv(fmt, m, 67, 576)
+    nmse = float(((y - want) ** 2).sum() / (want ** 2).sum())
+    assert nmse < 3.7e-9          # the conformance threshold of contractions
+
+
+def test_block_layouts_agree_with_their_formats():
+    assert all(layout_of(name) == layout for name, layout in LAYOUTS.items())
+
+
+def test_libraries_are_cached_by_source_flags_and_compiler(cpu_backend, tmp_path,
+                                                           monkeypatch):
+    monkeypatch.setenv("POOT_CACHE", str(tmp_path))
+    src = "int poot_answer(void) { return 42; }\n"
+    first = compiler.build(src)
+    assert first.parent == tmp_path / "cpu" and compiler.build(src) == first
+    assert compiler.build(src, compiler.FLAGS + ("-DX",)) != first
+    assert compiler.build(src + "\n") != first
+
+
+def test_compile_errors_are_typed(cpu_backend, tmp_path, monkeypatch):
+    monkeypatch.setenv("POOT_CACHE", str(tmp_path))
+    with pytest.raises(compiler.CompileError, match="failed"):
+        compiler.build("int broken(void) { return }\n")
+
+
+def test_barriers_only_between_dependent_calls():
+    h = Hazards()
+    h.add([(0, 0, 64)], [(0, 64, 128)])
+    assert not h.conflicts([(0, 0, 64)], [(0, 128, 192)])      # same input, new output
+    assert h.conflicts([(0, 100, 110)], [(0, 256, 300)])       # reads what was written
+    assert h.conflicts([(1, 0, 8)], [(0, 32, 40)])             # overwrites an input
