@@ -76,16 +76,18 @@ def attention(q, k, v, window):
     return np.einsum("hqk,kd->qhd", p, v[:, 0])
 
 
-def prefill_logits(gguf_path: str | Path, token_ids) -> np.ndarray:
-    """Logits [T, vocab] (float32) of `token_ids` from position 0."""
-    cfg, w = load(str(gguf_path))
+def prefill_logits(gguf_path: str | Path, token_ids, dtype=np.float64) -> np.ndarray:
+    """Logits [T, vocab] (float32) of `token_ids` from position 0, computed in `dtype`."""
+    cfg, w64 = load(str(gguf_path))
+    w = {k: v if k == "token_embd.weight" else v.astype(dtype, copy=False)
+         for k, v in w64.items()}
     ids = np.asarray(token_ids, np.int64)
     t, dim = len(ids), cfg["embedding_length"]
     heads, kv, hd = (cfg["attention.head_count"], cfg["attention.head_count_kv"],
                      cfg["attention.key_length"])
     eps = cfg["attention.layer_norm_rms_epsilon"]
     pos = np.arange(t, dtype=np.float64)
-    x = w["token_embd.weight"][ids].astype(np.float64) * np.sqrt(dim)
+    x = w["token_embd.weight"][ids].astype(dtype) * dtype(np.sqrt(dim))
     for layer in range(cfg["block_count"]):
         p = f"blk.{layer}."
         is_global = (layer + 1) % PATTERN == 0

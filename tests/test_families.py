@@ -8,11 +8,14 @@ cache, and over a paged cache.
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
 from reference_decoder import forward
 
+#: the backend the families run on (scripts/h200_models.sh sets cuda)
+BACKEND = os.environ.get("POOT_FAMILY_BACKEND", "reference")
 VOCAB, DIM, HEADS, KV, HEAD_DIM, FFN = 300, 64, 4, 2, 16, 96
 
 BASE = {"hidden_size": DIM, "num_hidden_layers": 3, "num_attention_heads": HEADS,
@@ -114,10 +117,28 @@ IDS = [int(i) for i in np.random.default_rng(3).integers(3, VOCAB, 20)]
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_family_matches_numpy_reference(tmp_path, family):
+    check_family(tmp_path, family, BACKEND)
+
+
+@pytest.mark.parametrize("family", ["gemma3", "qwen2-yarn"])
+def test_family_on_wgpu(tmp_path, family):
+    """The same on wgpu (lavapipe here): q/k norms, GeGLU, rings, YaRN tables on a GPU API."""
+    from poot.backend import select_backend
+    from poot.errors import PootError
+
+    try:
+        select_backend("wgpu")
+    except PootError as exc:
+        pytest.skip(f"no wgpu device: {exc}")
+    check_family(tmp_path, family, "wgpu")
+
+
+def check_family(tmp_path, family: str, backend: str) -> None:
+    """One step of a 20-token prompt, then the session: chunked prefill and decode."""
     import poot
 
     folder, cfg, tensors = make_folder(tmp_path, family)
-    model = poot.load(str(folder), backend="reference", max_seq=32, prefill_tokens=6)
+    model = poot.load(str(folder), backend=backend, max_seq=32, prefill_tokens=6)
     want = forward(tensors, cfg, IDS)
     assert rel_err(model.prefill_logits(IDS), want) < 1e-4
     # the session: chunks of 6 (the last one padded), then decode steps
@@ -137,7 +158,7 @@ def test_sliding_layers_keep_a_window_sized_ring_and_run_paged(tmp_path, family)
     import poot
 
     folder, cfg, tensors = make_folder(tmp_path, family)
-    model = poot.load(str(folder), backend="reference", max_seq=32, prefill_tokens=6)
+    model = poot.load(str(folder), backend=BACKEND, max_seq=32, prefill_tokens=6)
     c = model.config
     assert c.window == 8 and c.ring == 8 and any(c.sliding)
     g = model.step_graph(1, compiled=False)
@@ -151,7 +172,7 @@ def test_sliding_layers_keep_a_window_sized_ring_and_run_paged(tmp_path, family)
     # without the window the logits differ: the window is really applied
     want = forward(tensors, cfg, IDS)
     assert rel_err(forward(tensors, {**cfg, "sliding_window": None}, IDS), want) > 1e-3
-    paged = poot.load(str(folder), backend="reference", kv="paged", max_seq=32,
+    paged = poot.load(str(folder), backend=BACKEND, kv="paged", max_seq=32,
                       prefill_tokens=6)
     session = paged.session("paged", batch=1)
     session.open(0)

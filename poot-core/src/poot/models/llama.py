@@ -362,10 +362,13 @@ def _payload(a: np.ndarray) -> str:
 
 
 def random_weights(config: LlamaConfig, seed: int = 0, dtype: str = "f32",
-                   packed_format: str | None = None) -> ArrayWeights:
+                   packed_format=None) -> ArrayWeights:
     """Random weights of the GGUF names. Projections are `dtype` ("f32", "bf16", "f16",
-    "f16words"), or packed with `packed_format` (quantized by that format's quantizer)."""
+    "f16words"), or packed with `packed_format` (quantized by that format's quantizer): a
+    format name, or a function of the tensor name giving one (None: `dtype`)."""
     from poot.formats import get_format
+
+    format_of = packed_format if callable(packed_format) else lambda name: packed_format
 
     c = config
     rng = np.random.default_rng(seed)
@@ -375,9 +378,9 @@ def random_weights(config: LlamaConfig, seed: int = 0, dtype: str = "f32",
         return (rng.standard_normal((n, k)) * (scale or 1.0 / math.sqrt(k))).astype(np.float32)
 
     def add_matrix(name, m):
-        if packed_format:
-            fmt = get_format(packed_format)
-            w.add_packed(name, PackedWeight(packed_format, m.shape), list(fmt.quantize(m)))
+        if format_of(name):
+            fmt = get_format(format_of(name))
+            w.add_packed(name, PackedWeight(format_of(name), m.shape), list(fmt.quantize(m)))
         elif dtype == "f16words":  # f16 kept as u32 words, decoded by the built-in format
             words = np.ascontiguousarray(m.astype("<f2")).view("<u4")
             w.add_packed(name, PackedWeight("dense:f16words", m.shape), [words])
