@@ -104,6 +104,35 @@ def attention(q, k, v, window, scale):
     return np.einsum("hqk,khd->qhd", p, v)
 
 
+def moe(w, cfg, p, h):
+    """Token by token: the router's softmax, the top-k experts (renormalized for Mixtral and
+    where norm_topk_prob), each expert's SwiGLU MLP; Qwen2-MoE adds its shared expert times
+    sigmoid(shared_expert_gate)."""
+    mixtral = cfg["model_type"] == "mixtral"
+    pre = p + ("block_sparse_moe." if mixtral else "mlp.")
+    names = ("w1", "w3", "w2") if mixtral else ("gate_proj", "up_proj", "down_proj")
+    k = cfg["num_experts_per_tok"]
+    out = np.zeros_like(h)
+    for t, x in enumerate(h):
+        logits = w[pre + "gate.weight"] @ x
+        probs = np.exp(logits - logits.max())
+        probs /= probs.sum()
+        top = sorted(range(len(probs)), key=lambda e: -probs[e])[:k]
+        weights = probs[top]
+        if mixtral or cfg.get("norm_topk_prob"):
+            weights = weights / weights.sum()
+        for e, g in zip(top, weights):
+            ex = f"{pre}experts.{e}."
+            a = silu(w[ex + names[0] + ".weight"] @ x) * (w[ex + names[1] + ".weight"] @ x)
+            out[t] += g * (w[ex + names[2] + ".weight"] @ a)
+        if pre + "shared_expert.gate_proj.weight" in w:
+            sh = pre + "shared_expert."
+            a = silu(w[sh + "gate_proj.weight"] @ x) * (w[sh + "up_proj.weight"] @ x)
+            gate = 1.0 / (1.0 + np.exp(-(w[pre + "shared_expert_gate.weight"] @ x)))
+            out[t] += gate * (w[sh + "down_proj.weight"] @ a)
+    return out
+
+
 def forward(w: dict[str, np.ndarray], cfg: dict, ids) -> np.ndarray:
     """Logits [T, vocab] (float64) of `ids` from position 0."""
     w = {n: np.asarray(a, np.float64) for n, a in w.items()}
@@ -145,8 +174,11 @@ def forward(w: dict[str, np.ndarray], cfg: dict, ids) -> np.ndarray:
         else:
             x = x + o
             h = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps, offset)
-        gate, up = h @ w[p + "mlp.gate_proj.weight"].T, h @ w[p + "mlp.up_proj.weight"].T
-        m = ((gelu_tanh(gate) if gemma else silu(gate)) * up) @ w[p + "mlp.down_proj.weight"].T
+        if kind in ("mixtral", "qwen2_moe", "qwen3_moe"):
+            m = moe(w, cfg, p, h)
+        else:
+            gate, up = h @ w[p + "mlp.gate_proj.weight"].T, h @ w[p + "mlp.up_proj.weight"].T
+            m = ((gelu_tanh(gate) if gemma else silu(gate)) * up) @ w[p + "mlp.down_proj.weight"].T
         x = x + (rms_norm(m, w[p + "post_feedforward_layernorm.weight"], eps, offset)
                  if gemma else m)
     x = rms_norm(x, w["model.norm.weight"], eps, offset)

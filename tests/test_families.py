@@ -40,6 +40,13 @@ FAMILIES = {
                "query_pre_attn_scalar": 24, "tie_word_embeddings": True,
                "layer_types": ["sliding_attention", "sliding_attention", "full_attention"],
                "final_logit_softcapping": None, "attn_logit_softcapping": None},
+    "mixtral": {"model_type": "mixtral", "num_local_experts": 4, "num_experts_per_tok": 2,
+                "router_aux_loss_coef": 0.02},
+    "qwen2-moe": {"model_type": "qwen2_moe", "num_experts": 6, "num_experts_per_tok": 3,
+                  "moe_intermediate_size": 32, "shared_expert_intermediate_size": 48,
+                  "norm_topk_prob": False, "decoder_sparse_step": 1, "mlp_only_layers": []},
+    "qwen3-moe": {"model_type": "qwen3_moe", "num_experts": 6, "num_experts_per_tok": 2,
+                  "moe_intermediate_size": 32, "norm_topk_prob": True},
 }
 WINDOWED = {"mistral-window", "gemma3"}
 
@@ -66,13 +73,29 @@ def random_tensors(cfg: dict, seed: int) -> dict[str, np.ndarray]:
         for name, n, k in (("q_proj", q, DIM), ("k_proj", kv, DIM), ("v_proj", kv, DIM),
                            ("o_proj", DIM, q)):
             w[f"{p}self_attn.{name}.weight"] = mat(n, k)
-        for name, n, k in (("gate_proj", FFN, DIM), ("up_proj", FFN, DIM),
-                           ("down_proj", DIM, FFN)):
+        experts = cfg.get("num_local_experts") or cfg.get("num_experts") or 0
+        mixtral = kind == "mixtral"
+        pre = p + ("block_sparse_moe." if mixtral else "mlp.")
+        names = ("w1", "w3", "w2") if mixtral else ("gate_proj", "up_proj", "down_proj")
+        ffn = cfg.get("moe_intermediate_size", FFN)
+        for e in range(experts):
+            for name, n, k in zip(names, (ffn, ffn, DIM), (DIM, DIM, ffn)):
+                w[f"{pre}experts.{e}.{name}.weight"] = mat(n, k)
+        if experts:
+            w[pre + "gate.weight"] = mat(experts, DIM, 1.0)
+        if cfg.get("shared_expert_intermediate_size"):
+            sh = cfg["shared_expert_intermediate_size"]
+            for name, n, k in (("gate_proj", sh, DIM), ("up_proj", sh, DIM),
+                               ("down_proj", DIM, sh)):
+                w[f"{pre}shared_expert.{name}.weight"] = mat(n, k)
+            w[pre + "shared_expert_gate.weight"] = mat(1, DIM)
+        for name, n, k in (() if experts else (("gate_proj", FFN, DIM), ("up_proj", FFN, DIM),
+                                               ("down_proj", DIM, FFN))):
             w[f"{p}mlp.{name}.weight"] = mat(n, k)
-        if kind == "qwen2":
+        if kind in ("qwen2", "qwen2_moe"):
             for name, n in (("q_proj", q), ("k_proj", kv), ("v_proj", kv)):
                 w[f"{p}self_attn.{name}.bias"] = (0.1 * rng.standard_normal(n)).astype(np.float32)
-        if kind in ("qwen3", "gemma3_text"):
+        if kind in ("qwen3", "qwen3_moe", "gemma3_text"):
             w[p + "self_attn.q_norm.weight"] = norm(HEAD_DIM)
             w[p + "self_attn.k_norm.weight"] = norm(HEAD_DIM)
         if kind == "gemma3_text":
@@ -120,7 +143,7 @@ def test_family_matches_numpy_reference(tmp_path, family):
     check_family(tmp_path, family, BACKEND)
 
 
-@pytest.mark.parametrize("family", ["gemma3", "qwen2-yarn"])
+@pytest.mark.parametrize("family", ["gemma3", "qwen2-yarn", "qwen2-moe"])
 def test_family_on_wgpu(tmp_path, family):
     """The same on wgpu (lavapipe here): q/k norms, GeGLU, rings, YaRN tables on a GPU API."""
     from poot.backend import select_backend
@@ -190,6 +213,7 @@ def test_sliding_layers_keep_a_window_sized_ring_and_run_paged(tmp_path, family)
     ({"frobnicate": 3}, "frobnicate = 3: a gemma3_text setting poot does not implement"),
     ({"layer_types": ["sliding_attention"]}, "layer_types must list"),
     ({"hidden_activation": "gelu"}, "hidden_activation = 'gelu'"),
+    ({"num_experts": 4}, "num_experts = 4: experts in a gemma3_text model"),
 ])
 def test_unimplemented_config_keys_are_refused_by_name(tmp_path, extra, message):
     from poot.errors import CheckpointError
@@ -211,3 +235,7 @@ def test_info_shows_windows_and_rope_scaling(tmp_path, capsys):
     folder, _, _ = make_folder(tmp_path, "llama3-rope")
     assert main(["info", str(folder)]) == 0
     assert "scaling llama3 x8, original context 16" in capsys.readouterr().out
+    folder, _, _ = make_folder(tmp_path, "qwen2-moe")
+    assert main(["info", str(folder)]) == 0
+    assert ("experts      6 of hidden size 32, top 3 per token (softmax over all), shared "
+            "expert 48 under a sigmoid gate") in capsys.readouterr().out

@@ -29,6 +29,10 @@ def run(args) -> int:
           f"q/k/v bias {c.qkv_bias}; context {c.max_seq}")
     print(f"block        {c.act} FFN; q/k norm {c.qk_norm}; norms per layer "
           f"{4 if c.sandwich_norms else 2}; embedding scale {c.embed_scale:g}")
+    if c.experts:
+        print(f"experts      {c.experts} of hidden size {c.expert_ffn}, top {c.experts_used} per "
+              f"token ({'renormalized' if c.norm_topk else 'softmax over all'})"
+              + (f", shared expert {c.shared_ffn} under a sigmoid gate" if c.shared_ffn else ""))
     if c.window:
         slide = [i for i in range(c.layers) if c.is_sliding(i)]
         local = f", RoPE base {c.rope_base_local:g}" if c.rope_base_local else ""

@@ -7,7 +7,7 @@ variant poot does not implement never runs as something else.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from poot.errors import CheckpointError
@@ -35,6 +35,9 @@ class Family:
     hf_act: tuple[str, ...] = ("silu",)
     #: HF: the norm weights are stored as w and applied as (1 + w)
     hf_norm_offset: bool = False
+    #: mixture of experts: "" (dense FFN), "mixtral" (HF num_local_experts) or "qwen"
+    #: (num_experts, moe_intermediate_size, norm_topk_prob, shared expert where sized)
+    moe: str = ""
 
 
 FAMILIES: dict[str, Family] = {
@@ -46,9 +49,16 @@ FAMILIES: dict[str, Family] = {
                      sliding_period=6, rope_base_local=10000.0,
                      hf_act=("gelu_pytorch_tanh", "gelu_tanh"), hf_norm_offset=True),
 }
+#: HF-only families (their GGUF forms are not read yet: see from_gguf)
+HF_FAMILIES = {
+    "mixtral": Family(moe="mixtral"),
+    "qwen2_moe": Family(qkv_bias=True, moe="qwen"),
+    "qwen3_moe": Family(qk_norm=True, moe="qwen"),
+}
 #: HF model_type -> family (GGUF architecture name)
 HF_TYPES = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "qwen3": "qwen3",
-            "gemma3_text": "gemma3"}
+            "gemma3_text": "gemma3", "mixtral": "mixtral", "qwen2_moe": "qwen2_moe",
+            "qwen3_moe": "qwen3_moe"}
 GGUF_ARCHS = {a: f.gguf_rows for a, f in FAMILIES.items()}
 HF_ARCHS = set(HF_TYPES)
 
@@ -169,6 +179,12 @@ def _check_hf_tensors(config: LlamaConfig, tensors: dict, where: str,
         need.append("output.weight")
     for i in range(config.layers):
         layer = list(_LAYER_TENSORS)
+        if config.experts:
+            layer = [g for g in layer if not g.startswith(("ffn_gate", "ffn_up", "ffn_down"))]
+            layer += ["ffn_gate_inp.weight"]
+            if config.shared_ffn:
+                layer += [f"ffn_{g}_shexp.weight" for g in ("gate", "up", "down")]
+                layer += ["ffn_gate_inp_shexp.weight"]
         if config.qkv_bias:
             layer += [f"attn_{g}.bias" for g in "qkv"]
         if config.qk_norm:
@@ -207,7 +223,10 @@ _HF_READ = {
     "hidden_act", "hidden_activation", "attention_bias", "mlp_bias", "sliding_window",
     "use_sliding_window", "layer_types", "sliding_window_pattern", "rope_local_base_freq",
     "query_pre_attn_scalar", "final_logit_softcapping", "attn_logit_softcapping",
-    "use_bidirectional_attention",
+    "use_bidirectional_attention", "num_local_experts", "num_experts", "num_experts_per_tok",
+    "moe_intermediate_size", "shared_expert_intermediate_size", "norm_topk_prob",
+    "decoder_sparse_step", "mlp_only_layers", "router_aux_loss_coef", "output_router_logits",
+    "router_jitter_noise",
 }
 #: rope_scaling keys read per kind (beyond rope_type/type, rope_theta)
 _ROPE_KEYS = {
@@ -226,7 +245,7 @@ def from_hf(cfg: dict[str, Any], tensors: dict, max_seq: int | None = None) -> L
         raise CheckpointError(f"{where}: unsupported architecture {model_type!r} (config.json "
                               f"model_type): poot runs {', '.join(sorted(HF_TYPES))} HF folders")
     arch = HF_TYPES[model_type]
-    fam = FAMILIES[arch]
+    fam = FAMILIES.get(arch) or HF_FAMILIES[arch]
 
     def refuse(name, why):
         raise CheckpointError(f"{where}: config.json {name} = {cfg.get(name)!r}: {why}")
@@ -277,10 +296,33 @@ def from_hf(cfg: dict[str, Any], tensors: dict, max_seq: int | None = None) -> L
         window=window, sliding=sliding,
         rope_base_local=float(local if local is not None else fam.rope_base_local or 0)
         or None)
+    if fam.moe:
+        config = replace(config, **_hf_moe(cfg, fam, where, key))
+    elif any(cfg.get(k) for k in ("num_local_experts", "num_experts")):
+        refuse("num_experts" if cfg.get("num_experts") else "num_local_experts",
+               f"experts in a {model_type} model")
     quant = cfg.get("quantization_config")
     _check_hf_tensors(config, tensors, where,
                       quant.get("quant_method") if isinstance(quant, dict) else None)
     return config
+
+
+def _hf_moe(cfg: dict, fam: Family, where: str, key) -> dict:
+    """The experts of a Mixtral / Qwen2-MoE / Qwen3-MoE config (every layer sparse)."""
+    def refuse(name, why):
+        raise CheckpointError(f"{where}: config.json {name} = {cfg.get(name)!r}: {why}")
+
+    if int(cfg.get("decoder_sparse_step", 1)) != 1:
+        refuse("decoder_sparse_step", "poot runs configs where every layer has experts")
+    if cfg.get("mlp_only_layers"):
+        refuse("mlp_only_layers", "poot runs configs where every layer has experts")
+    if fam.moe == "mixtral":
+        return dict(experts=key("num_local_experts"), experts_used=key("num_experts_per_tok"),
+                    expert_ffn=key("intermediate_size"), norm_topk=True)
+    return dict(experts=key("num_experts"), experts_used=key("num_experts_per_tok"),
+                expert_ffn=key("moe_intermediate_size"),
+                norm_topk=bool(cfg.get("norm_topk_prob", False)),
+                shared_ffn=int(cfg.get("shared_expert_intermediate_size") or 0))
 
 
 def _hf_rope(cfg: dict, where: str, ctx: int) -> tuple[float, RopeScaling]:

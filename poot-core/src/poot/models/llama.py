@@ -69,6 +69,11 @@ class LlamaConfig:
     window: int | None = None        # span of the sliding-window layers
     sliding: tuple[bool, ...] = ()   # per layer: attends within `window` (empty: none does)
     rope_base_local: float | None = None  # RoPE base of the sliding layers (None: rope_base)
+    experts: int = 0                 # mixture of experts: experts per layer (0: dense FFN)
+    experts_used: int = 0            # experts each token is routed to (top-k)
+    expert_ffn: int = 0              # each expert's hidden size
+    norm_topk: bool = True           # renormalize the top-k probabilities (Mixtral, Qwen3)
+    shared_ffn: int = 0              # a shared expert under a sigmoid gate (Qwen2-MoE)
 
     @property
     def rot(self) -> int:
@@ -283,12 +288,52 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
     return Step(g, c, mode, kv, b, t, logits, {**consts, **tables})
 
 
-def _ffn(c: LlamaConfig, h, p: str, declare):
-    """The gated MLP: act(h W_gate) * (h W_up), then W_down."""
-    g = ops.linear(h, declare(p + "ffn_gate.weight"))
-    u = ops.linear(h, declare(p + "ffn_up.weight"))
-    gated = ops.swiglu(g, u) if c.act == "silu" else ops.geglu_tanh(g, u)
-    return ops.linear(gated, declare(p + "ffn_down.weight"))
+def _ffn(c: LlamaConfig, h, p: str, declare, suffix: str = ""):
+    """The gated MLP: act(h W_gate) * (h W_up), then W_down; a mixture of experts where the
+    config has experts (`suffix` "_shexp": the shared expert's tensors)."""
+    if c.experts and not suffix:
+        return _moe(c, h, p, declare)
+    g = ops.linear(h, declare(f"{p}ffn_gate{suffix}.weight"))
+    u = ops.linear(h, declare(f"{p}ffn_up{suffix}.weight"))
+    return ops.linear(_gated(c, g, u), declare(f"{p}ffn_down{suffix}.weight"))
+
+
+def _gated(c: LlamaConfig, g, u):
+    return ops.swiglu(g, u) if c.act == "silu" else ops.geglu_tanh(g, u)
+
+
+def _moe(c: LlamaConfig, h, p: str, declare):
+    """Route each token to its top-k experts (ArgTopK in the graph) and sum their gated MLPs
+    weighted by the router's probabilities: softmax over the chosen logits where the top-k
+    are renormalized (Mixtral, Qwen3-MoE), the full softmax's entries where not (Qwen2-MoE).
+    Each expert matrix is one IndexedMatMul over the stacked experts [E, K, N]: a row reads
+    only its expert's weights."""
+    n, k, e = h.shape[0], c.experts_used, c.experts
+    logits = ops.linear(h, declare(p + "ffn_gate_inp.weight"))             # [N, E]
+    if c.norm_topk:
+        ids, probs = ops.moe_route(logits, k)                              # [N, k] each
+    else:
+        full = ops.softmax(logits, -1)
+        ids = ops.argtopk(logits, k)
+        rows = ops.mul(ops.iota((n, 1), 0), e)
+        probs = ops.gather(ops.reshape(full, (n * e,)), ops.add(ids, rows), 0)
+    idx = ops.reshape(ids, (n * k,))
+    xk = ops.reshape(ops.broadcast_to(ops.reshape(h, (n, 1, c.dim)), (n, k, c.dim)),
+                     (n * k, c.dim))
+
+    def experts(x, name):
+        w = declare(f"{p}{name}.weight")                                   # [E, N, K]
+        w = ops.cast(w, DType.F32) if w.dtype is not DType.F32 else w
+        return ops.indexed_matmul(x, ops.transpose(w, (0, 2, 1)), idx)
+
+    a = _gated(c, experts(xk, "ffn_gate_exps"), experts(xk, "ffn_up_exps"))
+    y = ops.mul(experts(a, "ffn_down_exps"), ops.reshape(probs, (n * k, 1)))
+    out = ops.reduce_sum(ops.reshape(y, (n, k, c.dim)), 1)
+    if c.shared_ffn:
+        gate = ops.linear(h, declare(p + "ffn_gate_inp_shexp.weight"))    # [N, 1]
+        sig = ops.div(1.0, ops.add(ops.exp(ops.neg(gate)), 1.0))
+        out = ops.add(out, ops.mul(_ffn(c, h, p, declare, "_shexp"), sig))
+    return out
 
 
 def _rope_tables(c: LlamaConfig, weights: WeightSource) -> dict[str, np.ndarray]:
@@ -402,10 +447,18 @@ def random_weights(config: LlamaConfig, seed: int = 0, dtype: str = "f32",
         if c.sandwich_norms:
             norm(p + "post_attention_norm.weight", c.dim)
             norm(p + "post_ffw_norm.weight", c.dim)
+        ffn = () if c.experts else (("ffn_gate", c.ffn, c.dim), ("ffn_up", c.ffn, c.dim),
+                                    ("ffn_down", c.dim, c.ffn))
         for name, n, k in (("attn_q", qd, c.dim), ("attn_k", kd, c.dim), ("attn_v", kd, c.dim),
-                           ("attn_output", c.dim, qd), ("ffn_gate", c.ffn, c.dim),
-                           ("ffn_up", c.ffn, c.dim), ("ffn_down", c.dim, c.ffn)):
+                           ("attn_output", c.dim, qd), *ffn):
             add_matrix(p + name + ".weight", mat(n, k))
+        if c.experts:
+            w.add_dense(p + "ffn_gate_inp.weight", mat(c.experts, c.dim))
+            for name, n, k in (("ffn_gate_exps", c.expert_ffn, c.dim),
+                               ("ffn_up_exps", c.expert_ffn, c.dim),
+                               ("ffn_down_exps", c.dim, c.expert_ffn)):
+                w.add_dense(p + name + ".weight",
+                            np.stack([mat(n, k) for _ in range(c.experts)]))
         if c.qkv_bias:
             for name, n in (("attn_q", qd), ("attn_k", kd), ("attn_v", kd)):
                 w.add_dense(p + name + ".bias", (0.1 * rng.standard_normal(n)).astype(np.float32))

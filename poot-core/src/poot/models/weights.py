@@ -30,7 +30,31 @@ _HF = [("model.embed_tokens.weight", "token_embd.weight"),
         ("self_attn.k_norm.weight", "attn_k_norm.weight"),
         ("mlp.gate_proj.weight", "ffn_gate.weight"),
         ("mlp.up_proj.weight", "ffn_up.weight"),
-        ("mlp.down_proj.weight", "ffn_down.weight")]]
+        ("mlp.down_proj.weight", "ffn_down.weight"),
+        ("block_sparse_moe.gate.weight", "ffn_gate_inp.weight"),
+        ("mlp.gate.weight", "ffn_gate_inp.weight"),
+        ("mlp.shared_expert.gate_proj.weight", "ffn_gate_shexp.weight"),
+        ("mlp.shared_expert.up_proj.weight", "ffn_up_shexp.weight"),
+        ("mlp.shared_expert.down_proj.weight", "ffn_down_shexp.weight"),
+        ("mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp.weight")]]
+#: per-expert HF tensors -> the GGUF stack [E, N, K] they are rows of
+_HF_EXPERTS = [(re.compile(rf"model\.layers\.(\d+)\.{hf}\.weight"), f"blk.{{}}.{g}.weight")
+               for hf, g in [
+                   (r"block_sparse_moe\.experts\.(\d+)\.w1", "ffn_gate_exps"),
+                   (r"block_sparse_moe\.experts\.(\d+)\.w3", "ffn_up_exps"),
+                   (r"block_sparse_moe\.experts\.(\d+)\.w2", "ffn_down_exps"),
+                   (r"mlp\.experts\.(\d+)\.gate_proj", "ffn_gate_exps"),
+                   (r"mlp\.experts\.(\d+)\.up_proj", "ffn_up_exps"),
+                   (r"mlp\.experts\.(\d+)\.down_proj", "ffn_down_exps")]]
+
+
+def expert_name(hf: str) -> tuple[str, int] | None:
+    """(GGUF stack name, expert index) of an HF per-expert tensor."""
+    for pat, g in _HF_EXPERTS:
+        m = pat.fullmatch(hf)
+        if m:
+            return g.format(m.group(1)), int(m.group(2))
+    return None
 #: Gemma 3's four norms per layer: its post_attention_layernorm follows the attention
 _HF_SANDWICH = [(f"model.layers.{{}}.{hf}", f"blk.{{}}.{g}") for hf, g in [
     ("post_attention_layernorm.weight", "post_attention_norm.weight"),
@@ -88,16 +112,21 @@ class CheckpointWeights:
         self.norm_offset = 1.0 if checkpoint.kind != "gguf" and fam and fam.hf_norm_offset \
             else 0.0
         self.infos = {}
+        self.experts: dict[str, dict[int, object]] = {}  # HF: stack name -> expert -> info
         for name, info in checkpoint.tensors.items():
             key = name if checkpoint.kind == "gguf" else gguf_name(name, sandwich)
             if key is not None:
                 self.infos[key] = info
+            elif checkpoint.kind != "gguf" and (ex := expert_name(name)) is not None:
+                self.experts.setdefault(ex[0], {})[ex[1]] = info
         self.arrays: dict[str, np.ndarray] = {}
 
     def has(self, name: str) -> bool:
-        return name in self.infos
+        return name in self.infos or name in self.experts
 
     def spec(self, name: str):
+        if name in self.experts:
+            return self._stack(name)
         info = self.infos.get(name)
         if info is None:
             raise CheckpointError(f"{self.checkpoint.path}: no tensor {name!r} "
@@ -127,6 +156,30 @@ class CheckpointWeights:
             ref = type(ref)(ref.checkpoint, f"{ref.tensor}+1", f"{ref.payload}+1", "f32")
         self.arrays[ref.tensor] = array
         return DenseSpec(TensorType(info.shape, dtype), ref)
+
+
+    def _stack(self, name: str) -> DenseSpec:
+        """An HF folder's per-expert matrices as one f32 stack [E, N, K], built once."""
+        import hashlib
+
+        from poot.dtypes import DType
+        from poot.ir.types import TensorType, WeightRef
+
+        parts = self.experts[name]
+        if sorted(parts) != list(range(len(parts))):
+            raise CheckpointError(f"{self.checkpoint.path}: experts of {name} are not "
+                                  f"numbered 0..{len(parts) - 1}")
+        infos = [parts[j] for j in range(len(parts))]
+        if any(i.packed is not None for i in infos):
+            raise CheckpointError(f"{self.checkpoint.path}: quantized experts ({name}) in an "
+                                  f"HF folder are not supported; poot stacks dense experts")
+        label = f"{name}~stack"
+        if label not in self.arrays:
+            self.arrays[label] = np.stack([np.asarray(i.sources[0], np.float32) for i in infos])
+        payload = hashlib.blake2b("|".join(str(i.ref.payload) for i in infos).encode(),
+                                  digest_size=16).hexdigest()
+        ref = WeightRef(infos[0].ref.checkpoint, label, payload, "f32")
+        return DenseSpec(TensorType(self.arrays[label].shape, DType.F32), ref)
 
 
 # -- q/k rows from GGUF's adjacent pairs to rotate-half order ---------------------------
