@@ -48,6 +48,8 @@ FAMILIES: dict[str, Family] = {
     "gemma3": Family(qk_norm=True, sandwich_norms=True, act="gelu_tanh", embed_scale=True,
                      sliding_period=6, rope_base_local=10000.0,
                      hf_act=("gelu_pytorch_tanh", "gelu_tanh"), hf_norm_offset=True),
+    "qwen2moe": Family(qkv_bias=True, moe="qwen"),
+    "qwen3moe": Family(qk_norm=True, moe="qwen"),
 }
 #: HF-only families (their GGUF forms are not read yet: see from_gguf)
 HF_FAMILIES = {
@@ -69,7 +71,9 @@ _GGUF_KEYS = {
     "attention.value_length", "attention.layer_norm_rms_epsilon", "rope.freq_base",
     "rope.dimension_count", "rope.scaling.type", "rope.scaling.factor",
     "rope.scaling.original_context_length", "rope.scaling.finetuned", "rope.scaling.yarn_log_multiplier",
-    "attention.sliding_window", "vocab_size", "rope.freq_base_swa", "attention.sliding_window_pattern",
+    "attention.sliding_window", "vocab_size", "rope.freq_base_swa",
+    "attention.sliding_window_pattern", "expert_count", "expert_used_count",
+    "expert_feed_forward_length", "expert_shared_feed_forward_length", "expert_weights_norm",
 }
 
 
@@ -106,10 +110,25 @@ def from_gguf(meta: dict[str, Any], tensors: dict, max_seq: int | None = None) -
     if window:
         period = int(meta.get(f"{arch}.attention.sliding_window_pattern", fam.sliding_period))
         sliding = tuple((i + 1) % period != 0 if period else True for i in range(layers))
+    experts = int(meta.get(f"{arch}.expert_count", 0) or 0)
+    moe = {}
+    if experts:
+        if "blk.0.ffn_gate_exps.weight" not in tensors:
+            raise CheckpointError(f"{arch} GGUF with {experts} experts has no stacked "
+                                  f"blk.0.ffn_gate_exps.weight (per-expert tensors of old "
+                                  f"converters are not read)")
+        shared = int(meta.get(f"{arch}.expert_shared_feed_forward_length", 0) or 0)
+        moe = dict(experts=experts, experts_used=int(key("expert_used_count")),
+                   expert_ffn=int(meta.get(f"{arch}.expert_feed_forward_length")
+                                  or tensors["blk.0.ffn_gate_exps.weight"].shape[1]),
+                   norm_topk=bool(meta.get(f"{arch}.expert_weights_norm", arch != "qwen2moe")),
+                   shared_ffn=shared or (tensors["blk.0.ffn_gate_shexp.weight"].shape[0]
+                                         if "blk.0.ffn_gate_shexp.weight" in tensors else 0))
     return LlamaConfig(
         vocab=int(vocab), dim=dim, layers=layers, heads=heads,
         kv_heads=int(meta.get(f"{arch}.attention.head_count_kv", heads)), head_dim=head_dim,
-        ffn=int(key("feed_forward_length")),
+        ffn=int(meta.get(f"{arch}.feed_forward_length", 0) if experts
+                else key("feed_forward_length")),
         norm_eps=float(key("attention.layer_norm_rms_epsilon", 1e-5)),
         rope_base=float(meta.get(f"{arch}.rope.freq_base", 10000.0)),
         rope_scaling=_gguf_rope_scaling(meta, arch, "rope_freqs.weight" in tensors),
@@ -119,7 +138,7 @@ def from_gguf(meta: dict[str, Any], tensors: dict, max_seq: int | None = None) -
         max_seq=min(ctx, max_seq or ctx), arch=arch, **_traits(fam, dim),
         window=int(window) if window else None, sliding=sliding,
         rope_base_local=float(meta.get(f"{arch}.rope.freq_base_swa", fam.rope_base_local
-                                       or 0)) or None)
+                                       or 0)) or None, **moe)
 
 
 def _traits(fam: Family, dim: int) -> dict:

@@ -322,8 +322,11 @@ def _moe(c: LlamaConfig, h, p: str, declare):
                      (n * k, c.dim))
 
     def experts(x, name):
-        w = declare(f"{p}{name}.weight")                                   # [E, N, K]
-        w = ops.cast(w, DType.F32) if w.dtype is not DType.F32 else w
+        w = declare(f"{p}{name}.weight")             # [E, N, K], or packed as [E*N, K]
+        if isinstance(w, ops.PackedTensor):          # compile: IndexedPackedContraction
+            w = ops.reshape(w.dequant(), (e, w.weight.shape[0] // e, w.weight.shape[1]))
+        elif w.dtype is not DType.F32:
+            w = ops.cast(w, DType.F32)
         return ops.indexed_matmul(x, ops.transpose(w, (0, 2, 1)), idx)
 
     a = _gated(c, experts(xk, "ffn_gate_exps"), experts(xk, "ffn_up_exps"))
