@@ -52,7 +52,7 @@ def test_plan_time_lowering_compiles_without_a_gpu():
     g = bld.finish()
     for e in g.eqns():
         choice = b.lower(e, g, dev)
-        assert choice.dispatches == 1 and choice.program.kernels[0].cubin[:4] == b"\x7fELF"
+        assert choice.dispatches == 1 and choice.program.kernels[0].binary[:4] == b"\x7fELF"
     with pytest.raises(DeviceUnavailable):
         b.runtime(dev)
 
@@ -66,3 +66,15 @@ def test_unlowered_composite_is_refused_by_name():
     with pytest.raises(UnsupportedOp) as e:
         table.check(AllReduce(2), [t], t)
     assert "AllReduce" in str(e.value)
+
+
+def test_op_families_come_from_the_sub_ops_traits():
+    """Every Binary and Unary sub-op is declared by its trait, with no hand list to extend:
+    arithmetic on every float and word dtype, bitwise on I32/U32."""
+    from poot_cuda.capability import table
+
+    t = table("cuda:0", 9, 0, ())
+    for b in BinaryOp:
+        want = {DType.I32, DType.U32} if b.bitwise else {DType.F32, DType.BF16, DType.I8}
+        assert want <= t.lowers(f"Binary.{b.name}"), b
+    assert all(t.lowers(k) for k in UnaryOp.keys())
