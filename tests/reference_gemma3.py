@@ -54,19 +54,20 @@ def rope_half(x, positions, base):
     """x [T, H, d]: pairs (i, i + d/2) rotate by pos * base^(-2i/d)."""
     d = x.shape[-1]
     ang = positions[:, None] * base ** (-np.arange(0, d, 2) / d)[None, :]
-    cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+    cos, sin = np.cos(ang)[:, None, :].astype(x.dtype), np.sin(ang)[:, None, :].astype(x.dtype)
     a, b = x[..., : d // 2], x[..., d // 2:]
     return np.concatenate([a * cos - b * sin, a * sin + b * cos], axis=-1)
 
 
 def gelu_tanh(x):
-    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3)))
+    c = x.dtype.type(np.sqrt(2.0 / np.pi))
+    return x.dtype.type(0.5) * x * (1 + np.tanh(c * (x + x.dtype.type(0.044715) * x ** 3)))
 
 
 def attention(q, k, v, window):
     """q [T, H, d], k/v [T, 1, d]; causal, and within `window` positions when given."""
     t, _, d = q.shape
-    scores = np.einsum("qhd,kd->hqk", q, k[:, 0]) / np.sqrt(d)
+    scores = np.einsum("qhd,kd->hqk", q, k[:, 0]) * q.dtype.type(d ** -0.5)
     i, j = np.arange(t)[:, None], np.arange(t)[None, :]
     hidden = (j > i) | ((i - j >= window) if window else False)
     scores = np.where(hidden[None], -np.inf, scores)
