@@ -217,5 +217,5 @@ def test_chat_template_and_stop_tokens(tokenizer):
     assert text == ("<bos><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n"
                     "<start_of_turn>model\n")
     ids = tokenizer.encode(text, add_special=False)
-    assert ids[:2] == [2, 105] and tokenizer.tokens[ids[-3]] == "model"
+    assert ids[:2] == [2, 105] and tokenizer.tokens[ids[-2]] == "model"
     assert tokenizer.stop_ids == {1, 106}  # <eos>, <end_of_turn>
