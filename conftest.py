@@ -4,13 +4,24 @@ from __future__ import annotations
 import pytest
 
 
+def _real_model(name: str, variable: str):
+    """Path of a known model's real file, or a skip that says how to get it."""
+    from poot.models import hub
+
+    path = {"smollm2": hub.smollm2_path, "gemma3-270m": hub.gemma3_path}[name]()
+    if path is None:
+        pytest.skip(f"{name} GGUF not found at {hub.cached_model_path(name)}: run "
+                    f"`poot pull {name}` or set {variable}")
+    return path
+
+
 @pytest.fixture(scope="session")
 def smollm2_gguf():
-    """Path of the real SmolLM2-135M-Instruct.Q4_1.gguf, or a skip that says how to get it."""
-    from poot.models.hub import cached_model_path, smollm2_path
+    """Path of the real SmolLM2-135M-Instruct.Q4_1.gguf."""
+    return _real_model("smollm2", "POOT_SMOLLM2_GGUF")
 
-    path = smollm2_path()
-    if path is None:
-        pytest.skip(f"SmolLM2 GGUF not found at {cached_model_path('smollm2')}: run "
-                    "`poot pull smollm2` or set POOT_SMOLLM2_GGUF")
-    return path
+
+@pytest.fixture(scope="session")
+def gemma3_gguf():
+    """Path of the real Gemma 3 270M GGUF (Q4_K_M)."""
+    return _real_model("gemma3-270m", "POOT_GEMMA3_GGUF")

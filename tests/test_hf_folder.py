@@ -212,18 +212,18 @@ def test_transformers5_rope_parameters(f32_model):
     assert got == f32_model.config and got.rope_base == 100000.0
 
 
-def test_sliding_window_bounds_the_cache(f32_model):
-    """Mistral's sliding window: poot attends to the whole cache, so the cache (max_seq) stays
-    within the window, where both attend to the same positions."""
+def test_sliding_window_is_read_per_layer(f32_model):
+    """Mistral's sliding window applies to every layer (the cache keeps its capacity; the
+    layers' rings hold the window); Qwen2 configs name a window but switch it off."""
     from poot.models.config import from_hf
 
     tensors = f32_model.checkpoint.tensors
     mistral = {**CONFIG, "model_type": "mistral", "sliding_window": 32}
-    assert from_hf(mistral, tensors, max_seq=64).max_seq == 32
-    assert from_hf(mistral, tensors, max_seq=16).max_seq == 16
-    assert from_hf({**mistral, "sliding_window": None}, tensors, max_seq=64).max_seq == 64
-    # Qwen2 configs name a window but switch it off
-    assert from_hf({**mistral, "use_sliding_window": False}, tensors, max_seq=64).max_seq == 64
+    got = from_hf(mistral, tensors, max_seq=64)
+    assert (got.max_seq, got.window, got.sliding, got.ring) == (64, 32, (True,) * LAYERS, 32)
+    assert from_hf(mistral, tensors, max_seq=16).ring == 16
+    assert from_hf({**mistral, "sliding_window": None}, tensors, max_seq=64).window is None
+    assert from_hf({**mistral, "use_sliding_window": False}, tensors, max_seq=64).sliding == ()
 
 
 def test_f32_folder_needs_the_half_layout(f32_model, f32_logits):

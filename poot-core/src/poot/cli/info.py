@@ -24,9 +24,20 @@ def run(args) -> int:
     c = config
     print(f"architecture {c.arch}: {c.layers} layers, dim {c.dim}, heads {c.heads} "
           f"(kv {c.kv_heads}), head dim {c.head_dim}, ffn {c.ffn}, vocab {c.vocab}")
-    print(f"rope         base {c.rope_base:g}, dims {c.rot}, scale {c.rope_scale:g}, "
+    print(f"rope         base {c.rope_base:g}, dims {c.rot}, scaling {c.rope_scaling}, "
           f"rows {c.rope_layout}; norm eps {c.norm_eps:g}; tied head {c.tied}; "
           f"q/k/v bias {c.qkv_bias}; context {c.max_seq}")
+    print(f"block        {c.act} FFN; q/k norm {c.qk_norm}; norms per layer "
+          f"{4 if c.sandwich_norms else 2}; embedding scale {c.embed_scale:g}")
+    if c.experts:
+        print(f"experts      {c.experts} of hidden size {c.expert_ffn}, top {c.experts_used} per "
+              f"token ({'renormalized' if c.norm_topk else 'softmax over all'})"
+              + (f", shared expert {c.shared_ffn} under a sigmoid gate" if c.shared_ffn else ""))
+    if c.window:
+        slide = [i for i in range(c.layers) if c.is_sliding(i)]
+        local = f", RoPE base {c.rope_base_local:g}" if c.rope_base_local else ""
+        print(f"attention    sliding window {c.window} on {len(slide)} of {c.layers} layers"
+              f"{local}; global layers {[i for i in range(c.layers) if i not in slide]}")
     print("tensors by storage format:")
     for key, n in by_format.most_common():
         print(f"  {key:16s} {n:5d} tensors {nbytes[key] / 2**20:10.1f} MiB")

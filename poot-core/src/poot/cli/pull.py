@@ -3,8 +3,8 @@ from __future__ import annotations
 
 
 def add_parser(sub):
-    p = sub.add_parser("pull", help="download a known model (smollm2) into the cache")
-    p.add_argument("name", help="model name, e.g. smollm2")
+    p = sub.add_parser("pull", help="download a known model (smollm2, gemma3-270m) into the cache")
+    p.add_argument("name", help="model name: smollm2 or gemma3-270m")
 
 
 def run(args) -> int:

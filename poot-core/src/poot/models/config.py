@@ -1,23 +1,93 @@
-"""LlamaConfig from a checkpoint's own metadata: GGUF key/values or an HF config.json."""
+"""LlamaConfig from a checkpoint's own metadata: GGUF key/values or an HF config.json.
+
+Each family is the shared decoder with its traits (`FAMILIES`). Every key a checkpoint's
+config holds is either read, known not to change the forward pass, or refused by name: a
+variant poot does not implement never runs as something else.
+"""
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass, replace
 from typing import Any
 
 from poot.errors import CheckpointError
 from poot.models.llama import LlamaConfig
+from poot.models.rope import RopeScaling
 
-#: GGUF architectures the Llama builder runs, and how their q/k rows are ordered
-#: (llama.cpp's converter permutes llama/mistral q/k rows into adjacent pairs; qwen2 keeps
-#: HF's rotate-half order and llama.cpp runs it in NEOX mode)
-GGUF_ARCHS = {"llama": "pairs", "mistral": "pairs", "qwen2": "half"}
-HF_ARCHS = {"llama", "mistral", "qwen2"}
+
+@dataclass(frozen=True)
+class Family:
+    """What a family sets beyond the Llama block (see LlamaConfig for each trait)."""
+
+    #: how GGUF files order its q/k rows: llama.cpp's converter permutes llama/mistral
+    #: rows into adjacent pairs; the others keep HF's rotate-half order (NEOX mode)
+    gguf_rows: str = "half"
+    qkv_bias: bool = False
+    qk_norm: bool = False
+    sandwich_norms: bool = False
+    act: str = "silu"
+    embed_scale: bool = False        # embeddings times sqrt(dim)
+    #: GGUF files name no per-layer pattern: every n-th layer is global, the rest slide
+    #: (0: no sliding layers unless the metadata names a window for all)
+    sliding_period: int = 0
+    rope_base_local: float | None = None  # GGUF default for the sliding layers
+    #: HF's spelling of the activation
+    hf_act: tuple[str, ...] = ("silu",)
+    #: HF: the norm weights are stored as w and applied as (1 + w)
+    hf_norm_offset: bool = False
+    #: mixture of experts: "" (dense FFN), "mixtral" (HF num_local_experts) or "qwen"
+    #: (num_experts, moe_intermediate_size, norm_topk_prob, shared expert where sized)
+    moe: str = ""
+
+
+FAMILIES: dict[str, Family] = {
+    "llama": Family(gguf_rows="pairs"),
+    "mistral": Family(gguf_rows="pairs"),
+    "qwen2": Family(qkv_bias=True),
+    "qwen3": Family(qk_norm=True),
+    "gemma3": Family(qk_norm=True, sandwich_norms=True, act="gelu_tanh", embed_scale=True,
+                     sliding_period=6, rope_base_local=10000.0,
+                     hf_act=("gelu_pytorch_tanh", "gelu_tanh"), hf_norm_offset=True),
+    "qwen2moe": Family(qkv_bias=True, moe="qwen"),
+    "qwen3moe": Family(qk_norm=True, moe="qwen"),
+}
+#: HF-only families (their GGUF forms are not read yet: see from_gguf)
+HF_FAMILIES = {
+    "mixtral": Family(moe="mixtral"),
+    "qwen2_moe": Family(qkv_bias=True, moe="qwen"),
+    "qwen3_moe": Family(qk_norm=True, moe="qwen"),
+}
+#: HF model_type -> family (GGUF architecture name)
+HF_TYPES = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "qwen3": "qwen3",
+            "gemma3_text": "gemma3", "mixtral": "mixtral", "qwen2_moe": "qwen2_moe",
+            "qwen3_moe": "qwen3_moe"}
+GGUF_ARCHS = {a: f.gguf_rows for a, f in FAMILIES.items()}
+HF_ARCHS = set(HF_TYPES)
+
+#: GGUF `<arch>.*` keys that are read below, or do not change the forward pass
+_GGUF_KEYS = {
+    "context_length", "embedding_length", "block_count", "feed_forward_length",
+    "attention.head_count", "attention.head_count_kv", "attention.key_length",
+    "attention.value_length", "attention.layer_norm_rms_epsilon", "rope.freq_base",
+    "rope.dimension_count", "rope.scaling.type", "rope.scaling.factor",
+    "rope.scaling.original_context_length", "rope.scaling.finetuned", "rope.scaling.yarn_log_multiplier",
+    "attention.sliding_window", "vocab_size", "rope.freq_base_swa",
+    "attention.sliding_window_pattern", "expert_count", "expert_used_count",
+    "expert_feed_forward_length", "expert_shared_feed_forward_length", "expert_weights_norm",
+}
 
 
 def from_gguf(meta: dict[str, Any], tensors: dict, max_seq: int | None = None) -> LlamaConfig:
     arch = meta.get("general.architecture")
-    if arch not in GGUF_ARCHS:
+    if arch not in FAMILIES:
         raise CheckpointError(f"unsupported architecture {arch!r}: poot runs "
-                              f"{', '.join(sorted(GGUF_ARCHS))} (Llama family) GGUF files")
+                              f"{', '.join(sorted(FAMILIES))} GGUF files")
+    fam = FAMILIES[arch]
+    unknown = sorted(k for k in meta if k.startswith(f"{arch}.")
+                     and k[len(arch) + 1:] not in _GGUF_KEYS)
+    if unknown:
+        raise CheckpointError(f"GGUF metadata key {unknown[0]!r} = {meta[unknown[0]]!r} names "
+                              f"a {arch} variant poot does not implement")
 
     def key(name, default=None):
         v = meta.get(f"{arch}.{name}", default)
@@ -27,24 +97,73 @@ def from_gguf(meta: dict[str, Any], tensors: dict, max_seq: int | None = None) -
 
     dim, heads = int(key("embedding_length")), int(key("attention.head_count"))
     head_dim = int(meta.get(f"{arch}.attention.key_length", dim // heads))
+    if int(meta.get(f"{arch}.attention.value_length", head_dim)) != head_dim:
+        raise CheckpointError(f"{arch}.attention.value_length differs from key_length: poot's "
+                              f"attention takes one head dim")
     vocab = meta.get(f"{arch}.vocab_size") or len(meta.get("tokenizer.ggml.tokens", []))
     if not vocab:
         vocab = tensors["token_embd.weight"].shape[0]
-    scaling = meta.get(f"{arch}.rope.scaling.type")
-    scale = float(meta.get(f"{arch}.rope.scaling.factor", 1.0)) if scaling == "linear" else 1.0
-    if scaling not in (None, "none", "linear"):
-        raise CheckpointError(f"RoPE scaling {scaling!r} is not supported (linear only)")
+    layers = int(key("block_count"))
     ctx = int(key("context_length"))
+    window = meta.get(f"{arch}.attention.sliding_window")
+    sliding: tuple[bool, ...] = ()
+    if window:
+        period = int(meta.get(f"{arch}.attention.sliding_window_pattern", fam.sliding_period))
+        sliding = tuple((i + 1) % period != 0 if period else True for i in range(layers))
+    experts = int(meta.get(f"{arch}.expert_count", 0) or 0)
+    moe = {}
+    if experts:
+        if "blk.0.ffn_gate_exps.weight" not in tensors:
+            raise CheckpointError(f"{arch} GGUF with {experts} experts has no stacked "
+                                  f"blk.0.ffn_gate_exps.weight (per-expert tensors of old "
+                                  f"converters are not read)")
+        shared = int(meta.get(f"{arch}.expert_shared_feed_forward_length", 0) or 0)
+        moe = dict(experts=experts, experts_used=int(key("expert_used_count")),
+                   expert_ffn=int(meta.get(f"{arch}.expert_feed_forward_length")
+                                  or tensors["blk.0.ffn_gate_exps.weight"].shape[1]),
+                   norm_topk=bool(meta.get(f"{arch}.expert_weights_norm", arch != "qwen2moe")),
+                   shared_ffn=shared or (tensors["blk.0.ffn_gate_shexp.weight"].shape[0]
+                                         if "blk.0.ffn_gate_shexp.weight" in tensors else 0))
     return LlamaConfig(
-        vocab=int(vocab), dim=dim, layers=int(key("block_count")), heads=heads,
+        vocab=int(vocab), dim=dim, layers=layers, heads=heads,
         kv_heads=int(meta.get(f"{arch}.attention.head_count_kv", heads)), head_dim=head_dim,
-        ffn=int(key("feed_forward_length")),
+        ffn=int(meta.get(f"{arch}.feed_forward_length", 0) if experts
+                else key("feed_forward_length")),
         norm_eps=float(key("attention.layer_norm_rms_epsilon", 1e-5)),
-        rope_base=float(meta.get(f"{arch}.rope.freq_base", 10000.0)), rope_scale=scale,
+        rope_base=float(meta.get(f"{arch}.rope.freq_base", 10000.0)),
+        rope_scaling=_gguf_rope_scaling(meta, arch, "rope_freqs.weight" in tensors),
         rope_dim=int(meta.get(f"{arch}.rope.dimension_count", head_dim)) or None,
-        rope_layout=GGUF_ARCHS[arch], tied="output.weight" not in tensors,
+        rope_layout=fam.gguf_rows, tied="output.weight" not in tensors,
         qkv_bias="blk.0.attn_q.bias" in tensors,
-        max_seq=min(ctx, max_seq or ctx), arch=arch)
+        max_seq=min(ctx, max_seq or ctx), arch=arch, **_traits(fam, dim),
+        window=int(window) if window else None, sliding=sliding,
+        rope_base_local=float(meta.get(f"{arch}.rope.freq_base_swa", fam.rope_base_local
+                                       or 0)) or None, **moe)
+
+
+def _traits(fam: Family, dim: int) -> dict:
+    return dict(qk_norm=fam.qk_norm, sandwich_norms=fam.sandwich_norms, act=fam.act,
+                embed_scale=math.sqrt(dim) if fam.embed_scale else 1.0)
+
+
+def _gguf_rope_scaling(meta, arch: str, has_freqs: bool) -> RopeScaling:
+    kind = meta.get(f"{arch}.rope.scaling.type")
+    factor = float(meta.get(f"{arch}.rope.scaling.factor", 1.0))
+    orig = int(meta.get(f"{arch}.rope.scaling.original_context_length", 0))
+    if kind in (None, "none", ""):
+        return RopeScaling()  # llama3 scaling lives in the rope_freqs tensor when present
+    if kind == "linear":
+        return RopeScaling("linear", factor)
+    if kind == "yarn":
+        if not orig:
+            raise CheckpointError(f"GGUF YaRN scaling lacks "
+                                  f"{arch}.rope.scaling.original_context_length")
+        if meta.get(f"{arch}.rope.scaling.yarn_log_multiplier"):
+            raise CheckpointError(f"{arch}.rope.scaling.yarn_log_multiplier (DeepSeek's mscale) "
+                                  f"is not implemented")
+        return RopeScaling("yarn", factor, orig)
+    raise CheckpointError(f"GGUF {arch}.rope.scaling.type {kind!r} is not supported "
+                          f"(linear and yarn; llama3 through the rope_freqs tensor)")
 
 
 def _hf_folder(tensors: dict) -> str:
@@ -62,32 +181,37 @@ def _hf_folder(tensors: dict) -> str:
 _LAYER_TENSORS = ("attn_norm.weight", "ffn_norm.weight", "attn_q.weight", "attn_k.weight",
                   "attn_v.weight", "attn_output.weight", "ffn_gate.weight", "ffn_up.weight",
                   "ffn_down.weight")
-_HF_LAYER_TENSORS = ("input_layernorm.weight", "post_attention_layernorm.weight",
-                     "self_attn.q_proj.weight", "self_attn.k_proj.weight",
-                     "self_attn.v_proj.weight", "self_attn.o_proj.weight",
-                     "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight")
 
 
 def _check_hf_tensors(config: LlamaConfig, tensors: dict, where: str,
                       method: str | None = None) -> None:
     """Every tensor the builder will read is there (named the HF way where one is missing),
     and none is an integer tensor left over from a packed layout poot does not group."""
-    from poot.models.weights import gguf_name
+    from poot.models.weights import gguf_name, hf_name
 
+    sandwich = config.sandwich_norms
     have = {}
     for n, info in tensors.items():
-        have.setdefault(gguf_name(n), (n, info))
-    need = {"token_embd.weight": "model.embed_tokens.weight",
-            "output_norm.weight": "model.norm.weight"}
+        have.setdefault(gguf_name(n, sandwich), (n, info))
+    need = ["token_embd.weight", "output_norm.weight"]
     if not config.tied:
-        need["output.weight"] = "lm_head.weight"
+        need.append("output.weight")
     for i in range(config.layers):
-        for g, hf in zip(_LAYER_TENSORS, _HF_LAYER_TENSORS, strict=True):
-            need[f"blk.{i}.{g}"] = f"model.layers.{i}.{hf}"
+        layer = list(_LAYER_TENSORS)
+        if config.experts:
+            layer = [g for g in layer if not g.startswith(("ffn_gate", "ffn_up", "ffn_down"))]
+            layer += ["ffn_gate_inp.weight"]
+            if config.shared_ffn:
+                layer += [f"ffn_{g}_shexp.weight" for g in ("gate", "up", "down")]
+                layer += ["ffn_gate_inp_shexp.weight"]
         if config.qkv_bias:
-            for g in ("q", "k", "v"):
-                need[f"blk.{i}.attn_{g}.bias"] = f"model.layers.{i}.self_attn.{g}_proj.bias"
-    missing = [hf for g, hf in need.items() if g not in have]
+            layer += [f"attn_{g}.bias" for g in "qkv"]
+        if config.qk_norm:
+            layer += ["attn_q_norm.weight", "attn_k_norm.weight"]
+        if sandwich:
+            layer += ["post_attention_norm.weight", "post_ffw_norm.weight"]
+        need += [f"blk.{i}.{g}" for g in layer]
+    missing = [hf_name(g, sandwich) for g in need if g not in have]
     if missing:
         more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
         raise CheckpointError(f"{where}: the safetensors files lack tensor {missing[0]!r}{more} "
@@ -102,20 +226,59 @@ def _check_hf_tensors(config: LlamaConfig, tensors: dict, where: str,
                 f"poot reads GPTQ, AWQ, FP8, NVFP4 (ModelOpt) and MXFP4 safetensors")
 
 
+#: config.json keys that do not change the forward pass
+_HF_IGNORED = {
+    "architectures", "model_type", "torch_dtype", "dtype", "transformers_version",
+    "bos_token_id", "eos_token_id", "pad_token_id", "initializer_range", "use_cache",
+    "attention_dropout", "_name_or_path", "pretraining_tp", "output_attentions",
+    "output_hidden_states", "return_dict", "_attn_implementation", "max_window_layers",
+    "quantization_config", "cache_implementation", "id2label", "label2id",
+}
+#: keys read by from_hf (with the families that read them)
+_HF_READ = {
+    "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+    "head_dim", "intermediate_size", "rms_norm_eps", "rope_theta", "rope_scaling",
+    "rope_parameters", "max_position_embeddings", "vocab_size", "tie_word_embeddings",
+    "hidden_act", "hidden_activation", "attention_bias", "mlp_bias", "sliding_window",
+    "use_sliding_window", "layer_types", "sliding_window_pattern", "rope_local_base_freq",
+    "query_pre_attn_scalar", "final_logit_softcapping", "attn_logit_softcapping",
+    "use_bidirectional_attention", "num_local_experts", "num_experts", "num_experts_per_tok",
+    "moe_intermediate_size", "shared_expert_intermediate_size", "norm_topk_prob",
+    "decoder_sparse_step", "mlp_only_layers", "router_aux_loss_coef", "output_router_logits",
+    "router_jitter_noise",
+}
+#: rope_scaling keys read per kind (beyond rope_type/type, rope_theta)
+_ROPE_KEYS = {
+    "default": set(), "linear": {"factor"},
+    "llama3": {"factor", "low_freq_factor", "high_freq_factor",
+               "original_max_position_embeddings"},
+    "yarn": {"factor", "original_max_position_embeddings", "beta_fast", "beta_slow",
+             "attention_factor", "truncate"},
+}
+
+
 def from_hf(cfg: dict[str, Any], tensors: dict, max_seq: int | None = None) -> LlamaConfig:
     where = _hf_folder(tensors)
-    arch = cfg.get("model_type")
-    if arch not in HF_ARCHS:
-        raise CheckpointError(f"{where}: unsupported architecture {arch!r} (config.json "
-                              f"model_type): poot runs {', '.join(sorted(HF_ARCHS))} "
-                              f"(Llama family) HF folders")
+    model_type = cfg.get("model_type")
+    if model_type not in HF_TYPES:
+        raise CheckpointError(f"{where}: unsupported architecture {model_type!r} (config.json "
+                              f"model_type): poot runs {', '.join(sorted(HF_TYPES))} HF folders")
+    arch = HF_TYPES[model_type]
+    fam = FAMILIES.get(arch) or HF_FAMILIES[arch]
+
+    def refuse(name, why):
+        raise CheckpointError(f"{where}: config.json {name} = {cfg.get(name)!r}: {why}")
+
+    unknown = sorted(set(cfg) - _HF_IGNORED - _HF_READ)
+    if unknown:
+        refuse(unknown[0], f"a {model_type} setting poot does not implement")
 
     def key(name, default=None, kind=int):
         value = cfg.get(name)
         if value is None:
             if default is None:
                 raise CheckpointError(f"{where}: config.json lacks {name!r} "
-                                      f"(needed for a {arch} model)")
+                                      f"(needed for a {model_type} model)")
             return default
         try:
             return kind(value)
@@ -123,28 +286,125 @@ def from_hf(cfg: dict[str, Any], tensors: dict, max_seq: int | None = None) -> L
             raise CheckpointError(f"{where}: config.json has {name} = {value!r}, "
                                   f"not a {kind.__name__}") from None
 
+    act_key = "hidden_activation" if "hidden_activation" in cfg else "hidden_act"
+    if cfg.get(act_key, fam.hf_act[0]) not in fam.hf_act:
+        refuse(act_key, f"poot runs {model_type} with {fam.hf_act[0]}")
+    for name in ("mlp_bias", "final_logit_softcapping", "attn_logit_softcapping",
+                 "use_bidirectional_attention"):
+        if cfg.get(name):
+            refuse(name, "not implemented")
+    if arch != "qwen2" and cfg.get("attention_bias"):
+        refuse("attention_bias", "q/k/v/o biases are implemented for qwen2 only")
     dim, heads = key("hidden_size"), key("num_attention_heads")
     head_dim = key("head_dim", dim // heads)
-    # transformers 5 writes rope_parameters (with rope_theta inside) where 4.x wrote
-    # rope_scaling and a top-level rope_theta
-    rs = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
-    rtype = rs.get("rope_type", rs.get("type"))
-    if rtype not in (None, "default", "linear"):
-        raise CheckpointError(f"{where}: RoPE scaling {rtype!r} is not supported (linear only)")
+    layers = key("num_hidden_layers")
     ctx = key("max_position_embeddings", 2048)
-    window = cfg.get("sliding_window") if cfg.get("use_sliding_window", True) else None
-    if window:  # poot attends to the whole cache: keep the cache within the window
-        ctx = min(ctx, key("sliding_window"))
+    rope_base, scaling = _hf_rope(cfg, where, ctx)
+    window, sliding = _hf_sliding(cfg, arch, layers, where)
+    local = cfg.get("rope_local_base_freq") if arch == "gemma3" else None
+    scalar = cfg.get("query_pre_attn_scalar")
     config = LlamaConfig(
-        vocab=key("vocab_size"), dim=dim, layers=key("num_hidden_layers"),
+        vocab=key("vocab_size"), dim=dim, layers=layers,
         heads=heads, kv_heads=key("num_key_value_heads", heads), head_dim=head_dim,
         ffn=key("intermediate_size"), norm_eps=key("rms_norm_eps", 1e-5, float),
-        rope_base=key("rope_theta", float(rs.get("rope_theta", 10000.0)), float),
-        rope_scale=float(rs.get("factor", 1.0)) if rtype == "linear" else 1.0,
-        rope_layout="half", tied=bool(cfg.get("tie_word_embeddings", False)),
-        qkv_bias=arch == "qwen2" or bool(cfg.get("attention_bias", False)),
-        max_seq=min(ctx, max_seq or ctx), arch=arch)
+        rope_base=rope_base, rope_scaling=scaling, rope_layout="half",
+        tied=bool(cfg.get("tie_word_embeddings", arch == "gemma3")),
+        qkv_bias=fam.qkv_bias or bool(cfg.get("attention_bias", False)),
+        max_seq=min(ctx, max_seq or ctx), arch=arch, **_traits(fam, dim),
+        attn_scale=float(scalar) ** -0.5 if scalar else None,
+        window=window, sliding=sliding,
+        rope_base_local=float(local if local is not None else fam.rope_base_local or 0)
+        or None)
+    if fam.moe:
+        config = replace(config, **_hf_moe(cfg, fam, where, key))
+    elif any(cfg.get(k) for k in ("num_local_experts", "num_experts")):
+        refuse("num_experts" if cfg.get("num_experts") else "num_local_experts",
+               f"experts in a {model_type} model")
     quant = cfg.get("quantization_config")
     _check_hf_tensors(config, tensors, where,
                       quant.get("quant_method") if isinstance(quant, dict) else None)
     return config
+
+
+def _hf_moe(cfg: dict, fam: Family, where: str, key) -> dict:
+    """The experts of a Mixtral / Qwen2-MoE / Qwen3-MoE config (every layer sparse)."""
+    def refuse(name, why):
+        raise CheckpointError(f"{where}: config.json {name} = {cfg.get(name)!r}: {why}")
+
+    if int(cfg.get("decoder_sparse_step", 1)) != 1:
+        refuse("decoder_sparse_step", "poot runs configs where every layer has experts")
+    if cfg.get("mlp_only_layers"):
+        refuse("mlp_only_layers", "poot runs configs where every layer has experts")
+    if fam.moe == "mixtral":
+        return dict(experts=key("num_local_experts"), experts_used=key("num_experts_per_tok"),
+                    expert_ffn=key("intermediate_size"), norm_topk=True)
+    return dict(experts=key("num_experts"), experts_used=key("num_experts_per_tok"),
+                expert_ffn=key("moe_intermediate_size"),
+                norm_topk=bool(cfg.get("norm_topk_prob", False)),
+                shared_ffn=int(cfg.get("shared_expert_intermediate_size") or 0))
+
+
+def _hf_rope(cfg: dict, where: str, ctx: int) -> tuple[float, RopeScaling]:
+    # transformers 5 writes rope_parameters (with rope_theta inside) where 4.x wrote
+    # rope_scaling and a top-level rope_theta
+    rs = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
+    name = "rope_scaling" if cfg.get("rope_scaling") else "rope_parameters"
+    if not isinstance(rs, dict):
+        raise CheckpointError(f"{where}: config.json {name} is not an object")
+    kind = rs.get("rope_type", rs.get("type")) or "default"
+    if kind not in _ROPE_KEYS:
+        raise CheckpointError(f"{where}: config.json {name} rope_type {kind!r} is not "
+                              f"supported (poot runs {', '.join(_ROPE_KEYS)})")
+    extra = sorted(set(rs) - _ROPE_KEYS[kind] - {"rope_type", "type", "rope_theta"})
+    if extra:
+        raise CheckpointError(f"{where}: config.json {name} key {extra[0]!r} is not "
+                              f"implemented for rope_type {kind!r}")
+    base = float(cfg.get("rope_theta", rs.get("rope_theta", 10000.0)))
+
+    def num(k, default, kind=float):
+        try:
+            return kind(rs.get(k, default) if rs.get(k) is not None else default)
+        except (TypeError, ValueError):
+            raise CheckpointError(f"{where}: config.json {name} {k} = {rs.get(k)!r} is not "
+                                  f"a number") from None
+
+    if kind == "default":
+        return base, RopeScaling()
+    factor = num("factor", 1.0)
+    if kind == "linear":
+        return base, RopeScaling("linear", factor)
+    orig = num("original_max_position_embeddings", 0 if kind == "llama3" else ctx, int)
+    if kind == "llama3":
+        if not orig:
+            raise CheckpointError(f"{where}: config.json {name} (llama3) lacks "
+                                  f"original_max_position_embeddings")
+        return base, RopeScaling("llama3", factor, orig, num("low_freq_factor", 1.0),
+                                 num("high_freq_factor", 4.0))
+    att = rs.get("attention_factor")
+    return base, RopeScaling("yarn", factor, orig, beta_fast=num("beta_fast", 32.0),
+                             beta_slow=num("beta_slow", 1.0),
+                             attention_factor=float(att) if att is not None else None,
+                             truncate=bool(rs.get("truncate", True)))
+
+
+def _hf_sliding(cfg: dict, arch: str, layers: int, where: str):
+    """(window, per-layer sliding flags) from sliding_window and layer_types (or Gemma 3's
+    sliding_window_pattern, or Qwen2's use_sliding_window / max_window_layers)."""
+    window = cfg.get("sliding_window")
+    if not window or not cfg.get("use_sliding_window", True):
+        return None, ()
+    types = cfg.get("layer_types")
+    if types is not None:
+        if not isinstance(types, list) or len(types) != layers or \
+                not set(types) <= {"sliding_attention", "full_attention"}:
+            raise CheckpointError(f"{where}: config.json layer_types must list "
+                                  f"'sliding_attention' or 'full_attention' for each of the "
+                                  f"{layers} layers")
+        return int(window), tuple(t == "sliding_attention" for t in types)
+    if arch == "gemma3":
+        period = int(cfg.get("sliding_window_pattern", 6))
+        return int(window), tuple((i + 1) % period != 0 for i in range(layers))
+    if arch == "qwen2":
+        first = int(cfg.get("max_window_layers", layers))
+        return int(window), tuple(i >= first for i in range(layers))
+    return int(window), (True,) * layers

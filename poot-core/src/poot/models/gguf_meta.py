@@ -5,6 +5,7 @@ float, bool and lists so that the rest of poot never touches the reader's layout
 """
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,26 @@ from poot.errors import CheckpointError
 
 
 def read_gguf_metadata(path: str | Path) -> dict[str, Any]:
-    """Every key/value of a GGUF file (including the GGUF.* header fields) as plain values."""
+    """Every key/value of a GGUF file (including the GGUF.* header fields) as plain values.
+
+    Read once per file version in a process (a 262144-token vocabulary takes GGUFReader
+    seconds); each call gets its own dict (the lists inside are shared: do not mutate)."""
+    path = Path(path)
+    try:
+        st = path.stat()
+    except OSError:
+        st = None
+    if st is None:
+        return _read(path)
+    return dict(_cached(str(path), st.st_size, st.st_mtime_ns))
+
+
+@functools.lru_cache(maxsize=4)
+def _cached(path: str, size: int, mtime_ns: int) -> dict[str, Any]:
+    return _read(Path(path))
+
+
+def _read(path: Path) -> dict[str, Any]:
     reader = open_gguf(path)
     return {name: field_value(field, path) for name, field in reader.fields.items()}
 

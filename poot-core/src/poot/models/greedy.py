@@ -34,7 +34,7 @@ def open_decoder(model: str = "smollm2", max_seq: int = 64):
     from poot.models.weights import CheckpointWeights
 
     ckpt, config = open_model(model, max_seq=max_seq, pull_missing=False)
-    weights = CheckpointWeights(ckpt)
+    weights = CheckpointWeights(ckpt, config)
     return build_decoder(config, weights), weights
 
 

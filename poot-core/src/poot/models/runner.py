@@ -71,7 +71,8 @@ class Model:
         self.checkpoint, self.config, self.tokenizer = checkpoint, config, tokenizer
         self.backend, self.device = backend, device
         self.kv, self.prefill_tokens = kv, prefill_tokens
-        self.weights = weights if weights is not None else CheckpointWeights(checkpoint)
+        self.weights = weights if weights is not None else \
+            CheckpointWeights(checkpoint, config)
         self.consts: dict[str, np.ndarray] = {}
         self.stats = Stats()
         self.progress = progress
@@ -138,7 +139,8 @@ class Model:
             raise BindError(f"prefill takes 1 to {self.config.max_seq} tokens, got {len(ids)}")
         g = self.step_graph(len(ids), 1, "dense")
         ex = Executor(plan(g, (self.backend, self.device)), self.consts)
-        return np.asarray(ex.step({"tokens": ids, "pos": [0]}).result, np.float32)
+        slots = {"tokens": ids, "pos": [0], **({"end": [len(ids)]} if "end" in ex.slots else {})}
+        return np.asarray(ex.step(slots).result, np.float32)
 
     def prompt_ids(self, prompt: str, chat: bool = False, system: str | None = None):
         if not chat:

@@ -219,7 +219,7 @@ class Tokenizer:
             add_bos=bool(meta.get("tokenizer.ggml.add_bos_token", kind == "llama")),
             add_eos=bool(meta.get("tokenizer.ggml.add_eos_token", False)),
             stop_ids=[i for i in stop if i is not None], strip_leading_space=strip,
-            chat_template=meta.get("tokenizer.chat_template"),
+            chat_template=meta.get("tokenizer.chat_template") or _builtin_template(meta),
         )
 
     @classmethod
@@ -314,6 +314,12 @@ class StreamDecoder:
             self._strip_pending = False
             return text[1:] if text.startswith(" ") else text
         return text
+
+
+def _builtin_template(meta: dict[str, Any]) -> str | None:
+    from poot.models.chat import BUILTIN_TEMPLATES
+
+    return BUILTIN_TEMPLATES.get(meta.get("general.architecture"))
 
 
 # -- GGUF vocabularies -----------------------------------------------------------------------

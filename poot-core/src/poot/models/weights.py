@@ -44,48 +44,116 @@ class WeightSource(Protocol):
 
 
 
-_HF = [
-    (r"model\.embed_tokens\.weight", "token_embd.weight"),
-    (r"model\.norm\.weight", "output_norm.weight"),
-    (r"lm_head\.weight", "output.weight"),
-    (r"model\.layers\.(\d+)\.input_layernorm\.weight", "blk.{}.attn_norm.weight"),
-    (r"model\.layers\.(\d+)\.post_attention_layernorm\.weight", "blk.{}.ffn_norm.weight"),
-    (r"model\.layers\.(\d+)\.self_attn\.q_proj\.(weight|bias)", "blk.{}.attn_q.{}"),
-    (r"model\.layers\.(\d+)\.self_attn\.k_proj\.(weight|bias)", "blk.{}.attn_k.{}"),
-    (r"model\.layers\.(\d+)\.self_attn\.v_proj\.(weight|bias)", "blk.{}.attn_v.{}"),
-    (r"model\.layers\.(\d+)\.self_attn\.o_proj\.weight", "blk.{}.attn_output.weight"),
-    (r"model\.layers\.(\d+)\.mlp\.gate_proj\.weight", "blk.{}.ffn_gate.weight"),
-    (r"model\.layers\.(\d+)\.mlp\.up_proj\.weight", "blk.{}.ffn_up.weight"),
-    (r"model\.layers\.(\d+)\.mlp\.down_proj\.weight", "blk.{}.ffn_down.weight"),
-]
+#: HF name -> GGUF name ("{}": the layer)
+_HF = [("model.embed_tokens.weight", "token_embd.weight"),
+       ("model.norm.weight", "output_norm.weight"), ("lm_head.weight", "output.weight")] + [
+    (f"model.layers.{{}}.{hf}", f"blk.{{}}.{g}") for hf, g in [
+        ("input_layernorm.weight", "attn_norm.weight"),
+        ("post_attention_layernorm.weight", "ffn_norm.weight"),
+        *[(f"self_attn.{x}_proj.{kind}", f"attn_{x}.{kind}")
+          for x in "qkv" for kind in ("weight", "bias")],
+        ("self_attn.o_proj.weight", "attn_output.weight"),
+        ("self_attn.q_norm.weight", "attn_q_norm.weight"),
+        ("self_attn.k_norm.weight", "attn_k_norm.weight"),
+        ("mlp.gate_proj.weight", "ffn_gate.weight"),
+        ("mlp.up_proj.weight", "ffn_up.weight"),
+        ("mlp.down_proj.weight", "ffn_down.weight"),
+        ("block_sparse_moe.gate.weight", "ffn_gate_inp.weight"),
+        ("mlp.gate.weight", "ffn_gate_inp.weight"),
+        ("mlp.shared_expert.gate_proj.weight", "ffn_gate_shexp.weight"),
+        ("mlp.shared_expert.up_proj.weight", "ffn_up_shexp.weight"),
+        ("mlp.shared_expert.down_proj.weight", "ffn_down_shexp.weight"),
+        ("mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp.weight")]]
+#: per-expert HF tensors -> the GGUF stack [E, N, K] they are rows of
+_HF_EXPERTS = [(re.compile(rf"model\.layers\.(\d+)\.{hf}\.weight"), f"blk.{{}}.{g}.weight")
+               for hf, g in [
+                   (r"block_sparse_moe\.experts\.(\d+)\.w1", "ffn_gate_exps"),
+                   (r"block_sparse_moe\.experts\.(\d+)\.w3", "ffn_up_exps"),
+                   (r"block_sparse_moe\.experts\.(\d+)\.w2", "ffn_down_exps"),
+                   (r"mlp\.experts\.(\d+)\.gate_proj", "ffn_gate_exps"),
+                   (r"mlp\.experts\.(\d+)\.up_proj", "ffn_up_exps"),
+                   (r"mlp\.experts\.(\d+)\.down_proj", "ffn_down_exps")]]
 
 
-def gguf_name(hf: str) -> str | None:
-    """The GGUF name of an HF Llama-family tensor (packed ones keep a `.weight` suffix)."""
-    base = re.sub(r"\.(qweight|weight_packed)$", ".weight", hf)
-    for pat, out in _HF:
-        m = re.fullmatch(pat, base)
+def expert_name(hf: str) -> tuple[str, int] | None:
+    """(GGUF stack name, expert index) of an HF per-expert tensor."""
+    for pat, g in _HF_EXPERTS:
+        m = pat.fullmatch(hf)
         if m:
-            return out.format(*m.groups())
+            return g.format(m.group(1)), int(m.group(2))
+    return None
+#: Gemma 3's four norms per layer: its post_attention_layernorm follows the attention
+_HF_SANDWICH = [(f"model.layers.{{}}.{hf}", f"blk.{{}}.{g}") for hf, g in [
+    ("post_attention_layernorm.weight", "post_attention_norm.weight"),
+    ("pre_feedforward_layernorm.weight", "ffn_norm.weight"),
+    ("post_feedforward_layernorm.weight", "post_ffw_norm.weight")]]
+
+
+def _pattern(template: str) -> re.Pattern:
+    return re.compile(re.escape(template).replace(re.escape("{}"), r"(\d+)"))
+
+
+_TABLES = {sandwich: [(_pattern(hf), _pattern(g), hf, g)
+                      for hf, g in (_HF_SANDWICH + _HF if sandwich else _HF)]
+           for sandwich in (False, True)}
+
+
+def gguf_name(hf: str, sandwich: bool = False) -> str | None:
+    """The GGUF name of an HF decoder tensor (packed ones keep a `.weight` suffix);
+    `sandwich`: the family has four norms per layer (Gemma 3)."""
+    base = re.sub(r"\.(qweight|weight_packed)$", ".weight", hf)
+    for hf_pat, _, _, g in _TABLES[sandwich]:
+        m = hf_pat.fullmatch(base)
+        if m:
+            return g.format(*m.groups())
     return None
 
 
-class CheckpointWeights:
-    """WeightSource over an opened checkpoint; `arrays` maps const labels to source arrays."""
+def hf_name(gguf: str, sandwich: bool = False) -> str:
+    """The HF name of a GGUF decoder tensor (for messages)."""
+    for _, g_pat, hf, _ in _TABLES[sandwich]:
+        m = g_pat.fullmatch(gguf)
+        if m:
+            return hf.format(*m.groups())
+    return gguf
 
-    def __init__(self, checkpoint):
+
+#: norm tensors (GGUF names) that an HF (1 + w) family stores as w
+_NORMS = re.compile(r"(blk\.\d+\.(attn_norm|ffn_norm|attn_[qk]_norm|post_attention_norm|"
+                    r"post_ffw_norm)|output_norm)\.weight")
+
+
+class CheckpointWeights:
+    """WeightSource over an opened checkpoint; `arrays` maps const labels to source arrays.
+
+    `config` names the family, which says how HF names map (Gemma 3's four norms) and
+    whether HF norm weights are stored as w for a (1 + w) norm: those get 1 added once,
+    here, under their own identity (GGUF files store 1 + w already)."""
+
+    def __init__(self, checkpoint, config=None):
+        from poot.models.config import FAMILIES
+
         self.checkpoint = checkpoint
+        fam = FAMILIES.get(getattr(config, "arch", None))
+        sandwich = bool(config is not None and config.sandwich_norms)
+        self.norm_offset = 1.0 if checkpoint.kind != "gguf" and fam and fam.hf_norm_offset \
+            else 0.0
         self.infos = {}
+        self.experts: dict[str, dict[int, object]] = {}  # HF: stack name -> expert -> info
         for name, info in checkpoint.tensors.items():
-            key = name if checkpoint.kind == "gguf" else gguf_name(name)
+            key = name if checkpoint.kind == "gguf" else gguf_name(name, sandwich)
             if key is not None:
                 self.infos[key] = info
+            elif checkpoint.kind != "gguf" and (ex := expert_name(name)) is not None:
+                self.experts.setdefault(ex[0], {})[ex[1]] = info
         self.arrays: dict[str, np.ndarray] = {}
 
     def has(self, name: str) -> bool:
-        return name in self.infos
+        return name in self.infos or name in self.experts
 
     def spec(self, name: str):
+        if name in self.experts:
+            return self._stack(name)
         info = self.infos.get(name)
         if info is None:
             raise CheckpointError(f"{self.checkpoint.path}: no tensor {name!r} "
@@ -109,8 +177,36 @@ class CheckpointWeights:
             # embeddings widen in their ops): widen these small vectors exactly, here
             array, dtype = np.asarray(array, np.float32), DType.F32
             ref = type(ref)(ref.checkpoint, ref.tensor, f"{ref.payload}:f32", "f32")
+        if self.norm_offset and _NORMS.fullmatch(name):
+            array = np.asarray(array, np.float32) + np.float32(self.norm_offset)
+            dtype = DType.F32
+            ref = type(ref)(ref.checkpoint, f"{ref.tensor}+1", f"{ref.payload}+1", "f32")
         self.arrays[ref.tensor] = array
         return DenseSpec(TensorType(info.shape, dtype), ref)
+
+
+    def _stack(self, name: str) -> DenseSpec:
+        """An HF folder's per-expert matrices as one f32 stack [E, N, K], built once."""
+        import hashlib
+
+        from poot.dtypes import DType
+        from poot.ir.types import TensorType, WeightRef
+
+        parts = self.experts[name]
+        if sorted(parts) != list(range(len(parts))):
+            raise CheckpointError(f"{self.checkpoint.path}: experts of {name} are not "
+                                  f"numbered 0..{len(parts) - 1}")
+        infos = [parts[j] for j in range(len(parts))]
+        if any(i.packed is not None for i in infos):
+            raise CheckpointError(f"{self.checkpoint.path}: quantized experts ({name}) in an "
+                                  f"HF folder are not supported; poot stacks dense experts")
+        label = f"{name}~stack"
+        if label not in self.arrays:
+            self.arrays[label] = np.stack([np.asarray(i.sources[0], np.float32) for i in infos])
+        payload = hashlib.blake2b("|".join(str(i.ref.payload) for i in infos).encode(),
+                                  digest_size=16).hexdigest()
+        ref = WeightRef(infos[0].ref.checkpoint, label, payload, "f32")
+        return DenseSpec(TensorType(self.arrays[label].shape, DType.F32), ref)
 
 
 # -- q/k rows from GGUF's adjacent pairs to rotate-half order ---------------------------

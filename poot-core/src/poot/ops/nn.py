@@ -58,6 +58,18 @@ def swiglu(gate: Tensor, up: Tensor) -> Tensor:
     return mul(silu(gate), up)
 
 
+def gelu_tanh(x: Tensor) -> Tensor:
+    """GELU's tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
+    from poot.ops.core import tanh
+
+    inner = mul(add(x, mul(mul(mul(x, x), x), 0.044715)), math.sqrt(2.0 / math.pi))
+    return mul(mul(x, 0.5), add(tanh(inner), 1.0))
+
+
+def geglu_tanh(gate: Tensor, up: Tensor) -> Tensor:
+    return mul(gelu_tanh(gate), up)
+
+
 def gelu_erf(x: Tensor) -> Tensor:
     from poot.ops.core import erf
 
@@ -147,6 +159,36 @@ def causal_mask(pos: Tensor, t: int, s: int, window: int | None = None,
     return select(visible, 0.0, NEG_INF, dtype=dtype)
 
 
+def ring_positions(pos: Tensor, ring: int) -> Tensor:
+    """The position each slot of a ring cache holds before a step at `pos` (Pos [1]): the
+    latest p < pos with p = slot (mod ring), negative where the slot was never written.
+    I32 [ring]: p = s + ring * ((pos + ring - 1 - s) / ring) - ring."""
+    s = iota((ring,), 0)
+    laps = div(sub(add(pos, ring - 1), s), ring)     # non-negative operands: floor division
+    return sub(add(s, mul(laps, ring)), ring)
+
+
+def ring_mask(pos: Tensor, t: int, ring: int, window: int, dtype: DType = DType.F32) -> Tensor:
+    """Additive mask [T, ring + T] of a sliding-window step over a ring cache as it was
+    (ring slots) followed by the step's own T keys: key at position j is visible to query
+    i iff 0 <= j <= pos + i and j > pos + i - window."""
+    kpos = reshape(concat([ring_positions(pos, ring), positions(pos, t)], 0), (1, ring + t))
+    qpos = reshape(positions(pos, t), (t, 1))
+    visible = mul(mul(ge(qpos, kpos), ge(kpos, sub(qpos, window - 1))), ge(kpos, 0))
+    return select(visible, 0.0, NEG_INF, dtype=dtype)
+
+
+def ring_slots(pos: Tensor, t: int, ring: int, end: Tensor) -> Tensor:
+    """Ring slot of each of a step's T new keys, (pos + i) mod ring, or -1 (no write) for
+    padding (positions from `end`, a Pos [1]: one past the step's last real token) and for
+    keys a later key of the same step overwrites (T > ring). I32 [T]."""
+    p = positions(pos, t)
+    keep = ge(sub(end, 1), p)
+    if t > ring:
+        keep = mul(keep, ge(iota((t,), 0), t - ring))
+    return select(keep, sub(p, mul(div(p, ring), ring)), -1)
+
+
 def attention_masked(q: Tensor, k: Tensor, v: Tensor, mask: Tensor,
                      scale: float | None = None) -> Tensor:
     """softmax(q k^T * scale + mask) v with GQA: q [..., Hq, T, D], k/v [..., Hkv, S, D].
@@ -174,5 +216,6 @@ def moe_route(logits: Tensor, k: int):
 
 
 __all__ = ["rms_norm", "softmax", "silu", "swiglu", "gelu_erf", "embedding", "linear",
+           "gelu_tanh", "geglu_tanh", "ring_positions", "ring_mask", "ring_slots",
            "rope_tables", "rope_partial", "positions", "causal_mask", "attention_masked",
            "moe_route", "swap_last", "matmul"]

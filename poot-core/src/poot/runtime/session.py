@@ -12,7 +12,8 @@ same KV buffers), so a prefill followed by decode steps is one continuous cache.
 
 The builder's interface is the Llama builder's (poot.models.llama.build_decoder):
 - slots "tokens" ([T] dense, [B, T] paged) and "pos" ([1] dense, [B, 1] paged), and for
-  paged KV "write_map" [B*T] and "slot_map" [B, capacity];
+  paged KV "write_map" [B*T] and "slot_map" [B, capacity]; a dense graph may also take
+  "end" [1], one past its last real token;
 - the result holds logits for every token, [B*T, vocab].
 Dense KV holds one sequence; paged KV holds as many as its pool has blocks for.
 """
@@ -135,7 +136,8 @@ class Session:
             (seq,) = seqs
             self._dense_check(seq)
             pos = self.dense.reserve(1)
-            out = self.executor(1, 1).step({"tokens": [int(tokens[seq])], "pos": [pos]})
+            out = self.executor(1, 1).step(_dense_slots(self.executor(1, 1), [int(tokens[seq])],
+                                                        pos, 1))
             return {seq: out.result[0]}
         b = self.batch
         toks = np.zeros((b, 1), np.int32)
@@ -158,7 +160,7 @@ class Session:
         if self.kv == "dense":
             self._dense_check(seq)
             pos = self.dense.reserve(n)
-            out = self.executor(t, 1).step({"tokens": toks, "pos": [pos]})
+            out = self.executor(t, 1).step(_dense_slots(self.executor(t, 1), toks, pos, n))
             return out.result[n - 1]
         self._check_room([seq], n)
         pos = self.blocks.length(seq)
@@ -190,6 +192,15 @@ class Session:
     def _dense_check(self, seq) -> None:
         if seq != self.dense_seq:
             raise CapacityError(f"sequence {seq!r} is not open in the dense KV cache")
+
+
+def _dense_slots(ex: Executor, tokens, pos: int, n: int) -> dict:
+    """A dense step's slots; `end` (one past the last real token) where the graph has it
+    (ring caches of sliding-window layers skip the padding's writes by it)."""
+    slots = {"tokens": tokens, "pos": [pos]}
+    if "end" in ex.slots:
+        slots["end"] = [pos + n]
+    return slots
 
 
 __all__ = ["Session"]
