@@ -3,8 +3,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from poot.checked import MISSING, Values
 from poot.errors import CheckpointError
 from poot.models.llama import LlamaConfig
+from poot.models.shapes import LIMITS, check_config
 
 #: GGUF architectures the Llama builder runs, and how their q/k rows are ordered
 #: (llama.cpp's converter permutes llama/mistral q/k rows into adjacent pairs; qwen2 keeps
@@ -14,48 +16,53 @@ HF_ARCHS = {"llama", "mistral", "qwen2"}
 
 
 def from_gguf(meta: dict[str, Any], tensors: dict, max_seq: int | None = None) -> LlamaConfig:
-    arch = meta.get("general.architecture")
+    v = Values(meta, _source(tensors, "the GGUF file"))
+    arch = v.text("general.architecture", "")
     if arch not in GGUF_ARCHS:
         raise CheckpointError(f"unsupported architecture {arch!r}: poot runs "
                               f"{', '.join(sorted(GGUF_ARCHS))} (Llama family) GGUF files")
 
-    def key(name, default=None):
-        v = meta.get(f"{arch}.{name}", default)
-        if v is None:
-            raise CheckpointError(f"GGUF metadata lacks {arch}.{name}")
-        return v
+    def size(name, limit, default=MISSING):
+        return v.integer(f"{arch}.{name}", default, lo=1, hi=LIMITS[limit])
 
-    dim, heads = int(key("embedding_length")), int(key("attention.head_count"))
-    head_dim = int(meta.get(f"{arch}.attention.key_length", dim // heads))
-    vocab = meta.get(f"{arch}.vocab_size") or len(meta.get("tokenizer.ggml.tokens", []))
-    if not vocab:
+    dim, heads = size("embedding_length", "dim"), size("attention.head_count", "heads")
+    head_dim = size("attention.key_length", "head_dim", max(dim // heads, 1))
+    tokens = v.text_list("tokenizer.ggml.tokens", [], max_len=LIMITS["vocab"])
+    vocab = size("vocab_size", "vocab", 0) or len(tokens)
+    if not vocab and "token_embd.weight" in tensors:
         vocab = tensors["token_embd.weight"].shape[0]
-    scaling = meta.get(f"{arch}.rope.scaling.type")
-    scale = float(meta.get(f"{arch}.rope.scaling.factor", 1.0)) if scaling == "linear" else 1.0
+    scaling = v.text(f"{arch}.rope.scaling.type", None)
     if scaling not in (None, "none", "linear"):
         raise CheckpointError(f"RoPE scaling {scaling!r} is not supported (linear only)")
-    ctx = int(key("context_length"))
-    return LlamaConfig(
-        vocab=int(vocab), dim=dim, layers=int(key("block_count")), heads=heads,
-        kv_heads=int(meta.get(f"{arch}.attention.head_count_kv", heads)), head_dim=head_dim,
-        ffn=int(key("feed_forward_length")),
-        norm_eps=float(key("attention.layer_norm_rms_epsilon", 1e-5)),
-        rope_base=float(meta.get(f"{arch}.rope.freq_base", 10000.0)), rope_scale=scale,
-        rope_dim=int(meta.get(f"{arch}.rope.dimension_count", head_dim)) or None,
+    scale = v.number(f"{arch}.rope.scaling.factor", 1.0, positive=True, hi=1e6) \
+        if scaling == "linear" else 1.0
+    ctx = size("context_length", "max_seq")
+    config = LlamaConfig(
+        vocab=int(vocab), dim=dim, layers=size("block_count", "layers"), heads=heads,
+        kv_heads=size("attention.head_count_kv", "kv_heads", heads), head_dim=head_dim,
+        ffn=size("feed_forward_length", "ffn"),
+        norm_eps=v.number(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5, positive=True,
+                          hi=1.0),
+        rope_base=v.number(f"{arch}.rope.freq_base", 10000.0, positive=True),
+        rope_scale=scale,
+        rope_dim=v.integer(f"{arch}.rope.dimension_count", head_dim, lo=0,
+                           hi=LIMITS["head_dim"]) or None,
         rope_layout=GGUF_ARCHS[arch], tied="output.weight" not in tensors,
         qkv_bias="blk.0.attn_q.bias" in tensors,
         max_seq=min(ctx, max_seq or ctx), arch=arch)
+    check_config(config, tensors, "gguf", v.file)
+    return config
 
 
-def _hf_folder(tensors: dict) -> str:
-    """The folder a safetensors checkpoint's tensors come from (for error messages)."""
+def _source(tensors: dict, unknown: str, folder: bool = False) -> str:
+    """The file (or, with folder, its folder) the tensors come from, for error messages."""
     from pathlib import Path
 
     for t in tensors.values():
         ref = getattr(t, "ref", None)
         if ref is not None and ref.checkpoint:
-            return str(Path(ref.checkpoint).parent)
-    return "the HF folder"
+            return str(Path(ref.checkpoint).parent) if folder else ref.checkpoint
+    return unknown
 
 
 #: the tensors every decoder layer needs (GGUF names; HF names are mapped to them)
@@ -103,48 +110,44 @@ def _check_hf_tensors(config: LlamaConfig, tensors: dict, where: str,
 
 
 def from_hf(cfg: dict[str, Any], tensors: dict, max_seq: int | None = None) -> LlamaConfig:
-    where = _hf_folder(tensors)
-    arch = cfg.get("model_type")
+    where = _source(tensors, "the HF folder", folder=True)
+    v = Values(cfg, f"{where}/config.json")
+    arch = v.text("model_type", "")
     if arch not in HF_ARCHS:
         raise CheckpointError(f"{where}: unsupported architecture {arch!r} (config.json "
                               f"model_type): poot runs {', '.join(sorted(HF_ARCHS))} "
                               f"(Llama family) HF folders")
 
-    def key(name, default=None, kind=int):
-        value = cfg.get(name)
-        if value is None:
-            if default is None:
-                raise CheckpointError(f"{where}: config.json lacks {name!r} "
-                                      f"(needed for a {arch} model)")
-            return default
-        try:
-            return kind(value)
-        except (TypeError, ValueError):
-            raise CheckpointError(f"{where}: config.json has {name} = {value!r}, "
-                                  f"not a {kind.__name__}") from None
+    def size(name, limit, default=MISSING):
+        return v.integer(name, default, lo=1, hi=LIMITS[limit])
 
-    dim, heads = key("hidden_size"), key("num_attention_heads")
-    head_dim = key("head_dim", dim // heads)
+    dim, heads = size("hidden_size", "dim"), size("num_attention_heads", "heads")
+    head_dim = size("head_dim", "head_dim", max(dim // heads, 1))
     # transformers 5 writes rope_parameters (with rope_theta inside) where 4.x wrote
     # rope_scaling and a top-level rope_theta
-    rs = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
-    rtype = rs.get("rope_type", rs.get("type"))
+    key = "rope_scaling" if v.has("rope_scaling") else "rope_parameters"
+    rs = Values(v.mapping(key, {}), f"{v.file} {key}")
+    rtype = rs.text("rope_type", None) or rs.text("type", None)
     if rtype not in (None, "default", "linear"):
         raise CheckpointError(f"{where}: RoPE scaling {rtype!r} is not supported (linear only)")
-    ctx = key("max_position_embeddings", 2048)
-    window = cfg.get("sliding_window") if cfg.get("use_sliding_window", True) else None
+    ctx = size("max_position_embeddings", "max_seq", 2048)
+    window = size("sliding_window", "max_seq", 0) if v.flag("use_sliding_window", True) else 0
     if window:  # poot attends to the whole cache: keep the cache within the window
-        ctx = min(ctx, key("sliding_window"))
+        ctx = min(ctx, window)
     config = LlamaConfig(
-        vocab=key("vocab_size"), dim=dim, layers=key("num_hidden_layers"),
-        heads=heads, kv_heads=key("num_key_value_heads", heads), head_dim=head_dim,
-        ffn=key("intermediate_size"), norm_eps=key("rms_norm_eps", 1e-5, float),
-        rope_base=key("rope_theta", float(rs.get("rope_theta", 10000.0)), float),
-        rope_scale=float(rs.get("factor", 1.0)) if rtype == "linear" else 1.0,
-        rope_layout="half", tied=bool(cfg.get("tie_word_embeddings", False)),
-        qkv_bias=arch == "qwen2" or bool(cfg.get("attention_bias", False)),
+        vocab=size("vocab_size", "vocab"), dim=dim, layers=size("num_hidden_layers", "layers"),
+        heads=heads, kv_heads=size("num_key_value_heads", "kv_heads", heads), head_dim=head_dim,
+        ffn=size("intermediate_size", "ffn"),
+        norm_eps=v.number("rms_norm_eps", 1e-5, positive=True, hi=1.0),
+        rope_base=v.number("rope_theta", rs.number("rope_theta", 10000.0, positive=True),
+                           positive=True),
+        rope_scale=rs.number("factor", 1.0, positive=True, hi=1e6) if rtype == "linear"
+        else 1.0,
+        rope_layout="half", tied=v.flag("tie_word_embeddings", False),
+        qkv_bias=arch == "qwen2" or v.flag("attention_bias", False),
         max_seq=min(ctx, max_seq or ctx), arch=arch)
     quant = cfg.get("quantization_config")
     _check_hf_tensors(config, tensors, where,
                       quant.get("quant_method") if isinstance(quant, dict) else None)
+    check_config(config, tensors, "safetensors", v.file)
     return config
