@@ -252,7 +252,9 @@ class Tokenizer:
         spec = load_json(file)  # UTF-8, depth-limited, an object: before the Rust parser sees it
         try:
             backend = HFTokenizer.from_file(str(file))
-        except Exception as exc:  # tokenizers raises a bare Exception on malformed JSON
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:  # a bare Exception, or a Rust panic (a BaseException)
             raise CheckpointError(f"cannot read {file}: {exc}") from exc
         config = _side_file(folder / "tokenizer_config.json")
         model_config = _side_file(folder / "config.json")
