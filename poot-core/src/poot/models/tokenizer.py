@@ -262,6 +262,10 @@ class Tokenizer:
         scheme = _hf_byte_scheme(spec, file)
         size = backend.get_vocab_size(with_added_tokens=True)
         added = backend.get_added_tokens_decoder()
+        beyond = [i for i in added if not 0 <= i < size]
+        if beyond:
+            raise CheckpointError(f"{file}: added token id {beyond[0]} lies outside the "
+                                  f"vocabulary of {size} tokens")
         table = gpt2_unicode_to_byte()
         tokens, token_bytes = [], []
         for i in range(size):
