@@ -55,3 +55,35 @@ def test_damaged_gguf_is_refused(tmp_path, smollm2_gguf):
     r = _poot("info", str(bad))
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert str(bad) in r.stderr or "cut.gguf" in r.stderr
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"hello, this is a plain text file\n", "is not a GGUF file (it starts with text 'hello"),
+    (b"\x89PNG\r\n\x1a\n" + bytes(64), "is not a GGUF file (it is a PNG image)"),
+    (b"", "is empty"),
+])
+@pytest.mark.parametrize("command", ["run", "info"])
+def test_a_file_named_gguf_that_is_not_one_says_what_it_is(tmp_path, content, message, command):
+    path = tmp_path / "model.gguf"
+    path.write_bytes(content)
+    r = _poot(command, str(path), *(["--prompt", "hi"] if command == "run" else []))
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1, r.stderr
+    assert message in lines[0] and str(path) in lines[0], r.stderr
+    assert "no installed plugin" not in r.stderr
+
+
+@pytest.mark.parametrize("flag, value", [("--max-tokens", "-1"), ("--max-tokens", "0"),
+                                         ("--max-seq", "0"), ("--max-seq", "-3")])
+def test_counts_below_one_are_refused_in_one_line(flag, value, smollm2_gguf):
+    r = _poot("run", str(smollm2_gguf), "--prompt", "hi", flag, value)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1, r.stderr
+    assert lines[0] == f"poot: error: {flag} must be a whole number of at least 1, got {value}"
+
+
+def test_a_small_max_seq_runs(smollm2_gguf):
+    """A KV capacity below the prefill chunk (32) runs rather than failing in the IR."""
+    r = _poot("run", str(smollm2_gguf), "--prompt", "Hi", "--max-seq", "4", "--max-tokens", "2",
+              "--quiet")
+    assert r.returncode == 0, r.stderr

@@ -51,7 +51,7 @@ def test_checkpoint_refusals(tmp_path):
         poot_quant.open_checkpoint(tmp_path)
     text = tmp_path / "model.gguf"
     text.write_text("not a gguf")
-    with pytest.raises(CheckpointError, match="bad magic"):
+    with pytest.raises(CheckpointError, match="is not a GGUF file .it starts with text"):
         poot_quant.open_checkpoint(text, "gguf")
 
 

@@ -95,6 +95,15 @@ class CheckpointError(PootError):
     """A checkpoint file is missing, truncated, corrupted or unsupported."""
 
 
+class ConfigError(CheckpointError):
+    """A metadata or config value has the wrong type, lies out of range, or contradicts the
+    tensors present. Carries the file, the key and the value (see poot.checked)."""
+
+    def __init__(self, message: str, *, file: str = "", key: str = "", value: object = None):
+        self.file, self.key, self.value = file, key, value
+        super().__init__(message)
+
+
 class OutOfRange(PootError):
     """An index read at evaluation time lies outside the tensor it indexes."""
 
@@ -106,6 +115,10 @@ class TokenizerError(PootError, ValueError):
 
 class ChatTemplateError(PootError, ValueError):
     """The messages do not fit the model's chat template (the template said why)."""
+
+
+class RequestError(PootError, ValueError):
+    """A request's parameter is out of range (max_tokens, max_seq, ...)."""
 
 
 class SamplingError(PootError, ValueError):

@@ -98,14 +98,14 @@ class Checkpoint:
 
 def open_checkpoint(path: str | os.PathLike, format_hint: str | None = None) -> Checkpoint:
     """Open a GGUF file or a safetensors file/folder; CheckpointError if it is neither."""
-    from poot_quant.gguf_file import is_gguf, open_gguf
+    from poot_quant.gguf_file import is_gguf, looks_gguf, open_gguf
     from poot_quant.safetensors_dir import is_safetensors, open_safetensors
 
     p = Path(path)
     if not p.exists():
         raise CheckpointError(f"checkpoint not found: {p}")
     hint = (format_hint or "").lower()
-    if hint == "gguf" or (not hint and is_gguf(p)):
+    if hint == "gguf" or (not hint and (is_gguf(p) or looks_gguf(p))):
         return open_gguf(p)
     if hint == "safetensors" or (not hint and is_safetensors(p)):
         return open_safetensors(p)

@@ -6,7 +6,7 @@ from pathlib import Path
 from poot.plugin import hookimpl
 
 from poot_quant.checkpoint import Checkpoint, open_checkpoint
-from poot_quant.gguf_file import is_gguf
+from poot_quant.gguf_file import is_gguf, looks_gguf
 from poot_quant.registry import ALL_FORMATS
 from poot_quant.safetensors_dir import is_safetensors
 
@@ -25,6 +25,6 @@ def poot_open_checkpoint(path: str, format_hint: str | None) -> Checkpoint | Non
     p = Path(path)
     if format_hint and format_hint.lower() not in HINTS:
         return None
-    if format_hint or is_gguf(p) or is_safetensors(p):
+    if format_hint or is_gguf(p) or looks_gguf(p) or is_safetensors(p):
         return open_checkpoint(p, format_hint)
     return None

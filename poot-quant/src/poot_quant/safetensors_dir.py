@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from poot.checked import Values, confined, load_json, parse_json
 from poot.dtypes import DType
-from poot.errors import CheckpointError, FormatError
+from poot.errors import CheckpointError, ConfigError, FormatError
 from poot.formats import PackedWeight
 from poot.ir.types import WeightRef
 
@@ -69,11 +70,9 @@ def read_file(file: Path) -> dict[str, _Raw]:
         if header_len > min(size - 8, _MAX_HEADER):
             _fail(file, f"truncated or corrupted: header length {header_len}, file size {size}")
         try:
-            header = json.loads(f.read(header_len).decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            _fail(file, f"corrupted JSON header ({exc})")
-    if not isinstance(header, dict):
-        _fail(file, "the header is not a JSON object")
+            header = parse_json(f.read(header_len), "header")
+        except ConfigError as exc:
+            _fail(file, f"corrupted JSON {exc}")
     data_start = 8 + header_len
     mm = np.memmap(file, np.uint8, mode="r") if size > data_start else np.zeros(0, np.uint8)
     out = {}
@@ -86,18 +85,17 @@ def read_file(file: Path) -> dict[str, _Raw]:
 
 def _entry(file: Path, name: str, entry: Any, data_start: int, size: int, mm) -> _Raw:
     where = f"tensor {name!r}"
-    try:
-        dtype_name, shape, (begin, end) = entry["dtype"], entry["shape"], entry["data_offsets"]
-        shape = [int(d) for d in shape]
-        begin, end = int(begin), int(end)
-    except (TypeError, KeyError, ValueError) as exc:
-        _fail(file, f"{where} has a malformed header entry {entry!r} ({exc})")
+    v = Values(entry, f"safetensors file {file}: {where}")
+    dtype_name = v.text("dtype")
+    shape = v.int_list("shape", lo=0, max_len=8)
+    offsets = v.int_list("data_offsets", lo=0, max_len=2)
+    if len(offsets) != 2:
+        v.fail("data_offsets", offsets, "is not [begin, end]")
+    begin, end = offsets
     if dtype_name not in _DTYPES:
         _fail(file, f"{where} has dtype {dtype_name}, which poot has no DType for "
                     f"(readable: {', '.join(_DTYPES)})")
     dtype = _DTYPES[dtype_name]
-    if any(d < 0 for d in shape):
-        _fail(file, f"{where} has a negative dimension {shape}")
     nbytes = math.prod(shape) * dtype.itemsize
     if not 0 <= begin <= end or end - begin != nbytes:
         _fail(file, f"{where}: data_offsets [{begin}, {end}] do not hold its {nbytes} bytes "
@@ -114,11 +112,10 @@ def _files(path: Path) -> list[Path]:
         return [path]
     index = path / "model.safetensors.index.json"
     if index.is_file():
-        try:
-            weight_map = json.loads(index.read_text())["weight_map"]
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise CheckpointError(f"{index}: not a safetensors index ({exc})") from exc
-        files = sorted({path / f for f in weight_map.values()})
+        weight_map = Values(load_json(index), index).mapping("weight_map")
+        # every shard the index names stays inside the folder (no absolute path, no ..)
+        files = sorted({confined(path, f, index, f"weight_map[{n!r}]")
+                        for n, f in weight_map.items()})
         for f in files:
             if not f.is_file():
                 raise CheckpointError(f"{index} names {f.name}, which is missing")
@@ -130,15 +127,7 @@ def _files(path: Path) -> list[Path]:
 
 
 def _json(file: Path) -> dict:
-    if not file.is_file():
-        return {}
-    try:
-        value = json.loads(file.read_text())
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"{file}: invalid JSON ({exc})") from exc
-    if not isinstance(value, dict):
-        raise CheckpointError(f"{file}: expected a JSON object")
-    return value
+    return load_json(file) if file.is_file() else {}
 
 
 def quantization_config(folder: Path, config: dict) -> dict:
@@ -241,8 +230,12 @@ class _Grouper:
                                   f"(quant_method {method or 'missing'!r})")
         qweight = self.raw[owner]
         qzeros, scales = self.need(prefix + ".qzeros", owner), self.need(prefix + ".scales", owner)
-        bits = int(self.qconfig.get("bits", self.qconfig.get("w_bit", 4)))
-        group_size = int(self.qconfig.get("group_size", self.qconfig.get("q_group_size", 128)))
+        q = Values(self.qconfig, "quantization_config")
+        bits = q.integer("bits", q.integer("w_bit", 4, lo=1, hi=8), lo=1, hi=8)
+        group_size = q.integer("group_size", q.integer("q_group_size", 128, lo=-1, hi=1 << 20),
+                               lo=-1, hi=1 << 20)
+        if group_size == 0:
+            q.fail("group_size", 0, "is not -1 or a positive group size")
         if len(qweight.shape) != 2:
             raise CheckpointError(f"tensor {owner!r} in {qweight.file} has shape "
                                   f"{list(qweight.shape)}; expected 2 dimensions")
@@ -288,8 +281,9 @@ class _Grouper:
         elif inverse is None and scale.shape in ((n,), (n, 1)):
             attrs = {"scale": "channel"}
         else:
-            block = self.qconfig.get("weight_block_size", (128, 128))
-            attrs = {"scale": "block", "block": tuple(int(b) for b in block)}
+            q = Values(self.qconfig, "quantization_config")
+            block = q.int_list("weight_block_size", [128, 128], lo=1, hi=1 << 16, max_len=2)
+            attrs = {"scale": "block", "block": tuple(block)}
         self.add(prefix + ".weight", (n, k), fmt, attrs, [weight, scale])
 
     def nvfp4(self, prefix: str) -> None:

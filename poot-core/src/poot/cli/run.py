@@ -25,8 +25,10 @@ def add_parser(sub):
 def run(args) -> int:
     import time
 
-    from poot.models.runner import load
+    from poot.models.runner import at_least_one, load
 
+    at_least_one("--max-tokens", args.max_tokens)
+    at_least_one("--max-seq", args.max_seq)
     def progress(msg: str) -> None:
         if not args.quiet:
             print(f"[poot] {msg}", file=sys.stderr, flush=True)

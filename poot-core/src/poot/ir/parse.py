@@ -44,8 +44,20 @@ _WEIGHT = re.compile(rf"^const ({_STRING}) from ({_STRING})(?: payload ({_STRING
 _PACKED = re.compile(r"^(.*)\[(\d+)x(\d+)(?:;(.*))?\]$")
 
 
+#: regions nested deeper than this are refused (real graphs nest one or two deep)
+MAX_REGION_DEPTH = 32
+#: value ids above max(this, VALUE_ID_SLACK x the text's lines) are refused: the value table
+#: has a row for every id up to the largest, so the largest id bounds what parsing allocates
+MIN_VALUE_ID_BOUND, VALUE_ID_SLACK = 1 << 16, 64
+#: what an untrusted text may raise deep inside a literal or a number
+_BAD_TEXT = (ValueError, SyntaxError, KeyError, TypeError, OverflowError, RecursionError,
+             MemoryError, AttributeError, PootError)
+
+
 def parse(text: str) -> Graph:
     """The Graph printed as `text` (see poot.ir.text)."""
+    if not isinstance(text, str):
+        raise ParseError(f"parse takes the text of a graph, got {type(text).__name__}")
     p = _Parser(text.splitlines())
     g = p.graph()
     if p.i != len(p.lines):
@@ -267,6 +279,13 @@ class _Parser:
     def __init__(self, lines: list[str]):
         self.lines = lines
         self.i = 0
+        self.max_id = max(MIN_VALUE_ID_BOUND, VALUE_ID_SLACK * len(lines))
+
+    def value_id(self, index: int) -> int:
+        if index > self.max_id:
+            raise ValueError(f"value id %{index} is above the bound {self.max_id} for a text "
+                             f"of {len(self.lines)} lines")
+        return index
 
     def fail(self, msg: str, cause: Exception | None = None):
         line = self.lines[self.i] if self.i < len(self.lines) else "<end of text>"
@@ -279,7 +298,9 @@ class _Parser:
             self.fail("unexpected end of text")
         return self.lines[self.i].strip()
 
-    def graph(self) -> Graph:
+    def graph(self, depth: int = 0) -> Graph:
+        if depth > MAX_REGION_DEPTH:
+            self.fail(f"regions nested deeper than {MAX_REGION_DEPTH} levels")
         head = self.next()
         if not head.endswith("("):
             self.fail("a graph starts with 'name('")
@@ -290,9 +311,9 @@ class _Parser:
         while (line := self.next()) != ") {":
             try:
                 vid, meta, gen = self.binder(line)
-            except (ValueError, SyntaxError, KeyError, PootError) as e:
-                self.fail(f"bad binder ({e})", e)
-            rows[vid.index] = meta
+                rows[self.value_id(vid.index)] = meta
+            except _BAD_TEXT as e:
+                self.fail(f"bad binder ({_short(e)})", e)
             inputs.append(vid)
             if meta.storage.cls is StorageClass.SLOT:
                 slots.append((vid, meta.storage.slot))
@@ -304,31 +325,37 @@ class _Parser:
         while not (line := self.next()).startswith("} -> "):
             try:
                 out, aval, label, op_text, args = self.eqn_line(line)
-            except (ValueError, SyntaxError, KeyError, PootError) as e:
-                self.fail(f"bad eqn ({e})", e)
+                self.value_id(out.index)
+                for a in args:
+                    if isinstance(a, Value):
+                        self.value_id(a.id.index)
+            except _BAD_TEXT as e:
+                self.fail(f"bad eqn ({_short(e)})", e)
             self.i += 1
             body = None
             if "body" in {f.name for f in dataclasses.fields(self.op_class(op_text))}:
-                body = self.graph()
+                body = self.graph(depth + 1)
             try:
                 op = parse_op(op_text, body, len(args))
-            except (ValueError, SyntaxError, KeyError, TypeError, PootError) as e:
+            except _BAD_TEXT as e:
                 self.i -= 1
-                self.fail(f"bad op ({e})", e)
+                self.fail(f"bad op ({_short(e)})", e)
             ident = Identity.named(label) if label is not None else Identity.ANONYMOUS
             rows[out.index] = ValueMeta(aval, Storage.DEVICE, ident)
             eqns.append(Eqn(op, tuple(args), out))
         try:
             outputs = [self.output(o) for o in split_top(line[len("} -> "):], ";")]
-        except (ValueError, SyntaxError, PootError) as e:
-            self.fail(f"bad outputs ({e})", e)
+            for o in outputs:
+                self.value_id(o.value.index)
+        except _BAD_TEXT as e:
+            self.fail(f"bad outputs ({_short(e)})", e)
         self.i += 1
         size = max(rows, default=-1) + 1
         hole = ValueMeta(TensorType((), DType.F32))
         table = ValueTable([rows.get(i, hole) for i in range(size)])
         try:
             return Graph(_Tables(table, inputs, slots, eqns, outputs, computed), name)
-        except PootError as e:
+        except _BAD_TEXT as e:
             self.i -= 1
             raise ParseError(f"the parsed graph {name!r} is not well formed: {e}") from e
 
@@ -424,6 +451,11 @@ class _Parser:
                 raise ValueError("state_next is 'state_next %out <- %state_in'")
             return GraphOutput(vid, OutputKind.STATE_NEXT, input=ValueId(int(tail[4:])))
         raise ValueError(f"unknown output kind {kind!r}")
+
+
+def _short(e: BaseException) -> str:
+    text = str(e) or type(e).__name__
+    return text if len(text) <= 200 else text[:200] + "..."
 
 
 __all__ = ["parse", "graphs_equal", "ops_equal", "parse_op", "split_top"]

@@ -10,9 +10,11 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
+from poot.checked import MISSING, Values
 from poot.errors import CheckpointError
 from poot.models.llama import LlamaConfig
 from poot.models.rope import RopeScaling
+from poot.models.shapes import LIMITS, check_config
 
 
 @dataclass(frozen=True)
@@ -78,7 +80,8 @@ _GGUF_KEYS = {
 
 
 def from_gguf(meta: dict[str, Any], tensors: dict, max_seq: int | None = None) -> LlamaConfig:
-    arch = meta.get("general.architecture")
+    v = Values(meta, _source(tensors, "the GGUF file"))
+    arch = v.text("general.architecture", "")
     if arch not in FAMILIES:
         raise CheckpointError(f"unsupported architecture {arch!r}: poot runs "
                               f"{', '.join(sorted(FAMILIES))} GGUF files")
@@ -89,56 +92,56 @@ def from_gguf(meta: dict[str, Any], tensors: dict, max_seq: int | None = None) -
         raise CheckpointError(f"GGUF metadata key {unknown[0]!r} = {meta[unknown[0]]!r} names "
                               f"a {arch} variant poot does not implement")
 
-    def key(name, default=None):
-        v = meta.get(f"{arch}.{name}", default)
-        if v is None:
-            raise CheckpointError(f"GGUF metadata lacks {arch}.{name}")
-        return v
+    def size(name, limit, default=MISSING, lo=1):
+        return v.integer(f"{arch}.{name}", default, lo=lo, hi=LIMITS[limit])
 
-    dim, heads = int(key("embedding_length")), int(key("attention.head_count"))
-    head_dim = int(meta.get(f"{arch}.attention.key_length", dim // heads))
-    if int(meta.get(f"{arch}.attention.value_length", head_dim)) != head_dim:
+    dim, heads = size("embedding_length", "dim"), size("attention.head_count", "heads")
+    head_dim = size("attention.key_length", "head_dim", max(dim // heads, 1))
+    if size("attention.value_length", "head_dim", head_dim) != head_dim:
         raise CheckpointError(f"{arch}.attention.value_length differs from key_length: poot's "
                               f"attention takes one head dim")
-    vocab = meta.get(f"{arch}.vocab_size") or len(meta.get("tokenizer.ggml.tokens", []))
-    if not vocab:
+    tokens = v.text_list("tokenizer.ggml.tokens", [], max_len=LIMITS["vocab"])
+    vocab = size("vocab_size", "vocab", 0) or len(tokens)
+    if not vocab and "token_embd.weight" in tensors:
         vocab = tensors["token_embd.weight"].shape[0]
-    layers = int(key("block_count"))
-    ctx = int(key("context_length"))
-    window = meta.get(f"{arch}.attention.sliding_window")
+    layers, ctx = size("block_count", "layers"), size("context_length", "max_seq")
+    window = size("attention.sliding_window", "max_seq", 0, lo=0)
     sliding: tuple[bool, ...] = ()
     if window:
-        period = int(meta.get(f"{arch}.attention.sliding_window_pattern", fam.sliding_period))
+        period = size("attention.sliding_window_pattern", "layers", fam.sliding_period, lo=0)
         sliding = tuple((i + 1) % period != 0 if period else True for i in range(layers))
-    experts = int(meta.get(f"{arch}.expert_count", 0) or 0)
+    experts = size("expert_count", "experts", 0, lo=0)
     moe = {}
     if experts:
         if "blk.0.ffn_gate_exps.weight" not in tensors:
             raise CheckpointError(f"{arch} GGUF with {experts} experts has no stacked "
                                   f"blk.0.ffn_gate_exps.weight (per-expert tensors of old "
                                   f"converters are not read)")
-        shared = int(meta.get(f"{arch}.expert_shared_feed_forward_length", 0) or 0)
-        moe = dict(experts=experts, experts_used=int(key("expert_used_count")),
-                   expert_ffn=int(meta.get(f"{arch}.expert_feed_forward_length")
-                                  or tensors["blk.0.ffn_gate_exps.weight"].shape[1]),
-                   norm_topk=bool(meta.get(f"{arch}.expert_weights_norm", arch != "qwen2moe")),
+        shared = size("expert_shared_feed_forward_length", "ffn", 0, lo=0)
+        moe = dict(experts=experts, experts_used=size("expert_used_count", "experts"),
+                   expert_ffn=size("expert_feed_forward_length", "ffn", 0, lo=0)
+                   or tensors["blk.0.ffn_gate_exps.weight"].shape[1],
+                   norm_topk=v.flag(f"{arch}.expert_weights_norm", arch != "qwen2moe"),
                    shared_ffn=shared or (tensors["blk.0.ffn_gate_shexp.weight"].shape[0]
                                          if "blk.0.ffn_gate_shexp.weight" in tensors else 0))
-    return LlamaConfig(
+    config = LlamaConfig(
         vocab=int(vocab), dim=dim, layers=layers, heads=heads,
-        kv_heads=int(meta.get(f"{arch}.attention.head_count_kv", heads)), head_dim=head_dim,
-        ffn=int(meta.get(f"{arch}.feed_forward_length", 0) if experts
-                else key("feed_forward_length")),
-        norm_eps=float(key("attention.layer_norm_rms_epsilon", 1e-5)),
-        rope_base=float(meta.get(f"{arch}.rope.freq_base", 10000.0)),
-        rope_scaling=_gguf_rope_scaling(meta, arch, "rope_freqs.weight" in tensors),
-        rope_dim=int(meta.get(f"{arch}.rope.dimension_count", head_dim)) or None,
+        kv_heads=size("attention.head_count_kv", "kv_heads", heads), head_dim=head_dim,
+        ffn=size("feed_forward_length", "ffn", 0, lo=0) if experts
+        else size("feed_forward_length", "ffn"),
+        norm_eps=v.number(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5, positive=True,
+                          hi=1.0),
+        rope_base=v.number(f"{arch}.rope.freq_base", 10000.0, positive=True),
+        rope_scaling=_gguf_rope_scaling(v, arch, "rope_freqs.weight" in tensors),
+        rope_dim=size("rope.dimension_count", "head_dim", head_dim, lo=0) or None,
         rope_layout=fam.gguf_rows, tied="output.weight" not in tensors,
         qkv_bias="blk.0.attn_q.bias" in tensors,
         max_seq=min(ctx, max_seq or ctx), arch=arch, **_traits(fam, dim),
-        window=int(window) if window else None, sliding=sliding,
-        rope_base_local=float(meta.get(f"{arch}.rope.freq_base_swa", fam.rope_base_local
-                                       or 0)) or None, **moe)
+        window=window or None, sliding=sliding,
+        rope_base_local=v.number(f"{arch}.rope.freq_base_swa", fam.rope_base_local or 0.0,
+                                 lo=0.0) or None, **moe)
+    check_config(config, tensors, "gguf", v.file)
+    return config
 
 
 def _traits(fam: Family, dim: int) -> dict:
@@ -146,10 +149,11 @@ def _traits(fam: Family, dim: int) -> dict:
                 embed_scale=math.sqrt(dim) if fam.embed_scale else 1.0)
 
 
-def _gguf_rope_scaling(meta, arch: str, has_freqs: bool) -> RopeScaling:
-    kind = meta.get(f"{arch}.rope.scaling.type")
-    factor = float(meta.get(f"{arch}.rope.scaling.factor", 1.0))
-    orig = int(meta.get(f"{arch}.rope.scaling.original_context_length", 0))
+def _gguf_rope_scaling(v: Values, arch: str, has_freqs: bool) -> RopeScaling:
+    kind = v.text(f"{arch}.rope.scaling.type", None)
+    factor = v.number(f"{arch}.rope.scaling.factor", 1.0, positive=True, hi=1e6)
+    orig = v.integer(f"{arch}.rope.scaling.original_context_length", 0, lo=0,
+                     hi=LIMITS["max_seq"])
     if kind in (None, "none", ""):
         return RopeScaling()  # llama3 scaling lives in the rope_freqs tensor when present
     if kind == "linear":
@@ -158,7 +162,7 @@ def _gguf_rope_scaling(meta, arch: str, has_freqs: bool) -> RopeScaling:
         if not orig:
             raise CheckpointError(f"GGUF YaRN scaling lacks "
                                   f"{arch}.rope.scaling.original_context_length")
-        if meta.get(f"{arch}.rope.scaling.yarn_log_multiplier"):
+        if v.number(f"{arch}.rope.scaling.yarn_log_multiplier", 0.0):
             raise CheckpointError(f"{arch}.rope.scaling.yarn_log_multiplier (DeepSeek's mscale) "
                                   f"is not implemented")
         return RopeScaling("yarn", factor, orig)
@@ -166,15 +170,15 @@ def _gguf_rope_scaling(meta, arch: str, has_freqs: bool) -> RopeScaling:
                           f"(linear and yarn; llama3 through the rope_freqs tensor)")
 
 
-def _hf_folder(tensors: dict) -> str:
-    """The folder a safetensors checkpoint's tensors come from (for error messages)."""
+def _source(tensors: dict, unknown: str, folder: bool = False) -> str:
+    """The file (or, with folder, its folder) the tensors come from, for error messages."""
     from pathlib import Path
 
     for t in tensors.values():
         ref = getattr(t, "ref", None)
         if ref is not None and ref.checkpoint:
-            return str(Path(ref.checkpoint).parent)
-    return "the HF folder"
+            return str(Path(ref.checkpoint).parent) if folder else ref.checkpoint
+    return unknown
 
 
 #: the tensors every decoder layer needs (GGUF names; HF names are mapped to them)
@@ -247,6 +251,14 @@ _HF_READ = {
     "decoder_sparse_step", "mlp_only_layers", "router_aux_loss_coef", "output_router_logits",
     "router_jitter_noise",
 }
+#: the LIMITS entry bounding each integer config.json key
+_HF_LIMITS = {
+    "hidden_size": "dim", "num_attention_heads": "heads", "num_key_value_heads": "kv_heads",
+    "head_dim": "head_dim", "num_hidden_layers": "layers", "intermediate_size": "ffn",
+    "moe_intermediate_size": "ffn", "max_position_embeddings": "max_seq",
+    "vocab_size": "vocab", "num_local_experts": "experts", "num_experts": "experts",
+    "num_experts_per_tok": "experts",
+}
 #: rope_scaling keys read per kind (beyond rope_type/type, rope_theta)
 _ROPE_KEYS = {
     "default": set(), "linear": {"factor"},
@@ -258,8 +270,9 @@ _ROPE_KEYS = {
 
 
 def from_hf(cfg: dict[str, Any], tensors: dict, max_seq: int | None = None) -> LlamaConfig:
-    where = _hf_folder(tensors)
-    model_type = cfg.get("model_type")
+    where = _source(tensors, "the HF folder", folder=True)
+    v = Values(cfg, f"{where}/config.json")
+    model_type = v.text("model_type", "")
     if model_type not in HF_TYPES:
         raise CheckpointError(f"{where}: unsupported architecture {model_type!r} (config.json "
                               f"model_type): poot runs {', '.join(sorted(HF_TYPES))} HF folders")
@@ -273,18 +286,10 @@ def from_hf(cfg: dict[str, Any], tensors: dict, max_seq: int | None = None) -> L
     if unknown:
         refuse(unknown[0], f"a {model_type} setting poot does not implement")
 
-    def key(name, default=None, kind=int):
-        value = cfg.get(name)
-        if value is None:
-            if default is None:
-                raise CheckpointError(f"{where}: config.json lacks {name!r} "
-                                      f"(needed for a {model_type} model)")
-            return default
-        try:
-            return kind(value)
-        except (TypeError, ValueError):
-            raise CheckpointError(f"{where}: config.json has {name} = {value!r}, "
-                                  f"not a {kind.__name__}") from None
+    def key(name, default=MISSING, kind=int):
+        if kind is float:
+            return v.number(name, default, positive=True, hi=1.0)
+        return v.integer(name, default, lo=1, hi=LIMITS[_HF_LIMITS[name]])
 
     act_key = "hidden_activation" if "hidden_activation" in cfg else "hidden_act"
     if cfg.get(act_key, fam.hf_act[0]) not in fam.hf_act:
@@ -300,7 +305,7 @@ def from_hf(cfg: dict[str, Any], tensors: dict, max_seq: int | None = None) -> L
     layers = key("num_hidden_layers")
     ctx = key("max_position_embeddings", 2048)
     rope_base, scaling = _hf_rope(cfg, where, ctx)
-    window, sliding = _hf_sliding(cfg, arch, layers, where)
+    window, sliding = _hf_sliding(v, arch, layers)
     local = cfg.get("rope_local_base_freq") if arch == "gemma3" else None
     scalar = cfg.get("query_pre_attn_scalar")
     config = LlamaConfig(
@@ -316,22 +321,23 @@ def from_hf(cfg: dict[str, Any], tensors: dict, max_seq: int | None = None) -> L
         rope_base_local=float(local if local is not None else fam.rope_base_local or 0)
         or None)
     if fam.moe:
-        config = replace(config, **_hf_moe(cfg, fam, where, key))
+        config = replace(config, **_hf_moe(cfg, v, fam, where, key))
     elif any(cfg.get(k) for k in ("num_local_experts", "num_experts")):
         refuse("num_experts" if cfg.get("num_experts") else "num_local_experts",
                f"experts in a {model_type} model")
     quant = cfg.get("quantization_config")
     _check_hf_tensors(config, tensors, where,
                       quant.get("quant_method") if isinstance(quant, dict) else None)
+    check_config(config, tensors, "safetensors", v.file)
     return config
 
 
-def _hf_moe(cfg: dict, fam: Family, where: str, key) -> dict:
+def _hf_moe(cfg: dict, v: Values, fam: Family, where: str, key) -> dict:
     """The experts of a Mixtral / Qwen2-MoE / Qwen3-MoE config (every layer sparse)."""
     def refuse(name, why):
         raise CheckpointError(f"{where}: config.json {name} = {cfg.get(name)!r}: {why}")
 
-    if int(cfg.get("decoder_sparse_step", 1)) != 1:
+    if v.integer("decoder_sparse_step", 1) != 1:
         refuse("decoder_sparse_step", "poot runs configs where every layer has experts")
     if cfg.get("mlp_only_layers"):
         refuse("mlp_only_layers", "poot runs configs where every layer has experts")
@@ -340,8 +346,9 @@ def _hf_moe(cfg: dict, fam: Family, where: str, key) -> dict:
                     expert_ffn=key("intermediate_size"), norm_topk=True)
     return dict(experts=key("num_experts"), experts_used=key("num_experts_per_tok"),
                 expert_ffn=key("moe_intermediate_size"),
-                norm_topk=bool(cfg.get("norm_topk_prob", False)),
-                shared_ffn=int(cfg.get("shared_expert_intermediate_size") or 0))
+                norm_topk=v.flag("norm_topk_prob", False),
+                shared_ffn=v.integer("shared_expert_intermediate_size", 0, lo=0,
+                                     hi=LIMITS["ffn"]))
 
 
 def _hf_rope(cfg: dict, where: str, ctx: int) -> tuple[float, RopeScaling]:
@@ -387,24 +394,22 @@ def _hf_rope(cfg: dict, where: str, ctx: int) -> tuple[float, RopeScaling]:
                              truncate=bool(rs.get("truncate", True)))
 
 
-def _hf_sliding(cfg: dict, arch: str, layers: int, where: str):
+def _hf_sliding(v: Values, arch: str, layers: int):
     """(window, per-layer sliding flags) from sliding_window and layer_types (or Gemma 3's
     sliding_window_pattern, or Qwen2's use_sliding_window / max_window_layers)."""
-    window = cfg.get("sliding_window")
-    if not window or not cfg.get("use_sliding_window", True):
+    window = v.integer("sliding_window", 0, lo=0, hi=LIMITS["max_seq"])
+    if not window or not v.flag("use_sliding_window", True):
         return None, ()
-    types = cfg.get("layer_types")
+    types = v.text_list("layer_types", None, max_len=layers)
     if types is not None:
-        if not isinstance(types, list) or len(types) != layers or \
-                not set(types) <= {"sliding_attention", "full_attention"}:
-            raise CheckpointError(f"{where}: config.json layer_types must list "
-                                  f"'sliding_attention' or 'full_attention' for each of the "
-                                  f"{layers} layers")
-        return int(window), tuple(t == "sliding_attention" for t in types)
+        if len(types) != layers or not set(types) <= {"sliding_attention", "full_attention"}:
+            v.fail("layer_types", types, f"must list 'sliding_attention' or 'full_attention' "
+                                         f"for each of the {layers} layers")
+        return window, tuple(t == "sliding_attention" for t in types)
     if arch == "gemma3":
-        period = int(cfg.get("sliding_window_pattern", 6))
-        return int(window), tuple((i + 1) % period != 0 for i in range(layers))
+        period = v.integer("sliding_window_pattern", 6, lo=1, hi=LIMITS["layers"])
+        return window, tuple((i + 1) % period != 0 for i in range(layers))
     if arch == "qwen2":
-        first = int(cfg.get("max_window_layers", layers))
-        return int(window), tuple(i >= first for i in range(layers))
-    return int(window), (True,) * layers
+        first = v.integer("max_window_layers", layers, lo=0, hi=LIMITS["layers"])
+        return window, tuple(i >= first for i in range(layers))
+    return window, (True,) * layers

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from poot.errors import BindError
+from poot.errors import BindError, RequestError
 
 
 @dataclass
@@ -70,7 +70,9 @@ class Model:
 
         self.checkpoint, self.config, self.tokenizer = checkpoint, config, tokenizer
         self.backend, self.device = backend, device
-        self.kv, self.prefill_tokens = kv, prefill_tokens
+        at_least_one("prefill_tokens", prefill_tokens)
+        # a prefill chunk longer than the KV capacity could never be written into it
+        self.kv, self.prefill_tokens = kv, min(prefill_tokens, config.max_seq)
         self.weights = weights if weights is not None else \
             CheckpointWeights(checkpoint, config)
         self.consts: dict[str, np.ndarray] = {}
@@ -159,6 +161,7 @@ class Model:
         string or max_tokens). Timing lands in `self.stats`."""
         from poot.models.sampling import Sampler
 
+        at_least_one("max_tokens", max_tokens)
         ids = list(prompt) if not isinstance(prompt, str) else self.prompt_ids(prompt, chat)
         room = self.config.max_seq - len(ids)
         if room <= 0:
@@ -211,6 +214,7 @@ class Model:
         token per sequence per step, sharing one paged KV pool."""
         from poot.models.sampling import Sampler
 
+        at_least_one("max_tokens", max_tokens)
         session = self.session("paged", batch=len(prompts))
         seqs = list(range(len(prompts)))
         ids = [self.prompt_ids(p, chat) for p in prompts]
@@ -241,20 +245,34 @@ class Model:
         return [self.tokenizer.decode(o) for o in out]
 
 
+def at_least_one(name: str, value) -> None:
+    """Refuse a count (max_tokens, max_seq) below 1 with a RequestError."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise RequestError(f"{name} must be a whole number of at least 1, got {value!r}")
+
+
 def load(model: str, backend: str | None = None, *, kv: str = "dense", max_seq: int = 1024,
          prefill_tokens: int = 32, progress=None) -> Model:
     """Open `model` ("smollm2", a .gguf file, an HF folder) for the named backend, or
     the best available one (the reference backend where there is no GPU)."""
     from poot.backend import select_backend
+    from poot.errors import ConfigError
     from poot.models.loader import open_model
+    from poot.models.shapes import check_memory
     from poot.models.tokenizer import Tokenizer
 
+    at_least_one("max_seq", max_seq)
     ckpt, config = open_model(model, max_seq=max_seq)
     if ckpt.kind == "gguf":
-        tok = Tokenizer.from_gguf_metadata(ckpt.metadata)
+        tok = Tokenizer.from_gguf_metadata(ckpt.metadata, str(ckpt.path))
     else:
         tok = Tokenizer.from_hf_folder(ckpt.path)
+    if tok.vocab_size > config.vocab:
+        raise ConfigError(f"{ckpt.path}: the tokenizer has {tok.vocab_size} tokens but the "
+                          f"embedding only {config.vocab} rows", file=str(ckpt.path),
+                          key="vocab", value=config.vocab)
     b, dev = select_backend(backend)
     config = replace(config, max_seq=min(config.max_seq, max_seq))
+    check_memory(config)
     return Model(ckpt, config, tok, b, dev, kv=kv, prefill_tokens=prefill_tokens,
                  progress=progress)

@@ -13,12 +13,12 @@ Decoding works on bytes so that a streamed piece never splits a multi-byte UTF-8
 from __future__ import annotations
 
 import codecs
-import json
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from poot.checked import Values, load_json, read_text
 from poot.errors import CheckpointError, TokenizerError
 
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
@@ -189,64 +189,83 @@ class Tokenizer:
 
     # -- construction ------------------------------------------------------------------------
     @classmethod
-    def from_gguf_metadata(cls, meta: dict[str, Any]) -> Tokenizer:
-        """Build from the `tokenizer.*` keys of a GGUF (see poot.models.gguf_meta)."""
-        kind = meta.get("tokenizer.ggml.model")
-        tokens = meta.get("tokenizer.ggml.tokens")
+    def from_gguf_metadata(cls, meta: dict[str, Any], file: str = "GGUF metadata") -> Tokenizer:
+        """Build from the `tokenizer.*` keys of a GGUF (see poot.models.gguf_meta); `file`
+        names the GGUF in errors."""
+        from poot.models.shapes import LIMITS
+
+        v = Values(meta, file)
+        kind = v.text("tokenizer.ggml.model", None)
+        tokens = v.text_list("tokenizer.ggml.tokens", [], max_len=LIMITS["vocab"])
         if not tokens:
-            raise CheckpointError("GGUF metadata has no tokenizer.ggml.tokens vocabulary")
-        types = meta.get("tokenizer.ggml.token_type") or [NORMAL] * len(tokens)
-        if len(types) != len(tokens):
-            raise CheckpointError(f"GGUF tokenizer has {len(tokens)} tokens but "
+            raise CheckpointError(f"{file}: GGUF metadata has no tokenizer.ggml.tokens "
+                                  "vocabulary")
+        n = len(tokens)
+        types = v.int_list("tokenizer.ggml.token_type", None, lo=0, hi=BYTE) or [NORMAL] * n
+        if len(types) != n:
+            raise CheckpointError(f"{file}: GGUF tokenizer has {n} tokens but "
                                   f"{len(types)} token types")
+
+        def token_id(key):
+            return v.integer(f"tokenizer.ggml.{key}", None, lo=0, hi=n - 1)
+
         if kind == "gpt2":
-            backend, token_bytes = _byte_level_backend(meta, tokens, types)
+            backend, token_bytes = _byte_level_backend(v, tokens, types)
             strip = False
         elif kind == "llama":
-            backend, token_bytes, strip = _sentencepiece_backend(meta, tokens, types)
+            backend, token_bytes, strip = _sentencepiece_backend(v, tokens, types,
+                                                                 token_id("unknown_token_id"))
         else:
-            raise CheckpointError(f"GGUF tokenizer model {kind!r} is not supported; poot reads "
-                                  "'gpt2' (byte-level BPE) and 'llama' (SentencePiece BPE)")
+            raise CheckpointError(f"{file}: GGUF tokenizer model {kind!r} is not supported; "
+                                  "poot reads 'gpt2' (byte-level BPE) and 'llama' "
+                                  "(SentencePiece BPE)")
         special = [i for i, t in enumerate(types) if t == CONTROL]
         _add_special_tokens(backend, tokens, types)
-        stop = [meta.get(f"tokenizer.ggml.{k}_token_id") for k in ("eot", "eom")]
+        stop = [token_id(f"{k}_token_id") for k in ("eot", "eom")]
         stop += [i for i in special if tokens[i] in END_OF_GENERATION]
         return cls(
             backend, tokens=tokens, token_bytes=token_bytes, special_ids=special,
-            bos_id=meta.get("tokenizer.ggml.bos_token_id"),
-            eos_id=meta.get("tokenizer.ggml.eos_token_id"),
-            pad_id=meta.get("tokenizer.ggml.padding_token_id"),
-            add_bos=bool(meta.get("tokenizer.ggml.add_bos_token", kind == "llama")),
-            add_eos=bool(meta.get("tokenizer.ggml.add_eos_token", False)),
+            bos_id=token_id("bos_token_id"), eos_id=token_id("eos_token_id"),
+            pad_id=token_id("padding_token_id"),
+            add_bos=v.flag("tokenizer.ggml.add_bos_token", kind == "llama"),
+            add_eos=v.flag("tokenizer.ggml.add_eos_token", False),
             stop_ids=[i for i in stop if i is not None], strip_leading_space=strip,
-            chat_template=meta.get("tokenizer.chat_template") or _builtin_template(meta),
+            chat_template=v.text("tokenizer.chat_template", None) or _builtin_template(v.text("general.architecture", "")),
         )
 
     @classmethod
     def from_gguf(cls, path: str | Path) -> Tokenizer:
         from poot.models.gguf_meta import read_gguf_metadata
 
-        return cls.from_gguf_metadata(read_gguf_metadata(path))
+        return cls.from_gguf_metadata(read_gguf_metadata(path), str(path))
 
     @classmethod
     def from_hf_folder(cls, path: str | Path) -> Tokenizer:
-        """Build from an HF folder: tokenizer.json, plus tokenizer_config.json and config.json."""
+        """Build from an HF folder: tokenizer.json, plus tokenizer_config.json, config.json
+        and generation_config.json."""
         from tokenizers import Tokenizer as HFTokenizer
 
         folder = Path(path)
         file = folder / "tokenizer.json"
         if not file.is_file():
             raise CheckpointError(f"{folder} has no tokenizer.json")
+        spec = load_json(file)  # UTF-8, depth-limited, an object: before the Rust parser sees it
         try:
             backend = HFTokenizer.from_file(str(file))
-        except Exception as exc:  # tokenizers raises a bare Exception on malformed JSON
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:  # a bare Exception, or a Rust panic (a BaseException)
             raise CheckpointError(f"cannot read {file}: {exc}") from exc
-        spec = json.loads(file.read_text(encoding="utf-8"))
-        config = _read_json(folder / "tokenizer_config.json")
-        model_config = _read_json(folder / "config.json")
+        config = _side_file(folder / "tokenizer_config.json")
+        model_config = _side_file(folder / "config.json")
+        generation = _side_file(folder / "generation_config.json")
         scheme = _hf_byte_scheme(spec, file)
         size = backend.get_vocab_size(with_added_tokens=True)
         added = backend.get_added_tokens_decoder()
+        beyond = [i for i in added if not 0 <= i < size]
+        if beyond:
+            raise CheckpointError(f"{file}: added token id {beyond[0]} lies outside the "
+                                  f"vocabulary of {size} tokens")
         table = gpt2_unicode_to_byte()
         tokens, token_bytes = [], []
         for i in range(size):
@@ -258,18 +277,21 @@ class Tokenizer:
                 token_bytes.append(_byte_level_bytes(token, table))
             else:
                 token_bytes.append(_sentencepiece_bytes(token))
-        bos_id = _hf_token_id(backend, config.get("bos_token"), model_config.get("bos_token_id"))
-        eos_ids = _as_list(model_config.get("eos_token_id"))
-        eos_id = _hf_token_id(backend, config.get("eos_token"), eos_ids[0] if eos_ids else None)
+        bos_id = _hf_token_id(backend, config.values.get("bos_token"),
+                              model_config.integer("bos_token_id", None, lo=0, hi=size - 1))
+        eos_ids = _id_list(model_config, "eos_token_id", size)
+        eos_id = _hf_token_id(backend, config.values.get("eos_token"),
+                              eos_ids[0] if eos_ids else None)
         special = [i for i, tok in added.items() if tok.special]
-        stop_ids = eos_ids + [i for i in special if tokens[i] in END_OF_GENERATION]
+        stop_ids = eos_ids + _id_list(generation, "eos_token_id", size) + \
+            [i for i in special if tokens[i] in END_OF_GENERATION]
         probe_bos, probe_eos = _post_processor_adds(backend, bos_id, eos_id)
         return cls(
             backend, tokens=tokens, token_bytes=token_bytes,
             special_ids=special, bos_id=bos_id, eos_id=eos_id,
-            pad_id=_hf_token_id(backend, config.get("pad_token"), None),
-            add_bos=bool(config.get("add_bos_token", probe_bos)),
-            add_eos=bool(config.get("add_eos_token", probe_eos)),
+            pad_id=_hf_token_id(backend, config.values.get("pad_token"), None),
+            add_bos=config.flag("add_bos_token", probe_bos),
+            add_eos=config.flag("add_eos_token", probe_eos),
             stop_ids=stop_ids, strip_leading_space=scheme == "sentencepiece",
             chat_template=_hf_chat_template(folder, config),
         )
@@ -316,10 +338,10 @@ class StreamDecoder:
         return text
 
 
-def _builtin_template(meta: dict[str, Any]) -> str | None:
+def _builtin_template(arch: str) -> str | None:
     from poot.models.chat import BUILTIN_TEMPLATES
 
-    return BUILTIN_TEMPLATES.get(meta.get("general.architecture"))
+    return BUILTIN_TEMPLATES.get(arch)
 
 
 # -- GGUF vocabularies -----------------------------------------------------------------------
@@ -331,19 +353,19 @@ def _first_id_vocab(tokens: Sequence[str]) -> dict[str, int]:
     return vocab
 
 
-def _byte_level_backend(meta: dict[str, Any], tokens: list[str], types: list[int]):
+def _byte_level_backend(v: Values, tokens: list[str], types: list[int]):
     from tokenizers import Tokenizer as HFTokenizer
-    from tokenizers import decoders, models
+    from tokenizers import decoders
 
-    pre = meta.get("tokenizer.ggml.pre", "default")
+    pre = v.text("tokenizer.ggml.pre", "default")
     rule = PRE_TOKENIZERS.get(pre)
     if rule is None:
         raise CheckpointError(
-            f"GGUF pre-tokenizer {pre!r} is not supported; poot knows "
+            f"{v.file}: GGUF pre-tokenizer {pre!r} is not supported; poot knows "
             f"{', '.join(sorted(PRE_TOKENIZERS))}")
-    merges = [_split_merge(m) for m in meta.get("tokenizer.ggml.merges") or []]
+    merges = [_split_merge(m, v.file) for m in v.text_list("tokenizer.ggml.merges", [])]
     options = {"ignore_merges": True} if rule.ignore_merges else {}
-    model = models.BPE(_first_id_vocab(tokens), merges, fuse_unk=False, **options)
+    model = _bpe(v.file, _first_id_vocab(tokens), merges, fuse_unk=False, **options)
     backend = HFTokenizer(model)
     backend.pre_tokenizer = rule.build()
     backend.decoder = decoders.ByteLevel()
@@ -355,25 +377,41 @@ def _byte_level_backend(meta: dict[str, Any], tokens: list[str], types: list[int
     return backend, token_bytes
 
 
-def _split_merge(merge: str) -> tuple[str, str]:
+def _bpe(file: str, vocab: dict[str, int], merges: list[tuple[str, str]], **options):
+    """A tokenizers BPE model, or a CheckpointError (e.g. a merge of tokens not in the
+    vocabulary: tokenizers raises a bare Exception)."""
+    from tokenizers import models
+
+    try:
+        return models.BPE(vocab, merges, **options)
+    except Exception as exc:
+        raise CheckpointError(f"{file}: the GGUF vocabulary and merges do not form a BPE "
+                              f"tokenizer ({exc})") from exc
+
+
+def _split_merge(merge: str, file: str) -> tuple[str, str]:
     left, sep, right = merge.partition(" ")
     if not sep or not left or not right:
-        raise CheckpointError(f"GGUF merge {merge!r} is not two tokens separated by a space")
+        raise CheckpointError(f"{file}: GGUF merge {merge!r} is not two tokens separated by "
+                              "a space")
     return left, right
 
 
-def _sentencepiece_backend(meta: dict[str, Any], tokens: list[str], types: list[int]):
+def _sentencepiece_backend(v: Values, tokens: list[str], types: list[int], unk_id: int | None):
     from tokenizers import Tokenizer as HFTokenizer
-    from tokenizers import decoders, models, normalizers
+    from tokenizers import decoders, normalizers
 
-    scores = meta.get("tokenizer.ggml.scores") or [-float(i) for i in range(len(tokens))]
-    unk_id = meta.get("tokenizer.ggml.unknown_token_id")
-    model = models.BPE(
-        _first_id_vocab(tokens), _merges_from_scores(tokens, types, scores),
+    scores = v.number_list("tokenizer.ggml.scores", None) or \
+        [-float(i) for i in range(len(tokens))]
+    if len(scores) != len(tokens):
+        raise CheckpointError(f"{v.file}: GGUF tokenizer has {len(tokens)} tokens but "
+                              f"{len(scores)} scores")
+    model = _bpe(
+        v.file, _first_id_vocab(tokens), _merges_from_scores(tokens, types, scores),
         unk_token=tokens[unk_id] if unk_id is not None else None,
         fuse_unk=True, byte_fallback=True)
     backend = HFTokenizer(model)
-    prefix = bool(meta.get("tokenizer.ggml.add_space_prefix", True))
+    prefix = v.flag("tokenizer.ggml.add_space_prefix", True)
     steps = [normalizers.Prepend(SPACE_MARK)] if prefix else []
     backend.normalizer = normalizers.Sequence([*steps, normalizers.Replace(" ", SPACE_MARK)])
     tail = [decoders.Strip(" ", 1, 0)] if prefix else []
@@ -413,21 +451,19 @@ def _add_special_tokens(backend, tokens: list[str], types: list[int]) -> None:
 
 
 # -- HF folders ------------------------------------------------------------------------------
-def _read_json(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        return {}
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise CheckpointError(f"{path} is not valid JSON: {exc}") from exc
+def _side_file(path: Path) -> Values:
+    """A side file of an HF folder (an empty one where it is absent), for checked reads."""
+    return Values(load_json(path) if path.is_file() else {}, path)
 
 
 def _hf_byte_scheme(spec: dict[str, Any], file: Path) -> str:
     """'byte_level' or 'sentencepiece', read from the tokenizer.json decoder."""
-    def kinds(node) -> list[str]:
-        if not node:
+    def kinds(node) -> list[str]:  # spec is depth-limited (poot.checked.load_json)
+        if not isinstance(node, dict):
             return []
-        return [node.get("type", "")] + [k for d in node.get("decoders") or [] for k in kinds(d)]
+        inner = node.get("decoders")
+        return [str(node.get("type", ""))] + \
+            [k for d in (inner if isinstance(inner, list) else []) for k in kinds(d)]
 
     found = kinds(spec.get("decoder"))
     if "ByteLevel" in found:
@@ -458,17 +494,25 @@ def _post_processor_adds(backend, bos_id: int | None, eos_id: int | None) -> tup
             eos_id is not None and full[-1:] == [eos_id])
 
 
-def _as_list(value) -> list[int]:
-    if value is None:
-        return []
-    return list(value) if isinstance(value, list) else [value]
+def _id_list(v: Values, key: str, size: int) -> list[int]:
+    """A token id or a list of them (config.json / generation_config.json eos_token_id)."""
+    if isinstance(v.values.get(key), list):
+        return v.int_list(key, lo=0, hi=size - 1, max_len=size)
+    found = v.integer(key, None, lo=0, hi=size - 1)
+    return [] if found is None else [found]
 
 
-def _hf_chat_template(folder: Path, config: dict[str, Any]) -> str | None:
-    template = config.get("chat_template")
+def _hf_chat_template(folder: Path, config: Values) -> str | None:
+    template = config.values.get("chat_template")
     if isinstance(template, list):  # named templates: take the default one
-        named = {t.get("name"): t.get("template") for t in template}
+        named = {}
+        for i, t in enumerate(template):
+            entry = Values(t, f"{config.file} chat_template[{i}]")
+            name = entry.text("name")
+            named[name] = entry.text("template")
         template = named.get("default")
+    elif template is not None:
+        template = config.text("chat_template")
     if template is None and (folder / "chat_template.jinja").is_file():
-        template = (folder / "chat_template.jinja").read_text(encoding="utf-8")
+        template = read_text(folder / "chat_template.jinja")
     return template
