@@ -304,22 +304,22 @@ def from_hf(cfg: dict[str, Any], tensors: dict, max_seq: int | None = None) -> L
     head_dim = key("head_dim", dim // heads)
     layers = key("num_hidden_layers")
     ctx = key("max_position_embeddings", 2048)
-    rope_base, scaling = _hf_rope(cfg, where, ctx)
+    rope_base, scaling = _hf_rope(v, where, ctx)
     window, sliding = _hf_sliding(v, arch, layers)
-    local = cfg.get("rope_local_base_freq") if arch == "gemma3" else None
-    scalar = cfg.get("query_pre_attn_scalar")
+    local = v.number("rope_local_base_freq", None, positive=True) if arch == "gemma3" \
+        else None
+    scalar = v.number("query_pre_attn_scalar", None, positive=True)
     config = LlamaConfig(
         vocab=key("vocab_size"), dim=dim, layers=layers,
         heads=heads, kv_heads=key("num_key_value_heads", heads), head_dim=head_dim,
         ffn=key("intermediate_size"), norm_eps=key("rms_norm_eps", 1e-5, float),
         rope_base=rope_base, rope_scaling=scaling, rope_layout="half",
-        tied=bool(cfg.get("tie_word_embeddings", arch == "gemma3")),
-        qkv_bias=fam.qkv_bias or bool(cfg.get("attention_bias", False)),
+        tied=v.flag("tie_word_embeddings", arch == "gemma3"),
+        qkv_bias=fam.qkv_bias or v.flag("attention_bias", False),
         max_seq=min(ctx, max_seq or ctx), arch=arch, **_traits(fam, dim),
-        attn_scale=float(scalar) ** -0.5 if scalar else None,
+        attn_scale=scalar ** -0.5 if scalar else None,
         window=window, sliding=sliding,
-        rope_base_local=float(local if local is not None else fam.rope_base_local or 0)
-        or None)
+        rope_base_local=(local if local is not None else fam.rope_base_local) or None)
     if fam.moe:
         config = replace(config, **_hf_moe(cfg, v, fam, where, key))
     elif any(cfg.get(k) for k in ("num_local_experts", "num_experts")):
@@ -351,47 +351,38 @@ def _hf_moe(cfg: dict, v: Values, fam: Family, where: str, key) -> dict:
                                      hi=LIMITS["ffn"]))
 
 
-def _hf_rope(cfg: dict, where: str, ctx: int) -> tuple[float, RopeScaling]:
+def _hf_rope(v: Values, where: str, ctx: int) -> tuple[float, RopeScaling]:
     # transformers 5 writes rope_parameters (with rope_theta inside) where 4.x wrote
     # rope_scaling and a top-level rope_theta
-    rs = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
-    name = "rope_scaling" if cfg.get("rope_scaling") else "rope_parameters"
-    if not isinstance(rs, dict):
-        raise CheckpointError(f"{where}: config.json {name} is not an object")
-    kind = rs.get("rope_type", rs.get("type")) or "default"
+    name = "rope_scaling" if v.values.get("rope_scaling") else "rope_parameters"
+    rs = Values(v.mapping(name, None) or {}, f"{v.file} {name}")
+    kind = rs.text("rope_type", None) or rs.text("type", None) or "default"
     if kind not in _ROPE_KEYS:
         raise CheckpointError(f"{where}: config.json {name} rope_type {kind!r} is not "
                               f"supported (poot runs {', '.join(_ROPE_KEYS)})")
-    extra = sorted(set(rs) - _ROPE_KEYS[kind] - {"rope_type", "type", "rope_theta"})
+    extra = sorted(set(rs.values) - _ROPE_KEYS[kind] - {"rope_type", "type", "rope_theta"})
     if extra:
         raise CheckpointError(f"{where}: config.json {name} key {extra[0]!r} is not "
                               f"implemented for rope_type {kind!r}")
-    base = float(cfg.get("rope_theta", rs.get("rope_theta", 10000.0)))
-
-    def num(k, default, kind=float):
-        try:
-            return kind(rs.get(k, default) if rs.get(k) is not None else default)
-        except (TypeError, ValueError):
-            raise CheckpointError(f"{where}: config.json {name} {k} = {rs.get(k)!r} is not "
-                                  f"a number") from None
-
+    base = v.number("rope_theta", rs.number("rope_theta", 10000.0, positive=True),
+                    positive=True)
     if kind == "default":
         return base, RopeScaling()
-    factor = num("factor", 1.0)
+    factor = rs.number("factor", 1.0, positive=True, hi=1e6)
     if kind == "linear":
         return base, RopeScaling("linear", factor)
-    orig = num("original_max_position_embeddings", 0 if kind == "llama3" else ctx, int)
+    orig = rs.integer("original_max_position_embeddings", 0 if kind == "llama3" else ctx,
+                      lo=0, hi=LIMITS["max_seq"])
     if kind == "llama3":
         if not orig:
             raise CheckpointError(f"{where}: config.json {name} (llama3) lacks "
                                   f"original_max_position_embeddings")
-        return base, RopeScaling("llama3", factor, orig, num("low_freq_factor", 1.0),
-                                 num("high_freq_factor", 4.0))
-    att = rs.get("attention_factor")
-    return base, RopeScaling("yarn", factor, orig, beta_fast=num("beta_fast", 32.0),
-                             beta_slow=num("beta_slow", 1.0),
-                             attention_factor=float(att) if att is not None else None,
-                             truncate=bool(rs.get("truncate", True)))
+        return base, RopeScaling("llama3", factor, orig, rs.number("low_freq_factor", 1.0),
+                                 rs.number("high_freq_factor", 4.0))
+    return base, RopeScaling("yarn", factor, orig, beta_fast=rs.number("beta_fast", 32.0),
+                             beta_slow=rs.number("beta_slow", 1.0),
+                             attention_factor=rs.number("attention_factor", None),
+                             truncate=rs.flag("truncate", True))
 
 
 def _hf_sliding(v: Values, arch: str, layers: int):
