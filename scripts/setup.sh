@@ -8,7 +8,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
 
 bash scripts/install-lavapipe.sh
 
-pkgs=(-e "poot-core[models,test]")
+pkgs=(-e "poot-core[models,serve,test]")
 for p in poot-quant poot-backend-cuda poot-backend-wgpu tests/plugins/poot-backend-toy; do
   [ -f "$p/pyproject.toml" ] && pkgs+=(-e "$p")
 done

@@ -4,7 +4,9 @@ A `Session` drives plans of one graph builder, `make_graph(tokens, batch) -> Gra
 object with `.graph`: `poot.models.llama.build_decoder(...)`'s Step, or a `poot.compile`
 result). It plans
 each shape it needs once: a prefill plan for chunks of `prefill_tokens` tokens of one
-sequence, a decode plan for one token of up to `batch` sequences (each graph compiled for
+sequence, a decode plan for one token of up to `batch` sequences, and one more for each
+size in `decode_batches` (a step of n sequences runs the smallest plan that holds n, so a
+server's batch that shrinks and grows pays for the rows it has; each graph compiled for
 the target first, unless compile=False). All its executors share
 one WeightCache (each weight is uploaded once, whichever plan bound it first) and one
 StateStore (state buffers by state name: the prefill and decode plans read and write the
@@ -18,7 +20,7 @@ Dense KV holds one sequence; paged KV holds as many as its pool has blocks for.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -34,7 +36,7 @@ class Session:
     def __init__(self, make_graph: Callable[[int, int], object], consts: Mapping, *,
                  kv: str = "paged", capacity: int, batch: int = 1, prefill_tokens: int = 16,
                  pool_slots: int | None = None, block: int = 16, target=None,
-                 compile: bool = True):
+                 compile: bool = True, decode_batches: Sequence[int] = ()):
         if kv not in ("dense", "paged"):
             raise BindError(f"kv must be 'dense' or 'paged', not {kv!r}")
         if kv == "dense" and batch != 1:
@@ -42,6 +44,10 @@ class Session:
         self.make_graph, self.consts, self.kv, self.target = make_graph, consts, kv, target
         self.compile = compile
         self.capacity, self.batch, self.prefill_tokens = capacity, batch, prefill_tokens
+        if any(not 0 < b <= batch for b in decode_batches):
+            raise BindError(f"decode batch sizes {list(decode_batches)} must lie in 1..{batch}")
+        #: batch sizes of the decode plans, smallest first (the last is `batch`)
+        self.decode_batches = sorted({*decode_batches, batch})
         self.weights: WeightCache | None = None
         self.state: StateStore | None = None
         self.executors: dict[tuple[int, int], Executor] = {}
@@ -137,7 +143,7 @@ class Session:
             pos = self.dense.reserve(1)
             out = self.executor(1, 1).step({"tokens": [int(tokens[seq])], "pos": [pos]})
             return {seq: out.result[0]}
-        b = self.batch
+        b = next(x for x in self.decode_batches if x >= len(seqs))
         toks = np.zeros((b, 1), np.int32)
         pos = np.zeros((b, 1), np.int32)
         wmap = np.full(b, -1, np.int32)
