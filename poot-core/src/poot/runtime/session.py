@@ -134,6 +134,10 @@ class Session:
 
     def decode(self, tokens: Mapping) -> dict:
         """One token for each given sequence (at most `batch`); returns logits by sequence."""
+        return dict(zip(tokens, self.decode_rows(tokens)))
+
+    def decode_rows(self, tokens: Mapping) -> np.ndarray:
+        """decode's logits as one array [len(tokens), vocab], rows in the order of tokens."""
         if not 0 < len(tokens) <= self.batch:
             raise BindError(f"decode takes 1 to {self.batch} sequences, got {len(tokens)}")
         seqs = list(tokens)
@@ -142,7 +146,7 @@ class Session:
             self._dense_check(seq)
             pos = self.dense.reserve(1)
             out = self.executor(1, 1).step({"tokens": [int(tokens[seq])], "pos": [pos]})
-            return {seq: out.result[0]}
+            return out.result[:1]
         b = next(x for x in self.decode_batches if x >= len(seqs))
         toks = np.zeros((b, 1), np.int32)
         pos = np.zeros((b, 1), np.int32)
@@ -155,7 +159,7 @@ class Session:
             smap[r] = self.blocks.slot_map(seq)
         out = self.executor(1, b).step({"tokens": toks, "pos": pos, "write_map": wmap,
                                         "slot_map": smap})
-        return {seq: out.result[r] for r, seq in enumerate(seqs)}
+        return out.result[: len(seqs)]
 
     def _chunk(self, seq, chunk: np.ndarray, t: int) -> np.ndarray:
         n = len(chunk)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from contextlib import asynccontextmanager
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -18,7 +19,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from poot.errors import RequestError
-from poot.serve.engine import Engine, Event
+from poot.serve.engine import Engine, Event, deliver_here
 from poot.serve.protocol import parse_chat, parse_completion
 from poot.serve.responses import Shapes, error_body, request_error_body, sse, usage
 
@@ -30,14 +31,13 @@ class Events:
     """A request's events as the engine sends them, or None once its client has left."""
 
     def __init__(self, receive):
-        self.loop = asyncio.get_running_loop()
         self.queue: asyncio.Queue[Event] = asyncio.Queue()
         self._receive = receive
         self._gone = asyncio.ensure_future(self._watch())
 
     def put(self, event: Event) -> None:
-        """Called from the engine's thread."""
-        self.loop.call_soon_threadsafe(self.queue.put_nowait, event)
+        """Called in the event loop (the engine's deliver hands events over)."""
+        self.queue.put_nowait(event)
 
     async def _watch(self) -> None:
         while (await self._receive())["type"] != "http.disconnect":
@@ -174,5 +174,11 @@ def create_app(engine: Engine) -> Starlette:
               Route("/v1/models", models, methods=["GET"]),
               Route("/health", health, methods=["GET"]),
               Route("/stats", stats, methods=["GET"])]
-    return Starlette(routes=routes, exception_handlers={RequestError: refused,
-                                                        HTTPException: http_error})
+    @asynccontextmanager
+    async def lifespan(app):
+        loop = asyncio.get_running_loop()
+        engine.deliver = lambda events: loop.call_soon_threadsafe(deliver_here, events)
+        yield
+
+    return Starlette(routes=routes, lifespan=lifespan,
+                     exception_handlers={RequestError: refused, HTTPException: http_error})

@@ -13,8 +13,9 @@ Each turn of the loop:
 
 A sequence that ends (EOS, a stop string, max_tokens) or is cancelled leaves the batch in
 the same turn and frees its blocks before its client hears that it finished. The HTTP side
-talks to the loop only through `submit`, `cancel` and `stats`; events go back through the
-callback each request brings (the app hands the loop's thread-safe queue put).
+talks to the loop only through `submit`, `cancel` and `stats`. A turn's events go back in
+one hand-over, `deliver(events)` (the app sets it to one call into its event loop per turn,
+not one per token), which calls each request's own `emit`.
 """
 from __future__ import annotations
 
@@ -89,6 +90,9 @@ class Engine:
         self._ids = itertools.count()
         self._stopping = False
         self._thread: threading.Thread | None = None
+        self._outbox: list[tuple[Job, Event]] = []
+        #: hands a turn's events to the requests' side; by default calls each emit here
+        self.deliver: Callable[[list[tuple[Job, Event]]], None] = deliver_here
         self.counters = dict(steps=0, peak_batch=0, prefill_chunks=0, generated_tokens=0,
                              finished=0, cancelled=0, rejected=0, failed=0)
 
@@ -172,6 +176,9 @@ class Engine:
                 self._guarded([prefilling], self._prefill_chunk, prefilling)
             if decoding:
                 self._guarded(decoding, self._decode, decoding)
+            if self._outbox:
+                outbox, self._outbox = self._outbox, []
+                self.deliver(outbox)
         with self._cv:
             for job in self._active:
                 self.session.close(job.id)
@@ -214,7 +221,7 @@ class Engine:
                     if job in self._active:
                         self._leave(job)
                         self.counters["failed"] += 1
-                        job.emit(Event("error", text=f"{type(exc).__name__}: {exc}"))
+                        self._emit(job, Event("error", text=f"{type(exc).__name__}: {exc}"))
 
     def _prefill_chunk(self, job: Job) -> None:
         ids = job.gen.prompt_ids
@@ -226,15 +233,17 @@ class Engine:
             self._advance(job, logits)
 
     def _decode(self, jobs: list[Job]) -> None:
-        logits = self.session.decode({j.id: j.last for j in jobs})
+        rows = self.session.decode_rows({j.id: j.last for j in jobs})
         self.counters["steps"] += 1
         self.counters["peak_batch"] = max(self.counters["peak_batch"], len(jobs))
-        for job in jobs:
-            self._advance(job, logits[job.id])
+        for job, row, tok in zip(jobs, rows, greedy_picks(rows, jobs), strict=True):
+            self._advance(job, row, tok)
 
-    def _advance(self, job: Job, logits: np.ndarray) -> None:
-        """Sample job's next token, stream its text, and end the job where it ends."""
-        tok = job.sampler.sample(logits, job.history)
+    def _advance(self, job: Job, logits: np.ndarray, tok: int | None = None) -> None:
+        """Sample job's next token (unless already picked), stream its text, and end the
+        job where it ends."""
+        if tok is None:
+            tok = job.sampler.sample(logits, job.history)
         job.history.append(tok)
         job.generated += 1
         self.counters["generated_tokens"] += 1
@@ -246,7 +255,7 @@ class Engine:
         if job.generated == job.gen.max_tokens:
             return self._finish(job, "length", piece + job.text.flush())
         if piece:
-            job.emit(Event("text", text=piece))
+            self._emit(job, Event("text", text=piece))
         job.last = tok
 
     def _finish(self, job: Job, reason: str, piece: str) -> None:
@@ -255,6 +264,26 @@ class Engine:
                 self._leave(job)
         self.counters["finished"] += 1
         if piece:
-            job.emit(Event("text", text=piece))
-        job.emit(Event("done", finish_reason=reason, prompt_tokens=len(job.gen.prompt_ids),
-                       completion_tokens=job.generated))
+            self._emit(job, Event("text", text=piece))
+        self._emit(job, Event("done", finish_reason=reason,
+                              prompt_tokens=len(job.gen.prompt_ids),
+                              completion_tokens=job.generated))
+
+    def _emit(self, job: Job, event: Event) -> None:
+        self._outbox.append((job, event))
+
+
+def deliver_here(events: list[tuple[Job, Event]]) -> None:
+    for job, event in events:
+        job.emit(event)
+
+
+def greedy_picks(rows: np.ndarray, jobs: list[Job]) -> list[int | None]:
+    """The argmax of every row whose sampler is plain greedy, in one pass over the batch
+    (what Sampler.sample picks for it); None where the job's own sampler must choose, and
+    for every row when the logits are not all finite (the sampler then says why)."""
+    plain = [j.sampler.greedy and j.sampler.repetition_penalty == 1 for j in jobs]
+    if not any(plain) or not np.isfinite(rows).all():
+        return [None] * len(jobs)
+    best = np.argmax(rows, axis=1)
+    return [int(b) if p else None for b, p in zip(best, plain)]
