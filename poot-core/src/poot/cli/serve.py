@@ -21,7 +21,9 @@ def add_parser(sub):
     p.add_argument("--max-queue", type=int, default=64,
                    help="requests that may wait for a batch row; more get 503")
     p.add_argument("--prefill-chunk", type=int, default=32,
-                   help="prompt tokens fed per scheduler turn")
+                   help="prompt tokens of one sequence fed per scheduler turn")
+    p.add_argument("--prefill-batch", type=int, default=4,
+                   help="sequences whose prompt chunks are fed together in one turn")
     p.add_argument("--access-log", action="store_true", help="log every HTTP request")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
@@ -47,14 +49,15 @@ def run(args) -> int:
                  prefill_tokens=args.prefill_chunk, progress=progress)
     name = args.name or (Path(args.model).stem if Path(args.model).exists() else args.model)
     engine = Engine(model, name=name, max_batch=args.max_batch, pool_tokens=args.kv_pool,
-                    max_queue=args.max_queue)
+                    max_queue=args.max_queue, prefill_batch=args.prefill_batch)
     engine.warm(progress)
     s = engine.stats()
     url = f"http://{args.host}:{args.port}/v1"
     # the startup line: tests and scripts wait for "serving"
     print(f"[poot] serving {name} ({model.checkpoint.path.name}, {model.config.arch}, "
           f"{model.config.layers} layers) on {model.backend.name} ({model.device}): batch "
-          f"{args.max_batch} (decode plans {s['decode_batches']}), KV pool {s['pool_slots']} "
+          f"{args.max_batch} (decode plans {s['decode_batches']}, prefill plans "
+          f"{s['prefill_batches']} x {args.prefill_chunk} tokens), KV pool {s['pool_slots']} "
           f"slots in {s['pool_blocks']} blocks, {s['max_seq']} positions per sequence, "
           f"ready in {time.perf_counter() - t0:.1f} s at {url}", file=sys.stderr, flush=True)
     engine.start()

@@ -5,8 +5,9 @@ Each turn of the loop:
 2. queued requests are admitted, oldest first, while the batch has a free row and the pool
    has blocks for the whole of each (prompt + max_tokens, promised up front so that a
    running sequence never runs out of room mid-answer);
-3. the oldest admitted request still reading its prompt is fed one prefill chunk (a long
-   prompt delays the running streams by one chunk per turn, not by its whole length);
+3. the oldest admitted requests still reading their prompts (up to `prefill_batch` of them)
+   are fed one prefill chunk each, in one step (a long prompt delays the running streams by
+   one chunk per turn, not by its whole length);
 4. every sequence that is generating gets its next token in one decode step, through the
    decode plan of the smallest batch size that holds them all (plans are planned once, at
    warm-up); each samples with its own sampler and streams its text at once.
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from poot.errors import RequestError
+from poot.errors import BindError, RequestError
 from poot.models.sampling import Sampler
 from poot.serve.protocol import Generation, Limits
 from poot.serve.text import TextStream
@@ -66,22 +67,25 @@ class Job:
         return len(self.gen.prompt_ids) + self.gen.max_tokens
 
 
-def decode_batches(max_batch: int) -> list[int]:
-    """The decode plans' batch sizes: powers of two below max_batch, and max_batch."""
-    return sorted({1 << i for i in range(max_batch.bit_length()) if 1 << i < max_batch}
-                  | {max_batch})
+def batch_sizes(largest: int) -> list[int]:
+    """The batch sizes planned for steps of up to `largest` sequences: powers of two below
+    it, and itself."""
+    return sorted({1 << i for i in range(largest.bit_length()) if 1 << i < largest}
+                  | {largest})
 
 
 class Engine:
     def __init__(self, model, *, name: str, max_batch: int = 8, pool_tokens: int | None = None,
-                 max_queue: int = 64):
-        if max_batch < 1 or max_queue < 0:
-            raise RequestError(f"max_batch must be >= 1 and max_queue >= 0, got "
-                               f"{max_batch} and {max_queue}")
+                 max_queue: int = 64, prefill_batch: int = 4):
+        if max_batch < 1 or max_queue < 0 or not 0 < prefill_batch:
+            raise BindError(f"max_batch and prefill_batch must be >= 1 and max_queue >= 0, "
+                            f"got {max_batch}, {prefill_batch} and {max_queue}")
         self.model, self.tokenizer = model, model.tokenizer
         self.max_batch, self.max_queue = max_batch, max_queue
         self.session = model.session("paged", batch=max_batch, pool=pool_tokens,
-                                     decode_batches=decode_batches(max_batch))
+                                     decode_batches=batch_sizes(max_batch),
+                                     prefill_batches=batch_sizes(min(prefill_batch,
+                                                                     max_batch)))
         self.blocks = self.session.blocks
         self.limits = Limits(name, model.config.max_seq, self.blocks.pool_slots)
         self._cv = threading.Condition()
@@ -101,7 +105,8 @@ class Engine:
         """Plan (and record, where the backend records) the prefill plan and every decode
         plan now, so that no request waits for one."""
         s = self.session
-        plans = [(s.prefill_tokens, 1)] + [(1, b) for b in s.decode_batches]
+        plans = [(s.prefill_tokens, b) for b in s.prefill_batches] + \
+            [(1, b) for b in s.decode_batches]
         for tokens, batch in plans:
             t0 = time.perf_counter()
             s.executor(tokens, batch)
@@ -157,7 +162,8 @@ class Engine:
             "prefilling": sum(j.last is None for j in active),
             "decoding": sum(j.last is not None for j in active),
             "max_batch": self.max_batch, "max_queue": self.max_queue,
-            "decode_batches": list(self.session.decode_batches), **self.counters,
+            "decode_batches": list(self.session.decode_batches),
+            "prefill_batches": list(self.session.prefill_batches), **self.counters,
         }
 
     # -- the loop -------------------------------------------------------------------------
@@ -170,10 +176,11 @@ class Engine:
                     break
                 self._drop_cancelled()
                 self._admit()
-                prefilling = next((j for j in self._active if j.last is None), None)
+                prefilling = [j for j in self._active if j.last is None]
+                prefilling = prefilling[: self.session.prefill_batches[-1]]
                 decoding = [j for j in self._active if j.last is not None]
-            if prefilling is not None:
-                self._guarded([prefilling], self._prefill_chunk, prefilling)
+            if prefilling:
+                self._guarded(prefilling, self._prefill, prefilling)
             if decoding:
                 self._guarded(decoding, self._decode, decoding)
             if self._outbox:
@@ -223,14 +230,23 @@ class Engine:
                         self.counters["failed"] += 1
                         self._emit(job, Event("error", text=f"{type(exc).__name__}: {exc}"))
 
-    def _prefill_chunk(self, job: Job) -> None:
-        ids = job.gen.prompt_ids
-        n = min(self.session.prefill_tokens, len(ids) - job.fed)
-        logits = self.session.prefill(job.id, ids[job.fed: job.fed + n])
-        job.fed += n
-        self.counters["prefill_chunks"] += 1
-        if job.fed == len(ids):
-            self._advance(job, logits)
+    def _prefill(self, jobs: list[Job]) -> None:
+        """The next chunk of each job's prompt: together through a prefill plan, except
+        where a whole chunk would pass the sequence's capacity (the session then feeds that
+        chunk a token at a time)."""
+        s = self.session
+        t = s.prefill_tokens
+        chunks = {j: j.gen.prompt_ids[j.fed: j.fed + t] for j in jobs}
+        whole = [j for j in jobs if j.fed + t <= s.capacity]
+        logits = dict(zip(whole, s.prefill_rows({j.id: chunks[j] for j in whole}))) \
+            if whole else {}
+        for job in jobs:
+            if job not in logits:
+                logits[job] = s.prefill(job.id, chunks[job])
+            job.fed += len(chunks[job])
+            self.counters["prefill_chunks"] += 1
+            if job.fed == len(job.gen.prompt_ids):
+                self._advance(job, logits[job])
 
     def _decode(self, jobs: list[Job]) -> None:
         rows = self.session.decode_rows({j.id: j.last for j in jobs})
