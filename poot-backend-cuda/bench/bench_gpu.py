@@ -230,7 +230,7 @@ def bench_ops(ctx, timer, copy_gbs: float, torch_tflops: float | None, rows: lis
               kinds=None, tag: str = ""):
     """Each row of ops_to_bench() (of `kinds` when given; `tag` appended to the labels)."""
     from poot_cuda.harness import LoweringRun
-    from poot_cuda.kernels import ModuleCache, compile_lowering
+    from poot_cuda.kernels import ModuleCache, compile_program
     from poot_cuda.printer import CudaPrinter
 
     modules, rng = ModuleCache(ctx), np.random.default_rng(1)
@@ -241,7 +241,7 @@ def bench_ops(ctx, timer, copy_gbs: float, torch_tflops: float | None, rows: lis
         runs = []
         try:
             out = b.op.infer(b.ins)
-            compiled = compile_lowering(lower(b.op, b.ins, out, FEATURES), CudaPrinter("sm_90"))
+            compiled = compile_program(lower(b.op, b.ins, out, FEATURES), CudaPrinter("sm_90"))
             operands = [random_operand(t, rng) for t in b.ins]
             if b.kind in ("gemm", "gemv"):
                 check_result(ctx, modules, compiled, operands, out, b)
@@ -374,7 +374,7 @@ def bench_gemm_schedules(ctx, timer, torch_tflops, rows, n: int = 4096) -> None:
     warp grid), each checked against numpy: which one the lowering should default to."""
     from poot.codegen.lower import mma
     from poot_cuda.harness import LoweringRun
-    from poot_cuda.kernels import ModuleCache, compile_lowering
+    from poot_cuda.kernels import ModuleCache, compile_program
     from poot_cuda.printer import CudaPrinter
 
     modules, rng = ModuleCache(ctx), np.random.default_rng(2)
@@ -388,7 +388,7 @@ def bench_gemm_schedules(ctx, timer, torch_tflops, rows, n: int = 4096) -> None:
         run = None
         try:
             mma.SCHEDULE = sc
-            compiled = compile_lowering(lower(b.op, b.ins, out, FEATURES), CudaPrinter("sm_90"))
+            compiled = compile_program(lower(b.op, b.ins, out, FEATURES), CudaPrinter("sm_90"))
             check_result(ctx, modules, compiled, operands, out, b)
             run = LoweringRun(ctx, modules, compiled, operands, out)
             ms = timer.graph_ms(run.enqueue, reps=b.reps, trials=5)
@@ -438,13 +438,13 @@ def profile_step(exe, timer, rows, top: int = 8) -> None:
 def plan_only():
     from poot_cuda.backend import CudaBackend
     from poot_cuda.compiler import compile_cubin
-    from poot_cuda.kernels import compile_lowering
+    from poot_cuda.kernels import compile_program
     from poot_cuda.printer import CudaPrinter
 
     compile_cubin(*copy_kernel(1 << 30)[:2], "sm_90")
     print("compiled copy kernel", flush=True)
     for b in ops_to_bench():
-        compile_lowering(lower(b.op, b.ins, b.op.infer(b.ins), FEATURES), CudaPrinter("sm_90"))
+        compile_program(lower(b.op, b.ins, b.op.infer(b.ins), FEATURES), CudaPrinter("sm_90"))
         print(f"compiled {b.label} ({b.nbytes / 1e6:.1f} MB, {copies_for(b.nbytes)} copies "
               f"if rotated)", flush=True)
     smollm2_step(CudaBackend.compile_only_device("sm_90"), plan_only=True)

@@ -15,7 +15,7 @@ from poot.ir.types import TensorType as T
 from poot_cuda.capability import kernel_features
 from poot_cuda.driver import Context
 from poot_cuda.harness import LoweringRun
-from poot_cuda.kernels import ModuleCache, compile_lowering
+from poot_cuda.kernels import ModuleCache, compile_program
 from poot_cuda.printer import CudaPrinter
 
 
@@ -27,7 +27,7 @@ def main(row: str | None = None, n: int = 4096) -> None:
         bench = next(b for b in ops_to_bench() if b.label == row)
         op, ins = bench.op, bench.ins
     out = op.infer(ins)
-    compiled = compile_lowering(lower(op, ins, out, kernel_features(9, 0)), CudaPrinter("sm_90"))
+    compiled = compile_program(lower(op, ins, out, kernel_features(9, 0)), CudaPrinter("sm_90"))
     from bench_gpu import random_operand
 
     rng = np.random.default_rng(0)

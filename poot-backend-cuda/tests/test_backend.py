@@ -52,7 +52,7 @@ def test_plan_time_lowering_compiles_without_a_gpu():
     g = bld.finish()
     for e in g.eqns():
         choice = b.lower(e, g, dev)
-        assert choice.dispatches == 1 and choice.program.kernels[0].cubin[:4] == b"\x7fELF"
+        assert choice.dispatches == 1 and choice.program.kernels[0].binary[:4] == b"\x7fELF"
     with pytest.raises(DeviceUnavailable):
         b.runtime(dev)
 

@@ -20,7 +20,7 @@ from poot.errors import LoweringError
 from poot.plan import plan
 from poot_cuda.backend import CudaBackend
 from poot_cuda.compiler import CompileError
-from poot_cuda.kernels import CompiledLowering
+from poot_cuda.kernels import CompiledProgram
 
 ARCH = "sm_90"
 ELF = b"\x7fELF"
@@ -58,11 +58,11 @@ def compiled_kernels(p) -> list:
     out = []
     for s in p.steps:
         prog = s.lowering.program
-        assert isinstance(prog, CompiledLowering), f"step {s.index} ({s.eqn.op}): {prog!r}"
-        assert prog.arch == ARCH
-        assert len(prog.kernels) == len(prog.lowering.kernels) == s.lowering.dispatches
+        assert isinstance(prog, CompiledProgram), f"step {s.index} ({s.eqn.op}): {prog!r}"
+        assert prog.target == ARCH
+        assert len(prog.kernels) == len(prog.program.kernels) == s.lowering.dispatches
         for ck in prog.kernels:
-            assert ck.cubin[:4] == ELF, f"{ck.kernel.name}: NVRTC gave no ELF CUBIN"
+            assert ck.binary[:4] == ELF, f"{ck.kernel.name}: NVRTC gave no ELF CUBIN"
             assert f"{ck.kernel.name}(" in ck.source
         out += prog.kernels
     return out

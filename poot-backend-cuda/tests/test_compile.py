@@ -10,8 +10,8 @@ CASES = cases()
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_kernels_compile_to_cubin(case):
     result = compiled(case.id)
-    assert len(result.kernels) == len(result.lowering.kernels)
+    assert len(result.kernels) == len(result.program.kernels)
     for ck in result.kernels:
-        assert ck.cubin[:4] == b"\x7fELF", f"{ck.kernel.name}: NVRTC gave no ELF CUBIN"
+        assert ck.binary[:4] == b"\x7fELF", f"{ck.kernel.name}: NVRTC gave no ELF CUBIN"
         assert f"{ck.kernel.name}(" in ck.source
-    assert result.arch == ARCH
+    assert result.target == ARCH

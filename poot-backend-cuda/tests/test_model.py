@@ -32,7 +32,7 @@ def test_llama_step_plans_and_compiles_for_sm90(tokens, kv, dtype, fmt):
     assert {"Attention", "Rope", "FusedRow"} <= names
     for s in p.steps:
         for ck in s.lowering.program.kernels:
-            assert ck.cubin[:4] == b"\x7fELF"
+            assert ck.binary[:4] == b"\x7fELF"
 
 
 def run_step_against_oracle(backend, device, tokens, kv, dtype, fmt, runs: int = 2):

@@ -1,21 +1,19 @@
-"""The CUDA backend: probe, capability table, plan-time lowering (print + NVRTC), runtime."""
+"""The CUDA backend: probe, capability facts, the CUDA C printer, NVRTC, runtime.
+
+Everything else (check -> lower -> print -> compile -> wrap) is poot.kernel_backend's.
+"""
 from __future__ import annotations
 
-import functools
-
-from poot.backend import Backend, Device
-from poot.backend import Lowering as Choice
-from poot.codegen.lower import lower as lower_eqn
+from poot.backend import Device
 from poot.errors import DeviceUnavailable
-from poot.ir.graph import Lit
+from poot.kernel_backend import CompiledKernel, KernelBackend
 
 from poot_cuda.capability import kernel_features, parse_arch, table
-from poot_cuda.kernels import compile_lowering
 from poot_cuda.printer import CudaPrinter
 from poot_cuda.probe import probe
 
 
-class CudaBackend(Backend):
+class CudaBackend(KernelBackend):
     name = "cuda"
     priority = 100
     language = "cuda"
@@ -40,11 +38,9 @@ class CudaBackend(Backend):
     def _info(device: Device) -> dict:
         return dict(device.info)
 
-    def capabilities(self, device: Device):
+    def capability_table(self, device: Device, formats: frozenset[str]):
         info = self._info(device)
-        from poot.formats import formats
-
-        return _table(str(device), info["major"], info["minor"], tuple(sorted(formats())))
+        return table(str(device), info["major"], info["minor"], tuple(sorted(formats)))
 
     def features(self, device: Device) -> frozenset:
         """Kernel statements beyond the core ones: async copies and mma.sync on sm_80+."""
@@ -54,15 +50,10 @@ class CudaBackend(Backend):
     def printer(self, device: Device) -> CudaPrinter:
         return CudaPrinter(self._info(device)["arch"])
 
-    def lower(self, eqn, graph, device: Device) -> Choice:
-        ins = [x.type if isinstance(x, Lit) else graph.type_of(x.id) for x in eqn.inputs]
-        out = graph.type_of(eqn.out)
-        self.capabilities(device).check(eqn.op, ins, out)
-        operands = [x if isinstance(x, Lit) else t for x, t in zip(eqn.inputs, ins, strict=True)]
-        lowering = lower_eqn(eqn.op, operands, out, self.features(device))
-        compiled = compile_lowering(lowering, self.printer(device))
-        names = ",".join(k.kernel.name for k in compiled.kernels) or "alias"
-        return Choice(names, compiled.launch, compiled, dispatches=len(compiled.kernels))
+    def compile(self, kernel, source: str, device: Device) -> CompiledKernel:
+        from poot_cuda.kernels import compile_kernel
+
+        return compile_kernel(kernel, source, self._info(device)["arch"])
 
     def runtime(self, device: Device):
         if device.index < 0:
@@ -70,8 +61,3 @@ class CudaBackend(Backend):
         from poot_cuda.runtime import CudaRuntime
 
         return CudaRuntime(device)
-
-
-@functools.cache
-def _table(device: str, major: int, minor: int, formats: tuple):
-    return table(device, major, minor, formats)

@@ -12,18 +12,18 @@ from poot.codegen.program import OUT
 from poot.ir.types import TensorType
 
 from poot_cuda.driver import Context, Graph
-from poot_cuda.kernels import CompiledLowering, ModuleCache, bind
+from poot_cuda.kernels import CompiledProgram, ModuleCache, bind
 
 
 class LoweringRun:
     """Buffers and launches of one lowering, bound once; `run()` launches them."""
 
-    def __init__(self, ctx: Context, modules: ModuleCache, compiled: CompiledLowering,
+    def __init__(self, ctx: Context, modules: ModuleCache, compiled: CompiledProgram,
                  operands, out: TensorType):
         self.ctx, self.out = ctx, out
         self._owned: list[int] = []
         ptrs: dict[int, int] = {}
-        lowering = compiled.lowering
+        lowering = compiled.program
         for ck in compiled.kernels:
             for b in ck.kernel.buffers:
                 if b.operand is None or b.operand in ptrs or b.operand == OUT:

@@ -1,46 +1,33 @@
-"""Compiled lowerings: a codegen Lowering printed as CUDA C and compiled to CUBIN.
+"""Compiled kernels on a CUDA context.
 
-`compile_lowering` is the plan-time half (it works without a GPU); `bind` is the
-load-time half: modules loaded once per context, each kernel's buffer
-parameters resolved to device pointers, ready to launch or capture.
+Plan time (no GPU needed) is poot.kernel_backend's: each eqn becomes a
+`CompiledProgram` of `CompiledKernel`s whose `binary` is a CUBIN. `bind` is the
+load-time half: modules loaded once per context, each kernel's buffer parameters
+resolved to device pointers, ready to launch or capture.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from poot.codegen.program import OUT, Kernel, Lowering
+from poot.codegen.program import Kernel
+from poot.codegen.program import Lowering as KernelProgram
+from poot.kernel_backend import CompiledKernel, CompiledProgram
 
 from poot_cuda.compiler import compile_cubin
 from poot_cuda.driver import Context, Launch
 from poot_cuda.printer import CudaPrinter, dynamic_shared_bytes
 
 
-@dataclass(frozen=True)
-class CompiledKernel:
-    kernel: Kernel
-    source: str
-    cubin: bytes
-    dynamic_shared: int = 0      # bytes of dynamic shared memory per workgroup
+def compile_kernel(kernel: Kernel, source: str, arch: str) -> CompiledKernel:
+    """One printed kernel as CUBIN, with the dynamic shared memory it launches with."""
+    return CompiledKernel(kernel, source, compile_cubin(source, kernel.name, arch),
+                          dynamic_shared=dynamic_shared_bytes(kernel))
 
 
-@dataclass(frozen=True)
-class CompiledLowering:
-    lowering: Lowering
-    kernels: tuple[CompiledKernel, ...]
-    arch: str
-
-    @property
-    def launch(self) -> str:
-        return "; ".join(f"{k.kernel.grid}x{k.kernel.workgroup}" for k in self.kernels)
-
-
-def compile_lowering(lowering: Lowering, printer: CudaPrinter) -> CompiledLowering:
-    out = []
-    for k in lowering.kernels:
-        src = printer.source(k)
-        out.append(CompiledKernel(k, src, compile_cubin(src, k.name, printer.device),
-                                  dynamic_shared_bytes(k)))
-    return CompiledLowering(lowering, tuple(out), printer.device)
+def compile_program(program: KernelProgram, printer: CudaPrinter) -> CompiledProgram:
+    """Print and compile every kernel of `program` for the printer's arch, without a
+    backend or device record (benchmarks, tests of single lowerings)."""
+    kernels = tuple(compile_kernel(k, printer.source(k), printer.device)
+                    for k in program.kernels)
+    return CompiledProgram(program, kernels, printer.device)
 
 
 class ModuleCache:
@@ -50,16 +37,16 @@ class ModuleCache:
         self.ctx, self._modules = ctx, {}
 
     def function(self, ck: CompiledKernel):
-        mod = self._modules.get(ck.cubin)
+        mod = self._modules.get(ck.binary)
         if mod is None:
-            mod = self._modules[ck.cubin] = self.ctx.load_module(ck.cubin)
+            mod = self._modules[ck.binary] = self.ctx.load_module(ck.binary)
         fn = self.ctx.function(mod, ck.kernel.name)
         if ck.dynamic_shared:
             self.ctx.allow_dynamic_shared(fn, ck.dynamic_shared)
         return fn
 
 
-def bind(compiled: CompiledLowering, modules: ModuleCache, operand_ptrs: dict[int, int],
+def bind(compiled: CompiledProgram, modules: ModuleCache, operand_ptrs: dict[int, int],
          scratch_ptrs: dict[str, int], overlap: bool = False) -> list[Launch]:
     """Launches with every buffer parameter resolved: operands by index (OUT for the
     output), scratch buffers by name; `overlap`: programmatic dependent launches."""
@@ -73,5 +60,5 @@ def bind(compiled: CompiledLowering, modules: ModuleCache, operand_ptrs: dict[in
     return launches
 
 
-__all__ = ["OUT", "CompiledKernel", "CompiledLowering", "ModuleCache", "bind",
-           "compile_lowering"]
+__all__ = ["CompiledKernel", "CompiledProgram", "ModuleCache", "bind", "compile_kernel",
+           "compile_program"]

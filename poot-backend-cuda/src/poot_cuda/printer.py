@@ -103,13 +103,13 @@ class CudaPrinter(CPrinter):
         return ['asm volatile("griddepcontrol.wait;\\n" ::: "memory");',
                 'asm volatile("griddepcontrol.launch_dependents;\\n" ::: "memory");']
 
-    def source(self, kernel: Kernel) -> str:
+    def unit(self, kernel: Kernel) -> str:
         # decided once per kernel: where its shared arrays live (one dynamic block past
         # 48 KiB), and whether async copies and matrix loads address them in 16-byte units
         self._offsets = ({n: o for n, _, _, o in _shared_layout(kernel)}
                          if dynamic_shared_bytes(kernel) else None)
         self._align = any(isinstance(s, (CopyAsync, MmaTile)) for s in kernel.statements())
-        return super().source(kernel)
+        return super().unit(kernel)
 
     def shared_decl(self, name: str, dtype: DType, count: int) -> str:
         t = self.type_name(dtype)
@@ -122,7 +122,7 @@ class CudaPrinter(CPrinter):
         return f"__shared__ {align}{t} {name}[{count}];"
 
     # -- async copies and tensor cores (sm_80+) -------------------------------------------
-    def matrix_stmt(self, s: Stmt, depth: int) -> list[str]:
+    def matrix(self, s: Stmt, depth: int) -> list[str]:
         pad = self.indent_unit * depth
         if isinstance(s, CopyCommit):
             return [f'{pad}asm volatile("cp.async.commit_group;\\n" ::: "memory");']
@@ -140,7 +140,7 @@ class CudaPrinter(CPrinter):
         """ldmatrix loads the fragments (x4: four 8x8 matrices, one row address per
         lane), then one mma.sync per 16 x 8 tile; see MmaTile for the layouts."""
         t = "bf16" if s.dtype is BF16 else "f16"
-        lane = f"({self.builtin('index', 0, self._kernel)} & 31)"
+        lane = f"({self.builtin('index', 0, self.kernel)} & 31)"
         a_row, a_word = self.expr(s.a_row), self.expr(s.a_word)
         b_col, b_word = self.expr(s.b_col), self.expr(s.b_word)
         out = [pad + "{", f"{pad}  const int ln = {lane};",
@@ -214,13 +214,13 @@ class CudaPrinter(CPrinter):
         return width > WARP or kernel.threads_per_group % WARP != 0
 
     def reduction_scratch_decl(self, s: CoopReduce, i: int) -> str:
-        count = max(1, -(-self._kernel.threads_per_group // WARP))
+        count = max(1, -(-self.kernel.threads_per_group // WARP))
         return self.shared_decl(f"poot_red_{s.name}", s.value.dtype, count if
-                                self._kernel.threads_per_group % WARP == 0
-                                else self._kernel.threads_per_group)
+                                self.kernel.threads_per_group % WARP == 0
+                                else self.kernel.threads_per_group)
 
-    def coop_reduce(self, s: CoopReduce, kernel: Kernel, depth: int) -> list[str]:
-        pad = self.indent_unit * depth
+    def coop_reduce(self, s: CoopReduce, depth: int) -> list[str]:
+        pad, kernel = self.pad(depth), self.kernel
         t = self.type_name(s.value.dtype)
         tpg = kernel.threads_per_group
         width = s.width or tpg

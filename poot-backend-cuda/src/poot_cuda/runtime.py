@@ -24,7 +24,7 @@ from poot.errors import UnsupportedOp
 from poot.ir.graph import Lit
 
 from poot_cuda.driver import Context, Graph, Launch
-from poot_cuda.kernels import CompiledLowering, ModuleCache, bind
+from poot_cuda.kernels import CompiledProgram, ModuleCache, bind
 
 REPLAY_ENV = "POOT_CUDA_REPLAY"
 OVERLAP_ENV = "POOT_CUDA_OVERLAP"
@@ -100,17 +100,17 @@ class CudaExecutable:
 
         for step in plan.steps:
             compiled = step.lowering.program
-            if not isinstance(compiled, CompiledLowering):
+            if not isinstance(compiled, CompiledProgram):
                 raise UnsupportedOp(f"step {step.index} ({step.eqn.op.name}) was not lowered "
                                     "by the cuda backend", op=step.eqn.op.name, backend="cuda")
             operands = {i: ptr(p) for i, p in enumerate(step.inputs) if not isinstance(p, Lit)}
             operands[OUT] = ptr(step.out)
-            alias = compiled.lowering.alias
+            alias = compiled.program.alias
             if alias is not None and not step.inplace and operands[alias] != operands[OUT]:
                 # the kernel updates in place: start from a copy of the operand it updates
                 self._actions.append(("copy", operands[OUT], operands[alias], step.out.nbytes))
             scratch = {b.name: rt.alloc(b.nbytes, f"scratch:{step.index}:{b.name}").ptr
-                       for b in compiled.lowering.scratch}
+                       for b in compiled.program.scratch}
             for launch in bind(compiled, rt.modules, operands, scratch, self.overlap):
                 self._actions.append(("launch", launch))
         for c in plan.copies:

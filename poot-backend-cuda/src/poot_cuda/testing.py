@@ -7,7 +7,7 @@ from poot.codegen.cases import all_cases
 from poot.codegen.lower import lower
 
 from poot_cuda.capability import kernel_features, parse_arch
-from poot_cuda.kernels import CompiledLowering, compile_lowering
+from poot_cuda.kernels import CompiledProgram, compile_program
 from poot_cuda.printer import CudaPrinter
 
 ARCH = "sm_90"
@@ -19,8 +19,8 @@ def cases() -> tuple:
 
 
 @functools.cache
-def compiled(case_id: str, arch: str = ARCH) -> CompiledLowering:
+def compiled(case_id: str, arch: str = ARCH) -> CompiledProgram:
     """A case lowered, printed and compiled once per process (and cached on disk)."""
     case = next(c for c in cases() if c.id == case_id)
     lowering = lower(case.op, case.ins, case.out(), kernel_features(*parse_arch(arch)))
-    return compile_lowering(lowering, CudaPrinter(arch))
+    return compile_program(lowering, CudaPrinter(arch))

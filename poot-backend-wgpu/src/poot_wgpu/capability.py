@@ -69,13 +69,6 @@ def op_dtypes(uses: dict[DType, Use]) -> dict[str, frozenset]:
     return table
 
 
-def packed_formats() -> frozenset[str]:
-    """Every registered packed format: its decode program is printed into the kernel."""
-    from poot.formats import formats
-
-    return frozenset(formats())
-
-
 NOTES = {
     "Select:f16": "Select on F16 is not lowered on SPIR-V targets (the IR spec's rule)",
     "Select:bf16": "Select on BF16 is not lowered on SPIR-V targets (the IR spec's rule)",
@@ -97,8 +90,10 @@ NOTES = {
 }
 
 
-def capability_table(dev: WgpuDevice, device_id: str) -> CapabilityTable:
-    """The table of `dev`, declaring only the ops poot.codegen can lower."""
+def capability_table(dev: WgpuDevice, device_id: str, formats: frozenset[str]) \
+        -> CapabilityTable:
+    """The table of `dev`, declaring only the ops poot.codegen can lower; every registered
+    packed format (`formats`) decodes in-kernel (its decode program is printed in)."""
     from poot.codegen.lower import LOWERINGS
 
     uses = dtype_uses(dev)
@@ -106,7 +101,7 @@ def capability_table(dev: WgpuDevice, device_id: str) -> CapabilityTable:
     keys = set(every_op_key())
     table = op_dtypes(uses)
     for op in ("PackedContraction", "PackedRowGather", "IndexedPackedContraction"):
-        table[op] = packed_formats()
+        table[op] = frozenset(formats)
     ops = {k: v for k, v in table.items() if k in keys and k.split(".")[0] in lowered}
     notes = dict(NOTES)
     if uses[D.F16] == Use.NONE:

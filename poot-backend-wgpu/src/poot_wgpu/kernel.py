@@ -107,3 +107,43 @@ def workgroup_grid(dev: WgpuDevice, n_groups: int) -> tuple[int, int, int]:
         raise LimitExceeded(f"{n_groups} workgroups exceed {cap} x {cap}", backend=BACKEND,
                             device=dev.name)
     return (-(-n_groups // y), y, 1)
+
+
+def dispatch_groups(kernel, dev: WgpuDevice) -> tuple[int, int, int]:
+    """The workgroup counts a kernel program is dispatched with: its grid, or the grid
+    folded by `workgroup_grid` when an axis is over the adapter's limit."""
+    if max(kernel.grid3()) > dev.limit("max-compute-workgroups-per-dimension"):
+        return workgroup_grid(dev, kernel.groups)
+    return kernel.grid3()
+
+
+def check_limits(k, dev: WgpuDevice) -> None:
+    """LimitExceeded when kernel program `k` does not fit the adapter's limits."""
+    lim = dev.limits
+
+    def over(msg: str):
+        raise LimitExceeded(f"kernel {k.name}: {msg}", backend=BACKEND, device=dev.name)
+
+    for axis, size in zip("xyz", k.workgroup3(), strict=True):
+        if size > lim[f"max-compute-workgroup-size-{axis}"]:
+            over(f"workgroup {k.workgroup} is over max-compute-workgroup-size-{axis} "
+                 f"{lim[f'max-compute-workgroup-size-{axis}']}")
+    cap = lim["max-compute-invocations-per-workgroup"]
+    if k.threads_per_group > cap:
+        over(f"{k.threads_per_group} threads per workgroup, over "
+             f"max-compute-invocations-per-workgroup {cap}")
+    cap = lim["max-storage-buffer-binding-size"]
+    for b in k.buffers:
+        if b.nbytes > cap:
+            over(f"buffer {b.name!r} is {b.nbytes} bytes, over "
+                 f"max-storage-buffer-binding-size {cap}")
+    shared = sum(a.count * a.dtype.itemsize for a in k.shared)
+    if k.reductions():
+        shared += 4 * k.threads_per_group * len({s.value.dtype for s in k.reductions()})
+    cap = lim["max-compute-workgroup-storage-size"]
+    if shared > cap:
+        over(f"{shared} bytes of workgroup memory, over "
+             f"max-compute-workgroup-storage-size {cap}")
+    cap = lim["max-storage-buffers-per-shader-stage"]
+    if len(k.buffers) > cap:
+        over(f"{len(k.buffers)} buffers, over max-storage-buffers-per-shader-stage {cap}")

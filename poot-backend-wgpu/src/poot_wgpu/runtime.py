@@ -64,7 +64,8 @@ class WgpuRuntime:
             raise BindError(f"no buffer bound to plan regions {sorted(missing)}")
         dispatches = []
         for step in plan.steps:
-            program, printed = step.lowering.program
+            compiled = step.lowering.program
+            program, printed = compiled.program, compiled.kernels
             if program.alias is not None and not step.inplace:
                 # the kernels write only what changes: start the output as a copy
                 src = step.inputs[program.alias]

@@ -1,11 +1,18 @@
-"""The C-like printer of kernel programs: CUDA and HIP share it; GLSL is close to it.
+"""The C-style dialect family over the printer core (poot.codegen.printer).
 
-`CPrinter.source(kernel)` gives one translation unit: a prelude of helpers that
-pin down the IR's scalar semantics where C leaves them open (integer division
-by zero, shifts of 32 or more, signed overflow, NaN-propagating max,
-saturating float-to-int), then the kernel. A subclass supplies the language:
-type names, the kernel signature, builtin indices, the barrier, 16-bit float
-conversions and the cooperative reduction (`coop_reduce`).
+CUDA prints with it today; HIP, GLSL and plain C are dialects of it the same way.
+`CPrinter.unit(kernel)` gives one translation unit: a prelude of helpers that pin down
+the IR's scalar semantics where C leaves them open (integer division by zero, shifts of
+32 or more, signed overflow, NaN-propagating max, saturating float-to-int), then the
+kernel. Scalar rules are tables (`C_BINARY`, `F32_UNARY`): a new Binary sub-op is one
+row. A dialect is a small subclass that names its language (see `CPrinter`):
+
+    class HipPrinter(CPrinter):
+        backend, qualifier = "rocm", "static __device__ inline"
+        def signature(self, k): return f'extern "C" __global__ void {k.name}(...)'
+        def builtin(self, kind, axis, k): ...   # threadIdx / blockIdx / their sums
+        def barrier(self): return "__syncthreads();"
+        def coop_reduce(self, s, depth): ...     # wavefront shuffles
 
 A dtype the printer's device cannot do is refused with `DtypeLowering`
 (`supported`): arithmetic is never moved into another type behind the user's
@@ -18,25 +25,10 @@ import math
 
 import numpy as np
 
-from poot.codegen.expr import Bin, Bitcast, Cast, Const, Expr, Load, Sel, Un, Var
-from poot.codegen.program import (
-    BUILTINS,
-    Assign,
-    Barrier,
-    CoopReduce,
-    CopyAsync,
-    CopyCommit,
-    CopyWait,
-    For,
-    If,
-    Kernel,
-    Let,
-    MmaTile,
-    Stmt,
-    Store,
-)
+from poot.codegen.expr import Bin, Const, Expr, Sel, Un
+from poot.codegen.printer import Printer
+from poot.codegen.program import Barrier, CoopReduce, For, Kernel, Let, Store
 from poot.dtypes import DType
-from poot.errors import DtypeLowering, UnsupportedOp
 from poot.ir.ops import BinaryOp, UnaryOp
 
 F32, F16, BF16, I32, U32 = DType.F32, DType.F16, DType.BF16, DType.I32, DType.U32
@@ -45,8 +37,10 @@ NARROW_FLOATS = (F16, BF16)
 C_TYPES = {F32: "float", I32: "int", U32: "unsigned int", DType.I16: "short",
            DType.U16: "unsigned short", DType.I8: "signed char", DType.U8: "unsigned char"}
 
-F32_UNARY = {UnaryOp.Exp: "expf", UnaryOp.Log: "logf", UnaryOp.Sqrt: "sqrtf",
-             UnaryOp.Tanh: "tanhf", UnaryOp.Erf: "erff"}
+#: float Unary sub-ops on float text (16-bit floats widen first and round after)
+F32_UNARY = {UnaryOp.Neg: "(-{})", UnaryOp.Recip: "(1.0f / {})", UnaryOp.Exp: "expf({})",
+             UnaryOp.Log: "logf({})", UnaryOp.Sqrt: "sqrtf({})", UnaryOp.Tanh: "tanhf({})",
+             UnaryOp.Erf: "erff({})"}
 
 # Helpers shared by every C-like language; `{q}` is the function qualifier.
 PRELUDE = """\
@@ -75,16 +69,28 @@ INT_RANGES = {I32: (-2147483648.0, 2147483648.0), DType.I16: (-32768.0, 32767.0)
               DType.U16: (0.0, 65535.0), DType.I8: (-128.0, 127.0), DType.U8: (0.0, 255.0)}
 
 
-class CPrinter:
-    """Prints kernel programs as C-like source. Subclasses fill in the language hooks."""
+class CPrinter(Printer):
+    """The C family over the printer core. A dialect (CUDA, HIP, GLSL, C) subclasses it and
+    fills in the language hooks below; everything else (statements, scalar rules, casts,
+    16-bit float widening) is shared. The hooks:
 
-    #: the backend and device named in refusals
+    - `type_name(dtype)`: scalar type names (default: C's)
+    - `header(kernel)`: includes and helpers before the prelude
+    - `signature(kernel)`: the entry point's declaration, up to its opening brace
+    - `builtin(kind, axis, kernel)`: thread, workgroup and global indices
+    - `barrier()`: the workgroup barrier statement
+    - `shared_decl(name, dtype, count)`: a workgroup-shared array
+    - `to_f32` / `from_f32`: 16-bit float widening and nearest-even rounding
+    - `bitcast(src, dst, text)`, `clz(text)`
+    - `coop_reduce(s, depth)`: the cooperative reduction (subgroup/warp primitives)
+    - optional: `entry()` (statements every kernel starts with), `needs_scratch` and
+      `reduction_scratch_decl` (shared arrays of the reductions), `matrix` (matrix-unit
+      statements, for targets that declare them), `loop_pragma`, `qualifier`.
+    """
+
     backend = "c"
-    device = ""
-    #: dtypes this printer's device can hold and compute with
     supported: frozenset = frozenset({F32, I32, U32})
     qualifier = "static inline"
-    indent_unit = "  "
 
     # -- language hooks ------------------------------------------------------------
     def type_name(self, dtype: DType) -> str:
@@ -94,9 +100,6 @@ class CPrinter:
         return ""
 
     def signature(self, kernel: Kernel) -> str:
-        raise NotImplementedError
-
-    def builtin(self, kind: str, axis: int, kernel: Kernel) -> str:
         raise NotImplementedError
 
     def barrier(self) -> str:
@@ -113,49 +116,8 @@ class CPrinter:
         """Round a float to a 16-bit float (nearest even)."""
         raise self.refuse(dtype, "16-bit float arithmetic")
 
-    def bitcast(self, src: DType, dst: DType, text: str) -> str:
-        raise NotImplementedError
-
     def clz(self, text: str) -> str:
         raise NotImplementedError
-
-    def coop_reduce(self, s: CoopReduce, kernel: Kernel, depth: int) -> list[str]:
-        raise NotImplementedError
-
-    def matrix_stmt(self, s: Stmt, depth: int) -> list[str]:
-        """CopyAsync / CopyCommit / CopyWait / MmaTile: only printers of targets that
-        declare those features print them."""
-        raise UnsupportedOp(f"{self.backend} prints no {type(s).__name__} statement",
-                            op=self._kernel.name, backend=self.backend, device=self.device)
-
-    # -- refusals --------------------------------------------------------------------
-    def refuse(self, dtype: DType, what: str, op: str = "") -> DtypeLowering:
-        return DtypeLowering(f"{self.backend} cannot do {what} on {dtype}", op=op,
-                             dtype=str(dtype), backend=self.backend, device=self.device)
-
-    def check_dtypes(self, kernel: Kernel) -> None:
-        for d in sorted(kernel.dtypes(), key=lambda d: d.value):
-            if d not in self.supported:
-                raise self.refuse(d, f"kernel {kernel.name}", op=kernel.name)
-
-    # -- the translation unit ----------------------------------------------------------
-    def source(self, kernel: Kernel) -> str:
-        kernel.validate()
-        self.check_dtypes(kernel)
-        self._kernel = kernel
-        self._reductions = 0
-        lines = [self.header(kernel), PRELUDE.format(q=self.qualifier), self.signature(kernel)
-                 + " {"]
-        for a in kernel.shared:
-            lines.append(self.indent_unit + self.shared_decl(a.name, a.dtype, a.count))
-        lines += [f"{self.indent_unit}{self.reduction_scratch_decl(s, i)}"
-                  for i, s in enumerate(kernel.reductions()) if self.needs_scratch(s, kernel)]
-        for a in kernel.locals:
-            lines.append(f"{self.indent_unit}{self.type_name(a.dtype)} {a.name}[{a.count}];")
-        lines += [self.indent_unit + x for x in self.entry()]
-        lines += self.block(kernel.body, 1)
-        lines.append("}")
-        return "\n".join(x for x in lines if x is not None) + "\n"
 
     def entry(self) -> list[str]:
         """Statements every kernel starts with (the language's launch protocol)."""
@@ -167,39 +129,42 @@ class CPrinter:
     def reduction_scratch_decl(self, s: CoopReduce, i: int) -> str:
         return ""
 
-    # -- statements -----------------------------------------------------------------------
-    def block(self, body, depth: int) -> list[str]:
-        out = []
-        for s in body:
-            out += self.stmt(s, depth)
-        return out
+    # -- the translation unit ----------------------------------------------------------
+    def unit(self, kernel: Kernel) -> str:
+        ind = self.indent_unit
+        lines = [self.header(kernel), PRELUDE.format(q=self.qualifier), self.signature(kernel)
+                 + " {"]
+        for a in kernel.shared:
+            lines.append(ind + self.shared_decl(a.name, a.dtype, a.count))
+        lines += [f"{ind}{self.reduction_scratch_decl(s, i)}"
+                  for i, s in enumerate(kernel.reductions()) if self.needs_scratch(s, kernel)]
+        for a in kernel.locals:
+            lines.append(f"{ind}{self.type_name(a.dtype)} {a.name}[{a.count}];")
+        lines += [ind + x for x in self.entry()]
+        lines += self.block(kernel.body, 1)
+        lines.append("}")
+        return "\n".join(x for x in lines if x is not None) + "\n"
 
-    def stmt(self, s: Stmt, depth: int) -> list[str]:
-        pad = self.indent_unit * depth
-        if isinstance(s, Let):
-            const = "" if s.mutable else "const "
-            return [f"{pad}{const}{self.type_name(s.value.dtype)} {s.name} = "
-                    f"{self.expr(s.value)};"]
-        if isinstance(s, Assign):
-            return [f"{pad}{s.name} = {self.expr(s.value)};"]
-        if isinstance(s, Store):
-            return [f"{pad}{s.array}[{self.expr(s.index)}] = {self.expr(s.value)};"]
-        if isinstance(s, For):
-            head = (f"{pad}for (int {s.var} = {self.expr(s.start)}; {s.var} < "
-                    f"{self.expr(s.stop)}; {s.var} += {self.expr(s.step)}) {{")
-            return [*self.loop_pragma(s, pad), head, *self.block(s.body, depth + 1), pad + "}"]
-        if isinstance(s, If):
-            out = [f"{pad}if ({self.expr(s.cond)} != 0) {{", *self.block(s.then, depth + 1)]
-            if s.orelse:
-                out += [pad + "} else {", *self.block(s.orelse, depth + 1)]
-            return out + [pad + "}"]
-        if isinstance(s, Barrier):
-            return [pad + self.barrier()]
-        if isinstance(s, CoopReduce):
-            return self.coop_reduce(s, self._kernel, depth)
-        if isinstance(s, (CopyAsync, CopyCommit, CopyWait, MmaTile)):
-            return self.matrix_stmt(s, depth)
-        raise TypeError(f"unknown statement {s!r}")
+    # -- statements -----------------------------------------------------------------------
+    def let(self, s: Let, depth: int) -> list[str]:
+        const = "" if s.mutable else "const "
+        return [f"{self.pad(depth)}{const}{self.type_name(s.value.dtype)} {s.name} = "
+                f"{self.expr(s.value)};"]
+
+    def store(self, s: Store, depth: int) -> list[str]:
+        return [f"{self.pad(depth)}{s.array}[{self.expr(s.index)}] = {self.expr(s.value)};"]
+
+    def loop(self, s: For, depth: int) -> list[str]:
+        pad = self.pad(depth)
+        head = (f"{pad}for (int {s.var} = {self.expr(s.start)}; {s.var} < "
+                f"{self.expr(s.stop)}; {s.var} += {self.expr(s.step)}) {{")
+        return [*self.loop_pragma(s, pad), head, *self.block(s.body, depth + 1), pad + "}"]
+
+    def condition(self, e: Expr) -> str:
+        return f"({self.expr(e)} != 0)"
+
+    def barrier_stmt(self, s: Barrier, depth: int) -> list[str]:
+        return [self.pad(depth) + self.barrier()]
 
     def loop_pragma(self, s: For, pad: str) -> list[str]:
         """Unroll short constant loops (they index per-thread arrays)."""
@@ -210,29 +175,8 @@ class CPrinter:
         return []
 
     # -- expressions ----------------------------------------------------------------------
-    def expr(self, e: Expr) -> str:
-        if isinstance(e, Const):
-            return self.const(e.value, e.dtype)
-        if isinstance(e, Var):
-            if e.name in BUILTINS:
-                kind, axis = BUILTINS[e.name]
-                return self.builtin(kind, axis, self._kernel)
-            return e.name
-        if isinstance(e, Load):
-            return f"{e.buffer}[{self.expr(e.index)}]"
-        if isinstance(e, Un):
-            return self.unary(e)
-        if isinstance(e, Bin):
-            return self.binary(e)
-        if isinstance(e, Sel):
-            return f"({self.expr(e.cond)} != 0 ? {self.expr(e.t)} : {self.expr(e.f)})"
-        if isinstance(e, Cast):
-            return self.cast(e.x.dtype, e.dtype, self.expr(e.x))
-        if isinstance(e, Bitcast):
-            if e.x.dtype is e.dtype:
-                return self.expr(e.x)
-            return self.bitcast(e.x.dtype, e.dtype, self.expr(e.x))
-        raise TypeError(f"unknown expression {e!r}")
+    def select(self, e: Sel) -> str:
+        return f"({self.expr(e.cond)} != 0 ? {self.expr(e.t)} : {self.expr(e.f)})"
 
     def const(self, value, dtype: DType) -> str:
         if dtype is F32 or dtype in NARROW_FLOATS:
@@ -267,53 +211,21 @@ class CPrinter:
                 f"((unsigned int){self.clz('(int)' + self.expr(e.x))})"
         if d.is_int:  # Neg of I32 (wrapping)
             return f"poot_isub(0, {self.expr(e.x)})"
-        x = self.wide(e.x)
-        if op is UnaryOp.Neg:
-            r = f"(-{x})"
-        elif op is UnaryOp.Recip:
-            r = f"(1.0f / {x})"
-        else:
-            r = f"{F32_UNARY[op]}({x})"
+        r = F32_UNARY[op].format(self.wide(e.x))
         return self.from_f32(d, r) if d in NARROW_FLOATS else r
 
     def binary(self, e: Bin) -> str:
-        d, op = e.a.dtype, e.op
-        if d.is_float:
-            a, b = self.wide(e.a), self.wide(e.b)
-            if op is BinaryOp.Ge:
-                return f"({a} >= {b} ? 1 : 0)"
-            if op is BinaryOp.Max:
-                r = f"poot_fmax({a}, {b})"
-            else:
-                r = f"({a} {_C_OPS[op]} {b})"
-            return self.from_f32(d, r) if d in NARROW_FLOATS else r
-        a, b = self.expr(e.a), self.expr(e.b)
-        if op is BinaryOp.Ge:
-            return f"({a} >= {b} ? 1 : 0)"
-        if op is BinaryOp.GeU:
-            return f"((unsigned int)({a}) >= (unsigned int)({b}) ? 1 : 0)"
-        if op in (BinaryOp.And, BinaryOp.Or, BinaryOp.Xor):
-            return f"({a} {_C_OPS[op]} {b})"
-        if d is I32:
-            fn = {BinaryOp.Add: "poot_iadd", BinaryOp.Sub: "poot_isub", BinaryOp.Mul: "poot_imul",
-                  BinaryOp.Div: "poot_idiv", BinaryOp.Max: "poot_imax",
-                  BinaryOp.Shl: "poot_ishl", BinaryOp.Shr: "poot_ishr"}[op]
-            return f"{fn}({a}, {b})"
-        if d is U32:
-            if op is BinaryOp.Div:
-                return f"poot_udiv({a}, {b})"
-            if op is BinaryOp.Max:
-                return f"({a} > {b} ? {a} : {b})"
-            if op in (BinaryOp.Shl, BinaryOp.Shr):
-                return f"poot_u{'shl' if op is BinaryOp.Shl else 'shr'}({a}, {b})"
-            return f"({a} {_C_OPS[op]} {b})"
-        # 8- and 16-bit integers: compute in int, wrap back to the type
-        t = self.type_name(d)
-        if op is BinaryOp.Div:
-            return f"(({t})poot_idiv((int){a}, (int){b}))"
-        if op is BinaryOp.Max:
-            return f"({a} > {b} ? {a} : {b})"
-        return f"(({t})((int){a} {_C_OPS[op]} (int){b}))"
+        """One row of C_BINARY by the operands' class; 16-bit floats compute in float and
+        round the result once."""
+        d = e.a.dtype
+        cls = "f32" if d.is_float else "i32" if d is I32 else "u32" if d is U32 else "small"
+        template = C_BINARY[e.op].get(cls)
+        if template is None:
+            raise self.refuse(d, f"Binary.{e.op.name}", op=f"Binary.{e.op.name}")
+        a, b = (self.wide(e.a), self.wide(e.b)) if d.is_float else (self.expr(e.a),
+                                                                    self.expr(e.b))
+        r = template.format(a=a, b=b, t=self.type_name(d) if cls == "small" else "")
+        return self.from_f32(d, r) if e.dtype in NARROW_FLOATS else r
 
     def cast(self, src: DType, dst: DType, text: str) -> str:
         if src is dst:
@@ -334,7 +246,28 @@ class CPrinter:
         return f"(({self.type_name(dst)})({text}))"
 
 
-_C_OPS = {BinaryOp.Add: "+", BinaryOp.Sub: "-", BinaryOp.Mul: "*", BinaryOp.Div: "/",
-          BinaryOp.And: "&", BinaryOp.Or: "|", BinaryOp.Xor: "^"}
+#: Binary sub-ops by operand class: "f32" (every float; 16-bit ones widen to float and
+#: round the result), "i32", "u32", "small" (8/16-bit integers computed in int; {t} is
+#: their type). A missing class is refused. A new Binary sub-op adds one row here.
+C_BINARY: dict[BinaryOp, dict[str, str]] = {
+    BinaryOp.Add: {"f32": "({a} + {b})", "i32": "poot_iadd({a}, {b})", "u32": "({a} + {b})",
+                   "small": "(({t})((int){a} + (int){b}))"},
+    BinaryOp.Sub: {"f32": "({a} - {b})", "i32": "poot_isub({a}, {b})", "u32": "({a} - {b})",
+                   "small": "(({t})((int){a} - (int){b}))"},
+    BinaryOp.Mul: {"f32": "({a} * {b})", "i32": "poot_imul({a}, {b})", "u32": "({a} * {b})",
+                   "small": "(({t})((int){a} * (int){b}))"},
+    BinaryOp.Div: {"f32": "({a} / {b})", "i32": "poot_idiv({a}, {b})",
+                   "u32": "poot_udiv({a}, {b})", "small": "(({t})poot_idiv((int){a}, (int){b}))"},
+    BinaryOp.Max: {"f32": "poot_fmax({a}, {b})", "i32": "poot_imax({a}, {b})",
+                   "u32": "({a} > {b} ? {a} : {b})", "small": "({a} > {b} ? {a} : {b})"},
+    BinaryOp.Ge: dict.fromkeys(("f32", "i32", "u32", "small"), "({a} >= {b} ? 1 : 0)"),
+    BinaryOp.GeU: dict.fromkeys(("i32", "u32", "small"),
+                                "((unsigned int)({a}) >= (unsigned int)({b}) ? 1 : 0)"),
+    BinaryOp.And: dict.fromkeys(("i32", "u32", "small"), "({a} & {b})"),
+    BinaryOp.Or: dict.fromkeys(("i32", "u32", "small"), "({a} | {b})"),
+    BinaryOp.Xor: dict.fromkeys(("i32", "u32", "small"), "({a} ^ {b})"),
+    BinaryOp.Shl: {"i32": "poot_ishl({a}, {b})", "u32": "poot_ushl({a}, {b})"},
+    BinaryOp.Shr: {"i32": "poot_ishr({a}, {b})", "u32": "poot_ushr({a}, {b})"},
+}
 
-__all__ = ["CPrinter", "PRELUDE", "NARROW_FLOATS"]
+__all__ = ["C_BINARY", "CPrinter", "F32_UNARY", "NARROW_FLOATS", "PRELUDE"]

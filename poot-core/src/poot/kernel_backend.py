@@ -1,0 +1,137 @@
+"""The base of every backend that prints kernel programs (CUDA, WGSL, HIP, GLSL, C).
+
+`KernelBackend.lower` is the one plan-time sequence they share, for each eqn:
+
+    check    the device's capability table refuses what it does not declare (typed
+             errors naming op, dtype, backend and device), before anything is built
+    lower    poot.codegen.lower turns the eqn into backend-neutral kernel programs,
+             using the schedules the target's `features` open
+    print    the backend's printer (a dialect of poot.codegen.printer) prints each one
+    compile  the backend's compiler call turns each source into what its runtime loads
+    wrap     a `poot.backend.Lowering` whose program is a `CompiledProgram`
+
+A backend supplies only what is its own:
+
+    capability_table(device, formats)  its capability facts (cached here per device and
+                                       set of registered packed formats)
+    features(device)                   the target's optional statement families
+    printer(device)                    its language's printer
+    compile(kernel, source, device)    its compiler call -> a `CompiledKernel`
+    runtime(device)                    its runtime (poot.runtime.protocol)
+
+plus `probe`, `unavailable_reason` and the class attributes of any Backend.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from poot.backend import Backend, Device, Lowering
+from poot.capability import CapabilityTable
+from poot.codegen.program import Kernel
+from poot.codegen.program import Lowering as KernelProgram
+
+
+@dataclass(frozen=True)
+class CompiledKernel:
+    """One kernel program, its printed source and what the compiler made of it.
+
+    `binary` is the compiler's product (a CUBIN, a code object; None where the runtime
+    builds its pipelines from the source itself); `groups` the workgroup counts it is
+    dispatched with (the program's grid, or the grid folded to fit a device limit);
+    `dynamic_shared` bytes of workgroup memory sized at launch (0: static).
+    """
+
+    kernel: Kernel
+    source: str
+    binary: Any = None
+    groups: tuple[int, int, int] | None = None
+    dynamic_shared: int = 0
+
+    @property
+    def name(self) -> str:
+        return self.kernel.name
+
+    @property
+    def buffers(self):
+        return self.kernel.buffers
+
+    @property
+    def launch(self) -> str:
+        grid = self.kernel.grid if self.groups in (None, self.kernel.grid3()) else self.groups
+        return f"{grid}x{self.kernel.workgroup}"
+
+
+@dataclass(frozen=True)
+class CompiledProgram:
+    """A planned eqn's kernel programs, compiled for one target, in dispatch order."""
+
+    program: KernelProgram
+    kernels: tuple[CompiledKernel, ...]
+    target: str
+
+    @property
+    def launch(self) -> str:
+        return "; ".join(k.launch for k in self.kernels)
+
+    @property
+    def label(self) -> str:
+        """What `poot plan` shows: the kernels' names, or "alias" when there are none."""
+        return ",".join(k.name for k in self.kernels) or "alias"
+
+
+class KernelBackend(Backend):
+    """A backend that prints poot.codegen kernel programs; see the module docstring."""
+
+    # -- what a backend supplies ---------------------------------------------------
+    def capability_table(self, device: Device, formats: frozenset[str]) -> CapabilityTable:
+        """The capability table of `device` with these packed formats registered."""
+        raise NotImplementedError(f"backend {self.name} declares no capability table")
+
+    def features(self, device: Device) -> frozenset:
+        """The optional statement families the target prints (poot.codegen.program)."""
+        return frozenset()
+
+    def printer(self, device: Device):
+        """The printer of the target's language (a poot.codegen.printer.Printer)."""
+        raise NotImplementedError(f"backend {self.name} has no printer")
+
+    def compile(self, kernel: Kernel, source: str, device: Device) -> CompiledKernel:
+        """Compile one printed kernel. The default keeps the source for the runtime."""
+        return CompiledKernel(kernel, source)
+
+    # -- the shared sequence ---------------------------------------------------------
+    def capabilities(self, device: Device) -> CapabilityTable:
+        from poot.formats import formats
+
+        key = (device, frozenset(formats()))
+        tables = self.__dict__.setdefault("_tables", {})
+        if key not in tables:
+            tables[key] = self.capability_table(device, key[1])
+        return tables[key]
+
+    def lower(self, eqn, graph, device: Device) -> Lowering:
+        """check -> lower -> print -> compile -> wrap, all at plan time, so that every
+        refusal (dtype, limit, compiler) comes before anything runs."""
+        from poot.capability import operand_types
+        from poot.codegen.lower import lower
+        from poot.ir.graph import Lit
+
+        types = operand_types(graph, eqn)
+        out = graph.type_of(eqn.out)
+        self.capabilities(device).check(eqn.op, types, out)
+        operands = [x if isinstance(x, Lit) else t
+                    for x, t in zip(eqn.inputs, types, strict=True)]
+        compiled = self.build(lower(eqn.op, operands, out, self.features(device)), device)
+        return Lowering(compiled.label, compiled.launch, compiled,
+                        dispatches=len(compiled.kernels),
+                        extra={"alias": compiled.program.alias})
+
+    def build(self, program: KernelProgram, device: Device) -> CompiledProgram:
+        """Print and compile every kernel of `program` for `device`."""
+        printer = self.printer(device)
+        kernels = tuple(self.compile(k, printer.source(k), device) for k in program.kernels)
+        return CompiledProgram(program, kernels, printer.device or str(device))
+
+
+__all__ = ["CompiledKernel", "CompiledProgram", "KernelBackend"]
