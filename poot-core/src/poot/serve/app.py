@@ -157,6 +157,8 @@ def create_app(engine: Engine) -> Starlette:
             {"id": engine.limits.model, "object": "model", "created": 0, "owned_by": "poot"}]})
 
     async def health(request):
+        if engine.broken:
+            return JSONResponse(error_body(engine.broken, "server_error"), 503)
         return JSONResponse({"status": "ok"})
 
     async def stats(request):

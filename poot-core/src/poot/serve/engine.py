@@ -87,12 +87,14 @@ class Engine:
                                      prefill_batches=batch_sizes(min(prefill_batch,
                                                                      max_batch)))
         self.blocks = self.session.blocks
-        self.limits = Limits(name, model.config.max_seq, self.blocks.pool_slots)
+        self.limits = Limits(name, model.config.max_seq, self.blocks.pool_slots,
+                             min(model.config.vocab, self.tokenizer.vocab_size))
         self._cv = threading.Condition()
         self._queue: deque[Job] = deque()
         self._active: list[Job] = []      # admitted, in admission order
         self._ids = itertools.count()
         self._stopping = False
+        self.broken: str | None = None    # why the loop stopped, if it failed
         self._thread: threading.Thread | None = None
         self._outbox: list[tuple[Job, Event]] = []
         #: hands a turn's events to the requests' side; by default calls each emit here
@@ -129,9 +131,9 @@ class Engine:
     def submit(self, gen: Generation, emit: Callable[[Event], None]) -> Job:
         """Queue a request, or refuse it with 503 when the queue is full."""
         with self._cv:
-            if self._stopping:
-                raise RequestError("the server is shutting down", status=503,
-                                   type="server_error", code="shutting_down")
+            if self._stopping or self.broken:
+                raise RequestError(f"the server is not serving: {self.broken or 'shutting down'}",
+                                   status=503, type="server_error", code="not_serving")
             if len(self._queue) >= self.max_queue:
                 self.counters["rejected"] += 1
                 raise RequestError(f"the server is busy: {len(self._active)} requests are "
@@ -168,6 +170,19 @@ class Engine:
 
     # -- the loop -------------------------------------------------------------------------
     def _loop(self) -> None:
+        try:
+            self._turns()
+        except Exception as exc:  # a fault outside any step: refuse from now on, loudly
+            traceback.print_exc(file=sys.stderr)
+            with self._cv:
+                self.broken = f"the scheduler failed: {type(exc).__name__}: {exc}"
+                for job in [*self._active, *self._queue]:
+                    self._outbox.append((job, Event("error", text=self.broken)))
+                self._active.clear()
+                self._queue.clear()
+            self.deliver(self._outbox)
+
+    def _turns(self) -> None:
         while True:
             with self._cv:
                 while not self._stopping and not self._queue and not self._active:
@@ -297,9 +312,11 @@ def deliver_here(events: list[tuple[Job, Event]]) -> None:
 def greedy_picks(rows: np.ndarray, jobs: list[Job]) -> list[int | None]:
     """The argmax of every row whose sampler is plain greedy, in one pass over the batch
     (what Sampler.sample picks for it); None where the job's own sampler must choose, and
-    for every row when the logits are not all finite (the sampler then says why)."""
+    where the pick is not finite (argmax picks a NaN or +inf if there is one, and -inf only
+    when the whole row is -inf: the sampler then refuses the row and says why)."""
     plain = [j.sampler.greedy and j.sampler.repetition_penalty == 1 for j in jobs]
-    if not any(plain) or not np.isfinite(rows).all():
+    if not any(plain):
         return [None] * len(jobs)
     best = np.argmax(rows, axis=1)
-    return [int(b) if p else None for b, p in zip(best, plain)]
+    finite = np.isfinite(rows[np.arange(len(best)), best])
+    return [int(b) if p and f else None for b, p, f in zip(best, plain, finite)]

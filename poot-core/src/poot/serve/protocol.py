@@ -50,6 +50,7 @@ class Limits:
     model: str               # the one model name the server answers to
     max_seq: int             # positions per sequence (prompt + generated)
     pool_tokens: int         # the KV pool's token slots (one sequence may not exceed them)
+    vocab: int               # token ids the model embeds
 
 
 # -- the fields of each endpoint: name -> checker(value, name) ------------------------------
@@ -175,7 +176,7 @@ def parse_completion(body, limits: Limits, tokenizer) -> Generation:
     """POST /v1/completions: `prompt` is a string, a list of one string, or token ids."""
     f = _checked_fields(body, _COMPLETION, ("model", "prompt"))
     _check_model(f["model"], limits)
-    ids = _prompt_ids(f["prompt"], tokenizer)
+    ids = _prompt_ids(f["prompt"], tokenizer, limits.vocab)
     return _generation("completion", f, ids, f.get("max_tokens"), limits)
 
 
@@ -202,7 +203,7 @@ def _check_model(name: str, limits: Limits) -> None:
                            code="model_not_found")
 
 
-def _prompt_ids(prompt, tokenizer) -> list[int]:
+def _prompt_ids(prompt, tokenizer, vocab: int) -> list[int]:
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
         prompt = prompt[0]
     if isinstance(prompt, str):
@@ -211,8 +212,8 @@ def _prompt_ids(prompt, tokenizer) -> list[int]:
         return tokenizer.encode(prompt)
     if isinstance(prompt, list) and prompt and \
             all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-        if not all(0 <= t < tokenizer.vocab_size for t in prompt):
-            raise RequestError(f"prompt token ids must lie in [0, {tokenizer.vocab_size})",
+        if not all(0 <= t < vocab for t in prompt):
+            raise RequestError(f"prompt token ids must lie in [0, {vocab})",
                                param="prompt")
         return list(prompt)
     raise RequestError("prompt must be a non-empty string, a list of one string, or a list "
