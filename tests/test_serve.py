@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
+import openai
 import pytest
 from serve_process import serve
 
@@ -31,7 +32,6 @@ def server(smollm2_gguf):
 
 @pytest.fixture(scope="module")
 def client(server):
-    openai = pytest.importorskip("openai")
     return openai.OpenAI(base_url=server.base, api_key="unused", max_retries=0, timeout=300)
 
 

@@ -8,6 +8,7 @@ import json
 import time
 from urllib.parse import urlsplit
 
+import openai
 import pytest
 from serve_process import serve
 
@@ -92,7 +93,6 @@ def test_bad_input_gets_its_4xx_and_the_server_goes_on(server, what, path, body,
 
 
 def test_openai_client_sees_the_error_objects(server):
-    openai = pytest.importorskip("openai")
     client = openai.OpenAI(base_url=server.base, api_key="unused", max_retries=0)
     with pytest.raises(openai.NotFoundError) as info:
         client.completions.create(model="nope", prompt="hi", max_tokens=1)

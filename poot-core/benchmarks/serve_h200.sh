@@ -31,7 +31,7 @@ server=$!
 python3 - "$PORT" "$server" <<'PY' || { tail -30 "$OUT/server.log"; kill $server; exit 1; }
 import os, sys, time, urllib.request
 port, pid = sys.argv[1], int(sys.argv[2])
-deadline = time.time() + 420
+deadline = time.time() + 360
 while time.time() < deadline:
     try:
         urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5).read()
@@ -42,10 +42,10 @@ while time.time() < deadline:
         except OSError:
             sys.exit("the server exited")
         time.sleep(1)
-sys.exit("the server did not answer in 420 s")
+sys.exit("the server did not answer in 360 s")
 PY
 grep -E "planned|serving" "$OUT/server.log"
-timeout 300 python3 poot-core/benchmarks/serve_bench.py --url "http://127.0.0.1:$PORT" \
+timeout 200 python3 poot-core/benchmarks/serve_bench.py --url "http://127.0.0.1:$PORT" \
   --clients 1,32 --max-tokens 128 2>&1 | tee "$OUT/bench.log"
 kill $server
 wait $server 2>/dev/null
