@@ -41,6 +41,10 @@ def test_prefill_rows_and_decode_buckets_match_each_sequence_alone(model):
                "c": rng.integers(0, c.vocab, 5)}
     s = session(model, batch=4, decode_batches=(1, 2), prefill_batches=(2, 4))
     assert s.decode_batches == [1, 2, 4] and s.prefill_batches == [1, 2, 4]
+    free = s.blocks.free
+    for plan in ((4, 4), (1, 4)):        # padding rows: no KV written, no block taken
+        s.rehearse(*plan)
+    assert s.blocks.free == free
     fed = dict.fromkeys(prompts, 0)
     last = {}
     for k in prompts:

@@ -167,6 +167,17 @@ class Session:
                                 f"{len(chunk)} tokens (1 to {t}, and {t} must fit)")
         return self._paged_step(chunks, t, self.prefill_batches)
 
+    def rehearse(self, tokens: int, batch: int) -> None:
+        """Plan the paged (tokens, batch) step and run it once on padding rows (every
+        WriteMap entry -1: no KV slot is written), so that a backend that records its steps
+        on the first run has recorded this one before any sequence needs it."""
+        if self.kv != "paged":
+            raise BindError("rehearse runs paged plans; a dense session has no padding rows")
+        self.executor(tokens, batch).step({
+            "tokens": np.zeros((batch, tokens), np.int32), "pos": np.zeros((batch, 1), np.int32),
+            "write_map": np.full(batch * tokens, -1, np.int32),
+            "slot_map": np.zeros((batch, self.capacity), np.int32)})
+
     def _chunk(self, seq, chunk: np.ndarray, t: int) -> np.ndarray:
         if self.kv == "paged":
             return self.prefill_rows({seq: chunk})[0]

@@ -60,7 +60,6 @@ class Job:
         self.generated = 0
         self.last: int | None = None  # the token the next decode step feeds
         self.cancelled = False
-        self.submitted = time.perf_counter()
 
     @property
     def blocks_needed(self) -> int:
@@ -104,16 +103,16 @@ class Engine:
 
     # -- the HTTP side --------------------------------------------------------------------
     def warm(self, progress=None) -> None:
-        """Plan (and record, where the backend records) the prefill plan and every decode
-        plan now, so that no request waits for one."""
+        """Plan every prefill and decode plan now, and run each once on padding rows (a
+        backend that records steps records them here), so that no request waits for one."""
         s = self.session
         plans = [(s.prefill_tokens, b) for b in s.prefill_batches] + \
             [(1, b) for b in s.decode_batches]
         for tokens, batch in plans:
             t0 = time.perf_counter()
-            s.executor(tokens, batch)
+            s.rehearse(tokens, batch)
             if progress:
-                progress(f"planned the {tokens}-token x {batch} step in "
+                progress(f"planned and ran the {tokens}-token x {batch} step in "
                          f"{time.perf_counter() - t0:.1f} s")
 
     def start(self) -> None:
@@ -129,12 +128,14 @@ class Engine:
             self._thread.join()
 
     def submit(self, gen: Generation, emit: Callable[[Event], None]) -> Job:
-        """Queue a request, or refuse it with 503 when the queue is full."""
+        """Queue a request, or refuse it with 503 when `max_queue` requests already wait
+        beyond the batch's free rows."""
         with self._cv:
             if self._stopping or self.broken:
                 raise RequestError(f"the server is not serving: {self.broken or 'shutting down'}",
                                    status=503, type="server_error", code="not_serving")
-            if len(self._queue) >= self.max_queue:
+            free_rows = max(0, self.max_batch - len(self._active))
+            if len(self._queue) - free_rows >= self.max_queue:
                 self.counters["rejected"] += 1
                 raise RequestError(f"the server is busy: {len(self._active)} requests are "
                                    f"running and {len(self._queue)} are queued (the queue "
