@@ -493,10 +493,10 @@ def main():
         rows.append(("torch.matmul bf16 4096^3", "", "", "", f"{torch_tflops:8.2f} TFLOP/s"))
         summary("torch.matmul bf16 4096^3", f"{torch_tflops:.0f} TFLOP/s")
     if args.gemv_columns:
-        from poot.codegen.lower import contract
+        from poot.codegen.lower import dot
 
         for cols in (int(c) for c in args.gemv_columns.split(",")):
-            contract.RUN_COLUMNS = cols
+            dot.RUN_COLUMNS = cols
             bench_ops(ctx, timer, copy_gbs, torch_tflops, rows, {"q4"}, f" columns={cols}")
         print_rows(rows)
         return

@@ -66,3 +66,15 @@ def test_unlowered_composite_is_refused_by_name():
     with pytest.raises(UnsupportedOp) as e:
         table.check(AllReduce(2), [t], t)
     assert "AllReduce" in str(e.value)
+
+
+def test_op_families_come_from_the_sub_ops_traits():
+    """Every Binary and Unary sub-op is declared by its trait, with no hand list to extend:
+    arithmetic on every float and word dtype, bitwise on I32/U32."""
+    from poot_cuda.capability import table
+
+    t = table("cuda:0", 9, 0, ())
+    for b in BinaryOp:
+        want = {DType.I32, DType.U32} if b.bitwise else {DType.F32, DType.BF16, DType.I8}
+        assert want <= t.lowers(f"Binary.{b.name}"), b
+    assert all(t.lowers(k) for k in UnaryOp.keys())

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import platform
 
-from poot_wgpu.smollm2 import greedy, open_decoder, random_decoder
+from poot.models.greedy import greedy, open_decoder, random_decoder
 
 
 def main() -> None:

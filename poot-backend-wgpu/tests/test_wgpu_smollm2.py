@@ -1,7 +1,7 @@
 """SmolLM2-135M (the real Q4_1 GGUF) on wgpu: a short greedy generation gives the reference
 backend's tokens. Whole model, so marked slow."""
 import pytest
-from poot_wgpu.smollm2 import greedy, open_decoder
+from poot.models.greedy import greedy, open_decoder
 
 pytestmark = pytest.mark.slow
 

@@ -82,10 +82,10 @@ def test_double_store_and_out_of_range_are_refused():
 
 
 def _kernel(body, buffers=None) -> Kernel:
-    from poot.codegen.program import Buffer
+    from poot.codegen.program import BufferParam
 
-    bufs = buffers or (Buffer("in0", F32, Access.READ, 4, 0), Buffer("out", F32, Access.WRITE,
-                                                                        4, OUT))
+    bufs = buffers or (BufferParam("in0", F32, Access.READ, 4, 0),
+                       BufferParam("out", F32, Access.WRITE, 4, OUT))
     return Kernel("k", tuple(bufs), (1,), (4,), tuple(body))
 
 

@@ -149,7 +149,7 @@ def test_q4_0_gemv_loads_each_word_once():
     its group's trip with coalesced loads (load s of lane l: word 32s + l of the trip's
     span), decodes the runs from the shared copy, and reads activations from the shared
     tile (its only global loads of them are the copy)."""
-    from poot.codegen.lower.contract import RUN_COLUMNS
+    from poot.codegen.lower.dot import RUN_COLUMNS
 
     pw = PackedWeight("gguf:Q4_0", (14336, 4096))
     ins = [TensorType((1, 4096), F32), *(s.type for s in pw.sources())]

@@ -3,17 +3,18 @@ from __future__ import annotations
 
 from poot.capability import CapabilityTable, Use, op_keys
 from poot.dtypes import DType
+from poot.ir.ops import BinaryOp, UnaryOp
 
 F32, F16, BF16, I32, U32 = DType.F32, DType.F16, DType.BF16, DType.I32, DType.U32
 SMALL = {DType.I8, DType.U8, DType.I16, DType.U16}
 INTS = {I32, U32}
 ALL_WORDS = INTS | SMALL
 
-FLOAT_UNARY = ("Unary.Neg", "Unary.Exp", "Unary.Log", "Unary.Sqrt", "Unary.Recip", "Unary.Tanh",
-               "Unary.Erf")
-ARITH_BINARY = ("Binary.Add", "Binary.Sub", "Binary.Mul", "Binary.Div", "Binary.Max",
-                "Binary.Ge")
-BIT_BINARY = ("Binary.GeU", "Binary.And", "Binary.Or", "Binary.Xor", "Binary.Shl", "Binary.Shr")
+# op families from the sub-ops' own traits
+FLOAT_UNARY = UnaryOp.keys(lambda u: not u.bitwise)
+BIT_UNARY = UnaryOp.keys(lambda u: u.bitwise)
+ARITH_BINARY = BinaryOp.keys(lambda b: not b.bitwise)
+BIT_BINARY = BinaryOp.keys(lambda b: b.bitwise)
 MOVES = ("Broadcast", "Reshape", "Transpose", "Slice", "Concat", "Gather", "ScatterUpdate",
          "DynamicUpdateSlice", "Select", "Cast", "Fused", "FusedRow", "ContractionEpilogue",
          "Reduce.Sum")
@@ -53,7 +54,7 @@ def table(device: str, major: int, minor: int, formats) -> CapabilityTable:
     ops: dict[str, set] = {}
     ops.update({k: set(floats) for k in FLOAT_UNARY})
     ops["Unary.Neg"] |= {I32}
-    ops.update({k: set(INTS) for k in ("Unary.Not", "Unary.Clz", *BIT_BINARY)})
+    ops.update({k: set(INTS) for k in BIT_UNARY + BIT_BINARY})
     ops.update({k: floats | ALL_WORDS for k in ARITH_BINARY + MOVES})
     ops["Reduce.Max"] = floats | {I32} | SMALL
     ops["Iota"] = {F32, I32}

@@ -7,8 +7,7 @@ resolved to device pointers, ready to launch or capture.
 """
 from __future__ import annotations
 
-from poot.codegen.program import Kernel
-from poot.codegen.program import Lowering as KernelProgram
+from poot.codegen.program import Kernel, KernelProgram
 from poot.kernel_backend import CompiledKernel, CompiledProgram
 
 from poot_cuda.compiler import compile_cubin

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from poot.capability import CapabilityTable, Use, every_op_key
 from poot.dtypes import DType
+from poot.ir.ops import BinaryOp, UnaryOp
 
 from poot_wgpu.device import WgpuDevice
 from poot_wgpu.wgsl.types import BACKEND
@@ -23,9 +24,11 @@ from poot_wgpu.wgsl.types import BACKEND
 D = DType
 NARROW_INTS = frozenset({D.I8, D.U8, D.I16, D.U16})
 BYTE_FLOATS = frozenset({D.F8E4M3, D.F8E5M2, D.F8E8M0, D.F4E2M1})
-FLOAT_MATH = ("Exp", "Log", "Sqrt", "Recip", "Tanh", "Erf")
-ARITH_BINARY = ("Add", "Sub", "Mul", "Div", "Max", "Ge")
-BIT_BINARY = ("GeU", "And", "Or", "Xor", "Shl", "Shr")
+# op families from the sub-ops' own traits
+FLOAT_UNARY = UnaryOp.keys(lambda u: not u.bitwise)
+BIT_UNARY = UnaryOp.keys(lambda u: u.bitwise)
+ARITH_BINARY = BinaryOp.keys(lambda b: not b.bitwise)
+BIT_BINARY = BinaryOp.keys(lambda b: b.bitwise)
 MOVEMENT = ("Broadcast", "Reshape", "Transpose", "Slice", "Concat", "Gather", "ScatterUpdate",
             "DynamicUpdateSlice", "Cast", "Fused")
 
@@ -48,11 +51,10 @@ def op_dtypes(uses: dict[DType, Use]) -> dict[str, frozenset]:
     floats = frozenset(d for d in arith if d.is_float)
     dot = frozenset(d for d, u in uses.items() if Use.DOT in u)
     table: dict[str, frozenset] = {}
-    table.update({f"Unary.{op}": floats for op in FLOAT_MATH})
+    table.update(dict.fromkeys(FLOAT_UNARY, floats))
     table["Unary.Neg"] = floats | {D.I32}
-    table.update({f"Unary.{op}": frozenset({D.I32, D.U32}) for op in ("Not", "Clz")})
-    table.update({f"Binary.{op}": arith for op in ARITH_BINARY})
-    table.update({f"Binary.{op}": frozenset({D.I32, D.U32}) for op in BIT_BINARY})
+    table.update(dict.fromkeys(BIT_UNARY + BIT_BINARY, frozenset({D.I32, D.U32})))
+    table.update(dict.fromkeys(ARITH_BINARY, arith))
     table["Select"] = arith - {D.F16}
     table["Iota"] = frozenset({D.F32, D.I32})
     table.update({op: stored for op in MOVEMENT})

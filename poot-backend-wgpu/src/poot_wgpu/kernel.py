@@ -75,7 +75,7 @@ class KernelCache:
 
 
 def dispatches_for(cache: KernelCache, printed, resolve) -> list[Dispatch]:
-    """Compile (or reuse) each printed kernel and bind its buffers; `resolve(Buffer)` gives
+    """Compile (or reuse) each printed kernel and bind its buffers; `resolve(BufferParam)` gives
     the bind-group resource of one of the kernel's buffer parameters."""
     out = []
     for p in printed:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import numpy as np
-from poot.codegen.program import OUT, SCRATCH, Buffer, Kernel, Lowering
+from poot.codegen.program import OUT, SCRATCH, BufferParam, Kernel, KernelProgram
 from poot.errors import BindError
 
 from poot_wgpu import memory
@@ -27,7 +27,7 @@ def _launch(dev: WgpuDevice, kernels: Sequence[Kernel], arrays: Mapping[str, np.
         bufs[name] = memory.WgpuBuffer(dev, a.nbytes, name)
         memory.write(dev, bufs[name], 0, a)
 
-    def resolve(b: Buffer) -> dict:
+    def resolve(b: BufferParam) -> dict:
         return memory.storage_binding(dev, bufs[region_of(b)], 0, b.nbytes, b.name)
 
     printed = [print_kernel(k, dev) for k in kernels]
@@ -52,7 +52,7 @@ def run_kernels(dev: WgpuDevice, kernels: Sequence[Kernel], arrays: Mapping[str,
             for name, a in arrays.items()}
 
 
-def run_lowering(dev: WgpuDevice, lowering: Lowering, operands: Sequence[np.ndarray | None],
+def run_lowering(dev: WgpuDevice, lowering: KernelProgram, operands: Sequence[np.ndarray | None],
                  out: np.ndarray, cache: KernelCache | None = None) -> np.ndarray:
     """Run one eqn's kernels: tensor operand i in its own buffer (None for literals), the
     output in another (or in operand `lowering.alias`'s, updated in place), scratch zeroed.
@@ -64,7 +64,7 @@ def run_lowering(dev: WgpuDevice, lowering: Lowering, operands: Sequence[np.ndar
         arrays["out"] = np.ascontiguousarray(out)
     arrays.update({f"scratch:{s.name}": np.zeros(s.nbytes, np.uint8) for s in lowering.scratch})
 
-    def region_of(b: Buffer) -> str:
+    def region_of(b: BufferParam) -> str:
         if b.operand is SCRATCH:
             return f"scratch:{b.name}"
         return out_name if b.operand == OUT else f"op{b.operand}"

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 import numpy as np
 from poot.backend import Device
 from poot.codegen.lower import lower
-from poot.codegen.program import OUT, SCRATCH, Buffer
+from poot.codegen.program import OUT, SCRATCH, BufferParam
 from poot.errors import BindError, UnsupportedOp
 from poot.ir.ops import Broadcast
 
@@ -84,7 +84,7 @@ class WgpuRuntime:
         return [print_kernel(k, self.dev) for k in copy.kernels]
 
     def _resolver(self, step, inputs, buffers, scratch):
-        def resolve(b: Buffer) -> dict:
+        def resolve(b: BufferParam) -> dict:
             if b.operand is SCRATCH:
                 return memory.storage_binding(self.dev, scratch[b.name], 0, b.nbytes, b.name)
             place = step.out if b.operand == OUT else inputs[b.operand]

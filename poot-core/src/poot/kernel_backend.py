@@ -28,8 +28,7 @@ from typing import Any
 
 from poot.backend import Backend, Device, Lowering
 from poot.capability import CapabilityTable
-from poot.codegen.program import Kernel
-from poot.codegen.program import Lowering as KernelProgram
+from poot.codegen.program import Kernel, KernelProgram
 
 
 @dataclass(frozen=True)

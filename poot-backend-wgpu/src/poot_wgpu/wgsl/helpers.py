@@ -19,6 +19,9 @@ _SOURCES: dict[str, tuple[str, tuple[str, ...]]] = {
   // arithmetic on the NaN: WGSL lets compilers assume finite math and fold it away.
   return select(max(a, b), select(b, a, poot_isnan(a)), poot_isnan(a) || poot_isnan(b));
 }""", ("poot_isnan",)),
+    "poot_min_f32": ("""fn poot_min_f32(a: f32, b: f32) -> f32 {
+  return select(min(a, b), select(b, a, poot_isnan(a)), poot_isnan(a) || poot_isnan(b));
+}""", ("poot_isnan",)),
     "poot_div_i32": (f"""fn poot_div_i32(a: i32, b: i32) -> i32 {{
   // x / 0 = 0; INT_MIN / -1 wraps to INT_MIN (divide by 1 instead)
   let safe = select(b, 1i, b == 0i || (a == {_INT_MIN} && b == -1i));

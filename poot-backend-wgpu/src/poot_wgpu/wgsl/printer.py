@@ -54,8 +54,8 @@ UNARY = {UnaryOp.Exp: "exp({x})", UnaryOp.Log: "log({x})", UnaryOp.Sqrt: "sqrt({
 BINARY = {BinaryOp.Add: "({a} + {b})", BinaryOp.Sub: "({a} - {b})",
           BinaryOp.Mul: "({a} * {b})", BinaryOp.Div: "({a} / {b})",
           BinaryOp.And: "({a} & {b})", BinaryOp.Or: "({a} | {b})", BinaryOp.Xor: "({a} ^ {b})"}
-FLOAT_BINARY = {BinaryOp.Max: "poot_max_f32"}
-INT_BINARY = {BinaryOp.Max: "max({a}, {b})"}
+FLOAT_BINARY = {BinaryOp.Max: "poot_max_f32", BinaryOp.Min: "poot_min_f32"}
+INT_BINARY = {BinaryOp.Max: "max({a}, {b})", BinaryOp.Min: "min({a}, {b})"}
 
 
 def _ident(prefix: str, name: str) -> str:
@@ -378,7 +378,7 @@ class WgslPrinter(Printer):
                                                a, b), d)  # x / 0 = 0, INT_MIN / -1 wraps
         table = {**BINARY, **(FLOAT_BINARY if d.is_float else INT_BINARY)}
         text = self.apply(table[op], a=a, b=b)
-        return text if op is BinaryOp.Max else self.wrap(text, d)  # max stays in range
+        return text if op in INT_BINARY else self.wrap(text, d)  # max, min stay in range
 
     def logical(self, n: Bin) -> str | None:
         """And/Or of two indicators, or Xor of one with 1, as a bool (None otherwise)."""

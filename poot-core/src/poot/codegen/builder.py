@@ -18,7 +18,7 @@ from poot.codegen.program import (
     Access,
     Assign,
     Barrier,
-    Buffer,
+    BufferParam,
     CoopReduce,
     CopyAsync,
     CopyCommit,
@@ -71,7 +71,7 @@ class KernelBuilder:
         self.name = name
         self.grid = tuple(int(g) for g in grid)
         self.workgroup = tuple(int(w) for w in workgroup)
-        self._buffers: list[Buffer] = []
+        self._buffers: list[BufferParam] = []
         self._shared: list[SharedArray] = []
         self._locals: list[LocalArray] = []
         self._blocks: list[list[Stmt]] = [[]]
@@ -80,7 +80,7 @@ class KernelBuilder:
     # -- declarations -------------------------------------------------------------
     def buffer(self, name: str, dtype: DType, access: Access, count: int,
                operand: int | None = None) -> ArrayRef:
-        self._buffers.append(Buffer(name, dtype, access, int(count), operand))
+        self._buffers.append(BufferParam(name, dtype, access, int(count), operand))
         return ArrayRef(name, dtype, count)
 
     def shared(self, name: str, dtype: DType, count: int) -> ArrayRef:

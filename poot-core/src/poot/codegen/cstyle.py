@@ -45,7 +45,9 @@ F32_UNARY = {UnaryOp.Neg: "(-{})", UnaryOp.Recip: "(1.0f / {})", UnaryOp.Exp: "e
 # Helpers shared by every C-like language; `{q}` is the function qualifier.
 PRELUDE = """\
 {q} float poot_fmax(float a, float b) {{ return (a > b || a != a) ? a : b; }}
+{q} float poot_fmin(float a, float b) {{ return (a < b || a != a) ? a : b; }}
 {q} int poot_imax(int a, int b) {{ return a > b ? a : b; }}
+{q} int poot_imin(int a, int b) {{ return a < b ? a : b; }}
 {q} int poot_iadd(int a, int b) {{ return (int)((unsigned int)a + (unsigned int)b); }}
 {q} int poot_isub(int a, int b) {{ return (int)((unsigned int)a - (unsigned int)b); }}
 {q} int poot_imul(int a, int b) {{ return (int)((unsigned int)a * (unsigned int)b); }}
@@ -260,6 +262,8 @@ C_BINARY: dict[BinaryOp, dict[str, str]] = {
                    "u32": "poot_udiv({a}, {b})", "small": "(({t})poot_idiv((int){a}, (int){b}))"},
     BinaryOp.Max: {"f32": "poot_fmax({a}, {b})", "i32": "poot_imax({a}, {b})",
                    "u32": "({a} > {b} ? {a} : {b})", "small": "({a} > {b} ? {a} : {b})"},
+    BinaryOp.Min: {"f32": "poot_fmin({a}, {b})", "i32": "poot_imin({a}, {b})",
+                   "u32": "({a} < {b} ? {a} : {b})", "small": "({a} < {b} ? {a} : {b})"},
     BinaryOp.Ge: dict.fromkeys(("f32", "i32", "u32", "small"), "({a} >= {b} ? 1 : 0)"),
     BinaryOp.GeU: dict.fromkeys(("i32", "u32", "small"),
                                 "((unsigned int)({a}) >= (unsigned int)({b}) ? 1 : 0)"),

@@ -26,7 +26,7 @@ from poot.codegen.program import (
     OUT,
     Assign,
     Barrier,
-    Buffer,
+    BufferParam,
     CoopReduce,
     CopyAsync,
     CopyCommit,
@@ -34,9 +34,9 @@ from poot.codegen.program import (
     For,
     If,
     Kernel,
+    KernelProgram,
     Let,
     LocalArray,
-    Lowering,
     MmaTile,
     Stmt,
     Store,
@@ -134,7 +134,7 @@ class _Batch:
         idx = np.broadcast_to(idx, act.shape)
         arr = self.arrays[n.buffer]
         self.bounds(n.buffer, idx, arr.count, "load from")
-        if isinstance(arr, Buffer):
+        if isinstance(arr, BufferParam):
             return self.buffers[n.buffer][idx]
         if isinstance(arr, LocalArray):
             return self.locals[n.buffer][act, idx]
@@ -193,10 +193,10 @@ class _Batch:
         if isinstance(arr, LocalArray):
             self.locals[s.array][act, idx] = val
             return
-        key = idx if isinstance(arr, Buffer) else self.group[act] * arr.count + idx
+        key = idx if isinstance(arr, BufferParam) else self.group[act] * arr.count + idx
         if np.unique(key).size != key.size:
             self.fault(f"two threads store to one element of {s.array!r} in one statement")
-        if isinstance(arr, Buffer):
+        if isinstance(arr, BufferParam):
             self.buffers[s.array][idx] = val
             return
         g, lane = self.group[act], self.lane[act]
@@ -311,7 +311,7 @@ class _Batch:
 __all__ = ["KernelFault", "run", "run_lowering", "operand_words"]
 
 
-def operand_words(array: np.ndarray, buffer: Buffer) -> np.ndarray:
+def operand_words(array: np.ndarray, buffer: BufferParam) -> np.ndarray:
     """An operand's bytes viewed as the buffer's element type (padded to whole words)."""
     raw = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
     size = buffer.dtype.itemsize
@@ -325,7 +325,7 @@ def operand_words(array: np.ndarray, buffer: Buffer) -> np.ndarray:
     return words.copy()
 
 
-def run_lowering(lowering: Lowering, operands, out: TensorType) -> np.ndarray:
+def run_lowering(lowering: KernelProgram, operands, out: TensorType) -> np.ndarray:
     """Run every kernel of a lowering on numpy operands (None for literals) and return
     the output. Unwritten output elements keep a poison pattern (all bits set: NaN
     for floats, -1 for integers), so a kernel that skips elements fails comparisons."""

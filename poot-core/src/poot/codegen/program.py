@@ -102,12 +102,12 @@ class Access(enum.Enum):
 
 
 @dataclass(frozen=True)
-class Buffer:
+class BufferParam:
     """A buffer parameter: `count` elements of `dtype` in device memory.
 
     `operand` says what the planner binds: the index of the eqn's tensor
     operand (0, 1, ...), `OUT` (-1) for the eqn's output, or `SCRATCH` (None)
-    for a temporary the lowering asks for (`Lowering.scratch`).
+    for a temporary the lowering asks for (`KernelProgram.scratch`).
     """
 
     name: str
@@ -277,7 +277,7 @@ def mma_coords(lane: int, r: int) -> tuple[int, int]:
 @dataclass(frozen=True, eq=False)
 class Kernel:
     name: str
-    buffers: tuple[Buffer, ...]
+    buffers: tuple[BufferParam, ...]
     grid: tuple[int, ...]
     workgroup: tuple[int, ...]
     body: tuple[Stmt, ...]
@@ -298,13 +298,13 @@ class Kernel:
     def workgroup3(self) -> tuple[int, int, int]:
         return tuple(self.workgroup) + (1,) * (3 - len(self.workgroup))
 
-    def buffer(self, name: str) -> Buffer:
+    def buffer(self, name: str) -> BufferParam:
         for b in self.buffers:
             if b.name == name:
                 return b
         raise KeyError(name)
 
-    def arrays(self) -> dict[str, Buffer | SharedArray | LocalArray]:
+    def arrays(self) -> dict[str, BufferParam | SharedArray | LocalArray]:
         return {a.name: a for a in (*self.buffers, *self.shared, *self.locals)}
 
     def statements(self) -> Iterator[Stmt]:
@@ -410,7 +410,7 @@ class _Checker:
                 arr = arrays.get(n.buffer)
                 if arr is None:
                     self.fail(f"load from unknown array {n.buffer!r}")
-                if isinstance(arr, Buffer) and not arr.access.readable:
+                if isinstance(arr, BufferParam) and not arr.access.readable:
                     self.fail(f"load from write-only buffer {n.buffer!r}")
                 if arr.dtype is not n.dtype:
                     self.fail(f"load of {n.dtype} from {n.buffer!r} of {arr.dtype}")
@@ -432,7 +432,7 @@ class _Checker:
             arr = self.kernel.arrays().get(s.array)
             if arr is None:
                 self.fail(f"store to unknown array {s.array!r}")
-            if isinstance(arr, Buffer) and not arr.access.writable:
+            if isinstance(arr, BufferParam) and not arr.access.writable:
                 self.fail(f"store to read-only buffer {s.array!r}")
             self.expr(s.index, I32)
             self.expr(s.value, arr.dtype)
@@ -472,7 +472,7 @@ class _Checker:
     def copy_async(self, s: CopyAsync):
         arrays = self.kernel.arrays()
         src, dst = arrays.get(s.src), arrays.get(s.dst)
-        if not isinstance(src, Buffer) or not src.access.readable:
+        if not isinstance(src, BufferParam) or not src.access.readable:
             self.fail(f"CopyAsync source {s.src!r} must be a readable buffer")
         if not isinstance(dst, SharedArray):
             self.fail(f"CopyAsync destination {s.dst!r} must be a shared array")
@@ -503,10 +503,10 @@ class _Checker:
 
 
 @dataclass(frozen=True, eq=False)
-class Lowering:
+class KernelProgram:
     """What one planned eqn becomes: kernels dispatched in order.
 
-    `scratch` lists temporaries the kernels share by name (Buffer.operand is
+    `scratch` lists temporaries the kernels share by name (BufferParam.operand is
     SCRATCH); the planner allocates them. `alias` names the operand index the
     output must share its buffer with: with no kernels the eqn is a pure alias
     (Reshape); with kernels they update that buffer in place (ScatterUpdate,
@@ -514,5 +514,5 @@ class Lowering:
     """
 
     kernels: tuple[Kernel, ...]
-    scratch: tuple[Buffer, ...] = ()
+    scratch: tuple[BufferParam, ...] = ()
     alias: int | None = None

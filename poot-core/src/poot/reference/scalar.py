@@ -89,13 +89,17 @@ def binary(op: BinaryOp, a: np.ndarray, b: np.ndarray, dtype: DType) -> np.ndarr
                 bb = np.where(b == 0, 1, b).astype(np.int64)
                 q = _tdiv(a.astype(np.int64), bb)
                 return np.where(b == 0, 0, q).astype(npd)
-            fn = {BinaryOp.Add: np.add, BinaryOp.Sub: np.subtract, BinaryOp.Mul: np.multiply,
-                  BinaryOp.Max: np.maximum}[op]
-            return fn(a.astype(np.int64), b.astype(np.int64)).astype(npd)
-        wa, wb = _widen(a, dtype), _widen(b, dtype)
-        fn = {BinaryOp.Add: np.add, BinaryOp.Sub: np.subtract, BinaryOp.Mul: np.multiply,
-              BinaryOp.Div: np.divide, BinaryOp.Max: np.maximum}[op]
-        return np.asarray(fn(wa, wb)).astype(npd)
+            return INT_BINARY[op](a.astype(np.int64), b.astype(np.int64)).astype(npd)
+        return np.asarray(FLOAT_BINARY[op](_widen(a, dtype), _widen(b, dtype))).astype(npd)
+
+
+#: the arithmetic Binary sub-ops as numpy functions: on floats (16-bit ones widened to
+#: F32 first, rounded once after) and on integers (in int64, wrapped to the dtype after;
+#: Div has its own rule above). A new arithmetic sub-op adds its function here.
+FLOAT_BINARY = {BinaryOp.Add: np.add, BinaryOp.Sub: np.subtract, BinaryOp.Mul: np.multiply,
+                BinaryOp.Div: np.divide, BinaryOp.Max: np.maximum, BinaryOp.Min: np.minimum}
+INT_BINARY = {BinaryOp.Add: np.add, BinaryOp.Sub: np.subtract, BinaryOp.Mul: np.multiply,
+              BinaryOp.Max: np.maximum, BinaryOp.Min: np.minimum}
 
 
 def _tdiv(a: np.ndarray, b: np.ndarray) -> np.ndarray:

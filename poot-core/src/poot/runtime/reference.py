@@ -20,6 +20,7 @@ from poot.ir import ops as O
 from poot.ir.graph import Lit
 from poot.plan.model import ALIGN, Place, Plan, Step
 from poot.reference import apply
+from poot.reference import scalar as S
 from poot.runtime.blas import single_thread
 
 Kernel = Callable[[], None]
@@ -117,8 +118,6 @@ def _kernel(step: Step, view: _Views) -> Kernel:
     return generic
 
 
-_F32_BINARY = {O.BinaryOp.Add: np.add, O.BinaryOp.Sub: np.subtract, O.BinaryOp.Mul: np.multiply,
-               O.BinaryOp.Div: np.divide, O.BinaryOp.Max: np.maximum}
 _F32_UNARY = {O.UnaryOp.Exp: np.exp, O.UnaryOp.Sqrt: np.sqrt, O.UnaryOp.Neg: np.negative,
               O.UnaryOp.Log: np.log, O.UnaryOp.Tanh: np.tanh}
 
@@ -127,8 +126,8 @@ def _fast_kernel(op, args, in_types, out) -> Kernel | None:
     """The oracle's own numpy routine written into `out`, for the ops a decoder spends its
     time in. Only F32, where the oracle's rule computes in the operand dtype directly."""
     f32 = all(t.dtype is DType.F32 for t in in_types) and out.dtype == np.float32
-    if isinstance(op, O.Binary) and f32 and op.op in _F32_BINARY:
-        fn, (a, b) = _F32_BINARY[op.op], args
+    if isinstance(op, O.Binary) and f32 and op.op in S.FLOAT_BINARY:
+        fn, (a, b) = S.FLOAT_BINARY[op.op], args
         return lambda: fn(a, b, out=out)
     if isinstance(op, O.Unary) and f32 and op.op in _F32_UNARY:
         fn, (a,) = _F32_UNARY[op.op], args

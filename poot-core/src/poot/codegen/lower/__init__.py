@@ -1,9 +1,10 @@
 """Lowerings: one planned eqn (op, operand types or literals, output type) -> kernels.
 
-`lower(op, ins, out)` returns a `Lowering` of backend-neutral kernel programs.
-Buffer conventions: tensor operand i is buffer `in{i}` (Buffer.operand = i,
+`lower(op, ins, out)` returns a `KernelProgram`: the eqn's backend-neutral kernels, its
+scratch buffers and its in-place alias.
+BufferParam conventions: tensor operand i is buffer `in{i}` (BufferParam.operand = i,
 its position among the eqn's operands, literals included), the output is
-`out` (Buffer.operand = OUT). A buffer may view an operand's bytes as U32
+`out` (BufferParam.operand = OUT). A buffer may view an operand's bytes as U32
 words (16-bit weights, packed sources); its count is then the number of
 whole words, and the planner pads such allocations to 4 bytes.
 """

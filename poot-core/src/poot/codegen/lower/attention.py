@@ -20,7 +20,7 @@ import math
 from poot.codegen import index as ix
 from poot.codegen.expr import Const, Expr, Load, Un, f32, i32, maximum
 from poot.codegen.lower.base import Sig, lowers
-from poot.codegen.program import SCRATCH, Access, Buffer, Lowering, local_index
+from poot.codegen.program import SCRATCH, Access, BufferParam, KernelProgram, local_index
 from poot.dtypes import DType
 from poot.errors import LimitExceeded
 from poot.ir.ops import Attention, ReduceOp, UnaryOp
@@ -54,11 +54,11 @@ def choose_splits(rows: int, keys: int) -> int:
 
 
 @lowers(Attention)
-def lower_attention(sig: Sig) -> Lowering:
+def lower_attention(sig: Sig) -> KernelProgram:
     q, k = sig.type(0), sig.type(1)
     s = k.shape[-2]
     if q.shape[-2] > 1:
-        return Lowering((_block_kernel(sig),))
+        return KernelProgram((_block_kernel(sig),))
     rows = math.prod(q.shape[:-1])
     splits = choose_splits(rows, s)
     chunk = math.ceil(s / splits)
@@ -67,15 +67,16 @@ def lower_attention(sig: Sig) -> Lowering:
     if splits > 1:
         scratch = (_part_acc(sig, rows, splits), _part_ml(rows, splits))
         kernels.append(_merge_kernel(sig, rows, splits))
-    return Lowering(tuple(kernels), scratch=scratch)
+    return KernelProgram(tuple(kernels), scratch=scratch)
 
 
 def _part_acc(sig, rows, splits):
-    return Buffer("part_acc", F32, Access.READ_WRITE, rows * splits * sig.out.shape[-1], SCRATCH)
+    return BufferParam("part_acc", F32, Access.READ_WRITE, rows * splits * sig.out.shape[-1],
+                       SCRATCH)
 
 
 def _part_ml(rows, splits):
-    return Buffer("part_ml", F32, Access.READ_WRITE, rows * splits * 2, SCRATCH)
+    return BufferParam("part_ml", F32, Access.READ_WRITE, rows * splits * 2, SCRATCH)
 
 
 class _Shape:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from poot.codegen import index as ix
 from poot.codegen.builder import ArrayRef, KernelBuilder
 from poot.codegen.expr import Const, Expr, Load
-from poot.codegen.program import FEATURES, OUT, Access, Lowering
+from poot.codegen.program import FEATURES, OUT, Access, KernelProgram
 from poot.dtypes import DType
 from poot.errors import LimitExceeded, UnsupportedOp
 from poot.ir.graph import Lit
@@ -16,7 +16,7 @@ from poot.ir.ops import OpKind, Reshape
 from poot.ir.types import TensorType
 
 MAX_INDEX = 2**31 - 1      # kernel index arithmetic is I32
-LOWERINGS: dict[type, Callable[[Sig], Lowering]] = {}
+LOWERINGS: dict[type, Callable[[Sig], KernelProgram]] = {}
 
 
 def lowers(*op_types: type):
@@ -95,7 +95,7 @@ def words(t: TensorType) -> tuple:
 
 
 def lower(op: OpKind, ins: Sequence[TensorType | Lit], out: TensorType,
-          features: frozenset = frozenset()) -> Lowering:
+          features: frozenset = frozenset()) -> KernelProgram:
     """Lower one planned eqn to kernel programs (an UnsupportedOp names what has none)
     for a target that prints `features` besides the core statements."""
     unknown = set(features) - FEATURES
@@ -103,7 +103,7 @@ def lower(op: OpKind, ins: Sequence[TensorType | Lit], out: TensorType,
         raise UnsupportedOp(f"unknown kernel features {sorted(unknown)}", op=op.name)
     sig = Sig(op, tuple(ins), out, frozenset(features))
     if isinstance(op, Reshape):
-        return Lowering((), alias=0)
+        return KernelProgram((), alias=0)
     fn = LOWERINGS.get(type(op))
     if fn is None:
         raise UnsupportedOp(f"no kernel lowering for {op.name}", op=op.name)

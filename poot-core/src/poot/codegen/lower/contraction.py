@@ -14,7 +14,7 @@ from poot.codegen import index as ix
 from poot.codegen.bits import half_of, widen16
 from poot.codegen.expr import Expr, Load, u32
 from poot.codegen.lower.base import Sig, lowers, words
-from poot.codegen.lower.contract import (
+from poot.codegen.lower.dot import (
     PROBLEMS,
     Problem,
     contraction_kernel,
@@ -22,7 +22,7 @@ from poot.codegen.lower.contract import (
     store_flat,
 )
 from poot.codegen.lower.pointwise import pointwise_kernel
-from poot.codegen.program import Lowering
+from poot.codegen.program import KernelProgram
 from poot.codegen.region import RegionEval
 from poot.dtypes import DType
 from poot.errors import UnsupportedOp
@@ -170,7 +170,7 @@ def indexed_packed_problem(sig: Sig, epilogue) -> Problem:
 
 
 # -- row gathers ------------------------------------------------------------------------------
-def _row_gather(sig: Sig, ids_index: int, rows: int, elem, views) -> Lowering:
+def _row_gather(sig: Sig, ids_index: int, rows: int, elem, views) -> KernelProgram:
     ids = sig.type(ids_index)
 
     def value(c, kb):
@@ -184,28 +184,28 @@ def _row_gather(sig: Sig, ids_index: int, rows: int, elem, views) -> Lowering:
 
 
 @lowers(PackedDequant)
-def lower_packed_dequant(sig: Sig) -> Lowering:
+def lower_packed_dequant(sig: Sig) -> KernelProgram:
     w = PackedReader(sig, sig.op.weight, 0)
     return pointwise_kernel(sig, lambda c, kb: w.elem(c[0], c[1]),
                             lambda kb: sig.declare_inputs(kb, w.views))
 
 
 @lowers(DenseRowGather)
-def lower_dense_row_gather(sig: Sig) -> Lowering:
+def lower_dense_row_gather(sig: Sig) -> KernelProgram:
     table = sig.type(0)
     w = DenseWeight("in0", table, table.shape[1])
     return _row_gather(sig, 1, table.shape[0], w.elem, {0: w.view})
 
 
 @lowers(PackedRowGather)
-def lower_packed_row_gather(sig: Sig) -> Lowering:
+def lower_packed_row_gather(sig: Sig) -> KernelProgram:
     w = PackedReader(sig, sig.op.weight, 1)
     return _row_gather(sig, 0, sig.op.weight.shape[0], w.elem, w.views)
 
 
 # -- epilogue -------------------------------------------------------------------------------
 @lowers(ContractionEpilogue)
-def lower_contraction_epilogue(sig: Sig) -> Lowering:
+def lower_contraction_epilogue(sig: Sig) -> KernelProgram:
     op = sig.op
     make = PROBLEMS.get(type(op.head))
     if make is None:
@@ -230,7 +230,7 @@ def lower_contraction_epilogue(sig: Sig) -> Lowering:
 
     def declare(kb):
         sig.declare_all(kb, p.views)
-    return Lowering((contraction_kernel(p, sig, declare),))
+    return KernelProgram((contraction_kernel(p, sig, declare),))
 
 
 def _operand(sig: Sig, j: int, coords) -> Expr:

@@ -5,12 +5,12 @@ from poot.codegen import index as ix
 from poot.codegen.expr import Load, ge, i32
 from poot.codegen.lower.base import Sig, lowers
 from poot.codegen.lower.pointwise import WORKGROUP, pointwise_kernel
-from poot.codegen.program import Access, Lowering
+from poot.codegen.program import Access, KernelProgram
 from poot.ir.ops import ArgTopK, DynamicUpdateSlice, Gather, ScatterUpdate
 
 
 @lowers(Gather)
-def lower_gather(sig: Sig) -> Lowering:
+def lower_gather(sig: Sig) -> KernelProgram:
     src, idx = sig.type(0), sig.type(1)
     a = sig.op.norm_axis(sig.op.axis, src.rank)
 
@@ -32,7 +32,7 @@ def _update_kernel(sig: Sig, count: int, name: str):
 
 
 @lowers(ScatterUpdate)
-def lower_scatter_update(sig: Sig) -> Lowering:
+def lower_scatter_update(sig: Sig) -> KernelProgram:
     """In place on the donated base: only the N source rows are written."""
     base, src = sig.type(0), sig.type(1)
     rows, row = src.shape[0], src.size // max(src.shape[0], 1)
@@ -49,11 +49,11 @@ def lower_scatter_update(sig: Sig) -> Lowering:
                      ix.eq(later, i32(0)))
         with kb.if_(ok):
             kb.store("out", ix.add(ix.mul(slot, row), e), Load("in1", i, src.dtype))
-    return Lowering((kb.finish(),), alias=0)
+    return KernelProgram((kb.finish(),), alias=0)
 
 
 @lowers(DynamicUpdateSlice)
-def lower_dynamic_update_slice(sig: Sig) -> Lowering:
+def lower_dynamic_update_slice(sig: Sig) -> KernelProgram:
     """In place on the donated operand: only the update's elements are written."""
     op_t, upd = sig.type(0), sig.type(1)
     a = sig.op.norm_axis(sig.op.axis, op_t.rank)
@@ -64,11 +64,11 @@ def lower_dynamic_update_slice(sig: Sig) -> Lowering:
         c = ix.unravel(i, upd.shape)
         c[a] = ix.add(c[a], start)
         kb.store("out", ix.ravel(c, op_t.shape), Load("in1", i, upd.dtype))
-    return Lowering((kb.finish(),), alias=0)
+    return KernelProgram((kb.finish(),), alias=0)
 
 
 @lowers(ArgTopK)
-def lower_argtopk(sig: Sig) -> Lowering:
+def lower_argtopk(sig: Sig) -> KernelProgram:
     """Rank by counting: element e of a row goes to place #{e' before it in the order}
     (larger first, ties to the lower index); places below k are written. Each place
     is taken by exactly one element, so no two threads write one output."""
@@ -91,5 +91,5 @@ def lower_argtopk(sig: Sig) -> Lowering:
             kb.assign(place, place + (above | tie_before))
         with kb.if_(ix.lt(place, i32(k))):
             kb.store("out", ix.add(ix.mul(r, k), place), e)
-    return Lowering((kb.finish(),))
+    return KernelProgram((kb.finish(),))
 

@@ -7,7 +7,7 @@ from poot.codegen import index as ix
 from poot.codegen.expr import Load
 from poot.codegen.lower import mma
 from poot.codegen.lower.base import Sig
-from poot.codegen.lower.contract import Problem, problem_for, store_flat
+from poot.codegen.lower.dot import Problem, problem_for, store_flat
 from poot.dtypes import DType
 from poot.ir.ops import IndexedMatMul, MatMul
 

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from poot.codegen import index as ix
 from poot.codegen.expr import Expr, Load
 from poot.codegen.lower.base import Sig, lowers
-from poot.codegen.program import Lowering
+from poot.codegen.program import KernelProgram
 from poot.codegen.region import RegionEval, scalar_op
 from poot.ir.ops import (
     Binary,
@@ -30,7 +30,7 @@ WORKGROUP = 256
 
 
 def pointwise_kernel(sig: Sig, value: Callable[[Sequence[Expr], object], Expr],
-                     declare_inputs: Callable | None = None) -> Lowering:
+                     declare_inputs: Callable | None = None) -> KernelProgram:
     """out[i] = value(coords of i, builder) for every element of the output.
     `declare_inputs(kb)` declares the operand buffers (default: as their tensor types)."""
     n = sig.out.size
@@ -43,23 +43,23 @@ def pointwise_kernel(sig: Sig, value: Callable[[Sequence[Expr], object], Expr],
         coords = [kb.let(f"c{d}", c) if not isinstance(c, ix.Const) else c
                   for d, c in enumerate(ix.unravel(i, sig.out.shape))]
         kb.store("out", i, value(coords, kb))
-    return Lowering((kb.finish(),))
+    return KernelProgram((kb.finish(),))
 
 
 @lowers(Unary, Binary, Select, Cast)
-def lower_elementwise(sig: Sig) -> Lowering:
+def lower_elementwise(sig: Sig) -> KernelProgram:
     return pointwise_kernel(sig, lambda c, kb: scalar_op(
         sig.op, [sig.operand_at(j, c) for j in range(len(sig.ins))]))
 
 
 @lowers(Iota)
-def lower_iota(sig: Sig) -> Lowering:
+def lower_iota(sig: Sig) -> KernelProgram:
     axis = sig.op.norm_axis(sig.op.axis, sig.out.rank)
     return pointwise_kernel(sig, lambda c, kb: c[axis].cast(sig.out.dtype))
 
 
 @lowers(Broadcast)
-def lower_broadcast(sig: Sig) -> Lowering:
+def lower_broadcast(sig: Sig) -> KernelProgram:
     return pointwise_kernel(sig, lambda c, kb: sig.operand_at(0, c))
 
 
@@ -72,7 +72,7 @@ def _load(sig: Sig, i: int, coords) -> Expr:
 
 
 @lowers(Transpose)
-def lower_transpose(sig: Sig) -> Lowering:
+def lower_transpose(sig: Sig) -> KernelProgram:
     def value(c, kb):
         inner = [None] * sig.out.rank
         for i, p in enumerate(sig.op.perm):
@@ -82,7 +82,7 @@ def lower_transpose(sig: Sig) -> Lowering:
 
 
 @lowers(Slice)
-def lower_slice(sig: Sig) -> Lowering:
+def lower_slice(sig: Sig) -> KernelProgram:
     a = sig.op.norm_axis(sig.op.axis, sig.out.rank)
 
     def value(c, kb):
@@ -93,7 +93,7 @@ def lower_slice(sig: Sig) -> Lowering:
 
 
 @lowers(Concat)
-def lower_concat(sig: Sig) -> Lowering:
+def lower_concat(sig: Sig) -> KernelProgram:
     a = sig.op.norm_axis(sig.op.axis, sig.out.rank)
 
     def value(c, kb):
@@ -112,7 +112,7 @@ def lower_concat(sig: Sig) -> Lowering:
 
 
 @lowers(Fused)
-def lower_fused(sig: Sig) -> Lowering:
+def lower_fused(sig: Sig) -> KernelProgram:
     body = sig.op.body
 
     def value(c, kb):

@@ -11,7 +11,7 @@ import math
 from poot.codegen import index as ix
 from poot.codegen.expr import Const, Expr, Load, i32, maximum
 from poot.codegen.lower.base import Sig, lowers
-from poot.codegen.program import Lowering, local_index
+from poot.codegen.program import KernelProgram, local_index
 from poot.codegen.region import RegionEval
 from poot.dtypes import DType
 from poot.errors import DtypeLowering, UnsupportedOp
@@ -63,7 +63,7 @@ def row_workgroups(sig: Sig, rows: int, length: int):
 
 
 @lowers(Reduce)
-def lower_reduce(sig: Sig) -> Lowering:
+def lower_reduce(sig: Sig) -> KernelProgram:
     x = sig.type(0)
     a = sig.op.norm_axis(sig.op.axis, x.rank)
     length = x.shape[a]
@@ -78,11 +78,11 @@ def lower_reduce(sig: Sig) -> Lowering:
                                           x.dtype).cast(acc), acc)
         with kb.if_(ix.eq(local_index(), i32(0))):
             kb.store("out", r, total.cast(sig.out.dtype))
-    return Lowering((kb.finish(),))
+    return KernelProgram((kb.finish(),))
 
 
 @lowers(FusedRow)
-def lower_fused_row(sig: Sig) -> Lowering:
+def lower_fused_row(sig: Sig) -> KernelProgram:
     body = sig.op.body
     reduces = [e for e in body.eqns() if isinstance(e.op, Reduce)]
     if not reduces:
@@ -132,4 +132,4 @@ def lower_fused_row(sig: Sig) -> Lowering:
                 c = coords(j)
                 kb.store("out", ix.ravel(c, full.shape), ev.result_at(c))
                 ev.pop()
-    return Lowering((kb.finish(),))
+    return KernelProgram((kb.finish(),))

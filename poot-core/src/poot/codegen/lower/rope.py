@@ -5,12 +5,12 @@ from poot.codegen import index as ix
 from poot.codegen.expr import Load, Sel, i32
 from poot.codegen.lower.base import Sig, lowers
 from poot.codegen.lower.pointwise import pointwise_kernel
-from poot.codegen.program import Lowering
+from poot.codegen.program import KernelProgram
 from poot.ir.ops import Rope
 
 
 @lowers(Rope)
-def lower_rope(sig: Sig) -> Lowering:
+def lower_rope(sig: Sig) -> KernelProgram:
     x, cos, sin = sig.type(0), sig.type(1), sig.type(2)
     rot, h = sig.op.rot, sig.op.rot // 2
 

@@ -1,5 +1,5 @@
 """The OpKind vocabulary of the IR (the spec's table), one module per category."""
-from poot.ir.ops.base import OpKind, broadcast_shapes
+from poot.ir.ops.base import OpKind, SubOp, broadcast_shapes
 from poot.ir.ops.composite import (
     AllGather,
     AllReduce,

@@ -7,6 +7,7 @@ the oracle evaluates and what translation validation compares against.
 from __future__ import annotations
 
 import dataclasses
+import enum
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar
 
@@ -16,6 +17,17 @@ from poot.ir.types import TensorType
 
 if TYPE_CHECKING:  # pragma: no cover
     from poot.ir.builder import Builder, Ref
+
+
+class SubOp(enum.Enum):
+    """A sub-op enum (UnaryOp, BinaryOp, ReduceOp): its traits are properties of its
+    members, and the capability keys of a family are built from them."""
+
+    @classmethod
+    def keys(cls, where=lambda op: True) -> tuple[str, ...]:
+        """The table keys ("Binary.Add", ...) of the members `where` selects."""
+        family = cls.__name__.removesuffix("Op")
+        return tuple(f"{family}.{op.name}" for op in cls if where(op))
 
 
 class OpKind:

@@ -1,18 +1,17 @@
 """Elementwise primitives: Unary, Binary, Select, Cast, and the Iota generator."""
 from __future__ import annotations
 
-import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
 from poot.dtypes import DType
 from poot.errors import DtypeError
-from poot.ir.ops.base import ARITH, FLOATS, INTS, OpKind, broadcast_shapes
+from poot.ir.ops.base import ARITH, FLOATS, INTS, OpKind, SubOp, broadcast_shapes
 from poot.ir.types import TensorType
 
 
-class UnaryOp(enum.Enum):
+class UnaryOp(SubOp):
     Neg = "neg"
     Exp = "exp"
     Log = "log"
@@ -28,12 +27,13 @@ class UnaryOp(enum.Enum):
         return self in (UnaryOp.Not, UnaryOp.Clz)
 
 
-class BinaryOp(enum.Enum):
+class BinaryOp(SubOp):
     Add = "add"
     Sub = "sub"
     Mul = "mul"
     Div = "div"    # integers: truncates toward zero; x / 0 = 0
-    Max = "max"
+    Max = "max"    # floats: a NaN operand gives NaN (the first one's when both are)
+    Min = "min"    # floats: a NaN operand gives NaN (the first one's when both are)
     Ge = "ge"      # indicator: I32 1 where a >= b, else 0
     GeU = "geu"    # unsigned comparison of 32-bit words, I32 indicator
     And = "and"

@@ -1,16 +1,15 @@
 """Reduce(Sum | Max) over one axis."""
 from __future__ import annotations
 
-import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from poot.ir.ops.base import ARITH, OpKind
+from poot.ir.ops.base import ARITH, OpKind, SubOp
 from poot.ir.types import TensorType
 
 
-class ReduceOp(enum.Enum):
+class ReduceOp(SubOp):
     Sum = "sum"
     Max = "max"
 

@@ -1,4 +1,4 @@
-"""The contraction kernels every matmul-like op shares: out[b, m, n] = sum_k a * w.
+"""The dot-product kernels every matmul-like op shares: out[b, m, n] = sum_k a * w.
 
 An op describes its operands as element functions (`Problem`); this module
 owns the schedules:
@@ -107,10 +107,10 @@ def store_flat(sig, m_count: int, n_count: int, epilogue=None):
 
 
 def lower_contraction(sig):
-    from poot.codegen.program import Lowering
+    from poot.codegen.program import KernelProgram
 
     p = PROBLEMS[type(sig.op)](sig, None)
-    return Lowering((contraction_kernel(p, sig, lambda kb: sig.declare_all(kb, p.views)),))
+    return KernelProgram((contraction_kernel(p, sig, lambda kb: sig.declare_all(kb, p.views)),))
 
 
 def contraction_kernel(p: Problem, sig, declare: Callable[[KernelBuilder], None]):

@@ -1,8 +1,9 @@
 """Greedy decoding of a GGUF Llama (SmolLM2 by default) on one backend, timed.
 
-Shared by the benchmark (benchmarks/smollm2_decode.py) and the whole-model test: one
-decode graph (one token per step, dense KV cache), compiled and planned for the named
-backend, fed the prompt one token at a time, then its own greedy choices.
+Shared by backends' benchmarks (poot-backend-wgpu/benchmarks/smollm2_decode.py) and
+whole-model tests: one decode graph (one token per step, dense KV cache), compiled and
+planned for the named backend, fed the prompt one token at a time, then its own greedy
+choices.
 """
 from __future__ import annotations
 
