@@ -19,7 +19,7 @@ if ! command -v gcc >/dev/null || ! echo 'int main(void){return 0;}' \
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends gcc libc6-dev libgomp1
 fi
 
-pkgs=(-e "poot-core[models,test]")
+pkgs=(-e "poot-core[models,serve,test]")
 for p in poot-quant poot-backend-cuda poot-backend-rocm poot-backend-wgpu poot-backend-vulkan \
          poot-backend-cpu tests/plugins/poot-backend-toy tests/plugins/poot-backend-stride; do
   [ -f "$p/pyproject.toml" ] && pkgs+=(-e "$p")

@@ -123,3 +123,14 @@ class RequestError(PootError, ValueError):
 
 class SamplingError(PootError, ValueError):
     """A sampler setting is out of range, or the logits cannot be sampled (NaN, all -inf)."""
+
+
+# -- serving ---------------------------------------------------------------------------------
+class RequestError(PootError, ValueError):
+    """An HTTP request `poot serve` refuses: malformed, out of range, too long for the model,
+    or arriving while the queue is full. Carries the HTTP status and OpenAI's error fields."""
+
+    def __init__(self, message: str, *, status: int = 400, param: str | None = None,
+                 code: str | None = None, type: str = "invalid_request_error"):
+        self.status, self.param, self.code, self.type = status, param, code, type
+        super().__init__(message)

@@ -10,7 +10,7 @@ import importlib
 import sys
 
 #: subcommand modules, in help order (poot.cli.<name>)
-COMMANDS = ["run", "pull", "info", "graph", "compile", "plan", "backends", "conformance"]
+COMMANDS = ["run", "serve", "pull", "info", "graph", "compile", "plan", "backends", "conformance"]
 
 
 def _load(name: str):

@@ -22,6 +22,14 @@ def add_parser(sub):
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
 
+def progress_lines(quiet: bool):
+    """The progress callback of the model commands: one `[poot] ...` line on stderr."""
+    def progress(msg: str) -> None:
+        if not quiet:
+            print(f"[poot] {msg}", file=sys.stderr, flush=True)
+    return progress
+
+
 def run(args) -> int:
     import time
 
@@ -29,10 +37,7 @@ def run(args) -> int:
 
     at_least_one("--max-tokens", args.max_tokens)
     at_least_one("--max-seq", args.max_seq)
-    def progress(msg: str) -> None:
-        if not args.quiet:
-            print(f"[poot] {msg}", file=sys.stderr, flush=True)
-
+    progress = progress_lines(args.quiet)
     t0 = time.perf_counter()
     model = load(args.model, args.backend, kv=args.kv, max_seq=args.max_seq,
                  progress=progress)

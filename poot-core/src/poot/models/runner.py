@@ -96,18 +96,22 @@ class Model:
         return poot.compile(step.graph, (self.backend, self.device)).graph if compiled \
             else step.graph
 
-    def session(self, kv: str | None = None, batch: int = 1):
-        """The Session for this KV form and batch (planned lazily, cached)."""
+    def session(self, kv: str | None = None, batch: int = 1, *, pool: int | None = None,
+                decode_batches: Sequence[int] = (), prefill_batches: Sequence[int] = ()):
+        """The Session for this KV form and batch (planned lazily, cached). `pool` is the
+        paged pool's size in token slots (default: room for `batch` whole sequences);
+        `decode_batches` and `prefill_batches` add plans of these batch sizes."""
         from poot.runtime.session import Session
 
         kv = kv or self.kv
-        key = (kv, batch)
+        pool = pool or self.config.max_seq * batch
+        key = (kv, batch, pool, tuple(sorted(decode_batches)), tuple(sorted(prefill_batches)))
         if key not in self._sessions:
-            pool = self.config.max_seq * batch
             session = Session(
                 lambda t, b: self._timed_graph(t, b, kv, pool), self.consts, kv=kv,
                 capacity=self.config.max_seq, batch=batch, prefill_tokens=self.prefill_tokens,
-                pool_slots=pool, target=(self.backend, self.device))
+                pool_slots=pool, target=(self.backend, self.device),
+                decode_batches=decode_batches, prefill_batches=prefill_batches)
             if self.progress:
                 session.progress = BindingBar()
             self._sessions[key] = session

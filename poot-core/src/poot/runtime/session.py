@@ -2,13 +2,15 @@
 
 A `Session` drives plans of one graph builder, `make_graph(tokens, batch) -> Graph` (or an
 object with `.graph`: `poot.models.llama.build_decoder(...)`'s Step, or a `poot.compile`
-result). It plans
-each shape it needs once: a prefill plan for chunks of `prefill_tokens` tokens of one
-sequence, a decode plan for one token of up to `batch` sequences (each graph compiled for
-the target first, unless compile=False). All its executors share
-one WeightCache (each weight is uploaded once, whichever plan bound it first) and one
-StateStore (state buffers by state name: the prefill and decode plans read and write the
-same KV buffers), so a prefill followed by decode steps is one continuous cache.
+result). It plans each shape it needs once: a prefill plan for chunks of `prefill_tokens`
+tokens of one sequence, a decode plan for one token of up to `batch` sequences, and with
+paged KV one more per size in `decode_batches` and `prefill_batches` (a step of n sequences
+runs the smallest plan that holds n, so a server's batch that shrinks and grows pays for
+the rows it has); each graph is compiled for the target first, unless compile=False. All
+its executors share one WeightCache (each weight is uploaded once, whichever plan bound it
+first) and one StateStore (state buffers by state name: the prefill and decode plans read
+and write the same KV buffers), so a prefill followed by decode steps is one continuous
+cache.
 
 The builder's interface is the Llama builder's (poot.models.llama.build_decoder):
 - slots "tokens" ([T] dense, [B, T] paged) and "pos" ([1] dense, [B, 1] paged), and for
@@ -19,7 +21,7 @@ Dense KV holds one sequence; paged KV holds as many as its pool has blocks for.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -35,7 +37,8 @@ class Session:
     def __init__(self, make_graph: Callable[[int, int], object], consts: Mapping, *,
                  kv: str = "paged", capacity: int, batch: int = 1, prefill_tokens: int = 16,
                  pool_slots: int | None = None, block: int = 16, target=None,
-                 compile: bool = True):
+                 compile: bool = True, decode_batches: Sequence[int] = (),
+                 prefill_batches: Sequence[int] = ()):
         if kv not in ("dense", "paged"):
             raise BindError(f"kv must be 'dense' or 'paged', not {kv!r}")
         if kv == "dense" and batch != 1:
@@ -43,6 +46,13 @@ class Session:
         self.make_graph, self.consts, self.kv, self.target = make_graph, consts, kv, target
         self.compile = compile
         self.capacity, self.batch, self.prefill_tokens = capacity, batch, prefill_tokens
+        if any(not 0 < b <= batch for b in (*decode_batches, *prefill_batches)):
+            raise BindError(f"decode and prefill batch sizes {list(decode_batches)}, "
+                            f"{list(prefill_batches)} must lie in 1..{batch}")
+        #: batch sizes of the decode plans, smallest first (the last is `batch`)
+        self.decode_batches = sorted({*decode_batches, batch})
+        #: batch sizes of the prefill plans (prefill_rows), smallest first
+        self.prefill_batches = sorted({*prefill_batches, 1})
         self.weights: WeightCache | None = None
         self.state: StateStore | None = None
         self.executors: dict[tuple[int, int], Executor] = {}
@@ -129,47 +139,79 @@ class Session:
 
     def decode(self, tokens: Mapping) -> dict:
         """One token for each given sequence (at most `batch`); returns logits by sequence."""
+        return dict(zip(tokens, self.decode_rows(tokens)))
+
+    def decode_rows(self, tokens: Mapping) -> np.ndarray:
+        """decode's logits as one array [len(tokens), vocab], rows in the order of tokens."""
         if not 0 < len(tokens) <= self.batch:
             raise BindError(f"decode takes 1 to {self.batch} sequences, got {len(tokens)}")
-        seqs = list(tokens)
         if self.kv == "dense":
-            (seq,) = seqs
+            (seq,) = tokens
             self._dense_check(seq)
             pos = self.dense.reserve(1)
-            out = self.executor(1, 1).step(_dense_slots(self.executor(1, 1), [int(tokens[seq])],
-                                                        pos, 1))
-            return {seq: out.result[0]}
-        b = self.batch
-        toks = np.zeros((b, 1), np.int32)
-        pos = np.zeros((b, 1), np.int32)
-        wmap = np.full(b, -1, np.int32)
-        smap = np.zeros((b, self.capacity), np.int32)
-        self._check_room(seqs, 1)
-        for r, seq in enumerate(seqs):
-            toks[r, 0], pos[r, 0] = tokens[seq], self.blocks.length(seq)
-            wmap[r] = self.blocks.reserve(seq, 1)[0]
-            smap[r] = self.blocks.slot_map(seq)
-        out = self.executor(1, b).step({"tokens": toks, "pos": pos, "write_map": wmap,
-                                        "slot_map": smap})
-        return {seq: out.result[r] for r, seq in enumerate(seqs)}
+            ex = self.executor(1, 1)
+            out = ex.step(_dense_slots(ex, [int(tokens[seq])], pos, 1))
+            return out.result[:1]
+        return self._paged_step({s: [tok] for s, tok in tokens.items()}, 1,
+                                self.decode_batches)
+
+    def prefill_rows(self, chunks: Mapping) -> np.ndarray:
+        """One prefill chunk (1 to prefill_tokens tokens) for each given paged sequence,
+        all in one step; the logits after each chunk's last token [len(chunks), vocab]."""
+        t = self.prefill_tokens
+        if self.kv != "paged" or not 0 < len(chunks) <= self.prefill_batches[-1]:
+            raise BindError(f"prefill_rows takes 1 to {self.prefill_batches[-1]} paged "
+                            f"sequences, got {len(chunks)} ({self.kv} KV)")
+        for seq, chunk in chunks.items():
+            if not 0 < len(chunk) <= t or self.length(seq) + t > self.capacity:
+                raise BindError(f"sequence {seq!r} at {self.length(seq)} of "
+                                f"{self.capacity} positions cannot take a chunk of "
+                                f"{len(chunk)} tokens (1 to {t}, and {t} must fit)")
+        return self._paged_step(chunks, t, self.prefill_batches)
+
+    def rehearse(self, tokens: int, batch: int) -> None:
+        """Plan the paged (tokens, batch) step and run it once on padding rows (every
+        WriteMap entry -1: no KV slot is written), so that a backend that records its steps
+        on the first run has recorded this one before any sequence needs it."""
+        if self.kv != "paged":
+            raise BindError("rehearse runs paged plans; a dense session has no padding rows")
+        self.executor(tokens, batch).step({
+            "tokens": np.zeros((batch, tokens), np.int32), "pos": np.zeros((batch, 1), np.int32),
+            "write_map": np.full(batch * tokens, -1, np.int32),
+            "slot_map": np.zeros((batch, self.capacity), np.int32)})
 
     def _chunk(self, seq, chunk: np.ndarray, t: int) -> np.ndarray:
+        if self.kv == "paged":
+            return self.prefill_rows({seq: chunk})[0]
         n = len(chunk)
         toks = np.zeros(t, np.int32)
         toks[:n] = chunk
-        if self.kv == "dense":
-            self._dense_check(seq)
-            pos = self.dense.reserve(n)
-            out = self.executor(t, 1).step(_dense_slots(self.executor(t, 1), toks, pos, n))
-            return out.result[n - 1]
-        self._check_room([seq], n)
-        pos = self.blocks.length(seq)
-        wmap = np.full(t, -1, np.int32)
-        wmap[:n] = self.blocks.reserve(seq, n)
-        out = self.executor(t, 1).step({"tokens": toks[None], "pos": [[pos]],
-                                        "write_map": wmap,
-                                        "slot_map": self.blocks.slot_map(seq)[None]})
+        self._dense_check(seq)
+        pos = self.dense.reserve(n)
+        ex = self.executor(t, 1)
+        out = ex.step(_dense_slots(ex, toks, pos, n))
         return out.result[n - 1]
+
+    def _paged_step(self, rows: Mapping, t: int, batches: Sequence[int]) -> np.ndarray:
+        """One step of the plan of t tokens x b rows (b the smallest of `batches` that holds
+        them), each sequence fed its 1..t tokens; the logits after each one's last token."""
+        seqs = list(rows)
+        counts = {s: len(rows[s]) for s in seqs}
+        b = next(x for x in batches if x >= len(seqs))
+        toks = np.zeros((b, t), np.int32)
+        pos = np.zeros((b, 1), np.int32)
+        wmap = np.full(b * t, -1, np.int32)
+        smap = np.zeros((b, self.capacity), np.int32)
+        self._check_room(counts)
+        for r, seq in enumerate(seqs):
+            n = counts[seq]
+            toks[r, :n], pos[r, 0] = rows[seq], self.blocks.length(seq)
+            wmap[r * t: r * t + n] = self.blocks.reserve(seq, n)
+            smap[r] = self.blocks.slot_map(seq)
+        out = self.executor(t, b).step({"tokens": toks, "pos": pos, "write_map": wmap,
+                                        "slot_map": smap})
+        last = np.arange(len(seqs)) * t + np.fromiter(counts.values(), np.int64) - 1
+        return out.result[last]
 
     def _check_fits(self, seq, n: int) -> None:
         """Refuse a whole prompt the cache cannot hold before any of it is fed."""
@@ -177,13 +219,14 @@ class Session:
             raise CapacityError(f"sequence {seq!r} holds {self.length(seq)} positions; "
                                 f"{n} more pass its capacity of {self.capacity}")
         if self.kv == "paged":
-            self._check_room([seq], n)
+            self._check_room({seq: n})
 
-    def _check_room(self, seqs, n: int) -> None:
-        """Refuse a step the pool cannot hold before any sequence claims a slot."""
+    def _check_room(self, counts: Mapping) -> None:
+        """Refuse a step the pool cannot hold (counts: new tokens by sequence) before any
+        sequence claims a slot."""
         blk = self.blocks.block
         need = sum(-(-(self.blocks.length(s) + n) // blk) - len(self.blocks.blocks(s))
-                   for s in seqs)
+                   for s, n in counts.items())
         if need > self.blocks.free:
             raise CapacityError(f"KV pool out of blocks: this step needs {need} more blocks "
                                 f"of {blk} slots, {self.blocks.free} are free; finish a "

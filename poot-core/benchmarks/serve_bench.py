@@ -1,0 +1,144 @@
+"""`poot serve` under load: N concurrent streaming clients against a live server.
+
+For each N in --clients, the same N requests (distinct prompts, greedy, --max-tokens each,
+ignore_eos so every answer has its full length) are sent twice:
+- together, one client thread each: aggregate tokens/s (all answers' tokens over the wall
+  time from the first send to the last token), per request time to first token and
+  tokens/s after it;
+- one at a time, in the same order: the aggregate tokens/s of serving them serially.
+Last, the ratio the server's batching buys: aggregate tokens/s with the most clients over
+the single-client figure. Lines starting "SUMMARY " are for collecting scripts.
+
+Clients are plain http.client connections in threads (no client library to install where
+the server runs); token counts come from the server's usage chunk.
+
+    poot serve smollm2 --max-batch 32 &
+    python poot-core/benchmarks/serve_bench.py --url http://127.0.0.1:8000 --clients 1,8,32
+"""
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import statistics
+import threading
+import time
+from urllib.parse import urlsplit
+
+PROMPTS = [
+    "Once upon a time, in a small village by the sea,", "The history of the printing press",
+    "Write a short story about a robot who learns to paint.", "The best way to learn a language",
+    "In the year 2300, humanity", "A recipe for bread: first,", "The rules of chess are",
+    "Dear diary, today", "The mitochondria is", "Ten facts about the ocean:",
+    "How do airplanes fly?", "The old lighthouse keeper", "An essay on the value of sleep",
+    "The detective opened the door and", "Photosynthesis is the process", "My grandmother told me",
+]
+
+
+def stream_one(url: str, model: str, prompt: str, max_tokens: int) -> dict:
+    """One streaming completion; the times of its send, first token and end, its tokens."""
+    u = urlsplit(url)
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=600)
+    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
+            "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
+    t0 = time.perf_counter()
+    conn.request("POST", "/v1/completions", body=json.dumps(body),
+                 headers={"content-type": "application/json"})
+    r = conn.getresponse()
+    if r.status != 200:
+        raise RuntimeError(f"HTTP {r.status}: {r.read().decode()}")
+    first, tokens = None, 0
+    for line in r:
+        if not line.startswith(b"data: ") or line.strip() == b"data: [DONE]":
+            continue
+        chunk = json.loads(line[6:])
+        if "error" in chunk:
+            raise RuntimeError(chunk["error"]["message"])
+        if chunk.get("usage"):
+            tokens = chunk["usage"]["completion_tokens"]
+        elif first is None and chunk["choices"] and chunk["choices"][0]["text"]:
+            first = time.perf_counter()
+    end = time.perf_counter()
+    conn.close()
+    return {"start": t0, "first": first or end, "end": end, "tokens": tokens}
+
+
+def together(url, model, prompts, max_tokens) -> list[dict]:
+    out = [None] * len(prompts)
+
+    def client(i):
+        out[i] = stream_one(url, model, prompts[i], max_tokens)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(prompts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if any(o is None for o in out):
+        raise RuntimeError("a client failed (see its traceback above)")
+    return out
+
+
+def serially(url, model, prompts, max_tokens) -> list[dict]:
+    return [stream_one(url, model, p, max_tokens) for p in prompts]
+
+
+def summary(runs: list[dict]) -> dict:
+    wall = max(r["end"] for r in runs) - min(r["start"] for r in runs)
+    tokens = sum(r["tokens"] for r in runs)
+    ttft = [r["first"] - r["start"] for r in runs]
+    rate = [(r["tokens"] - 1) / (r["end"] - r["first"]) for r in runs
+            if r["tokens"] > 1 and r["end"] > r["first"]]
+    return {"tokens": tokens, "wall_s": wall, "agg_tps": tokens / wall,
+            "ttft_med_s": statistics.median(ttft), "ttft_max_s": max(ttft),
+            "req_tps_med": statistics.median(rate) if rate else 0.0}
+
+
+def stats(url: str) -> dict:
+    u = urlsplit(url)
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
+    conn.request("GET", "/stats")
+    out = json.loads(conn.getresponse().read())
+    conn.close()
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--url", default="http://127.0.0.1:8000")
+    ap.add_argument("--model", default="smollm2")
+    ap.add_argument("--clients", default="1,8,32", help="comma-separated client counts")
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--no-serial", action="store_true", help="skip the one-at-a-time runs")
+    args = ap.parse_args()
+    counts = [int(c) for c in args.clients.split(",")]
+    s = stats(args.url)
+    print(f"server: {s['model']}, batch {s['max_batch']} (decode plans {s['decode_batches']}), "
+          f"pool {s['pool_blocks']} blocks; {args.max_tokens} tokens per request")
+    stream_one(args.url, args.model, PROMPTS[0], 4)          # warm the server's paths
+    head = (f"{'clients':>7} {'mode':>8} {'tokens':>7} {'wall s':>7} {'agg tok/s':>10} "
+            f"{'TTFT med':>9} {'TTFT max':>9} {'req tok/s':>10}")
+    print(head)
+    agg = {}
+    for n in counts:
+        prompts = [PROMPTS[i % len(PROMPTS)] + " " * (i // len(PROMPTS)) for i in range(n)]
+        modes = [("together", together)] + ([] if args.no_serial else [("serial", serially)])
+        for mode, fn in modes:
+            before = stats(args.url)["steps"]
+            r = summary(fn(args.url, args.model, prompts, args.max_tokens))
+            steps = stats(args.url)["steps"] - before
+            print(f"{n:>7} {mode:>8} {r['tokens']:>7} {r['wall_s']:>7.2f} {r['agg_tps']:>10.1f} "
+                  f"{r['ttft_med_s']:>9.3f} {r['ttft_max_s']:>9.3f} {r['req_tps_med']:>10.1f}"
+                  f"  ({steps} decode steps)")
+            print(f"SUMMARY serve {n} clients {mode}: aggregate tok/s | {r['agg_tps']:.1f}")
+            if mode == "together":
+                agg[n] = r["agg_tps"]
+    if 1 in agg and len(agg) > 1:
+        top = max(agg)
+        print(f"SUMMARY serve {top} clients over 1: aggregate ratio | {agg[top] / agg[1]:.2f}x")
+    print(f"peak batch: {stats(args.url)['peak_batch']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

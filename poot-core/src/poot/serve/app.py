@@ -1,0 +1,186 @@
+"""The HTTP side of `poot serve`: a Starlette app over one Engine.
+
+Routes: POST /v1/chat/completions and /v1/completions (whole or streamed as server-sent
+events ending in `data: [DONE]`), GET /v1/models, /health, and /stats (the engine's pool,
+batch and counters, for operators and tests). Every refusal is an OpenAI error object with
+its 4xx/5xx status. Each request watches its connection: a client that leaves, mid-stream
+or while waiting for a whole answer, cancels its sequence at once.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+from contextlib import asynccontextmanager
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from poot.errors import RequestError
+from poot.serve.engine import Engine, Event, deliver_here
+from poot.serve.protocol import parse_chat, parse_completion
+from poot.serve.responses import Shapes, error_body, request_error_body, sse, usage
+
+#: the largest request body read (a prompt of the longest context is far smaller)
+MAX_BODY = 4 << 20
+
+
+class Events:
+    """A request's events as the engine sends them, or None once its client has left."""
+
+    def __init__(self, receive):
+        self.queue: asyncio.Queue[Event] = asyncio.Queue()
+        self._receive = receive
+        self._gone = asyncio.ensure_future(self._watch())
+
+    def put(self, event: Event) -> None:
+        """Called in the event loop (the engine's deliver hands events over)."""
+        self.queue.put_nowait(event)
+
+    async def _watch(self) -> None:
+        while (await self._receive())["type"] != "http.disconnect":
+            pass
+
+    async def next(self) -> Event | None:
+        if not self.queue.empty():
+            return self.queue.get_nowait()
+        get = asyncio.ensure_future(self.queue.get())
+        await asyncio.wait({get, self._gone}, return_when=asyncio.FIRST_COMPLETED)
+        if get.done():
+            return get.result()
+        get.cancel()
+        return None
+
+    def close(self) -> None:
+        self._gone.cancel()
+
+
+class EventStream(StreamingResponse):
+    """A server-sent event stream whose producer is closed as soon as sending stops, so
+    that its clean-up (cancelling the sequence) never waits for garbage collection."""
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await send({"type": "http.response.start", "status": self.status_code,
+                        "headers": self.raw_headers})
+            async for chunk in self.body_iterator:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except OSError:
+            pass                        # the client left while we wrote
+        finally:
+            await self.body_iterator.aclose()
+
+
+async def _json_body(request: Request):
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY:
+        raise RequestError(f"the request body has {declared} bytes; at most {MAX_BODY} are "
+                           f"read", status=413)
+    raw = bytearray()
+    async for part in request.stream():
+        raw += part
+        if len(raw) > MAX_BODY:
+            raise RequestError(f"the request body passes {MAX_BODY} bytes", status=413)
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RequestError(f"we could not parse the JSON body of your request: {exc}") \
+            from None
+
+
+def create_app(engine: Engine) -> Starlette:
+    """The app; the caller starts and closes the engine (see poot.cli.serve)."""
+
+    async def generate(request: Request, parse) -> Response:
+        gen = parse(await _json_body(request), engine.limits, engine.tokenizer)
+        events = Events(request.receive)
+        try:
+            job = engine.submit(gen, events.put)
+        except RequestError:
+            events.close()
+            raise
+        shapes = Shapes(gen.kind, gen.model)
+        if gen.stream:
+            return EventStream(stream(job, events, shapes, gen.include_usage),
+                               media_type="text/event-stream",
+                               headers={"Cache-Control": "no-cache"})
+        return await whole(job, events, shapes)
+
+    async def stream(job, events: Events, shapes: Shapes, include_usage: bool):
+        try:
+            if shapes.chat:
+                yield sse(shapes.chunk(None, first=True))
+            while (ev := await events.next()) is not None:
+                if ev.kind == "text":
+                    yield sse(shapes.chunk(ev.text))
+                    continue
+                if ev.kind == "error":
+                    yield sse(error_body(ev.text, "server_error"))
+                else:
+                    yield sse(shapes.chunk(None, ev.finish_reason))
+                    if include_usage:
+                        yield sse(shapes.usage_chunk(usage(ev.prompt_tokens,
+                                                           ev.completion_tokens)))
+                yield sse("[DONE]")
+                return
+        finally:
+            events.close()
+            engine.cancel(job)
+
+    async def whole(job, events: Events, shapes: Shapes) -> Response:
+        pieces = []
+        try:
+            while (ev := await events.next()) is not None:
+                if ev.kind == "text":
+                    pieces.append(ev.text)
+                elif ev.kind == "error":
+                    return JSONResponse(error_body(ev.text, "server_error"), 500)
+                else:
+                    use = usage(ev.prompt_tokens, ev.completion_tokens)
+                    return JSONResponse(shapes.whole("".join(pieces), ev.finish_reason, use))
+            return Response(status_code=499)   # the client left; no one reads this
+        finally:
+            events.close()
+            engine.cancel(job)
+
+    async def chat(request):
+        return await generate(request, parse_chat)
+
+    async def completions(request):
+        return await generate(request, parse_completion)
+
+    async def models(request):
+        return JSONResponse({"object": "list", "data": [
+            {"id": engine.limits.model, "object": "model", "created": 0, "owned_by": "poot"}]})
+
+    async def health(request):
+        if engine.broken:
+            return JSONResponse(error_body(engine.broken, "server_error"), 503)
+        return JSONResponse({"status": "ok"})
+
+    async def stats(request):
+        return JSONResponse(engine.stats())
+
+    async def refused(request, exc: RequestError):
+        return JSONResponse(request_error_body(exc), exc.status)
+
+    async def http_error(request, exc: HTTPException):
+        return JSONResponse(error_body(exc.detail, code=str(exc.status_code)),
+                            exc.status_code, headers=exc.headers)
+
+    routes = [Route("/v1/chat/completions", chat, methods=["POST"]),
+              Route("/v1/completions", completions, methods=["POST"]),
+              Route("/v1/models", models, methods=["GET"]),
+              Route("/health", health, methods=["GET"]),
+              Route("/stats", stats, methods=["GET"])]
+    @asynccontextmanager
+    async def lifespan(app):
+        loop = asyncio.get_running_loop()
+        engine.deliver = lambda events: loop.call_soon_threadsafe(deliver_here, events)
+        yield
+
+    return Starlette(routes=routes, lifespan=lifespan,
+                     exception_handlers={RequestError: refused, HTTPException: http_error})

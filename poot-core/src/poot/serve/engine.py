@@ -1,0 +1,323 @@
+"""The scheduler of `poot serve`: one thread owns the model and batches every request.
+
+Each turn of the loop:
+1. sequences whose client left are dropped at once, and their KV blocks go back to the pool;
+2. queued requests are admitted, oldest first, while the batch has a free row and the pool
+   has blocks for the whole of each (prompt + max_tokens, promised up front so that a
+   running sequence never runs out of room mid-answer);
+3. the oldest admitted requests still reading their prompts (up to `prefill_batch` of them)
+   are fed one prefill chunk each, in one step (a long prompt delays the running streams by
+   one chunk per turn, not by its whole length);
+4. every sequence that is generating gets its next token in one decode step, through the
+   decode plan of the smallest batch size that holds them all (plans are planned once, at
+   warm-up); each samples with its own sampler and streams its text at once.
+
+A sequence that ends (EOS, a stop string, max_tokens) or is cancelled leaves the batch in
+the same turn and frees its blocks before its client hears that it finished. The HTTP side
+talks to the loop only through `submit`, `cancel` and `stats`. A turn's events go back in
+one hand-over, `deliver(events)` (the app sets it to one call into its event loop per turn,
+not one per token), which calls each request's own `emit`.
+"""
+from __future__ import annotations
+
+import itertools
+import sys
+import threading
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from poot.errors import BindError, RequestError
+from poot.models.sampling import Sampler
+from poot.serve.protocol import Generation, Limits
+from poot.serve.text import TextStream
+
+
+@dataclass(frozen=True)
+class Event:
+    """What a request's client hears: text, the end (with usage), or a failure."""
+
+    kind: str                          # "text" | "done" | "error"
+    text: str = ""
+    finish_reason: str | None = None   # "stop" | "length" (kind "done")
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class Job:
+    """One admitted or queued request and the state of its sequence."""
+
+    def __init__(self, jid: int, gen: Generation, emit: Callable[[Event], None], tokenizer):
+        self.id, self.gen, self.emit = jid, gen, emit
+        self.sampler = Sampler(**gen.sampling)
+        self.text = TextStream(tokenizer, gen.stop)
+        self.history = list(gen.prompt_ids)
+        self.fed = 0                 # prompt tokens already in the KV cache
+        self.generated = 0
+        self.last: int | None = None  # the token the next decode step feeds
+        self.cancelled = False
+
+    @property
+    def blocks_needed(self) -> int:
+        return len(self.gen.prompt_ids) + self.gen.max_tokens
+
+
+def batch_sizes(largest: int) -> list[int]:
+    """The batch sizes planned for steps of up to `largest` sequences: powers of two below
+    it, and itself."""
+    return sorted({1 << i for i in range(largest.bit_length()) if 1 << i < largest}
+                  | {largest})
+
+
+class Engine:
+    def __init__(self, model, *, name: str, max_batch: int = 8, pool_tokens: int | None = None,
+                 max_queue: int = 64, prefill_batch: int = 4):
+        if max_batch < 1 or max_queue < 0 or not 0 < prefill_batch:
+            raise BindError(f"max_batch and prefill_batch must be >= 1 and max_queue >= 0, "
+                            f"got {max_batch}, {prefill_batch} and {max_queue}")
+        self.model, self.tokenizer = model, model.tokenizer
+        self.max_batch, self.max_queue = max_batch, max_queue
+        self.session = model.session("paged", batch=max_batch, pool=pool_tokens,
+                                     decode_batches=batch_sizes(max_batch),
+                                     prefill_batches=batch_sizes(min(prefill_batch,
+                                                                     max_batch)))
+        self.blocks = self.session.blocks
+        self.limits = Limits(name, model.config.max_seq, self.blocks.pool_slots,
+                             min(model.config.vocab, self.tokenizer.vocab_size))
+        self._cv = threading.Condition()
+        self._queue: deque[Job] = deque()
+        self._active: list[Job] = []      # admitted, in admission order
+        self._ids = itertools.count()
+        self._stopping = False
+        self.broken: str | None = None    # why the loop stopped, if it failed
+        self._thread: threading.Thread | None = None
+        self._outbox: list[tuple[Job, Event]] = []
+        #: hands a turn's events to the requests' side; by default calls each emit here
+        self.deliver: Callable[[list[tuple[Job, Event]]], None] = deliver_here
+        self.counters = dict(steps=0, peak_batch=0, prefill_chunks=0, generated_tokens=0,
+                             finished=0, cancelled=0, rejected=0, failed=0)
+
+    # -- the HTTP side --------------------------------------------------------------------
+    def warm(self, progress=None) -> None:
+        """Plan every prefill and decode plan now, and run each once on padding rows (a
+        backend that records steps records them here), so that no request waits for one."""
+        s = self.session
+        plans = [(s.prefill_tokens, b) for b in s.prefill_batches] + \
+            [(1, b) for b in s.decode_batches]
+        for tokens, batch in plans:
+            t0 = time.perf_counter()
+            s.rehearse(tokens, batch)
+            if progress:
+                progress(f"planned and ran the {tokens}-token x {batch} step in "
+                         f"{time.perf_counter() - t0:.1f} s")
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="poot-serve-engine",
+                                        daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        with self._cv:
+            self._stopping = True
+            self._cv.notify()
+        if self._thread is not None:
+            self._thread.join()
+
+    def submit(self, gen: Generation, emit: Callable[[Event], None]) -> Job:
+        """Queue a request, or refuse it with 503 when `max_queue` requests already wait
+        beyond the batch's free rows."""
+        with self._cv:
+            if self._stopping or self.broken:
+                raise RequestError(f"the server is not serving: {self.broken or 'shutting down'}",
+                                   status=503, type="server_error", code="not_serving")
+            free_rows = max(0, self.max_batch - len(self._active))
+            if len(self._queue) - free_rows >= self.max_queue:
+                self.counters["rejected"] += 1
+                raise RequestError(f"the server is busy: {len(self._active)} requests are "
+                                   f"running and {len(self._queue)} are queued (the queue "
+                                   f"holds {self.max_queue}); retry later", status=503,
+                                   type="server_error", code="server_busy")
+            job = Job(next(self._ids), gen, emit, self.tokenizer)
+            self._queue.append(job)
+            self._cv.notify()
+        return job
+
+    def cancel(self, job: Job) -> None:
+        """The client left: the loop drops the job at its next turn (a no-op once done)."""
+        with self._cv:
+            job.cancelled = True
+            self._cv.notify()
+
+    def stats(self) -> dict:
+        with self._cv:
+            active = list(self._active)
+            queued = len(self._queue)
+        b = self.blocks
+        return {
+            "model": self.limits.model, "max_seq": self.limits.max_seq,
+            "pool_slots": b.pool_slots, "block_size": b.block,
+            "pool_blocks": b.pool_slots // b.block, "free_blocks": b.free,
+            "active": len(active), "queued": queued,
+            "prefilling": sum(j.last is None for j in active),
+            "decoding": sum(j.last is not None for j in active),
+            "max_batch": self.max_batch, "max_queue": self.max_queue,
+            "decode_batches": list(self.session.decode_batches),
+            "prefill_batches": list(self.session.prefill_batches), **self.counters,
+        }
+
+    # -- the loop -------------------------------------------------------------------------
+    def _loop(self) -> None:
+        try:
+            self._turns()
+        except Exception as exc:  # a fault outside any step: refuse from now on, loudly
+            traceback.print_exc(file=sys.stderr)
+            with self._cv:
+                self.broken = f"the scheduler failed: {type(exc).__name__}: {exc}"
+                for job in [*self._active, *self._queue]:
+                    self._outbox.append((job, Event("error", text=self.broken)))
+                self._active.clear()
+                self._queue.clear()
+            self.deliver(self._outbox)
+
+    def _turns(self) -> None:
+        while True:
+            with self._cv:
+                while not self._stopping and not self._queue and not self._active:
+                    self._cv.wait()
+                if self._stopping:
+                    break
+                self._drop_cancelled()
+                self._admit()
+                prefilling = [j for j in self._active if j.last is None]
+                prefilling = prefilling[: self.session.prefill_batches[-1]]
+                decoding = [j for j in self._active if j.last is not None]
+            if prefilling:
+                self._guarded(prefilling, self._prefill, prefilling)
+            if decoding:
+                self._guarded(decoding, self._decode, decoding)
+            if self._outbox:
+                outbox, self._outbox = self._outbox, []
+                self.deliver(outbox)
+        with self._cv:
+            for job in self._active:
+                self.session.close(job.id)
+            self._active.clear()
+
+    def _drop_cancelled(self) -> None:
+        for job in [j for j in self._queue if j.cancelled]:
+            self._queue.remove(job)
+            self.counters["cancelled"] += 1
+        for job in [j for j in self._active if j.cancelled]:
+            self._leave(job)
+            self.counters["cancelled"] += 1
+
+    def _admit(self) -> None:
+        blk = self.blocks.block
+        promised = sum(-(-j.blocks_needed // blk) - len(self.blocks.blocks(j.id))
+                       for j in self._active)
+        while self._queue and len(self._active) < self.max_batch:
+            job = self._queue[0]
+            need = -(-job.blocks_needed // blk)
+            if need > self.blocks.free - promised:
+                break                # the oldest waits for blocks; no one overtakes it
+            self._queue.popleft()
+            self.session.open(job.id)
+            self._active.append(job)
+            promised += need
+
+    def _leave(self, job: Job) -> None:
+        self._active.remove(job)
+        self.session.close(job.id)
+
+    def _guarded(self, jobs: list[Job], step, arg) -> None:
+        """Run a step; if it fails, its sequences fail with the reason and the rest go on."""
+        try:
+            step(arg)
+        except Exception as exc:  # a broken step must not take the server down
+            traceback.print_exc(file=sys.stderr)
+            with self._cv:
+                for job in jobs:
+                    if job in self._active:
+                        self._leave(job)
+                        self.counters["failed"] += 1
+                        self._emit(job, Event("error", text=f"{type(exc).__name__}: {exc}"))
+
+    def _prefill(self, jobs: list[Job]) -> None:
+        """The next chunk of each job's prompt: together through a prefill plan, except
+        where a whole chunk would pass the sequence's capacity (the session then feeds that
+        chunk a token at a time)."""
+        s = self.session
+        t = s.prefill_tokens
+        chunks = {j: j.gen.prompt_ids[j.fed: j.fed + t] for j in jobs}
+        whole = [j for j in jobs if j.fed + t <= s.capacity]
+        logits = dict(zip(whole, s.prefill_rows({j.id: chunks[j] for j in whole}))) \
+            if whole else {}
+        for job in jobs:
+            if job not in logits:
+                logits[job] = s.prefill(job.id, chunks[job])
+            job.fed += len(chunks[job])
+            self.counters["prefill_chunks"] += 1
+            if job.fed == len(job.gen.prompt_ids):
+                self._advance(job, logits[job])
+
+    def _decode(self, jobs: list[Job]) -> None:
+        rows = self.session.decode_rows({j.id: j.last for j in jobs})
+        self.counters["steps"] += 1
+        self.counters["peak_batch"] = max(self.counters["peak_batch"], len(jobs))
+        for job, row, tok in zip(jobs, rows, greedy_picks(rows, jobs), strict=True):
+            self._advance(job, row, tok)
+
+    def _advance(self, job: Job, logits: np.ndarray, tok: int | None = None) -> None:
+        """Sample job's next token (unless already picked), stream its text, and end the
+        job where it ends."""
+        if tok is None:
+            tok = job.sampler.sample(logits, job.history)
+        job.history.append(tok)
+        job.generated += 1
+        self.counters["generated_tokens"] += 1
+        if tok in self.tokenizer.stop_ids and not job.gen.ignore_eos:
+            return self._finish(job, "stop", job.text.flush())
+        piece = job.text.push(tok)
+        if job.text.stopped:
+            return self._finish(job, "stop", piece)
+        if job.generated == job.gen.max_tokens:
+            return self._finish(job, "length", piece + job.text.flush())
+        if piece:
+            self._emit(job, Event("text", text=piece))
+        job.last = tok
+
+    def _finish(self, job: Job, reason: str, piece: str) -> None:
+        with self._cv:
+            if job in self._active:
+                self._leave(job)
+        self.counters["finished"] += 1
+        if piece:
+            self._emit(job, Event("text", text=piece))
+        self._emit(job, Event("done", finish_reason=reason,
+                              prompt_tokens=len(job.gen.prompt_ids),
+                              completion_tokens=job.generated))
+
+    def _emit(self, job: Job, event: Event) -> None:
+        self._outbox.append((job, event))
+
+
+def deliver_here(events: list[tuple[Job, Event]]) -> None:
+    for job, event in events:
+        job.emit(event)
+
+
+def greedy_picks(rows: np.ndarray, jobs: list[Job]) -> list[int | None]:
+    """The argmax of every row whose sampler is plain greedy, in one pass over the batch
+    (what Sampler.sample picks for it); None where the job's own sampler must choose, and
+    where the pick is not finite (argmax picks a NaN or +inf if there is one, and -inf only
+    when the whole row is -inf: the sampler then refuses the row and says why)."""
+    plain = [j.sampler.greedy and j.sampler.repetition_penalty == 1 for j in jobs]
+    if not any(plain):
+        return [None] * len(jobs)
+    best = np.argmax(rows, axis=1)
+    finite = np.isfinite(rows[np.arange(len(best)), best])
+    return [int(b) if p and f else None for b, p, f in zip(best, plain, finite)]

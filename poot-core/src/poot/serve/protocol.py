@@ -1,0 +1,280 @@
+"""OpenAI request bodies checked into one `Generation`, or refused with a RequestError.
+
+Fields follow the OpenAI API (chat and legacy completions); `top_k`, `repetition_penalty`
+and `ignore_eos` are accepted as extensions, as other OpenAI-compatible servers do. A field
+the server does not know, or one whose value it cannot honour (n > 1, logprobs, tools,
+frequency/presence penalties the sampler does not have), is refused by name rather than
+ignored, as OpenAI refuses an unrecognized argument.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from poot.errors import ChatTemplateError, CheckpointError, RequestError
+
+#: the chat roles the template is handed ("developer" is OpenAI's newer name for system)
+ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+MAX_STOPS = 4
+
+
+@dataclass
+class Generation:
+    """What one request asks the engine for, checked."""
+
+    kind: str                              # "chat" | "completion"
+    model: str
+    prompt_ids: list[int]
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    repetition_penalty: float = 1.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    ignore_eos: bool = False
+    stream: bool = False
+    include_usage: bool = False
+    sampling: dict = field(init=False)
+
+    def __post_init__(self):
+        self.sampling = dict(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p,
+                             repetition_penalty=self.repetition_penalty, seed=self.seed)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What the loaded model and its pool can hold."""
+
+    model: str               # the one model name the server answers to
+    max_seq: int             # positions per sequence (prompt + generated)
+    pool_tokens: int         # the KV pool's token slots (one sequence may not exceed them)
+    vocab: int               # token ids the model embeds
+
+
+# -- the fields of each endpoint: name -> checker(value, name) ------------------------------
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _number(lo: float, hi: float, lo_open: bool = False):
+    def check(v, name):
+        if not _is_number(v) or v < lo or v > hi or (lo_open and v == lo):
+            side = "(" if lo_open else "["
+            raise RequestError(f"{name} must be a number in {side}{lo}, {hi}], got {v!r}",
+                               param=name)
+        return float(v)
+    return check
+
+
+def _int(lo: int, hi: int | None = None):
+    def check(v, name):
+        if isinstance(v, bool) or not isinstance(v, int) or v < lo or (hi is not None and v > hi):
+            rng = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+            raise RequestError(f"{name} must be an integer {rng}, got {v!r}", param=name)
+        return v
+    return check
+
+
+def _bool(v, name):
+    if not isinstance(v, bool):
+        raise RequestError(f"{name} must be true or false, got {v!r}", param=name)
+    return v
+
+
+def _string(v, name):
+    if not isinstance(v, str):
+        raise RequestError(f"{name} must be a string, got {type(v).__name__}", param=name)
+    return v
+
+
+def _only(allowed, why: str):
+    """A field accepted only at the value(s) that change nothing."""
+    def check(v, name):
+        if v not in allowed:
+            raise RequestError(f"{name}={v!r} is not supported: {why}", param=name)
+        return None
+    return check
+
+
+def _stop(v, name):
+    stops = [v] if isinstance(v, str) else v
+    if not isinstance(stops, list) or len(stops) > MAX_STOPS or \
+            not all(isinstance(s, str) and s for s in stops):
+        raise RequestError(f"{name} must be a non-empty string or a list of up to {MAX_STOPS} "
+                           f"non-empty strings, got {v!r}", param=name)
+    return tuple(stops)
+
+
+def _stream_options(v, name):
+    if not isinstance(v, Mapping) or set(v) - {"include_usage"}:
+        raise RequestError(f"{name} must be an object with only include_usage, got {v!r}",
+                           param=name)
+    return _bool(v.get("include_usage", False), f"{name}.include_usage")
+
+
+def _response_format(v, name):
+    if v != {"type": "text"}:
+        raise RequestError(f"{name}={v!r} is not supported: plain text answers only",
+                           param=name)
+    return None
+
+
+_SAMPLING = {
+    "model": _string,
+    "max_tokens": _int(1),
+    "temperature": _number(0.0, 2.0),
+    "top_p": _number(0.0, 1.0, lo_open=True),
+    "top_k": _int(-1),
+    "repetition_penalty": _number(0.0, 10.0, lo_open=True),
+    "seed": _int(0, 2**64 - 1),
+    "stop": _stop,
+    "stream": _bool,
+    "stream_options": _stream_options,
+    "ignore_eos": _bool,
+    "user": _string,
+    "n": _only({1}, "one choice per request"),
+    "frequency_penalty": _only({0}, "the sampler has repetition_penalty instead"),
+    "presence_penalty": _only({0}, "the sampler has repetition_penalty instead"),
+    "logit_bias": _only({None}, "no logit bias"),
+    "logprobs": _only({False}, "no log probabilities"),
+}
+_COMPLETION = {**_SAMPLING, "prompt": None, "echo": _only({False}, "no echo"),
+               "best_of": _only({1}, "one choice per request"),
+               "suffix": _only({None}, "no insertion")}
+_CHAT = {**_SAMPLING, "messages": None, "max_completion_tokens": _int(1),
+         "top_logprobs": _only({None}, "no log probabilities"),
+         "response_format": _response_format,
+         "tools": _only({None}, "no tool calls"),
+         "tool_choice": _only({None, "none"}, "no tool calls")}
+
+
+def _checked_fields(body, spec: dict, required: tuple[str, ...]) -> dict:
+    if not isinstance(body, Mapping):
+        raise RequestError(f"the request body must be a JSON object, got "
+                           f"{type(body).__name__}")
+    unknown = [k for k in body if k not in spec]
+    if unknown:
+        raise RequestError(f"unrecognized request argument supplied: {unknown[0]}",
+                           param=unknown[0])
+    for name in required:
+        if body.get(name) is None:
+            raise RequestError(f"you must provide {name!r}", param=name)
+    out = {}
+    for name, value in body.items():
+        check = spec[name]
+        if value is None or check is None:
+            out[name] = value
+        else:
+            out[name] = check(value, name)
+    return out
+
+
+# -- the endpoints ------------------------------------------------------------------------
+def parse_completion(body, limits: Limits, tokenizer) -> Generation:
+    """POST /v1/completions: `prompt` is a string, a list of one string, or token ids."""
+    f = _checked_fields(body, _COMPLETION, ("model", "prompt"))
+    _check_model(f["model"], limits)
+    ids = _prompt_ids(f["prompt"], tokenizer, limits.vocab)
+    return _generation("completion", f, ids, f.get("max_tokens"), limits)
+
+
+def parse_chat(body, limits: Limits, tokenizer) -> Generation:
+    """POST /v1/chat/completions: `messages` rendered by the checkpoint's chat template."""
+    from poot.models.chat import render_chat_for
+
+    f = _checked_fields(body, _CHAT, ("model", "messages"))
+    _check_model(f["model"], limits)
+    messages = _messages(f["messages"])
+    try:
+        text = render_chat_for(tokenizer, messages)
+    except (ChatTemplateError, CheckpointError) as exc:
+        raise RequestError(str(exc), param="messages") from exc
+    ids = tokenizer.encode(text, add_special=False)
+    max_tokens = f.get("max_completion_tokens") or f.get("max_tokens")
+    return _generation("chat", f, ids, max_tokens, limits)
+
+
+def _check_model(name: str, limits: Limits) -> None:
+    if name != limits.model:
+        raise RequestError(f"the model {name!r} does not exist; this server serves "
+                           f"{limits.model!r}", status=404, param="model",
+                           code="model_not_found")
+
+
+def _prompt_ids(prompt, tokenizer, vocab: int) -> list[int]:
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    if isinstance(prompt, str):
+        if not prompt:
+            raise RequestError("prompt must not be empty", param="prompt")
+        return tokenizer.encode(prompt)
+    if isinstance(prompt, list) and prompt and \
+            all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        if not all(0 <= t < vocab for t in prompt):
+            raise RequestError(f"prompt token ids must lie in [0, {vocab})",
+                               param="prompt")
+        return list(prompt)
+    raise RequestError("prompt must be a non-empty string, a list of one string, or a list "
+                       "of token ids (one prompt per request)", param="prompt")
+
+
+def _messages(messages) -> list[dict]:
+    if not isinstance(messages, list) or not messages:
+        raise RequestError("messages must be a non-empty list", param="messages")
+    out = []
+    for n, m in enumerate(messages):
+        where = f"messages[{n}]"
+        if not isinstance(m, Mapping):
+            raise RequestError(f"{where} must be an object", param=where)
+        role = m.get("role")
+        if role not in ROLES:
+            raise RequestError(f"{where}.role must be one of {sorted(ROLES)}, got {role!r}",
+                               param=f"{where}.role")
+        extra = set(m) - {"role", "content", "name"}
+        if extra:
+            raise RequestError(f"{where} has unsupported field {sorted(extra)[0]!r}",
+                               param=where)
+        out.append({"role": ROLES[role], "content": _content(m.get("content"), where)})
+    return out
+
+
+def _content(content, where: str) -> str:
+    """A message's text: a string, or a list of {"type": "text", "text": ...} parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(
+            isinstance(p, Mapping) and p.get("type") == "text" and isinstance(p.get("text"), str)
+            for p in content):
+        return "".join(p["text"] for p in content)
+    raise RequestError(f"{where}.content must be a string or a list of text parts",
+                       param=f"{where}.content")
+
+
+def _generation(kind: str, f: dict, ids: list[int], max_tokens, limits: Limits) -> Generation:
+    n = len(ids)
+    room = min(limits.max_seq, limits.pool_tokens) - n
+    if room <= 0:
+        raise RequestError(f"this model's maximum context length is {limits.max_seq} tokens "
+                           f"(KV pool {limits.pool_tokens}); the prompt has {n}",
+                           param="messages" if kind == "chat" else "prompt",
+                           code="context_length_exceeded")
+    if max_tokens is None:
+        max_tokens = room
+    elif max_tokens > room:
+        raise RequestError(f"this model's maximum context length is {limits.max_seq} tokens; "
+                           f"the prompt has {n} and max_tokens asks for {max_tokens} more "
+                           f"(at most {room})", param="max_tokens",
+                           code="context_length_exceeded")
+    top_k = f.get("top_k")
+    temperature = f.get("temperature")
+    return Generation(
+        kind=kind, model=f["model"], prompt_ids=ids, max_tokens=max_tokens,
+        temperature=1.0 if temperature is None else temperature,
+        top_p=f.get("top_p") or 1.0, top_k=0 if top_k in (None, -1) else top_k,
+        repetition_penalty=f.get("repetition_penalty") or 1.0, seed=f.get("seed"),
+        stop=f.get("stop") or (), ignore_eos=bool(f.get("ignore_eos")),
+        stream=bool(f.get("stream")),
+        include_usage=bool(f.get("stream") and f.get("stream_options")))
+
