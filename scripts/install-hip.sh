@@ -12,4 +12,4 @@ if ! dpkg-query -W -f='${Status}' hipcc 2>/dev/null | grep -q "install ok instal
   $SUDO apt-get update
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends hipcc
 fi
-HIP_PLATFORM=amd hipcc --version >/dev/null
+HIP_PLATFORM=amd hipcc --version >/dev/null 2>&1 || { echo "hipcc is installed but does not run" >&2; exit 1; }
