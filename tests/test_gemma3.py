@@ -121,7 +121,6 @@ def spm_reference(text: str, meta: dict) -> list[int]:
     user-defined tokens (longest first), spaces to U+2581 (no prefix when add_space_prefix is
     false), then repeatedly join the adjacent pair whose join is a token of the highest score
     (leftmost on ties); characters left outside the vocabulary become <0xXX> byte tokens."""
-    tokens, types = meta["tokenizer.ggml.tokens"], meta["tokenizer.ggml.token_type"]
     vocab, scores = meta["_vocab"], meta["tokenizer.ggml.scores"]
     specials = meta["_specials"]
     fragments: list[str | int] = [text]
@@ -149,7 +148,7 @@ def spm_reference(text: str, meta: dict) -> list[int]:
         prv = list(range(-1, len(symbols) - 1))
         heap = []
 
-        def push(left):
+        def push(left, symbols=symbols, nxt=nxt, heap=heap):
             right = nxt[left]
             if right < len(symbols):
                 joined = symbols[left] + symbols[right]

@@ -8,8 +8,8 @@ import pytest
 from poot.codegen.cases import mismatch
 from poot.compiler.validate import random_inputs
 from poot.models.llama import build_decoder, const_inputs, random_weights, tiny_config
-from poot.plan import plan
 from poot.oracle import evaluate
+from poot.plan import plan
 from poot_cuda.backend import CudaBackend
 
 STEPS = [(1, "dense", "f32", None), (3, "paged", "bf16", None), (1, "dense", "f32", "gguf:Q4_0")]

@@ -25,8 +25,8 @@ import numpy as np
 import poot
 from poot.ir import ops as O
 from poot.models.llama import build_decoder, const_inputs, random_weights, tiny_config
-from poot.plan import plan
 from poot.oracle import evaluate
+from poot.plan import plan
 from poot.runtime import Executor
 from poot.runtime.blas import single_thread
 

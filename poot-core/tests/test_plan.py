@@ -18,8 +18,8 @@ from poot.dtypes import DType
 from poot.errors import GraphError, UnsupportedOp
 from poot.ir import ops as O
 from poot.plan import ARENA, plan
-from poot.plan.show import format_plan
 from poot.plan.arena import Interval, assign_offsets
+from poot.plan.show import format_plan
 from poot.runtime import Executor
 
 # the helpers beside this file (pytest's importlib mode puts no test folder on sys.path)

@@ -8,11 +8,11 @@ import numpy as np
 import poot
 import pytest
 from poot import ops
+from poot.contract import Executable, Runtime
 from poot.errors import BindError, SlotRangeError
 from poot.formats import PackedWeight, get_format
 from poot.plan import plan
 from poot.runtime import Executor, WeightCache
-from poot.contract import Executable, Runtime
 
 # the helpers beside this file (pytest's importlib mode puts no test folder on sys.path)
 sys.path.insert(0, str(Path(__file__).parent))

@@ -117,18 +117,15 @@ class ChatTemplateError(PootError, ValueError):
     """The messages do not fit the model's chat template (the template said why)."""
 
 
-class RequestError(PootError, ValueError):
-    """A request's parameter is out of range (max_tokens, max_seq, ...)."""
-
-
 class SamplingError(PootError, ValueError):
     """A sampler setting is out of range, or the logits cannot be sampled (NaN, all -inf)."""
 
 
 # -- serving ---------------------------------------------------------------------------------
 class RequestError(PootError, ValueError):
-    """An HTTP request `poot serve` refuses: malformed, out of range, too long for the model,
-    or arriving while the queue is full. Carries the HTTP status and OpenAI's error fields."""
+    """A request's parameter is out of range (max_tokens, max_seq, ...), or an HTTP request
+    `poot serve` refuses: malformed, too long for the model, or arriving while the queue is
+    full. Carries the HTTP status (400 unless said) and OpenAI's error fields."""
 
     def __init__(self, message: str, *, status: int = 400, param: str | None = None,
                  code: str | None = None, type: str = "invalid_request_error"):

@@ -230,7 +230,8 @@ class Tokenizer:
             add_bos=v.flag("tokenizer.ggml.add_bos_token", kind == "llama"),
             add_eos=v.flag("tokenizer.ggml.add_eos_token", False),
             stop_ids=[i for i in stop if i is not None], strip_leading_space=strip,
-            chat_template=v.text("tokenizer.chat_template", None) or _builtin_template(v.text("general.architecture", "")),
+            chat_template=v.text("tokenizer.chat_template", None)
+            or _builtin_template(v.text("general.architecture", "")),
         )
 
     @classmethod

@@ -17,6 +17,7 @@ import numpy as np
 from poot.errors import CheckpointError
 from poot.formats import PackedWeight
 from poot.ir.types import TensorType, WeightRef
+from poot.models.families import FAMILIES
 
 
 @dataclass(frozen=True)
@@ -131,8 +132,6 @@ class CheckpointWeights:
     here, under their own identity (GGUF files store 1 + w already)."""
 
     def __init__(self, checkpoint, config=None):
-        from poot.models.config import FAMILIES
-
         self.checkpoint = checkpoint
         fam = FAMILIES.get(getattr(config, "arch", None))
         sandwich = bool(config is not None and config.sandwich_norms)

@@ -1,0 +1,52 @@
+"""The model families poot builds: each is the shared Llama-style decoder with its traits."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Family:
+    """What a family sets beyond the Llama block (see LlamaConfig for each trait)."""
+
+    #: how GGUF files order its q/k rows: llama.cpp's converter permutes llama/mistral
+    #: rows into adjacent pairs; the others keep HF's rotate-half order (NEOX mode)
+    gguf_rows: str = "half"
+    qkv_bias: bool = False
+    qk_norm: bool = False
+    sandwich_norms: bool = False
+    act: str = "silu"
+    embed_scale: bool = False        # embeddings times sqrt(dim)
+    #: GGUF files name no per-layer pattern: every n-th layer is global, the rest slide
+    #: (0: no sliding layers unless the metadata names a window for all)
+    sliding_period: int = 0
+    rope_base_local: float | None = None  # GGUF default for the sliding layers
+    #: HF's spelling of the activation
+    hf_act: tuple[str, ...] = ("silu",)
+    #: HF: the norm weights are stored as w and applied as (1 + w)
+    hf_norm_offset: bool = False
+    #: mixture of experts: "" (dense FFN), "mixtral" (HF num_local_experts) or "qwen"
+    #: (num_experts, moe_intermediate_size, norm_topk_prob, shared expert where sized)
+    moe: str = ""
+
+
+FAMILIES: dict[str, Family] = {
+    "llama": Family(gguf_rows="pairs"),
+    "mistral": Family(gguf_rows="pairs"),
+    "qwen2": Family(qkv_bias=True),
+    "qwen3": Family(qk_norm=True),
+    "gemma3": Family(qk_norm=True, sandwich_norms=True, act="gelu_tanh", embed_scale=True,
+                     sliding_period=6, rope_base_local=10000.0,
+                     hf_act=("gelu_pytorch_tanh", "gelu_tanh"), hf_norm_offset=True),
+    "qwen2moe": Family(qkv_bias=True, moe="qwen"),
+    "qwen3moe": Family(qk_norm=True, moe="qwen"),
+}
+#: HF-only families (their GGUF forms are not read yet: see from_gguf)
+HF_FAMILIES = {
+    "mixtral": Family(moe="mixtral"),
+    "qwen2_moe": Family(qkv_bias=True, moe="qwen"),
+    "qwen3_moe": Family(qk_norm=True, moe="qwen"),
+}
+#: HF model_type -> family (GGUF architecture name)
+HF_TYPES = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "qwen3": "qwen3",
+            "gemma3_text": "gemma3", "mixtral": "mixtral", "qwen2_moe": "qwen2_moe",
+            "qwen3_moe": "qwen3_moe"}
