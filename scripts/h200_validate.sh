@@ -29,11 +29,13 @@ START=$SECONDS
 row() { printf '%-44s | %s\n' "$1" "$2" >>"$SUM"; }
 
 # -- setup: reassemble the stream, install, check the models -----------------------------
+# the stream's parts, as scripts/h200_stage.sh printed their sizes
+TAR=${POOT_STAGE_TAR:-32819200} SMOL=98362432
 if [ ! -s /tmp/stream.done ]; then
   cat /root/stash/c* >/tmp/stream || exit 1
-  head -c 32819200 /tmp/stream | tar xf - || exit 1
-  tail -c +32819201 /tmp/stream | head -c 98362432 >"$POOT_CACHE/models/SmolLM2-135M-Instruct.Q4_1.gguf"
-  tail -c +$((32819200 + 98362432 + 1)) /tmp/stream >"$POOT_CACHE/models/gemma-3-270m-q4_k_m.gguf"
+  head -c "$TAR" /tmp/stream | tar xf - || exit 1
+  tail -c +$((TAR + 1)) /tmp/stream | head -c $SMOL >"$POOT_CACHE/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+  tail -c +$((TAR + SMOL + 1)) /tmp/stream >"$POOT_CACHE/models/gemma-3-270m-q4_k_m.gguf"
   rm /tmp/stream
   (cd "$POOT_CACHE/models" && sha256sum -c - <<'EOF') >"$OUT/setup.log" 2>&1 || { cat "$OUT/setup.log"; exit 1; }
 b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  SmolLM2-135M-Instruct.Q4_1.gguf
