@@ -48,21 +48,3 @@ def report(request):
 @pytest.fixture(scope="session")
 def perf(request) -> bool:
     return bool(request.config.getoption("--poot-perf"))
-
-
-def pytest_terminal_summary(terminalreporter, config):
-    if _REPORT not in config.stash:
-        return
-    rep = config.stash[_REPORT]
-    tr = terminalreporter
-    tr.section(f"poot conformance: {rep.target}")
-    for line in rep.summary_lines():
-        tr.write_line(line)
-    if config.getoption("--poot-perf"):
-        tr.section("poot conformance perf (one replayed step per case)")
-        for line in rep.perf_lines():
-            tr.write_line(line)
-    path = config.getoption("--poot-support")
-    if path:
-        rep.write_support(path)
-        tr.write_line(f"support matrix written to {path}")
