@@ -1,0 +1,212 @@
+"""PEFT LoRA adapters (poot.models.lora) on random-weight HF folders, against the numpy
+forward of tests/reference_decoder.py over the base weights merged with each adapter
+(W + scale * B @ A, merged here in numpy, never by poot).
+
+Adapters are written with the `safetensors` package in PEFT's layout: adapter_config.json
+and adapter_model.safetensors holding base_model.model.<module>.lora_A/lora_B.weight.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+from reference_decoder import forward
+from safetensors.numpy import save_file
+from test_families import IDS, make_folder, rel_err
+
+BACKEND = os.environ.get("POOT_FAMILY_BACKEND", "reference")
+ATTN = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj")
+MLP = ("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
+
+
+def write_adapter(folder, tensors, cfg, modules, r, alpha, seed, **config):
+    """A PEFT adapter of rank r over `modules` of every layer; returns (path, merged)."""
+    rng = np.random.default_rng(seed)
+    out, merged = {}, dict(tensors)
+    scale = alpha / (np.sqrt(r) if config.get("use_rslora") else r)
+    for i in range(cfg["num_hidden_layers"]):
+        for mod in modules:
+            name = f"model.layers.{i}.{mod}"
+            w = tensors[name + ".weight"]
+            a = (0.3 * rng.standard_normal((r, w.shape[1]))).astype(np.float32)
+            b = (0.3 * rng.standard_normal((w.shape[0], r))).astype(np.float32)
+            out[f"base_model.model.{name}.lora_A.weight"] = a
+            out[f"base_model.model.{name}.lora_B.weight"] = b
+            merged[name + ".weight"] = w + np.float32(scale) * (b @ a)
+    folder.mkdir(parents=True)
+    save_file(out, str(folder / "adapter_model.safetensors"))
+    (folder / "adapter_config.json").write_text(json.dumps({
+        "peft_type": "LORA", "task_type": "CAUSAL_LM", "r": r, "lora_alpha": alpha,
+        "target_modules": sorted({m.split(".")[-1] for m in modules}), "lora_dropout": 0.05,
+        "bias": "none", "use_dora": False, "use_rslora": False, "rank_pattern": {},
+        "alpha_pattern": {}, "modules_to_save": None, "fan_in_fan_out": False,
+        "inference_mode": True, **config}))
+    return folder, merged
+
+
+@pytest.fixture(scope="module")
+def two_adapters(tmp_path_factory):
+    """A qwen2 folder (q/k/v biases) and two adapters of different ranks and targets."""
+    tmp = tmp_path_factory.mktemp("lora")
+    folder, cfg, tensors = make_folder(tmp, "qwen2-yarn")
+    a, merged_a = write_adapter(tmp / "attn", tensors, cfg, ATTN, 4, 8, seed=1)
+    b, merged_b = write_adapter(tmp / "mlp", tensors, cfg, MLP + ATTN[:1], 2, 4, seed=2,
+                                use_rslora=True)
+    return folder, cfg, tensors, {"attn": (a, merged_a), "mlp": (b, merged_b)}
+
+
+def load(two_adapters, backend):
+    import poot
+
+    folder, _, _, ads = two_adapters
+    return poot.load(str(folder), backend=backend, max_seq=32, prefill_tokens=6,
+                     lora=[(name, str(path)) for name, (path, _) in ads.items()])
+
+
+def check_batched_adapters(two_adapters, backend: str) -> None:
+    """One prompt step per adapter, then paged decode steps of three sequences (adapter
+    "attn", adapter "mlp", no adapter) in one batch: each row matches its merged model."""
+    _, cfg, tensors, ads = two_adapters
+    model = load(two_adapters, backend)
+    want = {"attn": forward(ads["attn"][1], cfg, IDS), "mlp": forward(ads["mlp"][1], cfg, IDS),
+            None: forward(tensors, cfg, IDS)}
+    for name in ("attn", None):
+        assert rel_err(model.prefill_logits(IDS, adapter=name), want[name]) < 1e-4, name
+    session = model.session("paged", batch=3)
+    names = ["attn", "mlp", None]
+    for s, name in enumerate(names):
+        session.open(s, model.adapter_rows(name))
+    try:
+        for s, name in enumerate(names):
+            assert rel_err(session.prefill(s, IDS[:14]), want[name][13]) < 1e-4, name
+        for i in range(14, 18):
+            got = session.decode({s: IDS[i] for s in range(3)})
+            for s, name in enumerate(names):
+                assert rel_err(got[s], want[name][i]) < 1e-4, (name, i)
+    finally:
+        for s in range(3):
+            session.close(s)
+
+
+def test_adapters_match_the_merged_weights_one_batch_many_adapters(two_adapters):
+    check_batched_adapters(two_adapters, BACKEND)
+
+
+def test_adapters_on_wgpu(two_adapters):
+    from poot.backend import select_backend
+    from poot.errors import PootError
+
+    try:
+        select_backend("wgpu")
+    except PootError as exc:
+        pytest.skip(f"no wgpu device: {exc}")
+    check_batched_adapters(two_adapters, "wgpu")
+
+
+def test_the_step_gathers_adapters_and_keeps_one_copy_of_the_base(two_adapters):
+    """The base projections appear once; the stacks hold index 0 (zeros) and both adapters."""
+    model = load(two_adapters, "reference")
+    g = model.step_graph(1, 2, "paged", compiled=False)
+    labels = [g.meta(v).identity.label for v in g.consts()]
+    assert labels.count("model.layers.0.self_attn.q_proj.weight") == 1
+    at = model.consts["lora:blk.0.attn_q.weight:a"]
+    assert at.shape == (3, 64, 4) and not at[0].any() and at[1].any() and at[2].any()
+    assert not model.consts["lora:blk.0.ffn_up.weight:a"][1].any()  # "attn" has no MLP part
+    (vid, slot), = [(v, s) for v, s in g.slots() if g.meta(v).identity.label == "adapter"]
+    assert g.type_of(vid).shape == (2,) and slot.kind.label == "lora.adapter"
+    assert slot.bound == 3
+
+
+def test_an_adapter_index_outside_the_loaded_ones_is_refused(two_adapters):
+    from poot.errors import SlotRangeError
+
+    model = load(two_adapters, "reference")
+    session = model.session("paged", batch=1)
+    session.open("s", {"adapter": 3})          # 0 none, 1 "attn", 2 "mlp"
+    with pytest.raises(SlotRangeError, match="adapter"):
+        session.prefill("s", IDS[:3])
+
+
+def test_an_undeclared_adapter_role_is_refused(two_adapters):
+    """With the role's owner unregistered, no graph may take an adapter index."""
+    import poot.models.lora as lora
+    from poot import plugin
+    from poot.errors import IRError
+
+    model = load(two_adapters, "reference")
+    plugin.unregister(lora)
+    try:
+        with pytest.raises(IRError, match="lora.adapter.*not declared"):
+            model.step_graph(1, 1, compiled=False)
+    finally:
+        plugin.register(lora, "poot.lora")
+    model.step_graph(1, 1, compiled=False)
+
+
+HOSTILE = [
+    ({"use_dora": True}, "use_dora"),
+    ({"rank_pattern": {"q_proj": 8}}, "rank_pattern"),
+    ({"modules_to_save": ["lm_head"]}, "modules_to_save"),
+    ({"bias": "all"}, "bias"),
+    ({"fan_in_fan_out": True}, "fan_in_fan_out"),
+    ({"peft_type": "IA3"}, "peft_type"),
+    ({"loftq_config": {"bits": 4}}, "loftq_config"),
+    ({"r": 0}, "r"),
+    ({"r": 8}, "lora_A.weight"),               # the tensors hold rank 4
+    ({"lora_alpha": "big"}, "lora_alpha"),
+    ({"target_modules": ["v_proj"]}, "target_modules"),  # tensors of modules not targeted
+]
+
+
+@pytest.mark.parametrize("change,key", HOSTILE, ids=[k for _, k in HOSTILE])
+def test_hostile_adapter_configs_are_refused_naming_file_and_key(two_adapters, tmp_path,
+                                                                 change, key):
+    import poot
+    from poot.errors import CheckpointError
+
+    folder, cfg, tensors, _ = two_adapters
+    path, _ = write_adapter(tmp_path / "ad", tensors, cfg, ATTN[:2], 4, 8, seed=3)
+    conf = json.loads((path / "adapter_config.json").read_text())
+    (path / "adapter_config.json").write_text(json.dumps({**conf, **change}))
+    with pytest.raises(CheckpointError, match=key) as err:
+        poot.load(str(folder), backend="reference", max_seq=32, lora=[str(path)])
+    assert str(path) in str(err.value)
+
+
+def test_adapter_tensors_that_do_not_fit_the_base_are_refused(two_adapters, tmp_path):
+    import poot
+    from poot.errors import CheckpointError, ConfigError
+
+    folder, cfg, tensors, _ = two_adapters
+    other = {k: v for k, v in tensors.items()}
+    other["model.layers.0.self_attn.q_proj.weight"] = np.zeros((64, 32), np.float32)
+    path, _ = write_adapter(tmp_path / "narrow", other, cfg, ATTN[:1], 4, 8, seed=4)
+    with pytest.raises(ConfigError, match=r"layers\.0\.self_attn\.q_proj\.lora_A.*\[4, 32\]"):
+        poot.load(str(folder), backend="reference", max_seq=32, lora=[str(path)])
+    stray = tmp_path / "stray"
+    write_adapter(stray, tensors, cfg, ATTN[:1], 4, 8, seed=5)
+    save_file({"base_model.model.lm_head.lora_A.weight": np.zeros((4, 64), np.float32)},
+              str(stray / "adapter_model.safetensors"))
+    with pytest.raises(CheckpointError, match="lm_head"):
+        poot.load(str(folder), backend="reference", max_seq=32, lora=[str(stray)])
+    with pytest.raises(CheckpointError, match="no adapter_config.json"):
+        poot.load(str(folder), backend="reference", max_seq=32, lora=[str(tmp_path)])
+
+
+def test_poot_run_with_lora_prints_the_merged_models_greedy_text(two_adapters, capsys):
+    """`poot run FOLDER --lora PATH` continues as the merged weights' argmax says."""
+    from poot.cli import main
+    from poot.models.tokenizer import Tokenizer
+
+    folder, cfg, _, ads = two_adapters
+    path, merged = ads["attn"]
+    tok = Tokenizer.from_hf_folder(folder)
+    ids = tok.encode("the cat", add_special=True)
+    for _ in range(3):
+        ids.append(int(np.argmax(forward(merged, cfg, ids)[-1])))
+    assert main(["run", str(folder), "--prompt", "the cat", "--lora", str(path),
+                 "--max-tokens", "3", "--max-seq", "32", "--backend", "reference",
+                 "--quiet"]) == 0
+    assert capsys.readouterr().out == tok.decode(ids) + "\n"
