@@ -230,3 +230,88 @@ def test_poot_run_with_lora_prints_the_merged_models_greedy_text(tmp_path, capsy
                  "--max-tokens", "3", "--max-seq", "32", "--backend", "reference",
                  "--quiet"]) == 0
     assert capsys.readouterr().out == tok.decode(ids) + "\n"
+
+
+def test_serve_picks_the_adapter_a_request_names_as_its_model(tmp_path):
+    """`poot serve FOLDER --lora tuned=PATH`: requests for "tuned" and for the base, sent
+    together, answer as the merged and the base weights' argmax do."""
+    import concurrent.futures
+
+    import openai
+    from poot.models.tokenizer import Tokenizer
+    from serve_process import serve
+
+    folder, cfg, tensors = tokenizer_sized_folder(tmp_path, "llama")
+    path, merged = write_adapter(tmp_path / "ad", tensors, cfg, ATTN + MLP, 4, 16, seed=8)
+    tok = Tokenizer.from_hf_folder(folder)
+
+    def greedy(weights, n=4):
+        ids = tok.encode("the cat", add_special=True)
+        start = len(ids)
+        for _ in range(n):
+            ids.append(int(np.argmax(forward(weights, cfg, ids)[-1])))
+        assert not set(ids[start:]) & set(tok.stop_ids)
+        return tok.decode(ids[start:])
+
+    want = {"tuned": greedy(merged), "smollm2": greedy(tensors)}
+    assert want["tuned"] != want["smollm2"]
+    with serve(folder, "--lora", f"tuned={path}", "--max-batch", "2", "--max-seq", "32",
+               "--prefill-chunk", "6", "--prefill-batch", "1") as server:
+        client = openai.OpenAI(base_url=server.base, api_key="unused", max_retries=0,
+                               timeout=300)
+        assert [m.id for m in client.models.list().data] == ["smollm2", "tuned"]
+
+        def ask(model):
+            return client.completions.create(model=model, prompt="the cat", max_tokens=4,
+                                             temperature=0).choices[0].text
+
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            got = dict(zip(want, pool.map(ask, want)))
+        assert got == want
+        with pytest.raises(openai.NotFoundError, match="tuned"):
+            ask("other")
+
+
+@pytest.mark.slow
+def test_an_adapter_on_the_real_smollm2_gguf(smollm2_gguf, tmp_path):
+    """SmolLM2-135M (GGUF, its q/k rows in llama.cpp's adjacent-pair order) with an adapter
+    trained in HF's row order on q, k, v and down of every layer: poot's logits match the
+    numpy forward of tests/reference_llama.py over the GGUF weights merged with the adapter
+    (B's q/k rows permuted to GGUF's order, as the converter would)."""
+    from unittest import mock
+
+    import poot
+    import reference_llama
+    from test_hf_folder import HEADS, KV_HEADS, hf_rows_to_gguf
+
+    cfg, base = reference_llama.load_weights(str(smollm2_gguf))
+    rng = np.random.default_rng(9)
+    r, alpha = 8, 16
+    tensors, merged = {}, dict(base)
+    mods = {"self_attn.q_proj": ("attn_q", HEADS), "self_attn.k_proj": ("attn_k", KV_HEADS),
+            "self_attn.v_proj": ("attn_v", None), "mlp.down_proj": ("ffn_down", None)}
+    for i in range(cfg.layers):
+        for mod, (gguf, heads) in mods.items():
+            w = base[f"blk.{i}.{gguf}.weight"]
+            a = (0.05 * rng.standard_normal((r, w.shape[1]))).astype(np.float32)
+            b = (0.05 * rng.standard_normal((w.shape[0], r))).astype(np.float32)
+            tensors[f"base_model.model.model.layers.{i}.{mod}.lora_A.weight"] = a
+            tensors[f"base_model.model.model.layers.{i}.{mod}.lora_B.weight"] = b
+            delta = (alpha / r) * (b.astype(np.float64) @ a)
+            merged[f"blk.{i}.{gguf}.weight"] = w + (hf_rows_to_gguf(delta, heads) if heads
+                                                    else delta)
+    folder = tmp_path / "smol-lora"
+    folder.mkdir()
+    save_file(tensors, str(folder / "adapter_model.safetensors"))
+    (folder / "adapter_config.json").write_text(json.dumps({
+        "peft_type": "LORA", "r": r, "lora_alpha": alpha, "bias": "none",
+        "target_modules": ["q_proj", "k_proj", "v_proj", "down_proj"]}))
+    ids = [1, 504, 3458, 282, 4649, 314]
+    model = poot.load(str(smollm2_gguf), backend="reference", max_seq=32,
+                      lora=[("smol", str(folder))])
+    got = model.prefill_logits(ids, adapter="smol")
+    with mock.patch.object(reference_llama, "load_weights", lambda path: (cfg, merged)):
+        want = reference_llama.prefill_logits(smollm2_gguf, ids)
+    # Q4_1 weights decoded in f32 against float64: the base model alone is within 1e-3
+    assert rel_err(got, want) < 2e-3
+    assert np.argmax(got[-1]) == np.argmax(want[-1])
