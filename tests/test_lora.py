@@ -315,3 +315,22 @@ def test_an_adapter_on_the_real_smollm2_gguf(smollm2_gguf, tmp_path):
     # Q4_1 weights decoded in f32 against float64: the base model alone is within 1e-3
     assert rel_err(got, want) < 2e-3
     assert np.argmax(got[-1]) == np.argmax(want[-1])
+
+
+def test_damaged_adapter_files_are_refused_naming_the_file(two_adapters, tmp_path):
+    import poot
+    from poot.errors import CheckpointError
+
+    folder, cfg, tensors, _ = two_adapters
+    path, _ = write_adapter(tmp_path / "ad", tensors, cfg, ATTN[:1], 4, 8, seed=3)
+    weights = path / "adapter_model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match="truncated") as err:
+        poot.load(str(folder), backend="reference", max_seq=32, lora=[str(path)])
+    assert str(weights) in str(err.value)
+    weights.write_bytes(data)
+    (path / "adapter_config.json").write_text('{"r": 4, "lora_alpha": ')
+    with pytest.raises(CheckpointError) as err:
+        poot.load(str(folder), backend="reference", max_seq=32, lora=[str(path)])
+    assert "adapter_config.json" in str(err.value)

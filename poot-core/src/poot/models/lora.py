@@ -209,9 +209,8 @@ class Adapters:
             self.stacks[target] = self._stack(target, rank)
 
     def _stack(self, target: str, rank: int) -> tuple[WeightRef, WeightRef]:
-        n, k = next(a.weights[target][1].shape[0] for a in self.adapters
-                    if target in a.weights), \
-            next(a.weights[target][0].shape[1] for a in self.adapters if target in a.weights)
+        a0, b0 = next(ad.weights[target] for ad in self.adapters if target in ad.weights)
+        k, n = a0.shape[1], b0.shape[0]
         at = np.zeros((self.rows, k, rank), np.float32)
         bt = np.zeros((self.rows, rank, n), np.float32)
         for i, ad in enumerate(self.adapters, start=1):
