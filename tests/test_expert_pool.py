@@ -40,6 +40,7 @@ def check_identical(tmp_path, family, rows, backend):
     model = load(folder, rows, backend)
     pooled, session = run_dense(model)     # prompt chunks of as many tokens as the pool holds
     full, _ = run_dense(load(folder, None, backend, prefill_tokens=model.prefill_tokens))
+    assert rel_err(pooled, full) < 1e-6          # then bit for bit: the same kernels run
     assert np.array_equal(pooled, full)
     c = session.stepper.counters
     assert c["evicted"] > 0 and c["runs"] > c["steps"], c   # it paged and re-ran
