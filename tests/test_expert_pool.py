@@ -106,7 +106,7 @@ def test_pool_sizes_and_uses_it_cannot_serve_are_refused(tmp_path):
             load(folder, rows)
     model = load(folder, 3)
     assert model.prefill_tokens == 1                      # 3 rows hold one token's experts
-    with pytest.raises(BindError, match="at most 1 sequences"):
+    with pytest.raises(BindError, match="at most 1 tokens.*decode steps of 2"):
         model.session("paged", batch=2)
     with pytest.raises(BindError, match="expert pool"):
         model.prefill_logits(IDS[:4])

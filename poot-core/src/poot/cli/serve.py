@@ -27,6 +27,9 @@ def add_parser(sub):
     p.add_argument("--lora", action="append", default=[], metavar="NAME=PATH",
                    help="a PEFT LoRA adapter a request picks by naming NAME as its model "
                         "(repeatable; all stay resident)")
+    p.add_argument("--expert-pool", type=int, default=None, metavar="N",
+                   help="keep N experts per MoE layer on the device (max-batch x experts "
+                        "per token must fit in N)")
     p.add_argument("--access-log", action="store_true", help="log every HTTP request")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
@@ -51,7 +54,7 @@ def run(args) -> int:
     t0 = time.perf_counter()
     model = load(args.model, args.backend, kv="paged", max_seq=args.max_seq,
                  prefill_tokens=args.prefill_chunk, progress=progress,
-                 lora=[parse_named(x) for x in args.lora])
+                 lora=[parse_named(x) for x in args.lora], expert_pool=args.expert_pool)
     name = args.name or (Path(args.model).stem if Path(args.model).exists() else args.model)
     engine = Engine(model, name=name, max_batch=args.max_batch, pool_tokens=args.kv_pool,
                     max_queue=args.max_queue, prefill_batch=args.prefill_batch)

@@ -142,10 +142,13 @@ class Model:
             from poot.models.expert_pool import ExpertPager
 
             most = self.expert_pool.max_tokens
-            if session.batch > most:
+            prefill = session.prefill_batches[-1] * session.prefill_tokens
+            if session.batch > most or prefill > most:
                 raise BindError(f"an expert pool of {self.expert_pool.rows} rows serves steps "
-                                f"of at most {most} sequences ({self.config.experts_used} "
-                                f"experts each); asked for a batch of {session.batch}")
+                                f"of at most {most} tokens ({self.config.experts_used} "
+                                f"experts each); asked for decode steps of {session.batch} "
+                                f"sequences and prefill steps of {prefill} tokens (a batch "
+                                f"of {session.prefill_batches[-1]} prompts)")
             session.stepper = ExpertPager(self.expert_pool)
 
     def adapter_rows(self, adapter: str | None) -> dict:
