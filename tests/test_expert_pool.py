@@ -147,3 +147,37 @@ def test_poot_run_with_an_expert_pool_prints_the_same_text(tmp_path, capsys):
         texts.append(captured.out)
     assert texts[0] == texts[1]
     assert "expert pool:" in captured.err
+
+
+def test_the_pager_evicts_the_least_recently_used_expert_the_step_does_not_need():
+    """ExpertPager._page_in on a 3-row pool of 4 experts, writes recorded: a step's own
+    experts are never evicted; the one used longest ago goes first."""
+    from poot.models.expert_pool import ExpertPager, ExpertPool, pool_state
+    from poot.models.llama import random_weights, tiny_config
+
+    config = tiny_config(experts=4, experts_used=2, expert_ffn=8, layers=1)
+    weights = random_weights(config, seed=2)
+    pager = ExpertPager(ExpertPool(config, weights, 3))
+    writes = []
+
+    class Runtime:
+        def write(self, buf, offset, array):
+            writes.append((buf, offset // array.nbytes))
+
+    class Executor:
+        runtime = Runtime()
+
+        class state:  # noqa: N801 - the executor's StateStore, as the pager reads it
+            buffers = {pool_state(0, m): (m, "") for m in
+                       ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")}
+
+    ex = Executor()
+    assert pager._page_in(ex, 0, [2, 0])            # rows 0, 1
+    assert pager._page_in(ex, 0, [1, 2])            # 1 -> row 2; 0 is now least recent
+    assert not pager._page_in(ex, 0, [2, 1])        # resident: nothing written
+    writes.clear()
+    assert pager._page_in(ex, 0, [3, 1])            # evicts 0 (row 1), never 1
+    assert sorted(writes) == [("ffn_down_exps", 1), ("ffn_gate_exps", 1), ("ffn_up_exps", 1)]
+    assert dict(pager.resident[0]) == {2: 0, 1: 2, 3: 1}
+    assert pager.map[0].tolist() == [0, 2, 0, 1]
+    assert pager.counters["evicted"] == 1

@@ -21,6 +21,21 @@ ATTN = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o
 MLP = ("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
 
 
+#: every key PEFT 0.18 writes to adapter_config.json, at its default
+PEFT_DEFAULTS = {
+    "alora_invocation_tokens": None, "alpha_pattern": {}, "arrow_config": None,
+    "auto_mapping": None, "base_model_name_or_path": "random", "bias": "none",
+    "corda_config": None, "ensure_weight_tying": False, "eva_config": None,
+    "exclude_modules": None, "fan_in_fan_out": False, "inference_mode": True,
+    "init_lora_weights": True, "layer_replication": None, "layers_pattern": None,
+    "layers_to_transform": None, "loftq_config": {}, "lora_bias": False, "lora_dropout": 0.05,
+    "megatron_config": None, "megatron_core": "megatron.core", "modules_to_save": None,
+    "peft_type": "LORA", "peft_version": "0.18.0", "qalora_group_size": 16, "rank_pattern": {},
+    "revision": None, "target_parameters": None, "task_type": "CAUSAL_LM",
+    "trainable_token_indices": None, "use_dora": False, "use_qalora": False,
+    "use_rslora": False}
+
+
 def write_adapter(folder, tensors, cfg, modules, r, alpha, seed, **config):
     """A PEFT adapter of rank r over `modules` of every layer; returns (path, merged)."""
     rng = np.random.default_rng(seed)
@@ -38,11 +53,8 @@ def write_adapter(folder, tensors, cfg, modules, r, alpha, seed, **config):
     folder.mkdir(parents=True)
     save_file(out, str(folder / "adapter_model.safetensors"))
     (folder / "adapter_config.json").write_text(json.dumps({
-        "peft_type": "LORA", "task_type": "CAUSAL_LM", "r": r, "lora_alpha": alpha,
-        "target_modules": sorted({m.split(".")[-1] for m in modules}), "lora_dropout": 0.05,
-        "bias": "none", "use_dora": False, "use_rslora": False, "rank_pattern": {},
-        "alpha_pattern": {}, "modules_to_save": None, "fan_in_fan_out": False,
-        "inference_mode": True, **config}))
+        **PEFT_DEFAULTS, "r": r, "lora_alpha": alpha,
+        "target_modules": sorted({m.split(".")[-1] for m in modules}), **config}))
     return folder, merged
 
 
@@ -170,7 +182,10 @@ HOSTILE = [
     ({"bias": "all"}, "bias"),
     ({"fan_in_fan_out": True}, "fan_in_fan_out"),
     ({"peft_type": "IA3"}, "peft_type"),
-    ({"loftq_config": {"bits": 4}}, "loftq_config"),
+    ({"loftq_config": {"loftq_bits": 4}}, "loftq_config"),
+    ({"target_parameters": ["mlp.experts.down_proj"]}, "target_parameters"),
+    ({"use_qalora": True}, "use_qalora"),
+    ({"some_new_feature": 1}, "some_new_feature"),
     ({"r": 0}, "r"),
     ({"r": 8}, "lora_A.weight"),               # the tensors hold rank 4
     ({"lora_alpha": "big"}, "lora_alpha"),

@@ -44,15 +44,21 @@ CONFIG, TENSORS = "adapter_config.json", "adapter_model.safetensors"
 _PREFIX = "base_model.model."
 #: HF module suffixes a LoRA may target here (the projections traced through `ops.linear`)
 _SUPPORTED = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-#: config keys read or safely ignored (training-only settings, bookkeeping)
+#: config keys read, or ignored because they change nothing at inference: training-only
+#: settings, bookkeeping, initialization schemes (the saved A and B are what was trained)
 _KNOWN = {"peft_type", "r", "lora_alpha", "target_modules", "use_rslora", "bias", "use_dora",
           "rank_pattern", "alpha_pattern", "modules_to_save", "fan_in_fan_out",
           "layers_to_transform", "layers_pattern", "lora_dropout", "task_type",
           "base_model_name_or_path", "revision", "inference_mode", "init_lora_weights",
-          "auto_mapping", "peft_version", "exclude_modules", "layer_replication"}
-#: keys poot does not implement: refused unless unset (null, false, {}, [])
+          "auto_mapping", "peft_version", "exclude_modules", "layer_replication",
+          "megatron_core", "qalora_group_size", "eva_config", "corda_config"}
+#: keys poot does not implement: refused unless unset (null, false, {}, []); any other key
+#: not in _KNOWN is refused the same way
 _REFUSED = ("use_dora", "rank_pattern", "alpha_pattern", "modules_to_save", "fan_in_fan_out",
-            "layers_to_transform", "layers_pattern", "layer_replication", "exclude_modules")
+            "layers_to_transform", "layers_pattern", "layer_replication", "exclude_modules",
+            "use_qalora", "lora_bias", "target_parameters", "trainable_token_indices",
+            "alora_invocation_tokens", "arrow_config", "loftq_config", "megatron_config",
+            "ensure_weight_tying")
 
 
 @hookimpl

@@ -87,6 +87,9 @@ class Engine:
                                                                      max_batch)))
         self.blocks = self.session.blocks
         adapters = tuple(model.adapters.index) if model.adapters is not None else ()
+        if name in adapters:
+            raise BindError(f"the LoRA adapter {name!r} has the served model's own name; "
+                            f"name it differently (--lora OTHER=PATH)")
         self.limits = Limits(name, model.config.max_seq, self.blocks.pool_slots,
                              min(model.config.vocab, self.tokenizer.vocab_size), adapters)
         self._cv = threading.Condition()
