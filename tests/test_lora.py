@@ -185,6 +185,7 @@ HOSTILE = [
     ({"loftq_config": {"loftq_bits": 4}}, "loftq_config"),
     ({"target_parameters": ["mlp.experts.down_proj"]}, "target_parameters"),
     ({"use_qalora": True}, "use_qalora"),
+    ({"init_lora_weights": "pissa"}, "init_lora_weights"),
     ({"some_new_feature": 1}, "some_new_feature"),
     ({"r": 0}, "r"),
     ({"r": 8}, "lora_A.weight"),               # the tensors hold rank 4

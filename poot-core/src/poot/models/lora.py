@@ -104,6 +104,11 @@ def read_config(folder: Path) -> tuple[int, float, list[str] | str]:
     for key in _REFUSED:
         if not _unset(v.values.get(key)):
             v.fail(key, v.values[key], "is set; poot does not implement it")
+    init = v.values.get("init_lora_weights", True)
+    if init not in (True, False, "gaussian", "eva"):
+        v.fail("init_lora_weights", init, "rewrites the base weights as it initializes the "
+                                          "adapter (PiSSA, OLoRA, CorDA, LoftQ); poot runs "
+                                          "adapters over the stock base only")
     bias = v.text("bias", "none")
     if bias != "none":
         v.fail("bias", bias, "is not 'none'; poot does not implement trained biases")
