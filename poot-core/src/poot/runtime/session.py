@@ -17,6 +17,9 @@ The builder's interface is the Llama builder's (poot.models.llama.build_decoder)
   paged KV "write_map" [B*T] and "slot_map" [B, capacity]; a dense graph may also take
   "end" [1], one past its last real token;
 - the result holds logits for every token, [B*T, vocab].
+A graph may also take per-sequence slots of owner-defined roles, one value per batch row
+(`row_slots`: the LoRA adapter index), and a model may run each step through a `stepper`
+(the expert pool pages experts in and re-runs the step until they are resident).
 Dense KV holds one sequence; paged KV holds as many as its pool has blocks for.
 """
 from __future__ import annotations
