@@ -28,8 +28,9 @@ def add_parser(sub):
                    help="a PEFT LoRA adapter a request picks by naming NAME as its model "
                         "(repeatable; all stay resident)")
     p.add_argument("--expert-pool", type=int, default=None, metavar="N",
-                   help="keep N experts per MoE layer on the device (max-batch x experts "
-                        "per token must fit in N)")
+                   help="keep N experts per MoE layer on the device; every step's tokens "
+                        "x experts per token must fit in N (max-batch, and prefill-batch "
+                        "1: prompt chunks are cut to N // experts per token)")
     p.add_argument("--access-log", action="store_true", help="log every HTTP request")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
