@@ -1,6 +1,6 @@
 #!/bin/bash
 # LoRA adapters and the expert pool on the cuda backend. One command, from the repository
-# root on the GPU machine:
+# root on the GPU machine, with the gguf wheel carried in .whl/ as for h200_models.sh:
 #
 #   bash scripts/h200_adapters.sh
 #
@@ -11,6 +11,8 @@
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 POOT_CACHE=${POOT_CACHE:-/tmp/poot-cache}
 mkdir -p "$POOT_CACHE"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  --target /tmp/site .whl/gguf-*.whl && export PYTHONPATH=/tmp/site
 python3 -m pip install -q --no-deps --no-build-isolation --no-index \
   -e poot-core -e poot-quant -e poot-backend-cuda || echo "EDITABLE INSTALL FAILED"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
