@@ -19,6 +19,12 @@ def add_parser(sub):
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument("--kv", choices=("dense", "paged"), default="dense")
     p.add_argument("--max-seq", type=int, default=1024, help="KV capacity in positions")
+    p.add_argument("--lora", default=None, metavar="PATH",
+                   help="generate through this PEFT LoRA adapter (a folder with "
+                        "adapter_config.json and adapter_model.safetensors)")
+    p.add_argument("--expert-pool", type=int, default=None, metavar="N",
+                   help="keep N experts per MoE layer on the device, paging the rest in "
+                        "as routing asks (default: every expert resident)")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
 
@@ -39,8 +45,9 @@ def run(args) -> int:
     at_least_one("--max-seq", args.max_seq)
     progress = progress_lines(args.quiet)
     t0 = time.perf_counter()
+    lora = [("lora", args.lora)] if args.lora else []
     model = load(args.model, args.backend, kv=args.kv, max_seq=args.max_seq,
-                 progress=progress)
+                 progress=progress, lora=lora, expert_pool=args.expert_pool)
     progress(f"loaded {model.checkpoint.path.name} ({model.config.arch}, "
              f"{model.config.layers} layers) for {model.backend.name} on {model.device} "
              f"in {time.perf_counter() - t0:.1f} s")
@@ -48,7 +55,7 @@ def run(args) -> int:
     pieces = model.generate(args.prompt, max_tokens=args.max_tokens, chat=args.chat,
                             temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                             repetition_penalty=args.repetition_penalty, seed=args.seed,
-                            stop=args.stop)
+                            stop=args.stop, adapter="lora" if args.lora else None)
     if not args.chat:
         sys.stdout.write(args.prompt)
     for piece in pieces:
@@ -60,4 +67,7 @@ def run(args) -> int:
     print(f"[poot] prefill: {s.prompt_tokens} tokens, {s.prefill_tps:.1f} tok/s; "
           f"decode: {s.generated_tokens} tokens, {s.decode_tps:.1f} tok/s "
           f"({model.backend.name})", file=sys.stderr)
+    pager = model.session().stepper
+    if pager is not None:
+        print(f"[poot] expert pool: {pager.counters}", file=sys.stderr)
     return 0

@@ -24,6 +24,13 @@ def add_parser(sub):
                    help="prompt tokens of one sequence fed per scheduler turn")
     p.add_argument("--prefill-batch", type=int, default=4,
                    help="sequences whose prompt chunks are fed together in one turn")
+    p.add_argument("--lora", action="append", default=[], metavar="NAME=PATH",
+                   help="a PEFT LoRA adapter a request picks by naming NAME as its model "
+                        "(repeatable; all stay resident)")
+    p.add_argument("--expert-pool", type=int, default=None, metavar="N",
+                   help="keep N experts per MoE layer on the device; every step's tokens "
+                        "x experts per token must fit in N (max-batch, and prefill-batch "
+                        "1: prompt chunks are cut to N // experts per token)")
     p.add_argument("--access-log", action="store_true", help="log every HTTP request")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
@@ -39,6 +46,7 @@ def run(args) -> int:
               "'poot-core[serve]'", file=sys.stderr)
         return 2
     from poot.cli.run import progress_lines
+    from poot.models.lora import parse_named
     from poot.models.runner import load
     from poot.serve.app import create_app
     from poot.serve.engine import Engine
@@ -46,7 +54,8 @@ def run(args) -> int:
     progress = progress_lines(args.quiet)
     t0 = time.perf_counter()
     model = load(args.model, args.backend, kv="paged", max_seq=args.max_seq,
-                 prefill_tokens=args.prefill_chunk, progress=progress)
+                 prefill_tokens=args.prefill_chunk, progress=progress,
+                 lora=[parse_named(x) for x in args.lora], expert_pool=args.expert_pool)
     name = args.name or (Path(args.model).stem if Path(args.model).exists() else args.model)
     engine = Engine(model, name=name, max_batch=args.max_batch, pool_tokens=args.kv_pool,
                     max_queue=args.max_queue, prefill_batch=args.prefill_batch)

@@ -118,7 +118,7 @@ def _declare(weights: WeightSource, name: str, seen: dict):
 
 def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1,
                   batch: int = 1, kv: str = "dense", logits: str = "all",
-                  pool_slots: int | None = None) -> Step:
+                  pool_slots: int | None = None, lora=None, expert_pool=None) -> Step:
     """Trace one decoder step for `batch` sequences of `tokens` tokens each.
 
     dense KV: batch must be 1; State k/v per layer [Hkv, max_seq, D] (a sliding layer's
@@ -129,6 +129,9 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
     slots `tokens` [B, T], `pos` [B, 1], `write_map` (WriteMap [B*T]: pool slot of
     each new token, -1 for padding) and `slot_map` (SlotMap [B, max_seq]: the pool
     slot of each position of each sequence).
+    `lora` (poot.models.lora.Adapters) adds slot `adapter` [B] and each row's low-rank
+    update to the projections it adapts; `expert_pool` (poot.models.expert_pool.ExpertPool)
+    reads the experts from its pool through slot `expert_map`.
     """
     c = config
     tables = _rope_tables(c, weights)
@@ -153,6 +156,13 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
 
         def declare(name):
             return _declare(weights, name, seen)
+
+        adapter_rows = lora.rows_of(b, t) if lora is not None else None
+        resident = expert_pool.trace() if expert_pool is not None else None
+
+        def linear(x, name, bias=None):
+            y = ops.linear(x, declare(name), bias)
+            return y if lora is None else lora.update(y, x, name, adapter_rows)
 
         if kv == "dense":
             tok = ops.slot(SlotKind.TOKEN, (t,), "tokens", bound=c.vocab)
@@ -192,7 +202,7 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
 
             def proj(name, heads, h=h, p=p):
                 bias = declare(p + name + ".bias") if c.qkv_bias else None
-                y = ops.linear(h, declare(p + name + ".weight"), bias)
+                y = linear(h, p + name + ".weight", bias)
                 return ops.reshape(y, (b, t, heads, hd))
 
             q = proj("attn_q", c.heads)
@@ -240,12 +250,12 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
                 qh = ops.transpose(q, (0, 2, 1, 3))                          # [B, Hq, T, D]
                 o = ops.attention_masked(qh, ks, vs, mask, scale)
                 o = ops.reshape(ops.transpose(o, (0, 2, 1, 3)), (n, c.heads * hd))
-            o = ops.linear(o, declare(p + "attn_output.weight"))
+            o = linear(o, p + "attn_output.weight")
             if c.sandwich_norms:
                 o = norm(o, p + "post_attention_norm.weight")
             x = ops.add(x, o)
             h = norm(x, p + "ffn_norm.weight")
-            f = _ffn(c, h, p, declare)
+            f = _ffn(c, h, p, declare, linear=linear, pool=resident)
             if c.sandwich_norms:
                 f = norm(f, p + "post_ffw_norm.weight")
             x = ops.add(x, f)
@@ -259,29 +269,32 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
 
     mode = "decode" if t == 1 else "prefill"
     g = ops_trace(step, f"{c.arch}_{mode}_{kv}_b{b}_t{t}")
-    return Step(g, c, mode, kv, b, t, logits, {**consts, **tables})
+    adapters = lora.arrays if lora is not None else {}
+    return Step(g, c, mode, kv, b, t, logits, {**consts, **tables, **adapters})
 
 
-def _ffn(c: LlamaConfig, h, p: str, declare, suffix: str = ""):
+def _ffn(c: LlamaConfig, h, p: str, declare, suffix: str = "", *, linear=None, pool=None):
     """The gated MLP: act(h W_gate) * (h W_up), then W_down; a mixture of experts where the
-    config has experts (`suffix` "_shexp": the shared expert's tensors)."""
+    config has experts (`suffix` "_shexp": the shared expert's tensors). `linear(x, name)`
+    is the step's projection (with its LoRA updates); `pool` the traced expert pool."""
+    linear = linear or (lambda x, name: ops.linear(x, declare(name)))
     if c.experts and not suffix:
-        return _moe(c, h, p, declare)
-    g = ops.linear(h, declare(f"{p}ffn_gate{suffix}.weight"))
-    u = ops.linear(h, declare(f"{p}ffn_up{suffix}.weight"))
-    return ops.linear(_gated(c, g, u), declare(f"{p}ffn_down{suffix}.weight"))
+        return _moe(c, h, p, declare, linear, pool)
+    g = linear(h, f"{p}ffn_gate{suffix}.weight")
+    u = linear(h, f"{p}ffn_up{suffix}.weight")
+    return linear(_gated(c, g, u), f"{p}ffn_down{suffix}.weight")
 
 
 def _gated(c: LlamaConfig, g, u):
     return ops.swiglu(g, u) if c.act == "silu" else ops.geglu_tanh(g, u)
 
 
-def _moe(c: LlamaConfig, h, p: str, declare):
+def _moe(c: LlamaConfig, h, p: str, declare, linear, pool=None):
     """Route each token to its top-k experts (ArgTopK in the graph) and sum their gated MLPs
     weighted by the router's probabilities: softmax over the chosen logits where the top-k
     are renormalized (Mixtral, Qwen3-MoE), the full softmax's entries where not (Qwen2-MoE).
     Each expert matrix is one IndexedMatMul over the stacked experts [E, K, N]: a row reads
-    only its expert's weights."""
+    only its expert's weights (with an expert pool: the pool row the map gives its expert)."""
     n, k, e = h.shape[0], c.experts_used, c.experts
     logits = ops.linear(h, declare(p + "ffn_gate_inp.weight"))             # [N, E]
     if c.norm_topk:
@@ -294,8 +307,13 @@ def _moe(c: LlamaConfig, h, p: str, declare):
     idx = ops.reshape(ids, (n * k,))
     xk = ops.reshape(ops.broadcast_to(ops.reshape(h, (n, 1, c.dim)), (n, k, c.dim)),
                      (n * k, c.dim))
+    if pool is not None:
+        layer = int(p.split(".")[1])
+        rows = pool.rows(layer, idx)
 
     def experts(x, name):
+        if pool is not None:
+            return ops.indexed_matmul(x, pool.matrix(layer, name), rows)
         w = declare(f"{p}{name}.weight")             # [E, N, K], or packed as [E*N, K]
         if isinstance(w, ops.PackedTensor):          # compile: IndexedPackedContraction
             w = ops.reshape(w.dequant(), (e, w.weight.shape[0] // e, w.weight.shape[1]))
@@ -309,7 +327,7 @@ def _moe(c: LlamaConfig, h, p: str, declare):
     if c.shared_ffn:
         gate = ops.linear(h, declare(p + "ffn_gate_inp_shexp.weight"))    # [N, 1]
         sig = ops.div(1.0, ops.add(ops.exp(ops.neg(gate)), 1.0))
-        out = ops.add(out, ops.mul(_ffn(c, h, p, declare, "_shexp"), sig))
+        out = ops.add(out, ops.mul(_ffn(c, h, p, declare, "_shexp", linear=linear), sig))
     return out
 
 

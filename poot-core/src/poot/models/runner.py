@@ -63,9 +63,12 @@ class Model:
     """A loaded model: tokenizer, config, target, and the sessions that run it."""
 
     def __init__(self, checkpoint, config, tokenizer, backend, device, *, kv: str = "dense",
-                 prefill_tokens: int = 32, progress=None, weights=None):
+                 prefill_tokens: int = 32, progress=None, weights=None,
+                 lora: Sequence[tuple[str | None, str]] = (), expert_pool: int | None = None):
         """`weights` overrides the checkpoint's (a WeightSource with `.arrays`, such as
-        `poot.models.llama.random_weights(...)` for a model of a real shape)."""
+        `poot.models.llama.random_weights(...)` for a model of a real shape). `lora`: PEFT
+        adapters as (name or None, folder), all resident (poot.models.lora); `expert_pool`:
+        experts per layer kept on the device (poot.models.expert_pool)."""
         from poot.models.weights import CheckpointWeights
 
         self.checkpoint, self.config, self.tokenizer = checkpoint, config, tokenizer
@@ -79,6 +82,16 @@ class Model:
         self.stats = Stats()
         self.progress = progress
         self._sessions: dict[tuple[str, int], object] = {}
+        self.adapters = self.expert_pool = None
+        if lora:
+            from poot.models.lora import load_adapters
+
+            self.adapters = load_adapters(list(lora), self.weights, config)
+        if expert_pool is not None:
+            from poot.models.expert_pool import ExpertPool
+
+            self.expert_pool = ExpertPool(config, self.weights, expert_pool)
+            self.prefill_tokens = min(self.prefill_tokens, self.expert_pool.max_tokens)
 
     # -- graphs -----------------------------------------------------------------------
     def step_graph(self, tokens: int, batch: int = 1, kv: str | None = None,
@@ -90,7 +103,8 @@ class Model:
 
         kv = kv or self.kv
         step = build_decoder(self.config, self.weights, tokens=tokens, batch=batch, kv=kv,
-                             logits=logits, pool_slots=pool)
+                             logits=logits, pool_slots=pool, lora=self.adapters,
+                             expert_pool=self.expert_pool)
         self.consts.update(step.consts)
         self.consts.update(self.weights.arrays)
         return poot.compile(step.graph, (self.backend, self.device)).graph if compiled \
@@ -114,8 +128,41 @@ class Model:
                 decode_batches=decode_batches, prefill_batches=prefill_batches)
             if self.progress:
                 session.progress = BindingBar()
+            self._fit_features(session)
             self._sessions[key] = session
         return self._sessions[key]
+
+    def _fit_features(self, session) -> None:
+        """Give a new session the per-sequence adapter slot and the expert pager."""
+        if self.adapters is not None:
+            from poot.models.lora import SLOT
+
+            session.row_slots[SLOT] = {}
+        if self.expert_pool is not None:
+            from poot.models.expert_pool import ExpertPager
+
+            most = self.expert_pool.max_tokens
+            prefill = session.prefill_batches[-1] * session.prefill_tokens
+            if session.batch > most or prefill > most:
+                raise BindError(f"an expert pool of {self.expert_pool.rows} rows serves steps "
+                                f"of at most {most} tokens ({self.config.experts_used} "
+                                f"experts each); asked for decode steps of {session.batch} "
+                                f"sequences and prefill steps of {prefill} tokens (a batch "
+                                f"of {session.prefill_batches[-1]} prompts)")
+            session.stepper = ExpertPager(self.expert_pool)
+
+    def adapter_rows(self, adapter: str | None) -> dict:
+        """The per-sequence slot values that select `adapter` (None: no adapter)."""
+        if self.adapters is None:
+            if adapter is not None:
+                from poot.errors import ConfigError
+
+                raise ConfigError(f"no LoRA adapter is loaded, so {adapter!r} cannot be used",
+                                  key="lora", value=adapter)
+            return {}
+        from poot.models.lora import SLOT
+
+        return {SLOT: self.adapters.lookup(adapter)}
 
     def prepare(self, session, prompt_tokens: int) -> None:
         """Plan and bind the prefill and decode steps before any timing starts."""
@@ -135,7 +182,7 @@ class Model:
     def tokenize(self, text: str, add_special: bool = True) -> list[int]:
         return self.tokenizer.encode(text, add_special=add_special)
 
-    def prefill_logits(self, token_ids: Sequence[int]) -> np.ndarray:
+    def prefill_logits(self, token_ids: Sequence[int], adapter: str | None = None) -> np.ndarray:
         """Logits [T, vocab] (float32) of a prompt run from an empty cache in one step."""
         from poot.plan import plan
         from poot.runtime.executor import Executor
@@ -143,9 +190,14 @@ class Model:
         ids = np.asarray(token_ids, np.int32).reshape(-1)
         if not 0 < len(ids) <= self.config.max_seq:
             raise BindError(f"prefill takes 1 to {self.config.max_seq} tokens, got {len(ids)}")
+        if self.expert_pool is not None:
+            raise BindError("prefill_logits runs a whole prompt in one step, more than an "
+                            "expert pool may hold; use a session (or generate)")
+        rows = {k: [v] for k, v in self.adapter_rows(adapter).items()}
         g = self.step_graph(len(ids), 1, "dense")
         ex = Executor(plan(g, (self.backend, self.device)), self.consts)
-        slots = {"tokens": ids, "pos": [0], **({"end": [len(ids)]} if "end" in ex.slots else {})}
+        slots = {"tokens": ids, "pos": [0], **rows,
+                 **({"end": [len(ids)]} if "end" in ex.slots else {})}
         return np.asarray(ex.step(slots).result, np.float32)
 
     def prompt_ids(self, prompt: str, chat: bool = False, system: str | None = None):
@@ -160,9 +212,11 @@ class Model:
     def generate(self, prompt: str | Sequence[int], *, max_tokens: int = 64,
                  temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
                  repetition_penalty: float = 1.0, seed: int | None = None,
-                 stop: Sequence[str] = (), chat: bool = False) -> Iterator[str]:
+                 stop: Sequence[str] = (), chat: bool = False,
+                 adapter: str | None = None) -> Iterator[str]:
         """Stream the continuation of `prompt` as text pieces (stops at EOS, a stop
-        string or max_tokens). Timing lands in `self.stats`."""
+        string or max_tokens), through the loaded LoRA adapter named `adapter` if given.
+        Timing lands in `self.stats`."""
         from poot.models.sampling import Sampler
 
         at_least_one("max_tokens", max_tokens)
@@ -173,10 +227,11 @@ class Model:
                             f"room for {self.config.max_seq} (load with a larger max_seq)")
         max_tokens = min(max_tokens, room)
         sampler = Sampler(temperature, top_k, top_p, repetition_penalty, seed)
+        rows = self.adapter_rows(adapter)
         session = self.session()
         self.prepare(session, len(ids))
         seq = object()
-        session.open(seq)
+        session.open(seq, rows)
         self.stats = stats = Stats(prompt_tokens=len(ids))
         stream = self.tokenizer.stream(at_text_start=False)
         text = ""
@@ -256,9 +311,12 @@ def at_least_one(name: str, value) -> None:
 
 
 def load(model: str, backend: str | None = None, *, kv: str = "dense", max_seq: int = 1024,
-         prefill_tokens: int = 32, progress=None) -> Model:
+         prefill_tokens: int = 32, progress=None, lora: Sequence = (),
+         expert_pool: int | None = None) -> Model:
     """Open `model` ("smollm2", a .gguf file, an HF folder) for the named backend, or
-    the best available one (the reference backend where there is no GPU)."""
+    the best available one (the reference backend where there is no GPU). `lora`: PEFT
+    adapter folders, each a path or (name, path); `expert_pool`: MoE experts per layer
+    resident on the device (all of them when None)."""
     from poot.backend import select_backend
     from poot.errors import ConfigError
     from poot.models.loader import open_model
@@ -278,5 +336,6 @@ def load(model: str, backend: str | None = None, *, kv: str = "dense", max_seq: 
     b, dev = select_backend(backend)
     config = replace(config, max_seq=min(config.max_seq, max_seq))
     check_memory(config)
+    adapters = [x if isinstance(x, tuple) else (None, x) for x in lora]
     return Model(ckpt, config, tok, b, dev, kv=kv, prefill_tokens=prefill_tokens,
-                 progress=progress)
+                 progress=progress, lora=adapters, expert_pool=expert_pool)

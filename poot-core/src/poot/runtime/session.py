@@ -17,6 +17,9 @@ The builder's interface is the Llama builder's (poot.models.llama.build_decoder)
   paged KV "write_map" [B*T] and "slot_map" [B, capacity]; a dense graph may also take
   "end" [1], one past its last real token;
 - the result holds logits for every token, [B*T, vocab].
+A graph may also take per-sequence slots of owner-defined roles, one value per batch row
+(`row_slots`: the LoRA adapter index), and a model may run each step through a `stepper`
+(the expert pool pages experts in and re-runs the step until they are resident).
 Dense KV holds one sequence; paged KV holds as many as its pool has blocks for.
 """
 from __future__ import annotations
@@ -58,6 +61,14 @@ class Session:
         self.executors: dict[tuple[int, int], Executor] = {}
         #: called as `progress(done, total, label)` while a new plan binds its buffers
         self.progress = None
+        #: per-sequence slots of owner-defined roles (e.g. the LoRA adapter index), one value
+        #: per batch row: slot name -> {sequence: value}; a padding row or a sequence not
+        #: listed gets 0. The model declares the names; `open(seq, rows=...)` sets values.
+        self.row_slots: dict[str, dict] = {}
+        #: runs one step: `stepper(executor, slots, real)` -> StepResult, `real` [B*T] bool
+        #: marking the tokens that are not padding (the expert pool pages experts in
+        #: around the step); None runs `executor.step(slots)`
+        self.stepper = None
         if kv == "paged":
             self.blocks = BlockAllocator(pool_slots or capacity * batch, block, capacity)
         else:
@@ -89,7 +100,14 @@ class Session:
         return poot.compile(graph, self.target)
 
     # -- sequences --------------------------------------------------------------------
-    def open(self, seq) -> None:
+    def open(self, seq, rows: Mapping | None = None) -> None:
+        """Open a sequence; `rows` gives its values of the per-sequence `row_slots`."""
+        for name in rows or {}:
+            if name not in self.row_slots:
+                raise BindError(f"this session has no per-sequence slot {name!r}; it has: "
+                                f"{', '.join(self.row_slots) or 'none'}")
+        for name, value in (rows or {}).items():
+            self.row_slots[name][seq] = value
         if self.kv == "paged":
             self.blocks.open(seq)
             return
@@ -100,6 +118,8 @@ class Session:
         self.dense.reset()
 
     def close(self, seq) -> None:
+        for table in self.row_slots.values():
+            table.pop(seq, None)
         if self.kv == "paged":
             self.blocks.close(seq)
         elif seq == self.dense_seq:
@@ -150,7 +170,7 @@ class Session:
             self._dense_check(seq)
             pos = self.dense.reserve(1)
             ex = self.executor(1, 1)
-            out = ex.step(_dense_slots(ex, [int(tokens[seq])], pos, 1))
+            out = self._run(ex, _dense_slots(ex, [int(tokens[seq])], pos, 1), [seq], [True])
             return out.result[:1]
         return self._paged_step({s: [tok] for s, tok in tokens.items()}, 1,
                                 self.decode_batches)
@@ -175,10 +195,11 @@ class Session:
         on the first run has recorded this one before any sequence needs it."""
         if self.kv != "paged":
             raise BindError("rehearse runs paged plans; a dense session has no padding rows")
-        self.executor(tokens, batch).step({
+        self._run(self.executor(tokens, batch), {
             "tokens": np.zeros((batch, tokens), np.int32), "pos": np.zeros((batch, 1), np.int32),
             "write_map": np.full(batch * tokens, -1, np.int32),
-            "slot_map": np.zeros((batch, self.capacity), np.int32)})
+            "slot_map": np.zeros((batch, self.capacity), np.int32)},
+            [None] * batch, np.zeros(batch * tokens, bool))
 
     def _chunk(self, seq, chunk: np.ndarray, t: int) -> np.ndarray:
         if self.kv == "paged":
@@ -189,7 +210,7 @@ class Session:
         self._dense_check(seq)
         pos = self.dense.reserve(n)
         ex = self.executor(t, 1)
-        out = ex.step(_dense_slots(ex, toks, pos, n))
+        out = self._run(ex, _dense_slots(ex, toks, pos, n), [seq], np.arange(t) < n)
         return out.result[n - 1]
 
     def _paged_step(self, rows: Mapping, t: int, batches: Sequence[int]) -> np.ndarray:
@@ -208,10 +229,22 @@ class Session:
             toks[r, :n], pos[r, 0] = rows[seq], self.blocks.length(seq)
             wmap[r * t: r * t + n] = self.blocks.reserve(seq, n)
             smap[r] = self.blocks.slot_map(seq)
-        out = self.executor(t, b).step({"tokens": toks, "pos": pos, "write_map": wmap,
-                                        "slot_map": smap})
+        out = self._run(self.executor(t, b), {"tokens": toks, "pos": pos, "write_map": wmap,
+                                              "slot_map": smap},
+                        seqs + [None] * (b - len(seqs)), wmap >= 0)
         last = np.arange(len(seqs)) * t + np.fromiter(counts.values(), np.int64) - 1
         return out.result[last]
+
+    def _run(self, ex: Executor, slots: dict, row_seqs: Sequence, real) -> object:
+        """One step of `ex`: the per-sequence row slots filled in (row r from the sequence
+        `row_seqs[r]`, None for padding), through the stepper where there is one."""
+        for name, table in self.row_slots.items():
+            if name in ex.slots:
+                slots[name] = np.array([table.get(s, 0) if s is not None else 0
+                                        for s in row_seqs], np.int32)
+        if self.stepper is not None:
+            return self.stepper(ex, slots, np.asarray(real, bool))
+        return ex.step(slots)
 
     def _check_fits(self, seq, n: int) -> None:
         """Refuse a whole prompt the cache cannot hold before any of it is fed."""

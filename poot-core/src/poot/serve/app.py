@@ -154,7 +154,8 @@ def create_app(engine: Engine) -> Starlette:
 
     async def models(request):
         return JSONResponse({"object": "list", "data": [
-            {"id": engine.limits.model, "object": "model", "created": 0, "owned_by": "poot"}]})
+            {"id": name, "object": "model", "created": 0, "owned_by": "poot"}
+            for name in (engine.limits.model, *engine.limits.adapters)]})
 
     async def health(request):
         if engine.broken:

@@ -86,8 +86,12 @@ class Engine:
                                      prefill_batches=batch_sizes(min(prefill_batch,
                                                                      max_batch)))
         self.blocks = self.session.blocks
+        adapters = tuple(model.adapters.index) if model.adapters is not None else ()
+        if name in adapters:
+            raise BindError(f"the LoRA adapter {name!r} has the served model's own name; "
+                            f"name it differently (--lora OTHER=PATH)")
         self.limits = Limits(name, model.config.max_seq, self.blocks.pool_slots,
-                             min(model.config.vocab, self.tokenizer.vocab_size))
+                             min(model.config.vocab, self.tokenizer.vocab_size), adapters)
         self._cv = threading.Condition()
         self._queue: deque[Job] = deque()
         self._active: list[Job] = []      # admitted, in admission order
@@ -225,7 +229,8 @@ class Engine:
             if need > self.blocks.free - promised:
                 break                # the oldest waits for blocks; no one overtakes it
             self._queue.popleft()
-            self.session.open(job.id)
+            adapter = job.gen.model if job.gen.model in self.limits.adapters else None
+            self.session.open(job.id, self.model.adapter_rows(adapter))
             self._active.append(job)
             promised += need
 

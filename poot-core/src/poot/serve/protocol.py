@@ -51,6 +51,7 @@ class Limits:
     max_seq: int             # positions per sequence (prompt + generated)
     pool_tokens: int         # the KV pool's token slots (one sequence may not exceed them)
     vocab: int               # token ids the model embeds
+    adapters: tuple[str, ...] = ()  # loaded LoRA adapters, answered to by name as models
 
 
 # -- the fields of each endpoint: name -> checker(value, name) ------------------------------
@@ -197,9 +198,10 @@ def parse_chat(body, limits: Limits, tokenizer) -> Generation:
 
 
 def _check_model(name: str, limits: Limits) -> None:
-    if name != limits.model:
+    if name != limits.model and name not in limits.adapters:
+        served = ", ".join(repr(x) for x in (limits.model, *limits.adapters))
         raise RequestError(f"the model {name!r} does not exist; this server serves "
-                           f"{limits.model!r}", status=404, param="model",
+                           f"{served}", status=404, param="model",
                            code="model_not_found")
 
 
