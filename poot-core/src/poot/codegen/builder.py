@@ -29,6 +29,7 @@ from poot.codegen.program import (
     Let,
     LocalArray,
     MmaTile,
+    Prefetch,
     SharedArray,
     Stmt,
     Store,
@@ -178,6 +179,9 @@ class KernelBuilder:
 
     def copy_wait(self, pending: int) -> None:
         self.emit(CopyWait(pending))
+
+    def prefetch(self, src: str, index, count) -> None:
+        self.emit(Prefetch(src, i32(index), i32(count)))
 
     def mma(self, tile: MmaTile) -> None:
         self.emit(tile)
