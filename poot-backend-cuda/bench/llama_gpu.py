@@ -14,6 +14,7 @@ distinct), batch-1 decode through the Executor with CUDA graph replay. Prints, f
 Lines starting with "SUMMARY " are collected by the session script.
 
     python llama_gpu.py --shapes 8b,1b --formats bf16,Q4_0,Q4_K --profile 8b --check-layers 2
+    python llama_gpu.py --variants 'PREFETCH_BYTES=0;PREFETCH_BYTES=16384'   # compare
     python llama_gpu.py --plan --shapes 8b      # no GPU: trace, compile and plan only
 """
 from __future__ import annotations
@@ -51,20 +52,37 @@ def traced(config, source, backend, device):
     return step, compiled
 
 
-def planned(compiled, backend, device, prefetch: int | None = None):
-    """The plan of `compiled`, its GEMVs prefetching `prefetch` weight bytes per
-    workgroup ahead of their dependency wait (None: the lowering's default)."""
+def parse_variants(text: str) -> list[dict]:
+    """"A=1,B=2;A=3" -> [{"A": 1, "B": 2}, {"A": 3}]: GEMV schedule constants of
+    poot.codegen.lower.dot per variant ("" -> one variant, the defaults)."""
+    out = []
+    for part in text.split(";") if text else [""]:
+        kv = dict(x.split("=") for x in part.split(",") if x)
+        out.append({k.strip(): int(v) for k, v in kv.items()})
+    return out
+
+
+def variant_label(v: dict) -> str:
+    return " ".join(f"{k}={x}" for k, x in v.items())
+
+
+def planned(compiled, backend, device, variant: dict | None = None):
+    """The plan of `compiled` with the GEMV schedule constants of `variant` set
+    (poot.codegen.lower.dot: PREFETCH_BYTES, SHARED_BYTES, RUN_TRIP, ...)."""
     from poot.codegen.lower import dot
     from poot.plan import plan
 
     t0 = time.perf_counter()
-    default = dot.PREFETCH_BYTES
+    variant = variant or {}
+    defaults = {k: getattr(dot, k) for k in variant}
     try:
-        dot.PREFETCH_BYTES = default if prefetch is None else prefetch
+        for k, v in variant.items():
+            setattr(dot, k, v)
         backend.forget_lowerings()          # lowerings shared by signature: made anew
         p = plan(compiled, (backend, device))
     finally:
-        dot.PREFETCH_BYTES = default
+        for k, v in defaults.items():
+            setattr(dot, k, v)
         backend.forget_lowerings()
     print(f"  planned: {len(p.steps)} steps in {time.perf_counter() - t0:.1f} s", flush=True)
     return p
@@ -134,18 +152,18 @@ def profile(ex, timer, step_ms: float, label: str) -> list[tuple]:
     return rows
 
 
-def bench_shape(shape: str, fmt: str, prefetches, runtime, backend, device, timer,
+def bench_shape(shape: str, fmt: str, variants, runtime, backend, device, timer,
                 copy_gbs: float, do_profile: bool) -> list[tuple]:
-    """One shape and format, planned once per prefetch setting over the same weights."""
+    """One shape and format, planned once per schedule variant over the same weights."""
     config = shape_config(shape)
     print(f"== {shape} {fmt}: {config.layers} layers, dim {config.dim}, ffn {config.ffn}, "
           f"vocab {config.vocab}, {'tied' if config.tied else 'untied'} head", flush=True)
     source = source_for(fmt, config)
     step, compiled = traced(config, source, backend, device)
     rows, cache = [], None
-    for prefetch in prefetches:
-        label = f"{shape} {fmt}" + ("" if prefetch is None else f" prefetch={prefetch}")
-        p = planned(compiled, backend, device, prefetch)
+    for variant in variants:
+        label = f"{shape} {fmt} {variant_label(variant)}".rstrip()
+        p = planned(compiled, backend, device, variant)
         ex, cache = executor(step, p, source, runtime, cache)
         rows += bench_variant(label, config, source, ex, timer, copy_gbs, do_profile)
         ex.executable._graph = None          # the recorded graph goes; the weights stay
@@ -215,21 +233,21 @@ def check_reduced(layers: int, runtime, backend, device) -> bool:
     return ok
 
 
-def plan_only(shapes, formats, prefetches, check_layers: int) -> None:
+def plan_only(shapes, formats, variants, check_layers: int) -> None:
     """Trace, compile and plan (NVRTC fills its disk cache) for a compile-only sm_90."""
     from poot_cuda.backend import CudaBackend
 
     backend = CudaBackend()
     device = backend.compile_only_device("sm_90")
-    todo = [(shape, None, fmt, prefetches) for shape in shapes for fmt in formats]
+    todo = [(shape, None, fmt, variants) for shape in shapes for fmt in formats]
     if check_layers:
-        todo.insert(0, ("8b", check_layers, "bf16", [None]))
+        todo.insert(0, ("8b", check_layers, "bf16", [{}]))
     for shape, layers, fmt, values in todo:
         print(f"== {shape} {fmt}" + (f" ({layers} layers)" if layers else ""), flush=True)
         config = shape_config(shape, layers)
         _, compiled = traced(config, source_for(fmt, config), backend, device)
-        for prefetch in values:
-            planned(compiled, backend, device, prefetch)
+        for variant in values:
+            planned(compiled, backend, device, variant)
 
 
 def main() -> int:
@@ -239,15 +257,15 @@ def main() -> int:
     ap.add_argument("--profile", default="8b", help="shapes whose step is profiled")
     ap.add_argument("--check-layers", type=int, default=2,
                     help="layers of the reduced 8B shape checked against the reference (0: no)")
-    ap.add_argument("--prefetch", default="",
-                    help="GEMV weight prefetch bytes per workgroup to compare, e.g. 0,16384 "
-                         "(default: the lowering's own)")
+    ap.add_argument("--variants", default="",
+                    help="GEMV schedule constants to compare, e.g. "
+                         "'PREFETCH_BYTES=0;PREFETCH_BYTES=16384,SHARED_BYTES=32768'")
     ap.add_argument("--plan", action="store_true", help="no GPU: trace, compile, plan only")
     args = ap.parse_args()
     shapes, formats = args.shapes.split(","), args.formats.split(",")
-    prefetches = [int(x) for x in args.prefetch.split(",")] if args.prefetch else [None]
+    variants = parse_variants(args.variants)
     if args.plan:
-        plan_only(shapes, formats, prefetches, args.check_layers)
+        plan_only(shapes, formats, variants, args.check_layers)
         return 0
     from bench_gpu import Timer, copy_bandwidths, print_rows
     from poot_cuda.backend import CudaBackend
@@ -272,7 +290,7 @@ def main() -> int:
     for shape in shapes:
         for fmt in formats:
             try:
-                rows += bench_shape(shape, fmt, prefetches, runtime, backend, device, timer,
+                rows += bench_shape(shape, fmt, variants, runtime, backend, device, timer,
                                     copy_gbs, shape in args.profile.split(","))
             except Exception as e:  # noqa: BLE001 - one broken variant must not hide others
                 traceback.print_exc()

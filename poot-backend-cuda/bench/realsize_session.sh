@@ -10,7 +10,8 @@
 #   smollm2    SmolLM2-135M's shape (random Q4_1 weights: the checkpoint does not travel)
 #              greedy 32 tokens cuda vs reference, decode tok/s
 #   bench      llama_gpu.py: the 8B-shaped 2-layer logits check, 8B and 1B decode in bf16,
-#              Q4_0 and Q4_K (profiled 8B steps); $PREFETCH compares GEMV prefetch sizes
+#              Q4_0 and Q4_K (profiled 8B steps); $VARIANTS compares GEMV schedule constants
+#              (llama_gpu.py --variants); $SHAPES / $FORMATS narrow it
 #   peer8b     the PyTorch peer at the 8B shape (eager, eager in a CUDA graph; torch.compile
 #              when $PEER_COMPILE is a number of seconds to allow it)
 #   peer1b     the same at the 1B shape
@@ -23,7 +24,7 @@ OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT" "$POOT_CACHE"
 B=poot-backend-cuda/bench
 PARTS=${PARTS:-conf memcheck racecheck smollm2 bench peer8b peer1b}
-PREFETCH=${PREFETCH:-}
+VARIANTS=${VARIANTS:-}
 START=$SECONDS
 SUM=$OUT/summary.txt
 : >"$SUM"
@@ -50,14 +51,15 @@ python3 -c "import poot, poot_cuda, poot_quant, gguf; print('probe', poot_cuda.p
   >>"$OUT/setup.log" 2>&1 || echo "IMPORT FAILED" | tee -a "$OUT/setup.log"
 warm=()
 if has bench; then   # one compile-only planner per shape and format: NVRTC in parallel
-  pf=${PREFETCH:+--prefetch $PREFETCH}
   for sf in 8bQ4_0 8bQ4_K 1bbf16 1bQ4_0 1bQ4_K; do s=${sf:0:2} f=${sf:2}
-    (cd $B && python3 llama_gpu.py --plan --shapes $s --formats $f --check-layers 0 $pf \
-      >/tmp/warm_$s$f.log 2>&1) &
+    [[ ",${SHAPES:-8b,1b}," == *",$s,"* && ",${FORMATS:-bf16,Q4_0,Q4_K}," == *",$f,"* ]] ||
+      continue
+    (cd $B && python3 llama_gpu.py --plan --shapes $s --formats $f --check-layers 0 \
+      --variants "$VARIANTS" >/tmp/warm_$s$f.log 2>&1) &
     warm+=($!)
   done
   (cd $B && python3 llama_gpu.py --plan --shapes 8b --formats bf16 --check-layers 2 \
-    >/tmp/warm_check.log 2>&1) &
+    --variants "$VARIANTS" >/tmp/warm_check.log 2>&1) &
   warm+=($!)
 fi
 if has smollm2; then
@@ -103,9 +105,9 @@ for part in $PARTS; do
       rc=$? ;;
     bench)
       waitwarm 120
-      pf=${PREFETCH:+--prefetch $PREFETCH}
-      timeout -k 5 "$lim" bash -c "cd $B && python3 llama_gpu.py --shapes 8b,1b \
-        --formats bf16,Q4_0,Q4_K --profile 8b --check-layers 2 $pf" >"$OUT/bench.log" 2>&1
+      timeout -k 5 "$lim" bash -c "cd $B && python3 llama_gpu.py --shapes ${SHAPES:-8b,1b} \
+        --formats ${FORMATS:-bf16,Q4_0,Q4_K} --profile 8b --check-layers ${CHECK:-2} \
+        --variants '$VARIANTS'" >"$OUT/bench.log" 2>&1
       rc=$?
       grep -E 'Error|error' "$OUT/bench.log" | cut -c1-200 | tail -6 ;;
     peer8b | peer1b)
