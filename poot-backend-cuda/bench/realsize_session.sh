@@ -103,8 +103,7 @@ for part in $PARTS; do
       timeout -k 5 "$lim" python3 $B/smollm2_gpu.py --random --tokens 32 \
         >"$OUT/smollm2.log" 2>&1
       rc=$? ;;
-    bench)
-      waitwarm 120
+    bench)   # the warmers keep compiling ahead of it
       timeout -k 5 "$lim" bash -c "cd $B && python3 llama_gpu.py --shapes ${SHAPES:-8b,1b} \
         --formats ${FORMATS:-bf16,Q4_0,Q4_K} --profile 8b --check-layers ${CHECK:-2} \
         --variants '$VARIANTS'" >"$OUT/bench.log" 2>&1
@@ -122,6 +121,7 @@ for part in $PARTS; do
   status "$part" $rc $((SECONDS - t))
 done
 
+for p in "${warm[@]}"; do kill "$p" 2>/dev/null; done
 grep -h '^SUMMARY ' "$OUT"/*.log 2>/dev/null | sed 's/^SUMMARY //' |
   awk -F' [|] ' '{printf "  %-58s | %s\n", $1, $2}' >>"$SUM"
 echo
