@@ -51,21 +51,24 @@ python3 -c "import poot, poot_cuda, poot_quant, gguf; print('probe', poot_cuda.p
   >>"$OUT/setup.log" 2>&1 || echo "IMPORT FAILED" | tee -a "$OUT/setup.log"
 warm=()
 if has bench; then   # one compile-only planner per shape and format: NVRTC in parallel
-  for sf in 8bQ4_0 8bQ4_K 1bbf16 1bQ4_0 1bQ4_K; do s=${sf:0:2} f=${sf:2}
+  IFS=';' read -ra vs <<<"${VARIANTS:-}"
+  ((${#vs[@]})) || vs=("")
+  for sf in 8bQ4_0 8bQ4_K 1bbf16 1bQ4_0 1bQ4_K 8bbf16; do
+    s=${sf:0:2} f=${sf:2}
     [[ ",${SHAPES:-8b,1b}," == *",$s,"* && ",${FORMATS:-bf16,Q4_0,Q4_K}," == *",$f,"* ]] ||
       continue
-    (cd $B && python3 llama_gpu.py --plan --shapes $s --formats $f --check-layers 0 \
-      --variants "$VARIANTS" >/tmp/warm_$s$f.log 2>&1) &
-    warm+=($!)
+    for v in "${vs[@]}"; do   # one process per shape, format and variant
+      [ $sf = 8bbf16 ] && [ "$v" = "${vs[0]}" ] && continue   # the check warmer's
+      (cd $B && python3 llama_gpu.py --plan --shapes $s --formats $f --check-layers 0 \
+        --variants "$v" >/tmp/warm_$s$f${#warm[@]}.log 2>&1) &
+      warm+=($!)
+    done
   done
   (cd $B && python3 llama_gpu.py --plan --shapes 8b --formats bf16 --check-layers 2 \
-    --variants "$VARIANTS" >/tmp/warm_check.log 2>&1) &
+    --variants "${vs[0]}" >/tmp/warm_check.log 2>&1) &
   warm+=($!)
 fi
-if has smollm2; then
-  python3 $B/bench_gpu.py --plan >/tmp/warm_smollm2.log 2>&1 &
-  warm+=($!)
-fi
+command -v compute-sanitizer >/dev/null || export PATH=$PATH:/usr/local/cuda/bin
 status setup 0 $((SECONDS - t))
 waitwarm() {
   for p in "${warm[@]}"; do
@@ -127,7 +130,4 @@ grep -h '^SUMMARY ' "$OUT"/*.log 2>/dev/null | sed 's/^SUMMARY //' |
 echo
 echo "=========== SUMMARY ($(date -u +%FT%TZ), call $((SECONDS - START)) s) ==========="
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1
-cat "$SUM"
-[ -f "$OUT/bench.log" ] &&
-  awk 'BEGIN{b=0} /^$/{b=NR} {l[NR]=$0} END{for(i=b+1;i<=NR;i++) print l[i]}' "$OUT/bench.log" |
-  cut -c1-170 | tail -60
+cut -c1-200 "$SUM"
