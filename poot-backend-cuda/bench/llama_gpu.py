@@ -14,7 +14,7 @@ distinct), batch-1 decode through the Executor with CUDA graph replay. Prints, f
 Lines starting with "SUMMARY " are collected by the session script.
 
     python llama_gpu.py --shapes 8b,1b --formats bf16,Q4_0,Q4_K --profile 8b --check-layers 2
-    python llama_gpu.py --variants 'PREFETCH_BYTES=0;PREFETCH_BYTES=16384'   # compare
+    python llama_gpu.py --variants 'RUN_COLUMNS=1;RUN_COLUMNS=2'   # compare schedules
     python llama_gpu.py --plan --shapes 8b      # no GPU: trace, compile and plan only
 """
 from __future__ import annotations
@@ -68,7 +68,7 @@ def variant_label(v: dict) -> str:
 
 def planned(compiled, backend, device, variant: dict | None = None):
     """The plan of `compiled` with the GEMV schedule constants of `variant` set
-    (poot.codegen.lower.dot: PREFETCH_BYTES, SHARED_BYTES, RUN_TRIP, ...)."""
+    (poot.codegen.lower.dot: SHARED_BYTES, RUN_TRIP, RUN_COLUMNS, ...)."""
     from poot.codegen.lower import dot
     from poot.plan import plan
 
@@ -259,7 +259,7 @@ def main() -> int:
                     help="layers of the reduced 8B shape checked against the reference (0: no)")
     ap.add_argument("--variants", default="",
                     help="GEMV schedule constants to compare, e.g. "
-                         "'PREFETCH_BYTES=0;PREFETCH_BYTES=16384,SHARED_BYTES=32768'")
+                         "'RUN_COLUMNS=1;RUN_COLUMNS=2,SHARED_BYTES=32768'")
     ap.add_argument("--plan", action="store_true", help="no GPU: trace, compile, plan only")
     args = ap.parse_args()
     shapes, formats = args.shapes.split(","), args.formats.split(",")

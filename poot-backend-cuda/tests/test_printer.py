@@ -65,21 +65,3 @@ def test_reduction_in_a_workgroup_smaller_than_a_warp_compiles(width):
     src = CudaPrinter().source(kb.finish())
     assert "__shfl_xor_sync" not in src and "poot_red_s[" in src
     assert compiler.compile_cubin(src, "ragged")[:4] == b"\x7fELF"
-
-
-def test_gemv_weight_prefetch_runs_ahead_of_the_dependency_wait():
-    """sm_90: a decode GEMV's weight rows are prefetched into L2 before griddepcontrol.wait
-    (weights do not depend on the kernels before it), in bounds, and it compiles."""
-    from poot.formats import PackedWeight
-    from poot.ir.ops import PackedContraction
-    from poot_cuda.capability import kernel_features
-
-    w = PackedWeight("gguf:Q4_0", (256, 512))
-    ins = [TensorType((1, 512), F32), *[s.type for s in w.sources()]]
-    op = PackedContraction(w)
-    kernel = lower(op, ins, op.infer(ins), kernel_features(9, 0)).kernels[0]
-    src = CudaPrinter("sm_90").source(kernel)
-    assert src.index("cp.async.bulk.prefetch.L2.global") < src.index("griddepcontrol.wait")
-    compiler.compile_cubin(src, kernel.name, "sm_90")
-    with pytest.raises(Exception, match="Prefetch"):      # no bulk prefetch before sm_90
-        CudaPrinter("sm_80").source(kernel)

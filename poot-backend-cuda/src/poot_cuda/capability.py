@@ -9,14 +9,11 @@ F32, F16, BF16, I32, U32 = DType.F32, DType.F16, DType.BF16, DType.I32, DType.U3
 
 
 def kernel_features(major: int, minor: int) -> frozenset:
-    """cp.async and mma.sync m16n8k16 (BF16/F16 -> F32) exist from sm_80 on, the bulk L2
-    prefetch (and the dependent launches it runs ahead of) from sm_90 on."""
-    from poot.codegen.target import COPY_ASYNC, MMA_M16N8K16, PREFETCH
+    """cp.async and mma.sync m16n8k16 (BF16/F16 -> F32) exist from sm_80 on."""
+    from poot.codegen.target import COPY_ASYNC, MMA_M16N8K16
 
-    out = {MMA_M16N8K16.feature, COPY_ASYNC} if (major, minor) >= (8, 0) else set()
-    if major >= 9:
-        out.add(PREFETCH)
-    return frozenset(out)
+    return (frozenset({MMA_M16N8K16.feature, COPY_ASYNC}) if (major, minor) >= (8, 0)
+            else frozenset())
 
 
 def arch_of(major: int, minor: int) -> str:

@@ -2,8 +2,6 @@
 shuffles, dynamic shared memory, async copies and tensor cores."""
 from __future__ import annotations
 
-import dataclasses
-
 from poot.codegen.expr import Bin, Const
 from poot.codegen.program import (
     CopyAsync,
@@ -11,9 +9,7 @@ from poot.codegen.program import (
     CopyWait,
     Kernel,
     MmaTile,
-    Prefetch,
     Stmt,
-    leading_prefetches,
 )
 from poot.codegen.simt import SimtPrinter
 from poot.codegen.target import MMA_M16N8K16
@@ -75,17 +71,14 @@ class CudaPrinter(SimtPrinter):
         return HEADER
 
     def entry(self) -> list[str]:
-        """sm_90: programmatic dependent launch. The kernel's leading Prefetch statements
-        (weights, which no kernel writes) start first, while the kernels before it may
-        still run; then wait until the kernels this one depends on have finished and their
-        writes are visible (a no-op when it was launched the ordinary way), then let the
-        next kernel of the stream start launching, so its launch overlaps this kernel's
-        work instead of following it."""
+        """sm_90: programmatic dependent launch. Wait until the kernels this one depends
+        on have finished and their writes are visible (a no-op when it was launched the
+        ordinary way), then let the next kernel of the stream start launching, so its
+        launch overlaps this kernel's work instead of following it."""
         if parse_arch(self.device)[0] < 9:
             return []
-        lines = [x for s in self._prefetches for x in self.prefetch(s, 0)]
-        return lines + ['asm volatile("griddepcontrol.wait;\\n" ::: "memory");',
-                        'asm volatile("griddepcontrol.launch_dependents;\\n" ::: "memory");']
+        return ['asm volatile("griddepcontrol.wait;\\n" ::: "memory");',
+                'asm volatile("griddepcontrol.launch_dependents;\\n" ::: "memory");']
 
     def unit(self, kernel: Kernel) -> str:
         # decided once per kernel: where its shared arrays live (one dynamic block past
@@ -93,29 +86,7 @@ class CudaPrinter(SimtPrinter):
         self._offsets = ({n: o for n, _, _, o in _shared_layout(kernel)}
                          if dynamic_shared_bytes(kernel) else None)
         self._align = any(isinstance(s, (CopyAsync, MmaTile)) for s in kernel.statements())
-        # the leading prefetches print in entry(), ahead of the dependency wait
-        self._prefetches = leading_prefetches(kernel.body)
-        if self._prefetches and parse_arch(self.device)[0] < 9:
-            raise self.unsupported("Prefetch statement (sm_90+)")
-        kernel = dataclasses.replace(kernel, body=kernel.body[len(self._prefetches):])
-        self._kernel = kernel
         return super().unit(kernel)
-
-    def prefetch(self, s: Prefetch, depth: int) -> list[str]:
-        """One bulk prefetch into L2 by the workgroup's first thread, of the 16-byte
-        aligned part of the range (which lies inside it: the ends round inwards)."""
-        pad = self.indent_unit * depth
-        t = self.type_name(self.kernel.buffer(s.src).dtype)
-        first, count = self.expr(s.index), self.expr(s.count)
-        return [f"{pad}if ({self.builtin('index', 0, self.kernel)} == 0) {{",
-                f"{pad}  const unsigned long long pa = ((unsigned long long)"
-                f"((const {t}*){s.src} + ({first})) + 15ull) & ~15ull;",
-                f"{pad}  const unsigned long long pe = (unsigned long long)"
-                f"((const {t}*){s.src} + ({first}) + ({count})) & ~15ull;",
-                f"{pad}  if (pe > pa) asm volatile(\"{{ .reg .u64 g; cvta.to.global.u64 g, %0; "
-                f"cp.async.bulk.prefetch.L2.global [g], %1; }}\\n\" :: \"l\"(pa), "
-                f"\"r\"((unsigned)(pe - pa)) : \"memory\");",
-                f"{pad}}}"]
 
     def shared_decl(self, name: str, dtype: DType, count: int) -> str:
         t = self.type_name(dtype)

@@ -29,7 +29,6 @@ from poot.codegen.program import (
     Let,
     LocalArray,
     MmaTile,
-    Prefetch,
     SharedArray,
     Stmt,
     Store,
@@ -179,9 +178,6 @@ class KernelBuilder:
 
     def copy_wait(self, pending: int) -> None:
         self.emit(CopyWait(pending))
-
-    def prefetch(self, src: str, index, count) -> None:
-        self.emit(Prefetch(src, i32(index), i32(count)))
 
     def mma(self, tile: MmaTile) -> None:
         self.emit(tile)

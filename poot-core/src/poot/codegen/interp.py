@@ -45,7 +45,6 @@ from poot.codegen.program import (
     Let,
     LocalArray,
     MmaTile,
-    Prefetch,
     Stmt,
     Store,
 )
@@ -197,14 +196,6 @@ class _Batch:
             pass                        # copies complete at once: a legal schedule
         elif isinstance(s, MmaTile):
             self.mma_tile(s, act)
-        elif isinstance(s, Prefetch):   # a hint: only its range is checked
-            first = self.ev(s.index, act).astype(np.int64)
-            count = self.ev(s.count, act).astype(np.int64)
-            if np.any(count < 0):
-                self.fault(f"Prefetch of {s.src!r} with a negative count")
-            self.bounds(s.src, first[count > 0], self.arrays[s.src].count, "prefetch of")
-            self.bounds(s.src, (first + count - 1)[count > 0], self.arrays[s.src].count,
-                        "prefetch of")
         else:  # pragma: no cover - validate() refuses unknown statements
             self.fault(f"unknown statement {s!r}")
 

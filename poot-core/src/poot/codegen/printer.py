@@ -33,7 +33,6 @@ from poot.codegen.program import (
     Kernel,
     Let,
     MmaTile,
-    Prefetch,
     Stmt,
     Store,
 )
@@ -43,8 +42,7 @@ from poot.errors import DtypeLowering, UnsupportedOp
 #: statement type -> the hook that prints it
 STATEMENT_HOOKS = {Let: "let", Assign: "assign", Store: "store", For: "loop", If: "branch",
                    Barrier: "barrier_stmt", CoopReduce: "coop_reduce", CopyAsync: "matrix",
-                   CopyCommit: "matrix", CopyWait: "matrix", MmaTile: "matrix",
-                   Prefetch: "prefetch"}
+                   CopyCommit: "matrix", CopyWait: "matrix", MmaTile: "matrix"}
 
 
 class Printer:
@@ -148,10 +146,6 @@ class Printer:
         """CopyAsync / CopyCommit / CopyWait / MmaTile: only printers of targets that
         declare those features print them."""
         raise self.unsupported(f"{type(s).__name__} statement")
-
-    def prefetch(self, s: Prefetch, depth: int) -> list[str]:
-        """Prefetch: only printers of targets that declare PREFETCH print it."""
-        raise self.unsupported("Prefetch statement")
 
     def name(self, var: str) -> str:
         """How a program variable is spelled (dialects may prefix them)."""

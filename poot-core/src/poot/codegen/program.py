@@ -42,11 +42,6 @@ a lowering emits them only when its target has them, and printers without them r
   target's `MatrixUnit`: every thread of each group of `unit.lanes` reaches it, with
   group-uniform operands): acc += A . B^T over `unit.k` values of K, 16-bit floats
   (BF16 or F16) read from shared U32 words, F32 accumulate. See its docstring.
-* `Prefetch(src, index, count)` says that elements index .. index + count - 1 of buffer
-  `src` (in range) will be read soon: a hint with no effect on any value, which a
-  target may use to start moving them toward its cache. Prefetches lead the kernel's
-  body (before any other statement, their expressions of builtins and constants only),
-  so a target may issue them before the kernel waits for the kernels it depends on.
 """
 from __future__ import annotations
 
@@ -274,26 +269,6 @@ class MmaTile(Stmt):
     unit: MatrixUnit | None = None
 
 
-@dataclass(frozen=True, eq=False)
-class Prefetch(Stmt):
-    """Elements `index` .. `index + count - 1` of buffer `src` will be read soon (a hint;
-    see the module docstring: leading statements only)."""
-
-    src: str
-    index: Expr
-    count: Expr
-
-
-def leading_prefetches(body: Sequence[Stmt]) -> tuple[Prefetch, ...]:
-    """The Prefetch statements a body starts with."""
-    out = []
-    for s in body:
-        if not isinstance(s, Prefetch):
-            break
-        out.append(s)
-    return tuple(out)
-
-
 # -- the kernel -------------------------------------------------------------------------
 @dataclass(frozen=True, eq=False)
 class Kernel:
@@ -375,8 +350,6 @@ def _exprs_of(s: Stmt) -> tuple[Expr, ...]:
         return (s.dst_index, s.src_index, s.valid)
     if isinstance(s, MmaTile):
         return (s.a_row, s.a_word, s.b_col, s.b_word)
-    if isinstance(s, Prefetch):
-        return (s.index, s.count)
     return ()
 
 
@@ -402,9 +375,6 @@ class _Checker:
             if n in BUILTINS:
                 self.fail(f"array name {n!r} is a reserved builtin")
         self.scopes.append({n: (I32, False) for n in BUILTINS})
-        if sum(isinstance(s, Prefetch) for s in _stmts(k.body)) != len(
-                leading_prefetches(k.body)):
-            self.fail("Prefetch statements must lead the kernel's body")
         self.block(k.body)
 
     def block(self, body):
@@ -480,12 +450,6 @@ class _Checker:
                 self.fail("CopyWait pending must be >= 0")
         elif isinstance(s, CopyAsync):
             self.copy_async(s)
-        elif isinstance(s, Prefetch):
-            src = self.kernel.arrays().get(s.src)
-            if not isinstance(src, BufferParam) or not src.access.readable:
-                self.fail(f"Prefetch of {s.src!r}: not a readable buffer")
-            self.expr(s.index, I32)
-            self.expr(s.count, I32)
         elif isinstance(s, MmaTile):
             self.mma_tile(s)
         elif isinstance(s, CoopReduce):

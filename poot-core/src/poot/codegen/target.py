@@ -7,8 +7,6 @@ instruction. A backend tells the lowerings what its target has through
 * a matrix unit (`MatrixUnit.feature`): the target prints `MmaTile` for that unit's
   tile shape and lane layout (CUDA sm_80+: `MMA_M16N8K16`);
 * `COPY_ASYNC`: the target prints CopyAsync / CopyCommit / CopyWait.
-* `PREFETCH`: the target prints Prefetch (CUDA sm_90: a bulk prefetch into L2 issued
-  before the kernel waits for the kernels it depends on).
 
 A lowering emits a statement family only when its target declares it; the printers of
 targets without it refuse. A new matrix unit (a wavefront-wide one, say) is one more
@@ -49,9 +47,8 @@ MMA_M16N8K16 = MatrixUnit("mma.m16n8k16", 16, 8, 16, 32)
 MATRIX_UNITS = {u.feature: u for u in (MMA_M16N8K16,)}
 
 COPY_ASYNC = "copy.async"
-PREFETCH = "prefetch"
 #: every feature name a target may declare
-FEATURES = frozenset({*MATRIX_UNITS, COPY_ASYNC, PREFETCH})
+FEATURES = frozenset({*MATRIX_UNITS, COPY_ASYNC})
 
 
 def matrix_unit(features: Iterable[str]) -> MatrixUnit | None:
@@ -59,5 +56,5 @@ def matrix_unit(features: Iterable[str]) -> MatrixUnit | None:
     return next((MATRIX_UNITS[f] for f in sorted(features) if f in MATRIX_UNITS), None)
 
 
-__all__ = ["COPY_ASYNC", "FEATURES", "PREFETCH", "MATRIX_UNITS", "MMA_M16N8K16", "MatrixUnit",
+__all__ = ["COPY_ASYNC", "FEATURES", "MATRIX_UNITS", "MMA_M16N8K16", "MatrixUnit",
            "matrix_unit"]

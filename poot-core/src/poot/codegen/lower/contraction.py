@@ -54,9 +54,6 @@ class DenseWeight:
             self.dtype = t.dtype
             self.view = words(t) if t.dtype in (DType.BF16, DType.F16) else None
         self.wide = self.dtype in (DType.BF16, DType.F16)
-        # rows in buffer units: U32 words for 16-bit weights, else the dtype's own
-        self.rows = ((name, 4 if self.view or t.dtype is U32 else t.dtype.itemsize,
-                      k * self.dtype.itemsize),)
 
     def elem(self, row: Expr, k: Expr) -> Expr:
         e = ix.add(ix.mul(row, self.k), k)
@@ -84,11 +81,6 @@ class PackedReader:
         chunks = word_chunks(self.format, weight.shape, weight.attr_dict)
         self.chunks = {role: (f"in{self.roles[role]}", *c) for role, c in chunks.items()} \
             if set(chunks) == set(self.roles) else {}      # a run's words all staged, or none
-        # sources with one row per weight row (as GGUF blocks are), read as words
-        n = weight.shape[0]
-        self.rows = tuple((f"in{i}", 4, sig.type(i).nbytes // n)
-                          for i in self.roles.values()
-                          if sig.type(i).shape[0] == n and sig.type(i).nbytes % n == 0)
 
     def load(self, role: str, word_index) -> Expr:
         if role not in self.roles:
@@ -129,7 +121,7 @@ def dense_problem(sig: Sig, epilogue) -> Problem:
     return Problem(1, _rows(a), n, k, _activation("in0", k),
                    lambda b, m, nn, kk: w.elem(nn, kk), store_flat(sig, _rows(a), n, epilogue),
                    w_pair=(lambda b, nn, kw: w.pair(nn, kw)) if w.wide else None,
-                   views={1: w.view} if w.view else None, w_rows=w.rows)
+                   views={1: w.view} if w.view else None)
 
 
 @problem_for(GroupedDenseContraction)
@@ -157,7 +149,7 @@ def packed_problem(sig: Sig, epilogue) -> Problem:
     return Problem(1, _rows(a), n, k, _activation("in0", k),
                    lambda b, m, nn, kk: w.elem(nn, kk), store_flat(sig, _rows(a), n, epilogue),
                    views=w.views, w_run=lambda b, m, nn, k0, load=None: w.run_parts(nn, k0, load),
-                   run=w.run, w_chunks=w.chunks, w_rows=w.rows)
+                   run=w.run, w_chunks=w.chunks)
 
 
 @problem_for(IndexedPackedContraction)

@@ -42,7 +42,6 @@ RUN_TRIP = 64     # weight elements per lane per trip when decoding runs (>= 32 
 RUN_COLUMNS = 2   # weight rows per group when decoding runs over staged activations
 SHARED_BYTES = 16 * 1024   # staged activations and weights stay within this (WebGPU: 16 KiB+)
 MIN_SPAN = 16     # fewest activations per run and phase when weights are staged too
-PREFETCH_BYTES = 16 * 1024   # weight bytes per GEMV workgroup prefetched ahead (PREFETCH)
 
 Elem = Callable[..., Expr]
 
@@ -76,9 +75,6 @@ class Problem:
     run: int = 1                  # elements per w_run
     tiles: object = None          # mma.Tiles: 16-bit operands tensor cores can read as is
     w_chunks: dict = field(default_factory=dict)
-    #: (buffer, unit bytes, row bytes) per weight buffer whose row n (batch 1) is the bytes
-    #: n * row .. (n + 1) * row - 1, read in units of `unit bytes` (what a GEMV prefetches)
-    w_rows: tuple = ()
 
     def zero(self) -> Const:
         return Const(0.0 if self.acc.is_float else 0, self.acc)
@@ -122,15 +118,13 @@ def contraction_kernel(p: Problem, sig, declare: Callable[[KernelBuilder], None]
     statements its target declares (`sig.features`)."""
     kb_factory = sig.builder
     if p.w_per_row or p.m <= GEMV_MAX_ROWS:
-        from poot.codegen.target import PREFETCH
-
-        return gemv_kernel(p, kb_factory, declare, PREFETCH in sig.features)
+        return gemv_kernel(p, kb_factory, declare)
     if mma.usable(p, sig.features):
         return mma.mma_gemm_kernel(p, kb_factory, declare)
     return gemm_kernel(p, kb_factory, declare)
 
 
-def gemv_kernel(p: Problem, kb_factory, declare, prefetch: bool = False):
+def gemv_kernel(p: Problem, kb_factory, declare):
     rows = p.m if not p.w_per_row else 1        # rows sharing one weight column per group
     columns = p.batch * p.n * (p.m if p.w_per_row else 1)
     plan = _run_plan(p, rows)
@@ -138,8 +132,6 @@ def gemv_kernel(p: Problem, kb_factory, declare, prefetch: bool = False):
     grid, blk = ix.launch_groups(-(-columns // (plan.groups * width)))
     kb = kb_factory(grid, (LANES * plan.groups,))
     declare(kb)
-    if prefetch and not p.w_per_row and p.batch == 1:
-        _prefetch_rows(kb, p, blk, plan.groups * width)
     lane = kb.let("lane", ix.mod(local_index(), LANES))
     group = kb.let("col", ix.add(ix.mul(blk, plan.groups), ix.div(local_index(), LANES)))
     cols = [group if width == 1 else kb.let("col", ix.add(ix.mul(group, width), t))
@@ -167,20 +159,6 @@ def gemv_kernel(p: Problem, kb_factory, declare, prefetch: bool = False):
             for total, m in zip(sums, ms, strict=True):
                 p.store(kb, b, m, n, total)
     return kb.finish()
-
-
-def _prefetch_rows(kb, p: Problem, blk, count: int) -> None:
-    """Prefetch the start of the weight rows of the workgroup's `count` columns (at most
-    PREFETCH_BYTES of each buffer): the target issues it before waiting for the kernels
-    before this one, so weight reads overlap their tail and the launch between."""
-    n0 = ix.mul(blk, count)
-    n1 = ix.minimum(ix.add(n0, count), i32(p.n))
-    for name, unit, row in p.w_rows:
-        if row % unit or PREFETCH_BYTES < unit:
-            continue
-        per = row // unit
-        cap = PREFETCH_BYTES // unit
-        kb.prefetch(name, ix.mul(n0, per), ix.minimum(ix.mul(ix.sub(n1, n0), per), i32(cap)))
 
 
 @dataclass(frozen=True)
