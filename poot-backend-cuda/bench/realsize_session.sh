@@ -12,6 +12,8 @@
 #   bench      llama_gpu.py: the 8B-shaped 2-layer logits check, 8B and 1B decode in bf16,
 #              Q4_0 and Q4_K (profiled 8B steps); $VARIANTS compares GEMV schedule constants
 #              (llama_gpu.py --variants); $SHAPES / $FORMATS narrow it
+#   sweep      llama_gpu.py over the 8B Q4_0/Q4_K steps under each GEMV schedule variant of
+#              $SWEEP (';'-separated, e.g. "SHARED_BYTES=32768;RUN_COLUMNS=1"), no profile
 #   peer8b     the PyTorch peer at the 8B shape (eager, eager in a CUDA graph; torch.compile
 #              when $PEER_COMPILE is a number of seconds to allow it)
 #   peer1b     the same at the 1B shape
@@ -45,10 +47,10 @@ t=$SECONDS
     --target /tmp/site .whl/gguf-*.whl
   python3 -m pip install -q --no-deps --no-build-isolation --no-index \
     -e poot-core -e poot-quant -e poot-backend-cuda
-} >"$OUT/setup.log" 2>&1 || echo "SETUP FAILED" | tee -a "$OUT/setup.log"
+} >/tmp/setup.log 2>&1 || echo "SETUP FAILED" | tee -a /tmp/setup.log
 export PYTHONPATH=/tmp/site:$B
 python3 -c "import poot, poot_cuda, poot_quant, gguf; print('probe', poot_cuda.probe())" \
-  >>"$OUT/setup.log" 2>&1 || echo "IMPORT FAILED" | tee -a "$OUT/setup.log"
+  >>/tmp/setup.log 2>&1 || echo "IMPORT FAILED" | tee -a /tmp/setup.log
 warm=()
 if has bench; then   # one compile-only planner per shape and format: NVRTC in parallel
   IFS=';' read -ra vs <<<"${VARIANTS:-}"
@@ -68,7 +70,16 @@ if has bench; then   # one compile-only planner per shape and format: NVRTC in p
     --variants "${vs[0]}" >/tmp/warm_check.log 2>&1) &
   warm+=($!)
 fi
+if has sweep; then
+  IFS=';' read -ra sw <<<"${SWEEP:-}"
+  for v in "${sw[@]}"; do for f in Q4_0 Q4_K; do
+    (cd $B && python3 llama_gpu.py --plan --shapes 8b --formats $f --check-layers 0 \
+      --variants "$v" >/tmp/warm_sweep$f${#warm[@]}.log 2>&1) &
+    warm+=($!)
+  done; done
+fi
 command -v compute-sanitizer >/dev/null || export PATH=$PATH:/usr/local/cuda/bin
+tail -4 /tmp/setup.log | cut -c1-200 | sed 's/^/  setup: /' >>"$SUM"   # $OUT keeps 8 files
 status setup 0 $((SECONDS - t))
 waitwarm() {
   for p in "${warm[@]}"; do
@@ -112,6 +123,11 @@ for part in $PARTS; do
         --variants '$VARIANTS'" >"$OUT/bench.log" 2>&1
       rc=$?
       grep -E 'Error|error' "$OUT/bench.log" | cut -c1-200 | tail -6 ;;
+    sweep)
+      timeout -k 5 "$lim" bash -c "cd $B && python3 llama_gpu.py --shapes 8b \
+        --formats Q4_0,Q4_K --profile none --check-layers 0 --variants '${SWEEP:-}'" \
+        >"$OUT/sweep.log" 2>&1
+      rc=$? ;;
     peer8b | peer1b)
       shape=${part#peer}
       args=(--shape "$shape" --steps 100)
