@@ -79,6 +79,10 @@ class CompiledProgram:
         return ",".join(k.name for k in self.kernels) or "alias"
 
 
+#: lowerings a backend keeps for reuse by later eqns of the same signature
+SHARED_LOWERINGS = 1024
+
+
 class KernelBackend(Backend):
     """A backend that prints poot.codegen kernel programs; see the module docstring."""
 
@@ -129,6 +133,8 @@ class KernelBackend(Backend):
             return self._lowering(eqn.op, operands, out, device)
         done = self.__dict__.setdefault("_lowerings", {})
         if key not in done:
+            if len(done) >= SHARED_LOWERINGS:      # a long-lived backend plans many graphs
+                done.clear()
             done[key] = self._lowering(eqn.op, operands, out, device)
         return done[key]
 
