@@ -1,7 +1,8 @@
 """A PyTorch peer for the SmolLM2 decode benchmark: the same forward written with PyTorch ops.
 
 SmolLM2-135M's shape (30 layers, dim 576, 9 heads / 3 KV heads, head dim 64, FFN 1536,
-vocab 49152, tied embeddings, RoPE base 100000, RMSNorm eps 1e-5), bf16 random weights, a
+vocab 49152, tied embeddings, RoPE base 100000, RMSNorm eps 1e-5; `--shape 8b` / `1b`: the
+Llama-3 shapes of llama_gpu.py, the 8B's head untied), bf16 random weights, a
 static KV cache (every step attends over the whole capacity under a causal mask, so shapes
 never change), batch-1 greedy decode with the argmax on the device and the token read back
 to the host every step (what a generation loop does). Timed: eager PyTorch, then
@@ -39,11 +40,18 @@ class Config:
     rope_base: float = 100000.0
     eps: float = 1e-5
     max_seq: int = 1024
+    tied: bool = True
 
 
 SMOLLM2 = Config()
 TINY = Config(vocab=512, dim=64, layers=2, heads=4, kv_heads=2, head_dim=16, ffn=128,
               rope_base=10000.0, max_seq=64)
+#: the real-size shapes of bench/llama_gpu.py (Llama-3-8B, untied; Llama-3.2-1B, tied)
+SHAPES = {"smollm2": SMOLLM2, "tiny": TINY,
+          "8b": Config(vocab=128256, dim=4096, layers=32, heads=32, kv_heads=8, head_dim=128,
+                       ffn=14336, rope_base=500000.0, tied=False),
+          "1b": Config(vocab=128256, dim=2048, layers=16, heads=32, kv_heads=8, head_dim=64,
+                       ffn=8192, rope_base=500000.0)}
 
 
 def summary(key: str, value) -> None:
@@ -56,13 +64,15 @@ class Peer(torch.nn.Module):
     def __init__(self, c: Config, device, dtype=torch.bfloat16, seed: int = 0):
         super().__init__()
         self.c = c
-        g = torch.Generator(device="cpu").manual_seed(seed)
+        # drawn where they live: an 8B model's 16 GB take minutes on a CPU, milliseconds here
+        g = torch.Generator(device=device).manual_seed(seed)
 
         def w(*shape, std=0.02):
-            return (torch.randn(*shape, generator=g) * std).to(device=device, dtype=dtype)
+            return (torch.randn(*shape, generator=g, device=device) * std).to(dtype)
 
         hd, q, kv = c.head_dim, c.heads * c.head_dim, c.kv_heads * c.head_dim
         self.register_buffer("embed", w(c.vocab, c.dim))            # tied: also the output
+        self.register_buffer("head", self.embed if c.tied else w(c.vocab, c.dim))
         self.register_buffer("norm", torch.ones(c.dim, device=device, dtype=dtype))
         names = ("attn_norm", "wq", "wk", "wv", "wo", "ffn_norm", "w_gate", "w_up", "w_down")
         for i in range(c.layers):
@@ -119,7 +129,7 @@ class Peer(torch.nn.Module):
             gate = F.silu(F.linear(h, getattr(self, f"w_gate{i}")))
             x = x + F.linear(gate * F.linear(h, getattr(self, f"w_up{i}")),
                              getattr(self, f"w_down{i}"))
-        logits = F.linear(self.rms(x, self.norm), self.embed)           # [1, vocab]
+        logits = F.linear(self.rms(x, self.norm), self.head)            # [1, vocab]
         return torch.argmax(logits, -1)                                 # [1]
 
 
@@ -145,6 +155,30 @@ def decode(step, device, steps: int, start: int = 0, mark=False) -> tuple[float,
         pos.add_(1)
     sync(device)
     return time.perf_counter() - t0, out
+
+
+class Graphed:
+    """The eager step captured once in a CUDA graph (static token and position buffers)
+    and replayed per call: launch overhead gone without torch.compile's minutes."""
+
+    def __init__(self, model, device):
+        self.tok = torch.ones(1, dtype=torch.long, device=device)
+        self.pos = torch.zeros(1, dtype=torch.long, device=device)
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            for _ in range(2):                  # warm-up off the capturing stream
+                model(self.tok, self.pos)
+        torch.cuda.current_stream(device).wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.out = model(self.tok, self.pos)
+
+    def __call__(self, tok, pos):
+        self.tok.copy_(tok)
+        self.pos.copy_(pos)
+        self.graph.replay()
+        return self.out
 
 
 class _Timeout(Exception):
@@ -186,21 +220,28 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--tiny", action="store_true", help="a small config (checks on a CPU)")
+    ap.add_argument("--shape", default="smollm2", choices=sorted(SHAPES),
+                    help="the model shape (--tiny: 'tiny')")
     ap.add_argument("--steps", type=int, default=200, help="decode steps timed per mode")
     ap.add_argument("--compile-timeout", type=int, default=150,
                     help="seconds allowed for torch.compile's first calls (0: no bound)")
     ap.add_argument("--compile-mode", default="reduce-overhead")
     ap.add_argument("--no-compile", action="store_true")
     args = ap.parse_args()
-    c = TINY if args.tiny else SMOLLM2
+    shape = "tiny" if args.tiny else args.shape
+    c = SHAPES[shape]
     device = torch.device(args.device)
     steps = min(args.steps, c.max_seq - 8)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"torch {torch.__version__} on {name}; config {c}", flush=True)
     t0 = time.perf_counter()
     model = Peer(c, device)
+    # weight bytes one step reads: all but the embedding table (one row), the tied head
+    # reading it whole
     nbytes = sum(b.numel() * b.element_size() for n, b in model.named_buffers()
-                 if not (n[0] in "kv" and n[1:].isdigit()) and n not in ("cos", "sin", "causal"))
+                 if not (n[0] in "kv" and n[1:].isdigit())
+                 and n not in ("cos", "sin", "causal", "embed"))
+    nbytes += model.embed.numel() * model.embed.element_size() if c.tied else 2 * c.dim
     print(f"weights {nbytes / 1e6:.1f} MB built in {time.perf_counter() - t0:.1f} s", flush=True)
     failed = False
     with torch.no_grad():
@@ -209,8 +250,18 @@ def main() -> int:
         eager = steps / secs
         print(f"eager: {steps} steps in {secs:.3f} s = {eager:.1f} tok/s "
               f"({nbytes / 1e9 * eager:.1f} GB/s of weights)", flush=True)
-        summary(f"torch peer eager ({'tiny' if args.tiny else 'smollm2 shape'})",
+        summary(f"torch peer eager ({shape} shape)",
                 f"{eager:.1f} tok/s")
+        if device.type == "cuda":
+            graphed = Graphed(model, device)
+            decode(graphed, device, 3)
+            secs, graph_ids = decode(graphed, device, steps)
+            rate = steps / secs
+            agree = sum(a == b for a, b in zip(eager_ids, graph_ids, strict=True))
+            print(f"eager in a CUDA graph: {rate:.1f} tok/s ({nbytes / 1e9 * rate:.1f} GB/s "
+                  f"of weights); greedy tokens equal to eager's: {agree}/{steps}", flush=True)
+            summary(f"torch peer eager + CUDA graph ({shape} shape)",
+                    f"{rate:.1f} tok/s ({nbytes / 1e9 * rate:.0f} GB/s)")
         if args.no_compile:
             return 0
         try:
@@ -228,18 +279,19 @@ def main() -> int:
             print(f"compiled: {steps} steps in {secs:.3f} s = {comp:.1f} tok/s "
                   f"({nbytes / 1e9 * comp:.1f} GB/s of weights); greedy tokens equal to "
                   f"eager's: {agree}/{steps}", flush=True)
-            summary(f"torch peer compile {args.compile_mode}", f"{comp:.1f} tok/s "
+            summary(f"torch peer compile {args.compile_mode} ({shape} shape)",
+                    f"{comp:.1f} tok/s ({nbytes / 1e9 * comp:.0f} GB/s) "
                     f"(compile {compile_s:.0f} s)")
         except Exception as e:  # noqa: BLE001 - report, keep the eager number
             failed = True
             if timed_out(e):   # inductor may wrap the alarm's exception in its own
                 print(f"torch.compile did not finish within {args.compile_timeout} s",
                       flush=True)
-                summary(f"torch peer compile {args.compile_mode}",
+                summary(f"torch peer compile {args.compile_mode} ({shape} shape)",
                         f"TIMEOUT (> {args.compile_timeout} s compiling)")
             else:
                 traceback.print_exc()
-                summary(f"torch peer compile {args.compile_mode}",
+                summary(f"torch peer compile {args.compile_mode} ({shape} shape)",
                         f"FAILED {type(e).__name__}: {str(e)[:60]}")
     return 1 if failed else 0
 

@@ -9,11 +9,12 @@ F32, F16, BF16, I32, U32 = DType.F32, DType.F16, DType.BF16, DType.I32, DType.U3
 
 
 def kernel_features(major: int, minor: int) -> frozenset:
-    """cp.async and mma.sync m16n8k16 (BF16/F16 -> F32) exist from sm_80 on."""
-    from poot.codegen.target import COPY_ASYNC, MMA_M16N8K16
+    """cp.async and mma.sync m16n8k16 (BF16/F16 -> F32) exist from sm_80 on; blocks of
+    1024 threads on every architecture."""
+    from poot.codegen.target import COPY_ASYNC, MMA_M16N8K16, WIDE_WORKGROUPS
 
-    return (frozenset({MMA_M16N8K16.feature, COPY_ASYNC}) if (major, minor) >= (8, 0)
-            else frozenset())
+    sm80 = {MMA_M16N8K16.feature, COPY_ASYNC} if (major, minor) >= (8, 0) else set()
+    return frozenset({*sm80, WIDE_WORKGROUPS})
 
 
 def arch_of(major: int, minor: int) -> str:

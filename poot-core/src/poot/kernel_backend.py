@@ -79,6 +79,10 @@ class CompiledProgram:
         return ",".join(k.name for k in self.kernels) or "alias"
 
 
+#: lowerings a backend keeps for reuse by later eqns of the same signature
+SHARED_LOWERINGS = 1024
+
+
 class KernelBackend(Backend):
     """A backend that prints poot.codegen kernel programs; see the module docstring."""
 
@@ -111,17 +115,37 @@ class KernelBackend(Backend):
 
     def lower(self, eqn, graph, device: Device) -> Lowering:
         """check -> lower -> print -> compile -> wrap, all at plan time, so that every
-        refusal (dtype, limit, compiler) comes before anything runs."""
+        refusal (dtype, limit, compiler) comes before anything runs. Eqns of one signature
+        (op, operand types and literals, output type) share one lowering: a model's layers
+        repeat a few signatures, and building a GEMV's program is the slow part of a plan."""
         from poot.capability import operand_types
-        from poot.codegen.lower import lower
         from poot.ir.graph import Lit
 
         types = operand_types(graph, eqn)
         out = graph.type_of(eqn.out)
         self.capabilities(device).check(eqn.op, types, out)
-        operands = [x if isinstance(x, Lit) else t
-                    for x, t in zip(eqn.inputs, types, strict=True)]
-        compiled = self.build(lower(eqn.op, operands, out, self.features(device)), device)
+        operands = tuple(x if isinstance(x, Lit) else t
+                         for x, t in zip(eqn.inputs, types, strict=True))
+        key = (_op_key(eqn.op), operands, out, device)
+        try:
+            hash(key)
+        except TypeError:            # an op holding unhashable parameters: never shared
+            return self._lowering(eqn.op, operands, out, device)
+        done = self.__dict__.setdefault("_lowerings", {})
+        if key not in done:
+            if len(done) >= SHARED_LOWERINGS:      # a long-lived backend plans many graphs
+                done.clear()
+            done[key] = self._lowering(eqn.op, operands, out, device)
+        return done[key]
+
+    def forget_lowerings(self) -> None:
+        """Drop the shared lowerings (after changing a schedule's parameters)."""
+        self.__dict__.pop("_lowerings", None)
+
+    def _lowering(self, op, operands, out, device: Device) -> Lowering:
+        from poot.codegen.lower import lower
+
+        compiled = self.build(lower(op, list(operands), out, self.features(device)), device)
         return Lowering(compiled.label, compiled.launch, compiled,
                         dispatches=len(compiled.kernels),
                         extra={"alias": compiled.program.alias})
@@ -131,6 +155,24 @@ class KernelBackend(Backend):
         printer = self.printer(device)
         kernels = tuple(self.compile(k, printer.source(k), device) for k in program.kernels)
         return CompiledProgram(program, kernels, printer.device or str(device))
+
+
+def _op_key(op):
+    """What identifies an op's lowering: the op itself, but an op holding a region (a
+    Graph, compared by identity) by its other parameters and the region's text."""
+    import dataclasses
+
+    from poot.ir.graph import Graph
+
+    if not dataclasses.is_dataclass(op) or not any(
+            isinstance(getattr(op, f.name), Graph) for f in dataclasses.fields(op)):
+        return (type(op), op)
+    parts = []
+    for f in dataclasses.fields(op):
+        v = getattr(op, f.name)
+        parts.append((f.name, str(v) if isinstance(v, Graph) else _op_key(v)
+                      if dataclasses.is_dataclass(v) else v))
+    return (type(op), tuple(parts))
 
 
 __all__ = ["CompiledKernel", "CompiledProgram", "KernelBackend"]

@@ -7,6 +7,8 @@ instruction. A backend tells the lowerings what its target has through
 * a matrix unit (`MatrixUnit.feature`): the target prints `MmaTile` for that unit's
   tile shape and lane layout (CUDA sm_80+: `MMA_M16N8K16`);
 * `COPY_ASYNC`: the target prints CopyAsync / CopyCommit / CopyWait.
+* `WIDE_WORKGROUPS`: workgroups of up to 1024 threads launch (others keep to 256, the
+  least WebGPU guarantees).
 
 A lowering emits a statement family only when its target declares it; the printers of
 targets without it refuse. A new matrix unit (a wavefront-wide one, say) is one more
@@ -47,8 +49,9 @@ MMA_M16N8K16 = MatrixUnit("mma.m16n8k16", 16, 8, 16, 32)
 MATRIX_UNITS = {u.feature: u for u in (MMA_M16N8K16,)}
 
 COPY_ASYNC = "copy.async"
+WIDE_WORKGROUPS = "workgroup.1024"
 #: every feature name a target may declare
-FEATURES = frozenset({*MATRIX_UNITS, COPY_ASYNC})
+FEATURES = frozenset({*MATRIX_UNITS, COPY_ASYNC, WIDE_WORKGROUPS})
 
 
 def matrix_unit(features: Iterable[str]) -> MatrixUnit | None:
@@ -56,5 +59,5 @@ def matrix_unit(features: Iterable[str]) -> MatrixUnit | None:
     return next((MATRIX_UNITS[f] for f in sorted(features) if f in MATRIX_UNITS), None)
 
 
-__all__ = ["COPY_ASYNC", "FEATURES", "MATRIX_UNITS", "MMA_M16N8K16", "MatrixUnit",
-           "matrix_unit"]
+__all__ = ["COPY_ASYNC", "FEATURES", "MATRIX_UNITS", "MMA_M16N8K16", "WIDE_WORKGROUPS",
+           "MatrixUnit", "matrix_unit"]

@@ -42,6 +42,7 @@ RUN_TRIP = 64     # weight elements per lane per trip when decoding runs (>= 32 
 RUN_COLUMNS = 2   # weight rows per group when decoding runs over staged activations
 SHARED_BYTES = 16 * 1024   # staged activations and weights stay within this (WebGPU: 16 KiB+)
 MIN_SPAN = 16     # fewest activations per run and phase when weights are staged too
+SPLIT_WARPS = 4096   # dot-product warps a 16-bit GEMV wants in flight before it splits rows
 
 Elem = Callable[..., Expr]
 
@@ -129,11 +130,14 @@ def gemv_kernel(p: Problem, kb_factory, declare):
     columns = p.batch * p.n * (p.m if p.w_per_row else 1)
     plan = _run_plan(p, rows)
     width = plan.width                          # columns per group
-    grid, blk = ix.launch_groups(-(-columns // (plan.groups * width)))
+    words = p.w_pair is not None and not p.w_per_row and p.k % 2 == 0
+    split = _words_split(p, columns) if words else 1
+    lanes, groups = LANES * split, plan.groups // split    # threads per dot product
+    grid, blk = ix.launch_groups(-(-columns // (groups * width)))
     kb = kb_factory(grid, (LANES * plan.groups,))
     declare(kb)
-    lane = kb.let("lane", ix.mod(local_index(), LANES))
-    group = kb.let("col", ix.add(ix.mul(blk, plan.groups), ix.div(local_index(), LANES)))
+    lane = kb.let("lane", ix.mod(local_index(), lanes))
+    group = kb.let("col", ix.add(ix.mul(blk, groups), ix.div(local_index(), lanes)))
     cols = [group if width == 1 else kb.let("col", ix.add(ix.mul(group, width), t))
             for t in range(width)]
     # every group runs the loop (its reduction must be uniform); spare ones use the last column
@@ -147,18 +151,31 @@ def gemv_kernel(p: Problem, kb_factory, declare):
         ms = [i32(m) for m in range(rows)]
         b = rest
     accs = [[kb.var(f"acc{j}", p.zero()) for j in range(len(ms))] for _ in ns]
-    if p.w_pair is not None and not p.w_per_row and p.k % 2 == 0:
-        _gemv_words(kb, p, lane, b, ns[0], ms, accs[0])
+    if words:
+        _gemv_words(kb, p, lane, b, ns[0], ms, accs[0], lanes)
     elif p.w_run is not None and p.run > 1:
         _gemv_runs(kb, p, plan, lane, b, ns, ms, accs)
     else:
         _gemv_elements(kb, p, lane, b, ns[0], ms, accs[0], 0)
     for col, n, column in zip(cols, ns, accs, strict=True):
-        sums = [kb.reduce("dot", ReduceOp.Sum, acc, LANES) for acc in column]
+        sums = [kb.reduce("dot", ReduceOp.Sum, acc, lanes) for acc in column]
         with kb.if_(ix.both(ix.eq(lane, i32(0)), ix.lt(col, i32(columns)))):
             for total, m in zip(sums, ms, strict=True):
                 p.store(kb, b, m, n, total)
     return kb.finish()
+
+
+def _words_split(p: Problem, columns: int) -> int:
+    """Warps per dot product of a 16-bit GEMV (a power of two, at most GROUPS): with one
+    warp per column, few columns leave too few loads in flight to fill the memory pipe
+    (the K and V projections of an 8B model, 1024 columns: 45% of copy bandwidth on an
+    H200), so each column's K is split across warps while there are fewer than
+    SPLIT_WARPS warps and every lane keeps at least 2 * UNROLL words."""
+    words, split = p.k // 2, 1
+    while (split < GROUPS and columns * split < SPLIT_WARPS
+           and words >= LANES * 2 * split * 2 * UNROLL):
+        split *= 2
+    return split
 
 
 @dataclass(frozen=True)
@@ -234,29 +251,30 @@ def _pitch(words: dict) -> int:
     return sum(words.values())
 
 
-def _unrolled(kb, lane, start: int, stop: int, unroll: int = UNROLL):
-    """A lane's strided walk over items start .. stop - 1 (adjacent lanes, adjacent items):
-    yields, per loop trip, the item indices the lane takes. Trips of `unroll` items, LANES
-    apart, while whole such trips remain (every slot loads before any use, so `unroll`
-    coalesced loads are in flight per lane), then trips of one item for the rest. Every
-    item yielded is in range: no clamping or masking."""
-    stride = LANES * unroll
+def _unrolled(kb, lane, start: int, stop: int, unroll: int = UNROLL, lanes: int = LANES):
+    """A lane's strided walk over items start .. stop - 1 (adjacent lanes, adjacent items)
+    among `lanes` lanes: yields, per loop trip, the item indices the lane takes. Trips of
+    `unroll` items, `lanes` apart, while whole such trips remain (every slot loads before
+    any use, so `unroll` coalesced loads are in flight per lane), then trips of one item
+    for the rest. Every item yielded is in range: no clamping or masking."""
+    stride = lanes * unroll
     full = start + (stop - start) // stride * stride
     if full > start:
         with kb.for_("base", ix.add(lane, start), full, stride) as base:
-            yield [ix.add(base, LANES * u) for u in range(unroll)]
+            yield [ix.add(base, lanes * u) for u in range(unroll)]
     if full < stop:
-        with kb.for_("it", ix.add(lane, full), stop, LANES) as it:
+        with kb.for_("it", ix.add(lane, full), stop, lanes) as it:
             yield [it]
 
 
-def _gemv_words(kb, p: Problem, lane, b, n, ms, accs):
-    """16-bit weights, two per U32 word: each lane reads whole words, 8 in flight on long
-    rows (few columns of long rows need more loads in flight per lane to fill the memory
-    pipe: N=4096, K=14336 ran at 55% of copy bandwidth with 4)."""
+def _gemv_words(kb, p: Problem, lane, b, n, ms, accs, lanes: int = LANES):
+    """16-bit weights, two per U32 word, over `lanes` lanes per column: each lane reads
+    whole words, 8 in flight on long rows (few columns of long rows need more loads in
+    flight per lane to fill the memory pipe: N=4096, K=14336 ran at 55% of copy bandwidth
+    with 4)."""
     words_per_row = p.k // 2
-    unroll = 2 * UNROLL if words_per_row >= 4 * LANES * 2 * UNROLL else UNROLL
-    for slots in _unrolled(kb, lane, 0, words_per_row, unroll):
+    unroll = 2 * UNROLL if words_per_row >= 4 * lanes * 2 * UNROLL else UNROLL
+    for slots in _unrolled(kb, lane, 0, words_per_row, unroll, lanes):
         words = [tuple(kb.let("w", x) for x in p.w_pair(b, n, kw)) for kw in slots]
         for kw, (w0, w1) in zip(slots, words, strict=True):
             k0 = kb.let("k0", ix.mul(kw, 2))

@@ -1,0 +1,306 @@
+"""Decode at real model sizes on the CUDA backend: Llama-3-8B and Llama-3.2-1B shapes.
+
+Random weights made on the GPU (bench/synthetic.py: seconds for 16 GB, every matrix
+distinct), batch-1 decode through the Executor with CUDA graph replay. Prints, from one run:
+- the copy ceiling (a 16-byte-per-thread copy kernel over 1 GiB, read + write);
+- per shape and weight format (bf16, GGUF Q4_0, Q4_K): tok/s of the replayed step (graph
+  alone, and Executor.step with the slot writes and logits read), weight bytes read per
+  token, and those bytes over the step time as GB/s and as a fraction of the copy;
+- where the step's time goes (`--profile`): each launch of the recorded step timed alone
+  (a graph of 20 of it, warm L2 for the small ones), summed per kernel kind and per
+  contraction shape, against the step: the difference is time between kernels;
+- `--check-layers N`: the 8B shape cut to N layers in bf16, its logits on cuda against the
+  reference backend over the same bytes (read back from the device), two positions.
+Lines starting with "SUMMARY " are collected by the session script.
+
+    python llama_gpu.py --shapes 8b,1b --formats bf16,Q4_0,Q4_K --profile 8b --check-layers 2
+    python llama_gpu.py --variants 'RUN_COLUMNS=1;RUN_COLUMNS=2'   # compare schedules
+    python llama_gpu.py --plan --shapes 8b      # no GPU: trace, compile and plan only
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+import traceback
+
+import numpy as np
+from synthetic import DeviceFilledWeights, SyntheticWeights, host_arrays, shape_config
+
+POS = 100          # the decode position timed (attention over 101 keys of max_seq 1024)
+
+
+def summary(key: str, value) -> None:
+    print(f"SUMMARY {key} | {value}", flush=True)
+
+
+def source_for(fmt: str, config, seed: int = 0) -> SyntheticWeights:
+    if fmt in ("bf16", "f32"):
+        return SyntheticWeights(config, dtype=fmt, seed=seed)
+    return SyntheticWeights(config, packed=f"gguf:{fmt}", seed=seed)
+
+
+def traced(config, source, backend, device):
+    import poot
+    from poot.models.llama import build_decoder
+
+    t0 = time.perf_counter()
+    step = build_decoder(config, source, tokens=1, kv="dense")
+    compiled = poot.compile(step.graph, (backend, device))
+    print(f"  traced and compiled in {time.perf_counter() - t0:.1f} s", flush=True)
+    return step, compiled
+
+
+def parse_variants(text: str) -> list[dict]:
+    """"A=1,B=2;A=3" -> [{"A": 1, "B": 2}, {"A": 3}]: GEMV schedule constants of
+    poot.codegen.lower.dot per variant ("" -> one variant, the defaults)."""
+    out = []
+    for part in text.split(";") if text else [""]:
+        kv = dict(x.split("=") for x in part.split(",") if x)
+        out.append({k.strip(): int(v) for k, v in kv.items()})
+    return out
+
+
+def variant_label(v: dict) -> str:
+    return " ".join(f"{k}={x}" for k, x in v.items())
+
+
+def planned(compiled, backend, device, variant: dict | None = None):
+    """The plan of `compiled` with the GEMV schedule constants of `variant` set
+    (poot.codegen.lower.dot: SHARED_BYTES, RUN_TRIP, RUN_COLUMNS, ...)."""
+    from poot.codegen.lower import dot
+    from poot.plan import plan
+
+    t0 = time.perf_counter()
+    variant = variant or {}
+    defaults = {k: getattr(dot, k) for k in variant}
+    try:
+        for k, v in variant.items():
+            setattr(dot, k, v)
+        backend.forget_lowerings()          # lowerings shared by signature: made anew
+        p = plan(compiled, (backend, device))
+    finally:
+        for k, v in defaults.items():
+            setattr(dot, k, v)
+        backend.forget_lowerings()
+    print(f"  planned: {len(p.steps)} steps in {time.perf_counter() - t0:.1f} s", flush=True)
+    return p
+
+
+def executor(step, p, source, runtime, cache=None):
+    from poot.runtime.executor import Executor
+
+    t0 = time.perf_counter()
+    cache = cache or DeviceFilledWeights(runtime, source, p.graph)
+    ex = Executor(p, dict(step.consts), runtime=runtime, weights=cache)
+    runtime.ctx.sync()
+    print(f"  bound: {cache.filled} tensors filled on the device ({cache.bytes() / 1e9:.2f} GB)"
+          f" in {time.perf_counter() - t0:.1f} s", flush=True)
+    return ex, cache
+
+
+def slots(pos: int, token: int = 1234) -> dict:
+    return {"tokens": np.array([token], np.int32), "pos": np.array([pos], np.int32)}
+
+
+def host_ms(fn, steps: int = 30) -> float:
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3
+
+
+def kind_of(name: str) -> str:
+    parts = name.split("_")
+    return parts[1] + ("_merge" if name.endswith("merge") else "") if len(parts) > 1 else name
+
+
+def profile(ex, timer, step_ms: float, label: str) -> list[tuple]:
+    """Each launch alone, per kind and per launch shape (grid x block), against the step."""
+    exe = ex.executable
+    per_kind: dict[str, list[float]] = {}
+    per_shape: dict[tuple, list[float]] = {}
+    for action in exe._actions:
+        if action[0] != "launch":
+            continue
+        launch = action[1]
+        kind = kind_of(launch.name)
+        ms = timer.graph_ms(lambda launch=launch: launch(exe.rt.ctx), reps=20, trials=3)
+        per_kind.setdefault(kind, []).append(ms)
+        per_shape.setdefault((kind, launch.grid, launch.block), []).append(ms)
+    total = sum(sum(v) for v in per_kind.values())
+    launches = sum(len(v) for v in per_kind.values())
+    rows = [(f"{label} profile: {launches} launches alone", f"{total * 1e3:9.1f} us",
+             f"step {step_ms * 1e3:.0f} us", f"between kernels {(step_ms - total) * 1e3:.0f} us "
+             f"({100 * (step_ms - total) / step_ms:.0f}%)", "")]
+    summary(f"{label} profile", f"{launches} launches, {total * 1e3:.0f} us alone vs "
+            f"{step_ms * 1e3:.0f} us step ({(step_ms - total) * 1e3:.0f} us between kernels)")
+    for kind, times in sorted(per_kind.items(), key=lambda kv: -sum(kv[1])):
+        rows.append((f"  {kind}", f"{sum(times) * 1e3:9.1f} us", f"{len(times)} launches",
+                     f"{100 * sum(times) / step_ms:5.1f}% of step",
+                     f"{statistics.mean(times) * 1e3:.1f} us each"))
+        summary(f"{label} profile {kind}", f"{sum(times) * 1e3:.0f} us in {len(times)} "
+                f"launches ({100 * sum(times) / step_ms:.1f}% of step)")
+    ranked = sorted(per_shape.items(), key=lambda kv: -sum(kv[1]))[:12]
+    for (kind, grid, block), times in ranked:
+        rows.append((f"    {kind} grid {grid[0]}x{grid[1]}x{grid[2]} block {block[0]}",
+                     f"{sum(times) * 1e3:9.1f} us", f"{len(times)} launches",
+                     f"{statistics.median(times) * 1e3:.1f} us each", ""))
+    return rows
+
+
+def bench_shape(shape: str, fmt: str, variants, runtime, backend, device, timer,
+                copy_gbs: float, do_profile: bool) -> list[tuple]:
+    """One shape and format, planned once per schedule variant over the same weights."""
+    config = shape_config(shape)
+    print(f"== {shape} {fmt}: {config.layers} layers, dim {config.dim}, ffn {config.ffn}, "
+          f"vocab {config.vocab}, {'tied' if config.tied else 'untied'} head", flush=True)
+    source = source_for(fmt, config)
+    step, compiled = traced(config, source, backend, device)
+    rows, cache = [], None
+    for variant in variants:
+        label = f"{shape} {fmt} {variant_label(variant)}".rstrip()
+        p = planned(compiled, backend, device, variant)
+        ex, cache = executor(step, p, source, runtime, cache)
+        rows += bench_variant(label, config, source, ex, timer, copy_gbs, do_profile)
+        ex.executable._graph = None          # the recorded graph goes; the weights stay
+    return rows
+
+
+def bench_variant(label: str, config, source, ex, timer, copy_gbs: float,
+                  do_profile: bool) -> list[tuple]:
+    exe = ex.executable
+    kernels = sum(1 for a in exe._actions if a[0] == "launch")
+    s = slots(POS)
+    exe.replay = True
+    out = ex.step(s).result                                  # records the graph
+    if not np.isfinite(out.astype(np.float32)).all():
+        raise AssertionError(f"{label}: non-finite logits")
+    dev_ms = timer.call_ms(exe._graph.launch, reps=20, trials=5)
+    step_ms = host_ms(lambda: ex.step(s))
+    nbytes = source.bytes_per_token(config)
+    gbs = nbytes / dev_ms / 1e6
+    rows = [(f"{label} decode (graph alone)", f"{dev_ms * 1e3:9.1f} us",
+             f"{1e3 / dev_ms:8.1f} tok/s", f"{gbs:7.0f} GB/s = {100 * gbs / copy_gbs:5.1f}% "
+             f"of copy", f"{nbytes / 1e9:.3f} GB/token, {kernels} kernels"),
+            (f"{label} decode (Executor.step)", f"{step_ms * 1e3:9.1f} us",
+             f"{1e3 / step_ms:8.1f} tok/s", "incl. slot writes + logits read", "")]
+    summary(f"{label} decode", f"{1e3 / dev_ms:.1f} tok/s graph ({1e3 / step_ms:.1f} "
+            f"Executor.step), {nbytes / 1e9:.3f} GB/token, {gbs:.0f} GB/s = "
+            f"{100 * gbs / copy_gbs:.1f}% of copy, {kernels} kernels")
+    if do_profile:
+        rows += profile(ex, timer, dev_ms, label)
+    return rows
+
+
+def check_reduced(layers: int, runtime, backend, device) -> bool:
+    """The 8B shape cut to `layers` layers, bf16: cuda logits vs the reference backend's
+    over the same weight bytes, at positions 0 and 1."""
+    import poot
+    from poot.backend import get_backend
+    from poot.plan import plan
+    from poot.runtime.executor import Executor
+
+    config = shape_config("8b", layers)
+    source = source_for("bf16", config, seed=7)
+    step, compiled = traced(config, source, backend, device)
+    ex, cache = executor(step, planned(compiled, backend, device), source, runtime)
+    t0 = time.perf_counter()
+    arrays = host_arrays(runtime, cache)
+    ref_backend = get_backend("reference")
+    rdev = ref_backend.default_device()
+    rp = plan(poot.compile(step.graph, (ref_backend, rdev)), (ref_backend, rdev))
+    ref = Executor(rp, {**arrays, **step.consts})
+    print(f"  reference bound in {time.perf_counter() - t0:.1f} s", flush=True)
+    ok = True
+    for pos, tok in ((0, 128000), (1, 9906)):
+        got = ex.step(slots(pos, tok)).result.astype(np.float64)
+        t0 = time.perf_counter()
+        want = ref.step(slots(pos, tok)).result.astype(np.float64)
+        err = float(np.linalg.norm(got - want) / np.linalg.norm(want))
+        same = int(np.argmax(got)) == int(np.argmax(want))
+        good = np.isfinite(got).all() and err < 1e-2
+        ok &= bool(good)
+        print(f"  pos {pos}: relative error {err:.2e}, argmax cuda {int(np.argmax(got))} "
+              f"reference {int(np.argmax(want))} ({'same' if same else 'DIFFERENT'}); "
+              f"reference step {time.perf_counter() - t0:.1f} s", flush=True)
+        summary(f"8b-shape {layers}-layer bf16 logits cuda vs reference, pos {pos}",
+                f"rel. error {err:.2e} ({'OK' if good else 'FAIL'}), argmax "
+                f"{'same' if same else 'different'}")
+    return ok
+
+
+def plan_only(shapes, formats, variants, check_layers: int) -> None:
+    """Trace, compile and plan (NVRTC fills its disk cache) for a compile-only sm_90."""
+    from poot_cuda.backend import CudaBackend
+
+    backend = CudaBackend()
+    device = backend.compile_only_device("sm_90")
+    todo = [(shape, None, fmt, variants) for shape in shapes for fmt in formats]
+    if check_layers:
+        todo.insert(0, ("8b", check_layers, "bf16", [{}]))
+    for shape, layers, fmt, values in todo:
+        print(f"== {shape} {fmt}" + (f" ({layers} layers)" if layers else ""), flush=True)
+        config = shape_config(shape, layers)
+        _, compiled = traced(config, source_for(fmt, config), backend, device)
+        for variant in values:
+            planned(compiled, backend, device, variant)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shapes", default="8b,1b")
+    ap.add_argument("--formats", default="bf16,Q4_0,Q4_K")
+    ap.add_argument("--profile", default="8b", help="shapes whose step is profiled")
+    ap.add_argument("--check-layers", type=int, default=2,
+                    help="layers of the reduced 8B shape checked against the reference (0: no)")
+    ap.add_argument("--variants", default="",
+                    help="GEMV schedule constants to compare, e.g. "
+                         "'RUN_COLUMNS=1;RUN_COLUMNS=2,SHARED_BYTES=32768'")
+    ap.add_argument("--plan", action="store_true", help="no GPU: trace, compile, plan only")
+    args = ap.parse_args()
+    shapes, formats = args.shapes.split(","), args.formats.split(",")
+    variants = parse_variants(args.variants)
+    if args.plan:
+        plan_only(shapes, formats, variants, args.check_layers)
+        return 0
+    from bench_gpu import Timer, copy_bandwidths, print_rows
+    from poot_cuda.backend import CudaBackend
+
+    backend = CudaBackend()
+    device = backend.probe()[0]
+    print(device, flush=True)
+    runtime = backend.runtime(device)
+    timer = Timer(runtime.ctx)
+    copies = copy_bandwidths(runtime.ctx, timer)
+    copy_gbs = max(copies.values())
+    summary("copy ceiling", f"{copy_gbs:.0f} GB/s ({max(copies, key=copies.get)})")
+    rows = [(f"copy 1 GiB: {k}", "", f"{v:8.1f} GB/s", "", "") for k, v in copies.items()]
+    failed = False
+    if args.check_layers:
+        try:
+            failed |= not check_reduced(args.check_layers, runtime, backend, device)
+        except Exception:  # noqa: BLE001 - the timings still run
+            traceback.print_exc()
+            failed = True
+            summary("8b-shape reduced logits check", "FAILED (see log)")
+    for shape in shapes:
+        for fmt in formats:
+            try:
+                rows += bench_shape(shape, fmt, variants, runtime, backend, device, timer,
+                                    copy_gbs, shape in args.profile.split(","))
+            except Exception as e:  # noqa: BLE001 - one broken variant must not hide others
+                traceback.print_exc()
+                failed = True
+                rows.append((f"{shape} {fmt}", "FAILED", f"{type(e).__name__}: {e}"[:160],
+                             "", ""))
+                summary(f"{shape} {fmt} decode", "FAILED")
+    print_rows(rows)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

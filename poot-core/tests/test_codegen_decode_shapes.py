@@ -1,0 +1,50 @@
+"""Decode-shaped schedules: 16-bit GEMVs of few columns split each column's K across
+warps; one-row norms take wide workgroups where the target launches them. Both against
+the oracle through the kernel interpreter."""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+from poot.codegen.cases import _rmsnorm
+from poot.codegen.interp import run_lowering
+from poot.codegen.lower import dot, lower
+from poot.codegen.program import CoopReduce
+from poot.codegen.target import WIDE_WORKGROUPS
+from poot.dtypes import DType
+from poot.ir import region
+from poot.ir.ops import DenseContraction, FusedRow
+from poot.ir.types import TensorType as T
+from poot.oracle import apply
+
+
+@pytest.mark.parametrize("n, k, split", [(16, 4096, 8), (24, 1024, 2), (16, 200, 1)])
+def test_few_column_gemv_splits_k_across_warps(monkeypatch, n, k, split):
+    monkeypatch.setattr(dot, "SPLIT_WARPS", 256)     # the 8B's 1024 columns, scaled down
+    ins = [T((1, k), DType.F32), T((n, k), DType.BF16)]
+    op = DenseContraction()
+    prog = lower(op, ins, op.infer(ins))
+    (kernel,) = prog.kernels
+    widths = {s.width for s in kernel.statements() if isinstance(s, CoopReduce)}
+    assert widths == {32 * split}
+    rng = np.random.default_rng(n + k)
+    x = rng.standard_normal((1, k)).astype(np.float32)
+    w = (rng.standard_normal((n, k)) * 0.05).astype(ml_dtypes.bfloat16)
+    got = run_lowering(prog, [x, w], op.infer(ins))
+    want = x @ w.astype(np.float32).T
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-5
+
+
+@pytest.mark.parametrize("rows, wg", [(1, 1024), (32, 256)])
+def test_one_row_norm_takes_a_wide_workgroup(rows, wg):
+    x, w = T((rows, 4096), DType.F32), T((4096,), DType.F32)
+    op = FusedRow(region([x, w], _rmsnorm), -1)
+    out = op.infer([x, w])
+    prog = lower(op, [x, w], out, frozenset({WIDE_WORKGROUPS}))
+    assert prog.kernels[0].workgroup == (wg,)
+    assert lower(op, [x, w], out).kernels[0].workgroup == (256,)   # the portable limit
+    rng = np.random.default_rng(rows)
+    a = [rng.standard_normal((rows, 4096)).astype(np.float32),
+         rng.standard_normal(4096).astype(np.float32)]
+    want = np.asarray(apply(op, a, [x, w], out))
+    np.testing.assert_allclose(run_lowering(prog, a, out), want, rtol=1e-5, atol=1e-5)
