@@ -25,6 +25,7 @@ _SPLITS = {
 def splits(layout: Layout):
     """`splits(rank, tensor)` for poot.parallel.shard: the rank's share of a tensor."""
     def split(rank: int, tensor: str) -> Split | None:
+        tensor = tensor.split("~", 1)[0]     # a derived copy (q/k rows in half layout)
         suffix = tensor.split(".", 2)[-1] if tensor.startswith("blk.") else tensor
         got = _SPLITS.get(suffix)
         if got is None:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from poot.errors import ShardError
+from poot.errors import FormatError, ShardError
 from poot.formats import PackedWeight
 from poot.ir import ops as O
 from poot.ir.builder import Builder, Ref
@@ -140,6 +140,7 @@ class _Rank:
         self.summed: dict[ValueId, _Val] = {}
         self.states: dict[ValueId, _Val] = {}
         self.slices: dict[str, ConstSlice] = {}
+        self.bound: dict[tuple, _Val] = {}    # consts by (binder, source split)
 
     def fail(self, msg: str, vid: ValueId) -> ShardError:
         return ShardError(f"{self.g.name}: {msg}", dim=repr(vid), ranks=self.ranks)
@@ -168,6 +169,12 @@ class _Rank:
     def const(self, vid: ValueId, split: Split | None = None, source_shape=None) -> _Val:
         """Bind a const whole, or cut along `split` (in the source array's own axis and
         elements, which for a packed source differ from the logical weight's)."""
+        key = (vid, split)
+        if key not in self.bound:
+            self.bound[key] = self._bind_const(vid, split)
+        return self.bound[key]
+
+    def _bind_const(self, vid: ValueId, split: Split | None) -> _Val:
         meta = self.g.meta(vid)
         shape = meta.aval.shape
         if split is None:
@@ -516,8 +523,14 @@ class _Rank:
         n, k = pw.shape
         local = (s.hi - s.lo, k) if s.axis == 0 else (n, s.hi - s.lo)
         cut = PackedWeight(pw.format, local, pw.attrs)
+        try:
+            cut_sources = cut.sources()
+        except FormatError as err:
+            raise ShardError(f"{name}: {pw.format} source cannot be cut to {local} for "
+                             f"elements [{s.lo}, {s.hi}) of axis {s.axis}: {err}", dim=name,
+                             ranks=self.ranks) from None
         args = []
-        for x, old, new in zip(e.inputs, pw.sources(), cut.sources(), strict=True):
+        for x, old, new in zip(e.inputs, pw.sources(), cut_sources, strict=True):
             args.append(self.const(x.id, _source_split(pw, s, old.type.shape, new.type.shape,
                                                        name, self.ranks)))
         box = [(0, n), (0, k)]
