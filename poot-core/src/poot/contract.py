@@ -507,6 +507,19 @@ class Runtime(Protocol):
         ...
 
 
+class Communicator(Protocol):
+    """One rank's membership of a tensor-parallel group, owned by a runtime that has one
+    (`runtime.communicator`). The runtime runs a plan's collective steps (AllReduce sums
+    over the group, AllGather concatenates the ranks' shards in rank order, both along the
+    flat buffer) through it; a runtime without one refuses a plan holding them. Capability
+    tables declare the collectives only through `CapabilityTable.with_communicator`."""
+
+    rank: int
+    ranks: int
+    #: the element types its collectives move (and AllReduce sums)
+    dtypes: frozenset
+
+
 __all__ = ["PROJECT", "hookspec", "hookimpl", "PootHookSpecs", "Device", "Backend",
            "Lowering", "ALIGN", "ARENA", "align", "Region", "Place", "WeightSpec", "Step",
-           "Copy", "Note", "Plan", "DeviceBuffer", "Executable", "Runtime"]
+           "Copy", "Note", "Plan", "DeviceBuffer", "Executable", "Runtime", "Communicator"]

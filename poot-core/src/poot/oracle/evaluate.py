@@ -10,13 +10,12 @@ from poot.errors import BindError, SlotRangeError
 from poot.ir.builder import Builder
 from poot.ir.graph import Graph, Lit, OutputKind
 from poot.ir.ops.base import OpKind
-from poot.ir.ops.composite import AllGather, AllReduce
+from poot.ir.ops.composite import COLLECTIVES
 from poot.ir.ops.compute import Scan
 from poot.ir.types import StorageClass, TensorType, ValueId
 from poot.oracle.rules import RULES
 
 _definitions: dict[tuple, Graph] = {}
-COLLECTIVES = (AllReduce, AllGather)
 
 
 def definition(op: OpKind, in_types: Sequence[TensorType]) -> Graph:

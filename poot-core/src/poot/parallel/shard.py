@@ -151,13 +151,9 @@ class _Rank:
         for v in g.inputs():
             meta = g.meta(v)
             cls = meta.storage.cls
-            if cls is StorageClass.SLOT:
-                slot = meta.storage.slot
-                ref = self.b.slot(slot.kind, meta.aval.shape, meta.identity.label, slot.bound)
-                self.env[v] = _Val(ref, _full(meta.aval.shape))
-            elif cls is StorageClass.COMPUTED:
-                ref = self.b.computed(g.computed_def(v), meta.identity.label)
-                self.env[v] = _Val(ref, _full(meta.aval.shape))
+            if cls in (StorageClass.SLOT, StorageClass.COMPUTED):
+                gen = g.computed_def(v) if cls is StorageClass.COMPUTED else None
+                self.env[v] = _Val(self.b.binder_like(meta, gen), _full(meta.aval.shape))
         # consts bind on first use (a packed weight's sources are cut by their PackedDequant);
         # state binds with the box of what is first written into it
         for e in g.eqns():
@@ -180,8 +176,7 @@ class _Rank:
         if split is None:
             split = self._dense_split(vid)
         if split is None:
-            ident = meta.identity.weight or meta.identity.label
-            return _Val(self.b.const(meta.aval, ident), _full(shape))
+            return _Val(self.b.binder_like(meta), _full(shape))
         label = meta.identity.label
         local = list(shape)
         local[split.axis] = split.hi - split.lo
@@ -220,7 +215,7 @@ class _Rank:
         got = self.states.get(vid)
         if got is None:
             meta = self.g.meta(vid)
-            ref = self.b.state(TensorType(_sizes(box), meta.aval.dtype), meta.identity.label)
+            ref = self.b.binder_like(meta, aval=TensorType(_sizes(box), meta.aval.dtype))
             got = self.states[vid] = self.env[vid] = _Val(ref, box)
         return got
 

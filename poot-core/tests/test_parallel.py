@@ -1,18 +1,32 @@
-"""The sharding pass against the unsharded model, through the N-rank oracle; its refusals."""
+"""Tensor parallelism on the CPU: the sharded model against the unsharded one through the N-rank
+oracle, and compiled, planned and run on the reference runtime (a thread per rank through a
+LocalGroup); the refusals of impossible splits and of collectives without a communicator."""
 from __future__ import annotations
 
 from dataclasses import replace
 
 import numpy as np
+import poot
 import pytest
-from poot.errors import GraphError, ShardError
+from poot.backend import get_backend
+from poot.backends.reference.runtime import ReferenceRuntime
+from poot.errors import GraphError, ShardError, UnsupportedOp
 from poot.ir import ops as O
 from poot.ir.builder import Builder
 from poot.ir.types import StorageClass, TensorType
-from poot.models.llama import LlamaConfig, build_decoder, const_inputs, random_weights
+from poot.models.llama import (
+    LlamaConfig,
+    build_decoder,
+    const_inputs,
+    random_weights,
+    tiny_config,
+)
 from poot.oracle import evaluate
 from poot.oracle.ranks import evaluate_ranks
 from poot.parallel import layout_of, plan_layout, shard_step
+from poot.parallel.local import LocalGroup, run_ranks
+from poot.plan import plan
+from poot.runtime.executor import Executor
 
 #: SmolLM2-135M's shape (9 query heads, 3 KV heads, dim 576, FFN 1536, vocab 49152), one layer
 SMOL = LlamaConfig(vocab=49152, dim=576, layers=1, heads=9, kv_heads=3, head_dim=64, ffn=1536,
@@ -174,3 +188,90 @@ def test_rank_graphs_with_different_collectives_are_refused():
         evaluate_ranks([graph(O.AllReduce(2)), graph(O.AllGather(2))], [[x], [x]])
     got = evaluate_ranks([graph(O.AllGather(2)), graph(O.AllGather(2))], [[x], [2 * x]])
     np.testing.assert_array_equal(got[1][0], [1, 1, 2, 2])
+
+
+# -- compiled, planned and run ---------------------------------------------------------
+def run_sharded(step, consts, ranks, steps):
+    """Each rank compiled, planned and run for `steps` (slot dicts); the result per step."""
+    group = LocalGroup(ranks)
+    device = get_backend("reference").default_device()
+
+    def rank(rg):
+        comm = group.member(rg.rank)
+        compiled = poot.compile(rg.graph, "reference", communicator=comm)
+        ex = Executor(plan(compiled), rg.consts(consts),
+                      runtime=ReferenceRuntime(device, communicator=comm))
+        return compiled, [ex.step(s).result for s in steps]
+    return run_ranks(group, [lambda rg=rg: rank(rg) for rg in shard_step(step, ranks)])
+
+
+@pytest.mark.parametrize("config, ranks, kv", [(SMOL, 2, "dense"), (tiny_config(), 3, "paged")],
+                         ids=["smollm2-shape-2-dense", "tiny-3-paged"])
+def test_compiled_rank_graphs_equal_the_unsharded_model(config, ranks, kv):
+    """Two steps (a prefill of two tokens, then one more at the next positions) so the KV
+    state each rank keeps is read back."""
+    batch = 2 if kv == "paged" else 1
+    w = random_weights(config, seed=5)
+    pool = config.max_seq * batch if kv == "paged" else None
+    step = build_decoder(config, w, tokens=2, batch=batch, kv=kv, pool_slots=pool)
+    consts = const_inputs(step, w)
+    rng = np.random.default_rng(1)
+    first = slots(config, kv, 2, batch, rng)
+    second = dict(first, tokens=first["tokens"][::-1].copy())
+    second["pos"] = first["pos"] + 2
+    if kv == "paged":
+        second["write_map"] = first["write_map"] + 2
+    state = {k: np.zeros_like(v) for k, v in states(step.graph, rng).items()}
+    outs = evaluate(step.graph, {**consts, **first, **state})
+    nxt = {step.graph.meta(o.input).identity.label: a
+           for o, a in zip(step.graph.outputs(), outs) if o.kind.name == "STATE_NEXT"}
+    want = [outs[0], evaluate(step.graph, {**consts, **second, **nxt})[0]]
+    got = run_sharded(step, consts, ranks, [first, second])
+    for compiled, results in got:
+        names = {e.op.name for e in compiled.graph.eqns()}
+        assert {"AllReduce", "AllGather", "FusedRow", "Attention"} <= names
+        for g, w_ in zip(results, want, strict=True):
+            assert np.abs(g - w_).max() <= 1e-5 * np.abs(w_).max()
+
+
+def rank_graph(consts=False):
+    c = replace(tiny_config(), layers=1)
+    w = random_weights(c)
+    step = build_decoder(c, w, tokens=1)
+    rg = shard_step(step, 2)[0]
+    return (rg.graph, rg.consts(const_inputs(step, w))) if consts else rg.graph
+
+
+def test_collectives_without_a_communicator_are_refused():
+    with pytest.raises(UnsupportedOp, match="AllReduce.* cut between stages"):
+        poot.compile(rank_graph(), "reference")
+    table = get_backend("reference").capabilities(get_backend("reference").default_device())
+    t = TensorType((4, 8), "f32")
+    with pytest.raises(UnsupportedOp, match="AllReduce over 2 ranks: no communicator"):
+        table.check(O.AllReduce(2), [t], t)
+    table.check(O.AllReduce(1), [t], t)       # one rank: the identity
+
+
+def test_the_communicator_declares_the_collectives_for_its_group_only():
+    group = LocalGroup(2)
+    ref = get_backend("reference")
+    table = ref.capabilities(ref.default_device()).with_communicator(group.member(0))
+    t = TensorType((4, 8), "f32")
+    table.check(O.AllReduce(2), [t], t)
+    table.check(O.AllGather(2, 0), [t], TensorType((8, 8), "f32"))
+    with pytest.raises(UnsupportedOp, match="AllReduce over 4 ranks: the runtime's "
+                                            "communicator has 2"):
+        table.check(O.AllReduce(4), [t], t)
+    with pytest.raises(UnsupportedOp, match="AllReduce over 2 ranks"):
+        poot.compile(rank_graph(), "reference", communicator=LocalGroup(4).member(0))
+
+
+def test_a_runtime_without_a_communicator_refuses_a_plan_with_collectives():
+    graph, consts = rank_graph(consts=True)
+    compiled = poot.compile(graph, "reference", communicator=LocalGroup(2).member(0))
+    p = plan(compiled)
+    assert [s.lowering.kernel for s in p.steps if s.lowering.extra.get("collective")][:1] == \
+        ["AllReduce"]
+    with pytest.raises(UnsupportedOp, match=r"needs a communicator of 2 ranks; this runtime "
+                                            r"has none \[op=AllReduce, backend=reference"):
+        Executor(p, consts, runtime=ReferenceRuntime(get_backend("reference").default_device()))
