@@ -236,6 +236,17 @@ class Backend:
         """A `Runtime` for `device` (section 6)."""
         raise NotImplementedError(f"backend {self.name} has no runtime")
 
+    def tensor_parallel_group(self, ranks: int):
+        """A group of `ranks` tensor-parallel ranks on this backend's devices: an object with
+        `ranks`, `processes` (True: one process per rank, the group picklable to them;
+        False: ranks as threads of one process) and `member(rank, device)`, the rank's
+        Communicator, which its runtime's `communicator` is set to. Backends without
+        collectives across ranks refuse."""
+        from poot.errors import UnsupportedOp
+
+        raise UnsupportedOp(f"backend {self.name} runs no collectives across ranks",
+                            op="AllReduce", backend=self.name)
+
     def default_device(self) -> Device:
         devs = self.probe()
         if not devs:

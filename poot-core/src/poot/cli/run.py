@@ -20,6 +20,7 @@ def add_parser(sub):
     p.add_argument("--kv", choices=("dense", "paged"), default="dense")
     p.add_argument("--max-seq", type=int, default=1024, help="KV capacity in positions")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks (one per GPU)")
 
 
 def progress_lines(quiet: bool):
@@ -30,17 +31,31 @@ def progress_lines(quiet: bool):
     return progress
 
 
-def run(args) -> int:
+def run(args, rank: int = 0, group=None) -> int:
+    """`rank` and `group`: this call is one rank of a `--tp` run (poot.parallel.launch)."""
     import time
 
     from poot.models.runner import at_least_one, load
 
     at_least_one("--max-tokens", args.max_tokens)
     at_least_one("--max-seq", args.max_seq)
-    progress = progress_lines(args.quiet)
+    at_least_one("--tp", args.tp)
+    if args.tp > 1 and group is None:
+        from poot.parallel.launch import launch
+
+        if args.temperature > 0 and args.seed is None:  # every rank samples the same token
+            import random
+
+            args.seed = random.randrange(1 << 31)
+        return launch(args.tp, args.backend, run, args)
+    progress = progress_lines(args.quiet or rank > 0)
     t0 = time.perf_counter()
     model = load(args.model, args.backend, kv=args.kv, max_seq=args.max_seq,
                  progress=progress)
+    if group is not None:
+        from poot.parallel.model import TensorParallel
+
+        TensorParallel(model, group, rank)
     progress(f"loaded {model.checkpoint.path.name} ({model.config.arch}, "
              f"{model.config.layers} layers) for {model.backend.name} on {model.device} "
              f"in {time.perf_counter() - t0:.1f} s")
@@ -49,6 +64,10 @@ def run(args) -> int:
                             temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                             repetition_penalty=args.repetition_penalty, seed=args.seed,
                             stop=args.stop)
+    if rank:  # the other ranks step in lockstep with rank 0 and print nothing
+        for _ in pieces:
+            pass
+        return 0
     if not args.chat:
         sys.stdout.write(args.prompt)
     for piece in pieces:

@@ -34,9 +34,10 @@ def split(graph: Graph) -> list[tuple[Graph, dict[ValueId, ValueId]]]:
     graph's values. Exports are named by the source value they carry (`v<index>`)."""
     level = stage_of(graph)
     stages = 1 + max((level[e.out] for e in graph.eqns()), default=0)
-    read_later: dict[ValueId, int] = {}
+    read_later: dict[ValueId, int] = {}      # the last stage reading each value
     for e in graph.eqns():
-        here = level[e.out] - (1 if isinstance(e.op, COLLECTIVES) else 0)
+        # a collective reads its operand between its stage and the next: exported
+        here = level[e.out]
         for v in e.value_inputs():
             read_later[v] = max(read_later.get(v, 0), here)
     for o in graph.outputs():
@@ -65,8 +66,7 @@ def split(graph: Graph) -> list[tuple[Graph, dict[ValueId, ValueId]]]:
                 continue
             args = [x if isinstance(x, Lit) else operand(x.id) for x in e.inputs]
             env[e.out] = b.eqn(e.op, *args)
-            if read_later.get(e.out, 0) > k or any(
-                    isinstance(u.op, COLLECTIVES) for u in _readers(graph, e.out)):
+            if read_later.get(e.out, 0) > k:
                 exports.append(e.out)
         states = [(st, nxt) for st, nxt in graph.state() if level[nxt] == k or
                   (k == stages - 1 and level[nxt] == 0 and nxt not in env)]
@@ -82,10 +82,6 @@ def split(graph: Graph) -> list[tuple[Graph, dict[ValueId, ValueId]]]:
             b.state_next(env[st], env[nxt])
         out.append((b.finish(), source))
     return out
-
-
-def _readers(graph: Graph, vid: ValueId):
-    return [e for e in graph.eqns() if vid in e.value_inputs()]
 
 
 def join(graph: Graph, compiled: list[tuple[Graph, dict[ValueId, ValueId]]]) -> Graph:

@@ -79,6 +79,8 @@ class Model:
         self.stats = Stats()
         self.progress = progress
         self._sessions: dict[tuple[str, int], object] = {}
+        #: this process's rank of a tensor-parallel run (poot.parallel.model.TensorParallel)
+        self.tp = None
 
     # -- graphs -----------------------------------------------------------------------
     def step_graph(self, tokens: int, batch: int = 1, kv: str | None = None,
@@ -93,8 +95,15 @@ class Model:
                              logits=logits, pool_slots=pool)
         self.consts.update(step.consts)
         self.consts.update(self.weights.arrays)
-        return poot.compile(step.graph, (self.backend, self.device)).graph if compiled \
-            else step.graph
+        graph = step.graph if self.tp is None else self.tp.rank_graph(step)
+        comm = None if self.tp is None else self.tp.communicator
+        return poot.compile(graph, (self.backend, self.device), communicator=comm).graph \
+            if compiled else graph
+
+    @property
+    def bound_consts(self):
+        """The const arrays the plans bind: the checkpoint's, or views of this rank's part."""
+        return self.consts if self.tp is None else self.tp.consts(self.consts)
 
     def session(self, kv: str | None = None, batch: int = 1, *, pool: int | None = None,
                 decode_batches: Sequence[int] = (), prefill_batches: Sequence[int] = ()):
@@ -108,10 +117,11 @@ class Model:
         key = (kv, batch, pool, tuple(sorted(decode_batches)), tuple(sorted(prefill_batches)))
         if key not in self._sessions:
             session = Session(
-                lambda t, b: self._timed_graph(t, b, kv, pool), self.consts, kv=kv,
+                lambda t, b: self._timed_graph(t, b, kv, pool), self.bound_consts, kv=kv,
                 capacity=self.config.max_seq, batch=batch, prefill_tokens=self.prefill_tokens,
                 pool_slots=pool, target=(self.backend, self.device),
-                decode_batches=decode_batches, prefill_batches=prefill_batches)
+                decode_batches=decode_batches, prefill_batches=prefill_batches,
+                runtime=None if self.tp is None else self.tp.runtime)
             if self.progress:
                 session.progress = BindingBar()
             self._sessions[key] = session
@@ -144,7 +154,8 @@ class Model:
         if not 0 < len(ids) <= self.config.max_seq:
             raise BindError(f"prefill takes 1 to {self.config.max_seq} tokens, got {len(ids)}")
         g = self.step_graph(len(ids), 1, "dense")
-        ex = Executor(plan(g, (self.backend, self.device)), self.consts)
+        ex = Executor(plan(g, (self.backend, self.device)), self.bound_consts,
+                      runtime=None if self.tp is None else self.tp.runtime)
         slots = {"tokens": ids, "pos": [0], **({"end": [len(ids)]} if "end" in ex.slots else {})}
         return np.asarray(ex.step(slots).result, np.float32)
 

@@ -17,12 +17,14 @@ from poot.oracle.ranks import combine
 
 
 class LocalGroup:
+    processes = False                 # ranks are threads of one process
+
     def __init__(self, ranks: int):
         self.ranks = ranks
         self.barrier = threading.Barrier(ranks)
         self.parts: list[np.ndarray | None] = [None] * ranks
 
-    def member(self, rank: int) -> LocalMember:
+    def member(self, rank: int, device=None) -> LocalMember:
         return LocalMember(self, rank)
 
 

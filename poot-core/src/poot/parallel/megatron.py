@@ -37,6 +37,7 @@ def splits(layout: Layout):
     return split
 
 
-def shard_step(step, ranks: int) -> list[RankGraph]:
-    """The rank graphs of a traced decoder step (poot.models.llama.Step) over `ranks`."""
-    return shard(step.graph, splits(layout_of(step.config, ranks)), ranks)
+def shard_step(step, ranks: int, only: int | None = None) -> list[RankGraph]:
+    """The rank graphs of a traced decoder step (poot.models.llama.Step) over `ranks` (just
+    rank `only`'s if given)."""
+    return shard(step.graph, splits(layout_of(step.config, ranks)), ranks, only)

@@ -108,12 +108,12 @@ class RankGraph:
         return RankConsts(base, self.slices)
 
 
-def shard(graph: Graph, splits: Callable[[int, str], Split | None], ranks: int) \
-        -> list[RankGraph]:
-    """Rank graphs of `graph` for `ranks` ranks; `splits(rank, tensor)` is the rank's share of
-    a weight by its tensor name (None: the weight is whole on every rank)."""
+def shard(graph: Graph, splits: Callable[[int, str], Split | None], ranks: int,
+          only: int | None = None) -> list[RankGraph]:
+    """Rank graphs of `graph` for `ranks` ranks (just rank `only`'s if given); `splits(rank,
+    tensor)` is the rank's share of a weight by its tensor name (None: whole on every rank)."""
     return [_Rank(graph, lambda name, r=r: splits(r, name), r, ranks).run()
-            for r in range(ranks)]
+            for r in (range(ranks) if only is None else (only,))]
 
 
 @dataclass
