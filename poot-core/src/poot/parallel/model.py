@@ -18,8 +18,7 @@ from poot.parallel.shard import RankConsts
 class TensorParallel:
     def __init__(self, model, group, rank: int):
         self.rank, self.ranks = rank, group.ranks
-        if group.processes:                 # one device per rank process: device `rank`
-            model.device = model.backend.probe()[rank]
+        model.device = rank_device(model.backend, group, rank)
         self.communicator = group.member(rank, model.device)
         self.runtime = model.backend.runtime(model.device)
         self.runtime.communicator = self.communicator
@@ -33,3 +32,12 @@ class TensorParallel:
 
     def consts(self, base: Mapping) -> RankConsts:
         return RankConsts(base, self.slices)
+
+
+def rank_device(backend, group, rank: int):
+    """The device of a rank: GPU `rank` where each rank is a process of its own, the
+    backend's default device where the ranks are threads of one process (or there is no
+    group)."""
+    if group is None or not group.processes:
+        return backend.default_device()
+    return backend.probe()[rank]

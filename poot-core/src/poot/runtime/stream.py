@@ -85,6 +85,9 @@ class StreamExecutable:
         self.rt, self.recorded, self.replay = rt, False, replay
         self._graph = None
         self._actions: list = []
+        #: a plan with collectives runs its first step unrecorded: the communicator's first
+        #: calls set up its connections, which stream capture cannot record
+        self._warm = not any(s.lowering.extra.get("collective") for s in plan.steps)
 
         def ptr(place) -> int:
             if place.strides is not None:
@@ -147,6 +150,10 @@ class StreamExecutable:
 
     def run(self) -> None:
         if not self.replay:
+            self.run_eager()
+            return
+        if not self._warm:
+            self._warm = True
             self.run_eager()
             return
         if self._graph is None:
