@@ -95,10 +95,14 @@ class Model:
                              logits=logits, pool_slots=pool)
         self.consts.update(step.consts)
         self.consts.update(self.weights.arrays)
-        graph = step.graph if self.tp is None else self.tp.rank_graph(step)
-        comm = None if self.tp is None else self.tp.communicator
-        return poot.compile(graph, (self.backend, self.device), communicator=comm).graph \
-            if compiled else graph
+        if self.tp is None:
+            return poot.compile(step.graph, (self.backend, self.device)).graph if compiled \
+                else step.graph
+        # a rank's graph: compiled, it stays a compile result, whose table (declaring the
+        # collectives over the rank's communicator) the planner checks them against
+        graph = self.tp.rank_graph(step)
+        return poot.compile(graph, (self.backend, self.device),
+                            communicator=self.tp.communicator) if compiled else graph
 
     @property
     def bound_consts(self):
@@ -137,8 +141,9 @@ class Model:
         t0 = time.perf_counter()
         g = self.step_graph(tokens, batch, kv, pool=pool)
         if self.progress:
+            eqns = len(getattr(g, "graph", g).eqns())     # a rank's step is a compile result
             self.progress(f"compiled a {tokens}-token x {batch} step "
-                          f"({len(g.eqns())} eqns) in {time.perf_counter() - t0:.2f} s")
+                          f"({eqns} eqns) in {time.perf_counter() - t0:.2f} s")
         return g
 
     # -- the Python API ------------------------------------------------------------------

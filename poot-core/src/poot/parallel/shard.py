@@ -400,19 +400,18 @@ class _Rank:
             if v.box[axis] != (0, self.g.type_of(x.id).shape[axis]):
                 raise self.fail(f"{e.op!r} along an axis split across ranks", x.id)
         out_shape = list(self.g.type_of(e.out).shape)
-        rest = vals
         # line up every axis but the concatenated one
         per_axis = []
         for i in range(len(out_shape)):
             if i == axis:
                 per_axis.append((0, out_shape[i]))
                 continue
-            split = {v.box[i] for v in rest} - {(0, out_shape[i])}
+            split = {v.box[i] for v in vals} - {(0, out_shape[i])}
             if len(split) > 1:
                 raise self.fail(f"{e.op!r}: operands hold different parts of axis {i}", e.out)
             per_axis.append(split.pop() if split else (0, out_shape[i]))
         args = []
-        for x, v in zip(e.inputs, rest):
+        for x, v in zip(e.inputs, vals):
             box = list(per_axis)
             box[axis] = v.box[axis]
             args.append(self.restrict(v, tuple(box), x.id))

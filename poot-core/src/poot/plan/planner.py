@@ -55,6 +55,12 @@ def resolve_target(obj, target) -> tuple[Graph, Backend, Device]:
 
 def make_plan(obj, target=None) -> Plan:
     graph, backend, device = resolve_target(obj, target)
+    # a compile result's table declares the collectives where it was compiled with a
+    # communicator; a graph's own target table does not
+    table = getattr(obj, "table", None) or backend.capabilities(device)
+    for e in graph.eqns():
+        if isinstance(e.op, O.COLLECTIVES):
+            table.check_eqn(e, graph)
     if backend.inlines_composites and has_composites(graph):
         table = backend.capabilities(device)
         for e in graph.eqns():  # the composite itself must be declared: refuse it here
@@ -158,7 +164,7 @@ class _Planner:
         if isinstance(e.op, (O.Transpose, O.Slice)) and self._view_ok(e):
             self._alias(i, e, vins[0], "view", *self._view_of(e.op, vins[0]))
             return
-        if all(v in self.weights for v in vins):
+        if all(v in self.weights for v in vins) and not isinstance(e.op, O.COLLECTIVES):
             rep = self.backend.bind_time(e, self.g, self.device)
             if rep is not None:
                 self.weights[e.out] = self._folded(e, rep)

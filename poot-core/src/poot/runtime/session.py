@@ -18,6 +18,8 @@ The builder's interface is the Llama builder's (poot.models.llama.build_decoder)
   "end" [1], one past its last real token;
 - the result holds logits for every token, [B*T, vocab].
 Dense KV holds one sequence; paged KV holds as many as its pool has blocks for.
+`runtime` (optional) is the runtime the first plan binds to, and through the shared weight
+cache every later one: a tensor-parallel rank's, whose communicator runs the collectives.
 """
 from __future__ import annotations
 
