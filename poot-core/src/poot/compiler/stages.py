@@ -68,8 +68,7 @@ def split(graph: Graph) -> list[tuple[Graph, dict[ValueId, ValueId]]]:
             env[e.out] = b.eqn(e.op, *args)
             if read_later.get(e.out, 0) > k:
                 exports.append(e.out)
-        states = [(st, nxt) for st, nxt in graph.state() if level[nxt] == k or
-                  (k == stages - 1 and level[nxt] == 0 and nxt not in env)]
+        states = [(st, nxt) for st, nxt in graph.state() if level[nxt] == k]
         for st, nxt in states:
             operand(st)
             operand(nxt)
