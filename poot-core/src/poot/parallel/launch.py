@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import threading
 
 from poot.errors import PootError
 
@@ -34,9 +35,12 @@ def launch(ranks: int, backend: str | None, fn, *args) -> int:
              for r in range(1, ranks)]
     for p in procs:
         p.start()
+    done = threading.Event()
+    threading.Thread(target=_watch, args=(procs, done), daemon=True).start()
     try:
         code = fn(*args, rank=0, group=group)
     finally:
+        done.set()
         for p in procs:
             p.join()
     failed = [p.name for p in procs if p.exitcode]
@@ -44,6 +48,22 @@ def launch(ranks: int, backend: str | None, fn, *args) -> int:
         raise PootError(f"tensor-parallel ranks {', '.join(failed)} failed (exit codes "
                         f"{[p.exitcode for p in procs if p.exitcode]})")
     return code
+
+
+def _watch(procs, done: threading.Event) -> None:
+    """A rank that dies leaves the others waiting in a collective for ever: end this process
+    (rank 0) then, saying which rank failed."""
+    import sys
+
+    while not done.wait(0.5):
+        for p in procs:
+            if p.exitcode not in (None, 0):
+                print(f"[poot] tensor-parallel {p.name} failed (exit code {p.exitcode}); "
+                      f"stopping", file=sys.stderr, flush=True)
+                for q in procs:
+                    if q.exitcode is None:
+                        q.terminate()
+                os._exit(1)
 
 
 def _rank_main(fn, args, rank, group) -> None:
