@@ -84,7 +84,7 @@ def collectives(rank: int = 0, group=None) -> int:
                 ex = Executor(plan(compiled, (backend, device)),
                               {"x": rank_input(rank, shape, dtype)}, runtime=rt)
                 want = expected(kind, dtype, shape, group.ranks)
-                tol = 1e-6 if dtype == F32 else 1e-2
+                tol = 1e-5 if dtype == F32 else 1e-2   # of the largest magnitude
                 for run in ("unrecorded (NCCL's first calls)", "recorded", "replayed"):
                     got = ex.step({}).result.astype(np.float64)
                     err = float(np.abs(got - want).max() / max(np.abs(want).max(), 1e-30))
