@@ -83,6 +83,15 @@ def test_poot_run_streams_paris_and_reports_speed(smollm2_gguf):
     assert "decode:" in r.stderr and "tok/s" in r.stderr
 
 
+def test_poot_run_tp_2_prints_what_one_rank_does(smollm2_gguf, model):
+    """Two ranks (threads over the reference runtime), the heads split 3+6 and the
+    vocabulary in halves: the same greedy text as the unsharded model."""
+    r = _poot("run", str(smollm2_gguf), "--prompt", PROMPT, "--max-tokens", "4",
+              "--backend", "reference", "--max-seq", "64", "--tp", "2")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == PROMPT + "".join(model.generate(PROMPT, max_tokens=4)) + "\n"
+
+
 def test_poot_info_and_graph(smollm2_gguf):
     r = _poot("info", str(smollm2_gguf))
     assert r.returncode == 0, r.stderr

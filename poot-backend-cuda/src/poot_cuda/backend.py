@@ -55,6 +55,16 @@ class CudaBackend(KernelBackend):
 
         return compile_kernel(kernel, source, self._info(device)["arch"])
 
+    def tensor_parallel_group(self, ranks: int):
+        """One process per GPU (GPUs 0..ranks-1), NCCL between them (poot_cuda.nccl)."""
+        from poot_cuda.nccl import NcclGroup
+
+        have = len(self.probe())
+        if have < ranks:
+            raise DeviceUnavailable(f"tensor parallelism over {ranks} ranks needs {ranks} GPUs; "
+                                    f"this machine has {have}")
+        return NcclGroup.create(ranks)
+
     def runtime(self, device: Device):
         if device.index < 0:
             raise DeviceUnavailable(f"{device} compiles only; it has no runtime")

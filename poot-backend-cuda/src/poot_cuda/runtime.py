@@ -43,7 +43,11 @@ class CudaExecutable(StreamExecutable):
     backend, graph = "cuda", Graph
 
     def __init__(self, rt: CudaRuntime, plan, buffers: Mapping[str, DeviceBuffer]):
-        self.overlap = overlap_default(rt.device)
+        # kernels after a collective launch the ordinary way: an NCCL kernel never signals
+        # its dependents early, so nothing is gained and a captured programmatic edge to a
+        # communication kernel is not worth the risk
+        self.overlap = overlap_default(rt.device) and not any(
+            s.lowering.extra.get("collective") for s in plan.steps)
         super().__init__(rt, plan, buffers, replay_default())
 
     def launches(self, compiled, operands, scratch) -> list:

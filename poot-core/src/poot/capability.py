@@ -118,6 +118,16 @@ class CapabilityTable:
                    {k: frozenset(map(_entry, v)) for k, v in ops.items()},
                    dict(limits or {}), dict(notes or {}))
 
+    def with_communicator(self, communicator) -> CapabilityTable:
+        """This table with AllReduce and AllGather declared over the communicator's group
+        (poot.contract.Communicator) for the dtypes it moves; a table without one refuses
+        them."""
+        from dataclasses import replace
+
+        dts = frozenset(communicator.dtypes)
+        return replace(self, ops={**self.ops, "AllReduce": dts, "AllGather": dts},
+                       limits={**self.limits, "ranks": communicator.ranks})
+
     # -- queries -------------------------------------------------------------------
     def uses(self, dtype: DType) -> Use:
         return self.dtypes.get(dtype, Use.NONE)
@@ -138,6 +148,12 @@ class CapabilityTable:
         if key not in self.ops:
             return UnsupportedOp(f"{self.backend} does not lower {key}: {self._reason(key, '')}",
                                  op=key, **where)
+        ranks = getattr(op, "ranks", None)
+        group = self.limits.get("ranks", 1)
+        if key in self.ops and isinstance(op, O.COLLECTIVES) and ranks != group:
+            why = f"the runtime's communicator has {group}" if "ranks" in self.limits else \
+                "no communicator (one rank only)"
+            return UnsupportedOp(f"{key} over {ranks} ranks: {why}", op=key, **where)
         for t in list(ins) + [out]:
             if Use.STORAGE not in self.uses(t.dtype):
                 return DtypeLowering(f"{key}: {t.dtype} tensors cannot be stored on this device "

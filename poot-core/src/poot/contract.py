@@ -236,6 +236,17 @@ class Backend:
         """A `Runtime` for `device` (section 6)."""
         raise NotImplementedError(f"backend {self.name} has no runtime")
 
+    def tensor_parallel_group(self, ranks: int):
+        """A group of `ranks` tensor-parallel ranks on this backend's devices: an object with
+        `ranks`, `processes` (True: one process per rank, the group picklable to them;
+        False: ranks as threads of one process) and `member(rank, device)`, the rank's
+        Communicator, which its runtime's `communicator` is set to. Backends without
+        collectives across ranks refuse."""
+        from poot.errors import UnsupportedOp
+
+        raise UnsupportedOp(f"backend {self.name} runs no collectives across ranks",
+                            op="AllReduce", backend=self.name)
+
     def default_device(self) -> Device:
         devs = self.probe()
         if not devs:
@@ -507,6 +518,19 @@ class Runtime(Protocol):
         ...
 
 
+class Communicator(Protocol):
+    """One rank's membership of a tensor-parallel group, owned by a runtime that has one
+    (`runtime.communicator`). The runtime runs a plan's collective steps (AllReduce sums
+    over the group, AllGather concatenates the ranks' shards in rank order, both along the
+    flat buffer) through it; a runtime without one refuses a plan holding them. Capability
+    tables declare the collectives only through `CapabilityTable.with_communicator`."""
+
+    rank: int
+    ranks: int
+    #: the element types its collectives move (and AllReduce sums)
+    dtypes: frozenset
+
+
 __all__ = ["PROJECT", "hookspec", "hookimpl", "PootHookSpecs", "Device", "Backend",
            "Lowering", "ALIGN", "ARENA", "align", "Region", "Place", "WeightSpec", "Step",
-           "Copy", "Note", "Plan", "DeviceBuffer", "Executable", "Runtime"]
+           "Copy", "Note", "Plan", "DeviceBuffer", "Executable", "Runtime", "Communicator"]

@@ -104,6 +104,16 @@ class ConfigError(CheckpointError):
         super().__init__(message)
 
 
+class ShardError(PootError):
+    """A model cannot be split over the asked number of tensor-parallel ranks. Carries the
+    dimension that does not split (`dim`: "heads", "kv_heads", "ffn", "vocab", or the value
+    the sharding pass could not place) and the degree."""
+
+    def __init__(self, message: str, *, dim: str, ranks: int):
+        self.dim, self.ranks = dim, ranks
+        super().__init__(f"{message} [dim={dim}, ranks={ranks}]")
+
+
 class OutOfRange(PootError):
     """An index read at evaluation time lies outside the tensor it indexes."""
 

@@ -26,6 +26,7 @@ def add_parser(sub):
                    help="keep N experts per MoE layer on the device, paging the rest in "
                         "as routing asks (default: every expert resident)")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks (one per GPU)")
 
 
 def progress_lines(quiet: bool):
@@ -36,18 +37,32 @@ def progress_lines(quiet: bool):
     return progress
 
 
-def run(args) -> int:
+def run(args, rank: int = 0, group=None) -> int:
+    """`rank` and `group`: this call is one rank of a `--tp` run (poot.parallel.launch)."""
     import time
 
     from poot.models.runner import at_least_one, load
 
     at_least_one("--max-tokens", args.max_tokens)
     at_least_one("--max-seq", args.max_seq)
-    progress = progress_lines(args.quiet)
+    at_least_one("--tp", args.tp)
+    if args.tp > 1 and group is None:
+        from poot.parallel.launch import launch
+
+        if args.temperature > 0 and args.seed is None:  # every rank samples the same token
+            import random
+
+            args.seed = random.randrange(1 << 31)
+        return launch(args.tp, args.backend, run, args)
+    progress = progress_lines(args.quiet or rank > 0)
     t0 = time.perf_counter()
     lora = [("lora", args.lora)] if args.lora else []
     model = load(args.model, args.backend, kv=args.kv, max_seq=args.max_seq,
                  progress=progress, lora=lora, expert_pool=args.expert_pool)
+    if group is not None:
+        from poot.parallel.model import TensorParallel
+
+        TensorParallel(model, group, rank)
     progress(f"loaded {model.checkpoint.path.name} ({model.config.arch}, "
              f"{model.config.layers} layers) for {model.backend.name} on {model.device} "
              f"in {time.perf_counter() - t0:.1f} s")
@@ -56,6 +71,10 @@ def run(args) -> int:
                             temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                             repetition_penalty=args.repetition_penalty, seed=args.seed,
                             stop=args.stop, adapter="lora" if args.lora else None)
+    if rank:  # the other ranks step in lockstep with rank 0 and print nothing
+        for _ in pieces:
+            pass
+        return 0
     if not args.chat:
         sys.stdout.write(args.prompt)
     for piece in pieces:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from poot.backend import Backend, Device
 from poot.capability import CapabilityTable
+from poot.compiler import stages
 from poot.compiler.context import PassContext
 from poot.compiler.passes import (
     attention,
@@ -92,13 +93,32 @@ def run_pass(graph: Graph, name: str, target=None, *,
     return g, rec
 
 
-def compile(graph: Graph, target=None, *, policy: Policy | None = None) -> Compiled:
-    """Rewrite `graph` for `target`: find the composites the target can lower."""
+def compile(graph: Graph, target=None, *, policy: Policy | None = None,
+            communicator=None) -> Compiled:
+    """Rewrite `graph` for `target`: find the composites the target can lower. With a
+    `communicator` (poot.contract.Communicator: the target's runtime is one rank of a
+    tensor-parallel group) the table declares the collectives, and a graph holding them is
+    cut there into stages compiled one by one (poot.compiler.stages)."""
     backend, device = resolve_target(target)
     table = backend.capabilities(device)
+    if communicator is not None:
+        table = table.with_communicator(communicator)
     policy = policy or Policy()
     report = CompileReport(f"{backend.name} on {device}")
-    g = graph
+    if communicator is not None and stages.has_collectives(graph):
+        for e in graph.eqns():
+            if isinstance(e.op, stages.COLLECTIVES):
+                table.check_eqn(e, graph)
+        parts = [(_passes(stage, table, policy, report), source)
+                 for stage, source in stages.split(graph)]
+        g = stages.join(graph, parts)
+    else:
+        g = _passes(graph, table, policy, report)
+    report.graph = g
+    return Compiled(g, graph, backend, device, table, policy, report)
+
+
+def _passes(g: Graph, table: CapabilityTable, policy: Policy, report: CompileReport) -> Graph:
     for name, run in PASSES:
         rec = report.record(name)
         rec.eqns_before = len(g.eqns())
@@ -109,5 +129,4 @@ def compile(graph: Graph, target=None, *, policy: Policy | None = None) -> Compi
         g = run(g, PassContext(table, policy, rec))
         rec.seconds = time.perf_counter() - start
         rec.eqns_after = len(g.eqns())
-    report.graph = g
-    return Compiled(g, graph, backend, device, table, policy, report)
+    return g

@@ -100,6 +100,12 @@ class Builder:
         ident = Identity.named(name) if name else Identity.ANONYMOUS
         return self._bind(generator.infer([]), Storage.COMPUTED, ident, generator)
 
+    def binder_like(self, meta: ValueMeta, generator: OpKind | None = None,
+                    aval: TensorType | None = None) -> Ref:
+        """A binder of this graph with another graph's binder's storage and identity (and
+        type, unless `aval` is given): graph passes that rebuild a graph copy theirs so."""
+        return self._bind(aval or meta.aval, meta.storage, meta.identity, generator)
+
     # -- eqns ----------------------------------------------------------------------
     def lit(self, value, dtype: DType) -> Lit:
         return Lit(value, dtype)

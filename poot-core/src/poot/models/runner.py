@@ -92,6 +92,8 @@ class Model:
 
             self.expert_pool = ExpertPool(config, self.weights, expert_pool)
             self.prefill_tokens = min(self.prefill_tokens, self.expert_pool.max_tokens)
+        #: this process's rank of a tensor-parallel run (poot.parallel.model.TensorParallel)
+        self.tp = None
 
     # -- graphs -----------------------------------------------------------------------
     def step_graph(self, tokens: int, batch: int = 1, kv: str | None = None,
@@ -107,8 +109,19 @@ class Model:
                              expert_pool=self.expert_pool)
         self.consts.update(step.consts)
         self.consts.update(self.weights.arrays)
-        return poot.compile(step.graph, (self.backend, self.device)).graph if compiled \
-            else step.graph
+        if self.tp is None:
+            return poot.compile(step.graph, (self.backend, self.device)).graph if compiled \
+                else step.graph
+        # a rank's graph: compiled, it stays a compile result, whose table (declaring the
+        # collectives over the rank's communicator) the planner checks them against
+        graph = self.tp.rank_graph(step)
+        return poot.compile(graph, (self.backend, self.device),
+                            communicator=self.tp.communicator) if compiled else graph
+
+    @property
+    def bound_consts(self):
+        """The const arrays the plans bind: the checkpoint's, or views of this rank's part."""
+        return self.consts if self.tp is None else self.tp.consts(self.consts)
 
     def session(self, kv: str | None = None, batch: int = 1, *, pool: int | None = None,
                 decode_batches: Sequence[int] = (), prefill_batches: Sequence[int] = ()):
@@ -122,10 +135,11 @@ class Model:
         key = (kv, batch, pool, tuple(sorted(decode_batches)), tuple(sorted(prefill_batches)))
         if key not in self._sessions:
             session = Session(
-                lambda t, b: self._timed_graph(t, b, kv, pool), self.consts, kv=kv,
+                lambda t, b: self._timed_graph(t, b, kv, pool), self.bound_consts, kv=kv,
                 capacity=self.config.max_seq, batch=batch, prefill_tokens=self.prefill_tokens,
                 pool_slots=pool, target=(self.backend, self.device),
-                decode_batches=decode_batches, prefill_batches=prefill_batches)
+                decode_batches=decode_batches, prefill_batches=prefill_batches,
+                runtime=None if self.tp is None else self.tp.runtime)
             if self.progress:
                 session.progress = BindingBar()
             self._fit_features(session)
@@ -174,8 +188,9 @@ class Model:
         t0 = time.perf_counter()
         g = self.step_graph(tokens, batch, kv, pool=pool)
         if self.progress:
+            eqns = len(getattr(g, "graph", g).eqns())     # a rank's step is a compile result
             self.progress(f"compiled a {tokens}-token x {batch} step "
-                          f"({len(g.eqns())} eqns) in {time.perf_counter() - t0:.2f} s")
+                          f"({eqns} eqns) in {time.perf_counter() - t0:.2f} s")
         return g
 
     # -- the Python API ------------------------------------------------------------------
@@ -195,7 +210,8 @@ class Model:
                             "expert pool may hold; use a session (or generate)")
         rows = {k: [v] for k, v in self.adapter_rows(adapter).items()}
         g = self.step_graph(len(ids), 1, "dense")
-        ex = Executor(plan(g, (self.backend, self.device)), self.consts)
+        ex = Executor(plan(g, (self.backend, self.device)), self.bound_consts,
+                      runtime=None if self.tp is None else self.tp.runtime)
         slots = {"tokens": ids, "pos": [0], **rows,
                  **({"end": [len(ids)]} if "end" in ex.slots else {})}
         return np.asarray(ex.step(slots).result, np.float32)

@@ -10,6 +10,7 @@ from poot.errors import BindError, SlotRangeError
 from poot.ir.builder import Builder
 from poot.ir.graph import Graph, Lit, OutputKind
 from poot.ir.ops.base import OpKind
+from poot.ir.ops.composite import COLLECTIVES
 from poot.ir.ops.compute import Scan
 from poot.ir.types import StorageClass, TensorType, ValueId
 from poot.oracle.rules import RULES
@@ -131,16 +132,34 @@ def evaluate(graph: Graph, inputs, outputs: str = "all") -> list[np.ndarray]:
     """Run the oracle. Returns the arrays of `graph.outputs()` in order
     (or just the result with outputs="result")."""
     env = bind_inputs(graph, inputs)
-    with np.errstate(all="ignore"):
-        for e in graph.eqns():
-            args = [np.asarray(x.value, x.dtype.numpy) if isinstance(x, Lit) else env[x.id]
-                    for x in e.inputs]
-            in_types = [x.type if isinstance(x, Lit) else graph.type_of(x.id) for x in e.inputs]
-            env[e.out] = apply(e.op, args, in_types, graph.type_of(e.out))
+    steps = run_eqns(graph, env)
+    for eqn, args in steps:  # a collective over several ranks: apply refuses it by name
+        in_types = [graph.type_of(x.id) for x in eqn.inputs]
+        steps.send(apply(eqn.op, args, in_types, graph.type_of(eqn.out)))
+    return output_arrays(graph, env, outputs)
+
+
+def output_arrays(graph: Graph, env: dict, outputs: str = "all") -> list[np.ndarray]:
     outs = graph.outputs()
     if outputs == "result":
         outs = [o for o in outs if o.kind is OutputKind.RESULT]
     return [env[o.value] for o in outs]
+
+
+def run_eqns(graph: Graph, env: dict):
+    """Evaluate the eqns into `env` (the bound inputs). A collective over more than one rank
+    needs the other ranks: it is yielded as (eqn, operand arrays), and its result is sent
+    back (poot.oracle.ranks evaluates several rank graphs this way)."""
+    for e in graph.eqns():
+        args = [np.asarray(x.value, x.dtype.numpy) if isinstance(x, Lit) else env[x.id]
+                for x in e.inputs]
+        if isinstance(e.op, COLLECTIVES) and e.op.ranks > 1:
+            env[e.out] = yield e, args
+            yield  # the send's own return; the loop's next() resumes here
+            continue
+        in_types = [x.type if isinstance(x, Lit) else graph.type_of(x.id) for x in e.inputs]
+        with np.errstate(all="ignore"):
+            env[e.out] = apply(e.op, args, in_types, graph.type_of(e.out))
 
 
 def _scan(op, args, ins, out):

@@ -10,6 +10,7 @@ transpose becomes a strided view, and the intermediates share the arena.
 from __future__ import annotations
 
 from poot.ir.graph import Eqn, Graph, GraphOutput, Lit, Operand, Value
+from poot.ir.ops import COLLECTIVES
 from poot.ir.types import ValueId
 from poot.oracle import definition
 
@@ -25,7 +26,7 @@ def inline_composites(graph: Graph) -> Graph:
     eqns: list[Eqn] = []
     for e in graph.eqns():
         ins = tuple(_subst(x, sub) for x in e.inputs)
-        if not e.op.composite:
+        if not e.op.composite or isinstance(e.op, COLLECTIVES):  # collectives: the runtime's
             eqns.append(Eqn(e.op, ins, e.out))
             continue
         sub[e.out] = _inline(draft, e, ins, eqns)

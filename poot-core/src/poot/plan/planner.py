@@ -16,7 +16,7 @@ a packed contraction's weight is decoded once at bind time.
 from __future__ import annotations
 
 from poot.backend import Backend, Device, get_backend, select_backend
-from poot.contract import ARENA, Copy, Note, Place, Plan, Region, Step, WeightSpec
+from poot.contract import ARENA, Copy, Lowering, Note, Place, Plan, Region, Step, WeightSpec
 from poot.errors import GraphError
 from poot.ir import ops as O
 from poot.ir.graph import Eqn, Graph, Lit, OutputKind, Value
@@ -25,6 +25,12 @@ from poot.plan.arena import Interval, assign_offsets
 from poot.plan.inline import has_composites, inline_composites
 
 _IN_PLACE_OPS = (O.DynamicUpdateSlice, O.ScatterUpdate)
+
+
+def collective_lowering(eqn) -> Lowering:
+    """A collective is no kernel: a step of its own (a cut between the kernels before and
+    after it) that the runtime's communicator runs; `program` is the op."""
+    return Lowering(eqn.op.name, f"{eqn.op.ranks} ranks", eqn.op, extra={"collective": True})
 
 
 def resolve_target(obj, target) -> tuple[Graph, Backend, Device]:
@@ -49,10 +55,16 @@ def resolve_target(obj, target) -> tuple[Graph, Backend, Device]:
 
 def make_plan(obj, target=None) -> Plan:
     graph, backend, device = resolve_target(obj, target)
+    # a compile result's table declares the collectives where it was compiled with a
+    # communicator; a graph's own target table does not
+    table = getattr(obj, "table", None) or backend.capabilities(device)
+    for e in graph.eqns():
+        if isinstance(e.op, O.COLLECTIVES):
+            table.check_eqn(e, graph)
     if backend.inlines_composites and has_composites(graph):
         table = backend.capabilities(device)
         for e in graph.eqns():  # the composite itself must be declared: refuse it here
-            if e.op.composite:
+            if e.op.composite and not isinstance(e.op, O.COLLECTIVES):
                 table.check_eqn(e, graph)
         graph = inline_composites(graph)
     return _Planner(graph, backend, device).run()
@@ -91,7 +103,8 @@ class _Planner:
 
     # -- the walk ------------------------------------------------------------------
     def run(self) -> Plan:
-        self.lowerings = [self.backend.lower(e, self.g, self.device) for e in self.eqns]
+        self.lowerings = [collective_lowering(e) if isinstance(e.op, O.COLLECTIVES) else
+                          self.backend.lower(e, self.g, self.device) for e in self.eqns]
         self.users = self._users()
         self._bind_inputs()
         self.last_read = self._last_reads()
@@ -151,7 +164,7 @@ class _Planner:
         if isinstance(e.op, (O.Transpose, O.Slice)) and self._view_ok(e):
             self._alias(i, e, vins[0], "view", *self._view_of(e.op, vins[0]))
             return
-        if all(v in self.weights for v in vins):
+        if all(v in self.weights for v in vins) and not isinstance(e.op, O.COLLECTIVES):
             rep = self.backend.bind_time(e, self.g, self.device)
             if rep is not None:
                 self.weights[e.out] = self._folded(e, rep)

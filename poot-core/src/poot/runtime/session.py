@@ -21,6 +21,8 @@ A graph may also take per-sequence slots of owner-defined roles, one value per b
 (`row_slots`: the LoRA adapter index), and a model may run each step through a `stepper`
 (the expert pool pages experts in and re-runs the step until they are resident).
 Dense KV holds one sequence; paged KV holds as many as its pool has blocks for.
+`runtime` (optional) is the runtime the first plan binds to, and through the shared weight
+cache every later one: a tensor-parallel rank's, whose communicator runs the collectives.
 """
 from __future__ import annotations
 
@@ -41,7 +43,7 @@ class Session:
                  kv: str = "paged", capacity: int, batch: int = 1, prefill_tokens: int = 16,
                  pool_slots: int | None = None, block: int = 16, target=None,
                  compile: bool = True, decode_batches: Sequence[int] = (),
-                 prefill_batches: Sequence[int] = ()):
+                 prefill_batches: Sequence[int] = (), runtime=None):
         if kv not in ("dense", "paged"):
             raise BindError(f"kv must be 'dense' or 'paged', not {kv!r}")
         if kv == "dense" and batch != 1:
@@ -56,6 +58,7 @@ class Session:
         self.decode_batches = sorted({*decode_batches, batch})
         #: batch sizes of the prefill plans (prefill_rows), smallest first
         self.prefill_batches = sorted({*prefill_batches, 1})
+        self.runtime = runtime          # the runtime its first plan binds to (None: the target's)
         self.weights: WeightCache | None = None
         self.state: StateStore | None = None
         self.executors: dict[tuple[int, int], Executor] = {}
@@ -81,7 +84,8 @@ class Session:
         ex = self.executors.get((tokens, batch))
         if ex is None:
             ex = Executor(plan(self._plannable(self.make_graph(tokens, batch)), self.target),
-                          self.consts, weights=self.weights, state=self.state)
+                          self.consts, weights=self.weights, state=self.state,
+                          runtime=self.runtime if self.weights is None else None)
             self.weights, self.state = ex.weights, ex.state
             self.executors[(tokens, batch)] = ex
         return ex

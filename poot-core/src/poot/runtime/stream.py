@@ -46,6 +46,10 @@ class StreamRuntime:
     def __init__(self, device, ctx):
         self.device, self.ctx = device, ctx
         self._buffers: list[DeviceBuffer] = []
+        #: this rank's membership of a tensor-parallel group (poot.contract.Communicator
+        #: with `all_reduce`/`all_gather(src, dst, count, dtype, stream)` over device
+        #: pointers), set before a plan holding collectives is loaded
+        self.communicator = None
 
     def alloc(self, nbytes: int, label: str) -> DeviceBuffer:
         buf = DeviceBuffer(nbytes, label, self.ctx.alloc(nbytes))   # 256-byte aligned
@@ -81,6 +85,9 @@ class StreamExecutable:
         self.rt, self.recorded, self.replay = rt, False, replay
         self._graph = None
         self._actions: list = []
+        #: a plan with collectives runs its first step unrecorded: the communicator's first
+        #: calls set up its connections, which stream capture cannot record
+        self._warm = not any(s.lowering.extra.get("collective") for s in plan.steps)
 
         def ptr(place) -> int:
             if place.strides is not None:
@@ -89,6 +96,9 @@ class StreamExecutable:
             return buffers[place.region].ptr + place.offset
 
         for step in plan.steps:
+            if step.lowering.extra.get("collective"):
+                self._actions.append(("launch", self.collective(step, ptr)))
+                continue
             compiled = step.lowering.program
             if not isinstance(compiled, CompiledProgram):
                 raise UnsupportedOp(f"step {step.index} ({step.eqn.op.name}) was not lowered "
@@ -107,6 +117,24 @@ class StreamExecutable:
         for c in plan.copies:
             self._actions.append(("copy", ptr(c.dst), ptr(c.src), c.src.nbytes))
 
+    def collective(self, step, ptr):
+        """A collective step as an action queued on the stream (captured into the step's
+        graph like a launch): the communicator's call over the operand's and the result's
+        device pointers; `count` is the operand's element count (per rank, for AllGather)."""
+        op, comm = step.eqn.op, self.rt.communicator
+        if comm is None or comm.ranks != op.ranks:
+            have = "none" if comm is None else comm.ranks
+            raise UnsupportedOp(f"{op!r} needs a communicator of {op.ranks} ranks; this "
+                                f"runtime has {have}", op=op.name, backend=self.backend,
+                                device=str(self.rt.device))
+        src, dst = ptr(step.inputs[0]), ptr(step.out)
+        t = step.inputs[0].type
+        run = comm.all_reduce if op.name == "AllReduce" else comm.all_gather
+        count = 1
+        for d in t.shape:
+            count *= d
+        return lambda ctx: run(src, dst, count, t.dtype, ctx.stream)
+
     def launches(self, compiled, operands: dict[int, int], scratch: dict[str, int]) -> list:
         """The backend's bound launches of one step (callables taking the context)."""
         raise NotImplementedError
@@ -122,6 +150,10 @@ class StreamExecutable:
 
     def run(self) -> None:
         if not self.replay:
+            self.run_eager()
+            return
+        if not self._warm:
+            self._warm = True
             self.run_eager()
             return
         if self._graph is None:

@@ -45,6 +45,12 @@ class ReferenceBackend(Backend):
     def runtime(self, device):
         return ReferenceRuntime(device)
 
+    def tensor_parallel_group(self, ranks: int):
+        """Ranks as threads of this process, over host arrays (poot.parallel.local)."""
+        from poot.parallel.local import LocalGroup
+
+        return LocalGroup(ranks)
+
 
 BACKEND = ReferenceBackend()
 

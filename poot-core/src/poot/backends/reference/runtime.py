@@ -15,7 +15,7 @@ import numpy as np
 
 from poot.contract import ALIGN, Device, Place, Plan, Step
 from poot.dtypes import DType
-from poot.errors import CapacityError, OutOfRange
+from poot.errors import CapacityError, OutOfRange, UnsupportedOp
 from poot.ir import ops as O
 from poot.ir.graph import Lit
 from poot.oracle import apply
@@ -49,9 +49,13 @@ class ReferenceExecutable:
 class ReferenceRuntime:
     """The Runtime of the reference backend (see poot.contract.Runtime)."""
 
-    def __init__(self, device: Device, limit_bytes: int | None = None):
+    def __init__(self, device: Device, limit_bytes: int | None = None, communicator=None):
+        """`communicator`: this rank's membership of a tensor-parallel group over host
+        arrays (`all_reduce(src, out)`, `all_gather(src, out)`; poot.parallel.local), for
+        plans holding collectives."""
         self.device = device
         self.limit_bytes = limit_bytes
+        self.communicator = communicator
         self.allocated = 0
         self.allocs = 0          # calls of alloc, so tests can check steps allocate nothing
 
@@ -75,9 +79,23 @@ class ReferenceRuntime:
 
     def load(self, plan: Plan, buffers: Mapping[str, HostBuffer]) -> ReferenceExecutable:
         view = _Views(buffers)
-        kernels = [_kernel(step, view) for step in plan.steps]
+        kernels = [self._collective(step, view) if step.lowering.extra.get("collective")
+                   else _kernel(step, view) for step in plan.steps]
         kernels += [_copy(view(c.src), view(c.dst)) for c in plan.copies]
         return ReferenceExecutable(kernels)
+
+
+    def _collective(self, step: Step, view: _Views) -> Kernel:
+        op = step.eqn.op
+        if self.communicator is None or self.communicator.ranks != op.ranks:
+            have = "none" if self.communicator is None else self.communicator.ranks
+            raise UnsupportedOp(f"{op!r} needs a communicator of {op.ranks} ranks; this "
+                                f"runtime has {have}",
+                                op=op.name, backend="reference", device=str(self.device))
+        src, out = view(step.inputs[0]), view(step.out)
+        run = self.communicator.all_reduce if isinstance(op, O.AllReduce) else \
+            self.communicator.all_gather
+        return lambda: run(src, out)
 
 
 class _Views:

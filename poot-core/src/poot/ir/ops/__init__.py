@@ -8,6 +8,7 @@ import dataclasses
 from poot.ir.ops import composite, compute, data, elementwise, reduce, shape
 from poot.ir.ops.base import OpKind, SubOp, broadcast_shapes
 from poot.ir.ops.composite import (
+    COLLECTIVES,
     AllGather,
     AllReduce,
     Attention,

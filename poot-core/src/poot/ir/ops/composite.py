@@ -491,4 +491,5 @@ class AllGather(Composite):
         return ins[0]
 
 
-
+#: the collectives: cuts between stages, run by a runtime's communicator
+COLLECTIVES = (AllReduce, AllGather)
