@@ -68,6 +68,9 @@ def op_dtypes(uses: dict[DType, Use]) -> dict[str, frozenset]:
     table["Reduce.Max"] = arith - NARROW_INTS - {D.U32}
     table["Rope"] = floats
     table.update({op: dot - {D.U32} for op in ("MatMul", "IndexedMatMul", "Attention")})
+    table.update({op: frozenset(d for d in dot if d.is_float)
+                  for op in ("BlockTopK", "SelectedAttention")})
+    table["Scan"] = stored
     table["DenseContraction"] = dot - {D.I32}  # u32: f16 values two to a word
     table["GroupedDenseContraction"] = frozenset({D.BF16}) & dot
     table["DenseRowGather"] = frozenset({D.BF16}) & dot

@@ -64,6 +64,9 @@ def op_dtypes(uses: dict[DType, Use]) -> dict[str, frozenset]:
     table["FusedRow"] = stored
     table["Rope"] = floats - {D.F16}  # its lowering selects in the element dtype (see NOTES)
     table.update({op: dot - {D.U32} for op in ("MatMul", "IndexedMatMul", "Attention")})
+    table.update({op: frozenset(d for d in dot if d.is_float)
+                  for op in ("BlockTopK", "SelectedAttention")})
+    table["Scan"] = stored
     table["DenseContraction"] = dot - {D.I32}  # u32: f16 values two to a word
     table["GroupedDenseContraction"] = frozenset({D.BF16})
     table["DenseRowGather"] = frozenset({D.BF16})

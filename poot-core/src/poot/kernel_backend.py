@@ -114,14 +114,20 @@ class KernelBackend(Backend):
         refusal (dtype, limit, compiler) comes before anything runs."""
         from poot.capability import operand_types
         from poot.codegen.lower import lower
+        from poot.errors import LoweringError
         from poot.ir.graph import Lit
 
         types = operand_types(graph, eqn)
         out = graph.type_of(eqn.out)
-        self.capabilities(device).check(eqn.op, types, out)
+        table = self.capabilities(device)
+        table.check(eqn.op, types, out)
         operands = [x if isinstance(x, Lit) else t
                     for x, t in zip(eqn.inputs, types, strict=True)]
-        compiled = self.build(lower(eqn.op, operands, out, self.features(device)), device)
+        try:   # a kernel lowering's own refusal (a limit, a body it cannot hold)
+            program = lower(eqn.op, operands, out, self.features(device))
+        except LoweringError as exc:
+            raise exc.on(table.backend, table.device) from None
+        compiled = self.build(program, device)
         return Lowering(compiled.label, compiled.launch, compiled,
                         dispatches=len(compiled.kernels),
                         extra={"alias": compiled.program.alias})
