@@ -18,6 +18,7 @@ kernel is printed (poot_vulkan.glsl).
 from __future__ import annotations
 
 from poot.capability import CapabilityTable, Use, every_op_key
+from poot.codegen.coverage import SCAN_NOTE
 from poot.dtypes import DType
 from poot.ir.ops import BinaryOp, UnaryOp
 
@@ -90,6 +91,7 @@ NOTES = {
                 "program reads as u32 words; no op computes with it" for d in BYTE_FLOATS},
     "Reduce.Max:u32": "no unsigned accumulator for Max",
     "MatMul:u32": "u32 is a contraction operand only as DenseContraction's f16 words",
+    "Scan": SCAN_NOTE,
     "numerics": "SPIR-V lets drivers flush f32 subnormals and fuse a*b+c; exp and log are "
                 "within Vulkan's ulp bounds; NaN is tested through bits (poot_isnan), so "
                 "max, casts and Select keep it",
