@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from reference_decoder import forward
-from test_families import BACKEND    # POOT_FAMILY_BACKEND (scripts/h200_models.sh: cuda)
+from test_families import BACKEND  # POOT_FAMILY_BACKEND (scripts/h200_models.sh: cuda)
 
 VOCAB, DIM, HEADS, KV, HEAD_DIM, FFN, EXPERTS = 128, 64, 4, 2, 32, 96, 4
 
