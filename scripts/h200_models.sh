@@ -8,7 +8,8 @@
 # The models are random-weight stand-ins of each file's exact shape and storage formats
 # (poot-core/benchmarks/family_decode.py) unless the real GGUFs are in $POOT_CACHE: the
 # Gemma 3 file (253 MB) is over the device's 64 MiB transfer. Then the Gemma 3 architecture
-# tests on random weights run on cuda (tests/test_families.py, cuda in place of reference).
+# tests on random weights run on cuda, every HF family and the GGUF Qwen3 / MoE files
+# (tests/test_families.py, tests/test_gguf_families.py, cuda in place of reference).
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 POOT_CACHE=${POOT_CACHE:-/tmp/poot-cache}
 mkdir -p "$POOT_CACHE"
@@ -18,5 +19,5 @@ python3 -m pip install -q --no-deps --no-build-isolation --no-index \
   -e poot-core -e poot-quant -e poot-backend-cuda || echo "EDITABLE INSTALL FAILED"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 timeout 420 python3 poot-core/benchmarks/family_decode.py --backend cuda --tokens 128
-POOT_FAMILY_BACKEND=cuda timeout 150 python3 -m pytest -q -p no:randomly -x \
-  tests/test_families.py -k "matches_numpy or sliding_layers"
+POOT_FAMILY_BACKEND=cuda timeout 200 python3 -m pytest -q -p no:randomly -x \
+  tests/test_families.py tests/test_gguf_families.py -k "matches_numpy or sliding_layers"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from reference_decoder import forward
+from test_families import BACKEND  # POOT_FAMILY_BACKEND (scripts/h200_models.sh: cuda)
 
 VOCAB, DIM, HEADS, KV, HEAD_DIM, FFN, EXPERTS = 128, 64, 4, 2, 32, 96, 4
 
@@ -108,7 +109,7 @@ def write_gguf(path, arch: str, seed: int = 0):
 
 @pytest.mark.parametrize("arch", sorted(CASES))
 def test_gguf_family_matches_numpy_reference(tmp_path, arch):
-    check(tmp_path, arch, "reference")
+    check(tmp_path, arch, BACKEND)
 
 
 def test_packed_moe_on_wgpu(tmp_path):

@@ -63,3 +63,35 @@ def test_binding_limit_is_in_the_table(wgpu_device, table):
 def test_support_matrix_names_the_rules(table):
     md = table.to_markdown()
     assert "| Select |" in md and "SPIR-V" in md and "storage and conversion only" in md
+
+
+def _scan_graph(dtype, body_fn, carry_shape=(4,)):
+    from poot.ir import Builder, region
+
+    c = T(carry_shape, dtype)
+    b = Builder("scan")
+    init = b.const(c, "init")
+    xs = b.const(T((3, *carry_shape), dtype), "xs")
+    b.result(b.eqn(O.Scan(region([c, c], body_fn), 3), init, xs))
+    return b.finish()
+
+
+def test_scan_body_is_checked_as_a_region(table):
+    """A Scan's kernel evaluates its body, so a body eqn the device lacks refuses it."""
+    g = _scan_graph(D.BF16, lambda b, c, x: b.eqn(O.Binary(O.BinaryOp.Add), c, x))
+    with pytest.raises(DtypeLowering, match="inside Scan") as e:
+        table.check_eqn(g.eqns()[0], g)
+    assert (e.value.op, e.value.dtype) == ("Binary.Add", "bf16")
+
+
+def test_scan_body_with_a_reduction_is_refused_at_plan_time(wgpu_device, table):
+    from poot.plan import plan
+
+    def body(b, c, x):
+        total = b.eqn(O.Reduce(O.ReduceOp.Sum, 0, True), c)
+        return b.eqn(O.Binary(O.BinaryOp.Add), b.eqn(O.Broadcast((4,)), total), x)
+
+    g = _scan_graph(D.F32, body)
+    with pytest.raises(UnsupportedOp, match="Scan body holds Reduce") as e:
+        plan(g, (BACKEND_INSTANCE, BACKEND_INSTANCE.probe()[0]))
+    assert (e.value.op, e.value.backend, e.value.device) == ("Scan", "wgpu", table.device)

@@ -14,6 +14,7 @@ An op is declared only where poot.codegen has a lowering for it.
 from __future__ import annotations
 
 from poot.capability import CapabilityTable, Use, every_op_key
+from poot.codegen.coverage import SCAN_NOTE
 from poot.dtypes import DType
 
 D = DType
@@ -36,7 +37,7 @@ NOTES = {
     **{str(d): "held only as a packed weight's source bytes, read by its format's decode "
                 "program; no op computes with it" for d in BYTE_FLOATS},
     "Reduce.Max:u32": "no unsigned accumulator for Max",
-    "Scan": "Scan is evaluated by its primitive definition; no kernel lowering",
+    "Scan": SCAN_NOTE,
     "numerics": "IEEE f32 as the oracle: no fast-math, no contraction of a*b+c, "
                 "subnormals kept",
 }
@@ -68,6 +69,9 @@ def op_dtypes(uses: dict[DType, Use], formats: frozenset) -> dict[str, frozenset
     ops["Reduce.Max"] = arith - NARROW_INTS - {D.U32}
     ops["Rope"] = floats
     ops.update({k: dot - {D.U32} for k in ("MatMul", "IndexedMatMul", "Attention")})
+    ops.update({k: frozenset(d for d in dot if d.is_float)
+                for k in ("BlockTopK", "SelectedAttention")})
+    ops["Scan"] = stored
     ops["DenseContraction"] = dot - {D.I32}          # u32: f16 values two to a word
     ops["ContractionEpilogue"] = dot - {D.I32}
     ops["GroupedDenseContraction"] = frozenset({D.BF16})

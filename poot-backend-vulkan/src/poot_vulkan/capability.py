@@ -18,6 +18,7 @@ kernel is printed (poot_vulkan.glsl).
 from __future__ import annotations
 
 from poot.capability import CapabilityTable, Use, every_op_key
+from poot.codegen.coverage import SCAN_NOTE
 from poot.dtypes import DType
 from poot.ir.ops import BinaryOp, UnaryOp
 
@@ -68,6 +69,9 @@ def op_dtypes(uses: dict[DType, Use]) -> dict[str, frozenset]:
     table["Reduce.Max"] = arith - NARROW_INTS - {D.U32}
     table["Rope"] = floats
     table.update({op: dot - {D.U32} for op in ("MatMul", "IndexedMatMul", "Attention")})
+    table.update({op: frozenset(d for d in dot if d.is_float)
+                  for op in ("BlockTopK", "SelectedAttention")})
+    table["Scan"] = stored
     table["DenseContraction"] = dot - {D.I32}  # u32: f16 values two to a word
     table["GroupedDenseContraction"] = frozenset({D.BF16}) & dot
     table["DenseRowGather"] = frozenset({D.BF16}) & dot
@@ -87,6 +91,7 @@ NOTES = {
                 "program reads as u32 words; no op computes with it" for d in BYTE_FLOATS},
     "Reduce.Max:u32": "no unsigned accumulator for Max",
     "MatMul:u32": "u32 is a contraction operand only as DenseContraction's f16 words",
+    "Scan": SCAN_NOTE,
     "numerics": "SPIR-V lets drivers flush f32 subnormals and fuse a*b+c; exp and log are "
                 "within Vulkan's ulp bounds; NaN is tested through bits (poot_isnan), so "
                 "max, casts and Select keep it",

@@ -15,6 +15,7 @@ An op is declared only where poot.codegen has a lowering for it.
 from __future__ import annotations
 
 from poot.capability import CapabilityTable, Use, every_op_key
+from poot.codegen.coverage import SCAN_NOTE
 from poot.dtypes import DType
 from poot.ir.ops import BinaryOp, UnaryOp
 
@@ -64,6 +65,9 @@ def op_dtypes(uses: dict[DType, Use]) -> dict[str, frozenset]:
     table["FusedRow"] = stored
     table["Rope"] = floats - {D.F16}  # its lowering selects in the element dtype (see NOTES)
     table.update({op: dot - {D.U32} for op in ("MatMul", "IndexedMatMul", "Attention")})
+    table.update({op: frozenset(d for d in dot if d.is_float)
+                  for op in ("BlockTopK", "SelectedAttention")})
+    table["Scan"] = stored
     table["DenseContraction"] = dot - {D.I32}  # u32: f16 values two to a word
     table["GroupedDenseContraction"] = frozenset({D.BF16})
     table["DenseRowGather"] = frozenset({D.BF16})
@@ -84,6 +88,7 @@ NOTES = {
     "Rope:f16": "poot.codegen's Rope kernel selects in the element dtype, and Select on F16 "
                 "is refused on SPIR-V targets",
     "MatMul:u32": "u32 is a contraction operand only as DenseContraction's f16 words",
+    "Scan": SCAN_NOTE,
     "numerics": "WGSL lets compilers assume finite math: NaN/Inf through float arithmetic is "
                 "not guaranteed (lavapipe folds x*0 to 0); Select, casts and Max keep them "
                 "bit for bit; exp is within Vulkan's 3+2|x| ulp; f32 subnormals may be "

@@ -280,14 +280,14 @@ def operand_types(graph, eqn) -> list[TensorType]:
 def region_eqns(op: O.OpKind, ins: Sequence[TensorType]) \
         -> Iterable[tuple[O.OpKind, list, TensorType]]:
     """Every eqn a region lowers with it: a Fused/FusedRow body's eqns, and a
-    ContractionEpilogue's head followed by its body. Scan and the other composites
-    are checked by their own key only (their definition is not a device kernel)."""
+    ContractionEpilogue's head followed by its body, a Scan's body (its kernel evaluates
+    the body). The other composites are checked by their own key only."""
     out = []
     if isinstance(op, O.ContractionEpilogue):
         head_ins = list(ins[: op.n_head])
         out.append((op.head, head_ins, op.head.infer(head_ins)))
     body = getattr(op, "body", None)
-    if body is None or isinstance(op, O.Scan):
+    if body is None:
         return out
     for e in body.eqns():
         out.append((e.op, operand_types(body, e), body.type_of(e.out)))

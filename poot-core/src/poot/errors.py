@@ -46,11 +46,17 @@ class LoweringError(PootError):
     def __init__(self, message: str, *, op: str = "", dtype: str = "", backend: str = "",
                  device: str = ""):
         self.op, self.dtype, self.backend, self.device = op, dtype, backend, device
+        self.reason = message
         where = ", ".join(
             f"{k}={v}" for k, v in
             (("op", op), ("dtype", dtype), ("backend", backend), ("device", device)) if v
         )
         super().__init__(f"{message} [{where}]" if where else message)
+
+    def on(self, backend: str, device: str) -> LoweringError:
+        """The same refusal naming the backend and device it was raised for."""
+        return type(self)(self.reason, op=self.op, dtype=self.dtype,
+                          backend=self.backend or backend, device=self.device or device)
 
 
 class DtypeLowering(LoweringError):

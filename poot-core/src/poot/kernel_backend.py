@@ -144,8 +144,14 @@ class KernelBackend(Backend):
 
     def _lowering(self, op, operands, out, device: Device) -> Lowering:
         from poot.codegen.lower import lower
+        from poot.errors import LoweringError
 
-        compiled = self.build(lower(op, list(operands), out, self.features(device)), device)
+        try:   # a kernel lowering's own refusal (a limit, a body it cannot hold)
+            program = lower(op, list(operands), out, self.features(device))
+        except LoweringError as exc:
+            table = self.capabilities(device)
+            raise exc.on(table.backend, table.device) from None
+        compiled = self.build(program, device)
         return Lowering(compiled.label, compiled.launch, compiled,
                         dispatches=len(compiled.kernels),
                         extra={"alias": compiled.program.alias})

@@ -21,6 +21,7 @@ from poot.ir.ops import (
     Attention,
     Binary,
     BinaryOp,
+    BlockTopK,
     Broadcast,
     Cast,
     Concat,
@@ -44,8 +45,10 @@ from poot.ir.ops import (
     ReduceOp,
     Reshape,
     Rope,
+    Scan,
     ScatterUpdate,
     Select,
+    SelectedAttention,
     Slice,
     Transpose,
     Unary,
@@ -349,6 +352,52 @@ def attention_cases() -> list[Case]:
     ]
 
 
+def _selected(h, t, s, d, dv, block, listed, dt=F32, mshape=None):
+    """Listed block ids include repeats and ids naming no block (-1, S/block)."""
+    q, k, v = T((h, t, d), dt), T((h, s, d), dt), T((h, s, dv), dt)
+    blocks, m = T((h, t, listed), I32), T(mshape or (t, s), dt)
+
+    def mask(rng):
+        keep = rng.random(m.shape) < 0.8
+        return np.where(keep, 0.0, -np.inf).astype(dt.numpy)
+    return Case(f"selected-attention-h{h}-t{t}-s{s}-b{block}-kb{listed}-{dt}",
+                SelectedAttention(block, float(d) ** -0.5), (q, k, v, blocks, m),
+                makers(normal(q), normal(k), normal(v), ints(blocks, -1, s // block + 1), mask),
+                1e-10 if dt is F32 else 1e-3)
+
+
+def _scan_affine(b, c, x, y):
+    return b.eqn(Binary(BinaryOp.Add), b.eqn(Binary(BinaryOp.Mul), c, x), y)
+
+
+def scan_rotate(b, c, x):
+    """A body that moves carry elements: rotate left by one, then add x."""
+    n = c.shape[0]
+    turned = b.eqn(Concat(0), b.eqn(Slice(0, 1, n), c), b.eqn(Slice(0, 0, 1), c))
+    return b.eqn(Binary(BinaryOp.Add), turned, x)
+
+
+def sparse_cases() -> list[Case]:
+    """Block selection, attention over selected blocks, and Scan recurrences."""
+    qi, ki = T((2, 5, 16), F32), T((2, 24, 16), F32)
+    qb, kb = T((3, 2, 40), BF16), T((3, 64, 40), BF16)
+    c, xs, ys = T((3, 5), F32), T((6, 3, 5), F32), T((6, 5), F32)
+    r, rx = T((7,), I32), T((4, 7), I32)
+    return [
+        Case("block-topk-ties", BlockTopK(4, 3), (qi, ki),         # integers: many ties
+             makers(ints(qi, -2, 3), ints(ki, -2, 3))),
+        Case("block-topk-nan-inf", BlockTopK(4, 6), (qi, ki),      # NaN blocks rank last
+             makers(normal(qi), specials(ki))),
+        Case("block-topk-bf16", BlockTopK(8, 2), (qb, kb), makers(normal(qb), normal(kb))),
+        _selected(3, 4, 24, 16, 16, 4, 3),
+        _selected(2, 1, 64, 40, 24, 8, 4, dt=BF16, mshape=(2, 1, 64)),    # decode, ragged D
+        Case("scan-affine-broadcast", Scan(region([c, c, T((5,), F32)], _scan_affine), 6),
+             (c, xs, ys), makers(normal(c), normal(xs, scale=0.5), normal(ys)), 1e-10),
+        Case("scan-rotate-i32", Scan(region([r, T((7,), I32)], scan_rotate), 4), (r, rx),
+             makers(ints(r, -9, 9), ints(rx, -9, 9))),
+    ]
+
+
 def _dense(m_shape, n, k, wdt, tol=1e-10):
     a = T(m_shape + (k,), F32)
     w = T((n, k // 2), U32) if wdt is U32 else T((n, k), wdt)
@@ -430,7 +479,7 @@ def packed_cases(formats: dict | None = None) -> list[Case]:
 def all_cases(formats: dict | None = None) -> list[Case]:
     return (elementwise_cases() + shape_cases() + data_cases() + reduce_cases()
             + matmul_cases() + region_cases() + rope_cases() + attention_cases()
-            + contraction_cases() + packed_cases(formats))
+            + sparse_cases() + contraction_cases() + packed_cases(formats))
 
 
 def mismatch(got: np.ndarray, want: np.ndarray, tol: float) -> str | None:

@@ -25,6 +25,8 @@ BIT_BINARY = BinaryOp.keys(lambda b: b.bitwise)
 MOVES = ("Broadcast", "Reshape", "Transpose", "Slice", "Concat", "Gather", "ScatterUpdate",
          "DynamicUpdateSlice", "Select", "Cast", "Fused", "FusedRow", "ContractionEpilogue",
          "Reduce.Sum")
+SCAN_NOTE = ("one kernel looping over the steps; its body eqns are checked as a region's, "
+             "and a body with a reduction or contraction is refused (UnsupportedOp)")
 PACKED = ("PackedDequant", "PackedContraction", "PackedRowGather", "IndexedPackedContraction")
 
 
@@ -41,7 +43,8 @@ def kernel_ops(floats: set, formats) -> dict[str, set]:
     ops["Iota"] = {F32, I32}
     ops["ArgTopK"] = floats | {I32}
     ops.update({k: floats | {I32} for k in ("MatMul", "IndexedMatMul")})
-    ops.update({k: set(floats) for k in ("Attention", "Rope")})
+    ops.update({k: set(floats) for k in ("Attention", "Rope", "BlockTopK", "SelectedAttention")})
+    ops["Scan"] = floats | ALL_WORDS
     ops["DenseContraction"] = {F32, F16, U32} | ({BF16} & floats)
     ops["GroupedDenseContraction"] = {BF16} & floats
     ops["DenseRowGather"] = {BF16} & floats
@@ -52,12 +55,10 @@ def kernel_ops(floats: set, formats) -> dict[str, set]:
 
 def kernel_notes(backend: str) -> dict[str, str]:
     """Why the ops the lowerings leave out are refused."""
-    return {"Scan": f"Scan is evaluated by its primitive definition; no {backend} kernel",
-            "AllReduce": "collectives are cuts between stages",
+    return {"AllReduce": "collectives are cuts between stages",
             "AllGather": "collectives are cuts between stages",
-            "BlockTopK": f"no {backend} kernel for sparse block selection yet",
-            "SelectedAttention": f"no {backend} kernel for sparse attention yet",
+            "Scan": SCAN_NOTE,
             "Reduce.Max:u32": "no unsigned accumulator for Max"}
 
 
-__all__ = ["kernel_ops", "kernel_notes", "ALL_WORDS", "INTS", "SMALL"]
+__all__ = ["kernel_ops", "kernel_notes", "SCAN_NOTE", "ALL_WORDS", "INTS", "SMALL"]

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from poot.codegen.cases import scan_rotate
 from poot.conformance.inputs import Arg, nan_payload
 from poot.conformance.roles import input_role
 from poot.dtypes import DType
@@ -392,10 +393,18 @@ def attention_cases() -> Iterator[Case]:
     yield case("BlockTopK-f32-2x3x8-s16-b4-k2", "BlockTopK", F32,
                [Arg(T((2, 3, 8), F32), "int"), Arg(T((2, 16, 8), F32), "int")],
                one(O.BlockTopK(4, 2)), exact=True)
+    yield case("BlockTopK-bf16-2x1x8-s24-b4-k3", "BlockTopK", BF16,
+               [Arg(T((2, 1, 8), BF16), "int"), Arg(T((2, 24, 8), BF16), "int")],
+               one(O.BlockTopK(4, 3)), exact=True)
     yield case("SelectedAttention-f32-2x3x8-s16-b4", "SelectedAttention", F32,
                [Arg(T((2, 3, 8), F32)), Arg(T((2, 16, 8), F32)), Arg(T((2, 16, 8), F32)),
                 Arg(T((2, 3, 2), I32), ("index", 4)), Arg(T((3, 16), F32), "small")],
                one(O.SelectedAttention(4, 0.3)), exact=False, growth="compose")
+    for d in (F16, BF16):
+        yield case(f"SelectedAttention-{d}-decode-2x1x40-s32-b8", "SelectedAttention", d,
+                   [Arg(T((2, 1, 40), d)), Arg(T((2, 32, 40), d)), Arg(T((2, 32, 40), d)),
+                    Arg(T((2, 1, 3), I32), ("index", 4)), Arg(T((2, 1, 32), d), "small")],
+                   one(O.SelectedAttention(8, 0.2)), exact=False, growth="compose")
 
 
 def _scan_body(b, carry, x):
@@ -406,6 +415,14 @@ def other_cases() -> Iterator[Case]:
     c = T((4,), F32)
     yield case("Scan-f32-5x4", "Scan", F32, [Arg(c), Arg(T((5, 4), F32), "small")],
                one(O.Scan(region([c, c], _scan_body), 5)), exact=False, growth="compose")
+    for d in (F16, BF16):   # the body's eqns decide: bf16 has no arithmetic on SPIR-V
+        cd = T((3, 4), d)
+        yield case(f"Scan-{d}-6x3x4", "Scan", d, [Arg(cd), Arg(T((6, 3, 4), d), "small")],
+                   one(O.Scan(region([cd, cd], _scan_body), 6)), exact=False,
+                   growth="compose")
+    r = T((9,), I32)
+    yield case("Scan-i32-rotate-4x9", "Scan", I32, [Arg(r), Arg(T((4, 9), I32))],
+               one(O.Scan(region([r, r], scan_rotate), 4)), exact=True)
     yield case("AllReduce-f32-1rank-3x5", "AllReduce", F32, [Arg(T((3, 5), F32))],
                one(O.AllReduce(1)), exact=True)
     yield case("AllGather-f32-1rank-3x5", "AllGather", F32, [Arg(T((3, 5), F32))],

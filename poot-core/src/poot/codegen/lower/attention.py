@@ -1,6 +1,6 @@
 """Attention: softmax(q k^T * scale + mask) v with GQA, online softmax, no score matrix.
 
-Both schedules share one piece (`_Row`): a 32-lane group owns one query row; its
+Both schedules share one piece (`Row`): a 32-lane group owns one query row; its
 lanes split the head dimension, so a score is one width-32 cooperative sum (a run
 of KEYS of them in flight at once), and each lane keeps its slice of the running
 output in registers, rescaled once per run of keys (online softmax).
@@ -79,11 +79,11 @@ def _part_ml(rows, splits):
     return BufferParam("part_ml", F32, Access.READ_WRITE, rows * splits * 2, SCRATCH)
 
 
-class _Shape:
-    """The attention operands' sizes."""
+class Shape:
+    """The attention operands' sizes (the mask is operand `mask`)."""
 
-    def __init__(self, sig: Sig):
-        q, k, v, mask = (sig.type(i) for i in range(4))
+    def __init__(self, sig: Sig, mask: int = 3):
+        q, k, v, mask = (sig.type(i) for i in (0, 1, 2, mask))
         self.q, self.k, self.v, self.mask = q, k, v, mask
         *lead, self.hq, self.t, self.d = q.shape
         self.lead = tuple(lead)
@@ -93,11 +93,11 @@ class _Shape:
         self.scale = sig.op.scale
 
 
-class _Row:
+class Row:
     """One query row owned by one 32-lane group: its q slice, running max, sum and output
     slice (per-thread arrays), updated by runs of KEYS keys."""
 
-    def __init__(self, kb, a: _Shape, lane, li, h, ti, row_ok):
+    def __init__(self, kb, a: Shape, lane, li, h, ti, row_ok):
         self.kb, self.a, self.lane, self.row_ok = kb, a, lane, row_ok
         self.qreg = kb.local("qreg", F32, a.dj)
         self.acc = kb.local("acc", F32, a.vj)
@@ -153,7 +153,7 @@ class _Row:
 
 def _block_kernel(sig: Sig):
     """Prefill: WARPS query rows of one KV head per workgroup, K/V tiles in shared memory."""
-    a = _Shape(sig)
+    a = Shape(sig)
     per_head = a.group * a.t                       # query rows that read one KV head
     blocks = math.ceil(per_head / WARPS)
     count = math.prod(a.lead) * a.hkv * blocks
@@ -180,7 +180,7 @@ def _block_kernel(sig: Sig):
         rc = kb.let("rc", ix.minimum(r, i32(per_head - 1)))
         h = kb.let("h", ix.add(ix.mul(kvh, a.group), ix.div(rc, a.t)))
         ti = kb.let("t", ix.mod(rc, a.t))
-        row = _Row(kb, a, lane, li, h, ti, row_ok)
+        row = Row(kb, a, lane, li, h, ti, row_ok)
         kvrow = ix.add(ix.mul(li, a.hkv), kvh)
         kbase = kb.let("kbase", ix.mul(kvrow, a.s * a.d))
         vbase = kb.let("vbase", ix.mul(kvrow, a.s * a.dv))
@@ -214,7 +214,7 @@ def _block_kernel(sig: Sig):
 
 def _partial_kernel(sig: Sig, rows: int, splits: int, chunk: int):
     """Decode: one workgroup per (query row, KV split); its groups take runs of keys."""
-    a = _Shape(sig)
+    a = Shape(sig)
     dv = a.dv
     wg = LANES * WARPS
     grid, g = ix.launch_groups(rows * splits)
@@ -240,7 +240,7 @@ def _partial_kernel(sig: Sig, rows: int, splits: int, chunk: int):
         kvrow = ix.add(ix.mul(li, a.hkv), ix.div(h, a.group))
         kbase = kb.let("kbase", ix.mul(kvrow, a.s * a.d))
         vbase = kb.let("vbase", ix.mul(kvrow, a.s * dv))
-        row = _Row(kb, a, lane, li, h, ti, i32(1))
+        row = Row(kb, a, lane, li, h, ti, i32(1))
         start = kb.let("start", ix.mul(split, chunk))
         end = kb.let("end", ix.minimum(ix.add(start, chunk), i32(a.s)))
         # Skip a split whose keys are all masked out (-inf): decode KV caches are sized for
