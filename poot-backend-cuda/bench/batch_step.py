@@ -204,30 +204,27 @@ def greedy_same(session, steps: int) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--batches", default="1,8,32")
-    ap.add_argument("--rows", default="4,8,32", help="M of the matmul shapes")
+    ap.add_argument("--batches", default="1,8,32", help="decode batches under the rows GEMV")
+    ap.add_argument("--old-batches", default="32",
+                    help="decode batches also timed under the tiled GEMM (BATCH_ROWS = 0)")
+    ap.add_argument("--rows", default="8,32", help="M of the matmul shapes ('': none)")
     ap.add_argument("--max-seq", type=int, default=512)
     ap.add_argument("--pos", type=int, default=100)
-    ap.add_argument("--old", action=argparse.BooleanOptionalAction, default=True,
-                    help="also time the steps under the tiled GEMM (BATCH_ROWS = 0)")
     ap.add_argument("--greedy", type=int, default=12, help="tokens of the greedy check")
-    ap.add_argument("--skip-shapes", action="store_true")
     args = ap.parse_args()
     batches = sorted(int(x) for x in args.batches.split(","))
-    from poot_cuda.driver import Context
-
-    if not args.skip_shapes:
-        ctx = Context(0)
-        bench_shapes(ctx, Timer(ctx), [int(x) for x in args.rows.split(",")])
-    model = smollm2_model(args.max_seq)
+    old = sorted(int(x) for x in args.old_batches.split(",") if x)
     largest = max(batches)
-    session = bench_steps(model, batches, args.max_seq, args.pos, "rows GEMV", {largest})
-    if args.old:
+    model = smollm2_model(args.max_seq)
+    if old:
         with schedule(0):
-            old = [b for b in batches if b > dot.GEMV_MAX_ROWS]
-            bench_steps(model, old, args.max_seq, args.pos, "tiled GEMM", {largest})
+            bench_steps(model, old, args.max_seq, args.pos, "tiled GEMM", {max(old)})
+    session = bench_steps(model, batches, args.max_seq, args.pos, "rows GEMV", {largest})
     if args.greedy:
         greedy_same(session, args.greedy)
+    if args.rows:
+        ctx = session.executor(1, largest).runtime.ctx
+        bench_shapes(ctx, Timer(ctx), [int(x) for x in args.rows.split(",")])
     return 0
 
 
