@@ -31,8 +31,8 @@ from poot.codegen.lower import dot
 
 SHAPES = ((576, 576), (192, 576), (1536, 576), (576, 1536), (49152, 576))   # (N, K)
 #: (label, BATCH_ROWS, ROWS_WIDTH, ROWS_GROUPS) of the matmul rows
-VARIANTS = (("tiled GEMM", 0, 1, 8), ("rows w1 g8", 32, 1, 8), ("rows w1 g4", 32, 1, 4),
-            ("rows w2 g4", 32, 2, 4), ("rows w4 g4", 32, 4, 4))
+VARIANTS = (("tiled GEMM", 0, 1, 8), ("rows w1 g8", 32, 1, 8), ("rows w2 g4", 32, 2, 4),
+            ("rows w4 g4", 32, 4, 4))
 
 
 def summary(key: str, value) -> None:
