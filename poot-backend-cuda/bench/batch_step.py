@@ -2,8 +2,8 @@
 batch sizes on cuda, under the rows GEMV and under the tiled GEMM it replaces.
 
 - each SmolLM2 matmul shape (packed Q4_1, N x K) alone at M rows: device time of the
-  tiled GEMM (dot.BATCH_ROWS = 0) and of the rows GEMV for several (columns per group,
-  groups per workgroup), each result checked against numpy first;
+  tiled GEMM (dot.BATCH_ROWS = 0) and of the rows GEMV as chosen, all wide and all narrow
+  (`VARIANTS`), each result checked against numpy first;
 - the recorded paged decode step (graph replay, device time) at each --batches size under
   each schedule, and per kernel kind (each launch timed alone, summed) at the largest;
   also Executor.step's host time (slot writes and the logits read included);
@@ -30,9 +30,11 @@ from bench_gpu import Timer, profile_step
 from poot.codegen.lower import dot
 
 SHAPES = ((576, 576), (192, 576), (1536, 576), (576, 1536), (49152, 576))   # (N, K)
-#: (label, BATCH_ROWS, ROWS_WIDTH, ROWS_GROUPS) of the matmul rows
-VARIANTS = (("tiled GEMM", 0, 1, 8), ("rows w1 g8", 32, 1, 8), ("rows w2 g4", 32, 2, 4),
-            ("rows w4 g4", 32, 4, 4))
+#: (label, BATCH_ROWS, ROWS_WIDE_N) of the matmul rows: the tiled GEMM, the rows GEMV as
+#: chosen, and the rows GEMV with every N taken as wide (two columns a group, trips of
+#: UNROLL) or as narrow (one column, long trips)
+VARIANTS = (("tiled GEMM", 0, None), ("rows GEMV", 32, None), ("rows all wide", 32, 0),
+            ("rows all narrow", 32, 1 << 30))
 
 
 def summary(key: str, value) -> None:
@@ -40,15 +42,14 @@ def summary(key: str, value) -> None:
 
 
 @contextlib.contextmanager
-def schedule(batch_rows: int, width: int | None = None, groups: int | None = None):
-    saved = dot.BATCH_ROWS, dot.ROWS_WIDTH, dot.ROWS_GROUPS
+def schedule(batch_rows: int, wide_n: int | None = None):
+    saved = dot.BATCH_ROWS, dot.ROWS_WIDE_N
     dot.BATCH_ROWS = batch_rows
-    dot.ROWS_WIDTH = width or saved[1]
-    dot.ROWS_GROUPS = groups or saved[2]
+    dot.ROWS_WIDE_N = saved[1] if wide_n is None else wide_n
     try:
         yield
     finally:
-        dot.BATCH_ROWS, dot.ROWS_WIDTH, dot.ROWS_GROUPS = saved
+        dot.BATCH_ROWS, dot.ROWS_WIDE_N = saved
 
 
 def q4_1_blocks(rng, n: int, k: int) -> np.ndarray:
@@ -111,12 +112,12 @@ def bench_shapes(ctx, timer, rows_list) -> None:
             a = random_operand(a_t, rng)
             want = a @ dense.T
             line = []
-            for label, batch_rows, width, groups in VARIANTS:
+            for label, batch_rows, wide_n in VARIANTS:
                 if m <= dot.GEMV_MAX_ROWS and batch_rows == 0:
                     label = "gemv (runs)"
                 run = None
                 try:
-                    with schedule(batch_rows, width, groups):
+                    with schedule(batch_rows, wide_n):
                         compiled = compile_program(lower(op, ins, out, FEATURES),
                                                    CudaPrinter("sm_90"))
                     run = LoweringRun(ctx, modules, compiled, [a, raw], out)
