@@ -266,6 +266,31 @@ def long_k_cases() -> Iterator[Case]:
                        growth="compose", flops=2 * 2 * k * 8)
 
 
+#: packed formats of the decode-batch cases: 32-element blocks with and without an offset,
+#: and 256-element superblocks
+BATCH_FORMATS = ("gguf:Q4_1", "gguf:Q8_0", "gguf:Q4_K")
+
+
+def decode_batch_cases() -> Iterator[Case]:
+    """Contractions of a decode batch (12 rows: the rows GEMV), with K past whole loop
+    trips (a tail) where the weight allows, and N odd (one column per group) and even."""
+    from poot.formats import PackedWeight, formats
+
+    for w, n, k in ((BF16, 19, 200), (U32, 20, 200), (F32, 8, 72)):
+        ws = (n, k // 2) if w is U32 else (n, k)
+        yield case(f"DenseContraction-{w}-batch-12x{k}-{n}x{k}", "DenseContraction", w,
+                   [Arg(T((12, k), F32)), Arg(T(ws, w), _f16_words(ws) if w is U32 else "any")],
+                   one(O.DenseContraction()), exact=False, growth="compose",
+                   flops=2 * 12 * k * n)
+    for name in [f for f in BATCH_FORMATS if f in formats()]:
+        k = 256 if name.endswith("_K") else 288
+        w = PackedWeight(name, (8, k))
+        srcs = [Arg(s.type, ("packed", w, i)) for i, s in enumerate(w.sources())]
+        yield case(f"PackedContraction-{name}-batch-12x{k}", "PackedContraction", name,
+                   [Arg(T((12, k), F32))] + srcs, one(O.PackedContraction(w)), exact=False,
+                   growth="compose", flops=2 * 12 * k * 8)
+
+
 def _f16_words(shape) -> tuple:
     """f16 values held two to a u32 word (the dense:f16words layout), not random words,
     whose halves would hold NaN and Inf patterns."""
@@ -433,7 +458,8 @@ def other_cases() -> Iterator[Case]:
 
 
 FAMILIES = (unary_cases, binary_cases, select_cases, cast_cases, shape_cases, data_cases,
-            reduce_cases, matmul_cases, dense_cases, packed_cases, long_k_cases, region_cases,
+            reduce_cases, matmul_cases, dense_cases, packed_cases, long_k_cases,
+            decode_batch_cases, region_cases,
             attention_cases, other_cases)
 
 

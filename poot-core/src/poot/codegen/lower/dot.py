@@ -14,6 +14,11 @@ owns the schedules:
   Where the weight's words lie in K order (`w_chunks`), each group first copies
   the words of its trip's runs to shared memory, consecutive lanes reading
   consecutive words, and the lanes decode their runs from that copy.
+* Rows GEMV (a decode batch: up to BATCH_ROWS rows): the GEMV's groups, one or two
+  columns each, with lanes striding along K one element at a time, so every activation
+  load is coalesced across the lanes and serves all the group's columns, and each weight
+  element is decoded once for all rows. (The 16x16 tiles below leave such
+  small problems a few workgroups looping over K through barriers: latency-bound.)
 * Tiled GEMM (many rows, prefill): 16x16 output tiles, operands staged through
   shared memory tiles of 16 along K (widened to the accumulator type).
 
@@ -37,6 +42,10 @@ LANES = 32        # threads that share one dot product in the GEMV schedule
 GROUPS = 8        # dot products per workgroup in the GEMV schedule
 TILE = 16         # GEMM tile edge
 GEMV_MAX_ROWS = 4
+BATCH_ROWS = 32   # the most rows the rows GEMV serves (decode batches)
+ROWS_WIDE_N = 8192   # columns from which the rows GEMV takes two a group (fills the GPU)
+ROWS_GROUPS = 4   # groups per workgroup in the rows GEMV (more workgroups for small N)
+ROWS_UNROLL = 18  # most elements a lane loads per trip in the rows GEMV over narrow N
 UNROLL = 4        # strided items per lane per loop trip in the GEMV schedule
 RUN_TRIP = 64     # weight elements per lane per trip when decoding runs (>= 32 bytes of 4-bit)
 RUN_COLUMNS = 2   # weight rows per group when decoding runs over staged activations
@@ -122,15 +131,18 @@ def contraction_kernel(p: Problem, sig, declare: Callable[[KernelBuilder], None]
         return gemv_kernel(p, kb_factory, declare)
     if mma.usable(p, sig.features):
         return mma.mma_gemm_kernel(p, kb_factory, declare)
+    if p.m <= BATCH_ROWS:
+        return gemv_kernel(p, kb_factory, declare, many_rows=True)
     return gemm_kernel(p, kb_factory, declare)
 
 
-def gemv_kernel(p: Problem, kb_factory, declare):
+def gemv_kernel(p: Problem, kb_factory, declare, many_rows: bool = False):
+    """The GEMV schedules; `many_rows`: the rows GEMV (element walk, several columns)."""
     rows = p.m if not p.w_per_row else 1        # rows sharing one weight column per group
     columns = p.batch * p.n * (p.m if p.w_per_row else 1)
-    plan = _run_plan(p, rows)
+    plan = _rows_plan(p) if many_rows else _run_plan(p, rows)
     width = plan.width                          # columns per group
-    words = p.w_pair is not None and not p.w_per_row and p.k % 2 == 0
+    words = not many_rows and p.w_pair is not None and not p.w_per_row and p.k % 2 == 0
     split = _words_split(p, columns) if words else 1
     lanes, groups = LANES * split, plan.groups // split    # threads per dot product
     grid, blk = ix.launch_groups(-(-columns // (groups * width)))
@@ -151,7 +163,9 @@ def gemv_kernel(p: Problem, kb_factory, declare):
         ms = [i32(m) for m in range(rows)]
         b = rest
     accs = [[kb.var(f"acc{j}", p.zero()) for j in range(len(ms))] for _ in ns]
-    if words:
+    if many_rows:
+        _gemv_columns(kb, p, lane, b, ns, ms, accs, plan.unroll)
+    elif words:
         _gemv_words(kb, p, lane, b, ns[0], ms, accs[0], lanes)
     elif p.w_run is not None and p.run > 1:
         _gemv_runs(kb, p, plan, lane, b, ns, ms, accs)
@@ -183,12 +197,14 @@ class RunPlan:
     """How the GEMV walks runs: `width` columns per group, `groups` groups per workgroup,
     `span` elements of each run's activations per staging phase (None: activations read
     where they are), `words` role -> words per column and trip of staged weights (None:
-    each lane loads its runs' words)."""
+    each lane loads its runs' words). The rows GEMV uses `width`, `groups` and `unroll`
+    (elements per lane and trip)."""
 
     width: int = 1
     groups: int = GROUPS
     span: int | None = None
     words: dict | None = None
+    unroll: int = UNROLL
 
 
 def _run_plan(p: Problem, rows: int) -> RunPlan:
@@ -219,6 +235,20 @@ def _run_plan(p: Problem, rows: int) -> RunPlan:
             return RunPlan(width, groups, span, words)
     span = _stage_span(p, rows, per, GROUPS, SHARED_BYTES)
     return RunPlan(RUN_COLUMNS, GROUPS, span) if span is not None else RunPlan()
+
+
+def _rows_plan(p: Problem) -> RunPlan:
+    """The rows GEMV's columns per group (one batch per group: N a multiple of them) and
+    elements per lane and trip (`span`). Narrow problems (few columns, so few groups) are
+    bound by each group's chain of trips: one column a group and the most elements per
+    trip that divide K's whole lane strides, so short rows (SmolLM2's K = 576) take one
+    trip. Wide ones have groups enough to hide latency: two columns a group (each
+    activation load serves both) in trips of UNROLL."""
+    if p.batch * p.n >= ROWS_WIDE_N:
+        return RunPlan(2 if p.batch == 1 and p.n % 2 == 0 else 1, ROWS_GROUPS)
+    strides = p.k // LANES
+    unroll = max((u for u in range(1, ROWS_UNROLL + 1) if strides % u == 0), default=1)
+    return RunPlan(1, ROWS_GROUPS, unroll=unroll)
 
 
 def _run_unroll(p: Problem) -> int:
@@ -292,6 +322,23 @@ def _gemv_elements(kb, p: Problem, lane, b, n, ms, accs, start: int):
             for acc, m in zip(accs, ms, strict=True):
                 wk = shared[u] if shared is not None else p.w(b, m, n, k)
                 kb.assign(acc, acc + p.a(b, m, k) * wk)
+
+
+def _gemv_columns(kb, p: Problem, lane, b, ns, ms, accs, unroll: int):
+    """Many rows (accs[t][j]: column t, row j), one weight element of each column at a
+    time, `unroll` per lane and trip: the lanes' activations of one row and k are adjacent
+    (one coalesced load, bound once for every column), and each weight is decoded once
+    (bound) for every row. Packed weights decode element by element here: their runs would
+    have each lane read its own span of every row's activations, a line per lane and load."""
+    for slots in _unrolled(kb, lane, 0, p.k, unroll):
+        ws = iter([kb.let("w", x) for x in kb.let_shared(
+            "w", [p.w(b, ms[0], n, k) for n in ns for k in slots])])
+        ws = [[next(ws) for _ in slots] for _ in ns]
+        for u, k in enumerate(slots):
+            for j, m in enumerate(ms):
+                a = kb.let("a", p.a(b, m, k)) if len(ns) > 1 else p.a(b, m, k)
+                for t, column in enumerate(accs):
+                    kb.assign(column[j], column[j] + a * ws[t][u])
 
 
 def _gemv_runs(kb, p: Problem, plan: RunPlan, lane, b, ns, ms, accs):

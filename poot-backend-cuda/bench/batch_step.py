@@ -1,0 +1,233 @@
+"""Where a batched decode step's time goes: SmolLM2-135M's paged decode step at several
+batch sizes on cuda, under the rows GEMV and under the tiled GEMM it replaces.
+
+- each SmolLM2 matmul shape (packed Q4_1, N x K) alone at M rows: device time of the
+  tiled GEMM (dot.BATCH_ROWS = 0) and of the rows GEMV as chosen, all wide and all narrow
+  (`VARIANTS`), each result checked against numpy first;
+- the recorded paged decode step (graph replay, device time) at each --batches size under
+  each schedule, and per kernel kind (each launch timed alone, summed) at the largest;
+  also Executor.step's host time (slot writes and the logits read included);
+- greedy tokens of --batches' largest number of identical sequences decoded together
+  against one sequence alone (batching changes nothing but speed).
+Weights are random Q4_1 of SmolLM2's exact shape (each block's scale and offset drawn,
+its nibbles random bytes: the quantizer's numpy loop is minutes of CPU for 135M weights).
+Rows of each batch sit at position --pos of their own contiguous KV slots.
+
+    python batch_step.py --batches 1,8,32          # on a CUDA GPU
+Lines starting with "SUMMARY " are for collecting scripts.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import statistics
+import time
+import traceback
+
+import numpy as np
+from bench_gpu import Timer, profile_step
+from poot.codegen.lower import dot
+
+SHAPES = ((576, 576), (192, 576), (1536, 576), (576, 1536), (49152, 576))   # (N, K)
+#: (label, BATCH_ROWS, ROWS_WIDE_N) of the matmul rows: the tiled GEMM, the rows GEMV as
+#: chosen, and the rows GEMV with every N taken as wide (two columns a group, trips of
+#: UNROLL) or as narrow (one column, long trips)
+VARIANTS = (("tiled GEMM", 0, None), ("rows GEMV", 32, None), ("rows all wide", 32, 0),
+            ("rows all narrow", 32, 1 << 30))
+
+
+def summary(key: str, value) -> None:
+    print(f"SUMMARY {key} | {value}", flush=True)
+
+
+@contextlib.contextmanager
+def schedule(batch_rows: int, wide_n: int | None = None):
+    saved = dot.BATCH_ROWS, dot.ROWS_WIDE_N
+    dot.BATCH_ROWS = batch_rows
+    dot.ROWS_WIDE_N = saved[1] if wide_n is None else wide_n
+    try:
+        yield
+    finally:
+        dot.BATCH_ROWS, dot.ROWS_WIDE_N = saved
+
+
+def q4_1_blocks(rng, n: int, k: int) -> np.ndarray:
+    """Q4_1 bytes [n, k/32 * 20] (f16 d, f16 m, 16 bytes of nibbles) of weights spread
+    about 1/sqrt(k) around zero."""
+    blocks = k // 32
+    d = (rng.uniform(0.5, 1.5, (n, blocks)) / (4.6 * math.sqrt(k))).astype("<f2")
+    raw = np.empty((n, blocks, 20), np.uint8)
+    raw[..., 0:2] = d.view(np.uint8).reshape(n, blocks, 2)
+    raw[..., 2:4] = (-7.5 * d.astype(np.float32)).astype("<f2").view(np.uint8).reshape(
+        n, blocks, 2)
+    raw[..., 4:] = rng.integers(0, 256, (n, blocks, 16), dtype=np.uint8)
+    return raw.reshape(n, blocks * 20)
+
+
+def smollm2_model(max_seq: int):
+    """SmolLM2-135M's shape, untied (a random tied head echoes the input), random Q4_1
+    projections, on the cuda backend."""
+    from poot.backend import get_backend
+    from poot.formats import get_format
+    from poot.models.llama import LlamaConfig, random_weights
+    from poot.models.runner import Model
+
+    cfg = LlamaConfig(vocab=49152, dim=576, layers=30, heads=9, kv_heads=3, head_dim=64,
+                      ffn=1536, norm_eps=1e-5, rope_base=100000.0, rope_layout="pairs",
+                      tied=False, max_seq=max_seq, arch="llama")
+    fmt, rng = get_format("gguf:Q4_1"), np.random.default_rng(0)
+    t0 = time.perf_counter()
+    fmt.quantize = lambda m: [q4_1_blocks(rng, *m.shape)]
+    try:
+        weights = random_weights(cfg, seed=0, packed_format="gguf:Q4_1")
+    finally:
+        del fmt.quantize
+    print(f"random Q4_1 weights in {time.perf_counter() - t0:.1f} s", flush=True)
+    b = get_backend("cuda")
+    return Model(None, cfg, None, b, b.default_device(), weights=weights)
+
+
+def bench_shapes(ctx, timer, rows_list) -> None:
+    from bench_gpu import FEATURES, random_operand
+    from poot.codegen.lower import lower
+    from poot.dtypes import DType
+    from poot.formats import PackedWeight
+    from poot.ir.ops import PackedContraction
+    from poot.ir.types import TensorType as T
+    from poot_cuda.harness import LoweringRun
+    from poot_cuda.kernels import ModuleCache, compile_program
+    from poot_cuda.printer import CudaPrinter
+
+    modules, rng = ModuleCache(ctx), np.random.default_rng(1)
+    for n, k in SHAPES:
+        pw = PackedWeight("gguf:Q4_1", (n, k))
+        raw = q4_1_blocks(rng, n, k)
+        dense = np.asarray(pw.dequantize([raw]), np.float32).reshape(n, k)
+        for m in rows_list:
+            a_t = T((m, k), DType.F32)
+            ins = [a_t, *[s.type for s in pw.sources()]]
+            op = PackedContraction(pw)
+            out = op.infer(ins)
+            a = random_operand(a_t, rng)
+            want = a @ dense.T
+            line = []
+            for label, batch_rows, wide_n in VARIANTS:
+                if m <= dot.GEMV_MAX_ROWS and batch_rows == 0:
+                    label = "gemv (runs)"
+                run = None
+                try:
+                    with schedule(batch_rows, wide_n):
+                        compiled = compile_program(lower(op, ins, out, FEATURES),
+                                                   CudaPrinter("sm_90"))
+                    run = LoweringRun(ctx, modules, compiled, [a, raw], out)
+                    run.run()
+                    got = run.result().astype(np.float32)
+                    err = float(np.linalg.norm(got - want) / np.linalg.norm(want))
+                    if not np.isfinite(got).all() or err > 1e-4:
+                        raise AssertionError(f"relative error {err:.2e}")
+                    us = timer.graph_ms(run.enqueue, reps=20, trials=5) * 1e3
+                    line.append(f"{label} {us:.1f} us")
+                except Exception as e:  # noqa: BLE001 - one broken variant must not hide others
+                    traceback.print_exc()
+                    line.append(f"{label} FAILED {type(e).__name__}: {e}"[:120])
+                finally:
+                    if run is not None:
+                        run.free()
+                if m <= dot.GEMV_MAX_ROWS:
+                    break       # the GEMV takes these rows under every variant
+            summary(f"Q4_1 N={n} K={k} M={m}", "; ".join(line))
+
+
+def step_slots(b: int, max_seq: int, pos: int) -> dict:
+    """Row r at position `pos` of KV slots r * max_seq ...: a real batch's gather pattern."""
+    smap = (np.arange(b, dtype=np.int32)[:, None] * max_seq
+            + np.arange(max_seq, dtype=np.int32)[None, :])
+    return {"tokens": np.full((b, 1), 7, np.int32), "pos": np.full((b, 1), pos, np.int32),
+            "write_map": (np.arange(b, dtype=np.int32) * max_seq + pos),
+            "slot_map": smap}
+
+
+def bench_steps(model, batches, max_seq: int, pos: int, label: str, profile_at) -> None:
+    largest = max(batches)
+    session = model.session("paged", batch=largest, pool=max_seq * largest,
+                            decode_batches=batches)
+    for b in batches:
+        t0 = time.perf_counter()
+        ex = session.executor(1, b)
+        planned = time.perf_counter() - t0
+        slots = step_slots(b, max_seq, pos)
+        exe = ex.executable
+        exe.replay = True
+        ex.step(slots)                                  # records the graph
+        timer = Timer(ex.runtime.ctx)
+        dev_ms = timer.call_ms(exe._graph.launch, reps=20, trials=5)
+        host = []
+        for _ in range(30):
+            t1 = time.perf_counter()
+            ex.step(slots)
+            host.append(time.perf_counter() - t1)
+        host_ms = 1e3 * statistics.median(host)
+        kernels = sum(1 for a in exe._actions if a[0] == "launch")
+        summary(f"step {label} b={b}",
+                f"graph {dev_ms:.3f} ms ({b / dev_ms * 1e3:.0f} tok/s), Executor.step "
+                f"{host_ms:.3f} ms ({b / host_ms * 1e3:.0f} tok/s), {kernels} kernels, "
+                f"planned+bound in {planned:.1f} s")
+        if b in profile_at:
+            print(f"per kernel kind, {label} b={b}:", flush=True)
+            profile_step(exe, timer, [], top=10)
+    return session
+
+
+def greedy_same(session, steps: int) -> None:
+    """The session's largest batch less one of identical sequences decoded together
+    against one alone (its decode plans: the batch's and 1's)."""
+    n_seqs = session.batch - 1
+    seqs = list(range(n_seqs))
+    session.open(-1)
+    for s in seqs:
+        session.open(s)
+    alone, together, worst, tok1, tokb = [], [], 0.0, 7, 7
+    for _ in range(steps):
+        one = session.decode_rows({-1: tok1})[0]
+        many = session.decode_rows({s: tokb for s in seqs})
+        worst = max(worst, float(np.max(np.abs(many - one[None, :]))))
+        picks = {int(x) for x in np.argmax(many, axis=1)}
+        tok1 = int(np.argmax(one))
+        alone.append(tok1)
+        together.append(sorted(picks))
+        tokb = min(picks)
+    same = all(t == [a] for a, t in zip(alone, together, strict=True))
+    summary(f"greedy {n_seqs} together vs alone",
+            f"{'SAME' if same else 'DIFFERENT'} over {steps} tokens (max |logit diff| "
+            f"{worst:.2e}); alone {alone}" + ("" if same else f" together {together}"))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--batches", default="1,8,32", help="decode batches under the rows GEMV")
+    ap.add_argument("--old-batches", default="32",
+                    help="decode batches also timed under the tiled GEMM (BATCH_ROWS = 0)")
+    ap.add_argument("--rows", default="8,32", help="M of the matmul shapes ('': none)")
+    ap.add_argument("--max-seq", type=int, default=512)
+    ap.add_argument("--pos", type=int, default=100)
+    ap.add_argument("--greedy", type=int, default=12, help="tokens of the greedy check")
+    args = ap.parse_args()
+    batches = sorted(int(x) for x in args.batches.split(","))
+    old = sorted(int(x) for x in args.old_batches.split(",") if x)
+    largest = max(batches)
+    model = smollm2_model(args.max_seq)
+    if old:
+        with schedule(0):
+            bench_steps(model, old, args.max_seq, args.pos, "tiled GEMM", {max(old)})
+    session = bench_steps(model, batches, args.max_seq, args.pos, "rows GEMV", {largest})
+    if args.greedy:
+        greedy_same(session, args.greedy)
+    if args.rows:
+        ctx = session.executor(1, largest).runtime.ctx
+        bench_shapes(ctx, Timer(ctx), [int(x) for x in args.rows.split(",")])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
