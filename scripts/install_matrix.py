@@ -4,10 +4,10 @@
    (so a file the sdist forgets breaks the wheel), in one build environment.
 2. Checks the metadata: `twine check`, then names, one version for every package, the
    licence, the readme, the entry points and the poot-core range of each plugin.
-3. Resolves `poot[all]` once (PyPI, through pip's cache) into a local wheelhouse, then installs
-   each combination into a fresh venv from the wheelhouse only: every dependency is installed
-   for real (no --no-deps, no shared site-packages, no checkout on sys.path), so a dependency
-   a package forgets to declare fails here.
+3. Installs each combination into a fresh venv from those wheels (the poot packages) and PyPI
+   (their dependencies, through pip's cache): every dependency is installed for real (no
+   --no-deps, no shared site-packages, no checkout on sys.path), so a dependency a package
+   forgets to declare fails here.
 4. In each combination runs `poot --version`, `poot backends`, `poot info smollm2` and a
    4-token `poot run smollm2`, and checks each output, or the one-line error that names what
    to install. Any traceback fails the matrix.
@@ -115,18 +115,24 @@ def must(cmd: list[str], **kw) -> subprocess.CompletedProcess:
 
 # -- 1. build ------------------------------------------------------------------------------------
 def build(work: Path) -> Path:
-    """sdist and wheel of every package into work/dist; returns it."""
+    """sdist and wheel of every package into work/dist, two at a time; returns it. The
+    build environment is made once (the packages' build requirement, setuptools>=77)."""
     env = work / "build-env"
     must([sys.executable, "-m", "venv", "--without-pip", str(env)])
     must(PIP + ["--python", str(env / "bin" / "python"), "install", "--quiet",
                 "setuptools>=77", "build>=1.2"])
     dist = work / "dist"
-    for folder in PACKAGES:
+
+    def one(folder: str) -> None:
         src = work / "src" / folder
         shutil.copytree(ROOT / folder, src, symlinks=False, ignore=shutil.ignore_patterns(
             "__pycache__", "*.egg-info", "build", "dist", "tests", "bench", "benchmarks"))
-        must([str(env / "bin" / "python"), "-m", "build", "--no-isolation", "--outdir",
-              str(dist), str(src)])
+        # --skip-dependency-check: the build environment has them (one hook call fewer)
+        must([str(env / "bin" / "python"), "-m", "build", "--no-isolation",
+              "--skip-dependency-check", "--outdir", str(dist), str(src)])
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        list(pool.map(one, PACKAGES))
     return dist
 
 
@@ -173,7 +179,7 @@ def check_metadata(dist: Path) -> None:
           f"Apache-2.0, Markdown readmes, entry points, poot-core ranges", flush=True)
 
 
-# -- 3. the wheelhouse --------------------------------------------------------------------------
+# -- 3. installing ------------------------------------------------------------------------------
 def wheel_of(dist: Path, requirement: str) -> str:
     """`poot[all]` -> '/.../poot-0.1.0-py3-none-any.whl[all]'."""
     name, _, extras = requirement.partition("[")  # extras keeps its closing bracket
@@ -181,17 +187,6 @@ def wheel_of(dist: Path, requirement: str) -> str:
     if len(found) != 1:
         raise Failed(f"no single wheel of {name} in {dist}: {found}")
     return f"{found[0]}[{extras}" if extras else str(found[0])
-
-
-def wheelhouse(work: Path, dist: Path) -> Path:
-    """Every dependency of `poot[all]` (which holds every combination's) as files."""
-    house = work / "deps"
-    must(PIP + ["download", "--quiet", "--dest", str(house), "--find-links", str(dist),
-                wheel_of(dist, "poot[all]")])
-    for own in house.glob("poot*"):  # the poot wheels come from dist only
-        if own.name.split("-")[0] in {d.replace("-", "_") for d in PACKAGES.values()}:
-            own.unlink()
-    return house
 
 
 # -- 4. the combinations ------------------------------------------------------------------------
@@ -213,7 +208,7 @@ def check(label: str, r: subprocess.CompletedProcess, want: Expect) -> str:
     return r.stdout.strip().splitlines()[-1] if r.stdout.strip() else ""
 
 
-def run_chain(work: Path, dist: Path, house: Path, chain: list[Combo]) -> list[str]:
+def run_chain(work: Path, dist: Path, chain: list[Combo]) -> list[str]:
     venv = work / "venvs" / re.sub(r"\W+", "-", chain[0].name)
     must([sys.executable, "-m", "venv", "--without-pip", str(venv)])
     py, poot = venv / "bin" / "python", venv / "bin" / "poot"
@@ -223,8 +218,7 @@ def run_chain(work: Path, dist: Path, house: Path, chain: list[Combo]) -> list[s
     log = []
     for combo in chain:
         t0 = time.perf_counter()
-        must(PIP + ["--python", str(py), "install", "--quiet", "--no-index", "--find-links",
-                    str(dist), "--find-links", str(house),
+        must(PIP + ["--python", str(py), "install", "--quiet", "--find-links", str(dist),
                     *[wheel_of(dist, r) for r in combo.install]], env=env)
         where = must([str(py), "-c", "import poot; print(poot.__file__)"], env=env,
                      cwd=cwd).stdout.strip()
@@ -259,13 +253,10 @@ def main(argv: list[str] | None = None) -> int:
         dist = build(work)
         t_build = time.perf_counter()
         check_metadata(dist)
-        house = wheelhouse(work, dist)
-        t_house = time.perf_counter()
-        print(f"built in {t_build - t0:.0f} s; wheelhouse of {len(list(house.iterdir()))} "
-              f"dependencies in {t_house - t_build:.0f} s", flush=True)
+        print(f"built {len(PACKAGES)} wheels and sdists in {t_build - t0:.0f} s", flush=True)
         chains = combos()
         with ThreadPoolExecutor(max_workers=2) as pool:
-            list(pool.map(lambda c: run_chain(work, dist, house, c), chains))
+            list(pool.map(lambda c: run_chain(work, dist, c), chains))
     except Failed as exc:
         print(f"install matrix FAILED: {exc}", file=sys.stderr)
         return 1
