@@ -247,10 +247,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", type=Path, help="work in this folder and keep it")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
+    if args.keep:
+        shutil.rmtree(args.keep, ignore_errors=True)
+        args.keep.mkdir(parents=True)
     work = args.keep or Path(tempfile.mkdtemp(prefix="poot-matrix-"))
-    if args.keep and work.exists():
-        shutil.rmtree(work)
-    work.mkdir(parents=True)
     try:
         dist = build(work)
         t_build = time.perf_counter()

@@ -71,6 +71,16 @@ def test_present_package_is_the_module():
     assert optional.require("json.decoder") is importlib.import_module("json.decoder")
 
 
+def test_a_name_in_its_parent_is_found_as_from_import_finds_it():
+    import os
+
+    assert optional.require("os.path") is os.path                  # a submodule
+    assert optional.require("importlib.import_module") is importlib.import_module
+    with pytest.raises(MissingPackage, match=r"pytest .* is installed but `import "
+                                             r"importlib.no_such_name` fails"):
+        optional.require("importlib.no_such_name", "pytest")
+
+
 def test_missing_package_names_the_extra_that_declares_it(tmp_path, monkeypatch, block):
     fake_distribution(tmp_path, "poot-fake", ['fakelib>=2.1; extra == "models"',
                                               "otherlib>=1.5,<2"])

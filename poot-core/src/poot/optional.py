@@ -23,7 +23,7 @@ def require(module: str, package: str | None = None) -> ModuleType:
     """`import module`, or MissingPackage naming `package` (the distribution pip installs,
     by default the module's top-level name) and the command that installs it."""
     try:
-        return importlib.import_module(module)
+        return _import(module)
     except MissingPackage:
         raise
     except ImportError as exc:
@@ -35,6 +35,21 @@ def require(module: str, package: str | None = None) -> ModuleType:
         raise MissingPackage(f"the Python package {package} {have} is installed but "
                              f"`import {module}` fails ({type(exc).__name__}: {exc})",
                              name=module) from None
+
+
+def _import(module: str) -> ModuleType:
+    """`import module`, or what `from parent import leaf` gives where `leaf` is a name in
+    its parent rather than a submodule (hip-python's `hip.hip`)."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        parent, _, leaf = module.rpartition(".")
+        if not parent or exc.name != module:
+            raise
+        found = getattr(importlib.import_module(parent), leaf, None)
+        if found is None:
+            raise
+        return found
 
 
 def installed_version(package: str) -> str | None:
