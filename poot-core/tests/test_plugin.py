@@ -228,7 +228,7 @@ def test_poot_backends_prints_devices_reasons_tables_and_broken(capsys):
     assert "dtypes: f32:storage+convert+arith+dot" in out
     assert f"Binary 1/{len(BinaryOp)}" in out
     assert "fake-none (priority 3" in out and "no device: no fake driver" in out
-    assert "reference (priority 0, numpy, plugin poot.reference-backend)" in out
+    assert "reference (priority 0, numpy, plugin poot.reference-backend, poot-core " in out
     assert "plugins that failed to load:" in out and "cannot load" in out
     assert out.index("fake-gpu") < out.index("fake-none") < out.index("reference")
 

@@ -13,7 +13,8 @@ import os
 import pathlib
 import threading
 
-from poot.errors import DeviceUnavailable, LoweringError
+from poot.errors import DeviceUnavailable, LoweringError, MissingPackage
+from poot.optional import require
 
 _lock = threading.Lock()
 
@@ -23,7 +24,7 @@ class CompileError(LoweringError):
 
 
 def _check(result, what: str):
-    from cuda.bindings import nvrtc
+    nvrtc = require("cuda.bindings.nvrtc", "cuda-bindings")
 
     err, *rest = result
     if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
@@ -35,9 +36,9 @@ def _check(result, what: str):
 @functools.cache
 def nvrtc_version() -> tuple[int, int]:
     try:
-        from cuda.bindings import nvrtc
-    except ImportError as e:  # pragma: no cover - a declared dependency
-        raise DeviceUnavailable(f"cuda-bindings is not installed: {e}") from None
+        nvrtc = require("cuda.bindings.nvrtc", "cuda-bindings")
+    except MissingPackage as e:
+        raise DeviceUnavailable(str(e)) from None
     major, minor = _check(nvrtc.nvrtcVersion(), "nvrtcVersion")
     return int(major), int(minor)
 
@@ -45,7 +46,7 @@ def nvrtc_version() -> tuple[int, int]:
 @functools.cache
 def include_dirs() -> tuple[str, ...]:
     """Where cuda_fp16.h and cuda_bf16.h live (the nvidia-cuda-runtime wheel)."""
-    from cuda import pathfinder
+    pathfinder = require("cuda.pathfinder", "cuda-pathfinder")
 
     found = pathfinder.find_nvidia_header_directory("cudart")
     if not found:
@@ -90,7 +91,7 @@ def compile_cubin(source: str, name: str, arch: str = "sm_90") -> bytes:
 
 
 def _nvrtc(source: str, name: str, arch: str) -> bytes:
-    from cuda.bindings import nvrtc
+    nvrtc = require("cuda.bindings.nvrtc", "cuda-bindings")
 
     prog = _check(nvrtc.nvrtcCreateProgram(source.encode(), f"{name}.cu".encode(), 0, [], []),
                   "nvrtcCreateProgram")

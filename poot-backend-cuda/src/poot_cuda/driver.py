@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 from poot.errors import CapacityError, DeviceUnavailable, PootError
+from poot.optional import require
 
 
 class CudaError(PootError):
@@ -15,9 +16,7 @@ class CudaError(PootError):
 
 
 def cu():
-    from cuda.bindings import driver
-
-    return driver
+    return require("cuda.bindings.driver", "cuda-bindings")
 
 
 def check(result, what: str):

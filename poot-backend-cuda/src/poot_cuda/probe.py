@@ -4,6 +4,9 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+from poot.errors import MissingPackage
+from poot.optional import require
+
 
 @dataclass(frozen=True)
 class GpuInfo:
@@ -22,9 +25,9 @@ class GpuInfo:
 def probe() -> tuple[tuple[GpuInfo, ...], str | None]:
     """(devices, None), or ((), "no CUDA device: <reason>"). Cached per process."""
     try:
-        from cuda.bindings import driver as cu
-    except ImportError as e:
-        return (), f"no CUDA device: cuda-bindings is not importable ({e})"
+        cu = require("cuda.bindings.driver", "cuda-bindings")
+    except MissingPackage as e:
+        return (), f"no CUDA device: {e}"
     try:
         (err,) = cu.cuInit(0)
     except Exception as e:  # noqa: BLE001 - no libcuda raises (DynamicLibNotFoundError, ...)

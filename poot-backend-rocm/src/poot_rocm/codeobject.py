@@ -17,6 +17,7 @@ import struct
 from dataclasses import dataclass
 
 from poot.errors import PootError
+from poot.optional import require
 
 BUNDLE_MAGIC = b"__CLANG_OFFLOAD_BUNDLE__"
 ELF_MAGIC = b"\x7fELF"
@@ -97,9 +98,9 @@ def read(data: bytes) -> list[CodeObject]:
 
 
 def read_elf(elf: bytes) -> CodeObject:
-    import msgpack
-    from elftools.common.exceptions import ELFError
-    from elftools.elf.elffile import ELFFile
+    msgpack = require("msgpack")
+    ELFError = require("elftools.common.exceptions", "pyelftools").ELFError
+    ELFFile = require("elftools.elf.elffile", "pyelftools").ELFFile
 
     try:
         f = ELFFile(io.BytesIO(elf))

@@ -27,6 +27,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
 from poot.errors import LoweringError
+from poot.optional import require as require_package
 
 from poot_rocm.archs import Target
 from poot_rocm.toolchain import cache_dir, locate, require
@@ -196,7 +197,7 @@ def _unit(members: list[tuple[str, str, str]], t: Target) -> None:
 
 
 def _check(result, what: str):
-    from hip import hiprtc as rtc
+    rtc = require_package("hip.hiprtc", "hip-python")
 
     err, *rest = result
     if err != rtc.hiprtcResult.HIPRTC_SUCCESS:
@@ -207,7 +208,7 @@ def _check(result, what: str):
 def hiprtc(source: str, name: str, t: Target) -> bytes:
     """Compile one translation unit with hiprtc (no cache)."""
     locate()                 # points hip-python at the toolchain first
-    from hip import hiprtc as rtc
+    rtc = require_package("hip.hiprtc", "hip-python")
 
     prog = _check(rtc.hiprtcCreateProgram(source.encode(), f"{name}.hip".encode(), 0, None,
                                           None), "hiprtcCreateProgram")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 from poot.errors import CapacityError, DeviceUnavailable, PootError
+from poot.optional import require
 
 
 class HipError(PootError):
@@ -23,9 +24,7 @@ class HipError(PootError):
 
 
 def hip():
-    from hip import hip as api
-
-    return api
+    return require("hip.hip", "hip-python")
 
 
 def check(result, what: str):

@@ -6,6 +6,7 @@ import functools
 from dataclasses import dataclass
 
 from poot.errors import PootError
+from poot.optional import require
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,7 @@ def probe() -> tuple[tuple[GpuInfo, ...], str | None]:
 
     try:
         locate()
-        from hip import hip
+        hip = require("hip.hip", "hip-python")
     except (PootError, ImportError) as e:
         return (), f"no ROCm device: {e}"
     try:

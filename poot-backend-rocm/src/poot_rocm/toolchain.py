@@ -22,7 +22,8 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
-from poot.errors import DeviceUnavailable, LoweringError
+from poot.errors import DeviceUnavailable, LoweringError, MissingPackage
+from poot.optional import require as require_package
 
 ENV = "ROCM_PATH"
 LIB_DIRS = ("/opt/rocm/lib", "/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib")
@@ -112,9 +113,9 @@ def locate() -> Toolchain:
     """The HIP toolchain hip-python will use (DeviceUnavailable when there is none)."""
     root, runtime = _configure()
     try:
-        from hip import hip
-    except ImportError as e:  # pragma: no cover - a declared dependency
-        raise DeviceUnavailable(f"hip-python is not importable: {e}") from None
+        hip = require_package("hip.hip", "hip-python")
+    except MissingPackage as e:
+        raise DeviceUnavailable(str(e)) from None
     try:
         err, version = hip.hipRuntimeGetVersion()
     except Exception as e:  # noqa: BLE001 - a library that fails to load raises

@@ -19,6 +19,7 @@ from importlib import metadata
 from pathlib import Path
 
 from poot.errors import LoweringError
+from poot.optional import install_command
 from poot.paths import cache_dir
 
 from poot_vulkan.device import BACKEND
@@ -53,10 +54,10 @@ class Glslang:
     def __init__(self):
         try:
             dist = metadata.distribution(DISTRIBUTION)
-        except metadata.PackageNotFoundError as e:
-            raise LoweringError(f"no GLSL compiler: the {DISTRIBUTION} package is not "
-                                f"installed (pip install poot-backend-vulkan installs it)",
-                                backend=BACKEND) from e
+        except metadata.PackageNotFoundError:
+            raise LoweringError(f"no GLSL compiler: the Python package {DISTRIBUTION} is not "
+                                f"installed: {install_command(DISTRIBUTION)}",
+                                backend=BACKEND) from None
         self.version = dist.version
         lib = Path(dist.locate_file("cmeel.prefix/lib"))
         try:  # dependencies first, global, so each later library finds them by soname

@@ -18,7 +18,8 @@ import tempfile
 import threading
 from dataclasses import dataclass, field
 
-from poot.errors import DeviceUnavailable
+from poot.errors import DeviceUnavailable, MissingPackage
+from poot.optional import require
 
 BACKEND = "vulkan"
 API_VERSION = (1, 2)  # Vulkan12Features/Vulkan11Features and SPIR-V 1.5
@@ -94,10 +95,12 @@ def _is_private(path: str) -> bool:
 def import_vulkan():
     _private_runtime_dir()
     try:
-        import vulkan as vk
-    except (ImportError, OSError) as e:  # OSError: the binding found no libvulkan loader
-        raise DeviceUnavailable(f"no Vulkan device: the vulkan binding or the Vulkan loader "
-                                f"is missing ({type(e).__name__}: {e}); on Debian install "
+        vk = require("vulkan")
+    except MissingPackage as e:
+        raise DeviceUnavailable(f"no Vulkan device: {e}") from None
+    except OSError as e:  # the binding found no libvulkan loader
+        raise DeviceUnavailable(f"no Vulkan device: the Vulkan loader is missing "
+                                f"({type(e).__name__}: {e}); on Debian install "
                                 f"libvulkan1 and a driver (mesa-vulkan-drivers)") from e
     return vk
 

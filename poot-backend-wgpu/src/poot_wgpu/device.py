@@ -11,7 +11,8 @@ import functools
 import threading
 from dataclasses import dataclass, field
 
-from poot.errors import DeviceUnavailable
+from poot.errors import DeviceUnavailable, MissingPackage
+from poot.optional import require
 
 from poot_wgpu import env
 
@@ -78,9 +79,9 @@ _lock = threading.Lock()
 def _import_wgpu():
     wanted = env.configure()
     try:
-        import wgpu
-    except ImportError as e:  # the package is declared; this is a broken install
-        raise DeviceUnavailable(f"no wgpu device: wgpu-py is not importable ({e})") from e
+        wgpu = require("wgpu")
+    except MissingPackage as e:
+        raise DeviceUnavailable(f"no wgpu device: {e}") from None
     env.quiet_pinned_backend_notice()
     return wgpu, wanted
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from poot.errors import LimitExceeded, LoweringError
+from poot.optional import require
 
 from poot_wgpu.device import WgpuDevice
 from poot_wgpu.memory import BACKEND
@@ -21,7 +22,7 @@ class Kernel:
 
     def __init__(self, dev: WgpuDevice, source: str, n_bindings: int, entry: str = "main",
                  label: str = "kernel"):
-        import wgpu
+        wgpu = require("wgpu")
 
         limit = dev.limit("max-storage-buffers-per-shader-stage")
         if n_bindings > limit:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 from poot.errors import BindError, CapacityError, LimitExceeded
+from poot.optional import require
 
 from poot_wgpu.device import WgpuDevice
 
@@ -27,7 +28,7 @@ class WgpuBuffer:
     """A device buffer (the poot.runtime Buffer protocol): `nbytes`, `label`, `gpu`."""
 
     def __init__(self, dev: WgpuDevice, nbytes: int, label: str):
-        import wgpu
+        wgpu = require("wgpu")
 
         size = max(align(nbytes), WORD)
         cap = dev.limit("max-buffer-size")

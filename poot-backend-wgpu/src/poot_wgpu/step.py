@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from poot.optional import require
+
 from poot_wgpu.device import WgpuDevice
 from poot_wgpu.kernel import Dispatch
 
@@ -35,7 +37,8 @@ def native_pass_functions():
     wgpu-py internals, so any other wgpu-py layout falls back to the public methods.
     """
     try:
-        from wgpu.backends.wgpu_native._ffi import ffi, lib
+        native = require("wgpu.backends.wgpu_native._ffi", "wgpu")
+        ffi, lib = native.ffi, native.lib
 
         return (lib.wgpuComputePassEncoderSetPipeline, lib.wgpuComputePassEncoderSetBindGroup,
                 lib.wgpuComputePassEncoderDispatchWorkgroups, ffi.NULL)

@@ -79,6 +79,16 @@ class UnknownBackend(DeviceUnavailable):
     """No installed backend has this name."""
 
 
+class MissingPackage(PootError, ImportError):
+    """An optional Python package is not installed (or fails to import). The message names
+    it and the pip command that installs it (see poot.optional)."""
+
+
+class IncompatiblePlugin(PootError):
+    """An installed plugin was built for a poot-core version range the installed poot-core
+    is not in."""
+
+
 # -- runtime -------------------------------------------------------------------
 class BindError(PootError):
     """A value bound to a plan input does not fit it (shape, dtype, missing)."""

@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING
 
 import pluggy
 
+from poot import versions
 from poot.contract import PROJECT, Backend, Device, PootHookSpecs, hookimpl, hookspec
-from poot.errors import DeviceUnavailable, PootError, UnknownBackend
+from poot.errors import DeviceUnavailable, IncompatiblePlugin, PootError, UnknownBackend
 from poot.ir.types import SlotKind
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -43,7 +44,10 @@ class PluginManager:
         self.pm.add_hookspecs(PootHookSpecs)
         #: plugins that failed to load or whose hook misbehaved: name -> error line
         self.broken: dict[str, str] = {}
+        #: plugin name -> "distribution version" it was installed from
+        self.distributions: dict[str, str] = {}
         for name, module in BUILTIN.items():
+            self.distributions[name] = f"poot-core {versions.core_version()}"
             self._load(name, lambda m=module: importlib.import_module(m))
         if load_entry_points:
             self._load_entry_points()
@@ -61,12 +65,26 @@ class PluginManager:
 
         for ep in entry_points(group=PROJECT):
             if self.pm.get_plugin(ep.name) is None:
-                self._load(ep.name, ep.load)
+                dist = getattr(ep, "dist", None)
+                if dist is not None:
+                    self.distributions[ep.name] = f"{dist.metadata['Name']} {dist.version}"
+                self._load(ep.name, lambda ep=ep, dist=dist: self._checked_load(ep, dist))
+
+    @staticmethod
+    def _checked_load(ep, dist):
+        """Load an entry point after checking that its distribution was built for this
+        poot-core (before importing any of its code)."""
+        if dist is not None:
+            versions.check_compatible(dist)
+        return ep.load()
 
     def _load(self, name: str, load) -> None:
         """Import and register one plugin; a failure is recorded, never raised."""
         try:
             plugin = load()
+        except IncompatiblePlugin as exc:
+            self.broken[name] = str(exc)
+            return
         except Exception as exc:  # a broken plugin is reported, not fatal
             self.broken[name] = f"failed to import: {type(exc).__name__}: {exc}"
             return

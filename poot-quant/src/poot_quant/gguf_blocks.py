@@ -17,13 +17,16 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from poot.codegen.expr import Expr, ge, select, u32
 from poot.dtypes import DType
 from poot.formats import RunPart
+from poot.optional import require
 
 from poot_quant import exprs
 from poot_quant.base import Format, f16_to_f32, spec
+
+_gguf = require("gguf")
+GGML_QUANT_SIZES, GGMLQuantizationType = _gguf.GGML_QUANT_SIZES, _gguf.GGMLQuantizationType
 
 #: values decoded per numpy pass (a chunk of whole blocks)
 DECODE_CHUNK_VALUES = 1 << 18
@@ -326,9 +329,7 @@ class GGUFBlockFormat(Format):
 
     def quantize_blocks(self, x: np.ndarray) -> np.ndarray:
         if self.quantizer is None:
-            import gguf.quants
-
-            return gguf.quants.quantize(x, self.qtype)
+            return require("gguf.quants").quantize(x, self.qtype)
         from poot_quant import gguf_quantize
 
         return getattr(gguf_quantize, self.quantizer)(x)

@@ -15,14 +15,18 @@ import math
 from pathlib import Path
 from typing import Any
 
-from gguf import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGMLQuantizationType
 from poot.dtypes import DType
 from poot.formats import PackedWeight
 from poot.ir.types import WeightRef
 from poot.models.gguf_meta import MAGIC, GGUFHeader, map_file
+from poot.optional import require
 
 from poot_quant.checkpoint import Checkpoint, TensorInfo, payload_key
 from poot_quant.registry import formats
+
+_gguf = require("gguf")
+GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT = _gguf.GGML_QUANT_SIZES, _gguf.GGUF_DEFAULT_ALIGNMENT
+GGMLQuantizationType = _gguf.GGMLQuantizationType
 
 MAX_DIMS = 4  # GGML_MAX_DIMS
 

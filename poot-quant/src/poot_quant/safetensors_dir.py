@@ -311,7 +311,9 @@ def write_folder(folder: Path, tensors: dict[str, np.ndarray], config: dict | No
     """Write an HF-style folder: model.safetensors (or `shards` files and their index),
     config.json, and any `extra` JSON files (quantize_config.json, ...). What the reader
     above opens; used to build checkpoints in tests and by tools that export them."""
-    from safetensors.numpy import save_file
+    from poot.optional import require
+
+    save_file = require("safetensors.numpy").save_file
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

@@ -10,19 +10,31 @@ import importlib
 import sys
 
 #: subcommand modules, in help order (poot.cli.<name>)
-COMMANDS = ["run", "serve", "pull", "info", "graph", "compile", "plan", "backends", "conformance"]
+COMMANDS = ["run", "serve", "pull", "info", "graph", "compile", "plan", "backends", "conformance",
+            "doctor"]
 
 
 def _load(name: str):
     return importlib.import_module(f"poot.cli.{name}")
 
 
+class _Version(argparse.Action):
+    """--version, reading the installed packages only when asked."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from poot.versions import core_version, installed
+
+        packages = ", ".join(f"{name} {v}" for name, v in installed().items())
+        print(f"poot {core_version()} ({packages or 'no package metadata'})")
+        parser.exit()
+
+
 def build_parser() -> tuple[argparse.ArgumentParser, dict]:
     parser = argparse.ArgumentParser(prog="poot", description="poot: one Graph IR, many GPU "
                                      "backends. Run a model, inspect graphs and plans, list "
                                      "backends, check a backend against the oracle.")
-    parser.add_argument("--version", action="version",
-                        version=f"poot {__import__('poot').__version__}")
+    parser.add_argument("--version", action=_Version, nargs=0,
+                        help="show poot's version and every installed poot package's, and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     handlers = {}
     for name in COMMANDS:

@@ -11,10 +11,11 @@ def add_parser(sub):
                         "summary")
 
 
-def describe(backend, full: bool = False, plugin: str = "") -> list[str]:
-    """The lines `poot backends` prints for one backend."""
+def describe(backend, full: bool = False, plugin: str = "", package: str = "") -> list[str]:
+    """The lines `poot backends` prints for one backend (`package`: the distribution and
+    version its plugin came from)."""
     head = (f"{backend.name} (priority {backend.priority}, {backend.language or 'no language'}"
-            f"{f', plugin {plugin}' if plugin else ''})")
+            f"{f', plugin {plugin}' if plugin else ''}{f', {package}' if package else ''})")
     from poot.plugin import probe
 
     devices, reason = probe(backend)
@@ -39,7 +40,8 @@ def run(args) -> int:
     m = manager()
     table = m.backends()
     for b in sorted(table.values(), key=lambda b: (-b.priority, b.name)):
-        print("\n".join(describe(b, args.table, m.backend_plugins.get(b.name, ""))))
+        plugin = m.backend_plugins.get(b.name, "")
+        print("\n".join(describe(b, args.table, plugin, m.distributions.get(plugin, ""))))
     if m.broken:
         print("plugins that failed to load:")
         for name, err in sorted(m.broken.items()):

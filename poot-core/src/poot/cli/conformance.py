@@ -40,9 +40,10 @@ def pytest_argv(args) -> list[str]:
 
 
 def run(args) -> int:
-    import pytest
-
+    from poot.optional import require
     from poot.plugin import get_backend
+
+    pytest = require("pytest")
 
     # an unknown name, or a plugin that failed to load: one clear line saying which and why
     get_backend(args.backend)

@@ -39,12 +39,9 @@ def run(args) -> int:
     import time
     from pathlib import Path
 
-    try:
-        import uvicorn
-    except ImportError:
-        print("poot: error: poot serve needs starlette and uvicorn: pip install "
-              "'poot-core[serve]'", file=sys.stderr)
-        return 2
+    from poot.optional import require
+
+    uvicorn = require("uvicorn")
     from poot.cli.run import progress_lines
     from poot.models.lora import parse_named
     from poot.models.runner import load

@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from poot.errors import ChatTemplateError, CheckpointError
+from poot.optional import require
 
 
 def render_chat(template: str | None, messages: Sequence[Mapping[str, Any]], *,
@@ -83,8 +84,9 @@ def _tojson(value, indent=None, ensure_ascii=False, sort_keys=False):
 
 
 def _compile(template: str):
-    from jinja2 import TemplateError
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    TemplateError = require("jinja2").TemplateError
+    sandbox = require("jinja2.sandbox")
+    ImmutableSandboxedEnvironment = sandbox.ImmutableSandboxedEnvironment
 
     # trim_blocks/lstrip_blocks: chat templates are written for this whitespace handling.
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,

@@ -4,15 +4,20 @@ from __future__ import annotations
 from pathlib import Path
 
 from poot.errors import CheckpointError
+from poot.optional import install_command
 
 
 def open_checkpoint(path: Path):
     from poot.plugin import manager
 
-    ckpt = manager().open_checkpoint(str(path))
+    m = manager()
+    ckpt = m.open_checkpoint(str(path))
     if ckpt is None:
-        raise CheckpointError(f"{path}: no installed plugin reads this file "
-                              f"(GGUF files and safetensors folders need poot-quant)")
+        why = m.failure("quant")
+        need = (f"poot-quant failed to load ({why})" if why else
+                f"GGUF files and safetensors folders need poot-quant: "
+                f"{install_command('poot-quant')}")
+        raise CheckpointError(f"{path}: no installed plugin reads this file ({need})")
     return ckpt
 
 

@@ -48,7 +48,9 @@ class BindingBar:
     def __call__(self, done: int, total: int, label: str) -> None:
         import sys
 
-        from tqdm import tqdm
+        from poot.optional import require
+
+        tqdm = require("tqdm").tqdm
 
         if self.bar is None:
             self.bar = tqdm(total=total, desc="binding weights", unit="buf", file=sys.stderr,

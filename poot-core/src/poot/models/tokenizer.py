@@ -20,6 +20,7 @@ from typing import Any
 
 from poot.checked import Values, load_json, read_text
 from poot.errors import CheckpointError, TokenizerError
+from poot.optional import require
 
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 SPACE_MARK = "\u2581"  # SentencePiece's "▁"
@@ -50,13 +51,13 @@ _QWEN2_REGEX = (
 
 
 def _gpt2_split():
-    from tokenizers import pre_tokenizers
+    pre_tokenizers = require("tokenizers").pre_tokenizers
 
     return pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
 
 
 def _digits_then_gpt2_split():
-    from tokenizers import pre_tokenizers
+    pre_tokenizers = require("tokenizers").pre_tokenizers
 
     return pre_tokenizers.Sequence(
         [pre_tokenizers.Digits(individual_digits=True), _gpt2_split()])
@@ -64,7 +65,8 @@ def _digits_then_gpt2_split():
 
 def _regex_split(pattern: str):
     def build():
-        from tokenizers import Regex, pre_tokenizers
+        tk = require("tokenizers")
+        Regex, pre_tokenizers = tk.Regex, tk.pre_tokenizers
 
         return pre_tokenizers.Sequence([
             pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
@@ -244,7 +246,7 @@ class Tokenizer:
     def from_hf_folder(cls, path: str | Path) -> Tokenizer:
         """Build from an HF folder: tokenizer.json, plus tokenizer_config.json, config.json
         and generation_config.json."""
-        from tokenizers import Tokenizer as HFTokenizer
+        HFTokenizer = require("tokenizers").Tokenizer
 
         folder = Path(path)
         file = folder / "tokenizer.json"
@@ -355,8 +357,8 @@ def _first_id_vocab(tokens: Sequence[str]) -> dict[str, int]:
 
 
 def _byte_level_backend(v: Values, tokens: list[str], types: list[int]):
-    from tokenizers import Tokenizer as HFTokenizer
-    from tokenizers import decoders
+    tk = require("tokenizers")
+    HFTokenizer, decoders = tk.Tokenizer, tk.decoders
 
     pre = v.text("tokenizer.ggml.pre", "default")
     rule = PRE_TOKENIZERS.get(pre)
@@ -381,7 +383,7 @@ def _byte_level_backend(v: Values, tokens: list[str], types: list[int]):
 def _bpe(file: str, vocab: dict[str, int], merges: list[tuple[str, str]], **options):
     """A tokenizers BPE model, or a CheckpointError (e.g. a merge of tokens not in the
     vocabulary: tokenizers raises a bare Exception)."""
-    from tokenizers import models
+    models = require("tokenizers").models
 
     try:
         return models.BPE(vocab, merges, **options)
@@ -399,8 +401,8 @@ def _split_merge(merge: str, file: str) -> tuple[str, str]:
 
 
 def _sentencepiece_backend(v: Values, tokens: list[str], types: list[int], unk_id: int | None):
-    from tokenizers import Tokenizer as HFTokenizer
-    from tokenizers import decoders, normalizers
+    tk = require("tokenizers")
+    HFTokenizer, decoders, normalizers = tk.Tokenizer, tk.decoders, tk.normalizers
 
     scores = v.number_list("tokenizer.ggml.scores", None) or \
         [-float(i) for i in range(len(tokens))]
@@ -441,7 +443,7 @@ def _merges_from_scores(tokens: list[str], types: list[int],
 
 def _add_special_tokens(backend, tokens: list[str], types: list[int]) -> None:
     """Make control and user-defined tokens match as whole tokens in raw text."""
-    from tokenizers import AddedToken
+    AddedToken = require("tokenizers").AddedToken
 
     control = [AddedToken(t, special=True, normalized=False)
                for t, kind in zip(tokens, types, strict=True) if kind == CONTROL]

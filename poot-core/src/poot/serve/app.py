@@ -12,16 +12,19 @@ import asyncio
 import json
 from contextlib import asynccontextmanager
 
-from starlette.applications import Starlette
-from starlette.exceptions import HTTPException
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
-
 from poot.errors import RequestError
+from poot.optional import require
 from poot.serve.engine import Engine, Event, deliver_here
 from poot.serve.protocol import parse_chat, parse_completion
 from poot.serve.responses import Shapes, error_body, request_error_body, sse, usage
+
+Starlette = require("starlette.applications").Starlette
+HTTPException = require("starlette.exceptions").HTTPException
+Request = require("starlette.requests").Request
+_responses = require("starlette.responses")
+JSONResponse, Response = _responses.JSONResponse, _responses.Response
+StreamingResponse = _responses.StreamingResponse
+Route = require("starlette.routing").Route
 
 #: the largest request body read (a prompt of the longest context is far smaller)
 MAX_BODY = 4 << 20

@@ -1,0 +1,98 @@
+"""Versions that agree: a plugin built for another poot-core is refused before it is imported,
+with a message; `poot --version` and `poot backends` show the installed versions."""
+from __future__ import annotations
+
+import re
+import sys
+
+import poot
+import pytest
+from poot import versions
+from poot.plugin import PluginManager
+
+PLUGIN = '''
+from poot.plugin import hookimpl
+IMPORTED = True
+
+@hookimpl
+def poot_backends():
+    return []
+'''
+
+
+def plugin_distribution(root, name: str, module: str, core: str):
+    """An installed distribution `name` whose `poot` entry point is `module`, declaring
+    `poot-core{core}` (a dist-info folder and the module, on sys.path)."""
+    info = root / f"{name.replace('-', '_')}-0.1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1.0\n"
+                                   f"Requires-Dist: poot-core{core}\n"
+                                   f"Requires-Dist: numpy>=1.26; extra == 'test'\n")
+    (info / "entry_points.txt").write_text(f"[poot]\n{module} = {module}\n")
+    (root / f"{module}.py").write_text(PLUGIN)
+
+
+@pytest.fixture
+def site(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield tmp_path
+    for name in ("poot_future", "poot_current"):
+        sys.modules.pop(name, None)
+
+
+def test_plugin_for_another_core_is_refused_unimported(site):
+    plugin_distribution(site, "poot-backend-future", "poot_future", ">=9.0,<10")
+    plugin_distribution(site, "poot-backend-current", "poot_current", ">=0.1.0,<1")
+    m = PluginManager()
+    why = m.broken["poot_future"]
+    assert why == (f"poot-backend-future 0.1.0 is built for poot-core<10,>=9.0 but poot-core "
+                   f"{poot.__version__} is installed, so it is not loaded: pip install "
+                   f"'poot-core<10,>=9.0', or a poot-backend-future release built for "
+                   f"poot-core {poot.__version__}")
+    assert "poot_future" not in sys.modules          # refused before its code ran
+    assert "poot_current" not in m.broken and sys.modules["poot_current"].IMPORTED
+    assert m.distributions["poot_current"] == "poot-backend-current 0.1.0"
+
+
+def test_refused_backend_is_named_by_get_backend(site, monkeypatch):
+    import poot.plugin
+    from poot.errors import UnknownBackend
+
+    plugin_distribution(site, "poot-backend-future", "poot_future", "==9.*")
+    monkeypatch.setattr(poot.plugin, "_manager", PluginManager())
+    with pytest.raises(UnknownBackend, match=r"plugin failed to load .*built for "
+                                             r"poot-core==9\.\*"):
+        poot.plugin.get_backend("poot_future")
+
+
+def test_core_range_reads_only_the_unconditional_requirement(site):
+    from importlib.metadata import distribution
+
+    plugin_distribution(site, "poot-backend-current", "poot_current", ">=0.1.0,<1")
+    assert versions.core_range(distribution("poot-backend-current")) == "<1,>=0.1.0"
+
+
+def test_version_lists_installed_packages(capsys):
+    from poot.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"poot {poot.__version__} (poot-core ") and out.endswith(")\n")
+
+
+def test_doctor_reports_each_part(capsys, tmp_path, monkeypatch):
+    from poot.cli import main
+
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "m.gguf").write_bytes(b"\0" * 3072)
+    monkeypatch.setenv("POOT_CACHE", str(tmp_path))
+    assert main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("python 3.")
+    assert f"\n  poot-core {poot.__version__}\n" in out and "\n    numpy>=1.26: " in out
+    assert "\n  reference (priority 0, poot-core " in out
+    assert "device reference:0" in out and "`poot run` picks: " in out
+    assert f"\ncache {tmp_path}: " in out       # probing may add its own folders
+    assert re.search(r"\n  models +3\.0 KiB\n", out)
