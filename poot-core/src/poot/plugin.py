@@ -23,8 +23,10 @@ from poot.ir.types import SlotKind
 if TYPE_CHECKING:  # pragma: no cover
     from poot.formats import WeightFormat
 
-#: the plugins poot-core ships: entry point name -> module (the reference backend)
-BUILTIN = {"poot.reference-backend": "poot.backends.reference"}
+#: the plugins poot-core ships: entry point name -> module (the reference backend, the
+#: sampler's slot roles)
+BUILTIN = {"poot.reference-backend": "poot.backends.reference",
+           "poot.sampler": "poot.models.sample_graph"}
 #: what each list-returning hook's items must be, for the broken-plugin report
 _ITEM = {"poot_backends": (Backend, "a Backend"), "poot_slot_roles": (SlotKind, "a SlotKind")}
 

@@ -79,18 +79,23 @@ class Model:
         self.stats = Stats()
         self.progress = progress
         self._sessions: dict[tuple[str, int], object] = {}
+        #: decode steps draw the next token in the graph (poot.models.sample_graph) and read
+        #: back only its id; False: they return logits and the host samples
+        self.device_sampling = True
 
     # -- graphs -----------------------------------------------------------------------
     def step_graph(self, tokens: int, batch: int = 1, kv: str | None = None,
-                   logits: str = "all", compiled: bool = True, pool: int | None = None):
+                   logits: str = "all", compiled: bool = True, pool: int | None = None,
+                   sample: str | None = None):
         """The traced (and, by default, compiled) graph of one step. `pool` is the paged
-        KV pool's size in token slots (shared by every plan of one session)."""
+        KV pool's size in token slots (shared by every plan of one session); `sample`
+        ("argmax" or "full") makes a decode step that samples in the graph."""
         import poot
         from poot.models.llama import build_decoder
 
         kv = kv or self.kv
         step = build_decoder(self.config, self.weights, tokens=tokens, batch=batch, kv=kv,
-                             logits=logits, pool_slots=pool)
+                             logits=logits, pool_slots=pool, sample=sample)
         self.consts.update(step.consts)
         self.consts.update(self.weights.arrays)
         return poot.compile(step.graph, (self.backend, self.device)).graph if compiled \
@@ -111,25 +116,49 @@ class Model:
                 lambda t, b: self._timed_graph(t, b, kv, pool), self.consts, kv=kv,
                 capacity=self.config.max_seq, batch=batch, prefill_tokens=self.prefill_tokens,
                 pool_slots=pool, target=(self.backend, self.device),
-                decode_batches=decode_batches, prefill_batches=prefill_batches)
+                decode_batches=decode_batches, prefill_batches=prefill_batches,
+                make_sampled=lambda b, mode: self._timed_graph(1, b, kv, pool, mode))
             if self.progress:
                 session.progress = BindingBar()
             self._sessions[key] = session
         return self._sessions[key]
 
-    def prepare(self, session, prompt_tokens: int) -> None:
-        """Plan and bind the prefill and decode steps before any timing starts."""
+    def prepare(self, session, prompt_tokens: int, sample: str | None = None) -> None:
+        """Plan and bind the prefill and decode steps before any timing starts (`sample`:
+        the decode step that samples in the graph, in that mode)."""
         if prompt_tokens > 1:
             session.executor(self.prefill_tokens, 1)
-        session.executor(1, session.batch)
+        session.executor(1, session.batch, sample if self.device_sampling else None)
 
-    def _timed_graph(self, tokens: int, batch: int, kv: str, pool: int):
+    def sample_mode(self, samplers) -> str | None:
+        """The in-graph sampling mode decode steps use for these samplers (None: the
+        host samples)."""
+        from poot.models.sample_graph import mode_for
+
+        return mode_for(samplers) if self.device_sampling else None
+
+    def _timed_graph(self, tokens: int, batch: int, kv: str, pool: int,
+                     sample: str | None = None):
         t0 = time.perf_counter()
-        g = self.step_graph(tokens, batch, kv, pool=pool)
+        g = self.step_graph(tokens, batch, kv, pool=pool, sample=sample)
         if self.progress:
-            self.progress(f"compiled a {tokens}-token x {batch} step "
+            how = f", sampling ({sample})" if sample else ""
+            self.progress(f"compiled a {tokens}-token x {batch} step{how} "
                           f"({len(g.eqns())} eqns) in {time.perf_counter() - t0:.2f} s")
         return g
+
+    def _next_tokens(self, session, last: dict, rows: dict, mode: str | None) -> dict:
+        """The next token of each sequence in `last` (seq -> the token it feeds now), from
+        one decode step: sampled in the graph in `mode`, else on the host from the logits.
+        `rows` is seq -> (sampler, history including the fed token)."""
+        from poot.models.sample_graph import slot_values
+
+        if mode is None:
+            logits = session.decode(last)
+            return {s: rows[s][0].sample(logits[s], rows[s][1]) for s in last}
+        order = [rows[s] for s in last]
+        ids = session.decode_sampled(last, mode, lambda b: slot_values(order, b, mode))
+        return {s: int(t) for s, t in zip(last, ids, strict=True)}
 
     # -- the Python API ------------------------------------------------------------------
     def tokenize(self, text: str, add_special: bool = True) -> list[int]:
@@ -173,8 +202,9 @@ class Model:
                             f"room for {self.config.max_seq} (load with a larger max_seq)")
         max_tokens = min(max_tokens, room)
         sampler = Sampler(temperature, top_k, top_p, repetition_penalty, seed)
+        mode = self.sample_mode([sampler])
         session = self.session()
-        self.prepare(session, len(ids))
+        self.prepare(session, len(ids), mode)
         seq = object()
         session.open(seq)
         self.stats = stats = Stats(prompt_tokens=len(ids))
@@ -186,8 +216,8 @@ class Model:
             stats.prefill_seconds = time.perf_counter() - t0
             history = list(ids)
             t0 = time.perf_counter()
+            tok = sampler.sample(logits, history)    # the first from the prompt's logits
             for i in range(max_tokens):
-                tok = sampler.sample(logits, history)
                 history.append(tok)
                 stats.generated_tokens += 1
                 if tok in self.tokenizer.stop_ids:
@@ -203,7 +233,8 @@ class Model:
                 if piece:
                     yield piece
                 if i + 1 < max_tokens:
-                    logits = session.decode({seq: tok})[seq]
+                    tok = self._next_tokens(session, {seq: tok}, {seq: (sampler, history)},
+                                            mode)[seq]
             else:
                 tail = stream.flush()
                 if tail:
@@ -223,26 +254,27 @@ class Model:
         seqs = list(range(len(prompts)))
         ids = [self.prompt_ids(p, chat) for p in prompts]
         samplers = [Sampler(**sampling) for _ in prompts]
+        mode = self.sample_mode(samplers)
         out = [[] for _ in prompts]
-        logits = {}
+        picked = {}
         for s in seqs:
             session.open(s)
         try:
             for s in seqs:
-                logits[s] = session.prefill(s, ids[s])
+                picked[s] = samplers[s].sample(session.prefill(s, ids[s]), ids[s])
             live = set(seqs)
-            for _ in range(max_tokens):
+            for step in range(max_tokens):
                 nxt = {}
                 for s in sorted(live):
-                    tok = samplers[s].sample(logits[s], ids[s] + out[s])
-                    if tok in self.tokenizer.stop_ids:
+                    if picked[s] in self.tokenizer.stop_ids:
                         live.discard(s)
                         continue
-                    out[s].append(tok)
-                    nxt[s] = tok
-                if not nxt:
+                    out[s].append(picked[s])
+                    nxt[s] = picked[s]
+                if not nxt or step + 1 == max_tokens:
                     break
-                logits.update(session.decode(nxt))
+                rows = {s: (samplers[s], ids[s] + out[s]) for s in nxt}
+                picked.update(self._next_tokens(session, nxt, rows, mode))
         finally:
             for s in seqs:
                 session.close(s)
