@@ -24,9 +24,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from poot.formats import WeightFormat
 
 #: the plugins poot-core ships: entry point name -> module (the reference backend, the
-#: sampler's slot roles)
+#: slot roles of the in-graph sampler and of hosted embedding rows)
 BUILTIN = {"poot.reference-backend": "poot.backends.reference",
-           "poot.sampler": "poot.models.sample_graph"}
+           "poot.sampler": "poot.models.sample_graph",
+           "poot.hosted-rows": "poot.models.hosted_rows"}
 #: what each list-returning hook's items must be, for the broken-plugin report
 _ITEM = {"poot_backends": (Backend, "a Backend"), "poot_slot_roles": (SlotKind, "a SlotKind")}
 

@@ -34,6 +34,7 @@ from poot.errors import CheckpointError
 from poot.formats import PackedWeight
 from poot.ir.graph import Graph
 from poot.ir.types import SlotKind, TensorType, WeightRef
+from poot.models.hosted_rows import embed_rows
 from poot.models.rope import RopeScaling
 from poot.models.sample_graph import sample_tokens
 from poot.models.weights import DenseSpec, HalfLayoutRows, PackedSpec, WeightSource
@@ -121,7 +122,8 @@ def _declare(weights: WeightSource, name: str, seen: dict):
 
 def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1,
                   batch: int = 1, kv: str = "dense", logits: str = "all",
-                  pool_slots: int | None = None, sample: str | None = None) -> Step:
+                  pool_slots: int | None = None, sample: str | None = None,
+                  hosted_rows: bool = False) -> Step:
     """Trace one decoder step for `batch` sequences of `tokens` tokens each.
 
     dense KV: batch must be 1; State k/v per layer [Hkv, max_seq, D] (a sliding layer's
@@ -134,6 +136,8 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
     slot of each position of each sequence).
     sample ("argmax" or "full", decode steps only): the step draws each sequence's next
     token itself (poot.models.sample_graph) and its result is the token ids [B] I32.
+    hosted_rows: the step takes embedding rows from the host for chosen positions
+    (poot.models.hosted_rows: slots `hosted.rows` [B*T, dim] and `hosted.use` [B*T]).
     """
     c = config
     tables = _rope_tables(c, weights)
@@ -193,6 +197,8 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
         x = ops.embedding(declare("token_embd.weight"), tok)   # [N, dim]
         if c.embed_scale != 1.0:
             x = ops.mul(x, c.embed_scale)
+        if hosted_rows:
+            x = embed_rows(x)
         for i in range(c.layers):
             p = f"blk.{i}."
             sliding = c.is_sliding(i)

@@ -8,7 +8,7 @@ runs prefill and decode plans that share one weight cache and one KV cache.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -86,16 +86,18 @@ class Model:
     # -- graphs -----------------------------------------------------------------------
     def step_graph(self, tokens: int, batch: int = 1, kv: str | None = None,
                    logits: str = "all", compiled: bool = True, pool: int | None = None,
-                   sample: str | None = None):
+                   sample: str | None = None, hosted_rows: bool = False):
         """The traced (and, by default, compiled) graph of one step. `pool` is the paged
         KV pool's size in token slots (shared by every plan of one session); `sample`
-        ("argmax" or "full") makes a decode step that samples in the graph."""
+        ("argmax" or "full") makes a decode step that samples in the graph; `hosted_rows`
+        a step that takes embedding rows from the host (poot.models.hosted_rows)."""
         import poot
         from poot.models.llama import build_decoder
 
         kv = kv or self.kv
         step = build_decoder(self.config, self.weights, tokens=tokens, batch=batch, kv=kv,
-                             logits=logits, pool_slots=pool, sample=sample)
+                             logits=logits, pool_slots=pool, sample=sample,
+                             hosted_rows=hosted_rows)
         self.consts.update(step.consts)
         self.consts.update(self.weights.arrays)
         return poot.compile(step.graph, (self.backend, self.device)).graph if compiled \
@@ -164,17 +166,23 @@ class Model:
     def tokenize(self, text: str, add_special: bool = True) -> list[int]:
         return self.tokenizer.encode(text, add_special=add_special)
 
-    def prefill_logits(self, token_ids: Sequence[int]) -> np.ndarray:
-        """Logits [T, vocab] (float32) of a prompt run from an empty cache in one step."""
+    def prefill_logits(self, token_ids: Sequence[int],
+                       hosted: Mapping[int, np.ndarray] | None = None) -> np.ndarray:
+        """Logits [T, vocab] (float32) of a prompt run from an empty cache in one step.
+        `hosted` maps prompt positions to embedding rows [dim] that replace those
+        positions' token embeddings (poot.models.hosted_rows)."""
+        from poot.models import hosted_rows
         from poot.plan import plan
         from poot.runtime.executor import Executor
 
         ids = np.asarray(token_ids, np.int32).reshape(-1)
         if not 0 < len(ids) <= self.config.max_seq:
             raise BindError(f"prefill takes 1 to {self.config.max_seq} tokens, got {len(ids)}")
-        g = self.step_graph(len(ids), 1, "dense")
+        g = self.step_graph(len(ids), 1, "dense", hosted_rows=bool(hosted))
         ex = Executor(plan(g, (self.backend, self.device)), self.consts)
         slots = {"tokens": ids, "pos": [0], **({"end": [len(ids)]} if "end" in ex.slots else {})}
+        if hosted:
+            slots.update(hosted_rows.slot_values(hosted, len(ids), self.config.dim))
         return np.asarray(ex.step(slots).result, np.float32)
 
     def prompt_ids(self, prompt: str, chat: bool = False, system: str | None = None):
