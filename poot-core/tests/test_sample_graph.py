@@ -36,7 +36,10 @@ def _executor(backend: str, graph):
     from poot.plan import plan
     from poot.runtime.executor import Executor
 
-    b = plugin.get_backend(backend)
+    try:
+        b = plugin.get_backend(backend)
+    except Exception as exc:
+        pytest.skip(f"backend {backend} is not installed here: {exc}")
     devs, why = plugin.probe(b)
     if not devs:
         pytest.skip(f"backend {backend} finds no device here: {why}")
@@ -62,14 +65,14 @@ def test_generator_in_the_graph_draws_the_host_bits():
     assert 0 < want.min() and want.max() < 1 and abs(want.mean() - 0.5) < 0.02
 
 
-@pytest.mark.parametrize("backend", ["reference", "cpu", "wgpu"])
+@pytest.mark.parametrize("backend", ["reference", "cpu", "wgpu", "vulkan", "cuda", "rocm"])
 def test_graph_draws_the_host_sampler_tokens(backend):
     ex = _executor(backend, _sampler_graph())
     rng = np.random.default_rng(1)
     host = [Sampler(**s) for s in SETTINGS]
     device = [Sampler(**s) for s in SETTINGS]
     hist = [list(rng.integers(0, V, 10)) for _ in range(B)]
-    for step in range(4 if backend == "wgpu" else 12):
+    for step in range(3 if backend in ("wgpu", "vulkan") else 12):   # lavapipe is slow
         logits = (rng.standard_normal((B, V)) * 2).astype(np.float32)
         want = [h.sample(logits[i], hist[i]) for i, h in enumerate(host)]
         slots = slot_values([(s, hist[i]) for i, s in enumerate(device)], B)
