@@ -63,6 +63,8 @@ def test_generator_in_the_graph_draws_the_host_bits():
                      for s, c in zip(seeds, [0, 5, 2 ** 32 - 1], strict=True)])
     np.testing.assert_array_equal(got[0], want)
     assert 0 < want.min() and want.max() < 1 and abs(want.mean() - 0.5) < 0.02
+    edges = (np.array([0, 2 ** 23 - 1], np.float32) + np.float32(0.5)) * np.float32(2 ** -23)
+    assert 0 < edges[0] and edges[1] < 1          # the extreme words stay inside (0, 1)
 
 
 @pytest.mark.parametrize("backend", ["reference", "cpu", "wgpu", "vulkan", "cuda", "rocm"])

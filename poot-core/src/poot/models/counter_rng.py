@@ -7,11 +7,12 @@ A draw is a pure function of (seed, counter, token id); nothing is carried betwe
     mix(x)     = x ^= x >> 16; x *= 0x7feb352d; x ^= x >> 15; x *= 0x846ca68b; x ^= x >> 16
     key        = mix(mix(mix(seed_lo) ^ seed_hi) ^ counter)
     bits(i)    = mix(mix((i * 0x9e3779b9) ^ key) + key)
-    uniform(i) = ((bits(i) >> 8) + 0.5) * 2^-24
+    uniform(i) = ((bits(i) >> 9) + 0.5) * 2^-23
 
 All arithmetic is on 32-bit unsigned words and wraps. `seed` is 64 bits (two words),
 `counter` the number of draws the sequence made before this one, `i` the token id; the
-uniform lies strictly inside (0, 1) and is exact in F32. mix is a two-round
+uniform lies in [2^-24, 1 - 2^-24], strictly inside (0, 1), and is exact in F32 (23 bits
+plus the half: with 24 bits the largest value would round to 1.0 in F32). mix is a two-round
 xorshift-multiply finalizer; the generator is for sampling, not for secrets.
 """
 from __future__ import annotations
@@ -54,7 +55,7 @@ def uniforms(seed: int, counter: int, count: int) -> np.ndarray:
     ids = np.arange(count, dtype=np.uint32)
     with np.errstate(over="ignore"):
         bits = _mix_np(_mix_np((ids * np.uint32(GOLDEN)) ^ k) + k)
-    return ((bits >> np.uint32(8)).astype(np.float32) + np.float32(0.5)) * np.float32(2 ** -24)
+    return ((bits >> np.uint32(9)).astype(np.float32) + np.float32(0.5)) * np.float32(2 ** -23)
 
 
 # -- in a graph ---------------------------------------------------------------------------
@@ -75,5 +76,5 @@ def graph_uniforms(seed, counter, vocab: int):
     k = _mix(ops.bit_xor(_mix(ops.bit_xor(_mix(lo), hi)), ops.reshape(counter, (b, 1))))
     ids = ops.cast(ops.iota((1, vocab), 1), U32)
     bits = _mix(ops.add(_mix(ops.bit_xor(ops.mul(ids, GOLDEN), k)), k))
-    top = ops.cast(ops.shr(bits, 8), DType.F32)
-    return ops.mul(ops.add(top, 0.5), 2.0 ** -24)
+    top = ops.cast(ops.shr(bits, 9), DType.F32)
+    return ops.mul(ops.add(top, 0.5), 2.0 ** -23)
