@@ -36,11 +36,14 @@ def model_path() -> str:
     return str(path)
 
 
-def greedy(model, ids: list[int], n: int, replay: bool | None = None) -> dict:
+def greedy(model, ids: list[int], n: int, replay: bool | None = None,
+           on_device: bool = False) -> dict:
     """`n` greedy tokens after `ids` through the model's dense-KV session; with `replay`
-    given, every loaded cuda executable is switched to it first. Returns ids and times."""
+    given, every loaded cuda executable is switched to it first. `on_device`: each decode
+    step takes the argmax in the graph and reads back only the token id (4 bytes), else
+    the host reads the logits back and takes it. Returns ids and times."""
     session = model.session()
-    model.prepare(session, len(ids))
+    model.prepare(session, len(ids), "argmax" if on_device else None)
     if replay is not None:
         for ex in session.executors.values():
             ex.executable.replay = replay
@@ -56,7 +59,11 @@ def greedy(model, ids: list[int], n: int, replay: bool | None = None) -> dict:
             out.append(tok)
             if i + 1 < n:
                 t0 = time.perf_counter()
-                logits = session.decode({seq: tok})[seq]
+                if on_device:
+                    nxt = int(session.decode_sampled({seq: tok}, "argmax", lambda b: {})[0])
+                    logits = np.eye(1, model.config.vocab, nxt)[0]   # argmax is nxt
+                else:
+                    logits = session.decode({seq: tok})[seq]
                 step_s.append(time.perf_counter() - t0)
     finally:
         session.close(seq)
@@ -163,10 +170,17 @@ def main() -> int:
 
     replay = greedy(gpu, ids, args.tokens, replay=True)
     eager = greedy(gpu, ids, args.tokens, replay=False)
-    same_modes = replay["ids"] == first["ids"] == eager["ids"]
+    on_device = greedy(gpu, ids, args.tokens, replay=True, on_device=True)
+    on_device = greedy(gpu, ids, args.tokens, replay=True, on_device=True)  # recorded now
+    same_modes = replay["ids"] == first["ids"] == eager["ids"] == on_device["ids"]
     if not same_modes:
         failed = True
-        print(f"MISMATCH between cuda runs: replay {replay['ids']} eager {eager['ids']}")
+        print(f"MISMATCH between cuda runs: replay {replay['ids']} eager {eager['ids']} "
+              f"on-device greedy {on_device['ids']}")
+    d_tps = tps(on_device)
+    print(f"[cuda] decode, argmax in the graph (4 bytes read back): {d_tps:.1f} tok/s "
+          f"(median step {1e3 * float(np.median(on_device['steps_s'])):.3f} ms)")
+    summary("smollm2 cuda decode, on-device greedy, graph replay", f"{d_tps:.1f} tok/s")
     r_tps, e_tps = tps(replay), tps(eager)
     print(f"[cuda] decode with graph replay: {r_tps:.1f} tok/s (median step "
           f"{1e3 * float(np.median(replay['steps_s'])):.3f} ms)")

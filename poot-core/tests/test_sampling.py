@@ -95,16 +95,16 @@ def test_broken_logits_are_refused(logits):
         Sampler().sample_batch(logits)
 
 
-def test_top_p_window_equals_sorting_everything():
-    from poot.models.sampling import _nucleus
+def test_candidates_are_argtopk_without_a_full_sort():
+    from poot.models.sampling import _top
 
     rng = np.random.default_rng(12)
-    probs = np.exp(rng.standard_normal(5000) * 2)
-    probs /= probs.sum()
-    ids = rng.permutation(5000)
-    order = np.argsort(-probs, kind="stable")
-    for top_p in (0.05, 0.5, 0.9, 0.999):
-        keep = int(np.searchsorted(np.cumsum(probs[order]), top_p)) + 1
-        kept_ids, kept_probs = _nucleus(ids, probs, top_p)
-        assert kept_ids.tolist() == ids[order[:keep]].tolist()
-        np.testing.assert_allclose(kept_probs, probs[order[:keep]] / probs[order[:keep]].sum())
+    y = rng.integers(-3, 4, 5000).astype(np.float32)        # many ties at the k-th value
+    for k in (1, 7, 64):
+        want = np.argsort(-y.astype(np.float64), kind="stable")[:k]
+        assert _top(y, k).tolist() == want.tolist()
+
+
+def test_top_k_above_the_candidates_is_refused():
+    with pytest.raises(SamplingError, match="0..64"):
+        Sampler(temperature=1.0, top_k=65)

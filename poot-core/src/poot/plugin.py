@@ -25,9 +25,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from poot.formats import WeightFormat
 
 #: the plugins poot-core ships: entry point name -> module (the reference backend, and the
-#: owners of the LoRA adapter index and the expert map slot roles)
+#: owners of slot roles: the LoRA adapter index, the expert map, the in-graph sampler,
+#: hosted embedding rows)
 BUILTIN = {"poot.reference-backend": "poot.backends.reference",
-           "poot.lora": "poot.models.lora", "poot.expert-pool": "poot.models.expert_pool"}
+           "poot.lora": "poot.models.lora", "poot.expert-pool": "poot.models.expert_pool",
+           "poot.sampler": "poot.models.sample_graph",
+           "poot.hosted-rows": "poot.models.hosted_rows"}
 #: what each list-returning hook's items must be, for the broken-plugin report
 _ITEM = {"poot_backends": (Backend, "a Backend"), "poot_slot_roles": (SlotKind, "a SlotKind")}
 

@@ -15,7 +15,12 @@ def add_parser(sub):
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--repetition-penalty", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--seed", type=int, default=None,
+                   help="the sampler's seed (same seed and settings: same text on every "
+                        "backend)")
+    p.add_argument("--host-sampling", action="store_true",
+                   help="read the logits back and sample on the host (default: decode steps "
+                        "sample in the graph and read back only the token id)")
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument("--kv", choices=("dense", "paged"), default="dense")
     p.add_argument("--max-seq", type=int, default=1024, help="KV capacity in positions")
@@ -66,7 +71,12 @@ def run(args, rank: int = 0, group=None) -> int:
     progress(f"loaded {model.checkpoint.path.name} ({model.config.arch}, "
              f"{model.config.layers} layers) for {model.backend.name} on {model.device} "
              f"in {time.perf_counter() - t0:.1f} s")
-    model.prepare(model.session(), prompt_tokens=2)  # compile and plan before streaming
+    from poot.models.sampling import Sampler
+
+    model.device_sampling = not args.host_sampling
+    mode = model.sample_mode([Sampler(args.temperature, args.top_k, args.top_p,
+                                      args.repetition_penalty, args.seed)])
+    model.prepare(model.session(), prompt_tokens=2, sample=mode)  # plan before streaming
     pieces = model.generate(args.prompt, max_tokens=args.max_tokens, chat=args.chat,
                             temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                             repetition_penalty=args.repetition_penalty, seed=args.seed,

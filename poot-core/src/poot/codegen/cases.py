@@ -215,7 +215,27 @@ def data_cases() -> list[Case]:
         Case("argtopk-ties", ArgTopK(3), (T((4, 10), F32),),
              lambda rng: [rng.integers(0, 4, (4, 10)).astype(np.float32)]),
         Case("argtopk-k1", ArgTopK(1), (T((2, 3, 64), F32),), makers(normal(T((2, 3, 64), F32)))),
+        Case("argtopk-specials", ArgTopK(6), (T((3, 700), F32),), _special_rows),
+        Case("argtopk-i32-extremes", ArgTopK(5), (T((2, 300), I32),),
+             lambda rng: [np.where(rng.random((2, 300)) < 0.5, -2 ** 31,
+                                   rng.integers(-3, 3, (2, 300))).astype(np.int32)]),
+        Case("argtopk-u32", ArgTopK(4), (T((2, 90), U32),),
+             lambda rng: [rng.integers(0, 2 ** 32, (2, 90), dtype=np.uint64).astype(np.uint32)]),
+        Case("argtopk-counting", ArgTopK(70), (T((2, 80), F32),),
+             makers(normal(T((2, 80), F32)))),
     ]
+
+
+def _special_rows(rng) -> list:
+    """Rows with NaN, infinities, signed zeros and ties, where key order must match the
+    oracle's float64 order (NaN last, -0 equal to +0)."""
+    x = rng.integers(-2, 3, (3, 700)).astype(np.float32)
+    x[0, ::7] = np.nan
+    x[1, ::5] = -0.0
+    x[1, 3] = np.inf
+    x[2] = -np.inf
+    x[2, 600:] = np.nan
+    return [x]
 
 
 def reduce_cases() -> list[Case]:

@@ -81,7 +81,9 @@ class Builder:
 
     def slot(self, kind: SlotKind, shape: Sequence[int], name: str,
              bound: int | None = None) -> Ref:
-        """A per-step input of `kind`, its values in the kind's range (`bound` exclusive)."""
+        """A per-step input of `kind`, its values in the kind's range (`bound` exclusive).
+        The kind must be a declared role (IRError otherwise)."""
+        kind.require_declared()
         aval = TensorType(tuple(shape), kind.dtype)
         storage = Storage(StorageClass.SLOT, Slot(kind, bound))
         return self._bind(aval, storage, Identity.of_slot(SlotKey(kind, name)))

@@ -166,6 +166,16 @@ class SlotKind:
             raise IRError(f"unknown slot kind {label!r}; declared: "
                           f"{', '.join(sorted(cls._registry))}") from None
 
+    def require_declared(self) -> None:
+        """Refuse a role no owner declared (built directly rather than through `declare`,
+        or declared elsewhere with another rule): an IRError naming it."""
+        if SlotKind._registry.get(self.label) is not self:
+            from poot.errors import IRError
+
+            raise IRError(f"slot role {self.label!r} ({self.dtype}) is not declared; its "
+                          f"owner declares it with SlotKind.declare or the poot_slot_roles "
+                          f"hook before a graph uses it")
+
     def __repr__(self) -> str:
         return self.label
 

@@ -27,15 +27,16 @@ class Decoded:
         return len(self.tokens) / self.decode_seconds if self.decode_seconds else 0.0
 
 
-def open_decoder(model: str = "smollm2", max_seq: int = 64):
-    """(decode step, weights) for a model name or GGUF path."""
+def open_decoder(model: str = "smollm2", max_seq: int = 64, sample: str | None = None):
+    """(decode step, weights) for a model name or GGUF path; `sample="argmax"`: the step
+    returns its argmax token id (read back: 4 bytes) instead of the logits."""
     from poot.models.llama import build_decoder
     from poot.models.loader import open_model
     from poot.models.weights import CheckpointWeights
 
     ckpt, config = open_model(model, max_seq=max_seq, pull_missing=False)
     weights = CheckpointWeights(ckpt, config)
-    return build_decoder(config, weights), weights
+    return build_decoder(config, weights, sample=sample), weights
 
 
 #: SmolLM2-135M's shape (from its GGUF), for random-weight runs where the file is absent
@@ -43,17 +44,21 @@ SMOLLM2_SHAPE = dict(vocab=49152, dim=576, layers=30, heads=9, kv_heads=3, head_
                      ffn=1536, norm_eps=1e-5, rope_base=100000.0, tied=True)
 
 
-def random_decoder(max_seq: int = 64, packed_format: str = "gguf:Q4_1", seed: int = 0):
-    """(decode step, weights) of SmolLM2's shape with random weights packed in a format."""
+def random_decoder(max_seq: int = 64, packed_format: str = "gguf:Q4_1", seed: int = 0,
+                   sample: str | None = None):
+    """(decode step, weights) of SmolLM2's shape with random weights packed in a format
+    (`sample` as open_decoder's)."""
     from poot.models.llama import LlamaConfig, build_decoder, random_weights
 
     config = LlamaConfig(**SMOLLM2_SHAPE, max_seq=max_seq)
     weights = random_weights(config, seed=seed, packed_format=packed_format)
-    return build_decoder(config, weights), weights
+    return build_decoder(config, weights, sample=sample), weights
 
 
 def greedy(step, weights, backend: str, prompt: list[int], new_tokens: int) -> Decoded:
-    """Run the prompt and `new_tokens` greedy steps of `step` on `backend`."""
+    """Run the prompt and `new_tokens` greedy steps of `step` on `backend` (a step built
+    with sample="argmax" picks each token itself; otherwise the host takes the argmax of
+    the logits it reads back)."""
     import poot
     from poot.models.llama import const_inputs
     from poot.plan import plan
@@ -66,7 +71,8 @@ def greedy(step, weights, backend: str, prompt: list[int], new_tokens: int) -> D
 
     def run(pos: int, token: int) -> int:
         slots = {"tokens": np.array([token], np.int32), "pos": np.array([pos], np.int32)}
-        return int(np.argmax(ex.step(slots).result[-1]))
+        out = ex.step(slots).result
+        return int(out[-1]) if step.sample == "argmax" else int(np.argmax(out[-1]))
 
     t0 = time.perf_counter()
     for pos, token in enumerate(prompt):

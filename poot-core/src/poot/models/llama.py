@@ -34,7 +34,9 @@ from poot.errors import CheckpointError
 from poot.formats import PackedWeight
 from poot.ir.graph import Graph
 from poot.ir.types import SlotKind, TensorType, WeightRef
+from poot.models.hosted_rows import embed_rows
 from poot.models.rope import RopeScaling
+from poot.models.sample_graph import sample_tokens
 from poot.models.weights import DenseSpec, HalfLayoutRows, PackedSpec, WeightSource
 
 
@@ -102,6 +104,8 @@ class Step:
     #: host arrays the step binds beyond the source's `arrays`: rope tables, and q/k rows
     #: reordered from a "pairs" source (poot.models.weights.HalfLayoutRows)
     consts: dict[str, np.ndarray] = field(default_factory=dict)
+    #: None: the result is logits; "argmax" or "full": token ids (sampled in the graph)
+    sample: str | None = None
 
 
 def _declare(weights: WeightSource, name: str, seen: dict):
@@ -118,7 +122,8 @@ def _declare(weights: WeightSource, name: str, seen: dict):
 
 def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1,
                   batch: int = 1, kv: str = "dense", logits: str = "all",
-                  pool_slots: int | None = None, lora=None, expert_pool=None) -> Step:
+                  pool_slots: int | None = None, lora=None, expert_pool=None,
+                  sample: str | None = None, hosted_rows: bool = False) -> Step:
     """Trace one decoder step for `batch` sequences of `tokens` tokens each.
 
     dense KV: batch must be 1; State k/v per layer [Hkv, max_seq, D] (a sliding layer's
@@ -132,6 +137,10 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
     `lora` (poot.models.lora.Adapters) adds slot `adapter` [B] and each row's low-rank
     update to the projections it adapts; `expert_pool` (poot.models.expert_pool.ExpertPool)
     reads the experts from its pool through slot `expert_map`.
+    sample ("argmax" or "full", decode steps only): the step draws each sequence's next
+    token itself (poot.models.sample_graph) and its result is the token ids [B] I32.
+    hosted_rows: the step takes embedding rows from the host for chosen positions
+    (poot.models.hosted_rows: slots `hosted.rows` [B*T, dim] and `hosted.use` [B*T]).
     """
     c = config
     tables = _rope_tables(c, weights)
@@ -145,6 +154,9 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
         raise ValueError("a dense KV cache holds one sequence; use kv='paged' for batches")
     if c.act not in ("silu", "gelu_tanh"):
         raise ValueError(f"unknown FFN activation {c.act!r}")
+    if sample is not None and tokens != 1:
+        raise ValueError("a step samples in the graph only when it decodes one token per "
+                         f"sequence, not {tokens}")
     b, t, n = batch, tokens, batch * tokens
     cap = c.max_seq
     pool = pool_slots or cap * b
@@ -195,6 +207,8 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
         x = ops.embedding(declare("token_embd.weight"), tok)   # [N, dim]
         if c.embed_scale != 1.0:
             x = ops.mul(x, c.embed_scale)
+        if hosted_rows:
+            x = embed_rows(x)
         for i in range(c.layers):
             p = f"blk.{i}."
             sliding = c.is_sliding(i)
@@ -265,12 +279,13 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
         head = "output.weight" if weights.has("output.weight") else "token_embd.weight"
         if head == "token_embd.weight" and not c.tied:
             raise CheckpointError("checkpoint has no output.weight and the model is not tied")
-        return ops.linear(x, declare(head))
+        out = ops.linear(x, declare(head))
+        return out if sample is None else sample_tokens(out, sample)
 
     mode = "decode" if t == 1 else "prefill"
-    g = ops_trace(step, f"{c.arch}_{mode}_{kv}_b{b}_t{t}")
+    g = ops_trace(step, f"{c.arch}_{mode}_{kv}_b{b}_t{t}" + (f"_{sample}" if sample else ""))
     adapters = lora.arrays if lora is not None else {}
-    return Step(g, c, mode, kv, b, t, logits, {**consts, **tables, **adapters})
+    return Step(g, c, mode, kv, b, t, logits, {**consts, **tables, **adapters}, sample)
 
 
 def _ffn(c: LlamaConfig, h, p: str, declare, suffix: str = "", *, linear=None, pool=None):

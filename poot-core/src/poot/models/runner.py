@@ -8,7 +8,7 @@ runs prefill and decode plans that share one weight cache and one KV cache.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -96,19 +96,26 @@ class Model:
             self.prefill_tokens = min(self.prefill_tokens, self.expert_pool.max_tokens)
         #: this process's rank of a tensor-parallel run (poot.parallel.model.TensorParallel)
         self.tp = None
+        #: decode steps draw the next token in the graph (poot.models.sample_graph) and read
+        #: back only its id; False: they return logits and the host samples
+        self.device_sampling = True
 
     # -- graphs -----------------------------------------------------------------------
     def step_graph(self, tokens: int, batch: int = 1, kv: str | None = None,
-                   logits: str = "all", compiled: bool = True, pool: int | None = None):
+                   logits: str = "all", compiled: bool = True, pool: int | None = None,
+                   sample: str | None = None, hosted_rows: bool = False):
         """The traced (and, by default, compiled) graph of one step. `pool` is the paged
-        KV pool's size in token slots (shared by every plan of one session)."""
+        KV pool's size in token slots (shared by every plan of one session); `sample`
+        ("argmax" or "full") makes a decode step that samples in the graph; `hosted_rows`
+        a step that takes embedding rows from the host (poot.models.hosted_rows)."""
         import poot
         from poot.models.llama import build_decoder
 
         kv = kv or self.kv
         step = build_decoder(self.config, self.weights, tokens=tokens, batch=batch, kv=kv,
                              logits=logits, pool_slots=pool, lora=self.adapters,
-                             expert_pool=self.expert_pool)
+                             expert_pool=self.expert_pool, sample=sample,
+                             hosted_rows=hosted_rows)
         self.consts.update(step.consts)
         self.consts.update(self.weights.arrays)
         if self.tp is None:
@@ -141,7 +148,8 @@ class Model:
                 capacity=self.config.max_seq, batch=batch, prefill_tokens=self.prefill_tokens,
                 pool_slots=pool, target=(self.backend, self.device),
                 decode_batches=decode_batches, prefill_batches=prefill_batches,
-                runtime=None if self.tp is None else self.tp.runtime)
+                runtime=None if self.tp is None else self.tp.runtime,
+                make_sampled=lambda b, mode: self._timed_graph(1, b, kv, pool, mode))
             if self.progress:
                 session.progress = BindingBar()
             self._fit_features(session)
@@ -180,27 +188,55 @@ class Model:
 
         return {SLOT: self.adapters.lookup(adapter)}
 
-    def prepare(self, session, prompt_tokens: int) -> None:
-        """Plan and bind the prefill and decode steps before any timing starts."""
+    def prepare(self, session, prompt_tokens: int, sample: str | None = None) -> None:
+        """Plan and bind the prefill and decode steps before any timing starts (`sample`:
+        the decode step that samples in the graph, in that mode)."""
         if prompt_tokens > 1:
             session.executor(self.prefill_tokens, 1)
-        session.executor(1, session.batch)
+        session.executor(1, session.batch, sample if self.device_sampling else None)
 
-    def _timed_graph(self, tokens: int, batch: int, kv: str, pool: int):
+    def sample_mode(self, samplers) -> str | None:
+        """The in-graph sampling mode decode steps use for these samplers (None: the
+        host samples)."""
+        from poot.models.sample_graph import mode_for
+
+        return mode_for(samplers) if self.device_sampling else None
+
+    def _timed_graph(self, tokens: int, batch: int, kv: str, pool: int,
+                     sample: str | None = None):
         t0 = time.perf_counter()
-        g = self.step_graph(tokens, batch, kv, pool=pool)
+        g = self.step_graph(tokens, batch, kv, pool=pool, sample=sample)
         if self.progress:
+            how = f", sampling ({sample})" if sample else ""
             eqns = len(getattr(g, "graph", g).eqns())     # a rank's step is a compile result
-            self.progress(f"compiled a {tokens}-token x {batch} step "
+            self.progress(f"compiled a {tokens}-token x {batch} step{how} "
                           f"({eqns} eqns) in {time.perf_counter() - t0:.2f} s")
         return g
+
+    def _next_tokens(self, session, last: dict, rows: dict, mode: str | None) -> dict:
+        """The next token of each sequence in `last` (seq -> the token it feeds now), from
+        one decode step: sampled in the graph in `mode`, else on the host from the logits.
+        `rows` is seq -> (sampler, history including the fed token)."""
+        from poot.models.sample_graph import slot_values
+
+        if mode is None:
+            logits = session.decode(last)
+            return {s: rows[s][0].sample(logits[s], rows[s][1]) for s in last}
+        order = [rows[s] for s in last]
+        ids = session.decode_sampled(last, mode, lambda b: slot_values(order, b, mode))
+        return {s: int(t) for s, t in zip(last, ids, strict=True)}
 
     # -- the Python API ------------------------------------------------------------------
     def tokenize(self, text: str, add_special: bool = True) -> list[int]:
         return self.tokenizer.encode(text, add_special=add_special)
 
-    def prefill_logits(self, token_ids: Sequence[int], adapter: str | None = None) -> np.ndarray:
-        """Logits [T, vocab] (float32) of a prompt run from an empty cache in one step."""
+    def prefill_logits(self, token_ids: Sequence[int], adapter: str | None = None,
+                       hosted: Mapping[int, np.ndarray] | None = None) -> np.ndarray:
+        """Logits [T, vocab] (float32) of a prompt run from an empty cache in one step,
+        through the loaded LoRA adapter `adapter` if given. `hosted` maps prompt positions
+        to embedding rows [dim] that replace those positions' token embeddings
+        (poot.models.hosted_rows)."""
+        from poot.models import hosted_rows
         from poot.plan import plan
         from poot.runtime.executor import Executor
 
@@ -211,11 +247,13 @@ class Model:
             raise BindError("prefill_logits runs a whole prompt in one step, more than an "
                             "expert pool may hold; use a session (or generate)")
         rows = {k: [v] for k, v in self.adapter_rows(adapter).items()}
-        g = self.step_graph(len(ids), 1, "dense")
+        g = self.step_graph(len(ids), 1, "dense", hosted_rows=bool(hosted))
         ex = Executor(plan(g, (self.backend, self.device)), self.bound_consts,
                       runtime=None if self.tp is None else self.tp.runtime)
         slots = {"tokens": ids, "pos": [0], **rows,
                  **({"end": [len(ids)]} if "end" in ex.slots else {})}
+        if hosted:
+            slots.update(hosted_rows.slot_values(hosted, len(ids), self.config.dim))
         return np.asarray(ex.step(slots).result, np.float32)
 
     def prompt_ids(self, prompt: str, chat: bool = False, system: str | None = None):
@@ -246,8 +284,9 @@ class Model:
         max_tokens = min(max_tokens, room)
         sampler = Sampler(temperature, top_k, top_p, repetition_penalty, seed)
         rows = self.adapter_rows(adapter)
+        mode = self.sample_mode([sampler])
         session = self.session()
-        self.prepare(session, len(ids))
+        self.prepare(session, len(ids), mode)
         seq = object()
         session.open(seq, rows)
         self.stats = stats = Stats(prompt_tokens=len(ids))
@@ -259,8 +298,8 @@ class Model:
             stats.prefill_seconds = time.perf_counter() - t0
             history = list(ids)
             t0 = time.perf_counter()
+            tok = sampler.sample(logits, history)    # the first from the prompt's logits
             for i in range(max_tokens):
-                tok = sampler.sample(logits, history)
                 history.append(tok)
                 stats.generated_tokens += 1
                 if tok in self.tokenizer.stop_ids:
@@ -276,7 +315,8 @@ class Model:
                 if piece:
                     yield piece
                 if i + 1 < max_tokens:
-                    logits = session.decode({seq: tok})[seq]
+                    tok = self._next_tokens(session, {seq: tok}, {seq: (sampler, history)},
+                                            mode)[seq]
             else:
                 tail = stream.flush()
                 if tail:
@@ -296,26 +336,27 @@ class Model:
         seqs = list(range(len(prompts)))
         ids = [self.prompt_ids(p, chat) for p in prompts]
         samplers = [Sampler(**sampling) for _ in prompts]
+        mode = self.sample_mode(samplers)
         out = [[] for _ in prompts]
-        logits = {}
+        picked = {}
         for s in seqs:
             session.open(s)
         try:
             for s in seqs:
-                logits[s] = session.prefill(s, ids[s])
+                picked[s] = samplers[s].sample(session.prefill(s, ids[s]), ids[s])
             live = set(seqs)
-            for _ in range(max_tokens):
+            for step in range(max_tokens):
                 nxt = {}
                 for s in sorted(live):
-                    tok = samplers[s].sample(logits[s], ids[s] + out[s])
-                    if tok in self.tokenizer.stop_ids:
+                    if picked[s] in self.tokenizer.stop_ids:
                         live.discard(s)
                         continue
-                    out[s].append(tok)
-                    nxt[s] = tok
-                if not nxt:
+                    out[s].append(picked[s])
+                    nxt[s] = picked[s]
+                if not nxt or step + 1 == max_tokens:
                     break
-                logits.update(session.decode(nxt))
+                rows = {s: (samplers[s], ids[s] + out[s]) for s in nxt}
+                picked.update(self._next_tokens(session, nxt, rows, mode))
         finally:
             for s in seqs:
                 session.close(s)

@@ -43,12 +43,16 @@ class Session:
                  kv: str = "paged", capacity: int, batch: int = 1, prefill_tokens: int = 16,
                  pool_slots: int | None = None, block: int = 16, target=None,
                  compile: bool = True, decode_batches: Sequence[int] = (),
-                 prefill_batches: Sequence[int] = (), runtime=None):
+                 prefill_batches: Sequence[int] = (), runtime=None,
+                 make_sampled: Callable[[int, str], object] | None = None):
         if kv not in ("dense", "paged"):
             raise BindError(f"kv must be 'dense' or 'paged', not {kv!r}")
         if kv == "dense" and batch != 1:
             raise BindError("a dense KV cache holds one sequence: use batch=1 or kv='paged'")
         self.make_graph, self.consts, self.kv, self.target = make_graph, consts, kv, target
+        #: `make_sampled(batch, mode)`: a decode step that samples in the graph
+        #: (poot.models.llama.build_decoder's `sample`); None: the host samples
+        self.make_sampled = make_sampled
         self.compile = compile
         self.capacity, self.batch, self.prefill_tokens = capacity, batch, prefill_tokens
         if any(not 0 < b <= batch for b in (*decode_batches, *prefill_batches)):
@@ -61,7 +65,8 @@ class Session:
         self.runtime = runtime          # the runtime its first plan binds to (None: the target's)
         self.weights: WeightCache | None = None
         self.state: StateStore | None = None
-        self.executors: dict[tuple[int, int], Executor] = {}
+        #: (tokens, batch), or (tokens, batch, mode) for a plan that samples -> executor
+        self.executors: dict[tuple, Executor] = {}
         #: called as `progress(done, total, label)` while a new plan binds its buffers
         self.progress = None
         #: per-sequence slots of owner-defined roles (e.g. the LoRA adapter index), one value
@@ -79,15 +84,24 @@ class Session:
             self.dense_seq = None
 
     # -- plans ----------------------------------------------------------------------
-    def executor(self, tokens: int, batch: int) -> Executor:
-        """The executor of the (tokens, batch) plan, planned and bound on first use."""
-        ex = self.executors.get((tokens, batch))
+    def executor(self, tokens: int, batch: int, sample: str | None = None) -> Executor:
+        """The executor of the (tokens, batch) plan, planned and bound on first use; with
+        `sample` ("argmax" or "full"), of the decode plan that samples in the graph."""
+        key = (tokens, batch) if sample is None else (tokens, batch, sample)
+        ex = self.executors.get(key)
         if ex is None:
-            ex = Executor(plan(self._plannable(self.make_graph(tokens, batch)), self.target),
+            if sample is None:
+                made = self.make_graph(tokens, batch)
+            elif self.make_sampled is None or tokens != 1:
+                raise BindError(f"this session samples on the host: it has no {tokens}-token "
+                                f"step that samples in the graph")
+            else:
+                made = self.make_sampled(batch, sample)
+            ex = Executor(plan(self._plannable(made), self.target),
                           self.consts, weights=self.weights, state=self.state,
                           runtime=self.runtime if self.weights is None else None)
             self.weights, self.state = ex.weights, ex.state
-            self.executors[(tokens, batch)] = ex
+            self.executors[key] = ex
         return ex
 
     def _plannable(self, made):
@@ -167,17 +181,30 @@ class Session:
 
     def decode_rows(self, tokens: Mapping) -> np.ndarray:
         """decode's logits as one array [len(tokens), vocab], rows in the order of tokens."""
+        return self._decode(tokens, None, None)
+
+    def decode_sampled(self, tokens: Mapping, mode: str,
+                       draws: Callable[[int], Mapping]) -> np.ndarray:
+        """One token for each given sequence through the decode plan that samples in the
+        graph (`mode`: "argmax" or "full"); `draws(b)` gives the sampler slots of a step of
+        b rows (poot.models.sample_graph.slot_values). Returns the next token id of each
+        sequence [len(tokens)], in the order of tokens: the step reads back nothing else."""
+        return self._decode(tokens, mode, draws)
+
+    def _decode(self, tokens: Mapping, sample: str | None, draws) -> np.ndarray:
         if not 0 < len(tokens) <= self.batch:
             raise BindError(f"decode takes 1 to {self.batch} sequences, got {len(tokens)}")
         if self.kv == "dense":
             (seq,) = tokens
             self._dense_check(seq)
+            ex = self.executor(1, 1, sample)
+            extra = dict(draws(1)) if draws else {}
             pos = self.dense.reserve(1)
-            ex = self.executor(1, 1)
-            out = self._run(ex, _dense_slots(ex, [int(tokens[seq])], pos, 1), [seq], [True])
+            out = self._run(ex, {**_dense_slots(ex, [int(tokens[seq])], pos, 1), **extra},
+                            [seq], [True])
             return out.result[:1]
         return self._paged_step({s: [tok] for s, tok in tokens.items()}, 1,
-                                self.decode_batches)
+                                self.decode_batches, sample, draws)
 
     def prefill_rows(self, chunks: Mapping) -> np.ndarray:
         """One prefill chunk (1 to prefill_tokens tokens) for each given paged sequence,
@@ -193,16 +220,20 @@ class Session:
                                 f"{len(chunk)} tokens (1 to {t}, and {t} must fit)")
         return self._paged_step(chunks, t, self.prefill_batches)
 
-    def rehearse(self, tokens: int, batch: int) -> None:
-        """Plan the paged (tokens, batch) step and run it once on padding rows (every
-        WriteMap entry -1: no KV slot is written), so that a backend that records its steps
-        on the first run has recorded this one before any sequence needs it."""
+    def rehearse(self, tokens: int, batch: int, sample: str | None = None) -> None:
+        """Plan the paged (tokens, batch) step (with `sample`, the decode step that samples
+        in the graph) and run it once on padding rows (every WriteMap entry -1: no KV slot
+        is written), so that a backend that records its steps on the first run has
+        recorded this one before any sequence needs it."""
         if self.kv != "paged":
             raise BindError("rehearse runs paged plans; a dense session has no padding rows")
-        self._run(self.executor(tokens, batch), {
+        from poot.models.sample_graph import slot_values
+
+        self._run(self.executor(tokens, batch, sample), {
             "tokens": np.zeros((batch, tokens), np.int32), "pos": np.zeros((batch, 1), np.int32),
             "write_map": np.full(batch * tokens, -1, np.int32),
-            "slot_map": np.zeros((batch, self.capacity), np.int32)},
+            "slot_map": np.zeros((batch, self.capacity), np.int32),
+            **(slot_values([], batch, sample) if sample else {})},
             [None] * batch, np.zeros(batch * tokens, bool))
 
     def _chunk(self, seq, chunk: np.ndarray, t: int) -> np.ndarray:
@@ -217,9 +248,11 @@ class Session:
         out = self._run(ex, _dense_slots(ex, toks, pos, n), [seq], np.arange(t) < n)
         return out.result[n - 1]
 
-    def _paged_step(self, rows: Mapping, t: int, batches: Sequence[int]) -> np.ndarray:
+    def _paged_step(self, rows: Mapping, t: int, batches: Sequence[int],
+                    sample: str | None = None, draws=None) -> np.ndarray:
         """One step of the plan of t tokens x b rows (b the smallest of `batches` that holds
-        them), each sequence fed its 1..t tokens; the logits after each one's last token."""
+        them), each sequence fed its 1..t tokens; the logits after each one's last token
+        (with `sample`, each one's sampled next token)."""
         seqs = list(rows)
         counts = {s: len(rows[s]) for s in seqs}
         b = next(x for x in batches if x >= len(seqs))
@@ -233,8 +266,10 @@ class Session:
             toks[r, :n], pos[r, 0] = rows[seq], self.blocks.length(seq)
             wmap[r * t: r * t + n] = self.blocks.reserve(seq, n)
             smap[r] = self.blocks.slot_map(seq)
-        out = self._run(self.executor(t, b), {"tokens": toks, "pos": pos, "write_map": wmap,
-                                              "slot_map": smap},
+        extra = dict(draws(b)) if draws else {}
+        out = self._run(self.executor(t, b, sample), {"tokens": toks, "pos": pos,
+                                                      "write_map": wmap, "slot_map": smap,
+                                                      **extra},
                         seqs + [None] * (b - len(seqs)), wmap >= 0)
         last = np.arange(len(seqs)) * t + np.fromiter(counts.values(), np.int64) - 1
         return out.result[last]

@@ -10,7 +10,9 @@ Each turn of the loop:
    one chunk per turn, not by its whole length);
 4. every sequence that is generating gets its next token in one decode step, through the
    decode plan of the smallest batch size that holds them all (plans are planned once, at
-   warm-up); each samples with its own sampler and streams its text at once.
+   warm-up); the step samples each row in the graph with its request's own settings and
+   reads back only the token ids, and each streams its text at once (a prompt's first
+   token is drawn on the host from the prefill's logits, by the same algorithm).
 
 A sequence that ends (EOS, a stop string, max_tokens) or is cancelled leaves the batch in
 the same turn and frees its blocks before its client hears that it finished. The HTTP side
@@ -32,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from poot.errors import BindError, RequestError
+from poot.models.sample_graph import slot_values
 from poot.models.sampling import Sampler
 from poot.serve.protocol import Generation, Limits
 from poot.serve.text import TextStream
@@ -64,6 +67,11 @@ class Job:
     @property
     def blocks_needed(self) -> int:
         return len(self.gen.prompt_ids) + self.gen.max_tokens
+
+
+#: the decode steps sample every row in the graph with its own settings (a greedy row takes
+#: the argmax), so one plan per batch size serves any mix of requests
+SAMPLE = "full"
 
 
 def batch_sizes(largest: int) -> list[int]:
@@ -110,11 +118,11 @@ class Engine:
         """Plan every prefill and decode plan now, and run each once on padding rows (a
         backend that records steps records them here), so that no request waits for one."""
         s = self.session
-        plans = [(s.prefill_tokens, b) for b in s.prefill_batches] + \
-            [(1, b) for b in s.decode_batches]
-        for tokens, batch in plans:
+        plans = [(s.prefill_tokens, b, None) for b in s.prefill_batches] + \
+            [(1, b, SAMPLE) for b in s.decode_batches]
+        for tokens, batch, sample in plans:
             t0 = time.perf_counter()
-            s.rehearse(tokens, batch)
+            s.rehearse(tokens, batch, sample)
             if progress:
                 progress(f"planned and ran the {tokens}-token x {batch} step in "
                          f"{time.perf_counter() - t0:.1f} s")
@@ -270,15 +278,19 @@ class Engine:
                 self._advance(job, logits[job])
 
     def _decode(self, jobs: list[Job]) -> None:
-        rows = self.session.decode_rows({j.id: j.last for j in jobs})
+        """One decode step for every generating job; each row samples in the graph with
+        its job's own settings, and only the token ids come back."""
+        rows = [(j.sampler, j.history) for j in jobs]
+        ids = self.session.decode_sampled({j.id: j.last for j in jobs}, SAMPLE,
+                                          lambda b: slot_values(rows, b, SAMPLE))
         self.counters["steps"] += 1
         self.counters["peak_batch"] = max(self.counters["peak_batch"], len(jobs))
-        for job, row, tok in zip(jobs, rows, greedy_picks(rows, jobs), strict=True):
-            self._advance(job, row, tok)
+        for job, tok in zip(jobs, ids, strict=True):
+            self._advance(job, None, int(tok))
 
-    def _advance(self, job: Job, logits: np.ndarray, tok: int | None = None) -> None:
-        """Sample job's next token (unless already picked), stream its text, and end the
-        job where it ends."""
+    def _advance(self, job: Job, logits: np.ndarray | None, tok: int | None = None) -> None:
+        """Sample job's next token from `logits` (unless the step already drew it), stream
+        its text, and end the job where it ends."""
         if tok is None:
             tok = job.sampler.sample(logits, job.history)
         job.history.append(tok)
@@ -313,16 +325,3 @@ class Engine:
 def deliver_here(events: list[tuple[Job, Event]]) -> None:
     for job, event in events:
         job.emit(event)
-
-
-def greedy_picks(rows: np.ndarray, jobs: list[Job]) -> list[int | None]:
-    """The argmax of every row whose sampler is plain greedy, in one pass over the batch
-    (what Sampler.sample picks for it); None where the job's own sampler must choose, and
-    where the pick is not finite (argmax picks a NaN or +inf if there is one, and -inf only
-    when the whole row is -inf: the sampler then refuses the row and says why)."""
-    plain = [j.sampler.greedy and j.sampler.repetition_penalty == 1 for j in jobs]
-    if not any(plain):
-        return [None] * len(jobs)
-    best = np.argmax(rows, axis=1)
-    finite = np.isfinite(rows[np.arange(len(best)), best])
-    return [int(b) if p and f else None for b, p, f in zip(best, plain, finite)]

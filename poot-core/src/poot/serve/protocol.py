@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from poot.errors import ChatTemplateError, CheckpointError, RequestError
+from poot.models.sampling import CANDIDATES
 
 #: the chat roles the template is handed ("developer" is OpenAI's newer name for system)
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
@@ -127,7 +128,7 @@ _SAMPLING = {
     "max_tokens": _int(1),
     "temperature": _number(0.0, 2.0),
     "top_p": _number(0.0, 1.0, lo_open=True),
-    "top_k": _int(-1),
+    "top_k": _int(-1, CANDIDATES),   # the sampler ranks at most CANDIDATES ids
     "repetition_penalty": _number(0.0, 10.0, lo_open=True),
     "seed": _int(0, 2**64 - 1),
     "stop": _stop,

@@ -2,11 +2,15 @@
 from __future__ import annotations
 
 from poot.codegen import index as ix
-from poot.codegen.expr import Load, ge, i32
+from poot.codegen.expr import Expr, Load, ge, i32, maximum, select
 from poot.codegen.lower.base import Sig, lowers
 from poot.codegen.lower.pointwise import WORKGROUP, pointwise_kernel
-from poot.codegen.program import Access, KernelProgram
+from poot.codegen.program import Access, KernelProgram, local_index
+from poot.dtypes import DType
 from poot.ir.ops import ArgTopK, DynamicUpdateSlice, Gather, ScatterUpdate
+from poot.ir.ops.reduce import ReduceOp
+
+F32, I32, U32 = DType.F32, DType.I32, DType.U32
 
 
 @lowers(Gather)
@@ -67,8 +71,110 @@ def lower_dynamic_update_slice(sig: Sig) -> KernelProgram:
     return KernelProgram((kb.finish(),), alias=0)
 
 
+#: the largest k the one-pass ArgTopK keeps per thread (a larger k ranks by counting)
+SMALL_K = 64
+INT_MIN, INT_MAX = -(2 ** 31), 2 ** 31 - 1
+
+
+def order_key(x: Expr) -> Expr:
+    """An I32 whose signed order is ArgTopK's order of `x`: floats by value (-0 equal to +0,
+    NaN below everything), integers by value."""
+    if x.dtype.is_float:
+        b = x.cast(F32).bitcast(I32)
+        mag = b & i32(INT_MAX)
+        key = select(ge(b, i32(0)), b, b ^ i32(INT_MAX))
+        key = select(ge(i32(0), mag), i32(0), key)
+        return select(ge(mag, i32(0x7F800001)), i32(INT_MIN + 1), key)
+    if x.dtype is U32:
+        return x.bitcast(I32) ^ i32(INT_MIN)
+    return x.cast(I32)
+
+
+def _before(key: Expr, idx: Expr, other_key: Expr, other_idx: Expr) -> Expr:
+    """1 where (key, idx) ranks before (other_key, other_idx): larger key, or equal and
+    lower index."""
+    return ix.lt(other_key, key) | ix.both(ix.eq(key, other_key), ix.lt(idx, other_idx))
+
+
 @lowers(ArgTopK)
 def lower_argtopk(sig: Sig) -> KernelProgram:
+    return _argtopk_one_pass(sig) if sig.op.k <= SMALL_K else _argtopk_counting(sig)
+
+
+def _argtopk_one_pass(sig: Sig) -> KernelProgram:
+    """One workgroup per row, O(E) per row: each thread keeps the best k of its strided
+    part of the row, sorted, in registers; then k rounds of a workgroup-wide reduction
+    take the best head among the threads (largest key, then lowest index) and its thread
+    moves on. The global top k lie among the threads' own top k."""
+    x = sig.type(0)
+    e_count, k = x.shape[-1], sig.op.k
+    rows = x.size // max(e_count, 1)
+    wg = ix.pow2_at_least(e_count)
+    grid, row = ix.launch_groups(rows)
+    kb = sig.builder(grid, (wg,))
+    sig.declare_all(kb)
+    r = kb.let("row", row)
+    keys, ids = kb.local("best_key", I32, k), kb.local("best_idx", I32, k)
+    with kb.if_(ix.lt(r, i32(rows))):  # whole workgroups in or out: uniform
+        with kb.for_("p", 0, k) as p:
+            kb.store(keys, p, i32(INT_MIN))
+            kb.store(ids, p, i32(e_count))   # below every real element of equal key
+        base = kb.let("base", ix.mul(r, e_count))
+        floor = _threshold(kb, x, base, e_count, wg, k) if k > 1 else i32(INT_MIN)
+        held = kb.var("held", i32(0))       # real entries in the thread's list
+        with kb.for_("j", local_index(), e_count, wg) as j:
+            key = kb.let("key", order_key(Load("in0", ix.add(base, j), x.dtype)))
+            with kb.if_(ix.both(ge(key, floor), _before(key, j, keys[k - 1], ids[k - 1]))):
+                # binary search for its place, then shift only the real entries below it
+                # (most insertions land near the bottom of the list)
+                last = kb.let("last", ix.minimum(held, i32(k - 1)))
+                lo, hi = kb.var("lo", i32(0)), kb.var("hi", last)
+                for _ in range(k.bit_length()):
+                    with kb.if_(ix.lt(lo, hi)):
+                        mid = kb.let("mid", (lo + hi) >> i32(1))
+                        with kb.if_(_before(key, j, keys[mid], ids[mid])):
+                            kb.assign(hi, mid)
+                        with kb.else_():
+                            kb.assign(lo, mid + i32(1))
+                with kb.for_("q", 0, ix.sub(last, lo)) as q:
+                    p = kb.let("p", ix.sub(last, q))
+                    kb.store(keys, p, keys[ix.sub(p, i32(1))])
+                    kb.store(ids, p, ids[ix.sub(p, i32(1))])
+                kb.store(keys, lo, key)
+                kb.store(ids, lo, j)
+                kb.assign(held, ix.minimum(held + i32(1), i32(k)))
+        head = kb.var("head", i32(0))
+        with kb.for_("t", 0, k) as t:
+            live = kb.let("live", ix.lt(head, i32(k)))
+            hc = ix.clamp(head, 0, k - 1)
+            hkey = kb.let("hkey", select(live, keys[hc], i32(INT_MIN)))
+            hidx = kb.let("hidx", select(live, ids[hc], i32(e_count)))
+            best = kb.reduce("best", ReduceOp.Max, hkey)
+            mine = kb.let("mine", ix.eq(hkey, best))
+            win = kb.reduce("win", ReduceOp.Max, select(mine, -hidx, i32(INT_MIN)))
+            with kb.if_(ix.eq(local_index(), i32(0))):
+                kb.store("out", ix.add(ix.mul(r, k), t), -win)
+            kb.assign(head, head + ix.both(mine, ix.eq(hidx, -win)))
+    return KernelProgram((kb.finish(),))
+
+
+def _threshold(kb, x, base, e_count: int, wg: int, k: int) -> Expr:
+    """A key no larger than the row's k-th largest: the k-th largest of the threads' own
+    maxima (k distinct elements reach it). Elements below it are never inserted, so the
+    lists see a few times k insertions instead of nearly every element."""
+    top = kb.var("top", i32(INT_MIN))
+    with kb.for_("j", local_index(), e_count, wg) as j:
+        kb.assign(top, maximum(top, order_key(Load("in0", ix.add(base, j), x.dtype))))
+    floor = kb.var("floor", i32(INT_MIN))
+    with kb.for_("t", 0, k):
+        best = kb.reduce("round_max", ReduceOp.Max, top)
+        kb.assign(floor, best)
+        # every thread holding this maximum drops out: the floor can only get lower
+        kb.assign(top, select(ix.eq(top, best), i32(INT_MIN), top))
+    return floor
+
+
+def _argtopk_counting(sig: Sig) -> KernelProgram:
     """Rank by counting: element e of a row goes to place #{e' before it in the order}
     (larger first, ties to the lower index); places below k are written. Each place
     is taken by exactly one element, so no two threads write one output."""

@@ -1,0 +1,177 @@
+"""Sampling inside the step graph: each sequence's settings are slots, token ids come out.
+
+`sample_tokens(logits)` appends poot.models.sampling's algorithm to a traced step: the
+logits [B, vocab] stay on the device, and the step's result is the token ids [B] (I32), so
+a decode step reads back 4 bytes per sequence. Each row samples with its own temperature,
+top-k, top-p, repetition penalty, seed and draw counter, so one batched step serves
+sequences with different settings; a greedy row (temperature 0) takes the argmax.
+
+The slot roles are this module's own, declared through the `poot_slot_roles` hook (poot
+loads this module as a built-in plugin); a graph can use them only once they are declared
+(`SlotKind.get` refuses an unknown label with an IRError):
+
+| slot (and role) | dtype | shape | range |
+|---|---|---|---|
+| sampler.temperature | F32 | [B] | >= 0 (0: greedy) |
+| sampler.top_k | I32 | [B] | 0..CANDIDATES (0: off) |
+| sampler.top_p | F32 | [B] | >= 0 (the host refuses outside (0, 1]) |
+| sampler.penalty | F32 | [B] | >= 0 (1: off; the host refuses 0) |
+| sampler.history | I32 | [B, PENALTY_WINDOW] | token ids, -1 for none |
+| sampler.seed | U32 | [B, 2] | the seed's low and high words |
+| sampler.counter | U32 | [B] | the draw number |
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from poot import ops
+from poot.dtypes import DType
+from poot.ir.types import SlotKind
+from poot.models import counter_rng
+from poot.models.sampling import CANDIDATES, PENALTY_WINDOW, Sampler
+from poot.plugin import hookimpl, manager
+
+OWNER = "poot.models.sample_graph"
+F32, I32, U32 = DType.F32, DType.I32, DType.U32
+#: slot name -> (dtype, lo, allows -1); each slot's role has the slot's name as its label
+_RULES = {
+    "sampler.temperature": (F32, 0, False),
+    "sampler.top_k": (I32, 0, False),
+    "sampler.top_p": (F32, 0, False),
+    "sampler.penalty": (F32, 0, False),
+    "sampler.history": (I32, 0, True),
+    "sampler.seed": (U32, None, False),
+    "sampler.counter": (U32, None, False),
+}
+SLOTS = tuple(_RULES)
+
+
+def roles() -> list[SlotKind]:
+    """The sampler's slot roles, as its owner states them (declared by the hook)."""
+    return [SlotKind(label, dtype, lo, None, owner=OWNER, allows_negative_one=neg)
+            for label, (dtype, lo, neg) in _RULES.items()]
+
+
+@hookimpl
+def poot_slot_roles():
+    return roles()
+
+
+def _slot(label: str, shape, bound: int | None = None):
+    manager()  # loads the plugins, this one included, which declares the roles
+    return ops.slot(SlotKind.get(label), shape, label, bound)
+
+
+#: what a sampled step draws with: "argmax" (greedy without a penalty: no slots, one
+#: ArgTopK k=1) or "full" (every setting, per row, through the slots above)
+MODES = ("argmax", "full")
+
+
+def mode_for(samplers: Sequence[Sampler]) -> str:
+    """The cheapest mode that serves these samplers as they are."""
+    plain = all(s.greedy and s.repetition_penalty == 1 for s in samplers)
+    return "argmax" if plain else "full"
+
+
+def sample_tokens(logits, mode: str = "full") -> ops.Tensor:
+    """Token ids I32 [B] drawn from `logits` F32 [B, vocab] in the traced graph, with the
+    sampler slots above (the algorithm of poot.models.sampling, step by step)."""
+    if mode not in MODES:
+        raise ValueError(f"sampling mode must be one of {MODES}, not {mode!r}")
+    b, vocab = logits.shape
+    if mode == "argmax":
+        return ops.reshape(ops.argtopk(logits, 1), (b,))
+    k = min(CANDIDATES, vocab)
+    temp = ops.reshape(_slot("sampler.temperature", (b,)), (b, 1))
+    top_k = ops.reshape(_slot("sampler.top_k", (b,), bound=CANDIDATES + 1), (b, 1))
+    top_p = ops.reshape(_slot("sampler.top_p", (b,)), (b, 1))
+    penalty = _slot("sampler.penalty", (b,))
+    history = _slot("sampler.history", (b, PENALTY_WINDOW), bound=vocab)
+    seed = _slot("sampler.seed", (b, 2))
+    counter = _slot("sampler.counter", (b,))
+    z = _penalize(ops.cast(logits, F32), history, penalty)
+    sampled = _less(0.0, temp)                                       # [B, 1]
+    y = ops.div(z, ops.select(sampled, temp, 1.0))
+    rows = ops.mul(ops.iota((b, 1), 0), vocab)
+    cand = ops.argtopk(y, k)                                           # [B, K]
+    v = ops.gather(ops.reshape(y, (b * vocab,)), ops.add(cand, rows), 0)
+    ev = ops.exp(ops.sub(v, ops.slice_axis(v, 1, 0, 1)))
+    has_k = ops.ge(top_k, 1)
+    place = ops.iota((1, k), 1)
+    in_k = _less(place, ops.select(has_k, top_k, k))                   # [B, K]
+    total_k = ops.reduce_sum(ops.mul(ev, ops.cast(in_k, F32)), -1, keepdim=True)
+    total_all = ops.reduce_sum(ops.exp(ops.sub(y, ops.slice_axis(v, 1, 0, 1))), -1,
+                               keepdim=True)
+    p = ops.div(ev, ops.select(has_k, total_k, total_all))
+    earlier = ops.cast(_less(ops.iota((k, k), 0), ops.iota((k, k), 1)), F32)
+    before = ops.matmul(p, earlier)                                    # mass before j
+    keep = ops.mul(in_k, _less(before, top_p))
+    cut = ops.maximum(has_k, _less(top_p, 1.0))
+    floor = ops.neg(ops.reduce_max(ops.select(keep, ops.neg(v), float("-inf")), -1,
+                                   keepdim=True))
+    floor = ops.select(cut, floor, float("-inf"))
+    u = counter_rng.graph_uniforms(seed, counter, vocab)
+    gumbel = ops.neg(ops.log(ops.neg(ops.log(u))))
+    noisy = ops.select(ops.ge(y, floor), ops.add(y, gumbel), float("-inf"))
+    final = ops.select(sampled, noisy, z)
+    return ops.reshape(ops.argtopk(final, 1), (b,))
+
+
+def _less(a, b):
+    """The indicator of a < b."""
+    return ops.sub(1, ops.ge(a, b))
+
+
+def _penalize(z, history, penalty):
+    """z with each row's history ids penalized (duplicates write the same value; -1 skips)."""
+    b, vocab = z.shape
+    w = history.shape[1]
+    flat = ops.reshape(z, (b * vocab,))
+    at = ops.add(history, ops.mul(ops.iota((b, 1), 0), vocab))
+    at = ops.reshape(ops.select(ops.ge(history, 0), at, -1), (b * w,))
+    seen = ops.gather(flat, ops.maximum(at, 0), 0)
+    r = ops.reshape(ops.broadcast_to(ops.reshape(penalty, (b, 1)), (b, w)), (b * w,))
+    hit = ops.select(ops.ge(0.0, seen), ops.mul(seen, r), ops.div(seen, r))
+    out = ops.scatter_update(ops.reshape(flat, (b * vocab, 1)), ops.reshape(hit, (b * w, 1)), at)
+    return ops.reshape(out, (b, vocab))
+
+
+def slot_values(rows: Sequence[tuple[Sampler, Sequence[int]] | None], batch: int,
+                mode: str = "full") -> dict[str, np.ndarray]:
+    """The sampler slots of a step of `batch` rows: row i samples with rows[i]'s sampler
+    (its next draw, which this uses up) and history; rows past them, and None rows, are
+    padding (greedy, nothing penalized). An "argmax" step has no slots; its samplers must
+    be plain greedy ones."""
+    if len(rows) > batch:
+        raise ValueError(f"{len(rows)} sampled rows for a step of {batch}")
+    live = [r[0] for r in rows if r is not None]
+    if mode == "argmax":
+        if mode_for(live) != "argmax":
+            raise ValueError("an argmax step serves only greedy samplers without a penalty")
+        for s in live:
+            s.next_draw()
+        return {}
+    out = {
+        "sampler.temperature": np.zeros(batch, np.float32),
+        "sampler.top_k": np.zeros(batch, np.int32),
+        "sampler.top_p": np.ones(batch, np.float32),
+        "sampler.penalty": np.ones(batch, np.float32),
+        "sampler.history": np.full((batch, PENALTY_WINDOW), -1, np.int32),
+        "sampler.seed": np.zeros((batch, 2), np.uint32),
+        "sampler.counter": np.zeros(batch, np.uint32),
+    }
+    for i, row in enumerate(rows):
+        if row is None:
+            continue
+        s, history = row
+        out["sampler.temperature"][i] = s.temperature
+        out["sampler.top_k"][i] = s.top_k
+        out["sampler.top_p"][i] = s.top_p
+        out["sampler.penalty"][i] = s.repetition_penalty
+        seen = s.penalized(history)
+        out["sampler.history"][i, : len(seen)] = seen
+        out["sampler.seed"][i] = counter_rng.split_seed(s.seed)
+        out["sampler.counter"][i] = s.next_draw()
+    return out
