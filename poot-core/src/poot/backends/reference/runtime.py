@@ -87,12 +87,14 @@ class ReferenceRuntime:
 
     def _collective(self, step: Step, view: _Views) -> Kernel:
         op = step.eqn.op
+        src, out = view(step.inputs[0]), view(step.out)
+        if self.communicator is None and op.ranks == 1:
+            return _copy(src, out)   # a group of one: the sum and the gather are the tensor
         if self.communicator is None or self.communicator.ranks != op.ranks:
             have = "none" if self.communicator is None else self.communicator.ranks
             raise UnsupportedOp(f"{op!r} needs a communicator of {op.ranks} ranks; this "
                                 f"runtime has {have}",
                                 op=op.name, backend="reference", device=str(self.device))
-        src, out = view(step.inputs[0]), view(step.out)
         run = self.communicator.all_reduce if isinstance(op, O.AllReduce) else \
             self.communicator.all_gather
         return lambda: run(src, out)
