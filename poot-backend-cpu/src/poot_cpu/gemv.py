@@ -174,10 +174,7 @@ TEMPLATE = """\
 static void {name}(const float* restrict x, const unsigned char* restrict w,
                    float* restrict y, unsigned char* restrict scratch) {{
   enum {{ M = {m}, N = {n}, K = {k}, NB = {nb}, BS = {bs}, MT = {mt}, NR = {nr} }};
-  short* restrict xq = (short*)scratch;
-  float* restrict dx = (float*)(scratch + (size_t)M * K * 2);
-  float* restrict xs = dx + M * NB;
-  #pragma omp for schedule(static)
+{quant_setup}
   for (int i = 0; i < M * NB; ++i) {{
     const float* xb = x + (size_t)i * 32;
     float amax = 0.0f, s = 0.0f;
@@ -262,6 +259,22 @@ def scratch_bytes(m: int, k: int, layout: BlockLayout) -> int:
     return m * k * 2 + blocks * 8
 
 
+LOCAL_BYTES = 1 << 16   # quantized activations up to this size stay on each thread's stack
+
+SHARED_QUANT = """\
+  short* restrict xq = (short*)scratch;
+  float* restrict dx = (float*)(scratch + (size_t)M * K * 2);
+  float* restrict xs = dx + M * NB;
+  #pragma omp for schedule(static)"""
+
+# a decode step's few rows are quantized by every thread for itself: a few microseconds
+# that save the barrier a shared copy needs (a step has hundreds of contractions)
+LOCAL_QUANT = """\
+  short xq[M * K] __attribute__((aligned(32)));
+  float dx[M * NB], xs[M * NB];
+  (void)scratch;"""
+
+
 def weight_rows(layout: BlockLayout, mt: int, n: int) -> int:
     """Weight rows sharing one load of the activations: two for 4-bit decode steps (fewer
     loads per product); one where the registers would not hold them (the prefill tile)
@@ -294,7 +307,9 @@ def gemv_source(name: str, layout: BlockLayout, m: int, n: int, k: int) -> str:
         scalar = [f"for (int j = 0; j < 32; ++j) wq[r][j] = (signed char)blk[{q} + j];"]
     pad = " " * 10
     mt = M_TILES[m >= 8]
-    return TEMPLATE.format(name=name, m=m, n=n, k=k, nb=k // layout.elements,
+    local = mt < 8 and m * k * 2 <= LOCAL_BYTES
+    return TEMPLATE.format(name=name, quant_setup=LOCAL_QUANT if local else SHARED_QUANT,
+                           m=m, n=n, k=k, nb=k // layout.elements,
                            bs=layout.nbytes, mt=mt, nr=weight_rows(layout, mt, n),
                            scale=layout.scale,
                            shift=shift,
