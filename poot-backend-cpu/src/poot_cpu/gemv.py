@@ -259,7 +259,7 @@ def scratch_bytes(m: int, k: int, layout: BlockLayout) -> int:
     return m * k * 2 + blocks * 8
 
 
-LOCAL_BYTES = 1 << 16   # quantized activations up to this size stay on each thread's stack
+LOCAL_BYTES = 1 << 17   # quantized activations up to this size stay on each thread's stack
 
 SHARED_QUANT = """\
   short* restrict xq = (short*)scratch;
@@ -267,8 +267,9 @@ SHARED_QUANT = """\
   float* restrict xs = dx + M * NB;
   #pragma omp for schedule(static)"""
 
-# a decode step's few rows are quantized by every thread for itself: a few microseconds
-# that save the barrier a shared copy needs (a step has hundreds of contractions)
+# a step's rows (up to LOCAL_BYTES of them) are quantized by every thread for itself: a
+# few microseconds that save the barrier a shared copy needs (a step has hundreds of
+# contractions, and under load a barrier waits for a descheduled thread)
 LOCAL_QUANT = """\
   short xq[M * K] __attribute__((aligned(32)));
   float dx[M * NB], xs[M * NB];
@@ -307,7 +308,7 @@ def gemv_source(name: str, layout: BlockLayout, m: int, n: int, k: int) -> str:
         scalar = [f"for (int j = 0; j < 32; ++j) wq[r][j] = (signed char)blk[{q} + j];"]
     pad = " " * 10
     mt = M_TILES[m >= 8]
-    local = mt < 8 and m * k * 2 <= LOCAL_BYTES
+    local = m * k * 2 <= LOCAL_BYTES
     return TEMPLATE.format(name=name, quant_setup=LOCAL_QUANT if local else SHARED_QUANT,
                            m=m, n=n, k=k, nb=k // layout.elements,
                            bs=layout.nbytes, mt=mt, nr=weight_rows(layout, mt, n),
