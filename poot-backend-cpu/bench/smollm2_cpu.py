@@ -4,7 +4,9 @@ backend side by side, measured in one run with the same thread count.
 For each engine, in its own process (so peak RSS is its own): prefill of a 256-token
 prompt (tok/s), greedy decode of 64 tokens (tok/s), peak resident memory. llama.cpp is
 llama-cpp-python (a benchmark-only dependency: pip install 'poot-backend-cpu[bench]'),
-skipped with the import error where it is not installed. The engines run back to back,
+skipped with the import error where it is not installed (a wheel builds from source in
+~1 h on 2 loaded cores; a build's libllama/libggml can also be used in place through
+llama-cpp-python's LLAMA_CPP_LIB_PATH). The engines run back to back,
 `--repeat` rounds of them, and the table gives each figure's median over the rounds with
 the load average before and after: on a machine shared with other work only figures of
 one run compare.
