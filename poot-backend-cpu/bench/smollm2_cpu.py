@@ -4,9 +4,15 @@ backend side by side, measured in one run with the same thread count.
 For each engine, in its own process (so peak RSS is its own): prefill of a 256-token
 prompt (tok/s), greedy decode of 64 tokens (tok/s), peak resident memory. llama.cpp is
 llama-cpp-python (a benchmark-only dependency: pip install 'poot-backend-cpu[bench]'),
-skipped with the import error where it is not installed.
+skipped with the import error where it is not installed (a wheel builds from source in
+~1 h on 2 loaded cores; a build's libllama/libggml can also be used in place through
+llama-cpp-python's LLAMA_CPP_LIB_PATH). The engines run back to back,
+`--repeat` rounds of them, and the table gives each figure's median over the rounds with
+the load average before and after: on a machine shared with other work only figures of
+one run compare.
 
-    python poot-backend-cpu/bench/smollm2_cpu.py [--threads 2] [--engines cpu,llama.cpp,reference]
+    python poot-backend-cpu/bench/smollm2_cpu.py [--threads 2] [--repeat 3]
+        [--engines cpu,llama.cpp,reference]
 """
 from __future__ import annotations
 
@@ -15,6 +21,7 @@ import json
 import os
 import platform
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -87,9 +94,24 @@ def child(engine: str, threads: int) -> None:
     print("RESULT " + json.dumps(result))
 
 
+def measure(engine: str, threads: int, env: dict) -> dict | str:
+    """One engine's figures from a child process, or why it gave none."""
+    proc = subprocess.run([sys.executable, __file__, "--child", engine, "--threads",
+                           str(threads)], env=env, capture_output=True, text=True)
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+    if line is None:
+        return (proc.stderr.strip().splitlines() or ["no output"])[-1]
+    return json.loads(line[7:])
+
+
+def load() -> str:
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--engines", default="cpu,llama.cpp,reference")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -98,23 +120,36 @@ def main() -> None:
         return
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     size = os.path.getsize(gguf_path()) / 2**20
+    engines = args.engines.split(",")
     print(f"# SmolLM2-135M Q4_1 GGUF ({size:.0f} MiB), {args.threads} threads, "
           f"{platform.processor() or platform.machine()}, "
-          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average {load()}")
+    runs: dict[str, list[dict]] = {e: [] for e in engines}
+    skipped: dict[str, str] = {}
+    for rnd in range(args.repeat):
+        for engine in engines:
+            if engine in skipped:
+                continue
+            r = measure(engine, args.threads, env)
+            if isinstance(r, str):
+                skipped[engine] = r
+                continue
+            runs[engine].append(r)
+            print(f"round {rnd + 1} {engine:<10} decode {r['decode']:7.1f} tok/s, prefill "
+                  f"{r['prefill']:7.1f} tok/s, peak RSS {r['rss_mib']:4.0f} MiB, "
+                  f"load {load()}", flush=True)
+    print(f"# medians over {args.repeat} rounds; load average at the end {load()}")
     print(f"{'engine':<12} {'decode tok/s':>12} {'prefill tok/s':>14} {'peak RSS MiB':>13}"
           f"  device")
     rows = {}
-    for engine in args.engines.split(","):
-        proc = subprocess.run([sys.executable, __file__, "--child", engine, "--threads",
-                               str(args.threads)], env=env, capture_output=True, text=True)
-        line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
-        if line is None:
-            err = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-            print(f"{engine:<12} skipped: {err}")
+    for engine in engines:
+        if engine in skipped:
+            print(f"{engine:<12} skipped: {skipped[engine]}")
             continue
-        r = rows[engine] = json.loads(line[7:])
+        rows[engine] = r = {k: statistics.median(x[k] for x in runs[engine])
+                            for k in ("decode", "prefill", "rss_mib")}
         print(f"{engine:<12} {r['decode']:>12.1f} {r['prefill']:>14.1f} {r['rss_mib']:>13.0f}"
-              f"  {r['device']}")
+              f"  {runs[engine][0]['device']}")
     if "cpu" in rows:
         cpu = rows["cpu"]
         for peer in ("llama.cpp", "reference"):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from poot.formats import get_format
 from poot_cpu import compiler
-from poot_cpu.gemv import LAYOUTS, gemv_source, layout_of, scratch_bytes
+from poot_cpu.gemv import LAYOUTS, LOCAL_BYTES, gemv_source, layout_of, scratch_bytes
 from poot_cpu.printer import HostCPrinter
 from poot_cpu.step import Hazards
 
@@ -31,11 +31,21 @@ def _gemv(fmt: str, m: int, n: int, k: int, seed: int = 0):
 
 
 @pytest.mark.parametrize("fmt", sorted(LAYOUTS))
-@pytest.mark.parametrize("m", [1, 5])
-def test_packed_gemv_matches_the_oracle_at_model_shapes(cpu_backend, fmt, m):
-    y, want = _gemv(fmt, m, 67, 576)
+@pytest.mark.parametrize("m", [5, 9])   # the decode tile (4 rows), the prefill tile (8), and rests
+@pytest.mark.parametrize("n", [67, 68])  # odd: one weight row at a time; even: two
+def test_packed_gemv_matches_the_oracle_at_model_shapes(cpu_backend, fmt, m, n):
+    y, want = _gemv(fmt, m, n, 576)
     nmse = float(((y - want) ** 2).sum() / (want ** 2).sum())
     assert nmse < 3.7e-9          # the conformance threshold of contractions
+
+
+def test_packed_gemv_with_activations_quantized_once_for_all_threads(cpu_backend):
+    """Activations over the per-thread stack budget are quantized once into the step's
+    scratch, behind a barrier."""
+    m, k = 9, 7680
+    assert m * k * 2 > LOCAL_BYTES
+    y, want = _gemv("gguf:Q4_1", m, 4, k)
+    assert float(((y - want) ** 2).sum() / (want ** 2).sum()) < 3.7e-9
 
 
 def test_block_layouts_agree_with_their_formats():

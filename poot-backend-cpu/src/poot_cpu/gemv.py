@@ -173,11 +173,8 @@ def epilogue(sig: Sig, acc: BufferParam) -> KernelProgram:
 TEMPLATE = """\
 static void {name}(const float* restrict x, const unsigned char* restrict w,
                    float* restrict y, unsigned char* restrict scratch) {{
-  enum {{ M = {m}, N = {n}, K = {k}, NB = {nb}, BS = {bs}, MT = {mt} }};
-  short* restrict xq = (short*)scratch;
-  float* restrict dx = (float*)(scratch + (size_t)M * K * 2);
-  float* restrict xs = dx + M * NB;
-  #pragma omp for schedule(static)
+  enum {{ M = {m}, N = {n}, K = {k}, NB = {nb}, BS = {bs}, MT = {mt}, NR = {nr} }};
+{quant_setup}
   for (int i = 0; i < M * NB; ++i) {{
     const float* xb = x + (size_t)i * 32;
     float amax = 0.0f, s = 0.0f;
@@ -192,50 +189,63 @@ static void {name}(const float* restrict x, const unsigned char* restrict w,
     xs[i] = s;
   }}
   #pragma omp for schedule(static) nowait
-  for (int nn = 0; nn < N; ++nn) {{
-    const unsigned char* wr = w + (size_t)nn * NB * BS;
+  for (int n0 = 0; n0 < N; n0 += NR) {{
     for (int m0 = 0; m0 < M; m0 += MT) {{
       const int mt = M - m0 < MT ? M - m0 : MT;
-      float off[MT] = {{0}};
+      float off[NR][MT] = {{{{0}}}};
 #ifdef POOT_AVX2
-      __m256 acc[MT];
-      for (int i = 0; i < MT; ++i) acc[i] = _mm256_setzero_ps();
+      __m256 acc[NR][MT];
+      for (int r = 0; r < NR; ++r)
+        for (int i = 0; i < MT; ++i) acc[r][i] = _mm256_setzero_ps();
 #else
-      float acc[MT] = {{0}};
+      float acc[NR][MT] = {{{{0}}}};
 #endif
       for (int b = 0; b < NB; ++b) {{
-        const unsigned char* blk = wr + b * BS;
-        const float d = poot_h2f(blk + {scale});
-        const float shift = {shift};
+#ifdef POOT_AVX2
+        __m256i w0[NR], w1[NR];
+#else
+        int wq[NR][32];
+#endif
+        float d[NR], shift[NR];
+        for (int r = 0; r < NR; ++r) {{
+          const unsigned char* blk = w + ((size_t)(n0 + r) * NB + b) * BS;
+          d[r] = poot_h2f(blk + {scale});
+          shift[r] = {shift};
 #ifdef POOT_AVX2
 {avx_decode}
-        for (int i = 0; i < mt; ++i) {{
-          const int xi = (m0 + i) * NB + b;
-          const short* xb = xq + (size_t)xi * 32;
-          const __m256i p = _mm256_add_epi32(
-              _mm256_madd_epi16(w0, _mm256_loadu_si256((const __m256i*)xb)),
-              _mm256_madd_epi16(w1, _mm256_loadu_si256((const __m256i*)(xb + 16))));
-          acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d * dx[xi]), acc[i]);
-          off[i] += shift * xs[xi];
-        }}
 #else
-        int wq[32];
 {scalar_decode}
+#endif
+        }}
         for (int i = 0; i < mt; ++i) {{
           const int xi = (m0 + i) * NB + b;
           const short* xb = xq + (size_t)xi * 32;
-          int p = 0;
-          for (int j = 0; j < 32; ++j) p += wq[j] * xb[j];
-          acc[i] += (float)p * (d * dx[xi]);
-          off[i] += shift * xs[xi];
-        }}
-#endif
-      }}
-      for (int i = 0; i < mt; ++i)
 #ifdef POOT_AVX2
-        y[(size_t)(m0 + i) * N + nn] = poot_hsum8(acc[i]) + off[i];
+          const __m256i x0 = _mm256_loadu_si256((const __m256i*)xb);
+          const __m256i x1 = _mm256_loadu_si256((const __m256i*)(xb + 16));
+          for (int r = 0; r < NR; ++r) {{
+            const __m256i p = _mm256_add_epi32(_mm256_madd_epi16(w0[r], x0),
+                                               _mm256_madd_epi16(w1[r], x1));
+            acc[r][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p),
+                                        _mm256_set1_ps(d[r] * dx[xi]), acc[r][i]);
+            off[r][i] += shift[r] * xs[xi];
+          }}
 #else
-        y[(size_t)(m0 + i) * N + nn] = acc[i] + off[i];
+          for (int r = 0; r < NR; ++r) {{
+            int p = 0;
+            for (int j = 0; j < 32; ++j) p += wq[r][j] * xb[j];
+            acc[r][i] += (float)p * (d[r] * dx[xi]);
+            off[r][i] += shift[r] * xs[xi];
+          }}
+#endif
+        }}
+      }}
+      for (int r = 0; r < NR; ++r)
+        for (int i = 0; i < mt; ++i)
+#ifdef POOT_AVX2
+          y[(size_t)(m0 + i) * N + n0 + r] = poot_hsum8(acc[r][i]) + off[r][i];
+#else
+          y[(size_t)(m0 + i) * N + n0 + r] = acc[r][i] + off[r][i];
 #endif
     }}
   }}
@@ -249,32 +259,60 @@ def scratch_bytes(m: int, k: int, layout: BlockLayout) -> int:
     return m * k * 2 + blocks * 8
 
 
+LOCAL_BYTES = 1 << 17   # quantized activations up to this size stay on each thread's stack
+
+SHARED_QUANT = """\
+  short* restrict xq = (short*)scratch;
+  float* restrict dx = (float*)(scratch + (size_t)M * K * 2);
+  float* restrict xs = dx + M * NB;
+  #pragma omp for schedule(static)"""
+
+# a step's rows (up to LOCAL_BYTES of them) are quantized by every thread for itself: a
+# few microseconds that save the barrier a shared copy needs (a step has hundreds of
+# contractions, and under load a barrier waits for a descheduled thread)
+LOCAL_QUANT = """\
+  short xq[M * K] __attribute__((aligned(32)));
+  float dx[M * NB], xs[M * NB];
+  (void)scratch;"""
+
+
+def weight_rows(layout: BlockLayout, mt: int, n: int) -> int:
+    """Weight rows sharing one load of the activations: two for 4-bit decode steps (fewer
+    loads per product); one where the registers would not hold them (the prefill tile)
+    and for 8-bit quants, whose two rows' widened quants measured slower."""
+    return 2 if layout.bits == 4 and mt < 8 and n % 2 == 0 else 1
+
+
 def gemv_source(name: str, layout: BlockLayout, m: int, n: int, k: int) -> str:
     """One C function: y[M, N] = x[M, K] . W[N, K]^T for blocks of `layout`."""
     q = layout.quants
     # 4-bit quants are centred (q - 8) so the int16 products' rounding stays small against
     # the result; what the centring moves goes into the per-block shift
     centre = 8 if layout.bits == 4 else 0
-    shift = f"{float(centre - layout.bias)}f * d"
+    shift = f"{float(centre - layout.bias)}f * d[r]"
     if layout.minimum is not None:
         shift = f"poot_h2f(blk + {layout.minimum}) + {shift}"
     if layout.bits == 4:
-        avx = [f"const __m128i raw = _mm_loadu_si128((const __m128i*)(blk + {q}));",
-               "const __m128i mask = _mm_set1_epi8(15);",
+        # byte j holds element j (low nibble) and j + 16 (high): widened to 16 bits
+        # first, one mask and one shift give both halves
+        avx = [f"const __m256i v = _mm256_cvtepu8_epi16("
+               f"_mm_loadu_si128((const __m128i*)(blk + {q})));",
                "const __m256i eight = _mm256_set1_epi16(8);",
-               "const __m256i w0 = _mm256_sub_epi16(_mm256_cvtepu8_epi16("
-               "_mm_and_si128(raw, mask)), eight);",
-               "const __m256i w1 = _mm256_sub_epi16(_mm256_cvtepu8_epi16("
-               "_mm_and_si128(_mm_srli_epi16(raw, 4), mask)), eight);"]
-        scalar = [f"for (int j = 0; j < 16; ++j) {{ wq[j] = (blk[{q} + j] & 15) - 8; "
-                  f"wq[j + 16] = (blk[{q} + j] >> 4) - 8; }}"]
+               "w0[r] = _mm256_sub_epi16(_mm256_and_si256(v, _mm256_set1_epi16(15)), eight);",
+               "w1[r] = _mm256_sub_epi16(_mm256_srli_epi16(v, 4), eight);"]
+        scalar = [f"for (int j = 0; j < 16; ++j) {{ wq[r][j] = (blk[{q} + j] & 15) - 8; "
+                  f"wq[r][j + 16] = (blk[{q} + j] >> 4) - 8; }}"]
     else:
-        avx = [f"const __m256i w{j} = _mm256_cvtepi8_epi16("
+        avx = [f"w{j}[r] = _mm256_cvtepi8_epi16("
                f"_mm_loadu_si128((const __m128i*)(blk + {q + 16 * j})));" for j in range(2)]
-        scalar = [f"for (int j = 0; j < 32; ++j) wq[j] = (signed char)blk[{q} + j];"]
-    pad = " " * 8
-    return TEMPLATE.format(name=name, m=m, n=n, k=k, nb=k // layout.elements,
-                           bs=layout.nbytes, mt=M_TILES[m >= 8], scale=layout.scale,
+        scalar = [f"for (int j = 0; j < 32; ++j) wq[r][j] = (signed char)blk[{q} + j];"]
+    pad = " " * 10
+    mt = M_TILES[m >= 8]
+    local = m * k * 2 <= LOCAL_BYTES
+    return TEMPLATE.format(name=name, quant_setup=LOCAL_QUANT if local else SHARED_QUANT,
+                           m=m, n=n, k=k, nb=k // layout.elements,
+                           bs=layout.nbytes, mt=mt, nr=weight_rows(layout, mt, n),
+                           scale=layout.scale,
                            shift=shift,
                            avx_decode="\n".join(pad + x for x in avx),
                            scalar_decode="\n".join(pad + x for x in scalar))

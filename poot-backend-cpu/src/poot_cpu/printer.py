@@ -58,7 +58,7 @@ static inline unsigned int poot_f2u_bits(float f) { unsigned int u; memcpy(&u, &
 #: SIMD helpers of the source builders (poot_cpu.gemv): a translation unit includes them
 #: only when one of its functions uses them (immintrin.h alone costs gcc ~0.4 s)
 SIMD_HEADER = """\
-#if defined(__AVX2__) && defined(__FMA__)
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
 #define POOT_AVX2 1
 static inline float poot_hsum8(__m256 v) {

@@ -1,14 +1,17 @@
 """The cpu runtime: host memory, one compiled library per plan, one call per step.
 
 Buffers are 256-byte aligned numpy byte arrays at stable addresses; `write` and `read`
-copy bytes in place; `load` prints the plan's step function (poot_cpu.step), compiles it
-once (cached by source) and binds the buffers' addresses, so `run()` is a single
-ctypes call with no Python per kernel or element. The OpenMP threads are the C
-runtime's ($OMP_NUM_THREADS, default one per core).
+copy bytes in place, except that a whole-buffer write of a read-only file mapping (a
+weight of a memory-mapped checkpoint) adopts the mapping instead of copying it: the
+kernels only read weights, and a copy would hold the model in memory twice. `load`
+prints the plan's step function (poot_cpu.step), compiles it once (cached by source)
+and binds the buffers' addresses, so `run()` is a single ctypes call with no Python per
+kernel or element. The OpenMP threads are the C runtime's ($OMP_NUM_THREADS, default one per core).
 """
 from __future__ import annotations
 
 import ctypes
+import mmap
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -19,17 +22,31 @@ from poot_cpu import compiler
 from poot_cpu.step import StepSource, build_step
 
 ALIGN = 256
+MAPPED_ALIGN = 32      # the least alignment of a GGUF tensor; what an adopted mapping needs
 
 
 @dataclass(eq=False)
 class CpuBuffer:
     nbytes: int
     label: str
-    array: np.ndarray        # the aligned bytes
+    array: np.ndarray        # the aligned bytes, or an adopted read-only mapping
+    bound: bool = False      # its address was handed out: it can no longer be replaced
 
     @property
     def ptr(self) -> int:
+        self.bound = True
         return self.array.ctypes.data
+
+
+def read_only_mapping(array: np.ndarray) -> bool:
+    """True when `array` is a view of a memory map opened read-only, so its bytes never
+    change while a plan reads them."""
+    if array.flags.writeable or not array.flags.c_contiguous:
+        return False
+    base = array
+    while isinstance(base, np.ndarray):
+        base = base.base
+    return isinstance(base, mmap.mmap) and memoryview(base).readonly
 
 
 def _aligned(nbytes: int) -> np.ndarray:
@@ -49,6 +66,10 @@ class CpuRuntime:
         return CpuBuffer(nbytes, label, _aligned(nbytes))
 
     def write(self, buf: CpuBuffer, offset: int, array: np.ndarray) -> None:
+        if offset == 0 and array.nbytes == buf.nbytes and not buf.bound \
+                and read_only_mapping(array) and array.ctypes.data % MAPPED_ALIGN == 0:
+            buf.array = array.reshape(-1).view(np.uint8)  # its own bytes were never touched
+            return
         data = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
         buf.array[offset:offset + data.size] = data
 
