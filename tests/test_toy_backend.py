@@ -84,7 +84,8 @@ def test_poot_backends_lists_the_toy_table(capsys):
 
     assert main(["backends"]) == 0
     out = capsys.readouterr().out
-    assert "toy (priority -1, toy-numpy, plugin toy)" in out  # found through its entry point
+    # found through its entry point, named with its distribution and version
+    assert "toy (priority -1, toy-numpy, plugin toy, poot-backend-toy 0.1.0)" in out
     assert "dtypes: f32:storage+arith" in out
     from poot.ir.ops import BinaryOp, UnaryOp
 

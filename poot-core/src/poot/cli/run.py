@@ -73,7 +73,7 @@ def run(args, rank: int = 0, group=None) -> int:
              f"in {time.perf_counter() - t0:.1f} s")
     from poot.models.sampling import Sampler
 
-    model.device_sampling = not args.host_sampling
+    model.device_sampling = model.device_sampling and not args.host_sampling
     mode = model.sample_mode([Sampler(args.temperature, args.top_k, args.top_p,
                                       args.repetition_penalty, args.seed)])
     model.prepare(model.session(), prompt_tokens=2, sample=mode)  # plan before streaming

@@ -24,6 +24,9 @@ class TensorParallel:
         self.runtime.communicator = self.communicator
         self.slices: dict = {}
         model.tp = self
+        # the head is vocabulary-parallel: a rank holds part of each logits row, and the
+        # in-graph sampler needs whole rows, so the host samples the gathered logits
+        model.device_sampling = False
 
     def rank_graph(self, step):
         (rg,) = shard_step(step, self.ranks, only=self.rank)
