@@ -53,14 +53,7 @@ def test_pooled_experts_give_the_fully_resident_logits(tmp_path, family, rows):
     check_identical(tmp_path, family, rows, BACKEND)
 
 
-def test_pooled_experts_on_wgpu(tmp_path):
-    from poot.backend import select_backend
-    from poot.errors import PootError
-
-    try:
-        select_backend("wgpu")
-    except PootError as exc:
-        pytest.skip(f"no wgpu device: {exc}")
+def test_pooled_experts_on_wgpu(tmp_path, wgpu_device):
     check_identical(tmp_path, "qwen3-moe", 4, "wgpu")
 
 

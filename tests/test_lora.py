@@ -124,14 +124,7 @@ def test_adapters_match_the_merged_weights_one_batch_many_adapters(two_adapters)
     check_batched_adapters(two_adapters, BACKEND)
 
 
-def test_adapters_on_wgpu(two_adapters):
-    from poot.backend import select_backend
-    from poot.errors import PootError
-
-    try:
-        select_backend("wgpu")
-    except PootError as exc:
-        pytest.skip(f"no wgpu device: {exc}")
+def test_adapters_on_wgpu(two_adapters, wgpu_device):
     check_batched_adapters(two_adapters, "wgpu", whole_prompt=False)
 
 

@@ -113,16 +113,13 @@ def test_sharded_smollm2_shape_equals_unsharded(ranks, kv):
         assert shapes["token_embd.weight"] == (49152 // ranks, 576)
 
 
-def test_sharded_real_smollm2_equals_unsharded():
+def test_sharded_real_smollm2_equals_unsharded(smollm2_gguf):
     """The real SmolLM2 GGUF (Q4_1 projections, a Q8_0 embedding), its packed blocks cut per
     rank, over 2 ranks: a prefill of two tokens, logits and KV caches."""
     from poot.models.loader import open_model
     from poot.models.weights import CheckpointWeights
 
-    try:
-        ckpt, config = open_model("smollm2", max_seq=8)
-    except Exception as e:  # noqa: BLE001 - the run-time reason is said
-        pytest.skip(f"SmolLM2 GGUF not pulled here: {e}")
+    ckpt, config = open_model(str(smollm2_gguf), max_seq=8)
     config = replace(config, max_seq=8)
     w = CheckpointWeights(ckpt, config)
     step = build_decoder(config, w, tokens=2)
