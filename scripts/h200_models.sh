@@ -11,13 +11,9 @@
 # tests on random weights run on cuda, every HF family and the GGUF Qwen3 / MoE files
 # (tests/test_families.py, tests/test_gguf_families.py, cuda in place of reference).
 set -u -o pipefail
-export PYTHONUNBUFFERED=1 POOT_CACHE=${POOT_CACHE:-/tmp/poot-cache}
-mkdir -p "$POOT_CACHE"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target /tmp/site .whl/gguf-*.whl && export PYTHONPATH=/tmp/site
-python3 -m pip install -q --no-deps --no-build-isolation --no-index \
-  -e poot-core -e poot-quant -e poot-backend-cuda || echo "EDITABLE INSTALL FAILED"
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+source scripts/h200_lib.sh
+h200_wheels .whl/gguf-*.whl
+h200_editable poot-core poot-quant poot-backend-cuda
 timeout 420 python3 poot-core/benchmarks/family_decode.py --backend cuda --tokens 128
 POOT_FAMILY_BACKEND=cuda timeout 200 python3 -m pytest -q -p no:randomly -x \
   tests/test_families.py tests/test_gguf_families.py -k "matches_numpy or sliding_layers"

@@ -53,7 +53,7 @@ def _by_hand(c, w, rows, ids):
                                  "tokens": ids, "pos": [0]}, outputs="result")[0]
 
 
-@pytest.mark.parametrize("backend", ["reference", "wgpu"])
+@pytest.mark.parametrize("backend", ["reference", "wgpu", "cuda"])
 def test_hosted_rows_equal_rows_added_by_hand(backend):
     import poot
     from poot.plan import plan

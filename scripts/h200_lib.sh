@@ -1,0 +1,86 @@
+# Shared set-up for the device scripts (scripts/h200_*.sh), sourced from the repository root
+# on the GPU machine. Nothing runs on sourcing but the exports.
+export PYTHONUNBUFFERED=1 POOT_CACHE=${POOT_CACHE:-/tmp/poot-cache} NCCL_NVLS_ENABLE=0
+export VK_DRIVER_FILES=${VK_DRIVER_FILES:-/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json}
+export __EGL_VENDOR_LIBRARY_FILENAMES=${__EGL_VENDOR_LIBRARY_FILENAMES:-/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json}
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT" "$POOT_CACHE/models"
+
+# The stream scripts/h200_stage.sh cut into /root/stash/c00, c01, ...: the tar of .whl and
+# .gl, then SmolLM2, then Gemma 3 (absent when only the first chunks were staged). Unpacked
+# once per machine: the Vulkan loaders, the wheels into /tmp/site, the models by sha256.
+h200_unstage() {
+  local tar=${POOT_STAGE_TAR:-32819200} smol=98362432 m=$POOT_CACHE/models
+  if [ ! -s /tmp/stream.done ]; then
+    cat /root/stash/c* >/tmp/stream || return 1
+    head -c "$tar" /tmp/stream | tar xf - || return 1
+    tail -c +$((tar + 1)) /tmp/stream | head -c $smol >"$m/SmolLM2-135M-Instruct.Q4_1.gguf"
+    tail -c +$((tar + smol + 1)) /tmp/stream >"$m/gemma-3-270m-q4_k_m.gguf"
+    rm /tmp/stream
+    # Gemma 3 only when every chunk of it was staged
+    (($(stat -c %s "$m/gemma-3-270m-q4_k_m.gguf") == 253113024)) || rm "$m/gemma-3-270m-q4_k_m.gguf"
+    for f in .gl/*.deb; do dpkg -x "$f" /; done
+    ldconfig
+    h200_wheels .whl/*.whl || return 1
+    echo ok >/tmp/stream.done
+  fi
+  export PYTHONPATH=/tmp/site
+  (cd "$m" && sha256sum -c --ignore-missing - <<'SUMS') || return 1
+b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  SmolLM2-135M-Instruct.Q4_1.gguf
+a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  gemma-3-270m-q4_k_m.gguf
+SUMS
+}
+
+# h200_wheels WHEEL...: carried wheels into /tmp/site, first on the path.
+h200_wheels() {
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site "$@" >>"$OUT/setup.log" 2>&1 || { tail "$OUT/setup.log"; return 1; }
+  export PYTHONPATH=/tmp/site
+}
+
+# h200_editable DIR...: the project's packages, editable, over the carried wheels.
+h200_editable() {
+  local args=()
+  for d in "$@"; do args+=(-e "$d"); done
+  python3 -m pip install -q --no-deps --no-build-isolation --no-index "${args[@]}" \
+    >>"$OUT/setup.log" 2>&1 || { echo "EDITABLE INSTALL FAILED"; tail "$OUT/setup.log"; }
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+}
+
+# conformance BACKEND WORKERS SECONDS: the suite on one backend, its support matrix and log
+# in $OUT, the exit status as the log's last line.
+conformance() {
+  timeout -k 10 "$3" python3 -m pytest -q -p no:cacheprovider -n "$2" --pyargs poot.conformance \
+    --poot-backend "$1" --poot-support "$OUT/support_$1_h200.md" -rf \
+    -W ignore::pytest.PytestAssertRewriteWarning >"$OUT/conformance_$1.log" 2>&1
+  echo "rc=$?" >>"$OUT/conformance_$1.log"
+}
+
+# conformance_summary BACKEND: its failures and pass counts, one line each.
+conformance_summary() {
+  local log=$OUT/conformance_$1.log
+  grep -E '^(FAILED|ERROR)' "$log" | cut -c1-200 | head -8
+  echo "conformance $1: $(grep -E '[0-9]+ (passed|failed)' "$log" | tail -1) $(tail -1 "$log")"
+  grep -h "declared cases" "$log" | head -2
+}
+
+# serve_up BACKEND [ARGS...]: `poot serve smollm2` on port 8000, waiting for /health;
+# serve_down stops it.
+serve_up() {
+  local backend=$1
+  shift
+  python3 -m poot serve smollm2 --backend "$backend" --host 127.0.0.1 --port 8000 \
+    --max-batch 32 --max-seq 512 --max-queue 64 "$@" >"$OUT/server.log" 2>&1 &
+  SERVER=$!
+  for _ in $(seq 240); do
+    python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8000/health', timeout=2)" \
+      2>/dev/null && break
+    kill -0 $SERVER 2>/dev/null || break
+    sleep 1
+  done
+  grep -m3 -iE "serving|planned|error" "$OUT/server.log"
+}
+serve_down() {
+  kill "$SERVER"
+  wait "$SERVER" 2>/dev/null
+}
