@@ -5,7 +5,7 @@
 # the wheels the image lacks in ../.whl and the Vulkan loader packages in ../.gl (the
 # device tool's carry):
 #
-#   bash poot-backend-vulkan/bench/h200_profile.sh [conformance]
+#   bash poot-backend-vulkan/bench/h200_profile.sh [conformance] [-- vulkan_bench.py flags]
 #
 # Logs land in $OUT; the SUMMARY lines are printed last.
 set -u -o pipefail
@@ -29,10 +29,13 @@ python3 -m pip install -q --no-deps --no-build-isolation --no-index -e poot-core
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 echo "setup $((SECONDS - START)) s"
 
+CONFORMANCE=no
+if [ "${1:-}" = conformance ]; then CONFORMANCE=yes; shift; fi
+[ "${1:-}" = -- ] && shift
 timeout -k 10 330 python3 poot-backend-vulkan/bench/vulkan_bench.py --backends vulkan,cuda \
-  --random --tokens 48 --profile --copy-mb 256 >"$OUT/bench.log" 2>&1
+  --random --tokens 48 --profile --copy-mb 256 "$@" >"$OUT/bench.log" 2>&1
 echo "bench rc=$? at $((SECONDS - START)) s"
-if [ "${1:-}" = conformance ]; then  # after the bench: nothing else runs while it times
+if [ $CONFORMANCE = yes ]; then  # after the bench: nothing else runs while it times
   timeout -k 10 150 python3 -m pytest -q -p no:cacheprovider -n 12 --pyargs poot.conformance \
     --poot-backend vulkan --poot-support "$OUT/support_vulkan_h200.md" -rf \
     -W ignore::pytest.PytestAssertRewriteWarning >"$OUT/conformance.log" 2>&1

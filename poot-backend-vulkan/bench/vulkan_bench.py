@@ -8,9 +8,10 @@
    SmolLM2's exact shape with random Q4_1 weights.
    With --profile, vulkan's decode step is then profiled: GPU timestamps after every
    operation of the recorded step, summed per kernel kind, next to the host's wall time
-   per submit; the same operations recorded with the widest barrier between batches and
-   with a sleeping fence wait, each timed; and the floor a dispatch costs on the device
-   (a chain of one-workgroup dispatches with and without a barrier between them).
+   per submit; the same operations recorded with the widest barrier between batches,
+   with none (a race, timed only) and with a sleeping fence wait, each timed; and the
+   floor a dispatch costs on the device (a chain of one-workgroup dispatches with and
+   without a barrier between them).
 2. On vulkan: a chain of dense bf16 GEMVs (f32 x bf16 DenseContraction, alternating
    N x K and K x N weights, each its own buffer) as achieved GB/s, next to a device
    buffer copy (vkCmdCopyBuffer, read + write counted) recorded and timed the same way
@@ -25,6 +26,7 @@ Lines starting with "SUMMARY " are the results (h200_session.sh collects them).
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 import time
@@ -50,7 +52,7 @@ def decode(backends: list[str], tokens: int, random: bool, max_seq: int,
 
     random = random or smollm2_path() is None
     summary("smollm2 weights", "random Q4_1, SmolLM2's shape" if random else smollm2_path())
-    results, ids_of = {}, {}
+    results, ids_of, frozen_tps = {}, {}, {}
     for name in backends:
         try:
             b = get_backend(name)
@@ -62,12 +64,27 @@ def decode(backends: list[str], tokens: int, random: bool, max_seq: int,
             t0 = time.perf_counter()
             greedy(model, ids, tokens)  # plans, binds and records every step
             print(f"[{name}] warm-up generation {time.perf_counter() - t0:.2f} s", flush=True)
-            run = greedy(model, ids, tokens)
+            with GcWatch() as watch, SubmitWatch() as submits:
+                run = greedy(model, ids, tokens)
             results[name], ids_of[name] = tps(run), run["ids"]
             steps = np.asarray(run["steps_s"]) * 1e3
-            print(f"[{name}] ids {run['ids']}", flush=True)
-            summary(f"smollm2 {name} decode", f"{results[name]:.1f} tok/s (median step "
-                    f"{np.median(steps):.3f} ms, {len(steps)} steps)")
+            print(f"[{name}] ids {run['ids']}\n[{name}] steps (ms) {np.round(steps, 3).tolist()}",
+                  flush=True)
+            summary(f"smollm2 {name} decode", f"{results[name]:.1f} tok/s ({spread(steps)}; "
+                    f"{watch})")
+            if submits.times:
+                summary(f"smollm2 {name} recorded-step submits", spread(submits.times))
+            # the same with the collector's objects frozen (no collection walks the plans)
+            gc.collect()
+            gc.freeze()
+            try:
+                with GcWatch() as watch:
+                    frozen = greedy(model, ids, tokens)
+            finally:
+                gc.unfreeze()
+            frozen_tps[name] = tps(frozen)
+            summary(f"smollm2 {name} decode, gc frozen", f"{frozen_tps[name]:.1f} tok/s "
+                    f"({spread(np.asarray(frozen['steps_s']) * 1e3)}; {watch})")
             if profiled and name == "vulkan":
                 profile_decode(model, ids, float(np.median(steps)))
             del model
@@ -82,12 +99,69 @@ def decode(backends: list[str], tokens: int, random: bool, max_seq: int,
         for peer in ("cuda", "wgpu"):
             if results.get(peer):
                 summary(f"smollm2 vulkan / {peer}", f"{results['vulkan'] / results[peer]:.2f}"
-                        f"{' (target 0.60)' if peer == 'cuda' else ''}")
+                        f"{' (target 0.60)' if peer == 'cuda' else ''}; gc frozen "
+                        f"{frozen_tps.get('vulkan', 0) / frozen_tps.get(peer, 1):.2f}")
     return results
+
+
+def spread(ms) -> str:
+    ms = np.asarray(ms)
+    return (f"median {np.median(ms):.3f} ms, mean {ms.mean():.3f}, max {ms.max():.3f} at "
+            f"{int(ms.argmax())} of {len(ms)}")
+
+
+class GcWatch:
+    """Python's garbage collections while active: how many, how many full, how long."""
+
+    def __enter__(self):
+        self.count = self.full = 0
+        self.seconds = self._t0 = 0.0
+        gc.callbacks.append(self._callback)
+        return self
+
+    def _callback(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._t0 = time.perf_counter()
+        else:
+            self.count += 1
+            self.full += info["generation"] == 2
+            self.seconds += time.perf_counter() - self._t0
+
+    def __exit__(self, *exc) -> None:
+        gc.callbacks.remove(self._callback)
+
+    def __str__(self) -> str:
+        return (f"gc: {self.count} collections, {self.full} full, "
+                f"{self.seconds * 1e3:.1f} ms")
+
+
+class SubmitWatch:
+    """ms of every vulkan RecordedStep.submit while active (none on other backends)."""
+
+    def __enter__(self):
+        self.times: list[float] = []
+        try:
+            from poot_vulkan.step import RecordedStep
+        except ImportError:
+            self.cls = None
+            return self
+        self.cls, self.orig = RecordedStep, RecordedStep.submit
+
+        def submit(step, orig=self.orig):
+            t0 = time.perf_counter()
+            orig(step)
+            self.times.append((time.perf_counter() - t0) * 1e3)
+        RecordedStep.submit = submit
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.cls is not None:
+            self.cls.submit = self.orig
 
 
 def profile_decode(model, ids: list[int], session_ms: float) -> None:
     """The decode step's GPU profile, its submit time and its variants (module doc)."""
+    from poot_vulkan import step as poot_step
     from poot_vulkan.profile import profile
     from poot_vulkan.step import RecordedStep
 
@@ -119,6 +193,17 @@ def profile_decode(model, ids: list[int], session_ms: float) -> None:
         wide = RecordedStep(dev, step.ops, step.uploads, narrow=False)
         summary("vulkan decode step, widest barriers", f"{timed(wide.submit, 20) * 1e6:.1f} us")
         wide.destroy()
+        # what the barriers cost at most: every operation in one batch (a race: wrong
+        # results, timed only; the session is not used after it)
+        cut = poot_step.batches
+        poot_step.batches = lambda ops: [list(ops)]
+        try:
+            free = RecordedStep(dev, step.ops, step.uploads)
+        finally:
+            poot_step.batches = cut
+        summary("vulkan decode step, no barriers (racy, timing only)",
+                f"{timed(free.submit, 20) * 1e6:.1f} us")
+        free.destroy()
         dev.spin = False
         try:
             summary("vulkan decode step, sleeping fence wait",
@@ -279,6 +364,7 @@ def main() -> int:
     ap.add_argument("--links", type=int, default=8, help="GEMVs in the chain")
     ap.add_argument("--copy-mb", type=int, default=1024)
     ap.add_argument("--skip-decode", action="store_true")
+    ap.add_argument("--skip-gemv", action="store_true")
     ap.add_argument("--profile", action="store_true",
                     help="profile vulkan's decode step (GPU timestamps per operation)")
     args = ap.parse_args()
@@ -286,6 +372,8 @@ def main() -> int:
     if not args.skip_decode:
         failed |= not decode(args.backends.split(","), args.tokens, args.random,
                              args.max_seq, args.profile)
+    if args.skip_gemv:
+        return 1 if failed else 0
     try:
         n, k = (int(v) for v in args.gemv.lower().split("x"))
         bandwidth(n, k, args.links, args.copy_mb)

@@ -39,6 +39,10 @@ class Dispatch:
     pipeline: Pipeline
     bindings: tuple[Binding, ...]
     groups: tuple[int, int, int]
+    #: the binding of the output its step defines anew (not in place, not an update of an
+    #: aliased buffer), and whether it is the step's only dispatch (poot_vulkan.rename)
+    out: int | None = None
+    sole: bool = False
 
     def accesses(self):
         return [(b.buffer, b.offset, b.offset + b.size, b.writable) for b in self.bindings]
