@@ -171,3 +171,46 @@ def test_a_plan_replays_its_recording_with_slot_rewrites(vulkan_target):
     rt.write(ex.buffers[ARENA], place.offset, np.zeros(place.nbytes, np.uint8))
     assert not rt.fresh
     assert not ex.read(place).any()
+
+
+def test_the_profile_times_every_operation_and_polled_waits_match(vulkan_target,
+                                                                  vulkan_device):
+    """profile() gives each upload, dispatch and copy of a recorded step a GPU time, the
+    times summing to the span; the step computes the same after it, whether its fence is
+    polled (as on a GPU) or slept on, and with the widest barriers."""
+    from poot.conformance.roles import input_role
+    from poot.ir import ops as O
+    from poot.ir.builder import Builder
+    from poot.plan import plan
+    from poot.runtime.executor import Executor
+    from poot_vulkan.profile import profile
+    from poot_vulkan.step import RecordedStep
+
+    b = Builder("profiled", compiler=True)
+    x = b.slot(input_role(F32), (4, 50), "x0")
+    b.result(b.eqn(O.Reduce(O.ReduceOp.Sum, 1), b.eqn(O.Unary(O.UnaryOp.Exp), x)))
+    ex = Executor(plan(b.finish(), vulkan_target), {})
+    a = np.random.default_rng(1).standard_normal((4, 50)).astype(np.float32)
+    want = np.exp(a).sum(1)
+    np.testing.assert_allclose(ex.step({"x0": a}).result, want, rtol=1e-5)
+    step = ex.executable.step
+    prof = profile(step, runs=3)
+    assert len(prof.ops) == len(step.uploads) + len(step.ops)
+    assert sum(op.barrier for op in prof.ops) == step.barriers >= 2
+    assert all(op.ns >= 0 for op in prof.ops)
+    assert prof.span_ns == pytest.approx(sum(op.ns for op in prof.ops))
+    kinds = {k.kind: k.count for k in prof.by_kind()}
+    assert kinds.pop("upload") == 1 and kinds.pop("copy") == 1  # the slot; the readback
+    assert sum(kinds.values()) == ex.executable.dispatches
+    assert "sum" in prof.table()
+    spin = vulkan_device.spin
+    try:
+        for vulkan_device.spin in (True, False):
+            np.testing.assert_allclose(ex.step({"x0": a}).result, want, rtol=1e-5)
+    finally:
+        vulkan_device.spin = spin
+    wide = RecordedStep(vulkan_device, step.ops, step.uploads, narrow=False)
+    wide.submit()
+    np.testing.assert_allclose(ex.read(ex.plan.outputs[0][1]).view(np.float32), want,
+                               rtol=1e-5)
+    wide.destroy()

@@ -1,6 +1,9 @@
-"""The runtime under the Khronos validation layer: a plan's recorded step and a one-off
-launch raise no validation error or warning. The layer must be on when the process's
-instance is created, so this runs in a fresh process; skipped where it is not installed."""
+"""The runtime under the Khronos validation layer, synchronization validation included: a
+plan's recorded step and its profile raise no validation error or warning, so the step's
+barriers (placed by hazard, naming only the stages on either side) cover every read after
+write, write after read and host access, also where a value is read batches after the
+one that wrote it. The layer must be on when the process's instance is created, so this
+runs in a fresh process; skipped where it is not installed."""
 import os
 import subprocess
 import sys
@@ -24,13 +27,18 @@ if not instance().layers:
     print("NO-LAYER"); raise SystemExit(0)
 b = Builder("validated", compiler=True)
 x = b.slot(input_role(DType.F32), (5, 300), "x0")
-s = b.eqn(O.Reduce(O.ReduceOp.Sum, 1), b.eqn(O.Unary(O.UnaryOp.Exp), x))
+e = b.eqn(O.Unary(O.UnaryOp.Exp), b.eqn(O.Unary(O.UnaryOp.Exp), x))
+# x (a slot: uploaded by a copy) read again two barriers later, by a compute shader
+s = b.eqn(O.Reduce(O.ReduceOp.Sum, 1), b.eqn(O.Binary(O.BinaryOp.Add), e, x))
 b.result(s)
 ex = Executor(plan(b.finish(), target), {})
 a = np.random.default_rng(0).standard_normal((5, 300)).astype(np.float32)
 for _ in range(2):
     got = ex.step({"x0": a}).result
-np.testing.assert_allclose(got, np.exp(a).sum(1), rtol=1e-5)
+np.testing.assert_allclose(got, (np.exp(np.exp(a)) + a).sum(1), rtol=1e-5)
+assert ex.executable.step.barriers >= 3
+from poot_vulkan.profile import profile
+print(profile(ex.executable.step, runs=2).table())  # the timestamp queries validated too
 for m in instance().validation_messages:
     print("VALIDATION:", m)
 print("MESSAGES", len(instance().validation_messages))
@@ -38,7 +46,8 @@ print("MESSAGES", len(instance().validation_messages))
 
 
 def test_a_plan_runs_clean_under_the_validation_layer(vulkan_device):
-    env = dict(os.environ, POOT_VULKAN_VALIDATION="1")
+    env = dict(os.environ, POOT_VULKAN_VALIDATION="1",
+               VK_LAYER_ENABLES="VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT")
     proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr

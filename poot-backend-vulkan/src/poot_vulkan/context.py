@@ -65,6 +65,10 @@ class VulkanDevice:
         self.fence = vk.vkCreateFence(self.device, vk.VkFenceCreateInfo(), None)
         self._pick_memory()
         self._oneshot = None
+        #: a recorded step's submit polls its fence rather than sleeping on it (a GPU
+        #: step is a millisecond or two, and a sleeping wait adds a wake-up to each); a
+        #: software device needs the host's cores for the step itself, so it sleeps
+        self.spin = not facts.is_software
 
     @property
     def name(self) -> str:

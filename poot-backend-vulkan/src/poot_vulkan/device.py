@@ -11,6 +11,7 @@ every create-info that holds pointers is kept in a local variable until its call
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import stat
@@ -54,6 +55,9 @@ class DeviceFacts:
     subgroup_ops: frozenset[str]
     extensions: frozenset[str] = field(default_factory=frozenset)
     limits: dict[str, int] = field(default_factory=dict)
+    #: nanoseconds per timestamp tick (VkPhysicalDeviceLimits.timestampPeriod); 0 where
+    #: compute queues write no timestamps (timestampComputeAndGraphics off)
+    timestamp_period: float = 0.0
 
     def has(self, feature: str) -> bool:
         return feature in self.features
@@ -167,8 +171,7 @@ def _type_code(name: str) -> int:
 
 
 def _reindex(f: DeviceFacts, i: int) -> DeviceFacts:
-    return DeviceFacts(i, f.name, f.device_type, f.vendor_id, f.driver, f.api_version,
-                       f.features, f.subgroup_size, f.subgroup_ops, f.extensions, f.limits)
+    return dataclasses.replace(f, index=i)
 
 
 def read_facts(vk, pd, index: int) -> DeviceFacts:
@@ -232,7 +235,8 @@ def read_facts(vk, pd, index: int) -> DeviceFacts:
         device_type=TYPE_NAMES.get(int(props.deviceType), "other"),
         vendor_id=int(props.vendorID), driver=driver.strip(), api_version=api,
         features=frozenset(features), subgroup_size=subgroup_size, subgroup_ops=ops,
-        extensions=extensions, limits=limits)
+        extensions=extensions, limits=limits,
+        timestamp_period=float(lim.timestampPeriod) if lim.timestampComputeAndGraphics else 0.0)
 
 
 _lock = threading.RLock()

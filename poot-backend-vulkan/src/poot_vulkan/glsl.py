@@ -189,7 +189,9 @@ class GlslPrinter(CPrinter):
                  f"{kernel.workgroup}",
                  f"layout(local_size_x = {wx}, local_size_y = {wy}, local_size_z = {wz}) in;"]
         for i, b in enumerate(kernel.buffers):
-            ro = "readonly " if not b.access.writable else ""
+            # restrict, as the CUDA dialect's __restrict__ (the same kernel programs run
+            # under it there, in-place steps included)
+            ro = "restrict readonly " if not b.access.writable else "restrict "
             lines.append(f"layout(std430, set = 0, binding = {i}) {ro}buffer poot_b{i} "
                          f"{{ {self.type_name(b.dtype)} {self.array(b.name)}[]; }};"
                          f"  // {b.dtype}[{b.count}] {b.access.value}")
@@ -257,7 +259,10 @@ class GlslPrinter(CPrinter):
         return "int(gl_LocalInvocationIndex)"
 
     def barrier(self) -> str:
-        return "memoryBarrierShared(); memoryBarrierBuffer(); barrier();"
+        # Barrier's visibility is the workgroup's (shared and buffer memory, as CUDA's
+        # __syncthreads): a workgroup-scoped memory barrier, not memoryBarrierBuffer's
+        # device scope, which waits for every store to reach the whole device
+        return "groupMemoryBarrier(); barrier();"
 
     def loop_pragma(self, s: For, pad: str) -> list[str]:
         return [f"{pad}[[unroll]]" if x.endswith("#pragma unroll") else x

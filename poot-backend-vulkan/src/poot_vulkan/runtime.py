@@ -1,8 +1,10 @@
 """The poot.runtime Runtime of the Vulkan backend: buffers, plan loading, recorded steps.
 
 `load` compiles (or reuses) every planned kernel's pipeline, binds each kernel buffer
-to its place (region buffer, byte offset, size) in a descriptor set, gives every slot
-region a host-visible staging twin, and records the whole step once (poot_vulkan.step).
+to its place (region buffer, byte offset, size) in a descriptor set, moves an output
+whose place would cost a write-after-read barrier into a shadow buffer
+(poot_vulkan.rename), gives every slot region a host-visible staging twin, and records
+the whole step once (poot_vulkan.step).
 `Executable.run()` resubmits that command buffer and waits for it.
 
 A slot written by the host lands in its staging twin; the recorded step starts by
@@ -25,6 +27,7 @@ from poot_vulkan.context import VulkanDevice
 from poot_vulkan.device import BACKEND
 from poot_vulkan.memory import Transfers, VulkanBuffer, check_binding
 from poot_vulkan.pipeline import pipelines
+from poot_vulkan.rename import rename_war
 from poot_vulkan.step import Binding, Copy, Dispatch, RecordedStep
 
 
@@ -110,10 +113,14 @@ class VulkanRuntime:
             for b in program.scratch:
                 scratch[b.name] = self.alloc(b.nbytes, f"scratch:{step.index}:{b.name}")
                 self._scratch.append(scratch[b.name])
+            fresh = program.alias is None and not step.inplace
             for k in compiled.kernels:
                 pipeline = self.pipelines.get(k.binary, len(k.buffers), k.name)
                 binds = tuple(self._binding(step, b, buffers, scratch) for b in k.buffers)
-                ops.append(Dispatch(pipeline, binds, k.groups))
+                out = next((i for i, b in enumerate(k.buffers)
+                            if fresh and b.operand == OUT and b.access.writable), None)
+                ops.append(Dispatch(pipeline, binds, k.groups, out,
+                                    len(compiled.kernels) == 1))
         for c in plan.copies:
             ops.append(Copy(buffers[c.src.region], c.src.offset, buffers[c.dst.region],
                             c.dst.offset, c.src.nbytes))
@@ -125,9 +132,15 @@ class VulkanRuntime:
                 self._scratch.append(twin)
                 ops.append(Copy(buf, place.offset, twin, 0, place.nbytes))
                 readbacks[(buf, place.offset, place.nbytes)] = twin
+        ops = rename_war(ops, self._shadow)
         slots = [buffers[r.name] for r in plan.slot_regions()]
         uploads = [Copy(self._twin(s), 0, s, 0, s.size) for s in slots]
         return VulkanExecutable(self, RecordedStep(self.dev, ops, uploads), slots, readbacks)
+
+    def _shadow(self, nbytes: int) -> VulkanBuffer:
+        buf = self.alloc(nbytes, "shadow")
+        self._scratch.append(buf)
+        return buf
 
     def _binding(self, step, b: BufferParam, buffers, scratch) -> Binding:
         if b.operand is SCRATCH:

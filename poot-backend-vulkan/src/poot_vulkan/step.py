@@ -6,14 +6,19 @@ copied into its device buffer, so a slot rewrite costs a memcpy and no extra sub
 every dispatch and buffer copy of the plan, each bound to its descriptor set (built once
 here); and a barrier that makes the results visible to the host and to transfers.
 
-Barriers between operations are placed by hazard: an operation that reads or writes a
-byte range an earlier operation since the last barrier wrote, or writes a range one of
-them read, gets a compute/transfer memory barrier first; independent dispatches run
-without one, so the driver may overlap them. `submit()` is one vkQueueSubmit through
-prebuilt cffi structs and one fence wait.
+Barriers between operations are placed by hazard: the operations are cut into batches,
+a new batch starting where an operation reads or writes a byte range an operation of
+the current batch wrote, or writes a range one of them read. Independent dispatches of
+one batch run without a barrier, so the driver may overlap them. The barrier between two
+batches names only the stages and accesses of those two (compute shader writes to
+compute shader reads, say, with transfer added only beside a copy): an earlier batch's
+writes were made available by the barrier after it, and each barrier's visibility
+operation covers every available write, so nothing wider is needed. `submit()` is one
+vkQueueSubmit through prebuilt cffi structs and one fence wait.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from poot_vulkan.context import FENCE_TIMEOUT_NS, VulkanDevice
@@ -34,6 +39,10 @@ class Dispatch:
     pipeline: Pipeline
     bindings: tuple[Binding, ...]
     groups: tuple[int, int, int]
+    #: the binding of the output its step defines anew (not in place, not an update of an
+    #: aliased buffer), and whether it is the step's only dispatch (poot_vulkan.rename)
+    out: int | None = None
+    sole: bool = False
 
     def accesses(self):
         return [(b.buffer, b.offset, b.offset + b.size, b.writable) for b in self.bindings]
@@ -52,40 +61,60 @@ class Copy:
                 (self.dst, self.dst_offset, self.dst_offset + self.size, True)]
 
 
-class Hazards:
-    """Byte ranges touched since the last barrier; says when the next op needs one."""
+def batches(ops) -> list[list]:
+    """`ops` cut where one touches what the current batch wrote, or writes what it read."""
+    out: list[list] = []
+    pending: list[tuple[int, int, int, bool]] = []
+    for op in ops:
+        accesses = [(id(buf), s, e, w) for buf, s, e, w in op.accesses()]
+        clash = any(pb == b and s < pe and ps < e and (w or pw)
+                    for b, s, e, w in accesses for pb, ps, pe, pw in pending)
+        if clash or not out:
+            out.append([])
+            pending = []
+        out[-1].append(op)
+        pending += accesses
+    return out
 
-    def __init__(self):
-        self.pending: list[tuple[int, int, int, bool]] = []
-        self.barriers = 0
 
-    def needs_barrier(self, accesses) -> bool:
-        for buf, start, end, write in accesses:
-            for pbuf, pstart, pend, pwrite in self.pending:
-                if pbuf == id(buf) and start < pend and pstart < end and (write or pwrite):
-                    return True
-        return False
-
-    def add(self, accesses) -> None:
-        self.pending += [(id(buf), s, e, w) for buf, s, e, w in accesses]
-
-    def reset(self) -> None:
-        self.pending = []
-        self.barriers += 1
+def barrier_between(vk, cmd, before: list, after: list) -> None:
+    """The barrier from batch `before` (its writes, at its stages) to batch `after`."""
+    src_stage = dst_stage = src_access = dst_access = 0
+    for op in before:
+        if isinstance(op, Copy):
+            src_stage |= vk.VK_PIPELINE_STAGE_TRANSFER_BIT
+            src_access |= vk.VK_ACCESS_TRANSFER_WRITE_BIT
+        else:
+            src_stage |= vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT
+            src_access |= vk.VK_ACCESS_SHADER_WRITE_BIT
+    for op in after:
+        if isinstance(op, Copy):
+            dst_stage |= vk.VK_PIPELINE_STAGE_TRANSFER_BIT
+            dst_access |= vk.VK_ACCESS_TRANSFER_READ_BIT | vk.VK_ACCESS_TRANSFER_WRITE_BIT
+        else:
+            dst_stage |= vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT
+            dst_access |= vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT
+    barrier = vk.VkMemoryBarrier(srcAccessMask=src_access, dstAccessMask=dst_access)
+    vk.vkCmdPipelineBarrier(cmd, src_stage, dst_stage, 0, 1, [barrier], 0, None, 0, None)
 
 
 class RecordedStep:
+    """`ops` (Dispatch and Copy) recorded once after `uploads`; `narrow=False` puts the
+    widest barrier (every stage and access, host included) between batches instead, for
+    comparing the two in a profile."""
+
     def __init__(self, dev: VulkanDevice, ops: list, uploads: list[Copy] = (),
-                 label: str = "poot-step"):
+                 label: str = "poot-step", narrow: bool = True):
         vk = self.vk = dev.vk
         self.dev, self.label, self.ops, self.uploads = dev, label, list(ops), list(uploads)
+        self.narrow = narrow
         dispatches = [op for op in self.ops if isinstance(op, Dispatch)]
         self.pool, self.sets = None, []
         if dispatches:
             self._descriptor_sets(dispatches)
+        self.batches = batches(self.uploads + self.ops)
         self.command = dev.command_buffer()
-        self.hazards = Hazards()
-        self._record()
+        self.record(self.command)
         self._commands = vk.ffi.new("VkCommandBuffer[1]", [self.command])
         self._submit = vk.ffi.new("VkSubmitInfo*", {
             "sType": vk.VK_STRUCTURE_TYPE_SUBMIT_INFO, "commandBufferCount": 1,
@@ -95,7 +124,8 @@ class RecordedStep:
 
     @property
     def barriers(self) -> int:
-        return self.hazards.barriers
+        """Barriers recorded between operations (the first and the last not counted)."""
+        return len(self.batches) - 1
 
     def _descriptor_sets(self, dispatches: list[Dispatch]) -> None:
         vk, dev = self.vk, self.dev
@@ -126,44 +156,57 @@ class RecordedStep:
             vk.vkUpdateDescriptorSets(dev.device, len(chunk), chunk, 0, None)
         self._set_of = {id(d): ds for d, ds in zip(dispatches, self.sets, strict=True)}
 
-    def _record(self) -> None:
-        vk, cmd = self.vk, self.command
+    def record(self, cmd, stamp=None) -> None:
+        """Record the step into `cmd`; `stamp(cmd)`, when given, is called after the
+        uploads and after every operation (poot_vulkan.profile writes a timestamp)."""
+        vk = self.vk
         vk.vkBeginCommandBuffer(cmd, vk.VkCommandBufferBeginInfo())
+        if stamp is not None:
+            stamp(cmd, start=True)
         full_barrier(vk, cmd)
-        for u in self.uploads:
-            copy(vk, cmd, u.src.handle, u.src_offset, u.dst.handle, u.dst_offset, u.size)
-            self.hazards.add(u.accesses())
         bound = None
-        for op in self.ops:
-            accesses = op.accesses()
-            if self.hazards.needs_barrier(accesses):
-                full_barrier(vk, cmd)
-                self.hazards.reset()
-            self.hazards.add(accesses)
-            if isinstance(op, Copy):
-                copy(vk, cmd, op.src.handle, op.src_offset, op.dst.handle, op.dst_offset,
-                     op.size)
-                continue
-            if op.pipeline is not bound:
-                vk.vkCmdBindPipeline(cmd, vk.VK_PIPELINE_BIND_POINT_COMPUTE,
-                                     op.pipeline.handle)
-                bound = op.pipeline
-            sets = [self._set_of[id(op)]]
-            vk.vkCmdBindDescriptorSets(cmd, vk.VK_PIPELINE_BIND_POINT_COMPUTE,
-                                       op.pipeline.layout, 0, 1, sets, 0, None)
-            vk.vkCmdDispatch(cmd, *op.groups)
+        for i, batch in enumerate(self.batches):
+            if i:
+                if self.narrow:
+                    barrier_between(vk, cmd, self.batches[i - 1], batch)
+                else:
+                    full_barrier(vk, cmd)
+            for op in batch:
+                if isinstance(op, Copy):
+                    copy(vk, cmd, op.src.handle, op.src_offset, op.dst.handle, op.dst_offset,
+                         op.size)
+                else:
+                    if op.pipeline is not bound:
+                        vk.vkCmdBindPipeline(cmd, vk.VK_PIPELINE_BIND_POINT_COMPUTE,
+                                             op.pipeline.handle)
+                        bound = op.pipeline
+                    sets = [self._set_of[id(op)]]
+                    vk.vkCmdBindDescriptorSets(cmd, vk.VK_PIPELINE_BIND_POINT_COMPUTE,
+                                               op.pipeline.layout, 0, 1, sets, 0, None)
+                    vk.vkCmdDispatch(cmd, *op.groups)
+                if stamp is not None:
+                    stamp(cmd)
         to_host_barrier(vk, cmd)
         vk.vkEndCommandBuffer(cmd)
 
     def submit(self) -> None:
-        """Run the recording once and wait for it."""
+        """Run the recording once and wait for it (polling the fence where the device
+        asks for it: `VulkanDevice.spin`)."""
         vk, dev = self.vk, self.dev
-        result = vk.lib.vkQueueSubmit(dev.queue, 1, self._submit, dev.fence)
+        lib = vk.lib
+        result = lib.vkQueueSubmit(dev.queue, 1, self._submit, dev.fence)
         if result != vk.VK_SUCCESS:
             raise vk.exception_codes[result]
-        result = vk.lib.vkWaitForFences(dev.device, 1, self._fences, vk.VK_TRUE,
-                                        FENCE_TIMEOUT_NS)
-        vk.lib.vkResetFences(dev.device, 1, self._fences)
+        if dev.spin:
+            deadline = time.monotonic() + FENCE_TIMEOUT_NS / 1e9
+            while (result := lib.vkGetFenceStatus(dev.device, dev.fence)) == vk.VK_NOT_READY:
+                if time.monotonic() > deadline:
+                    result = vk.VK_TIMEOUT
+                    break
+        else:
+            result = lib.vkWaitForFences(dev.device, 1, self._fences, vk.VK_TRUE,
+                                         FENCE_TIMEOUT_NS)
+        lib.vkResetFences(dev.device, 1, self._fences)
         if result != vk.VK_SUCCESS:
             raise vk.exception_codes[result]
         self.replays += 1
