@@ -58,8 +58,13 @@ def test_other_schedules_where_the_ring_does_not_fit(features, fmt, k):
     assert not any(isinstance(s, CopyAsync) for s in prog.kernels[0].statements())
 
 
-def test_ring_leaves_room_for_long_rows():
-    """K = 14336 (an 8B model's down projection): fewer warps, within the shared budget."""
-    *_, prog = _lowered("gguf:Q4_0", 1, 64, 14336, FEATURES)
+@pytest.mark.parametrize("n, k, warps", [
+    (4096, 14336, dot.RING_WARPS // 2),   # an 8B model's down projection: the shared budget
+    (14336, 4096, dot.RING_WARPS),        # its gate and up projections
+    (1024, 4096, 2),                      # its K and V: small workgroups, a grid of them
+])
+def test_ring_workgroups(n, k, warps):
+    *_, prog = _lowered("gguf:Q4_0", 1, n, k, FEATURES)
     (kernel,) = prog.kernels
-    assert kernel.workgroup == (dot.LANES * dot.RING_WARPS // 2,)
+    assert kernel.workgroup == (dot.LANES * warps,)
+    assert kernel.grid[0] >= min(dot.RING_GRID, n // 16)

@@ -60,6 +60,7 @@ SPLIT_WARPS = 4096   # dot-product warps a 16-bit GEMV wants in flight before it
 RING_STAGES = 2      # units in flight per lane in the ring GEMV (`_ring_trips`)
 RING_WARPS = 8       # most warps per workgroup there (fewer when shared memory is short)
 RING_WORDS = 64      # most words of one lane's unit there
+RING_GRID = 256      # workgroups the ring GEMV wants: fewer warps each until it has them
 
 Elem = Callable[..., Expr]
 
@@ -280,7 +281,10 @@ def _ring_plan(p: Problem, rows: int, features: frozenset) -> RunPlan | None:
     barriers per 2048-element trip left each workgroup's loads in flight for part of its
     time only. Lanes per column: the most (a power of two, at most LANES) that divide
     the row's units, so every trip is whole; warps per workgroup: the most, up to
-    RING_WARPS, whose ring and activations fit LARGE_SHARED_BYTES."""
+    RING_WARPS, whose ring and activations fit LARGE_SHARED_BYTES, fewer (down to 2)
+    while the grid has fewer than RING_GRID workgroups (an 8B model's 1024-column K and
+    V projections: 64 workgroups of 8 warps would leave half of an H200's 132 SMs idle).
+    """
     if (COPY_ASYNC not in features or LARGE_SHARED not in features or len(p.w_chunks) != 1
             or p.acc is not DType.F32 or p.k % 4 or not isinstance(p.a(0, i32(0), i32(0)), Load)):
         return None
@@ -298,10 +302,13 @@ def _ring_plan(p: Problem, rows: int, features: frozenset) -> RunPlan | None:
     stages = min(RING_STAGES, units // lanes)
     pitch = words if words // 4 % 2 else words + 4
     act = rows * (p.k + 4 * units) * p.acc.itemsize   # 16 pad bytes per unit
-    for warps in (RING_WARPS, RING_WARPS // 2, RING_WARPS // 4):
-        if act + warps * LANES * stages * pitch * 4 <= LARGE_SHARED_BYTES:
-            return RunPlan(groups=warps, lanes=lanes, ring=Ring(elements, words, stages, pitch))
-    return None
+    fits = [w for w in (RING_WARPS, RING_WARPS // 2, RING_WARPS // 4, 2)
+            if w >= 1 and act + w * LANES * stages * pitch * 4 <= LARGE_SHARED_BYTES]
+    if not fits:
+        return None
+    columns = LANES // lanes
+    warps = next((w for w in fits if -(-p.n // (w * columns)) >= RING_GRID), fits[-1])
+    return RunPlan(groups=warps, lanes=lanes, ring=Ring(elements, words, stages, pitch))
 
 
 def _rows_plan(p: Problem) -> RunPlan:
