@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from poot.codegen.interp import run_lowering
 from poot.codegen.lower import dot, lower
-from poot.codegen.program import Barrier, CopyAsync, CoopReduce
+from poot.codegen.program import Barrier, CoopReduce, CopyAsync
 from poot.codegen.target import COPY_ASYNC, FEATURES, LARGE_SHARED
 from poot.dtypes import DType
 from poot.formats import PackedWeight, get_format
@@ -68,3 +68,21 @@ def test_ring_workgroups(n, k, warps):
     (kernel,) = prog.kernels
     assert kernel.workgroup == (dot.LANES * warps,)
     assert kernel.grid[0] >= min(dot.RING_GRID, n // 16)
+
+
+@pytest.mark.parametrize("fmt, m, n, k", [
+    ("gguf:Q4_0", 1, 100, 3072),    # 2 columns in turn, 3 trips each: the ring runs on
+    ("gguf:Q4_K", 2, 200, 1024),    # 4 columns in turn, 1 trip each; spare columns
+])
+def test_ring_takes_columns_in_turn(monkeypatch, fmt, m, n, k):
+    monkeypatch.setattr(dot, "RING_GRID", 1)
+    pw, ins, out, prog = _lowered(fmt, m, n, k, FEATURES)
+    (kernel,) = prog.kernels
+    assert kernel.grid[0] * kernel.workgroup[0] < n * k // 256      # fewer lanes than units
+    rng = np.random.default_rng(n)
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    sources = [np.asarray(s) for s in get_format(fmt).quantize(w)]
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    got = run_lowering(prog, [x, *sources], out)
+    want = x @ pw.dequantize(sources).T
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-5

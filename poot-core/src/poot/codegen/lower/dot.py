@@ -151,6 +151,8 @@ def gemv_kernel(p: Problem, kb_factory, declare, many_rows: bool = False,
     rows = p.m if not p.w_per_row else 1        # rows sharing one weight column per group
     columns = p.batch * p.n * (p.m if p.w_per_row else 1)
     plan = _rows_plan(p) if many_rows else _run_plan(p, rows, features)
+    if plan.ring is not None:
+        return _ring_gemv(p, kb_factory, declare, plan, rows)
     width = plan.width                          # columns per group
     words = not many_rows and p.w_pair is not None and not p.w_per_row and p.k % 2 == 0
     split = _words_split(p, columns) if words else 1
@@ -233,6 +235,7 @@ class Ring:
     words: int
     stages: int
     pitch: int
+    columns: int = 1      # columns each lane group takes in turn, the ring running on
 
 
 def _run_plan(p: Problem, rows: int, features: frozenset = frozenset()) -> RunPlan:
@@ -283,7 +286,10 @@ def _ring_plan(p: Problem, rows: int, features: frozenset) -> RunPlan | None:
     the row's units, so every trip is whole; warps per workgroup: the most, up to
     RING_WARPS, whose ring and activations fit LARGE_SHARED_BYTES, fewer (down to 2)
     while the grid has fewer than RING_GRID workgroups (an 8B model's 1024-column K and
-    V projections: 64 workgroups of 8 warps would leave half of an H200's 132 SMs idle).
+    V projections: 64 workgroups of 8 warps would leave half of an H200's 132 SMs idle);
+    past RING_GRID workgroups, each lane group takes several columns in turn (`turns`),
+    its ring copying the next column's units while it computes this one's (one unit per
+    lane and column at K = 4096 would leave nothing to overlap).
     """
     if (COPY_ASYNC not in features or LARGE_SHARED not in features or len(p.w_chunks) != 1
             or p.acc is not DType.F32 or p.k % 4 or not isinstance(p.a(0, i32(0), i32(0)), Load)):
@@ -299,16 +305,19 @@ def _ring_plan(p: Problem, rows: int, features: frozenset) -> RunPlan | None:
         lanes //= 2
     if lanes < 4:
         return None
-    stages = min(RING_STAGES, units // lanes)
+    stages = RING_STAGES
     pitch = words if words // 4 % 2 else words + 4
     act = rows * (p.k + 4 * units) * p.acc.itemsize   # 16 pad bytes per unit
     fits = [w for w in (RING_WARPS, RING_WARPS // 2, RING_WARPS // 4, 2)
             if w >= 1 and act + w * LANES * stages * pitch * 4 <= LARGE_SHARED_BYTES]
     if not fits:
         return None
-    columns = LANES // lanes
-    warps = next((w for w in fits if -(-p.n // (w * columns)) >= RING_GRID), fits[-1])
-    return RunPlan(groups=warps, lanes=lanes, ring=Ring(elements, words, stages, pitch))
+    per = LANES // lanes                     # columns per warp at a time
+    warps = next((w for w in fits if -(-p.n // (w * per)) >= RING_GRID), fits[-1])
+    turns = max(1, -(-p.n // (warps * per)) // RING_GRID)
+    stages = min(RING_STAGES, turns * (units // lanes))
+    return RunPlan(groups=warps, lanes=lanes,
+                   ring=Ring(elements, words, stages, pitch, turns))
 
 
 def _rows_plan(p: Problem) -> RunPlan:
@@ -415,17 +424,18 @@ def _gemv_columns(kb, p: Problem, lane, b, ns, ms, accs, unroll: int):
                     kb.assign(column[j], column[j] + a * ws[t][u])
 
 
-def _gemv_runs(kb, p: Problem, plan: RunPlan, lane, b, ns, ms, accs):
+def _gemv_runs(kb, p: Problem, plan: RunPlan, lane, b, ns, ms, accs, walk=None):
     """Packed weights, a run of `p.run` consecutive k per lane and slot, for columns `ns`
     (accs[t][j]: column t, row j): the words and scales of every run in flight are loaded
     once (let_shared binds them first), then each part adds scale * sum(a * value) +
     offset * sum(a) per row, each activation read once for all columns. With an offset and
     several rows it is cheaper to decode w = scale * value + offset once and share it; K
-    past the last whole run goes element by element."""
+    past the last whole run goes element by element. `walk`: the trips, if not the
+    direct or staged ones."""
     runs = p.k // p.run
     unroll = _run_unroll(p)
-    if plan.ring is not None:
-        walk = _ring_trips(kb, p, plan, lane, b, ns[0], ms)
+    if walk is not None:
+        pass
     elif plan.span is None:
         walk = _direct_trips(kb, p, lane, b, ms, runs, unroll)
     else:
@@ -502,25 +512,55 @@ def _direct_trips(kb, p: Problem, lane, b, ms, runs: int, unroll: int):
             lambda t, n, k0: p.w_run(b, ms[0], n, k0)
 
 
-def _ring_trips(kb, p: Problem, plan: RunPlan, lane, b, n, ms):
-    """Per trip of the ring GEMV (`_ring_plan`), column n: slots (k0, None), the runs of
-    the lane's unit, one phase over the resident activations, and decode(t, n, k0) from
-    the lane's copy of the unit. The first `stages` units are copied before the
-    activations are staged; trip t waits for its unit's batch (a thread's completed async
-    copies are visible to itself, and only it reads them), and after its arithmetic
-    copies unit t + stages into the slot it read (an empty batch past the last, so the
-    wait counts stay uniform)."""
+def _ring_gemv(p: Problem, kb_factory, declare, plan: RunPlan, rows: int):
+    """The ring GEMV (`_ring_plan`): lane group g of the grid takes columns g * turns ..
+    g * turns + turns - 1 in turn, one dot product each over its lanes."""
+    ring, lanes = plan.ring, plan.lanes
+    threads = LANES * plan.groups
+    groups = threads // lanes
+    grid, blk = ix.launch_groups(-(-p.n // (groups * ring.columns)))
+    kb = kb_factory(grid, (threads,))
+    declare(kb)
+    lane = kb.let("lane", ix.mod(local_index(), lanes))
+    first = kb.let("col", ix.mul(ix.add(ix.mul(blk, groups), ix.div(local_index(), lanes)),
+                                 ring.columns))
+    ms, b = [i32(m) for m in range(rows)], i32(0)
+    columns = _ring_trips(kb, p, plan, lane, b, first, ms)
+    with kb.for_("j", 0, ring.columns) as j:
+        col = kb.let("col", ix.add(first, j))
+        n = kb.let("n", ix.minimum(col, i32(p.n - 1)))
+        accs = [kb.var(f"acc{r}", p.zero()) for r in range(rows)]
+        _gemv_runs(kb, p, plan, lane, b, [n], ms, [accs], walk=columns(j))
+        sums = [kb.reduce("dot", ReduceOp.Sum, acc, lanes) for acc in accs]
+        with kb.if_(ix.both(ix.eq(lane, i32(0)), ix.lt(col, i32(p.n)))):
+            for total, m in zip(sums, ms, strict=True):
+                p.store(kb, b, m, n, total)
+    return kb.finish()
+
+
+def _ring_trips(kb, p: Problem, plan: RunPlan, lane, b, first, ms):
+    """The ring's copies before the column loop, and trips(j): per trip of the lane
+    group's column first + j, slots (k0, None) (the runs of the lane's unit), one phase
+    over the resident activations, and decode(t, n, k0) from the lane's copy of the unit.
+    Global trip g = j * trips + t reads ring slot g % stages. The first `stages` units
+    are copied before the activations are staged; each trip waits for its unit's batch
+    (a thread's completed async copies are visible to itself, and only it reads them),
+    and after its arithmetic copies unit g + stages into the slot it read (an empty batch
+    past the last, so the wait counts stay uniform)."""
     ring, lanes = plan.ring, plan.lanes
     units = p.k // ring.elements
     trips = units // lanes
+    total = trips * ring.columns
     threads = LANES * plan.groups
     ((buf, _, _),) = p.w_chunks.values()
     tile = kb.shared("tile_w", DType.U32, ring.stages * threads * ring.pitch)
     mine = kb.let("wt", ix.mul(local_index(), ring.pitch))
-    row = kb.let("ws", ix.mul(n, units * ring.words))
 
-    def copy(t, slot):
-        src = kb.let("wu", ix.add(row, ix.mul(ix.add(ix.mul(t, lanes), lane), ring.words)))
+    def copy(g, slot):
+        """Unit of global trip g (an int or I32 expression) into ring slot `slot`."""
+        col = ix.minimum(ix.add(first, ix.div(g, trips)), i32(p.n - 1))
+        unit = ix.add(ix.mul(ix.mod(g, trips), lanes), lane)
+        src = kb.let("wu", ix.mul(ix.add(ix.mul(col, units), unit), ring.words))
         dst = kb.let("wd", ix.add(mine, ix.mul(slot, threads * ring.pitch)))
         for q in range(0, ring.words, 4):
             kb.emit(CopyAsync(tile.name, ix.add(dst, q), buf, ix.add(src, q), i32(1)))
@@ -538,40 +578,42 @@ def _ring_trips(kb, p: Problem, plan: RunPlan, lane, b, n, ms):
         kb.emit(CopyCommit())
     kb.emit(CopyWait(ring.stages))
     kb.barrier()
-    with kb.for_("t", 0, trips) as t:
-        kb.emit(CopyWait(ring.stages - 1))
-        unit = kb.let("u", ix.add(ix.mul(t, lanes), lane))
-        slot = kb.let("slot", ix.mod(t, ring.stages))
-        first = kb.let("wf", ix.add(mine, ix.mul(slot, threads * ring.pitch)))
-        at = kb.let("ua", ix.mul(unit, ring.elements + 4))
-        k0s = [kb.let("k0", ix.add(ix.mul(unit, ring.elements), r))
-               for r in range(0, ring.elements, p.run)]
-        local = {id(k0): r for k0, r in zip(k0s, range(0, ring.elements, p.run), strict=True)}
 
-        def load(role, index):
-            return tile[ix.add(first, ix.i32(index))]
+    def column(j):
+        with kb.for_("t", 0, trips) as t:
+            g = kb.let("g", ix.add(ix.mul(j, trips), t))
+            kb.emit(CopyWait(ring.stages - 1))
+            unit = kb.let("u", ix.add(ix.mul(t, lanes), lane))
+            slot = kb.let("slot", ix.mod(g, ring.stages))
+            at_w = kb.let("wf", ix.add(mine, ix.mul(slot, threads * ring.pitch)))
+            at = kb.let("ua", ix.mul(unit, ring.elements + 4))
+            starts = range(0, ring.elements, p.run)
+            k0s = [kb.let("k0", ix.add(ix.mul(unit, ring.elements), r)) for r in starts]
+            local = {id(k0): r for k0, r in zip(k0s, starts, strict=True)}
 
-        def decode(t_, n_, k0):
-            return p.w_run(b, ms[0], i32(0), i32(local[id(k0)]), load=load)
+            def load(role, index):
+                return tile[ix.add(at_w, ix.i32(index))]
 
-        quads = {}
+            def decode(t_, n_, k0):
+                return p.w_run(b, ms[0], i32(0), i32(local[id(k0)]), load=load)
 
-        def act(j, u, i):
-            """Activations bound four at a time in order, so the compiler reads each
-            aligned four with one 16-byte shared load."""
-            at0 = j * pitch + u * p.run + i - i % 4
-            if at0 not in quads:
-                quads[at0] = [kb.let("a", acts[ix.add(at, at0 + q)]) for q in range(4)]
-            return quads[at0][i % 4]
+            quads = {}
 
-        def phases():
-            return [(0, p.run, act)]
-        yield [(k0, None) for k0 in k0s], phases, decode
-        if trips > ring.stages:
-            ahead = ix.add(t, ring.stages)
-            with kb.if_(ix.lt(ahead, i32(trips))):
-                copy(ahead, slot)
-            kb.emit(CopyCommit())
+            def act(j, u, i):
+                """Activations bound four at a time in order, so the compiler reads each
+                aligned four with one 16-byte shared load."""
+                at0 = j * pitch + u * p.run + i - i % 4
+                if at0 not in quads:
+                    quads[at0] = [kb.let("a", acts[ix.add(at, at0 + q)]) for q in range(4)]
+                return quads[at0][i % 4]
+
+            yield [(k0, None) for k0 in k0s], lambda: [(0, p.run, act)], decode
+            if total > ring.stages:
+                ahead = ix.add(g, ring.stages)
+                with kb.if_(ix.lt(ahead, i32(total))):
+                    copy(ahead, slot)
+                kb.emit(CopyCommit())
+    return column
 
 
 def _staged_trips(kb, p: Problem, plan: RunPlan, lane, b, ns, ms, runs: int, unroll: int):
