@@ -9,13 +9,11 @@ F32, F16, BF16, I32, U32 = DType.F32, DType.F16, DType.BF16, DType.I32, DType.U3
 
 
 def kernel_features(major: int, minor: int) -> frozenset:
-    """cp.async, mma.sync m16n8k16 (BF16/F16 -> F32) and 96 KiB of shared memory per
-    block (sm_86/sm_89 allow 99 KiB, sm_80 163, sm_90 227) exist from sm_80 on; blocks of
+    """cp.async and mma.sync m16n8k16 (BF16/F16 -> F32) exist from sm_80 on; blocks of
     1024 threads on every architecture."""
-    from poot.codegen.target import COPY_ASYNC, LARGE_SHARED, MMA_M16N8K16, WIDE_WORKGROUPS
+    from poot.codegen.target import COPY_ASYNC, MMA_M16N8K16, WIDE_WORKGROUPS
 
-    sm80 = {MMA_M16N8K16.feature, COPY_ASYNC, LARGE_SHARED} if (major, minor) >= (8, 0) \
-        else set()
+    sm80 = {MMA_M16N8K16.feature, COPY_ASYNC} if (major, minor) >= (8, 0) else set()
     return frozenset({*sm80, WIDE_WORKGROUPS})
 
 

@@ -9,8 +9,6 @@ instruction. A backend tells the lowerings what its target has through
 * `COPY_ASYNC`: the target prints CopyAsync / CopyCommit / CopyWait.
 * `WIDE_WORKGROUPS`: workgroups of up to 1024 threads launch (others keep to 256, the
   least WebGPU guarantees).
-* `LARGE_SHARED`: a workgroup may hold up to `LARGE_SHARED_BYTES` of shared memory
-  (others keep to 16 KiB, the least WebGPU guarantees).
 
 A lowering emits a statement family only when its target declares it; the printers of
 targets without it refuse. A new matrix unit (a wavefront-wide one, say) is one more
@@ -52,10 +50,8 @@ MATRIX_UNITS = {u.feature: u for u in (MMA_M16N8K16,)}
 
 COPY_ASYNC = "copy.async"
 WIDE_WORKGROUPS = "workgroup.1024"
-LARGE_SHARED = "shared.96k"
-LARGE_SHARED_BYTES = 96 * 1024
 #: every feature name a target may declare
-FEATURES = frozenset({*MATRIX_UNITS, COPY_ASYNC, WIDE_WORKGROUPS, LARGE_SHARED})
+FEATURES = frozenset({*MATRIX_UNITS, COPY_ASYNC, WIDE_WORKGROUPS})
 
 
 def matrix_unit(features: Iterable[str]) -> MatrixUnit | None:
@@ -63,5 +59,5 @@ def matrix_unit(features: Iterable[str]) -> MatrixUnit | None:
     return next((MATRIX_UNITS[f] for f in sorted(features) if f in MATRIX_UNITS), None)
 
 
-__all__ = ["COPY_ASYNC", "FEATURES", "LARGE_SHARED", "LARGE_SHARED_BYTES", "MATRIX_UNITS",
-           "MMA_M16N8K16", "WIDE_WORKGROUPS", "MatrixUnit", "matrix_unit"]
+__all__ = ["COPY_ASYNC", "FEATURES", "MATRIX_UNITS", "MMA_M16N8K16", "WIDE_WORKGROUPS",
+           "MatrixUnit", "matrix_unit"]

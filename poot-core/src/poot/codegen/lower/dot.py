@@ -13,11 +13,7 @@ owns the schedules:
   are loaded once, and a scale shared by a part of the run multiplies its sum.
   Where the weight's words lie in K order (`w_chunks`), each group first copies
   the words of its trip's runs to shared memory, consecutive lanes reading
-  consecutive words, and the lanes decode their runs from that copy. On targets that
-  copy asynchronously into a large shared memory, each lane instead owns whole 16-byte
-  aligned units of runs (`_ring_trips`): a ring of units in flight per lane, copied
-  16 bytes at a time, with the activations resident in shared memory for all of K, so
-  the K loop has no barrier at all.
+  consecutive words, and the lanes decode their runs from that copy.
 * Rows GEMV (a decode batch: up to BATCH_ROWS rows): the GEMV's groups, one or two
   columns each, with lanes striding along K one element at a time, so every activation
   load is coalesced across the lanes and serves all the group's columns, and each weight
@@ -38,8 +34,7 @@ from poot.codegen import index as ix
 from poot.codegen.builder import KernelBuilder
 from poot.codegen.expr import Const, Expr, Load, Sel, i32
 from poot.codegen.lower import mma
-from poot.codegen.program import CopyAsync, CopyCommit, CopyWait, group_id, local_id, local_index
-from poot.codegen.target import COPY_ASYNC, LARGE_SHARED, LARGE_SHARED_BYTES
+from poot.codegen.program import group_id, local_id, local_index
 from poot.dtypes import DType
 from poot.ir.ops import ReduceOp
 
@@ -57,10 +52,6 @@ RUN_COLUMNS = 2   # weight rows per group when decoding runs over staged activat
 SHARED_BYTES = 16 * 1024   # staged activations and weights stay within this (WebGPU: 16 KiB+)
 MIN_SPAN = 16     # fewest activations per run and phase when weights are staged too
 SPLIT_WARPS = 4096   # dot-product warps a 16-bit GEMV wants in flight before it splits rows
-RING_STAGES = 2      # units in flight per lane in the ring GEMV (`_ring_trips`)
-RING_WARPS = 8       # most warps per workgroup there (fewer when shared memory is short)
-RING_WORDS = 64      # most words of one lane's unit there
-RING_GRID = 256      # workgroups the ring GEMV wants: fewer warps each until it has them
 
 Elem = Callable[..., Expr]
 
@@ -137,7 +128,7 @@ def contraction_kernel(p: Problem, sig, declare: Callable[[KernelBuilder], None]
     statements its target declares (`sig.features`)."""
     kb_factory = sig.builder
     if p.w_per_row or p.m <= GEMV_MAX_ROWS:
-        return gemv_kernel(p, kb_factory, declare, features=sig.features)
+        return gemv_kernel(p, kb_factory, declare)
     if mma.usable(p, sig.features):
         return mma.mma_gemm_kernel(p, kb_factory, declare)
     if p.m <= BATCH_ROWS:
@@ -145,19 +136,15 @@ def contraction_kernel(p: Problem, sig, declare: Callable[[KernelBuilder], None]
     return gemm_kernel(p, kb_factory, declare)
 
 
-def gemv_kernel(p: Problem, kb_factory, declare, many_rows: bool = False,
-                features: frozenset = frozenset()):
+def gemv_kernel(p: Problem, kb_factory, declare, many_rows: bool = False):
     """The GEMV schedules; `many_rows`: the rows GEMV (element walk, several columns)."""
     rows = p.m if not p.w_per_row else 1        # rows sharing one weight column per group
     columns = p.batch * p.n * (p.m if p.w_per_row else 1)
-    plan = _rows_plan(p) if many_rows else _run_plan(p, rows, features)
-    if plan.ring is not None:
-        return _ring_gemv(p, kb_factory, declare, plan, rows)
+    plan = _rows_plan(p) if many_rows else _run_plan(p, rows)
     width = plan.width                          # columns per group
     words = not many_rows and p.w_pair is not None and not p.w_per_row and p.k % 2 == 0
     split = _words_split(p, columns) if words else 1
-    lanes = plan.lanes * split                  # threads per dot product
-    groups = plan.groups * LANES // lanes       # dot products per workgroup
+    lanes, groups = LANES * split, plan.groups // split    # threads per dot product
     grid, blk = ix.launch_groups(-(-columns // (groups * width)))
     kb = kb_factory(grid, (LANES * plan.groups,))
     declare(kb)
@@ -210,35 +197,17 @@ class RunPlan:
     """How the GEMV walks runs: `width` columns per group, `groups` groups per workgroup,
     `span` elements of each run's activations per staging phase (None: activations read
     where they are), `words` role -> words per column and trip of staged weights (None:
-    each lane loads its runs' words), `lanes` threads per dot product, `ring` the unit
-    each lane copies in the ring GEMV (None: another walk). `groups` counts warps of
-    LANES threads. The rows GEMV uses `width`, `groups` and `unroll` (elements per lane
-    and trip)."""
+    each lane loads its runs' words). The rows GEMV uses `width`, `groups` and `unroll`
+    (elements per lane and trip)."""
 
     width: int = 1
     groups: int = GROUPS
     span: int | None = None
     words: dict | None = None
     unroll: int = UNROLL
-    lanes: int = LANES
-    ring: Ring | None = None
 
 
-@dataclass(frozen=True)
-class Ring:
-    """A lane's unit in the ring GEMV: `elements` consecutive k of a row in `words` words
-    (a multiple of 4: whole 16-byte copies, 16-byte aligned), `stages` units in flight,
-    `pitch` words per unit in the lane's part of the ring (an odd number of 16-byte quads,
-    so that the 8 lanes of a quarter warp reading 16 bytes each hit distinct banks)."""
-
-    elements: int
-    words: int
-    stages: int
-    pitch: int
-    columns: int = 1      # columns each lane group takes in turn, the ring running on
-
-
-def _run_plan(p: Problem, rows: int, features: frozenset = frozenset()) -> RunPlan:
+def _run_plan(p: Problem, rows: int) -> RunPlan:
     """Staged weights where the format lays its words out in K order: a lane's run of 4-bit
     Q4_0 is 9 words, so lanes loading their own runs read words 36 bytes apart per load
     and 9 loads re-touch the same sectors (load/store-bound at 45% of copy bandwidth on an
@@ -252,9 +221,6 @@ def _run_plan(p: Problem, rows: int, features: frozenset = frozenset()) -> RunPl
     if (p.w_run is None or p.run <= 1 or (p.w_pair is not None and p.k % 2 == 0)
             or p.w_per_row or p.batch > 1):    # nothing shared across the workgroup
         return RunPlan()
-    ring = _ring_plan(p, rows, features)
-    if ring is not None:
-        return ring
     per = LANES * _run_unroll(p)
     # Rows shorter than one whole trip (SmolLM2's 576 and 1536) are latency-bound: the
     # staging's barrier and shared round trip cost more than coalescing gains there
@@ -269,55 +235,6 @@ def _run_plan(p: Problem, rows: int, features: frozenset = frozenset()) -> RunPl
             return RunPlan(width, groups, span, words)
     span = _stage_span(p, rows, per, GROUPS, SHARED_BYTES)
     return RunPlan(RUN_COLUMNS, GROUPS, span) if span is not None else RunPlan()
-
-
-def _ring_plan(p: Problem, rows: int, features: frozenset) -> RunPlan | None:
-    """The ring GEMV where the target copies asynchronously into a large shared memory
-    and the weight's one role lies in K order in chunks that some number of make whole
-    16-byte words (Q4_0: 4 chunks of 64 elements in 36 words; Q4_K: one 256-element
-    block, 36 words): each lane of a column's group owns such units, copied 16 bytes a
-    time straight into its own part of a shared ring (nothing in registers while in
-    flight, no other lane reads it: no barrier), and decodes them there; the activations
-    of all of K sit in shared memory (copied 16 bytes a time too, their units 16 bytes
-    apart so that the lanes of a column read distinct banks; one barrier at the start;
-    the activation is an F32 buffer read in place). The staged schedule's
-    barriers per 2048-element trip left each workgroup's loads in flight for part of its
-    time only. Lanes per column: the most (a power of two, at most LANES) that divide
-    the row's units, so every trip is whole; warps per workgroup: the most, up to
-    RING_WARPS, whose ring and activations fit LARGE_SHARED_BYTES, fewer (down to 2)
-    while the grid has fewer than RING_GRID workgroups (an 8B model's 1024-column K and
-    V projections: 64 workgroups of 8 warps would leave half of an H200's 132 SMs idle);
-    past RING_GRID workgroups, each lane group takes several columns in turn (`turns`),
-    its ring copying the next column's units while it computes this one's (one unit per
-    lane and column at K = 4096 would leave nothing to overlap).
-    """
-    if (COPY_ASYNC not in features or LARGE_SHARED not in features or len(p.w_chunks) != 1
-            or p.acc is not DType.F32 or p.k % 4 or not isinstance(p.a(0, i32(0), i32(0)), Load)):
-        return None
-    ((_, e, w),) = p.w_chunks.values()
-    count = next(c for c in (1, 2, 4) if w * c % 4 == 0)
-    elements, words = e * count, w * count
-    if words > RING_WORDS or elements % p.run or p.k % elements:
-        return None
-    units = p.k // elements
-    lanes = LANES
-    while units % lanes:
-        lanes //= 2
-    if lanes < 4:
-        return None
-    stages = RING_STAGES
-    pitch = words if words // 4 % 2 else words + 4
-    act = rows * (p.k + 4 * units) * p.acc.itemsize   # 16 pad bytes per unit
-    fits = [w for w in (RING_WARPS, RING_WARPS // 2, RING_WARPS // 4, 2)
-            if w >= 1 and act + w * LANES * stages * pitch * 4 <= LARGE_SHARED_BYTES]
-    if not fits:
-        return None
-    per = LANES // lanes                     # columns per warp at a time
-    warps = next((w for w in fits if -(-p.n // (w * per)) >= RING_GRID), fits[-1])
-    turns = max(1, -(-p.n // (warps * per)) // RING_GRID)
-    stages = min(RING_STAGES, turns * (units // lanes))
-    return RunPlan(groups=warps, lanes=lanes,
-                   ring=Ring(elements, words, stages, pitch, turns))
 
 
 def _rows_plan(p: Problem) -> RunPlan:
@@ -424,22 +341,17 @@ def _gemv_columns(kb, p: Problem, lane, b, ns, ms, accs, unroll: int):
                     kb.assign(column[j], column[j] + a * ws[t][u])
 
 
-def _gemv_runs(kb, p: Problem, plan: RunPlan, lane, b, ns, ms, accs, walk=None):
+def _gemv_runs(kb, p: Problem, plan: RunPlan, lane, b, ns, ms, accs):
     """Packed weights, a run of `p.run` consecutive k per lane and slot, for columns `ns`
     (accs[t][j]: column t, row j): the words and scales of every run in flight are loaded
     once (let_shared binds them first), then each part adds scale * sum(a * value) +
     offset * sum(a) per row, each activation read once for all columns. With an offset and
     several rows it is cheaper to decode w = scale * value + offset once and share it; K
-    past the last whole run goes element by element. `walk`: the trips, if not the
-    direct or staged ones."""
+    past the last whole run goes element by element."""
     runs = p.k // p.run
     unroll = _run_unroll(p)
-    if walk is not None:
-        pass
-    elif plan.span is None:
-        walk = _direct_trips(kb, p, lane, b, ms, runs, unroll)
-    else:
-        walk = _staged_trips(kb, p, plan, lane, b, ns, ms, runs, unroll)
+    walk = _direct_trips(kb, p, lane, b, ms, runs, unroll) if plan.span is None else \
+        _staged_trips(kb, p, plan, lane, b, ns, ms, runs, unroll)
     for slots, phases, decode in walk:
         decoded = [decode(t, n, k0) for t, n in enumerate(ns) for k0, _ in slots]
         flat = [x for parts in decoded for part in parts
@@ -510,110 +422,6 @@ def _direct_trips(kb, p: Problem, lane, b, ms, runs: int, unroll: int):
         yield [(k0, None) for k0 in k0s], lambda k0s=k0s: [
             (0, p.run, lambda j, u, i: p.a(b, ms[j], ix.add(k0s[u], i)))], \
             lambda t, n, k0: p.w_run(b, ms[0], n, k0)
-
-
-def _ring_gemv(p: Problem, kb_factory, declare, plan: RunPlan, rows: int):
-    """The ring GEMV (`_ring_plan`): lane group g of the grid takes columns g * turns ..
-    g * turns + turns - 1 in turn, one dot product each over its lanes."""
-    ring, lanes = plan.ring, plan.lanes
-    threads = LANES * plan.groups
-    groups = threads // lanes
-    grid, blk = ix.launch_groups(-(-p.n // (groups * ring.columns)))
-    kb = kb_factory(grid, (threads,))
-    declare(kb)
-    lane = kb.let("lane", ix.mod(local_index(), lanes))
-    first = kb.let("col", ix.mul(ix.add(ix.mul(blk, groups), ix.div(local_index(), lanes)),
-                                 ring.columns))
-    ms, b = [i32(m) for m in range(rows)], i32(0)
-    columns = _ring_trips(kb, p, plan, lane, b, first, ms)
-    with kb.for_("j", 0, ring.columns) as j:
-        col = kb.let("col", ix.add(first, j))
-        n = kb.let("n", ix.minimum(col, i32(p.n - 1)))
-        accs = [kb.var(f"acc{r}", p.zero()) for r in range(rows)]
-        _gemv_runs(kb, p, plan, lane, b, [n], ms, [accs], walk=columns(j))
-        sums = [kb.reduce("dot", ReduceOp.Sum, acc, lanes) for acc in accs]
-        with kb.if_(ix.both(ix.eq(lane, i32(0)), ix.lt(col, i32(p.n)))):
-            for total, m in zip(sums, ms, strict=True):
-                p.store(kb, b, m, n, total)
-    return kb.finish()
-
-
-def _ring_trips(kb, p: Problem, plan: RunPlan, lane, b, first, ms):
-    """The ring's copies before the column loop, and trips(j): per trip of the lane
-    group's column first + j, slots (k0, None) (the runs of the lane's unit), one phase
-    over the resident activations, and decode(t, n, k0) from the lane's copy of the unit.
-    Global trip g = j * trips + t reads ring slot g % stages. The first `stages` units
-    are copied before the activations are staged; each trip waits for its unit's batch
-    (a thread's completed async copies are visible to itself, and only it reads them),
-    and after its arithmetic copies unit g + stages into the slot it read (an empty batch
-    past the last, so the wait counts stay uniform)."""
-    ring, lanes = plan.ring, plan.lanes
-    units = p.k // ring.elements
-    trips = units // lanes
-    total = trips * ring.columns
-    threads = LANES * plan.groups
-    ((buf, _, _),) = p.w_chunks.values()
-    tile = kb.shared("tile_w", DType.U32, ring.stages * threads * ring.pitch)
-    mine = kb.let("wt", ix.mul(local_index(), ring.pitch))
-
-    def copy(g, slot):
-        """Unit of global trip g (an int or I32 expression) into ring slot `slot`."""
-        col = ix.minimum(ix.add(first, ix.div(g, trips)), i32(p.n - 1))
-        unit = ix.add(ix.mul(ix.mod(g, trips), lanes), lane)
-        src = kb.let("wu", ix.mul(ix.add(ix.mul(col, units), unit), ring.words))
-        dst = kb.let("wd", ix.add(mine, ix.mul(slot, threads * ring.pitch)))
-        for q in range(0, ring.words, 4):
-            kb.emit(CopyAsync(tile.name, ix.add(dst, q), buf, ix.add(src, q), i32(1)))
-
-    pitch = p.k + 4 * units
-    acts = kb.shared("tile_a", p.acc, len(ms) * pitch)
-    with kb.for_("e", ix.mul(local_index(), 4), p.k, 4 * threads) as e:
-        spot = ix.add(e, ix.mul(ix.div(e, ring.elements), 4))
-        for j, m in enumerate(ms):
-            a = p.a(b, m, e)
-            kb.emit(CopyAsync(acts.name, ix.add(spot, j * pitch), a.buffer, a.index, i32(1)))
-    kb.emit(CopyCommit())
-    for s in range(ring.stages):
-        copy(i32(s), i32(s))
-        kb.emit(CopyCommit())
-    kb.emit(CopyWait(ring.stages))
-    kb.barrier()
-
-    def column(j):
-        with kb.for_("t", 0, trips) as t:
-            g = kb.let("g", ix.add(ix.mul(j, trips), t))
-            kb.emit(CopyWait(ring.stages - 1))
-            unit = kb.let("u", ix.add(ix.mul(t, lanes), lane))
-            slot = kb.let("slot", ix.mod(g, ring.stages))
-            at_w = kb.let("wf", ix.add(mine, ix.mul(slot, threads * ring.pitch)))
-            at = kb.let("ua", ix.mul(unit, ring.elements + 4))
-            starts = range(0, ring.elements, p.run)
-            k0s = [kb.let("k0", ix.add(ix.mul(unit, ring.elements), r)) for r in starts]
-            local = {id(k0): r for k0, r in zip(k0s, starts, strict=True)}
-
-            def load(role, index):
-                return tile[ix.add(at_w, ix.i32(index))]
-
-            def decode(t_, n_, k0):
-                return p.w_run(b, ms[0], i32(0), i32(local[id(k0)]), load=load)
-
-            quads = {}
-
-            def act(j, u, i):
-                """Activations bound four at a time in order, so the compiler reads each
-                aligned four with one 16-byte shared load."""
-                at0 = j * pitch + u * p.run + i - i % 4
-                if at0 not in quads:
-                    quads[at0] = [kb.let("a", acts[ix.add(at, at0 + q)]) for q in range(4)]
-                return quads[at0][i % 4]
-
-            yield [(k0, None) for k0 in k0s], lambda: [(0, p.run, act)], decode
-            if total > ring.stages:
-                ahead = ix.add(g, ring.stages)
-                with kb.if_(ix.lt(ahead, i32(total))):
-                    copy(ahead, slot)
-                kb.emit(CopyCommit())
-    return column
 
 
 def _staged_trips(kb, p: Problem, plan: RunPlan, lane, b, ns, ms, runs: int, unroll: int):
