@@ -264,6 +264,16 @@ def long_k_cases() -> Iterator[Case]:
             yield case(f"PackedContraction-{name}-longK-2x{k}", "PackedContraction", name,
                        [Arg(T((2, k), F32))] + srcs, one(O.PackedContraction(w)), exact=False,
                        growth="compose", flops=2 * 2 * k * 8)
+    # one row, as in decode (the cases above have two): a GEMV wrong only for one row at
+    # long K (a whole trip's staging, a ring of copies) fails here
+    for name, k in (("gguf:Q4_0", 3072), ("gguf:Q4_K", 14336)):
+        if name not in formats():
+            continue
+        w = PackedWeight(name, (24, k))
+        srcs = [Arg(s.type, ("packed", w, i)) for i, s in enumerate(w.sources())]
+        yield case(f"PackedContraction-{name}-longK-1x{k}", "PackedContraction", name,
+                   [Arg(T((1, k), F32))] + srcs, one(O.PackedContraction(w)), exact=False,
+                   growth="compose", flops=2 * k * 24)
 
 
 #: packed formats of the decode-batch cases: 32-element blocks with and without an offset,
