@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from poot.errors import BindError, RequestError
-from poot.models.sample_graph import slot_values
+from poot.models.sample_graph import mode_for, slot_values
 from poot.models.sampling import Sampler
 from poot.serve.protocol import Generation, Limits
 from poot.serve.text import TextStream
@@ -69,9 +69,11 @@ class Job:
         return len(self.gen.prompt_ids) + self.gen.max_tokens
 
 
-#: the decode steps sample every row in the graph with its own settings (a greedy row takes
-#: the argmax), so one plan per batch size serves any mix of requests
-SAMPLE = "full"
+#: the decode plans of each batch size: "full" samples every row in the graph with its own
+#: settings (a greedy row takes the argmax), so it serves any mix of requests; "argmax" (one
+#: ArgTopK k=1 on the logits, no sampler slots) serves a step whose rows are all greedy
+#: without a penalty, and picks the same tokens at a fraction of the sampler's work
+SAMPLE_MODES = ("argmax", "full")
 
 
 def batch_sizes(largest: int) -> list[int]:
@@ -111,7 +113,10 @@ class Engine:
         #: hands a turn's events to the requests' side; by default calls each emit here
         self.deliver: Callable[[list[tuple[Job, Event]]], None] = deliver_here
         self.counters = dict(steps=0, peak_batch=0, prefill_chunks=0, generated_tokens=0,
-                             finished=0, cancelled=0, rejected=0, failed=0)
+                             finished=0, cancelled=0, rejected=0, failed=0, argmax_steps=0)
+        #: seconds in the loop's turns, and in their decode and prefill calls (the session's
+        #: steps with the slot arrays they are handed); the rest of a turn is host work
+        self.times = dict(turns_s=0.0, decode_s=0.0, prefill_s=0.0)
 
     # -- the HTTP side --------------------------------------------------------------------
     def warm(self, progress=None) -> None:
@@ -119,7 +124,7 @@ class Engine:
         backend that records steps records them here), so that no request waits for one."""
         s = self.session
         plans = [(s.prefill_tokens, b, None) for b in s.prefill_batches] + \
-            [(1, b, SAMPLE) for b in s.decode_batches]
+            [(1, b, mode) for mode in SAMPLE_MODES for b in s.decode_batches]
         for tokens, batch, sample in plans:
             t0 = time.perf_counter()
             s.rehearse(tokens, batch, sample)
@@ -179,6 +184,7 @@ class Engine:
             "max_batch": self.max_batch, "max_queue": self.max_queue,
             "decode_batches": list(self.session.decode_batches),
             "prefill_batches": list(self.session.prefill_batches), **self.counters,
+            **{k: round(v, 6) for k, v in self.times.items()},
         }
 
     # -- the loop -------------------------------------------------------------------------
@@ -196,24 +202,31 @@ class Engine:
             self.deliver(self._outbox)
 
     def _turns(self) -> None:
+        clock, times = time.perf_counter, self.times
         while True:
             with self._cv:
                 while not self._stopping and not self._queue and not self._active:
                     self._cv.wait()
                 if self._stopping:
                     break
+                t0 = clock()
                 self._drop_cancelled()
                 self._admit()
                 prefilling = [j for j in self._active if j.last is None]
                 prefilling = prefilling[: self.session.prefill_batches[-1]]
                 decoding = [j for j in self._active if j.last is not None]
             if prefilling:
+                t = clock()
                 self._guarded(prefilling, self._prefill, prefilling)
+                times["prefill_s"] += clock() - t
             if decoding:
+                t = clock()
                 self._guarded(decoding, self._decode, decoding)
+                times["decode_s"] += clock() - t
             if self._outbox:
                 outbox, self._outbox = self._outbox, []
                 self.deliver(outbox)
+            times["turns_s"] += clock() - t0
         with self._cv:
             for job in self._active:
                 self.session.close(job.id)
@@ -281,9 +294,11 @@ class Engine:
         """One decode step for every generating job; each row samples in the graph with
         its job's own settings, and only the token ids come back."""
         rows = [(j.sampler, j.history) for j in jobs]
-        ids = self.session.decode_sampled({j.id: j.last for j in jobs}, SAMPLE,
-                                          lambda b: slot_values(rows, b, SAMPLE))
+        mode = mode_for([j.sampler for j in jobs])
+        ids = self.session.decode_sampled({j.id: j.last for j in jobs}, mode,
+                                          lambda b: slot_values(rows, b, mode))
         self.counters["steps"] += 1
+        self.counters["argmax_steps"] += mode == "argmax"
         self.counters["peak_batch"] = max(self.counters["peak_batch"], len(jobs))
         for job, tok in zip(jobs, ids, strict=True):
             self._advance(job, None, int(tok))
