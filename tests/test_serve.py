@@ -97,3 +97,24 @@ def test_16_concurrent_greedy_requests_answer_as_alone(server, client):
     tokens = after["generated_tokens"] - before["generated_tokens"]
     assert steps < tokens / 2, (steps, tokens)
     assert after["peak_batch"] >= 4
+
+
+def test_greedy_rows_beside_a_sampled_one_answer_as_alone(server, client):
+    """A step of greedy rows only runs the argmax plan, one with a sampled row the full
+    sampler (both ran here: the greedy requests alone, the sampled one alone): neither
+    changes any answer, the seeded draw's included."""
+    def ask(i):
+        sampled = i == 4
+        r = client.completions.create(model="smollm2", prompt=PROMPTS[i], max_tokens=5,
+                                      temperature=0.8 if sampled else 0,
+                                      seed=11 if sampled else None)
+        return r.choices[0].text
+
+    before = server.stats()
+    alone = [ask(i) for i in range(5)]
+    with ThreadPoolExecutor(5) as pool:
+        together = list(pool.map(ask, range(5)))
+    after = server.wait_idle()
+    assert together == alone
+    argmax = after["argmax_steps"] - before["argmax_steps"]
+    assert 0 < argmax < after["steps"] - before["steps"]

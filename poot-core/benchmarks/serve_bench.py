@@ -6,6 +6,7 @@ ignore_eos so every answer has its full length) are sent twice:
   time from the first send to the last token), per request time to first token and
   tokens/s after it;
 - one at a time, in the same order: the aggregate tokens/s of serving them serially.
+The greedy texts of the two ways are compared (batching must change nothing but speed).
 Last, the ratio the server's batching buys: aggregate tokens/s with the most clients over
 the single-client figure. Lines starting "SUMMARY " are for collecting scripts.
 
@@ -47,7 +48,7 @@ def stream_one(url: str, model: str, prompt: str, max_tokens: int) -> dict:
     r = conn.getresponse()
     if r.status != 200:
         raise RuntimeError(f"HTTP {r.status}: {r.read().decode()}")
-    first, tokens = None, 0
+    first, tokens, text = None, 0, []
     for line in r:
         if not line.startswith(b"data: ") or line.strip() == b"data: [DONE]":
             continue
@@ -56,11 +57,13 @@ def stream_one(url: str, model: str, prompt: str, max_tokens: int) -> dict:
             raise RuntimeError(chunk["error"]["message"])
         if chunk.get("usage"):
             tokens = chunk["usage"]["completion_tokens"]
-        elif first is None and chunk["choices"] and chunk["choices"][0]["text"]:
-            first = time.perf_counter()
+        elif chunk["choices"] and chunk["choices"][0]["text"]:
+            text.append(chunk["choices"][0]["text"])
+            first = first or time.perf_counter()
     end = time.perf_counter()
     conn.close()
-    return {"start": t0, "first": first or end, "end": end, "tokens": tokens}
+    return {"start": t0, "first": first or end, "end": end, "tokens": tokens,
+            "text": "".join(text)}
 
 
 def together(url, model, prompts, max_tokens) -> list[dict]:
@@ -123,16 +126,31 @@ def main() -> int:
     for n in counts:
         prompts = [PROMPTS[i % len(PROMPTS)] + " " * (i // len(PROMPTS)) for i in range(n)]
         modes = [("together", together)] + ([] if args.no_serial else [("serial", serially)])
+        texts = {}
         for mode, fn in modes:
-            before = stats(args.url)["steps"]
-            r = summary(fn(args.url, args.model, prompts, args.max_tokens))
-            steps = stats(args.url)["steps"] - before
+            before = stats(args.url)
+            runs = fn(args.url, args.model, prompts, args.max_tokens)
+            texts[mode] = [x["text"] for x in runs]
+            r = summary(runs)
+            after = stats(args.url)
+            d = {k: after[k] - before[k] for k in ("steps", "turns_s", "decode_step_s",
+                                                    "prefill_step_s")}
             print(f"{n:>7} {mode:>8} {r['tokens']:>7} {r['wall_s']:>7.2f} {r['agg_tps']:>10.1f} "
                   f"{r['ttft_med_s']:>9.3f} {r['ttft_max_s']:>9.3f} {r['req_tps_med']:>10.1f}"
-                  f"  ({steps} decode steps)")
+                  f"  ({d['steps']} decode steps)")
+            host = d["turns_s"] - d["decode_step_s"] - d["prefill_step_s"]
+            print(f"{'':>16} engine: decode steps {d['decode_step_s']:.3f} s "
+                  f"({d['decode_step_s'] / max(d['steps'], 1) * 1e3:.2f} ms each), prefill "
+                  f"steps {d['prefill_step_s']:.3f} s, the rest of the turns {host:.3f} s "
+                  f"({host / max(d['steps'], 1) * 1e3:.2f} ms a decode step), idle "
+                  f"{r['wall_s'] - d['turns_s']:.3f} s")
             print(f"SUMMARY serve {n} clients {mode}: aggregate tok/s | {r['agg_tps']:.1f}")
             if mode == "together":
                 agg[n] = r["agg_tps"]
+        if len(texts) == 2:
+            same = sum(a == b for a, b in zip(texts["together"], texts["serial"]))
+            print(f"SUMMARY serve {n} clients: greedy texts together equal to one at a time | "
+                  f"{same} of {n}")
     if 1 in agg and len(agg) > 1:
         top = max(agg)
         print(f"SUMMARY serve {top} clients over 1: aggregate ratio | {agg[top] / agg[1]:.2f}x")

@@ -1,52 +1,73 @@
 #!/bin/bash
-# `poot serve` on the H200 (issue 18): SmolLM2 on the CUDA backend with 32 batch rows, then
-# serve_bench.py with 1 and 32 concurrent streaming clients (128 tokens each, and the same
-# requests one at a time). Run from the repository root, in one device call:
+# `poot serve` on the H200 (issue 18), in one device call after scripts/h200_stage.sh's chunks
+# (wheels, Vulkan debs, the real SmolLM2 GGUF) are in /root/stash. Run from the root of a
+# checkout that has scripts/h200_lib.sh; SRC names the tree whose packages are tested
+# (default: the same root):
 #
-#   bash poot-core/benchmarks/serve_h200.sh
+#   SRC=.dev-serve18 bash .dev-serve18/poot-core/benchmarks/serve_h200.sh
 #
-# carrying .whl (wheels the device lacks: gguf, starlette, uvicorn, h11, click, anyio,
-# sniffio) and .model (smol.part1, smol.part2: the SmolLM2 GGUF split, as for
-# poot-backend-cuda/bench/h200_session.sh; /tmp/smol.gguf is used if an earlier call left it).
-# Prints the server's startup line, the benchmark table and the SUMMARY rows (the target:
-# aggregate tok/s with 32 clients >= 8x the single client's); logs land in $OUT.
+# 1. while the server plans its steps: the attention conformance cases on cuda (Attention,
+#    PagedAttention) and the cuda Llama steps against the oracle (test_model.py);
+# 2. SmolLM2 on cuda, 32 batch rows, max_seq 512: serve_bench.py with 1 and 32 concurrent
+#    streaming clients x 128 tokens and the same requests one at a time (greedy texts
+#    compared), then 1 and 32 again (the spread between two runs of one version);
+# 3. two prompts' greedy 16 tokens from the server against the reference backend's.
+# The SUMMARY rows are printed last; logs land in $OUT.
 set -u -o pipefail
-export PYTHONUNBUFFERED=1 POOT_CACHE=/tmp/poot-cache
-OUT=${OUT:-/tmp/out}
-PORT=${PORT:-8000}
-mkdir -p "$OUT" "$POOT_CACHE"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target /tmp/site .whl/*.whl >"$OUT/setup.log" 2>&1 && export PYTHONPATH=/tmp/site
-python3 -m pip install -q --no-deps --no-build-isolation --no-index \
-  -e poot-core -e poot-quant -e poot-backend-cuda >>"$OUT/setup.log" 2>&1
-python3 -c "import gguf, starlette, uvicorn, poot_cuda; print('probe', poot_cuda.probe())" ||
-  { tail -20 "$OUT/setup.log"; exit 1; }
-model=/tmp/smol.gguf
-[ -s "$model" ] || cat .model/smol.part1 .model/smol.part2 >"$model" || exit 1
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+source scripts/h200_lib.sh
+SRC=${SRC:-.}
+START=$SECONDS
+h200_unstage >"$OUT/setup.log" 2>&1 || { tail -20 "$OUT/setup.log"; exit 1; }
+cd "$SRC" || exit 1
+h200_editable poot-core poot-quant poot-backend-cuda
+python3 -c "import poot_cuda; print('probe', poot_cuda.probe())" || exit 1
+echo "set up in $((SECONDS - START)) s"
 
-python3 -m poot serve "$model" --name smollm2 --backend cuda --host 127.0.0.1 --port "$PORT" \
-  --max-batch 32 --max-seq 512 --max-queue 64 >"$OUT/server.log" 2>&1 &
-server=$!
-python3 - "$PORT" "$server" <<'PY' || { tail -30 "$OUT/server.log"; kill $server; exit 1; }
-import os, sys, time, urllib.request
-port, pid = sys.argv[1], int(sys.argv[2])
-deadline = time.time() + 360
-while time.time() < deadline:
-    try:
-        urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5).read()
-        sys.exit(0)
-    except OSError:
-        try:
-            os.kill(pid, 0)
-        except OSError:
-            sys.exit("the server exited")
-        time.sleep(1)
-sys.exit("the server did not answer in 360 s")
+serve_up() {
+  python3 -m poot serve smollm2 --backend cuda --host 127.0.0.1 --port 8000 \
+    --max-batch 32 --max-seq 512 --max-queue 64 >"$OUT/server.log" 2>&1 &
+  SERVER=$!
+}
+serve_up
+timeout -k 5 150 python3 -m pytest -q -p no:cacheprovider -n 4 --pyargs poot.conformance \
+  --poot-backend cuda -k "Attention" -W ignore::pytest.PytestAssertRewriteWarning \
+  >"$OUT/conformance_attention.log" 2>&1
+echo "cuda attention conformance: $(grep -E 'declared cases' "$OUT/conformance_attention.log" | tail -1)"
+grep -E '^(FAILED|ERROR)' "$OUT/conformance_attention.log" | head -5
+timeout -k 5 150 python3 -m pytest -q -p no:cacheprovider poot-backend-cuda/tests/test_model.py \
+  >"$OUT/test_model.log" 2>&1
+echo "cuda test_model.py: $(tail -1 "$OUT/test_model.log")"
+for _ in $(seq 300); do
+  python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8000/health', timeout=2)" \
+    2>/dev/null && break
+  kill -0 $SERVER 2>/dev/null || { tail -20 "$OUT/server.log"; exit 1; }
+  sleep 1
+done
+grep -E "planned|serving" "$OUT/server.log" | cut -c1-200
+echo "server up at $((SECONDS - START)) s"
+timeout 200 python3 poot-core/benchmarks/serve_bench.py --url http://127.0.0.1:8000 \
+  --clients 1,32 --max-tokens 128 >"$OUT/bench.log" 2>&1
+timeout 100 python3 poot-core/benchmarks/serve_bench.py --url http://127.0.0.1:8000 \
+  --clients 1,32 --max-tokens 128 --no-serial >"$OUT/bench2.log" 2>&1
+cat "$OUT/bench.log"
+grep -v SUMMARY "$OUT/bench2.log" | tail -6
+timeout 120 python3 - >"$OUT/reference.log" 2>&1 <<'PY'
+import json, urllib.request
+from poot.models.runner import load
+ref = load("smollm2", "reference", kv="dense", max_seq=64)
+for prompt in ("The capital of France is", "def fibonacci(n):"):
+    want = "".join(ref.generate(prompt, max_tokens=16))
+    body = json.dumps({"model": "smollm2", "prompt": prompt, "max_tokens": 16,
+                       "temperature": 0}).encode()
+    req = urllib.request.Request("http://127.0.0.1:8000/v1/completions", body,
+                                 {"content-type": "application/json"})
+    got = json.load(urllib.request.urlopen(req, timeout=60))["choices"][0]["text"]
+    print(f"SUMMARY serve cuda vs reference, greedy 16 tokens of {prompt!r} | "
+          f"{'equal' if got == want else f'DIFFER: {got!r} vs {want!r}'}")
 PY
-grep -E "planned|serving" "$OUT/server.log"
-timeout 200 python3 poot-core/benchmarks/serve_bench.py --url "http://127.0.0.1:$PORT" \
-  --clients 1,32 --max-tokens 128 2>&1 | tee "$OUT/bench.log"
-kill $server
-wait $server 2>/dev/null
+kill $SERVER
+wait $SERVER 2>/dev/null
 grep -iE "error|traceback" "$OUT/server.log" | head -5
+echo "=== summary ($(date -u +%FT%TZ), $((SECONDS - START)) s)"
+grep -h SUMMARY "$OUT/bench.log" "$OUT/bench2.log" "$OUT/reference.log"
+tail -3 "$OUT/reference.log" | grep -v SUMMARY

@@ -72,3 +72,38 @@ def test_custom_scale_and_no_mask_slot():
     out, rec = validated_pass(g, "attention")
     (att,) = [e for e in out.eqns() if e.op.name == "Attention"]
     assert att.op.scale == 0.3 and out.type_of(att.out).shape == (2, 3, 6)
+
+
+def paged_graph(b, hq, hkv, t, s, d, pool, same_map=True):
+    """The paged decoder's read: K and V pool rows gathered through slot maps, transposed
+    to [B, Hkv, S, D], under a per-sequence mask [B, 1, 1, T, S]."""
+    def fn(q, kp, vp, smap, smap2, mask):
+        ks = ops.transpose(ops.gather(kp, smap, 0), (0, 2, 1, 3))
+        vs = ops.transpose(ops.gather(vp, smap if same_map else smap2, 0), (0, 2, 1, 3))
+        return ops.attention_masked(q, ks, vs, mask, None)
+
+    return poot.trace(fn, poot.spec((b, hq, t, d), name="q"),
+                      poot.spec((pool, hkv, d), name="kp"), poot.spec((pool, hkv, d), name="vp"),
+                      poot.spec((b, s), "i32", name="smap", kind="slot",
+                                slot=SlotKind.SLOT_MAP, bound=pool),
+                      poot.spec((b, s), "i32", name="smap2", kind="slot",
+                                slot=SlotKind.SLOT_MAP, bound=pool),
+                      poot.spec((b, 1, 1, t, s), name="mask"))
+
+
+@pytest.mark.parametrize("b,hq,hkv,t,s,d,pool", [(3, 4, 2, 1, 12, 8, 20), (2, 4, 1, 3, 9, 8, 16)])
+def test_paged_reads_become_paged_attention(b, hq, hkv, t, s, d, pool):
+    out, rec = validated_pass(paged_graph(b, hq, hkv, t, s, d, pool), "attention", seed=s)
+    names = [e.op.name for e in out.eqns()]
+    assert names.count("PagedAttention") == 1 and rec.rewrites == 1
+    assert not {"Gather", "Transpose", "MatMul", "Attention"} & set(names)
+
+
+def test_paged_reads_without_the_op_or_one_map_keep_the_gathers():
+    ref = get_backend("reference")
+    g = paged_graph(2, 2, 2, 1, 8, 4, 10)
+    out, _ = validated_pass(g, "attention", (LimitedBackend(ref, {"PagedAttention"}), None))
+    names = [e.op.name for e in out.eqns()]
+    assert "Attention" in names and names.count("Gather") == 2
+    out, _ = validated_pass(paged_graph(2, 2, 2, 1, 8, 4, 10, same_map=False), "attention")
+    assert "PagedAttention" not in {e.op.name for e in out.eqns()}

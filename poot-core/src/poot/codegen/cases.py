@@ -41,6 +41,7 @@ from poot.ir.ops import (
     PackedContraction,
     PackedDequant,
     PackedRowGather,
+    PagedAttention,
     Reduce,
     ReduceOp,
     Reshape,
@@ -341,25 +342,47 @@ def rope_cases() -> list[Case]:
     return out
 
 
-def _attention(hq, hkv, t, s, d, dv, lead=(), mshape=None, dt=F32, live=None):
-    """`live`: keys past it are masked out, as in a KV cache sized past the position."""
-    q, k, v = T(lead + (hq, t, d), dt), T(lead + (hkv, s, d), dt), T(lead + (hkv, s, dv), dt)
-    m = T(mshape or (t, s), dt)
-
-    def mask(rng):
+def attention_mask(m: TensorType, live: int | None = None):
+    """An additive mask: 0 or -inf at random, the first key always kept, keys from `live`
+    on masked out."""
+    def f(rng):
         keep = rng.random(m.shape) < 0.8
         keep[..., 0] = True
         if live is not None:
             keep[..., live:] = False
-        return np.where(keep, 0.0, -np.inf).astype(dt.numpy)
+        return np.where(keep, 0.0, -np.inf).astype(m.dtype.numpy)
+    return f
+
+
+def _attention(hq, hkv, t, s, d, dv, lead=(), mshape=None, dt=F32, live=None):
+    """`live`: keys past it are masked out, as in a KV cache sized past the position."""
+    q, k, v = T(lead + (hq, t, d), dt), T(lead + (hkv, s, d), dt), T(lead + (hkv, s, dv), dt)
+    m = T(mshape or (t, s), dt)
+    mask = attention_mask(m, live)
     name = f"attention-{hq}x{hkv}-t{t}-s{s}-d{d}-{dt}" + (f"-live{live}" if live else "")
     return Case(name, Attention(float(d) ** -0.5),
                 (q, k, v, m), makers(normal(q), normal(k), normal(v), mask),
                 1e-10 if dt is F32 else 1e-3)
 
 
+def _paged(b, hq, hkv, t, s, d, pool, live=None, dt=F32):
+    """PagedAttention: each of b sequences reads its s positions through a slot map into a
+    pool of `pool` rows (slots repeat, as padding rows point at slot 0); `live`: positions
+    past it are masked out, as in a serving batch."""
+    q, k, v = T((b, hq, t, d), dt), T((pool, hkv, d), dt), T((pool, hkv, d), dt)
+    smap, m = T((b, s), I32), T((b, 1, 1, t, s), dt)
+    mask = attention_mask(m, live)
+    name = f"paged-attention-b{b}-{hq}x{hkv}-t{t}-s{s}-d{d}-p{pool}-{dt}"
+    return Case(name, PagedAttention(float(d) ** -0.5), (q, k, v, smap, m),
+                makers(normal(q), normal(k), normal(v), ints(smap, 0, pool), mask),
+                1e-10 if dt is F32 else 1e-3)
+
+
 def attention_cases() -> list[Case]:
     return [
+        _paged(3, 4, 2, 1, 300, 64, 97, live=70),         # decode, split-KV, dead splits
+        _paged(2, 3, 1, 4, 40, 16, 50),                     # prefill tiles
+        _paged(2, 2, 2, 1, 9, 32, 12, dt=BF16),
         _attention(4, 2, 1, 300, 64, 64),                   # decode, GQA, split-KV
         _attention(3, 3, 5, 40, 16, 24, lead=(2,)),          # prefill, lead axis
         _attention(4, 1, 1, 37, 80, 80, mshape=(1, 37)),     # MQA, head dim past 64

@@ -425,6 +425,17 @@ def attention_cases() -> Iterator[Case]:
         yield case(f"Rope-{d}-3x4x16-rot12", "Rope", d,
                    [Arg(T((3, 4, 16), d)), Arg(T((3, 1, 6), d)), Arg(T((3, 1, 6), d))],
                    one(O.Rope(12)), exact=False, growth="basic")
+    for d in WIDE_FLOATS:   # a batch of 3 sequences reading 13 positions of a 20-row pool
+        qp, pool = T((3, 4, 1, 16), d), T((20, 2, 16), d)
+        yield case(f"PagedAttention-{d}-decode-b3-gqa4x2-s13-p20", "PagedAttention", d,
+                   [Arg(qp), Arg(pool), Arg(pool), Arg(T((3, 13), I32), ("index", 20)),
+                    Arg(T((3, 1, 1, 1, 13), d), "small")],
+                   one(O.PagedAttention(0.25)), exact=False, growth="compose",
+                   flops=3 * 4 * 13 * 16 * 2)
+    yield case("PagedAttention-f32-prefill-b2-gqa4x2-t3-s11-p16", "PagedAttention", F32,
+               [Arg(T((2, 4, 3, 16), F32)), Arg(T((16, 2, 16), F32)), Arg(T((16, 2, 16), F32)),
+                Arg(T((2, 11), I32), ("index", 16)), Arg(T((2, 1, 1, 3, 11), F32), "small")],
+               one(O.PagedAttention(0.25)), exact=False, growth="compose")
     yield case("BlockTopK-f32-2x3x8-s16-b4-k2", "BlockTopK", F32,
                [Arg(T((2, 3, 8), F32), "int"), Arg(T((2, 16, 8), F32), "int")],
                one(O.BlockTopK(4, 2)), exact=True)

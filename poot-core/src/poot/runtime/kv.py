@@ -40,6 +40,7 @@ class DenseCache:
 
 @dataclass
 class _Sequence:
+    slots: np.ndarray             # the slot map, [capacity] I32: filled as positions are claimed
     blocks: list[int] = field(default_factory=list)
     length: int = 0
 
@@ -63,7 +64,7 @@ class BlockAllocator:
     def open(self, seq) -> None:
         if seq in self.seqs:
             raise CapacityError(f"sequence {seq!r} is already open")
-        self.seqs[seq] = _Sequence()
+        self.seqs[seq] = _Sequence(np.zeros(self.capacity, np.int32))
 
     def close(self, seq) -> None:
         """Finish a sequence: its blocks go back to the pool for the next sequences."""
@@ -104,17 +105,21 @@ class BlockAllocator:
         for _ in range(need):
             s.blocks.append(self.free_blocks.pop())
         positions = np.arange(s.length, s.length + n)
+        new = self._slots(s, positions)
+        s.slots[s.length: s.length + n] = new
         s.length += n
-        return self._slots(s, positions)
+        return new
 
     def slot_map(self, seq) -> np.ndarray:
         """The pool slot of every position [0, capacity) of `seq` (I32). Positions past
         its length point at slot 0: the causal mask hides them, and SlotMap values must
         lie in [0, pool_slots)."""
-        s = self._seq(seq)
-        out = np.zeros(self.capacity, np.int32)
-        out[: s.length] = self._slots(s, np.arange(s.length))
-        return out
+        return self.slot_map_view(seq).copy()
+
+    def slot_map_view(self, seq) -> np.ndarray:
+        """slot_map(seq) as the allocator keeps it, updated in place as positions are
+        claimed (read it, do not write it): a step copies it into its slot array."""
+        return self._seq(seq).slots
 
     def _slots(self, s: _Sequence, positions: np.ndarray) -> np.ndarray:
         blocks = np.asarray(s.blocks, np.int64)[positions // self.block]

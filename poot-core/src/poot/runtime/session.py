@@ -265,7 +265,7 @@ class Session:
             n = counts[seq]
             toks[r, :n], pos[r, 0] = rows[seq], self.blocks.length(seq)
             wmap[r * t: r * t + n] = self.blocks.reserve(seq, n)
-            smap[r] = self.blocks.slot_map(seq)
+            smap[r] = self.blocks.slot_map_view(seq)
         extra = dict(draws(b)) if draws else {}
         out = self._run(self.executor(t, b, sample), {"tokens": toks, "pos": pos,
                                                       "write_map": wmap, "slot_map": smap,

@@ -31,10 +31,10 @@ MAX_BODY = 4 << 20
 
 
 class Events:
-    """A request's events as the engine sends them, or None once its client has left."""
+    """A request's events as the engine sends them, then None once its client has left."""
 
     def __init__(self, receive):
-        self.queue: asyncio.Queue[Event] = asyncio.Queue()
+        self.queue: asyncio.Queue[Event | None] = asyncio.Queue()
         self._receive = receive
         self._gone = asyncio.ensure_future(self._watch())
 
@@ -45,16 +45,15 @@ class Events:
     async def _watch(self) -> None:
         while (await self._receive())["type"] != "http.disconnect":
             pass
+        self.queue.put_nowait(None)
 
-    async def next(self) -> Event | None:
-        if not self.queue.empty():
-            return self.queue.get_nowait()
-        get = asyncio.ensure_future(self.queue.get())
-        await asyncio.wait({get, self._gone}, return_when=asyncio.FIRST_COMPLETED)
-        if get.done():
-            return get.result()
-        get.cancel()
-        return None
+    async def ready(self) -> list[Event | None]:
+        """The next event and every one already behind it (a turn's text and end come
+        together): at least one, waiting for it if none has come; None marks the end."""
+        got = [await self.queue.get()]
+        while got[-1] is not None and not self.queue.empty():
+            got.append(self.queue.get_nowait())
+        return got
 
     def close(self) -> None:
         self._gone.cancel()
@@ -113,22 +112,29 @@ def create_app(engine: Engine) -> Starlette:
         return await whole(job, events, shapes)
 
     async def stream(job, events: Events, shapes: Shapes, include_usage: bool):
+        """The SSE body: each wake-up writes everything that came, in one piece."""
         try:
             if shapes.chat:
                 yield sse(shapes.chunk(None, first=True))
-            while (ev := await events.next()) is not None:
-                if ev.kind == "text":
-                    yield sse(shapes.chunk(ev.text))
-                    continue
-                if ev.kind == "error":
-                    yield sse(error_body(ev.text, "server_error"))
-                else:
-                    yield sse(shapes.chunk(None, ev.finish_reason))
-                    if include_usage:
-                        yield sse(shapes.usage_chunk(usage(ev.prompt_tokens,
-                                                           ev.completion_tokens)))
-                yield sse("[DONE]")
-                return
+            while True:
+                out = []
+                for ev in await events.ready():
+                    if ev is None:
+                        return                       # the client left
+                    if ev.kind == "text":
+                        out.append(shapes.text_event(ev.text))
+                        continue
+                    if ev.kind == "error":
+                        out.append(sse(error_body(ev.text, "server_error")))
+                    else:
+                        out.append(sse(shapes.chunk(None, ev.finish_reason)))
+                        if include_usage:
+                            out.append(sse(shapes.usage_chunk(usage(ev.prompt_tokens,
+                                                                    ev.completion_tokens))))
+                    out.append(sse("[DONE]"))
+                    yield b"".join(out)
+                    return
+                yield b"".join(out)
         finally:
             events.close()
             engine.cancel(job)
@@ -136,15 +142,18 @@ def create_app(engine: Engine) -> Starlette:
     async def whole(job, events: Events, shapes: Shapes) -> Response:
         pieces = []
         try:
-            while (ev := await events.next()) is not None:
-                if ev.kind == "text":
-                    pieces.append(ev.text)
-                elif ev.kind == "error":
-                    return JSONResponse(error_body(ev.text, "server_error"), 500)
-                else:
-                    use = usage(ev.prompt_tokens, ev.completion_tokens)
-                    return JSONResponse(shapes.whole("".join(pieces), ev.finish_reason, use))
-            return Response(status_code=499)   # the client left; no one reads this
+            while True:
+                for ev in await events.ready():
+                    if ev is None:
+                        return Response(status_code=499)   # the client left; no one reads this
+                    if ev.kind == "text":
+                        pieces.append(ev.text)
+                    elif ev.kind == "error":
+                        return JSONResponse(error_body(ev.text, "server_error"), 500)
+                    else:
+                        use = usage(ev.prompt_tokens, ev.completion_tokens)
+                        return JSONResponse(shapes.whole("".join(pieces), ev.finish_reason,
+                                                         use))
         finally:
             events.close()
             engine.cancel(job)

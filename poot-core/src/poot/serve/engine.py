@@ -10,8 +10,9 @@ Each turn of the loop:
    one chunk per turn, not by its whole length);
 4. every sequence that is generating gets its next token in one decode step, through the
    decode plan of the smallest batch size that holds them all (plans are planned once, at
-   warm-up); the step samples each row in the graph with its request's own settings and
-   reads back only the token ids, and each streams its text at once (a prompt's first
+   warm-up); the step samples each row in the graph with its request's own settings (or
+   takes the argmax, through the argmax plan, when every row is greedy) and reads back
+   only the token ids, and each streams its text at once (a prompt's first
    token is drawn on the host from the prefill's logits, by the same algorithm).
 
 A sequence that ends (EOS, a stop string, max_tokens) or is cancelled leaves the batch in
@@ -34,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from poot.errors import BindError, RequestError
-from poot.models.sample_graph import slot_values
+from poot.models.sample_graph import mode_for, slot_values
 from poot.models.sampling import Sampler
 from poot.serve.protocol import Generation, Limits
 from poot.serve.text import TextStream
@@ -69,9 +70,13 @@ class Job:
         return len(self.gen.prompt_ids) + self.gen.max_tokens
 
 
-#: the decode steps sample every row in the graph with its own settings (a greedy row takes
-#: the argmax), so one plan per batch size serves any mix of requests
-SAMPLE = "full"
+#: the decode plans of each batch size: "full" samples every row in the graph with its own
+#: settings (a greedy row takes the argmax), so it serves any mix of requests; "argmax" (one
+#: ArgTopK k=1 on the logits, no sampler slots) serves a step whose rows are all greedy
+#: without a penalty, and picks the same tokens at a fraction of the sampler's work
+SAMPLE_MODES = ("argmax", "full")
+#: the interpreter's thread switch interval while an engine runs (seconds)
+SWITCH_S = 0.0005
 
 
 def batch_sizes(largest: int) -> list[int]:
@@ -111,7 +116,11 @@ class Engine:
         #: hands a turn's events to the requests' side; by default calls each emit here
         self.deliver: Callable[[list[tuple[Job, Event]]], None] = deliver_here
         self.counters = dict(steps=0, peak_batch=0, prefill_chunks=0, generated_tokens=0,
-                             finished=0, cancelled=0, rejected=0, failed=0)
+                             finished=0, cancelled=0, rejected=0, failed=0, argmax_steps=0)
+        #: seconds in the loop's turns, and in the session's decode and prefill steps within
+        #: them (slot arrays, the step, the read-back); the rest of a turn is the host's
+        #: scheduling, text and events
+        self.times = dict(turns_s=0.0, decode_step_s=0.0, prefill_step_s=0.0)
 
     # -- the HTTP side --------------------------------------------------------------------
     def warm(self, progress=None) -> None:
@@ -119,7 +128,7 @@ class Engine:
         backend that records steps records them here), so that no request waits for one."""
         s = self.session
         plans = [(s.prefill_tokens, b, None) for b in s.prefill_batches] + \
-            [(1, b, SAMPLE) for b in s.decode_batches]
+            [(1, b, mode) for mode in SAMPLE_MODES for b in s.decode_batches]
         for tokens, batch, sample in plans:
             t0 = time.perf_counter()
             s.rehearse(tokens, batch, sample)
@@ -128,6 +137,10 @@ class Engine:
                          f"{time.perf_counter() - t0:.1f} s")
 
     def start(self) -> None:
+        # The loop shares the interpreter with the HTTP event loop: when a step's device
+        # wait ends, the loop should get the interpreter back within a fraction of a step,
+        # not after the default 5 ms switch interval (process-wide; a server owns its process)
+        sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_S))
         self._thread = threading.Thread(target=self._loop, name="poot-serve-engine",
                                         daemon=True)
         self._thread.start()
@@ -179,6 +192,7 @@ class Engine:
             "max_batch": self.max_batch, "max_queue": self.max_queue,
             "decode_batches": list(self.session.decode_batches),
             "prefill_batches": list(self.session.prefill_batches), **self.counters,
+            **{k: round(v, 6) for k, v in self.times.items()},
         }
 
     # -- the loop -------------------------------------------------------------------------
@@ -196,12 +210,14 @@ class Engine:
             self.deliver(self._outbox)
 
     def _turns(self) -> None:
+        clock, times = time.perf_counter, self.times
         while True:
             with self._cv:
                 while not self._stopping and not self._queue and not self._active:
                     self._cv.wait()
                 if self._stopping:
                     break
+                t0 = clock()
                 self._drop_cancelled()
                 self._admit()
                 prefilling = [j for j in self._active if j.last is None]
@@ -214,6 +230,7 @@ class Engine:
             if self._outbox:
                 outbox, self._outbox = self._outbox, []
                 self.deliver(outbox)
+            times["turns_s"] += clock() - t0
         with self._cv:
             for job in self._active:
                 self.session.close(job.id)
@@ -267,11 +284,14 @@ class Engine:
         t = s.prefill_tokens
         chunks = {j: j.gen.prompt_ids[j.fed: j.fed + t] for j in jobs}
         whole = [j for j in jobs if j.fed + t <= s.capacity]
+        t0 = time.perf_counter()
         logits = dict(zip(whole, s.prefill_rows({j.id: chunks[j] for j in whole}))) \
             if whole else {}
         for job in jobs:
             if job not in logits:
                 logits[job] = s.prefill(job.id, chunks[job])
+        self.times["prefill_step_s"] += time.perf_counter() - t0
+        for job in jobs:
             job.fed += len(chunks[job])
             self.counters["prefill_chunks"] += 1
             if job.fed == len(job.gen.prompt_ids):
@@ -281,9 +301,13 @@ class Engine:
         """One decode step for every generating job; each row samples in the graph with
         its job's own settings, and only the token ids come back."""
         rows = [(j.sampler, j.history) for j in jobs]
-        ids = self.session.decode_sampled({j.id: j.last for j in jobs}, SAMPLE,
-                                          lambda b: slot_values(rows, b, SAMPLE))
+        mode = mode_for([j.sampler for j in jobs])
+        t0 = time.perf_counter()
+        ids = self.session.decode_sampled({j.id: j.last for j in jobs}, mode,
+                                          lambda b: slot_values(rows, b, mode))
+        self.times["decode_step_s"] += time.perf_counter() - t0
         self.counters["steps"] += 1
+        self.counters["argmax_steps"] += mode == "argmax"
         self.counters["peak_batch"] = max(self.counters["peak_batch"], len(jobs))
         for job, tok in zip(jobs, ids, strict=True):
             self._advance(job, None, int(tok))

@@ -36,6 +36,10 @@ class Shapes:
         self.chat = kind == "chat"
         self.id = ("chatcmpl-" if self.chat else "cmpl-") + uuid.uuid4().hex
         self.created = int(time.time())
+        # a text chunk's event is the same bytes around its text: made once, filled per piece
+        mark = "\ue000"
+        head, tail = sse(self.chunk(mark)).decode().split(json.dumps(mark, ensure_ascii=False))
+        self._around = head, tail
 
     def _head(self, obj: str) -> dict:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
@@ -60,6 +64,11 @@ class Shapes:
         choice = {"index": 0, "text": text or "", "logprobs": None,
                   "finish_reason": finish_reason}
         return {**self._head("text_completion"), "choices": [choice]}
+
+    def text_event(self, text: str) -> bytes:
+        """sse(self.chunk(text)), without building and encoding the whole object again."""
+        head, tail = self._around
+        return f"{head}{json.dumps(text, ensure_ascii=False)}{tail}".encode()
 
     def usage_chunk(self, use: dict) -> dict:
         """The last chunk when the client asked for stream_options.include_usage."""

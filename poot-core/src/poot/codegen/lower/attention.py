@@ -12,6 +12,10 @@ output in registers, rescaled once per run of keys (online softmax).
   share one KV head (GQA heads and positions together); K and V tiles of up to
   32 keys are staged once in shared memory and consumed by every row of
   the block, so K/V are read from memory once per block, not once per row.
+
+PagedAttention runs the same kernels with one change: a key's K and V rows are read from
+the pool at the slot its sequence's slot map names (`Keys`), instead of from a gathered
+[B, Hkv, S, D] copy.
 """
 from __future__ import annotations
 
@@ -23,7 +27,7 @@ from poot.codegen.lower.base import Sig, lowers
 from poot.codegen.program import SCRATCH, Access, BufferParam, KernelProgram, local_index
 from poot.dtypes import DType
 from poot.errors import LimitExceeded
-from poot.ir.ops import Attention, ReduceOp, UnaryOp
+from poot.ir.ops import Attention, PagedAttention, ReduceOp, UnaryOp
 
 F32 = DType.F32
 LANES = 32
@@ -53,10 +57,10 @@ def choose_splits(rows: int, keys: int) -> int:
     return max(1, min(math.ceil(keys / 64), 512 // max(rows, 1)))
 
 
-@lowers(Attention)
+@lowers(Attention, PagedAttention)
 def lower_attention(sig: Sig) -> KernelProgram:
-    q, k = sig.type(0), sig.type(1)
-    s = k.shape[-2]
+    q = sig.type(0)
+    s = Shape(sig).s
     if q.shape[-2] > 1:
         return KernelProgram((_block_kernel(sig),))
     rows = math.prod(q.shape[:-1])
@@ -80,17 +84,47 @@ def _part_ml(rows, splits):
 
 
 class Shape:
-    """The attention operands' sizes (the mask is operand `mask`)."""
+    """The attention operands' sizes (the mask is operand `mask`; a PagedAttention's is
+    operand 4, after the slot map)."""
 
     def __init__(self, sig: Sig, mask: int = 3):
-        q, k, v, mask = (sig.type(i) for i in (0, 1, 2, mask))
-        self.q, self.k, self.v, self.mask = q, k, v, mask
+        self.paged = isinstance(sig.op, PagedAttention)
+        if self.paged:
+            mask = 4
+        q, k, v, mask_t = (sig.type(i) for i in (0, 1, 2, mask))
+        self.q, self.k, self.v, self.mask = q, k, v, mask_t
+        self.mask_name = f"in{mask}"
         *lead, self.hq, self.t, self.d = q.shape
         self.lead = tuple(lead)
-        self.hkv, self.s, self.dv = k.shape[-3], k.shape[-2], v.shape[-1]
+        if self.paged:     # k_pool [P, Hkv, D], slot_map [B, S]
+            self.hkv, self.s, self.dv = k.shape[1], sig.type(3).shape[1], v.shape[-1]
+        else:
+            self.hkv, self.s, self.dv = k.shape[-3], k.shape[-2], v.shape[-1]
         self.group = self.hq // self.hkv
         self.dj, self.vj = math.ceil(self.d / LANES), math.ceil(self.dv / LANES)
         self.scale = sig.op.scale
+
+
+class Keys:
+    """Where key `key` (in range) of sequence `li`, KV head `kvh`, starts in the K and V
+    buffers: a row of the gathered [..., Hkv, S, D] operands, or the pool row at the slot
+    the slot map (in3) names."""
+
+    def __init__(self, kb, a: Shape, li, kvh):
+        self.kb, self.a, self.li, self.kvh = kb, a, li, kvh
+        if not a.paged:
+            kvrow = ix.add(ix.mul(li, a.hkv), kvh)
+            self.kbase = kb.let("kbase", ix.mul(kvrow, a.s * a.d))
+            self.vbase = kb.let("vbase", ix.mul(kvrow, a.s * a.dv))
+
+    def rows(self, key):
+        """(K row start, V row start) of `key`, as let-bound values."""
+        kb, a = self.kb, self.a
+        if not a.paged:
+            return ix.add(self.kbase, ix.mul(key, a.d)), ix.add(self.vbase, ix.mul(key, a.dv))
+        slot = kb.let("slot", Load("in3", ix.add(ix.mul(self.li, a.s), key), DType.I32))
+        row = kb.let("kvrow", ix.add(ix.mul(slot, a.hkv), self.kvh))
+        return ix.mul(row, a.d), ix.mul(row, a.dv)
 
 
 class Row:
@@ -114,7 +148,8 @@ class Row:
 
     def mask_at(self, key):
         c = ix.broadcast_coords(self.mrow + [key], self.a.mask.shape)
-        return Load("in3", ix.ravel(c, self.a.mask.shape), self.a.mask.dtype).cast(F32)
+        return Load(self.a.mask_name, ix.ravel(c, self.a.mask.shape),
+                    self.a.mask.dtype).cast(F32)
 
     def run(self, keys, valid, k_at, v_at):
         """Consume KEYS keys: `keys[i]` (clamped, in range) and `valid[i]` (I32) of each;
@@ -181,16 +216,14 @@ def _block_kernel(sig: Sig):
         h = kb.let("h", ix.add(ix.mul(kvh, a.group), ix.div(rc, a.t)))
         ti = kb.let("t", ix.mod(rc, a.t))
         row = Row(kb, a, lane, li, h, ti, row_ok)
-        kvrow = ix.add(ix.mul(li, a.hkv), kvh)
-        kbase = kb.let("kbase", ix.mul(kvrow, a.s * a.d))
-        vbase = kb.let("vbase", ix.mul(kvrow, a.s * a.dv))
+        at = Keys(kb, a, li, kvh)
         with kb.for_("kt", 0, a.s, tile_keys) as kt:
-            for tile, base, width, name in ((sk, kbase, a.d, "in1"), (sv, vbase, a.dv, "in2")):
+            for tile, side, width, name in ((sk, 0, a.d, "in1"), (sv, 1, a.dv, "in2")):
                 dtype = sig.type(1 if name == "in1" else 2).dtype
                 with kb.for_("e", local_index(), tile_keys * width, wg) as e:
-                    key = ix.add(kt, ix.div(e, width))
-                    src = ix.add(base, ix.add(ix.mul(ix.minimum(key, i32(a.s - 1)), width),
-                                              ix.mod(e, width)))
+                    key = kb.let("key", ix.add(kt, ix.div(e, width)))
+                    start = at.rows(ix.minimum(key, i32(a.s - 1)))[side]
+                    src = ix.add(start, ix.mod(e, width))
                     kb.store(tile, e, ix.Sel(ix.lt(key, i32(a.s)),
                                              Load(name, src, dtype).cast(F32), f32(0.0)))
             kb.barrier()
@@ -237,9 +270,7 @@ def _partial_kernel(sig: Sig, rows: int, splits: int, chunk: int):
         ti = kb.let("t", ix.mod(rowi, a.t))
         h = kb.let("h", ix.mod(ix.div(rowi, a.t), a.hq))
         li = kb.let("l", ix.div(rowi, a.t * a.hq))
-        kvrow = ix.add(ix.mul(li, a.hkv), ix.div(h, a.group))
-        kbase = kb.let("kbase", ix.mul(kvrow, a.s * a.d))
-        vbase = kb.let("vbase", ix.mul(kvrow, a.s * dv))
+        at = Keys(kb, a, li, ix.div(h, a.group))
         row = Row(kb, a, lane, li, h, ti, i32(1))
         start = kb.let("start", ix.mul(split, chunk))
         end = kb.let("end", ix.minimum(ix.add(start, chunk), i32(a.s)))
@@ -257,11 +288,10 @@ def _partial_kernel(sig: Sig, rows: int, splits: int, chunk: int):
             first = kb.let("first", ix.add(start, ix.mul(ix.add(ix.mul(it, WARPS), warp), KEYS)))
             raw = [ix.add(first, i) for i in range(KEYS)]
             keys = [kb.let("kc", ix.minimum(x, i32(a.s - 1))) for x in raw]
+            starts = [at.rows(key) for key in keys]
             row.run(keys, [ix.lt(x, end) for x in raw],
-                    lambda i, dk: Load("in1", ix.add(kbase, ix.add(ix.mul(keys[i], a.d), dk)),
-                                       a.k.dtype).cast(F32),
-                    lambda i, dvj: Load("in2", ix.add(vbase, ix.add(ix.mul(keys[i], dv), dvj)),
-                                        a.v.dtype).cast(F32))
+                    lambda i, dk: Load("in1", ix.add(starts[i][0], dk), a.k.dtype).cast(F32),
+                    lambda i, dvj: Load("in2", ix.add(starts[i][1], dvj), a.v.dtype).cast(F32))
         with kb.if_(ix.eq(lane, i32(0))):
             kb.store(sm, warp, row.m)
             kb.store(sl, warp, row.lsum)

@@ -2,6 +2,12 @@
 poot.ir.ops.attention_chain, what poot.ops.attention_masked records), for decode and
 prefill, with GQA, becomes one Attention(scale) with operands [q, k, v, mask].
 
+Where k and v are a paged pool's rows read through one slot map (each Transpose(
+Gather(pool, slot_map), (0, 2, 1, 3)), as the paged decoder reads its KV), the chain and
+both reads become one PagedAttention(scale) [q, k_pool, v_pool, slot_map, mask], so the
+kernel reads the pool directly; a target without PagedAttention gets Attention over the
+gathered copies.
+
 The policy decides (attention="never", shape limits) and the target must allow it.
 """
 from __future__ import annotations
@@ -11,7 +17,18 @@ import itertools
 from poot.compiler.match import match_definition
 from poot.compiler.rewrite import Rewriter
 from poot.compiler.view import GraphView, NoMatch
-from poot.ir.ops import Attention, Binary, BinaryOp, MatMul, Reshape, Transpose, Unary, UnaryOp
+from poot.ir.ops import (
+    Attention,
+    Binary,
+    BinaryOp,
+    Gather,
+    MatMul,
+    PagedAttention,
+    Reshape,
+    Transpose,
+    Unary,
+    UnaryOp,
+)
 
 
 def skip_reshape(view: GraphView, v):
@@ -67,6 +84,23 @@ def plain(view, scale, q, k, v, mask):
     return Attention(scale), [q, k, v, mask]
 
 
+def paged(view, scale, q, k, v, mask):
+    """PagedAttention when k and v are pool rows gathered through one slot map."""
+    reads = []
+    for x, what in ((k, "k"), (v, "v")):
+        tr = view.defined_by(x, Transpose, f"{what} (a transposed paged read)")
+        if tr.op.perm != (0, 2, 1, 3):
+            raise NoMatch(f"{what} is transposed by {tr.op.perm}, not (0, 2, 1, 3)")
+        ga = view.defined_by(view.value(tr, 0), Gather, f"{what}'s paged read")
+        if ga.op.axis != 0:
+            raise NoMatch(f"{what} is gathered on axis {ga.op.axis}, not 0")
+        reads.append((view.value(ga, 0), view.value(ga, 1)))
+    (kpool, kmap), (vpool, vmap) = reads
+    if kmap != vmap:
+        raise NoMatch("k and v are read through different slot maps")
+    return PagedAttention(scale), [q, kpool, vpool, kmap, mask]
+
+
 def candidates(view: GraphView):
     """MatMuls whose left operand is (a reshape of) a Div: the chain's second matmul."""
     for e in view.eqns:
@@ -76,8 +110,15 @@ def candidates(view: GraphView):
                 yield e
 
 
-def over_limit(policy, view: GraphView, q, k) -> str | None:
-    keys, dim = view.type_of(k).shape[-2], view.type_of(q).shape[-1]
+def key_count(view: GraphView, op, args) -> int:
+    """S: the keys each query row attends over (a paged read's slot map width)."""
+    if isinstance(op, PagedAttention):
+        return view.type_of(args[3]).shape[-1]
+    return view.type_of(args[1]).shape[-2]
+
+
+def over_limit(policy, view: GraphView, q, keys: int) -> str | None:
+    dim = view.type_of(q).shape[-1]
     if policy.attention_max_keys is not None and keys > policy.attention_max_keys:
         return f"{keys} keys exceed policy.attention_max_keys={policy.attention_max_keys}"
     if policy.attention_max_head_dim is not None and dim > policy.attention_max_head_dim:
@@ -86,25 +127,41 @@ def over_limit(policy, view: GraphView, q, k) -> str | None:
     return None
 
 
+def accepted(view: GraphView, ctx, pv):
+    """(op, args, root, chain) of the first form the target takes (PagedAttention, then
+    Attention); None when neither fits, with the plain form's reason recorded as kept."""
+    why = ""
+    for build in (paged, plain):
+        try:
+            op, args, root, chain = find(view, pv, build)
+        except NoMatch as exc:
+            why = str(exc)
+            continue
+        keys = key_count(view, op, args)
+        why = ("policy.attention is 'never'" if ctx.policy.attention == "never" else
+               over_limit(ctx.policy, view, args[0], keys))
+        if why is None:
+            target = ctx.refusal(op, args, root, view)
+            if target is None:
+                return op, args, root, chain
+            why = f"target refuses: {target}"
+    ctx.record.kept("Attention", pv.out, why)
+    return None
+
+
 def run(graph, ctx):
     view, rw = GraphView(graph), Rewriter(graph)
     for pv in candidates(view):
-        try:
-            op, args, root, chain = find(view, pv, plain)
-        except NoMatch as why:
-            ctx.record.kept("Attention", pv.out, str(why))
+        found = accepted(view, ctx, pv)
+        if found is None:
             continue
+        op, args, root, chain = found
         if rw.claimed(c.out for c in chain):
             continue
-        why = ("policy.attention is 'never'" if ctx.policy.attention == "never" else
-               over_limit(ctx.policy, view, args[0], args[1]))
-        refused = why or ctx.refusal(op, args, root, view)
-        if refused:
-            ctx.record.kept("Attention", root.out, refused if why else
-                            f"target refuses: {refused}")
-            continue
         rw.replace(root, op, args, chain)
-        q, k = view.type_of(args[0]).shape, view.type_of(args[1]).shape
-        ctx.record.rewrote("Attention", root.out, f"{len(chain)} eqns -> Attention (T={q[-2]}, "
-                           f"S={k[-2]}, Hq={q[-3]}, Hkv={k[-3]})")
+        q = view.type_of(args[0]).shape
+        hkv = view.type_of(args[1]).shape[-2 if isinstance(op, PagedAttention) else -3]
+        ctx.record.rewrote("Attention", root.out, f"{len(chain)} eqns -> {op.name} "
+                           f"(T={q[-2]}, S={key_count(view, op, args)}, Hq={q[-3]}, "
+                           f"Hkv={hkv})")
     return rw.commit()

@@ -23,6 +23,7 @@ from poot.ir.ops.composite import (
     IndexedPackedContraction,
     PackedContraction,
     PackedRowGather,
+    PagedAttention,
     Rope,
     SelectedAttention,
     attention_chain,

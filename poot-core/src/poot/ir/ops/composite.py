@@ -185,6 +185,44 @@ class Attention(Composite):
 
 
 @dataclass(frozen=True, repr=False)
+class PagedAttention(Composite):
+    """Attention over a paged KV pool, read through each sequence's slot map: operands q
+    [B, Hq, T, D], k_pool [P, Hkv, D], v_pool [P, Hkv, Dv], slot_map [B, S] I32 (the pool
+    slot of each of a sequence's S positions), mask (as Attention's, against [B, Hkv, S]).
+
+    The same as Attention on k = Transpose(Gather(k_pool, slot_map), (0, 2, 1, 3)) and v
+    alike; its kernel reads the pool's rows through the slot map, so no gathered copy of
+    the keys is made.
+    """
+
+    scale: float
+    arity: ClassVar[int] = 5
+    deciding: ClassVar[str] = "operand"
+    needs: ClassVar[str] = "dot"
+
+    def infer(self, ins):
+        self.check_arity(ins)
+        q, kp, vp, smap, mask = ins
+        self.need_dtype(smap, (DType.I32,), "slot_map")
+        if q.rank != 4 or kp.rank != 3 or vp.rank != 3 or smap.rank != 2 or \
+                smap.shape[0] != q.shape[0] or kp.shape[:2] != vp.shape[:2]:
+            self.fail("expected q [B, Hq, T, D], k_pool [P, Hkv, D], v_pool [P, Hkv, Dv], "
+                      "slot_map [B, S]", ins)
+        return _attention_type(self, [q, *_gathered(kp, vp, smap), mask])
+
+    def define(self, b, ins):
+        q, kp, vp, smap, mask = ins
+        k, v = (b.eqn(Transpose((0, 2, 1, 3)), b.eqn(Gather(0), x, smap)) for x in (kp, vp))
+        return attention_chain(b, q, k, v, mask, self.scale)
+
+
+def _gathered(kp: TensorType, vp: TensorType, smap: TensorType) -> list[TensorType]:
+    """The types of the keys and values PagedAttention reads: [B, Hkv, S, D or Dv]."""
+    (bsz, s), hkv = smap.shape, kp.shape[1]
+    return [TensorType((bsz, hkv, s, x.shape[2]), x.dtype) for x in (kp, vp)]
+
+
+@dataclass(frozen=True, repr=False)
 class Rope(Composite):
     """Rotate-half RoPE on the first `rot` features: operands x [..., D], cos, sin
     (broadcastable to [..., rot/2]); features past `rot` pass through."""
