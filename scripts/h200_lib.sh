@@ -64,21 +64,28 @@ conformance_summary() {
   grep -h "declared cases" "$log" | head -2
 }
 
-# serve_up BACKEND [ARGS...]: `poot serve smollm2` on port 8000, waiting for /health;
+# serve_start BACKEND [ARGS...]: `poot serve smollm2` on port 8000 in the background ($SERVER);
+# serve_wait: until /health answers (0) or the server exits (1); serve_up: both;
 # serve_down stops it.
-serve_up() {
+serve_start() {
   local backend=$1
   shift
   python3 -m poot serve smollm2 --backend "$backend" --host 127.0.0.1 --port 8000 \
     --max-batch 32 --max-seq 512 --max-queue 64 "$@" >"$OUT/server.log" 2>&1 &
   SERVER=$!
-  for _ in $(seq 240); do
+}
+serve_wait() {
+  for _ in $(seq 300); do
     python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8000/health', timeout=2)" \
-      2>/dev/null && break
-    kill -0 $SERVER 2>/dev/null || break
+      2>/dev/null && { grep -m3 -iE "serving|planned|error" "$OUT/server.log"; return 0; }
+    kill -0 "$SERVER" 2>/dev/null || { tail -20 "$OUT/server.log"; return 1; }
     sleep 1
   done
-  grep -m3 -iE "serving|planned|error" "$OUT/server.log"
+  return 1
+}
+serve_up() {
+  serve_start "$@"
+  serve_wait
 }
 serve_down() {
   kill "$SERVER"

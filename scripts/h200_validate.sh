@@ -5,17 +5,22 @@
 #   bash scripts/h200_validate.sh check   # correctness, run side by side (about 6 min)
 #   bash scripts/h200_validate.sh time    # timings, one at a time (about 6 min)
 #
+# or several parts in one call, in this order: check, vulkan, family, serve (time is the
+# last three).
 #   check: the conformance suite on cuda and on vulkan (NVIDIA's Vulkan driver); `poot run`
 #          of SmolLM2 on cuda, vulkan and wgpu and of Gemma 3 270M on cuda (real files, when
 #          staged); the seeded sampler on cuda against reference; the in-graph sampler,
 #          hosted rows, sparse/scan ops, LoRA and the expert pool on cuda; a 1-rank NCCL
 #          communicator inside a recorded step; the 10,000-step decode soak on cuda
-#   time:  SmolLM2 decode tok/s on vulkan, wgpu and cuda side by side and bf16 GEMV GB/s
-#          against a copy (vulkan_bench.py); Gemma 3 beside SmolLM2 on cuda
-#          (family_decode.py); `poot serve` with 1 and 32 streaming clients (serve_bench.py)
+#   vulkan: SmolLM2 decode tok/s on vulkan, wgpu and cuda side by side and bf16 GEMV GB/s
+#          against a copy (vulkan_bench.py)
+#   family: Gemma 3 beside SmolLM2 on cuda (family_decode.py)
+#   serve: `poot serve` with 1 and 32 streaming clients (serve_bench.py)
 # Logs land in $OUT; a summary is printed last.
 set -u -o pipefail
-PART=${1:-check}
+PARTS=" ${*:-check} "
+[[ $PARTS == *" time "* ]] && PARTS+=" vulkan family serve "
+has() { [[ $PARTS == *" $1 "* ]]; }
 source scripts/h200_lib.sh
 export WGPU_BACKEND_TYPE=Vulkan
 SUM=$OUT/summary.txt
@@ -34,7 +39,7 @@ run16() {  # BACKEND [ARGS...]: 16 tokens of SmolLM2
     --prompt "The capital of France is" "${@:2}" 2>&1 | tail -3
 }
 
-if [ "$PART" = check ]; then
+if has check; then
   conformance cuda 6 330 &
   conformance vulkan 6 330 &
   {
@@ -69,14 +74,18 @@ if [ "$PART" = check ]; then
   for b in cuda vulkan; do conformance_summary "$b" >>"$SUM"; done
 fi
 
-if [ "$PART" = time ]; then
+if has vulkan; then
   timeout 240 python3 poot-backend-vulkan/bench/vulkan_bench.py --tokens 64 \
     >"$OUT/vulkan_bench.log" 2>&1
   tail -12 "$OUT/vulkan_bench.log"
   grep -h '^SUMMARY ' "$OUT/vulkan_bench.log" | sed 's/^SUMMARY /  /' >>"$SUM"
+fi
+if has family; then
   timeout 150 python3 poot-core/benchmarks/family_decode.py --backend cuda --tokens 128 \
     >"$OUT/family.log" 2>&1
   tail -4 "$OUT/family.log" | tee -a "$SUM"
+fi
+if has serve; then
   serve_up cuda
   timeout 200 python3 poot-core/benchmarks/serve_bench.py --url http://127.0.0.1:8000 \
     --clients 1,32 --max-tokens 128 >"$OUT/serve_bench.log" 2>&1

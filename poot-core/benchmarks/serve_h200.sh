@@ -23,12 +23,7 @@ h200_editable poot-core poot-quant poot-backend-cuda
 python3 -c "import poot_cuda; print('probe', poot_cuda.probe())" || exit 1
 echo "set up in $((SECONDS - START)) s"
 
-serve_up() {
-  python3 -m poot serve smollm2 --backend cuda --host 127.0.0.1 --port 8000 \
-    --max-batch 32 --max-seq 512 --max-queue 64 >"$OUT/server.log" 2>&1 &
-  SERVER=$!
-}
-serve_up
+serve_start cuda
 timeout -k 5 150 python3 -m pytest -q -p no:cacheprovider -n 4 --pyargs poot.conformance \
   --poot-backend cuda -k "Attention" -W ignore::pytest.PytestAssertRewriteWarning \
   >"$OUT/conformance_attention.log" 2>&1
@@ -37,13 +32,7 @@ grep -E '^(FAILED|ERROR)' "$OUT/conformance_attention.log" | head -5
 timeout -k 5 150 python3 -m pytest -q -p no:cacheprovider poot-backend-cuda/tests/test_model.py \
   >"$OUT/test_model.log" 2>&1
 echo "cuda test_model.py: $(tail -1 "$OUT/test_model.log")"
-for _ in $(seq 300); do
-  python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8000/health', timeout=2)" \
-    2>/dev/null && break
-  kill -0 $SERVER 2>/dev/null || { tail -20 "$OUT/server.log"; exit 1; }
-  sleep 1
-done
-grep -E "planned|serving" "$OUT/server.log" | cut -c1-200
+serve_wait || exit 1
 echo "server up at $((SECONDS - START)) s"
 timeout 200 python3 poot-core/benchmarks/serve_bench.py --url http://127.0.0.1:8000 \
   --clients 1,32 --max-tokens 128 >"$OUT/bench.log" 2>&1
@@ -65,8 +54,7 @@ for prompt in ("The capital of France is", "def fibonacci(n):"):
     print(f"SUMMARY serve cuda vs reference, greedy 16 tokens of {prompt!r} | "
           f"{'equal' if got == want else f'DIFFER: {got!r} vs {want!r}'}")
 PY
-kill $SERVER
-wait $SERVER 2>/dev/null
+serve_down
 grep -iE "error|traceback" "$OUT/server.log" | head -5
 echo "=== summary ($(date -u +%FT%TZ), $((SECONDS - START)) s)"
 grep -h SUMMARY "$OUT/bench.log" "$OUT/bench2.log" "$OUT/reference.log"
