@@ -177,20 +177,7 @@ static void {name}(const float* restrict x, const unsigned char* restrict w,
                    float* restrict y, unsigned char* restrict scratch) {{
   enum {{ M = {m}, N = {n}, K = {k}, NB = {nb}, BS = {bs}, MT = {mt}, NR = {nr} }};
 {quant_setup}
-  for (int i = 0; i < M * NB; ++i) {{
-    const float* xb = x + (size_t)i * 32;
-    float amax = 0.0f, s = 0.0f;
-    for (int j = 0; j < 32; ++j) {{
-      const float a = fabsf(xb[j]);
-      amax = a > amax ? a : amax;
-      s += xb[j];
-    }}
-    const float inv = amax > 0.0f ? 32767.0f / amax : 0.0f;
-    for (int j = 0; j < 32; ++j) xq[(size_t)i * 32 + j] = (short)lrintf(xb[j] * inv);
-    dx[i] = isfinite(s) ? amax / 32767.0f : s;
-    xs[i] = s;
-  }}
-  #pragma omp for schedule(static) nowait
+{quantize}  #pragma omp for schedule(static) nowait
   for (int n0 = 0; n0 < N; n0 += NR) {{
     for (int m0 = 0; m0 < M; m0 += MT) {{
       const int mt = M - m0 < MT ? M - m0 : MT;
@@ -266,20 +253,7 @@ static void {name}(const float* restrict x, const unsigned char* restrict w,
                    float* restrict y, unsigned char* restrict scratch) {{
   enum {{ M = {m}, N = {n}, K = {k}, NB = {nb}, BS = {bs}, NP = 8 }};
 {quant_setup}
-  for (int i = 0; i < M * NB; ++i) {{
-    const float* xb = x + (size_t)i * 32;
-    float amax = 0.0f, s = 0.0f;
-    for (int j = 0; j < 32; ++j) {{
-      const float a = fabsf(xb[j]);
-      amax = a > amax ? a : amax;
-      s += xb[j];
-    }}
-    const float inv = amax > 0.0f ? 32767.0f / amax : 0.0f;
-    for (int j = 0; j < 32; ++j) xq[(size_t)i * 32 + j] = (short)lrintf(xb[j] * inv);
-    dx[i] = isfinite(s) ? amax / 32767.0f : s;
-    xs[i] = s;
-  }}
-  #pragma omp for schedule(static) nowait
+{quantize}  #pragma omp for schedule(static) nowait
   for (int n0 = 0; n0 < N; n0 += NP) {{
     const int np = N - n0 < NP ? N - n0 : NP;
     short wp[NP][K] __attribute__((aligned(32)));
@@ -348,6 +322,53 @@ static void {name}(const float* restrict x, const unsigned char* restrict w,
 """
 
 
+# each 32-block of activations to int16 (see the module docstring); with AVX2 the
+# magnitude and the rounding run 8 lanes at a time, with the scalar loop's results: max is
+# exact (a NaN element is passed over, as `a > amax` does), the product is the same single
+# multiply, the conversion rounds to nearest even as lrintf does, and the low 16 bits are
+# kept as the (short) cast keeps them. The block sum stays the scalar, in-order sum.
+QUANTIZE = """\
+  for (int i = 0; i < M * NB; ++i) {
+    const float* xb = x + (size_t)i * 32;
+    float amax = 0.0f, s = 0.0f;
+#ifdef POOT_AVX2
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 v[4], mx = _mm256_setzero_ps();
+    for (int j = 0; j < 4; ++j) {
+      v[j] = _mm256_loadu_ps(xb + 8 * j);
+      mx = _mm256_max_ps(_mm256_andnot_ps(sign, v[j]), mx);
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    amax = _mm_cvtss_f32(m4);
+    for (int j = 0; j < 32; ++j) s += xb[j];
+    const float inv = amax > 0.0f ? 32767.0f / amax : 0.0f;
+    const __m256 vinv = _mm256_set1_ps(inv);
+    const __m256i low = _mm256_set1_epi32(0xffff);
+    for (int j = 0; j < 2; ++j) {
+      const __m256i a = _mm256_and_si256(
+          _mm256_cvtps_epi32(_mm256_mul_ps(v[2 * j], vinv)), low);
+      const __m256i b = _mm256_and_si256(
+          _mm256_cvtps_epi32(_mm256_mul_ps(v[2 * j + 1], vinv)), low);
+      _mm256_storeu_si256((__m256i*)(xq + (size_t)i * 32 + 16 * j),
+                          _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xd8));
+    }
+#else
+    for (int j = 0; j < 32; ++j) {
+      const float a = fabsf(xb[j]);
+      amax = a > amax ? a : amax;
+      s += xb[j];
+    }
+    const float inv = amax > 0.0f ? 32767.0f / amax : 0.0f;
+    for (int j = 0; j < 32; ++j) xq[(size_t)i * 32 + j] = (short)lrintf(xb[j] * inv);
+#endif
+    dx[i] = isfinite(s) ? amax / 32767.0f : s;
+    xs[i] = s;
+  }
+"""
+
+
 def scratch_bytes(m: int, k: int, layout: BlockLayout) -> int:
     """The quantized activations: int16 values, then a scale and a sum per block."""
     blocks = m * k // layout.elements
@@ -405,9 +426,10 @@ def gemv_source(name: str, layout: BlockLayout, m: int, n: int, k: int) -> str:
                f"_mm_loadu_si128((const __m128i*)(blk + {q + 16 * j})));" for j in range(2)]
         scalar = "for (int j = 0; j < 32; ++j) {wq}[j] = (signed char)blk[{q} + j];"
     pad = " " * 10
-    local = m * k * 2 <= LOCAL_BYTES
-    common = dict(name=name, quant_setup=LOCAL_QUANT if local else SHARED_QUANT, m=m, n=n,
-                  k=k, nb=k // layout.elements, bs=layout.nbytes, scale=layout.scale)
+    local = m * k * 2 <= LOCAL_BYTES and m < PANEL_FROM
+    common = dict(name=name, quantize=QUANTIZE,
+                  quant_setup=LOCAL_QUANT if local else SHARED_QUANT, m=m, n=n, k=k,
+                  nb=k // layout.elements, bs=layout.nbytes, scale=layout.scale)
     if m >= PANEL_FROM and 8 * k * 2 <= PANEL_BYTES:
         return PANEL_TEMPLATE.format(**common, shift=shift("d[b][r]"),
                                      decode=" " * 8 + scalar.format(wq="wq", q=q))
