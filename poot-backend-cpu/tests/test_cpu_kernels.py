@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from poot.formats import get_format
 from poot_cpu import compiler
-from poot_cpu.gemv import LAYOUTS, LOCAL_BYTES, gemv_source, layout_of, scratch_bytes
+from poot_cpu.gemv import LAYOUTS, LOCAL_BYTES, PANEL_BYTES, gemv_source, layout_of, scratch_bytes
 from poot_cpu.printer import HostCPrinter
 from poot_cpu.step import Hazards
 
@@ -31,8 +31,8 @@ def _gemv(fmt: str, m: int, n: int, k: int, seed: int = 0):
 
 
 @pytest.mark.parametrize("fmt", sorted(LAYOUTS))
-@pytest.mark.parametrize("m", [5, 9])   # the decode tile (4 rows), the prefill tile (8), and rests
-@pytest.mark.parametrize("n", [67, 68])  # odd: one weight row at a time; even: two
+@pytest.mark.parametrize("m", [5, 9])   # the decode tile (4 rows) and a rest; the panel kernel
+@pytest.mark.parametrize("n", [67, 68])  # odd: one weight row at a time; even: two; a part panel
 def test_packed_gemv_matches_the_oracle_at_model_shapes(cpu_backend, fmt, m, n):
     y, want = _gemv(fmt, m, n, 576)
     nmse = float(((y - want) ** 2).sum() / (want ** 2).sum())
@@ -45,6 +45,13 @@ def test_packed_gemv_with_activations_quantized_once_for_all_threads(cpu_backend
     m, k = 9, 7680
     assert m * k * 2 > LOCAL_BYTES
     y, want = _gemv("gguf:Q4_1", m, 4, k)
+    assert float(((y - want) ** 2).sum() / (want ** 2).sum()) < 3.7e-9
+
+
+def test_packed_gemv_of_many_rows_whose_panel_would_not_fit_the_stack(cpu_backend):
+    """Rows of K over PANEL_BYTES / 16 take the row tiles instead of the panel kernel."""
+    k = PANEL_BYTES // 16 + 32
+    y, want = _gemv("gguf:Q8_0", 8, 3, k)
     assert float(((y - want) ** 2).sum() / (want ** 2).sum()) < 3.7e-9
 
 

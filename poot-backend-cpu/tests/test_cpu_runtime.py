@@ -1,6 +1,8 @@
-"""The cpu runtime's host buffers: a read-only file mapping written whole is adopted (the
-weights of a memory-mapped checkpoint are not held twice); anything else is copied."""
+"""The cpu runtime's host buffers: a read-only file mapping or a frozen array written whole
+is adopted (the weights of a memory-mapped checkpoint and the loader's reordered rows are
+not held twice); anything else is copied."""
 import numpy as np
+from poot.models.weights import frozen_rows
 from poot_cpu.runtime import CpuRuntime
 
 
@@ -36,3 +38,21 @@ def test_writable_partial_or_bound_writes_copy(tmp_path):
     rt.write(bound, 0, mapped)
     assert bound.ptr == ptr
     assert np.array_equal(rt.read(bound, 0, 4096), data)
+
+
+def test_frozen_rows_are_adopted_and_a_writable_owner_is_copied():
+    rt = CpuRuntime("cpu:0")
+    source = np.arange(64 * 20, dtype=np.uint8).reshape(64, 20)
+    order = np.arange(64)[::-1].copy()
+    frozen = frozen_rows(source, order)
+    assert np.array_equal(frozen, source[order]) and not frozen.flags.writeable
+    buf = rt.alloc(frozen.nbytes, "w")
+    rt.write(buf, 0, frozen)
+    assert buf.ptr == frozen.ctypes.data
+    owner = source[order]                      # a writable owner behind a read-only view
+    view = owner.view()
+    view.flags.writeable = False
+    buf = rt.alloc(view.nbytes, "w")
+    rt.write(buf, 0, view)
+    assert buf.ptr != view.ctypes.data
+    assert np.array_equal(rt.read(buf, 0, view.nbytes).reshape(64, 20), source[order])

@@ -16,3 +16,19 @@ def test_greedy_tokens_match_the_reference_backend(cpu_backend, smollm2_gguf):
     got = greedy(step, weights, "cpu", prompt, 10)
     assert got.tokens == want.tokens
     assert tok.decode(got.tokens).startswith(" Paris")
+
+
+def test_prefill_chunks_then_greedy_text_match_the_reference_backend(cpu_backend, smollm2_gguf):
+    """A 40-token prompt: one 32-token prefill chunk (the panel kernel) and a rest, then
+    greedy decode; the text equals the reference backend's."""
+    import poot
+
+    text = ("The history of the city begins with a small settlement on the river, where "
+            "traders met to exchange grain, salt and cloth. ") * 2
+    got = {}
+    for backend in ("reference", "cpu"):
+        model = poot.load(str(smollm2_gguf), backend=backend, max_seq=64)
+        ids = model.tokenize(text)[:40]
+        assert len(ids) == 40
+        got[backend] = "".join(model.generate(ids, max_tokens=12))
+    assert got["cpu"] == got["reference"] and got["cpu"].strip()

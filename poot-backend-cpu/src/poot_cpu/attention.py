@@ -5,7 +5,8 @@ workgroups with subgroup reductions (a GPU shape): on a CPU one thread should ta
 query row, compute its scores in a row buffer, and run the softmax and the weighted sum
 of V over it with vectorizable loops. The arithmetic is the composite's definition
 (scores = q.k * scale + mask, max, exp, sum, p = e / sum, p.V). Positions whose mask
-is -inf are skipped: their probability is exactly 0. A row with no live position is
+is -inf are skipped: their probability is exactly 0 (no expf is called for a score of
+-inf: m is finite or +inf there, so expf(-inf - m) is exactly 0). A row with no live position is
 NaN, as the definition gives (exp(-inf - -inf)).
 
 Taken: F32, mask broadcastable to [T, S] (any leading axes of size 1), k and v
@@ -103,7 +104,7 @@ static void {name}(const float* restrict q, const float* restrict k,
     }}
     float den = 0.0f;
     for (int j = 0; j < S; ++j) {{
-      sc[j] = expf(sc[j] - m);
+      sc[j] = sc[j] == -INFINITY ? 0.0f : expf(sc[j] - m);   /* what expf gives it */
       den += sc[j];
     }}
     float acc[DV];

@@ -45,6 +45,8 @@ from poot_cpu.kernels import built_kernel
 
 F32, U8 = DType.F32, DType.U8
 M_TILES = (4, 8)    # activation rows sharing one decoded weight block: decode, prefill
+PANEL_FROM = 8      # calls of at least this many rows use the panel kernel (PANEL_TEMPLATE)
+PANEL_BYTES = 1 << 17   # ... when its decoded panel (8 rows x K int16) fits this on the stack
 
 
 @dataclass(frozen=True)
@@ -175,20 +177,7 @@ static void {name}(const float* restrict x, const unsigned char* restrict w,
                    float* restrict y, unsigned char* restrict scratch) {{
   enum {{ M = {m}, N = {n}, K = {k}, NB = {nb}, BS = {bs}, MT = {mt}, NR = {nr} }};
 {quant_setup}
-  for (int i = 0; i < M * NB; ++i) {{
-    const float* xb = x + (size_t)i * 32;
-    float amax = 0.0f, s = 0.0f;
-    for (int j = 0; j < 32; ++j) {{
-      const float a = fabsf(xb[j]);
-      amax = a > amax ? a : amax;
-      s += xb[j];
-    }}
-    const float inv = amax > 0.0f ? 32767.0f / amax : 0.0f;
-    for (int j = 0; j < 32; ++j) xq[(size_t)i * 32 + j] = (short)lrintf(xb[j] * inv);
-    dx[i] = isfinite(s) ? amax / 32767.0f : s;
-    xs[i] = s;
-  }}
-  #pragma omp for schedule(static) nowait
+{quantize}  #pragma omp for schedule(static) nowait
   for (int n0 = 0; n0 < N; n0 += NR) {{
     for (int m0 = 0; m0 < M; m0 += MT) {{
       const int mt = M - m0 < MT ? M - m0 : MT;
@@ -253,6 +242,133 @@ static void {name}(const float* restrict x, const unsigned char* restrict w,
 """
 
 
+# the prefill tile: a panel of NP = 8 weight rows is decoded once per call into int16 (on
+# the thread's stack, in L1) with its per-block scales and shifts stored across the rows;
+# each activation row then streams through it. A block's eight integer dot products are
+# reduced across lanes into one vector of the eight rows (hadd), so the float work (one
+# conversion, one scale, one multiply-add) is done once per block for all eight rows,
+# where the row tiles do it once per row.
+PANEL_TEMPLATE = """\
+static void {name}(const float* restrict x, const unsigned char* restrict w,
+                   float* restrict y, unsigned char* restrict scratch) {{
+  enum {{ M = {m}, N = {n}, K = {k}, NB = {nb}, BS = {bs}, NP = 8 }};
+{quant_setup}
+{quantize}  #pragma omp for schedule(static) nowait
+  for (int n0 = 0; n0 < N; n0 += NP) {{
+    const int np = N - n0 < NP ? N - n0 : NP;
+    short wp[NP][K] __attribute__((aligned(32)));
+    float d[NB][NP] __attribute__((aligned(32))), shift[NB][NP] __attribute__((aligned(32)));
+    for (int r = 0; r < NP; ++r) {{
+      for (int b = 0; b < NB; ++b) {{
+        short* restrict wq = wp[r] + b * 32;
+        if (r >= np) {{
+          for (int j = 0; j < 32; ++j) wq[j] = 0;
+          d[b][r] = shift[b][r] = 0.0f;
+          continue;
+        }}
+        const unsigned char* blk = w + ((size_t)(n0 + r) * NB + b) * BS;
+        d[b][r] = poot_h2f(blk + {scale});
+        shift[b][r] = {shift};
+{decode}
+      }}
+    }}
+    for (int i = 0; i < M; ++i) {{
+      float out[NP] __attribute__((aligned(32)));
+#ifdef POOT_AVX2
+      __m256 acc = _mm256_setzero_ps(), off = _mm256_setzero_ps();
+      for (int b = 0; b < NB; ++b) {{
+        const int xi = i * NB + b;
+        const short* xb = xq + (size_t)xi * 32;
+        const __m256i x0 = _mm256_loadu_si256((const __m256i*)xb);
+        const __m256i x1 = _mm256_loadu_si256((const __m256i*)(xb + 16));
+        __m256i p[NP];
+        for (int r = 0; r < NP; ++r) {{
+          const short* wb = wp[r] + b * 32;
+          p[r] = _mm256_add_epi32(
+              _mm256_madd_epi16(_mm256_load_si256((const __m256i*)wb), x0),
+              _mm256_madd_epi16(_mm256_load_si256((const __m256i*)(wb + 16)), x1));
+        }}
+        const __m256i h0 = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]),
+                                             _mm256_hadd_epi32(p[2], p[3]));
+        const __m256i h1 = _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]),
+                                             _mm256_hadd_epi32(p[6], p[7]));
+        const __m256i dot = _mm256_add_epi32(_mm256_permute2x128_si256(h0, h1, 0x20),
+                                             _mm256_permute2x128_si256(h0, h1, 0x31));
+        const __m256 scale = _mm256_mul_ps(_mm256_load_ps(d[b]), _mm256_set1_ps(dx[xi]));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, acc);
+        off = _mm256_add_ps(off, _mm256_mul_ps(_mm256_load_ps(shift[b]),
+                                               _mm256_set1_ps(xs[xi])));
+      }}
+      _mm256_store_ps(out, _mm256_add_ps(acc, off));
+#else
+      float acc[NP] = {{0}}, off[NP] = {{0}};
+      for (int b = 0; b < NB; ++b) {{
+        const int xi = i * NB + b;
+        const short* xb = xq + (size_t)xi * 32;
+        for (int r = 0; r < NP; ++r) {{
+          const short* wb = wp[r] + b * 32;
+          int p = 0;
+          for (int j = 0; j < 32; ++j) p += wb[j] * xb[j];
+          acc[r] += (float)p * (d[b][r] * dx[xi]);
+          off[r] += shift[b][r] * xs[xi];
+        }}
+      }}
+      for (int r = 0; r < NP; ++r) out[r] = acc[r] + off[r];
+#endif
+      for (int r = 0; r < np; ++r) y[(size_t)i * N + n0 + r] = out[r];
+    }}
+  }}
+}}
+"""
+
+
+# each 32-block of activations to int16 (see the module docstring); with AVX2 the
+# magnitude and the rounding run 8 lanes at a time, with the scalar loop's results: max is
+# exact (a NaN element is passed over, as `a > amax` does), the product is the same single
+# multiply, the conversion rounds to nearest even as lrintf does, and the low 16 bits are
+# kept as the (short) cast keeps them. The block sum stays the scalar, in-order sum.
+QUANTIZE = """\
+  for (int i = 0; i < M * NB; ++i) {
+    const float* xb = x + (size_t)i * 32;
+    float amax = 0.0f, s = 0.0f;
+#ifdef POOT_AVX2
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 v[4], mx = _mm256_setzero_ps();
+    for (int j = 0; j < 4; ++j) {
+      v[j] = _mm256_loadu_ps(xb + 8 * j);
+      mx = _mm256_max_ps(_mm256_andnot_ps(sign, v[j]), mx);
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    amax = _mm_cvtss_f32(m4);
+    for (int j = 0; j < 32; ++j) s += xb[j];
+    const float inv = amax > 0.0f ? 32767.0f / amax : 0.0f;
+    const __m256 vinv = _mm256_set1_ps(inv);
+    const __m256i low = _mm256_set1_epi32(0xffff);
+    for (int j = 0; j < 2; ++j) {
+      const __m256i a = _mm256_and_si256(
+          _mm256_cvtps_epi32(_mm256_mul_ps(v[2 * j], vinv)), low);
+      const __m256i b = _mm256_and_si256(
+          _mm256_cvtps_epi32(_mm256_mul_ps(v[2 * j + 1], vinv)), low);
+      _mm256_storeu_si256((__m256i*)(xq + (size_t)i * 32 + 16 * j),
+                          _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xd8));
+    }
+#else
+    for (int j = 0; j < 32; ++j) {
+      const float a = fabsf(xb[j]);
+      amax = a > amax ? a : amax;
+      s += xb[j];
+    }
+    const float inv = amax > 0.0f ? 32767.0f / amax : 0.0f;
+    for (int j = 0; j < 32; ++j) xq[(size_t)i * 32 + j] = (short)lrintf(xb[j] * inv);
+#endif
+    dx[i] = isfinite(s) ? amax / 32767.0f : s;
+    xs[i] = s;
+  }
+"""
+
+
 def scratch_bytes(m: int, k: int, layout: BlockLayout) -> int:
     """The quantized activations: int16 values, then a scale and a sum per block."""
     blocks = m * k // layout.elements
@@ -289,9 +405,12 @@ def gemv_source(name: str, layout: BlockLayout, m: int, n: int, k: int) -> str:
     # 4-bit quants are centred (q - 8) so the int16 products' rounding stays small against
     # the result; what the centring moves goes into the per-block shift
     centre = 8 if layout.bits == 4 else 0
-    shift = f"{float(centre - layout.bias)}f * d[r]"
-    if layout.minimum is not None:
-        shift = f"poot_h2f(blk + {layout.minimum}) + {shift}"
+
+    def shift(d: str) -> str:
+        term = f"{float(centre - layout.bias)}f * {d}"
+        return f"poot_h2f(blk + {layout.minimum}) + {term}" if layout.minimum is not None \
+            else term
+
     if layout.bits == 4:
         # byte j holds element j (low nibble) and j + 16 (high): widened to 16 bits
         # first, one mask and one shift give both halves
@@ -300,22 +419,25 @@ def gemv_source(name: str, layout: BlockLayout, m: int, n: int, k: int) -> str:
                "const __m256i eight = _mm256_set1_epi16(8);",
                "w0[r] = _mm256_sub_epi16(_mm256_and_si256(v, _mm256_set1_epi16(15)), eight);",
                "w1[r] = _mm256_sub_epi16(_mm256_srli_epi16(v, 4), eight);"]
-        scalar = [f"for (int j = 0; j < 16; ++j) {{ wq[r][j] = (blk[{q} + j] & 15) - 8; "
-                  f"wq[r][j + 16] = (blk[{q} + j] >> 4) - 8; }}"]
+        scalar = ("for (int j = 0; j < 16; ++j) {{ {wq}[j] = (blk[{q} + j] & 15) - 8; "
+                  "{wq}[j + 16] = (blk[{q} + j] >> 4) - 8; }}")
     else:
         avx = [f"w{j}[r] = _mm256_cvtepi8_epi16("
                f"_mm_loadu_si128((const __m128i*)(blk + {q + 16 * j})));" for j in range(2)]
-        scalar = [f"for (int j = 0; j < 32; ++j) wq[r][j] = (signed char)blk[{q} + j];"]
+        scalar = "for (int j = 0; j < 32; ++j) {wq}[j] = (signed char)blk[{q} + j];"
     pad = " " * 10
+    local = m * k * 2 <= LOCAL_BYTES and m < PANEL_FROM
+    common = dict(name=name, quantize=QUANTIZE,
+                  quant_setup=LOCAL_QUANT if local else SHARED_QUANT, m=m, n=n, k=k,
+                  nb=k // layout.elements, bs=layout.nbytes, scale=layout.scale)
+    if m >= PANEL_FROM and 8 * k * 2 <= PANEL_BYTES:
+        return PANEL_TEMPLATE.format(**common, shift=shift("d[b][r]"),
+                                     decode=" " * 8 + scalar.format(wq="wq", q=q))
     mt = M_TILES[m >= 8]
-    local = m * k * 2 <= LOCAL_BYTES
-    return TEMPLATE.format(name=name, quant_setup=LOCAL_QUANT if local else SHARED_QUANT,
-                           m=m, n=n, k=k, nb=k // layout.elements,
-                           bs=layout.nbytes, mt=mt, nr=weight_rows(layout, mt, n),
-                           scale=layout.scale,
-                           shift=shift,
+    return TEMPLATE.format(**common, mt=mt, nr=weight_rows(layout, mt, n),
+                           shift=shift("d[r]"),
                            avx_decode="\n".join(pad + x for x in avx),
-                           scalar_decode="\n".join(pad + x for x in scalar))
+                           scalar_decode=pad + scalar.format(wq="wq[r]", q=q))
 
 
 __all__ = ["LAYOUTS", "BlockLayout", "gemv_program", "gemv_source", "layout_of",

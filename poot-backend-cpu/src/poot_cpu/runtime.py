@@ -1,9 +1,10 @@
 """The cpu runtime: host memory, one compiled library per plan, one call per step.
 
 Buffers are 256-byte aligned numpy byte arrays at stable addresses; `write` and `read`
-copy bytes in place, except that a whole-buffer write of a read-only file mapping (a
-weight of a memory-mapped checkpoint) adopts the mapping instead of copying it: the
-kernels only read weights, and a copy would hold the model in memory twice. `load`
+copy bytes in place, except that a whole-buffer write of immutable bytes (a read-only
+file mapping: a weight of a memory-mapped checkpoint; or a frozen array, such as the
+loader's reordered q/k rows) adopts them instead of copying: the kernels only read
+weights, and a copy would hold them in memory twice. `load`
 prints the plan's step function (poot_cpu.step), compiles it once (cached by source)
 and binds the buffers' addresses, so `run()` is a single ctypes call with no Python per
 kernel or element. The OpenMP threads are the C runtime's ($OMP_NUM_THREADS, default one per core).
@@ -11,6 +12,7 @@ kernel or element. The OpenMP threads are the C runtime's ($OMP_NUM_THREADS, def
 from __future__ import annotations
 
 import ctypes
+import functools
 import mmap
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -38,13 +40,16 @@ class CpuBuffer:
         return self.array.ctypes.data
 
 
-def read_only_mapping(array: np.ndarray) -> bool:
-    """True when `array` is a view of a memory map opened read-only, so its bytes never
-    change while a plan reads them."""
+def immutable(array: np.ndarray) -> bool:
+    """True when nothing can change `array`'s bytes while a plan reads them: a view of a
+    memory map opened read-only, or of a frozen owner (an array that owns its bytes and
+    is not writable, such as poot.models.weights.frozen_rows)."""
     if array.flags.writeable or not array.flags.c_contiguous:
         return False
     base = array
     while isinstance(base, np.ndarray):
+        if base.base is None:
+            return not base.flags.writeable
         base = base.base
     return isinstance(base, mmap.mmap) and memoryview(base).readonly
 
@@ -67,7 +72,7 @@ class CpuRuntime:
 
     def write(self, buf: CpuBuffer, offset: int, array: np.ndarray) -> None:
         if offset == 0 and array.nbytes == buf.nbytes and not buf.bound \
-                and read_only_mapping(array) and array.ctypes.data % MAPPED_ALIGN == 0:
+                and immutable(array) and array.ctypes.data % MAPPED_ALIGN == 0:
             buf.array = array.reshape(-1).view(np.uint8)  # its own bytes were never touched
             return
         data = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
@@ -96,5 +101,26 @@ class CpuExecutable:
         self._ptrs = (ctypes.c_void_p * max(1, len(bufs)))(*[b.ptr for b in bufs])
 
     def run(self) -> None:
+        if not self.recorded:
+            release_freed_heap()
         self._fn(self._ptrs)
         self.recorded = True   # the compiled step is the recording: every run replays it
+
+
+@functools.cache
+def _malloc_trim():
+    """glibc's malloc_trim, or None where the C library has none."""
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+def release_freed_heap() -> None:
+    """Give the heap that planning freed back to the OS before a plan first runs: the
+    tracer, planner and printer leave megabytes of freed small blocks that the C heap
+    keeps, and the weights' pages are added to the resident set only after that, on the
+    first run, so what is freed here lowers the process's peak."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)

@@ -7,6 +7,7 @@ into rotate-half order once, so the traced step needs no permutation of activati
 """
 from __future__ import annotations
 
+import math
 import re
 import weakref
 from dataclasses import dataclass, replace
@@ -240,6 +241,27 @@ def _row_sources(name: str, weight: PackedWeight) -> list[bool]:
     return rows
 
 
+#: the alignment of a materialized weight: GGUF's (32 bytes), so a runtime that adopts the
+#: file's own tensors can adopt these too
+WEIGHT_ALIGN = 32
+
+
+def frozen_rows(source: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """`source[order]` in a WEIGHT_ALIGN-aligned array that nothing can write: a frozen
+    owner (no writable view of it exists), so a host runtime may use its bytes in place
+    instead of copying them (poot_cpu's runtime does)."""
+    source = np.asarray(source)
+    shape = (len(order), *source.shape[1:])
+    nbytes = math.prod(shape) * source.itemsize
+    raw = np.empty(nbytes + WEIGHT_ALIGN, np.uint8)
+    start = -raw.ctypes.data % WEIGHT_ALIGN
+    out = raw[start:start + nbytes].view(source.dtype).reshape(shape)
+    np.take(source, order, axis=0, out=out)
+    out.flags.writeable = False
+    raw.flags.writeable = False
+    return out
+
+
 class HalfLayoutRows:
     """The WeightSource `inner` (with q/k rows in adjacent pairs) with its q/k rows in
     rotate-half order: the builder's only layout.
@@ -275,7 +297,7 @@ class HalfLayoutRows:
         def moved(ref):
             new = replace(ref, tensor=f"{ref.tensor}~half",
                           payload=ref.payload and f"{ref.payload}~half{self.head_dim}")
-            self.arrays[new.tensor] = np.asarray(self.inner.arrays[ref.tensor])[order]
+            self.arrays[new.tensor] = frozen_rows(self.inner.arrays[ref.tensor], order)
             return new
 
         if not packed:
