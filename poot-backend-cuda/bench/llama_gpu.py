@@ -26,6 +26,7 @@ import time
 import traceback
 
 import numpy as np
+from bench_gpu import host_ms
 from synthetic import DeviceFilledWeights, SyntheticWeights, host_arrays, shape_config
 
 POS = 100          # the decode position timed (attention over 101 keys of max_seq 1024)
@@ -104,15 +105,6 @@ def slots(pos: int, token: int = 1234) -> dict:
     return {"tokens": np.array([token], np.int32), "pos": np.array([pos], np.int32)}
 
 
-def host_ms(fn, steps: int = 30) -> float:
-    times = []
-    for _ in range(steps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e3
-
-
 def kind_of(name: str) -> str:
     parts = name.split("_")
     return parts[1] + ("_merge" if name.endswith("merge") else "") if len(parts) > 1 else name
@@ -180,7 +172,7 @@ def bench_variant(label: str, config, source, ex, timer, copy_gbs: float,
     if not np.isfinite(out.astype(np.float32)).all():
         raise AssertionError(f"{label}: non-finite logits")
     dev_ms = timer.call_ms(exe._graph.launch, reps=20, trials=5)
-    step_ms = host_ms(lambda: ex.step(s))
+    step_ms = host_ms(lambda: ex.step(s), steps=30)
     nbytes = source.bytes_per_token(config)
     gbs = nbytes / dev_ms / 1e6
     rows = [(f"{label} decode (graph alone)", f"{dev_ms * 1e3:9.1f} us",

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from poot import ops, plugin
 from poot.dtypes import DType
-from poot.errors import IRError, SlotRangeError
+from poot.errors import IRError, SlotRangeError, UnknownBackend
 from poot.ir.types import SlotKind
 from poot.models import counter_rng
 from poot.models.sample_graph import SLOTS, sample_tokens, slot_values
@@ -38,7 +38,9 @@ def _executor(backend: str, graph):
 
     try:
         b = plugin.get_backend(backend)
-    except Exception as exc:
+    except UnknownBackend as exc:
+        if plugin.manager().failure(backend) is not None:
+            raise              # installed but its plugin failed to load: a failure
         pytest.skip(f"backend {backend} is not installed here: {exc}")
     devs, why = plugin.probe(b)
     if not devs:
