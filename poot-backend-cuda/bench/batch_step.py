@@ -160,6 +160,7 @@ def step_slots(b: int, max_seq: int, pos: int) -> dict:
 
 def bench_steps(model, batches, max_seq: int, pos: int, label: str, profile_at) -> None:
     largest = max(batches)
+    model.backend.forget_lowerings()    # shared by signature: lowered anew under this schedule
     session = model.session("paged", batch=largest, pool=max_seq * largest,
                             decode_batches=batches)
     for b in batches:
