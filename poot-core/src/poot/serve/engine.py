@@ -9,11 +9,17 @@ Each turn of the loop:
    are fed one prefill chunk each, in one step (a long prompt delays the running streams by
    one chunk per turn, not by its whole length);
 4. every sequence that is generating gets its next token in one decode step, through the
-   decode plan of the smallest batch size that holds them all (plans are planned once, at
-   warm-up); the step samples each row in the graph with its request's own settings (or
-   takes the argmax, through the argmax plan, when every row is greedy) and reads back
-   only the token ids, and each streams its text at once (a prompt's first
-   token is drawn on the host from the prefill's logits, by the same algorithm).
+   decode plan of the smallest batch size that holds them all; the step samples each row
+   in the graph with its request's own settings (or takes the argmax, through the argmax
+   plan, when every row is greedy) and reads back only the token ids, and each streams its
+   text at once (a prompt's first token is drawn on the host from the prefill's logits, by
+   the same algorithm).
+
+Plans are made on the loop's own thread: a turn that needs one not made yet plans it first,
+and an idle loop plans the rest in the background, smallest batch first (the order a growing
+batch needs them), so the server answers at once and a lone request waits only for the
+plans of one row (the cuda backend compiles each batch size's kernels; 12 decode and 3
+prefill plans up front took two minutes).
 
 A sequence that ends (EOS, a stop string, max_tokens) or is cancelled leaves the batch in
 the same turn and frees its blocks before its client hears that it finished. The HTTP side
@@ -120,21 +126,43 @@ class Engine:
         #: seconds in the loop's turns, and in the session's decode and prefill steps within
         #: them (slot arrays, the step, the read-back); the rest of a turn is the host's
         #: scheduling, text and events
-        self.times = dict(turns_s=0.0, decode_step_s=0.0, prefill_step_s=0.0)
+        self.times = dict(turns_s=0.0, decode_step_s=0.0, prefill_step_s=0.0, planning_s=0.0)
+        s = self.session
+        #: the plans still to make ((tokens, batch, sample) as Session.executor takes
+        #: them), in the order a batch growing from one row needs them
+        self._unplanned = sorted(
+            [(s.prefill_tokens, b, None) for b in s.prefill_batches]
+            + [(1, b, mode) for mode in SAMPLE_MODES for b in s.decode_batches],
+            key=lambda p: (p[1], p[0] == 1, p[2] or ""))
+        self.progress: Callable[[str], None] | None = None
 
     # -- the HTTP side --------------------------------------------------------------------
-    def warm(self, progress=None) -> None:
-        """Plan every prefill and decode plan now, and run each once on padding rows (a
-        backend that records steps records them here), so that no request waits for one."""
-        s = self.session
-        plans = [(s.prefill_tokens, b, None) for b in s.prefill_batches] + \
-            [(1, b, mode) for mode in SAMPLE_MODES for b in s.decode_batches]
-        for tokens, batch, sample in plans:
-            t0 = time.perf_counter()
-            s.rehearse(tokens, batch, sample)
-            if progress:
-                progress(f"planned and ran the {tokens}-token x {batch} step in "
-                         f"{time.perf_counter() - t0:.1f} s")
+    def warm(self, progress=None, wait: bool = False) -> None:
+        """Have the loop plan every prefill and decode plan while it is idle (with `wait`:
+        plan them all now), each run once on padding rows (a backend that records steps
+        records it there); `progress` hears one line per plan."""
+        self.progress = progress
+        while wait and self._plan_next():
+            pass
+
+    def _plan_next(self) -> bool:
+        """Make the next plan not made yet; False when every one is made."""
+        done = self.session.executors      # keyed as Session.executor keys them
+        while self._unplanned and (self._unplanned[0] if self._unplanned[0][2]
+                                   else self._unplanned[0][:2]) in done:
+            self._unplanned.pop(0)
+        if not self._unplanned:
+            return False
+        tokens, batch, sample = self._unplanned.pop(0)
+        t0 = time.perf_counter()
+        self.session.rehearse(tokens, batch, sample)
+        took = time.perf_counter() - t0
+        self.times["planning_s"] += took
+        if self.progress:
+            how = f" ({sample})" if sample else ""
+            self.progress(f"planned and ran the {tokens}-token x {batch} step{how} in "
+                          f"{took:.1f} s; {len(self._unplanned)} plans to go")
+        return True
 
     def start(self) -> None:
         # The loop shares the interpreter with the HTTP event loop: when a step's device
@@ -191,7 +219,9 @@ class Engine:
             "decoding": sum(j.last is not None for j in active),
             "max_batch": self.max_batch, "max_queue": self.max_queue,
             "decode_batches": list(self.session.decode_batches),
-            "prefill_batches": list(self.session.prefill_batches), **self.counters,
+            "prefill_batches": list(self.session.prefill_batches),
+            "plans_made": len(self.session.executors), "plans_waiting": len(self._unplanned),
+            **self.counters,
             **{k: round(v, 6) for k, v in self.times.items()},
         }
 
@@ -213,10 +243,15 @@ class Engine:
         clock, times = time.perf_counter, self.times
         while True:
             with self._cv:
-                while not self._stopping and not self._queue and not self._active:
+                while not (self._stopping or self._queue or self._active or self._unplanned):
                     self._cv.wait()
                 if self._stopping:
                     break
+                idle = not self._queue and not self._active
+            if idle:          # nothing to serve: make the next plan (outside the lock)
+                self._plan_next()
+                continue
+            with self._cv:
                 t0 = clock()
                 self._drop_cancelled()
                 self._admit()
