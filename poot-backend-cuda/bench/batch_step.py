@@ -158,16 +158,21 @@ def step_slots(b: int, max_seq: int, pos: int) -> dict:
             "slot_map": smap}
 
 
-def bench_steps(model, batches, max_seq: int, pos: int, label: str, profile_at) -> None:
+def bench_steps(model, batches, max_seq: int, pos: int, label: str, profile_at,
+                sample: str | None = None) -> None:
     largest = max(batches)
     model.backend.forget_lowerings()    # shared by signature: lowered anew under this schedule
     session = model.session("paged", batch=largest, pool=max_seq * largest,
                             decode_batches=batches)
     for b in batches:
         t0 = time.perf_counter()
-        ex = session.executor(1, b)
+        ex = session.executor(1, b, sample)
         planned = time.perf_counter() - t0
         slots = step_slots(b, max_seq, pos)
+        if sample:       # padding sampler rows: greedy, nothing penalized
+            from poot.models.sample_graph import slot_values
+
+            slots.update(slot_values([], b, sample))
         exe = ex.executable
         exe.replay = True
         ex.step(slots)                                  # records the graph
@@ -223,6 +228,9 @@ def main() -> int:
     ap.add_argument("--max-seq", type=int, default=512)
     ap.add_argument("--pos", type=int, default=100)
     ap.add_argument("--greedy", type=int, default=12, help="tokens of the greedy check")
+    ap.add_argument("--sample", default=None, choices=("argmax", "full"),
+                    help="time the decode plans that sample in the graph (serve's), not "
+                         "the logits plans")
     ap.add_argument("--profile", default="",
                     help="batches profiled per kernel kind (default: the largest)")
     ap.add_argument("--full-walk", default="",
@@ -239,8 +247,10 @@ def main() -> int:
             bench_steps(model, old, args.max_seq, args.pos, "tiled GEMM", {max(old)})
     if walk:
         with full_walk():
-            bench_steps(model, walk, args.max_seq, args.pos, "full attention walk", set(walk))
-    session = bench_steps(model, batches, args.max_seq, args.pos, "rows GEMV", profile)
+            bench_steps(model, walk, args.max_seq, args.pos, "full attention walk", set(walk),
+                        args.sample)
+    session = bench_steps(model, batches, args.max_seq, args.pos, "rows GEMV", profile,
+                          args.sample)
     if args.greedy:
         greedy_same(session, args.greedy)
     if args.rows:
