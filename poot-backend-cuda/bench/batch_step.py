@@ -161,7 +161,10 @@ def step_slots(b: int, max_seq: int, pos: int) -> dict:
 def bench_steps(model, batches, max_seq: int, pos: int, label: str, profile_at,
                 sample: str | None = None) -> None:
     largest = max(batches)
-    model.backend.forget_lowerings()    # shared by signature: lowered anew under this schedule
+    # lowered and planned anew under this schedule: the backend shares lowerings by
+    # signature, and the model keeps its sessions (with their plans) by shape
+    model.backend.forget_lowerings()
+    model._sessions.clear()
     session = model.session("paged", batch=largest, pool=max_seq * largest,
                             decode_batches=batches)
     for b in batches:
