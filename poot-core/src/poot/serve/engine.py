@@ -29,6 +29,7 @@ not one per token), which calls each request's own `emit`.
 """
 from __future__ import annotations
 
+import gc
 import itertools
 import sys
 import threading
@@ -122,11 +123,13 @@ class Engine:
         #: hands a turn's events to the requests' side; by default calls each emit here
         self.deliver: Callable[[list[tuple[Job, Event]]], None] = deliver_here
         self.counters = dict(steps=0, peak_batch=0, prefill_chunks=0, generated_tokens=0,
-                             finished=0, cancelled=0, rejected=0, failed=0, argmax_steps=0)
+                             finished=0, cancelled=0, rejected=0, failed=0, argmax_steps=0,
+                             gc_full=0)
         #: seconds in the loop's turns, and in the session's decode and prefill steps within
         #: them (slot arrays, the step, the read-back); the rest of a turn is the host's
         #: scheduling, text and events
-        self.times = dict(turns_s=0.0, decode_step_s=0.0, prefill_step_s=0.0, planning_s=0.0)
+        self.times = dict(turns_s=0.0, decode_step_s=0.0, prefill_step_s=0.0, planning_s=0.0,
+                          gc_s=0.0)
         s = self.session
         #: the plans still to make ((tokens, batch, sample) as Session.executor takes
         #: them), in the order a batch growing from one row needs them
@@ -135,6 +138,8 @@ class Engine:
             + [(1, b, mode) for mode in SAMPLE_MODES for b in s.decode_batches],
             key=lambda p: (p[1], p[0] == 1, p[2] or ""))
         self.progress: Callable[[str], None] | None = None
+        self._frozen = 0           # plans whose objects were moved out of the collector's reach
+        self._gc_t0 = 0.0
 
     # -- the HTTP side --------------------------------------------------------------------
     def warm(self, progress=None, wait: bool = False) -> None:
@@ -143,10 +148,12 @@ class Engine:
         records it there); `progress` hears one line per plan."""
         self.progress = progress
         while wait and self._plan_next():
-            pass
+            self._freeze()
 
     def _plan_next(self) -> bool:
-        """Make the next plan not made yet; False when every one is made."""
+        """Make the next plan not made yet; False when every one is made (the first time,
+        the collector then sets aside what the plans hold: they live as long as the
+        process, and a full collection walks all of them)."""
         done = self.session.executors      # keyed as Session.executor keys them
         while self._unplanned and (self._unplanned[0] if self._unplanned[0][2]
                                    else self._unplanned[0][:2]) in done:
@@ -164,11 +171,30 @@ class Engine:
                           f"{took:.1f} s; {len(self._unplanned)} plans to go")
         return True
 
+    def _freeze(self) -> None:
+        """After a new plan: collect once, then set aside everything left (the plans live
+        as long as the process), so that no later collection walks them again; each
+        collection then walks what is new since the last plan."""
+        if len(self.session.executors) != self._frozen:
+            gc.collect()
+            gc.freeze()
+            self._frozen = len(self.session.executors)
+
+    def _gc_timed(self, phase: str, info: dict) -> None:
+        """gc.callbacks: the process's collections while the engine runs, in /stats (any
+        thread's: the pause stops both)."""
+        if phase == "start":
+            self._gc_t0 = time.perf_counter()
+            return
+        self.times["gc_s"] += time.perf_counter() - self._gc_t0
+        self.counters["gc_full"] += info["generation"] == 2
+
     def start(self) -> None:
         # The loop shares the interpreter with the HTTP event loop: when a step's device
         # wait ends, the loop should get the interpreter back within a fraction of a step,
         # not after the default 5 ms switch interval (process-wide; a server owns its process)
         sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_S))
+        gc.callbacks.append(self._gc_timed)
         self._thread = threading.Thread(target=self._loop, name="poot-serve-engine",
                                         daemon=True)
         self._thread.start()
@@ -179,6 +205,8 @@ class Engine:
             self._cv.notify()
         if self._thread is not None:
             self._thread.join()
+        if self._gc_timed in gc.callbacks:
+            gc.callbacks.remove(self._gc_timed)
 
     def submit(self, gen: Generation, emit: Callable[[Event], None]) -> Job:
         """Queue a request, or refuse it with 503 when `max_queue` requests already wait
@@ -250,6 +278,7 @@ class Engine:
                 idle = not self._queue and not self._active
             if idle:          # nothing to serve: make the next plan (outside the lock)
                 self._plan_next()
+                self._freeze()
                 continue
             with self._cv:
                 t0 = clock()
@@ -266,6 +295,7 @@ class Engine:
                 outbox, self._outbox = self._outbox, []
                 self.deliver(outbox)
             times["turns_s"] += clock() - t0
+            self._freeze()      # after a plan this turn made (a no-op otherwise)
         with self._cv:
             for job in self._active:
                 self.session.close(job.id)
