@@ -272,10 +272,17 @@ class Session:
         wmap = np.full(b * t, -1, np.int32)
         smap = np.zeros((b, self.capacity), np.int32)
         self._check_room(counts)
+        k = len(seqs)
+        pos[:k, 0] = [self.blocks.length(seq) for seq in seqs]
+        if t == 1:      # a decode step: whole columns at once (a server's 32 rows a step)
+            toks[:k, 0] = [rows[seq][0] for seq in seqs]
+            wmap[:k] = np.concatenate([self.blocks.reserve(seq, 1) for seq in seqs])
+        else:
+            for r, seq in enumerate(seqs):
+                n = counts[seq]
+                toks[r, :n] = rows[seq]
+                wmap[r * t: r * t + n] = self.blocks.reserve(seq, n)
         for r, seq in enumerate(seqs):
-            n = counts[seq]
-            toks[r, :n], pos[r, 0] = rows[seq], self.blocks.length(seq)
-            wmap[r * t: r * t + n] = self.blocks.reserve(seq, n)
             smap[r] = self.blocks.slot_map_view(seq)
         slots = {"tokens": toks, "pos": pos, "write_map": wmap, "slot_map": smap,
                  **(dict(draws(b)) if draws else {})}
@@ -311,8 +318,7 @@ class Session:
         """Refuse a step the pool cannot hold (counts: new tokens by sequence) before any
         sequence claims a slot."""
         blk = self.blocks.block
-        need = sum(-(-(self.blocks.length(s) + n) // blk) - len(self.blocks.blocks(s))
-                   for s, n in counts.items())
+        need = self.blocks.blocks_needed(counts)
         if need > self.blocks.free:
             raise CapacityError(f"KV pool out of blocks: this step needs {need} more blocks "
                                 f"of {blk} slots, {self.blocks.free} are free; finish a "
