@@ -138,7 +138,7 @@ class Engine:
             + [(1, b, mode) for mode in SAMPLE_MODES for b in s.decode_batches],
             key=lambda p: (p[1], p[0] == 1, p[2] or ""))
         self.progress: Callable[[str], None] | None = None
-        self._frozen = 0           # plans whose objects were moved out of the collector's reach
+        self._frozen = 0           # plans made when the collector last froze the heap
         self._gc_t0 = 0.0
 
     # -- the HTTP side --------------------------------------------------------------------
@@ -151,9 +151,8 @@ class Engine:
             self._freeze()
 
     def _plan_next(self) -> bool:
-        """Make the next plan not made yet; False when every one is made (the first time,
-        the collector then sets aside what the plans hold: they live as long as the
-        process, and a full collection walks all of them)."""
+        """Make the next plan not made yet (skipping those a turn made on demand); False
+        when every one is made."""
         done = self.session.executors      # keyed as Session.executor keys them
         while self._unplanned and (self._unplanned[0] if self._unplanned[0][2]
                                    else self._unplanned[0][:2]) in done:
@@ -174,7 +173,9 @@ class Engine:
     def _freeze(self) -> None:
         """After a new plan: collect once, then set aside everything left (the plans live
         as long as the process), so that no later collection walks them again; each
-        collection then walks what is new since the last plan."""
+        collection then walks what is new since the last plan. (What a running request
+        holds at that moment is frozen too: freed by reference counts as ever, never by the
+        cycle collector; at most once per plan.)"""
         if len(self.session.executors) != self._frozen:
             gc.collect()
             gc.freeze()
