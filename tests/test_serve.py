@@ -3,6 +3,7 @@ completions and chat, whole and streamed; 16 concurrent greedy requests answer e
 each answers alone, and the KV pool is whole again afterwards."""
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import openai
@@ -118,3 +119,15 @@ def test_greedy_rows_beside_a_sampled_one_answer_as_alone(server, client):
     assert together == alone
     argmax = after["argmax_steps"] - before["argmax_steps"]
     assert 0 < argmax < after["steps"] - before["steps"]
+
+
+def test_plans_are_made_after_the_server_listens(server):
+    """The server listens before it plans (the startup line first); a turn makes the plan
+    it needs and the idle loop the rest, until every batch size has its plans."""
+    deadline = time.monotonic() + 300
+    while (s := server.stats())["plans_waiting"] and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert s["plans_waiting"] == 0
+    assert s["plans_made"] == 2 * len(s["decode_batches"]) + len(s["prefill_batches"])
+    log = "".join(server.log)
+    assert log.index("[poot] serving smollm2") < log.index("[poot] planned and ran")

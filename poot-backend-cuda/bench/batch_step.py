@@ -27,7 +27,7 @@ import traceback
 
 import numpy as np
 from bench_gpu import Timer, profile_step
-from poot.codegen.lower import dot
+from poot.codegen.lower import attention, dot
 
 SHAPES = ((576, 576), (192, 576), (1536, 576), (576, 1536), (49152, 576))   # (N, K)
 #: (label, BATCH_ROWS, ROWS_WIDE_N) of the matmul rows: the tiled GEMM, the rows GEMV as
@@ -39,6 +39,16 @@ VARIANTS = (("tiled GEMM", 0, None), ("rows GEMV", 32, None), ("rows all wide", 
 
 def summary(key: str, value) -> None:
     print(f"SUMMARY {key} | {value}", flush=True)
+
+
+@contextlib.contextmanager
+def full_walk():
+    """Decode attention walking every key of its split (the form before REACH)."""
+    attention.REACH = False
+    try:
+        yield
+    finally:
+        attention.REACH = True
 
 
 @contextlib.contextmanager
@@ -148,15 +158,24 @@ def step_slots(b: int, max_seq: int, pos: int) -> dict:
             "slot_map": smap}
 
 
-def bench_steps(model, batches, max_seq: int, pos: int, label: str, profile_at) -> None:
+def bench_steps(model, batches, max_seq: int, pos: int, label: str, profile_at,
+                sample: str | None = None) -> None:
     largest = max(batches)
+    # lowered and planned anew under this schedule: the backend shares lowerings by
+    # signature, and the model keeps its sessions (with their plans) by shape
+    model.backend.forget_lowerings()
+    model._sessions.clear()
     session = model.session("paged", batch=largest, pool=max_seq * largest,
                             decode_batches=batches)
     for b in batches:
         t0 = time.perf_counter()
-        ex = session.executor(1, b)
+        ex = session.executor(1, b, sample)
         planned = time.perf_counter() - t0
         slots = step_slots(b, max_seq, pos)
+        if sample:       # padding sampler rows: greedy, nothing penalized
+            from poot.models.sample_graph import slot_values
+
+            slots.update(slot_values([], b, sample))
         exe = ex.executable
         exe.replay = True
         ex.step(slots)                                  # records the graph
@@ -212,15 +231,29 @@ def main() -> int:
     ap.add_argument("--max-seq", type=int, default=512)
     ap.add_argument("--pos", type=int, default=100)
     ap.add_argument("--greedy", type=int, default=12, help="tokens of the greedy check")
+    ap.add_argument("--sample", default=None, choices=("argmax", "full"),
+                    help="time the decode plans that sample in the graph (serve's), not "
+                         "the logits plans")
+    ap.add_argument("--profile", default="",
+                    help="batches profiled per kernel kind (default: the largest)")
+    ap.add_argument("--full-walk", default="",
+                    help="batches also timed with attention walking whole splits (A/B)")
     args = ap.parse_args()
     batches = sorted(int(x) for x in args.batches.split(","))
     old = sorted(int(x) for x in args.old_batches.split(",") if x)
     largest = max(batches)
+    profile = {int(x) for x in args.profile.split(",") if x} or {largest}
+    walk = sorted(int(x) for x in args.full_walk.split(",") if x)
     model = smollm2_model(args.max_seq)
     if old:
         with schedule(0):
             bench_steps(model, old, args.max_seq, args.pos, "tiled GEMM", {max(old)})
-    session = bench_steps(model, batches, args.max_seq, args.pos, "rows GEMV", {largest})
+    if walk:
+        with full_walk():
+            bench_steps(model, walk, args.max_seq, args.pos, "full attention walk", set(walk),
+                        args.sample)
+    session = bench_steps(model, batches, args.max_seq, args.pos, "rows GEMV", profile,
+                          args.sample)
     if args.greedy:
         greedy_same(session, args.greedy)
     if args.rows:

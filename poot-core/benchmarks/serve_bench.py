@@ -133,8 +133,9 @@ def main() -> int:
             texts[mode] = [x["text"] for x in runs]
             r = summary(runs)
             after = stats(args.url)
-            d = {k: after[k] - before[k] for k in ("steps", "turns_s", "decode_step_s",
-                                                    "prefill_step_s")}
+            d = {k: after.get(k, 0) - before.get(k, 0)
+                 for k in ("steps", "turns_s", "decode_step_s", "prefill_step_s", "gc_s",
+                           "gc_full")}
             print(f"{n:>7} {mode:>8} {r['tokens']:>7} {r['wall_s']:>7.2f} {r['agg_tps']:>10.1f} "
                   f"{r['ttft_med_s']:>9.3f} {r['ttft_max_s']:>9.3f} {r['req_tps_med']:>10.1f}"
                   f"  ({d['steps']} decode steps)")
@@ -143,7 +144,8 @@ def main() -> int:
                   f"({d['decode_step_s'] / max(d['steps'], 1) * 1e3:.2f} ms each), prefill "
                   f"steps {d['prefill_step_s']:.3f} s, the rest of the turns {host:.3f} s "
                   f"({host / max(d['steps'], 1) * 1e3:.2f} ms a decode step), idle "
-                  f"{r['wall_s'] - d['turns_s']:.3f} s")
+                  f"{r['wall_s'] - d['turns_s']:.3f} s; collector {d['gc_s']:.3f} s "
+                  f"({d['gc_full']} full)")
             print(f"SUMMARY serve {n} clients {mode}: aggregate tok/s | {r['agg_tps']:.1f}")
             if mode == "together":
                 agg[n] = r["agg_tps"]

@@ -6,8 +6,10 @@
 #
 #   SRC=.dev-serve18 bash .dev-serve18/poot-core/benchmarks/serve_h200.sh
 #
-# 1. while the server plans its steps: the attention conformance cases on cuda (Attention,
-#    PagedAttention) and the cuda Llama steps against the oracle (test_model.py);
+# 1. while the server plans its steps in the background: batch_step.py's b=32 decode step
+#    (random weights; attention walking to the last live key against whole splits), the
+#    attention and Gather conformance cases on cuda and the cuda Llama steps against the
+#    oracle (test_model.py); then until every plan is made (/stats plans_waiting 0);
 # 2. SmolLM2 on cuda, 32 batch rows, max_seq 512: serve_bench.py with 1 and 32 concurrent
 #    streaming clients x 128 tokens and the same requests one at a time (greedy texts
 #    compared), then 1 and 32 again (the spread between two runs of one version);
@@ -24,16 +26,38 @@ python3 -c "import poot_cuda; print('probe', poot_cuda.probe())" || exit 1
 echo "set up in $((SECONDS - START)) s"
 
 serve_start cuda
+serve_wait || exit 1
+echo "server answering at $((SECONDS - START)) s"
+python3 - <<'PY'
+import json, time, urllib.request
+body = json.dumps({"model": "smollm2", "prompt": "The capital of France is", "max_tokens": 8,
+                   "temperature": 0}).encode()
+t0 = time.perf_counter()
+req = urllib.request.Request("http://127.0.0.1:8000/v1/completions", body,
+                             {"content-type": "application/json"})
+text = json.load(urllib.request.urlopen(req, timeout=300))["choices"][0]["text"]
+print(f"SUMMARY first request after startup (its plans made on demand) | "
+      f"{time.perf_counter() - t0:.1f} s: {text!r}")
+PY
+(cd poot-backend-cuda/bench && timeout -k 5 90 python3 batch_step.py --batches 32 \
+  --old-batches "" --rows "" --full-walk 32 --greedy 0 --sample argmax >"$OUT/batch_step.log" 2>&1)
+grep SUMMARY "$OUT/batch_step.log" | cut -c9-150
 timeout -k 5 150 python3 -m pytest -q -p no:cacheprovider -n 4 --pyargs poot.conformance \
-  --poot-backend cuda -k "Attention" -W ignore::pytest.PytestAssertRewriteWarning \
+  --poot-backend cuda -k "Attention or Gather" -W ignore::pytest.PytestAssertRewriteWarning \
   >"$OUT/conformance_attention.log" 2>&1
 echo "cuda attention conformance: $(grep -E 'declared cases' "$OUT/conformance_attention.log" | tail -1)"
 grep -E '^(FAILED|ERROR)' "$OUT/conformance_attention.log" | head -5
 timeout -k 5 150 python3 -m pytest -q -p no:cacheprovider poot-backend-cuda/tests/test_model.py \
   >"$OUT/test_model.log" 2>&1
 echo "cuda test_model.py: $(tail -1 "$OUT/test_model.log")"
-serve_wait || exit 1
-echo "server up at $((SECONDS - START)) s"
+for _ in $(seq 240); do
+  python3 -c "import json, sys, urllib.request as u
+s = json.load(u.urlopen('http://127.0.0.1:8000/stats', timeout=5))
+sys.exit(s['plans_waiting'] > 0)" 2>/dev/null && break
+  sleep 1
+done
+echo "every plan made at $((SECONDS - START)) s"
+grep -E "planned and ran" "$OUT/server.log" | tail -2
 timeout 200 python3 poot-core/benchmarks/serve_bench.py --url http://127.0.0.1:8000 \
   --clients 1,32 --max-tokens 128 >"$OUT/bench.log" 2>&1
 timeout 100 python3 poot-core/benchmarks/serve_bench.py --url http://127.0.0.1:8000 \

@@ -7,7 +7,14 @@ N streaming clients (threads over http.client in a process of their own) read --
 each. Prints the event loop thread's CPU time per turn (what the scheduler thread competes with
 for the interpreter while a real step runs).
 
+With --step-ms, each turn stands in for a device step as the engine makes one: --releases
+short calls that let go of the interpreter (a step's slot uploads and launch), then a wait
+of --step-ms without it (the device), then the hand-over, without waiting for the event
+loop to run it (as the engine does). The turn's time past --step-ms is what the scheduler
+thread lost to the event loop, at the switch interval --switch-ms.
+
     python poot-core/benchmarks/serve_sse.py --clients 32 --tokens 200
+    python poot-core/benchmarks/serve_sse.py --clients 32 --step-ms 5.75 --switch-ms 0.1
 """
 from __future__ import annotations
 
@@ -15,8 +22,10 @@ import argparse
 import asyncio
 import concurrent.futures
 import cProfile
+import functools
 import http.client
 import json
+import os
 import pstats
 import subprocess
 import sys
@@ -30,10 +39,12 @@ from poot.models.runner import load
 class StandIn:
     """The Engine's HTTP-facing surface, with turns that only deliver text."""
 
-    def __init__(self, limits, tokenizer, tokens: int):
+    def __init__(self, limits, tokenizer, tokens: int, step_s: float = 0.0,
+                 releases: int = 0):
         from poot.serve.engine import Event, deliver_here
 
         self.limits, self.tokenizer, self.tokens = limits, tokenizer, tokens
+        self.step_s, self.releases = step_s, releases
         self.broken = None
         self.deliver = deliver_here
         self.jobs: list = []
@@ -63,6 +74,8 @@ class StandIn:
                 time.sleep(0.001)
                 continue
             t = time.perf_counter()
+            if self.step_s:
+                self.device_step()
             events = []
             for job in jobs:
                 job.left -= 1
@@ -74,9 +87,20 @@ class StandIn:
                     self.cancel(job)
             handed = threading.Event()
             self.deliver(events)
-            loop.call_soon_threadsafe(handed.set)
-            handed.wait()
+            if not self.step_s:
+                loop.call_soon_threadsafe(handed.set)
+                handed.wait()
             self.turn_times.append(time.perf_counter() - t)
+
+    def device_step(self):
+        """A step's calls that release the interpreter: short ones, then the device wait."""
+        for _ in range(self.releases):
+            os.write(self.null, b"x")
+        time.sleep(self.step_s)
+
+    @functools.cached_property
+    def null(self) -> int:
+        return os.open(os.devnull, os.O_WRONLY)
 
 
 def client(port: int, out: list, i: int):
@@ -95,6 +119,12 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=200)
     ap.add_argument("--port", type=int, default=8765)
     ap.add_argument("--profile", action="store_true", help="cProfile the event loop")
+    ap.add_argument("--step-ms", type=float, default=0.0,
+                    help="each turn waits this long for a stand-in device step")
+    ap.add_argument("--releases", type=int, default=6,
+                    help="calls of a stand-in step that release the interpreter before it")
+    ap.add_argument("--switch-ms", type=float, default=None,
+                    help="the interpreter's switch interval (default: the engine's)")
     ap.add_argument("--read", action="store_true", help="be the clients (a process apart)")
     args = ap.parse_args()
     if args.read:
@@ -112,7 +142,11 @@ def main() -> int:
     from poot.serve.protocol import Limits
 
     model = load("smollm2", "reference", kv="paged", max_seq=128)
-    engine = StandIn(Limits("m", 128, 4096, 49152), model.tokenizer, args.tokens)
+    from poot.serve.engine import SWITCH_S
+
+    sys.setswitchinterval(SWITCH_S if args.switch_ms is None else args.switch_ms / 1e3)
+    engine = StandIn(Limits("m", 128, 4096, 49152), model.tokenizer, args.tokens,
+                     args.step_ms / 1e3, args.releases)
     server = uvicorn.Server(uvicorn.Config(create_app(engine), host="127.0.0.1",
                                            port=args.port, log_level="warning"))
     loop_box: list = []
@@ -151,6 +185,11 @@ def main() -> int:
     print(f"{args.clients} streams x {args.tokens} pieces in {wall:.2f} s: {len(tt)} turns, "
           f"event loop CPU {cpu / len(tt) * 1e3:.2f} ms a turn "
           f"({cpu / len(tt) / args.clients * 1e6:.0f} us a stream), {got.strip()} chunks read")
+    if args.step_ms:
+        med = tt[len(tt) // 2] * 1e3
+        print(f"stand-in steps of {args.step_ms} ms ({args.releases} releases before each), "
+              f"switch interval {sys.getswitchinterval() * 1e3:.2f} ms: median turn "
+              f"{med:.2f} ms, {med - args.step_ms:.2f} ms past the step")
     if args.profile:
         time.sleep(0.5)
         pstats.Stats(prof).sort_stats("tottime").print_stats(30)

@@ -41,7 +41,7 @@ def main() -> int:
     model = load(args.model, args.backend, kv="paged", max_seq=args.max_seq)
     engine = Engine(model, name="m", max_batch=args.clients, max_queue=args.clients)
     t0 = time.perf_counter()
-    engine.warm()
+    engine.warm(wait=True)
     print(f"{model.backend.name} ({model.device}): warm {time.perf_counter() - t0:.1f} s, "
           f"decode plans {engine.session.decode_batches}")
 

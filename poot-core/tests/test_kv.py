@@ -41,6 +41,19 @@ def test_block_allocator_hands_out_frees_and_reuses_blocks():
         alloc.reserve("a", 1)
 
 
+def test_token_at_a_time_claims_the_slots_a_whole_chunk_claims():
+    one, chunk = (BlockAllocator(pool_slots=32, block=4, capacity=16) for _ in range(2))
+    for alloc in (one, chunk):
+        alloc.open("x")
+        alloc.open("y")
+        alloc.reserve("y", 3)
+    assert one.blocks_needed({"x": 6, "y": 1}) == 2 and one.blocks_needed({"y": 2}) == 1
+    got = [int(one.reserve("x", 1)[0]) for _ in range(6)]     # across a block boundary
+    np.testing.assert_array_equal(got, chunk.reserve("x", 6))
+    np.testing.assert_array_equal(one.slot_map("x"), chunk.slot_map("x"))
+    assert one.blocks("x") == chunk.blocks("x") and one.length("x") == 6
+
+
 def test_dense_cache_refuses_to_overrun():
     cache = DenseCache(4)
     assert cache.reserve(3) == 0

@@ -15,11 +15,12 @@ def model():
     return c, random_weights(c, seed=11)
 
 
-def session(model, batch=1, **kw):
+def session(model, batch=1, logits="all", **kw):
     c, w = model
 
     def make(tokens, b):
-        return build_decoder(c, w, tokens=tokens, batch=b, kv="paged", pool_slots=128)
+        return build_decoder(c, w, tokens=tokens, batch=b, kv="paged", pool_slots=128,
+                             logits=logits if tokens > 1 else "all")
     consts = {**w.arrays, **make(1, 1).consts}
     return Session(make, consts, kv="paged", capacity=c.max_seq, batch=batch,
                    prefill_tokens=4, pool_slots=128, block=4, target="reference", **kw)
@@ -77,3 +78,33 @@ def test_prefill_rows_refuses_what_its_plans_cannot_take(model):
     assert s.length("x") == 0
     with pytest.raises(BindError, match="must lie in 1..2"):
         session(model, batch=2, decode_batches=(4,))
+
+
+def test_prefill_head_on_each_sequences_last_row_only(model):
+    """logits="rows": a prefill chunk's head runs on one row per sequence (its last real
+    token, through slot `last`), and gives what the all-rows head gives at that row."""
+    c, _ = model
+    rng = np.random.default_rng(5)
+    prompts = {"a": rng.integers(0, c.vocab, 6), "b": rng.integers(0, c.vocab, 3)}
+    got = {}
+    for logits in ("all", "rows"):
+        s = session(model, batch=4, logits=logits, prefill_batches=(4,))
+        for k in prompts:
+            s.open(k)
+        got[logits] = [s.prefill_rows({k: p[:4] for k, p in prompts.items()}),
+                       s.prefill_rows({"a": prompts["a"][4:]})]
+        heads = s.executor(4, 4).step(_padding(s, 4, 4)).result.shape
+        assert heads == ((4 * 4, c.vocab) if logits == "all" else (4, c.vocab))
+    for x, y in zip(got["all"], got["rows"], strict=True):
+        np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-5)
+
+
+def _padding(s, tokens, batch):
+    """The slots of a step of padding rows only (nothing written)."""
+    slots = {"tokens": np.zeros((batch, tokens), np.int32),
+             "pos": np.zeros((batch, 1), np.int32),
+             "write_map": np.full(batch * tokens, -1, np.int32),
+             "slot_map": np.zeros((batch, s.capacity), np.int32)}
+    if "last" in s.executor(tokens, batch).slots:
+        slots["last"] = np.zeros(batch, np.int32)
+    return slots

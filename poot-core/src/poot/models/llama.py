@@ -100,7 +100,7 @@ class Step:
     kv: str                         # "dense" | "paged"
     batch: int                      # sequences per step
     tokens: int                     # tokens per sequence in this step
-    logits: str                     # "all" | "last"
+    logits: str                     # "all" | "last" | "rows"
     #: host arrays the step binds beyond the source's `arrays`: rope tables, and q/k rows
     #: reordered from a "pairs" source (poot.models.weights.HalfLayoutRows)
     consts: dict[str, np.ndarray] = field(default_factory=dict)
@@ -141,6 +141,10 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
     token itself (poot.models.sample_graph) and its result is the token ids [B] I32.
     hosted_rows: the step takes embedding rows from the host for chosen positions
     (poot.models.hosted_rows: slots `hosted.rows` [B*T, dim] and `hosted.use` [B*T]).
+    logits: "all" gives every token's logits [B*T, vocab]; "last" each sequence's at
+    position T-1 [B, vocab]; "rows" (T > 1) each sequence's at its last real token, whose
+    row of the step (0..B*T-1) the host writes into slot `last` (Pos [B]): a chunk padded
+    past its prompt's end runs the head on one row per sequence, not on all B*T.
     """
     c = config
     tables = _rope_tables(c, weights)
@@ -154,6 +158,8 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
         raise ValueError("a dense KV cache holds one sequence; use kv='paged' for batches")
     if c.act not in ("silu", "gelu_tanh"):
         raise ValueError(f"unknown FFN activation {c.act!r}")
+    if logits not in ("all", "last", "rows"):
+        raise ValueError(f"logits must be 'all', 'last' or 'rows', not {logits!r}")
     if sample is not None and tokens != 1:
         raise ValueError("a step samples in the graph only when it decodes one token per "
                          f"sequence, not {tokens}")
@@ -273,6 +279,8 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
             if c.sandwich_norms:
                 f = norm(f, p + "post_ffw_norm.weight")
             x = ops.add(x, f)
+        if logits == "rows" and t > 1:
+            x = ops.gather(x, ops.slot(SlotKind.POS, (b,), "last", bound=n))     # [B, dim]
         x = norm(x, "output_norm.weight")
         if logits == "last" and t > 1:
             x = ops.reshape(ops.slice_axis(ops.reshape(x, (b, t, c.dim)), 1, t - 1, t), (b, c.dim))

@@ -205,7 +205,10 @@ class Model:
     def _timed_graph(self, tokens: int, batch: int, kv: str, pool: int,
                      sample: str | None = None):
         t0 = time.perf_counter()
-        g = self.step_graph(tokens, batch, kv, pool=pool, sample=sample)
+        # a session reads one row of a prefill chunk: the head runs on that row only (a
+        # rank's graph keeps every row: the sharding pass knows no gathered activations)
+        logits = "rows" if tokens > 1 and self.tp is None else "all"
+        g = self.step_graph(tokens, batch, kv, pool=pool, sample=sample, logits=logits)
         if self.progress:
             how = f", sampling ({sample})" if sample else ""
             eqns = len(getattr(g, "graph", g).eqns())     # a rank's step is a compile result

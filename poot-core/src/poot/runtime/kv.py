@@ -12,6 +12,7 @@ Two forms, both held on the device as State (the graph builder declares them):
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -104,11 +105,21 @@ class BlockAllocator:
                                 f"free; finish a sequence or plan a larger pool")
         for _ in range(need):
             s.blocks.append(self.free_blocks.pop())
-        positions = np.arange(s.length, s.length + n)
-        new = self._slots(s, positions)
-        s.slots[s.length: s.length + n] = new
-        s.length += n
-        return new
+        start, blk = s.length, self.block
+        if n == 1:     # a decode step's token: plain ints (the arrays cost more per row)
+            s.slots[start] = s.blocks[start // blk] * blk + start % blk
+        else:
+            s.slots[start: start + n] = self._slots(s, np.arange(start, start + n))
+        s.length = start + n
+        return s.slots[start: start + n]      # claimed slots never change while it is open
+
+    def blocks_needed(self, counts: Mapping) -> int:
+        """Blocks the pool must hand out for these new tokens (sequence -> count)."""
+        blk, need = self.block, 0
+        for seq, n in counts.items():
+            s = self._seq(seq)
+            need += -(-(s.length + n) // blk) - len(s.blocks)
+        return need
 
     def slot_map(self, seq) -> np.ndarray:
         """The pool slot of every position [0, capacity) of `seq` (I32). Positions past

@@ -16,7 +16,9 @@ The builder's interface is the Llama builder's (poot.models.llama.build_decoder)
 - slots "tokens" ([T] dense, [B, T] paged) and "pos" ([1] dense, [B, 1] paged), and for
   paged KV "write_map" [B*T] and "slot_map" [B, capacity]; a dense graph may also take
   "end" [1], one past its last real token;
-- the result holds logits for every token, [B*T, vocab].
+- the result holds logits for every token, [B*T, vocab]; or, for a graph with slot "last"
+  (Pos [B]: the row of each sequence's last real token in the step), one row per
+  sequence, [B, vocab] (build_decoder's logits="rows": the head skips the padding).
 A graph may also take per-sequence slots of owner-defined roles, one value per batch row
 (`row_slots`: the LoRA adapter index), and a model may run each step through a `stepper`
 (the expert pool pages experts in and re-runs the step until they are resident).
@@ -36,6 +38,9 @@ from poot.plan import plan
 from poot.runtime.executor import Executor, StateStore
 from poot.runtime.kv import BlockAllocator, DenseCache
 from poot.runtime.weights import WeightCache
+
+#: the slot of a step whose head runs on each sequence's last real token only
+LAST = "last"
 
 
 class Session:
@@ -229,12 +234,15 @@ class Session:
             raise BindError("rehearse runs paged plans; a dense session has no padding rows")
         from poot.models.sample_graph import slot_values
 
-        self._run(self.executor(tokens, batch, sample), {
-            "tokens": np.zeros((batch, tokens), np.int32), "pos": np.zeros((batch, 1), np.int32),
-            "write_map": np.full(batch * tokens, -1, np.int32),
-            "slot_map": np.zeros((batch, self.capacity), np.int32),
-            **(slot_values([], batch, sample) if sample else {})},
-            [None] * batch, np.zeros(batch * tokens, bool))
+        ex = self.executor(tokens, batch, sample)
+        slots = {"tokens": np.zeros((batch, tokens), np.int32),
+                 "pos": np.zeros((batch, 1), np.int32),
+                 "write_map": np.full(batch * tokens, -1, np.int32),
+                 "slot_map": np.zeros((batch, self.capacity), np.int32),
+                 **(slot_values([], batch, sample) if sample else {})}
+        if LAST in ex.slots:
+            slots[LAST] = np.zeros(batch, np.int32)
+        self._run(ex, slots, [None] * batch, np.zeros(batch * tokens, bool))
 
     def _chunk(self, seq, chunk: np.ndarray, t: int) -> np.ndarray:
         if self.kv == "paged":
@@ -245,8 +253,11 @@ class Session:
         self._dense_check(seq)
         pos = self.dense.reserve(n)
         ex = self.executor(t, 1)
-        out = self._run(ex, _dense_slots(ex, toks, pos, n), [seq], np.arange(t) < n)
-        return out.result[n - 1]
+        slots = _dense_slots(ex, toks, pos, n)
+        if LAST in ex.slots:
+            slots[LAST] = [n - 1]
+        out = self._run(ex, slots, [seq], np.arange(t) < n)
+        return out.result[0 if LAST in ex.slots else n - 1]
 
     def _paged_step(self, rows: Mapping, t: int, batches: Sequence[int],
                     sample: str | None = None, draws=None) -> np.ndarray:
@@ -261,17 +272,27 @@ class Session:
         wmap = np.full(b * t, -1, np.int32)
         smap = np.zeros((b, self.capacity), np.int32)
         self._check_room(counts)
+        k = len(seqs)
+        pos[:k, 0] = [self.blocks.length(seq) for seq in seqs]
+        if t == 1:      # a decode step: whole columns at once (a server's 32 rows a step)
+            toks[:k, 0] = [rows[seq][0] for seq in seqs]
+            wmap[:k] = np.concatenate([self.blocks.reserve(seq, 1) for seq in seqs])
+        else:
+            for r, seq in enumerate(seqs):
+                n = counts[seq]
+                toks[r, :n] = rows[seq]
+                wmap[r * t: r * t + n] = self.blocks.reserve(seq, n)
         for r, seq in enumerate(seqs):
-            n = counts[seq]
-            toks[r, :n], pos[r, 0] = rows[seq], self.blocks.length(seq)
-            wmap[r * t: r * t + n] = self.blocks.reserve(seq, n)
             smap[r] = self.blocks.slot_map_view(seq)
-        extra = dict(draws(b)) if draws else {}
-        out = self._run(self.executor(t, b, sample), {"tokens": toks, "pos": pos,
-                                                      "write_map": wmap, "slot_map": smap,
-                                                      **extra},
-                        seqs + [None] * (b - len(seqs)), wmap >= 0)
+        slots = {"tokens": toks, "pos": pos, "write_map": wmap, "slot_map": smap,
+                 **(dict(draws(b)) if draws else {})}
+        ex = self.executor(t, b, sample)
         last = np.arange(len(seqs)) * t + np.fromiter(counts.values(), np.int64) - 1
+        if LAST in ex.slots:      # the step's head ran on these rows only
+            slots[LAST] = np.zeros(b, np.int32)
+            slots[LAST][: len(seqs)] = last
+            last = np.arange(len(seqs))
+        out = self._run(ex, slots, seqs + [None] * (b - len(seqs)), wmap >= 0)
         return out.result[last]
 
     def _run(self, ex: Executor, slots: dict, row_seqs: Sequence, real) -> object:
@@ -297,8 +318,7 @@ class Session:
         """Refuse a step the pool cannot hold (counts: new tokens by sequence) before any
         sequence claims a slot."""
         blk = self.blocks.block
-        need = sum(-(-(self.blocks.length(s) + n) // blk) - len(self.blocks.blocks(s))
-                   for s, n in counts.items())
+        need = self.blocks.blocks_needed(counts)
         if need > self.blocks.free:
             raise CapacityError(f"KV pool out of blocks: this step needs {need} more blocks "
                                 f"of {blk} slots, {self.blocks.free} are free; finish a "

@@ -9,11 +9,17 @@ Each turn of the loop:
    are fed one prefill chunk each, in one step (a long prompt delays the running streams by
    one chunk per turn, not by its whole length);
 4. every sequence that is generating gets its next token in one decode step, through the
-   decode plan of the smallest batch size that holds them all (plans are planned once, at
-   warm-up); the step samples each row in the graph with its request's own settings (or
-   takes the argmax, through the argmax plan, when every row is greedy) and reads back
-   only the token ids, and each streams its text at once (a prompt's first
-   token is drawn on the host from the prefill's logits, by the same algorithm).
+   decode plan of the smallest batch size that holds them all; the step samples each row
+   in the graph with its request's own settings (or takes the argmax, through the argmax
+   plan, when every row is greedy) and reads back only the token ids, and each streams its
+   text at once (a prompt's first token is drawn on the host from the prefill's logits, by
+   the same algorithm).
+
+Plans are made on the loop's own thread: a turn that needs one not made yet plans it first,
+and an idle loop plans the rest in the background, smallest batch first (the order a growing
+batch needs them), so the server answers at once and a lone request waits only for the
+plans of one row (the cuda backend compiles each batch size's kernels; 12 decode and 3
+prefill plans up front took two minutes).
 
 A sequence that ends (EOS, a stop string, max_tokens) or is cancelled leaves the batch in
 the same turn and frees its blocks before its client hears that it finished. The HTTP side
@@ -23,6 +29,7 @@ not one per token), which calls each request's own `emit`.
 """
 from __future__ import annotations
 
+import gc
 import itertools
 import sys
 import threading
@@ -116,31 +123,79 @@ class Engine:
         #: hands a turn's events to the requests' side; by default calls each emit here
         self.deliver: Callable[[list[tuple[Job, Event]]], None] = deliver_here
         self.counters = dict(steps=0, peak_batch=0, prefill_chunks=0, generated_tokens=0,
-                             finished=0, cancelled=0, rejected=0, failed=0, argmax_steps=0)
+                             finished=0, cancelled=0, rejected=0, failed=0, argmax_steps=0,
+                             gc_full=0)
         #: seconds in the loop's turns, and in the session's decode and prefill steps within
         #: them (slot arrays, the step, the read-back); the rest of a turn is the host's
         #: scheduling, text and events
-        self.times = dict(turns_s=0.0, decode_step_s=0.0, prefill_step_s=0.0)
+        self.times = dict(turns_s=0.0, decode_step_s=0.0, prefill_step_s=0.0, planning_s=0.0,
+                          gc_s=0.0)
+        s = self.session
+        #: the plans still to make ((tokens, batch, sample) as Session.executor takes
+        #: them), in the order a batch growing from one row needs them
+        self._unplanned = sorted(
+            [(s.prefill_tokens, b, None) for b in s.prefill_batches]
+            + [(1, b, mode) for mode in SAMPLE_MODES for b in s.decode_batches],
+            key=lambda p: (p[1], p[0] == 1, p[2] or ""))
+        self.progress: Callable[[str], None] | None = None
+        self._frozen = 0           # plans made when the collector last froze the heap
+        self._gc_t0 = 0.0
 
     # -- the HTTP side --------------------------------------------------------------------
-    def warm(self, progress=None) -> None:
-        """Plan every prefill and decode plan now, and run each once on padding rows (a
-        backend that records steps records them here), so that no request waits for one."""
-        s = self.session
-        plans = [(s.prefill_tokens, b, None) for b in s.prefill_batches] + \
-            [(1, b, mode) for mode in SAMPLE_MODES for b in s.decode_batches]
-        for tokens, batch, sample in plans:
-            t0 = time.perf_counter()
-            s.rehearse(tokens, batch, sample)
-            if progress:
-                progress(f"planned and ran the {tokens}-token x {batch} step in "
-                         f"{time.perf_counter() - t0:.1f} s")
+    def warm(self, progress=None, wait: bool = False) -> None:
+        """Have the loop plan every prefill and decode plan while it is idle (with `wait`:
+        plan them all now), each run once on padding rows (a backend that records steps
+        records it there); `progress` hears one line per plan."""
+        self.progress = progress
+        while wait and self._plan_next():
+            self._freeze()
+
+    def _plan_next(self) -> bool:
+        """Make the next plan not made yet (skipping those a turn made on demand); False
+        when every one is made."""
+        done = self.session.executors      # keyed as Session.executor keys them
+        while self._unplanned and (self._unplanned[0] if self._unplanned[0][2]
+                                   else self._unplanned[0][:2]) in done:
+            self._unplanned.pop(0)
+        if not self._unplanned:
+            return False
+        tokens, batch, sample = self._unplanned.pop(0)
+        t0 = time.perf_counter()
+        self.session.rehearse(tokens, batch, sample)
+        took = time.perf_counter() - t0
+        self.times["planning_s"] += took
+        if self.progress:
+            how = f" ({sample})" if sample else ""
+            self.progress(f"planned and ran the {tokens}-token x {batch} step{how} in "
+                          f"{took:.1f} s; {len(self._unplanned)} plans to go")
+        return True
+
+    def _freeze(self) -> None:
+        """After a new plan: collect once, then set aside everything left (the plans live
+        as long as the process), so that no later collection walks them again; each
+        collection then walks what is new since the last plan. (What a running request
+        holds at that moment is frozen too: freed by reference counts as ever, never by the
+        cycle collector; at most once per plan.)"""
+        if len(self.session.executors) != self._frozen:
+            gc.collect()
+            gc.freeze()
+            self._frozen = len(self.session.executors)
+
+    def _gc_timed(self, phase: str, info: dict) -> None:
+        """gc.callbacks: the process's collections while the engine runs, in /stats (any
+        thread's: the pause stops both)."""
+        if phase == "start":
+            self._gc_t0 = time.perf_counter()
+            return
+        self.times["gc_s"] += time.perf_counter() - self._gc_t0
+        self.counters["gc_full"] += info["generation"] == 2
 
     def start(self) -> None:
         # The loop shares the interpreter with the HTTP event loop: when a step's device
         # wait ends, the loop should get the interpreter back within a fraction of a step,
         # not after the default 5 ms switch interval (process-wide; a server owns its process)
         sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_S))
+        gc.callbacks.append(self._gc_timed)
         self._thread = threading.Thread(target=self._loop, name="poot-serve-engine",
                                         daemon=True)
         self._thread.start()
@@ -151,6 +206,8 @@ class Engine:
             self._cv.notify()
         if self._thread is not None:
             self._thread.join()
+        if self._gc_timed in gc.callbacks:
+            gc.callbacks.remove(self._gc_timed)
 
     def submit(self, gen: Generation, emit: Callable[[Event], None]) -> Job:
         """Queue a request, or refuse it with 503 when `max_queue` requests already wait
@@ -191,7 +248,9 @@ class Engine:
             "decoding": sum(j.last is not None for j in active),
             "max_batch": self.max_batch, "max_queue": self.max_queue,
             "decode_batches": list(self.session.decode_batches),
-            "prefill_batches": list(self.session.prefill_batches), **self.counters,
+            "prefill_batches": list(self.session.prefill_batches),
+            "plans_made": len(self.session.executors), "plans_waiting": len(self._unplanned),
+            **self.counters,
             **{k: round(v, 6) for k, v in self.times.items()},
         }
 
@@ -213,10 +272,16 @@ class Engine:
         clock, times = time.perf_counter, self.times
         while True:
             with self._cv:
-                while not self._stopping and not self._queue and not self._active:
+                while not (self._stopping or self._queue or self._active or self._unplanned):
                     self._cv.wait()
                 if self._stopping:
                     break
+                idle = not self._queue and not self._active
+            if idle:          # nothing to serve: make the next plan (outside the lock)
+                self._plan_next()
+                self._freeze()
+                continue
+            with self._cv:
                 t0 = clock()
                 self._drop_cancelled()
                 self._admit()
@@ -231,6 +296,7 @@ class Engine:
                 outbox, self._outbox = self._outbox, []
                 self.deliver(outbox)
             times["turns_s"] += clock() - t0
+            self._freeze()      # after a plan this turn made (a no-op otherwise)
         with self._cv:
             for job in self._active:
                 self.session.close(job.id)

@@ -19,6 +19,7 @@ the pool at the slot its sequence's slot map names (`Keys`), instead of from a g
 """
 from __future__ import annotations
 
+import contextlib
 import math
 
 from poot.codegen import index as ix
@@ -35,6 +36,9 @@ WARPS = 4
 KEYS = 8          # keys one 32-lane group scores per loop trip (independent chains in flight)
 SHARED_BYTES = 16 * 1024   # prefill K/V tiles stay within this (WebGPU devices have 16-32 KiB)
 NEG_INF = Const(float("-inf"), F32)
+#: decode walks each KV split only up to its last live key (False: the whole split, every
+#: trip masked past the position; kept for the batch bench's A/B)
+REACH = True
 
 
 def exp(x: Expr) -> Expr:
@@ -274,16 +278,23 @@ def _partial_kernel(sig: Sig, rows: int, splits: int, chunk: int):
         row = Row(kb, a, lane, li, h, ti, i32(1))
         start = kb.let("start", ix.mul(split, chunk))
         end = kb.let("end", ix.minimum(ix.add(start, chunk), i32(a.s)))
-        # Skip a split whose keys are all masked out (-inf): decode KV caches are sized for
-        # the longest sequence, and the keys past the current position need no reads.
+        # Walk the split only up to its last live key (mask not -inf): decode KV caches are
+        # sized for the longest sequence, and the keys past the current position need no
+        # reads (a split with no live key runs no trip at all).
         seen = kb.var("seen", i32(0))
         with kb.for_("e", local_index(), chunk, wg) as e:
             key = ix.minimum(ix.add(start, e), i32(a.s - 1))
-            live = ix.Sel(ix.eq(row.mask_at(key), NEG_INF), i32(0), i32(1))
-            kb.assign(seen, maximum(seen, ix.Sel(ix.lt(ix.add(start, e), end), live,
-                                                     i32(0))))
-        any_live = kb.reduce("any_live", ReduceOp.Max, seen)
-        with kb.if_(any_live), kb.for_("it", 0, math.ceil(chunk / (WARPS * KEYS))) as it:
+            live = ix.both(ix.lt(ix.add(start, e), end),
+                           ix.Sel(ix.eq(row.mask_at(key), NEG_INF), i32(0), i32(1)))
+            kb.assign(seen, maximum(seen, ix.Sel(live, ix.add(e, 1), i32(0))))
+        reach = kb.reduce("reach", ReduceOp.Max, seen)
+        with contextlib.ExitStack() as walk:
+            if REACH:
+                trips = ix.div(ix.add(reach, i32(WARPS * KEYS - 1)), i32(WARPS * KEYS))
+            else:
+                walk.enter_context(kb.if_(reach))
+                trips = math.ceil(chunk / (WARPS * KEYS))
+            it = walk.enter_context(kb.for_("it", 0, trips))
             # this group's KEYS consecutive keys; clamped so spare slots read inside k and v
             first = kb.let("first", ix.add(start, ix.mul(ix.add(ix.mul(it, WARPS), warp), KEYS)))
             raw = [ix.add(first, i) for i in range(KEYS)]
