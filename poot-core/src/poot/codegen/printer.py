@@ -7,7 +7,7 @@ prints the translation unit (`unit`). Statements and expressions dispatch by typ
 one hook each; a dialect writes only the hooks whose spelling is its own:
 
     statements   let, assign, store, loop, branch, barrier, coop_reduce, matrix
-    expressions  const, var, load, unary, binary, select, cast, bitcast
+    expressions  const, var, load, unary, binary, select, cast, bitcast, dot2
 
 Every statement hook gets the statement and its indentation depth and returns lines.
 An expression hook may emit lines that must come before the statement it belongs
@@ -19,7 +19,19 @@ backend from its device (`KernelBackend.features`), never read from the program.
 """
 from __future__ import annotations
 
-from poot.codegen.expr import Bin, Bitcast, Cast, Const, Expr, Load, Sel, Un, Var
+from poot.codegen.expr import (
+    Bin,
+    Bitcast,
+    Cast,
+    Const,
+    Dot2,
+    Expr,
+    Load,
+    Sel,
+    Un,
+    Var,
+    lower_dot2,
+)
 from poot.codegen.program import (
     BUILTINS,
     Assign,
@@ -171,7 +183,13 @@ class Printer:
             if e.x.dtype is e.dtype:
                 return self.expr(e.x)
             return self.bitcast(e.x.dtype, e.dtype, self.expr(e.x))
+        if isinstance(e, Dot2):
+            return self.dot2(e)
         raise TypeError(f"unknown expression {e!r}")
+
+    def dot2(self, e: Dot2) -> str:
+        """The integer pair dot product: its plain multiply-adds unless the target has it."""
+        return self.expr(lower_dot2(e))
 
     def var(self, e: Var) -> str:
         if e.name in BUILTINS:

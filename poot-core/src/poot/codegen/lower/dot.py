@@ -14,6 +14,13 @@ owns the schedules:
   Where the weight's words lie in K order (`w_chunks`), each group first copies
   the words of its trip's runs to shared memory, consecutive lanes reading
   consecutive words, and the lanes decode their runs from that copy.
+* Integer GEMV (packed weights whose runs are integer bytes, `w_int`, on a target that
+  declares DOT2): the workgroup first quantizes its activation rows to int16 per block of
+  32 in shared memory (scale max|x| / 32767, round to nearest; the block's integer sum
+  and exact f32 sum kept), then the GEMV's runs multiply the weight's bytes with them in
+  `Dot2` pairs (exact int32 sums) and scale each block's sum once. 4-bit (8-bit)
+  quants are centred on 8 (128) through the integer sum, so the activations' rounding
+  meets (u - centre), not u; the rest of the affine offset meets the exact f32 sum.
 * Rows GEMV (a decode batch: up to BATCH_ROWS rows): the GEMV's groups, one or two
   columns each, with lanes striding along K one element at a time, so every activation
   load is coalesced across the lanes and serves all the group's columns, and each weight
@@ -32,9 +39,10 @@ from dataclasses import dataclass, field
 
 from poot.codegen import index as ix
 from poot.codegen.builder import KernelBuilder
-from poot.codegen.expr import Const, Expr, Load, Sel, i32
+from poot.codegen.expr import Const, Dot2, Expr, Load, Sel, f32, ge, i32, maximum, u32
 from poot.codegen.lower import mma
 from poot.codegen.program import group_id, local_id, local_index
+from poot.codegen.target import DOT2
 from poot.dtypes import DType
 from poot.ir.ops import ReduceOp
 
@@ -52,6 +60,12 @@ RUN_COLUMNS = 2   # weight rows per group when decoding runs over staged activat
 SHARED_BYTES = 16 * 1024   # staged activations and weights stay within this (WebGPU: 16 KiB+)
 MIN_SPAN = 16     # fewest activations per run and phase when weights are staged too
 SPLIT_WARPS = 4096   # dot-product warps a 16-bit GEMV wants in flight before it splits rows
+INT_BLOCK = 32       # activations per int16 scale in the integer GEMV
+INT_SHARED_BYTES = 48 * 1024   # a DOT2 target's workgroup shared memory (target.DOT2)
+INT_PAD = 32         # quantized activation words per pad word (lanes a run apart: no conflict)
+INT_WIDE_N = 4096    # columns from which the integer GEMV takes RUN_COLUMNS a group
+#: 1.5 * 2^23: y + MAGIC holds round-to-nearest(y) in its low mantissa bits for |y| < 2^22
+MAGIC, MAGIC_BITS = 12582912.0, 0x4B400000
 
 Elem = Callable[..., Expr]
 
@@ -67,6 +81,7 @@ class Problem:
     w_chunks: role -> (buffer, elements, words) when every role w_run reads lies in K order
     (poot.formats.word_chunks): w_run(b, m, 0, k0, load) then decodes from `load`'s copy of
     the words of row n from k = kc on (kc a multiple of `elements`), k0 counted from kc;
+    w_int(b, n, k0, load=None): the same run as poot.formats.IntGroups, None if it has none;
     a_pair(b, m, kw) likewise for the activation; store(kb, b, m, n, acc) writes one result.
     """
 
@@ -85,6 +100,7 @@ class Problem:
     run: int = 1                  # elements per w_run
     tiles: object = None          # mma.Tiles: 16-bit operands tensor cores can read as is
     w_chunks: dict = field(default_factory=dict)
+    w_int: Elem | None = None     # w_int(b, n, k0, load=None) -> [IntGroup] | None, like w_run
 
     def zero(self) -> Const:
         return Const(0.0 if self.acc.is_float else 0, self.acc)
@@ -128,7 +144,7 @@ def contraction_kernel(p: Problem, sig, declare: Callable[[KernelBuilder], None]
     statements its target declares (`sig.features`)."""
     kb_factory = sig.builder
     if p.w_per_row or p.m <= GEMV_MAX_ROWS:
-        return gemv_kernel(p, kb_factory, declare)
+        return gemv_kernel(p, kb_factory, declare, features=sig.features)
     if mma.usable(p, sig.features):
         return mma.mma_gemm_kernel(p, kb_factory, declare)
     if p.m <= BATCH_ROWS:
@@ -136,11 +152,14 @@ def contraction_kernel(p: Problem, sig, declare: Callable[[KernelBuilder], None]
     return gemm_kernel(p, kb_factory, declare)
 
 
-def gemv_kernel(p: Problem, kb_factory, declare, many_rows: bool = False):
-    """The GEMV schedules; `many_rows`: the rows GEMV (element walk, several columns)."""
+def gemv_kernel(p: Problem, kb_factory, declare, many_rows: bool = False,
+                features: frozenset = frozenset()):
+    """The GEMV schedules; `many_rows`: the rows GEMV (element walk, several columns);
+    `features`: the target's (the integer GEMV where it declares DOT2)."""
     rows = p.m if not p.w_per_row else 1        # rows sharing one weight column per group
     columns = p.batch * p.n * (p.m if p.w_per_row else 1)
-    plan = _rows_plan(p) if many_rows else _run_plan(p, rows)
+    plan = _rows_plan(p) if many_rows else (_int_plan(p, rows, features)
+                                            or _run_plan(p, rows))
     width = plan.width                          # columns per group
     words = not many_rows and p.w_pair is not None and not p.w_per_row and p.k % 2 == 0
     split = _words_split(p, columns) if words else 1
@@ -167,6 +186,8 @@ def gemv_kernel(p: Problem, kb_factory, declare, many_rows: bool = False):
         _gemv_columns(kb, p, lane, b, ns, ms, accs, plan.unroll)
     elif words:
         _gemv_words(kb, p, lane, b, ns[0], ms, accs[0], lanes)
+    elif plan.integer:
+        _gemv_int(kb, p, plan, lane, b, ns, ms, accs)
     elif p.w_run is not None and p.run > 1:
         _gemv_runs(kb, p, plan, lane, b, ns, ms, accs)
     else:
@@ -198,13 +219,14 @@ class RunPlan:
     `span` elements of each run's activations per staging phase (None: activations read
     where they are), `words` role -> words per column and trip of staged weights (None:
     each lane loads its runs' words). The rows GEMV uses `width`, `groups` and `unroll`
-    (elements per lane and trip)."""
+    (elements per lane and trip); `integer`: the integer GEMV (`_int_plan`)."""
 
     width: int = 1
     groups: int = GROUPS
     span: int | None = None
     words: dict | None = None
     unroll: int = UNROLL
+    integer: bool = False
 
 
 def _run_plan(p: Problem, rows: int) -> RunPlan:
@@ -235,6 +257,34 @@ def _run_plan(p: Problem, rows: int) -> RunPlan:
             return RunPlan(width, groups, span, words)
     span = _stage_span(p, rows, per, GROUPS, SHARED_BYTES)
     return RunPlan(RUN_COLUMNS, GROUPS, span) if span is not None else RunPlan()
+
+
+def _int_plan(p: Problem, rows: int, features) -> RunPlan | None:
+    """The integer GEMV where the target declares DOT2 and the weight's runs are whole
+    integer groups of 32 (None otherwise: the f32 schedules, e.g. Q5_x, Q2_K, Q3_K, Q6_K,
+    IQ4_NL, MXFP4 and every non-GGUF format): its quantized activations and, where the
+    weight's words lie in K order over whole trips, a weight tile of the staged schedule
+    (`_weight_tile`) within INT_SHARED_BYTES; else each lane loads its runs' words."""
+    if (DOT2 not in features or p.w_int is None or p.w_per_row or p.batch > 1
+            or p.run % INT_BLOCK or p.k % p.run):
+        return None
+    if p.w_int(0, i32(0), i32(0)) is None:
+        return None
+    act = 4 * rows * (_int_row_words(p.k) + 3 * (p.k // INT_BLOCK))
+    if act > INT_SHARED_BYTES:
+        return None
+    width = RUN_COLUMNS if p.n >= INT_WIDE_N else 1
+    per = LANES * _run_unroll(p)
+    words = _trip_words(p, per) if p.k % (per * p.run) == 0 else None
+    for groups in (GROUPS, GROUPS // 2) if words else ():
+        if act + 4 * groups * width * _pitch(words) <= INT_SHARED_BYTES:
+            return RunPlan(width, groups, None, words, integer=True)
+    return RunPlan(width, GROUPS, integer=True)
+
+
+def _int_row_words(k: int) -> int:
+    """Shared words of one row of int16 activation pairs, pads included."""
+    return k // 2 + k // 2 // INT_PAD
 
 
 def _rows_plan(p: Problem) -> RunPlan:
@@ -403,6 +453,114 @@ def _gemv_runs(kb, p: Problem, plan: RunPlan, lane, b, ns, ms, accs):
             _gemv_elements(kb, p, lane, b, n, ms, column, runs * p.run)
 
 
+def _gemv_int(kb, p: Problem, plan: RunPlan, lane, b, ns, ms, accs):
+    """The integer GEMV's walk (accs[t][j]: column t, row j): per run slot and group of
+    32, each row's 16 activation pair words are read once for all columns; each column
+    adds (scale * dx) * f32(dot - centre * sum_q) + offset' * sum_x, where dot is 16
+    Dot2 of the pair words with the group's bytes and offset' = offset + scale *
+    (centre - bias) (None when it is 0)."""
+    probe = p.w_int(0, i32(0), i32(0))
+    centre = lambda g: 1 << (g.bits - 1)  # noqa: E731
+    sums = any(g.offset is not None or g.bias != centre(g) for g in probe)
+    act = _quantize_rows(kb, p, b, ms, LANES * plan.groups, sums)
+    for slots, decode in _int_trips(kb, p, plan, lane, b, ns, ms):
+        decoded = [decode(t, n, k0) for t, n in enumerate(ns) for k0, _ in slots]
+        flat = [x for gs in decoded for g in gs
+                for x in (*g.quads, g.scale, g.offset) if x is not None]
+        bound = iter(kb.let_shared("w", flat))
+        groups = []
+        for gs in decoded:
+            groups.append([])
+            for g in gs:
+                quads = [next(bound) for _ in g.quads]
+                scale = next(bound)
+                offset = None if g.offset is None else next(bound)
+                c = centre(g)
+                if c != g.bias:
+                    shift = scale * f32(float(c - g.bias))
+                    offset = shift if offset is None else offset + shift
+                groups[-1].append((quads, scale, offset, c))
+        for u, (_, k) in enumerate(slots):
+            for gi in range(p.run // INT_BLOCK):
+                kg = kb.let("kg", ix.add(k, INT_BLOCK * gi))
+                blk = ix.div(kg, INT_BLOCK)
+                half = ix.div(kg, 2)
+                for j in range(len(ms)):
+                    at = kb.let("xw", ix.add(ix.add(half, ix.div(half, INT_PAD)),
+                                             j * _int_row_words(p.k)))
+                    xs = [kb.let("xq", act[0][ix.add(at, i)].bitcast(DType.I32))
+                          for i in range(INT_BLOCK // 2)]
+                    at_blk = ix.add(blk, j * (p.k // INT_BLOCK))
+                    dx, sq = kb.let("dx", act[1][at_blk]), kb.let("sq", act[2][at_blk])
+                    sx = kb.let("sx", act[3][at_blk]) if sums else None
+                    for t, column in enumerate(accs):
+                        quads, scale, offset, c = groups[t * len(slots) + u][gi]
+                        dot = i32(0)
+                        for i, quad in enumerate(quads):
+                            dot = Dot2(xs[2 * i], quad, dot)
+                            dot = Dot2(xs[2 * i + 1], quad, dot, high=True)
+                        term = (scale * dx) * (dot - sq * i32(c)).cast(DType.F32)
+                        if offset is not None:
+                            term = term + offset * sx
+                        kb.assign(column[j], column[j] + term)
+
+
+def _quantize_rows(kb, p: Problem, b, ms, threads: int, sums: bool):
+    """Rows `ms` of the activations as int16 pairs in shared memory, two per thread and
+    16 threads per block of 32 (their max and sums are reductions of width 16), then a
+    barrier. Returns the arrays (pair words, dx per block, integer sum per block, f32 sum
+    per block if `sums`)."""
+    pairs, blocks, lanes = p.k // 2, p.k // INT_BLOCK, INT_BLOCK // 2
+    row = _int_row_words(p.k)
+    qa = kb.shared("act_q", DType.U32, len(ms) * row)
+    qd = kb.shared("act_d", DType.F32, len(ms) * blocks)
+    qn = kb.shared("act_n", DType.I32, len(ms) * blocks)
+    qx = kb.shared("act_x", DType.F32, len(ms) * blocks) if sums else None
+    with kb.for_("qp", local_index(), -(-pairs // threads) * threads, threads) as pi:
+        pc = kb.let("qc", ix.minimum(pi, i32(pairs - 1)))
+        for j, m in enumerate(ms):
+            x0 = kb.let("x", p.a(b, m, ix.mul(pc, 2)))
+            x1 = kb.let("x", p.a(b, m, ix.add(ix.mul(pc, 2), 1)))
+            amax = kb.reduce("amax", ReduceOp.Max,
+                             maximum(maximum(x0, -x0), maximum(x1, -x1)), lanes)
+            inv = kb.let("inv", Sel(ge(f32(0.0), amax), f32(0.0), f32(32767.0) / amax))
+            q0, q1 = (kb.let("q", (x * inv + f32(MAGIC)).bitcast(DType.I32) - i32(MAGIC_BITS))
+                      for x in (x0, x1))
+            word = (q0.bitcast(DType.U32) & u32(0xFFFF)) | (q1.bitcast(DType.U32) << u32(16))
+            sq = kb.reduce("sq", ReduceOp.Sum, q0 + q1, lanes)
+            sx = kb.reduce("sx", ReduceOp.Sum, x0 + x1, lanes) if sums else None
+            with kb.if_(ix.lt(pi, i32(pairs))):
+                kb.store(qa, ix.add(ix.add(pi, ix.div(pi, INT_PAD)), j * row), word)
+                with kb.if_(ix.eq(ix.mod(pi, lanes), i32(0))):
+                    at = ix.add(ix.div(pi, lanes), j * blocks)
+                    kb.store(qd, at, amax * f32(1.0 / 32767.0))
+                    kb.store(qn, at, sq)
+                    if sums:
+                        kb.store(qx, at, sx)
+    kb.barrier()
+    return qa, qd, qn, qx
+
+
+def _int_trips(kb, p: Problem, plan: RunPlan, lane, b, ns, ms):
+    """Per trip: slots (k0 to decode at, absolute k of the run) and decode(t, n, k0) ->
+    [IntGroup]: lanes take runs lane + 32u; from the staged weight tile (`plan.words`,
+    whole trips, a barrier after each so the next copy waits for every read) or from the
+    weight's own words."""
+    unroll = _run_unroll(p)
+    if plan.words is None:
+        for items in _unrolled(kb, lane, 0, p.k // p.run, unroll):
+            k0s = [kb.let("k0", ix.mul(r, p.run)) for r in items]
+            yield [(k0, k0) for k0 in k0s], lambda t, n, k0: p.w_int(b, n, k0)
+        return
+    stage = _weight_tile(kb, p, plan, lane, b, ms[0], ns,
+                         reader=lambda k0, load: p.w_int(b, i32(0), k0, load))
+    with kb.for_("kc", 0, p.k, LANES * unroll * p.run) as kc:
+        decode = stage(kc, None)
+        k0s = [kb.let("k0", ix.mul(ix.add(lane, LANES * u), p.run)) for u in range(unroll)]
+        yield [(k0, ix.add(kc, k0)) for k0 in k0s], decode
+        kb.barrier()
+
+
 def _stage_span(p: Problem, rows: int, per: int, groups: int, budget: int) -> int | None:
     """Elements of each of `per` runs whose activations one staging phase holds in shared
     memory (the tile within `budget` bytes), or None (no such span that the workgroup's
@@ -478,7 +636,7 @@ def _staged_trips(kb, p: Problem, plan: RunPlan, lane, b, ns, ms, runs: int, unr
         yield trip(i32(kc0), runs - full * per, kc0)
 
 
-def _weight_tile(kb, p: Problem, plan: RunPlan, lane, b, m, ns):
+def _weight_tile(kb, p: Problem, plan: RunPlan, lane, b, m, ns, reader=None):
     """A shared tile of each group's columns' weight words for one trip, and stage(kc, kc0)
     that copies the trip from k = kc on (kc0: its value in the last, partial trip, whose
     words are clamped to the row) and returns decode(t, n, k0) over the copy. Load s of
@@ -486,7 +644,10 @@ def _weight_tile(kb, p: Problem, plan: RunPlan, lane, b, m, ns):
     lanes then read their runs' words from the tile: a run of R words per lane is R apart,
     conflict-free when R is odd (Q4_0: 9, Q8_0: 17, Q4_1: 5); every other format reads its
     runs' words in a pattern of its own (`_chunk_pad`). The copy is read (decoded) before
-    the activation phases, whose barriers keep the next trip's copy after it."""
+    the activation phases, whose barriers keep the next trip's copy after it. `reader(k0,
+    load)` decodes a run from the copy (default: `p.w_run` of row 0)."""
+    if reader is None:
+        reader = lambda k0, load: p.w_run(b, m, i32(0), k0, load=load)  # noqa: E731
     pitch, pad = _pitch(plan.words), _chunk_pad(p)
     tile = kb.shared("tile_w", DType.U32, plan.groups * plan.width * pitch)
     mine = kb.let("wt", ix.mul(ix.div(local_index(), LANES), plan.width * pitch))
@@ -525,7 +686,7 @@ def _weight_tile(kb, p: Problem, plan: RunPlan, lane, b, m, ns):
 
             def load(role, index):
                 return tile[ix.add(mine, ix.add(ix.i32(index), ix.add(first, offsets[role])))]
-            return p.w_run(b, m, i32(0), k0, load=load)
+            return reader(k0, load)
         return decode
     return stage
 
