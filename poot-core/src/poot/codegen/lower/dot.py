@@ -63,6 +63,7 @@ SPLIT_WARPS = 4096   # dot-product warps a 16-bit GEMV wants in flight before it
 INT_BLOCK = 32       # activations per int16 scale in the integer GEMV
 INT_SHARED_BYTES = 48 * 1024   # a DOT2 target's workgroup shared memory (target.DOT2)
 INT_PAD = 32         # quantized activation words per pad word (lanes a run apart: no conflict)
+INT_EACH = 8         # activations each thread quantizes (a block's 4 threads reduce together)
 INT_WIDE_N = 4096    # columns from which the integer GEMV takes RUN_COLUMNS a group
 #: 1.5 * 2^23: y + MAGIC holds round-to-nearest(y) in its low mantissa bits for |y| < 2^22
 MAGIC, MAGIC_BITS = 12582912.0, 0x4B400000
@@ -276,9 +277,11 @@ def _int_plan(p: Problem, rows: int, features) -> RunPlan | None:
     width = RUN_COLUMNS if p.n >= INT_WIDE_N else 1
     per = LANES * _run_unroll(p)
     words = _trip_words(p, per) if p.k % (per * p.run) == 0 else None
-    for groups in (GROUPS, GROUPS // 2) if words else ():
-        if act + 4 * groups * width * _pitch(words) <= INT_SHARED_BYTES:
-            return RunPlan(width, groups, None, words, integer=True)
+    # the most threads first: they share the quantization of the rows
+    options = ((width, GROUPS), (1, GROUPS), (width, GROUPS // 2)) if words else ()
+    for cols, groups in options:
+        if act + 4 * groups * cols * _pitch(words) <= INT_SHARED_BYTES:
+            return RunPlan(cols, groups, None, words, integer=True)
     return RunPlan(width, GROUPS, integer=True)
 
 
@@ -506,37 +509,59 @@ def _gemv_int(kb, p: Problem, plan: RunPlan, lane, b, ns, ms, accs):
 
 
 def _quantize_rows(kb, p: Problem, b, ms, threads: int, sums: bool):
-    """Rows `ms` of the activations as int16 pairs in shared memory, two per thread and
-    16 threads per block of 32 (their max and sums are reductions of width 16), then a
-    barrier. Returns the arrays (pair words, dx per block, integer sum per block, f32 sum
-    per block if `sums`)."""
-    pairs, blocks, lanes = p.k // 2, p.k // INT_BLOCK, INT_BLOCK // 2
+    """Rows `ms` of the activations as int16 pairs in shared memory, then a barrier:
+    INT_EACH consecutive elements per thread, a block's threads adjacent (its max and sums
+    are reductions of their width). Every activation load is issued before any arithmetic
+    (the workgroup's weight loads wait behind this barrier; one dependent L2 round trip per
+    trip would be microseconds). |x| and its max go through the f32 bits as integers (no
+    NaN rules to follow for a non-negative max). Returns the arrays (pair words, dx per
+    block, integer sum per block, f32 sum per block if `sums`)."""
+    blocks, width = p.k // INT_BLOCK, INT_BLOCK // INT_EACH
     row = _int_row_words(p.k)
     qa = kb.shared("act_q", DType.U32, len(ms) * row)
     qd = kb.shared("act_d", DType.F32, len(ms) * blocks)
     qn = kb.shared("act_n", DType.I32, len(ms) * blocks)
     qx = kb.shared("act_x", DType.F32, len(ms) * blocks) if sums else None
-    with kb.for_("qp", local_index(), -(-pairs // threads) * threads, threads) as pi:
-        pc = kb.let("qc", ix.minimum(pi, i32(pairs - 1)))
-        for j, m in enumerate(ms):
-            x0 = kb.let("x", p.a(b, m, ix.mul(pc, 2)))
-            x1 = kb.let("x", p.a(b, m, ix.add(ix.mul(pc, 2), 1)))
-            amax = kb.reduce("amax", ReduceOp.Max,
-                             maximum(maximum(x0, -x0), maximum(x1, -x1)), lanes)
+    li = local_index()
+    trips = -(-p.k // (threads * INT_EACH))
+    chunks = [kb.let("qc", ix.add(li, threads * t)) for t in range(trips)]
+    first = [kb.let("qe", ix.mul(ix.minimum(c, i32(p.k // INT_EACH - 1)), INT_EACH))
+             for c in chunks]
+    xs = [[[kb.let("x", p.a(b, m, ix.add(f, i))) for i in range(INT_EACH)] for f in first]
+          for m in ms]
+    for j in range(len(ms)):
+        for t, c in enumerate(chunks):
+            vals = xs[j][t]
+            mags = [kb.let("xb", x.bitcast(DType.I32) & i32(0x7FFFFFFF)) for x in vals]
+            top = mags[0]
+            for mag in mags[1:]:
+                top = maximum(top, mag)
+            amax = kb.let("amax", kb.reduce("amax", ReduceOp.Max, top, width).bitcast(DType.F32))
             inv = kb.let("inv", Sel(ge(f32(0.0), amax), f32(0.0), f32(32767.0) / amax))
-            q0, q1 = (kb.let("q", (x * inv + f32(MAGIC)).bitcast(DType.I32) - i32(MAGIC_BITS))
-                      for x in (x0, x1))
-            word = (q0.bitcast(DType.U32) & u32(0xFFFF)) | (q1.bitcast(DType.U32) << u32(16))
-            sq = kb.reduce("sq", ReduceOp.Sum, q0 + q1, lanes)
-            sx = kb.reduce("sx", ReduceOp.Sum, x0 + x1, lanes) if sums else None
-            with kb.if_(ix.lt(pi, i32(pairs))):
-                kb.store(qa, ix.add(ix.add(pi, ix.div(pi, INT_PAD)), j * row), word)
-                with kb.if_(ix.eq(ix.mod(pi, lanes), i32(0))):
-                    at = ix.add(ix.div(pi, lanes), j * blocks)
-                    kb.store(qd, at, amax * f32(1.0 / 32767.0))
-                    kb.store(qn, at, sq)
+            qs = [kb.let("q", (x * inv + f32(MAGIC)).bitcast(DType.I32) - i32(MAGIC_BITS))
+                  for x in vals]
+            total = qs[0]
+            for q in qs[1:]:
+                total = total + q
+            sq = kb.reduce("sq", ReduceOp.Sum, total, width)
+            if sums:
+                xsum = vals[0]
+                for x in vals[1:]:
+                    xsum = xsum + x
+                sx = kb.reduce("sx", ReduceOp.Sum, xsum, width)
+            words = [(q0.bitcast(DType.U32) & u32(0xFFFF)) | (q1.bitcast(DType.U32) << u32(16))
+                     for q0, q1 in zip(qs[::2], qs[1::2], strict=True)]
+            with kb.if_(ix.lt(c, i32(p.k // INT_EACH))):
+                pair = ix.mul(c, INT_EACH // 2)
+                at = kb.let("qw", ix.add(ix.add(pair, ix.div(pair, INT_PAD)), j * row))
+                for i, word in enumerate(words):
+                    kb.store(qa, ix.add(at, i), word)
+                with kb.if_(ix.eq(ix.mod(c, width), i32(0))):
+                    blk = ix.add(ix.div(c, width), j * blocks)
+                    kb.store(qd, blk, amax * f32(1.0 / 32767.0))
+                    kb.store(qn, blk, sq)
                     if sums:
-                        kb.store(qx, at, sx)
+                        kb.store(qx, blk, sx)
     kb.barrier()
     return qa, qd, qn, qx
 
