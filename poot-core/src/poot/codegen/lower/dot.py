@@ -65,6 +65,7 @@ INT_SHARED_BYTES = 48 * 1024   # a DOT2 target's workgroup shared memory (target
 INT_PAD = 32         # quantized activation words per pad word (lanes a run apart: no conflict)
 INT_EACH = 8         # activations each thread quantizes (a block's 4 threads reduce together)
 INT_WIDE_N = 4096    # columns from which the integer GEMV takes RUN_COLUMNS a group
+INT_MAX_K = 1 << 20   # rows from this long keep the f32 schedule
 #: 1.5 * 2^23: y + MAGIC holds round-to-nearest(y) in its low mantissa bits for |y| < 2^22
 MAGIC, MAGIC_BITS = 12582912.0, 0x4B400000
 
@@ -266,8 +267,10 @@ def _int_plan(p: Problem, rows: int, features) -> RunPlan | None:
     IQ4_NL, MXFP4 and every non-GGUF format): its quantized activations and, where the
     weight's words lie in K order over whole trips, a weight tile of the staged schedule
     (`_weight_tile`) within INT_SHARED_BYTES; else each lane loads its runs' words."""
+    # H200: at K >= 4096 (an 8B model's rows) the step took 7-9% longer with it, its
+    # kernels alone about as long as the f32 ones (docs/performance.md, 2026-12-02)
     if (DOT2 not in features or p.w_int is None or p.w_per_row or p.batch > 1
-            or p.run % INT_BLOCK or p.k % p.run):
+            or p.run % INT_BLOCK or p.k % p.run or p.k >= INT_MAX_K):
         return None
     if p.w_int(0, i32(0), i32(0)) is None:
         return None
@@ -465,8 +468,11 @@ def _gemv_int(kb, p: Problem, plan: RunPlan, lane, b, ns, ms, accs):
     probe = p.w_int(0, i32(0), i32(0))
     centre = lambda g: 1 << (g.bits - 1)  # noqa: E731
     sums = any(g.offset is not None or g.bias != centre(g) for g in probe)
+    trips = _int_trips(kb, p, plan, lane, b, ns, ms)
+    if plan.words is not None:
+        next(trips)                             # the first trip's weight loads go first
     act = _quantize_rows(kb, p, b, ms, LANES * plan.groups, sums)
-    for slots, decode in _int_trips(kb, p, plan, lane, b, ns, ms):
+    for slots, decode in trips:
         decoded = [decode(t, n, k0) for t, n in enumerate(ns) for k0, _ in slots]
         flat = [x for gs in decoded for g in gs
                 for x in (*g.quads, g.scale, g.offset) if x is not None]
@@ -568,19 +574,28 @@ def _quantize_rows(kb, p: Problem, b, ms, threads: int, sums: bool):
 
 def _int_trips(kb, p: Problem, plan: RunPlan, lane, b, ns, ms):
     """Per trip: slots (k0 to decode at, absolute k of the run) and decode(t, n, k0) ->
-    [IntGroup]: lanes take runs lane + 32u; from the staged weight tile (`plan.words`,
-    whole trips, a barrier after each so the next copy waits for every read) or from the
-    weight's own words."""
+    [IntGroup]: lanes take runs lane + 32u; from the weight's own words, or from the staged
+    weight tile (`plan.words`, whole trips): then the generator first yields None once the
+    first trip's loads are issued (the caller quantizes its rows meanwhile), and each trip
+    stores the words held in registers, loads the next trip's into them while the lanes
+    compute, and ends at a barrier so the next store waits for every read."""
     unroll = _run_unroll(p)
     if plan.words is None:
         for items in _unrolled(kb, lane, 0, p.k // p.run, unroll):
             k0s = [kb.let("k0", ix.mul(r, p.run)) for r in items]
             yield [(k0, k0) for k0 in k0s], lambda t, n, k0: p.w_int(b, n, k0)
         return
-    stage = _weight_tile(kb, p, plan, lane, b, ms[0], ns,
-                         reader=lambda k0, load: p.w_int(b, i32(0), k0, load))
-    with kb.for_("kc", 0, p.k, LANES * unroll * p.run) as kc:
-        decode = stage(kc, None)
+    fetch, put, decode = _weight_tile(kb, p, plan, lane, b, ms[0], ns,
+                                      reader=lambda k0, load: p.w_int(b, i32(0), k0, load))
+    step = LANES * unroll * p.run
+    held = fetch(i32(0), None, kb.var)          # in flight while the rows are quantized
+    yield None
+    with kb.for_("kc", 0, p.k, step) as kc:
+        put(held)
+        ahead = kb.let("kn", ix.minimum(ix.add(kc, step), i32(p.k - step)))
+        for (_, var, _), (_, word, _) in zip(held, fetch(ahead, None, lambda _, x: x),
+                                             strict=True):
+            kb.assign(var, word)                # the next trip's words, read while this one's
         k0s = [kb.let("k0", ix.mul(ix.add(lane, LANES * u), p.run)) for u in range(unroll)]
         yield [(k0, ix.add(kc, k0)) for k0 in k0s], decode
         kb.barrier()
@@ -625,7 +640,13 @@ def _staged_trips(kb, p: Problem, plan: RunPlan, lane, b, ns, ms, runs: int, unr
     spot = kb.let("spot", ix.add(ix.mul(ix.div(li, span), span + 1), ix.mod(li, span)))
     src = kb.let("src", ix.add(ix.mul(ix.div(li, span), p.run), ix.mod(li, span)))
     at = ix.mul(lane, span + 1)                          # a lane's run in the tile
-    stage = None if plan.words is None else _weight_tile(kb, p, plan, lane, b, ms[0], ns)
+    stage = None
+    if plan.words is not None:
+        fetch, put, decode_tile = _weight_tile(kb, p, plan, lane, b, ms[0], ns)
+
+        def stage(kc, kc0):
+            put(fetch(kc, kc0, kb.let))
+            return decode_tile
 
     def trip(kc, count: int, kc0: int | None = None):
         slots = []
@@ -662,9 +683,10 @@ def _staged_trips(kb, p: Problem, plan: RunPlan, lane, b, ns, ms, runs: int, unr
 
 
 def _weight_tile(kb, p: Problem, plan: RunPlan, lane, b, m, ns, reader=None):
-    """A shared tile of each group's columns' weight words for one trip, and stage(kc, kc0)
-    that copies the trip from k = kc on (kc0: its value in the last, partial trip, whose
-    words are clamped to the row) and returns decode(t, n, k0) over the copy. Load s of
+    """A shared tile of each group's columns' weight words for one trip, as (fetch, put,
+    decode): fetch(kc, kc0, bind) loads the trip from k = kc on (kc0: its value in the last,
+    partial trip, whose words are clamped to the row), put(copies) stores them to the tile
+    and waits at a barrier, decode(t, n, k0) decodes a run from the copy. Load s of
     lane l reads word 32s + l of a role's span (consecutive lanes, consecutive words); the
     lanes then read their runs' words from the tile: a run of R words per lane is R apart,
     conflict-free when R is odd (Q4_0: 9, Q8_0: 17, Q4_1: 5); every other format reads its
@@ -680,7 +702,8 @@ def _weight_tile(kb, p: Problem, plan: RunPlan, lane, b, m, ns, reader=None):
     for role, count in plan.words.items():
         offsets[role], at = at, at + count
 
-    def stage(kc, kc0):
+    def fetch(kc, kc0, bind):
+        """The trip's word loads, bound by `bind(name, load)`: (tile spot, word, mask)."""
         copies = []
         for t, n in enumerate(ns):
             for role, (buf, e, w) in p.w_chunks.items():
@@ -690,10 +713,13 @@ def _weight_tile(kb, p: Problem, plan: RunPlan, lane, b, m, ns, reader=None):
                 for s in range(0, count, LANES):     # all loads in flight, then the stores
                     i = ix.add(lane, s)
                     at = i if s + LANES <= limit else ix.minimum(i, i32(limit - 1))
-                    word = kb.let("wv", Load(buf, ix.add(start, at), DType.U32))
+                    word = bind("wv", Load(buf, ix.add(start, at), DType.U32))
                     spot = ix.add(i, ix.div(i, w)) if pad else i
                     copies.append((ix.add(mine, ix.add(spot, t * pitch + offsets[role])), word,
                                    None if s + LANES <= count else ix.lt(lane, i32(count - s))))
+        return copies
+
+    def put(copies):
         for spot, word, partial in copies:
             if partial is None:
                 kb.store(tile, spot, word)
@@ -702,18 +728,17 @@ def _weight_tile(kb, p: Problem, plan: RunPlan, lane, b, m, ns, reader=None):
                     kb.store(tile, spot, word)
         kb.barrier()
 
-        def decode(t, n, k0):
-            first = ix.i32(t * pitch)
-            if pad:     # the run decoded at its place in its chunk, the chunk found here
-                ((_, e, w),) = p.w_chunks.values()
-                first = kb.let("wc", ix.add(first, ix.mul(ix.div(k0, e), w + pad)))
-                k0 = ix.mod(k0, e)
+    def decode(t, n, k0):
+        first = ix.i32(t * pitch)
+        if pad:     # the run decoded at its place in its chunk, the chunk found here
+            ((_, e, w),) = p.w_chunks.values()
+            first = kb.let("wc", ix.add(first, ix.mul(ix.div(k0, e), w + pad)))
+            k0 = ix.mod(k0, e)
 
-            def load(role, index):
-                return tile[ix.add(mine, ix.add(ix.i32(index), ix.add(first, offsets[role])))]
-            return reader(k0, load)
-        return decode
-    return stage
+        def load(role, index):
+            return tile[ix.add(mine, ix.add(ix.i32(index), ix.add(first, offsets[role])))]
+        return reader(k0, load)
+    return fetch, put, decode
 
 
 def _dot(a: list[Expr], w: list, exps: list[int] | None = None) -> Expr:
