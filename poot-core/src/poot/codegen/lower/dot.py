@@ -18,7 +18,9 @@ owns the schedules:
   declares DOT2): the workgroup first quantizes its activation rows to int16 per block of
   32 in shared memory (scale max|x| / 32767, round to nearest; the block's integer sum
   and exact f32 sum kept), then the GEMV's runs multiply the weight's bytes with them in
-  `Dot2` pairs (exact int32 sums) and scale each block's sum once. 4-bit (8-bit)
+  `Dot2` pairs (exact int32 sums) and scale each block's sum once; staged weight
+  words of the next trip are loaded into registers while a trip computes (the first
+  trip's while the rows are quantized). 4-bit (8-bit)
   quants are centred on 8 (128) through the integer sum, so the activations' rounding
   meets (u - centre), not u; the rest of the affine offset meets the exact f32 sum.
 * Rows GEMV (a decode batch: up to BATCH_ROWS rows): the GEMV's groups, one or two
@@ -65,7 +67,7 @@ INT_SHARED_BYTES = 48 * 1024   # a DOT2 target's workgroup shared memory (target
 INT_PAD = 32         # quantized activation words per pad word (lanes a run apart: no conflict)
 INT_EACH = 8         # activations each thread quantizes (a block's 4 threads reduce together)
 INT_WIDE_N = 4096    # columns from which the integer GEMV takes RUN_COLUMNS a group
-INT_MAX_K = 1 << 20   # rows from this long keep the f32 schedule
+INT_MAX_K = 1 << 20  # rows from this long keep the f32 schedule (none; 0: every one)
 #: 1.5 * 2^23: y + MAGIC holds round-to-nearest(y) in its low mantissa bits for |y| < 2^22
 MAGIC, MAGIC_BITS = 12582912.0, 0x4B400000
 
@@ -267,8 +269,7 @@ def _int_plan(p: Problem, rows: int, features) -> RunPlan | None:
     IQ4_NL, MXFP4 and every non-GGUF format): its quantized activations and, where the
     weight's words lie in K order over whole trips, a weight tile of the staged schedule
     (`_weight_tile`) within INT_SHARED_BYTES; else each lane loads its runs' words."""
-    # H200: at K >= 4096 (an 8B model's rows) the step took 7-9% longer with it, its
-    # kernels alone about as long as the f32 ones (docs/performance.md, 2026-12-02)
+    # H200: faster at every 8B and SmolLM2 shape but Q4_0's K = 14336 (docs/performance.md)
     if (DOT2 not in features or p.w_int is None or p.w_per_row or p.batch > 1
             or p.run % INT_BLOCK or p.k % p.run or p.k >= INT_MAX_K):
         return None
