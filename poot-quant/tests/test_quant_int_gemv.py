@@ -78,3 +78,25 @@ def test_dot2_spellings_agree():
         want = c + lo16 * bytes_[2 * high] + hi16 * bytes_[2 * high + 1]
         np.testing.assert_array_equal(evaluate(e, env, {}), want.astype(np.int32))
         np.testing.assert_array_equal(evaluate(lower_dot2(e), env, {}), want.astype(np.int32))
+
+
+def test_printers_without_dot2_get_plain_multiply_adds():
+    """Printer.source rewrites Dot2 away for dialects that do not print it (WGSL, GLSL,
+    HIP): the rewritten kernel has no Dot2 and computes the same bits."""
+    from poot.codegen.expr import walk
+    from poot.codegen.printer import without_dot2
+    from poot.codegen.program import KernelProgram
+
+    pw, op, ins, out, prog = _lowered("gguf:Q4_0", (4, 1024), 1)
+    plain = KernelProgram(tuple(without_dot2(k) for k in prog.kernels))
+    for k in plain.kernels:
+        k.validate()
+    assert not _uses_dot2(plain)
+    assert any(isinstance(n, Dot2) for s in prog.kernels[0].statements()
+               for v in vars(s).values() if hasattr(v, "dtype") for n in walk(v))
+    rng = np.random.default_rng(3)
+    src = [np.asarray(s) for s in pw.get_format().quantize(
+        rng.standard_normal((4, 1024)).astype(np.float32))]
+    x = rng.standard_normal((1, 1024)).astype(np.float32)
+    np.testing.assert_array_equal(run_lowering(plain, [x, *src], out),
+                                  run_lowering(prog, [x, *src], out))

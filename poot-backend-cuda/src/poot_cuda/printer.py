@@ -180,9 +180,11 @@ class CudaPrinter(SimtPrinter):
             return f"poot_and_or({self.expr(e.a.a)}, {self.expr(e.a.b)}, {self.expr(e.b)})"
         return super().binary(e)
 
+    @property
+    def native_dot2(self) -> bool:
+        return parse_arch(self.device) >= (6, 1)
+
     def dot2(self, e: Dot2) -> str:
-        if parse_arch(self.device) < (6, 1):
-            return super().dot2(e)
         return (f"poot_dp2a_{'hi' if e.high else 'lo'}({self.expr(e.a)}, {self.expr(e.b)}, "
                 f"{self.expr(e.c)})")
 

@@ -19,6 +19,8 @@ backend from its device (`KernelBackend.features`), never read from the program.
 """
 from __future__ import annotations
 
+import dataclasses
+
 from poot.codegen.expr import (
     Bin,
     Bitcast,
@@ -30,6 +32,7 @@ from poot.codegen.expr import (
     Sel,
     Un,
     Var,
+    children,
     lower_dot2,
 )
 from poot.codegen.program import (
@@ -66,10 +69,15 @@ class Printer:
     #: dtypes this printer's device can hold and compute with
     supported: frozenset = frozenset()
     indent_unit = "  "
+    #: whether the dialect prints expr.Dot2 itself (`dot2`); if not, `source` rewrites
+    #: every Dot2 to plain integer multiply-adds before anything else sees the program
+    native_dot2 = False
 
     # -- the translation unit ------------------------------------------------------
     def source(self, kernel: Kernel) -> str:
         kernel.validate()
+        if not self.native_dot2:
+            kernel = without_dot2(kernel)
         kernel = self.rewrite(kernel)
         self.check_dtypes(kernel)
         self._kernel = kernel
@@ -188,8 +196,8 @@ class Printer:
         raise TypeError(f"unknown expression {e!r}")
 
     def dot2(self, e: Dot2) -> str:
-        """The integer pair dot product: its plain multiply-adds unless the target has it."""
-        return self.expr(lower_dot2(e))
+        """The integer pair dot product, for dialects that declare `native_dot2`."""
+        raise self.unsupported("Dot2")
 
     def var(self, e: Var) -> str:
         if e.name in BUILTINS:
@@ -223,4 +231,32 @@ class Printer:
         raise NotImplementedError
 
 
-__all__ = ["Printer", "STATEMENT_HOOKS"]
+def without_dot2(kernel: Kernel) -> Kernel:
+    """`kernel` with every Dot2 replaced by `lower_dot2` (shared subtrees stay shared)."""
+    memo: dict[int, tuple[Expr, Expr]] = {}     # id -> (node kept alive, its rewrite)
+
+    def expr(e: Expr) -> Expr:
+        if id(e) not in memo:
+            kids = [expr(c) for c in children(e)]
+            swap = dict(zip(map(id, children(e)), kids, strict=True))
+            out = e if all(a is b for a, b in zip(children(e), kids, strict=True)) else \
+                dataclasses.replace(e, **{f.name: swap[id(getattr(e, f.name))]
+                                          for f in dataclasses.fields(e)
+                                          if isinstance(getattr(e, f.name), Expr)})
+            memo[id(e)] = (e, expr(lower_dot2(out)) if isinstance(out, Dot2) else out)
+        return memo[id(e)][1]
+
+    def stmt(s):
+        changes = {}
+        for f in dataclasses.fields(s):
+            v = getattr(s, f.name)
+            if isinstance(v, Expr):
+                changes[f.name] = expr(v)
+            elif isinstance(v, tuple) and v and all(isinstance(x, Stmt) for x in v):
+                changes[f.name] = tuple(stmt(x) for x in v)
+        return dataclasses.replace(s, **changes) if changes else s
+
+    return dataclasses.replace(kernel, body=tuple(stmt(s) for s in kernel.body))
+
+
+__all__ = ["Printer", "STATEMENT_HOOKS", "without_dot2"]
