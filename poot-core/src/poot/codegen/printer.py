@@ -246,17 +246,26 @@ def without_dot2(kernel: Kernel) -> Kernel:
             memo[id(e)] = (e, expr(lower_dot2(out)) if isinstance(out, Dot2) else out)
         return memo[id(e)][1]
 
+    def block(body: tuple) -> tuple:
+        out = tuple(stmt(x) for x in body)
+        return body if all(a is b for a, b in zip(out, body, strict=True)) else out
+
     def stmt(s):
         changes = {}
         for f in dataclasses.fields(s):
             v = getattr(s, f.name)
             if isinstance(v, Expr):
-                changes[f.name] = expr(v)
+                new = expr(v)
             elif isinstance(v, tuple) and v and all(isinstance(x, Stmt) for x in v):
-                changes[f.name] = tuple(stmt(x) for x in v)
+                new = block(v)
+            else:
+                continue
+            if new is not v:
+                changes[f.name] = new
         return dataclasses.replace(s, **changes) if changes else s
 
-    return dataclasses.replace(kernel, body=tuple(stmt(s) for s in kernel.body))
+    body = block(kernel.body)
+    return kernel if body is kernel.body else dataclasses.replace(kernel, body=body)
 
 
 __all__ = ["Printer", "STATEMENT_HOOKS", "without_dot2"]
