@@ -65,3 +65,21 @@ def test_reduction_in_a_workgroup_smaller_than_a_warp_compiles(width):
     src = CudaPrinter().source(kb.finish())
     assert "__shfl_xor_sync" not in src and "poot_red_s[" in src
     assert compiler.compile_cubin(src, "ragged")[:4] == b"\x7fELF"
+
+
+@pytest.mark.parametrize("arch, dp2a", [("sm_90", True), ("sm_60", False)])
+def test_integer_gemv_prints_dp2a_where_the_target_has_it(arch, dp2a):
+    """sm_61+ declares DOT2: a Q4_0 GEMV takes the integer schedule and prints dp2a calls;
+    printed for an older target, Dot2 becomes plain multiply-adds."""
+    import poot_quant  # noqa: F401 - registers the formats
+    from poot.formats import PackedWeight
+    from poot.ir.ops import PackedContraction
+    from poot_cuda.capability import kernel_features, parse_arch
+
+    pw = PackedWeight("gguf:Q4_0", (8, 1024))
+    op = PackedContraction(pw)
+    ins = [TensorType((1, 1024), F32)] + [s.type for s in pw.sources()]
+    kernel = lower(op, ins, op.infer(ins), kernel_features(9, 0)).kernels[0]
+    src = CudaPrinter(arch).source(kernel)
+    assert ("poot_dp2a_lo(" in src.split("__global__")[1]) is dp2a
+    assert kernel_features(*parse_arch(arch)) >= ({"dot2.i16.u8"} if dp2a else set())

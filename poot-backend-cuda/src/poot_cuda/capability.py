@@ -9,12 +9,13 @@ F32, F16, BF16, I32, U32 = DType.F32, DType.F16, DType.BF16, DType.I32, DType.U3
 
 
 def kernel_features(major: int, minor: int) -> frozenset:
-    """cp.async and mma.sync m16n8k16 (BF16/F16 -> F32) exist from sm_80 on; blocks of
-    1024 threads on every architecture."""
-    from poot.codegen.target import COPY_ASYNC, MMA_M16N8K16, WIDE_WORKGROUPS
+    """cp.async and mma.sync m16n8k16 (BF16/F16 -> F32) exist from sm_80 on, dp2a from
+    sm_61; blocks of 1024 threads on every architecture."""
+    from poot.codegen.target import COPY_ASYNC, DOT2, MMA_M16N8K16, WIDE_WORKGROUPS
 
     sm80 = {MMA_M16N8K16.feature, COPY_ASYNC} if (major, minor) >= (8, 0) else set()
-    return frozenset({*sm80, WIDE_WORKGROUPS})
+    dot2 = {DOT2} if (major, minor) >= (6, 1) else set()
+    return frozenset({*sm80, *dot2, WIDE_WORKGROUPS})
 
 
 def arch_of(major: int, minor: int) -> str:

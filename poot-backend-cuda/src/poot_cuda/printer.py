@@ -2,7 +2,7 @@
 shuffles, dynamic shared memory, async copies and tensor cores."""
 from __future__ import annotations
 
-from poot.codegen.expr import Bin, Const
+from poot.codegen.expr import Bin, Const, Dot2
 from poot.codegen.program import (
     CopyAsync,
     CopyCommit,
@@ -45,6 +45,16 @@ static __device__ __forceinline__ unsigned int poot_and_or(unsigned int x, unsig
                                                            unsigned int o) {
   unsigned int r;
   asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(x), "r"(m), "r"(o));
+  return r;
+}
+static __device__ __forceinline__ int poot_dp2a_lo(int a, unsigned int b, int c) {
+  int r;
+  asm("dp2a.lo.s32.u32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+  return r;
+}
+static __device__ __forceinline__ int poot_dp2a_hi(int a, unsigned int b, int c) {
+  int r;
+  asm("dp2a.hi.s32.u32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
   return r;
 }
 """
@@ -169,6 +179,14 @@ class CudaPrinter(SimtPrinter):
                 and e.a.op is BinaryOp.And and isinstance(e.b, Const)):
             return f"poot_and_or({self.expr(e.a.a)}, {self.expr(e.a.b)}, {self.expr(e.b)})"
         return super().binary(e)
+
+    @property
+    def native_dot2(self) -> bool:
+        return parse_arch(self.device) >= (6, 1)
+
+    def dot2(self, e: Dot2) -> str:
+        return (f"poot_dp2a_{'hi' if e.high else 'lo'}({self.expr(e.a)}, {self.expr(e.b)}, "
+                f"{self.expr(e.c)})")
 
     def shuffle_xor(self, value: str, offset: int, lanes: int) -> str:
         return f"__shfl_xor_sync(0xffffffffu, {value}, {offset}, 32)"

@@ -37,6 +37,11 @@ sum instead of each element:
         needs with coalesced loads into shared memory and decode runs from that copy
         (`decode_run` of row 0 at the offset into the range, `load` reading the copy).
         Default: none.
+    int_run(load, n, k0, shape, attrs) -> list[IntGroup] | None
+        W[n, k0 : k0 + R] as groups of 32 elements whose values are integers u (bytes of
+        U32 words) times a scale plus an offset, for kernels that multiply them with
+        integer activations (`expr.Dot2`); None where the format's run is not so laid out.
+        The same `load` contract as `decode_run`. Default: None.
 """
 from __future__ import annotations
 
@@ -118,6 +123,19 @@ class RunPart:
     exponents: list[int] | None = None
 
 
+@dataclass
+class IntGroup:
+    """32 consecutive elements of a run as integers: element 4i + j is `scale * (u - bias)
+    + offset` where u is byte j of `quads[i]` (8 U32 words; u < 2^bits), scale and offset
+    F32 expressions (offset None: 0), bias an int."""
+
+    quads: list
+    bits: int
+    bias: int
+    scale: Any
+    offset: Any = None
+
+
 class WeightFormat(Protocol):
     """What a format provides (see the module docstring); `run_length` and `decode_run`
     are optional (`run_length` and `decode_run` below give their defaults)."""
@@ -152,6 +170,13 @@ def decode_run(fmt: WeightFormat, load: Callable, n, k0, shape: tuple[int, int],
                      for i in range(run_length(fmt, shape, attrs))])]
 
 
+def int_run(fmt: WeightFormat, load: Callable, n, k0, shape: tuple[int, int],
+            attrs: dict) -> list[IntGroup] | None:
+    """The format's `int_run`, or None when it declares none."""
+    fn = getattr(fmt, "int_run", None)
+    return fn(load, n, k0, shape, attrs) if fn is not None else None
+
+
 def word_chunks(fmt: WeightFormat, shape: tuple[int, int], attrs: dict) -> dict:
     """{role: (elements, words)} of the roles `fmt` lays out in K order ({} if none)."""
     fn = getattr(fmt, "word_chunks", None)
@@ -184,5 +209,5 @@ def words_of(source: np.ndarray) -> np.ndarray:
     return raw.view("<u4")
 
 
-__all__ = ["PackedWeight", "RunPart", "SourceSpec", "WeightFormat", "decode_run", "formats",
-           "get_format", "run_length", "word_chunks", "words_of", "DType"]
+__all__ = ["IntGroup", "PackedWeight", "RunPart", "SourceSpec", "WeightFormat", "decode_run",
+           "formats", "get_format", "int_run", "run_length", "word_chunks", "words_of", "DType"]

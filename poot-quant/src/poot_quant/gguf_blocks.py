@@ -19,7 +19,7 @@ import math
 import numpy as np
 from poot.codegen.expr import Expr, ge, select, u32
 from poot.dtypes import DType
-from poot.formats import RunPart
+from poot.formats import IntGroup, RunPart
 from poot.optional import require
 
 from poot_quant import exprs
@@ -186,6 +186,21 @@ class RunBlock(ExprBlock):
             at, word = offset, self.realigned(offset >> 2)
         return (word >> scalar((at & 3) << 3)) & ((1 << width) - 1)
 
+    def word32(self, offset):
+        """Bytes offset .. offset + 3 of the block as one U32 (two words funnelled where
+        they straddle one), or None when the block's start is known only at run time."""
+        if not isinstance(self.lead, int):
+            return None
+        at = self.lead + offset
+        shift = at & 3
+        if not isinstance(shift, int):
+            return None
+        first = self.first + scalar(at >> 2)
+        lo = self.words.word(first)
+        if shift == 0:
+            return lo
+        return (lo >> (8 * shift)) | (self.words.word(first + 1) << (32 - 8 * shift))
+
     def realigned(self, c) -> Expr:
         """Bytes 4c .. 4c + 3 of a block that starts `lead` (runtime) bytes into a word."""
         shift = self.lead << 3
@@ -237,6 +252,11 @@ class GGUFBlockFormat(Format):
     run = 32
     #: consecutive elements that share a scale and an offset (a divisor of `run`)
     scale_group = 32
+    #: where the integer quants lie as bytes, for `int_run`: (byte offset of the field,
+    #: its layout (element j -> (byte, shift), 4 consecutive elements in 4 consecutive
+    #: bytes at one shift), mask, xor that makes the field u of `affine`'s q = u - bias);
+    #: None: the format's integers are not whole bytes or nibbles
+    quant_bytes = None
 
     def __init__(self):
         self.name = f"gguf:{self.qtype.name}"
@@ -314,6 +334,42 @@ class GGUFBlockFormat(Format):
                 qs = [self.affine(blk, start + (g + i))[1] for i in range(self.scale_group)]
                 parts.append(exprs.int_part(qs, scale, offset))
         return parts
+
+    def int_run(self, load, n, k0, shape, attrs) -> list[IntGroup] | None:
+        """The run of `decode_run` as IntGroups of 32 (see `quant_bytes`), or None."""
+        if self.quant_bytes is None or self.scale_group != 32:
+            return None
+        self.check_expr_sources(shape, attrs)
+        n, k0 = exprs.as_u32(n), exprs.as_u32(k0)
+        bs, ts = self.block_size, self.type_size
+        run = self.run_length(shape, attrs)
+        blocks = max(1, run // bs)
+        if (shape[1] // bs * ts) % 4 or blocks * ts % 4:
+            return None                                 # fields at run-time places
+        base = (n * (shape[1] // bs) + (k0 >> self.block_shift)) * ts
+        words = exprs.Words(load, "blocks")
+        within = min(run, bs)
+        start = index(k0 & (bs - 1), 0, within, bs - within)
+        offset, layout, mask, flip = self.quant_bytes
+        spread = lambda x: x * 0x01010101  # noqa: E731 - a byte value in every byte
+        groups = []
+        for i in range(blocks):
+            blk = RunBlock(words, base >> 2, i * ts, ts)
+            for g in range(0, within, 32):
+                scale, q, shift_offset = self.affine(blk, start + g)
+                quads = []
+                for e in range(0, 32, 4):
+                    position, shift = layout(start + (g + e))
+                    word = blk.word32(offset + position)
+                    if word is None or not isinstance(shift, int):
+                        return None
+                    quad = (word >> shift if shift else word) & spread(mask)
+                    quads.append(quad ^ spread(flip) if flip else quad)
+                bias = exprs.biased(q)[1]
+                if not isinstance(bias, int):
+                    return None
+                groups.append(IntGroup(quads, mask.bit_length(), bias, scale, shift_offset))
+        return groups
 
     # -- quantization -------------------------------------------------------------
     def quantize(self, w, **attrs) -> list[np.ndarray]:
@@ -394,6 +450,8 @@ class Q4_0(GGUFBlockFormat):
     """f16 d, 16 bytes of nibbles; x = d * (q - 8)."""
     qtype = GGMLQuantizationType.Q4_0
 
+    quant_bytes = (2, nibble32_at, 15, 0)
+
     def affine(self, blk, j):
         return blk.f16(0), blk.to_i32(nibble32(blk, 2, j)) - 8, None
 
@@ -401,6 +459,8 @@ class Q4_0(GGUFBlockFormat):
 class Q4_1(GGUFBlockFormat):
     """f16 d, f16 m, 16 bytes of nibbles; x = d * q + m."""
     qtype = GGMLQuantizationType.Q4_1
+
+    quant_bytes = (4, nibble32_at, 15, 0)
 
     def affine(self, blk, j):
         return blk.f16(0), nibble32(blk, 4, j), blk.f16(2)
@@ -427,6 +487,8 @@ class Q5_1(GGUFBlockFormat):
 class Q8_0(GGUFBlockFormat):
     """f16 d, 32 int8; x = d * q."""
     qtype = GGMLQuantizationType.Q8_0
+
+    quant_bytes = (2, lambda j: (j, 0), 255, 0x80)
 
     def affine(self, blk, j):
         return blk.f16(0), blk.sign_extend8(blk.byte(2 + j)), None
@@ -517,6 +579,7 @@ class Q4_K(GGUFBlockFormat):
     x = (d * sc) * q - dmin * m."""
     qtype = GGMLQuantizationType.Q4_K
     run = 64
+    quant_bytes = (16, kquant_nibble_at, 15, 0)
 
     def affine(self, blk, j):
         scale, minimum = packed_scale_min6(blk, 4, j >> 5)

@@ -130,6 +130,35 @@ class Bitcast(Expr):
     x: Expr
 
 
+@dataclass(frozen=True, eq=False)
+class Dot2(Expr):
+    """An integer dot product of two pairs: c + a.lo * b[2h] + a.hi * b[2h + 1], where a (I32)
+    holds two signed 16-bit halves, b (U32) four unsigned bytes (b[0] the lowest), h = 1 if
+    `high` else 0, c I32; exact in I32 for the magnitudes quantized activations have. A
+    target that has the instruction (target.DOT2: PTX dp2a) prints it as one; every other
+    printer, and the interpreter, print `lower_dot2`'s plain integer multiply-adds."""
+
+    a: Expr
+    b: Expr
+    c: Expr
+    high: bool = False
+    dtype: DType = I32
+
+    def __post_init__(self):
+        if (self.a.dtype, self.b.dtype, self.c.dtype) != (I32, U32, I32):
+            raise TypeError(f"Dot2 takes (I32, U32, I32), not ({self.a.dtype}, "
+                            f"{self.b.dtype}, {self.c.dtype})")
+
+
+def lower_dot2(e: Dot2) -> Expr:
+    """Dot2 as shifts, masks and two multiply-adds (I32 >> is arithmetic)."""
+    lo, hi = (e.a << i32(16)) >> i32(16), e.a >> i32(16)
+    shift = 16 if e.high else 0
+    b0 = ((e.b >> u32(shift)) & u32(0xFF)).bitcast(I32)
+    b1 = ((e.b >> u32(shift + 8)) & u32(0xFF)).bitcast(I32)
+    return e.c + lo * b0 + hi * b1
+
+
 # -- constructors ----------------------------------------------------------------
 def lit(value, dtype: DType) -> Const:
     return Const(value, dtype)
@@ -168,6 +197,8 @@ def children(e: Expr) -> tuple[Expr, ...]:
         return (e.cond, e.t, e.f)
     if isinstance(e, Load):
         return (e.index,)
+    if isinstance(e, Dot2):
+        return (e.a, e.b, e.c)
     return ()
 
 
@@ -233,6 +264,8 @@ def evaluate(e: Expr, env: Mapping[str, np.ndarray | int],
             r = S.cast(ev(n.x), n.x.dtype, n.dtype)
         elif isinstance(n, Bitcast):
             r = S.bitcast(np.asarray(ev(n.x)), n.dtype)
+        elif isinstance(n, Dot2):
+            r = ev(lower_dot2(n))
         else:  # pragma: no cover
             raise TypeError(f"unknown expression {n!r}")
         memo[key] = r

@@ -7,7 +7,7 @@ prints the translation unit (`unit`). Statements and expressions dispatch by typ
 one hook each; a dialect writes only the hooks whose spelling is its own:
 
     statements   let, assign, store, loop, branch, barrier, coop_reduce, matrix
-    expressions  const, var, load, unary, binary, select, cast, bitcast
+    expressions  const, var, load, unary, binary, select, cast, bitcast, dot2
 
 Every statement hook gets the statement and its indentation depth and returns lines.
 An expression hook may emit lines that must come before the statement it belongs
@@ -19,7 +19,22 @@ backend from its device (`KernelBackend.features`), never read from the program.
 """
 from __future__ import annotations
 
-from poot.codegen.expr import Bin, Bitcast, Cast, Const, Expr, Load, Sel, Un, Var
+import dataclasses
+
+from poot.codegen.expr import (
+    Bin,
+    Bitcast,
+    Cast,
+    Const,
+    Dot2,
+    Expr,
+    Load,
+    Sel,
+    Un,
+    Var,
+    children,
+    lower_dot2,
+)
 from poot.codegen.program import (
     BUILTINS,
     Assign,
@@ -54,10 +69,15 @@ class Printer:
     #: dtypes this printer's device can hold and compute with
     supported: frozenset = frozenset()
     indent_unit = "  "
+    #: whether the dialect prints expr.Dot2 itself (`dot2`); if not, `source` rewrites
+    #: every Dot2 to plain integer multiply-adds before anything else sees the program
+    native_dot2 = False
 
     # -- the translation unit ------------------------------------------------------
     def source(self, kernel: Kernel) -> str:
         kernel.validate()
+        if not self.native_dot2:
+            kernel = without_dot2(kernel)
         kernel = self.rewrite(kernel)
         self.check_dtypes(kernel)
         self._kernel = kernel
@@ -171,7 +191,13 @@ class Printer:
             if e.x.dtype is e.dtype:
                 return self.expr(e.x)
             return self.bitcast(e.x.dtype, e.dtype, self.expr(e.x))
+        if isinstance(e, Dot2):
+            return self.dot2(e)
         raise TypeError(f"unknown expression {e!r}")
+
+    def dot2(self, e: Dot2) -> str:
+        """The integer pair dot product, for dialects that declare `native_dot2`."""
+        raise self.unsupported("Dot2")
 
     def var(self, e: Var) -> str:
         if e.name in BUILTINS:
@@ -205,4 +231,41 @@ class Printer:
         raise NotImplementedError
 
 
-__all__ = ["Printer", "STATEMENT_HOOKS"]
+def without_dot2(kernel: Kernel) -> Kernel:
+    """`kernel` with every Dot2 replaced by `lower_dot2` (shared subtrees stay shared)."""
+    memo: dict[int, tuple[Expr, Expr]] = {}     # id -> (node kept alive, its rewrite)
+
+    def expr(e: Expr) -> Expr:
+        if id(e) not in memo:
+            kids = [expr(c) for c in children(e)]
+            swap = dict(zip(map(id, children(e)), kids, strict=True))
+            out = e if all(a is b for a, b in zip(children(e), kids, strict=True)) else \
+                dataclasses.replace(e, **{f.name: swap[id(getattr(e, f.name))]
+                                          for f in dataclasses.fields(e)
+                                          if isinstance(getattr(e, f.name), Expr)})
+            memo[id(e)] = (e, expr(lower_dot2(out)) if isinstance(out, Dot2) else out)
+        return memo[id(e)][1]
+
+    def block(body: tuple) -> tuple:
+        out = tuple(stmt(x) for x in body)
+        return body if all(a is b for a, b in zip(out, body, strict=True)) else out
+
+    def stmt(s):
+        changes = {}
+        for f in dataclasses.fields(s):
+            v = getattr(s, f.name)
+            if isinstance(v, Expr):
+                new = expr(v)
+            elif isinstance(v, tuple) and v and all(isinstance(x, Stmt) for x in v):
+                new = block(v)
+            else:
+                continue
+            if new is not v:
+                changes[f.name] = new
+        return dataclasses.replace(s, **changes) if changes else s
+
+    body = block(kernel.body)
+    return kernel if body is kernel.body else dataclasses.replace(kernel, body=body)
+
+
+__all__ = ["Printer", "STATEMENT_HOOKS", "without_dot2"]

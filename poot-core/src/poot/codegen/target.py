@@ -9,6 +9,10 @@ instruction. A backend tells the lowerings what its target has through
 * `COPY_ASYNC`: the target prints CopyAsync / CopyCommit / CopyWait.
 * `WIDE_WORKGROUPS`: workgroups of up to 1024 threads launch (others keep to 256, the
   least WebGPU guarantees).
+* `DOT2`: the target prints `expr.Dot2` as one instruction (PTX dp2a, sm_61+) and gives
+  a workgroup 48 KiB of shared memory, so packed GEMVs take the integer schedule
+  (activations quantized to int16 in shared memory). Every printer can print Dot2 (as
+  plain multiply-adds); the feature says only that it is worth it.
 
 A lowering emits a statement family only when its target declares it; the printers of
 targets without it refuse. A new matrix unit (a wavefront-wide one, say) is one more
@@ -50,8 +54,9 @@ MATRIX_UNITS = {u.feature: u for u in (MMA_M16N8K16,)}
 
 COPY_ASYNC = "copy.async"
 WIDE_WORKGROUPS = "workgroup.1024"
+DOT2 = "dot2.i16.u8"
 #: every feature name a target may declare
-FEATURES = frozenset({*MATRIX_UNITS, COPY_ASYNC, WIDE_WORKGROUPS})
+FEATURES = frozenset({*MATRIX_UNITS, COPY_ASYNC, WIDE_WORKGROUPS, DOT2})
 
 
 def matrix_unit(features: Iterable[str]) -> MatrixUnit | None:
@@ -59,5 +64,5 @@ def matrix_unit(features: Iterable[str]) -> MatrixUnit | None:
     return next((MATRIX_UNITS[f] for f in sorted(features) if f in MATRIX_UNITS), None)
 
 
-__all__ = ["COPY_ASYNC", "FEATURES", "MATRIX_UNITS", "MMA_M16N8K16", "WIDE_WORKGROUPS",
+__all__ = ["COPY_ASYNC", "DOT2", "FEATURES", "MATRIX_UNITS", "MMA_M16N8K16", "WIDE_WORKGROUPS",
            "MatrixUnit", "matrix_unit"]

@@ -26,7 +26,7 @@ from poot.codegen.program import KernelProgram
 from poot.codegen.region import RegionEval
 from poot.dtypes import DType
 from poot.errors import UnsupportedOp
-from poot.formats import RunPart, decode_run, get_format, run_length, word_chunks
+from poot.formats import RunPart, decode_run, get_format, int_run, run_length, word_chunks
 from poot.ir.graph import Lit
 from poot.ir.ops import (
     ContractionEpilogue,
@@ -102,6 +102,11 @@ class PackedReader:
         return [RunPart([v.cast(F32) for v in p.values], cast(p.scale), cast(p.offset),
                         p.exponents) for p in parts]
 
+    def int_groups(self, row: Expr, k0: Expr, load=None):
+        """The run at (row, k0) as poot.formats.IntGroups, or None (see `run_parts`)."""
+        return int_run(self.format, load or self.load, row, k0, self.weight.shape,
+                       self.weight.attr_dict)
+
 
 def _rows(t) -> int:
     return math.prod(t.shape[:-1])
@@ -149,7 +154,8 @@ def packed_problem(sig: Sig, epilogue) -> Problem:
     return Problem(1, _rows(a), n, k, _activation("in0", k),
                    lambda b, m, nn, kk: w.elem(nn, kk), store_flat(sig, _rows(a), n, epilogue),
                    views=w.views, w_run=lambda b, m, nn, k0, load=None: w.run_parts(nn, k0, load),
-                   run=w.run, w_chunks=w.chunks)
+                   run=w.run, w_chunks=w.chunks,
+                   w_int=lambda b, nn, k0, load=None: w.int_groups(nn, k0, load))
 
 
 @problem_for(IndexedPackedContraction)

@@ -14,6 +14,15 @@ owns the schedules:
   Where the weight's words lie in K order (`w_chunks`), each group first copies
   the words of its trip's runs to shared memory, consecutive lanes reading
   consecutive words, and the lanes decode their runs from that copy.
+* Integer GEMV (packed weights whose runs are integer bytes, `w_int`, on a target that
+  declares DOT2): the workgroup first quantizes its activation rows to int16 per block of
+  32 in shared memory (scale max|x| / 32767, round to nearest; the block's integer sum
+  and exact f32 sum kept), then the GEMV's runs multiply the weight's bytes with them in
+  `Dot2` pairs (exact int32 sums) and scale each block's sum once; staged weight
+  words of the next trip are loaded into registers while a trip computes (the first
+  trip's while the rows are quantized). 4-bit (8-bit)
+  quants are centred on 8 (128) through the integer sum, so the activations' rounding
+  meets (u - centre), not u; the rest of the affine offset meets the exact f32 sum.
 * Rows GEMV (a decode batch: up to BATCH_ROWS rows): the GEMV's groups, one or two
   columns each, with lanes striding along K one element at a time, so every activation
   load is coalesced across the lanes and serves all the group's columns, and each weight
@@ -32,9 +41,10 @@ from dataclasses import dataclass, field
 
 from poot.codegen import index as ix
 from poot.codegen.builder import KernelBuilder
-from poot.codegen.expr import Const, Expr, Load, Sel, i32
+from poot.codegen.expr import Const, Dot2, Expr, Load, Sel, f32, ge, i32, maximum, u32
 from poot.codegen.lower import mma
 from poot.codegen.program import group_id, local_id, local_index
+from poot.codegen.target import DOT2
 from poot.dtypes import DType
 from poot.ir.ops import ReduceOp
 
@@ -52,6 +62,14 @@ RUN_COLUMNS = 2   # weight rows per group when decoding runs over staged activat
 SHARED_BYTES = 16 * 1024   # staged activations and weights stay within this (WebGPU: 16 KiB+)
 MIN_SPAN = 16     # fewest activations per run and phase when weights are staged too
 SPLIT_WARPS = 4096   # dot-product warps a 16-bit GEMV wants in flight before it splits rows
+INT_BLOCK = 32       # activations per int16 scale in the integer GEMV
+INT_SHARED_BYTES = 48 * 1024   # a DOT2 target's workgroup shared memory (target.DOT2)
+INT_PAD = 32         # quantized activation words per pad word (lanes a run apart: no conflict)
+INT_EACH = 8         # activations each thread quantizes (a block's 4 threads reduce together)
+INT_WIDE_N = 4096    # columns from which the integer GEMV takes RUN_COLUMNS a group
+INT_MAX_K = 1 << 20  # rows from this long keep the f32 schedule (none; 0: every one)
+#: 1.5 * 2^23: y + MAGIC holds round-to-nearest(y) in its low mantissa bits for |y| < 2^22
+MAGIC, MAGIC_BITS = 12582912.0, 0x4B400000
 
 Elem = Callable[..., Expr]
 
@@ -67,6 +85,7 @@ class Problem:
     w_chunks: role -> (buffer, elements, words) when every role w_run reads lies in K order
     (poot.formats.word_chunks): w_run(b, m, 0, k0, load) then decodes from `load`'s copy of
     the words of row n from k = kc on (kc a multiple of `elements`), k0 counted from kc;
+    w_int(b, n, k0, load=None): the same run as poot.formats.IntGroups, None if it has none;
     a_pair(b, m, kw) likewise for the activation; store(kb, b, m, n, acc) writes one result.
     """
 
@@ -85,6 +104,7 @@ class Problem:
     run: int = 1                  # elements per w_run
     tiles: object = None          # mma.Tiles: 16-bit operands tensor cores can read as is
     w_chunks: dict = field(default_factory=dict)
+    w_int: Elem | None = None     # w_int(b, n, k0, load=None) -> [IntGroup] | None, like w_run
 
     def zero(self) -> Const:
         return Const(0.0 if self.acc.is_float else 0, self.acc)
@@ -128,7 +148,7 @@ def contraction_kernel(p: Problem, sig, declare: Callable[[KernelBuilder], None]
     statements its target declares (`sig.features`)."""
     kb_factory = sig.builder
     if p.w_per_row or p.m <= GEMV_MAX_ROWS:
-        return gemv_kernel(p, kb_factory, declare)
+        return gemv_kernel(p, kb_factory, declare, features=sig.features)
     if mma.usable(p, sig.features):
         return mma.mma_gemm_kernel(p, kb_factory, declare)
     if p.m <= BATCH_ROWS:
@@ -136,11 +156,14 @@ def contraction_kernel(p: Problem, sig, declare: Callable[[KernelBuilder], None]
     return gemm_kernel(p, kb_factory, declare)
 
 
-def gemv_kernel(p: Problem, kb_factory, declare, many_rows: bool = False):
-    """The GEMV schedules; `many_rows`: the rows GEMV (element walk, several columns)."""
+def gemv_kernel(p: Problem, kb_factory, declare, many_rows: bool = False,
+                features: frozenset = frozenset()):
+    """The GEMV schedules; `many_rows`: the rows GEMV (element walk, several columns);
+    `features`: the target's (the integer GEMV where it declares DOT2)."""
     rows = p.m if not p.w_per_row else 1        # rows sharing one weight column per group
     columns = p.batch * p.n * (p.m if p.w_per_row else 1)
-    plan = _rows_plan(p) if many_rows else _run_plan(p, rows)
+    plan = _rows_plan(p) if many_rows else (_int_plan(p, rows, features)
+                                            or _run_plan(p, rows))
     width = plan.width                          # columns per group
     words = not many_rows and p.w_pair is not None and not p.w_per_row and p.k % 2 == 0
     split = _words_split(p, columns) if words else 1
@@ -167,6 +190,8 @@ def gemv_kernel(p: Problem, kb_factory, declare, many_rows: bool = False):
         _gemv_columns(kb, p, lane, b, ns, ms, accs, plan.unroll)
     elif words:
         _gemv_words(kb, p, lane, b, ns[0], ms, accs[0], lanes)
+    elif plan.integer:
+        _gemv_int(kb, p, plan, lane, b, ns, ms, accs)
     elif p.w_run is not None and p.run > 1:
         _gemv_runs(kb, p, plan, lane, b, ns, ms, accs)
     else:
@@ -198,13 +223,14 @@ class RunPlan:
     `span` elements of each run's activations per staging phase (None: activations read
     where they are), `words` role -> words per column and trip of staged weights (None:
     each lane loads its runs' words). The rows GEMV uses `width`, `groups` and `unroll`
-    (elements per lane and trip)."""
+    (elements per lane and trip); `integer`: the integer GEMV (`_int_plan`)."""
 
     width: int = 1
     groups: int = GROUPS
     span: int | None = None
     words: dict | None = None
     unroll: int = UNROLL
+    integer: bool = False
 
 
 def _run_plan(p: Problem, rows: int) -> RunPlan:
@@ -235,6 +261,37 @@ def _run_plan(p: Problem, rows: int) -> RunPlan:
             return RunPlan(width, groups, span, words)
     span = _stage_span(p, rows, per, GROUPS, SHARED_BYTES)
     return RunPlan(RUN_COLUMNS, GROUPS, span) if span is not None else RunPlan()
+
+
+def _int_plan(p: Problem, rows: int, features) -> RunPlan | None:
+    """The integer GEMV where the target declares DOT2 and the weight's runs are whole
+    integer groups of 32 (None otherwise: the f32 schedules, e.g. Q5_x, Q2_K, Q3_K, Q6_K,
+    IQ4_NL, MXFP4 and every non-GGUF format): its quantized activations and, where the
+    weight's words lie in K order over whole trips, a weight tile of the staged schedule
+    (`_weight_tile`) within INT_SHARED_BYTES; else each lane loads its runs' words."""
+    # H200: faster at every 8B and SmolLM2 shape but Q4_0's K = 14336 (docs/performance.md)
+    if (DOT2 not in features or p.w_int is None or p.w_per_row or p.batch > 1
+            or p.run % INT_BLOCK or p.k % p.run or p.k >= INT_MAX_K):
+        return None
+    if p.w_int(0, i32(0), i32(0)) is None:
+        return None
+    act = 4 * rows * (_int_row_words(p.k) + 3 * (p.k // INT_BLOCK))
+    if act > INT_SHARED_BYTES:
+        return None
+    width = RUN_COLUMNS if p.n >= INT_WIDE_N else 1
+    per = LANES * _run_unroll(p)
+    words = _trip_words(p, per) if p.k % (per * p.run) == 0 else None
+    # the most threads first: they share the quantization of the rows
+    options = ((width, GROUPS), (1, GROUPS), (width, GROUPS // 2)) if words else ()
+    for cols, groups in options:
+        if act + 4 * groups * cols * _pitch(words) <= INT_SHARED_BYTES:
+            return RunPlan(cols, groups, None, words, integer=True)
+    return RunPlan(width, GROUPS, integer=True)
+
+
+def _int_row_words(k: int) -> int:
+    """Shared words of one row of int16 activation pairs, pads included."""
+    return k // 2 + k // 2 // INT_PAD
 
 
 def _rows_plan(p: Problem) -> RunPlan:
@@ -403,6 +460,148 @@ def _gemv_runs(kb, p: Problem, plan: RunPlan, lane, b, ns, ms, accs):
             _gemv_elements(kb, p, lane, b, n, ms, column, runs * p.run)
 
 
+def _gemv_int(kb, p: Problem, plan: RunPlan, lane, b, ns, ms, accs):
+    """The integer GEMV's walk (accs[t][j]: column t, row j): per run slot and group of
+    32, each row's 16 activation pair words are read once for all columns; each column
+    adds (scale * dx) * f32(dot - centre * sum_q) + offset' * sum_x, where dot is 16
+    Dot2 of the pair words with the group's bytes and offset' = offset + scale *
+    (centre - bias) (None when it is 0)."""
+    probe = p.w_int(0, i32(0), i32(0))
+    centre = lambda g: 1 << (g.bits - 1)  # noqa: E731
+    sums = any(g.offset is not None or g.bias != centre(g) for g in probe)
+    trips = _int_trips(kb, p, plan, lane, b, ns, ms)
+    if plan.words is not None:
+        next(trips)                             # the first trip's weight loads go first
+    act = _quantize_rows(kb, p, b, ms, LANES * plan.groups, sums)
+    for slots, decode in trips:
+        decoded = [decode(t, n, k0) for t, n in enumerate(ns) for k0, _ in slots]
+        flat = [x for gs in decoded for g in gs
+                for x in (*g.quads, g.scale, g.offset) if x is not None]
+        bound = iter(kb.let_shared("w", flat))
+        groups = []
+        for gs in decoded:
+            groups.append([])
+            for g in gs:
+                quads = [next(bound) for _ in g.quads]
+                scale = next(bound)
+                offset = None if g.offset is None else next(bound)
+                c = centre(g)
+                if c != g.bias:
+                    shift = scale * f32(float(c - g.bias))
+                    offset = shift if offset is None else offset + shift
+                groups[-1].append((quads, scale, offset, c))
+        for u, (_, k) in enumerate(slots):
+            for gi in range(p.run // INT_BLOCK):
+                kg = kb.let("kg", ix.add(k, INT_BLOCK * gi))
+                blk = ix.div(kg, INT_BLOCK)
+                half = ix.div(kg, 2)
+                for j in range(len(ms)):
+                    at = kb.let("xw", ix.add(ix.add(half, ix.div(half, INT_PAD)),
+                                             j * _int_row_words(p.k)))
+                    xs = [kb.let("xq", act[0][ix.add(at, i)].bitcast(DType.I32))
+                          for i in range(INT_BLOCK // 2)]
+                    at_blk = ix.add(blk, j * (p.k // INT_BLOCK))
+                    dx, sq = kb.let("dx", act[1][at_blk]), kb.let("sq", act[2][at_blk])
+                    sx = kb.let("sx", act[3][at_blk]) if sums else None
+                    for t, column in enumerate(accs):
+                        quads, scale, offset, c = groups[t * len(slots) + u][gi]
+                        dot = i32(0)
+                        for i, quad in enumerate(quads):
+                            dot = Dot2(xs[2 * i], quad, dot)
+                            dot = Dot2(xs[2 * i + 1], quad, dot, high=True)
+                        term = (scale * dx) * (dot - sq * i32(c)).cast(DType.F32)
+                        if offset is not None:
+                            term = term + offset * sx
+                        kb.assign(column[j], column[j] + term)
+
+
+def _quantize_rows(kb, p: Problem, b, ms, threads: int, sums: bool):
+    """Rows `ms` of the activations as int16 pairs in shared memory, then a barrier:
+    INT_EACH consecutive elements per thread, a block's threads adjacent (its max and sums
+    are reductions of their width). Every activation load is issued before any arithmetic
+    (the workgroup's weight loads wait behind this barrier; one dependent L2 round trip per
+    trip would be microseconds). |x| and its max go through the f32 bits as integers (no
+    NaN rules to follow for a non-negative max). Returns the arrays (pair words, dx per
+    block, integer sum per block, f32 sum per block if `sums`)."""
+    blocks, width = p.k // INT_BLOCK, INT_BLOCK // INT_EACH
+    row = _int_row_words(p.k)
+    qa = kb.shared("act_q", DType.U32, len(ms) * row)
+    qd = kb.shared("act_d", DType.F32, len(ms) * blocks)
+    qn = kb.shared("act_n", DType.I32, len(ms) * blocks)
+    qx = kb.shared("act_x", DType.F32, len(ms) * blocks) if sums else None
+    li = local_index()
+    trips = -(-p.k // (threads * INT_EACH))
+    chunks = [kb.let("qc", ix.add(li, threads * t)) for t in range(trips)]
+    first = [kb.let("qe", ix.mul(ix.minimum(c, i32(p.k // INT_EACH - 1)), INT_EACH))
+             for c in chunks]
+    xs = [[[kb.let("x", p.a(b, m, ix.add(f, i))) for i in range(INT_EACH)] for f in first]
+          for m in ms]
+    for j in range(len(ms)):
+        for t, c in enumerate(chunks):
+            vals = xs[j][t]
+            mags = [kb.let("xb", x.bitcast(DType.I32) & i32(0x7FFFFFFF)) for x in vals]
+            top = mags[0]
+            for mag in mags[1:]:
+                top = maximum(top, mag)
+            amax = kb.let("amax", kb.reduce("amax", ReduceOp.Max, top, width).bitcast(DType.F32))
+            inv = kb.let("inv", Sel(ge(f32(0.0), amax), f32(0.0), f32(32767.0) / amax))
+            qs = [kb.let("q", (x * inv + f32(MAGIC)).bitcast(DType.I32) - i32(MAGIC_BITS))
+                  for x in vals]
+            total = qs[0]
+            for q in qs[1:]:
+                total = total + q
+            sq = kb.reduce("sq", ReduceOp.Sum, total, width)
+            if sums:
+                xsum = vals[0]
+                for x in vals[1:]:
+                    xsum = xsum + x
+                sx = kb.reduce("sx", ReduceOp.Sum, xsum, width)
+            words = [(q0.bitcast(DType.U32) & u32(0xFFFF)) | (q1.bitcast(DType.U32) << u32(16))
+                     for q0, q1 in zip(qs[::2], qs[1::2], strict=True)]
+            with kb.if_(ix.lt(c, i32(p.k // INT_EACH))):
+                pair = ix.mul(c, INT_EACH // 2)
+                at = kb.let("qw", ix.add(ix.add(pair, ix.div(pair, INT_PAD)), j * row))
+                for i, word in enumerate(words):
+                    kb.store(qa, ix.add(at, i), word)
+                with kb.if_(ix.eq(ix.mod(c, width), i32(0))):
+                    blk = ix.add(ix.div(c, width), j * blocks)
+                    kb.store(qd, blk, amax * f32(1.0 / 32767.0))
+                    kb.store(qn, blk, sq)
+                    if sums:
+                        kb.store(qx, blk, sx)
+    kb.barrier()
+    return qa, qd, qn, qx
+
+
+def _int_trips(kb, p: Problem, plan: RunPlan, lane, b, ns, ms):
+    """Per trip: slots (k0 to decode at, absolute k of the run) and decode(t, n, k0) ->
+    [IntGroup]: lanes take runs lane + 32u; from the weight's own words, or from the staged
+    weight tile (`plan.words`, whole trips): then the generator first yields None once the
+    first trip's loads are issued (the caller quantizes its rows meanwhile), and each trip
+    stores the words held in registers, loads the next trip's into them while the lanes
+    compute, and ends at a barrier so the next store waits for every read."""
+    unroll = _run_unroll(p)
+    if plan.words is None:
+        for items in _unrolled(kb, lane, 0, p.k // p.run, unroll):
+            k0s = [kb.let("k0", ix.mul(r, p.run)) for r in items]
+            yield [(k0, k0) for k0 in k0s], lambda t, n, k0: p.w_int(b, n, k0)
+        return
+    fetch, put, decode = _weight_tile(kb, p, plan, lane, b, ms[0], ns,
+                                      reader=lambda k0, load: p.w_int(b, i32(0), k0, load))
+    step = LANES * unroll * p.run
+    held = fetch(i32(0), None, kb.var)          # in flight while the rows are quantized
+    yield None
+    with kb.for_("kc", 0, p.k, step) as kc:
+        put(held)
+        ahead = kb.let("kn", ix.minimum(ix.add(kc, step), i32(p.k - step)))
+        for (_, var, _), (_, word, _) in zip(held, fetch(ahead, None, lambda _, x: x),
+                                             strict=True):
+            kb.assign(var, word)                # the next trip's words, read while this one's
+        k0s = [kb.let("k0", ix.mul(ix.add(lane, LANES * u), p.run)) for u in range(unroll)]
+        yield [(k0, ix.add(kc, k0)) for k0 in k0s], decode
+        kb.barrier()
+
+
 def _stage_span(p: Problem, rows: int, per: int, groups: int, budget: int) -> int | None:
     """Elements of each of `per` runs whose activations one staging phase holds in shared
     memory (the tile within `budget` bytes), or None (no such span that the workgroup's
@@ -442,7 +641,13 @@ def _staged_trips(kb, p: Problem, plan: RunPlan, lane, b, ns, ms, runs: int, unr
     spot = kb.let("spot", ix.add(ix.mul(ix.div(li, span), span + 1), ix.mod(li, span)))
     src = kb.let("src", ix.add(ix.mul(ix.div(li, span), p.run), ix.mod(li, span)))
     at = ix.mul(lane, span + 1)                          # a lane's run in the tile
-    stage = None if plan.words is None else _weight_tile(kb, p, plan, lane, b, ms[0], ns)
+    stage = None
+    if plan.words is not None:
+        fetch, put, decode_tile = _weight_tile(kb, p, plan, lane, b, ms[0], ns)
+
+        def stage(kc, kc0):
+            put(fetch(kc, kc0, kb.let))
+            return decode_tile
 
     def trip(kc, count: int, kc0: int | None = None):
         slots = []
@@ -478,15 +683,19 @@ def _staged_trips(kb, p: Problem, plan: RunPlan, lane, b, ns, ms, runs: int, unr
         yield trip(i32(kc0), runs - full * per, kc0)
 
 
-def _weight_tile(kb, p: Problem, plan: RunPlan, lane, b, m, ns):
-    """A shared tile of each group's columns' weight words for one trip, and stage(kc, kc0)
-    that copies the trip from k = kc on (kc0: its value in the last, partial trip, whose
-    words are clamped to the row) and returns decode(t, n, k0) over the copy. Load s of
+def _weight_tile(kb, p: Problem, plan: RunPlan, lane, b, m, ns, reader=None):
+    """A shared tile of each group's columns' weight words for one trip, as (fetch, put,
+    decode): fetch(kc, kc0, bind) loads the trip from k = kc on (kc0: its value in the last,
+    partial trip, whose words are clamped to the row), put(copies) stores them to the tile
+    and waits at a barrier, decode(t, n, k0) decodes a run from the copy. Load s of
     lane l reads word 32s + l of a role's span (consecutive lanes, consecutive words); the
     lanes then read their runs' words from the tile: a run of R words per lane is R apart,
     conflict-free when R is odd (Q4_0: 9, Q8_0: 17, Q4_1: 5); every other format reads its
     runs' words in a pattern of its own (`_chunk_pad`). The copy is read (decoded) before
-    the activation phases, whose barriers keep the next trip's copy after it."""
+    the activation phases, whose barriers keep the next trip's copy after it. `reader(k0,
+    load)` decodes a run from the copy (default: `p.w_run` of row 0)."""
+    if reader is None:
+        reader = lambda k0, load: p.w_run(b, m, i32(0), k0, load=load)  # noqa: E731
     pitch, pad = _pitch(plan.words), _chunk_pad(p)
     tile = kb.shared("tile_w", DType.U32, plan.groups * plan.width * pitch)
     mine = kb.let("wt", ix.mul(ix.div(local_index(), LANES), plan.width * pitch))
@@ -494,7 +703,8 @@ def _weight_tile(kb, p: Problem, plan: RunPlan, lane, b, m, ns):
     for role, count in plan.words.items():
         offsets[role], at = at, at + count
 
-    def stage(kc, kc0):
+    def fetch(kc, kc0, bind):
+        """The trip's word loads, bound by `bind(name, load)`: (tile spot, word, mask)."""
         copies = []
         for t, n in enumerate(ns):
             for role, (buf, e, w) in p.w_chunks.items():
@@ -504,10 +714,13 @@ def _weight_tile(kb, p: Problem, plan: RunPlan, lane, b, m, ns):
                 for s in range(0, count, LANES):     # all loads in flight, then the stores
                     i = ix.add(lane, s)
                     at = i if s + LANES <= limit else ix.minimum(i, i32(limit - 1))
-                    word = kb.let("wv", Load(buf, ix.add(start, at), DType.U32))
+                    word = bind("wv", Load(buf, ix.add(start, at), DType.U32))
                     spot = ix.add(i, ix.div(i, w)) if pad else i
                     copies.append((ix.add(mine, ix.add(spot, t * pitch + offsets[role])), word,
                                    None if s + LANES <= count else ix.lt(lane, i32(count - s))))
+        return copies
+
+    def put(copies):
         for spot, word, partial in copies:
             if partial is None:
                 kb.store(tile, spot, word)
@@ -516,18 +729,17 @@ def _weight_tile(kb, p: Problem, plan: RunPlan, lane, b, m, ns):
                     kb.store(tile, spot, word)
         kb.barrier()
 
-        def decode(t, n, k0):
-            first = ix.i32(t * pitch)
-            if pad:     # the run decoded at its place in its chunk, the chunk found here
-                ((_, e, w),) = p.w_chunks.values()
-                first = kb.let("wc", ix.add(first, ix.mul(ix.div(k0, e), w + pad)))
-                k0 = ix.mod(k0, e)
+    def decode(t, n, k0):
+        first = ix.i32(t * pitch)
+        if pad:     # the run decoded at its place in its chunk, the chunk found here
+            ((_, e, w),) = p.w_chunks.values()
+            first = kb.let("wc", ix.add(first, ix.mul(ix.div(k0, e), w + pad)))
+            k0 = ix.mod(k0, e)
 
-            def load(role, index):
-                return tile[ix.add(mine, ix.add(ix.i32(index), ix.add(first, offsets[role])))]
-            return p.w_run(b, m, i32(0), k0, load=load)
-        return decode
-    return stage
+        def load(role, index):
+            return tile[ix.add(mine, ix.add(ix.i32(index), ix.add(first, offsets[role])))]
+        return reader(k0, load)
+    return fetch, put, decode
 
 
 def _dot(a: list[Expr], w: list, exps: list[int] | None = None) -> Expr:

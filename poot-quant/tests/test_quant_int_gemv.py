@@ -1,0 +1,102 @@
+"""The integer GEMV (int16 activations x weight bytes through Dot2, lower.dot) on a target
+that declares DOT2, run by the numpy kernel interpreter against the oracle: each format
+that gives integer runs, several trips of staged weights and direct loads, 1..4 rows;
+formats without integer runs keep the f32 schedule; Dot2's two spellings agree."""
+from __future__ import annotations
+
+import numpy as np
+import poot_quant  # noqa: F401 - registers the formats
+import pytest
+from poot.codegen.expr import Dot2, Var, evaluate, lower_dot2
+from poot.codegen.interp import run_lowering
+from poot.codegen.lower import lower
+from poot.codegen.target import DOT2
+from poot.dtypes import DType
+from poot.formats import PackedWeight
+from poot.ir.ops import PackedContraction
+from poot.ir.types import TensorType
+
+CONTRACTION_TOL = (1024 * 2.0 ** -24) ** 2     # the conformance suite's, for contractions
+
+CASES = [("gguf:Q4_0", (9, 2048), 2), ("gguf:Q4_0", (5, 32 * 70), 1),
+         ("gguf:Q4_1", (3, 576), 1), ("gguf:Q8_0", (3, 32 * 66), 3),
+         ("gguf:Q4_K", (3, 2048), 1), ("gguf:Q4_1", (4, 2048), 4)]
+
+
+def _lowered(name, shape, rows):
+    pw = PackedWeight(name, shape)
+    op = PackedContraction(pw)
+    ins = [TensorType((rows, shape[1]), DType.F32)] + [s.type for s in pw.sources()]
+    out = op.infer(ins)
+    return pw, op, ins, out, lower(op, ins, out, frozenset({DOT2}))
+
+
+def _uses_dot2(prog) -> bool:
+    from poot.codegen.expr import walk
+    from poot.codegen.program import Assign, Let
+
+    return any(isinstance(n, Dot2) for s in prog.kernels[0].statements()
+               if isinstance(s, (Let, Assign)) for n in walk(s.value))
+
+
+@pytest.mark.parametrize("name, shape, rows", CASES, ids=[f"{c[0]}-{c[1]}-m{c[2]}" for c in CASES])
+def test_integer_gemv_matches_oracle(name, shape, rows):
+    from poot.oracle import apply
+
+    pw, op, ins, out, prog = _lowered(name, shape, rows)
+    assert _uses_dot2(prog)
+    rng = np.random.default_rng(shape[1] + rows)
+    fmt = pw.get_format()
+    src = [np.asarray(s) for s in fmt.quantize(rng.standard_normal(shape).astype(np.float32))]
+    x = rng.standard_normal((rows, shape[1])).astype(np.float32)
+    got = run_lowering(prog, [x, *src], out)
+    want = np.asarray(apply(op, [x, *src], ins, out))
+    nmse = float(np.sum((got - want) ** 2) / np.sum(want ** 2))
+    assert nmse < CONTRACTION_TOL, nmse
+
+
+def test_formats_without_integer_runs_keep_the_f32_schedule(monkeypatch):
+    from poot.codegen.lower import dot
+
+    assert not _uses_dot2(_lowered("gguf:Q6_K", (3, 512), 1)[4])
+    monkeypatch.setattr(dot, "INT_MAX_K", 1024)
+    assert not _uses_dot2(_lowered("gguf:Q4_0", (3, 1024), 1)[4])
+    assert _uses_dot2(_lowered("gguf:Q4_0", (3, 960), 1)[4])
+
+
+def test_dot2_spellings_agree():
+    rng = np.random.default_rng(0)
+    a = rng.integers(-2**31, 2**31, 64, dtype=np.int64).astype(np.int32)
+    b = rng.integers(0, 2**32, 64, dtype=np.uint64).astype(np.uint32)
+    c = rng.integers(-2**20, 2**20, 64).astype(np.int32)
+    env = {"a": a, "b": b, "c": c}
+    for high in (False, True):
+        e = Dot2(Var("a", DType.I32), Var("b", DType.U32), Var("c", DType.I32), high)
+        lo16 = (a.astype(np.int64) << 48 >> 48)
+        hi16 = a.astype(np.int64) >> 16
+        bytes_ = [(b.astype(np.int64) >> (8 * i)) & 255 for i in range(4)]
+        want = c + lo16 * bytes_[2 * high] + hi16 * bytes_[2 * high + 1]
+        np.testing.assert_array_equal(evaluate(e, env, {}), want.astype(np.int32))
+        np.testing.assert_array_equal(evaluate(lower_dot2(e), env, {}), want.astype(np.int32))
+
+
+def test_printers_without_dot2_get_plain_multiply_adds():
+    """Printer.source rewrites Dot2 away for dialects that do not print it (WGSL, GLSL,
+    HIP): the rewritten kernel has no Dot2 and computes the same bits."""
+    from poot.codegen.expr import walk
+    from poot.codegen.printer import without_dot2
+    from poot.codegen.program import KernelProgram
+
+    pw, op, ins, out, prog = _lowered("gguf:Q4_0", (4, 1024), 1)
+    plain = KernelProgram(tuple(without_dot2(k) for k in prog.kernels))
+    for k in plain.kernels:
+        k.validate()
+    assert not _uses_dot2(plain)
+    assert any(isinstance(n, Dot2) for s in prog.kernels[0].statements()
+               for v in vars(s).values() if hasattr(v, "dtype") for n in walk(v))
+    rng = np.random.default_rng(3)
+    src = [np.asarray(s) for s in pw.get_format().quantize(
+        rng.standard_normal((4, 1024)).astype(np.float32))]
+    x = rng.standard_normal((1, 1024)).astype(np.float32)
+    np.testing.assert_array_equal(run_lowering(plain, [x, *src], out),
+                                  run_lowering(prog, [x, *src], out))
