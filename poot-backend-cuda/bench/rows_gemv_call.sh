@@ -1,0 +1,45 @@
+#!/bin/bash
+# One H200 call for the rows GEMV's tile (issue 18's b=32 step, issue 16's contraction
+# item), from the root of a checkout whose parent holds the carried .whl:
+#
+#   bash poot-backend-cuda/bench/rows_gemv_call.sh
+#
+# 1. the contraction conformance cases on cuda; 2. rows_sweep.py: SmolLM2's Q4_1 shapes at
+# M = 32 under each tile (32:1:2 is the schedule before row tiles), the best by time per
+# step; 3. batch_step.py's decode steps at b=1, 8, 32 (profiled at 32) under the old tile
+# and the best, each in a process of its own (batch_<tile>.log). Summary in $OUT/summary.txt.
+set -u
+source scripts/h200_lib.sh
+START=$SECONDS
+h200_wheels "${WHL:-../.whl}"/*.whl || exit 1
+h200_editable poot-core poot-quant poot-backend-cuda
+echo "set up in $((SECONDS - START)) s"
+S=$OUT/summary.txt
+timeout -k 5 "${T_CONF:-90}" python3 -m pytest -q -p no:cacheprovider -n 6 --pyargs \
+  poot.conformance --poot-backend cuda -k "ontract or Dot or MatMul" \
+  -W ignore::pytest.PytestAssertRewriteWarning >"$OUT/conformance_cuda.log" 2>&1
+echo "cuda contraction conformance (rc $?): $(grep -E '[0-9]+ (passed|failed)' \
+  "$OUT/conformance_cuda.log" | tail -1); $(grep -h 'declared cases' "$OUT/conformance_cuda.log" \
+  | tail -1)" | tee -a "$S"
+grep -E '^(FAILED|ERROR)' "$OUT/conformance_cuda.log" | cut -c1-200 | head -8 | tee -a "$S"
+echo "at $((SECONDS - START)) s" | tee -a "$S"
+cd poot-backend-cuda/bench || exit 1
+PYTHONPATH=/tmp/site:. timeout -k 5 "${T_SWEEP:-80}" python3 rows_sweep.py \
+  ${TILES:+--tiles "$TILES"} >"$OUT/sweep.log" 2>&1
+grep -E "^(SUMMARY|BEST)|Error" "$OUT/sweep.log" | cut -c1-200 | tee -a "$S"
+BEST=$(grep -oP "^BEST \K\S+" "$OUT/sweep.log")
+echo "at $((SECONDS - START)) s" | tee -a "$S"
+for spec in 32:1:2 ${BEST:-}; do
+  IFS=: read -r tile cols wide <<<"$spec"
+  PYTHONPATH=/tmp/site:. timeout -k 5 "${T_STEP:-75}" python3 -c "
+import sys, runpy
+from poot.codegen.lower import dot
+dot.ROWS_TILE, dot.ROWS_COLUMNS, dot.ROWS_WIDE_COLUMNS = $tile, $cols, $wide
+sys.argv = ['batch_step.py', '--batches', '1,8,32', '--old-batches', '', '--rows', '',
+            '--profile', '32', '--greedy', '${GREEDY:-4}']
+runpy.run_path('batch_step.py', run_name='__main__')" >"$OUT/batch_${tile}_${cols}_${wide}.log" 2>&1
+  echo "tile $spec rc $?" | tee -a "$S"
+  grep -E "SUMMARY|Error|Contraction" "$OUT/batch_${tile}_${cols}_${wide}.log" | cut -c1-200 \
+    | tee -a "$S"
+  echo "at $((SECONDS - START)) s" | tee -a "$S"
+done
