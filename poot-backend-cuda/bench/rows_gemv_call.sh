@@ -4,10 +4,10 @@
 #
 #   bash poot-backend-cuda/bench/rows_gemv_call.sh
 #
-# 1. the contraction conformance cases on cuda; 2. rows_sweep.py: SmolLM2's Q4_1 shapes at
-# M = 32 under each tile (32:1:2 is the schedule before row tiles), the best by time per
-# step; 3. batch_step.py's decode steps at b=1, 8, 32 (profiled at 32) under the old tile
-# and the best, each in a process of its own (batch_<tile>.log). Summary in $OUT/summary.txt.
+# 1. the contraction conformance cases on cuda; 2. rows_sweep.py: the decode steps at
+# BATCHES (profiled at the largest) under the first tile (32:1:2: the schedule before row
+# tiles), SmolLM2's Q4_1 shapes at M = 32 under each tile, the steps again under the best
+# by time per step. Summary in $OUT/summary.txt.
 set -u
 source scripts/h200_lib.sh
 START=$SECONDS
@@ -24,22 +24,8 @@ echo "cuda contraction conformance (rc $?): $(grep -E '[0-9]+ (passed|failed)' \
 grep -E '^(FAILED|ERROR)' "$OUT/conformance_cuda.log" | cut -c1-200 | head -8 | tee -a "$S"
 echo "at $((SECONDS - START)) s" | tee -a "$S"
 cd poot-backend-cuda/bench || exit 1
-PYTHONPATH=/tmp/site:. timeout -k 5 "${T_SWEEP:-80}" python3 rows_sweep.py \
-  ${TILES:+--tiles "$TILES"} >"$OUT/sweep.log" 2>&1
-grep -E "^(SUMMARY|BEST)|Error" "$OUT/sweep.log" | cut -c1-200 | tee -a "$S"
-BEST=$(grep -oP "^BEST \K\S+" "$OUT/sweep.log")
+PYTHONPATH=/tmp/site:. timeout -k 5 "${T_SWEEP:-120}" python3 rows_sweep.py \
+  ${TILES:+--tiles "$TILES"} --batches "${BATCHES:-1,8,32}" >"$OUT/sweep.log" 2>&1
+echo "rows_sweep.py rc $?" | tee -a "$S"
+grep -E "^(SUMMARY|BEST)|Error|Contraction" "$OUT/sweep.log" | cut -c1-200 | tee -a "$S"
 echo "at $((SECONDS - START)) s" | tee -a "$S"
-for spec in 32:1:2 ${BEST:-}; do
-  IFS=: read -r tile cols wide <<<"$spec"
-  PYTHONPATH=/tmp/site:. timeout -k 5 "${T_STEP:-75}" python3 -c "
-import sys, runpy
-from poot.codegen.lower import dot
-dot.ROWS_TILE, dot.ROWS_COLUMNS, dot.ROWS_WIDE_COLUMNS = $tile, $cols, $wide
-sys.argv = ['batch_step.py', '--batches', '1,8,32', '--old-batches', '', '--rows', '',
-            '--profile', '32', '--greedy', '${GREEDY:-4}']
-runpy.run_path('batch_step.py', run_name='__main__')" >"$OUT/batch_${tile}_${cols}_${wide}.log" 2>&1
-  echo "tile $spec rc $?" | tee -a "$S"
-  grep -E "SUMMARY|Error|Contraction" "$OUT/batch_${tile}_${cols}_${wide}.log" | cut -c1-200 \
-    | tee -a "$S"
-  echo "at $((SECONDS - START)) s" | tee -a "$S"
-done
