@@ -1,6 +1,6 @@
-"""The rows GEMV's tile (rows per group, columns per group over narrow and wide N) swept
-over SmolLM2's packed Q4_1 shapes at M rows on cuda, each result checked against numpy
-(batch_step.bench_shapes), then the tile with the least time per decode step by the
+"""The rows GEMV's tile (rows per group over narrow N; columns per group over narrow and
+wide N) swept over SmolLM2's packed Q4_1 shapes at M rows on cuda, each result checked
+against numpy (batch_step.bench_shapes), then the tile with the least time per decode step by the
 shapes' counts in a step (30 layers of Q, O, K, V, gate, up, down, and the head). With
 --batches, batch_step.py's recorded decode steps (random Q4_1 weights of SmolLM2's shape)
 under the first tile and then the best, profiled by kernel kind at the largest batch, in

@@ -26,8 +26,10 @@ owns the schedules:
 * Rows GEMV (a decode batch: up to BATCH_ROWS rows): the GEMV's groups, one or two
   columns each, with lanes striding along K one element at a time, so every activation
   load is coalesced across the lanes and serves all the group's columns, and each weight
-  element is decoded once for all rows. (The 16x16 tiles below leave such
-  small problems a few workgroups looping over K through barriers: latency-bound.)
+  element is decoded once for the group's rows: all of them over wide N, a tile of
+  ROWS_TILE over narrow N (a workgroup's groups take one column's row tiles in turn).
+  (The 16x16 tiles below leave such small problems a few workgroups looping over K
+  through barriers: latency-bound.)
 * Tiled GEMM (many rows, prefill): 16x16 output tiles, operands staged through
   shared memory tiles of 16 along K (widened to the accumulator type).
 
@@ -312,17 +314,20 @@ def _int_row_words(k: int) -> int:
 
 
 def _rows_plan(p: Problem) -> RunPlan:
-    """The rows GEMV's columns per group (one batch per group: N a multiple of them) and
-    elements per lane and trip (`span`). Narrow problems (few columns, so few groups) are
-    bound by each group's chain of trips: one column a group and the most elements per
-    trip that divide K's whole lane strides, so short rows (SmolLM2's K = 576) take one
-    trip. Wide ones have groups enough to hide latency: two columns a group (each
-    activation load serves both) in trips of UNROLL."""
+    """The rows GEMV's columns per group (one batch per group: N a multiple of them), rows
+    per group and elements per lane and trip (`unroll`). Narrow problems (few columns, so
+    few groups) are bound by each group's chain of trips and have too few warps to hide
+    it: ROWS_TILE rows a group (a batch's rows over several groups: more warps, each with
+    a shorter chain of loads and multiply-adds per element), ROWS_COLUMNS columns, and
+    the most elements per trip that divide K's whole lane strides, so short rows
+    (SmolLM2's K = 576) take one trip. Wide ones have groups enough to hide latency: every
+    row and ROWS_WIDE_COLUMNS columns a group (each activation load serves them all) in
+    trips of UNROLL."""
     wide = p.batch * p.n >= ROWS_WIDE_N
     width = ROWS_WIDE_COLUMNS if wide else ROWS_COLUMNS
     width = width if p.batch == 1 and p.n % width == 0 else 1
-    if wide:
-        return RunPlan(width, ROWS_GROUPS, rows=ROWS_TILE)
+    if wide:        # groups enough already: row tiles would only decode each weight again
+        return RunPlan(width, ROWS_GROUPS)
     strides = p.k // LANES
     unroll = max((u for u in range(1, ROWS_UNROLL + 1) if strides % u == 0), default=1)
     return RunPlan(width, ROWS_GROUPS, unroll=unroll, rows=ROWS_TILE)
