@@ -48,3 +48,20 @@ def test_one_row_norm_takes_a_wide_workgroup(rows, wg):
          rng.standard_normal(4096).astype(np.float32)]
     want = np.asarray(apply(op, a, [x, w], out))
     np.testing.assert_allclose(run_lowering(prog, a, out), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("n, wide, dots", [(19, False, dot.ROWS_TILE), (20, True, 13 * 2)])
+def test_rows_gemv_tiles_rows_over_narrow_n(monkeypatch, n, wide, dots):
+    """13 rows: narrow N splits them into tiles of ROWS_TILE (the last one partial, its
+    spare rows stored nowhere), wide N keeps all of them in each group of 2 columns."""
+    monkeypatch.setattr(dot, "ROWS_WIDE_N", 16 if wide else 1 << 20)
+    monkeypatch.setattr(dot, "ROWS_WIDE_COLUMNS", 2)
+    ins = [T((13, 96), DType.F32), T((n, 96), DType.F32)]
+    op = DenseContraction()
+    prog = lower(op, ins, op.infer(ins))
+    (kernel,) = prog.kernels
+    assert sum(isinstance(s, CoopReduce) for s in kernel.statements()) == dots
+    rng = np.random.default_rng(n)
+    x, w = (rng.standard_normal(t.shape).astype(np.float32) for t in ins)
+    got = run_lowering(prog, [x, w], op.infer(ins))
+    np.testing.assert_allclose(got, x @ w.T, rtol=1e-5, atol=1e-5)

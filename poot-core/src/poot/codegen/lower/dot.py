@@ -26,8 +26,10 @@ owns the schedules:
 * Rows GEMV (a decode batch: up to BATCH_ROWS rows): the GEMV's groups, one or two
   columns each, with lanes striding along K one element at a time, so every activation
   load is coalesced across the lanes and serves all the group's columns, and each weight
-  element is decoded once for all rows. (The 16x16 tiles below leave such
-  small problems a few workgroups looping over K through barriers: latency-bound.)
+  element is decoded once for the group's rows: all of them over wide N, a tile of
+  ROWS_TILE over narrow N (a workgroup's groups take one column's row tiles in turn).
+  (The 16x16 tiles below leave such small problems a few workgroups looping over K
+  through barriers: latency-bound.)
 * Tiled GEMM (many rows, prefill): 16x16 output tiles, operands staged through
   shared memory tiles of 16 along K (widened to the accumulator type).
 
@@ -53,7 +55,10 @@ GROUPS = 8        # dot products per workgroup in the GEMV schedule
 TILE = 16         # GEMM tile edge
 GEMV_MAX_ROWS = 4
 BATCH_ROWS = 32   # the most rows the rows GEMV serves (decode batches)
-ROWS_WIDE_N = 8192   # columns from which the rows GEMV takes two a group (fills the GPU)
+ROWS_WIDE_N = 8192   # columns from which the rows GEMV takes ROWS_WIDE_COLUMNS a group
+ROWS_WIDE_COLUMNS = 2   # columns per group of the rows GEMV over wide N
+ROWS_COLUMNS = 1  # columns per group of the rows GEMV over narrow N
+ROWS_TILE = 8     # rows per group of the rows GEMV (a batch's rows split across groups)
 ROWS_GROUPS = 4   # groups per workgroup in the rows GEMV (more workgroups for small N)
 ROWS_UNROLL = 18  # most elements a lane loads per trip in the rows GEMV over narrow N
 UNROLL = 4        # strided items per lane per loop trip in the GEMV schedule
@@ -165,14 +170,19 @@ def gemv_kernel(p: Problem, kb_factory, declare, many_rows: bool = False,
     plan = _rows_plan(p) if many_rows else (_int_plan(p, rows, features)
                                             or _run_plan(p, rows))
     width = plan.width                          # columns per group
+    tile = min(plan.rows or rows, rows)         # rows per group
+    chunks = -(-rows // tile)                   # groups sharing one set of columns
     words = not many_rows and p.w_pair is not None and not p.w_per_row and p.k % 2 == 0
     split = _words_split(p, columns) if words else 1
     lanes, groups = LANES * split, plan.groups // split    # threads per dot product
-    grid, blk = ix.launch_groups(-(-columns // (groups * width)))
+    grid, blk = ix.launch_groups(-(-(-(-columns // width) * chunks) // groups))
     kb = kb_factory(grid, (LANES * plan.groups,))
     declare(kb)
     lane = kb.let("lane", ix.mod(local_index(), lanes))
     group = kb.let("col", ix.add(ix.mul(blk, groups), ix.div(local_index(), lanes)))
+    if chunks > 1:      # a workgroup's groups take one set of columns' row tiles in turn
+        chunk = kb.let("rt", ix.mod(group, chunks))
+        group = kb.let("col", ix.div(group, chunks))
     cols = [group if width == 1 else kb.let("col", ix.add(ix.mul(group, width), t))
             for t in range(width)]
     # every group runs the loop (its reduction must be uniform); spare ones use the last column
@@ -182,6 +192,10 @@ def gemv_kernel(p: Problem, kb_factory, declare, many_rows: bool = False,
     if p.w_per_row:
         ms = [kb.let("m", ix.mod(rest, p.m))]
         b = kb.let("b", ix.div(rest, p.m))
+    elif chunks > 1:    # the last tile's spare rows repeat row M - 1 and store nothing
+        first = kb.let("m0", ix.mul(chunk, tile))
+        ms = [kb.let("m", ix.minimum(ix.add(first, j), i32(rows - 1))) for j in range(tile)]
+        b = rest
     else:
         ms = [i32(m) for m in range(rows)]
         b = rest
@@ -199,8 +213,12 @@ def gemv_kernel(p: Problem, kb_factory, declare, many_rows: bool = False,
     for col, n, column in zip(cols, ns, accs, strict=True):
         sums = [kb.reduce("dot", ReduceOp.Sum, acc, lanes) for acc in column]
         with kb.if_(ix.both(ix.eq(lane, i32(0)), ix.lt(col, i32(columns)))):
-            for total, m in zip(sums, ms, strict=True):
-                p.store(kb, b, m, n, total)
+            for j, (total, m) in enumerate(zip(sums, ms, strict=True)):
+                if chunks * tile > rows and j:
+                    with kb.if_(ix.lt(ix.add(first, j), i32(rows))):
+                        p.store(kb, b, m, n, total)
+                else:
+                    p.store(kb, b, m, n, total)
     return kb.finish()
 
 
@@ -231,6 +249,7 @@ class RunPlan:
     words: dict | None = None
     unroll: int = UNROLL
     integer: bool = False
+    rows: int | None = None       # rows per group (None: all)
 
 
 def _run_plan(p: Problem, rows: int) -> RunPlan:
@@ -295,17 +314,23 @@ def _int_row_words(k: int) -> int:
 
 
 def _rows_plan(p: Problem) -> RunPlan:
-    """The rows GEMV's columns per group (one batch per group: N a multiple of them) and
-    elements per lane and trip (`span`). Narrow problems (few columns, so few groups) are
-    bound by each group's chain of trips: one column a group and the most elements per
-    trip that divide K's whole lane strides, so short rows (SmolLM2's K = 576) take one
-    trip. Wide ones have groups enough to hide latency: two columns a group (each
-    activation load serves both) in trips of UNROLL."""
-    if p.batch * p.n >= ROWS_WIDE_N:
-        return RunPlan(2 if p.batch == 1 and p.n % 2 == 0 else 1, ROWS_GROUPS)
+    """The rows GEMV's columns per group (one batch per group: N a multiple of them), rows
+    per group and elements per lane and trip (`unroll`). Narrow problems (few columns, so
+    few groups) are bound by each group's chain of trips and have too few warps to hide
+    it: ROWS_TILE rows a group (a batch's rows over several groups: more warps, each with
+    a shorter chain of loads and multiply-adds per element), ROWS_COLUMNS columns, and
+    the most elements per trip that divide K's whole lane strides, so short rows
+    (SmolLM2's K = 576) take one trip. Wide ones have groups enough to hide latency: every
+    row and ROWS_WIDE_COLUMNS columns a group (each activation load serves them all) in
+    trips of UNROLL."""
+    wide = p.batch * p.n >= ROWS_WIDE_N
+    width = ROWS_WIDE_COLUMNS if wide else ROWS_COLUMNS
+    width = width if p.batch == 1 and p.n % width == 0 else 1
+    if wide:        # groups enough already: row tiles would only decode each weight again
+        return RunPlan(width, ROWS_GROUPS)
     strides = p.k // LANES
     unroll = max((u for u in range(1, ROWS_UNROLL + 1) if strides % u == 0), default=1)
-    return RunPlan(1, ROWS_GROUPS, unroll=unroll)
+    return RunPlan(width, ROWS_GROUPS, unroll=unroll, rows=ROWS_TILE)
 
 
 def _run_unroll(p: Problem) -> int:
