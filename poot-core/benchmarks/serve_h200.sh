@@ -6,9 +6,9 @@
 #
 #   SRC=.dev-serve18 bash .dev-serve18/poot-core/benchmarks/serve_h200.sh
 #
-# 1. while the server plans its steps in the background: batch_step.py's b=32 decode step
-#    (random weights; attention walking to the last live key against whole splits), the
-#    attention and Gather conformance cases on cuda and the cuda Llama steps against the
+# 1. while the server plans its steps in the background: batch_step.py's b=1, 8, 32 decode
+#    steps (random weights; b=32 profiled by kernel kind), the
+#    conformance suite on cuda and the cuda Llama steps against the
 #    oracle (test_model.py); then until every plan is made (/stats plans_waiting 0);
 # 2. SmolLM2 on cuda, 32 batch rows, max_seq 512: serve_bench.py with 1 and 32 concurrent
 #    streaming clients x 128 tokens and the same requests one at a time (greedy texts
@@ -39,14 +39,14 @@ text = json.load(urllib.request.urlopen(req, timeout=300))["choices"][0]["text"]
 print(f"SUMMARY first request after startup (its plans made on demand) | "
       f"{time.perf_counter() - t0:.1f} s: {text!r}")
 PY
-(cd poot-backend-cuda/bench && timeout -k 5 90 python3 batch_step.py --batches 32 \
-  --old-batches "" --rows "" --full-walk 32 --greedy 0 --sample argmax >"$OUT/batch_step.log" 2>&1)
+(cd poot-backend-cuda/bench && timeout -k 5 120 python3 batch_step.py --batches 1,8,32 \
+  --old-batches "" --rows "" --profile 32 --greedy 0 --sample argmax >"$OUT/batch_step.log" 2>&1)
 grep SUMMARY "$OUT/batch_step.log" | cut -c9-150
-timeout -k 5 150 python3 -m pytest -q -p no:cacheprovider -n 4 --pyargs poot.conformance \
-  --poot-backend cuda -k "Attention or Gather" -W ignore::pytest.PytestAssertRewriteWarning \
-  >"$OUT/conformance_attention.log" 2>&1
-echo "cuda attention conformance: $(grep -E 'declared cases' "$OUT/conformance_attention.log" | tail -1)"
-grep -E '^(FAILED|ERROR)' "$OUT/conformance_attention.log" | head -5
+timeout -k 5 240 python3 -m pytest -q -p no:cacheprovider -n 6 --pyargs poot.conformance \
+  --poot-backend cuda -W ignore::pytest.PytestAssertRewriteWarning \
+  >"$OUT/conformance.log" 2>&1
+echo "cuda conformance: $(grep -E 'declared cases' "$OUT/conformance.log" | tail -1); $(tail -1 "$OUT/conformance.log")"
+grep -E '^(FAILED|ERROR)' "$OUT/conformance.log" | head -5
 timeout -k 5 150 python3 -m pytest -q -p no:cacheprovider poot-backend-cuda/tests/test_model.py \
   >"$OUT/test_model.log" 2>&1
 echo "cuda test_model.py: $(tail -1 "$OUT/test_model.log")"
