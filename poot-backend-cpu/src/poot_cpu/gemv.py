@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -149,7 +150,9 @@ def gemv_program(op, ins, out, printer) -> CompiledProgram | None:
     fused = fused_epilogue(epi, sig, m * k, printer)
     if fused is not None:
         extra, source = fused
-        gemv = built_kernel(name, source + gemv_source(name, layout, m, n, k, *extra),
+        # interned: a plan holds one copy of each distinct function, not one per call
+        gemv = built_kernel(name, sys.intern(source + gemv_source(name, layout, m, n, k,
+                                                                  *extra)),
                             bufs + tuple(b for b in epi.buffers if b.name != "acc"))
         return CompiledProgram(KernelProgram((gemv.kernel,), scratch=(y, xq)), (gemv,),
                                printer.device)

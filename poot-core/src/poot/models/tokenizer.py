@@ -133,7 +133,8 @@ class Spellings(Sequence):
         raw = [x.encode("utf-8") if text else bytes(x) for x in items]
         self.text = text
         self.data = b"".join(raw)
-        self.ends = np.cumsum([len(x) for x in raw], dtype=np.int64)
+        ends = np.cumsum([len(x) for x in raw], dtype=np.int64)
+        self.ends = ends.astype(np.uint32) if len(self.data) < 2**32 else ends
 
     def __len__(self) -> int:
         return len(self.ends)
