@@ -146,9 +146,10 @@ def gemv_program(op, ins, out, printer) -> CompiledProgram | None:
         gemv = built_kernel(name, gemv_source(name, layout, m, n, k), bufs)
         return CompiledProgram(KernelProgram((gemv.kernel,), scratch=(xq,)), (gemv,),
                                printer.device)
-    (epi,) = epilogue(sig, y).kernels
-    fused = fused_epilogue(epi, sig, m * k, printer)
+    epis = epilogue(sig, y).kernels
+    fused = fused_epilogue(epis[0], sig, m * k, printer) if len(epis) == 1 else None
     if fused is not None:
+        (epi,) = epis
         extra, source = fused
         # interned: a plan holds one copy of each distinct function, not one per call
         gemv = built_kernel(name, sys.intern(source + gemv_source(name, layout, m, n, k,
@@ -157,7 +158,7 @@ def gemv_program(op, ins, out, printer) -> CompiledProgram | None:
         return CompiledProgram(KernelProgram((gemv.kernel,), scratch=(y, xq)), (gemv,),
                                printer.device)
     kernels = (built_kernel(name, gemv_source(name, layout, m, n, k), bufs),
-               built_kernel(epi.name, printer.source(epi), epi.buffers))
+               *(built_kernel(e.name, printer.source(e), e.buffers) for e in epis))
     return CompiledProgram(KernelProgram(tuple(k.kernel for k in kernels), scratch=(y, xq)),
                            kernels, printer.device)
 
