@@ -1,7 +1,7 @@
 """The cpu backend: probe (a C compiler and the host's ISA), capability facts, the host C
 printer, and the runtime (one compiled library per plan). Plan-time lowering is the
 seam's (poot.kernel_backend); the CPU-shaped source builders (packed contractions,
-attention) take their eqns after the capability check, before the shared lowering."""
+attention, ArgTopK) take their eqns after the capability check, before the shared lowering."""
 from __future__ import annotations
 
 import functools
@@ -81,13 +81,14 @@ class CpuBackend(KernelBackend):
 
         from poot_cpu.attention import attention_program
         from poot_cpu.gemv import gemv_program
+        from poot_cpu.topk import topk_program
 
         types = operand_types(graph, eqn)
         out = graph.type_of(eqn.out)
         self.capabilities(device).check(eqn.op, types, out)
         operands = [x if isinstance(x, Lit) else t
                     for x, t in zip(eqn.inputs, types, strict=True)]
-        for builder in (gemv_program, attention_program):
+        for builder in (gemv_program, attention_program, topk_program):
             compiled = builder(eqn.op, operands, out, self.printer(device))
             if compiled is not None:
                 return Lowering(compiled.label, compiled.launch, compiled,

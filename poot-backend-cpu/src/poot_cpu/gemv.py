@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,9 +35,10 @@ from poot.codegen import index as ix
 from poot.codegen.expr import Load
 from poot.codegen.lower.base import Sig
 from poot.codegen.lower.pointwise import pointwise_kernel
-from poot.codegen.program import OUT, SCRATCH, Access, BufferParam, KernelProgram
+from poot.codegen.program import OUT, SCRATCH, Access, BufferParam, Kernel, KernelProgram
 from poot.codegen.region import RegionEval
 from poot.dtypes import DType
+from poot.errors import UnsupportedOp
 from poot.ir.graph import Lit
 from poot.ir.ops import ContractionEpilogue, PackedContraction
 from poot.kernel_backend import CompiledProgram
@@ -140,15 +142,63 @@ def gemv_program(op, ins, out, printer) -> CompiledProgram | None:
     xq = BufferParam("xq", U8, Access.READ_WRITE, scratch_bytes(m, k, layout), SCRATCH)
     bufs = (BufferParam("x", F32, Access.READ, m * k, 0),
             BufferParam("w", U8, Access.READ, ins[1].size, 1), y, xq)
-    gemv = built_kernel(name, gemv_source(name, layout, m, n, k), bufs)
     if isinstance(op, PackedContraction):
+        gemv = built_kernel(name, gemv_source(name, layout, m, n, k), bufs)
         return CompiledProgram(KernelProgram((gemv.kernel,), scratch=(xq,)), (gemv,),
                                printer.device)
-    epi = epilogue(sig, y)
-    kernels = (gemv, *(built_kernel(k.name, printer.source(k), k.buffers)
-                       for k in epi.kernels))
+    epis = epilogue(sig, y).kernels
+    fused = fused_epilogue(epis[0], sig, m * k, printer) if len(epis) == 1 else None
+    if fused is not None:
+        (epi,) = epis
+        extra, source = fused
+        # interned: a plan holds one copy of each distinct function, not one per call
+        gemv = built_kernel(name, sys.intern(source + gemv_source(name, layout, m, n, k,
+                                                                  *extra)),
+                            bufs + tuple(b for b in epi.buffers if b.name != "acc"))
+        return CompiledProgram(KernelProgram((gemv.kernel,), scratch=(y, xq)), (gemv,),
+                               printer.device)
+    kernels = (built_kernel(name, gemv_source(name, layout, m, n, k), bufs),
+               *(built_kernel(e.name, printer.source(e), e.buffers) for e in epis))
     return CompiledProgram(KernelProgram(tuple(k.kernel for k in kernels), scratch=(y, xq)),
                            kernels, printer.device)
+
+
+def fused_epilogue(epi: Kernel, sig: Sig, x_count: int, printer):
+    """The epilogue `epi` inside the contraction's function: each thread applies it to the
+    outputs it has just computed (`epi`'s element function), so the call needs no barrier
+    between the two; where the output overlaps the activations (read by every thread) or
+    an epilogue operand other than elementwise in place, the function falls back, at run
+    time, to a barrier and `epi`'s own loop. Returns ((extra parameters, prologue, call
+    after a tile, call after a panel row, tail), the functions' source), or None where
+    `epi` has no element function."""
+    try:
+        at = printer.element_source(epi, f"{epi.name}_at")
+    except UnsupportedOp:
+        return None
+    operands = [b for b in epi.buffers if b.name != "acc"]
+    out = next(b for b in operands if b.operand == OUT)
+    out_bytes = out.count * out.dtype.itemsize
+    extra = "".join(f", {'const ' if not b.access.writable else ''}"
+                    f"{printer.type_name(b.dtype)}* restrict e_{b.name}" for b in operands)
+    args = ", ".join("y" if b.name == "acc" else f"e_{b.name}" for b in epi.buffers)
+    safe = [f"!poot_overlap(e_{out.name}, {out_bytes}, x, {x_count * 4})"]
+    for b in operands:
+        if b is out:
+            continue
+        apart = f"!poot_overlap(e_{out.name}, {out_bytes}, e_{b.name}, " \
+                f"{b.count * b.dtype.itemsize})"
+        same = sig.ins[b.operand].shape == sig.out.shape if isinstance(b.operand, int) \
+            else False
+        safe.append(f"({apart} || (const void*)e_{b.name} == (const void*)e_{out.name})"
+                    if same else apart)
+    prologue = f"  const int direct = {' && '.join(safe)};\n"
+    after_tile = ("      if (direct)\n        for (int i = 0; i < mt; ++i)\n"
+                  f"          for (int r = 0; r < NR; ++r) {epi.name}_at("
+                  f"(m0 + i) * N + n0 + r, {args});\n")
+    after_row = (f"      if (direct) for (int r = 0; r < np; ++r) {epi.name}_at("
+                 f"i * N + n0 + r, {args});\n")
+    tail = (f"  if (!direct) {{\n    #pragma omp barrier\n    {epi.name}({args});\n  }}\n")
+    return (extra, prologue, after_tile, after_row, tail), at + printer.source(epi)
 
 
 def epilogue(sig: Sig, acc: BufferParam) -> KernelProgram:
@@ -174,9 +224,9 @@ def epilogue(sig: Sig, acc: BufferParam) -> KernelProgram:
 
 TEMPLATE = """\
 static void {name}(const float* restrict x, const unsigned char* restrict w,
-                   float* restrict y, unsigned char* restrict scratch) {{
+                   float* restrict y, unsigned char* restrict scratch{extra}) {{
   enum {{ M = {m}, N = {n}, K = {k}, NB = {nb}, BS = {bs}, MT = {mt}, NR = {nr} }};
-{quant_setup}
+{prologue}{quant_setup}
 {quantize}  #pragma omp for schedule(static) nowait
   for (int n0 = 0; n0 < N; n0 += NR) {{
     for (int m0 = 0; m0 < M; m0 += MT) {{
@@ -236,9 +286,9 @@ static void {name}(const float* restrict x, const unsigned char* restrict w,
 #else
           y[(size_t)(m0 + i) * N + n0 + r] = acc[r][i] + off[r][i];
 #endif
-    }}
+{after_tile}    }}
   }}
-}}
+{tail}}}
 """
 
 
@@ -250,9 +300,9 @@ static void {name}(const float* restrict x, const unsigned char* restrict w,
 # where the row tiles do it once per row.
 PANEL_TEMPLATE = """\
 static void {name}(const float* restrict x, const unsigned char* restrict w,
-                   float* restrict y, unsigned char* restrict scratch) {{
+                   float* restrict y, unsigned char* restrict scratch{extra}) {{
   enum {{ M = {m}, N = {n}, K = {k}, NB = {nb}, BS = {bs}, NP = 8 }};
-{quant_setup}
+{prologue}{quant_setup}
 {quantize}  #pragma omp for schedule(static) nowait
   for (int n0 = 0; n0 < N; n0 += NP) {{
     const int np = N - n0 < NP ? N - n0 : NP;
@@ -316,9 +366,9 @@ static void {name}(const float* restrict x, const unsigned char* restrict w,
       for (int r = 0; r < NP; ++r) out[r] = acc[r] + off[r];
 #endif
       for (int r = 0; r < np; ++r) y[(size_t)i * N + n0 + r] = out[r];
-    }}
+{after_row}    }}
   }}
-}}
+{tail}}}
 """
 
 
@@ -399,8 +449,12 @@ def weight_rows(layout: BlockLayout, mt: int, n: int) -> int:
     return 2 if layout.bits == 4 and mt < 8 and n % 2 == 0 else 1
 
 
-def gemv_source(name: str, layout: BlockLayout, m: int, n: int, k: int) -> str:
-    """One C function: y[M, N] = x[M, K] . W[N, K]^T for blocks of `layout`."""
+@functools.cache   # one string per distinct function: a plan has ~200 calls of ~10 of them
+def gemv_source(name: str, layout: BlockLayout, m: int, n: int, k: int, extra: str = "",
+                prologue: str = "", after_tile: str = "", after_row: str = "",
+                tail: str = "") -> str:
+    """One C function: y[M, N] = x[M, K] . W[N, K]^T for blocks of `layout` (with a fused
+    epilogue: its parameters and code, from fused_epilogue)."""
     q = layout.quants
     # 4-bit quants are centred (q - 8) so the int16 products' rounding stays small against
     # the result; what the centring moves goes into the per-block shift
@@ -427,14 +481,14 @@ def gemv_source(name: str, layout: BlockLayout, m: int, n: int, k: int) -> str:
         scalar = "for (int j = 0; j < 32; ++j) {wq}[j] = (signed char)blk[{q} + j];"
     pad = " " * 10
     local = m * k * 2 <= LOCAL_BYTES and m < PANEL_FROM
-    common = dict(name=name, quantize=QUANTIZE,
+    common = dict(name=name, quantize=QUANTIZE, extra=extra, prologue=prologue, tail=tail,
                   quant_setup=LOCAL_QUANT if local else SHARED_QUANT, m=m, n=n, k=k,
                   nb=k // layout.elements, bs=layout.nbytes, scale=layout.scale)
     if m >= PANEL_FROM and 8 * k * 2 <= PANEL_BYTES:
-        return PANEL_TEMPLATE.format(**common, shift=shift("d[b][r]"),
+        return PANEL_TEMPLATE.format(**common, shift=shift("d[b][r]"), after_row=after_row,
                                      decode=" " * 8 + scalar.format(wq="wq", q=q))
     mt = M_TILES[m >= 8]
-    return TEMPLATE.format(**common, mt=mt, nr=weight_rows(layout, mt, n),
+    return TEMPLATE.format(**common, mt=mt, nr=weight_rows(layout, mt, n), after_tile=after_tile,
                            shift=shift("d[r]"),
                            avx_decode="\n".join(pad + x for x in avx),
                            scalar_decode=pad + scalar.format(wq="wq[r]", q=q))

@@ -53,6 +53,8 @@ static inline unsigned short poot_f2bf(float f) {
   return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); }
 static inline float poot_u2f(unsigned int u) { float f; memcpy(&f, &u, 4); return f; }
 static inline unsigned int poot_f2u_bits(float f) { unsigned int u; memcpy(&u, &f, 4); return u; }
+static inline int poot_overlap(const void* a, size_t na, const void* b, size_t nb) {
+  const uintptr_t p = (uintptr_t)a, q = (uintptr_t)b; return p < q + nb && q < p + na; }
 """
 
 #: SIMD helpers of the source builders (poot_cpu.gemv): a translation unit includes them
@@ -248,6 +250,31 @@ class HostCPrinter(CPrinter):
             lines += self.thread_loop(kernel.body, 2, declare_locals=True)
         lines += [f"{u}}}", "}"]
         return "\n".join(lines) + "\n"
+
+    def element_source(self, kernel: Kernel, name: str) -> str:
+        """A one-dimensional kernel without barriers as `static inline void name(int poot_e,
+        buffers...)`: the body of its thread `poot_e` (workgroup poot_e / threads per group,
+        thread poot_e % threads per group), for a source builder that applies it to the
+        elements a thread has just computed (poot_cpu.gemv's fused epilogues)."""
+        kernel.validate()
+        kernel = self.rewrite(kernel)
+        self.check_dtypes(kernel)
+        gx, gy, gz = kernel.grid3()
+        if (gy, gz) != (1, 1) or _has_sync(kernel.body) or kernel.shared:
+            raise self.unsupported(f"element function of {kernel.name} (a 1-D grid without "
+                                   f"barriers or shared arrays)")
+        self._kernel, self._before, self._split, self._promoted = kernel, [], False, {}
+        tpg, u = kernel.threads_per_group, self.indent_unit
+        params = ", ".join(f"{'const ' if not b.access.writable else ''}"
+                           f"{self.type_name(b.dtype)}* restrict {b.name}"
+                           for b in kernel.buffers)
+        lines = [f"static inline void {name}(const int poot_e, {params}) {{",
+                 f"{u}const int poot_gx = poot_e / {tpg}, poot_gy = 0, poot_gz = 0, "
+                 f"{LID} = poot_e % {tpg};",
+                 f"{u}(void)poot_gx; (void)poot_gy; (void)poot_gz; (void){LID};"]
+        for a in kernel.locals:
+            lines.append(f"{u}{self.type_name(a.dtype)} {a.name}[{a.count}];")
+        return "\n".join([*lines, *self.block(kernel.body, 1), "}"]) + "\n"
 
     def prelude(self, simd: bool = False) -> str:
         """Includes and helpers of a translation unit; `simd`: with SIMD_HEADER."""

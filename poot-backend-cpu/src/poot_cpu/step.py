@@ -1,8 +1,8 @@
 """One plan as one translation unit: every distinct kernel function once, then
 `void poot_step(char *const *R)` that runs the whole step inside one OpenMP parallel
 region: each kernel's workgroups are shared out among the threads (`omp for nowait`),
-a barrier goes only between calls that depend on each other (`Hazards`), copies run on
-one thread.
+a barrier goes only between calls that depend on each other (`Hazards`; the step's own
+spin-then-futex barrier, BARRIER_SOURCE), copies run on one thread.
 
 `R` holds the base address of every buffer the plan binds (regions, then the step's
 scratch), in `StepSource.buffers` order; every offset is a constant of the source, so
@@ -20,6 +20,65 @@ from poot.kernel_backend import CompiledProgram
 from poot_cpu.printer import HostCPrinter
 
 SCRATCH_ALIGN = 256
+BARRIER = "    poot_barrier(&poot_bar);"
+
+# the barrier between dependent calls: a thread that arrives early spins for a while
+# before it sleeps on a futex, and the spin adapts per thread: a wait that ends within it
+# doubles it (up to SPIN_MAX pauses), a wait that outlasts it quarters it (down to
+# SPIN_MIN). On a quiet machine the other thread arrives within microseconds and no one
+# sleeps (libgomp's passive barrier puts a thread to sleep at each of a decode step's
+# hundreds of barriers); on a loaded one, where the other thread is often descheduled,
+# the spin shrinks to almost nothing, as passive waiting. Where there is no futex, it is
+# OpenMP's barrier.
+BARRIER_SOURCE = """\
+#include <omp.h>
+#if defined(__linux__)
+#include <limits.h>
+#include <stdatomic.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+enum { POOT_SPIN_MIN = 16, POOT_SPIN_MAX = 1 << 10 };
+typedef struct { _Atomic int count, gen, sleepers; } poot_bar_t;
+static int poot_spin[64];
+static inline void poot_pause(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ volatile("yield");
+#endif
+}
+static void poot_barrier(poot_bar_t* b) {
+  const int n = omp_get_num_threads();
+  if (n == 1) return;
+  const int gen = atomic_load_explicit(&b->gen, memory_order_acquire);
+  if (atomic_fetch_add_explicit(&b->count, 1, memory_order_acq_rel) == n - 1) {
+    atomic_store_explicit(&b->count, 0, memory_order_relaxed);
+    atomic_store(&b->gen, gen + 1);
+    if (atomic_load(&b->sleepers))
+      syscall(SYS_futex, &b->gen, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+    return;
+  }
+  int* spin = &poot_spin[omp_get_thread_num() & 63];
+  const int budget = *spin ? *spin : POOT_SPIN_MAX;
+  for (int i = 0; i < budget; ++i) {
+    if (atomic_load_explicit(&b->gen, memory_order_acquire) != gen) {
+      *spin = budget < POOT_SPIN_MAX / 2 ? 2 * budget : POOT_SPIN_MAX;
+      return;
+    }
+    poot_pause();
+  }
+  *spin = budget / 4 > POOT_SPIN_MIN ? budget / 4 : POOT_SPIN_MIN;
+  atomic_fetch_add(&b->sleepers, 1);
+  while (atomic_load(&b->gen) == gen)
+    syscall(SYS_futex, &b->gen, FUTEX_WAIT_PRIVATE, gen, NULL, NULL, 0);
+  atomic_fetch_sub(&b->sleepers, 1);
+}
+#else
+typedef struct { int unused; } poot_bar_t;
+#define poot_barrier(b) _Pragma("omp barrier")
+#endif
+"""
 
 
 @dataclass
@@ -80,7 +139,7 @@ def build_step(plan) -> StepSource:
     def barrier_for(reads, writes) -> None:
         nonlocal scratch_top
         if hazards.conflicts(reads, writes):
-            body.append("    #pragma omp barrier")
+            body.append(BARRIER)
             hazards.clear()
             scratch_top = 0
 
@@ -114,7 +173,7 @@ def build_step(plan) -> StepSource:
         scratch_spans = [(scratch_slot, o, o + sizes[n]) for n, o in scratch.items()]
         for j, fn in enumerate(compiled.kernels):
             if j:                     # kernels of one eqn run in order
-                body.append("    #pragma omp barrier")
+                body.append(BARRIER)
                 hazards.clear()
             if fn.name not in seen:
                 seen.add(fn.name)
@@ -131,10 +190,11 @@ def build_step(plan) -> StepSource:
             calls += 1
     for c in plan.copies:
         copy(c.dst, c.src)
-    barriers = sum(line.strip() == "#pragma omp barrier" for line in body)
+    barriers = body.count(BARRIER)
     simd = any("POOT_AVX2" in d or "poot_h2f" in d for d in defs)
-    source = "\n".join([printer.prelude(simd), *defs,
+    source = "\n".join([printer.prelude(simd), BARRIER_SOURCE, *defs,
                         "void poot_step(char *const *R) {",
+                        "  poot_bar_t poot_bar = {0};",
                         "  #pragma omp parallel",
                         "  {",
                         *body,

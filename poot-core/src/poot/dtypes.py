@@ -1,14 +1,16 @@
 """Element types of the IR and their numpy representations.
 
-A DType is what a tensor holds; `numpy_dtype` is how the oracle stores it
-(BF16 and the 8/4-bit floats through ml_dtypes). The categories drive the
-type rules of the ops and the capability tables of the backends.
+A DType is what a tensor holds; `numpy` is how the oracle stores it
+(BF16 and the 8/4-bit floats through ml_dtypes, imported on first use: a process
+that never holds such an array, such as a GGUF model on the cpu backend, does not
+pay for the library). The categories drive the type rules of the ops and the
+capability tables of the backends.
 """
 from __future__ import annotations
 
 import enum
+import sys
 
-import ml_dtypes
 import numpy as np
 
 
@@ -42,7 +44,8 @@ class DType(enum.Enum):
 
     @property
     def itemsize(self) -> int:
-        return np.dtype(self.numpy).itemsize
+        size = _ML_ITEMSIZE.get(self)
+        return size if size is not None else _NUMPY[self].itemsize
 
     @property
     def bits(self) -> int:
@@ -50,7 +53,8 @@ class DType(enum.Enum):
 
     @property
     def numpy(self) -> np.dtype:
-        return _NUMPY[self]
+        found = _NUMPY.get(self)
+        return found if found is not None else _ml_numpy()[self]
 
     def __repr__(self) -> str:
         return self.value
@@ -76,6 +80,10 @@ class DType(enum.Enum):
         for d, npd in _NUMPY.items():
             if array.dtype == npd:
                 return d
+        # an array of an ml_dtypes type exists only once ml_dtypes is imported
+        for d, npd in (_ml_numpy() if "ml_dtypes" in sys.modules else {}).items():
+            if array.dtype == npd:
+                return d
         from poot.errors import DtypeError
 
         raise DtypeError(f"numpy dtype {array.dtype} has no poot DType; cast it first")
@@ -88,11 +96,6 @@ _FLOATS = frozenset(
 _NUMPY = {
     DType.F32: np.dtype(np.float32),
     DType.F16: np.dtype(np.float16),
-    DType.BF16: np.dtype(ml_dtypes.bfloat16),
-    DType.F8E4M3: np.dtype(ml_dtypes.float8_e4m3fn),
-    DType.F8E5M2: np.dtype(ml_dtypes.float8_e5m2),
-    DType.F8E8M0: np.dtype(ml_dtypes.float8_e8m0fnu),
-    DType.F4E2M1: np.dtype(ml_dtypes.float4_e2m1fn),
     DType.I32: np.dtype(np.int32),
     DType.U32: np.dtype(np.uint32),
     DType.I16: np.dtype(np.int16),
@@ -100,6 +103,26 @@ _NUMPY = {
     DType.I8: np.dtype(np.int8),
     DType.U8: np.dtype(np.uint8),
 }
+
+#: the DTypes numpy holds through ml_dtypes: their type names there, and their item sizes
+_ML_NAMES = {DType.BF16: "bfloat16", DType.F8E4M3: "float8_e4m3fn",
+             DType.F8E5M2: "float8_e5m2", DType.F8E8M0: "float8_e8m0fnu",
+             DType.F4E2M1: "float4_e2m1fn"}
+_ML_ITEMSIZE = {DType.BF16: 2, DType.F8E4M3: 1, DType.F8E5M2: 1, DType.F8E8M0: 1,
+                DType.F4E2M1: 1}
+
+
+def _ml_numpy() -> dict[DType, np.dtype]:
+    """The numpy dtypes of the ml_dtypes DTypes (imports ml_dtypes on first use)."""
+    if _ML_NUMPY:
+        return _ML_NUMPY
+    import ml_dtypes
+
+    _ML_NUMPY.update({d: np.dtype(getattr(ml_dtypes, name)) for d, name in _ML_NAMES.items()})
+    return _ML_NUMPY
+
+
+_ML_NUMPY: dict[DType, np.dtype] = {}
 
 F32, F16, BF16 = DType.F32, DType.F16, DType.BF16
 F8E4M3, F8E5M2, F8E8M0, F4E2M1 = DType.F8E4M3, DType.F8E5M2, DType.F8E8M0, DType.F4E2M1

@@ -10,7 +10,6 @@ mxfp4 (OCP MX, as in gpt-oss `*_blocks` / `*_scales`): "scales" E8M0 [N, K/32],
 """
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 from poot.dtypes import DType
 
@@ -23,12 +22,12 @@ E2M1_MAX = 6.0
 def unpack_e2m1(packed: np.ndarray) -> np.ndarray:
     """uint8 [N, K/2] -> f32 [N, K] (low nibble first)."""
     codes = np.stack([packed & 15, packed >> 4], axis=-1).reshape(packed.shape[0], -1)
-    return codes.view(ml_dtypes.float4_e2m1fn).astype(np.float32)
+    return codes.view(DType.F4E2M1.numpy).astype(np.float32)
 
 
 def pack_e2m1(values: np.ndarray) -> np.ndarray:
     """f32 [N, K] -> uint8 [N, K/2], rounding to nearest E2M1 (saturating at +-6)."""
-    codes = np.clip(values, -E2M1_MAX, E2M1_MAX).astype(ml_dtypes.float4_e2m1fn)
+    codes = np.clip(values, -E2M1_MAX, E2M1_MAX).astype(DType.F4E2M1.numpy)
     codes = codes.view(np.uint8).reshape(values.shape[0], -1, 2) & 15
     return (codes[..., 0] | codes[..., 1] << 4).astype(np.uint8)
 
@@ -92,10 +91,12 @@ class NVFP4(BlockFP4):
 
     def quantize(self, w, **attrs):
         w = self.check_quantize_input(w, attrs)
-        e4m3_max = float(ml_dtypes.finfo(ml_dtypes.float8_e4m3fn).max)
+        import ml_dtypes  # here, not at import: only quantizing needs finfo
+
+        e4m3_max = float(ml_dtypes.finfo(DType.F8E4M3.numpy).max)
         amax = float(np.abs(w).max())
         global_scale = np.float32(amax / (e4m3_max * E2M1_MAX) if amax > 0 else 1.0)
-        scale = (self.group_amax(w) / E2M1_MAX / global_scale).astype(ml_dtypes.float8_e4m3fn)
+        scale = (self.group_amax(w) / E2M1_MAX / global_scale).astype(DType.F8E4M3.numpy)
         step = self.group_scales(scale) * global_scale
         packed = pack_e2m1(np.divide(w, step, out=np.zeros_like(w), where=step != 0))
         return [packed, scale, np.array([global_scale], np.float32)]
@@ -121,7 +122,7 @@ class MXFP4(BlockFP4):
             # the largest value lands in [4, 8): E2M1's top binade (4, 6), 8 saturates to 6
             exponent = np.where(amax > 0, np.floor(np.log2(amax)) - 2, -127)
         biased = np.clip(exponent + 127, 0, 254).astype(np.uint8)
-        scale = biased.view(ml_dtypes.float8_e8m0fnu)
+        scale = biased.view(DType.F8E8M0.numpy)
         step = self.group_scales(scale)
         return [pack_e2m1(w / step), scale]
 

@@ -10,7 +10,8 @@ shape follows the attr `scale`:
 """
 from __future__ import annotations
 
-import ml_dtypes
+import functools
+
 import numpy as np
 from poot.dtypes import DType
 
@@ -27,7 +28,12 @@ class FP8(Format):
         self.name = f"fp8:{kind}"
         self.dtype = {"e4m3": DType.F8E4M3, "e5m2": DType.F8E5M2}[kind]
         self.to_f32 = {"e4m3": exprs.e4m3_bits_to_f32, "e5m2": exprs.e5m2_bits_to_f32}[kind]
-        self.max_finite = float(ml_dtypes.finfo(self.dtype.numpy).max)
+
+    @functools.cached_property
+    def max_finite(self) -> float:
+        import ml_dtypes  # on first use: a process without fp8 weights does not load it
+
+        return float(ml_dtypes.finfo(self.dtype.numpy).max)
 
     def scale_kind(self, attrs) -> str:
         kind = attrs.get("scale", "tensor")

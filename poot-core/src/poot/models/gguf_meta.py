@@ -11,6 +11,7 @@ it busy for over 20 s.)
 from __future__ import annotations
 
 import functools
+import mmap
 import struct
 from pathlib import Path
 from typing import Any
@@ -118,7 +119,29 @@ class GGUFHeader:
             if key in meta:
                 self.fail(f"duplicate metadata key {key!r}")
             meta[key] = self.value(self.value_type(key), key)
+        # every value is a Python copy now: the vocabulary's megabytes of file pages go
+        release_file_pages(self.data[:self.pos])
         return meta, n_tensors
+
+
+def release_file_pages(array: np.ndarray) -> None:
+    """Drop the resident pages of `array`'s bytes when they are a view of a read-only file
+    mapping (the whole pages inside it): the bytes stay the file's, and a later read faults
+    them in again from the page cache. For bytes read once and copied out (the header's
+    key/values, the reordered q/k rows), so that the process does not hold them twice."""
+    base = array
+    while isinstance(base, np.ndarray) and base.base is not None:
+        base = base.base
+    if not isinstance(base, mmap.mmap) or not memoryview(base).readonly \
+            or not hasattr(base, "madvise"):
+        return
+    page = mmap.PAGESIZE
+    origin = np.frombuffer(base, np.uint8).ctypes.data
+    start = array.ctypes.data - origin
+    stop = start + array.nbytes
+    first, last = -(-start // page) * page, stop // page * page
+    if last > first:
+        base.madvise(mmap.MADV_DONTNEED, first, last - first)
 
 
 def map_file(path: str | Path) -> GGUFHeader:

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from poot.checked import Values, load_json, read_text
 from poot.errors import CheckpointError, TokenizerError
 from poot.optional import require
@@ -122,6 +124,29 @@ def _sentencepiece_bytes(token: str) -> bytes:
 
 
 # -- the tokenizer ---------------------------------------------------------------------------
+class Spellings(Sequence):
+    """A vocabulary's token spellings (str, or bytes with `text=False`) packed in one buffer:
+    as Python objects 50k-260k short strings take ~50 bytes of overhead each, several MiB
+    held for the model's life. Indexing gives a new str or bytes."""
+
+    def __init__(self, items: Iterable, *, text: bool = True):
+        raw = [x.encode("utf-8") if text else bytes(x) for x in items]
+        self.text = text
+        self.data = b"".join(raw)
+        ends = np.cumsum([len(x) for x in raw], dtype=np.int64)
+        self.ends = ends.astype(np.uint32) if len(self.data) < 2**32 else ends
+
+    def __len__(self) -> int:
+        return len(self.ends)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        i = range(len(self))[i]                  # IndexError and negative ids as a list's
+        raw = self.data[self.ends[i - 1] if i else 0:self.ends[i]]
+        return raw.decode("utf-8") if self.text else raw
+
+
 class Tokenizer:
     """Text <-> token ids, with the BOS/EOS policy and special tokens of one model."""
 
@@ -131,8 +156,8 @@ class Tokenizer:
                  add_bos: bool = False, add_eos: bool = False, stop_ids: Iterable[int] = (),
                  strip_leading_space: bool = False, chat_template: str | None = None):
         self.backend = backend  # a tokenizers.Tokenizer
-        self.tokens = list(tokens)
-        self.token_bytes = list(token_bytes)
+        self.tokens = Spellings(tokens)
+        self.token_bytes = Spellings(token_bytes, text=False)
         if len(self.tokens) != len(self.token_bytes):
             raise CheckpointError(
                 f"{len(self.tokens)} tokens but {len(self.token_bytes)} byte spellings")

@@ -19,6 +19,7 @@ from poot.errors import CheckpointError
 from poot.formats import PackedWeight
 from poot.ir.types import TensorType, WeightRef
 from poot.models.families import FAMILIES
+from poot.models.gguf_meta import release_file_pages
 
 
 @dataclass(frozen=True)
@@ -297,7 +298,9 @@ class HalfLayoutRows:
         def moved(ref):
             new = replace(ref, tensor=f"{ref.tensor}~half",
                           payload=ref.payload and f"{ref.payload}~half{self.head_dim}")
-            self.arrays[new.tensor] = frozen_rows(self.inner.arrays[ref.tensor], order)
+            source = self.inner.arrays[ref.tensor]
+            self.arrays[new.tensor] = frozen_rows(source, order)
+            release_file_pages(source)     # only the reordered copy is read from now on
             return new
 
         if not packed:
