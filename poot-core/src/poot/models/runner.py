@@ -372,6 +372,11 @@ def at_least_one(name: str, value) -> None:
         raise RequestError(f"{name} must be a whole number of at least 1, got {value!r}")
 
 
+#: GGUF keys that only the tokenizer reads
+VOCAB_KEYS = ("tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.token_type",
+              "tokenizer.ggml.scores")
+
+
 def load(model: str, backend: str | None = None, *, kv: str = "dense", max_seq: int = 1024,
          prefill_tokens: int = 32, progress=None, lora: Sequence = (),
          expert_pool: int | None = None) -> Model:
@@ -389,6 +394,9 @@ def load(model: str, backend: str | None = None, *, kv: str = "dense", max_seq: 
     ckpt, config = open_model(model, max_seq=max_seq)
     if ckpt.kind == "gguf":
         tok = Tokenizer.from_gguf_metadata(ckpt.metadata, str(ckpt.path))
+        # the vocabulary lives on in the tokenizer: ~100k Python strings not held twice
+        for key in VOCAB_KEYS:
+            ckpt.metadata.pop(key, None)
     else:
         tok = Tokenizer.from_hf_folder(ckpt.path)
     if tok.vocab_size > config.vocab:
