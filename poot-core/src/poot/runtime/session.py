@@ -211,10 +211,14 @@ class Session:
         return self._paged_step({s: [tok] for s, tok in tokens.items()}, 1,
                                 self.decode_batches, sample, draws)
 
-    def prefill_rows(self, chunks: Mapping) -> np.ndarray:
-        """One prefill chunk (1 to prefill_tokens tokens) for each given paged sequence,
-        all in one step; the logits after each chunk's last token [len(chunks), vocab]."""
-        t = self.prefill_tokens
+    def prefill_rows(self, chunks: Mapping, tokens: int | None = None) -> np.ndarray:
+        """One prefill chunk (1 to `tokens` tokens, default prefill_tokens) for each given
+        paged sequence, all in one step of the (tokens, b) plan; the logits after each
+        chunk's last token [len(chunks), vocab]."""
+        t = tokens or self.prefill_tokens
+        if not 0 < t <= self.prefill_tokens:
+            raise BindError(f"a prefill chunk holds 1 to {self.prefill_tokens} tokens, "
+                            f"not {t}")
         if self.kv != "paged" or not 0 < len(chunks) <= self.prefill_batches[-1]:
             raise BindError(f"prefill_rows takes 1 to {self.prefill_batches[-1]} paged "
                             f"sequences, got {len(chunks)} ({self.kv} KV)")

@@ -7,7 +7,11 @@ Each turn of the loop:
    running sequence never runs out of room mid-answer);
 3. the oldest admitted requests still reading their prompts (up to `prefill_batch` of them)
    are fed one prefill chunk each, in one step (a long prompt delays the running streams by
-   one chunk per turn, not by its whole length);
+   one chunk per turn, not by its whole length). Every prefill plan holds one chunk's worth
+   of rows (`prefill_tokens`): b sequences get prefill_tokens // b tokens each, and a turn
+   takes the plan that feeds the most prompt tokens (one long prompt: one whole chunk; many
+   short ones: several narrow chunks), so a prefill step costs what one chunk costs and
+   short prompts are not padded to a whole chunk each;
 4. every sequence that is generating gets its next token in one decode step, through the
    decode plan of the smallest batch size that holds them all; the step samples each row
    in the graph with its request's own settings (or takes the argmax, through the argmax
@@ -131,10 +135,12 @@ class Engine:
         self.times = dict(turns_s=0.0, decode_step_s=0.0, prefill_step_s=0.0, planning_s=0.0,
                           gc_s=0.0)
         s = self.session
+        #: the chunk width of the prefill plan of each batch size: one chunk's rows in all
+        self.prefill_widths = {b: max(1, s.prefill_tokens // b) for b in s.prefill_batches}
         #: the plans still to make ((tokens, batch, sample) as Session.executor takes
         #: them), in the order a batch growing from one row needs them
         self._unplanned = sorted(
-            [(s.prefill_tokens, b, None) for b in s.prefill_batches]
+            [(t, b, None) for b, t in self.prefill_widths.items()]
             + [(1, b, mode) for mode in SAMPLE_MODES for b in s.decode_batches],
             key=lambda p: (p[1], p[0] == 1, p[2] or ""))
         self.progress: Callable[[str], None] | None = None
@@ -249,6 +255,7 @@ class Engine:
             "max_batch": self.max_batch, "max_queue": self.max_queue,
             "decode_batches": list(self.session.decode_batches),
             "prefill_batches": list(self.session.prefill_batches),
+            "prefill_widths": list(self.prefill_widths.values()),
             "plans_made": len(self.session.executors), "plans_waiting": len(self._unplanned),
             **self.counters,
             **{k: round(v, 6) for k, v in self.times.items()},
@@ -343,15 +350,16 @@ class Engine:
                         self._emit(job, Event("error", text=f"{type(exc).__name__}: {exc}"))
 
     def _prefill(self, jobs: list[Job]) -> None:
-        """The next chunk of each job's prompt: together through a prefill plan, except
-        where a whole chunk would pass the sequence's capacity (the session then feeds that
-        chunk a token at a time)."""
+        """The next chunk of the prompts of the oldest jobs (as many as `_prefill_shape`
+        picks): together through a prefill plan, except where a whole chunk would pass the
+        sequence's capacity (the session then feeds that chunk a token at a time)."""
         s = self.session
-        t = s.prefill_tokens
+        k, t = self._prefill_shape(jobs)
+        jobs = jobs[:k]
         chunks = {j: j.gen.prompt_ids[j.fed: j.fed + t] for j in jobs}
         whole = [j for j in jobs if j.fed + t <= s.capacity]
         t0 = time.perf_counter()
-        logits = dict(zip(whole, s.prefill_rows({j.id: chunks[j] for j in whole}))) \
+        logits = dict(zip(whole, s.prefill_rows({j.id: chunks[j] for j in whole}, t))) \
             if whole else {}
         for job in jobs:
             if job not in logits:
@@ -362,6 +370,18 @@ class Engine:
             self.counters["prefill_chunks"] += 1
             if job.fed == len(job.gen.prompt_ids):
                 self._advance(job, logits[job])
+
+    def _prefill_shape(self, jobs: list[Job]) -> tuple[int, int]:
+        """How many of the prefilling jobs (oldest first) this turn feeds, and their chunk
+        width: the prefill plan that feeds the most prompt tokens (the fewest sequences on
+        a tie; every plan's step has the same rows)."""
+        batches, best = self.session.prefill_batches, (0, 1, self.prefill_widths[1])
+        for k in range(1, len(jobs) + 1):
+            t = self.prefill_widths[next(b for b in batches if b >= k)]
+            fed = sum(min(len(j.gen.prompt_ids) - j.fed, t) for j in jobs[:k])
+            if fed > best[0]:
+                best = (fed, k, t)
+        return best[1], best[2]
 
     def _decode(self, jobs: list[Job]) -> None:
         """One decode step for every generating job; each row samples in the graph with
