@@ -21,7 +21,7 @@ def add_parser(sub):
     p.add_argument("--max-queue", type=int, default=64,
                    help="requests that may wait for a batch row; more get 503")
     p.add_argument("--prefill-chunk", type=int, default=32,
-                   help="prompt tokens of one sequence fed per scheduler turn")
+                   help="the most prompt tokens of one prefill step (split among its sequences)")
     p.add_argument("--prefill-batch", type=int, default=4,
                    help="sequences whose prompt chunks are fed together in one turn")
     p.add_argument("--lora", action="append", default=[], metavar="NAME=PATH",
@@ -60,10 +60,11 @@ def run(args) -> int:
     s = engine.stats()
     url = f"http://{args.host}:{args.port}/v1"
     # the startup line: tests and scripts wait for "serving"
+    prefill = ", ".join(f"{b} x {t}" for b, t in zip(s["prefill_batches"], s["prefill_widths"]))
     print(f"[poot] serving {name} ({model.checkpoint.path.name}, {model.config.arch}, "
           f"{model.config.layers} layers) on {model.backend.name} ({model.device}): batch "
-          f"{args.max_batch} (decode plans {s['decode_batches']}, prefill plans "
-          f"{s['prefill_batches']} x {args.prefill_chunk} tokens), KV pool {s['pool_slots']} "
+          f"{args.max_batch} (decode plans {s['decode_batches']}, prefill plans of "
+          f"sequences x tokens {prefill}), KV pool {s['pool_slots']} "
           f"slots in {s['pool_blocks']} blocks, {s['max_seq']} positions per sequence, "
           f"ready in {time.perf_counter() - t0:.1f} s at {url}", file=sys.stderr, flush=True)
     engine.start()
