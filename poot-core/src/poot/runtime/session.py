@@ -43,6 +43,11 @@ from poot.runtime.weights import WeightCache
 LAST = "last"
 
 
+def plan_key(tokens: int, batch: int, sample: str | None = None) -> tuple:
+    """How `Session.executors` keys the plan of (tokens, batch) and its sampling mode."""
+    return (tokens, batch) if sample is None else (tokens, batch, sample)
+
+
 class Session:
     def __init__(self, make_graph: Callable[[int, int], object], consts: Mapping, *,
                  kv: str = "paged", capacity: int, batch: int = 1, prefill_tokens: int = 16,
@@ -92,7 +97,7 @@ class Session:
     def executor(self, tokens: int, batch: int, sample: str | None = None) -> Executor:
         """The executor of the (tokens, batch) plan, planned and bound on first use; with
         `sample` ("argmax" or "full"), of the decode plan that samples in the graph."""
-        key = (tokens, batch) if sample is None else (tokens, batch, sample)
+        key = plan_key(tokens, batch, sample)
         ex = self.executors.get(key)
         if ex is None:
             if sample is None:

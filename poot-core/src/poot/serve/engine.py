@@ -48,6 +48,7 @@ import numpy as np
 from poot.errors import BindError, RequestError
 from poot.models.sample_graph import mode_for, slot_values
 from poot.models.sampling import Sampler
+from poot.runtime.session import plan_key
 from poot.serve.protocol import Generation, Limits
 from poot.serve.text import TextStream
 
@@ -159,9 +160,8 @@ class Engine:
     def _plan_next(self) -> bool:
         """Make the next plan not made yet (skipping those a turn made on demand); False
         when every one is made."""
-        done = self.session.executors      # keyed as Session.executor keys them
-        while self._unplanned and (self._unplanned[0] if self._unplanned[0][2]
-                                   else self._unplanned[0][:2]) in done:
+        done = self.session.executors
+        while self._unplanned and plan_key(*self._unplanned[0]) in done:
             self._unplanned.pop(0)
         if not self._unplanned:
             return False
