@@ -2,9 +2,8 @@
 
 Written by hand because the shared schedule is one 256-thread workgroup per row, each
 thread keeping its own top k over a strided share of the row, then k cooperative
-rounds: on a CPU that is one thread walking the row 256 times over (a decode step's
-greedy pick over a 49152-entry vocabulary took ~4 ms, a quarter of the step). Here one
-thread takes one row and keeps its top k in a sorted array as it streams the row once.
+rounds: on a CPU that is one thread walking the row 256 times over. Here one thread
+takes one row and keeps its top k in a sorted array as it streams the row once.
 
 The order is the shared schedule's and the oracle's: each float is mapped to an int32 key
 that orders as the floats do (negative values have their magnitude bits flipped; both

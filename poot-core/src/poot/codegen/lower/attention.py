@@ -53,9 +53,8 @@ def finite_or_zero(m: Expr) -> Expr:
 
 def choose_splits(rows: int, keys: int) -> int:
     """Split the keys across workgroups when there are too few rows to fill a GPU: aim at
-    about 512 workgroups, with at least 64 keys each. (Measured on an H200, decode with 32
-    rows and S=16384: 4 splits ran at 58 GB/s of K/V; the per-key dependency chain of a
-    32-lane group is long, so more groups in flight is what helps.)"""
+    about 512 workgroups, with at least 64 keys each (the per-key dependency chain of a
+    32-lane group is long, so more groups in flight is what helps)."""
     if rows >= 512:
         return 1
     return max(1, min(math.ceil(keys / 64), 512 // max(rows, 1)))

@@ -268,8 +268,7 @@ def _run_plan(p: Problem, rows: int) -> RunPlan:
         return RunPlan()
     per = LANES * _run_unroll(p)
     # Rows shorter than one whole trip (SmolLM2's 576 and 1536) are latency-bound: the
-    # staging's barrier and shared round trip cost more than coalescing gains there
-    # (H200: SmolLM2 decode 972 -> 924 tok/s with them, Q4_0 at K=4096 45% -> 51%).
+    # staging's barrier and shared round trip cost more than coalescing gains there.
     words = _trip_words(p, per) if p.k >= per * p.run else None
     options = [(w, g) for w in (RUN_COLUMNS, 1) for g in (GROUPS, GROUPS // 2, GROUPS // 4)
                if w * g >= GROUPS // 2] if words else []
@@ -288,7 +287,7 @@ def _int_plan(p: Problem, rows: int, features) -> RunPlan | None:
     IQ4_NL, MXFP4 and every non-GGUF format): its quantized activations and, where the
     weight's words lie in K order over whole trips, a weight tile of the staged schedule
     (`_weight_tile`) within INT_SHARED_BYTES; else each lane loads its runs' words."""
-    # H200: faster at every 8B and SmolLM2 shape but Q4_0's K = 14336 (docs/performance.md)
+    # every K takes it (INT_MAX_K): the shapes where it loses are in docs/performance.md
     if (DOT2 not in features or p.w_int is None or p.w_per_row or p.batch > 1
             or p.run % INT_BLOCK or p.k % p.run or p.k >= INT_MAX_K):
         return None
