@@ -88,7 +88,7 @@ class Job:
 #: without a penalty, and picks the same tokens at a fraction of the sampler's work
 SAMPLE_MODES = ("argmax", "full")
 #: the interpreter's thread switch interval while an engine runs (seconds)
-SWITCH_S = 0.0005
+SWITCH_S = 0.0001
 
 
 def batch_sizes(largest: int) -> list[int]:
