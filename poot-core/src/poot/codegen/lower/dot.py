@@ -73,7 +73,6 @@ INT_PAD = 32         # quantized activation words per pad word (lanes a run apar
 INT_EACH = 8         # activations each thread quantizes (a block's 4 threads reduce together)
 INT_WIDE_N = 4096    # columns from which the integer GEMV takes RUN_COLUMNS a group
 INT_MAX_K = 1 << 20  # rows from this long keep the f32 schedule (none; 0: every one)
-INT_COLUMN_K = 1 << 20  # most K per column of a workgroup for the integer GEMV (no limit)
 #: 1.5 * 2^23: y + MAGIC holds round-to-nearest(y) in its low mantissa bits for |y| < 2^22
 MAGIC, MAGIC_BITS = 12582912.0, 0x4B400000
 
@@ -302,14 +301,10 @@ def _int_plan(p: Problem, rows: int, features) -> RunPlan | None:
     words = _trip_words(p, per) if p.k % (per * p.run) == 0 else None
     # the most threads first: they share the quantization of the rows
     options = ((width, GROUPS), (1, GROUPS), (width, GROUPS // 2)) if words else ()
-    plan = next((RunPlan(cols, groups, None, words, integer=True) for cols, groups in options
-                 if act + 4 * groups * cols * _pitch(words) <= INT_SHARED_BYTES),
-                RunPlan(width, GROUPS, integer=True))
-    # Every workgroup quantizes all K activations of its rows; INT_COLUMN_K bounds that per
-    # column. No limit: 1024 (the down projection on f32) lost in the step (docs/performance.md).
-    if p.k > INT_COLUMN_K * plan.width * plan.groups:
-        return None
-    return plan
+    for cols, groups in options:
+        if act + 4 * groups * cols * _pitch(words) <= INT_SHARED_BYTES:
+            return RunPlan(cols, groups, None, words, integer=True)
+    return RunPlan(width, GROUPS, integer=True)
 
 
 def _int_row_words(k: int) -> int:
