@@ -135,7 +135,7 @@ def main() -> int:
             after = stats(args.url)
             d = {k: after.get(k, 0) - before.get(k, 0)
                  for k in ("steps", "turns_s", "decode_step_s", "prefill_step_s", "gc_s",
-                           "gc_full")}
+                           "gc_full", "decode_wait_s", "overlapped_steps")}
             print(f"{n:>7} {mode:>8} {r['tokens']:>7} {r['wall_s']:>7.2f} {r['agg_tps']:>10.1f} "
                   f"{r['ttft_med_s']:>9.3f} {r['ttft_max_s']:>9.3f} {r['req_tps_med']:>10.1f}"
                   f"  ({d['steps']} decode steps)")
@@ -145,7 +145,8 @@ def main() -> int:
                   f"steps {d['prefill_step_s']:.3f} s, the rest of the turns {host:.3f} s "
                   f"({host / max(d['steps'], 1) * 1e3:.2f} ms a decode step), idle "
                   f"{r['wall_s'] - d['turns_s']:.3f} s; collector {d['gc_s']:.3f} s "
-                  f"({d['gc_full']} full)")
+                  f"({d['gc_full']} full); waiting for launched steps {d['decode_wait_s']:.3f}"
+                  f" s, {d['overlapped_steps']} steps launched while one ran")
             print(f"SUMMARY serve {n} clients {mode}: aggregate tok/s | {r['agg_tps']:.1f}")
             if mode == "together":
                 agg[n] = r["agg_tps"]

@@ -6,6 +6,8 @@ array of addresses of the argument values.
 """
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
 from poot.errors import CapacityError, DeviceUnavailable, PootError
 from poot.optional import require
@@ -47,6 +49,8 @@ class Context:
         self.make_current()
         self.stream = check(driver.cuStreamCreate(
             int(driver.CUstream_flags.CU_STREAM_NON_BLOCKING)), "cuStreamCreate")
+        #: read_later's page-locked buffers and their events, free ones by size
+        self._staging: dict[int, list] = {}
 
     def make_current(self):
         check(cu().cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
@@ -75,6 +79,33 @@ class Context:
               "cuMemcpyDtoHAsync")
         self.sync()
         return host
+
+    def read_later(self, ptr: int, nbytes: int):
+        """Queue a device-to-host copy into page-locked memory (truly asynchronous, unlike
+        a copy into numpy's pageable memory) and an event behind it; returns `wait()`,
+        which waits for that event alone and returns a copy of the bytes. The page-locked
+        buffer goes back to a free list for the next read of its size."""
+        self.make_current()
+        free = self._staging.setdefault(nbytes, [])
+        host, event = free.pop() if free else self._staging_pair(nbytes)
+        check(cu().cuMemcpyDtoHAsync(host.ctypes.data, ptr, nbytes, self.stream),
+              "cuMemcpyDtoHAsync")
+        check(cu().cuEventRecord(event, self.stream), "cuEventRecord")
+
+        def wait() -> np.ndarray:
+            check(cu().cuEventSynchronize(event), "cuEventSynchronize")
+            out = host.copy()
+            free.append((host, event))
+            return out
+
+        return wait
+
+    def _staging_pair(self, nbytes: int):
+        driver = cu()
+        addr = int(check(driver.cuMemHostAlloc(max(nbytes, 1), 0), "cuMemHostAlloc"))
+        host = np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(addr))
+        flags = int(driver.CUevent_flags.CU_EVENT_DISABLE_TIMING)
+        return host, check(driver.cuEventCreate(flags), "cuEventCreate")
 
     def copy(self, dst: int, src: int, nbytes: int) -> None:
         """Device-to-device copy, queued on the stream (captured into graphs too)."""

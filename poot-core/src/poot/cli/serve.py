@@ -31,6 +31,9 @@ def add_parser(sub):
                    help="keep N experts per MoE layer on the device; every step's tokens "
                         "x experts per token must fit in N (max-batch, and prefill-batch "
                         "1: prompt chunks are cut to N // experts per token)")
+    p.add_argument("--no-overlap", action="store_true",
+                   help="wait for each greedy decode step before the next (by default the "
+                        "next step is launched while the host streams the last one's tokens)")
     p.add_argument("--access-log", action="store_true", help="log every HTTP request")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
@@ -55,7 +58,8 @@ def run(args) -> int:
                  lora=[parse_named(x) for x in args.lora], expert_pool=args.expert_pool)
     name = args.name or (Path(args.model).stem if Path(args.model).exists() else args.model)
     engine = Engine(model, name=name, max_batch=args.max_batch, pool_tokens=args.kv_pool,
-                    max_queue=args.max_queue, prefill_batch=args.prefill_batch)
+                    max_queue=args.max_queue, prefill_batch=args.prefill_batch,
+                    overlap=not args.no_overlap)
     engine.warm(progress)
     s = engine.stats()
     url = f"http://{args.host}:{args.port}/v1"

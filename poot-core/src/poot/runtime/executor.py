@@ -11,6 +11,12 @@ included), writes the slots in place, runs the plan (state is donated: updated i
 or copied into its buffer at the end of the step) and reads the outputs. A step
 allocates nothing.
 
+`launch(slots, feed=...)` is a step that does not wait: it queues the slot writes and the
+run and returns a `Pending` whose `result()` waits for the Result alone (on a runtime that
+queues work, the device runs the step while the host goes on; elsewhere the step has run by
+then). A slot in `feed` takes an earlier pending step's Result on the device (a decode
+step's sampled tokens as the next step's input tokens), with no host round trip.
+
 Two plans of one model (a prefill plan for T tokens and a decode plan for one) share
 weights and state by sharing the caches: `Executor(decode_plan, consts,
 weights=prefill.weights, state=prefill.state)`. Weights are found by payload identity,
@@ -38,6 +44,20 @@ class StepResult:
     result: np.ndarray
     witnesses: dict[str, np.ndarray] = field(default_factory=dict)
     exports: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+class Pending:
+    """A launched step's Result, read back when `result()` is first asked for."""
+
+    def __init__(self, executor: Executor, place: Place, wait):
+        self.executor, self.runtime, self.place = executor, executor.runtime, place
+        self._wait, self._value = wait, None
+
+    def result(self) -> np.ndarray:
+        if self._value is None:
+            raw = self._wait()
+            self._value = raw.view(self.place.type.dtype.numpy).reshape(self.place.type.shape)
+        return self._value
 
 
 class StateStore:
@@ -112,7 +132,54 @@ class Executor:
         self.steps += 1
         return self._read_outputs()
 
-    def _checked_slots(self, values: Mapping) -> dict[str, np.ndarray]:
+    def launch(self, slot_values: Mapping, feed: Mapping[str, Pending] | None = None
+               ) -> Pending:
+        """Queue one step (slot values as in `step`; each slot in `feed` takes that pending
+        step's Result, which must have the slot's type) and return at once; only the Result
+        is read back, by `Pending.result()`."""
+        feed = dict(feed or {})
+        arrays = self._checked_slots(slot_values, fed=feed)
+        for label, a in arrays.items():
+            self.runtime.write(self.slots[label][1], 0, a)
+        for label, src in feed.items():
+            self._feed(label, src)
+        place = self._result_place()
+        buf = self.buffers[place.region]
+        nbytes = place.type.size * place.type.dtype.itemsize
+        read_later = getattr(self.runtime, "read_later", None)
+        queue = getattr(self.executable, "launch", None)
+        if queue is not None and read_later is not None:
+            queue()
+            wait = read_later(buf, place.offset, nbytes)
+        else:
+            self.executable.run()
+            raw = self.runtime.read(buf, place.offset, nbytes)
+            wait = lambda: raw  # noqa: E731 - the step has run; its value is here
+        self.steps += 1
+        return Pending(self, place, wait)
+
+    def _result_place(self) -> Place:
+        for o, place in self._outputs:
+            if o.kind is OutputKind.RESULT:
+                return place
+        raise BindError(f"{self.graph.name} has no Result to read")
+
+    def _feed(self, label: str, src: Pending) -> None:
+        """Slot `label` takes `src`'s Result: copied on the device where the runtime
+        copies between buffers (queued after src's step), else written from the host."""
+        vid, dst = self.slots[label]
+        want, have = self.graph.type_of(vid), src.place.type
+        if want.dtype != have.dtype or want.size != have.size:
+            raise BindError(f"slot {label} of {self.graph.name} is {want}; the fed Result "
+                            f"is {have}")
+        copy = getattr(self.runtime, "copy", None)
+        if copy is None or src.runtime is not self.runtime:
+            self.runtime.write(dst, 0, src.result())
+            return
+        copy(dst, 0, src.executor.buffers[src.place.region], src.place.offset,
+             have.size * have.dtype.itemsize)
+
+    def _checked_slots(self, values: Mapping, fed: Mapping = ()) -> dict[str, np.ndarray]:
         by_id = {vid: label for label, (vid, _) in self.slots.items()}
         given: dict[str, object] = {}
         for k, v in values.items():
@@ -121,7 +188,7 @@ class Executor:
                 raise BindError(f"{self.graph.name} has no slot {k!r}; slots: "
                                 f"{', '.join(self.slots)}")
             given[label] = v
-        missing = [s for s in self.slots if s not in given]
+        missing = [s for s in self.slots if s not in given and s not in fed]
         if missing:
             raise BindError(f"{self.graph.name}: slots {missing} are not given a value")
         out = {}
@@ -213,4 +280,4 @@ def load(plan: Plan, consts: Mapping | None = None, **kw) -> Executor:
     return Executor(plan, consts, **kw)
 
 
-__all__ = ["Executor", "StepResult", "StateStore", "load"]
+__all__ = ["Executor", "Pending", "StepResult", "StateStore", "load"]

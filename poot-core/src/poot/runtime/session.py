@@ -268,11 +268,48 @@ class Session:
         out = self._run(ex, slots, [seq], np.arange(t) < n)
         return out.result[0 if LAST in ex.slots else n - 1]
 
+    def decode_launch(self, tokens: Sequence | Mapping, after=None):
+        """One greedy decode step through the argmax plan, queued without waiting: returns
+        the step's `Pending` (its `result()` is each sequence's next token [len(tokens)]).
+        `tokens` maps each sequence to its input token, or, with `after` (a pending step
+        of the same sequences in the same order), lists the sequences, whose input tokens
+        are `after`'s results, fed on the device with no host round trip."""
+        seqs = list(tokens)
+        if after is not None and list(after.seqs) != seqs:
+            raise BindError(f"a decode step fed by an earlier one runs its sequences in its "
+                            f"order: {list(after.seqs)}, not {seqs}")
+        if not 0 < len(seqs) <= self.batch or self.kv != "paged" or self.stepper:
+            raise BindError(f"decode_launch takes 1 to {self.batch} paged sequences and no "
+                            f"stepper, got {len(seqs)} ({self.kv} KV)")
+        from poot.models.sample_graph import slot_values
+
+        rows = {s: [0 if after is not None else tokens[s]] for s in seqs}
+        ex, slots, real, row_seqs = self._paged_slots(rows, 1, self.decode_batches, "argmax",
+                                                      lambda b: slot_values([], b, "argmax"))
+        feed = None
+        if after is not None:
+            del slots["tokens"]
+            feed = {"tokens": after.pending}
+        self._row_slots(ex, slots, row_seqs)
+        return PendingDecode(seqs, ex.launch(slots, feed))
+
     def _paged_step(self, rows: Mapping, t: int, batches: Sequence[int],
                     sample: str | None = None, draws=None) -> np.ndarray:
         """One step of the plan of t tokens x b rows (b the smallest of `batches` that holds
         them), each sequence fed its 1..t tokens; the logits after each one's last token
         (with `sample`, each one's sampled next token)."""
+        ex, slots, real, row_seqs = self._paged_slots(rows, t, batches, sample, draws)
+        k, counts = len(rows), [len(r) for r in rows.values()]
+        last = np.arange(k) * t + np.asarray(counts, np.int64) - 1
+        if LAST in ex.slots:      # the step's head ran on these rows only
+            last = np.arange(k)
+        out = self._run(ex, slots, row_seqs, real)
+        return out.result[last]
+
+    def _paged_slots(self, rows: Mapping, t: int, batches: Sequence[int],
+                     sample: str | None, draws) -> tuple:
+        """The executor and slot values of a paged step (see _paged_step), each sequence's
+        KV slots reserved; also which tokens are real and each row's sequence."""
         seqs = list(rows)
         counts = {s: len(rows[s]) for s in seqs}
         b = next(x for x in batches if x >= len(seqs))
@@ -296,24 +333,24 @@ class Session:
         slots = {"tokens": toks, "pos": pos, "write_map": wmap, "slot_map": smap,
                  **(dict(draws(b)) if draws else {})}
         ex = self.executor(t, b, sample)
-        last = np.arange(len(seqs)) * t + np.fromiter(counts.values(), np.int64) - 1
-        if LAST in ex.slots:      # the step's head ran on these rows only
+        if LAST in ex.slots:      # the step's head runs on each sequence's last token only
             slots[LAST] = np.zeros(b, np.int32)
-            slots[LAST][: len(seqs)] = last
-            last = np.arange(len(seqs))
-        out = self._run(ex, slots, seqs + [None] * (b - len(seqs)), wmap >= 0)
-        return out.result[last]
+            slots[LAST][:k] = np.arange(k) * t + np.fromiter(counts.values(), np.int64) - 1
+        return ex, slots, wmap >= 0, seqs + [None] * (b - k)
 
     def _run(self, ex: Executor, slots: dict, row_seqs: Sequence, real) -> object:
         """One step of `ex`: the per-sequence row slots filled in (row r from the sequence
         `row_seqs[r]`, None for padding), through the stepper where there is one."""
+        self._row_slots(ex, slots, row_seqs)
+        if self.stepper is not None:
+            return self.stepper(ex, slots, np.asarray(real, bool))
+        return ex.step(slots)
+
+    def _row_slots(self, ex: Executor, slots: dict, row_seqs: Sequence) -> None:
         for name, table in self.row_slots.items():
             if name in ex.slots:
                 slots[name] = np.array([table.get(s, 0) if s is not None else 0
                                         for s in row_seqs], np.int32)
-        if self.stepper is not None:
-            return self.stepper(ex, slots, np.asarray(real, bool))
-        return ex.step(slots)
 
     def _check_fits(self, seq, n: int) -> None:
         """Refuse a whole prompt the cache cannot hold before any of it is fed."""
@@ -336,6 +373,17 @@ class Session:
     def _dense_check(self, seq) -> None:
         if seq != self.dense_seq:
             raise CapacityError(f"sequence {seq!r} is not open in the dense KV cache")
+
+
+class PendingDecode:
+    """A queued decode step (Session.decode_launch): its sequences, in row order, and
+    `tokens()`, their next token ids once the step has run."""
+
+    def __init__(self, seqs: list, pending):
+        self.seqs, self.pending = seqs, pending
+
+    def tokens(self) -> np.ndarray:
+        return self.pending.result()[: len(self.seqs)]
 
 
 def _dense_slots(ex: Executor, tokens, pos: int, n: int) -> dict:

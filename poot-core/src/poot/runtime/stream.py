@@ -62,6 +62,21 @@ class StreamRuntime:
     def read(self, buf: DeviceBuffer, offset: int, nbytes: int) -> np.ndarray:
         return self.ctx.read(buf.ptr + offset, nbytes)
 
+    def copy(self, dst: DeviceBuffer, dst_offset: int, src: DeviceBuffer, src_offset: int,
+             nbytes: int) -> None:
+        """Device-to-device copy, queued on the stream after the work queued before it."""
+        self.ctx.copy(dst.ptr + dst_offset, src.ptr + src_offset, nbytes)
+
+    def read_later(self, buf: DeviceBuffer, offset: int, nbytes: int):
+        """Queue a read of `nbytes` behind the stream's work; returns `wait()`, which
+        returns the bytes once they are here (waiting for that read alone, not for work
+        queued after it). A context without queued reads reads now."""
+        later = getattr(self.ctx, "read_later", None)
+        if later is None:
+            raw = self.read(buf, offset, nbytes)
+            return lambda: raw
+        return later(buf.ptr + offset, nbytes)
+
     def load(self, plan, buffers: Mapping[str, DeviceBuffer]):
         return self.executable(self, plan, buffers)
 
@@ -149,18 +164,19 @@ class StreamExecutable:
                 ctx.copy(dst, src, nbytes)
 
     def run(self) -> None:
-        if not self.replay:
-            self.run_eager()
-            return
-        if not self._warm:
+        self.launch()
+        self.rt.ctx.sync()
+
+    def launch(self) -> None:
+        """Queue the step on the stream without waiting for it."""
+        if not self.replay or not self._warm:
             self._warm = True
-            self.run_eager()
+            self._enqueue()
             return
         if self._graph is None:
             self._graph = self.graph(self.rt.ctx, self._enqueue)
             self.recorded = True
         self._graph.launch()
-        self.rt.ctx.sync()
 
     def run_eager(self) -> None:
         """Launch every action directly (no graph), for comparison and debugging."""

@@ -19,6 +19,18 @@ Each turn of the loop:
    text at once (a prompt's first token is drawn on the host from the prefill's logits, by
    the same algorithm).
 
+Greedy decode steps overlap the host with the device (`overlap`, on by default on a paged
+session without a stepper): a step of the argmax plan is launched without waiting, and
+while its batch stays the same (no prefill, no one joining or leaving, room for one more
+token each) the next turn launches the following step at once, its input tokens fed on the
+device from the running step's, then reads the running step's token ids and streams them
+while the new one runs. So each greedy token reaches its client one turn later than it
+would, and the device does not wait for the host's slot arrays, token emission and events
+between steps. A sequence that ends at a step (EOS, a stop string) has had one more step
+launched for it: that token is dropped, and its blocks, that step's slot included, went
+back to the pool when it ended. Anything else (a new prompt, a cancellation, a sampled row,
+a sequence at its last token) first waits for the running step, then runs as before.
+
 Plans are made on the loop's own thread: a turn that needs one not made yet plans it first,
 and an idle loop plans the rest in the background, smallest batch first (the order a growing
 batch needs them), so the server answers at once and a lone request waits only for the
@@ -100,7 +112,7 @@ def batch_sizes(largest: int) -> list[int]:
 
 class Engine:
     def __init__(self, model, *, name: str, max_batch: int = 8, pool_tokens: int | None = None,
-                 max_queue: int = 64, prefill_batch: int = 4):
+                 max_queue: int = 64, prefill_batch: int = 4, overlap: bool = True):
         if max_batch < 1 or max_queue < 0 or not 0 < prefill_batch:
             raise BindError(f"max_batch and prefill_batch must be >= 1 and max_queue >= 0, "
                             f"got {max_batch}, {prefill_batch} and {max_queue}")
@@ -111,6 +123,10 @@ class Engine:
                                      prefill_batches=batch_sizes(min(prefill_batch,
                                                                      max_batch)))
         self.blocks = self.session.blocks
+        #: greedy steps launched without waiting, one in flight (see the module docstring)
+        self.overlap = overlap and self.session.stepper is None
+        #: the launched step not yet read: its jobs in row order and its PendingDecode
+        self._inflight: tuple[list[Job], object] | None = None
         adapters = tuple(model.adapters.index) if model.adapters is not None else ()
         if name in adapters:
             raise BindError(f"the LoRA adapter {name!r} has the served model's own name; "
@@ -129,12 +145,13 @@ class Engine:
         self.deliver: Callable[[list[tuple[Job, Event]]], None] = deliver_here
         self.counters = dict(steps=0, peak_batch=0, prefill_chunks=0, generated_tokens=0,
                              finished=0, cancelled=0, rejected=0, failed=0, argmax_steps=0,
-                             gc_full=0)
+                             gc_full=0, overlapped_steps=0)
         #: seconds in the loop's turns, and in the session's decode and prefill steps within
         #: them (slot arrays, the step, the read-back); the rest of a turn is the host's
-        #: scheduling, text and events
+        #: scheduling, text and events. decode_wait_s: the part of decode_step_s spent
+        #: waiting for launched steps' token ids
         self.times = dict(turns_s=0.0, decode_step_s=0.0, prefill_step_s=0.0, planning_s=0.0,
-                          gc_s=0.0)
+                          gc_s=0.0, decode_wait_s=0.0)
         s = self.session
         #: the chunk width of the prefill plan of each batch size: one chunk's rows in all
         self.prefill_widths = {b: max(1, s.prefill_tokens // b) for b in s.prefill_batches}
@@ -279,11 +296,12 @@ class Engine:
         clock, times = time.perf_counter, self.times
         while True:
             with self._cv:
-                while not (self._stopping or self._queue or self._active or self._unplanned):
+                while not (self._stopping or self._queue or self._active or self._unplanned
+                           or self._inflight):
                     self._cv.wait()
                 if self._stopping:
                     break
-                idle = not self._queue and not self._active
+                idle = not self._queue and not self._active and not self._inflight
             if idle:          # nothing to serve: make the next plan (outside the lock)
                 self._plan_next()
                 self._freeze()
@@ -295,15 +313,23 @@ class Engine:
                 prefilling = [j for j in self._active if j.last is None]
                 prefilling = prefilling[: self.session.prefill_batches[-1]]
                 decoding = [j for j in self._active if j.last is not None]
+            chain = self._chains(prefilling, decoding)
+            if self._inflight is not None and not chain:
+                self._guarded(self._inflight[0], self._settle, None)
+                decoding = [j for j in decoding if j in self._active]
             if prefilling:
                 self._guarded(prefilling, self._prefill, prefilling)
-            if decoding:
+            if chain:
+                self._guarded(decoding, self._decode_next, decoding)
+            elif decoding:
                 self._guarded(decoding, self._decode, decoding)
             if self._outbox:
                 outbox, self._outbox = self._outbox, []
                 self.deliver(outbox)
             times["turns_s"] += clock() - t0
             self._freeze()      # after a plan this turn made (a no-op otherwise)
+        if self._inflight is not None:
+            self._inflight[1].tokens()     # let the last step finish before the pool goes
         with self._cv:
             for job in self._active:
                 self.session.close(job.id)
@@ -383,18 +409,63 @@ class Engine:
                 best = (fed, k, t)
         return best[1], best[2]
 
-    def _decode(self, jobs: list[Job]) -> None:
-        """One decode step for every generating job; each row samples in the graph with
-        its job's own settings, and only the token ids come back."""
-        rows = [(j.sampler, j.history) for j in jobs]
-        mode = mode_for([j.sampler for j in jobs])
+    def _chains(self, prefilling: list[Job], decoding: list[Job]) -> bool:
+        """Whether this turn launches the next step of the one in flight, fed on the
+        device: the same jobs in the same rows, nothing to prefill, and room for the
+        token after the running step's in each (below max_tokens)."""
+        if self._inflight is None or prefilling:
+            return False
+        jobs = self._inflight[0]
+        return (len(jobs) == len(decoding) and all(a is b for a, b in zip(jobs, decoding))
+                and all(j.generated + 2 <= j.gen.max_tokens for j in jobs))
+
+    def _decode_next(self, jobs: list[Job]) -> None:
+        """Launch the step after the running one (its tokens fed on the device), then read
+        and stream the running one's tokens while the new one runs."""
         t0 = time.perf_counter()
-        ids = self.session.decode_sampled({j.id: j.last for j in jobs}, mode,
-                                          lambda b: slot_values(rows, b, mode))
+        launched = self.session.decode_launch([j.id for j in jobs], after=self._inflight[1])
         self.times["decode_step_s"] += time.perf_counter() - t0
+        self._count_step(jobs, "argmax")
+        self.counters["overlapped_steps"] += 1
+        self._settle()
+        self._inflight = (jobs, launched)
+
+    def _settle(self, _=None) -> None:
+        """Wait for the step in flight and advance its jobs still running by their tokens
+        (a job that ended or left since its launch drops its token)."""
+        jobs, launched = self._inflight
+        self._inflight = None
+        t0 = time.perf_counter()
+        ids = launched.tokens()
+        took = time.perf_counter() - t0
+        self.times["decode_step_s"] += took
+        self.times["decode_wait_s"] += took
+        active = set(map(id, self._active))
+        for job, tok in zip(jobs, ids, strict=True):
+            if id(job) in active:
+                self._advance(job, None, int(tok))
+
+    def _count_step(self, jobs: list[Job], mode: str) -> None:
         self.counters["steps"] += 1
         self.counters["argmax_steps"] += mode == "argmax"
         self.counters["peak_batch"] = max(self.counters["peak_batch"], len(jobs))
+
+    def _decode(self, jobs: list[Job]) -> None:
+        """One decode step for every generating job; each row samples in the graph with
+        its job's own settings, and only the token ids come back. A greedy step with
+        `overlap` is launched and read at the next turn (see the module docstring)."""
+        rows = [(j.sampler, j.history) for j in jobs]
+        mode = mode_for([j.sampler for j in jobs])
+        t0 = time.perf_counter()
+        if self.overlap and mode == "argmax":
+            self._inflight = (jobs, self.session.decode_launch({j.id: j.last for j in jobs}))
+            self.times["decode_step_s"] += time.perf_counter() - t0
+            self._count_step(jobs, mode)
+            return
+        ids = self.session.decode_sampled({j.id: j.last for j in jobs}, mode,
+                                          lambda b: slot_values(rows, b, mode))
+        self.times["decode_step_s"] += time.perf_counter() - t0
+        self._count_step(jobs, mode)
         for job, tok in zip(jobs, ids, strict=True):
             self._advance(job, None, int(tok))
 
