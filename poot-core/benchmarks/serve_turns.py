@@ -3,7 +3,8 @@
 Runs the Engine in this process (no HTTP), N requests at once (greedy, ignore_eos, distinct
 prompts, --max-tokens each), and times every turn of the loop: the executor steps inside it
 (slot upload, the step, the token ids read back) and the rest (admission, sampler slots,
-text decoding, events). With --profile, cProfile over the whole run prints the host
+text decoding, events); the engine waits for every step (overlap=False), so that a turn is
+its step plus the host's part. With --profile, cProfile over the whole run prints the host
 functions that cost most, steps excluded by subtraction ("tottime" of the step calls).
 
     python poot-core/benchmarks/serve_turns.py --backend reference --clients 32 \
@@ -39,7 +40,8 @@ def main() -> int:
     from poot.serve.protocol import Generation
 
     model = load(args.model, args.backend, kv="paged", max_seq=args.max_seq)
-    engine = Engine(model, name="m", max_batch=args.clients, max_queue=args.clients)
+    engine = Engine(model, name="m", max_batch=args.clients, max_queue=args.clients,
+                    overlap=False)
     t0 = time.perf_counter()
     engine.warm(wait=True)
     print(f"{model.backend.name} ({model.device}): warm {time.perf_counter() - t0:.1f} s, "
