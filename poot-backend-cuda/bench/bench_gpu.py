@@ -171,23 +171,29 @@ def copy_bandwidths(ctx, timer, nbytes: int = 1 << 30) -> dict[str, float]:
     return out
 
 
+def torch_event_ms(fn, reps: int, trials: int = 7) -> float:
+    """Median milliseconds of one `fn()` queued by PyTorch (CUDA events), after a warm-up."""
+    import torch
+
+    fn()
+    torch.cuda.synchronize()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(trials):
+        start.record()
+        for _ in range(reps):
+            fn()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop) / reps)
+    return statistics.median(times)
+
+
 def torch_ceilings(nbytes: int = 1 << 30) -> dict[str, float]:
     """PyTorch on the same GPU: copy_ GB/s and bf16 matmul 4096^3 TFLOP/s (CUDA events)."""
     import torch
 
-    def event_ms(fn, reps: int, trials: int = 7) -> float:
-        fn()
-        torch.cuda.synchronize()
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        times = []
-        for _ in range(trials):
-            start.record()
-            for _ in range(reps):
-                fn()
-            stop.record()
-            stop.synchronize()
-            times.append(start.elapsed_time(stop) / reps)
-        return statistics.median(times)
+    event_ms = torch_event_ms
 
     def copy_gbs() -> float:
         src = torch.randint(0, 255, (nbytes,), dtype=torch.uint8, device="cuda")
