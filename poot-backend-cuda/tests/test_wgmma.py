@@ -49,3 +49,11 @@ def test_nvrtc_builds_the_warpgroup_kernel_for_sm_90a(tmp_path, monkeypatch):
     kernel = _kernel(256, 128, 256)
     cubin = compile_cubin(CudaPrinter("sm_90a").source(kernel), kernel.name, "sm_90a")
     assert cubin[:4] == b"\x7fELF"
+
+
+def test_the_backend_declares_the_features_of_the_arch_it_builds_for():
+    from poot_cuda.backend import CudaBackend
+
+    backend = CudaBackend()
+    assert {WGMMA, TMA} <= backend.features(backend.compile_only_device("sm_90a"))
+    assert not {WGMMA, TMA} & backend.features(backend.compile_only_device("sm_90"))
