@@ -47,6 +47,13 @@ h200_editable() {
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 }
 
+# h200_cuda_dev: a CUDA bench call's setup, from a checkout whose parent holds the carried
+# .whl ($WHL): the wheels, then the packages the CUDA backend needs, editable.
+h200_cuda_dev() {
+  h200_wheels "${WHL:-../.whl}"/*.whl || return 1
+  h200_editable poot-core poot-quant poot-backend-cuda
+}
+
 # conformance BACKEND WORKERS SECONDS: the suite on one backend, its support matrix and log
 # in $OUT, the exit status as the log's last line.
 conformance() {

@@ -32,12 +32,13 @@ from poot.codegen.lower import lower
 from poot.dtypes import DType
 from poot.ir.ops import Attention, DenseContraction, FusedRow, MatMul, PackedContraction
 from poot.ir.types import TensorType as T
-from poot_cuda.capability import kernel_features
+from poot_cuda.capability import arch_of, kernel_features
 
 F32, BF16, U8 = DType.F32, DType.BF16, DType.U8
 
 
-FEATURES = kernel_features(9, 0)                # what the backend gives sm_90 lowerings
+ARCH = arch_of(9, 0)                            # what the backend builds 9.0 kernels for
+FEATURES = kernel_features(9, 0, ARCH)          # and what it gives their lowerings
 GEMV_SHAPES = ((14336, 4096), (4096, 14336))   # (N, K): an 8B FFN's up and down shapes
 TARGETS = {"gemv": 0.80, "q4": 0.60, "gemm": 0.50, "decode": 1000.0}   # issue 8's targets
 
@@ -160,7 +161,7 @@ def copy_bandwidths(ctx, timer, nbytes: int = 1 << 30) -> dict[str, float]:
         out["cuMemcpyDtoD, stream"] = gbs(timer.call_ms(lambda: ctx.copy(dst, src, nbytes),
                                                         reps=5, trials=5))
         source, name, grid = copy_kernel(nbytes)
-        fn = ctx.function(ctx.load_module(compile_cubin(source, name, "sm_90")), name)
+        fn = ctx.function(ctx.load_module(compile_cubin(source, name, ARCH)), name)
         launch = Launch(fn, grid, (256,), [src, dst], name)
         out["copy kernel, 16 B/thread"] = gbs(timer.graph_ms(lambda: launch(ctx), reps=5,
                                                              trials=5))
@@ -170,23 +171,29 @@ def copy_bandwidths(ctx, timer, nbytes: int = 1 << 30) -> dict[str, float]:
     return out
 
 
+def torch_event_ms(fn, reps: int, trials: int = 7) -> float:
+    """Median milliseconds of one `fn()` queued by PyTorch (CUDA events), after a warm-up."""
+    import torch
+
+    fn()
+    torch.cuda.synchronize()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(trials):
+        start.record()
+        for _ in range(reps):
+            fn()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop) / reps)
+    return statistics.median(times)
+
+
 def torch_ceilings(nbytes: int = 1 << 30) -> dict[str, float]:
     """PyTorch on the same GPU: copy_ GB/s and bf16 matmul 4096^3 TFLOP/s (CUDA events)."""
     import torch
 
-    def event_ms(fn, reps: int, trials: int = 7) -> float:
-        fn()
-        torch.cuda.synchronize()
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        times = []
-        for _ in range(trials):
-            start.record()
-            for _ in range(reps):
-                fn()
-            stop.record()
-            stop.synchronize()
-            times.append(start.elapsed_time(stop) / reps)
-        return statistics.median(times)
+    event_ms = torch_event_ms
 
     def copy_gbs() -> float:
         src = torch.randint(0, 255, (nbytes,), dtype=torch.uint8, device="cuda")
@@ -241,7 +248,7 @@ def bench_ops(ctx, timer, copy_gbs: float, torch_tflops: float | None, rows: lis
         runs = []
         try:
             out = b.op.infer(b.ins)
-            compiled = compile_program(lower(b.op, b.ins, out, FEATURES), CudaPrinter("sm_90"))
+            compiled = compile_program(lower(b.op, b.ins, out, FEATURES), CudaPrinter(ARCH))
             operands = [random_operand(t, rng) for t in b.ins]
             if b.kind in ("gemm", "gemv"):
                 check_result(ctx, modules, compiled, operands, out, b)
@@ -388,7 +395,7 @@ def bench_gemm_schedules(ctx, timer, torch_tflops, rows, n: int = 4096) -> None:
         run = None
         try:
             mma.SCHEDULE = sc
-            compiled = compile_program(lower(b.op, b.ins, out, FEATURES), CudaPrinter("sm_90"))
+            compiled = compile_program(lower(b.op, b.ins, out, FEATURES), CudaPrinter(ARCH))
             check_result(ctx, modules, compiled, operands, out, b)
             run = LoweringRun(ctx, modules, compiled, operands, out)
             ms = timer.graph_ms(run.enqueue, reps=b.reps, trials=5)
@@ -441,13 +448,13 @@ def plan_only():
     from poot_cuda.kernels import compile_program
     from poot_cuda.printer import CudaPrinter
 
-    compile_cubin(*copy_kernel(1 << 30)[:2], "sm_90")
+    compile_cubin(*copy_kernel(1 << 30)[:2], ARCH)
     print("compiled copy kernel", flush=True)
     for b in ops_to_bench():
-        compile_program(lower(b.op, b.ins, b.op.infer(b.ins), FEATURES), CudaPrinter("sm_90"))
+        compile_program(lower(b.op, b.ins, b.op.infer(b.ins), FEATURES), CudaPrinter(ARCH))
         print(f"compiled {b.label} ({b.nbytes / 1e6:.1f} MB, {copies_for(b.nbytes)} copies "
               f"if rotated)", flush=True)
-    smollm2_step(CudaBackend.compile_only_device("sm_90"), plan_only=True)
+    smollm2_step(CudaBackend.compile_only_device(ARCH), plan_only=True)
 
 
 def main():

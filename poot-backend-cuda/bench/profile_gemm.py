@@ -12,7 +12,7 @@ from poot.codegen.lower import lower
 from poot.dtypes import DType
 from poot.ir.ops import MatMul
 from poot.ir.types import TensorType as T
-from poot_cuda.capability import kernel_features
+from poot_cuda.capability import arch_of, kernel_features
 from poot_cuda.driver import Context
 from poot_cuda.harness import LoweringRun
 from poot_cuda.kernels import ModuleCache, compile_program
@@ -27,7 +27,8 @@ def main(row: str | None = None, n: int = 4096) -> None:
         bench = next(b for b in ops_to_bench() if b.label == row)
         op, ins = bench.op, bench.ins
     out = op.infer(ins)
-    compiled = compile_program(lower(op, ins, out, kernel_features(9, 0)), CudaPrinter("sm_90"))
+    compiled = compile_program(lower(op, ins, out, kernel_features(9, 0, arch_of(9, 0))),
+                               CudaPrinter(arch_of(9, 0)))
     from bench_gpu import random_operand
 
     rng = np.random.default_rng(0)

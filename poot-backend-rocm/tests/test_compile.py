@@ -116,3 +116,20 @@ def test_planning_for_an_unbuildable_target_is_refused_before_any_compile():
     g = poot.trace(lambda x: ops.exp(x), poot.spec((4, 8), name="x"))
     with pytest.raises(toolchain.UnsupportedTarget, match="cannot build code for gfx942"):
         plan(poot.compile(g, (b, dev)), (b, dev))
+
+
+def test_warpgroup_statements_are_refused_by_name(monkeypatch):
+    """HIP shares the CUDA-style dialect but not sm_90a's bulk copies and warpgroup
+    products: a kernel holding them is refused, never printed half-way (a small tile, so
+    that the shared-memory limit is not what refuses it)."""
+    from poot.codegen.lower import lower, wgmma
+    from poot.codegen.target import FEATURES
+    from poot.errors import UnsupportedOp
+    from poot.ir.ops import MatMul
+    from poot.ir.types import TensorType
+
+    monkeypatch.setattr(wgmma, "SCHEDULE", wgmma.Schedule(bm=64, bn=64, stages=2))
+    ins = [TensorType((128, 64), DType.BF16), TensorType((64, 128), DType.BF16)]
+    kernel = lower(MatMul(), ins, MatMul().infer(ins), FEATURES).kernels[0]
+    with pytest.raises(UnsupportedOp, match="prints no (RegisterBudget|Mbar|TmaLoad|Wgmma)"):
+        HipPrinter(target("gfx90a")).source(kernel)

@@ -8,13 +8,16 @@ from poot.codegen.cases import mismatch
 from poot.codegen.interp import run_lowering
 from poot.codegen.lower import lower
 from poot.codegen.program import MmaTile
-from poot.codegen.target import COPY_ASYNC, FEATURES, MMA_M16N8K16
+from poot.codegen.target import COPY_ASYNC, FEATURES, MMA_M16N8K16, TMA, WGMMA
 from poot.dtypes import DType
 from poot.ir.ops import MatMul
 from poot.ir.types import TensorType
 from poot.oracle import apply
 
 MMA = MMA_M16N8K16.feature
+#: an sm_80-class target: the warpgroup schedule (WGMMA, TMA) would win, and it is not
+#: interpreted (tests/test_codegen_wgmma.py)
+FEATURES = FEATURES - {WGMMA, TMA}
 
 BF16, F16, F32 = DType.BF16, DType.F16, DType.F32
 

@@ -43,9 +43,10 @@ class CudaBackend(KernelBackend):
         return table(str(device), info["major"], info["minor"], tuple(sorted(formats)))
 
     def features(self, device: Device) -> frozenset:
-        """Kernel statements beyond the core ones: async copies and mma.sync on sm_80+."""
+        """Kernel statements beyond the core ones: async copies and mma.sync on sm_80+,
+        wgmma and bulk tensor copies on sm_90a."""
         info = self._info(device)
-        return kernel_features(info["major"], info["minor"])
+        return kernel_features(info["major"], info["minor"], info["arch"])
 
     def printer(self, device: Device) -> CudaPrinter:
         return CudaPrinter(self._info(device)["arch"])

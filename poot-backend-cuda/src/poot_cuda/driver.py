@@ -1,8 +1,8 @@
 """A thin, checked layer over the CUDA driver API (cuda.bindings.driver).
 
 Every call's CUresult is checked; a failure raises a typed poot error naming
-the call. Kernel arguments are device pointers, passed the driver's way: an
-array of addresses of the argument values.
+the call. Kernel arguments are device pointers, then values passed whole (tensor maps),
+passed the driver's way: an array of addresses of the argument values.
 """
 from __future__ import annotations
 
@@ -132,16 +132,18 @@ class Launch:
     """One kernel launch with its arguments bound (pointers fixed at load time)."""
 
     def __init__(self, function, grid, block, pointers: list[int], name: str,
-                 shared_bytes: int = 0, overlap: bool = False):
+                 shared_bytes: int = 0, overlap: bool = False, by_value=()):
         self.function, self.name, self.shared_bytes = function, name, shared_bytes
         self.overlap = overlap      # programmatic dependent launch (see CudaPrinter.entry)
         self._config = None
         self.grid = tuple(grid) + (1,) * (3 - len(grid))
         self.block = tuple(block) + (1,) * (3 - len(block))
         self.values = np.array(pointers, dtype=np.uint64)
+        self.by_value = [np.ascontiguousarray(v) for v in by_value]   # kept alive here
         # the driver takes an array of addresses, each pointing at one argument value
         self.addresses = np.array([self.values.ctypes.data + 8 * i
-                                   for i in range(len(pointers))], dtype=np.uint64)
+                                   for i in range(len(pointers))]
+                                  + [v.ctypes.data for v in self.by_value], dtype=np.uint64)
 
     def __call__(self, ctx: Context) -> None:
         if self.overlap:

@@ -13,6 +13,7 @@ from poot.kernel_backend import CompiledKernel, CompiledProgram
 from poot_cuda.compiler import compile_cubin
 from poot_cuda.driver import Context, Launch
 from poot_cuda.printer import CudaPrinter, dynamic_shared_bytes
+from poot_cuda.tensor_map import encode
 
 
 def compile_kernel(kernel: Kernel, source: str, arch: str) -> CompiledKernel:
@@ -48,14 +49,18 @@ class ModuleCache:
 def bind(compiled: CompiledProgram, modules: ModuleCache, operand_ptrs: dict[int, int],
          scratch_ptrs: dict[str, int], overlap: bool = False) -> list[Launch]:
     """Launches with every buffer parameter resolved: operands by index (OUT for the
-    output), scratch buffers by name; `overlap`: programmatic dependent launches."""
+    output), scratch buffers by name, and each tensor map encoded over its buffer;
+    `overlap`: programmatic dependent launches."""
     launches = []
     for ck in compiled.kernels:
-        ptrs = []
+        ptrs = {}
         for b in ck.kernel.buffers:
-            ptrs.append(scratch_ptrs[b.name] if b.operand is None else operand_ptrs[b.operand])
-        launches.append(Launch(modules.function(ck), ck.kernel.grid, ck.kernel.workgroup, ptrs,
-                               ck.kernel.name, ck.dynamic_shared, overlap))
+            ptrs[b.name] = scratch_ptrs[b.name] if b.operand is None else operand_ptrs[b.operand]
+        maps = [encode(tm, ck.kernel.buffer(tm.buffer).dtype, ptrs[tm.buffer])
+                for tm in ck.kernel.tensor_maps]
+        launches.append(Launch(modules.function(ck), ck.kernel.grid, ck.kernel.workgroup,
+                               list(ptrs.values()), ck.kernel.name, ck.dynamic_shared, overlap,
+                               maps))
     return launches
 
 

@@ -1,5 +1,6 @@
 """CUDA C: the CUDA-style dialect (poot.codegen.simt) with CUDA's types, 32-lane warp
-shuffles, dynamic shared memory, async copies and tensor cores."""
+shuffles, dynamic shared memory, async copies and tensor cores (mma.sync; on sm_90a also
+bulk tensor copies and warpgroup products, poot_cuda.tensor_async)."""
 from __future__ import annotations
 
 from poot.codegen.expr import Bin, Const, Dot2
@@ -9,6 +10,7 @@ from poot.codegen.program import (
     CopyWait,
     Kernel,
     MmaTile,
+    RegisterBudget,
     Stmt,
 )
 from poot.codegen.simt import SimtPrinter
@@ -17,26 +19,36 @@ from poot.dtypes import DType
 from poot.ir.ops import BinaryOp
 
 from poot_cuda.capability import parse_arch
+from poot_cuda.tensor_async import HEADER as TENSOR_ASYNC_HEADER
+from poot_cuda.tensor_async import TensorAsyncPrinter, uses_tensor_async
 
 F32, F16, BF16, I32, U32 = DType.F32, DType.F16, DType.BF16, DType.I32, DType.U32
 STATIC_SHARED_LIMIT = 48 * 1024     # more needs dynamic shared memory, opted in per kernel
 
 
 def _shared_layout(kernel: Kernel) -> list[tuple[str, DType, int, int]]:
-    """(name, dtype, count, byte offset) of each shared array, 16-byte aligned."""
+    """(name, dtype, count, byte offset) of each shared array, each on its alignment (at
+    least 16 bytes)."""
     out, offset = [], 0
     for a in kernel.shared:
+        align = max(16, a.align)
+        offset = -(-offset // align) * align
         out.append((a.name, a.dtype, a.count, offset))
-        offset += -(-a.count * a.dtype.itemsize // 16) * 16
+        offset += a.count * a.dtype.itemsize
     return out
+
+
+def _shared_align(kernel: Kernel) -> int:
+    return max([16, *(a.align for a in kernel.shared)])
 
 
 def dynamic_shared_bytes(kernel: Kernel) -> int:
     """Bytes of dynamic shared memory the kernel is launched with: its shared arrays when
-    they pass the static limit (deep GEMM pipelines), else 0."""
+    they pass the static limit (deep GEMM pipelines), else 0; with room to move the block
+    up to the strictest alignment of its arrays."""
     layout = _shared_layout(kernel)
     total = layout[-1][3] + layout[-1][2] * layout[-1][1].itemsize if layout else 0
-    return total if total > STATIC_SHARED_LIMIT else 0
+    return total + _shared_align(kernel) - 16 if total > STATIC_SHARED_LIMIT else 0
 
 HEADER = """\
 #include <cuda_fp16.h>
@@ -60,7 +72,7 @@ static __device__ __forceinline__ int poot_dp2a_hi(int a, unsigned int b, int c)
 """
 
 
-class CudaPrinter(SimtPrinter):
+class CudaPrinter(TensorAsyncPrinter, SimtPrinter):
     backend = "cuda"
     qualifier = "static __device__ __forceinline__"
     warp = 32
@@ -78,7 +90,16 @@ class CudaPrinter(SimtPrinter):
         return super().type_name(dtype)
 
     def header(self, kernel: Kernel) -> str:
-        return HEADER
+        return HEADER + (TENSOR_ASYNC_HEADER if uses_tensor_async(kernel) else "")
+
+    def value_params(self, kernel: Kernel) -> list[str]:
+        return [f"const __grid_constant__ poot_tensor_map {t.name}" for t in kernel.tensor_maps]
+
+    def launch_bounds(self, kernel: Kernel) -> str:
+        """With one workgroup per multiprocessor when warpgroups trade registers
+        (setmaxnreg takes effect only under that cap)."""
+        budget = any(isinstance(s, RegisterBudget) for s in kernel.statements())
+        return f"{kernel.threads_per_group}{', 1' if budget else ''}"
 
     def entry(self) -> list[str]:
         """sm_90: programmatic dependent launch. Wait until the kernels this one depends
@@ -96,17 +117,26 @@ class CudaPrinter(SimtPrinter):
         self._offsets = ({n: o for n, _, _, o in _shared_layout(kernel)}
                          if dynamic_shared_bytes(kernel) else None)
         self._align = any(isinstance(s, (CopyAsync, MmaTile)) for s in kernel.statements())
+        self._aligns = {a.name: a.align for a in kernel.shared}
+        self._block_align = _shared_align(kernel)
         return super().unit(kernel)
 
     def shared_decl(self, name: str, dtype: DType, count: int) -> str:
         t = self.type_name(dtype)
         if self._offsets is not None:
             offset = self._offsets[name]
-            first = ("extern __shared__ __align__(16) unsigned char poot_smem[]; "
-                     if offset == 0 else "")
+            first = ""
+            if offset == 0:
+                first = "extern __shared__ __align__(16) unsigned char poot_smem_raw[]; "
+                a = self._block_align      # the block moved up to its strictest alignment
+                first += ("unsigned char* const poot_smem = poot_smem_raw + "
+                          f"(({a}u - ((unsigned)__cvta_generic_to_shared(poot_smem_raw) & "
+                          f"{a - 1}u)) & {a - 1}u); " if a > 16 else
+                          "unsigned char* const poot_smem = poot_smem_raw; ")
             return f"{first}{t}* const {name} = ({t}*)(poot_smem + {offset});"
-        align = "__align__(16) " if self._align else ""
-        return f"__shared__ {align}{t} {name}[{count}];"
+        own = self._aligns.get(name, 16)      # reduction scratch is the printer's own
+        align = max(own if own > 16 else 0, 16 if self._align else 0)
+        return f"__shared__ {f'__align__({align}) ' if align else ''}{t} {name}[{count}];"
 
     # -- async copies and tensor cores (sm_80+) -------------------------------------------
     def matrix(self, s: Stmt, depth: int) -> list[str]:

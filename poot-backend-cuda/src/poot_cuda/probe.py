@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from poot.errors import MissingPackage
 from poot.optional import require
 
+from poot_cuda.capability import arch_of
+
 
 @dataclass(frozen=True)
 class GpuInfo:
@@ -18,7 +20,7 @@ class GpuInfo:
 
     @property
     def arch(self) -> str:
-        return f"sm_{self.major}{self.minor}"
+        return arch_of(self.major, self.minor)
 
 
 @functools.cache

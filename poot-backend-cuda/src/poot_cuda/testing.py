@@ -22,5 +22,5 @@ def cases() -> tuple:
 def compiled(case_id: str, arch: str = ARCH) -> CompiledProgram:
     """A case lowered, printed and compiled once per process (and cached on disk)."""
     case = next(c for c in cases() if c.id == case_id)
-    lowering = lower(case.op, case.ins, case.out(), kernel_features(*parse_arch(arch)))
+    lowering = lower(case.op, case.ins, case.out(), kernel_features(*parse_arch(arch), arch))
     return compile_program(lowering, CudaPrinter(arch))

@@ -32,6 +32,7 @@ from poot.codegen.program import (
     SharedArray,
     Stmt,
     Store,
+    TensorMap,
 )
 from poot.dtypes import DType
 from poot.ir.ops.reduce import ReduceOp
@@ -74,6 +75,7 @@ class KernelBuilder:
         self._buffers: list[BufferParam] = []
         self._shared: list[SharedArray] = []
         self._locals: list[LocalArray] = []
+        self._tensor_maps: list[TensorMap] = []
         self._blocks: list[list[Stmt]] = [[]]
         self._names: dict[str, int] = {}
 
@@ -83,9 +85,14 @@ class KernelBuilder:
         self._buffers.append(BufferParam(name, dtype, access, int(count), operand))
         return ArrayRef(name, dtype, count)
 
-    def shared(self, name: str, dtype: DType, count: int) -> ArrayRef:
-        self._shared.append(SharedArray(name, dtype, int(count)))
+    def shared(self, name: str, dtype: DType, count: int, align: int = 16) -> ArrayRef:
+        self._shared.append(SharedArray(name, dtype, int(count), align))
         return ArrayRef(name, dtype, count)
+
+    def tensor_map(self, tm: TensorMap) -> str:
+        """Declare a tensor map parameter (TmaLoad's source); returns its name."""
+        self._tensor_maps.append(tm)
+        return tm.name
 
     def local(self, name: str, dtype: DType, count: int) -> ArrayRef:
         self._locals.append(LocalArray(name, dtype, int(count)))
@@ -210,4 +217,5 @@ class KernelBuilder:
         if len(self._blocks) != 1:
             raise RuntimeError("unclosed block")
         return Kernel(self.name, tuple(self._buffers), self.grid, self.workgroup,
-                      tuple(self._blocks[0]), tuple(self._shared), tuple(self._locals)).validate()
+                      tuple(self._blocks[0]), tuple(self._shared), tuple(self._locals),
+                      tuple(self._tensor_maps)).validate()

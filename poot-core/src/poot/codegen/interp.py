@@ -31,6 +31,7 @@ from poot.codegen.expr import Load, evaluate
 from poot.codegen.program import (
     BUILTINS,
     OUT,
+    TENSOR_ASYNC,
     Assign,
     Barrier,
     BufferParam,
@@ -196,6 +197,9 @@ class _Batch:
             pass                        # copies complete at once: a legal schedule
         elif isinstance(s, MmaTile):
             self.mma_tile(s, act)
+        elif isinstance(s, TENSOR_ASYNC):
+            self.fault(f"{type(s).__name__} (bulk tensor copies, warpgroup products) is not "
+                       f"interpreted; only targets with the TMA and WGMMA features run it")
         else:  # pragma: no cover - validate() refuses unknown statements
             self.fault(f"unknown statement {s!r}")
 

@@ -37,6 +37,7 @@ from poot.codegen.expr import (
 )
 from poot.codegen.program import (
     BUILTINS,
+    TENSOR_ASYNC,
     Assign,
     Barrier,
     CoopReduce,
@@ -57,7 +58,8 @@ from poot.errors import DtypeLowering, UnsupportedOp
 #: statement type -> the hook that prints it
 STATEMENT_HOOKS = {Let: "let", Assign: "assign", Store: "store", For: "loop", If: "branch",
                    Barrier: "barrier_stmt", CoopReduce: "coop_reduce", CopyAsync: "matrix",
-                   CopyCommit: "matrix", CopyWait: "matrix", MmaTile: "matrix"}
+                   CopyCommit: "matrix", CopyWait: "matrix", MmaTile: "matrix",
+                   **dict.fromkeys(TENSOR_ASYNC, "tensor_async")}
 
 
 class Printer:
@@ -165,6 +167,11 @@ class Printer:
     def matrix(self, s: Stmt, depth: int) -> list[str]:
         """CopyAsync / CopyCommit / CopyWait / MmaTile: only printers of targets that
         declare those features print them."""
+        raise self.unsupported(f"{type(s).__name__} statement")
+
+    def tensor_async(self, s: Stmt, depth: int) -> list[str]:
+        """Bulk tensor copies, mbarriers and warpgroup products (features TMA, WGMMA):
+        only printers of targets that declare them print them."""
         raise self.unsupported(f"{type(s).__name__} statement")
 
     def name(self, var: str) -> str:

@@ -42,6 +42,23 @@ a lowering emits them only when its target has them, and printers without them r
   target's `MatrixUnit`: every thread of each group of `unit.lanes` reaches it, with
   group-uniform operands): acc += A . B^T over `unit.k` values of K, 16-bit floats
   (BF16 or F16) read from shared U32 words, F32 accumulate. See its docstring.
+
+Bulk tensor copies and warpgroup products (target features TMA and WGMMA):
+
+* A `TensorMap` of the kernel describes one buffer as a 2-D row-major tensor that
+  `TmaLoad` copies boxes of into shared memory, 128-byte swizzled (the host builds it
+  once the buffer's address is known and passes it by value). A TmaLoad completes on an
+  mbarrier: `MbarInit` (one thread, then a Barrier) sets the arrivals a phase takes,
+  `MbarArrive` arrives (optionally announcing bytes of copies still to land), and
+  `MbarWait(parity)` waits until the phase of that parity has completed.
+* `Wgmma` is cooperative over a warpgroup (4 consecutive warps from a multiple of 4):
+  acc (64 x n) += A (64 x 16) . B (16 x n), both read from swizzled shared tiles
+  (`SmemTile`), issued asynchronously (`Wgmma.fence` on the first product that reads
+  accumulators other statements wrote); `WgmmaCommit` closes a batch and
+  `WgmmaWait(pending)` waits until at most `pending` batches are in flight (then the
+  accumulators and the shared tiles of the finished ones are free).
+* `RegisterBudget` moves a warpgroup's register allocation up or down (producer and
+  consumer warpgroups of one workgroup); every warp of the warpgroup reaches it.
 """
 from __future__ import annotations
 
@@ -126,11 +143,34 @@ SCRATCH = None
 
 @dataclass(frozen=True)
 class SharedArray:
-    """A workgroup-shared array (one copy per workgroup)."""
+    """A workgroup-shared array (one copy per workgroup), starting on an `align`-byte
+    boundary (swizzled tiles need 1024)."""
 
     name: str
     dtype: DType
     count: int
+    align: int = 16
+
+
+#: bytes of a shared row that TmaLoad swizzles and Wgmma reads (the 128-byte swizzle)
+SWIZZLE_BYTES = 128
+#: bytes of one swizzle pattern: 8 rows of SWIZZLE_BYTES
+SWIZZLE_SPAN = 8 * SWIZZLE_BYTES
+
+
+@dataclass(frozen=True)
+class TensorMap:
+    """Buffer `buffer` seen as `rows` x `cols` row-major elements of its dtype, copied by
+    TmaLoad in boxes of `box_rows` x `box_cols` (box_cols * itemsize = SWIZZLE_BYTES):
+    a box lands in shared memory as box_rows rows of SWIZZLE_BYTES, the 16-byte chunks of
+    row r permuted by r % 8 (the 128-byte swizzle). Elements past the edges read as 0."""
+
+    name: str
+    buffer: str
+    rows: int
+    cols: int
+    box_rows: int
+    box_cols: int
 
 
 @dataclass(frozen=True)
@@ -269,6 +309,109 @@ class MmaTile(Stmt):
     unit: MatrixUnit | None = None
 
 
+@dataclass(frozen=True, eq=False)
+class MbarInit(Stmt):
+    """Set mbarrier `index` of shared U32 array `bars` (two words each) to take `count`
+    arrivals per phase. One thread runs it; a Barrier follows before any use."""
+
+    bars: str
+    index: Expr
+    count: int
+
+
+@dataclass(frozen=True, eq=False)
+class MbarArrive(Stmt):
+    """Arrive on mbarrier `index` of `bars`; with `tx_bytes` the phase also waits for
+    that many bytes of TmaLoads to land."""
+
+    bars: str
+    index: Expr
+    tx_bytes: int = 0
+
+
+@dataclass(frozen=True, eq=False)
+class MbarWait(Stmt):
+    """Wait until the phase of `parity` (0 or 1: phases alternate) of mbarrier `index`
+    of `bars` has completed."""
+
+    bars: str
+    index: Expr
+    parity: Expr
+
+
+@dataclass(frozen=True, eq=False)
+class TmaLoad(Stmt):
+    """Copy the box of tensor map `tensor_map` at (row, col) into shared `dst` from
+    element `dst_index` (SWIZZLE_SPAN-aligned), completing on mbarrier `bar` of `bars`.
+    One thread issues it."""
+
+    tensor_map: str
+    dst: str
+    dst_index: Expr
+    row: Expr
+    col: Expr
+    bars: str
+    bar: Expr
+
+
+@dataclass(frozen=True, eq=False)
+class RegisterBudget(Stmt):
+    """Set this warpgroup's registers per thread to `registers` (a multiple of 8 in
+    24..256), raising it when `grow`, else lowering it."""
+
+    registers: int
+    grow: bool
+
+
+@dataclass(frozen=True, eq=False)
+class WgmmaWait(Stmt):
+    """Wait until at most `pending` of this warpgroup's batches are in flight; the
+    accumulators `acc` (a local array; "" for none) are read only after it."""
+
+    pending: int
+    acc: str = ""
+
+
+@dataclass(frozen=True)
+class SmemTile:
+    """A Wgmma operand in shared array `array` as TmaLoad boxes left it (rows of
+    SWIZZLE_BYTES, 64 16-bit values), from element `first`. `k_major`: its rows run along
+    M (or N), 64 K values each, and `first` is the tile's first row at K offset 0, 16, 32
+    or 48. Else its rows run along K, 64 M (or N) values each, `first` the tile's first
+    K row, and the next 64 columns are `block_bytes` further on (the next box)."""
+
+    array: str
+    first: Expr
+    k_major: bool
+    block_bytes: int = 0
+
+
+@dataclass(frozen=True, eq=False)
+class Wgmma(Stmt):
+    """Per warpgroup: acc (64 x n, F32) += A (64 x 16) . B (16 x n) of `dtype` (BF16 or
+    F16), A and B `SmemTile`s. Thread t of the warpgroup (warp w = t / 32, lane l) holds
+    (16 w + row, 8 j + col) in acc[4 j + r], r = 0..3, with (row, col) =
+    MMA_M16N8K16.coords(l, r) (poot.codegen.target). `fence`: accumulator writes of other
+    statements before it are ordered before it (the first product after them)."""
+
+    acc: str
+    n: int
+    dtype: DType
+    a: SmemTile
+    b: SmemTile
+    fence: bool = False
+
+
+@dataclass(frozen=True, eq=False)
+class WgmmaCommit(Stmt):
+    """Close this warpgroup's batch of Wgmmas issued since the last commit."""
+
+
+#: the statements of the TMA and WGMMA features
+TENSOR_ASYNC = (MbarInit, MbarArrive, MbarWait, TmaLoad, Wgmma, WgmmaCommit, WgmmaWait,
+                RegisterBudget)
+
+
 # -- the kernel -------------------------------------------------------------------------
 @dataclass(frozen=True, eq=False)
 class Kernel:
@@ -279,6 +422,7 @@ class Kernel:
     body: tuple[Stmt, ...]
     shared: tuple[SharedArray, ...] = ()
     locals: tuple[LocalArray, ...] = ()
+    tensor_maps: tuple[TensorMap, ...] = ()
 
     @property
     def threads_per_group(self) -> int:
@@ -350,6 +494,14 @@ def _exprs_of(s: Stmt) -> tuple[Expr, ...]:
         return (s.dst_index, s.src_index, s.valid)
     if isinstance(s, MmaTile):
         return (s.a_row, s.a_word, s.b_col, s.b_word)
+    if isinstance(s, (MbarInit, MbarArrive)):
+        return (s.index,)
+    if isinstance(s, MbarWait):
+        return (s.index, s.parity)
+    if isinstance(s, TmaLoad):
+        return (s.dst_index, s.row, s.col, s.bar)
+    if isinstance(s, Wgmma):
+        return (s.a.first, s.b.first)
     return ()
 
 
@@ -374,8 +526,21 @@ class _Checker:
         for n in names:
             if n in BUILTINS:
                 self.fail(f"array name {n!r} is a reserved builtin")
+        for tm in k.tensor_maps:
+            self.tensor_map(tm)
         self.scopes.append({n: (I32, False) for n in BUILTINS})
         self.block(k.body)
+
+    def tensor_map(self, tm: TensorMap):
+        buf = {b.name: b for b in self.kernel.buffers}.get(tm.buffer)
+        if buf is None or not buf.access.readable:
+            self.fail(f"tensor map {tm.name!r} of unknown or write-only buffer {tm.buffer!r}")
+        if tm.rows * tm.cols > buf.count or (tm.cols * buf.dtype.itemsize) % 16:
+            self.fail(f"tensor map {tm.name!r}: {tm.rows} x {tm.cols} does not fit {tm.buffer!r} "
+                      f"in rows of whole 16 bytes")
+        if tm.box_cols * buf.dtype.itemsize != SWIZZLE_BYTES or not 1 <= tm.box_rows <= 256:
+            self.fail(f"tensor map {tm.name!r}: boxes are rows of {SWIZZLE_BYTES} bytes, "
+                      f"at most 256 rows")
 
     def block(self, body):
         self.scopes.append({})
@@ -452,6 +617,8 @@ class _Checker:
             self.copy_async(s)
         elif isinstance(s, MmaTile):
             self.mma_tile(s)
+        elif isinstance(s, TENSOR_ASYNC):
+            self.tensor_async(s)
         elif isinstance(s, CoopReduce):
             self.expr(s.value)
             if s.value.dtype not in (DType.F32, I32):
@@ -497,6 +664,51 @@ class _Checker:
         if self.kernel.threads_per_group % s.unit.lanes:
             self.fail(f"MmaTile needs whole groups of {s.unit.lanes} threads")
         for e in (s.a_row, s.a_word, s.b_col, s.b_word):
+            self.expr(e, I32)
+
+
+    def tensor_async(self, s: Stmt):
+        arrays = self.kernel.arrays()
+
+        def shared(name: str, what: str, align: int = 16) -> SharedArray:
+            arr = arrays.get(name)
+            if not isinstance(arr, SharedArray) or arr.align < align:
+                self.fail(f"{type(s).__name__} {what} {name!r} must be a shared array "
+                          f"aligned to {align} bytes")
+            return arr
+
+        if hasattr(s, "bars"):
+            if shared(s.bars, "mbarriers").dtype is not DType.U32:
+                self.fail(f"mbarriers {s.bars!r} must be U32 words (two per barrier)")
+        if isinstance(s, TmaLoad):
+            tm = {t.name: t for t in self.kernel.tensor_maps}.get(s.tensor_map)
+            if tm is None:
+                self.fail(f"TmaLoad of unknown tensor map {s.tensor_map!r}")
+            if shared(s.dst, "destination", SWIZZLE_SPAN).dtype is not \
+                    self.kernel.buffer(tm.buffer).dtype:
+                self.fail(f"TmaLoad into {s.dst!r} of another dtype than {tm.buffer!r}")
+        if isinstance(s, Wgmma):
+            acc = arrays.get(s.acc)
+            if not isinstance(acc, LocalArray) or acc.dtype is not DType.F32 \
+                    or acc.count < s.n // 2:
+                self.fail(f"Wgmma accumulator {s.acc!r} must be a local F32 array of "
+                          f"{s.n // 2}")
+            if s.dtype not in (DType.BF16, DType.F16) or s.n % 8 or not 8 <= s.n <= 256:
+                self.fail(f"Wgmma multiplies BF16 or F16 with n in 8..256 (multiples of 8), "
+                          f"not {s.dtype} n={s.n}")
+            for t in (s.a, s.b):
+                if shared(t.array, "operand", SWIZZLE_SPAN).dtype is not s.dtype:
+                    self.fail(f"Wgmma operand {t.array!r} is not {s.dtype}")
+            if not s.a.k_major:
+                self.fail("Wgmma reads A with rows along M (k_major)")
+            if self.kernel.threads_per_group % 128:
+                self.fail("Wgmma needs whole warpgroups of 128 threads")
+        if isinstance(s, WgmmaWait) and (s.pending < 0 or s.acc and not isinstance(
+                arrays.get(s.acc), LocalArray)):
+            self.fail("WgmmaWait needs pending >= 0 and a local accumulator array (or none)")
+        if isinstance(s, RegisterBudget) and (s.registers % 8 or not 24 <= s.registers <= 256):
+            self.fail(f"RegisterBudget of {s.registers} registers (multiples of 8, 24..256)")
+        for e in _exprs_of(s):
             self.expr(e, I32)
 
 

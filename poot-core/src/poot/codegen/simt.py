@@ -36,8 +36,16 @@ class SimtPrinter(CPrinter):
         for b in kernel.buffers:
             const = "const " if not b.access.writable else ""
             params.append(f"{const}{self.type_name(b.dtype)}* __restrict__ {b.name}")
-        return (f'extern "C" __global__ void __launch_bounds__({kernel.threads_per_group}) '
+        params += self.value_params(kernel)
+        return (f'extern "C" __global__ void __launch_bounds__({self.launch_bounds(kernel)}) '
                 f"{kernel.name}({', '.join(params)})")
+
+    def value_params(self, kernel: Kernel) -> list[str]:
+        """Parameters passed by value after the buffers (a dialect's tensor maps)."""
+        return []
+
+    def launch_bounds(self, kernel: Kernel) -> str:
+        return str(kernel.threads_per_group)
 
     def builtin(self, kind: str, axis: int, kernel: Kernel) -> str:
         a = "xyz"[axis]

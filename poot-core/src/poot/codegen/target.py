@@ -13,6 +13,11 @@ instruction. A backend tells the lowerings what its target has through
   a workgroup 48 KiB of shared memory, so packed GEMVs take the integer schedule
   (activations quantized to int16 in shared memory). Every printer can print Dot2 (as
   plain multiply-adds); the feature says only that it is worth it.
+* `WGMMA`: the target prints Wgmma / WgmmaCommit / WgmmaWait (warpgroup
+  matrix products from shared memory, CUDA sm_90a) and RegisterBudget.
+* `TMA`: the target prints TmaLoad with the kernel's TensorMaps (bulk tensor copies into
+  128-byte swizzled shared tiles) and the mbarriers they complete on (MbarInit,
+  MbarArrive, MbarWait), and gives a workgroup 227 KiB of shared memory.
 
 A lowering emits a statement family only when its target declares it; the printers of
 targets without it refuse. A new matrix unit (a wavefront-wide one, say) is one more
@@ -55,8 +60,10 @@ MATRIX_UNITS = {u.feature: u for u in (MMA_M16N8K16,)}
 COPY_ASYNC = "copy.async"
 WIDE_WORKGROUPS = "workgroup.1024"
 DOT2 = "dot2.i16.u8"
+WGMMA = "wgmma.m64k16"
+TMA = "tma.tile.2d"
 #: every feature name a target may declare
-FEATURES = frozenset({*MATRIX_UNITS, COPY_ASYNC, WIDE_WORKGROUPS, DOT2})
+FEATURES = frozenset({*MATRIX_UNITS, COPY_ASYNC, WIDE_WORKGROUPS, DOT2, WGMMA, TMA})
 
 
 def matrix_unit(features: Iterable[str]) -> MatrixUnit | None:
@@ -64,5 +71,5 @@ def matrix_unit(features: Iterable[str]) -> MatrixUnit | None:
     return next((MATRIX_UNITS[f] for f in sorted(features) if f in MATRIX_UNITS), None)
 
 
-__all__ = ["COPY_ASYNC", "DOT2", "FEATURES", "MATRIX_UNITS", "MMA_M16N8K16", "WIDE_WORKGROUPS",
-           "MatrixUnit", "matrix_unit"]
+__all__ = ["COPY_ASYNC", "DOT2", "FEATURES", "MATRIX_UNITS", "MMA_M16N8K16", "TMA", "WGMMA",
+           "WIDE_WORKGROUPS", "MatrixUnit", "matrix_unit"]

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from poot.codegen import index as ix
 from poot.codegen.builder import KernelBuilder
 from poot.codegen.expr import Const, Dot2, Expr, Load, Sel, f32, ge, i32, maximum, u32
-from poot.codegen.lower import mma
+from poot.codegen.lower import mma, wgmma
 from poot.codegen.program import group_id, local_id, local_index
 from poot.codegen.target import DOT2
 from poot.dtypes import DType
@@ -154,6 +154,8 @@ def contraction_kernel(p: Problem, sig, declare: Callable[[KernelBuilder], None]
     kb_factory = sig.builder
     if p.w_per_row or p.m <= GEMV_MAX_ROWS:
         return gemv_kernel(p, kb_factory, declare, features=sig.features)
+    if wgmma.usable(p, sig.features):
+        return wgmma.wgmma_gemm_kernel(p, kb_factory, declare)
     if mma.usable(p, sig.features):
         return mma.mma_gemm_kernel(p, kb_factory, declare)
     if p.m <= BATCH_ROWS:

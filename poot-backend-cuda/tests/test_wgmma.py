@@ -1,0 +1,59 @@
+"""The warpgroup GEMM on CUDA without a GPU: which architectures declare the features,
+what the printer makes of the statements, and that NVRTC builds it for sm_90a."""
+from __future__ import annotations
+
+import pytest
+from poot.codegen.lower import lower, wgmma
+from poot.codegen.target import TMA, WGMMA
+from poot.dtypes import DType
+from poot.ir.ops import MatMul
+from poot.ir.types import TensorType
+from poot_cuda.capability import arch_of, kernel_features
+from poot_cuda.compiler import compile_cubin
+from poot_cuda.printer import CudaPrinter, dynamic_shared_bytes
+
+
+@pytest.mark.parametrize("major,minor,arch,declared", [
+    (9, 0, "sm_90a", True), (9, 0, "sm_90", False), (8, 0, "sm_80", False),
+    (12, 0, "sm_120", False)])
+def test_warpgroup_features_need_an_sm_90a_build(major, minor, arch, declared):
+    assert ({WGMMA, TMA} <= kernel_features(major, minor, arch)) is declared
+
+
+def test_9_0_devices_build_for_sm_90a():
+    assert arch_of(9, 0) == "sm_90a" and arch_of(8, 9) == "sm_89"
+
+
+def _kernel(m=200, k=136, n=520):
+    a, w = TensorType((m, k), DType.BF16), TensorType((k, n), DType.BF16)
+    features = kernel_features(9, 0, "sm_90a")
+    return lower(MatMul(), [a, w], MatMul().infer([a, w]), features).kernels[0]
+
+
+def test_printer_renders_tensor_maps_copies_and_warpgroup_products():
+    kernel = _kernel()
+    src = CudaPrinter("sm_90a").source(kernel)
+    assert "const __grid_constant__ poot_tensor_map map_a" in src
+    assert "__launch_bounds__(384, 1)" in src            # setmaxnreg needs the cap
+    assert "cp.async.bulk.tensor.2d" in src and "mbarrier.try_wait.parity" in src
+    assert "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16" in src
+    assert "setmaxnreg.inc.sync.aligned.u32 232" in src
+    # the dynamic block is moved up to the 1024-byte swizzle alignment, with room for it
+    sc = wgmma.SCHEDULE
+    tiles_and_barriers = sc.stages * sc.stage_bytes(DType.BF16) + 4 * 4 * sc.stages
+    assert "& 1023u" in src and dynamic_shared_bytes(kernel) == tiles_and_barriers + 1024 - 16
+
+
+def test_nvrtc_builds_the_warpgroup_kernel_for_sm_90a(tmp_path, monkeypatch):
+    monkeypatch.setenv("POOT_CACHE", str(tmp_path))
+    kernel = _kernel(256, 128, 256)
+    cubin = compile_cubin(CudaPrinter("sm_90a").source(kernel), kernel.name, "sm_90a")
+    assert cubin[:4] == b"\x7fELF"
+
+
+def test_the_backend_declares_the_features_of_the_arch_it_builds_for():
+    from poot_cuda.backend import CudaBackend
+
+    backend = CudaBackend()
+    assert {WGMMA, TMA} <= backend.features(backend.compile_only_device("sm_90a"))
+    assert not {WGMMA, TMA} & backend.features(backend.compile_only_device("sm_90"))

@@ -1,0 +1,168 @@
+"""The warpgroup GEMM schedule, for targets with the WGMMA and TMA features (CUDA sm_90a).
+
+The problem is mma.py's (`Problem.tiles`: 16-bit float operands on both sides, F32
+accumulation, the problem's own store); the machinery is Hopper's. A workgroup owns a
+bm x bn output tile with 1 + bm / 64 warpgroups: warpgroup 0 produces, one thread of
+it copying each K step's A box (bm x 64) and the weight's boxes (64 x 64 each) into
+shared stage kt % stages with bulk tensor copies that complete on that stage's `full`
+mbarrier; each other warpgroup consumes, multiplying its 64 rows by the stage with
+warpgroup products (m64 n=bn k16, four per K step) and arriving on the stage's `empty`
+mbarrier once the products that read it are done, which is what the producer waits
+for before refilling it. One batch of products stays in flight while the next stage's
+copies land, so the tensor cores never wait on a barrier of their own warpgroup.
+
+A is K-major (rows along K, 128-byte swizzled rows of 64 values); the weight is [K, N]
+(rows along N), which the products read transposed. Edges: the tensor maps read zeros
+past M, N and K, and stores past M or N are skipped, so any M and K, N that are
+multiples of 8 work. Batches: both operands are seen as one tall matrix whose batch b
+starts at row offset(b) / row length; a box that runs past M only feeds rows that are
+never stored, but one past K would read the next batch, so batched problems need K a
+multiple of bk.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from poot.codegen import index as ix
+from poot.codegen.expr import Const, Load, i32
+from poot.codegen.lower.mma import MIN_ROWS, Tiles
+from poot.codegen.program import (
+    SWIZZLE_BYTES,
+    SWIZZLE_SPAN,
+    MbarArrive,
+    MbarInit,
+    MbarWait,
+    RegisterBudget,
+    SmemTile,
+    TensorMap,
+    TmaLoad,
+    Wgmma,
+    WgmmaCommit,
+    WgmmaWait,
+    group_id,
+    local_index,
+)
+from poot.codegen.target import MMA_M16N8K16, TMA, WGMMA
+from poot.dtypes import DType
+
+WARPGROUP = 128                  # threads of one warpgroup
+ROWS = 64                        # output rows of one warpgroup product
+K_STEP = 16                      # K of one warpgroup product
+BOX = SWIZZLE_BYTES // 2         # 16-bit values in one swizzled row
+PRODUCER_REGISTERS = 40          # the copying warpgroup needs few
+CONSUMER_REGISTERS = 232         # what the multiplying ones take of the rest
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Workgroup tile bm x bn (bm / 64 consumer warpgroups, bn <= 256 one product wide),
+    K step bk (one swizzled row: 64), `stages` shared stages in flight."""
+
+    bm: int = 128
+    bn: int = 256
+    bk: int = BOX
+    stages: int = 4
+
+    @property
+    def consumers(self) -> int:
+        return self.bm // ROWS
+
+    @property
+    def threads(self) -> int:
+        return WARPGROUP * (1 + self.consumers)
+
+    def stage_bytes(self, dtype: DType) -> int:
+        return (self.bm + self.bn) * self.bk * dtype.itemsize
+
+
+#: the schedule lowerings use (bench/wgmma_gemm.py times alternatives against it)
+SCHEDULE = Schedule()
+
+
+def usable(p, features) -> bool:
+    """Targets with warpgroup products and bulk tensor copies, operands the tensor maps
+    can describe (a [K, N] weight; batches of whole K steps)."""
+    t: Tiles | None = p.tiles
+    return (t is not None and WGMMA in features and TMA in features and not t.w.k_major
+            and p.m >= MIN_ROWS and not p.w_per_row
+            and (p.batch == 1 or p.k % SCHEDULE.bk == 0))
+
+
+def wgmma_gemm_kernel(p, kb_factory, declare, sc: Schedule | None = None):
+    sc = sc or SCHEDULE
+    BM, BN, BK, STAGES = sc.bm, sc.bn, sc.bk, sc.stages   # noqa: N806
+    t: Tiles = p.tiles
+    dtype = t.a.dtype
+    kb = kb_factory((-(-p.n // BN), -(-p.m // BM), p.batch), (sc.threads,))
+    declare(kb)
+    a_rows = kb.array(t.a.buffer).count // p.k
+    w_rows = kb.array(t.w.buffer).count // p.n
+    map_a = kb.tensor_map(TensorMap("map_a", t.a.buffer, a_rows, p.k, BM, BK))
+    map_w = kb.tensor_map(TensorMap("map_w", t.w.buffer, w_rows, p.n, BK, BOX))
+    a_stage, w_stage, w_box = BM * BK, BK * BN, BK * BOX     # elements
+    sa = kb.shared("tile_a", dtype, STAGES * a_stage, SWIZZLE_SPAN).name
+    sw = kb.shared("tile_w", dtype, STAGES * w_stage, SWIZZLE_SPAN).name
+    bars = kb.shared("bars", DType.U32, 2 * 2 * STAGES).name   # full[s], then empty[s]
+    k_tiles = -(-p.k // BK)
+
+    tid = local_index()
+    wg = kb.let("wg", ix.div(tid, WARPGROUP))
+    with kb.if_(ix.eq(tid, i32(0))):
+        for s in range(STAGES):
+            kb.emit(MbarInit(bars, i32(s), 1))
+            kb.emit(MbarInit(bars, i32(STAGES + s), WARPGROUP * sc.consumers))
+    kb.barrier()
+    m0 = kb.let("m0", ix.mul(group_id(1), BM))
+    n0 = kb.let("n0", ix.mul(group_id(0), BN))
+    b = group_id(2)
+
+    with kb.if_(ix.eq(wg, i32(0))):
+        kb.emit(RegisterBudget(PRODUCER_REGISTERS, grow=False))
+        with kb.if_(ix.eq(tid, i32(0))):
+            row_a = kb.let("row_a", ix.add(ix.div(t.a.offset(b), p.k), m0))
+            row_w = kb.let("row_w", ix.div(t.w.offset(b), p.n))
+            with kb.for_("kt", 0, k_tiles) as kt:
+                stage = kb.let("stage", ix.mod(kt, STAGES))
+                with kb.if_(ix.lt(i32(STAGES - 1), kt)):   # its last readers are done
+                    kb.emit(MbarWait(bars, ix.add(stage, STAGES),
+                                     ix.mod(ix.add(ix.div(kt, STAGES), 1), 2)))
+                kb.emit(MbarArrive(bars, stage, sc.stage_bytes(dtype)))
+                k0 = kb.let("k0", ix.mul(kt, BK))
+                kb.emit(TmaLoad(map_a, sa, ix.mul(stage, a_stage), row_a, k0, bars, stage))
+                for j in range(BN // BOX):
+                    kb.emit(TmaLoad(map_w, sw, ix.add(ix.mul(stage, w_stage), j * w_box),
+                                    ix.add(row_w, k0), ix.add(n0, j * BOX), bars, stage))
+    with kb.else_():
+        kb.emit(RegisterBudget(CONSUMER_REGISTERS, grow=True))
+        acc = kb.local("acc", DType.F32, BN // 2)
+        for r in range(BN // 2):
+            kb.store(acc, r, Const(0.0, DType.F32))
+        c = kb.let("c", ix.sub(wg, 1))
+        with kb.for_("kc", 0, k_tiles) as kt:
+            stage = kb.let("cstage", ix.mod(kt, STAGES))
+            kb.emit(MbarWait(bars, stage, ix.mod(ix.div(kt, STAGES), 2)))
+            a_first = ix.add(ix.mul(stage, a_stage), ix.mul(c, ROWS * BK))
+            for kk in range(BK // K_STEP):
+                kb.emit(Wgmma(acc.name, BN, dtype,
+                              SmemTile(sa, ix.add(a_first, kk * K_STEP), k_major=True),
+                              SmemTile(sw, ix.add(ix.mul(stage, w_stage), kk * K_STEP * BOX),
+                                       k_major=False, block_bytes=w_box * dtype.itemsize),
+                              fence=kk == 0))
+            kb.emit(WgmmaCommit())
+            kb.emit(WgmmaWait(1, acc.name))            # the previous step's products are done
+            with kb.if_(ix.lt(i32(0), kt)):
+                kb.emit(MbarArrive(bars, ix.add(ix.mod(ix.sub(kt, 1), STAGES), STAGES)))
+        kb.emit(WgmmaWait(0, acc.name))
+
+        lane = kb.let("lane", ix.mod(tid, 32))
+        row_base = kb.let("rb", ix.add(m0, ix.add(ix.mul(c, ROWS),
+                                                  ix.mul(ix.mod(ix.div(tid, 32), 4), 16))))
+        quad, pair = kb.let("quad", ix.div(lane, 4)), kb.let("pair", ix.mul(ix.mod(lane, 4), 2))
+        for j in range(BN // 8):
+            for r in range(4):
+                dr, dc = MMA_M16N8K16.coords(0, r)      # the lane's part is quad / pair
+                m = kb.let("m", ix.add(row_base, ix.add(quad, dr)))
+                n = kb.let("n", ix.add(n0, ix.add(pair, 8 * j + dc)))
+                with kb.if_(ix.both(ix.lt(m, i32(p.m)), ix.lt(n, i32(p.n)))):
+                    p.store(kb, b, m, n, Load(acc.name, i32(4 * j + r), DType.F32))
+    return kb.finish()
