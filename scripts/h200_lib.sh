@@ -47,6 +47,13 @@ h200_editable() {
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 }
 
+# h200_bench_setup: a bench call's carried wheels ($WHL, default ../.whl: the call runs in
+# a copy of the tree one level down) and the packages it times, editable.
+h200_bench_setup() {
+  h200_wheels "${WHL:-../.whl}"/*.whl || return 1
+  h200_editable poot-core poot-quant poot-backend-cuda
+}
+
 # conformance BACKEND WORKERS SECONDS: the suite on one backend, its support matrix and log
 # in $OUT, the exit status as the log's last line.
 conformance() {

@@ -107,7 +107,7 @@ class Problem:
     views: dict | None = None     # operand index -> (dtype, count) its buffer is read as
     w_run: Elem | None = None
     run: int = 1                  # elements per w_run
-    tiles: object = None          # mma.Tiles: 16-bit operands tensor cores can read as is
+    tiles: object = None          # mma_operands.Tiles: 16-bit operands tensor cores can read as is
     w_chunks: dict = field(default_factory=dict)
     w_int: Elem | None = None     # w_int(b, n, k0, load=None) -> [IntGroup] | None, like w_run
 
@@ -156,6 +156,9 @@ def contraction_kernel(p: Problem, sig, declare: Callable[[KernelBuilder], None]
         return gemv_kernel(p, kb_factory, declare, features=sig.features)
     if mma.usable(p, sig.features):
         return mma.mma_gemm_kernel(p, kb_factory, declare)
+    split = mma.decode_schedule(p, sig.features)
+    if split is not None:
+        return mma.mma_gemm_kernel(p, kb_factory, declare, split, split=True)
     if p.m <= BATCH_ROWS:
         return gemv_kernel(p, kb_factory, declare, many_rows=True)
     return gemm_kernel(p, kb_factory, declare)
