@@ -462,7 +462,6 @@ def contraction_cases() -> list[Case]:
         _dense((1,), 12, 2088, BF16),                    # long rows: 8 words in flight
         _dense((3,), 17, 63, F32), _dense((3,), 20, 64, U32), _dense((1,), 33, 130, F16),
         _dense((2, 40), 70, 47, BF16),
-        _dense((32,), 40, 64, BF16), _dense((2, 24), 24, 200, F16),   # split tensor cores
         Case("grouped-dense", GroupedDenseContraction(3), (ga, gw),
              makers(normal(ga), normal(gw)), 1e-10),
         Case("dense-row-gather", DenseRowGather(), (tab, ids),
@@ -501,7 +500,7 @@ def packed_cases(formats: dict | None = None) -> list[Case]:
             w = rng.standard_normal((n, k)).astype(np.float32)
             return [np.asarray(s) for s in fmt.quantize(w)]
 
-        for m_shape in ((1,), (6,), (32,)):     # 32: a decode batch (tensor cores on cuda)
+        for m_shape in ((1,), (6,)):
             a = T(m_shape + (k,), F32)
             out.append(Case(f"packed-{name}-m{m_shape[0]}", PackedContraction(pw),
                             (a, *src_types), lambda rng, a=a, s=sources: [normal(a)(rng),
