@@ -2,16 +2,15 @@
 mma_operands.SplitTiles) against the FMA schedules it replaces, on SmolLM2's packed Q4_1
 shapes at --rows rows on cuda (each result's NMSE against numpy's float64 product
 printed), then batch_step.py's recorded decode steps (random Q4_1 weights of SmolLM2's
-shape) under the FMA schedules and under the split one, profiled by kernel kind at the
-largest batch.
+shape) under the FMA schedules ("fma"), the module's choice ("chosen") and the fastest
+variant of each shape ("best"), profiled by kernel kind at the largest batch.
 
     python split_sweep.py --rows 8,16,32,64 --tiles 32:128:4,64:128:4 --batches 1,8,32
     python split_sweep.py --warm 0/6 ...     # compile-only share 0 of 6 (NVRTC disk cache)
 
 A tile bn:bk:warps is a split schedule of bn columns, K steps of bk and `warps` warps
-(rows tiled by 16, 32 or 64 as M needs, warps_m = rows / 32, the rest splitting K).
-Variants: "fma" (the split schedule off), "chosen" (the module's own table), the tiles
-(at --tile-rows only). Lines starting with "SUMMARY " are for collecting scripts.
+(rows tiled by 16, 32 or 64 as M needs, warps_m = rows / 32, the rest splitting K), timed
+at --tile-rows only. Lines starting with "SUMMARY " are for collecting scripts.
 """
 from __future__ import annotations
 
@@ -30,23 +29,38 @@ def summary(key: str, value) -> None:
     print(f"SUMMARY {key} | {value}", flush=True)
 
 
-@contextlib.contextmanager
-def variant(name: str, rows: int):
+def tile(name: str, rows: int):
+    """The split schedule a tile name stands for at `rows` rows."""
     from poot.codegen.lower import mma
 
-    saved = mma.SPLIT_MIN_ROWS, mma.DECODE
-    if name == "fma":
-        mma.SPLIT_MIN_ROWS = 1 << 30
-    elif name != "chosen":
-        bn, bk, warps = (int(x) for x in name.split(":"))
-        bm = 16 if rows <= 16 else 32 if rows <= 32 else 64
-        wm = max(1, bm // 32)
-        mma.DECODE = ((1 << 62, mma.Schedule(bm=bm, bn=bn, bk=bk, warps_m=wm, warps_n=1,
-                                             warps_k=warps // wm)),)
+    bn, bk, warps = (int(x) for x in name.split(":"))
+    bm = 16 if rows <= 16 else 32 if rows <= 32 else 64
+    wm = max(1, bm // 32)
+    return mma.Schedule(bm=bm, bn=bn, bk=bk, warps_m=wm, warps_n=1, warps_k=warps // wm)
+
+
+@contextlib.contextmanager
+def variant(name: str, best: dict | None = None):
+    """Under "fma" no split schedule, "chosen" the module's, a tile name that one, "best"
+    the fastest of each (N, K, M) in `best` (name by shape; others as chosen)."""
+    from poot.codegen.lower import mma
+
+    chosen = mma.decode_schedule
+
+    def pick(p, features, name=name):
+        if name == "best":
+            name = (best or {}).get((p.n, p.k, p.m), "chosen")
+        if name == "fma":
+            return None
+        if name == "chosen":
+            return chosen(p, features)
+        sc = tile(name, p.m)
+        return sc if mma.SplitTiles.fits(sc, p) else None
+    mma.decode_schedule = pick
     try:
         yield
     finally:
-        mma.SPLIT_MIN_ROWS, mma.DECODE = saved
+        mma.decode_schedule = chosen
 
 
 def jobs(rows_list, tiles, tile_rows):
@@ -76,18 +90,19 @@ def compiled(n, k, m, name):
     from poot_cuda.printer import CudaPrinter
 
     _, op, ins, out = problem(n, k, m)
-    with variant(name, m):
+    with variant(name):
         return compile_program(lower(op, ins, out, FEATURES), CudaPrinter("sm_90"))
 
 
-def bench_shapes(ctx, timer, rows_list, tiles, tile_rows) -> None:
+def bench_shapes(ctx, timer, rows_list, tiles, tile_rows) -> dict:
+    """Times every job; returns the fastest variant by (N, K, M)."""
     from batch_step import q4_1_blocks
     from poot_cuda.harness import LoweringRun
     from poot_cuda.kernels import ModuleCache
 
     modules, rng = ModuleCache(ctx), np.random.default_rng(1)
     totals: dict[tuple[int, str], float] = {}
-    data = {}
+    data, times = {}, {}
     for n, k, m, name in jobs(rows_list, tiles, tile_rows):
         if (n, k) not in data:
             pw = problem(n, k, 1)[0]
@@ -106,6 +121,7 @@ def bench_shapes(ctx, timer, rows_list, tiles, tile_rows) -> None:
             nmse = float(np.sum((got - want) ** 2) / np.sum(want ** 2))
             us = timer.graph_ms(run.enqueue, reps=20, trials=5) * 1e3
             totals[(m, name)] = totals.get((m, name), 0.0) + PER_STEP[(n, k)] * us
+            times.setdefault((n, k, m), {})[name] = us
             summary(f"Q4_1 N={n} K={k} M={m} {name}", f"{us:.1f} us, NMSE {nmse:.1e}, "
                     f"grid {grid}")
         except Exception as e:  # noqa: BLE001 - one broken variant must not hide others
@@ -117,6 +133,13 @@ def bench_shapes(ctx, timer, rows_list, tiles, tile_rows) -> None:
                 run.free()
     for (m, name), total in sorted(totals.items()):
         summary(f"contractions per step M={m} {name}", f"{total:.0f} us")
+    best = {key: min(us, key=us.get) for key, us in times.items()}
+    for m in rows_list:
+        total = sum(PER_STEP[key[:2]] * times[key][name] for key, name in best.items()
+                    if key[2] == m)
+        summary(f"contractions per step M={m} best", f"{total:.0f} us: " + ", ".join(
+            f"{n}x{k} {name}" for (n, k, mm), name in best.items() if mm == m))
+    return best
 
 
 def main() -> int:
@@ -140,21 +163,20 @@ def main() -> int:
         return 0
     import batch_step
     from bench_gpu import Timer
+    from poot_cuda.driver import Context
 
     batches = sorted(int(x) for x in args.batches.split(",") if x)
+    best = {}
+    if rows:        # the shapes first: their best variants are a step variant
+        ctx = Context(0)
+        best = bench_shapes(ctx, Timer(ctx), rows, tiles, tile_rows)
+        del ctx
     if batches:
         model = batch_step.smollm2_model(args.max_seq)
-        for name in ("fma", "chosen"):
-            with variant(name, max(batches)):
-                session = batch_step.bench_steps(model, batches, args.max_seq, 100,
-                                                 f"{name}", {max(batches)})
-        ctx = session.executor(1, max(batches)).runtime.ctx
-    else:
-        from poot_cuda.driver import Context
-
-        ctx = Context(0)
-    if rows:
-        bench_shapes(ctx, Timer(ctx), rows, tiles, tile_rows)
+        for name in ("fma", "chosen", "best"):
+            with variant(name, best=best):
+                batch_step.bench_steps(model, batches, args.max_seq, 100, name,
+                                       {max(batches)})
     return 0
 
 

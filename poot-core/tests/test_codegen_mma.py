@@ -186,3 +186,21 @@ def test_fma_schedules_where_split_tensor_cores_do_not_fit(features, m, wdt):
     else:
         op, ins = DenseContraction(), [TensorType((m, 64), F32), TensorType((32, 64), wdt)]
     assert not uses_mma(lower(op, ins, op.infer(ins), features))
+
+
+@pytest.mark.parametrize("schedule", [
+    dict(bm=32, bn=32, bk=128, warps_m=1, warps_n=1, warps_k=8),    # runs < threads: pairs
+    dict(bm=16, bn=16, bk=256, warps_m=1, warps_n=1, warps_k=16),
+    dict(bm=32, bn=64, bk=64, warps_m=1, warps_n=2, warps_k=2),
+], ids=str)
+def test_other_split_schedules_match_numpy(monkeypatch, schedule):
+    from poot.codegen.cases import INT_GEMV_TOL
+    from poot.codegen.lower import mma
+
+    monkeypatch.setattr(mma, "DECODE", ((1 << 62, mma.Schedule(**schedule)),))
+    op, ins, args, dense = _packed("gguf:Q4_1", 24, 40, 320, 2)
+    out = op.infer(ins)
+    lowering = lower(op, ins, out, FEATURES)
+    assert uses_mma(lowering)
+    got = run_lowering(lowering, args, out)
+    assert _nmse(got, args[0].astype(np.float64) @ dense.T) < INT_GEMV_TOL / 100

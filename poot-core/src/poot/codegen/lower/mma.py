@@ -77,7 +77,8 @@ class Schedule:
 #: the schedule of 16-bit operands copied as they lie (bench_gpu.py times alternatives)
 SCHEDULE = Schedule()
 #: the schedules of split operands, by the most rows each is chosen for
-DECODE = ((32, Schedule(bm=32, bn=32, bk=128, warps_m=1, warps_n=1, warps_k=4)),
+DECODE = ((16, Schedule(bm=16, bn=32, bk=128, warps_m=1, warps_n=1, warps_k=4)),
+          (32, Schedule(bm=32, bn=32, bk=128, warps_m=1, warps_n=1, warps_k=4)),
           (64, Schedule(bm=64, bn=32, bk=128, warps_m=2, warps_n=1, warps_k=2)),
           (1 << 62, Schedule(bm=64, bn=64, bk=64, warps_m=2, warps_n=2, warps_k=1)))
 

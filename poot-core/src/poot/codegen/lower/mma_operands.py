@@ -150,10 +150,20 @@ def split_unit(p) -> int | None:
     return 2 if p.w_pair is not None or p.w_run is not None else None
 
 
+def w_unit(sc, p) -> int | None:
+    """The weight chunk of `split_unit`, but pairs of elements (the format's decode_expr)
+    where whole runs would leave threads of a step without one: a run is the longest
+    chain of a step's work."""
+    unit = split_unit(p)
+    if unit is not None and unit > 2 and sc.bn * sc.bk // unit < sc.threads:
+        return 2
+    return unit
+
+
 class SplitTiles(_Layout):
     """Operands computed in registers and stored as hi and lo bf16 parts (module doc).
     Thread t computes chunks t, t + threads, ... of each tile per step: a chunk is `unit`
-    consecutive elements along K of one row (A: pairs; W: `split_unit`), consecutive
+    consecutive elements along K of one row (A: pairs; W: `w_unit`), consecutive
     threads taking consecutive chunks of a row (threads past the last chunk idle). Rows
     past the operand's and K past its end are zeros (their loads clamped in range)."""
 
@@ -162,7 +172,7 @@ class SplitTiles(_Layout):
     def __init__(self, kb, sc, p, b, m0, n0, tid):
         super().__init__(kb, sc, 2, True)
         self.kb, self.sc, self.p = kb, sc, p
-        self.unit = split_unit(p)
+        self.unit = w_unit(sc, p)
         self.k0 = kb.var("kh", i32(0))          # the K step whose loads the registers hold
         self.a_chunks = self._chunks(sc.bm, 2, m0, p.m, tid)
         self.w_chunks = self._chunks(sc.bn, self.unit, n0, p.n, tid)
@@ -172,7 +182,7 @@ class SplitTiles(_Layout):
 
     @staticmethod
     def fits(sc, p) -> bool:
-        unit = split_unit(p)
+        unit = w_unit(sc, p)
         return unit is not None and sc.bk % unit == 0
 
     def _chunks(self, rows: int, unit: int, row0, limit: int, tid):
@@ -203,7 +213,7 @@ class SplitTiles(_Layout):
         p, k = self.p, self._k(col, self.unit)
         if p.w_pair is not None:
             return list(p.w_pair(b, rc, ix.div(k, 2)))
-        if self.unit == 2:
+        if self.unit == 2:                  # pairs of a packed weight
             return [p.w(b, None, rc, ix.add(k, i)) for i in range(2)]
         out = []
         for part in p.w_run(b, None, rc, k):
