@@ -121,10 +121,10 @@ def _nmse(got, want) -> float:
 
 
 @pytest.mark.parametrize("fmt,m,n,k", [
-    ("gguf:Q4_1", 32, 40, 96),      # SmolLM2's format; N past one tile, K short of one step
-    ("gguf:Q4_0", 48, 24, 320),     # 64-row tiles, K split over 2 warps, a partial step
-    ("gguf:Q6_K", 20, 16, 256),     # runs of 128: fewer runs than threads per step
-    ("fp8:e4m3", 100, 16, 64),      # no runs (decode_expr pairs); 64 x 64 tiles
+    ("gguf:Q4_1", 40, 40, 96),      # SmolLM2's format; N past one tile, K short of one step
+    ("gguf:Q4_0", 48, 24, 320),     # runs of 64: pairs; a partial K step
+    ("gguf:Q8_0", 36, 16, 256),
+    ("fp8:e4m3", 100, 16, 64),      # no runs (decode_expr pairs); two row tiles
 ])
 def test_packed_contraction_on_split_tensor_cores(fmt, m, n, k):
     """Decode batches and prefill chunks of packed weights take the tensor cores on a
@@ -144,9 +144,9 @@ def test_packed_epilogue_keeps_the_split_schedule():
     from poot.ir import region
     from poot.ir.ops import Binary, BinaryOp, ContractionEpilogue
 
-    head, ins, args, dense = _packed("gguf:Q4_1", 32, 24, 128, 5)
+    head, ins, args, dense = _packed("gguf:Q4_1", 40, 24, 128, 5)
     bias = TensorType((24,), F32)
-    body = region([TensorType((32, 24), F32), bias],
+    body = region([TensorType((40, 24), F32), bias],
                   lambda b, h, bb: b.eqn(Binary(BinaryOp.Add), h, bb))
     op = ContractionEpilogue(head, len(ins), body)
     out = op.infer([*ins, bias])
@@ -162,21 +162,21 @@ def test_16_bit_weight_with_f32_activations_on_split_tensor_cores(wdt):
     from poot.ir.ops import DenseContraction
 
     rng = np.random.default_rng(4)
-    ins = [TensorType((2, 12, 200), F32), TensorType((24, 200), wdt)]
+    ins = [TensorType((2, 20, 200), F32), TensorType((24, 200), wdt)]
     op = DenseContraction()
     out = op.infer(ins)
     lowering = lower(op, ins, out, FEATURES)
     assert uses_mma(lowering)
-    x = rng.standard_normal((2, 12, 200)).astype(np.float32)
+    x = rng.standard_normal((2, 20, 200)).astype(np.float32)
     w = rng.standard_normal((24, 200)).astype(wdt.numpy)
     got = run_lowering(lowering, [x, w], out)
     assert _nmse(got, x.astype(np.float64) @ w.astype(np.float64).T) < 1e-10
 
 
 @pytest.mark.parametrize("features,m,wdt", [
-    (frozenset({COPY_ASYNC}), 32, None),     # a target without matrix units (every non-cuda)
-    (FEATURES, 8, None),                     # too few rows: the rows GEMV
-    (FEATURES, 32, F32),                     # f32 weights do not split exactly
+    (frozenset({COPY_ASYNC}), 40, None),     # a target without matrix units (every non-cuda)
+    (FEATURES, 32, None),                    # a decode batch over narrow N: the rows GEMV
+    (FEATURES, 40, F32),                     # f32 weights do not split exactly
 ])
 def test_fma_schedules_where_split_tensor_cores_do_not_fit(features, m, wdt):
     from poot.ir.ops import DenseContraction
@@ -197,8 +197,23 @@ def test_other_split_schedules_match_numpy(monkeypatch, schedule):
     from poot.codegen.cases import INT_GEMV_TOL
     from poot.codegen.lower import mma
 
-    monkeypatch.setattr(mma, "DECODE", ((1 << 62, mma.Schedule(**schedule)),))
-    op, ins, args, dense = _packed("gguf:Q4_1", 24, 40, 320, 2)
+    monkeypatch.setattr(mma, "DECODE", mma.Schedule(**schedule))
+    op, ins, args, dense = _packed("gguf:Q4_1", 40, 40, 320, 2)
+    out = op.infer(ins)
+    lowering = lower(op, ins, out, FEATURES)
+    assert uses_mma(lowering)
+    got = run_lowering(lowering, args, out)
+    assert _nmse(got, args[0].astype(np.float64) @ dense.T) < INT_GEMV_TOL / 100
+
+
+@pytest.mark.parametrize("m", [16, 32])
+def test_wide_n_takes_split_tensor_cores_from_16_rows(monkeypatch, m):
+    """A head's many columns (here 72 past a lowered SPLIT_WIDE_N) at a decode batch."""
+    from poot.codegen.cases import INT_GEMV_TOL
+    from poot.codegen.lower import mma
+
+    monkeypatch.setattr(mma, "SPLIT_WIDE_N", 64)
+    op, ins, args, dense = _packed("gguf:Q4_1", m, 72, 128, m)
     out = op.infer(ins)
     lowering = lower(op, ins, out, FEATURES)
     assert uses_mma(lowering)

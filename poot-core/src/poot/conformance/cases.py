@@ -282,12 +282,12 @@ BATCH_FORMATS = ("gguf:Q4_1", "gguf:Q8_0", "gguf:Q4_K")
 
 
 def decode_batch_cases() -> Iterator[Case]:
-    """Contractions of a decode batch (12 rows: the rows GEMV; 32: tensor cores on cuda)
-    and of a prefill chunk (80 rows), with K past whole loop trips (a tail) where the
+    """Contractions of a decode batch (12 rows: the rows GEMV) and of prefill chunks (40
+    and 80 rows: tensor cores on cuda), with K past whole loop trips (a tail) where the
     weight allows, and N odd (one column per group) and even."""
     from poot.formats import PackedWeight, formats
 
-    for rows in (12, 32):
+    for rows in (12, 40):
         for w, n, k in ((BF16, 19, 200), (U32, 20, 200), (F32, 8, 72)):
             ws = (n, k // 2) if w is U32 else (n, k)
             yield case(f"DenseContraction-{w}-batch-{rows}x{k}-{n}x{k}", "DenseContraction",
@@ -299,7 +299,7 @@ def decode_batch_cases() -> Iterator[Case]:
         k = 256 if name.endswith("_K") else 288
         w = PackedWeight(name, (8, k))
         srcs = [Arg(s.type, ("packed", w, i)) for i, s in enumerate(w.sources())]
-        for rows in (12, 32, 80):
+        for rows in (12, 40, 80):
             yield case(f"PackedContraction-{name}-batch-{rows}x{k}", "PackedContraction",
                        name, [Arg(T((rows, k), F32))] + srcs, one(O.PackedContraction(w)),
                        exact=False, growth="compose", flops=2 * rows * k * 8)

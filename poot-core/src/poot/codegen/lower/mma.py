@@ -18,8 +18,10 @@ K advances bk at a time through `stages` shared buffers, filled by a stager
   miss the contractions' conformance bound (NMSE 3.7e-9 against f32) by orders of
   magnitude; two keep 16 bits per operand, the dropped lo.lo term and the truncations
   are ~2^-16 relative per product, and the tensor cores have the rate to spare at these
-  sizes (they wait on the decode and the loads). Tiles of 32 columns and a K split
-  over 4 warps (`DECODE`) give SmolLM2's narrow shapes (N 192..1536) workgroups enough.
+  sizes (they wait on the decode and the loads). Chosen past the rows GEMV's 32 rows
+  (`DECODE`), and over a wide head from 16 rows (`WIDE`); at 16..32 rows of SmolLM2's
+  narrow shapes (N 192..1536) the rows GEMV's many warps are faster than these few
+  workgroups, each latency-bound on its decode.
 
 Shared rows are padded by 16 bytes, which keeps the eight rows that one 8x8 matrix
 load touches in distinct banks. Edges: rows past M or N and K past its end are zeros
@@ -37,7 +39,9 @@ from poot.codegen.target import COPY_ASYNC, MMA_M16N8K16, matrix_unit
 from poot.dtypes import DType
 
 MIN_ROWS = 64                    # below this the FMA tiles waste less (16-bit operands)
-SPLIT_MIN_ROWS = 16              # below this the rows GEMV wins (split operands)
+SPLIT_MIN_ROWS = 33              # split operands past the rows GEMV's rows (dot.BATCH_ROWS)
+SPLIT_WIDE_N = 8192              # ... and over this many columns from SPLIT_WIDE_ROWS rows
+SPLIT_WIDE_ROWS = 16
 UNIT = MMA_M16N8K16              # the matrix unit the schedule's tiling is written for
 #: the products of the split operands' (a part, w part); one part: (0, 0)
 SPLIT_PRODUCTS = ((0, 0), (0, 1), (1, 0))
@@ -76,11 +80,11 @@ class Schedule:
 
 #: the schedule of 16-bit operands copied as they lie (bench_gpu.py times alternatives)
 SCHEDULE = Schedule()
-#: the schedules of split operands, by the most rows each is chosen for
-DECODE = ((16, Schedule(bm=16, bn=32, bk=128, warps_m=1, warps_n=1, warps_k=4)),
-          (32, Schedule(bm=32, bn=32, bk=128, warps_m=1, warps_n=1, warps_k=4)),
-          (64, Schedule(bm=64, bn=32, bk=128, warps_m=2, warps_n=1, warps_k=2)),
-          (1 << 62, Schedule(bm=64, bn=64, bk=64, warps_m=2, warps_n=2, warps_k=1)))
+#: the schedule of split operands: a prefill chunk or a batch past the rows GEMV's rows
+DECODE = Schedule(bm=64, bn=32, bk=128, warps_m=2, warps_n=1, warps_k=2)
+#: over wide N (a model's head) from SPLIT_WIDE_ROWS rows, by the most rows each takes
+WIDE = ((16, Schedule(bm=16, bn=64, bk=64, warps_m=1, warps_n=1, warps_k=4)),
+        (32, Schedule(bm=32, bn=64, bk=64, warps_m=1, warps_n=1, warps_k=4)))
 
 
 def usable(p, features) -> bool:
@@ -91,10 +95,17 @@ def usable(p, features) -> bool:
 
 
 def decode_schedule(p, features) -> Schedule | None:
-    """The split-operand schedule for `p` on a target with the matrix unit, or None."""
-    if matrix_unit(features) is not UNIT or p.m < SPLIT_MIN_ROWS:
+    """The split-operand schedule for `p` on a target with the matrix unit, or None (the
+    FMA schedules: at SmolLM2's narrow decode shapes, 16..32 rows, the rows GEMV is faster;
+    docs/performance.md)."""
+    if matrix_unit(features) is not UNIT:
         return None
-    sc = next(s for rows, s in DECODE if p.m <= rows)
+    if p.m >= SPLIT_MIN_ROWS:
+        sc = DECODE
+    elif p.n >= SPLIT_WIDE_N and p.m >= SPLIT_WIDE_ROWS:
+        sc = next(s for rows, s in WIDE if p.m <= rows)
+    else:
+        return None
     return sc if SplitTiles.fits(sc, p) else None
 
 
