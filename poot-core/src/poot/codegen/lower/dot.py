@@ -32,6 +32,10 @@ owns the schedules:
   through barriers: latency-bound.)
 * Tiled GEMM (many rows, prefill): 16x16 output tiles, operands staged through
   shared memory tiles of 16 along K (widened to the accumulator type).
+* Tensor cores (`poot.codegen.lower.mma`), on targets with a matrix unit, ahead of the
+  two above: 16-bit operands as they lie from 64 rows; F32 activations with packed or
+  16-bit weights split into bf16 parts past BATCH_ROWS rows, and over a head's wide N
+  from 16 rows (`mma.decode_schedule`).
 
 Weights that differ per row (IndexedMatMul, MoE) take the GEMV schedule with
 one group per output element.
