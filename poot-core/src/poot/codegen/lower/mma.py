@@ -16,9 +16,10 @@ K advances bk at a time through `stages` shared buffers, filled by a stager
   parts computed in registers (a packed weight by its format's decode program), and three
   products hi.hi + hi.lo + lo.hi per step. One bf16 part per operand, eight bits, would
   miss the contractions' conformance bound (NMSE 3.7e-9 against f32) by orders of
-  magnitude; two keep 16 bits per operand, the dropped lo.lo term and the truncations
-  are ~2^-16 relative per product, and the tensor cores have the rate to spare at these
-  sizes (they wait on the decode and the loads). Chosen past the rows GEMV's 32 rows
+  magnitude; two parts, each rounded to nearest, hold an operand within ~2^-17 and the
+  dropped lo.lo term is ~2^-18 of a product (NMSE 1.3-1.9e-11 measured on an H200), and
+  the tensor cores have the rate to spare at these sizes (they wait on the decode and
+  the loads). Chosen past the rows GEMV's 32 rows
   (`DECODE`), and over a wide head from 16 rows (`WIDE`); at 16..32 rows of SmolLM2's
   narrow shapes (N 192..1536) the rows GEMV's many warps are faster than these few
   workgroups, each latency-bound on its decode.
