@@ -47,9 +47,9 @@ h200_editable() {
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 }
 
-# h200_cuda_dev: a CUDA bench call's setup, from a checkout whose parent holds the carried
-# .whl ($WHL): the wheels, then the packages the CUDA backend needs, editable.
-h200_cuda_dev() {
+# h200_bench_setup: a bench call's carried wheels ($WHL, default ../.whl: the call runs in
+# a copy of the tree one level down) and the packages it times, editable.
+h200_bench_setup() {
   h200_wheels "${WHL:-../.whl}"/*.whl || return 1
   h200_editable poot-core poot-quant poot-backend-cuda
 }

@@ -11,8 +11,7 @@
 set -u
 source scripts/h200_lib.sh
 START=$SECONDS
-h200_wheels "${WHL:-../.whl}"/*.whl || exit 1
-h200_editable poot-core poot-quant poot-backend-cuda
+h200_bench_setup || exit 1
 echo "set up in $((SECONDS - START)) s"
 S=$OUT/summary.txt
 timeout -k 5 "${T_CONF:-90}" python3 -m pytest -q -p no:cacheprovider -n 6 --pyargs \

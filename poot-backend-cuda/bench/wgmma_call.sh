@@ -11,7 +11,7 @@
 set -u
 source scripts/h200_lib.sh
 START=$SECONDS
-h200_cuda_dev || exit 1
+h200_bench_setup || exit 1
 echo "set up in $((SECONDS - START)) s"
 S=$OUT/summary.txt
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader | tee -a "$S"

@@ -102,3 +102,123 @@ def test_an_epilogue_keeps_the_tensor_core_schedule():
     args = [rng.standard_normal(t.shape).astype(BF16.numpy) for t in (a, w, bias)]
     want = np.asarray(apply(op, args, [a, w, bias], out)).reshape(out.shape)
     assert mismatch(run_lowering(lowering, args, out), want, 1e-5) is None
+
+
+# -- split operands: F32 activations, packed or 16-bit weights (mma_operands.SplitTiles) --
+def _packed(fmt: str, m: int, n: int, k: int, seed: int):
+    from poot.formats import PackedWeight, get_format
+    from poot.ir.ops import PackedContraction
+
+    rng = np.random.default_rng(seed)
+    pw = PackedWeight(fmt, (n, k))
+    ins = [TensorType((m, k), F32), *[s.type for s in pw.sources()]]
+    op = PackedContraction(pw)
+    srcs = [np.asarray(s) for s in get_format(fmt).quantize(
+        rng.standard_normal((n, k)).astype(np.float32))]
+    dense = np.asarray(pw.dequantize(srcs), np.float64).reshape(n, k)
+    return op, ins, [rng.standard_normal((m, k)).astype(np.float32), *srcs], dense
+
+
+def _nmse(got, want) -> float:
+    return float(np.sum((got - want) ** 2) / np.sum(want ** 2))
+
+
+@pytest.mark.parametrize("fmt,m,n,k", [
+    ("gguf:Q4_1", 40, 40, 96),      # SmolLM2's format; N past one tile, K short of one step
+    ("gguf:Q4_0", 48, 24, 320),     # runs of 64: pairs; a partial K step
+    ("gguf:Q8_0", 36, 16, 256),
+    ("fp8:e4m3", 100, 16, 64),      # no runs (decode_expr pairs); two row tiles
+])
+def test_packed_contraction_on_split_tensor_cores(fmt, m, n, k):
+    """Decode batches and prefill chunks of packed weights take the tensor cores on a
+    target with them, within the contractions' conformance bound (NMSE 3.7e-9)."""
+    from poot.codegen.cases import INT_GEMV_TOL
+
+    op, ins, args, dense = _packed(fmt, m, n, k, m + n + k)
+    out = op.infer(ins)
+    lowering = lower(op, ins, out, FEATURES)
+    assert uses_mma(lowering)
+    got = run_lowering(lowering, args, out)
+    assert _nmse(got, args[0].astype(np.float64) @ dense.T) < INT_GEMV_TOL / 100
+
+
+def test_packed_epilogue_keeps_the_split_schedule():
+    """ContractionEpilogue over a packed head: the epilogue (+ bias) on the accumulators."""
+    from poot.ir import region
+    from poot.ir.ops import Binary, BinaryOp, ContractionEpilogue
+
+    head, ins, args, dense = _packed("gguf:Q4_1", 40, 24, 128, 5)
+    bias = TensorType((24,), F32)
+    body = region([TensorType((40, 24), F32), bias],
+                  lambda b, h, bb: b.eqn(Binary(BinaryOp.Add), h, bb))
+    op = ContractionEpilogue(head, len(ins), body)
+    out = op.infer([*ins, bias])
+    lowering = lower(op, [*ins, bias], out, FEATURES)
+    assert uses_mma(lowering)
+    bv = np.random.default_rng(9).standard_normal(24).astype(np.float32)
+    got = run_lowering(lowering, [*args, bv], out)
+    assert _nmse(got, args[0].astype(np.float64) @ dense.T + bv) < 1e-10
+
+
+@pytest.mark.parametrize("wdt", [BF16, F16])
+def test_16_bit_weight_with_f32_activations_on_split_tensor_cores(wdt):
+    from poot.ir.ops import DenseContraction
+
+    rng = np.random.default_rng(4)
+    ins = [TensorType((2, 20, 200), F32), TensorType((24, 200), wdt)]
+    op = DenseContraction()
+    out = op.infer(ins)
+    lowering = lower(op, ins, out, FEATURES)
+    assert uses_mma(lowering)
+    x = rng.standard_normal((2, 20, 200)).astype(np.float32)
+    w = rng.standard_normal((24, 200)).astype(wdt.numpy)
+    got = run_lowering(lowering, [x, w], out)
+    assert _nmse(got, x.astype(np.float64) @ w.astype(np.float64).T) < 1e-10
+
+
+@pytest.mark.parametrize("features,m,wdt", [
+    (frozenset({COPY_ASYNC}), 40, None),     # a target without matrix units (every non-cuda)
+    (FEATURES, 32, None),                    # a decode batch over narrow N: the rows GEMV
+    (FEATURES, 40, F32),                     # f32 weights do not split exactly
+])
+def test_fma_schedules_where_split_tensor_cores_do_not_fit(features, m, wdt):
+    from poot.ir.ops import DenseContraction
+
+    if wdt is None:
+        op, ins, _, _ = _packed("gguf:Q4_1", m, 32, 64, 0)
+    else:
+        op, ins = DenseContraction(), [TensorType((m, 64), F32), TensorType((32, 64), wdt)]
+    assert not uses_mma(lower(op, ins, op.infer(ins), features))
+
+
+@pytest.mark.parametrize("schedule", [
+    dict(bm=32, bn=32, bk=128, warps_m=1, warps_n=1, warps_k=8),    # runs < threads: pairs
+    dict(bm=16, bn=16, bk=256, warps_m=1, warps_n=1, warps_k=16),
+    dict(bm=32, bn=64, bk=64, warps_m=1, warps_n=2, warps_k=2),
+], ids=str)
+def test_other_split_schedules_match_numpy(monkeypatch, schedule):
+    from poot.codegen.cases import INT_GEMV_TOL
+    from poot.codegen.lower import mma
+
+    monkeypatch.setattr(mma, "DECODE", mma.Schedule(**schedule))
+    op, ins, args, dense = _packed("gguf:Q4_1", 40, 40, 320, 2)
+    out = op.infer(ins)
+    lowering = lower(op, ins, out, FEATURES)
+    assert uses_mma(lowering)
+    got = run_lowering(lowering, args, out)
+    assert _nmse(got, args[0].astype(np.float64) @ dense.T) < INT_GEMV_TOL / 100
+
+
+@pytest.mark.parametrize("m", [16, 32])
+def test_wide_n_takes_split_tensor_cores_from_16_rows(monkeypatch, m):
+    """A head's many columns (here 72 past a lowered SPLIT_WIDE_N) at a decode batch."""
+    from poot.codegen.cases import INT_GEMV_TOL
+    from poot.codegen.lower import mma
+
+    monkeypatch.setattr(mma, "SPLIT_WIDE_N", 64)
+    op, ins, args, dense = _packed("gguf:Q4_1", m, 72, 128, m)
+    out = op.infer(ins)
+    lowering = lower(op, ins, out, FEATURES)
+    assert uses_mma(lowering)
+    got = run_lowering(lowering, args, out)
+    assert _nmse(got, args[0].astype(np.float64) @ dense.T) < INT_GEMV_TOL / 100

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from poot.codegen.expr import Const, Expr, Load, Var, children, i32
 from poot.codegen.program import (
@@ -65,6 +65,31 @@ def _with_children(e: Expr, kids: list[Expr]) -> Expr:
     return dataclasses.replace(e, **{f.name: swap[id(getattr(e, f.name))]
                                      for f in dataclasses.fields(e)
                                      if isinstance(getattr(e, f.name), Expr)})
+
+
+def _merged(values: Sequence[Expr]) -> tuple[list[Expr], dict[tuple, Expr], dict[int, int]]:
+    """`values` with structurally equal nodes merged: (roots, every distinct node children
+    first, uses of each by id)."""
+    canon: dict[tuple, Expr] = {}
+    of: dict[int, Expr] = {}
+    uses: dict[int, int] = {}
+
+    def merge(e: Expr) -> Expr:
+        if id(e) not in of:
+            kids = [merge(c) for c in children(e)]
+            key = (type(e), *(_key(getattr(e, f.name), of) for f in dataclasses.fields(e)))
+            c = canon.get(key)
+            if c is None:
+                c = canon[key] = _with_children(e, kids)
+                for kid in kids:
+                    uses[id(kid)] = uses.get(id(kid), 0) + 1
+            of[id(e)] = c
+        return of[id(e)]
+
+    roots = [merge(v) for v in values]
+    for r in roots:
+        uses[id(r)] = uses.get(id(r), 0) + 1
+    return roots, canon, uses
 
 
 class KernelBuilder:
@@ -128,25 +153,7 @@ class KernelBuilder:
         merged (decode programs rebuild the same word load per element); every Load, and
         every other node used more than once, is bound by a Let, loads first so that they
         are all in flight before the arithmetic. Returns the values over those variables."""
-        canon: dict[tuple, Expr] = {}
-        of: dict[int, Expr] = {}
-        uses: dict[int, int] = {}
-
-        def merge(e: Expr) -> Expr:
-            if id(e) not in of:
-                kids = [merge(c) for c in children(e)]
-                key = (type(e), *(_key(getattr(e, f.name), of) for f in dataclasses.fields(e)))
-                c = canon.get(key)
-                if c is None:
-                    c = canon[key] = _with_children(e, kids)
-                    for kid in kids:
-                        uses[id(kid)] = uses.get(id(kid), 0) + 1
-                of[id(e)] = c
-            return of[id(e)]
-
-        roots = [merge(v) for v in values]
-        for r in roots:
-            uses[id(r)] = uses.get(id(r), 0) + 1
+        roots, canon, uses = _merged(values)
         bound: dict[int, Expr] = {}
 
         def emit(e: Expr) -> Expr:
@@ -161,6 +168,28 @@ class KernelBuilder:
             if isinstance(e, Load):
                 emit(e)
         return [emit(r) for r in roots]
+
+    def hold(self, name: str, values: Sequence[Expr]) -> tuple[list[Expr], Callable[[], None]]:
+        """`values` over variables that hold their loads: every distinct Load (merged as in
+        `let_shared`) is read into a mutable variable here. Returns (the values over those
+        variables, reload), where reload() emits their reads again, each index evaluated
+        then: a pipeline reads the next step's operands into the variables (the index
+        expressions naming variables it has advanced) while it computes with this one's."""
+        roots, canon, _ = _merged(values)
+        over: dict[int, Expr] = {}
+        reads: list[tuple[Var, Expr]] = []
+        for e in canon.values():    # children first: a load's index is over held loads
+            rebuilt = _with_children(e, [over[id(c)] for c in children(e)])
+            if isinstance(e, Load):
+                var = self.var(name, rebuilt)
+                reads.append((var, rebuilt))
+                rebuilt = var
+            over[id(e)] = rebuilt
+
+        def reload() -> None:
+            for var, load in reads:
+                self.assign(var, load)
+        return [over[id(r)] for r in roots], reload
 
     def assign(self, var: Var, value: Expr) -> None:
         self.emit(Assign(var.name, value))

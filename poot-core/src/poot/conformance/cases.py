@@ -282,23 +282,27 @@ BATCH_FORMATS = ("gguf:Q4_1", "gguf:Q8_0", "gguf:Q4_K")
 
 
 def decode_batch_cases() -> Iterator[Case]:
-    """Contractions of a decode batch (12 rows: the rows GEMV), with K past whole loop
-    trips (a tail) where the weight allows, and N odd (one column per group) and even."""
+    """Contractions of a decode batch (12 rows: the rows GEMV) and of prefill chunks (40
+    and 80 rows: tensor cores on cuda), with K past whole loop trips (a tail) where the
+    weight allows, and N odd (one column per group) and even."""
     from poot.formats import PackedWeight, formats
 
-    for w, n, k in ((BF16, 19, 200), (U32, 20, 200), (F32, 8, 72)):
-        ws = (n, k // 2) if w is U32 else (n, k)
-        yield case(f"DenseContraction-{w}-batch-12x{k}-{n}x{k}", "DenseContraction", w,
-                   [Arg(T((12, k), F32)), Arg(T(ws, w), _f16_words(ws) if w is U32 else "any")],
-                   one(O.DenseContraction()), exact=False, growth="compose",
-                   flops=2 * 12 * k * n)
+    for rows in (12, 40):
+        for w, n, k in ((BF16, 19, 200), (U32, 20, 200), (F32, 8, 72)):
+            ws = (n, k // 2) if w is U32 else (n, k)
+            yield case(f"DenseContraction-{w}-batch-{rows}x{k}-{n}x{k}", "DenseContraction",
+                       w, [Arg(T((rows, k), F32)),
+                           Arg(T(ws, w), _f16_words(ws) if w is U32 else "any")],
+                       one(O.DenseContraction()), exact=False, growth="compose",
+                       flops=2 * rows * k * n)
     for name in [f for f in BATCH_FORMATS if f in formats()]:
         k = 256 if name.endswith("_K") else 288
         w = PackedWeight(name, (8, k))
         srcs = [Arg(s.type, ("packed", w, i)) for i, s in enumerate(w.sources())]
-        yield case(f"PackedContraction-{name}-batch-12x{k}", "PackedContraction", name,
-                   [Arg(T((12, k), F32))] + srcs, one(O.PackedContraction(w)), exact=False,
-                   growth="compose", flops=2 * 12 * k * 8)
+        for rows in (12, 40, 80):
+            yield case(f"PackedContraction-{name}-batch-{rows}x{k}", "PackedContraction",
+                       name, [Arg(T((rows, k), F32))] + srcs, one(O.PackedContraction(w)),
+                       exact=False, growth="compose", flops=2 * rows * k * 8)
 
 
 def _f16_words(shape) -> tuple:

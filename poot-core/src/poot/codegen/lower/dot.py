@@ -32,6 +32,10 @@ owns the schedules:
   through barriers: latency-bound.)
 * Tiled GEMM (many rows, prefill): 16x16 output tiles, operands staged through
   shared memory tiles of 16 along K (widened to the accumulator type).
+* Tensor cores (`poot.codegen.lower.mma`), on targets with a matrix unit, ahead of the
+  two above: 16-bit operands as they lie from 64 rows; F32 activations with packed or
+  16-bit weights split into bf16 parts past BATCH_ROWS rows, and over a head's wide N
+  from 16 rows (`mma.decode_schedule`).
 
 Weights that differ per row (IndexedMatMul, MoE) take the GEMV schedule with
 one group per output element.
@@ -107,7 +111,7 @@ class Problem:
     views: dict | None = None     # operand index -> (dtype, count) its buffer is read as
     w_run: Elem | None = None
     run: int = 1                  # elements per w_run
-    tiles: object = None          # mma.Tiles: 16-bit operands tensor cores can read as is
+    tiles: object = None          # mma_operands.Tiles: 16-bit operands tensor cores can read as is
     w_chunks: dict = field(default_factory=dict)
     w_int: Elem | None = None     # w_int(b, n, k0, load=None) -> [IntGroup] | None, like w_run
 
@@ -158,6 +162,9 @@ def contraction_kernel(p: Problem, sig, declare: Callable[[KernelBuilder], None]
         return wgmma.wgmma_gemm_kernel(p, kb_factory, declare)
     if mma.usable(p, sig.features):
         return mma.mma_gemm_kernel(p, kb_factory, declare)
+    split = mma.decode_schedule(p, sig.features)
+    if split is not None:
+        return mma.mma_gemm_kernel(p, kb_factory, declare, split, split=True)
     if p.m <= BATCH_ROWS:
         return gemv_kernel(p, kb_factory, declare, many_rows=True)
     return gemm_kernel(p, kb_factory, declare)

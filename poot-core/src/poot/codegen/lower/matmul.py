@@ -5,7 +5,7 @@ import math
 
 from poot.codegen import index as ix
 from poot.codegen.expr import Load
-from poot.codegen.lower import mma
+from poot.codegen.lower import mma_operands as mma
 from poot.codegen.lower.base import Sig
 from poot.codegen.lower.dot import Problem, problem_for, store_flat
 from poot.dtypes import DType
