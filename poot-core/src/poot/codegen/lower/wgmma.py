@@ -25,7 +25,8 @@ from dataclasses import dataclass
 
 from poot.codegen import index as ix
 from poot.codegen.expr import Const, Load, i32
-from poot.codegen.lower.mma import MIN_ROWS, Tiles
+from poot.codegen.lower.mma import MIN_ROWS
+from poot.codegen.lower.mma_operands import Tiles
 from poot.codegen.program import (
     SWIZZLE_BYTES,
     SWIZZLE_SPAN,
