@@ -8,12 +8,20 @@ import numpy as np
 import pytest
 from poot.formats import get_format
 from poot_cpu import compiler
-from poot_cpu.gemv import LAYOUTS, LOCAL_BYTES, PANEL_BYTES, gemv_source, layout_of, scratch_bytes
+from poot_cpu.gemv import (
+    LAYOUTS,
+    LOCAL_BYTES,
+    PANEL_BYTES,
+    PANEL_ROWS,
+    gemv_source,
+    layout_of,
+    scratch_bytes,
+)
 from poot_cpu.printer import HostCPrinter
 from poot_cpu.step import Hazards
 
 
-def _gemv(fmt: str, m: int, n: int, k: int, seed: int = 0):
+def _gemv(fmt: str, m: int, n: int, k: int, seed: int = 0, flags=compiler.FLAGS):
     layout = LAYOUTS[fmt]
     rng = np.random.default_rng(seed)
     w = get_format(fmt).quantize(rng.standard_normal((n, k)).astype(np.float32))[0]
@@ -21,7 +29,7 @@ def _gemv(fmt: str, m: int, n: int, k: int, seed: int = 0):
     src = HostCPrinter().prelude(simd=True) + gemv_source("g", layout, m, n, k) + (
         "void run(const float* x, const unsigned char* w, float* y, unsigned char* s) {\n"
         "  #pragma omp parallel\n  g(x, w, y, s);\n}\n")
-    fn = compiler.load(src).run
+    fn = compiler.load(src, flags).run
     fn.argtypes = [ctypes.c_void_p] * 4
     y = np.zeros((m, n), np.float32)
     scratch = np.zeros(scratch_bytes(m, k, layout), np.uint8)
@@ -39,6 +47,25 @@ def test_packed_gemv_matches_the_oracle_at_model_shapes(cpu_backend, fmt, m, n):
     assert nmse < 3.7e-9          # the conformance threshold of contractions
 
 
+# the panel kernel's vector widths and dot products, where the host has them: AVX-512 with
+# VNNI, AVX2 with and without VNNI (the compiler may target less than the host has), and
+# the plain C loops
+ISA_FLAGS = {"native": (), "avx2+vnni": ("-mno-avx512f",),
+             "avx2": ("-mno-avx512f", "-mno-avxvnni"), "scalar": ("-mno-avx2",)}
+
+
+@pytest.mark.parametrize("fmt", sorted(LAYOUTS))
+@pytest.mark.parametrize("isa", sorted(ISA_FLAGS))
+def test_packed_gemv_panel_on_each_instruction_set(cpu_backend, fmt, isa):
+    """The panel kernel matches the oracle at every width, and its SIMD widths give the same
+    bits (the same integer sums and float operations per output; the plain C loops round
+    the scale's product and sum apart where the vectors fuse them)."""
+    y, want = _gemv(fmt, 13, 37, 576, flags=compiler.FLAGS + ISA_FLAGS[isa])
+    assert float(((y - want) ** 2).sum() / (want ** 2).sum()) < 3.7e-9
+    if isa not in ("native", "scalar"):
+        assert np.array_equal(y, _gemv(fmt, 13, 37, 576)[0])
+
+
 def test_packed_gemv_with_activations_quantized_once_for_all_threads(cpu_backend):
     """Activations over the per-thread stack budget are quantized once into the step's
     scratch, behind a barrier."""
@@ -49,8 +76,9 @@ def test_packed_gemv_with_activations_quantized_once_for_all_threads(cpu_backend
 
 
 def test_packed_gemv_of_many_rows_whose_panel_would_not_fit_the_stack(cpu_backend):
-    """Rows of K over PANEL_BYTES / 16 take the row tiles instead of the panel kernel."""
-    k = PANEL_BYTES // 16 + 32
+    """Rows of K over PANEL_BYTES / (2 * PANEL_ROWS) take the row tiles instead of the
+    panel kernel."""
+    k = PANEL_BYTES // (2 * PANEL_ROWS) + 32
     y, want = _gemv("gguf:Q8_0", 8, 3, k)
     assert float(((y - want) ** 2).sum() / (want ** 2).sum()) < 3.7e-9
 

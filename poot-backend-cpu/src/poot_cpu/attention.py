@@ -1,12 +1,15 @@
 """Attention on the CPU: a C source builder driven by the eqn's shapes.
 
 Written by hand because the shared attention schedule splits S across 128-thread
-workgroups with subgroup reductions (a GPU shape): on a CPU one thread should take one
-query row, compute its scores in a row buffer, and run the softmax and the weighted sum
-of V over it with vectorizable loops. The arithmetic is the composite's definition
-(scores = q.k * scale + mask, max, exp, sum, p = e / sum, p.V). Positions whose mask
-is -inf are skipped: their probability is exactly 0 (no expf is called for a score of
--inf: m is finite or +inf there, so expf(-inf - m) is exactly 0). A row with no live position is
+workgroups with subgroup reductions (a GPU shape): on a CPU one thread should take a few
+query rows of one head (up to QUERY_ROWS consecutive positions, so each key and value
+row read serves all of them), compute their scores in row buffers (with AVX2, eight keys
+at a time), and run the softmax and the weighted sum of V over them with vectorizable
+loops; every row gets the same operations as it would alone. The arithmetic is the
+composite's definition (scores = q.k * scale + mask, max, exp, sum, p = e / sum, p.V).
+Positions whose mask is -inf are skipped, and every loop runs over the tile's live range
+of keys only: their probability is exactly 0 (no expf is called for a score of -inf: m
+is finite or +inf there, so expf(-inf - m) is exactly 0). A row with no live position is
 NaN, as the definition gives (exp(-inf - -inf)).
 
 Taken: F32, mask broadcastable to [T, S] (any leading axes of size 1), k and v
@@ -29,6 +32,8 @@ from poot_cpu.kernels import built_kernel
 F32 = DType.F32
 MAX_S = 16384      # the score row lives on the thread's stack
 LANES = 8
+QUERY_ROWS = 8     # query rows of one head sharing each pass over its keys and values
+SCORE_BYTES = 1 << 16   # ... while their score rows fit this on the stack
 
 
 def attention_program(op, ins, out, printer) -> CompiledProgram | None:
@@ -58,7 +63,7 @@ def attention_program(op, ins, out, printer) -> CompiledProgram | None:
     src = SOURCE.format(name=name, rows=rows, hq=hq, t=t, d=d, hkv=hkv, s=s, dv=dv,
                         g=hq // hkv, klead=int(kv_lead[0]), vlead=int(kv_lead[1]),
                         mt=mask_t, ms=mask_s, scale=repr(float(op.scale)) + "f",
-                        lanes=LANES)
+                        lanes=LANES, qt=max(1, min(QUERY_ROWS, t, SCORE_BYTES // (4 * s))))
     bufs = (BufferParam("q", F32, Access.READ, q.size, 0),
             BufferParam("k", F32, Access.READ, k.size, 1),
             BufferParam("v", F32, Access.READ, v.size, 2),
@@ -73,49 +78,109 @@ static void {name}(const float* restrict q, const float* restrict k,
                    const float* restrict v, const float* restrict mask,
                    float* restrict o) {{
   enum {{ ROWS = {rows}, HQ = {hq}, T = {t}, D = {d}, HKV = {hkv}, S = {s}, DV = {dv},
-          G = {g}, KLEAD = {klead}, VLEAD = {vlead}, MT = {mt}, MS = {ms}, L = {lanes} }};
+          G = {g}, KLEAD = {klead}, VLEAD = {vlead}, MT = {mt}, MS = {ms}, L = {lanes},
+          QT = {qt}, TT = (T + QT - 1) / QT, TILES = ROWS / T * TT }};
   #pragma omp for schedule(static) nowait
-  for (int r = 0; r < ROWS; ++r) {{
-    const int t = r % T, h = (r / T) % HQ, l = r / (T * HQ);
-    const float* qr = q + (size_t)r * D;
+  for (int tile = 0; tile < TILES; ++tile) {{
+    const int t0 = tile % TT * QT, h = tile / TT % HQ, l = tile / (TT * HQ);
+    const int nq = T - t0 < QT ? T - t0 : QT;
     const float* kb = k + ((size_t)(KLEAD ? l : 0) * HKV + h / G) * S * D;
     const float* vb = v + ((size_t)(VLEAD ? l : 0) * HKV + h / G) * S * DV;
-    const float* mr = mask + (size_t)t * MT;
-    float sc[S];
-    float m = -INFINITY;
-    for (int j = 0; j < S; ++j) {{
-      const float mk = mr[j * MS];
-      if (mk == -INFINITY) {{ sc[j] = -INFINITY; continue; }}
+    const float* qr[QT];
+    const float* mr[QT];
+    for (int i = 0; i < QT; ++i) {{    /* rows past T repeat the last; they are not stored */
+      const int t = t0 + (i < nq ? i : nq - 1);
+      qr[i] = q + ((size_t)(l * HQ + h) * T + t) * D;
+      mr[i] = mask + (size_t)t * MT;
+    }}
+    int lo = S, hi = 0;            /* the keys live in any row of the tile lie in [lo, hi) */
+    for (int i = 0; i < nq; ++i) {{
+      int a = 0, b = S;
+      while (a < S && mr[i][a * MS] == -INFINITY) ++a;
+      while (b > a && mr[i][(b - 1) * MS] == -INFINITY) --b;
+      if (a < b) {{
+        lo = a < lo ? a : lo;
+        hi = b > hi ? b : hi;
+      }}
+    }}
+    float sc[QT][S];
+    int j = lo;
+#ifdef POOT_AVX2
+    /* eight keys at a time: each key's eight lane sums (part[u] of the row loop below) are
+       transposed so that lane u of eight keys is one vector, then summed in the row loop's
+       order; each score gets the same operations as one key at a time */
+    for (; D % L == 0 && j + 8 <= hi; j += 8) {{
+      int live = 0;
+      for (int i = 0; i < nq; ++i)
+        for (int u = 0; u < 8; ++u) live |= mr[i][(j + u) * MS] != -INFINITY;
+      if (!live) {{
+        for (int i = 0; i < nq; ++i)
+          for (int u = 0; u < 8; ++u) sc[i][j + u] = -INFINITY;
+        continue;
+      }}
+      for (int i = 0; i < nq; ++i) {{
+        __m256 part[8], lane[8];
+        for (int u = 0; u < 8; ++u) {{
+          const float* kr = kb + (size_t)(j + u) * D;
+          __m256 a = _mm256_setzero_ps();
+          for (int e = 0; e < D; e += L)
+            a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_loadu_ps(qr[i] + e),
+                                               _mm256_loadu_ps(kr + e)));
+          part[u] = a;
+        }}
+        poot_transpose8x32((const __m256i*)part, (__m256i*)lane, 1);
+        __m256 dot = _mm256_setzero_ps();
+        for (int u = 0; u < 8; ++u) dot = _mm256_add_ps(dot, lane[u]);
+        const __m256 mk = MS ? _mm256_loadu_ps(mr[i] + j) : _mm256_set1_ps(mr[i][0]);
+        const __m256 ninf = _mm256_set1_ps(-INFINITY);
+        const __m256 s8 = _mm256_add_ps(_mm256_mul_ps(dot, _mm256_set1_ps({scale})), mk);
+        _mm256_storeu_ps(sc[i] + j, _mm256_blendv_ps(s8, ninf,
+                                                     _mm256_cmp_ps(mk, ninf, _CMP_EQ_OQ)));
+      }}
+    }}
+#endif
+    for (; j < hi; ++j) {{
       const float* kr = kb + (size_t)j * D;
-      float part[L] = {{0}};
-      int e = 0;
-      for (; e + L <= D; e += L)
-        for (int u = 0; u < L; ++u) part[u] += qr[e + u] * kr[e + u];
-      float dot = 0.0f;
-      for (int u = 0; u < L; ++u) dot += part[u];
-      for (; e < D; ++e) dot += qr[e] * kr[e];
-      sc[j] = dot * {scale} + mk;
-      m = poot_fmax(m, sc[j]);
+      for (int i = 0; i < nq; ++i) {{
+        const float mk = mr[i][j * MS];
+        if (mk == -INFINITY) {{ sc[i][j] = -INFINITY; continue; }}
+        float part[L] = {{0}};
+        int e = 0;
+        for (; e + L <= D; e += L)
+          for (int u = 0; u < L; ++u) part[u] += qr[i][e + u] * kr[e + u];
+        float dot = 0.0f;
+        for (int u = 0; u < L; ++u) dot += part[u];
+        for (; e < D; ++e) dot += qr[i][e] * kr[e];
+        sc[i][j] = dot * {scale} + mk;
+      }}
     }}
-    float* orow = o + (size_t)r * DV;
-    if (m == -INFINITY) {{
-      for (int e = 0; e < DV; ++e) orow[e] = poot_u2f(0x7fc00000u);
-      continue;
+    float den[QT], acc[QT][DV];
+    int dead[QT];                  /* no live position: the row is NaN */
+    for (int i = 0; i < nq; ++i) {{
+      float m = -INFINITY;
+      for (int j = lo; j < hi; ++j) m = poot_fmax(m, sc[i][j]);   /* -inf: as if skipped */
+      dead[i] = m == -INFINITY;
+      if (dead[i]) continue;
+      float dsum = 0.0f;
+      for (int j = lo; j < hi; ++j) {{
+        sc[i][j] = sc[i][j] == -INFINITY ? 0.0f : expf(sc[i][j] - m);   /* what expf gives it */
+        dsum += sc[i][j];
+      }}
+      den[i] = dsum;
+      for (int e = 0; e < DV; ++e) acc[i][e] = 0.0f;
     }}
-    float den = 0.0f;
-    for (int j = 0; j < S; ++j) {{
-      sc[j] = sc[j] == -INFINITY ? 0.0f : expf(sc[j] - m);   /* what expf gives it */
-      den += sc[j];
-    }}
-    float acc[DV];
-    for (int e = 0; e < DV; ++e) acc[e] = 0.0f;
-    for (int j = 0; j < S; ++j) {{
-      if (mr[j * MS] == -INFINITY) continue;
-      const float p = sc[j] / den;
+    for (int j = lo; j < hi; ++j) {{
       const float* vr = vb + (size_t)j * DV;
-      for (int e = 0; e < DV; ++e) acc[e] += p * vr[e];
+      for (int i = 0; i < nq; ++i) {{
+        if (dead[i] || mr[i][j * MS] == -INFINITY) continue;
+        const float p = sc[i][j] / den[i];
+        for (int e = 0; e < DV; ++e) acc[i][e] += p * vr[e];
+      }}
     }}
-    for (int e = 0; e < DV; ++e) orow[e] = acc[e];
+    for (int i = 0; i < nq; ++i) {{
+      float* orow = o + ((size_t)(l * HQ + h) * T + t0 + i) * DV;
+      for (int e = 0; e < DV; ++e) orow[e] = dead[i] ? poot_u2f(0x7fc00000u) : acc[i][e];
+    }}
   }}
 }}
 """

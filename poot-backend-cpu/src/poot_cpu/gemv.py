@@ -48,7 +48,8 @@ from poot_cpu.kernels import built_kernel
 F32, U8 = DType.F32, DType.U8
 M_TILES = (4, 8)    # activation rows sharing one decoded weight block: decode, prefill
 PANEL_FROM = 8      # calls of at least this many rows use the panel kernel (PANEL_TEMPLATE)
-PANEL_BYTES = 1 << 17   # ... when its decoded panel (8 rows x K int16) fits this on the stack
+PANEL_ROWS = 16     # weight rows of a panel at most (POOT_VL: 16 with AVX-512, else 8)
+PANEL_BYTES = 1 << 18   # ... when a decoded panel (PANEL_ROWS x K int16) fits this on the stack
 
 
 @dataclass(frozen=True)
@@ -169,7 +170,7 @@ def fused_epilogue(epi: Kernel, sig: Sig, x_count: int, printer):
     between the two; where the output overlaps the activations (read by every thread) or
     an epilogue operand other than elementwise in place, the function falls back, at run
     time, to a barrier and `epi`'s own loop. Returns ((extra parameters, prologue, call
-    after a tile, call after a panel row, tail), the functions' source), or None where
+    after a tile, call after a panel tile, tail), the functions' source), or None where
     `epi` has no element function."""
     try:
         at = printer.element_source(epi, f"{epi.name}_at")
@@ -195,10 +196,11 @@ def fused_epilogue(epi: Kernel, sig: Sig, x_count: int, printer):
     after_tile = ("      if (direct)\n        for (int i = 0; i < mt; ++i)\n"
                   f"          for (int r = 0; r < NR; ++r) {epi.name}_at("
                   f"(m0 + i) * N + n0 + r, {args});\n")
-    after_row = (f"      if (direct) for (int r = 0; r < np; ++r) {epi.name}_at("
-                 f"i * N + n0 + r, {args});\n")
+    after_panel = ("      if (direct)\n        for (int i = 0; i < mr; ++i)\n"
+                   f"          for (int r = 0; r < np; ++r) {epi.name}_at("
+                   f"(m0 + i) * N + n0 + r, {args});\n")
     tail = (f"  if (!direct) {{\n    #pragma omp barrier\n    {epi.name}({args});\n  }}\n")
-    return (extra, prologue, after_tile, after_row, tail), at + printer.source(epi)
+    return (extra, prologue, after_tile, after_panel, tail), at + printer.source(epi)
 
 
 def epilogue(sig: Sig, acc: BufferParam) -> KernelProgram:
@@ -292,81 +294,115 @@ static void {name}(const float* restrict x, const unsigned char* restrict w,
 """
 
 
-# the prefill tile: a panel of NP = 8 weight rows is decoded once per call into int16 (on
-# the thread's stack, in L1) with its per-block scales and shifts stored across the rows;
-# each activation row then streams through it. A block's eight integer dot products are
-# reduced across lanes into one vector of the eight rows (hadd), so the float work (one
-# conversion, one scale, one multiply-add) is done once per block for all eight rows,
-# where the row tiles do it once per row.
+# the prefill tile: a panel of NP = POOT_VL weight rows (16 with AVX-512, else 8) is
+# decoded once per call into int16 on the thread's stack, k-pair major: pair p of the NP
+# rows is one vector (wp[p][r][0..1]; the decoded blocks are transposed 8 rows at a time),
+# with the per-block scales and shifts stored across the rows. MR activation rows at a
+# time then run through it as an outer product: each pair of activations is broadcast and
+# multiplied into the NP rows' int32 sums (madd, or VNNI's dpwssd), so no sum is reduced
+# across lanes; per block the sums are converted and scaled once for the NP rows. Each
+# output gets the same integer dot products and float operations, in the same order, at
+# every vector width.
 PANEL_TEMPLATE = """\
 static void {name}(const float* restrict x, const unsigned char* restrict w,
                    float* restrict y, unsigned char* restrict scratch{extra}) {{
-  enum {{ M = {m}, N = {n}, K = {k}, NB = {nb}, BS = {bs}, NP = 8 }};
+  enum {{ M = {m}, N = {n}, K = {k}, NB = {nb}, BS = {bs}, NP = POOT_VL, MR = POOT_PANEL_MR }};
 {prologue}{quant_setup}
 {quantize}  #pragma omp for schedule(static) nowait
   for (int n0 = 0; n0 < N; n0 += NP) {{
     const int np = N - n0 < NP ? N - n0 : NP;
-    short wp[NP][K] __attribute__((aligned(32)));
-    float d[NB][NP] __attribute__((aligned(32))), shift[NB][NP] __attribute__((aligned(32)));
-    for (int r = 0; r < NP; ++r) {{
-      for (int b = 0; b < NB; ++b) {{
-        short* restrict wq = wp[r] + b * 32;
+    short wp[K / 2][NP][2] __attribute__((aligned(64)));
+    float d[NB][NP] __attribute__((aligned(64))), shift[NB][NP] __attribute__((aligned(64)));
+    for (int b = 0; b < NB; ++b) {{
+#ifdef POOT_AVX2
+      __m256i w0[NP], w1[NP];   /* row r's elements 0-15 and 16-31: eight pairs each */
+#endif
+      for (int r = 0; r < NP; ++r) {{
         if (r >= np) {{
-          for (int j = 0; j < 32; ++j) wq[j] = 0;
           d[b][r] = shift[b][r] = 0.0f;
+#ifdef POOT_AVX2
+          w0[r] = w1[r] = _mm256_setzero_si256();
+#else
+          for (int j = 0; j < 32; ++j) wp[b * 16 + j / 2][r][j % 2] = 0;
+#endif
           continue;
         }}
         const unsigned char* blk = w + ((size_t)(n0 + r) * NB + b) * BS;
         d[b][r] = poot_h2f(blk + {scale});
         shift[b][r] = {shift};
-{decode}
-      }}
-    }}
-    for (int i = 0; i < M; ++i) {{
-      float out[NP] __attribute__((aligned(32)));
 #ifdef POOT_AVX2
-      __m256 acc = _mm256_setzero_ps(), off = _mm256_setzero_ps();
-      for (int b = 0; b < NB; ++b) {{
-        const int xi = i * NB + b;
-        const short* xb = xq + (size_t)xi * 32;
-        const __m256i x0 = _mm256_loadu_si256((const __m256i*)xb);
-        const __m256i x1 = _mm256_loadu_si256((const __m256i*)(xb + 16));
-        __m256i p[NP];
-        for (int r = 0; r < NP; ++r) {{
-          const short* wb = wp[r] + b * 32;
-          p[r] = _mm256_add_epi32(
-              _mm256_madd_epi16(_mm256_load_si256((const __m256i*)wb), x0),
-              _mm256_madd_epi16(_mm256_load_si256((const __m256i*)(wb + 16)), x1));
-        }}
-        const __m256i h0 = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]),
-                                             _mm256_hadd_epi32(p[2], p[3]));
-        const __m256i h1 = _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]),
-                                             _mm256_hadd_epi32(p[6], p[7]));
-        const __m256i dot = _mm256_add_epi32(_mm256_permute2x128_si256(h0, h1, 0x20),
-                                             _mm256_permute2x128_si256(h0, h1, 0x31));
-        const __m256 scale = _mm256_mul_ps(_mm256_load_ps(d[b]), _mm256_set1_ps(dx[xi]));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, acc);
-        off = _mm256_add_ps(off, _mm256_mul_ps(_mm256_load_ps(shift[b]),
-                                               _mm256_set1_ps(xs[xi])));
-      }}
-      _mm256_store_ps(out, _mm256_add_ps(acc, off));
+{avx_decode}
 #else
-      float acc[NP] = {{0}}, off[NP] = {{0}};
+        short wq[32];
+{decode}
+        for (int j = 0; j < 32; ++j) wp[b * 16 + j / 2][r][j % 2] = wq[j];
+#endif
+      }}
+#ifdef POOT_AVX2
+      for (int g = 0; g < NP / 8; ++g) {{
+        poot_transpose8x32(w0 + 8 * g, (__m256i*)wp[b * 16] + g, NP / 8);
+        poot_transpose8x32(w1 + 8 * g, (__m256i*)wp[b * 16 + 8] + g, NP / 8);
+      }}
+#endif
+    }}
+    for (int m0 = 0; m0 < M; m0 += MR) {{
+      const int mr = M - m0 < MR ? M - m0 : MR;
+      int row[MR];               /* rows past M repeat the last one; their sums are unused */
+      const short* xr[MR];
+      for (int i = 0; i < MR; ++i) {{
+        row[i] = m0 + (i < mr ? i : mr - 1);
+        xr[i] = xq + (size_t)row[i] * K;
+      }}
+      float out[MR][NP] __attribute__((aligned(64)));
+#ifdef POOT_AVX2
+      poot_vf acc[MR], off[MR];
+      for (int i = 0; i < MR; ++i) acc[i] = off[i] = poot_vf_zero();
       for (int b = 0; b < NB; ++b) {{
-        const int xi = i * NB + b;
-        const short* xb = xq + (size_t)xi * 32;
-        for (int r = 0; r < NP; ++r) {{
-          const short* wb = wp[r] + b * 32;
-          int p = 0;
-          for (int j = 0; j < 32; ++j) p += wb[j] * xb[j];
-          acc[r] += (float)p * (d[b][r] * dx[xi]);
-          off[r] += shift[b][r] * xs[xi];
+        poot_vi s[MR];
+        for (int i = 0; i < MR; ++i) s[i] = poot_vi_zero();
+        POOT_UNROLL(POOT_PANEL_UNROLL)
+        for (int j = 0; j < 16; ++j) {{
+          const poot_vi wv = poot_vi_load(wp[b * 16 + j]);
+          for (int i = 0; i < MR; ++i) {{
+            int pair;
+            memcpy(&pair, xr[i] + b * 32 + 2 * j, 4);
+            s[i] = poot_vi_dot16(s[i], wv, poot_vi_set1(pair));
+          }}
+        }}
+        const poot_vf dv = poot_vf_load(d[b]);
+        for (int i = 0; i < MR; ++i) {{
+          const int xi = row[i] * NB + b;
+          acc[i] = poot_vf_fmadd(poot_vf_cvt(s[i]), poot_vf_mul(dv, poot_vf_set1(dx[xi])),
+                                 acc[i]);
         }}
       }}
-      for (int r = 0; r < NP; ++r) out[r] = acc[r] + off[r];
+      for (int b = 0; b < NB; ++b) {{
+        const poot_vf sv = poot_vf_load(shift[b]);
+        for (int i = 0; i < MR; ++i) {{
+          const int xi = row[i] * NB + b;
+          off[i] = poot_vf_add(off[i], poot_vf_mul(sv, poot_vf_set1(xs[xi])));
+        }}
+      }}
+      for (int i = 0; i < MR; ++i) poot_vf_store(out[i], poot_vf_add(acc[i], off[i]));
+#else
+      for (int i = 0; i < mr; ++i) {{
+        float acc[NP] = {{0}}, off[NP] = {{0}};
+        for (int b = 0; b < NB; ++b) {{
+          const int xi = row[i] * NB + b;
+          const short* xb = xr[i] + b * 32;
+          for (int r = 0; r < NP; ++r) {{
+            int p = 0;
+            for (int j = 0; j < 32; ++j) p += wp[b * 16 + j / 2][r][j % 2] * xb[j];
+            acc[r] += (float)p * (d[b][r] * dx[xi]);
+            off[r] += shift[b][r] * xs[xi];
+          }}
+        }}
+        for (int r = 0; r < NP; ++r) out[i][r] = acc[r] + off[r];
+      }}
 #endif
-      for (int r = 0; r < np; ++r) y[(size_t)i * N + n0 + r] = out[r];
-{after_row}    }}
+      for (int i = 0; i < mr; ++i)
+        for (int r = 0; r < np; ++r) y[(size_t)(m0 + i) * N + n0 + r] = out[i][r];
+{after_panel}    }}
   }}
 {tail}}}
 """
@@ -451,7 +487,7 @@ def weight_rows(layout: BlockLayout, mt: int, n: int) -> int:
 
 @functools.cache   # one string per distinct function: a plan has ~200 calls of ~10 of them
 def gemv_source(name: str, layout: BlockLayout, m: int, n: int, k: int, extra: str = "",
-                prologue: str = "", after_tile: str = "", after_row: str = "",
+                prologue: str = "", after_tile: str = "", after_panel: str = "",
                 tail: str = "") -> str:
     """One C function: y[M, N] = x[M, K] . W[N, K]^T for blocks of `layout` (with a fused
     epilogue: its parameters and code, from fused_epilogue)."""
@@ -484,8 +520,9 @@ def gemv_source(name: str, layout: BlockLayout, m: int, n: int, k: int, extra: s
     common = dict(name=name, quantize=QUANTIZE, extra=extra, prologue=prologue, tail=tail,
                   quant_setup=LOCAL_QUANT if local else SHARED_QUANT, m=m, n=n, k=k,
                   nb=k // layout.elements, bs=layout.nbytes, scale=layout.scale)
-    if m >= PANEL_FROM and 8 * k * 2 <= PANEL_BYTES:
-        return PANEL_TEMPLATE.format(**common, shift=shift("d[b][r]"), after_row=after_row,
+    if m >= PANEL_FROM and PANEL_ROWS * k * 2 <= PANEL_BYTES:
+        return PANEL_TEMPLATE.format(**common, shift=shift("d[b][r]"), after_panel=after_panel,
+                                     avx_decode="\n".join(" " * 8 + x for x in avx),
                                      decode=" " * 8 + scalar.format(wq="wq", q=q))
     mt = M_TILES[m >= 8]
     return TEMPLATE.format(**common, mt=mt, nr=weight_rows(layout, mt, n), after_tile=after_tile,

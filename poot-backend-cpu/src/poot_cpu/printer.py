@@ -63,12 +63,95 @@ SIMD_HEADER = """\
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
 #define POOT_AVX2 1
+/* the prefill panel's vectors (poot_cpu.gemv): POOT_VL weight rows per vector of int32
+   sums (16 with AVX-512, else 8), POOT_PANEL_MR activation rows per pass (as many as the
+   registers hold: two vectors each), poot_vi_dot16(acc, a, b): acc + the pairwise int16
+   products of a and b, summed per 32-bit lane (exact, no saturation; one instruction with
+   VNNI, whose latency wants more independent sums) */
+#define POOT_DO_PRAGMA(x) _Pragma(#x)
+#define POOT_UNROLL(n) POOT_DO_PRAGMA(GCC unroll n)
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+#define POOT_VL 16
+typedef __m512i poot_vi;
+typedef __m512 poot_vf;
+#define poot_vi_load(p) _mm512_load_si512((const void*)(p))
+#define poot_vi_set1 _mm512_set1_epi32
+#define poot_vi_zero _mm512_setzero_si512
+#define poot_vf_zero _mm512_setzero_ps
+#define poot_vf_load _mm512_load_ps
+#define poot_vf_store _mm512_store_ps
+#define poot_vf_set1 _mm512_set1_ps
+#define poot_vf_add _mm512_add_ps
+#define poot_vf_mul _mm512_mul_ps
+#define poot_vf_fmadd _mm512_fmadd_ps
+#define poot_vf_cvt _mm512_cvtepi32_ps
+#if defined(__AVX512VNNI__)
+#define poot_vi_dot16 _mm512_dpwssd_epi32
+#else
+#define poot_vi_dot16(acc, a, b) _mm512_add_epi32(acc, _mm512_madd_epi16(a, b))
+#endif
+#define POOT_PANEL_MR 8
+#define POOT_PANEL_UNROLL 4
+#else
+#define POOT_VL 8
+typedef __m256i poot_vi;
+typedef __m256 poot_vf;
+#define poot_vi_load(p) _mm256_load_si256((const __m256i*)(p))
+#define poot_vi_set1 _mm256_set1_epi32
+#define poot_vi_zero _mm256_setzero_si256
+#define poot_vf_zero _mm256_setzero_ps
+#define poot_vf_load _mm256_load_ps
+#define poot_vf_store _mm256_store_ps
+#define poot_vf_set1 _mm256_set1_ps
+#define poot_vf_add _mm256_add_ps
+#define poot_vf_mul _mm256_mul_ps
+#define poot_vf_fmadd _mm256_fmadd_ps
+#define poot_vf_cvt _mm256_cvtepi32_ps
+#if defined(__AVXVNNI__) || (defined(__AVX512VNNI__) && defined(__AVX512VL__))
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#define poot_vi_dot16 _mm256_dpwssd_epi32
+#else
+#define poot_vi_dot16 _mm256_dpwssd_avx_epi32
+#endif
+#define POOT_PANEL_MR 8
+#define POOT_PANEL_UNROLL 4
+#else
+#define poot_vi_dot16(acc, a, b) _mm256_add_epi32(acc, _mm256_madd_epi16(a, b))
+#ifndef POOT_PANEL_MR
+#define POOT_PANEL_MR 4
+#define POOT_PANEL_UNROLL 2
+#endif
+#endif
+#endif
+/* out[j * stride] = lane j of in[0..7] (an 8 x 8 transpose of 32-bit lanes) */
+static inline void poot_transpose8x32(const __m256i* in, __m256i* out, int stride) {
+  __m256i t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_epi32(in[i], in[i + 1]);
+    t[i + 1] = _mm256_unpackhi_epi32(in[i], in[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);
+    u[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);
+    u[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]);
+    u[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    _mm256_store_si256(out + i * stride, _mm256_permute2x128_si256(u[i], u[i + 4], 0x20));
+    _mm256_store_si256(out + (i + 4) * stride,
+                       _mm256_permute2x128_si256(u[i], u[i + 4], 0x31));
+  }
+}
 static inline float poot_hsum8(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
 }
+#endif
+#ifndef POOT_VL
+#define POOT_VL 8
+#define POOT_PANEL_MR 4
 #endif
 static inline float poot_h2f(const unsigned char* p) {
   _Float16 h; memcpy(&h, p, 2); return (float)h; }
