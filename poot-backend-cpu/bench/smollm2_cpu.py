@@ -5,8 +5,11 @@ For each engine, in its own process (so peak RSS is its own): prefill of a 256-t
 prompt (tok/s), greedy decode of 64 tokens (tok/s), peak resident memory. llama.cpp is
 llama-cpp-python (a benchmark-only dependency: pip install 'poot-backend-cpu[bench]'),
 skipped with the import error where it is not installed (a wheel builds from source in
-~1 h on 2 loaded cores; a build's libllama/libggml can also be used in place through
-llama-cpp-python's LLAMA_CPP_LIB_PATH). The engines run back to back,
+~1 h on 2 loaded cores; faster: `CMAKE_ARGS=-DLLAMA_BUILD=OFF pip install` the sdist, build
+its vendor/llama.cpp alone with cmake (`--target llama`, BUILD_SHARED_LIBS=ON, a few
+minutes) and point LLAMA_CPP_LIB_PATH at the build's bin/; where llama.cpp's AMX kernel
+crashes, as on one AVX-512 Xeon, configure GGML_NATIVE=OFF and GGML_AMX_INT8=OFF with the
+ISA options on: docs/performance.md, 2026-12-03). The engines run back to back,
 `--repeat` rounds of them, and the table gives each figure's median over the rounds with
 the load average before and after: on a machine shared with other work only figures of
 one run compare.
