@@ -137,7 +137,8 @@ def bench_shapes(ctx, timer, rows_list) -> None:
                     if not np.isfinite(got).all() or err > 1e-4:
                         raise AssertionError(f"relative error {err:.2e}")
                     us = timer.graph_ms(run.enqueue, reps=20, trials=5) * 1e3
-                    line.append(f"{label} {us:.1f} us")
+                    line.append(f"{label} {us:.1f} us ({registers(run)} registers, "
+                                f"{run.launches[0].block[0]} threads)")
                 except Exception as e:  # noqa: BLE001 - one broken variant must not hide others
                     traceback.print_exc()
                     line.append(f"{label} FAILED {type(e).__name__}: {e}"[:120])
@@ -147,6 +148,17 @@ def bench_shapes(ctx, timer, rows_list) -> None:
                 if m <= dot.GEMV_MAX_ROWS:
                     break       # the GEMV takes these rows under every variant
             summary(f"Q4_1 N={n} K={k} M={m}", "; ".join(line))
+
+
+def registers(run) -> str:
+    """Registers per thread of the lowering's first kernel (bounds its residency)."""
+    try:
+        from poot_cuda.driver import check, cu
+
+        attr = cu().CUfunction_attribute.CU_FUNC_ATTRIBUTE_NUM_REGS
+        return str(check(cu().cuFuncGetAttribute(attr, run.launches[0].function), "regs"))
+    except Exception as e:  # noqa: BLE001 - a figure to print, never a failure
+        return f"? ({type(e).__name__})"
 
 
 def step_slots(b: int, max_seq: int, pos: int) -> dict:

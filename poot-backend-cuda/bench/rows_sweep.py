@@ -1,17 +1,22 @@
 """The rows GEMV's tile (rows per group over narrow N; columns per group over narrow and
-wide N) swept over SmolLM2's packed Q4_1 shapes at M rows on cuda, each result checked
-against numpy (batch_step.bench_shapes), then the tile with the least time per decode step by the
-shapes' counts in a step (30 layers of Q, O, K, V, gate, up, down, and the head). With
---batches, batch_step.py's recorded decode steps (random Q4_1 weights of SmolLM2's shape)
-under the first tile and then the best, profiled by kernel kind at the largest batch, in
-this one process (one model, one context).
+wide N; optionally K split over that many warps a group) swept over SmolLM2's narrow
+packed Q4_1 shapes at each --rows M on cuda, each result checked against numpy
+(batch_step.bench_shapes), then the tile with the least time per decode step by the
+shapes' counts in a step (30 layers of Q, O, K, V, gate, up, down). With --batches,
+batch_step.py's recorded decode steps (random Q4_1 weights of SmolLM2's shape) under the
+first tile, under the rows plan as committed (`dot._rows_plan`'s own K split), and under
+each shape's best tile, profiled by kernel kind at the largest batch, in this one process
+(one model, one context).
 
-    python rows_sweep.py --rows 32 --tiles 32:1:2,8:1:2,8:2:4 --batches 1,32
-Lines starting with "SUMMARY " are for collecting scripts; the last is "BEST tile:cols:wide".
+    python rows_sweep.py --rows 16,32 --tiles 8:1:2:1,8:1:2:2,16:1:2:4 --batches 8,32
+A tile R:C:W[:S] is R rows and C columns a group over narrow N, W columns over wide N, and
+K split over S warps (S left out: the committed rule). Lines starting with "SUMMARY " are
+for collecting scripts.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 
 import batch_step
@@ -19,60 +24,94 @@ from bench_gpu import Timer
 from poot.codegen.lower import dot
 
 #: (N, K) -> launches per SmolLM2 decode step
-PER_STEP = {(576, 576): 60, (192, 576): 60, (1536, 576): 60, (576, 1536): 30, (49152, 576): 1}
+PER_STEP = {(576, 576): 60, (192, 576): 60, (1536, 576): 60, (576, 1536): 30}
+KNOBS = ("ROWS_TILE", "ROWS_COLUMNS", "ROWS_WIDE_COLUMNS", "ROWS_SPLIT", "ROWS_WARPS",
+         "ROWS_MIN_TRIP")
 
 
-def set_tile(tile: int, cols: int, wide: int) -> None:
-    dot.ROWS_TILE, dot.ROWS_COLUMNS, dot.ROWS_WIDE_COLUMNS = tile, cols, wide
+@contextlib.contextmanager
+def tile(spec: str):
+    """The rows GEMV's constants set to `spec` (R:C:W[:S]; S: exactly S warps a group)."""
+    saved = {k: getattr(dot, k) for k in KNOBS}
+    parts = [int(x) for x in spec.split(":")]
+    dot.ROWS_TILE, dot.ROWS_COLUMNS, dot.ROWS_WIDE_COLUMNS = parts[:3]
+    if len(parts) > 3:
+        dot.ROWS_SPLIT, dot.ROWS_WARPS, dot.ROWS_MIN_TRIP = parts[3], 1 << 30, 1
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            setattr(dot, k, v)
+
+
+@contextlib.contextmanager
+def per_shape(best: dict):
+    """_rows_plan under each (N, K, M)'s best tile where the sweep timed it."""
+    plan = dot._rows_plan
+
+    def chosen(p):
+        spec = best.get((p.n, p.k, p.m))
+        if spec is None:
+            return plan(p)
+        with tile(spec):
+            return plan(p)
+    dot._rows_plan = chosen
+    try:
+        yield
+    finally:
+        dot._rows_plan = plan
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--rows", type=int, default=32)
-    ap.add_argument("--tiles", default="32:1:2,8:1:2,8:2:4,8:4:4,4:1:2,4:2:4,16:2:4")
-    ap.add_argument("--batches", default="", help="decode steps timed under both tiles")
+    ap.add_argument("--rows", default="32")
+    ap.add_argument("--tiles", default="8:1:2:1,8:1:2:2,8:1:2:4,16:1:2:2,16:1:2:4")
+    ap.add_argument("--batches", default="", help="decode steps timed under each schedule")
     ap.add_argument("--max-seq", type=int, default=512)
     args = ap.parse_args()
     specs = args.tiles.split(",")
+    rows = [int(x) for x in args.rows.split(",")]
     batches = sorted(int(x) for x in args.batches.split(",") if x)
-    steps = lambda spec: batch_step.bench_steps(  # noqa: E731
-        model, batches, args.max_seq, 100, f"rows tile {spec}", {max(batches)})
+    steps = lambda label: batch_step.bench_steps(  # noqa: E731
+        model, batches, args.max_seq, 100, label, {max(batches)})
     if batches:
         model = batch_step.smollm2_model(args.max_seq)
-        set_tile(*(int(x) for x in specs[0].split(":")))
-        ctx = steps(specs[0]).executor(1, max(batches)).runtime.ctx
+        with tile(specs[0]):
+            ctx = steps(f"rows tile {specs[0]}").executor(1, max(batches)).runtime.ctx
+        steps("rows plan as committed")
     else:
         from poot_cuda.driver import Context
 
         ctx = Context(0)
     timer = Timer(ctx)
     batch_step.VARIANTS = (("rows GEMV", batch_step.dot.BATCH_ROWS, None),)
+    batch_step.SHAPES = tuple(PER_STEP)
     lines: list[str] = []
     batch_step.summary = lambda key, value: (lines.append(f"{key} | {value}"),
                                              print(f"SUMMARY {key} | {value}", flush=True))
-    totals = {}
+    times: dict = {}        # (N, K, M) -> {spec: us}
     for spec in specs:
-        tile, cols, wide = (int(x) for x in spec.split(":"))
-        set_tile(tile, cols, wide)
-        print(f"SUMMARY tile {spec} | rows {tile}, columns {cols} (narrow) {wide} (wide)",
-              flush=True)
         del lines[:]
-        batch_step.bench_shapes(ctx, timer, [args.rows])
-        total = 0.0
+        with tile(spec):
+            batch_step.bench_shapes(ctx, timer, rows)
         for line in lines:
-            shape = re.search(r"N=(\d+) K=(\d+)", line)
+            shape = re.search(r"N=(\d+) K=(\d+) M=(\d+)", line)
             us = re.search(r"rows GEMV ([0-9.]+) us", line)
-            if shape is None or us is None:
-                total = float("inf")        # a failed variant is never the best
-                continue
-            total += PER_STEP[(int(shape[1]), int(shape[2]))] * float(us[1])
-        totals[spec] = total
-        print(f"SUMMARY tile {spec} contractions per step | {total:.0f} us", flush=True)
-    best = min(totals, key=totals.get)
-    print(f"BEST {best}", flush=True)
-    if batches and best != specs[0]:
-        set_tile(*(int(x) for x in best.split(":")))
-        steps(best)
+            if shape is not None:
+                times.setdefault(tuple(int(x) for x in shape.groups()), {})[spec] = \
+                    float(us[1]) if us else float("inf")
+    for m in rows:
+        for spec in specs:
+            total = sum(PER_STEP[n, k] * t[spec] for (n, k, mm), t in times.items() if mm == m)
+            print(f"SUMMARY M={m} tile {spec} contractions per step | {total:.0f} us", flush=True)
+    best = {shape: min(t, key=t.get) for shape, t in times.items()}
+    for shape, spec in best.items():
+        print(f"SUMMARY best N={shape[0]} K={shape[1]} M={shape[2]} | {spec} "
+              f"{times[shape][spec]:.1f} us (first tile {times[shape][specs[0]]:.1f})",
+              flush=True)
+    if batches:
+        with per_shape(best):
+            steps("rows per-shape best")
     return 0
 
 

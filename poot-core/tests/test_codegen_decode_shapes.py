@@ -65,3 +65,20 @@ def test_rows_gemv_tiles_rows_over_narrow_n(monkeypatch, n, wide, dots):
     x, w = (rng.standard_normal(t.shape).astype(np.float32) for t in ins)
     got = run_lowering(prog, [x, w], op.infer(ins))
     np.testing.assert_allclose(got, x @ w.T, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("rows, n, k, split", [(13, 19, 640, 2), (32, 6, 1200, 4), (8, 5, 560, 1)])
+def test_rows_gemv_splits_k_across_warps(monkeypatch, rows, n, k, split):
+    """Few columns: each row tile's K is split over `split` warps (K = 1200 leaves a partial
+    trip; 560 is too short to split), their sums meeting through shared memory."""
+    monkeypatch.setattr(dot, "ROWS_WIDE_N", 1 << 20)
+    ins = [T((rows, k), DType.F32), T((n, k), DType.F32)]
+    op = DenseContraction()
+    prog = lower(op, ins, op.infer(ins))
+    (kernel,) = prog.kernels
+    assert kernel.workgroup == (32 * dot.ROWS_GROUPS * split,)
+    assert {s.width for s in kernel.statements() if isinstance(s, CoopReduce)} == {32}
+    rng = np.random.default_rng(rows + n)
+    x, w = (rng.standard_normal(t.shape).astype(np.float32) for t in ins)
+    got = run_lowering(prog, [x, w], op.infer(ins))
+    np.testing.assert_allclose(got, x @ w.T, rtol=1e-5, atol=1e-4)

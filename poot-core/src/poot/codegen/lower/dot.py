@@ -65,6 +65,9 @@ ROWS_COLUMNS = 1  # columns per group of the rows GEMV over narrow N
 ROWS_TILE = 8     # rows per group of the rows GEMV (a batch's rows split across groups)
 ROWS_GROUPS = 4   # groups per workgroup in the rows GEMV (more workgroups for small N)
 ROWS_UNROLL = 18  # most elements a lane loads per trip in the rows GEMV over narrow N
+ROWS_SPLIT = 4    # most warps one row tile's K is split over in the rows GEMV (narrow N)
+ROWS_WARPS = 4096   # warps below which the rows GEMV splits a row tile's K further
+ROWS_MIN_TRIP = 9   # fewest elements a lane keeps when the rows GEMV splits K
 UNROLL = 4        # strided items per lane per loop trip in the GEMV schedule
 RUN_TRIP = 64     # weight elements per lane per trip when decoding runs (>= 32 bytes of 4-bit)
 RUN_COLUMNS = 2   # weight rows per group when decoding runs over staged activations
@@ -182,7 +185,7 @@ def gemv_kernel(p: Problem, kb_factory, declare, many_rows: bool = False,
     tile = min(plan.rows or rows, rows)         # rows per group
     chunks = -(-rows // tile)                   # groups sharing one set of columns
     words = not many_rows and p.w_pair is not None and not p.w_per_row and p.k % 2 == 0
-    split = _words_split(p, columns) if words else 1
+    split = _words_split(p, columns) if words else plan.split
     lanes, groups = LANES * split, plan.groups // split    # threads per dot product
     grid, blk = ix.launch_groups(-(-(-(-columns // width) * chunks) // groups))
     kb = kb_factory(grid, (LANES * plan.groups,))
@@ -210,7 +213,7 @@ def gemv_kernel(p: Problem, kb_factory, declare, many_rows: bool = False,
         b = rest
     accs = [[kb.var(f"acc{j}", p.zero()) for j in range(len(ms))] for _ in ns]
     if many_rows:
-        _gemv_columns(kb, p, lane, b, ns, ms, accs, plan.unroll)
+        _gemv_columns(kb, p, lane, b, ns, ms, accs, plan.unroll, lanes)
     elif words:
         _gemv_words(kb, p, lane, b, ns[0], ms, accs[0], lanes)
     elif plan.integer:
@@ -219,8 +222,9 @@ def gemv_kernel(p: Problem, kb_factory, declare, many_rows: bool = False,
         _gemv_runs(kb, p, plan, lane, b, ns, ms, accs)
     else:
         _gemv_elements(kb, p, lane, b, ns[0], ms, accs[0], 0)
-    for col, n, column in zip(cols, ns, accs, strict=True):
-        sums = [kb.reduce("dot", ReduceOp.Sum, acc, lanes) for acc in column]
+    totals = _split_sums(kb, p, accs, lanes, plan.groups) if many_rows and lanes > LANES \
+        else [[kb.reduce("dot", ReduceOp.Sum, acc, lanes) for acc in column] for column in accs]
+    for col, n, sums in zip(cols, ns, totals, strict=True):
         with kb.if_(ix.both(ix.eq(lane, i32(0)), ix.lt(col, i32(columns)))):
             for j, (total, m) in enumerate(zip(sums, ms, strict=True)):
                 if chunks * tile > rows and j:
@@ -229,6 +233,29 @@ def gemv_kernel(p: Problem, kb_factory, declare, many_rows: bool = False,
                 else:
                     p.store(kb, b, m, n, total)
     return kb.finish()
+
+
+def _split_sums(kb, p: Problem, accs, lanes: int, groups: int):
+    """The dot products of groups of several warps: each warp's sums (shuffles), stored to
+    shared memory, one barrier, then each group's warps' partials added in order (a
+    cooperative reduction wider than a warp would take two barriers for every one)."""
+    flat = [acc for column in accs for acc in column]
+    parts = [kb.reduce("dot", ReduceOp.Sum, acc, LANES) for acc in flat]
+    scratch = kb.shared("dot_parts", p.acc, groups * len(flat))
+    warp = kb.let("warp", ix.div(local_index(), LANES))
+    with kb.if_(ix.eq(ix.mod(local_index(), LANES), i32(0))):
+        for i, part in enumerate(parts):
+            kb.store(scratch, ix.add(ix.mul(warp, len(flat)), i), part)
+    kb.barrier()
+    first = kb.let("w0", ix.mul(ix.div(local_index(), lanes), lanes // LANES * len(flat)))
+    totals = []
+    for i in range(len(flat)):
+        total = scratch[ix.add(first, i)]
+        for w in range(1, lanes // LANES):
+            total = total + scratch[ix.add(first, w * len(flat) + i)]
+        totals.append(kb.let("dot", total))
+    per = len(flat) // len(accs)
+    return [totals[t * per:(t + 1) * per] for t in range(len(accs))]
 
 
 def _words_split(p: Problem, columns: int) -> int:
@@ -259,6 +286,7 @@ class RunPlan:
     unroll: int = UNROLL
     integer: bool = False
     rows: int | None = None       # rows per group (None: all)
+    split: int = 1                # warps per group (the rows GEMV's K split over them)
 
 
 def _run_plan(p: Problem, rows: int) -> RunPlan:
@@ -326,19 +354,26 @@ def _rows_plan(p: Problem) -> RunPlan:
     per group and elements per lane and trip (`unroll`). Narrow problems (few columns, so
     few groups) are bound by each group's chain of trips and have too few warps to hide
     it: ROWS_TILE rows a group (a batch's rows over several groups: more warps, each with
-    a shorter chain of loads and multiply-adds per element), ROWS_COLUMNS columns, and
-    the most elements per trip that divide K's whole lane strides, so short rows
-    (SmolLM2's K = 576) take one trip. Wide ones have groups enough to hide latency: every
-    row and ROWS_WIDE_COLUMNS columns a group (each activation load serves them all) in
-    trips of UNROLL."""
+    a shorter chain of loads and multiply-adds per element), ROWS_COLUMNS columns, K split
+    over `split` warps a group while the grid has fewer than ROWS_WARPS warps and each
+    lane keeps ROWS_MIN_TRIP elements (each warp a shorter chain again; the warps' sums
+    meet in one cooperative reduction), and the most elements per trip that divide K's
+    whole lane strides, so short rows (SmolLM2's K = 576) take one trip. Wide ones have
+    groups enough to hide latency: every row and ROWS_WIDE_COLUMNS columns a group (each
+    activation load serves them all) in trips of UNROLL."""
     wide = p.batch * p.n >= ROWS_WIDE_N
     width = ROWS_WIDE_COLUMNS if wide else ROWS_COLUMNS
     width = width if p.batch == 1 and p.n % width == 0 else 1
     if wide:        # groups enough already: row tiles would only decode each weight again
         return RunPlan(width, ROWS_GROUPS)
-    strides = p.k // LANES
+    warps = p.batch * p.n // width * -(-p.m // ROWS_TILE)
+    split = 1
+    while (2 * split <= ROWS_SPLIT and 2 * split * warps <= ROWS_WARPS
+           and p.k >= 2 * split * LANES * ROWS_MIN_TRIP):
+        split *= 2
+    strides = p.k // (LANES * split)
     unroll = max((u for u in range(1, ROWS_UNROLL + 1) if strides % u == 0), default=1)
-    return RunPlan(width, ROWS_GROUPS, unroll=unroll, rows=ROWS_TILE)
+    return RunPlan(width, ROWS_GROUPS * split, unroll=unroll, rows=ROWS_TILE, split=split)
 
 
 def _run_unroll(p: Problem) -> int:
@@ -414,13 +449,14 @@ def _gemv_elements(kb, p: Problem, lane, b, n, ms, accs, start: int):
                 kb.assign(acc, acc + p.a(b, m, k) * wk)
 
 
-def _gemv_columns(kb, p: Problem, lane, b, ns, ms, accs, unroll: int):
+def _gemv_columns(kb, p: Problem, lane, b, ns, ms, accs, unroll: int, lanes: int = LANES):
     """Many rows (accs[t][j]: column t, row j), one weight element of each column at a
     time, `unroll` per lane and trip: the lanes' activations of one row and k are adjacent
     (one coalesced load, bound once for every column), and each weight is decoded once
     (bound) for every row. Packed weights decode element by element here: their runs would
-    have each lane read its own span of every row's activations, a line per lane and load."""
-    for slots in _unrolled(kb, lane, 0, p.k, unroll):
+    have each lane read its own span of every row's activations, a line per lane and load.
+    `lanes` lanes (a warp or several) share each dot product."""
+    for slots in _unrolled(kb, lane, 0, p.k, unroll, lanes):
         ws = iter([kb.let("w", x) for x in kb.let_shared(
             "w", [p.w(b, ms[0], n, k) for n in ns for k in slots])])
         ws = [[next(ws) for _ in slots] for _ in ns]
