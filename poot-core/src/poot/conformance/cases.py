@@ -284,11 +284,12 @@ BATCH_FORMATS = ("gguf:Q4_1", "gguf:Q8_0", "gguf:Q4_K")
 def decode_batch_cases() -> Iterator[Case]:
     """Contractions of a decode batch (12 rows: the rows GEMV) and of prefill chunks (40
     and 80 rows: tensor cores on cuda), with K past whole loop trips (a tail) where the
-    weight allows, and N odd (one column per group) and even."""
+    weight allows, and N odd (one column per group) and even; K = 1200 long enough for
+    the rows GEMV to split a row tile's K over 4 warps (with a tail)."""
     from poot.formats import PackedWeight, formats
 
     for rows in (12, 40):
-        for w, n, k in ((BF16, 19, 200), (U32, 20, 200), (F32, 8, 72)):
+        for w, n, k in ((BF16, 19, 200), (U32, 20, 200), (F32, 8, 72), (F32, 19, 1200)):
             ws = (n, k // 2) if w is U32 else (n, k)
             yield case(f"DenseContraction-{w}-batch-{rows}x{k}-{n}x{k}", "DenseContraction",
                        w, [Arg(T((rows, k), F32)),
