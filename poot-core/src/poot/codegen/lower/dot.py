@@ -61,7 +61,7 @@ GEMV_MAX_ROWS = 4
 BATCH_ROWS = 32   # the most rows the rows GEMV serves (decode batches)
 ROWS_WIDE_N = 8192   # columns from which the rows GEMV takes ROWS_WIDE_COLUMNS a group
 ROWS_WIDE_COLUMNS = 2   # columns per group of the rows GEMV over wide N
-ROWS_COLUMNS = 1  # columns per group of the rows GEMV over narrow N
+ROWS_COLUMNS = 4  # columns per group of the rows GEMV over narrow N past one row tile
 ROWS_TILE = 8     # rows per group of the rows GEMV (a batch's rows split across groups)
 ROWS_GROUPS = 4   # groups per workgroup in the rows GEMV (more workgroups for small N)
 ROWS_UNROLL = 18  # most elements a lane loads per trip in the rows GEMV over narrow N
@@ -354,15 +354,16 @@ def _rows_plan(p: Problem) -> RunPlan:
     per group and elements per lane and trip (`unroll`). Narrow problems (few columns, so
     few groups) are bound by each group's chain of trips and have too few warps to hide
     it: ROWS_TILE rows a group (a batch's rows over several groups: more warps, each with
-    a shorter chain of loads and multiply-adds per element), ROWS_COLUMNS columns, K split
-    over `split` warps a group while the grid has fewer than ROWS_WARPS warps and each
-    lane keeps ROWS_MIN_TRIP elements (each warp a shorter chain again; the warps' sums
-    meet in one cooperative reduction), and the most elements per trip that divide K's
-    whole lane strides, so short rows (SmolLM2's K = 576) take one trip. Wide ones have
-    groups enough to hide latency: every row and ROWS_WIDE_COLUMNS columns a group (each
-    activation load serves them all) in trips of UNROLL."""
+    a shorter chain of loads and multiply-adds per element), ROWS_COLUMNS columns a group
+    past one tile of rows (each activation load serves them all; one tile keeps one
+    column, for warps), K split over `split` warps a group while the grid has fewer than
+    ROWS_WARPS warps and each lane keeps ROWS_MIN_TRIP elements (each warp a shorter chain
+    again; the warps' sums meet in one cooperative reduction), and the most elements per
+    trip that divide K's whole lane strides, so short rows (SmolLM2's K = 576) take one
+    trip. Wide ones have groups enough to hide latency: every row and ROWS_WIDE_COLUMNS
+    columns a group (each activation load serves them all) in trips of UNROLL."""
     wide = p.batch * p.n >= ROWS_WIDE_N
-    width = ROWS_WIDE_COLUMNS if wide else ROWS_COLUMNS
+    width = ROWS_WIDE_COLUMNS if wide else ROWS_COLUMNS if p.m > ROWS_TILE else 1
     width = width if p.batch == 1 and p.n % width == 0 else 1
     if wide:        # groups enough already: row tiles would only decode each weight again
         return RunPlan(width, ROWS_GROUPS)
