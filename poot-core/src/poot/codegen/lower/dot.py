@@ -235,13 +235,14 @@ def gemv_kernel(p: Problem, kb_factory, declare, many_rows: bool = False,
     return kb.finish()
 
 
-def _split_sums(kb, p: Problem, accs, lanes: int, groups: int):
-    """The dot products of groups of several warps: each warp's sums (shuffles), stored to
-    shared memory, one barrier, then each group's warps' partials added in order (a
-    cooperative reduction wider than a warp would take two barriers for every one)."""
+def _split_sums(kb, p: Problem, accs, lanes: int, warps: int):
+    """The dot products of groups of several warps (`warps` in the workgroup): each warp's
+    sums (shuffles), stored to shared memory, one barrier, then each group's warps'
+    partials added in order (a cooperative reduction wider than a warp would take two
+    barriers for every one)."""
     flat = [acc for column in accs for acc in column]
     parts = [kb.reduce("dot", ReduceOp.Sum, acc, LANES) for acc in flat]
-    scratch = kb.shared("dot_parts", p.acc, groups * len(flat))
+    scratch = kb.shared("dot_parts", p.acc, warps * len(flat))
     warp = kb.let("warp", ix.div(local_index(), LANES))
     with kb.if_(ix.eq(ix.mod(local_index(), LANES), i32(0))):
         for i, part in enumerate(parts):
