@@ -66,6 +66,38 @@ def test_reduction_widths_and_divergence():
         run(kb.finish(), {"in0": np.ones(WG, np.float32), "out": np.zeros(1, np.float32)})
 
 
+@pytest.mark.parametrize("values, width, op", [(32, 32, ReduceOp.Sum), (8, 32, ReduceOp.Max),
+                                               (1, 16, ReduceOp.Sum), (4, 8, ReduceOp.Sum)])
+def test_reduce_scatter_leaves_each_sum_on_its_threads(values, width, op):
+    """Thread t of a group of `width` gets the reduction of value (t % width) // (width //
+    values) over its group; the kernel's 2 workgroups of 32 threads hold 64 / width
+    groups."""
+    threads = 32
+    kb = KernelBuilder("scatter", (2,), (threads,))
+    x = kb.buffer("in0", I32, Access.READ, 2 * threads * values, operand=0)
+    kb.buffer("out", I32, Access.WRITE, 2 * threads, operand=OUT)
+    g = kb.let("g", Var("global_id_x"))
+    s = kb.reduce_scatter("s", op, [x[g * values + i] for i in range(values)], width)
+    kb.store("out", g, s)
+    x0 = np.random.default_rng(values).integers(-99, 99, 2 * threads * values).astype(np.int32)
+    out = np.zeros(2 * threads, np.int32)
+    run(kb.finish(), {"in0": x0, "out": out})
+    per_group = x0.reshape(-1, width, values)
+    fold = per_group.sum(1) if op is ReduceOp.Sum else per_group.max(1)     # [groups, values]
+    pick = np.arange(width) // (width // values)
+    assert np.array_equal(out, fold[:, pick].reshape(-1))
+
+
+def test_reduce_scatter_refuses_more_values_than_threads():
+    kb = KernelBuilder("too_many", (1,), (WG,))
+    kb.buffer("in0", F32, Access.READ, WG, operand=0)
+    kb.buffer("out", F32, Access.WRITE, WG, operand=OUT)
+    s = kb.reduce_scatter("s", ReduceOp.Sum, [kb.let("v", Var("global_id_x").cast(F32))] * 8, 4)
+    kb.store("out", local_index(), s)
+    with pytest.raises(IRError, match="8 values over 4 threads"):
+        kb.finish()
+
+
 def test_double_store_and_out_of_range_are_refused():
     kb = KernelBuilder("same_slot", (1,), (WG,))
     kb.buffer("out", F32, Access.WRITE, WG, operand=OUT)

@@ -93,3 +93,18 @@ def test_min_is_one_row_per_printer():
     assert set(C_BINARY) == set(BinaryOp)
     x, y = Var("x", F32), Var("y", F32)
     assert HostC().expr(Bin(BinaryOp.Min, x, y)) == "poot_fmin(x, y)"
+
+
+def test_a_dialect_without_reduce_scatter_refuses_it():
+    """REDUCE_SCATTER is a target feature: a printer that does not declare it refuses the
+    statement by name instead of printing something else."""
+    from poot.codegen.target import REDUCE_SCATTER
+    from poot.errors import UnsupportedOp
+    from poot.ir.ops import DenseContraction
+    from poot.ir.types import TensorType as T
+
+    ins = [T((16, 64), F32), T((8, 64), F32)]
+    op = DenseContraction()
+    (kernel,) = lower(op, ins, op.infer(ins), frozenset({REDUCE_SCATTER})).kernels
+    with pytest.raises(UnsupportedOp, match="CoopReduceScatter"):
+        HostC().source(kernel)

@@ -20,6 +20,7 @@ from poot.codegen.program import (
     Barrier,
     BufferParam,
     CoopReduce,
+    CoopReduceScatter,
     CopyAsync,
     CopyCommit,
     CopyWait,
@@ -203,6 +204,13 @@ class KernelBuilder:
 
     def reduce(self, name: str, op: ReduceOp, value: Expr, width: int | None = None) -> Var:
         s = CoopReduce(self.fresh(name), op, value, width)
+        self.emit(s)
+        return s.var
+
+    def reduce_scatter(self, name: str, op: ReduceOp, values: Sequence[Expr],
+                       width: int) -> Var:
+        """CoopReduceScatter (the target must declare REDUCE_SCATTER)."""
+        s = CoopReduceScatter(self.fresh(name), op, tuple(values), width)
         self.emit(s)
         return s.var
 

@@ -36,6 +36,7 @@ from poot.codegen.program import (
     Barrier,
     BufferParam,
     CoopReduce,
+    CoopReduceScatter,
     CopyAsync,
     CopyCommit,
     CopyWait,
@@ -48,6 +49,7 @@ from poot.codegen.program import (
     MmaTile,
     Stmt,
     Store,
+    scatter_order,
 )
 from poot.errors import PootError
 from poot.ir.ops.reduce import ReduceOp
@@ -191,6 +193,8 @@ class _Batch:
                 w.fill(-1)
         elif isinstance(s, CoopReduce):
             self.coop_reduce(s, act)
+        elif isinstance(s, CoopReduceScatter):
+            self.reduce_scatter(s, act)
         elif isinstance(s, CopyAsync):
             self.copy_async(s, act)
         elif isinstance(s, (CopyCommit, CopyWait)):
@@ -265,6 +269,28 @@ class _Batch:
             for j in range(1, vals.shape[1]):                   # partials in order
                 red = combine(red, vals[:, j])
         self.set_var(s.name, s.value.dtype, np.repeat(red, width), act)
+
+    def reduce_scatter(self, s: CoopReduceScatter, act: np.ndarray):
+        """The printers' shuffles (program.scatter_order), one after another."""
+        self.uniform(act, "CoopReduceScatter")
+        if s.width > self.subgroup:
+            self.fault(f"reduce-scatter over {s.width} threads, wider than the "
+                       f"{self.subgroup}-lane subgroup")
+        dt = s.values[0].dtype.numpy
+        vals = np.stack([self.ev(v, act).astype(dt) for v in s.values])   # [V, threads]
+        lane = self.lane[act] % s.width
+        combine = np.add if s.op is ReduceOp.Sum else np.maximum
+        with np.errstate(over="ignore", invalid="ignore"):
+            for off, keep in scatter_order(len(vals), s.width):
+                partner = np.arange(act.size) ^ off    # act: whole workgroups, in order
+                if keep < len(vals):
+                    up = (lane & off) != 0
+                    lo, hi = vals[:keep], vals[keep:]
+                    kept, sent = np.where(up, hi, lo), np.where(up, lo, hi)
+                    vals = combine(kept, sent[:, partner])
+                else:
+                    vals = combine(vals, vals[:, partner])
+        self.set_var(s.name, s.values[0].dtype, vals[0], act)
 
     # -- matrix-unit statements ------------------------------------------------------
     def copy_async(self, s: CopyAsync, act: np.ndarray):

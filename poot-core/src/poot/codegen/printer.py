@@ -41,6 +41,7 @@ from poot.codegen.program import (
     Assign,
     Barrier,
     CoopReduce,
+    CoopReduceScatter,
     CopyAsync,
     CopyCommit,
     CopyWait,
@@ -58,6 +59,7 @@ from poot.errors import DtypeLowering, UnsupportedOp
 #: statement type -> the hook that prints it
 STATEMENT_HOOKS = {Let: "let", Assign: "assign", Store: "store", For: "loop", If: "branch",
                    Barrier: "barrier_stmt", CoopReduce: "coop_reduce", CopyAsync: "matrix",
+                   CoopReduceScatter: "reduce_scatter",
                    CopyCommit: "matrix", CopyWait: "matrix", MmaTile: "matrix",
                    **dict.fromkeys(TENSOR_ASYNC, "tensor_async")}
 
@@ -163,6 +165,10 @@ class Printer:
 
     def coop_reduce(self, s: CoopReduce, depth: int) -> list[str]:
         raise self.unsupported("CoopReduce")
+
+    def reduce_scatter(self, s: CoopReduceScatter, depth: int) -> list[str]:
+        """Only printers of targets that declare REDUCE_SCATTER print it."""
+        raise self.unsupported("CoopReduceScatter")
 
     def matrix(self, s: Stmt, depth: int) -> list[str]:
         """CopyAsync / CopyCommit / CopyWait / MmaTile: only printers of targets that

@@ -29,6 +29,12 @@ Conventions every printer and the interpreter (`poot.codegen.interp`) share:
   workgroup. Printers map it to subgroup/warp primitives and, across
   subgroups, to shared memory and barriers of their own; they must leave shared
   arrays of the kernel untouched. Floats reduce in F32, integers in I32.
+* `CoopReduceScatter(name, op, values, width)` (targets declaring REDUCE_SCATTER) reduces
+  V = len(values) values at once over each aligned group of `width` threads (V a power
+  of two, at most `width`; `width` at most the target's subgroup): thread t of the group
+  receives the reduction of values[(t mod width) // (width // V)], so each of the V
+  results lands on width // V consecutive threads. Printers halve the set at each xor
+  shuffle (V - 1 shuffles in all, not V log2(width)); see `scatter_order`.
 
 Matrix-unit statements, for targets that declare the features (poot.codegen.target);
 a lowering emits them only when its target has them, and printers without them refuse:
@@ -250,6 +256,34 @@ class CoopReduce(Stmt):
     @property
     def var(self) -> Var:
         return Var(self.name, self.value.dtype)
+
+
+@dataclass(frozen=True, eq=False)
+class CoopReduceScatter(Stmt):
+    """Declare `name`: the op-reduction over each group of `width` threads of the value
+    of `values` that the thread's place in its group picks (see module)."""
+
+    name: str
+    op: ReduceOp
+    values: tuple[Expr, ...]
+    width: int
+
+    @property
+    def var(self) -> Var:
+        return Var(self.name, self.values[0].dtype)
+
+
+def scatter_order(v: int, width: int) -> list[tuple[int, int]]:
+    """The xor shuffles of a CoopReduceScatter of `v` values over `width` lanes, in order:
+    (offset, values kept). While more than one value is left, the lanes whose `offset` bit
+    is set keep the upper half of their values and send the lower, the others the reverse,
+    each adding what its partner sent to what it kept; then one value's butterfly."""
+    out, off = [], width // 2
+    while off >= 1:
+        v = max(v // 2, 1)
+        out.append((off, v))
+        off //= 2
+    return out
 
 
 @dataclass(frozen=True, eq=False)
@@ -484,6 +518,8 @@ def _stmts(body: Sequence[Stmt]) -> Iterator[Stmt]:
 def _exprs_of(s: Stmt) -> tuple[Expr, ...]:
     if isinstance(s, (Let, Assign, CoopReduce)):
         return (s.value,)
+    if isinstance(s, CoopReduceScatter):
+        return s.values
     if isinstance(s, Store):
         return (s.index, s.value)
     if isinstance(s, For):
@@ -628,8 +664,22 @@ class _Checker:
             if w is not None and (w < 1 or w & (w - 1) or t % w):
                 self.fail(f"reduction width {w} must be a power of two dividing {t}")
             self.declare(s.name, s.value.dtype, False)
+        elif isinstance(s, CoopReduceScatter):
+            self.reduce_scatter(s)
         else:
             self.fail(f"unknown statement {s!r}")
+
+    def reduce_scatter(self, s: CoopReduceScatter):
+        dtypes = {v.dtype for v in s.values}
+        for v in s.values:
+            self.expr(v)
+        if len(dtypes) != 1 or not dtypes <= {DType.F32, I32}:
+            self.fail(f"reduce-scatter of {sorted(map(str, dtypes))}; one of f32 or i32")
+        v, w, t = len(s.values), s.width, self.kernel.threads_per_group
+        if w < 1 or w & (w - 1) or t % w or v & (v - 1) or v > w:
+            self.fail(f"reduce-scatter of {v} values over {w} threads: both powers of two, "
+                      f"the values at most the width, the width dividing {t}")
+        self.declare(s.name, s.values[0].dtype, False)
 
 
     def copy_async(self, s: CopyAsync):

@@ -13,7 +13,7 @@ kernel interpreter (poot.codegen.interp, `subgroup=`) folds in the same order.
 from __future__ import annotations
 
 from poot.codegen.cstyle import CPrinter
-from poot.codegen.program import CoopReduce, Kernel
+from poot.codegen.program import CoopReduce, CoopReduceScatter, Kernel, scatter_order
 from poot.dtypes import DType
 from poot.ir.ops import ReduceOp
 
@@ -126,6 +126,31 @@ class SimtPrinter(CPrinter):
         per_group = width // warp      # lane 0 of each warp publishes its partial
         return out + [f"{pad}if (({lane} & {warp - 1}) == 0) {scratch}[{lane} / {warp}] = {v};",
                       *fold_scratch(f"({lane} / {width}) * {per_group}", per_group)]
+
+    def reduce_scatter(self, s: CoopReduceScatter, depth: int) -> list[str]:
+        pad, kernel = self.pad(depth), self.kernel
+        if s.width > self.warp or kernel.threads_per_group % self.warp:
+            raise self.unsupported(f"CoopReduceScatter over {s.width} of "
+                                   f"{kernel.threads_per_group} threads")
+        dtype = s.values[0].dtype
+        t = self.type_name(dtype)
+        lane = self.builtin("index", 0, kernel)
+        r = [f"{s.name}_r{i}" for i in range(len(s.values))]
+        out = [f"{pad}{t} {x} = {self.expr(v)};" for x, v in zip(r, s.values, strict=True)]
+        count = len(r)
+        for off, keep in scatter_order(count, s.width):
+            if keep == count:          # one value left: the butterfly
+                other = self.shuffle_xor(r[0], off, s.width)
+                out.append(f"{pad}{r[0]} = {self.combine(s.op, dtype, r[0], other)};")
+                continue
+            up = f"{s.name}_u{off}"
+            out.append(f"{pad}const bool {up} = ({lane} & {off}) != 0;")
+            for lo, hi in zip(r[:keep], r[keep:count], strict=True):
+                sent = self.shuffle_xor(f"({up} ? {lo} : {hi})", off, s.width)
+                kept = f"({up} ? {hi} : {lo})"
+                out.append(f"{pad}{lo} = {self.combine(s.op, dtype, kept, sent)};")
+            count = keep
+        return out + [f"{pad}const {t} {s.name} = {r[0]};"]
 
 
 __all__ = ["SimtPrinter"]

@@ -13,6 +13,8 @@ instruction. A backend tells the lowerings what its target has through
   a workgroup 48 KiB of shared memory, so packed GEMVs take the integer schedule
   (activations quantized to int16 in shared memory). Every printer can print Dot2 (as
   plain multiply-adds); the feature says only that it is worth it.
+* `REDUCE_SCATTER`: the target prints `CoopReduceScatter` within its subgroup (xor
+  shuffles), so a warp's many dot products finish in V - 1 shuffles, not V log2(32).
 * `WGMMA`: the target prints Wgmma / WgmmaCommit / WgmmaWait (warpgroup
   matrix products from shared memory, CUDA sm_90a) and RegisterBudget.
 * `TMA`: the target prints TmaLoad with the kernel's TensorMaps (bulk tensor copies into
@@ -60,10 +62,12 @@ MATRIX_UNITS = {u.feature: u for u in (MMA_M16N8K16,)}
 COPY_ASYNC = "copy.async"
 WIDE_WORKGROUPS = "workgroup.1024"
 DOT2 = "dot2.i16.u8"
+REDUCE_SCATTER = "coop.reduce_scatter"
 WGMMA = "wgmma.m64k16"
 TMA = "tma.tile.2d"
 #: every feature name a target may declare
-FEATURES = frozenset({*MATRIX_UNITS, COPY_ASYNC, WIDE_WORKGROUPS, DOT2, WGMMA, TMA})
+FEATURES = frozenset({*MATRIX_UNITS, COPY_ASYNC, WIDE_WORKGROUPS, DOT2, REDUCE_SCATTER, WGMMA,
+                      TMA})
 
 
 def matrix_unit(features: Iterable[str]) -> MatrixUnit | None:
@@ -71,5 +75,5 @@ def matrix_unit(features: Iterable[str]) -> MatrixUnit | None:
     return next((MATRIX_UNITS[f] for f in sorted(features) if f in MATRIX_UNITS), None)
 
 
-__all__ = ["COPY_ASYNC", "DOT2", "FEATURES", "MATRIX_UNITS", "MMA_M16N8K16", "TMA", "WGMMA",
-           "WIDE_WORKGROUPS", "MatrixUnit", "matrix_unit"]
+__all__ = ["COPY_ASYNC", "DOT2", "FEATURES", "MATRIX_UNITS", "MMA_M16N8K16", "REDUCE_SCATTER",
+           "TMA", "WGMMA", "WIDE_WORKGROUPS", "MatrixUnit", "matrix_unit"]
