@@ -1,6 +1,7 @@
-"""The rows GEMV's tile (rows per group over narrow N; columns per group over narrow and
-wide N; optionally K split over that many warps a group) swept over SmolLM2's narrow
-packed Q4_1 shapes at each --rows M on cuda, each result checked against numpy
+"""The rows GEMV's tile on cuda (dot.ROWS_SCATTERED: rows per group over narrow N;
+columns per group over narrow and wide N; optionally K split over that many warps a
+group) swept over SmolLM2's narrow packed Q4_1 shapes at each --rows M on cuda, each
+result checked against numpy
 (batch_step.bench_shapes), then the tile with the least time per decode step by the
 shapes' counts in a step (30 layers of Q, O, K, V, gate, up, down). With --batches,
 batch_step.py's recorded decode steps (random Q4_1 weights of SmolLM2's shape) under the
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import re
 
 import batch_step
@@ -25,23 +27,22 @@ from poot.codegen.lower import dot
 
 #: (N, K) -> launches per SmolLM2 decode step
 PER_STEP = {(576, 576): 60, (192, 576): 60, (1536, 576): 60, (576, 1536): 30}
-KNOBS = ("ROWS_TILE", "ROWS_COLUMNS", "ROWS_WIDE_COLUMNS", "ROWS_SPLIT", "ROWS_WARPS",
-         "ROWS_MIN_TRIP")
 
 
 @contextlib.contextmanager
 def tile(spec: str):
-    """The rows GEMV's constants set to `spec` (R:C:W[:S]; S: exactly S warps a group)."""
-    saved = {k: getattr(dot, k) for k in KNOBS}
+    """The rows GEMV's rule on cuda (dot.ROWS_SCATTERED) set to `spec` (R:C:W[:S]; S:
+    exactly S warps a group, whatever the grid and the accumulators)."""
+    saved = dot.ROWS_SCATTERED, dot.ROWS_WIDE_COLUMNS
     parts = [int(x) for x in spec.split(":")]
-    dot.ROWS_TILE, dot.ROWS_COLUMNS, dot.ROWS_WIDE_COLUMNS = parts[:3]
+    rule = dataclasses.replace(saved[0], tile=parts[0], columns=parts[1], min_groups=0)
     if len(parts) > 3:
-        dot.ROWS_SPLIT, dot.ROWS_WARPS, dot.ROWS_MIN_TRIP = parts[3], 1 << 30, 1
+        rule = dot.RowsRule(parts[0], parts[1], split=parts[3], warps=1 << 30, min_trip=1)
+    dot.ROWS_SCATTERED, dot.ROWS_WIDE_COLUMNS = rule, parts[2]
     try:
         yield
     finally:
-        for k, v in saved.items():
-            setattr(dot, k, v)
+        dot.ROWS_SCATTERED, dot.ROWS_WIDE_COLUMNS = saved
 
 
 @contextlib.contextmanager
@@ -49,12 +50,12 @@ def per_shape(best: dict):
     """_rows_plan under each (N, K, M)'s best tile where the sweep timed it."""
     plan = dot._rows_plan
 
-    def chosen(p):
+    def chosen(p, rule):
         spec = best.get((p.n, p.k, p.m))
         if spec is None:
-            return plan(p)
+            return plan(p, rule)
         with tile(spec):
-            return plan(p)
+            return plan(p, dot.ROWS_SCATTERED)
     dot._rows_plan = chosen
     try:
         yield

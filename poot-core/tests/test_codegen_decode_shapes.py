@@ -1,6 +1,7 @@
 """Decode-shaped schedules: 16-bit GEMVs of few columns split each column's K across
-warps; one-row norms take wide workgroups where the target launches them. Both against
-the oracle through the kernel interpreter."""
+warps; one-row norms take wide workgroups where the target launches them; the rows GEMV
+finishes its dot products by reduce-scatter where the target has it. All against the
+oracle (or numpy) through the kernel interpreter."""
 from __future__ import annotations
 
 import ml_dtypes
@@ -9,8 +10,8 @@ import pytest
 from poot.codegen.cases import _rmsnorm
 from poot.codegen.interp import run_lowering
 from poot.codegen.lower import dot, lower
-from poot.codegen.program import CoopReduce
-from poot.codegen.target import WIDE_WORKGROUPS
+from poot.codegen.program import CoopReduce, CoopReduceScatter
+from poot.codegen.target import REDUCE_SCATTER, WIDE_WORKGROUPS
 from poot.dtypes import DType
 from poot.ir import region
 from poot.ir.ops import DenseContraction, FusedRow
@@ -50,9 +51,10 @@ def test_one_row_norm_takes_a_wide_workgroup(rows, wg):
     np.testing.assert_allclose(run_lowering(prog, a, out), want, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("n, wide, dots", [(19, False, dot.ROWS_TILE), (20, True, 13 * 2)])
+@pytest.mark.parametrize("n, wide, dots", [(19, False, dot.ROWS_FOLDED.tile),
+                                           (20, True, 13 * 2)])
 def test_rows_gemv_tiles_rows_over_narrow_n(monkeypatch, n, wide, dots):
-    """13 rows: narrow N splits them into tiles of ROWS_TILE (the last one partial, its
+    """13 rows: narrow N splits them into tiles of ROWS_FOLDED.tile (the last one partial, its
     spare rows stored nowhere), wide N keeps all of them in each group of 2 columns."""
     monkeypatch.setattr(dot, "ROWS_WIDE_N", 16 if wide else 1 << 20)
     monkeypatch.setattr(dot, "ROWS_WIDE_COLUMNS", 2)
@@ -82,3 +84,46 @@ def test_rows_gemv_splits_k_across_warps(monkeypatch, rows, n, k, split):
     x, w = (rng.standard_normal(t.shape).astype(np.float32) for t in ins)
     got = run_lowering(prog, [x, w], op.infer(ins))
     np.testing.assert_allclose(got, x @ w.T, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("rows, n, k, wide, sets", [
+    (32, 256, 320, False, [32, 32]),  # 4 columns x 16 rows a group, K over 2 warps
+    (24, 256, 320, False, [32, 32]),  # the second row tile half spare
+    (32, 8, 640, False, [16]),        # too few groups for 4 columns: one, K over 8 warps
+    (13, 19, 1200, False, [16]),      # one tile of 13 rows (padded to 16), 8 warps
+    (5, 16, 64, False, [8]),          # 5 of 8 products real
+    (32, 24, 96, True, [32, 32]),     # wide: 2 columns x 32 rows, two sets of 32
+])
+def test_rows_gemv_reduce_scatters_its_dot_products(monkeypatch, rows, n, k, wide, sets):
+    """With REDUCE_SCATTER the rows GEMV reduces a group's products 32 at a time, each
+    thread storing the one it holds (through shared memory when K is split over warps);
+    the values match numpy in every layout of tiles, columns and spare rows."""
+    monkeypatch.setattr(dot, "ROWS_WIDE_N", 16 if wide else 1 << 20)
+    ins = [T((rows, k), DType.F32), T((n, k), DType.F32)]
+    op = DenseContraction()
+    prog = lower(op, ins, op.infer(ins), frozenset({REDUCE_SCATTER}))
+    (kernel,) = prog.kernels
+    assert [len(s.values) for s in kernel.statements()
+            if isinstance(s, CoopReduceScatter)] == sets
+    assert not any(isinstance(s, CoopReduce) for s in kernel.statements())
+    rng = np.random.default_rng(rows * n)
+    x, w = (rng.standard_normal(t.shape).astype(np.float32) for t in ins)
+    got = run_lowering(prog, [x, w], op.infer(ins))
+    np.testing.assert_allclose(got, x @ w.T, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("m, n, k, sets, split", [
+    (32, 576, 576, [32, 32], 2), (32, 192, 576, [16], 8), (32, 576, 1536, [32, 32], 2),
+    (16, 576, 576, [16], 8), (16, 1536, 576, [16], 4), (8, 1536, 576, [8], 4),
+])
+def test_scattered_rows_plan_on_smollm2_shapes(m, n, k, sets, split):
+    """Products per group (columns x rows) and K split under ROWS_SCATTERED at SmolLM2's
+    decode shapes: the tiles the H200 sweep found best (docs/performance.md, 2026-12-03):
+    4 columns x 16 rows past 16 rows where N leaves groups enough, else one column of
+    all rows; K over the most warps that keep a workgroup's accumulators in registers."""
+    ins = [T((m, k), DType.F32), T((n, k), DType.F32)]
+    op = DenseContraction()
+    (kernel,) = lower(op, ins, op.infer(ins), frozenset({REDUCE_SCATTER})).kernels
+    assert [len(s.values) for s in kernel.statements()
+            if isinstance(s, CoopReduceScatter)] == sets
+    assert kernel.workgroup == (32 * dot.ROWS_GROUPS * split,)

@@ -23,11 +23,13 @@ owns the schedules:
   trip's while the rows are quantized). 4-bit (8-bit)
   quants are centred on 8 (128) through the integer sum, so the activations' rounding
   meets (u - centre), not u; the rest of the affine offset meets the exact f32 sum.
-* Rows GEMV (a decode batch: up to BATCH_ROWS rows): the GEMV's groups, one or two
+* Rows GEMV (a decode batch: up to BATCH_ROWS rows): the GEMV's groups, a few
   columns each, with lanes striding along K one element at a time, so every activation
   load is coalesced across the lanes and serves all the group's columns, and each weight
-  element is decoded once for the group's rows: all of them over wide N, a tile of
-  ROWS_TILE over narrow N (a workgroup's groups take one column's row tiles in turn).
+  element is decoded once for the group's rows: all of them over wide N, a tile of rows
+  over narrow N (a workgroup's groups take one column's row tiles in turn; `RowsRule`).
+  A group's many dot products finish by one reduce-scatter per 32 of them where the
+  target has it (each lane then stores one), else by a butterfly each.
   (The 16x16 tiles below leave such small problems a few workgroups looping over K
   through barriers: latency-bound.)
 * Tiled GEMM (many rows, prefill): 16x16 output tiles, operands staged through
@@ -50,7 +52,7 @@ from poot.codegen.builder import KernelBuilder
 from poot.codegen.expr import Const, Dot2, Expr, Load, Sel, f32, ge, i32, maximum, u32
 from poot.codegen.lower import mma, wgmma
 from poot.codegen.program import group_id, local_id, local_index
-from poot.codegen.target import DOT2
+from poot.codegen.target import DOT2, REDUCE_SCATTER
 from poot.dtypes import DType
 from poot.ir.ops import ReduceOp
 
@@ -61,13 +63,8 @@ GEMV_MAX_ROWS = 4
 BATCH_ROWS = 32   # the most rows the rows GEMV serves (decode batches)
 ROWS_WIDE_N = 8192   # columns from which the rows GEMV takes ROWS_WIDE_COLUMNS a group
 ROWS_WIDE_COLUMNS = 2   # columns per group of the rows GEMV over wide N
-ROWS_COLUMNS = 4  # columns per group of the rows GEMV over narrow N past one row tile
-ROWS_TILE = 8     # rows per group of the rows GEMV (a batch's rows split across groups)
 ROWS_GROUPS = 4   # groups per workgroup in the rows GEMV (more workgroups for small N)
 ROWS_UNROLL = 18  # most elements a lane loads per trip in the rows GEMV over narrow N
-ROWS_SPLIT = 4    # most warps one row tile's K is split over in the rows GEMV (narrow N)
-ROWS_WARPS = 4096   # warps below which the rows GEMV splits a row tile's K further
-ROWS_MIN_TRIP = 9   # fewest elements a lane keeps when the rows GEMV splits K
 UNROLL = 4        # strided items per lane per loop trip in the GEMV schedule
 RUN_TRIP = 64     # weight elements per lane per trip when decoding runs (>= 32 bytes of 4-bit)
 RUN_COLUMNS = 2   # weight rows per group when decoding runs over staged activations
@@ -169,7 +166,7 @@ def contraction_kernel(p: Problem, sig, declare: Callable[[KernelBuilder], None]
     if split is not None:
         return mma.mma_gemm_kernel(p, kb_factory, declare, split, split=True)
     if p.m <= BATCH_ROWS:
-        return gemv_kernel(p, kb_factory, declare, many_rows=True)
+        return gemv_kernel(p, kb_factory, declare, many_rows=True, features=sig.features)
     return gemm_kernel(p, kb_factory, declare)
 
 
@@ -179,7 +176,9 @@ def gemv_kernel(p: Problem, kb_factory, declare, many_rows: bool = False,
     `features`: the target's (the integer GEMV where it declares DOT2)."""
     rows = p.m if not p.w_per_row else 1        # rows sharing one weight column per group
     columns = p.batch * p.n * (p.m if p.w_per_row else 1)
-    plan = _rows_plan(p) if many_rows else (_int_plan(p, rows, features)
+    scatter = many_rows and REDUCE_SCATTER in features
+    rule = ROWS_SCATTERED if scatter else ROWS_FOLDED
+    plan = _rows_plan(p, rule) if many_rows else (_int_plan(p, rows, features)
                                             or _run_plan(p, rows))
     width = plan.width                          # columns per group
     tile = min(plan.rows or rows, rows)         # rows per group
@@ -222,6 +221,17 @@ def gemv_kernel(p: Problem, kb_factory, declare, many_rows: bool = False,
         _gemv_runs(kb, p, plan, lane, b, ns, ms, accs)
     else:
         _gemv_elements(kb, p, lane, b, ns[0], ms, accs[0], 0)
+    if scatter:
+        flat = [accs[t][j] for j in range(len(ms)) for t in range(len(cols))]
+        for i, total, holds in _scattered_sums(kb, p, flat, lanes, plan.groups):
+            t, j = ix.mod(i, len(cols)), ix.div(i, len(cols))
+            col = kb.let("col", ix.add(ix.mul(group, len(cols)), t)) if len(cols) > 1 \
+                else group
+            m = ix.add(first, j) if chunks > 1 else j
+            ok = ix.both(holds, ix.both(ix.lt(col, i32(columns)), ix.lt(m, i32(rows))))
+            with kb.if_(ok):
+                p.store(kb, b, kb.let("m", m), kb.let("n", ix.mod(col, p.n)), total)
+        return kb.finish()
     totals = _split_sums(kb, p, accs, lanes, plan.groups) if many_rows and lanes > LANES \
         else [[kb.reduce("dot", ReduceOp.Sum, acc, lanes) for acc in column] for column in accs]
     for col, n, sums in zip(cols, ns, totals, strict=True):
@@ -257,6 +267,44 @@ def _split_sums(kb, p: Problem, accs, lanes: int, warps: int):
         totals.append(kb.let("dot", total))
     per = len(flat) // len(accs)
     return [totals[t * per:(t + 1) * per] for t in range(len(accs))]
+
+
+def _scattered_sums(kb, p: Problem, flat: list, lanes: int, warps: int):
+    """The dot products `flat` of groups of `lanes` threads (`warps` warps a workgroup),
+    LANES at a time by reduce-scatter: yields (i, total, holds) per set, where this thread
+    holds flat[i]'s total when `holds` (one thread per product). A group of several warps
+    meets in shared memory: each warp's holders store their sums, one barrier, then the
+    first warp's holders add the group's partials in order."""
+    wl = kb.let("wl", ix.mod(local_index(), LANES))
+    sets = [flat[c:c + LANES] for c in range(0, len(flat), LANES)]
+    widths = [1 << (len(x) - 1).bit_length() for x in sets]     # padded to powers of two
+    parts = [kb.reduce_scatter("dot", ReduceOp.Sum, x + [p.zero()] * (v - len(x)), LANES)
+             for x, v in zip(sets, widths, strict=True)]
+    places = []                              # (index within the set, holds) per set
+    for v in widths:
+        rep = LANES // v                     # threads holding each product
+        places.append((kb.let("di", ix.div(wl, rep)), ix.eq(ix.mod(wl, rep), i32(0))))
+    offsets = [sum(widths[:c]) for c in range(len(widths))]
+    if lanes > LANES:
+        per, split = sum(widths), lanes // LANES
+        scratch = kb.shared("dot_parts", p.acc, warps * per)
+        warp = kb.let("warp", ix.div(local_index(), LANES))
+        for (li, holds), part, off in zip(places, parts, offsets, strict=True):
+            with kb.if_(holds):
+                kb.store(scratch, ix.add(ix.mul(warp, per), ix.add(li, off)), part)
+        kb.barrier()
+        w0 = kb.let("w0", ix.mul(ix.div(local_index(), lanes), split))
+        first = ix.lt(ix.mod(local_index(), lanes), i32(LANES))
+        for c, ((li, holds), off) in enumerate(zip(places, offsets, strict=True)):
+            at = kb.let("at", ix.add(ix.mul(w0, per), ix.add(li, off)))
+            total = scratch[at]
+            for w in range(1, split):
+                total = total + scratch[ix.add(at, w * per)]
+            places[c] = (li, ix.both(holds, first))
+            parts[c] = kb.let("dot", total)
+    for c, ((li, holds), part) in enumerate(zip(places, parts, strict=True)):
+        i = kb.let("di", ix.add(li, c * LANES))
+        yield i, part, ix.both(holds, ix.lt(i, i32(len(flat))))
 
 
 def _words_split(p: Problem, columns: int) -> int:
@@ -350,32 +398,59 @@ def _int_row_words(k: int) -> int:
     return k // 2 + k // 2 // INT_PAD
 
 
-def _rows_plan(p: Problem) -> RunPlan:
+@dataclass(frozen=True)
+class RowsRule:
+    """How the rows GEMV lays out a narrow problem (see `_rows_plan`): `tile` rows a group,
+    `columns` columns a group past one tile of rows while that leaves at least
+    `min_groups` groups, and K split over up to `split` warps a group while the grid has
+    fewer than `warps` warps, each lane keeps `min_trip` elements and the group's
+    accumulators times its warps stay within `accs` (a workgroup's registers)."""
+
+    tile: int
+    columns: int
+    split: int
+    warps: int
+    min_trip: int
+    accs: int = 1 << 30
+    min_groups: int = 0
+
+
+#: targets that finish each dot product by its own butterfly (CoopReduce)
+ROWS_FOLDED = RowsRule(tile=8, columns=4, split=4, warps=4096, min_trip=9)
+#: targets with REDUCE_SCATTER, whose products cost little to finish, so the best tiles
+#: are taller and K splits further (the sweep in docs/performance.md, 2026-12-03)
+ROWS_SCATTERED = RowsRule(tile=16, columns=4, split=8, warps=8192, min_trip=2, accs=128,
+                          min_groups=128)
+
+
+def _rows_plan(p: Problem, rule: RowsRule) -> RunPlan:
     """The rows GEMV's columns per group (one batch per group: N a multiple of them), rows
     per group and elements per lane and trip (`unroll`). Narrow problems (few columns, so
     few groups) are bound by each group's chain of trips and have too few warps to hide
-    it: ROWS_TILE rows a group (a batch's rows over several groups: more warps, each with
-    a shorter chain of loads and multiply-adds per element), ROWS_COLUMNS columns a group
-    past one tile of rows (each activation load serves them all; one tile keeps one
-    column, for warps), K split over `split` warps a group while the grid has fewer than
-    ROWS_WARPS warps and each lane keeps ROWS_MIN_TRIP elements (each warp a shorter chain
-    again; the warps' sums meet in one cooperative reduction), and the most elements per
-    trip that divide K's whole lane strides, so short rows (SmolLM2's K = 576) take one
-    trip. Wide ones have groups enough to hide latency: every row and ROWS_WIDE_COLUMNS
-    columns a group (each activation load serves them all) in trips of UNROLL."""
+    it: `rule.tile` rows a group (a batch's rows over several groups: more warps, each
+    with a shorter chain of loads and multiply-adds per element), `rule.columns` columns
+    a group past one tile of rows (each activation load serves them all; one tile keeps
+    one column, for warps), K split over `split` warps a group (each warp a shorter chain
+    again; the warps' sums meet in shared memory), and the most elements per trip that
+    divide K's whole lane strides, so short rows (SmolLM2's K = 576) take one trip. Wide
+    ones have groups enough to hide latency: every row and ROWS_WIDE_COLUMNS columns a
+    group (each activation load serves them all) in trips of UNROLL."""
     wide = p.batch * p.n >= ROWS_WIDE_N
-    width = ROWS_WIDE_COLUMNS if wide else ROWS_COLUMNS if p.m > ROWS_TILE else 1
+    tiles = -(-p.m // rule.tile)
+    many = p.m > rule.tile and p.n // rule.columns * tiles >= rule.min_groups
+    width = ROWS_WIDE_COLUMNS if wide else rule.columns if many else 1
     width = width if p.batch == 1 and p.n % width == 0 else 1
     if wide:        # groups enough already: row tiles would only decode each weight again
         return RunPlan(width, ROWS_GROUPS)
-    warps = p.batch * p.n // width * -(-p.m // ROWS_TILE)
+    warps = p.batch * p.n // width * tiles
+    accs = width * min(p.m, rule.tile)
     split = 1
-    while (2 * split <= ROWS_SPLIT and 2 * split * warps <= ROWS_WARPS
-           and p.k >= 2 * split * LANES * ROWS_MIN_TRIP):
+    while (2 * split <= rule.split and 2 * split * warps <= rule.warps
+           and 2 * split * accs <= rule.accs and p.k >= 2 * split * LANES * rule.min_trip):
         split *= 2
     strides = p.k // (LANES * split)
     unroll = max((u for u in range(1, ROWS_UNROLL + 1) if strides % u == 0), default=1)
-    return RunPlan(width, ROWS_GROUPS * split, unroll=unroll, rows=ROWS_TILE, split=split)
+    return RunPlan(width, ROWS_GROUPS * split, unroll=unroll, rows=rule.tile, split=split)
 
 
 def _run_unroll(p: Problem) -> int:
