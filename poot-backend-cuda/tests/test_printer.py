@@ -83,3 +83,28 @@ def test_integer_gemv_prints_dp2a_where_the_target_has_it(arch, dp2a):
     src = CudaPrinter(arch).source(kernel)
     assert ("poot_dp2a_lo(" in src.split("__global__")[1]) is dp2a
     assert kernel_features(*parse_arch(arch)) >= ({"dot2.i16.u8"} if dp2a else set())
+
+
+@pytest.mark.parametrize("shape", [(576, 576), (4096, 4096)], ids=["one-trip", "staged"])
+def test_integer_gemv_loads_its_weights_before_awaiting_inputs(shape):
+    """The integer GEMV issues its first trip's weight loads, then griddepcontrol.wait, then
+    reads the activations: the weight latency overlaps the kernel before it, and the
+    launch overlaps only where the weight operands are plan constants."""
+    import poot_quant  # noqa: F401 - registers the formats
+    from poot.formats import PackedWeight
+    from poot.ir.ops import PackedContraction
+    from poot_cuda.capability import kernel_features
+    from poot_cuda.kernels import may_overlap
+
+    pw = PackedWeight("gguf:Q4_0", shape)
+    op = PackedContraction(pw)
+    ins = [TensorType((1, shape[1]), F32)] + [s.type for s in pw.sources()]
+    kernel = lower(op, ins, op.infer(ins), kernel_features(9, 0)).kernels[0]
+    weights = frozenset(range(1, len(ins)))
+    assert kernel.early_reads() == weights
+    body = CudaPrinter("sm_90").source(kernel).split("__global__")[1]
+    wait = body.index("griddepcontrol.wait")
+    assert body.count("griddepcontrol.wait") == 1
+    assert body.index("in1[") < wait < body.index("in0[")
+    assert may_overlap(kernel, weights) and not may_overlap(kernel, frozenset())
+    assert "griddepcontrol" not in CudaPrinter("sm_80").source(kernel)

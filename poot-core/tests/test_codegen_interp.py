@@ -5,10 +5,20 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from poot.codegen.builder import KernelBuilder
-from poot.codegen.expr import Var, i32
+from poot.codegen.expr import Load, Var, i32
 from poot.codegen.index import eq, lt
 from poot.codegen.interp import KernelFault, run
-from poot.codegen.program import OUT, Access, Assign, Kernel, Let, Store, local_index
+from poot.codegen.program import (
+    OUT,
+    Access,
+    Assign,
+    AwaitInputs,
+    For,
+    Kernel,
+    Let,
+    Store,
+    local_index,
+)
 from poot.dtypes import DType
 from poot.errors import IRError
 from poot.ir.ops import ReduceOp
@@ -133,6 +143,29 @@ def test_validation_refuses_malformed_programs():
         _kernel([Let("x", i32(1)), Let("x", i32(2))]).validate()
     with pytest.raises(IRError, match="expected an f32"):
         _kernel([Store("out", i32(0), i32(1))]).validate()
+
+
+def test_await_inputs_names_what_is_loaded_before_it():
+    """Before AwaitInputs a kernel only loads; early_reads names those operands (the
+    runtime overlaps the launch only where they are all constants)."""
+    from poot.codegen.program import BufferParam
+
+    bufs = (BufferParam("in0", F32, Access.READ, 4, 0), BufferParam("in1", F32, Access.READ, 4, 1),
+            BufferParam("out", F32, Access.WRITE, 4, OUT))
+    w = Let("w", Load("in1", local_index(), F32))
+    store = Store("out", local_index(), Var("w", F32) + Load("in0", local_index(), F32))
+    k = _kernel([w, AwaitInputs(), store], bufs).validate()
+    assert k.early_reads() == frozenset({1})
+    assert _kernel([w, store], bufs).validate().early_reads() is None
+    out = np.zeros(4, np.float32)
+    run(k, {"in0": np.full(4, 2, np.float32), "in1": np.arange(4, dtype=np.float32), "out": out})
+    assert out.tolist() == [2, 3, 4, 5]
+    with pytest.raises(IRError, match="before AwaitInputs"):
+        _kernel([w, store, AwaitInputs()], bufs).validate()
+    with pytest.raises(IRError, match="waits once"):
+        _kernel([AwaitInputs(), w, AwaitInputs(), store], bufs).validate()
+    with pytest.raises(IRError, match="top-level"):
+        _kernel([For("i", i32(0), i32(1), i32(1), (AwaitInputs(),)), w, store], bufs).validate()
 
 
 def test_lowering_refuses_buffers_past_32_bit_indices():

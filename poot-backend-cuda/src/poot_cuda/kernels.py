@@ -46,11 +46,20 @@ class ModuleCache:
         return fn
 
 
+def may_overlap(kernel, constants: frozenset[int]) -> bool:
+    """Whether the kernel may start while the one before it runs: what it loads before its
+    AwaitInputs (all of it, without one: nothing) is among `constants`."""
+    early = kernel.early_reads()
+    return early is None or early <= constants
+
+
 def bind(compiled: CompiledProgram, modules: ModuleCache, operand_ptrs: dict[int, int],
-         scratch_ptrs: dict[str, int], overlap: bool = False) -> list[Launch]:
+         scratch_ptrs: dict[str, int], overlap: bool = False,
+         constants: frozenset[int] = frozenset()) -> list[Launch]:
     """Launches with every buffer parameter resolved: operands by index (OUT for the
     output), scratch buffers by name, and each tensor map encoded over its buffer;
-    `overlap`: programmatic dependent launches."""
+    `overlap`: programmatic dependent launches, except for a kernel that loads before
+    its AwaitInputs an operand not among `constants` (one a step may write)."""
     launches = []
     for ck in compiled.kernels:
         ptrs = {}
@@ -59,10 +68,11 @@ def bind(compiled: CompiledProgram, modules: ModuleCache, operand_ptrs: dict[int
         maps = [encode(tm, ck.kernel.buffer(tm.buffer).dtype, ptrs[tm.buffer])
                 for tm in ck.kernel.tensor_maps]
         launches.append(Launch(modules.function(ck), ck.kernel.grid, ck.kernel.workgroup,
-                               list(ptrs.values()), ck.kernel.name, ck.dynamic_shared, overlap,
+                               list(ptrs.values()), ck.kernel.name, ck.dynamic_shared,
+                               overlap and may_overlap(ck.kernel, constants),
                                maps))
     return launches
 
 
 __all__ = ["CompiledKernel", "CompiledProgram", "ModuleCache", "bind", "compile_kernel",
-           "compile_program"]
+           "compile_program", "may_overlap"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from poot.codegen.expr import Bin, Const, Dot2
 from poot.codegen.program import (
+    AwaitInputs,
     CopyAsync,
     CopyCommit,
     CopyWait,
@@ -49,6 +50,10 @@ def dynamic_shared_bytes(kernel: Kernel) -> int:
     layout = _shared_layout(kernel)
     total = layout[-1][3] + layout[-1][2] * layout[-1][1].itemsize if layout else 0
     return total + _shared_align(kernel) - 16 if total > STATIC_SHARED_LIMIT else 0
+
+
+#: programmatic dependent launch: wait for the kernels this one depends on
+GRID_WAIT = 'asm volatile("griddepcontrol.wait;\\n" ::: "memory");'
 
 HEADER = """\
 #include <cuda_fp16.h>
@@ -104,12 +109,16 @@ class CudaPrinter(TensorAsyncPrinter, SimtPrinter):
     def entry(self) -> list[str]:
         """sm_90: programmatic dependent launch. Wait until the kernels this one depends
         on have finished and their writes are visible (a no-op when it was launched the
-        ordinary way), then let the next kernel of the stream start launching, so its
-        launch overlaps this kernel's work instead of following it."""
+        ordinary way; a kernel with AwaitInputs waits there instead), then let the next
+        kernel of the stream start launching, so its launch overlaps this kernel's work
+        instead of following it."""
         if parse_arch(self.device)[0] < 9:
             return []
-        return ['asm volatile("griddepcontrol.wait;\\n" ::: "memory");',
-                'asm volatile("griddepcontrol.launch_dependents;\\n" ::: "memory");']
+        return ([] if self._awaits else [GRID_WAIT]) + \
+            ['asm volatile("griddepcontrol.launch_dependents;\\n" ::: "memory");']
+
+    def await_inputs(self, s: AwaitInputs, depth: int) -> list[str]:
+        return [self.pad(depth) + GRID_WAIT] if parse_arch(self.device)[0] >= 9 else []
 
     def unit(self, kernel: Kernel) -> str:
         # decided once per kernel: where its shared arrays live (one dynamic block past
@@ -119,6 +128,7 @@ class CudaPrinter(TensorAsyncPrinter, SimtPrinter):
         self._align = any(isinstance(s, (CopyAsync, MmaTile)) for s in kernel.statements())
         self._aligns = {a.name: a.align for a in kernel.shared}
         self._block_align = _shared_align(kernel)
+        self._awaits = kernel.early_reads() is not None
         return super().unit(kernel)
 
     def shared_decl(self, name: str, dtype: DType, count: int) -> str:

@@ -50,8 +50,8 @@ class CudaExecutable(StreamExecutable):
             s.lowering.extra.get("collective") for s in plan.steps)
         super().__init__(rt, plan, buffers, replay_default())
 
-    def launches(self, compiled, operands, scratch) -> list:
-        return bind(compiled, self.rt.modules, operands, scratch, self.overlap)
+    def launches(self, compiled, operands, scratch, constants=frozenset()) -> list:
+        return bind(compiled, self.rt.modules, operands, scratch, self.overlap, constants)
 
 
 class CudaRuntime(StreamRuntime):

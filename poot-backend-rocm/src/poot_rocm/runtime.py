@@ -32,7 +32,7 @@ class RocmExecutable(StreamExecutable):
     def __init__(self, rt: RocmRuntime, plan, buffers: Mapping[str, DeviceBuffer]):
         super().__init__(rt, plan, buffers, replay_default())
 
-    def launches(self, compiled, operands, scratch) -> list:
+    def launches(self, compiled, operands, scratch, constants=frozenset()) -> list:
         return bind(compiled, self.rt.modules, operands, scratch)
 
 

@@ -17,6 +17,7 @@ from poot.codegen.expr import Const, Expr, Load, Var, children, i32
 from poot.codegen.program import (
     Access,
     Assign,
+    AwaitInputs,
     Barrier,
     BufferParam,
     CoopReduce,
@@ -201,6 +202,11 @@ class KernelBuilder:
 
     def barrier(self) -> None:
         self.emit(Barrier())
+
+    def await_inputs(self) -> None:
+        """Wait for the kernels before this one here (program.AwaitInputs): only loads of
+        constants come before, so their latency overlaps the previous kernel's work."""
+        self.emit(AwaitInputs())
 
     def reduce(self, name: str, op: ReduceOp, value: Expr, width: int | None = None) -> Var:
         s = CoopReduce(self.fresh(name), op, value, width)

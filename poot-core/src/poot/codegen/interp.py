@@ -33,6 +33,7 @@ from poot.codegen.program import (
     OUT,
     TENSOR_ASYNC,
     Assign,
+    AwaitInputs,
     Barrier,
     BufferParam,
     CoopReduce,
@@ -187,6 +188,8 @@ class _Batch:
             self.block(s.orelse, act[~c])
         elif isinstance(s, For):
             self.loop(s, act)
+        elif isinstance(s, AwaitInputs):
+            pass        # the interpreter runs one kernel at a time
         elif isinstance(s, Barrier):
             self.uniform(act, "Barrier")
             for w in self.writer.values():

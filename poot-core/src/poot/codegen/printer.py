@@ -39,6 +39,7 @@ from poot.codegen.program import (
     BUILTINS,
     TENSOR_ASYNC,
     Assign,
+    AwaitInputs,
     Barrier,
     CoopReduce,
     CoopReduceScatter,
@@ -59,7 +60,7 @@ from poot.errors import DtypeLowering, UnsupportedOp
 #: statement type -> the hook that prints it
 STATEMENT_HOOKS = {Let: "let", Assign: "assign", Store: "store", For: "loop", If: "branch",
                    Barrier: "barrier_stmt", CoopReduce: "coop_reduce", CopyAsync: "matrix",
-                   CoopReduceScatter: "reduce_scatter",
+                   CoopReduceScatter: "reduce_scatter", AwaitInputs: "await_inputs",
                    CopyCommit: "matrix", CopyWait: "matrix", MmaTile: "matrix",
                    **dict.fromkeys(TENSOR_ASYNC, "tensor_async")}
 
@@ -165,6 +166,10 @@ class Printer:
 
     def coop_reduce(self, s: CoopReduce, depth: int) -> list[str]:
         raise self.unsupported("CoopReduce")
+
+    def await_inputs(self, s: AwaitInputs, depth: int) -> list[str]:
+        """Nothing where launches never overlap: a kernel starts after its predecessor."""
+        return []
 
     def reduce_scatter(self, s: CoopReduceScatter, depth: int) -> list[str]:
         """Only printers of targets that declare REDUCE_SCATTER print it."""

@@ -36,6 +36,13 @@ Conventions every printer and the interpreter (`poot.codegen.interp`) share:
   results lands on width // V consecutive threads. Printers halve the set at each xor
   shuffle (V - 1 shuffles in all, not V log2(width)); see `scatter_order`.
 
+* `AwaitInputs()` (at most one, in the kernel's top-level body): where the kernel waits
+  for the kernels before it, on targets whose launches may overlap their predecessor's
+  work (CUDA's programmatic dependent launch); without it a kernel waits at its entry.
+  Before it the kernel may only load: `Kernel.early_reads()` names the operands those
+  loads read, and a runtime lets the launch overlap only where every one of them is a
+  constant of the plan (never written by a step). Elsewhere it prints as nothing.
+
 Matrix-unit statements, for targets that declare the features (poot.codegen.target);
 a lowering emits them only when its target has them, and printers without them refuse:
 
@@ -242,6 +249,11 @@ class If(Stmt):
 @dataclass(frozen=True, eq=False)
 class Barrier(Stmt):
     """Workgroup barrier with shared and global memory visibility."""
+
+
+@dataclass(frozen=True, eq=False)
+class AwaitInputs(Stmt):
+    """The kernel's wait for the kernels before it (see module)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -485,6 +497,15 @@ class Kernel:
         """Every statement, depth first in program order."""
         return _stmts(self.body)
 
+    def early_reads(self) -> frozenset[int] | None:
+        """The operand indices loaded before the kernel's AwaitInputs, or None without
+        one (the kernel waits at entry)."""
+        for i, s in enumerate(self.body):
+            if isinstance(s, AwaitInputs):
+                return frozenset(b.operand for b in self.buffers
+                                 if b.name in _read_names(self.body[:i]))
+        return None
+
     def reductions(self) -> list[CoopReduce]:
         return [s for s in self.statements() if isinstance(s, CoopReduce)]
 
@@ -513,6 +534,13 @@ def _stmts(body: Sequence[Stmt]) -> Iterator[Stmt]:
         elif isinstance(s, If):
             yield from _stmts(s.then)
             yield from _stmts(s.orelse)
+
+
+def _read_names(body: Sequence[Stmt]) -> set[str]:
+    """Arrays the statements load from (expressions and async copies)."""
+    names = {n.buffer for s in _stmts(body) for e in _exprs_of(s) for n in walk(e)
+             if isinstance(n, Load)}
+    return names | {s.src for s in _stmts(body) if isinstance(s, CopyAsync)}
 
 
 def _exprs_of(s: Stmt) -> tuple[Expr, ...]:
@@ -565,7 +593,22 @@ class _Checker:
         for tm in k.tensor_maps:
             self.tensor_map(tm)
         self.scopes.append({n: (I32, False) for n in BUILTINS})
+        self.await_inputs()
         self.block(k.body)
+
+    def await_inputs(self):
+        k = self.kernel
+        waits = [i for i, s in enumerate(k.body) if isinstance(s, AwaitInputs)]
+        if sum(isinstance(s, AwaitInputs) for s in k.statements()) > len(waits):
+            self.fail("AwaitInputs inside a loop or branch; it belongs in the top-level body")
+        if len(waits) > 1:
+            self.fail(f"{len(waits)} AwaitInputs; a kernel waits once")
+        for s in _stmts(k.body[:waits[0]] if waits else ()):
+            if isinstance(s, Store) and s.array in {b.name for b in k.buffers}:
+                self.fail(f"store to buffer {s.array!r} before AwaitInputs; before the wait "
+                          f"a kernel only loads")
+            if isinstance(s, TENSOR_ASYNC):
+                self.fail(f"{type(s).__name__} before AwaitInputs")
 
     def tensor_map(self, tm: TensorMap):
         buf = {b.name: b for b in self.kernel.buffers}.get(tm.buffer)
@@ -644,7 +687,7 @@ class _Checker:
             self.expr(s.cond, I32)
             self.block(s.then)
             self.block(s.orelse)
-        elif isinstance(s, (Barrier, CopyCommit)):
+        elif isinstance(s, (Barrier, CopyCommit, AwaitInputs)):
             pass
         elif isinstance(s, CopyWait):
             if s.pending < 0:

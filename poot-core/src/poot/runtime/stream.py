@@ -121,13 +121,15 @@ class StreamExecutable:
                                     backend=self.backend)
             operands = {i: ptr(p) for i, p in enumerate(step.inputs) if not isinstance(p, Lit)}
             operands[OUT] = ptr(step.out)
+            constants = frozenset(i for i, p in enumerate(step.inputs) if not isinstance(p, Lit)
+                                  and plan.regions[p.region].kind == "weight")
             alias = compiled.program.alias
             if alias is not None and not step.inplace and operands[alias] != operands[OUT]:
                 # the kernel updates in place: start from a copy of the operand it updates
                 self._actions.append(("copy", operands[OUT], operands[alias], step.out.nbytes))
             scratch = {b.name: rt.alloc(b.nbytes, f"scratch:{step.index}:{b.name}").ptr
                        for b in compiled.program.scratch}
-            for launch in self.launches(compiled, operands, scratch):
+            for launch in self.launches(compiled, operands, scratch, constants):
                 self._actions.append(("launch", launch))
         for c in plan.copies:
             self._actions.append(("copy", ptr(c.dst), ptr(c.src), c.src.nbytes))
@@ -150,8 +152,10 @@ class StreamExecutable:
             count *= d
         return lambda ctx: run(src, dst, count, t.dtype, ctx.stream)
 
-    def launches(self, compiled, operands: dict[int, int], scratch: dict[str, int]) -> list:
-        """The backend's bound launches of one step (callables taking the context)."""
+    def launches(self, compiled, operands: dict[int, int], scratch: dict[str, int],
+                 constants: frozenset[int] = frozenset()) -> list:
+        """The backend's bound launches of one step (callables taking the context);
+        `constants`: the operands bound to weight regions, which no step writes."""
         raise NotImplementedError
 
     def _enqueue(self) -> None:

@@ -41,6 +41,12 @@ owns the schedules:
 
 Weights that differ per row (IndexedMatMul, MoE) take the GEMV schedule with
 one group per output element.
+
+The GEMV and integer GEMV load their first trip's weights before the kernel's AwaitInputs
+(`EARLY_LOADS`; the integer GEMV where its words are staged or K is one trip), so on a
+target whose launches overlap, that latency hides under the kernel before; the runtime
+overlaps such a launch only where those operands are plan constants. The rows GEMV does
+not (at 32 rows it made the step slower: docs/performance.md).
 """
 from __future__ import annotations
 
@@ -77,6 +83,7 @@ INT_PAD = 32         # quantized activation words per pad word (lanes a run apar
 INT_EACH = 8         # activations each thread quantizes (a block's 4 threads reduce together)
 INT_WIDE_N = 4096    # columns from which the integer GEMV takes RUN_COLUMNS a group
 INT_MAX_K = 1 << 20  # rows from this long keep the f32 schedule (none; 0: every one)
+EARLY_LOADS = 1      # 1: GEMVs load their first trip's weights before AwaitInputs (0: after)
 #: 1.5 * 2^23: y + MAGIC holds round-to-nearest(y) in its low mantissa bits for |y| < 2^22
 MAGIC, MAGIC_BITS = 12582912.0, 0x4B400000
 
@@ -506,12 +513,31 @@ def _gemv_words(kb, p: Problem, lane, b, n, ms, accs, lanes: int = LANES):
     with 4)."""
     words_per_row = p.k // 2
     unroll = 2 * UNROLL if words_per_row >= 4 * lanes * 2 * UNROLL else UNROLL
-    for slots in _unrolled(kb, lane, 0, words_per_row, unroll, lanes):
-        words = [tuple(kb.let("w", x) for x in p.w_pair(b, n, kw)) for kw in slots]
+
+    def load(slots):
+        return [tuple(kb.let("w", x) for x in p.w_pair(b, n, kw)) for kw in slots]
+
+    def use(slots, words):
         for kw, (w0, w1) in zip(slots, words, strict=True):
             k0 = kb.let("k0", ix.mul(kw, 2))
             for acc, m in zip(accs, ms, strict=True):
                 kb.assign(acc, acc + p.a(b, m, k0) * w0 + p.a(b, m, ix.add(k0, 1)) * w1)
+    _early_walk(kb, lane, words_per_row, unroll, lanes, load, use)
+
+
+def _early_walk(kb, lane, stop: int, unroll: int, lanes: int, load, use):
+    """`_unrolled`'s walk as load(slots) -> held, then use(slots, held), with the first
+    whole trip's loads (weights only) issued before the kernel's AwaitInputs, so they
+    overlap the kernel before this one (EARLY_LOADS; K shorter than a trip: none)."""
+    start = 0
+    if EARLY_LOADS and stop >= lanes * unroll:
+        first = [ix.add(lane, lanes * u) for u in range(unroll)]
+        held = load(first)
+        kb.await_inputs()
+        use(first, held)
+        start = lanes * unroll
+    for slots in _unrolled(kb, lane, start, stop, unroll, lanes):
+        use(slots, load(slots))
 
 
 def _gemv_elements(kb, p: Problem, lane, b, n, ms, accs, start: int):
@@ -611,32 +637,27 @@ def _gemv_int(kb, p: Problem, plan: RunPlan, lane, b, ns, ms, accs):
     32, each row's 16 activation pair words are read once for all columns; each column
     adds (scale * dx) * f32(dot - centre * sum_q) + offset' * sum_x, where dot is 16
     Dot2 of the pair words with the group's bytes and offset' = offset + scale *
-    (centre - bias) (None when it is 0)."""
+    (centre - bias) (None when it is 0). The first trip's weight loads go before the
+    kernel's AwaitInputs (staged tiles, or a walk of one trip: all of them), so they
+    overlap the kernel before this one."""
     probe = p.w_int(0, i32(0), i32(0))
     centre = lambda g: 1 << (g.bits - 1)  # noqa: E731
     sums = any(g.offset is not None or g.bias != centre(g) for g in probe)
     trips = _int_trips(kb, p, plan, lane, b, ns, ms)
+    first = None
     if plan.words is not None:
-        next(trips)                             # the first trip's weight loads go first
+        next(trips)
+        if EARLY_LOADS:
+            kb.await_inputs()
+    elif _int_one_trip(p) and EARLY_LOADS:
+        slots, decode = next(trips)
+        first = slots, _int_groups(kb, ns, slots, decode, centre)
+        kb.await_inputs()
     act = _quantize_rows(kb, p, b, ms, LANES * plan.groups, sums)
-    for slots, decode in trips:
-        decoded = [decode(t, n, k0) for t, n in enumerate(ns) for k0, _ in slots]
-        flat = [x for gs in decoded for g in gs
-                for x in (*g.quads, g.scale, g.offset) if x is not None]
-        bound = iter(kb.let_shared("w", flat))
-        groups = []
-        for gs in decoded:
-            groups.append([])
-            for g in gs:
-                quads = [next(bound) for _ in g.quads]
-                scale = next(bound)
-                offset = None if g.offset is None else next(bound)
-                c = centre(g)
-                if c != g.bias:
-                    shift = scale * f32(float(c - g.bias))
-                    offset = shift if offset is None else offset + shift
-                groups[-1].append((quads, scale, offset, c))
-        for u, (_, k) in enumerate(slots):
+    walk = [first] if first else ((slots, _int_groups(kb, ns, slots, decode, centre))
+                                  for slots, decode in trips)
+    for slots, groups in walk:
+        for u, (_, k, ok) in enumerate(slots):
             for gi in range(p.run // INT_BLOCK):
                 kg = kb.let("kg", ix.add(k, INT_BLOCK * gi))
                 blk = ix.div(kg, INT_BLOCK)
@@ -658,7 +679,37 @@ def _gemv_int(kb, p: Problem, plan: RunPlan, lane, b, ns, ms, accs):
                         term = (scale * dx) * (dot - sq * i32(c)).cast(DType.F32)
                         if offset is not None:
                             term = term + offset * sx
+                        if ok is not None:
+                            term = Sel(ok, term, p.zero())
                         kb.assign(column[j], column[j] + term)
+    next(trips, None)                           # a walk of one trip: the generator ends
+
+
+def _int_groups(kb, ns, slots, decode, centre):
+    """Each column's and slot's integer groups, their words and scales bound now (the
+    loads issue here): [(quads, scale, offset', centre)] per (column, slot)."""
+    decoded = [decode(t, n, k0) for t, n in enumerate(ns) for k0, _, _ in slots]
+    flat = [x for gs in decoded for g in gs
+            for x in (*g.quads, g.scale, g.offset) if x is not None]
+    bound = iter(kb.let_shared("w", flat))
+    groups = []
+    for gs in decoded:
+        groups.append([])
+        for g in gs:
+            quads = [next(bound) for _ in g.quads]
+            scale = next(bound)
+            offset = None if g.offset is None else next(bound)
+            c = centre(g)
+            if c != g.bias:
+                shift = scale * f32(float(c - g.bias))
+                offset = shift if offset is None else offset + shift
+            groups[-1].append((quads, scale, offset, c))
+    return groups
+
+
+def _int_one_trip(p: Problem) -> bool:
+    """Whether a lane's direct walk over K is one trip (K of at most 32 x unroll runs)."""
+    return p.k // p.run <= LANES * _run_unroll(p)
 
 
 def _quantize_rows(kb, p: Problem, b, ms, threads: int, sums: bool):
@@ -720,17 +771,30 @@ def _quantize_rows(kb, p: Problem, b, ms, threads: int, sums: bool):
 
 
 def _int_trips(kb, p: Problem, plan: RunPlan, lane, b, ns, ms):
-    """Per trip: slots (k0 to decode at, absolute k of the run) and decode(t, n, k0) ->
-    [IntGroup]: lanes take runs lane + 32u; from the weight's own words, or from the staged
-    weight tile (`plan.words`, whole trips): then the generator first yields None once the
-    first trip's loads are issued (the caller quantizes its rows meanwhile), and each trip
-    stores the words held in registers, loads the next trip's into them while the lanes
-    compute, and ends at a barrier so the next store waits for every read."""
-    unroll = _run_unroll(p)
+    """Per trip: slots (k0 to decode at, absolute k of the run, None or the I32 mask of a
+    slot past K) and decode(t, n, k0) -> [IntGroup]: lanes take runs lane + 32u; from the
+    weight's own words (one trip of clamped runs where K allows, `_int_one_trip`), or
+    from the staged weight tile (`plan.words`, whole trips): then the generator first
+    yields None once the first trip's loads are issued (the caller quantizes its rows
+    meanwhile), and each trip stores the words held in registers, loads the next trip's
+    into them while the lanes compute, and ends at a barrier so the next store waits for
+    every read."""
+    unroll, runs = _run_unroll(p), p.k // p.run
+    direct = lambda t, n, k0: p.w_int(b, n, k0)  # noqa: E731
+    if plan.words is None and _int_one_trip(p):  # clamped runs, masked (ok) where past K
+        slots = []
+        for u in range(-(-runs // LANES)):
+            run = ix.add(lane, LANES * u)
+            ok = None if LANES * (u + 1) <= runs else ix.lt(run, i32(runs))
+            k0 = kb.let("k0", ix.mul(run if ok is None else ix.minimum(run, i32(runs - 1)),
+                                     p.run))
+            slots.append((k0, k0, ok))
+        yield slots, direct
+        return
     if plan.words is None:
-        for items in _unrolled(kb, lane, 0, p.k // p.run, unroll):
+        for items in _unrolled(kb, lane, 0, runs, unroll):
             k0s = [kb.let("k0", ix.mul(r, p.run)) for r in items]
-            yield [(k0, k0) for k0 in k0s], lambda t, n, k0: p.w_int(b, n, k0)
+            yield [(k0, k0, None) for k0 in k0s], direct
         return
     fetch, put, decode = _weight_tile(kb, p, plan, lane, b, ms[0], ns,
                                       reader=lambda k0, load: p.w_int(b, i32(0), k0, load))
@@ -744,7 +808,7 @@ def _int_trips(kb, p: Problem, plan: RunPlan, lane, b, ns, ms):
                                              strict=True):
             kb.assign(var, word)                # the next trip's words, read while this one's
         k0s = [kb.let("k0", ix.mul(ix.add(lane, LANES * u), p.run)) for u in range(unroll)]
-        yield [(k0, ix.add(kc, k0)) for k0 in k0s], decode
+        yield [(k0, ix.add(kc, k0), None) for k0 in k0s], decode
         kb.barrier()
 
 
