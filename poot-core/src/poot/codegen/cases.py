@@ -382,6 +382,7 @@ def attention_cases() -> list[Case]:
     return [
         _paged(3, 4, 2, 1, 300, 64, 97, live=70),         # decode, split-KV, dead splits
         _paged(2, 3, 1, 4, 40, 16, 50),                     # prefill tiles
+        _paged(2, 3, 1, 4, 120, 16, 50, live=37),           # prefill walks to the last live key
         _paged(2, 2, 2, 1, 9, 32, 12, dt=BF16),
         _attention(4, 2, 1, 300, 64, 64),                   # decode, GQA, split-KV
         _attention(3, 3, 5, 40, 16, 24, lead=(2,)),          # prefill, lead axis
@@ -391,6 +392,7 @@ def attention_cases() -> list[Case]:
         _attention(2, 1, 1, 1000, 32, 40),                   # 16 KV splits, ragged runs
         _attention(3, 1, 1, 1000, 64, 64, live=130),         # splits past the position
         _attention(6, 2, 3, 45, 72, 40),                     # prefill GQA, ragged block/tile
+        _attention(3, 1, 4, 200, 16, 16, live=50),           # prefill, keys past 50 unread
         _attention(2, 2, 2, 9, 256, 256, dt=BF16),           # prefill, wide heads: small tiles
     ]
 

@@ -437,6 +437,12 @@ def attention_cases() -> Iterator[Case]:
                     Arg(T((3, 1, 1, 1, 13), d), "small")],
                    one(O.PagedAttention(0.25)), exact=False, growth="compose",
                    flops=3 * 4 * 13 * 16 * 2)
+    # a prompt chunk at positions 10..13 of a 96-key cache: the walk ends at the last live key
+    cache = np.where(np.arange(96)[None, :] <= np.arange(4)[:, None] + 10, 0.0, -np.inf)
+    yield case("Attention-f32-prefill-cache-t4-s96", "Attention", F32,
+               [Arg(T((2, 4, 16), F32)), Arg(T((1, 96, 16), F32)), Arg(T((1, 96, 16), F32)),
+                Arg(T((4, 96), F32))], one(O.Attention(0.25)), exact=False, growth="compose",
+               fixed={3: cache.astype(np.float32)})
     yield case("PagedAttention-f32-prefill-b2-gqa4x2-t3-s11-p16", "PagedAttention", F32,
                [Arg(T((2, 4, 3, 16), F32)), Arg(T((16, 2, 16), F32)), Arg(T((16, 2, 16), F32)),
                 Arg(T((2, 11), I32), ("index", 16)), Arg(T((2, 1, 1, 3, 11), F32), "small")],

@@ -36,8 +36,8 @@ WARPS = 4
 KEYS = 8          # keys one 32-lane group scores per loop trip (independent chains in flight)
 SHARED_BYTES = 16 * 1024   # prefill K/V tiles stay within this (WebGPU devices have 16-32 KiB)
 NEG_INF = Const(float("-inf"), F32)
-#: decode walks each KV split only up to its last live key (False: the whole split, every
-#: trip masked past the position; kept for the batch bench's A/B)
+#: decode walks each KV split, and prefill each workgroup's keys, only up to the last live
+#: key (False: all of them, every trip masked past the position; kept for A/B benches)
 REACH = True
 
 
@@ -220,7 +220,8 @@ def _block_kernel(sig: Sig):
         ti = kb.let("t", ix.mod(rc, a.t))
         row = Row(kb, a, lane, li, h, ti, row_ok)
         at = Keys(kb, a, li, kvh)
-        with kb.for_("kt", 0, a.s, tile_keys) as kt:
+        with kb.for_("kt", 0, _block_reach(kb, a, row, lane) if REACH else a.s,
+                     tile_keys) as kt:
             for tile, side, width, name in ((sk, 0, a.d, "in1"), (sv, 1, a.dv, "in2")):
                 dtype = sig.type(1 if name == "in1" else 2).dtype
                 with kb.for_("e", local_index(), tile_keys * width, wg) as e:
@@ -246,6 +247,17 @@ def _block_kernel(sig: Sig):
                     kb.store("out", ix.add(obase, dd),
                              (row.acc[j] / row.lsum).cast(sig.out.dtype))
     return kb.finish()
+
+
+def _block_reach(kb, a: Shape, row: Row, lane) -> Expr:
+    """The keys a prefill workgroup walks: up to the last live key (mask not -inf) of any
+    of its rows. Each group scans its own row's mask; the walk past it would only add
+    exp(-inf) = 0 terms, so prompts cost their positions, not the cache's capacity."""
+    seen = kb.var("seen", i32(0))
+    with kb.for_("e", lane, a.s, LANES) as e:
+        live = ix.Sel(ix.eq(row.mask_at(e), NEG_INF), i32(0), i32(1))
+        kb.assign(seen, maximum(seen, ix.Sel(live, ix.add(e, 1), i32(0))))
+    return kb.reduce("reach", ReduceOp.Max, seen)
 
 
 def _partial_kernel(sig: Sig, rows: int, splits: int, chunk: int):
