@@ -7,6 +7,8 @@ batch sizes on cuda, under the rows GEMV and under the tiled GEMM it replaces.
 - the recorded paged decode step (graph replay, device time) at each --batches size under
   each schedule, and per kernel kind (each launch timed alone, summed) at the largest;
   also Executor.step's host time (slot writes and the logits read included);
+- with --prefill, the paged prefill steps of b sequences x t tokens (serve's prefill
+  plans: the head on each sequence's last row), each profiled by kernel kind;
 - greedy tokens of --batches' largest number of identical sequences decoded together
   against one sequence alone (batching changes nothing but speed).
 Weights are random Q4_1 of SmolLM2's exact shape (each block's scale and offset drawn,
@@ -210,6 +212,37 @@ def bench_steps(model, batches, max_seq: int, pos: int, label: str, profile_at,
     return session
 
 
+def bench_prefill(model, specs: list[tuple[int, int]], max_seq: int) -> None:
+    """Each (b, t) prefill step: b sequences of t prompt tokens at positions 0..t-1 of
+    their own KV slots, graph device time and the per-kind profile."""
+    model.backend.forget_lowerings()
+    model._sessions.clear()
+    model.prefill_tokens = max(t for _, t in specs)
+    largest = max(b for b, _ in specs)
+    session = model.session("paged", batch=largest, pool=max_seq * largest,
+                            prefill_batches=sorted({b for b, _ in specs}))
+    for b, t in specs:
+        t0 = time.perf_counter()
+        ex = session.executor(t, b)
+        planned = time.perf_counter() - t0
+        base = np.arange(b, dtype=np.int32)[:, None] * max_seq
+        slots = {"tokens": np.full((b, t), 7, np.int32), "pos": np.zeros((b, 1), np.int32),
+                 "write_map": (base + np.arange(t, dtype=np.int32)).reshape(-1),
+                 "slot_map": base + np.arange(max_seq, dtype=np.int32)[None, :]}
+        if "last" in ex.slots:
+            slots["last"] = np.arange(b, dtype=np.int32) * t + t - 1
+        exe = ex.executable
+        exe.replay = True
+        ex.step(slots)
+        timer = Timer(ex.runtime.ctx)
+        dev_ms = timer.call_ms(exe._graph.launch, reps=20, trials=5)
+        kernels = sum(1 for a in exe._actions if a[0] == "launch")
+        summary(f"prefill {b}x{t}", f"graph {dev_ms:.3f} ms ({b * t / dev_ms * 1e3:.0f} "
+                f"tok/s), {kernels} kernels, planned+bound in {planned:.1f} s")
+        print(f"per kernel kind, prefill {b}x{t}:", flush=True)
+        profile_step(exe, timer, [], top=10)
+
+
 def greedy_same(session, steps: int) -> None:
     """The session's largest batch less one of identical sequences decoded together
     against one alone (its decode plans: the batch's and 1's)."""
@@ -250,6 +283,8 @@ def main() -> int:
                     help="batches profiled per kernel kind (default: the largest)")
     ap.add_argument("--full-walk", default="",
                     help="batches also timed with attention walking whole splits (A/B)")
+    ap.add_argument("--prefill", default="",
+                    help="prefill steps BxT to time and profile, e.g. 1x32,32x8")
     args = ap.parse_args()
     batches = sorted(int(x) for x in args.batches.split(","))
     old = sorted(int(x) for x in args.old_batches.split(",") if x)
@@ -257,6 +292,9 @@ def main() -> int:
     profile = {int(x) for x in args.profile.split(",") if x} or {largest}
     walk = sorted(int(x) for x in args.full_walk.split(",") if x)
     model = smollm2_model(args.max_seq)
+    if args.prefill:
+        bench_prefill(model, [tuple(int(v) for v in x.split("x"))
+                              for x in args.prefill.split(",")], args.max_seq)
     if old:
         with schedule(0):
             bench_steps(model, old, args.max_seq, args.pos, "tiled GEMM", {max(old)})
