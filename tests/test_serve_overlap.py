@@ -29,6 +29,9 @@ def engine(model, overlap: bool):
     from poot.serve.engine import Engine
 
     e = Engine(model, name="m", max_batch=4, max_queue=8, prefill_batch=4, overlap=overlap)
+    # the engines of a test share the model's session: every plan is made before either
+    # loop runs, so that one engine's idle planning never runs beside the other's steps
+    e.warm(wait=True)
     e.start()
     return e
 

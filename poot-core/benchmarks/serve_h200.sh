@@ -14,8 +14,9 @@
 #    streaming clients x 128 tokens and the same requests one at a time (greedy texts
 #    compared), then 1 and 32 again (the spread between two runs of one version);
 # 3. two prompts' greedy 16 tokens from the server against the reference backend's;
-# 4. with SERVE_AB=1: a second server with --no-overlap (every greedy step waited for before
-#    the next), serve_bench.py 1 and 32 clients on it, for a before/after in one call.
+# 4. with SERVE_B="ARGS": a second server with those arguments (--no-overlap: every greedy
+#    step waited for before the next; --prefill-batch 4: no wide prefill plans),
+#    serve_bench.py 1 and 32 clients on it twice, for a before/after in one call.
 # The SUMMARY rows are printed last; logs land in $OUT.
 set -u -o pipefail
 source scripts/h200_lib.sh
@@ -82,22 +83,25 @@ for prompt in ("The capital of France is", "def fibonacci(n):"):
 PY
 serve_down
 grep -iE "error|traceback" "$OUT/server.log" | head -5
-if [ "${SERVE_AB:-0}" = 1 ]; then
-  mv "$OUT/server.log" "$OUT/server_overlap.log"
-  serve_start cuda --no-overlap
+if [ -n "${SERVE_B:-}" ]; then
+  mv "$OUT/server.log" "$OUT/server_a.log"
+  # shellcheck disable=SC2086 # SERVE_B is a list of arguments
+  serve_start cuda $SERVE_B
   serve_wait && python3 -c "import json, time, urllib.request as u
 for _ in range(240):
     if json.load(u.urlopen('http://127.0.0.1:8000/stats', timeout=5))['plans_waiting'] == 0:
         break
     time.sleep(1)"
-  echo "no-overlap server planned at $((SECONDS - START)) s"
-  timeout 100 python3 poot-core/benchmarks/serve_bench.py --url http://127.0.0.1:8000 \
-    --clients 1,32 --max-tokens 128 --no-serial 2>&1 | sed 's/SUMMARY serve/SUMMARY no-overlap serve/' \
-    >"$OUT/bench_sync.log"
-  grep -v SUMMARY "$OUT/bench_sync.log" | tail -6
+  echo "server [$SERVE_B] planned at $((SECONDS - START)) s"
+  for r in 1 2; do
+    timeout 100 python3 poot-core/benchmarks/serve_bench.py --url http://127.0.0.1:8000 \
+      --clients 1,32 --max-tokens 128 --no-serial 2>&1 \
+      | sed "s/SUMMARY serve/SUMMARY [$SERVE_B] serve/" >"$OUT/bench_b$r.log"
+    grep -v SUMMARY "$OUT/bench_b$r.log" | tail -6
+  done
   serve_down
 fi
 echo "=== summary ($(date -u +%FT%TZ), $((SECONDS - START)) s)"
 grep -h SUMMARY "$OUT/bench.log" "$OUT/bench2.log" "$OUT/reference.log" \
-  "$OUT"/bench_sync.log 2>/dev/null
+  "$OUT"/bench_b?.log 2>/dev/null
 tail -3 "$OUT/reference.log" | grep -v SUMMARY

@@ -21,9 +21,11 @@ def add_parser(sub):
     p.add_argument("--max-queue", type=int, default=64,
                    help="requests that may wait for a batch row; more get 503")
     p.add_argument("--prefill-chunk", type=int, default=32,
-                   help="the most prompt tokens of one prefill step (split among its sequences)")
-    p.add_argument("--prefill-batch", type=int, default=4,
-                   help="sequences whose prompt chunks are fed together in one turn")
+                   help="prompt tokens of a narrow prefill step, split among up to "
+                        "chunk / 8 sequences (more sequences take 8 each)")
+    p.add_argument("--prefill-batch", type=int, default=None,
+                   help="the most sequences whose prompt chunks are fed together in one "
+                        "turn (default: max-batch)")
     p.add_argument("--lora", action="append", default=[], metavar="NAME=PATH",
                    help="a PEFT LoRA adapter a request picks by naming NAME as its model "
                         "(repeatable; all stay resident)")

@@ -7,11 +7,13 @@ Each turn of the loop:
    running sequence never runs out of room mid-answer);
 3. the oldest admitted requests still reading their prompts (up to `prefill_batch` of them)
    are fed one prefill chunk each, in one step (a long prompt delays the running streams by
-   one chunk per turn, not by its whole length). Every prefill plan holds one chunk's worth
-   of rows (`prefill_tokens`): b sequences get prefill_tokens // b tokens each, and a turn
-   takes the plan that feeds the most prompt tokens (one long prompt: one whole chunk; many
-   short ones: several narrow chunks), so a prefill step costs what one chunk costs and
-   short prompts are not padded to a whole chunk each;
+   one chunk per turn, not by its whole length). A prefill plan of b sequences gives each
+   prefill_tokens // b tokens, and at least MIN_WIDTH: up to prefill_tokens // MIN_WIDTH
+   sequences share one chunk's rows, more take MIN_WIDTH rows each, so that a burst of
+   prompts is fed in a few wide steps (on the H200 one step of 32 x 8 rows costs what
+   3.4 steps of 32 rows cost). A turn takes the plan that feeds prompt tokens fastest: the
+   tokens it feeds over its step's time (each plan timed once when it is made, then the
+   fastest of its steps), so a lone prompt takes a narrow plan and a burst a wide one;
 4. every sequence that is generating gets its next token in one decode step, through the
    decode plan of the smallest batch size that holds them all; the step samples each row
    in the graph with its request's own settings (or takes the argmax, through the argmax
@@ -101,6 +103,8 @@ class Job:
 SAMPLE_MODES = ("argmax", "full")
 #: the interpreter's thread switch interval while an engine runs (seconds)
 SWITCH_S = 0.0001
+#: the fewest prompt tokens a prefill plan gives each of its sequences (see item 3 above)
+MIN_WIDTH = 8
 
 
 def batch_sizes(largest: int) -> list[int]:
@@ -112,7 +116,9 @@ def batch_sizes(largest: int) -> list[int]:
 
 class Engine:
     def __init__(self, model, *, name: str, max_batch: int = 8, pool_tokens: int | None = None,
-                 max_queue: int = 64, prefill_batch: int = 4, overlap: bool = True):
+                 max_queue: int = 64, prefill_batch: int | None = None,
+                 overlap: bool = True):
+        prefill_batch = max_batch if prefill_batch is None else prefill_batch
         if max_batch < 1 or max_queue < 0 or not 0 < prefill_batch:
             raise BindError(f"max_batch and prefill_batch must be >= 1 and max_queue >= 0, "
                             f"got {max_batch}, {prefill_batch} and {max_queue}")
@@ -153,8 +159,11 @@ class Engine:
         self.times = dict(turns_s=0.0, decode_step_s=0.0, prefill_step_s=0.0, planning_s=0.0,
                           gc_s=0.0, decode_wait_s=0.0)
         s = self.session
-        #: the chunk width of the prefill plan of each batch size: one chunk's rows in all
-        self.prefill_widths = {b: max(1, s.prefill_tokens // b) for b in s.prefill_batches}
+        #: the chunk width of the prefill plan of each batch size (item 3 above)
+        self.prefill_widths = {b: max(1, s.prefill_tokens // b, min(MIN_WIDTH, s.prefill_tokens))
+                               for b in s.prefill_batches}
+        #: seconds of a step of the prefill plan of each batch size, the fastest seen
+        self.prefill_cost: dict[int, float] = {}
         #: the plans still to make ((tokens, batch, sample) as Session.executor takes
         #: them), in the order a batch growing from one row needs them
         self._unplanned = sorted(
@@ -186,6 +195,10 @@ class Engine:
         t0 = time.perf_counter()
         self.session.rehearse(tokens, batch, sample)
         took = time.perf_counter() - t0
+        if sample is None:          # a prefill plan: its cost, once recorded (item 3 above)
+            t1 = time.perf_counter()
+            self.session.rehearse(tokens, batch, sample)
+            self._prefill_timed(batch, time.perf_counter() - t1)
         self.times["planning_s"] += took
         if self.progress:
             how = f" ({sample})" if sample else ""
@@ -384,9 +397,13 @@ class Engine:
         jobs = jobs[:k]
         chunks = {j: j.gen.prompt_ids[j.fed: j.fed + t] for j in jobs}
         whole = [j for j in jobs if j.fed + t <= s.capacity]
+        b = next((x for x in s.prefill_batches if x >= len(whole)), 0)
+        planned = bool(whole) and plan_key(t, b, None) in s.executors
         t0 = time.perf_counter()
         logits = dict(zip(whole, s.prefill_rows({j.id: chunks[j] for j in whole}, t))) \
             if whole else {}
+        if planned:      # a step of a plan made before: its time is the step's alone
+            self._prefill_timed(b, time.perf_counter() - t0)
         for job in jobs:
             if job not in logits:
                 logits[job] = s.prefill(job.id, chunks[job])
@@ -399,15 +416,12 @@ class Engine:
 
     def _prefill_shape(self, jobs: list[Job]) -> tuple[int, int]:
         """How many of the prefilling jobs (oldest first) this turn feeds, and their chunk
-        width: the prefill plan that feeds the most prompt tokens (the fewest sequences on
-        a tie; every plan's step has the same rows)."""
-        batches, best = self.session.prefill_batches, (0, 1, self.prefill_widths[1])
-        for k in range(1, len(jobs) + 1):
-            t = self.prefill_widths[next(b for b in batches if b >= k)]
-            fed = sum(min(len(j.gen.prompt_ids) - j.fed, t) for j in jobs[:k])
-            if fed > best[0]:
-                best = (fed, k, t)
-        return best[1], best[2]
+        width (`prefill_choice`)."""
+        return prefill_choice(self.session.prefill_batches, self.prefill_widths,
+                              self.prefill_cost, [len(j.gen.prompt_ids) - j.fed for j in jobs])
+
+    def _prefill_timed(self, batch: int, seconds: float) -> None:
+        self.prefill_cost[batch] = min(seconds, self.prefill_cost.get(batch, seconds))
 
     def _chains(self, prefilling: list[Job], decoding: list[Job]) -> bool:
         """Whether this turn launches the next step of the one in flight, fed on the
@@ -501,6 +515,27 @@ class Engine:
 
     def _emit(self, job: Job, event: Event) -> None:
         self._outbox.append((job, event))
+
+
+def prefill_choice(batches: list[int], widths: dict[int, int], cost: dict[int, float],
+                   remaining: list[int]) -> tuple[int, int]:
+    """The prefill step of a turn: how many of the prompts waiting (oldest first, each with
+    `remaining` tokens to feed) it takes, and their chunk width. It takes those of the
+    plan (one per batch size in `batches`, giving `widths[b]` tokens each) that feeds
+    prompt tokens fastest at `cost[b]` seconds a step, the smaller plan on a tie. A plan
+    not timed yet is costed by its rows at the rate of the timed plan cheapest per row
+    (all alike while none is timed), so that a turn prefers plans already made."""
+    per_row = min((cost[b] / (b * widths[b]) for b in cost), default=1.0)
+    best = None
+    for b in batches:
+        k, t = min(b, len(remaining)), widths[b]
+        if next(x for x in batches if x >= k) != b:
+            continue     # fewer prompts than this plan's rows: a smaller plan takes them
+        fed = sum(min(n, t) for n in remaining[:k])
+        rate = fed / cost.get(b, per_row * b * t)
+        if best is None or rate > best[0] * (1 + 1e-9):
+            best = (rate, k, t)
+    return best[1], best[2]
 
 
 def deliver_here(events: list[tuple[Job, Event]]) -> None:
