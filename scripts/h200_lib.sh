@@ -10,7 +10,7 @@ mkdir -p "$OUT" "$POOT_CACHE/models"
 # .gl, then SmolLM2, then Gemma 3 (absent when only the first chunks were staged). Unpacked
 # once per machine: the Vulkan loaders, the wheels into /tmp/site, the models by sha256.
 h200_unstage() {
-  local tar=${POOT_STAGE_TAR:-32819200} smol=98362432 m=$POOT_CACHE/models
+  local tar=${POOT_STAGE_TAR:-37898240} smol=98362432 m=$POOT_CACHE/models
   if [ ! -s /tmp/stream.done ]; then
     cat /root/stash/c* >/tmp/stream || return 1
     head -c "$tar" /tmp/stream | tar xf - || return 1

