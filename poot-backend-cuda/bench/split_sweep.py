@@ -8,8 +8,9 @@ variant of each shape ("best"), profiled by kernel kind at the largest batch.
     python split_sweep.py --rows 8,16,32,64 --tiles 32:128:4,64:128:4 --batches 1,8,32
     python split_sweep.py --warm 0/6 ...     # compile-only share 0 of 6 (NVRTC disk cache)
 
-A tile bn:bk:warps is a split schedule of bn columns, K steps of bk and `warps` warps
-(rows tiled by 16, 32 or 64 as M needs, warps_m = rows / 32, the rest splitting K), timed
+"rows" is the rows GEMV past its 32 rows (dot.BATCH_ROWS lifted), timed at M > 32.
+A tile bn:bk:warps[:bm] is a split schedule of bn columns, K steps of bk and `warps` warps
+(rows tiled by bm, or 16, 32 or 64 as M needs, warps_m = rows / 32, the rest splitting K), timed
 at --tile-rows only. Lines starting with "SUMMARY " are for collecting scripts.
 """
 from __future__ import annotations
@@ -30,43 +31,48 @@ def summary(key: str, value) -> None:
 
 
 def tile(name: str, rows: int):
-    """The split schedule a tile name stands for at `rows` rows."""
+    """The split schedule a tile name bn:bk:warps[:bm] stands for at `rows` rows (bm by
+    default 16, 32 or 64 as the rows need)."""
     from poot.codegen.lower import mma
 
-    bn, bk, warps = (int(x) for x in name.split(":"))
-    bm = 16 if rows <= 16 else 32 if rows <= 32 else 64
+    bn, bk, warps, *bm = (int(x) for x in name.split(":"))
+    bm = bm[0] if bm else 16 if rows <= 16 else 32 if rows <= 32 else 64
     wm = max(1, bm // 32)
     return mma.Schedule(bm=bm, bn=bn, bk=bk, warps_m=wm, warps_n=1, warps_k=warps // wm)
 
 
 @contextlib.contextmanager
 def variant(name: str, best: dict | None = None):
-    """Under "fma" no split schedule, "chosen" the module's, a tile name that one, "best"
-    the fastest of each (N, K, M) in `best` (name by shape; others as chosen)."""
-    from poot.codegen.lower import mma
+    """Under "fma" no split schedule, "rows" none and the rows GEMV at any M, "chosen"
+    the module's, a tile name that one, "best" the fastest of each (N, K, M) in `best`
+    (name by shape; others as chosen)."""
+    from poot.codegen.lower import dot, mma
 
-    chosen = mma.decode_schedule
+    chosen, batch_rows = mma.decode_schedule, dot.BATCH_ROWS
 
     def pick(p, features, name=name):
         if name == "best":
             name = (best or {}).get((p.n, p.k, p.m), "chosen")
-        if name == "fma":
+        if name in ("fma", "rows"):
             return None
         if name == "chosen":
             return chosen(p, features)
         sc = tile(name, p.m)
         return sc if mma.SplitTiles.fits(sc, p) else None
     mma.decode_schedule = pick
+    if name == "rows":
+        dot.BATCH_ROWS = 1 << 30
     try:
         yield
     finally:
-        mma.decode_schedule = chosen
+        mma.decode_schedule, dot.BATCH_ROWS = chosen, batch_rows
 
 
 def jobs(rows_list, tiles, tile_rows):
     for n, k in SHAPES:
         for m in rows_list:
             names = ["fma", "chosen"] + (tiles if m in tile_rows else [])
+            names += ["rows"] if m > 32 else []
             for name in names:
                 yield n, k, m, name
 
