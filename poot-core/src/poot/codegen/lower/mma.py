@@ -81,8 +81,11 @@ class Schedule:
 
 #: the schedule of 16-bit operands copied as they lie (bench_gpu.py times alternatives)
 SCHEDULE = Schedule()
-#: the schedule of split operands: a prefill chunk or a batch past the rows GEMV's rows
-DECODE = Schedule(bm=64, bn=32, bk=128, warps_m=2, warps_n=1, warps_k=2)
+#: the schedule of split operands: a prefill chunk or a batch past the rows GEMV's rows.
+#: 32-row tiles whose K steps split over 4 warps: twice the workgroups of 64-row tiles,
+#: each warp a shorter chain of decode and products (the sweep in docs/performance.md,
+#: 2026-12-04)
+DECODE = Schedule(bm=32, bn=32, bk=128, warps_m=1, warps_n=1, warps_k=4)
 #: over wide N (a model's head) from SPLIT_WIDE_ROWS rows, by the most rows each takes
 WIDE = ((16, Schedule(bm=16, bn=64, bk=64, warps_m=1, warps_n=1, warps_k=4)),
         (32, Schedule(bm=32, bn=64, bk=64, warps_m=1, warps_n=1, warps_k=4)))
