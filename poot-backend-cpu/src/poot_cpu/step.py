@@ -24,11 +24,14 @@ BARRIER = "    poot_barrier(&poot_bar);"
 
 # the barrier between dependent calls: a thread that arrives early spins for a while
 # before it sleeps on a futex, and the spin adapts per thread: a wait that ends within it
-# doubles it (up to SPIN_MAX pauses), a wait that outlasts it quarters it (down to
-# SPIN_MIN). On a quiet machine the other thread arrives within microseconds and no one
-# sleeps (libgomp's passive barrier puts a thread to sleep at each of a decode step's
-# hundreds of barriers); on a loaded one, where the other thread is often descheduled,
-# the spin shrinks to almost nothing, as passive waiting. Where there is no futex, it is
+# doubles it (up to SPIN_MAX_NS), a wait that outlasts it quarters it (down to
+# SPIN_MIN_NS). On a quiet machine the other thread arrives within tens of microseconds
+# and no one sleeps (libgomp's passive barrier puts a thread to sleep at each of a decode
+# step's hundreds of barriers, and a futex wake costs more than the wait); on a loaded
+# one, where the other thread is often descheduled, the spin shrinks to almost nothing,
+# as passive waiting. The spin is timed by the clock, not counted in pauses, whose length
+# differs between cores: a budget of pauses that fit one machine's waits slept through
+# most of another's (docs/performance.md, 2026-12-04). Where there is no futex, it is
 # OpenMP's barrier.
 BARRIER_SOURCE = """\
 #include <omp.h>
@@ -38,9 +41,13 @@ BARRIER_SOURCE = """\
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-enum { POOT_SPIN_MIN = 16, POOT_SPIN_MAX = 1 << 10 };
+#include <time.h>
+enum { POOT_SPIN_MIN_NS = 1000, POOT_SPIN_MAX_NS = 100000 };
 typedef struct { _Atomic int count, gen, sleepers; } poot_bar_t;
-static int poot_spin[64];
+static long long poot_spin[64];
+static inline long long poot_clock_ns(void) {
+  struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t);
+  return (long long)t.tv_sec * 1000000000LL + t.tv_nsec; }
 static inline void poot_pause(void) {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
@@ -59,16 +66,17 @@ static void poot_barrier(poot_bar_t* b) {
       syscall(SYS_futex, &b->gen, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
     return;
   }
-  int* spin = &poot_spin[omp_get_thread_num() & 63];
-  const int budget = *spin ? *spin : POOT_SPIN_MAX;
-  for (int i = 0; i < budget; ++i) {
+  long long* spin = &poot_spin[omp_get_thread_num() & 63];
+  const long long budget = *spin ? *spin : POOT_SPIN_MAX_NS, t0 = poot_clock_ns();
+  for (int i = 1;; ++i) {
     if (atomic_load_explicit(&b->gen, memory_order_acquire) != gen) {
-      *spin = budget < POOT_SPIN_MAX / 2 ? 2 * budget : POOT_SPIN_MAX;
+      *spin = budget < POOT_SPIN_MAX_NS / 2 ? 2 * budget : POOT_SPIN_MAX_NS;
       return;
     }
     poot_pause();
+    if (i % 16 == 0 && poot_clock_ns() - t0 >= budget) break;   /* the clock, now and then */
   }
-  *spin = budget / 4 > POOT_SPIN_MIN ? budget / 4 : POOT_SPIN_MIN;
+  *spin = budget / 4 > POOT_SPIN_MIN_NS ? budget / 4 : POOT_SPIN_MIN_NS;
   atomic_fetch_add(&b->sleepers, 1);
   while (atomic_load(&b->gen) == gen)
     syscall(SYS_futex, &b->gen, FUTEX_WAIT_PRIVATE, gen, NULL, NULL, 0);
