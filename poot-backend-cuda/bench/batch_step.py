@@ -190,18 +190,13 @@ def bench_steps(model, batches, max_seq: int, pos: int, label: str, profile_at,
             from poot.models.sample_graph import slot_values
 
             slots.update(slot_values([], b, sample))
-        exe = ex.executable
-        exe.replay = True
-        ex.step(slots)                                  # records the graph
-        timer = Timer(ex.runtime.ctx)
-        dev_ms = timer.call_ms(exe._graph.launch, reps=20, trials=5)
+        exe, timer, dev_ms, kernels = recorded(ex, slots)
         host = []
         for _ in range(30):
             t1 = time.perf_counter()
             ex.step(slots)
             host.append(time.perf_counter() - t1)
         host_ms = 1e3 * statistics.median(host)
-        kernels = sum(1 for a in exe._actions if a[0] == "launch")
         summary(f"step {label} b={b}",
                 f"graph {dev_ms:.3f} ms ({b / dev_ms * 1e3:.0f} tok/s), Executor.step "
                 f"{host_ms:.3f} ms ({b / host_ms * 1e3:.0f} tok/s), {kernels} kernels, "
@@ -212,9 +207,22 @@ def bench_steps(model, batches, max_seq: int, pos: int, label: str, profile_at,
     return session
 
 
+def recorded(ex, slots):
+    """Record `ex`'s step on `slots` as a graph; its executable, a timer, the graph's
+    device time (ms) and its kernel launches."""
+    exe = ex.executable
+    exe.replay = True
+    ex.step(slots)                                  # records the graph
+    timer = Timer(ex.runtime.ctx)
+    dev_ms = timer.call_ms(exe._graph.launch, reps=20, trials=5)
+    return exe, timer, dev_ms, sum(1 for a in exe._actions if a[0] == "launch")
+
+
 def bench_prefill(model, specs: list[tuple[int, int]], max_seq: int) -> None:
     """Each (b, t) prefill step: b sequences of t prompt tokens at positions 0..t-1 of
     their own KV slots, graph device time and the per-kind profile."""
+    from poot.runtime.session import LAST
+
     model.backend.forget_lowerings()
     model._sessions.clear()
     model.prefill_tokens = max(t for _, t in specs)
@@ -229,14 +237,9 @@ def bench_prefill(model, specs: list[tuple[int, int]], max_seq: int) -> None:
         slots = {"tokens": np.full((b, t), 7, np.int32), "pos": np.zeros((b, 1), np.int32),
                  "write_map": (base + np.arange(t, dtype=np.int32)).reshape(-1),
                  "slot_map": base + np.arange(max_seq, dtype=np.int32)[None, :]}
-        if "last" in ex.slots:
-            slots["last"] = np.arange(b, dtype=np.int32) * t + t - 1
-        exe = ex.executable
-        exe.replay = True
-        ex.step(slots)
-        timer = Timer(ex.runtime.ctx)
-        dev_ms = timer.call_ms(exe._graph.launch, reps=20, trials=5)
-        kernels = sum(1 for a in exe._actions if a[0] == "launch")
+        if LAST in ex.slots:
+            slots[LAST] = np.arange(b, dtype=np.int32) * t + t - 1
+        exe, timer, dev_ms, kernels = recorded(ex, slots)
         summary(f"prefill {b}x{t}", f"graph {dev_ms:.3f} ms ({b * t / dev_ms * 1e3:.0f} "
                 f"tok/s), {kernels} kernels, planned+bound in {planned:.1f} s")
         print(f"per kernel kind, prefill {b}x{t}:", flush=True)

@@ -43,6 +43,12 @@ from poot.runtime.weights import WeightCache
 LAST = "last"
 
 
+def batch_for(batches: Sequence[int], n: int) -> int:
+    """The plan batch size a step of n sequences runs in: the smallest of `batches` (sorted)
+    that holds them."""
+    return next(b for b in batches if b >= n)
+
+
 def plan_key(tokens: int, batch: int, sample: str | None = None) -> tuple:
     """How `Session.executors` keys the plan of (tokens, batch) and its sampling mode."""
     return (tokens, batch) if sample is None else (tokens, batch, sample)
@@ -312,7 +318,7 @@ class Session:
         KV slots reserved; also which tokens are real and each row's sequence."""
         seqs = list(rows)
         counts = {s: len(rows[s]) for s in seqs}
-        b = next(x for x in batches if x >= len(seqs))
+        b = batch_for(batches, len(seqs))
         toks = np.zeros((b, t), np.int32)
         pos = np.zeros((b, 1), np.int32)
         wmap = np.full(b * t, -1, np.int32)

@@ -10,10 +10,11 @@ Each turn of the loop:
    one chunk per turn, not by its whole length). A prefill plan of b sequences gives each
    prefill_tokens // b tokens, and at least MIN_WIDTH: up to prefill_tokens // MIN_WIDTH
    sequences share one chunk's rows, more take MIN_WIDTH rows each, so that a burst of
-   prompts is fed in a few wide steps (on the H200 one step of 32 x 8 rows costs what
-   3.4 steps of 32 rows cost). A turn takes the plan that feeds prompt tokens fastest: the
-   tokens it feeds over its step's time (each plan timed once when it is made, then the
-   fastest of its steps), so a lone prompt takes a narrow plan and a burst a wide one;
+   prompts is fed in a few wide steps (a wide step costs far less than as many narrow
+   ones: docs/performance.md, 2026-12-04). A turn takes the plan that feeds prompt tokens
+   fastest: the tokens it feeds over its step's time (each plan timed once when it is
+   made, then the fastest of its steps), so a lone prompt takes a narrow plan and a burst
+   a wide one;
 4. every sequence that is generating gets its next token in one decode step, through the
    decode plan of the smallest batch size that holds them all; the step samples each row
    in the graph with its request's own settings (or takes the argmax, through the argmax
@@ -62,7 +63,7 @@ import numpy as np
 from poot.errors import BindError, RequestError
 from poot.models.sample_graph import mode_for, slot_values
 from poot.models.sampling import Sampler
-from poot.runtime.session import plan_key
+from poot.runtime.session import batch_for, plan_key
 from poot.serve.protocol import Generation, Limits
 from poot.serve.text import TextStream
 
@@ -160,7 +161,7 @@ class Engine:
                           gc_s=0.0, decode_wait_s=0.0)
         s = self.session
         #: the chunk width of the prefill plan of each batch size (item 3 above)
-        self.prefill_widths = {b: max(1, s.prefill_tokens // b, min(MIN_WIDTH, s.prefill_tokens))
+        self.prefill_widths = {b: max(s.prefill_tokens // b, min(MIN_WIDTH, s.prefill_tokens))
                                for b in s.prefill_batches}
         #: seconds of a step of the prefill plan of each batch size, the fastest seen
         self.prefill_cost: dict[int, float] = {}
@@ -397,8 +398,8 @@ class Engine:
         jobs = jobs[:k]
         chunks = {j: j.gen.prompt_ids[j.fed: j.fed + t] for j in jobs}
         whole = [j for j in jobs if j.fed + t <= s.capacity]
-        b = next((x for x in s.prefill_batches if x >= len(whole)), 0)
-        planned = bool(whole) and plan_key(t, b, None) in s.executors
+        b = batch_for(s.prefill_batches, len(whole)) if whole else 0
+        planned = bool(whole) and plan_key(t, b) in s.executors
         t0 = time.perf_counter()
         logits = dict(zip(whole, s.prefill_rows({j.id: chunks[j] for j in whole}, t))) \
             if whole else {}
@@ -529,7 +530,7 @@ def prefill_choice(batches: list[int], widths: dict[int, int], cost: dict[int, f
     best = None
     for b in batches:
         k, t = min(b, len(remaining)), widths[b]
-        if next(x for x in batches if x >= k) != b:
+        if batch_for(batches, k) != b:
             continue     # fewer prompts than this plan's rows: a smaller plan takes them
         fed = sum(min(n, t) for n in remaining[:k])
         rate = fed / cost.get(b, per_row * b * t)
