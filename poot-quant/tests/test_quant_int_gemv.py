@@ -20,7 +20,9 @@ CONTRACTION_TOL = (1024 * 2.0 ** -24) ** 2     # the conformance suite's, for co
 
 CASES = [("gguf:Q4_0", (9, 2048), 2), ("gguf:Q4_0", (5, 32 * 70), 1),
          ("gguf:Q4_1", (3, 576), 1), ("gguf:Q8_0", (3, 32 * 66), 3),
-         ("gguf:Q4_K", (3, 2048), 1), ("gguf:Q4_1", (4, 2048), 4)]
+         ("gguf:Q4_K", (3, 2048), 1), ("gguf:Q4_1", (4, 2048), 4),
+         # K split into parts (two kernels): 2 staged parts, 7 parts, 2 direct parts
+         ("gguf:Q4_0", (16, 4096), 1), ("gguf:Q4_K", (8, 14336), 1), ("gguf:Q4_1", (8, 4352), 3)]
 
 
 def _lowered(name, shape, rows):
@@ -100,3 +102,44 @@ def test_printers_without_dot2_get_plain_multiply_adds():
     x = rng.standard_normal((1, 1024)).astype(np.float32)
     np.testing.assert_array_equal(run_lowering(plain, [x, *src], out),
                                   run_lowering(prog, [x, *src], out))
+
+
+SPLITS = [((4096, 14336), 7), ((1024, 4096), 2), ((2048, 8192), 2),    # 8B down, K/V; 1B down
+          ((4096, 4096), 1), ((14336, 4096), 1), ((128256, 4096), 1),  # 8B Q/O, gate/up, head
+          ((192, 576), 1), ((576, 1536), 1)]                           # SmolLM2: latency-bound
+
+
+@pytest.mark.parametrize("shape, parts", SPLITS, ids=[f"{s[0]}x{s[1]}" for s, _ in SPLITS])
+def test_which_shapes_split_k(shape, parts):
+    """K splits (two kernels) where a workgroup would quantize more than INT_COLUMN_K
+    activations per column or the grid would be small, never below INT_PART_K a part."""
+    prog = _lowered("gguf:Q4_0", shape, 1)[4]
+    assert len(prog.kernels) == (1 if parts == 1 else 2)
+    if parts > 1:
+        assert prog.scratch[0].count == parts * shape[0]
+        assert _uses_dot2(prog)
+
+
+def test_split_k_epilogue_matches_oracle():
+    """A down projection's shape in small: the parts' sums meet the residual add once."""
+    from poot.ir.builder import region
+    from poot.ir.ops import Binary, BinaryOp, ContractionEpilogue
+    from poot.oracle import apply
+
+    n, k = 16, 4096
+    pw = PackedWeight("gguf:Q4_0", (n, k))
+    res = TensorType((1, n), DType.F32)
+    body = region([res, res], lambda b, h, r: b.eqn(Binary(BinaryOp.Add), h, r))
+    op = ContractionEpilogue(PackedContraction(pw), 1 + len(pw.sources()), body)
+    ins = [TensorType((1, k), DType.F32)] + [s.type for s in pw.sources()] + [res]
+    out = op.infer(ins)
+    prog = lower(op, ins, out, frozenset({DOT2}))
+    assert len(prog.kernels) == 2
+    rng = np.random.default_rng(7)
+    src = [np.asarray(s) for s in pw.get_format().quantize(
+        rng.standard_normal((n, k)).astype(np.float32))]
+    x, r = (rng.standard_normal(t.shape).astype(np.float32) for t in (ins[0], res))
+    got = run_lowering(prog, [x, *src, r], out)
+    want = np.asarray(apply(op, [x, *src, r], ins, out))
+    nmse = float(np.sum((got - want) ** 2) / np.sum(want ** 2))
+    assert nmse < CONTRACTION_TOL, nmse

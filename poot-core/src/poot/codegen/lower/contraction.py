@@ -17,7 +17,7 @@ from poot.codegen.lower.base import Sig, lowers, words
 from poot.codegen.lower.dot import (
     PROBLEMS,
     Problem,
-    contraction_kernel,
+    contraction_program,
     problem_for,
     store_flat,
 )
@@ -236,7 +236,7 @@ def lower_contraction_epilogue(sig: Sig) -> KernelProgram:
 
     def declare(kb):
         sig.declare_all(kb, p.views)
-    return KernelProgram((contraction_kernel(p, sig, declare),))
+    return contraction_program(p, sig, declare)
 
 
 def _operand(sig: Sig, j: int, coords) -> Expr:

@@ -23,6 +23,11 @@ owns the schedules:
   trip's while the rows are quantized). 4-bit (8-bit)
   quants are centred on 8 (128) through the integer sum, so the activations' rounding
   meets (u - centre), not u; the rest of the affine offset meets the exact f32 sum.
+  Where each workgroup would quantize many activations per column it computes (an 8B
+  down projection, K = 14336) or the grid has few workgroups (its K/V projections), K
+  splits into parts (`_int_parts`): a first kernel's workgroups each take one part of
+  K for their columns and store partial sums to scratch; a second adds the parts and
+  applies the store (and epilogue).
 * Rows GEMV (a decode batch: up to BATCH_ROWS rows): the GEMV's groups, a few
   columns each, with lanes striding along K one element at a time, so every activation
   load is coalesced across the lanes and serves all the group's columns, and each weight
@@ -51,13 +56,21 @@ not (at 32 rows it made the step slower: docs/performance.md).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from poot.codegen import index as ix
 from poot.codegen.builder import KernelBuilder
 from poot.codegen.expr import Const, Dot2, Expr, Load, Sel, f32, ge, i32, maximum, u32
 from poot.codegen.lower import mma, wgmma
-from poot.codegen.program import group_id, local_id, local_index
+from poot.codegen.program import (
+    SCRATCH,
+    Access,
+    BufferParam,
+    KernelProgram,
+    group_id,
+    local_id,
+    local_index,
+)
 from poot.codegen.target import DOT2, REDUCE_SCATTER
 from poot.dtypes import DType
 from poot.ir.ops import ReduceOp
@@ -83,6 +96,10 @@ INT_PAD = 32         # quantized activation words per pad word (lanes a run apar
 INT_EACH = 8         # activations each thread quantizes (a block's 4 threads reduce together)
 INT_WIDE_N = 4096    # columns from which the integer GEMV takes RUN_COLUMNS a group
 INT_MAX_K = 1 << 20  # rows from this long keep the f32 schedule (none; 0: every one)
+INT_COLUMN_K = 512   # activations a workgroup may quantize per column before K splits
+INT_MIN_GROUPS = 256   # workgroups of an integer GEMV below which K splits
+INT_PART_K = 2048    # shortest part of a split K (one staged trip of 32-element blocks)
+INT_MAX_PARTS = 8    # most parts K splits into
 EARLY_LOADS = 1      # 1: GEMVs load their first trip's weights before AwaitInputs (0: after)
 #: 1.5 * 2^23: y + MAGIC holds round-to-nearest(y) in its low mantissa bits for |y| < 2^22
 MAGIC, MAGIC_BITS = 12582912.0, 0x4B400000
@@ -121,6 +138,7 @@ class Problem:
     tiles: object = None          # mma_operands.Tiles: 16-bit operands tensor cores can read as is
     w_chunks: dict = field(default_factory=dict)
     w_int: Elem | None = None     # w_int(b, n, k0, load=None) -> [IntGroup] | None, like w_run
+    parts: int = 1                # > 1: b is a part of a row parts * k long (`_k_parts`)
 
     def zero(self) -> Const:
         return Const(0.0 if self.acc.is_float else 0, self.acc)
@@ -153,10 +171,95 @@ def store_flat(sig, m_count: int, n_count: int, epilogue=None):
 
 
 def lower_contraction(sig):
-    from poot.codegen.program import KernelProgram
-
     p = PROBLEMS[type(sig.op)](sig, None)
-    return KernelProgram((contraction_kernel(p, sig, lambda kb: sig.declare_all(kb, p.views)),))
+    return contraction_program(p, sig, lambda kb: sig.declare_all(kb, p.views))
+
+
+def contraction_program(p: Problem, sig, declare: Callable[[KernelBuilder], None]):
+    """The kernels of `p`: its schedule's one, or a split integer GEMV's two (`_int_parts`):
+    the parts' partial sums go to scratch [parts, M, N], then one thread per output adds
+    them in part order and stores through `p.store`."""
+    parts = _int_parts(p, sig.features)
+    if parts == 1:
+        return KernelProgram((contraction_kernel(p, sig, declare),))
+    count = p.m * p.n
+    scratch = BufferParam("k_parts", DType.F32, Access.READ_WRITE, parts * count, SCRATCH)
+
+    def store_part(kb, b, m, n, acc):
+        kb.store(scratch.name, ix.add(ix.mul(ix.add(ix.mul(b, p.m), m), p.n), n), acc)
+
+    def declare_first(kb):
+        sig.declare_inputs(kb, p.views)
+        kb.buffer(scratch.name, DType.F32, Access.WRITE, scratch.count, SCRATCH)
+
+    first = gemv_kernel(_k_parts(p, parts, store_part), sig.builder, declare_first,
+                        features=sig.features)
+    grid, flat = ix.launch_1d(count, LANES * GROUPS)
+    kb = sig.builder(grid, (LANES * GROUPS,), "_parts")
+    declare(kb)
+    kb.buffer(scratch.name, DType.F32, Access.READ, scratch.count, SCRATCH)
+    i = kb.let("i", flat)
+    with kb.if_(ix.lt(i, i32(count))):
+        total = Load(scratch.name, i, DType.F32)
+        for part in range(1, parts):
+            total = total + Load(scratch.name, ix.add(i, part * count), DType.F32)
+        p.store(kb, i32(0), kb.let("m", ix.div(i, p.n)), kb.let("n", ix.mod(i, p.n)),
+                kb.let("dot", total))
+    return KernelProgram((first, kb.finish()), scratch=(scratch,))
+
+
+def _k_parts(p: Problem, parts: int, store) -> Problem:
+    """`p` (batch 1) as `parts` problems over consecutive parts of K, the part as batch b:
+    element k of part b is element b * K / parts + k of the row. A staged copy of the
+    weight's words (`load` given) is decoded at k0 within its trip, as before."""
+    k = p.k // parts
+
+    def at(b, kk):
+        return ix.add(ix.mul(b, k), kk)
+
+    def w_int(b, n, k0, load=None):
+        return p.w_int(0, n, k0 if load is not None else at(b, k0), load)
+
+    def w_run(b, m, n, k0, load=None):
+        return p.w_run(0, m, n, k0 if load is not None else at(b, k0), load)
+
+    return replace(p, batch=parts, k=k, parts=parts, store=store,
+                   a=lambda b, m, kk: p.a(0, m, at(b, kk)),
+                   w=lambda b, m, n, kk: p.w(0, m, n, at(b, kk)),
+                   w_run=w_run if p.w_run is not None else None, w_int=w_int)
+
+
+def _int_parts(p: Problem, features) -> int:
+    """Parts K splits into for the integer GEMV (1: none). It splits where a workgroup
+    would quantize more than INT_COLUMN_K activations per column it computes, or the grid
+    would have fewer than INT_MIN_GROUPS workgroups: into the fewest parts, at least
+    INT_PART_K long, that fix that (else the most there are), keep a staged weight tile
+    where the whole row had one and keep three quarters of a warp's lanes on runs."""
+    if p.m > GEMV_MAX_ROWS or p.w_per_row or p.batch > 1:
+        return 1
+    plan = _int_plan(p, p.m, features)
+    if plan is None or not _int_wants_split(p, plan):
+        return 1
+    best = 1
+    for parts in range(2, INT_MAX_PARTS + 1):
+        k = p.k // parts
+        if (p.k % parts or k < INT_PART_K or k % p.run or 4 * (k // p.run) < 3 * LANES
+                or any(k % e for _, e, _ in p.w_chunks.values())):
+            continue
+        q = _k_parts(p, parts, p.store)
+        sub = _int_plan(q, q.m, features)
+        if (sub is None or (plan.words is not None and sub.words is None)
+                or p.n % (sub.width * sub.groups)):
+            continue        # a workgroup's columns must lie in one part (shared activations)
+        best = parts
+        if not _int_wants_split(q, sub):
+            break
+    return best
+
+
+def _int_wants_split(p: Problem, plan: RunPlan) -> bool:
+    columns = plan.width * plan.groups
+    return p.k > columns * INT_COLUMN_K or p.batch * -(-p.n // columns) < INT_MIN_GROUPS
 
 
 def contraction_kernel(p: Problem, sig, declare: Callable[[KernelBuilder], None]):
@@ -381,7 +484,7 @@ def _int_plan(p: Problem, rows: int, features) -> RunPlan | None:
     weight's words lie in K order over whole trips, a weight tile of the staged schedule
     (`_weight_tile`) within INT_SHARED_BYTES; else each lane loads its runs' words."""
     # every K takes it (INT_MAX_K): the shapes where it loses are in docs/performance.md
-    if (DOT2 not in features or p.w_int is None or p.w_per_row or p.batch > 1
+    if (DOT2 not in features or p.w_int is None or p.w_per_row or p.batch != p.parts
             or p.run % INT_BLOCK or p.k % p.run or p.k >= INT_MAX_K):
         return None
     if p.w_int(0, i32(0), i32(0)) is None:
@@ -918,8 +1021,9 @@ def _weight_tile(kb, p: Problem, plan: RunPlan, lane, b, m, ns, reader=None):
         copies = []
         for t, n in enumerate(ns):
             for role, (buf, e, w) in p.w_chunks.items():
-                row, count = p.k // e * w, plan.words[role] // (w + pad) * w
-                start = kb.let("ws", ix.add(ix.mul(n, row), ix.mul(ix.div(kc, e), w)))
+                row, count = p.k * p.parts // e * w, plan.words[role] // (w + pad) * w
+                k = kc if p.parts == 1 else ix.add(kc, ix.mul(b, p.k))
+                start = kb.let("ws", ix.add(ix.mul(n, row), ix.mul(ix.div(k, e), w)))
                 limit = count if kc0 is None else min(count, row - kc0 // e * w)
                 for s in range(0, count, LANES):     # all loads in flight, then the stores
                     i = ix.add(lane, s)
