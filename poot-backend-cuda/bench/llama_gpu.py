@@ -68,22 +68,26 @@ def variant_label(v: dict) -> str:
 
 
 def planned(compiled, backend, device, variant: dict | None = None):
-    """The plan of `compiled` with the GEMV schedule constants of `variant` set
-    (poot.codegen.lower.dot: SHARED_BYTES, RUN_TRIP, RUN_COLUMNS, ...)."""
-    from poot.codegen.lower import dot
+    """The plan of `compiled` with the schedule constants of `variant` set (each looked
+    up in poot.codegen.lower.dot, then reduce: SHARED_BYTES, INT_MAX_PARTS, ROW_HELD, ...)."""
+    from poot.codegen.lower import dot, reduce
     from poot.plan import plan
 
     t0 = time.perf_counter()
     variant = variant or {}
-    defaults = {k: getattr(dot, k) for k in variant}
+    homes = {k: next((m for m in (dot, reduce) if hasattr(m, k)), None) for k in variant}
+    unknown = [k for k, m in homes.items() if m is None]
+    if unknown:
+        raise SystemExit(f"unknown schedule constants {unknown}")
+    defaults = {k: getattr(homes[k], k) for k in variant}
     try:
         for k, v in variant.items():
-            setattr(dot, k, v)
+            setattr(homes[k], k, v)
         backend.forget_lowerings()          # lowerings shared by signature: made anew
         p = plan(compiled, (backend, device))
     finally:
         for k, v in defaults.items():
-            setattr(dot, k, v)
+            setattr(homes[k], k, v)
         backend.forget_lowerings()
     print(f"  planned: {len(p.steps)} steps in {time.perf_counter() - t0:.1f} s", flush=True)
     return p

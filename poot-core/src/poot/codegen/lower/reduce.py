@@ -15,6 +15,7 @@ from poot.codegen.program import KernelProgram, local_index
 from poot.codegen.region import RegionEval
 from poot.dtypes import DType
 from poot.errors import DtypeLowering, UnsupportedOp
+from poot.ir.graph import Value
 from poot.ir.ops import FusedRow, Reduce, ReduceOp
 
 F32, I32 = DType.F32, DType.I32
@@ -123,23 +124,73 @@ def lower_fused_row(sig: Sig) -> KernelProgram:
             return rc[:a] + [j] + rc[a:]
 
         reduced: dict = {}
-        params = [lambda pc, i=i: Load(f"in{i}", ix.ravel(pc, sig.type(i).shape),
-                                       sig.type(i).dtype) for i in range(len(sig.ins))]
+        held = not per_row and -(-length // wg) <= ROW_HELD
+        params = [lambda pc, i=i: _load(kb, f"in{i}", ix.ravel(pc, sig.type(i).shape),
+                                        sig.type(i).dtype, held) for i in range(len(sig.ins))]
         ev = RegionEval(kb, body, params, reduce=lambda e, c: reduced[e.out])
-        for e in reduces:
-            acc = accumulator_dtype(e.op.op, full.dtype, "FusedRow")
-            total = row_reduce(kb, e.op.op, length, wg,
-                               lambda j, e=e, acc=acc: ev.at(e.inputs[0].id, coords(j)).cast(acc),
-                               acc, enter=ev.push, leave=ev.pop)
-            reduced[e.out] = kb.let("reduced", total.cast(body.type_of(e.out).dtype))
-        if per_row:
-            with kb.if_(ix.eq(local_index(), i32(0))):
-                kb.store("out", r, ev.result_at(coords(i32(0)) if out.rank == full.rank
-                                                else rc))
+        if held:
+            _held_row(kb, body, ev, reduces, reduced, length, wg, full, coords)
         else:
-            with kb.for_("j", local_index(), length, wg) as j:
-                ev.push()
-                c = coords(j)
-                kb.store("out", ix.ravel(c, full.shape), ev.result_at(c))
-                ev.pop()
+            for e in reduces:
+                acc = accumulator_dtype(e.op.op, full.dtype, "FusedRow")
+                def element(j, e=e, acc=acc):
+                    return ev.at(e.inputs[0].id, coords(j)).cast(acc)
+                total = row_reduce(kb, e.op.op, length, wg, element, acc,
+                                   enter=ev.push, leave=ev.pop)
+                reduced[e.out] = kb.let("reduced", total.cast(body.type_of(e.out).dtype))
+            if per_row:
+                with kb.if_(ix.eq(local_index(), i32(0))):
+                    kb.store("out", r, ev.result_at(coords(i32(0)) if out.rank == full.rank
+                                                    else rc))
+            else:
+                with kb.for_("j", local_index(), length, wg) as j:
+                    ev.push()
+                    c = coords(j)
+                    kb.store("out", ix.ravel(c, full.shape), ev.result_at(c))
+                    ev.pop()
     return KernelProgram((kb.finish(),))
+
+
+#: rows of at most this many elements per thread stay in registers between a FusedRow's
+#: reduction and its output (all loads issued before the reduction, none after)
+ROW_HELD = 8
+
+
+def _load(kb, name, index, dtype, bound: bool):
+    value = Load(name, index, dtype)
+    return kb.let("x", value) if bound else value
+
+
+def _held_row(kb, body, ev, reduces, reduced, length: int, wg: int, full, coords) -> None:
+    """A FusedRow whose output is the row, unrolled: every thread's elements j = lane,
+    lane + wg, ... (clamped into the row, masked out of the reductions) and every operand
+    at them are loaded first, so the operands read only by the output (a norm's weight)
+    arrive with the row instead of after the reductions; the output reuses the loads."""
+    li = local_index()
+    spots = []
+    for r in range(-(-length // wg)):
+        at = ix.add(li, r * wg)
+        live = None if (r + 1) * wg <= length else ix.lt(at, i32(length))
+        j = kb.let("j", at if live is None else ix.minimum(at, i32(length - 1)))
+        spots.append((coords(j), live))
+    for c, _ in spots:
+        for vid in body.inputs():
+            ev.operand(Value(vid), c)
+    for e in reduces:
+        acc = accumulator_dtype(e.op.op, full.dtype, "FusedRow")
+        part = None
+        for c, live in spots:
+            v = ev.at(e.inputs[0].id, c).cast(acc)
+            if live is not None:
+                v = ix.Sel(live, v, identity(e.op.op, acc))
+            part = v if part is None else combine(e.op.op, part, v)
+        total = kb.reduce("acc_all", e.op.op, kb.let("acc", part))
+        reduced[e.out] = kb.let("reduced", total.cast(body.type_of(e.out).dtype))
+    for c, live in spots:
+        value = ev.result_at(c)
+        index = ix.ravel(c, full.shape)
+        if live is None:
+            kb.store("out", index, value)
+        else:
+            with kb.if_(live):
+                kb.store("out", index, value)
