@@ -201,6 +201,8 @@ def data_cases() -> Iterator[Case]:
                        fixed={2: np.array([idx], np.int32)})
         yield case(f"ArgTopK-{d}-5x37-k4", "ArgTopK", d, [Arg(T((5, 37), d))],
                    one(O.ArgTopK(4)), exact=True)
+        yield case(f"ArgTopK-{d}-2x40000-k1", "ArgTopK", d, [Arg(T((2, 40000), d))],
+                   one(O.ArgTopK(1)), exact=True)
 
 
 def reduce_cases() -> Iterator[Case]:

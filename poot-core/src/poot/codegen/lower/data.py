@@ -5,6 +5,7 @@ from poot.codegen import index as ix
 from poot.codegen.expr import Expr, Load, ge, i32, maximum, select
 from poot.codegen.lower.base import Sig, lowers
 from poot.codegen.lower.pointwise import WORKGROUP, pointwise_kernel
+from poot.codegen.lower.reduce import row_workgroups
 from poot.codegen.program import Access, KernelProgram, local_index
 from poot.dtypes import DType
 from poot.ir.ops import ArgTopK, DynamicUpdateSlice, Gather, ScatterUpdate
@@ -96,9 +97,53 @@ def _before(key: Expr, idx: Expr, other_key: Expr, other_idx: Expr) -> Expr:
     return ix.lt(other_key, key) | ix.both(ix.eq(key, other_key), ix.lt(idx, other_idx))
 
 
+#: elements each thread of the k = 1 ArgTopK loads before it compares any of them
+ARGMAX_TRIP = 16
+
+
 @lowers(ArgTopK)
 def lower_argtopk(sig: Sig) -> KernelProgram:
+    if sig.op.k == 1:
+        return _argmax(sig)
     return _argtopk_one_pass(sig) if sig.op.k <= SMALL_K else _argtopk_counting(sig)
+
+
+def _argmax(sig: Sig) -> KernelProgram:
+    """k = 1 (greedy sampling over a vocabulary): one workgroup per row (up to 1024 threads
+    for few rows, as the row reductions), each thread folding its strided elements
+    ARGMAX_TRIP loads at a time, all issued before the first compare (a compare-and-insert
+    after every load left one L2 round trip per element: 16 us over 49152 logits on an
+    H200). A thread sees its elements in index order and keeps the first of equal keys;
+    then the workgroup's largest key, and the lowest index holding it."""
+    x = sig.type(0)
+    e_count = x.shape[-1]
+    rows = x.size // max(e_count, 1)
+    kb, wg, r = row_workgroups(sig, rows, e_count)
+    with kb.if_(ix.lt(r, i32(rows))):  # whole workgroups in or out: uniform
+        base = kb.let("base", ix.mul(r, e_count))
+        best, at = kb.var("best", i32(INT_MIN)), kb.var("at", i32(e_count))
+
+        def fold(js):
+            keys = [kb.let("key", order_key(Load("in0", ix.add(base, j), x.dtype))) for j in js]
+            for key, j in zip(keys, js, strict=True):
+                better = kb.let("better", ix.lt(best, key))
+                kb.assign(at, select(better, j, at))
+                kb.assign(best, select(better, key, best))
+
+        stride = wg * ARGMAX_TRIP
+        whole = e_count // stride * stride
+        if whole:
+            with kb.for_("j0", 0, whole, stride) as j0:
+                first = kb.let("j", ix.add(j0, local_index()))
+                fold([first] + [kb.let("j", ix.add(first, u * wg))
+                                for u in range(1, ARGMAX_TRIP)])
+        with kb.for_("j", ix.add(local_index(), whole), e_count, wg) as j:
+            fold([j])
+        top = kb.reduce("top", ReduceOp.Max, best)
+        win = kb.reduce("win", ReduceOp.Max, select(ix.eq(best, top), -at, i32(INT_MIN)))
+        with kb.if_(ix.eq(local_index(), i32(0))):
+            kb.store("out", r, -win)
+    return KernelProgram((kb.finish(),))
 
 
 def _argtopk_one_pass(sig: Sig) -> KernelProgram:
