@@ -6,7 +6,7 @@ from poot.codegen.expr import Expr, Load, ge, i32, maximum, select
 from poot.codegen.lower.base import Sig, lowers
 from poot.codegen.lower.pointwise import WORKGROUP, pointwise_kernel
 from poot.codegen.lower.reduce import row_workgroups
-from poot.codegen.program import Access, KernelProgram, local_index
+from poot.codegen.program import SCRATCH, Access, BufferParam, KernelProgram, local_index
 from poot.dtypes import DType
 from poot.ir.ops import ArgTopK, DynamicUpdateSlice, Gather, ScatterUpdate
 from poot.ir.ops.reduce import ReduceOp
@@ -99,6 +99,8 @@ def _before(key: Expr, idx: Expr, other_key: Expr, other_idx: Expr) -> Expr:
 
 #: elements each thread of the k = 1 ArgTopK loads before it compares any of them
 ARGMAX_TRIP = 16
+#: elements per workgroup of the first of a split argmax's two kernels
+ARGMAX_PART = 2048
 
 
 @lowers(ArgTopK)
@@ -109,41 +111,104 @@ def lower_argtopk(sig: Sig) -> KernelProgram:
 
 
 def _argmax(sig: Sig) -> KernelProgram:
-    """k = 1 (greedy sampling over a vocabulary): one workgroup per row (up to 1024 threads
-    for few rows, as the row reductions), each thread folding its strided elements
-    ARGMAX_TRIP loads at a time, all issued before the first compare (a compare-and-insert
-    after every load left one L2 round trip per element: 16 us over 49152 logits on an
-    H200). A thread sees its elements in index order and keeps the first of equal keys;
-    then the workgroup's largest key, and the lowest index holding it."""
+    """k = 1 (greedy sampling over a vocabulary). Each thread folds its strided elements
+    ARGMAX_TRIP loads at a time, all issued before the first compare (the one-pass top-k
+    kernel's insertion after every load left one L2 round trip per element: 16 us over
+    49152 logits on an H200), and keeps the first of equal keys; then the workgroup's
+    largest key and the lowest index holding it. Rows of at least two ARGMAX_PART are
+    split: one workgroup per part stores its best (key, index) to scratch, then one
+    workgroup per row picks among the parts' (a single workgroup reading a whole row is
+    bound by one SM's loads)."""
     x = sig.type(0)
     e_count = x.shape[-1]
     rows = x.size // max(e_count, 1)
-    kb, wg, r = row_workgroups(sig, rows, e_count)
-    with kb.if_(ix.lt(r, i32(rows))):  # whole workgroups in or out: uniform
-        base = kb.let("base", ix.mul(r, e_count))
-        best, at = kb.var("best", i32(INT_MIN)), kb.var("at", i32(e_count))
+    parts = -(-e_count // ARGMAX_PART) if e_count >= 2 * ARGMAX_PART else 1
 
-        def fold(js):
-            keys = [kb.let("key", order_key(Load("in0", ix.add(base, j), x.dtype))) for j in js]
-            for key, j in zip(keys, js, strict=True):
-                better = kb.let("better", ix.lt(best, key))
-                kb.assign(at, select(better, j, at))
-                kb.assign(best, select(better, key, best))
+    def element(base, index, limit):
+        """(order key, index) of row element `index`; the lowest key at or past limit."""
+        live = ix.lt(index, i32(limit))
+        key = order_key(Load("in0", ix.add(base, ix.minimum(index, i32(limit - 1))), x.dtype))
+        return select(live, key, i32(INT_MIN)), index
 
-        stride = wg * ARGMAX_TRIP
-        whole = e_count // stride * stride
-        if whole:
-            with kb.for_("j0", 0, whole, stride) as j0:
-                first = kb.let("j", ix.add(j0, local_index()))
-                fold([first] + [kb.let("j", ix.add(first, u * wg))
-                                for u in range(1, ARGMAX_TRIP)])
-        with kb.for_("j", ix.add(local_index(), whole), e_count, wg) as j:
-            fold([j])
-        top = kb.reduce("top", ReduceOp.Max, best)
-        win = kb.reduce("win", ReduceOp.Max, select(ix.eq(best, top), -at, i32(INT_MIN)))
-        with kb.if_(ix.eq(local_index(), i32(0))):
-            kb.store("out", r, -win)
-    return KernelProgram((kb.finish(),))
+    if parts == 1:
+        kb, wg, r = row_workgroups(sig, rows, e_count)
+        with kb.if_(ix.lt(r, i32(rows))):  # whole workgroups in or out: uniform
+            base = kb.let("base", ix.mul(r, e_count))
+            best, at = _fold_best(kb, e_count, wg, lambda j: element(base, j, e_count))
+            _store_best(kb, best, at, r)
+        return KernelProgram((kb.finish(),))
+    pairs = rows * parts
+    scratch = (BufferParam("best_key", I32, Access.READ_WRITE, pairs, SCRATCH),
+               BufferParam("best_at", I32, Access.READ_WRITE, pairs, SCRATCH))
+    wg = WORKGROUP
+    grid, g = ix.launch_groups(pairs)
+    kb = sig.builder(grid, (wg,))
+    sig.declare_inputs(kb)
+    for b in scratch:
+        kb.buffer(b.name, I32, Access.WRITE, pairs, SCRATCH)
+    rp = kb.let("rp", g)
+    with kb.if_(ix.lt(rp, i32(pairs))):
+        base = kb.let("base", ix.mul(ix.div(rp, parts), e_count))
+        first = kb.let("first", ix.mul(ix.mod(rp, parts), ARGMAX_PART))
+        best, at = _fold_best(kb, ARGMAX_PART, wg,
+                              lambda j: element(base, ix.add(first, j), e_count))
+        _store_best(kb, best, at, rp, ("best_key", "best_at"))
+    first_kernel = kb.finish()
+    wg = ix.pow2_at_least(parts)
+    grid, row = ix.launch_groups(rows)
+    kb = sig.builder(grid, (wg,), "_pick")
+    sig.declare_out(kb)
+    for b in scratch:
+        kb.buffer(b.name, I32, Access.READ, pairs, SCRATCH)
+    r = kb.let("row", row)
+    with kb.if_(ix.lt(r, i32(rows))):
+        def part(j):
+            spot = ix.add(ix.mul(r, parts), ix.minimum(j, i32(parts - 1)))
+            live = ix.lt(j, i32(parts))
+            return (select(live, Load("best_key", spot, I32), i32(INT_MIN)),
+                    Load("best_at", spot, I32))
+        best, at = _fold_best(kb, parts, wg, part)
+        _store_best(kb, best, at, r)
+    return KernelProgram((first_kernel, kb.finish()), scratch=scratch)
+
+
+def _fold_best(kb, count: int, wg: int, element) -> tuple[Expr, Expr]:
+    """This thread's best (key, index) of items j = lane, lane + wg, ... below `count`
+    (`element(j)` gives an item's key and index, the lowest key where it is no item):
+    loops of up to ARGMAX_TRIP loads, then their compares in order (ties keep the first)."""
+    best, at = kb.var("best", i32(INT_MIN)), kb.var("at", i32(INT_MAX))
+    trip = min(ARGMAX_TRIP, -(-count // wg))
+    stride = wg * trip
+
+    def fold(j0):
+        items = []
+        for u in range(trip):
+            key, index = element(kb.let("j", ix.add(j0, ix.add(local_index(), u * wg))))
+            items.append((kb.let("key", key), kb.let("at_j", index)))
+        for key, index in items:
+            better = kb.let("better", ix.lt(best, key))
+            kb.assign(at, select(better, index, at))
+            kb.assign(best, select(better, key, best))
+
+    if count <= stride:
+        fold(i32(0))
+    else:
+        with kb.for_("j0", 0, -(-count // stride) * stride, stride) as j0:
+            fold(j0)
+    return best, at
+
+
+def _store_best(kb, best, at, spot, names=None) -> None:
+    """The workgroup's largest key and the lowest index holding it, stored by thread 0:
+    the index to `out` (names None), or key and index to the two scratch arrays."""
+    top = kb.reduce("top", ReduceOp.Max, best)
+    win = kb.reduce("win", ReduceOp.Max, select(ix.eq(best, top), -at, i32(INT_MIN)))
+    with kb.if_(ix.eq(local_index(), i32(0))):
+        if names is None:
+            kb.store("out", spot, -win)
+        else:
+            kb.store(names[0], spot, top)
+            kb.store(names[1], spot, -win)
 
 
 def _argtopk_one_pass(sig: Sig) -> KernelProgram:
