@@ -69,13 +69,14 @@ def variant_label(v: dict) -> str:
 
 def planned(compiled, backend, device, variant: dict | None = None):
     """The plan of `compiled` with the schedule constants of `variant` set (each looked
-    up in poot.codegen.lower.dot, then reduce: SHARED_BYTES, INT_MAX_PARTS, ROW_HELD, ...)."""
-    from poot.codegen.lower import dot, reduce
+    up in poot.codegen.lower.dot, reduce, attention: INT_MAX_PARTS, ROW_HELD, KEYS, ...)."""
+    from poot.codegen.lower import attention, dot, reduce
     from poot.plan import plan
 
     t0 = time.perf_counter()
     variant = variant or {}
-    homes = {k: next((m for m in (dot, reduce) if hasattr(m, k)), None) for k in variant}
+    homes = {k: next((m for m in (dot, reduce, attention) if hasattr(m, k)), None)
+             for k in variant}
     unknown = [k for k, m in homes.items() if m is None]
     if unknown:
         raise SystemExit(f"unknown schedule constants {unknown}")

@@ -2,7 +2,7 @@
 
 Both schedules share one piece (`Row`): a 32-lane group owns one query row; its
 lanes split the head dimension, so a score is one width-32 cooperative sum (a run
-of KEYS of them in flight at once), and each lane keeps its slice of the running
+of KEYS of them in flight at once, DECODE_KEYS in decode), and each lane keeps its slice of the running
 output in registers, rescaled once per run of keys (online softmax).
 
 * decode (T = 1): one workgroup per query row and KV split; its groups take runs
@@ -34,6 +34,9 @@ F32 = DType.F32
 LANES = 32
 WARPS = 4
 KEYS = 8          # keys one 32-lane group scores per loop trip (independent chains in flight)
+#: decode's keys per group and trip: a split of 64 keys is one trip of its 4 groups, one
+#: dependent K/V round trip instead of two (docs/performance.md, 2026-12-04 21:50 UTC)
+DECODE_KEYS = 16
 SHARED_BYTES = 16 * 1024   # prefill K/V tiles stay within this (WebGPU devices have 16-32 KiB)
 NEG_INF = Const(float("-inf"), F32)
 #: decode walks each KV split, and prefill each workgroup's keys, only up to the last live
@@ -132,7 +135,7 @@ class Keys:
 
 class Row:
     """One query row owned by one 32-lane group: its q slice, running max, sum and output
-    slice (per-thread arrays), updated by runs of KEYS keys."""
+    slice (per-thread arrays), updated by runs of keys (KEYS, DECODE_KEYS)."""
 
     def __init__(self, kb, a: Shape, lane, li, h, ti, row_ok):
         self.kb, self.a, self.lane, self.row_ok = kb, a, lane, row_ok
@@ -155,7 +158,7 @@ class Row:
                     self.a.mask.dtype).cast(F32)
 
     def run(self, keys, valid, k_at, v_at):
-        """Consume KEYS keys: `keys[i]` (clamped, in range) and `valid[i]` (I32) of each;
+        """Consume a run of keys: `keys[i]` (clamped, in range) and `valid[i]` (I32) of each;
         `k_at(i, dim)`, `v_at(i, dim)` read key i's K and V at a (clamped) dimension."""
         kb, a, lane = self.kb, self.a, self.lane
         parts = [kb.var("part", f32(0.0)) for _ in keys]
@@ -164,7 +167,7 @@ class Row:
             qj = kb.let("qj", self.qreg[j])
             for i, part in enumerate(parts):
                 kb.assign(part, part + qj * k_at(i, dk))
-        scores = []   # KEYS independent width-32 reductions: their shuffles overlap
+        scores = []   # independent width-32 reductions, one a key: their shuffles overlap
         for part, key, ok in zip(parts, keys, valid, strict=True):
             dot = kb.reduce("dot", ReduceOp.Sum, part, LANES)
             scores.append(kb.let("score", ix.Sel(ok, dot * f32(a.scale) + self.mask_at(key),
@@ -301,14 +304,16 @@ def _partial_kernel(sig: Sig, rows: int, splits: int, chunk: int):
         reach = kb.reduce("reach", ReduceOp.Max, seen)
         with contextlib.ExitStack() as walk:
             if REACH:
-                trips = ix.div(ix.add(reach, i32(WARPS * KEYS - 1)), i32(WARPS * KEYS))
+                trips = ix.div(ix.add(reach, i32(WARPS * DECODE_KEYS - 1)),
+                               i32(WARPS * DECODE_KEYS))
             else:
                 walk.enter_context(kb.if_(reach))
-                trips = math.ceil(chunk / (WARPS * KEYS))
+                trips = math.ceil(chunk / (WARPS * DECODE_KEYS))
             it = walk.enter_context(kb.for_("it", 0, trips))
-            # this group's KEYS consecutive keys; clamped so spare slots read inside k and v
-            first = kb.let("first", ix.add(start, ix.mul(ix.add(ix.mul(it, WARPS), warp), KEYS)))
-            raw = [ix.add(first, i) for i in range(KEYS)]
+            # this group's DECODE_KEYS consecutive keys; clamped so spare slots read inside
+            first = kb.let("first", ix.add(start, ix.mul(ix.add(ix.mul(it, WARPS), warp),
+                                                         DECODE_KEYS)))
+            raw = [ix.add(first, i) for i in range(DECODE_KEYS)]
             keys = [kb.let("kc", ix.minimum(x, i32(a.s - 1))) for x in raw]
             starts = [at.rows(key) for key in keys]
             row.run(keys, [ix.lt(x, end) for x in raw],
