@@ -5,8 +5,10 @@
 #
 # with .whl (gguf at least) carried. Parts, in the order given by $PARTS (default: all):
 #   conf       the conformance suite on cuda (pytest -n 8)
-#   memcheck   compute-sanitizer memcheck over the contraction, attention, norm and model cases
-#   racecheck  compute-sanitizer racecheck over the norm and dense contraction cases
+#   memcheck   compute-sanitizer memcheck over the contraction, attention, norm, argmax and
+#              model cases ($MEMCHECK_K: another pytest -k selection)
+#   racecheck  compute-sanitizer racecheck over the norm, contraction, argmax and attention
+#              cases ($RACECHECK_K)
 #   smollm2    SmolLM2-135M's shape (random Q4_1 weights: the checkpoint does not travel)
 #              greedy 32 tokens cuda vs reference, decode tok/s
 #   bench      llama_gpu.py: the 8B-shaped 2-layer logits check, 8B and 1B decode in bf16,
@@ -102,8 +104,9 @@ for part in $PARTS; do
       grep -E '^(FAILED|ERROR)' "$OUT/conformance.log" | cut -c1-160 | head -8
       row "conformance suite, cuda" "${line:-no summary line}" ;;
     memcheck | racecheck)
-      sel="Contraction or Attention or FusedRow or model"
-      [ $part = racecheck ] && sel="FusedRow or DenseContraction"
+      sel=${MEMCHECK_K:-"Contraction or Attention or FusedRow or ArgTopK or model"}
+      [ $part = racecheck ] &&
+        sel=${RACECHECK_K:-"FusedRow or DenseContraction or PackedContraction or ArgTopK or Attention"}
       timeout -k 5 "$lim" compute-sanitizer --tool $part --target-processes all \
         --error-exitcode 9 python3 -m pytest -q -p no:cacheprovider -n 4 --pyargs \
         poot.conformance --poot-backend cuda -k "$sel" >"$OUT/$part.log" 2>&1
