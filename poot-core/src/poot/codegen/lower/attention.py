@@ -2,8 +2,9 @@
 
 Both schedules share one piece (`Row`): a 32-lane group owns one query row; its
 lanes split the head dimension, so a score is one width-32 cooperative sum (a run
-of KEYS of them in flight at once, DECODE_KEYS in decode), and each lane keeps its slice of the running
-output in registers, rescaled once per run of keys (online softmax).
+of KEYS of them in flight at once, DECODE_KEYS in decode), and each lane keeps its
+slice of the running output in registers, rescaled once per run of keys (online
+softmax).
 
 * decode (T = 1): one workgroup per query row and KV split; its groups take runs
   of keys in turn and merge through shared memory; with few rows the keys are
