@@ -42,8 +42,10 @@ def test_decoder_step_keeps_the_oracle(tokens, kv, dtype, fmt):
     assert str(g) == str(compiled.graph)
     validate(step.graph, compiled.graph, seed=tokens + 1, given=consts)
     ops = Counter(e.op.name for e in compiled.graph.eqns())
-    # a paged step reads its KV pool through the slot map inside the attention kernel
-    assert ops["PagedAttention" if kv == "paged" else "Attention"] == 2 and ops["Rope"] == 4
+    # a paged step reads its KV pool through the slot map inside the attention kernel, and
+    # writes its rotated keys straight to the pool
+    assert ops["PagedAttention" if kv == "paged" else "Attention"] == 2
+    assert (ops["Rope"], ops["RopeScatter"]) == ((2, 2) if kv == "paged" else (4, 0))
     assert not {"MatMul", "Reduce", "Concat", "Slice", "PackedDequant"} & set(ops)
     contraction = "PackedContraction" if fmt and fmt.startswith("gguf") else "DenseContraction"
     # q, k, v, up per layer and the head alone; o, gate, down inside epilogues

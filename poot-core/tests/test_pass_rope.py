@@ -72,3 +72,35 @@ def test_a_witness_inside_the_chain_blocks_the_rewrite(witness):
     if witness:
         assert "also read outside it" in rec.decisions[0].reason
         assert [o.label for o in out.outputs()] == [None, "x1"]
+
+
+def kv_write_graph(read_rotated: bool):
+    """Rotated keys [1, 3, 2, 16] written to a pool [11, 2, 16] at three slots (rope_fusion
+    first, as the pipeline runs it); `read_rotated`: the rotated keys are also an output."""
+    def fn(pool, x, cos_t, sin_t, pos, slots):
+        k = ops.rope_partial(x, cos_t, sin_t, ops.reshape(ops.positions(pos, 3), (1, 3)), 12,
+                             tokens_first=True)
+        out = ops.kv_write_paged(pool, ops.reshape(k, (3, 2, 16)), slots)
+        if read_rotated:
+            ops.witness(k, "k")
+        return out
+
+    g = poot.trace(fn, poot.spec((11, 2, 16), name="pool"), poot.spec((1, 3, 2, 16), name="x"),
+                   poot.spec((16, 6), name="cos"), poot.spec((16, 6), name="sin"),
+                   poot.spec((1,), "i32", name="pos", kind="slot", slot=SlotKind.POS, bound=14),
+                   poot.spec((3,), "i32", name="slots", kind="slot", slot=SlotKind.WRITE_MAP,
+                             bound=11))
+    return validated_pass(g, "rope_fusion")[0]
+
+
+@pytest.mark.parametrize("read_rotated", [False, True])
+def test_a_kv_write_of_rotated_keys_becomes_one_rope_scatter(read_rotated):
+    g = kv_write_graph(read_rotated)
+    out, rec = validated_pass(g, "rope_scatter", seed=3)
+    names = [e.op.name for e in out.eqns()]
+    if read_rotated:       # the rotated keys are needed apart: nothing fuses
+        assert rec.rewrites == 0 and "RopeScatter" not in names
+        assert "read elsewhere" in rec.decisions[0].reason
+    else:
+        assert rec.rewrites == 1 and names.count("RopeScatter") == 1
+        assert "Rope" not in names and "ScatterUpdate" not in names

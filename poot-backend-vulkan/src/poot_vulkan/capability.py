@@ -68,6 +68,7 @@ def op_dtypes(uses: dict[DType, Use]) -> dict[str, frozenset]:
     table["Reduce.Sum"] = arith - NARROW_INTS
     table["Reduce.Max"] = arith - NARROW_INTS - {D.U32}
     table["Rope"] = floats
+    table["RopeScatter"] = floats    # Rope's kernel writing the KV pool rows
     table.update({op: dot - {D.U32}
                   for op in ("MatMul", "IndexedMatMul", "Attention", "PagedAttention")})
     table.update({op: frozenset(d for d in dot if d.is_float)

@@ -64,6 +64,7 @@ def op_dtypes(uses: dict[DType, Use]) -> dict[str, frozenset]:
     table["Reduce.Max"] = arith - NARROW_INTS - {D.U32}
     table["FusedRow"] = stored
     table["Rope"] = floats - {D.F16}  # its lowering selects in the element dtype (see NOTES)
+    table["RopeScatter"] = table["Rope"]   # Rope's kernel writing the KV pool rows
     table.update({op: dot - {D.U32}
                   for op in ("MatMul", "IndexedMatMul", "Attention", "PagedAttention")})
     table.update({op: frozenset(d for d in dot if d.is_float)
@@ -88,6 +89,7 @@ NOTES = {
     "Reduce.Max:u32": "no signed accumulator for u32 Max",
     "Rope:f16": "poot.codegen's Rope kernel selects in the element dtype, and Select on F16 "
                 "is refused on SPIR-V targets",
+    "RopeScatter:f16": "the same Rope kernel, writing the KV pool rows",
     "MatMul:u32": "u32 is a contraction operand only as DenseContraction's f16 words",
     "Scan": SCAN_NOTE,
     "numerics": "WGSL lets compilers assume finite math: NaN/Inf through float arithmetic is "

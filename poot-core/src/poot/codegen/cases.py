@@ -46,6 +46,7 @@ from poot.ir.ops import (
     ReduceOp,
     Reshape,
     Rope,
+    RopeScatter,
     Scan,
     ScatterUpdate,
     Select,
@@ -339,6 +340,11 @@ def rope_cases() -> list[Case]:
         cs = T((3, rot // 2), dt)
         out.append(Case(f"rope-{dt}-{rot}", Rope(rot), (x, cs, cs),
                         makers(normal(x), normal(cs), normal(cs)), _tol(dt)))
+    pool, x, cs = T((9, 3, 10), F32), T((2, 2, 3, 10), F32), T((2, 1, 4), F32)
+    out.append(Case("rope-scatter", RopeScatter(8), (pool, x, cs, cs, T((4,), I32)),
+                    lambda rng: [normal(pool)(rng), normal(x)(rng), normal(cs)(rng),
+                                 normal(cs)(rng), np.array([7, -1, 2, 7], np.int32)],
+                    _tol(F32)))
     return out
 
 

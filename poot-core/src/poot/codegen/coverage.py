@@ -43,8 +43,8 @@ def kernel_ops(floats: set, formats) -> dict[str, set]:
     ops["Iota"] = {F32, I32}
     ops["ArgTopK"] = floats | {I32}
     ops.update({k: floats | {I32} for k in ("MatMul", "IndexedMatMul")})
-    ops.update({k: set(floats) for k in ("Attention", "PagedAttention", "Rope", "BlockTopK",
-                                        "SelectedAttention")})
+    ops.update({k: set(floats) for k in ("Attention", "PagedAttention", "Rope", "RopeScatter",
+                                        "BlockTopK", "SelectedAttention")})
     ops["Scan"] = floats | ALL_WORDS
     ops["DenseContraction"] = {F32, F16, U32} | ({BF16} & floats)
     ops["GroupedDenseContraction"] = {BF16} & floats

@@ -36,6 +36,7 @@ PASSES = [
     ("selection", selection.run),
     ("attention", attention.run),
     ("rope_fusion", rope.run),
+    ("rope_scatter", rope.scatter_run),
     ("iota_fold", iota_fold.run),
     ("dense_contraction", contraction_dense.run),
     ("packed_contraction", contraction_packed.run),

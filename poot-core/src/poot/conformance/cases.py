@@ -432,6 +432,10 @@ def attention_cases() -> Iterator[Case]:
         yield case(f"Rope-{d}-3x4x16-rot12", "Rope", d,
                    [Arg(T((3, 4, 16), d)), Arg(T((3, 1, 6), d)), Arg(T((3, 1, 6), d))],
                    one(O.Rope(12)), exact=False, growth="basic")
+        yield case(f"RopeScatter-{d}-p11-2x3x2x16-rot12", "RopeScatter", d,
+                   [Arg(T((11, 2, 16), d)), Arg(T((2, 3, 2, 16), d)), Arg(T((2, 3, 1, 6), d)),
+                    Arg(T((2, 3, 1, 6), d)), Arg(T((6,), I32), ("slots", 11))],
+                   one(O.RopeScatter(12)), exact=False, growth="basic")
     for d in WIDE_FLOATS:   # a batch of 3 sequences reading 13 positions of a 20-row pool
         qp, pool = T((3, 4, 1, 16), d), T((20, 2, 16), d)
         yield case(f"PagedAttention-{d}-decode-b3-gqa4x2-s13-p20", "PagedAttention", d,

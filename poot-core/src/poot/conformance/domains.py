@@ -38,6 +38,8 @@ def domains(op: O.OpKind, ins: list[TensorType]) -> list:
         return ["any", ("index", ins[0].shape[op.axis % ins[0].rank])]
     if isinstance(op, O.ScatterUpdate):
         return ["any", "any", ("slots", ins[0].shape[0])]
+    if isinstance(op, O.RopeScatter):
+        return ["any"] * 4 + [("slots", ins[0].shape[0])]
     if isinstance(op, O.DynamicUpdateSlice):
         return ["any", "any", ("index", ins[0].shape[op.axis % ins[0].rank])]
     if isinstance(op, O.IndexedMatMul):

@@ -38,22 +38,29 @@ def _update_kernel(sig: Sig, count: int, name: str):
 
 @lowers(ScatterUpdate)
 def lower_scatter_update(sig: Sig) -> KernelProgram:
-    """In place on the donated base: only the N source rows are written."""
-    base, src = sig.type(0), sig.type(1)
-    rows, row = src.shape[0], src.size // max(src.shape[0], 1)
-    kb, i = _update_kernel(sig, src.size, "")
-    with kb.if_(ix.lt(i, i32(src.size))):
+    src = sig.type(1)
+    return scatter_rows(sig, src.shape[0], 2, lambda kb, i: Load("in1", i, src.dtype))
+
+
+def scatter_rows(sig: Sig, rows: int, slots: int, value) -> KernelProgram:
+    """In place on the donated base (operand 0): only the `rows` source rows are written,
+    row t to the base's row in{slots}[t]; `value(kb, i)` is the source's flat element i."""
+    base = sig.type(0)
+    row = base.size // max(base.shape[0], 1)
+    count = rows * row
+    kb, i = _update_kernel(sig, count, "")
+    with kb.if_(ix.lt(i, i32(count))):
         t = kb.let("t", ix.div(i, row))
         e = kb.let("e", ix.mod(i, row))
-        slot = kb.let("slot", Load("in2", t, sig.type(2).dtype))
+        slot = kb.let("slot", Load(f"in{slots}", t, sig.type(slots).dtype))
         # a later row naming the same slot wins: an earlier one steps aside
         later = kb.var("overwritten", i32(0))
         with kb.for_("u", ix.add(t, 1), rows) as u:
-            kb.assign(later, later | ix.eq(Load("in2", u, sig.type(2).dtype), slot))
+            kb.assign(later, later | ix.eq(Load(f"in{slots}", u, sig.type(slots).dtype), slot))
         ok = ix.both(ix.both(ge(slot, i32(0)), ix.lt(slot, i32(base.shape[0]))),
                      ix.eq(later, i32(0)))
         with kb.if_(ok):
-            kb.store("out", ix.add(ix.mul(slot, row), e), Load("in1", i, src.dtype))
+            kb.store("out", ix.add(ix.mul(slot, row), e), value(kb, i))
     return KernelProgram((kb.finish(),), alias=0)
 
 

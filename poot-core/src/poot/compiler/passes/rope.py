@@ -3,13 +3,18 @@ Rope{rot} with operands [x, cos, sin]:
 
     Concat([Sub(Mul(x1, cos), Mul(x2, sin)), Add(Mul(x1, sin), Mul(x2, cos)) (, x[rot:])])
     with x1 = Slice(x, 0..rot/2), x2 = Slice(x, rot/2..rot)
+
+rope_scatter (`scatter_run`, after it): a ScatterUpdate of a Rope's rows (a KV write of
+rotated keys) becomes one RopeScatter.
 """
 from __future__ import annotations
 
 from poot.compiler.match import match_definition
 from poot.compiler.rewrite import Rewriter
 from poot.compiler.view import GraphView, NoMatch
-from poot.ir.ops import Binary, BinaryOp, Concat, Rope, Slice
+from poot.errors import ShapeError
+from poot.ir.graph import Value
+from poot.ir.ops import Binary, BinaryOp, Concat, Reshape, Rope, RopeScatter, ScatterUpdate, Slice
 
 
 def guess(view: GraphView, root) -> tuple[Rope, list]:
@@ -27,20 +32,60 @@ def guess(view: GraphView, root) -> tuple[Rope, list]:
 
 
 def run(graph, ctx):
+    return _rewrite_each(graph, ctx, "Rope", Concat, _rope_chain,
+                         lambda op, chain: f"{len(chain)} eqns -> Rope(rot={op.rot})")
+
+
+def scatter_run(graph, ctx):
+    """rope_scatter: a ScatterUpdate whose rows are a Rope's result (through a Reshape that
+    flattens its leading axes), read by nothing else, becomes one RopeScatter{rot} with
+    operands [base, x, cos, sin, slots]: the rotated keys go straight to the KV pool."""
+    return _rewrite_each(graph, ctx, "RopeScatter", ScatterUpdate, _rope_rows,
+                         lambda op, chain: f"Rope(rot={op.rot}) + ScatterUpdate")
+
+
+def _rewrite_each(graph, ctx, name: str, root_type: type, match, note):
+    """Each eqn of `root_type` that `match(view, e) -> (op, args, chain)` takes and the
+    target lowers becomes `op(args)`; the report keeps the reason for every other."""
     view, rw = GraphView(graph), Rewriter(graph)
     for e in view.eqns:
-        if not isinstance(e.op, Concat):
+        if not isinstance(e.op, root_type):
             continue
         try:
-            op, args = guess(view, e)
-            chain = match_definition(view, op, args, e)
+            op, args, chain = match(view, e)
         except NoMatch as why:
-            ctx.record.kept("Rope", e.out, str(why))
+            ctx.record.kept(name, e.out, str(why))
             continue
         refused = ctx.refusal(op, args, e, view)
         if refused:
-            ctx.record.kept("Rope", e.out, f"target refuses: {refused}")
+            ctx.record.kept(name, e.out, f"target refuses: {refused}")
             continue
         rw.replace(e, op, args, chain)
-        ctx.record.rewrote("Rope", e.out, f"{len(chain)} eqns -> Rope(rot={op.rot})")
+        ctx.record.rewrote(name, e.out, note(op, chain))
     return rw.commit()
+
+
+def _rope_chain(view: GraphView, root):
+    op, args = guess(view, root)
+    return op, args, match_definition(view, op, args, root)
+
+
+def _rope_rows(view: GraphView, scatter):
+    """RopeScatter over [Rope, Reshape?] that produce the scatter's rows and feed nothing
+    else."""
+    chain = []
+    e = view.defined_by(scatter.inputs[1], (Rope, Reshape), "the scattered rows")
+    if isinstance(e.op, Reshape):
+        chain.append(e)
+        e = view.defined_by(e.inputs[0], Rope, "the reshaped rows")
+    chain.insert(0, e)
+    for link, user in zip(chain, chain[1:] + [scatter], strict=True):
+        if view.single_user(link.out) is not user:
+            raise NoMatch(f"{link.op.name} at {link.out!r} is read elsewhere too")
+    op = RopeScatter(e.op.rot)
+    args = [scatter.inputs[0], *e.inputs, scatter.inputs[2]]
+    try:
+        op.infer([view.type_of(x.id) if isinstance(x, Value) else x.type for x in args])
+    except ShapeError as why:
+        raise NoMatch(str(why)) from None
+    return op, args, chain

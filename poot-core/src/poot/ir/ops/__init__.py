@@ -25,6 +25,7 @@ from poot.ir.ops.composite import (
     PackedRowGather,
     PagedAttention,
     Rope,
+    RopeScatter,
     SelectedAttention,
     attention_chain,
 )

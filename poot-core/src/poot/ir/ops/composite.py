@@ -4,6 +4,7 @@ validation compares against. A tracer cannot emit these.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
@@ -12,7 +13,7 @@ from poot.dtypes import DType
 from poot.errors import DtypeError
 from poot.ir.ops.base import FLOATS, OpKind
 from poot.ir.ops.compute import IndexedMatMul, MatMul, PackedDequant, check_sources, matmul_type
-from poot.ir.ops.data import ArgTopK, Gather
+from poot.ir.ops.data import ArgTopK, Gather, ScatterUpdate
 from poot.ir.ops.elementwise import Binary, BinaryOp, Cast, Iota, Select, Unary, UnaryOp
 from poot.ir.ops.reduce import Reduce, ReduceOp
 from poot.ir.ops.shape import Broadcast, Concat, Reshape, Slice, Transpose
@@ -254,6 +255,36 @@ class Rope(Composite):
         hi = b.eqn(add, b.eqn(mul, x1, sin), b.eqn(mul, x2, cos))
         parts = [lo, hi] + ([b.eqn(Slice(-1, self.rot, d), x)] if self.rot < d else [])
         return b.eqn(Concat(-1), *parts)
+
+
+@dataclass(frozen=True, repr=False)
+class RopeScatter(Composite):
+    """A KV write of rotated keys: ScatterUpdate(base, Rope{rot}(x, cos, sin), slots) with
+    x's leading axes read as base's rows. Operands base [P, ...], x [..., D] whose trailing
+    axes are base's row shape, cos, sin (as Rope's), slots [N] I32 (N: x's rows). In
+    place on the donated base, as ScatterUpdate."""
+
+    rot: int
+    arity: ClassVar[int] = 5
+    deciding: ClassVar[str] = "operand"
+    needs: ClassVar[str] = "arith"
+
+    def infer(self, ins):
+        self.check_arity(ins)
+        base, x, cos, sin, slots = ins
+        Rope(self.rot).infer([x, cos, sin])
+        row = base.shape[1:]
+        if base.rank < 1 or x.rank < len(row) or x.shape[x.rank - len(row):] != row:
+            self.fail(f"x's trailing axes must be base's rows {row}", ins)
+        n = x.size // max(1, math.prod(row))
+        return ScatterUpdate().infer([base, TensorType((n,) + row, x.dtype), slots])
+
+    def define(self, b, ins):
+        base, x, cos, sin, slots = ins
+        row = base.type.shape[1:]
+        y = b.eqn(Rope(self.rot), x, cos, sin)
+        n = x.type.size // max(1, math.prod(row))
+        return b.eqn(ScatterUpdate(), base, _reshape(b, y, (n,) + row), slots)
 
 
 @dataclass(frozen=True, repr=False)
