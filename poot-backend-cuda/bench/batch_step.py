@@ -288,7 +288,17 @@ def main() -> int:
                     help="batches also timed with attention walking whole splits (A/B)")
     ap.add_argument("--prefill", default="",
                     help="prefill steps BxT to time and profile, e.g. 1x32,32x8")
+    ap.add_argument("--without-passes", default="",
+                    help="compile passes to leave out (A/B of a fusion), e.g. rope_scatter")
     args = ap.parse_args()
+    skip = {x for x in args.without_passes.split(",") if x}
+    if skip:
+        from poot.compiler import pipeline
+
+        unknown = skip - {name for name, _ in pipeline.PASSES}
+        if unknown:
+            raise SystemExit(f"no such compile passes: {sorted(unknown)}")
+        pipeline.PASSES[:] = [(n, run) for n, run in pipeline.PASSES if n not in skip]
     batches = sorted(int(x) for x in args.batches.split(","))
     old = sorted(int(x) for x in args.old_batches.split(",") if x)
     largest = max(batches)
