@@ -120,8 +120,8 @@ def lower_argtopk(sig: Sig) -> KernelProgram:
 def _argmax(sig: Sig) -> KernelProgram:
     """k = 1 (greedy sampling over a vocabulary). Each thread folds its strided elements
     ARGMAX_TRIP loads at a time, all issued before the first compare (the one-pass top-k
-    kernel's insertion after every load left one L2 round trip per element: 16 us over
-    49152 logits on an H200), and keeps the first of equal keys; then the workgroup's
+    kernel's insertion after every load left one L2 round trip per element; figures in
+    docs/performance.md), and keeps the first of equal keys; then the workgroup's
     largest key and the lowest index holding it. Rows of at least two ARGMAX_PART are
     split: one workgroup per part stores its best (key, index) to scratch, then one
     workgroup per row picks among the parts' (a single workgroup reading a whole row is
