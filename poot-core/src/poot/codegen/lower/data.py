@@ -39,13 +39,15 @@ def _update_kernel(sig: Sig, count: int, name: str):
 @lowers(ScatterUpdate)
 def lower_scatter_update(sig: Sig) -> KernelProgram:
     src = sig.type(1)
-    return scatter_rows(sig, src.shape[0], 2, lambda kb, i: Load("in1", i, src.dtype))
+    return scatter_rows(sig, 2, lambda kb, i: Load("in1", i, src.dtype))
 
 
-def scatter_rows(sig: Sig, rows: int, slots: int, value) -> KernelProgram:
-    """In place on the donated base (operand 0): only the `rows` source rows are written,
-    row t to the base's row in{slots}[t]; `value(kb, i)` is the source's flat element i."""
+def scatter_rows(sig: Sig, slots: int, value) -> KernelProgram:
+    """In place on the donated base (operand 0): only the source rows are written, row t
+    to the base's row in{slots}[t] (one row per slot entry); `value(kb, i)` is the
+    source's flat element i."""
     base = sig.type(0)
+    rows = sig.type(slots).shape[0]
     row = base.size // max(base.shape[0], 1)
     count = rows * row
     kb, i = _update_kernel(sig, count, "")

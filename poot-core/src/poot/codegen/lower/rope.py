@@ -41,6 +41,5 @@ def lower_rope(sig: Sig) -> KernelProgram:
 @lowers(RopeScatter)
 def lower_rope_scatter(sig: Sig) -> KernelProgram:
     x = sig.type(1)
-    rows = x.size // max(1, sig.type(0).size // max(sig.type(0).shape[0], 1))
-    return scatter_rows(sig, rows, 4, lambda kb, i: rotated(
-        kb, sig, sig.op.rot, 1, ix.unravel(i, x.shape)))
+    return scatter_rows(sig, 4, lambda kb, i: rotated(kb, sig, sig.op.rot, 1,
+                                                      ix.unravel(i, x.shape)))
