@@ -37,13 +37,15 @@ def model_path() -> str:
 
 
 def greedy(model, ids: list[int], n: int, replay: bool | None = None,
-           on_device: bool = False) -> dict:
+           on_device: bool = False, chained: bool = False) -> dict:
     """`n` greedy tokens after `ids` through the model's dense-KV session; with `replay`
     given, every loaded cuda executable is switched to it first. `on_device`: each decode
     step takes the argmax in the graph and reads back only the token id (4 bytes), else
-    the host reads the logits back and takes it. Returns ids and times."""
+    the host reads the logits back and takes it. `chained`: the tokens come from
+    Session.greedy (Model.generate's greedy path: a step always queued ahead, fed the
+    last token on the device), timed as a whole. Returns ids and times."""
     session = model.session()
-    model.prepare(session, len(ids), "argmax" if on_device else None)
+    model.prepare(session, len(ids), "argmax" if on_device or chained else None)
     if replay is not None:
         for ex in session.executors.values():
             ex.executable.replay = replay
@@ -53,18 +55,22 @@ def greedy(model, ids: list[int], n: int, replay: bool | None = None,
         t0 = time.perf_counter()
         logits = session.prefill(seq, ids)
         prefill_s = time.perf_counter() - t0
-        out, step_s = [], []
-        for i in range(n):
-            tok = int(np.argmax(np.asarray(logits, np.float32)))
-            out.append(tok)
-            if i + 1 < n:
-                t0 = time.perf_counter()
-                if on_device:
-                    nxt = int(session.decode_sampled({seq: tok}, "argmax", lambda b: {})[0])
-                    logits = np.eye(1, model.config.vocab, nxt)[0]   # argmax is nxt
-                else:
-                    logits = session.decode({seq: tok})[seq]
-                step_s.append(time.perf_counter() - t0)
+        out = [int(np.argmax(np.asarray(logits, np.float32)))]
+        if chained:
+            t0 = time.perf_counter()
+            out += list(session.greedy(seq, out[0], n - 1))
+            return {"ids": out, "prefill_s": prefill_s,
+                    "steps_s": [(time.perf_counter() - t0) / (n - 1)] * (n - 1)}
+        step_s = []
+        for i in range(n - 1):
+            t0 = time.perf_counter()
+            if on_device:
+                nxt = int(session.decode_sampled({seq: out[i]}, "argmax", lambda b: {})[0])
+            else:
+                nxt = int(np.argmax(np.asarray(session.decode({seq: out[i]})[seq],
+                                               np.float32)))
+            step_s.append(time.perf_counter() - t0)
+            out.append(nxt)
     finally:
         session.close(seq)
     return {"ids": out, "prefill_s": prefill_s, "steps_s": step_s}
@@ -172,11 +178,18 @@ def main() -> int:
     eager = greedy(gpu, ids, args.tokens, replay=False)
     on_device = greedy(gpu, ids, args.tokens, replay=True, on_device=True)
     on_device = greedy(gpu, ids, args.tokens, replay=True, on_device=True)  # recorded now
-    same_modes = replay["ids"] == first["ids"] == eager["ids"] == on_device["ids"]
+    chained = greedy(gpu, ids, args.tokens, replay=True, chained=True)
+    same_modes = replay["ids"] == first["ids"] == eager["ids"] == on_device["ids"] == \
+        chained["ids"]
     if not same_modes:
         failed = True
         print(f"MISMATCH between cuda runs: replay {replay['ids']} eager {eager['ids']} "
-              f"on-device greedy {on_device['ids']}")
+              f"on-device greedy {on_device['ids']} chained {chained['ids']}")
+    long = min(256, gpu.config.max_seq - len(ids))
+    c_tps = max(tps(greedy(gpu, ids, long, replay=True, chained=True)) for _ in range(3))
+    print(f"[cuda] generation, greedy steps chained on the device (Model.generate's path): "
+          f"{c_tps:.1f} tok/s ({long} tokens, best of 3)", flush=True)
+    summary("smollm2 cuda generation, chained greedy steps", f"{c_tps:.1f} tok/s")
     d_tps = tps(on_device)
     print(f"[cuda] decode, argmax in the graph (4 bytes read back): {d_tps:.1f} tok/s "
           f"(median step {1e3 * float(np.median(on_device['steps_s'])):.3f} ms)")

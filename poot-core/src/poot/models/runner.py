@@ -295,6 +295,7 @@ class Model:
         self.stats = stats = Stats(prompt_tokens=len(ids))
         stream = self.tokenizer.stream(at_text_start=False)
         text = ""
+        following = None
         try:
             t0 = time.perf_counter()
             logits = session.prefill(seq, ids)
@@ -302,6 +303,8 @@ class Model:
             history = list(ids)
             t0 = time.perf_counter()
             tok = sampler.sample(logits, history)    # the first from the prompt's logits
+            following = self._following(session, seq, tok, sampler, history, mode,
+                                        max_tokens - 1)
             for i in range(max_tokens):
                 history.append(tok)
                 stats.generated_tokens += 1
@@ -318,15 +321,29 @@ class Model:
                 if piece:
                     yield piece
                 if i + 1 < max_tokens:
-                    tok = self._next_tokens(session, {seq: tok}, {seq: (sampler, history)},
-                                            mode)[seq]
+                    tok = next(following)
             else:
                 tail = stream.flush()
                 if tail:
                     yield tail
             stats.decode_seconds = time.perf_counter() - t0
         finally:
+            if following is not None:
+                following.close()       # a step still in flight is waited for
             session.close(seq)
+
+    def _following(self, session, seq, tok: int, sampler, history: list, mode: str | None,
+                   count: int) -> Iterator[int]:
+        """The `count` tokens after `tok` of one sequence; `history` is the caller's, which
+        it extends by each token before asking for the next. Greedy decoding keeps a step
+        queued ahead (Session.greedy) where the session can queue steps: one rank of one
+        process, no stepper."""
+        if mode == "argmax" and session.stepper is None and self.tp is None:
+            yield from session.greedy(seq, tok, count)
+            return
+        for _ in range(count):
+            tok = self._next_tokens(session, {seq: tok}, {seq: (sampler, history)}, mode)[seq]
+            yield tok
 
     def generate_many(self, prompts: Sequence[str], *, max_tokens: int = 32,
                       chat: bool = False, **sampling) -> list[str]:

@@ -28,7 +28,7 @@ cache every later one: a tensor-parallel rank's, whose communicator runs the col
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -284,20 +284,47 @@ class Session:
         if after is not None and list(after.seqs) != seqs:
             raise BindError(f"a decode step fed by an earlier one runs its sequences in its "
                             f"order: {list(after.seqs)}, not {seqs}")
-        if not 0 < len(seqs) <= self.batch or self.kv != "paged" or self.stepper:
-            raise BindError(f"decode_launch takes 1 to {self.batch} paged sequences and no "
-                            f"stepper, got {len(seqs)} ({self.kv} KV)")
+        if not 0 < len(seqs) <= self.batch or self.stepper:
+            raise BindError(f"decode_launch takes 1 to {self.batch} sequences and no "
+                            f"stepper, got {len(seqs)}")
         from poot.models.sample_graph import slot_values
 
-        rows = {s: [0 if after is not None else tokens[s]] for s in seqs}
-        ex, slots, real, row_seqs = self._paged_slots(rows, 1, self.decode_batches, "argmax",
-                                                      lambda b: slot_values([], b, "argmax"))
+        first = [0 if after is not None else tokens[s] for s in seqs]
+        if self.kv == "dense":
+            (seq,) = seqs
+            self._dense_check(seq)
+            ex = self.executor(1, 1, "argmax")
+            slots = _dense_slots(ex, first, self.dense.reserve(1), 1)
+            row_seqs = seqs
+        else:
+            rows = {s: [t] for s, t in zip(seqs, first, strict=True)}
+            ex, slots, _, row_seqs = self._paged_slots(
+                rows, 1, self.decode_batches, "argmax", lambda b: slot_values([], b, "argmax"))
         feed = None
         if after is not None:
             del slots["tokens"]
             feed = {"tokens": after.pending}
         self._row_slots(ex, slots, row_seqs)
         return PendingDecode(seqs, ex.launch(slots, feed))
+
+    def greedy(self, seq, token: int, count: int) -> Iterator[int]:
+        """The `count` greedy tokens that follow `token` in an open sequence, decoded with
+        one step always queued ahead: step i+1 is launched, fed step i's token on the
+        device, before step i's token is read, so the device runs while the caller handles
+        each token. Closing the iterator early waits for the step in flight (its token is
+        dropped; its position stays claimed until the sequence closes)."""
+        pending = None
+        try:
+            for i in range(count):
+                if pending is None:
+                    pending = self.decode_launch({seq: token})
+                ahead = self.decode_launch([seq], after=pending) if i + 1 < count else None
+                token = int(pending.tokens()[0])
+                pending = ahead
+                yield token
+        finally:
+            if pending is not None:
+                pending.tokens()
 
     def _paged_step(self, rows: Mapping, t: int, batches: Sequence[int],
                     sample: str | None = None, draws=None) -> np.ndarray:
