@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 import poot
+import pytest
+from poot import plugin
+from poot.errors import UnknownBackend
 from poot.ir.graph import OutputKind
 from poot.models.llama import build_decoder, const_inputs, random_weights, tiny_config
 
@@ -20,7 +23,10 @@ class OracleStepper:
     """`poot.evaluate` step by step with the state threaded by hand."""
 
     def __init__(self, graph, consts):
-        self.g, self.consts = graph, consts
+        # the graph's own consts: a source's arrays may hold tensors it reads in another
+        # form (q, k and v stacked by rows)
+        labels = {graph.meta(v).identity.label for v in graph.consts()}
+        self.g, self.consts = graph, {k: a for k, a in consts.items() if k in labels}
         self.state = {graph.meta(v).identity.label: np.zeros(graph.type_of(v).shape,
                                                               graph.type_of(v).dtype.numpy)
                       for v, _ in graph.state()}
@@ -34,3 +40,18 @@ class OracleStepper:
             elif o.kind is OutputKind.RESULT:
                 result = a
         return result
+
+
+def backend_target(name: str):
+    """(backend, device) of an installed backend, or a skip saying why this machine has
+    none; a backend installed whose plugin failed to load is a failure."""
+    try:
+        backend = plugin.get_backend(name)
+    except UnknownBackend as exc:
+        if plugin.manager().failure(name) is not None:
+            raise
+        pytest.skip(f"backend {name} is not installed here: {exc}")
+    devices, why = plugin.probe(backend)
+    if not devices:
+        pytest.skip(f"backend {name} finds no device here: {why}")
+    return backend, devices[0]

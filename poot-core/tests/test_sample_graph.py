@@ -2,11 +2,14 @@
 and its slot roles declared through the plugin hook."""
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 from poot import ops, plugin
 from poot.dtypes import DType
-from poot.errors import IRError, SlotRangeError, UnknownBackend
+from poot.errors import IRError, SlotRangeError
 from poot.ir.types import SlotKind
 from poot.models import counter_rng
 from poot.models.sample_graph import SLOTS, sample_tokens, slot_values
@@ -36,16 +39,11 @@ def _executor(backend: str, graph):
     from poot.plan import plan
     from poot.runtime.executor import Executor
 
-    try:
-        b = plugin.get_backend(backend)
-    except UnknownBackend as exc:
-        if plugin.manager().failure(backend) is not None:
-            raise              # installed but its plugin failed to load: a failure
-        pytest.skip(f"backend {backend} is not installed here: {exc}")
-    devs, why = plugin.probe(b)
-    if not devs:
-        pytest.skip(f"backend {backend} finds no device here: {why}")
-    return Executor(plan(poot.compile(graph, (b, devs[0])), (b, devs[0])), {})
+    sys.path.insert(0, str(Path(__file__).parent))   # the helpers beside this file
+    from test_runtime_support import backend_target
+
+    b, dev = backend_target(backend)
+    return Executor(plan(poot.compile(graph, (b, dev)), (b, dev)), {})
 
 
 def test_generator_in_the_graph_draws_the_host_bits():

@@ -331,7 +331,9 @@ class Place:
         return self.strides is None
 
     def __str__(self) -> str:
-        where = f"{self.region}+{self.offset}" if self.region == ARENA else self.region
+        # a weight or state place shows its offset only inside the buffer (a slice of it)
+        where = (f"{self.region}+{self.offset}" if self.region == ARENA or self.offset
+                 else self.region)
         view = f" strides={self.strides}" if self.strides else ""
         return f"{self.type}@{where}{view}"
 
@@ -387,8 +389,9 @@ class Copy:
 
 @dataclass(frozen=True)
 class Note:
-    """A planned eqn that dispatches nothing: an alias (Reshape), a strided view
-    (Transpose) or a value folded at bind time. Kept for printing."""
+    """A planned eqn that dispatches nothing: an alias (Reshape, or a Slice that is one
+    contiguous run of its operand, at an offset), a strided view (Transpose, Slice) or a
+    value folded at bind time. Kept for printing."""
 
     index: int
     eqn: Eqn

@@ -2,9 +2,10 @@
 
 `plan(compiled_or_graph, target=None) -> Plan`: the kernel sequence (each eqn with the
 backend's Lowering), every value placed before the first dispatch (an arena with fixed,
-256-aligned offsets reused across disjoint lifetimes; Reshape as an alias; Transpose as a
-strided view where the consumer accepts one; consts bound once; slots and state at stable
-addresses; state updated in place where the donate contract allows).
+256-aligned offsets reused across disjoint lifetimes; Reshape, and a Slice that is one
+contiguous run of its operand, as an alias; Transpose as a strided view where the consumer
+accepts one; consts bound once; slots and state at stable addresses; state updated in
+place where the donate contract allows).
 `poot.plan.show.format_plan(plan)` prints it. The Plan's data classes are defined in
 `poot.contract` (what a backend's runtime reads).
 """

@@ -4,6 +4,9 @@ The walk over the eqns decides, for each value, where it lives:
 - a const or computed binder, or an eqn the backend folds at bind time: a weight region;
 - a slot or state binder: its own region at a stable address;
 - Reshape of a contiguous value: an alias (same bytes, new type), no dispatch;
+- Slice of a contiguous value that keeps one contiguous run of its bytes (only size-1
+  dims before its axis), starting on an ALIGN boundary: an alias at a byte offset, no
+  dispatch, unless the slice reaches an output;
 - Transpose or Slice whose every reader accepts strided operands: a strided view, no
   dispatch;
 - DynamicUpdateSlice / ScatterUpdate / RopeScatter producing a state_out from its own
@@ -16,8 +19,10 @@ a packed contraction's weight is decoded once at bind time.
 """
 from __future__ import annotations
 
+import math
+
 from poot.backend import Backend, Device, get_backend, select_backend
-from poot.contract import ARENA, Copy, Lowering, Note, Place, Plan, Region, Step, WeightSpec
+from poot.contract import ALIGN, ARENA, Copy, Lowering, Note, Place, Plan, Region, Step, WeightSpec
 from poot.errors import GraphError
 from poot.ir import ops as O
 from poot.ir.graph import Eqn, Graph, Lit, OutputKind, Value
@@ -162,6 +167,10 @@ class _Planner:
         if isinstance(e.op, O.Reshape) and self._contiguous(vins[0]) or self._same_cast(e):
             self._alias(i, e, vins[0], "alias")
             return
+        run = self._slice_run(e)
+        if run is not None:
+            self._alias(i, e, vins[0], "alias", offset=run)
+            return
         if isinstance(e.op, (O.Transpose, O.Slice)) and self._view_ok(e):
             self._alias(i, e, vins[0], "view", *self._view_of(e.op, vins[0]))
             return
@@ -213,6 +222,33 @@ class _Planner:
         axis = op.axis % len(strides)
         return strides, offset + op.start * strides[axis]
 
+    def _slice_run(self, e: Eqn) -> int | None:
+        """The element offset of a Slice that may alias its operand's bytes: the operand is
+        contiguous and the result one contiguous run of it (only size-1 dims before the
+        axis); None where it stays a copy or a strided view."""
+        if not isinstance(e.op, O.Slice) or not isinstance(e.inputs[0], Value):
+            return None
+        src = e.inputs[0].id
+        t = self.g.type_of(src)
+        axis = e.op.axis % t.rank
+        if (not self._contiguous(src) or math.prod(t.shape[:axis]) != 1
+                or not self.g.type_of(e.out).size):
+            return None
+        offset = self.view_offset.get(src, 0) + e.op.start * math.prod(t.shape[axis + 1:])
+        # a contiguous place starts on an ALIGN boundary of its buffer, as arena places do:
+        # GPU runtimes bind storage buffers only at aligned offsets
+        if offset * t.dtype.itemsize % ALIGN or self._feeds_output(e.out):
+            return None
+        return offset
+
+    def _feeds_output(self, v: ValueId) -> bool:
+        """v is an output or reaches one through the Reshapes and Casts that alias it.
+        An output keeps bytes of its own: it is read after the step's end-of-step copies
+        into state buffers, which could overwrite or overlap a root it aliased."""
+        return self._is_output(v) or any(
+            (isinstance(r.op, O.Reshape) or self._same_cast(r)) and self._feeds_output(r.out)
+            for r in (self.eqns[j] for j in self.users.get(v, [])))
+
     def _view_ok(self, e: Eqn) -> bool:
         """A Transpose or Slice becomes a strided view when every reader's kernel takes
         strided operands and nothing else (an alias, an output, a state copy) needs its
@@ -224,10 +260,14 @@ class _Planner:
             self.lowerings[j].strided_inputs and not isinstance(self.eqns[j].op, O.Reshape)
             for j in readers)
 
-    def _alias(self, i, e, src: ValueId, kind: str, strides=None, offset: int = 0) -> None:
+    def _alias(self, i, e, src: ValueId, kind: str, strides=None, offset=None) -> None:
+        """e.out takes src's bytes, at `offset` elements into its root (by default where
+        src starts: a Reshape or same-dtype Cast keeps the order of the elements)."""
         self.root[e.out] = self.root.get(src, src)
         if strides is not None:
             self.view_strides[e.out] = strides
+        offset = self.view_offset.get(src, 0) if offset is None else offset
+        if offset:
             self.view_offset[e.out] = offset
         if src in self.weights:
             # still a constant for folding, but its bytes are its root weight's
@@ -248,10 +288,12 @@ class _Planner:
         base = e.inputs[0].id
         if self.state_out.get(e.out) != base:
             return False
-        readers_after = [j for v in self._aliases_of(base) for j in self.users.get(v, [])
-                         if j > i]
+        aliases = self._aliases_of(base)
+        if any(x.id in aliases for x in e.inputs[1:] if isinstance(x, Value)):
+            return False   # an operand in the buffer being updated could change as it is read
+        readers_after = [j for v in aliases for j in self.users.get(v, []) if j > i]
         return not readers_after and not any(
-            o.value in self._aliases_of(base) for o in self.g.outputs()
+            o.value in aliases for o in self.g.outputs()
             if o.kind is not OutputKind.STATE_NEXT)
 
     def _aliases_of(self, v: ValueId) -> set[ValueId]:
