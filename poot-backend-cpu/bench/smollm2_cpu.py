@@ -15,7 +15,7 @@ the load average before and after: on a machine shared with other work only figu
 one run compare.
 
     python poot-backend-cpu/bench/smollm2_cpu.py [--threads 2] [--repeat 3]
-        [--engines cpu,llama.cpp,reference]
+        [--engines cpu,llama.cpp,reference]   # cpu/apart: q, k, v as three weights
 """
 from __future__ import annotations
 
@@ -49,11 +49,15 @@ def prompt_ids(tokenize) -> list[int]:
     return ids[:PROMPT_TOKENS]
 
 
-def run_poot(backend: str) -> dict:
+def run_poot(engine: str) -> dict:
+    """A poot backend by name; "NAME/apart": with q, k and v as three weights (the model's
+    stack_qkv off), for comparing the stacked projection."""
     import poot
 
+    backend, _, how = engine.partition("/")
     t0 = time.perf_counter()
     model = poot.load(gguf_path(), backend=backend, max_seq=PROMPT_TOKENS + DECODE_TOKENS + 8)
+    model.stack_qkv = how != "apart"
     ids = prompt_ids(model.tokenize)
     list(model.generate(ids[:8], max_tokens=2))           # plans and compiles both steps
     setup = time.perf_counter() - t0

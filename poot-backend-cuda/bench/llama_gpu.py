@@ -36,10 +36,10 @@ def summary(key: str, value) -> None:
     print(f"SUMMARY {key} | {value}", flush=True)
 
 
-def source_for(fmt: str, config, seed: int = 0) -> SyntheticWeights:
+def source_for(fmt: str, config, seed: int = 0, stack: bool = True) -> SyntheticWeights:
     if fmt in ("bf16", "f32"):
-        return SyntheticWeights(config, dtype=fmt, seed=seed)
-    return SyntheticWeights(config, packed=f"gguf:{fmt}", seed=seed)
+        return SyntheticWeights(config, dtype=fmt, seed=seed, stack=stack)
+    return SyntheticWeights(config, packed=f"gguf:{fmt}", seed=seed, stack=stack)
 
 
 def traced(config, source, backend, device):
@@ -47,7 +47,7 @@ def traced(config, source, backend, device):
     from poot.models.llama import build_decoder
 
     t0 = time.perf_counter()
-    step = build_decoder(config, source, tokens=1, kv="dense")
+    step = build_decoder(config, source, tokens=1, kv="dense", stack_qkv=source.stack)
     compiled = poot.compile(step.graph, (backend, device))
     print(f"  traced and compiled in {time.perf_counter() - t0:.1f} s", flush=True)
     return step, compiled
@@ -55,7 +55,8 @@ def traced(config, source, backend, device):
 
 def parse_variants(text: str) -> list[dict]:
     """"A=1,B=2;A=3" -> [{"A": 1, "B": 2}, {"A": 3}]: GEMV schedule constants of
-    poot.codegen.lower.dot per variant ("" -> one variant, the defaults)."""
+    poot.codegen.lower.dot per variant ("" -> one variant, the defaults); STACK_QKV=0:
+    the model traced with q, k and v as three weights (build_decoder's stack_qkv)."""
     out = []
     for part in text.split(";") if text else [""]:
         kv = dict(x.split("=") for x in part.split(",") if x)
@@ -65,6 +66,16 @@ def parse_variants(text: str) -> list[dict]:
 
 def variant_label(v: dict) -> str:
     return " ".join(f"{k}={x}" for k, x in v.items())
+
+
+def stacked_groups(variants: list[dict]) -> list[tuple[bool, list[dict]]]:
+    """The variants by STACK_QKV (default 1), in first-seen order, without that key: each
+    group is traced once over its own weights."""
+    groups: dict[bool, list[dict]] = {}
+    for v in variants:
+        groups.setdefault(bool(v.get("STACK_QKV", 1)), []).append(
+            {k: x for k, x in v.items() if k != "STACK_QKV"})
+    return list(groups.items())
 
 
 def planned(compiled, backend, device, variant: dict | None = None):
@@ -155,15 +166,18 @@ def bench_shape(shape: str, fmt: str, variants, runtime, backend, device, timer,
     config = shape_config(shape)
     print(f"== {shape} {fmt}: {config.layers} layers, dim {config.dim}, ffn {config.ffn}, "
           f"vocab {config.vocab}, {'tied' if config.tied else 'untied'} head", flush=True)
-    source = source_for(fmt, config)
-    step, compiled = traced(config, source, backend, device)
-    rows, cache = [], None
-    for variant in variants:
-        label = f"{shape} {fmt} {variant_label(variant)}".rstrip()
-        p = planned(compiled, backend, device, variant)
-        ex, cache = executor(step, p, source, runtime, cache)
-        rows += bench_variant(label, config, source, ex, timer, copy_gbs, do_profile)
-        ex.executable._graph = None          # the recorded graph goes; the weights stay
+    rows = []
+    for stack, group in stacked_groups(variants):
+        source = source_for(fmt, config, stack=stack)
+        step, compiled = traced(config, source, backend, device)
+        cache = None
+        for variant in group:
+            label = f"{shape} {fmt} {variant_label(variant)}{'' if stack else ' q,k,v apart'}"
+            p = planned(compiled, backend, device, variant)
+            ex, cache = executor(step, p, source, runtime, cache)
+            rows += bench_variant(label.rstrip(), config, source, ex, timer, copy_gbs,
+                                  do_profile)
+            ex.executable._graph = None          # the recorded graph goes; the weights stay
     return rows
 
 
@@ -242,9 +256,11 @@ def plan_only(shapes, formats, variants, check_layers: int) -> None:
     for shape, layers, fmt, values in todo:
         print(f"== {shape} {fmt}" + (f" ({layers} layers)" if layers else ""), flush=True)
         config = shape_config(shape, layers)
-        _, compiled = traced(config, source_for(fmt, config), backend, device)
-        for variant in values:
-            planned(compiled, backend, device, variant)
+        for stack, group in stacked_groups(values):
+            _, compiled = traced(config, source_for(fmt, config, stack=stack), backend,
+                                 device)
+            for variant in group:
+                planned(compiled, backend, device, variant)
 
 
 def main() -> int:

@@ -20,7 +20,7 @@ from poot.dtypes import DType
 from poot.formats import PackedWeight
 from poot.ir.types import TensorType, WeightRef
 from poot.models.llama import LlamaConfig
-from poot.models.weights import DenseSpec, PackedSpec
+from poot.models.weights import DenseSpec, PackedSpec, stacked
 from poot.runtime.weights import WeightCache
 
 #: per GGUF block type: (block bytes, f16 scale fields at its start, the spread of a
@@ -83,14 +83,18 @@ def shape_config(name: str, layers: int | None = None, max_seq: int = 1024) -> L
                        arch="llama")
 
 
-def matrix_names(c: LlamaConfig) -> list[tuple[str, int, int]]:
-    """(GGUF name, N, K) of every projection, the embedding and the head."""
+def matrix_names(c: LlamaConfig, stack: bool = True) -> list[tuple[str, int, int]]:
+    """(GGUF name, N, K) of every projection, the embedding and the head; with `stack`,
+    q, k and v as the one matrix stacked by rows that the builder reads
+    (poot.models.weights.stacked), else as three."""
     qd, kd = c.heads * c.head_dim, c.kv_heads * c.head_dim
     out = [("token_embd.weight", c.vocab, c.dim)]
     for i in range(c.layers):
         p = f"blk.{i}."
-        out += [(p + "attn_q.weight", qd, c.dim), (p + "attn_k.weight", kd, c.dim),
-                (p + "attn_v.weight", kd, c.dim), (p + "attn_output.weight", c.dim, qd),
+        names = [p + f"attn_{x}.weight" for x in "qkv"]
+        out += [(stacked(names), qd + 2 * kd, c.dim)] if stack else list(
+            zip(names, (qd, kd, kd), (c.dim,) * 3))
+        out += [(p + "attn_output.weight", c.dim, qd),
                 (p + "ffn_gate.weight", c.ffn, c.dim), (p + "ffn_up.weight", c.ffn, c.dim),
                 (p + "ffn_down.weight", c.dim, c.ffn)]
     if not c.tied:
@@ -104,8 +108,9 @@ class SyntheticWeights:
     DeviceFilledWeights makes it."""
 
     def __init__(self, config: LlamaConfig, dtype: str = "bf16", packed: str | None = None,
-                 seed: int = 0):
+                 seed: int = 0, stack: bool = True):
         self.checkpoint = f"synthetic-{seed}-{packed or dtype}"
+        self.stack = stack                        # q|k|v declared as one stacked matrix
         self.specs: dict = {}
         self.fills: dict[str, tuple] = {}         # label -> (seed, mode, a, b, block, fields)
         self.arrays: dict = {}                    # none: nothing lives on the host
@@ -115,7 +120,7 @@ class SyntheticWeights:
                  for n in ("attn_norm.weight", "ffn_norm.weight")] + ["output_norm.weight"]
         for name in norms:
             self._dense(name, TensorType((c.dim,), DType.F32), (1, 0.1 * math.sqrt(3), 1.0))
-        for name, n, k in matrix_names(c):
+        for name, n, k in matrix_names(c, stack):
             std = 1.0 if name == "token_embd.weight" else 1.0 / math.sqrt(k)
             if packed:
                 self._packed(name, n, k, std)

@@ -96,7 +96,8 @@ def test_sharded_smollm2_shape_equals_unsharded(ranks, kv):
     batch = 2 if kv == "paged" else 1
     w = random_weights(SMOL, seed=ranks)
     step = build_decoder(SMOL, w, tokens=2, batch=batch, kv=kv,
-                         pool_slots=SMOL.max_seq * batch if kv == "paged" else None)
+                         pool_slots=SMOL.max_seq * batch if kv == "paged" else None,
+                         stack_qkv=False)
     rgs = check_sharded(step, const_inputs(step, w), ranks,
                         slots(SMOL, kv, 2, batch, np.random.default_rng(ranks)),
                         np.random.default_rng(7))
@@ -122,7 +123,7 @@ def test_sharded_real_smollm2_equals_unsharded(smollm2_gguf):
     ckpt, config = open_model(str(smollm2_gguf), max_seq=8)
     config = replace(config, max_seq=8)
     w = CheckpointWeights(ckpt, config)
-    step = build_decoder(config, w, tokens=2)
+    step = build_decoder(config, w, tokens=2, stack_qkv=False)
     labels = {step.graph.meta(v).identity.label for v in step.graph.consts()}
     consts = {k: v for k, v in {**w.arrays, **step.consts}.items() if k in labels}
     rgs = check_sharded(step, consts, 2, {"tokens": np.array([1, 504], np.int32),
@@ -136,7 +137,7 @@ def test_sharded_real_smollm2_equals_unsharded(smollm2_gguf):
 def test_rank_consts_are_views_of_the_source():
     c = replace(SMOL, layers=1, vocab=96)
     w = random_weights(c)
-    step = build_decoder(c, w, tokens=1)
+    step = build_decoder(c, w, tokens=1, stack_qkv=False)
     consts = const_inputs(step, w)
     rg = shard_step(step, 2)[1]
     view = rg.consts(consts)["blk.0.attn_q.weight[0:192:576]"]   # KV heads 1, 2
@@ -168,7 +169,7 @@ def test_a_packed_split_off_block_boundaries_is_refused():
     c = replace(SMOL, layers=1, vocab=96, dim=64, heads=4, kv_heads=2, head_dim=16, ffn=96)
     w = random_weights(c, packed_format=lambda name: "gguf:Q8_0" if "ffn_down" in name
                        else None)
-    step = build_decoder(c, w, tokens=1)
+    step = build_decoder(c, w, tokens=1, stack_qkv=False)
     with pytest.raises(ShardError, match=r"gguf:Q8_0 source cannot be cut to \(64, 48\)") as e:
         shard_step(step, 2)
     assert e.value.dim == "blk.0.ffn_down.weight"
@@ -210,7 +211,8 @@ def test_compiled_rank_graphs_equal_the_unsharded_model(config, ranks, kv):
     batch = 2 if kv == "paged" else 1
     w = random_weights(config, seed=5)
     pool = config.max_seq * batch if kv == "paged" else None
-    step = build_decoder(config, w, tokens=2, batch=batch, kv=kv, pool_slots=pool)
+    step = build_decoder(config, w, tokens=2, batch=batch, kv=kv, pool_slots=pool,
+                         stack_qkv=False)
     consts = const_inputs(step, w)
     rng = np.random.default_rng(1)
     first = slots(config, kv, 2, batch, rng)
@@ -235,9 +237,17 @@ def test_compiled_rank_graphs_equal_the_unsharded_model(config, ranks, kv):
 def rank_graph(consts=False):
     c = replace(tiny_config(), layers=1)
     w = random_weights(c)
-    step = build_decoder(c, w, tokens=1)
+    step = build_decoder(c, w, tokens=1, stack_qkv=False)
     rg = shard_step(step, 2)[0]
     return (rg.graph, rg.consts(const_inputs(step, w))) if consts else rg.graph
+
+
+def test_a_step_with_stacked_qkv_is_refused_by_name():
+    c = replace(tiny_config(), layers=1)
+    step = build_decoder(c, random_weights(c), tokens=1)     # q|k|v stacked by default
+    with pytest.raises(ShardError, match=r"blk.0.attn_q.weight\+blk.0.attn_k.weight\+"
+                                         r"blk.0.attn_v.weight stacks several tensors"):
+        shard_step(step, 2)
 
 
 def test_collectives_without_a_communicator_are_refused():

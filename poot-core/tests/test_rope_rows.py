@@ -1,5 +1,5 @@
 """GGUF llama/mistral q/k rows (adjacent pairs per head) are reordered once, in the weights
-(poot.models.weights.HalfLayoutRows): a "pairs" checkpoint traces the same step as the
+(poot.models.weights.RowLayout): a "pairs" checkpoint traces the same step as the
 rotate-half checkpoint it was converted from, with no permutation of activations."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import poot
 import pytest
 from poot.errors import CheckpointError
 from poot.models.llama import ArrayWeights, build_decoder, const_inputs, random_weights, tiny_config
-from poot.models.weights import HalfLayoutRows
+from poot.models.weights import RowLayout
 
 # the helpers beside this file (pytest's importlib mode puts no test folder on sys.path)
 sys.path.insert(0, str(Path(__file__).parent))
@@ -74,7 +74,7 @@ def test_a_pairs_checkpoint_runs_as_the_half_checkpoint_it_was_converted_from(kw
 def test_reordered_rows_have_their_own_identity_and_are_made_once():
     gguf = as_gguf(random_weights(HALF, seed=1, packed_format="nvfp4"), HALF)
     decode, prefill = build_decoder(PAIRS, gguf), build_decoder(PAIRS, gguf, tokens=4)
-    rows = HalfLayoutRows(gguf, HALF.head_dim)
+    rows = RowLayout(gguf, HALF.head_dim)
     q, stored = rows.spec("blk.0.attn_q.weight"), gguf.spec("blk.0.attn_q.weight")
     # the rows (weight, block scales) are new tensors; the per-tensor scale is the stored one
     assert [r.tensor for r in q.refs] == ["blk.0.attn_q.weight:weight~half",
@@ -91,8 +91,8 @@ def test_reordered_rows_have_their_own_identity_and_are_made_once():
 def test_a_format_that_packs_output_rows_together_is_refused():
     c = tiny_config(layers=1, dim=128, heads=4, kv_heads=2, head_dim=32, rope_layout="pairs")
     w = random_weights(c, seed=2, packed_format="gptq:int4")
-    with pytest.raises(CheckpointError, match="attn_q.weight: gptq:int4 source 'qweight' does "
-                                              "not hold one row per output row"):
+    with pytest.raises(CheckpointError, match=r"attn_q.weight: gptq:int4\[128x128\]: source "
+                                              "'qweight' does not hold one row per output row"):
         build_decoder(c, w)
 
 

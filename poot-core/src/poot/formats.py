@@ -99,6 +99,28 @@ class PackedWeight:
     def dequantize(self, sources: Sequence[np.ndarray]) -> np.ndarray:
         return self.get_format().dequantize(list(sources), self.shape, **self.attr_dict)
 
+    def source_rows(self) -> list[bool]:
+        """Per source: True where its leading axis is the weight's output rows (GGUF
+        blocks lie within rows, so rows of the weight are rows of the source), False where
+        it does not depend on the rows (a per-tensor scale). The format's sources for twice
+        the rows tell which. A source that packs rows otherwise (GPTQ/AWQ pack output
+        columns into words) raises FormatError: its rows cannot be taken apart."""
+        n, k = self.shape
+        fmt, attrs = self.get_format(), self.attr_dict
+        rows = []
+        for a, b in zip(fmt.roles((n, k), attrs), fmt.roles((2 * n, k), attrs), strict=True):
+            sa, sb = a.type.shape, b.type.shape
+            if sa != sb and not (sa[:1] == (n,) and sb == (2 * n,) + sa[1:]):
+                raise FormatError(f"{self}: source {a.role!r} does not hold one row per "
+                                  f"output row")
+            rows.append(sa != sb)
+        return rows
+
+    def with_rows(self, n: int) -> PackedWeight:
+        """The descriptor of `n` output rows of this format and K (a row range or a stack
+        of such weights)."""
+        return PackedWeight(self.format, (n, self.shape[1]), self.attrs)
+
     def __repr__(self):
         a = ",".join(f"{k}={v}" for k, v in self.attrs)
         return f"{self.format}[{self.shape[0]}x{self.shape[1]}{';' + a if a else ''}]"

@@ -37,7 +37,7 @@ from poot.ir.types import SlotKind, TensorType, WeightRef
 from poot.models.hosted_rows import embed_rows
 from poot.models.rope import RopeScaling
 from poot.models.sample_graph import sample_tokens
-from poot.models.weights import DenseSpec, HalfLayoutRows, PackedSpec, WeightSource
+from poot.models.weights import DenseSpec, PackedSpec, RowLayout, WeightSource, stacked
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ class LlamaConfig:
     rope_dim: int | None = None      # partial rotary (None: the whole head)
     #: "pairs": q/k rows stored as adjacent (even, odd) pairs, as GGUF llama checkpoints
     #: hold them (the converter permutes HF rows; build_decoder reorders them once, through
-    #: poot.models.weights.HalfLayoutRows); "half": HF's rotate-half order
+    #: poot.models.weights.RowLayout); "half": HF's rotate-half order
     rope_layout: str = "half"
     tied: bool = True
     qkv_bias: bool = False
@@ -102,10 +102,17 @@ class Step:
     tokens: int                     # tokens per sequence in this step
     logits: str                     # "all" | "last" | "rows"
     #: host arrays the step binds beyond the source's `arrays`: rope tables, and q/k rows
-    #: reordered from a "pairs" source (poot.models.weights.HalfLayoutRows)
+    #: reordered from a "pairs" source (poot.models.weights.RowLayout)
     consts: dict[str, np.ndarray] = field(default_factory=dict)
     #: None: the result is logits; "argmax" or "full": token ids (sampled in the graph)
     sample: str | None = None
+
+
+def _rows(w, start: int, end: int):
+    """Rows start..end of a declared weight (a dense const or a PackedTensor)."""
+    if isinstance(w, ops.PackedTensor):
+        return w.rows(start, end)
+    return ops.slice_axis(w, 0, start, end)
 
 
 def _declare(weights: WeightSource, name: str, seen: dict):
@@ -123,7 +130,8 @@ def _declare(weights: WeightSource, name: str, seen: dict):
 def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1,
                   batch: int = 1, kv: str = "dense", logits: str = "all",
                   pool_slots: int | None = None, lora=None, expert_pool=None,
-                  sample: str | None = None, hosted_rows: bool = False) -> Step:
+                  sample: str | None = None, hosted_rows: bool = False,
+                  stack_qkv: bool = True) -> Step:
     """Trace one decoder step for `batch` sequences of `tokens` tokens each.
 
     dense KV: batch must be 1; State k/v per layer [Hkv, max_seq, D] (a sliding layer's
@@ -145,13 +153,17 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
     position T-1 [B, vocab]; "rows" (T > 1) each sequence's at its last real token, whose
     row of the step (0..B*T-1) the host writes into slot `last` (Pos [B]): a chunk padded
     past its prompt's end runs the head on one row per sequence, not on all B*T.
+    stack_qkv: the q, k and v projections read one weight stacked by rows
+    (poot.models.weights.RowLayout) where the checkpoint's three agree in format: a step
+    of one token computes them in one contraction, a wider step each over its rows.
     """
     c = config
     tables = _rope_tables(c, weights)
     consts: dict[str, np.ndarray] = {}
-    if c.rope_layout == "pairs":  # reorder the q/k weight rows once, not q/k every step
-        weights = HalfLayoutRows(weights, c.head_dim)
-        consts = weights.arrays
+    # q/k weight rows reordered once (not q/k every step) where the source pairs them, and
+    # the q, k and v projections stacked by rows
+    weights = RowLayout(weights, c.head_dim if c.rope_layout == "pairs" else None)
+    consts = weights.arrays
     if kv not in ("dense", "paged"):
         raise ValueError(f"kv must be 'dense' or 'paged', not {kv!r}")
     if kv == "dense" and batch != 1:
@@ -210,6 +222,33 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
         def norm(x, name):
             return ops.rms_norm(x, declare(name), c.norm_eps)
 
+        heads = (c.heads, hkv, hkv)
+
+        def qkv(h, p):
+            """The q, k and v heads [B, T, heads, D] of the normed h: from the stacked
+            q|k|v weight where the source serves it and no adapter updates the parts,
+            else from each projection's own."""
+            names, biases = ([f"{p}attn_{x}.{kind}" for x in "qkv"]
+                             for kind in ("weight", "bias"))
+            parts = names + (biases if c.qkv_bias else [])
+            if not stack_qkv or not weights.has(stacked(names)) or (
+                    c.qkv_bias and not weights.has(stacked(biases))) or (
+                    lora is not None and any(x in lora.stacks for x in parts)):
+                return [ops.reshape(linear(h, w, declare(bias) if c.qkv_bias else None),
+                                    (b, t, nh, hd))
+                        for w, bias, nh in zip(names, biases, heads, strict=True)]
+            w = declare(stacked(names))
+            bias = declare(stacked(biases)) if c.qkv_bias else None
+            ends = [hd * sum(heads[:i]) for i in range(4)]
+            if n == 1:    # one contraction; q, k and v are its rows (views, not copies)
+                y = ops.reshape(ops.linear(h, w, bias), (b, t, sum(heads), hd))
+                return [ops.slice_axis(y, 2, s // hd, e // hd)
+                        for s, e in zip(ends, ends[1:])]
+            # one contraction each over its rows of the stacked weight (views)
+            return [ops.reshape(ops.linear(h, _rows(w, s, e), None if bias is None else
+                                           ops.slice_axis(bias, 0, s, e)), (b, t, nh, hd))
+                    for s, e, nh in zip(ends, ends[1:], heads)]
+
         x = ops.embedding(declare("token_embd.weight"), tok)   # [N, dim]
         if c.embed_scale != 1.0:
             x = ops.mul(x, c.embed_scale)
@@ -220,13 +259,7 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
             sliding = c.is_sliding(i)
             h = norm(x, p + "attn_norm.weight")
 
-            def proj(name, heads, h=h, p=p):
-                bias = declare(p + name + ".bias") if c.qkv_bias else None
-                y = linear(h, p + name + ".weight", bias)
-                return ops.reshape(y, (b, t, heads, hd))
-
-            q = proj("attn_q", c.heads)
-            k, v = proj("attn_k", hkv), proj("attn_v", hkv)
+            q, k, v = qkv(h, p)
             if c.qk_norm:
                 q, k = norm(q, p + "attn_q_norm.weight"), norm(k, p + "attn_k_norm.weight")
             local = "rope_local" if sliding and "rope_local.cos" in tables else "rope"

@@ -99,6 +99,9 @@ class Model:
         #: decode steps draw the next token in the graph (poot.models.sample_graph) and read
         #: back only its id; False: they return logits and the host samples
         self.device_sampling = True
+        #: the q, k and v projections read one weight stacked by rows (build_decoder's
+        #: stack_qkv); a tensor-parallel rank's graph reads them apart (the sharding does)
+        self.stack_qkv = True
 
     # -- graphs -----------------------------------------------------------------------
     def step_graph(self, tokens: int, batch: int = 1, kv: str | None = None,
@@ -115,7 +118,8 @@ class Model:
         step = build_decoder(self.config, self.weights, tokens=tokens, batch=batch, kv=kv,
                              logits=logits, pool_slots=pool, lora=self.adapters,
                              expert_pool=self.expert_pool, sample=sample,
-                             hosted_rows=hosted_rows)
+                             hosted_rows=hosted_rows,
+                             stack_qkv=self.stack_qkv and self.tp is None)
         self.consts.update(step.consts)
         self.consts.update(self.weights.arrays)
         if self.tp is None:

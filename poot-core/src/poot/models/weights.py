@@ -2,8 +2,9 @@
 
 Tensor names are GGUF's; HF folders are mapped to them here. Dense tensors stay
 as memory-mapped arrays; packed ones keep their sources and PackedWeight.
-`HalfLayoutRows` reorders the q/k rows of a pair-ordered source (GGUF llama/mistral)
-into rotate-half order once, so the traced step needs no permutation of activations.
+`RowLayout` reorders the q/k rows of a pair-ordered source (GGUF llama/mistral) into
+rotate-half order once, so the traced step needs no permutation of activations, and
+serves tensors stacked by rows (the q, k and v projections as one matrix).
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typing import Protocol
 
 import numpy as np
 
-from poot.errors import CheckpointError
+from poot.errors import CheckpointError, FormatError
 from poot.formats import PackedWeight
 from poot.ir.types import TensorType, WeightRef
 from poot.models.families import FAMILIES
@@ -223,23 +224,12 @@ def half_rows(n: int, head_dim: int) -> np.ndarray:
 
 
 def _row_sources(name: str, weight: PackedWeight) -> list[bool]:
-    """Per source of a packed weight: True where its rows are the weight's output rows (GGUF
-    blocks lie within rows, so reordering rows reorders them), False where it does not depend
-    on the rows at all (a per-tensor scale). The format tells which by its sources for twice
-    the rows; a source that packs output rows otherwise (GPTQ/AWQ pack output columns into
-    words) cannot be reordered by rows, and is refused."""
-    n, k = weight.shape
-    fmt, attrs = weight.get_format(), weight.attr_dict
-    rows = []
-    for a, b in zip(fmt.roles((n, k), attrs), fmt.roles((2 * n, k), attrs), strict=True):
-        sa, sb = a.type.shape, b.type.shape
-        if sa != sb and not (sa[:1] == (n,) and sb == (2 * n,) + sa[1:]):
-            raise CheckpointError(
-                f"{name}: {weight.format} source {a.role!r} does not hold one row per output "
-                f"row, so its q/k rows cannot be reordered from GGUF's adjacent pairs to "
-                f"rotate-half order")
-        rows.append(sa != sb)
-    return rows
+    """PackedWeight.source_rows, refused with the tensor's name."""
+    try:
+        return weight.source_rows()
+    except FormatError as e:
+        raise CheckpointError(f"{name}: {e}, so its rows cannot be reordered or "
+                              f"stacked") from None
 
 
 #: the alignment of a materialized weight: GGUF's (32 bytes), so a runtime that adopts the
@@ -247,68 +237,133 @@ def _row_sources(name: str, weight: PackedWeight) -> list[bool]:
 WEIGHT_ALIGN = 32
 
 
-def frozen_rows(source: np.ndarray, order: np.ndarray) -> np.ndarray:
-    """`source[order]` in a WEIGHT_ALIGN-aligned array that nothing can write: a frozen
-    owner (no writable view of it exists), so a host runtime may use its bytes in place
-    instead of copying them (poot_cpu's runtime does)."""
-    source = np.asarray(source)
-    shape = (len(order), *source.shape[1:])
-    nbytes = math.prod(shape) * source.itemsize
+def frozen_rows(source: np.ndarray, order: np.ndarray | None = None) -> np.ndarray:
+    """`source[order]` in a WEIGHT_ALIGN-aligned array that nothing can write (frozen_stack
+    of one source)."""
+    return frozen_stack([source], [order])
+
+
+def frozen_stack(sources: list[np.ndarray], orders: list) -> np.ndarray:
+    """The rows of each source (`source[order]`, or in its own order where the order is
+    None), one source after another, in a WEIGHT_ALIGN-aligned array that nothing can
+    write: a frozen owner (no writable view of it exists), so a host runtime may use its
+    bytes in place instead of copying them (poot_cpu's runtime does)."""
+    sources = [np.asarray(x) for x in sources]
+    first = sources[0]
+    shape = (sum(len(x) for x in sources), *first.shape[1:])
+    nbytes = math.prod(shape) * first.itemsize
     raw = np.empty(nbytes + WEIGHT_ALIGN, np.uint8)
     start = -raw.ctypes.data % WEIGHT_ALIGN
-    out = raw[start:start + nbytes].view(source.dtype).reshape(shape)
-    np.take(source, order, axis=0, out=out)
+    out = raw[start:start + nbytes].view(first.dtype).reshape(shape)
+    row = 0
+    for x, order in zip(sources, orders, strict=True):
+        part = out[row: row + len(x)]
+        if order is None:
+            part[...] = x
+        else:
+            np.take(x, order, axis=0, out=part)
+        row += len(x)
     out.flags.writeable = False
     raw.flags.writeable = False
     return out
 
 
-class HalfLayoutRows:
-    """The WeightSource `inner` (with q/k rows in adjacent pairs) with its q/k rows in
-    rotate-half order: the builder's only layout.
+#: joins the names of tensors that a RowLayout serves stacked by rows as one tensor
+STACK = "+"
 
-    The reordered tensors are materialized once (the rest stays memory-mapped in `inner`)
-    and get their own identity: label `<tensor>~half` and payload `<payload>~half<head_dim>`,
-    so weight caches never mix them with the stored bytes. `arrays` holds them by label.
+
+def stacked(names) -> str:
+    """The name under which a RowLayout serves the tensors `names` stacked by rows."""
+    return STACK.join(names)
+
+
+class RowLayout:
+    """The WeightSource `inner` as the builder reads it.
+
+    - With `head_dim` (a pair-ordered source: GGUF llama/mistral), its q/k rows in
+      rotate-half order: the builder's only layout.
+    - Tensors stacked by rows under `stacked(names)`: one [sum of N, K] tensor holding each
+      part's rows in turn (q/k parts reordered as above), so that one contraction computes
+      the q, k and v projections and row ranges of it compute each alone. A stack is served
+      (`has`) only where its parts agree: all dense of one dtype, or all packed in one
+      format whose every source holds rows; one K. A source that serves the stacked name
+      itself (a synthetic one) is read as it is.
+
+    Materialized tensors are made once per source and head_dim (the rest stays
+    memory-mapped in `inner`) and get their own identity: label `<tensor>~half` for a
+    reordered one, the parts' labels joined by STACK for a stack, payloads likewise, so
+    weight caches never mix them with the stored bytes. `arrays` holds them by label.
     """
 
     arrays: dict[str, np.ndarray]
 
-    def __init__(self, inner: WeightSource, head_dim: int):
+    def __init__(self, inner: WeightSource, head_dim: int | None = None):
         self.inner, self.head_dim = inner, head_dim
         # each traced step (prefill, decode, paged) wraps its source anew: they share the
-        # reordered specs and arrays of this source and head_dim, which die with the source
+        # materialized specs and arrays of this source and head_dim, which die with it
         self._specs, self.arrays = _MADE.setdefault(inner, {}).setdefault(head_dim, ({}, {}))
 
     def has(self, name: str) -> bool:
-        return self.inner.has(name)
+        if self.inner.has(name):
+            return True
+        parts = name.split(STACK)
+        return len(parts) > 1 and self._stackable(parts)
 
     def spec(self, name: str):
-        if not _ROPE_ROWS.fullmatch(name):
+        if self.inner.has(name) and not self._reordered(name):
             return self.inner.spec(name)
         if name not in self._specs:
-            self._specs[name] = self._reorder(name, self.inner.spec(name))
+            self._specs[name] = self._made(name.split(STACK))
         return self._specs[name]
 
-    def _reorder(self, name: str, s: DenseSpec | PackedSpec) -> DenseSpec | PackedSpec:
-        packed = isinstance(s, PackedSpec)
-        n = s.weight.shape[0] if packed else s.type.shape[0]
-        order = half_rows(n, self.head_dim)
+    def _reordered(self, name: str) -> bool:
+        return bool(self.head_dim and _ROPE_ROWS.fullmatch(name))
 
-        def moved(ref):
-            new = replace(ref, tensor=f"{ref.tensor}~half",
-                          payload=ref.payload and f"{ref.payload}~half{self.head_dim}")
-            source = self.inner.arrays[ref.tensor]
-            self.arrays[new.tensor] = frozen_rows(source, order)
-            release_file_pages(source)     # only the reordered copy is read from now on
-            return new
+    def _stackable(self, parts: list[str]) -> bool:
+        if not all(self.inner.has(p) for p in parts):
+            return False
+        specs = [self.inner.spec(p) for p in parts]
+        if all(isinstance(s, DenseSpec) for s in specs):
+            return len({(s.type.dtype, s.type.shape[1:]) for s in specs}) == 1
+        if not all(isinstance(s, PackedSpec) for s in specs) or len(
+                {(s.weight.format, s.weight.attrs, s.weight.shape[1]) for s in specs}) != 1:
+            return False
+        try:
+            return all(specs[0].weight.source_rows())
+        except FormatError:
+            return False
 
-        if not packed:
-            return DenseSpec(s.type, moved(s.ref))
-        rows = _row_sources(name, s.weight)
-        return PackedSpec(s.weight, tuple(moved(r) if row else r
-                                          for r, row in zip(s.refs, rows, strict=True)))
+    def _made(self, names: list[str]) -> DenseSpec | PackedSpec:
+        """The parts `names`, each in its order, as one materialized tensor."""
+        specs = [self.inner.spec(x) for x in names]
+        rows = [s.weight.shape[0] if isinstance(s, PackedSpec) else s.type.shape[0]
+                for s in specs]
+        orders = [half_rows(n, self.head_dim) if self._reordered(x) else None
+                  for x, n in zip(names, rows, strict=True)]
+        first = specs[0]
+        if isinstance(first, DenseSpec):
+            t = TensorType((sum(rows), *first.type.shape[1:]), first.type.dtype)
+            return DenseSpec(t, self._rows([s.ref for s in specs], orders))
+        held = _row_sources(stacked(names), first.weight)
+        return PackedSpec(first.weight.with_rows(sum(rows)), tuple(
+            self._rows([s.refs[j] for s in specs], orders) if row else first.refs[j]
+            for j, row in enumerate(held)))
+
+    def _rows(self, refs: list[WeightRef], orders: list) -> WeightRef:
+        """One array of the rows of the refs' arrays (each in its order), under a new
+        identity."""
+        half = [o is not None for o in orders]
+        labels = [r.tensor + "~half" * h for r, h in zip(refs, half, strict=True)]
+        payloads = [r.payload and r.payload + f"~half{self.head_dim}" * h
+                    for r, h in zip(refs, half, strict=True)]
+        new = replace(refs[0], tensor=stacked(labels),
+                      payload=stacked(payloads) if all(payloads) else None)
+        sources = [self.inner.arrays[r.tensor] for r in refs]
+        self.arrays[new.tensor] = frozen_stack(sources, orders)
+        for source in sources:
+            release_file_pages(source)     # only the materialized copy is read from now on
+        return new
 
 
-#: HalfLayoutRows' reordered (specs, arrays) by source and head_dim (never holding the source)
+#: RowLayout's materialized (specs, arrays) by source and head_dim (never holding the source)
 _MADE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

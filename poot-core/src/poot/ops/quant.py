@@ -5,7 +5,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from poot.formats import PackedWeight
-from poot.ops.core import const, packed_dequant
+from poot.ops.core import const, packed_dequant, slice_axis
 from poot.tracer import Tensor
 
 
@@ -22,6 +22,15 @@ class PackedTensor:
 
     def dequant(self) -> Tensor:
         return packed_dequant(self.weight, self.sources)
+
+    def rows(self, start: int, end: int) -> PackedTensor:
+        """Output rows start..end of this weight: every source that holds rows sliced on
+        its leading axis (one contiguous range of its bytes, which the planner makes a
+        view), a source that does not depend on rows as it is."""
+        held = self.weight.source_rows()
+        return PackedTensor(self.weight.with_rows(end - start), tuple(
+            slice_axis(s, 0, start, end) if r else s
+            for s, r in zip(self.sources, held, strict=True)))
 
 
 def packed_const(weight: PackedWeight, names: Sequence) -> PackedTensor:

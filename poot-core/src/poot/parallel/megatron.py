@@ -7,6 +7,8 @@ norms and rope tables stay whole on every rank. The ranges come from poot.parall
 """
 from __future__ import annotations
 
+from poot.errors import ShardError
+from poot.models.weights import STACK
 from poot.parallel.layout import Layout, layout_of
 from poot.parallel.shard import RankGraph, Split, shard
 
@@ -25,6 +27,9 @@ _SPLITS = {
 def splits(layout: Layout):
     """`splits(rank, tensor)` for poot.parallel.shard: the rank's share of a tensor."""
     def split(rank: int, tensor: str) -> Split | None:
+        if STACK in tensor:      # each part splits by its own heads: no one range fits them
+            raise ShardError(f"{tensor} stacks several tensors by rows; shard a step traced "
+                             f"with stack_qkv=False", dim=tensor, ranks=layout.ranks)
         tensor = tensor.split("~", 1)[0]     # a derived copy (q/k rows in half layout)
         suffix = tensor.split(".", 2)[-1] if tensor.startswith("blk.") else tensor
         got = _SPLITS.get(suffix)

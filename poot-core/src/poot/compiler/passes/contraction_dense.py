@@ -11,7 +11,13 @@ A Cast commutes with movement, so it may sit anywhere along the weight's path.
 """
 from __future__ import annotations
 
-from poot.compiler.passes.contraction_match import Contraction, on_matmul, run_matchers, weight_path
+from poot.compiler.passes.contraction_match import (
+    Contraction,
+    checkpoint_rows,
+    on_matmul,
+    run_matchers,
+    weight_path,
+)
 from poot.compiler.view import GraphView, NoMatch
 from poot.dtypes import DType
 from poot.ir.ops import (
@@ -42,8 +48,9 @@ def match_matmul(view: GraphView, mm) -> Contraction:
             raise NoMatch(f"a packed {fmt} weight: left to the packed contraction pass")
         return on_matmul(view, mm, DenseContraction(), [view.value(path.dequant, 0)],
                          [path.dequant] + path.steps)
-    if view.storage(path.source) is not StorageClass.CONST:
-        raise NoMatch(f"the weight {path.source!r} is not a checkpoint weight (Const)")
+    if not checkpoint_rows(view, path.source):
+        raise NoMatch(f"the weight {path.source!r} is not a checkpoint weight (Const) or "
+                      f"rows of one")
     want_casts = 0 if w.dtype is F32 else 1
     if w.dtype not in (F32, BF16, F16) or len(path.casts) != want_casts or any(
             c.op.to is not F32 for c in path.casts):

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from poot.compiler.view import GraphView, NoMatch
 from poot.ir.graph import Eqn, Graph
-from poot.ir.ops import Cast, PackedDequant, Reshape, Transpose
+from poot.ir.ops import Cast, PackedDequant, Reshape, Slice, Transpose
 from poot.ir.types import StorageClass, ValueId
 
 MOVES = (Transpose, Reshape, Cast)
@@ -42,9 +42,21 @@ def weight_path(view: GraphView, v: ValueId) -> WeightPath:
     steps.reverse()
     if e is not None and isinstance(e.op, PackedDequant):
         return WeightPath(v, e, steps)
-    if e is not None:
+    if e is not None and not checkpoint_rows(view, v):
         raise NoMatch(f"the weight operand comes from {e.op.name} at {e.out!r}, not a binder")
     return WeightPath(v, None, steps)
+
+
+def checkpoint_rows(view: GraphView, v: ValueId) -> bool:
+    """Whether v is a checkpoint weight (Const) or a range of its leading rows (a Slice on
+    axis 0, which the planner makes a view of the weight's bytes): one weight stacked by
+    rows read as its parts."""
+    e = view.producer(v)
+    while e is not None and isinstance(e.op, Slice) and e.op.axis % view.type_of(
+            view.value(e, 0)).rank == 0:
+        v = view.value(e, 0)
+        e = view.producer(v)
+    return e is None and view.storage(v) is StorageClass.CONST
 
 
 def batched_operand(view: GraphView, mm: Eqn) -> tuple[ValueId, Eqn, list[Eqn]]:
