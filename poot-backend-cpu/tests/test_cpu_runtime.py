@@ -2,7 +2,7 @@
 is adopted (the weights of a memory-mapped checkpoint and the loader's reordered rows are
 not held twice); anything else is copied."""
 import numpy as np
-from poot.models.weights import frozen_rows
+from poot.models.weights import frozen_stack
 from poot_cpu.runtime import CpuRuntime
 
 
@@ -44,7 +44,7 @@ def test_frozen_rows_are_adopted_and_a_writable_owner_is_copied():
     rt = CpuRuntime("cpu:0")
     source = np.arange(64 * 20, dtype=np.uint8).reshape(64, 20)
     order = np.arange(64)[::-1].copy()
-    frozen = frozen_rows(source, order)
+    frozen = frozen_stack([source], [order])
     assert np.array_equal(frozen, source[order]) and not frozen.flags.writeable
     buf = rt.alloc(frozen.nbytes, "w")
     rt.write(buf, 0, frozen)

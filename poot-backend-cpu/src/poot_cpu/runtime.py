@@ -43,7 +43,7 @@ class CpuBuffer:
 def immutable(array: np.ndarray) -> bool:
     """True when nothing can change `array`'s bytes while a plan reads them: a view of a
     memory map opened read-only, or of a frozen owner (an array that owns its bytes and
-    is not writable, such as poot.models.weights.frozen_rows)."""
+    is not writable, such as poot.models.weights.frozen_stack)."""
     if array.flags.writeable or not array.flags.c_contiguous:
         return False
     base = array

@@ -237,12 +237,6 @@ def _row_sources(name: str, weight: PackedWeight) -> list[bool]:
 WEIGHT_ALIGN = 32
 
 
-def frozen_rows(source: np.ndarray, order: np.ndarray | None = None) -> np.ndarray:
-    """`source[order]` in a WEIGHT_ALIGN-aligned array that nothing can write (frozen_stack
-    of one source)."""
-    return frozen_stack([source], [order])
-
-
 def frozen_stack(sources: list[np.ndarray], orders: list) -> np.ndarray:
     """The rows of each source (`source[order]`, or in its own order where the order is
     None), one source after another, in a WEIGHT_ALIGN-aligned array that nothing can
@@ -304,7 +298,7 @@ class RowLayout:
         self._specs, self.arrays = _MADE.setdefault(inner, {}).setdefault(head_dim, ({}, {}))
 
     def has(self, name: str) -> bool:
-        if self.inner.has(name):
+        if name in self._specs or self.inner.has(name):
             return True
         parts = name.split(STACK)
         return len(parts) > 1 and self._stackable(parts)
