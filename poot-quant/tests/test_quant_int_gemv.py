@@ -1,7 +1,8 @@
 """The integer GEMV (int16 activations x weight bytes through Dot2, lower.dot) on a target
 that declares DOT2, run by the numpy kernel interpreter against the oracle: each format
-that gives integer runs, several trips of staged weights and direct loads, 1..4 rows;
-formats without integer runs keep the f32 schedule; Dot2's two spellings agree."""
+that gives integer runs, several trips of staged weights (through registers, and by async
+copies where the target declares COPY_ASYNC) and direct loads, 1..4 rows; formats without
+integer runs keep the f32 schedule; Dot2's two spellings agree."""
 from __future__ import annotations
 
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 from poot.codegen.expr import Dot2, Var, evaluate, lower_dot2
 from poot.codegen.interp import run_lowering
 from poot.codegen.lower import lower
-from poot.codegen.target import DOT2
+from poot.codegen.target import COPY_ASYNC, DOT2
 from poot.dtypes import DType
 from poot.formats import PackedWeight
 from poot.ir.ops import PackedContraction
@@ -25,12 +26,16 @@ CASES = [("gguf:Q4_0", (9, 2048), 2), ("gguf:Q4_0", (5, 32 * 70), 1),
          ("gguf:Q4_0", (16, 4096), 1), ("gguf:Q4_K", (8, 14336), 1), ("gguf:Q4_1", (8, 4352), 3)]
 
 
-def _lowered(name, shape, rows):
+def _lowered(name, shape, rows, features=frozenset({DOT2})):
     pw = PackedWeight(name, shape)
     op = PackedContraction(pw)
     ins = [TensorType((rows, shape[1]), DType.F32)] + [s.type for s in pw.sources()]
     out = op.infer(ins)
-    return pw, op, ins, out, lower(op, ins, out, frozenset({DOT2}))
+    return pw, op, ins, out, lower(op, ins, out, features)
+
+
+def _statements(prog, kind) -> int:
+    return sum(isinstance(s, kind) for k in prog.kernels for s in k.statements())
 
 
 def _uses_dot2(prog) -> bool:
@@ -41,11 +46,13 @@ def _uses_dot2(prog) -> bool:
                if isinstance(s, (Let, Assign)) for n in walk(s.value))
 
 
+@pytest.mark.parametrize("copies", [False, True], ids=["registers", "async"])
 @pytest.mark.parametrize("name, shape, rows", CASES, ids=[f"{c[0]}-{c[1]}-m{c[2]}" for c in CASES])
-def test_integer_gemv_matches_oracle(name, shape, rows):
+def test_integer_gemv_matches_oracle(name, shape, rows, copies):
     from poot.oracle import apply
 
-    pw, op, ins, out, prog = _lowered(name, shape, rows)
+    features = frozenset({DOT2, COPY_ASYNC} if copies else {DOT2})
+    pw, op, ins, out, prog = _lowered(name, shape, rows, features)
     assert _uses_dot2(prog)
     rng = np.random.default_rng(shape[1] + rows)
     fmt = pw.get_format()
@@ -143,3 +150,30 @@ def test_split_k_epilogue_matches_oracle():
     want = np.asarray(apply(op, [x, *src, r], ins, out))
     nmse = float(np.sum((got - want) ** 2) / np.sum(want ** 2))
     assert nmse < CONTRACTION_TOL, nmse
+
+
+@pytest.mark.parametrize("stages", [1, 2, 3])
+def test_async_weight_tiles_refill_their_stages(monkeypatch, stages):
+    """K of four whole trips in one kernel (no split) through 1..3 async tiles: two and
+    three refill tiles in the loop, one keeps the words in registers (a lone tile would
+    leave later trips unoverlapped); every form matches the oracle to the same bits."""
+    from poot.codegen.lower import dot
+    from poot.codegen.program import CopyAsync, CopyWait
+    from poot.oracle import apply
+
+    monkeypatch.setattr(dot, "INT_MAX_PARTS", 1)
+    monkeypatch.setattr(dot, "ASYNC_STAGES", stages)
+    shape, rows = (18, 4 * 2048), 1
+    pw, op, ins, out, prog = _lowered("gguf:Q4_0", shape, rows, frozenset({DOT2, COPY_ASYNC}))
+    assert len(prog.kernels) == 1
+    assert _statements(prog, CopyWait) == (stages > 1)
+    assert (_statements(prog, CopyAsync) > 0) == (stages > 1)
+    rng = np.random.default_rng(11)
+    src = [np.asarray(s) for s in pw.get_format().quantize(
+        rng.standard_normal(shape).astype(np.float32))]
+    x = rng.standard_normal((rows, shape[1])).astype(np.float32)
+    got = run_lowering(prog, [x, *src], out)
+    plain = _lowered("gguf:Q4_0", shape, rows)[4]
+    np.testing.assert_array_equal(got, run_lowering(plain, [x, *src], out))
+    want = np.asarray(apply(op, [x, *src], ins, out))
+    assert float(np.sum((got - want) ** 2) / np.sum(want ** 2)) < CONTRACTION_TOL

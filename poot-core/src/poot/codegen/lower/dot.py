@@ -20,7 +20,10 @@ owns the schedules:
   and exact f32 sum kept), then the GEMV's runs multiply the weight's bytes with them in
   `Dot2` pairs (exact int32 sums) and scale each block's sum once; staged weight
   words of the next trip are loaded into registers while a trip computes (the first
-  trip's while the rows are quantized). 4-bit (8-bit)
+  trip's while the rows are quantized), or, on a target that copies asynchronously
+  (COPY_ASYNC), copied straight into up to ASYNC_STAGES shared tiles by 16-byte copies
+  (an 8B layer's K = 4096: every word of the workgroup in flight from its start,
+  with no registers held for them). 4-bit (8-bit)
   quants are centred on 8 (128) through the integer sum, so the activations' rounding
   meets (u - centre), not u; the rest of the affine offset meets the exact f32 sum.
   Where each workgroup would quantize many activations per column it computes (an 8B
@@ -71,7 +74,7 @@ from poot.codegen.program import (
     local_id,
     local_index,
 )
-from poot.codegen.target import DOT2, REDUCE_SCATTER
+from poot.codegen.target import COPY_ASYNC, DOT2, REDUCE_SCATTER
 from poot.dtypes import DType
 from poot.ir.ops import ReduceOp
 
@@ -101,6 +104,7 @@ INT_MIN_GROUPS = 256   # workgroups of an integer GEMV below which K splits
 INT_PART_K = 2048    # shortest part of a split K (one staged trip of 32-element blocks)
 INT_MAX_PARTS = 8    # most parts K splits into
 EARLY_LOADS = 1      # 1: GEMVs load their first trip's weights before AwaitInputs (0: after)
+ASYNC_STAGES = 2     # integer GEMV weight tiles in flight by async copies (0: via registers)
 #: 1.5 * 2^23: y + MAGIC holds round-to-nearest(y) in its low mantissa bits for |y| < 2^22
 MAGIC, MAGIC_BITS = 12582912.0, 0x4B400000
 
@@ -446,6 +450,7 @@ class RunPlan:
     integer: bool = False
     rows: int | None = None       # rows per group (None: all)
     split: int = 1                # warps per group (the rows GEMV's K split over them)
+    stages: int = 0               # staged weight tiles filled by async copies (0: registers)
 
 
 def _run_plan(p: Problem, rows: int) -> RunPlan:
@@ -498,9 +503,30 @@ def _int_plan(p: Problem, rows: int, features) -> RunPlan | None:
     # the most threads first: they share the quantization of the rows
     options = ((width, GROUPS), (1, GROUPS), (width, GROUPS // 2)) if words else ()
     for cols, groups in options:
-        if act + 4 * groups * cols * _pitch(words) <= INT_SHARED_BYTES:
-            return RunPlan(cols, groups, None, words, integer=True)
+        tile = 4 * groups * cols * _pitch(words)
+        stages = _async_stages(p, words, p.k // (per * p.run), tile,
+                               INT_SHARED_BYTES - act, features)
+        if stages or act + tile <= INT_SHARED_BYTES:
+            return RunPlan(cols, groups, None, words, integer=True, stages=stages)
     return RunPlan(width, GROUPS, integer=True)
+
+
+def _async_stages(p: Problem, words: dict, trips: int, tile: int, budget: int,
+                  features) -> int:
+    """Weight tiles an integer GEMV keeps in flight by 16-byte async copies (0: none, the
+    words go through registers): up to ASYNC_STAGES trips, where the target copies
+    asynchronously, every copy is 16-byte aligned (rows, trips and parts of whole 4-word
+    spans, no pad words in the tile) and the tiles fit `budget` bytes; at least two
+    unless K is one trip (one tile would leave each later trip's copy unoverlapped)."""
+    if not ASYNC_STAGES or COPY_ASYNC not in features or _chunk_pad(p):
+        return 0
+    for _, e, w in p.w_chunks.values():
+        if (p.k // e * w) % 4 or any(n % 4 for n in words.values()):
+            return 0
+    stages = min(trips, ASYNC_STAGES)
+    while stages > 1 and stages * tile > budget:
+        stages -= 1
+    return stages if stages * tile <= budget and (stages > 1 or trips == 1) else 0
 
 
 def _int_row_words(k: int) -> int:
@@ -902,6 +928,9 @@ def _int_trips(kb, p: Problem, plan: RunPlan, lane, b, ns, ms):
     fetch, put, decode = _weight_tile(kb, p, plan, lane, b, ms[0], ns,
                                       reader=lambda k0, load: p.w_int(b, i32(0), k0, load))
     step = LANES * unroll * p.run
+    if plan.stages:
+        yield from _async_trips(kb, p, plan, lane, step, fetch, decode)
+        return
     held = fetch(i32(0), None, kb.var)          # in flight while the rows are quantized
     yield None
     with kb.for_("kc", 0, p.k, step) as kc:
@@ -913,6 +942,33 @@ def _int_trips(kb, p: Problem, plan: RunPlan, lane, b, ns, ms):
         k0s = [kb.let("k0", ix.mul(ix.add(lane, LANES * u), p.run)) for u in range(unroll)]
         yield [(k0, ix.add(kc, k0), None) for k0 in k0s], decode
         kb.barrier()
+
+
+def _async_trips(kb, p: Problem, plan: RunPlan, lane, step: int, fetch, decode):
+    """`_int_trips` over tiles filled by async copies (`plan.stages` of them): the first
+    stages' copies issue before the rows are quantized (the first yield, None); each trip
+    waits for its own copies, and where later trips remain, refills its tile with the
+    trip `stages` ahead once every lane is done reading it. Each trip commits one batch
+    (empty where nothing is left), so every wait leaves the same count in flight."""
+    stages, trips = plan.stages, p.k // step
+    for s in range(stages):
+        fetch(i32(s * step), None, stage=i32(s))
+        kb.copy_commit()
+    yield None
+    with kb.for_("kc", 0, p.k, step) as kc:
+        kb.copy_wait(stages - 1)
+        kb.barrier()
+        stage = kb.let("st", ix.mod(ix.div(kc, step), stages)) if stages > 1 else i32(0)
+        k0s = [kb.let("k0", ix.mul(ix.add(lane, LANES * u), p.run))
+               for u in range(_run_unroll(p))]
+        yield ([(k0, ix.add(kc, k0), None) for k0 in k0s],
+               lambda t, n, k0: decode(t, n, k0, stage))
+        if trips > stages:
+            kb.barrier()
+            ahead = kb.let("kn", ix.add(kc, stages * step))
+            with kb.if_(ix.lt(ahead, i32(p.k))):
+                fetch(ahead, None, stage=stage)
+            kb.copy_commit()
 
 
 def _stage_span(p: Problem, rows: int, per: int, groups: int, budget: int) -> int | None:
@@ -1010,20 +1066,26 @@ def _weight_tile(kb, p: Problem, plan: RunPlan, lane, b, m, ns, reader=None):
     if reader is None:
         reader = lambda k0, load: p.w_run(b, m, i32(0), k0, load=load)  # noqa: E731
     pitch, pad = _pitch(plan.words), _chunk_pad(p)
-    tile = kb.shared("tile_w", DType.U32, plan.groups * plan.width * pitch)
+    each = plan.groups * plan.width * pitch     # words of one tile (one trip)
+    tile = kb.shared("tile_w", DType.U32, each * max(1, plan.stages))
     mine = kb.let("wt", ix.mul(ix.div(local_index(), LANES), plan.width * pitch))
     offsets, at = {}, 0
     for role, count in plan.words.items():
         offsets[role], at = at, at + count
 
-    def fetch(kc, kc0, bind):
-        """The trip's word loads, bound by `bind(name, load)`: (tile spot, word, mask)."""
+    def fetch(kc, kc0, bind=None, stage=None):
+        """The trip's word loads, bound by `bind(name, load)`: (tile spot, word, mask);
+        with `stage`, 16-byte async copies into that tile instead (returns nothing)."""
         copies = []
         for t, n in enumerate(ns):
             for role, (buf, e, w) in p.w_chunks.items():
                 row, count = p.k * p.parts // e * w, plan.words[role] // (w + pad) * w
                 k = kc if p.parts == 1 else ix.add(kc, ix.mul(b, p.k))
                 start = kb.let("ws", ix.add(ix.mul(n, row), ix.mul(ix.div(k, e), w)))
+                if stage is not None:
+                    base = ix.add(ix.mul(stage, each), ix.add(mine, t * pitch + offsets[role]))
+                    _copy_words(kb, tile, base, kb.array(buf), start, lane, count)
+                    continue
                 limit = count if kc0 is None else min(count, row - kc0 // e * w)
                 for s in range(0, count, LANES):     # all loads in flight, then the stores
                     i = ix.add(lane, s)
@@ -1043,8 +1105,8 @@ def _weight_tile(kb, p: Problem, plan: RunPlan, lane, b, m, ns, reader=None):
                     kb.store(tile, spot, word)
         kb.barrier()
 
-    def decode(t, n, k0):
-        first = ix.i32(t * pitch)
+    def decode(t, n, k0, stage=None):
+        first = ix.i32(t * pitch) if stage is None else ix.add(ix.mul(stage, each), t * pitch)
         if pad:     # the run decoded at its place in its chunk, the chunk found here
             ((_, e, w),) = p.w_chunks.values()
             first = kb.let("wc", ix.add(first, ix.mul(ix.div(k0, e), w + pad)))
@@ -1054,6 +1116,18 @@ def _weight_tile(kb, p: Problem, plan: RunPlan, lane, b, m, ns, reader=None):
             return tile[ix.add(mine, ix.add(ix.i32(index), ix.add(first, offsets[role])))]
         return reader(k0, load)
     return fetch, put, decode
+
+
+def _copy_words(kb, tile, base, src, start, lane, count: int):
+    """Words start .. start + count - 1 of `src` -> tile[base ...] by the 32 lanes, 16
+    bytes (4 words) a lane and copy, consecutive lanes on consecutive spans."""
+    for c in range(0, count, 4 * LANES):
+        i = ix.add(ix.mul(lane, 4), c)
+        if c + 4 * LANES <= count:
+            kb.copy_async(tile, ix.add(base, i), src, ix.add(start, i), i32(1))
+        else:
+            with kb.if_(ix.lt(i, i32(count))):
+                kb.copy_async(tile, ix.add(base, i), src, ix.add(start, i), i32(1))
 
 
 def _dot(a: list[Expr], w: list, exps: list[int] | None = None) -> Expr:
