@@ -44,17 +44,19 @@ def test_decoder_step_keeps_the_oracle(tokens, kv, dtype, fmt):
     ops = Counter(e.op.name for e in compiled.graph.eqns())
     # a paged step reads its KV pool through the slot map inside the attention kernel, and
     # writes its rotated keys straight to the pool
+    # a dense one-token step rotates its q and k heads (adjacent rows of one result) at once
+    one = tokens == 1 and kv == "dense"
     assert ops["PagedAttention" if kv == "paged" else "Attention"] == 2
-    assert (ops["Rope"], ops["RopeScatter"]) == ((2, 2) if kv == "paged" else (4, 0))
+    assert (ops["Rope"], ops["RopeScatter"]) == ((2, 2) if kv == "paged" else
+                                                 (2, 0) if one else (4, 0))
     assert not {"MatMul", "Reduce", "Concat", "PackedDequant"} & set(ops)
     contraction = "PackedContraction" if fmt and fmt.startswith("gguf") else "DenseContraction"
     # q, k and v read one weight stacked by rows: a step of one token computes them in one
-    # contraction whose rows three Slices take (views at plan time), a wider step each
-    # over its rows of the weight (three Slices of it); then up per layer and the head
-    # alone; o, gate, down inside epilogues
-    one = tokens == 1 and kv == "dense"
+    # contraction whose rows Slices take (views at plan time: q|k and v, then q and k of
+    # the rotated q|k), a wider step each over its rows of the weight (three Slices of
+    # it); then up per layer and the head alone; o, gate, down inside epilogues
     assert ops[contraction] == 2 * (2 if one else 4) + 1
-    assert ops["Slice"] == 2 * 3
+    assert ops["Slice"] == 2 * (4 if one else 3)
     assert ops["ContractionEpilogue"] == 2 * 3
 
 
@@ -65,23 +67,24 @@ def layer_counts(layers: int) -> tuple[int, Counter]:
 
 def test_decoder_layer_counted():
     """One Llama layer: RMSNorm -> one FusedRow each, softmax into Attention, rotate-half ->
-    Rope, q|k|v -> one contraction over the stacked weight (its rows three Slices), each
-    other projection -> one contraction, residual adds and the SwiGLU gate in epilogues."""
+    one Rope over the q|k heads, q|k|v -> one contraction over the stacked weight (its rows
+    Slices: q|k and v, then q and k of the rotated q|k), each other projection -> one
+    contraction, residual adds and the SwiGLU gate in epilogues."""
     (n1, ops1), (n2, ops2) = layer_counts(1), layer_counts(2)
     per_layer = ops2 - ops1
     print(f"\ncompiled decode step: 1 layer {n1} eqns, 2 layers {n2} eqns; one layer adds "
           f"{n2 - n1}: {dict(sorted(per_layer.items()))}")
     assert per_layer["FusedRow"] == 2               # attn_norm, ffn_norm
     assert per_layer["Attention"] == 1
-    assert per_layer["Rope"] == 2                   # q and k
+    assert per_layer["Rope"] == 1                   # q and k together
     assert per_layer["DenseContraction"] == 2       # q|k|v, up
-    assert per_layer["Slice"] == 3                  # q, k and v: rows of q|k|v
+    assert per_layer["Slice"] == 4                  # q|k, v; q, k
     assert per_layer["ContractionEpilogue"] == 3    # o + residual, gate + SwiGLU, down + residual
     assert per_layer["DynamicUpdateSlice"] == 2
     assert not {"MatMul", "Reduce", "Unary", "Concat", "Cast", "Gather"} & set(per_layer)
     # one token: the four head Transposes move only unit axes, so they are Reshapes
     assert per_layer == Counter({"Reshape": 9}) + Counter(
-        FusedRow=2, Attention=1, Rope=2, DenseContraction=2, Slice=3, ContractionEpilogue=3,
+        FusedRow=2, Attention=1, Rope=1, DenseContraction=2, Slice=4, ContractionEpilogue=3,
         DynamicUpdateSlice=2)                     # the RoPE rows are gathered once (cse)
     assert n2 - n1 == 24 and n1 == 34
 

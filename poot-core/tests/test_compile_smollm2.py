@@ -29,10 +29,10 @@ def test_smollm2_two_layers(smollm2_step):
     ops = Counter(e.op.name for e in compiled.graph.eqns())
     print(f"\nSmolLM2, 2 layers: {len(step.graph.eqns())} -> {len(compiled.graph.eqns())} "
           f"eqns: {dict(ops.most_common())}")
-    # per layer q|k|v (one contraction over the stacked rows; three Slices take q, k and
-    # v) and up; the head
+    # per layer q|k|v (one contraction over the stacked rows; Slices take q|k and v, one
+    # Rope rotates q|k, two Slices take q and k of it) and up; the head
     assert ops["PackedContraction"] == 2 * 2 + 1 and ops["PackedRowGather"] == 1
-    assert ops["Slice"] == 2 * 3
-    assert ops["Attention"] == 2 and ops["Rope"] == 4 and ops["ContractionEpilogue"] == 6
+    assert ops["Slice"] == 2 * 4
+    assert ops["Attention"] == 2 and ops["Rope"] == 2 and ops["ContractionEpilogue"] == 6
     assert not {"MatMul", "PackedDequant", "Reduce"} & set(ops)
     validate(step.graph, compiled.graph, seed=5, trials=1, given=consts)

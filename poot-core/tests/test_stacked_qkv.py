@@ -1,7 +1,8 @@
 """q, k and v from one weight stacked by rows (build_decoder's stack_qkv, RowLayout): the
 same logits as three weights, for one token (one contraction, its rows viewed) and wider
 steps (each over its rows of the weight), dense and packed, rotate-half and pair-ordered
-sources, on the reference and the compiled cpu backend."""
+sources, on the reference and the compiled cpu backend; a one-token dense step rotates its
+q and k heads with one Rope."""
 from __future__ import annotations
 
 import sys
@@ -69,6 +70,9 @@ def test_stacked_projection_equals_three_weights(backend, fmt, layout, tokens, k
     else:                                            # three, over rows of one weight
         assert kernels[0] == kernels[1]
     assert "Slice" not in ops                        # every slice a view: no copy kernels
+    if kv == "dense" and tokens == 1:                # q and k rotated by one Rope a layer
+        ropes = [Counter(s.eqn.op.name for s in x.steps)["Rope"] for x in (apart, p)]
+        assert ropes == [2 * c.layers, c.layers]
 
 
 def test_stacks_are_served_only_where_the_parts_agree():

@@ -227,7 +227,8 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
         def qkv(h, p):
             """The q, k and v heads [B, T, heads, D] of the normed h: from the stacked
             q|k|v weight where the source serves it and no adapter updates the parts,
-            else from each projection's own."""
+            else from each projection's own; and the q|k heads as one view where one
+            contraction gives all three (else None)."""
             names, biases = ([f"{p}attn_{x}.{kind}" for x in "qkv"]
                              for kind in ("weight", "bias"))
             parts = names + (biases if c.qkv_bias else [])
@@ -236,18 +237,18 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
                     lora is not None and any(x in lora.stacks for x in parts)):
                 return [ops.reshape(linear(h, w, declare(bias) if c.qkv_bias else None),
                                     (b, t, nh, hd))
-                        for w, bias, nh in zip(names, biases, heads, strict=True)]
+                        for w, bias, nh in zip(names, biases, heads, strict=True)] + [None]
             w = declare(stacked(names))
             bias = declare(stacked(biases)) if c.qkv_bias else None
             ends = [hd * sum(heads[:i]) for i in range(4)]
             if n == 1:    # one contraction; q, k and v are its rows (views, not copies)
                 y = ops.reshape(ops.linear(h, w, bias), (b, t, sum(heads), hd))
                 return [ops.slice_axis(y, 2, s // hd, e // hd)
-                        for s, e in zip(ends, ends[1:])]
+                        for s, e in zip(ends, ends[1:])] + [ops.slice_axis(y, 2, 0, c.heads + hkv)]
             # one contraction each over its rows of the stacked weight (views)
             return [ops.reshape(ops.linear(h, _rows(w, s, e), None if bias is None else
                                            ops.slice_axis(bias, 0, s, e)), (b, t, nh, hd))
-                    for s, e, nh in zip(ends, ends[1:], heads)]
+                    for s, e, nh in zip(ends, ends[1:], heads)] + [None]
 
         x = ops.embedding(declare("token_embd.weight"), tok)   # [N, dim]
         if c.embed_scale != 1.0:
@@ -259,14 +260,21 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
             sliding = c.is_sliding(i)
             h = norm(x, p + "attn_norm.weight")
 
-            q, k, v = qkv(h, p)
+            q, k, v, qk = qkv(h, p)
             if c.qk_norm:
                 q, k = norm(q, p + "attn_q_norm.weight"), norm(k, p + "attn_k_norm.weight")
             local = "rope_local" if sliding and "rope_local.cos" in tables else "rope"
             cos, sin = rope[local + ".cos"], rope[local + ".sin"]
             qpos = rope_pos if kv == "paged" else ops.reshape(rope_pos, (1, t))
-            q = ops.rope_partial(q, cos, sin, qpos, c.rot, tokens_first=True)
-            k = ops.rope_partial(k, cos, sin, qpos, c.rot, tokens_first=True)
+            if qk is not None and not c.qk_norm and kv == "dense":
+                # q and k are adjacent heads of one result: one rotation (one kernel) for
+                # both. Paged steps keep k's own, which RopeScatter writes to the pool.
+                qk = ops.rope_partial(qk, cos, sin, qpos, c.rot, tokens_first=True)
+                q, k = ops.slice_axis(qk, 2, 0, c.heads), ops.slice_axis(qk, 2, c.heads,
+                                                                         c.heads + hkv)
+            else:
+                q = ops.rope_partial(q, cos, sin, qpos, c.rot, tokens_first=True)
+                k = ops.rope_partial(k, cos, sin, qpos, c.rot, tokens_first=True)
             mask = mask_for(sliding)
             if kv == "dense" and sliding:
                 k_new, v_new = ops.reshape(k, (t, hkv, hd)), ops.reshape(v, (t, hkv, hd))
