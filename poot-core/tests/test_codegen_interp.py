@@ -54,6 +54,38 @@ def test_missing_barrier_is_a_race():
         run(neighbour_kernel(False), {"in0": x, "out": np.zeros_like(x)})
 
 
+def async_kernel(waits: list[int]) -> Kernel:
+    """Two committed batches of 16-byte copies (4 words a thread) into two tiles, then
+    `waits`, a barrier and a read of the second tile."""
+    kb = KernelBuilder("copies", (1,), (WG,))
+    kb.buffer("in0", DType.U32, Access.READ, 8 * WG, operand=0)
+    kb.buffer("out", DType.U32, Access.WRITE, WG, operand=OUT)
+    tiles = [kb.shared(f"t{i}", DType.U32, 4 * WG) for i in range(2)]
+    at = kb.let("at", local_index() * i32(4))
+    for i, tile in enumerate(tiles):
+        kb.copy_async(tile, at, kb.array("in0"), at + i32(4 * WG * i), i32(1))
+        kb.copy_commit()
+    for pending in waits:
+        kb.copy_wait(pending)
+    kb.barrier()
+    kb.store("out", local_index(), tiles[1][(local_index() * i32(4) + i32(5)) & i32(4 * WG - 1)])
+    return kb.finish()
+
+
+@pytest.mark.parametrize("waits, lands", [([0], True), ([1], False), ([1, 0], True), ([], False)])
+def test_async_copies_land_at_the_wait_that_covers_their_batch(waits, lands):
+    """A read of a tile is legal once a CopyWait leaves none of its batch in flight: wait 1
+    after two batches covers only the first."""
+    x = np.arange(8 * WG, dtype=np.uint32)
+    out = np.zeros(WG, np.uint32)
+    if not lands:
+        with pytest.raises(KernelFault, match="no CopyWait"):
+            run(async_kernel(waits), {"in0": x, "out": out})
+        return
+    run(async_kernel(waits), {"in0": x, "out": out})
+    assert np.array_equal(out, x[4 * WG:][(np.arange(WG) * 4 + 5) % (4 * WG)])
+
+
 def test_reduction_widths_and_divergence():
     kb = KernelBuilder("groups", (1,), (WG,))
     x = kb.buffer("in0", I32, Access.READ, WG, operand=0)

@@ -152,18 +152,19 @@ def test_split_k_epilogue_matches_oracle():
     assert nmse < CONTRACTION_TOL, nmse
 
 
-@pytest.mark.parametrize("stages", [1, 2, 3])
-def test_async_weight_tiles_refill_their_stages(monkeypatch, stages):
-    """K of four whole trips in one kernel (no split) through 1..3 async tiles: two and
-    three refill tiles in the loop, one keeps the words in registers (a lone tile would
-    leave later trips unoverlapped); every form matches the oracle to the same bits."""
+@pytest.mark.parametrize("trips, stages", [(4, 1), (4, 2), (4, 3), (2, 2), (3, 3)])
+def test_async_weight_tiles_refill_their_stages(monkeypatch, trips, stages):
+    """K of whole trips in one kernel (no split) through 1..3 async tiles: fewer tiles
+    than trips refill them in the loop, as many as trips are all copied first, one keeps
+    the words in registers (a lone tile would leave later trips unoverlapped); every form
+    matches the oracle to the same bits, and no trip reads a tile before its wait."""
     from poot.codegen.lower import dot
     from poot.codegen.program import CopyAsync, CopyWait
     from poot.oracle import apply
 
     monkeypatch.setattr(dot, "INT_MAX_PARTS", 1)
     monkeypatch.setattr(dot, "ASYNC_STAGES", stages)
-    shape, rows = (18, 4 * 2048), 1
+    shape, rows = (18, trips * 2048), 1
     pw, op, ins, out, prog = _lowered("gguf:Q4_0", shape, rows, frozenset({DOT2, COPY_ASYNC}))
     assert len(prog.kernels) == 1
     assert _statements(prog, CopyWait) == (stages > 1)

@@ -9,6 +9,9 @@ the interpreter checks the rules that make it so instead of trusting them:
 * a thread may not read a shared element another thread wrote since the last
   barrier, nor write one another thread wrote (shared-memory races);
 * two threads may not store to the same element in one statement;
+* a shared element an async copy writes may not be read until its thread's
+  CopyWait has covered the copy's committed batch (copies land at once, but
+  stay "pending" until then, as they may on the device);
 * every load and store must be inside its array.
 
 A broken rule raises `KernelFault` naming the kernel. Arithmetic goes through
@@ -114,6 +117,12 @@ class _Batch:
                        for a in kernel.shared}
         self.writer = {a.name: np.full((n_groups, a.count), -1, np.int64)
                        for a in kernel.shared}
+        # async copies not yet waited for: the copying thread and its batch, per element
+        self.pending = {a.name: np.full((n_groups, a.count), -1, np.int64)
+                        for a in kernel.shared}
+        self.pending_batch = {a.name: np.zeros((n_groups, a.count), np.int64)
+                              for a in kernel.shared}
+        self.batches = np.zeros(t.size, np.int64)     # each thread's committed batches
         self.locals = {a.name: np.zeros((t.size, a.count), a.dtype.numpy)
                        for a in kernel.locals}
         self.arrays = kernel.arrays()
@@ -161,7 +170,13 @@ class _Batch:
         if np.any((w != -1) & (w != lane)):
             self.fault(f"shared {n.buffer!r} read of an element another thread wrote "
                        "since the last barrier (missing Barrier)")
+        self.check_landed(n.buffer, g, idx)
         return self.shared[n.buffer][g, idx]
+
+    def check_landed(self, name: str, g, idx):
+        if np.any(self.pending[name][g, idx] != -1):
+            self.fault(f"shared {name!r} read of an element whose async copy no CopyWait "
+                       "has covered yet")
 
     # -- statements ------------------------------------------------------------------
     def block(self, body: tuple[Stmt, ...], act: np.ndarray):
@@ -200,8 +215,10 @@ class _Batch:
             self.reduce_scatter(s, act)
         elif isinstance(s, CopyAsync):
             self.copy_async(s, act)
-        elif isinstance(s, (CopyCommit, CopyWait)):
-            pass                        # copies complete at once: a legal schedule
+        elif isinstance(s, CopyCommit):
+            self.batches[act] += 1
+        elif isinstance(s, CopyWait):
+            self.copy_wait(s, act)
         elif isinstance(s, MmaTile):
             self.mma_tile(s, act)
         elif isinstance(s, TENSOR_ASYNC):
@@ -324,6 +341,22 @@ class _Batch:
                 self.fault(f"shared {s.dst!r} written by two threads between barriers")
             self.shared[s.dst][g, cells] = chunk.view(dst.dtype.numpy)
             self.writer[s.dst][g, cells] = lane
+            self.pending[s.dst][g, cells] = lane
+            self.pending_batch[s.dst][g, cells] = self.batches[thread]
+
+    def copy_wait(self, s: CopyWait, act: np.ndarray):
+        """Each acting thread's copies in batches it committed before its last
+        `s.pending` ones have landed (its open batch has not)."""
+        for name, owner in self.pending.items():
+            g, cell = np.nonzero(owner != -1)
+            if not g.size:
+                continue
+            thread = g * self.tpg + owner[g, cell]
+            acting = np.zeros(self.group.size, bool)
+            acting[act] = True
+            done = acting[thread] & (self.pending_batch[name][g, cell]
+                                     < self.batches[thread] - s.pending)
+            owner[g[done], cell[done]] = -1
 
     def mma_tile(self, s: MmaTile, act: np.ndarray):
         """The warp's product from shared words, written to its lanes' accumulators in
@@ -368,6 +401,7 @@ class _Batch:
             w = self.writer[name][g, idx // 2]
             if np.any(w != -1):
                 self.fault(f"MmaTile reads {name!r} written since the last barrier")
+            self.check_landed(name, g, idx // 2)
             out[i] = words.view(np.uint16)[idx]
         return out
 

@@ -949,7 +949,8 @@ def _async_trips(kb, p: Problem, plan: RunPlan, lane, step: int, fetch, decode):
     stages' copies issue before the rows are quantized (the first yield, None); each trip
     waits for its own copies, and where later trips remain, refills its tile with the
     trip `stages` ahead once every lane is done reading it. Each trip commits one batch
-    (empty where nothing is left), so every wait leaves the same count in flight."""
+    (empty where nothing is left, every trip where all were issued first), so each wait
+    for stages - 1 batches in flight is a wait for that trip's own."""
     stages, trips = plan.stages, p.k // step
     for s in range(stages):
         fetch(i32(s * step), None, stage=i32(s))
@@ -968,7 +969,7 @@ def _async_trips(kb, p: Problem, plan: RunPlan, lane, step: int, fetch, decode):
             ahead = kb.let("kn", ix.add(kc, stages * step))
             with kb.if_(ix.lt(ahead, i32(p.k))):
                 fetch(ahead, None, stage=stage)
-            kb.copy_commit()
+        kb.copy_commit()
 
 
 def _stage_span(p: Problem, rows: int, per: int, groups: int, budget: int) -> int | None:
