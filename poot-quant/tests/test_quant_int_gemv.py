@@ -48,8 +48,11 @@ def _uses_dot2(prog) -> bool:
 
 @pytest.mark.parametrize("copies", [False, True], ids=["registers", "async"])
 @pytest.mark.parametrize("name, shape, rows", CASES, ids=[f"{c[0]}-{c[1]}-m{c[2]}" for c in CASES])
-def test_integer_gemv_matches_oracle(name, shape, rows, copies):
+def test_integer_gemv_matches_oracle(name, shape, rows, copies, monkeypatch):
+    from poot.codegen.lower import dot
     from poot.oracle import apply
+
+    monkeypatch.setattr(dot, "ASYNC_STAGES", 2)
 
     features = frozenset({DOT2, COPY_ASYNC} if copies else {DOT2})
     pw, op, ins, out, prog = _lowered(name, shape, rows, features)

@@ -20,8 +20,8 @@ owns the schedules:
   and exact f32 sum kept), then the GEMV's runs multiply the weight's bytes with them in
   `Dot2` pairs (exact int32 sums) and scale each block's sum once; staged weight
   words of the next trip are loaded into registers while a trip computes (the first
-  trip's while the rows are quantized), or, on a target that copies asynchronously
-  (COPY_ASYNC), copied straight into up to ASYNC_STAGES shared tiles by 16-byte copies
+  trip's while the rows are quantized), or, with ASYNC_STAGES > 0 on a target that copies
+  asynchronously (COPY_ASYNC), copied straight into up to ASYNC_STAGES shared tiles by 16-byte copies
   (an 8B layer's K = 4096: every word of the workgroup in flight from its start,
   with no registers held for them). 4-bit (8-bit)
   quants are centred on 8 (128) through the integer sum, so the activations' rounding
@@ -104,7 +104,9 @@ INT_MIN_GROUPS = 256   # workgroups of an integer GEMV below which K splits
 INT_PART_K = 2048    # shortest part of a split K (one staged trip of 32-element blocks)
 INT_MAX_PARTS = 8    # most parts K splits into
 EARLY_LOADS = 1      # 1: GEMVs load their first trip's weights before AwaitInputs (0: after)
-ASYNC_STAGES = 2     # integer GEMV weight tiles in flight by async copies (0: via registers)
+#: integer GEMV weight tiles in flight by async copies (0: via registers, the measured
+#: schedule; 2 is built and checked but not yet timed on a GPU: docs/performance.md)
+ASYNC_STAGES = 0
 #: 1.5 * 2^23: y + MAGIC holds round-to-nearest(y) in its low mantissa bits for |y| < 2^22
 MAGIC, MAGIC_BITS = 12582912.0, 0x4B400000
 
