@@ -347,13 +347,13 @@ class _Batch:
     def copy_wait(self, s: CopyWait, act: np.ndarray):
         """Each acting thread's copies in batches it committed before its last
         `s.pending` ones have landed (its open batch has not)."""
+        acting = np.zeros(self.group.size, bool)
+        acting[act] = True
         for name, owner in self.pending.items():
             g, cell = np.nonzero(owner != -1)
             if not g.size:
                 continue
             thread = g * self.tpg + owner[g, cell]
-            acting = np.zeros(self.group.size, bool)
-            acting[act] = True
             done = acting[thread] & (self.pending_batch[name][g, cell]
                                      < self.batches[thread] - s.pending)
             owner[g[done], cell[done]] = -1

@@ -20,10 +20,10 @@ owns the schedules:
   and exact f32 sum kept), then the GEMV's runs multiply the weight's bytes with them in
   `Dot2` pairs (exact int32 sums) and scale each block's sum once; staged weight
   words of the next trip are loaded into registers while a trip computes (the first
-  trip's while the rows are quantized), or, with ASYNC_STAGES > 0 on a target that copies
-  asynchronously (COPY_ASYNC), copied straight into up to ASYNC_STAGES shared tiles by 16-byte copies
-  (an 8B layer's K = 4096: every word of the workgroup in flight from its start,
-  with no registers held for them). 4-bit (8-bit)
+  trip's while the rows are quantized), or, with ASYNC_STAGES > 0 on a target that
+  copies asynchronously (COPY_ASYNC), copied straight into up to ASYNC_STAGES shared
+  tiles by 16-byte copies (an 8B layer's K = 4096: every word of the workgroup in
+  flight from its start, with no registers held for them). 4-bit (8-bit)
   quants are centred on 8 (128) through the integer sum, so the activations' rounding
   meets (u - centre), not u; the rest of the affine offset meets the exact f32 sum.
   Where each workgroup would quantize many activations per column it computes (an 8B
@@ -520,11 +520,10 @@ def _async_stages(p: Problem, words: dict, trips: int, tile: int, budget: int,
     asynchronously, every copy is 16-byte aligned (rows, trips and parts of whole 4-word
     spans, no pad words in the tile) and the tiles fit `budget` bytes; at least two
     unless K is one trip (one tile would leave each later trip's copy unoverlapped)."""
-    if not ASYNC_STAGES or COPY_ASYNC not in features or _chunk_pad(p):
+    if (not ASYNC_STAGES or COPY_ASYNC not in features or _chunk_pad(p)
+            or any(n % 4 for n in words.values())
+            or any(p.k // e * w % 4 for _, e, w in p.w_chunks.values())):
         return 0
-    for _, e, w in p.w_chunks.values():
-        if (p.k // e * w) % 4 or any(n % 4 for n in words.values()):
-            return 0
     stages = min(trips, ASYNC_STAGES)
     while stages > 1 and stages * tile > budget:
         stages -= 1
