@@ -43,4 +43,6 @@ def test_every_eqn_of_a_llama_step(tokens, kv, dtype, fmt):
     assert not failures, "\n".join(failures)
     # a paged step reads its KV pool through the slot map inside the attention kernel
     attention = "PagedAttention" if kv == "paged" else "Attention"
-    assert {attention, "Rope", "FusedRow"} <= ops
+    # a packed one-token step's norms go into the contractions that read them
+    norm = "NormedPackedContraction" if fmt and tokens == 1 else "FusedRow"
+    assert {attention, "Rope", norm} <= ops

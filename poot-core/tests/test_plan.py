@@ -154,7 +154,7 @@ def test_compiled_graph_plans_through_definitions_and_matches_the_oracle():
     w = random_weights(c, seed=9, packed_format="gguf:Q8_0")
     step = build_decoder(c, w)
     compiled = poot.compile(step.graph, "reference")
-    assert any(isinstance(e.op, O.PackedContraction) for e in compiled.graph.eqns())
+    assert any(isinstance(e.op, O.NormedPackedContraction) for e in compiled.graph.eqns())
     p = plan(compiled)
     assert not any(s.eqn.op.composite for s in p.steps)
     assert any(r.weight.representation == "f32-decoded" for r in p.weight_regions()

@@ -181,3 +181,42 @@ def test_async_weight_tiles_refill_their_stages(monkeypatch, trips, stages):
     np.testing.assert_array_equal(got, run_lowering(plain, [x, *src], out))
     want = np.asarray(apply(op, [x, *src], ins, out))
     assert float(np.sum((got - want) ** 2) / np.sum(want ** 2)) < CONTRACTION_TOL
+
+
+#: (format, weight shape, rows, kernels with the norm inside where it can, kernels apart)
+NORMED = [("gguf:Q4_0", (9, 2048), 1, 1, 2), ("gguf:Q4_K", (3, 2048), 1, 1, 2),
+          ("gguf:Q4_1", (3, 576), 2, 1, 2), ("gguf:Q8_0", (3, 32 * 66), 4, 1, 2),
+          # K split into parts: the norm runs apart, then both kernels of the split
+          ("gguf:Q4_0", (16, 4096), 1, 3, 3)]
+
+
+@pytest.mark.parametrize("inside", [1, 0], ids=["inside", "apart"])
+@pytest.mark.parametrize("copies", [False, True], ids=["registers", "async"])
+@pytest.mark.parametrize("name, shape, rows, kernels, apart", NORMED,
+                         ids=[f"{c[0]}-{c[1]}-m{c[2]}" for c in NORMED])
+def test_normed_gemv_matches_oracle(name, shape, rows, kernels, apart, copies, inside,
+                                    monkeypatch):
+    """rms_norm(x, g) into the integer GEMV: one kernel that sums the rows' squares while
+    it quantizes x * g (NORM_PROLOGUE), else a norm kernel first."""
+    from poot.codegen.lower import dot
+    from poot.ir.ops import NormedPackedContraction
+    from poot.oracle import apply
+
+    monkeypatch.setattr(dot, "ASYNC_STAGES", 2)
+    monkeypatch.setattr(dot, "NORM_PROLOGUE", inside)
+    pw = PackedWeight(name, shape)
+    op = NormedPackedContraction(pw, 1e-5)
+    ins = [TensorType((rows, shape[1]), DType.F32), TensorType((shape[1],), DType.F32),
+           *(s.type for s in pw.sources())]
+    out = op.infer(ins)
+    prog = lower(op, ins, out, frozenset({DOT2, COPY_ASYNC} if copies else {DOT2}))
+    assert len(prog.kernels) == (kernels if inside else apart)
+    rng = np.random.default_rng(shape[1] + rows)
+    src = [np.asarray(s) for s in
+           pw.get_format().quantize(rng.standard_normal(shape).astype(np.float32))]
+    x = (4 * rng.standard_normal((rows, shape[1]))).astype(np.float32)
+    g = rng.standard_normal(shape[1]).astype(np.float32)
+    got = run_lowering(prog, [x, g, *src], out)
+    want = np.asarray(apply(op, [x, g, *src], ins, out))
+    nmse = float(np.sum((got - want) ** 2) / np.sum(want ** 2))
+    assert nmse < CONTRACTION_TOL, nmse

@@ -56,4 +56,6 @@ def table(device: str, major: int, minor: int, formats) -> CapabilityTable:
     if (major, minor) >= (8, 9):
         dtypes.update({DType.F8E4M3: Use.STORAGE, DType.F8E5M2: Use.STORAGE})
     ops = kernel_ops(floats, formats)
+    if (major, minor) >= (6, 1):   # dp2a: the integer GEMV takes the norm in (lower.dot)
+        ops["NormedPackedContraction"] = set(formats)
     return CapabilityTable.declare("cuda", device, dtypes, ops, notes=kernel_notes("cuda"))

@@ -37,6 +37,7 @@ from poot.ir.ops import (
     IndexedPackedContraction,
     Iota,
     MatMul,
+    NormedPackedContraction,
     OpKind,
     PackedContraction,
     PackedDequant,
@@ -514,6 +515,10 @@ def packed_cases(formats: dict | None = None) -> list[Case]:
                             (a, *src_types), lambda rng, a=a, s=sources: [normal(a)(rng),
                                                                           *s(rng)],
                             INT_GEMV_TOL))
+        a, g = T((2, k), F32), T((k,), F32)
+        out.append(Case(f"packed-normed-{name}", NormedPackedContraction(pw, 1e-5),
+                        (a, g, *src_types), lambda rng, a=a, g=g, s=sources: [
+                            normal(a)(rng), normal(g)(rng), *s(rng)], INT_GEMV_TOL))
         out.append(Case(f"packed-dequant-{name}", PackedDequant(pw), src_types,
                         lambda rng, s=sources: s(rng), 1e-12))
         out.append(Case(f"packed-rows-{name}", PackedRowGather(pw), (ids, *src_types),

@@ -19,6 +19,7 @@ from poot.compiler.passes import (
     epilogue,
     fusion,
     iota_fold,
+    norm_contraction,
     relabel,
     rope,
     selection,
@@ -28,7 +29,8 @@ from poot.compiler.report import CompileReport, PassRecord
 from poot.ir.graph import Graph
 
 #: (name, run) in order: refuse collectives, clean up (dce, cse), find the chains
-#: (selection before attention, which it contains), then contractions, epilogues, regions.
+#: (selection before attention, which it contains), then contractions, epilogues, regions, norms
+#: into the packed contractions that read them.
 PASSES = [
     ("collectives", collectives.run),
     ("dce", dce.run),
@@ -42,6 +44,7 @@ PASSES = [
     ("packed_contraction", contraction_packed.run),
     ("epilogue", epilogue.run),
     ("fusion", fusion.run),
+    ("norm_contraction", norm_contraction.run),
     ("relabel", relabel.run),
     ("dce_final", dce.run),
 ]

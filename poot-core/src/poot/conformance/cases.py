@@ -276,6 +276,7 @@ def long_k_cases() -> Iterator[Case]:
         yield case(f"PackedContraction-{name}-longK-1x{k}", "PackedContraction", name,
                    [Arg(T((1, k), F32))] + srcs, one(O.PackedContraction(w)), exact=False,
                    growth="compose", flops=2 * k * 24)
+        yield _normed_case(w, 1, srcs)
 
 
 #: packed formats of the decode-batch cases: 32-element blocks with and without an offset,
@@ -306,6 +307,16 @@ def decode_batch_cases() -> Iterator[Case]:
             yield case(f"PackedContraction-{name}-batch-{rows}x{k}", "PackedContraction",
                        name, [Arg(T((rows, k), F32))] + srcs, one(O.PackedContraction(w)),
                        exact=False, growth="compose", flops=2 * rows * k * 8)
+
+
+def _normed_case(w, rows: int, srcs) -> Case | None:
+    """rms_norm(x, g) of `rows` rows into packed weight `w`: one row takes the norm
+    inside the integer GEMV where a target can, longer K splits and runs it apart."""
+    n, k = w.shape
+    return case(f"NormedPackedContraction-{w.format}-{rows}x{k}", "NormedPackedContraction",
+                w.format, [Arg(T((rows, k), F32)), Arg(T((k,), F32))] + srcs,
+                one(O.NormedPackedContraction(w, 1e-5)), exact=False, growth="compose",
+                flops=2 * rows * k * n)
 
 
 def _f16_words(shape) -> tuple:
@@ -344,6 +355,8 @@ def packed_cases() -> Iterator[Case]:
         yield case(f"PackedContraction-{name}-3x256", "PackedContraction", name,
                    [Arg(T((3, 256), F32))] + srcs, one(O.PackedContraction(w)), exact=False,
                    growth="compose", flops=2 * 3 * 256 * 8)
+        yield _normed_case(w, 1, srcs)
+        yield _normed_case(w, 3, srcs)
         yield case(f"PackedRowGather-{name}-5", "PackedRowGather", name,
                    [Arg(T((5,), I32), ("index", 8))] + srcs, one(O.PackedRowGather(w)),
                    exact=False, growth="basic")

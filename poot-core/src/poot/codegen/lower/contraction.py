@@ -17,6 +17,7 @@ from poot.codegen.lower.base import Sig, lowers, words
 from poot.codegen.lower.dot import (
     PROBLEMS,
     Problem,
+    RowNorm,
     contraction_program,
     problem_for,
     store_flat,
@@ -34,6 +35,7 @@ from poot.ir.ops import (
     DenseRowGather,
     GroupedDenseContraction,
     IndexedPackedContraction,
+    NormedPackedContraction,
     PackedContraction,
     PackedDequant,
     PackedRowGather,
@@ -147,15 +149,30 @@ def grouped_problem(sig: Sig, epilogue) -> Problem:
 
 @problem_for(PackedContraction)
 def packed_problem(sig: Sig, epilogue) -> Problem:
-    a = sig.type(0)
-    k = a.shape[-1]
-    n = sig.out.shape[-1]
-    w = PackedReader(sig, sig.op.weight, 1)
-    return Problem(1, _rows(a), n, k, _activation("in0", k),
-                   lambda b, m, nn, kk: w.elem(nn, kk), store_flat(sig, _rows(a), n, epilogue),
-                   views=w.views, w_run=lambda b, m, nn, k0, load=None: w.run_parts(nn, k0, load),
+    k = sig.type(0).shape[-1]
+    return _packed(sig, epilogue, 1, _activation("in0", k))
+
+
+@problem_for(NormedPackedContraction)
+def normed_problem(sig: Sig, epilogue) -> Problem:
+    """The packed contraction of rms_norm(in0, in1): the norm's root divides the products
+    (`RowNorm`), so the activation is x * g."""
+    k = sig.type(0).shape[-1]
+    x = _activation("in0", k)
+    norm = RowNorm(x, lambda kk: Load("in1", kk, F32), sig.op.eps)
+    return _packed(sig, epilogue, 2, lambda b, m, kk: x(b, m, kk) * norm.g(kk), row_norm=norm)
+
+
+def _packed(sig: Sig, epilogue, first: int, a, **extra) -> Problem:
+    """A packed weight's contraction: its sources from operand `first` on, activation
+    `a(b, m, k)` of in0's rows."""
+    rows, k, n = _rows(sig.type(0)), sig.type(0).shape[-1], sig.out.shape[-1]
+    w = PackedReader(sig, sig.op.weight, first)
+    return Problem(1, rows, n, k, a, lambda b, m, nn, kk: w.elem(nn, kk),
+                   store_flat(sig, rows, n, epilogue), views=w.views,
+                   w_run=lambda b, m, nn, k0, load=None: w.run_parts(nn, k0, load),
                    run=w.run, w_chunks=w.chunks,
-                   w_int=lambda b, nn, k0, load=None: w.int_groups(nn, k0, load))
+                   w_int=lambda b, nn, k0, load=None: w.int_groups(nn, k0, load), **extra)
 
 
 @problem_for(IndexedPackedContraction)

@@ -63,7 +63,7 @@ from dataclasses import dataclass, field, replace
 
 from poot.codegen import index as ix
 from poot.codegen.builder import KernelBuilder
-from poot.codegen.expr import Const, Dot2, Expr, Load, Sel, f32, ge, i32, maximum, u32
+from poot.codegen.expr import Const, Dot2, Expr, Load, Sel, Un, f32, ge, i32, maximum, u32
 from poot.codegen.lower import mma, wgmma
 from poot.codegen.program import (
     SCRATCH,
@@ -76,7 +76,7 @@ from poot.codegen.program import (
 )
 from poot.codegen.target import COPY_ASYNC, DOT2, REDUCE_SCATTER
 from poot.dtypes import DType
-from poot.ir.ops import ReduceOp
+from poot.ir.ops import ReduceOp, UnaryOp
 
 LANES = 32        # threads that share one dot product in the GEMV schedule
 GROUPS = 8        # dot products per workgroup in the GEMV schedule
@@ -107,10 +107,27 @@ EARLY_LOADS = 1      # 1: GEMVs load their first trip's weights before AwaitInpu
 #: integer GEMV weight tiles in flight by async copies (0: via registers, the measured
 #: schedule; 2 is built and checked but not yet timed on a GPU: docs/performance.md)
 ASYNC_STAGES = 0
+#: 1: an RMSNorm read by an integer GEMV of one kernel is taken inside it (its rows' sums
+#: of squares with the activations it quantizes); 0: the norm is always a kernel of its own
+NORM_PROLOGUE = 1
 #: 1.5 * 2^23: y + MAGIC holds round-to-nearest(y) in its low mantissa bits for |y| < 2^22
 MAGIC, MAGIC_BITS = 12582912.0, 0x4B400000
 
 Elem = Callable[..., Expr]
+
+
+@dataclass(frozen=True)
+class RowNorm:
+    """An RMSNorm of the activation rows (NormedPackedContraction): the problem's `a(b, m,
+    k)` is x * g, and each product of row m is divided by sqrt(sum_k x^2 / K + eps)."""
+
+    x: Elem                 # x(b, m, k)
+    g: Callable[[Expr], Expr]   # g(k)
+    eps: float
+
+    def den(self, ss: Expr, k: int) -> Expr:
+        """sqrt(ss / K + eps), as poot.ops.rms_norm rounds it (ss times 1/K)."""
+        return Un(UnaryOp.Sqrt, ss * f32(1.0 / k) + f32(self.eps))
 
 
 @dataclass
@@ -126,6 +143,7 @@ class Problem:
     the words of row n from k = kc on (kc a multiple of `elements`), k0 counted from kc;
     w_int(b, n, k0, load=None): the same run as poot.formats.IntGroups, None if it has none;
     a_pair(b, m, kw) likewise for the activation; store(kb, b, m, n, acc) writes one result.
+    row_norm: the rows are normed first (`RowNorm`; `contraction_program` handles it).
     """
 
     batch: int
@@ -145,6 +163,7 @@ class Problem:
     w_chunks: dict = field(default_factory=dict)
     w_int: Elem | None = None     # w_int(b, n, k0, load=None) -> [IntGroup] | None, like w_run
     parts: int = 1                # > 1: b is a part of a row parts * k long (`_k_parts`)
+    row_norm: RowNorm | None = None
 
     def zero(self) -> Const:
         return Const(0.0 if self.acc.is_float else 0, self.acc)
@@ -181,10 +200,16 @@ def lower_contraction(sig):
     return contraction_program(p, sig, lambda kb: sig.declare_all(kb, p.views))
 
 
-def contraction_program(p: Problem, sig, declare: Callable[[KernelBuilder], None]):
+def contraction_program(p: Problem, sig, declare: Callable[[KernelBuilder], None],
+                        inputs: Callable[[KernelBuilder], None] | None = None):
     """The kernels of `p`: its schedule's one, or a split integer GEMV's two (`_int_parts`):
     the parts' partial sums go to scratch [parts, M, N], then one thread per output adds
-    them in part order and stores through `p.store`."""
+    them in part order and stores through `p.store`. A problem with a row norm takes it
+    in the integer GEMV where that is one kernel (`_norm_inside`), else runs it first.
+    `declare` declares a kernel's buffers, `inputs` only those it reads (default: the
+    eqn's operands)."""
+    if p.row_norm is not None and not _norm_inside(p, sig.features):
+        return _norm_apart(p, sig, declare)
     parts = _int_parts(p, sig.features)
     if parts == 1:
         return KernelProgram((contraction_kernel(p, sig, declare),))
@@ -195,7 +220,7 @@ def contraction_program(p: Problem, sig, declare: Callable[[KernelBuilder], None
         kb.store(scratch.name, ix.add(ix.mul(ix.add(ix.mul(b, p.m), m), p.n), n), acc)
 
     def declare_first(kb):
-        sig.declare_inputs(kb, p.views)
+        (inputs or (lambda kb: sig.declare_inputs(kb, p.views)))(kb)
         kb.buffer(scratch.name, DType.F32, Access.WRITE, scratch.count, SCRATCH)
 
     first = gemv_kernel(_k_parts(p, parts, store_part), sig.builder, declare_first,
@@ -212,6 +237,49 @@ def contraction_program(p: Problem, sig, declare: Callable[[KernelBuilder], None
         p.store(kb, i32(0), kb.let("m", ix.div(i, p.n)), kb.let("n", ix.mod(i, p.n)),
                 kb.let("dot", total))
     return KernelProgram((first, kb.finish()), scratch=(scratch,))
+
+
+def _norm_inside(p: Problem, features) -> bool:
+    """Whether the integer GEMV of one kernel computes `p` (its workgroups quantize whole
+    rows, so they can take each row's sum of squares on the way)."""
+    return (bool(NORM_PROLOGUE) and p.m <= GEMV_MAX_ROWS and not p.w_per_row
+            and p.batch == 1 and _int_plan(p, p.m, features) is not None
+            and _int_parts(p, features) == 1)
+
+
+def _norm_apart(p: Problem, sig, declare) -> KernelProgram:
+    """A kernel of one workgroup per row writes the normed rows to scratch [M, K] (as
+    poot.ops.rms_norm computes them), then `p`'s contraction reads them."""
+    from poot.codegen.lower.reduce import row_reduce
+
+    norm, count = p.row_norm, p.m * p.k
+    normed = BufferParam("normed", DType.F32, Access.READ_WRITE, count, SCRATCH)
+    wg = ix.pow2_at_least(p.k, hi=256)
+    grid, row = ix.launch_groups(p.m)
+    kb = sig.builder(grid, (wg,), "_norm")
+    sig.declare_input(kb, 0)
+    sig.declare_input(kb, 1)
+    kb.buffer(normed.name, DType.F32, Access.WRITE, count, SCRATCH)
+    m = kb.let("row", row)
+    with kb.if_(ix.lt(m, i32(p.m))):   # whole workgroups in or out: uniform
+        ss = row_reduce(kb, ReduceOp.Sum, p.k, wg,
+                        lambda j: norm.x(i32(0), m, j) * norm.x(i32(0), m, j), DType.F32)
+        den = kb.let("den", norm.den(ss, p.k))
+        with kb.for_("j", local_index(), p.k, wg) as j:
+            kb.store(normed.name, ix.add(ix.mul(m, p.k), j), norm.x(i32(0), m, j) / den
+                     * norm.g(j))
+    first = kb.finish()
+
+    def reading(declared):
+        def declare_with(kb):
+            declared(kb)
+            kb.buffer(normed.name, DType.F32, Access.READ, count, SCRATCH)
+        return declare_with
+    rest = contraction_program(
+        replace(p, row_norm=None,
+                a=lambda b, mm, k: Load(normed.name, ix.add(ix.mul(mm, p.k), k), DType.F32)),
+        sig, reading(declare), reading(lambda kb: sig.declare_inputs(kb, p.views)))
+    return KernelProgram((first, *rest.kernels), scratch=(normed, *rest.scratch))
 
 
 def _k_parts(p: Problem, parts: int, store) -> Problem:
@@ -327,12 +395,13 @@ def gemv_kernel(p: Problem, kb_factory, declare, many_rows: bool = False,
         ms = [i32(m) for m in range(rows)]
         b = rest
     accs = [[kb.var(f"acc{j}", p.zero()) for j in range(len(ms))] for _ in ns]
+    dens = None       # a row norm's root per row, which every product divides by
     if many_rows:
         _gemv_columns(kb, p, lane, b, ns, ms, accs, plan.unroll, lanes)
     elif words:
         _gemv_words(kb, p, lane, b, ns[0], ms, accs[0], lanes)
     elif plan.integer:
-        _gemv_int(kb, p, plan, lane, b, ns, ms, accs)
+        dens = _gemv_int(kb, p, plan, lane, b, ns, ms, accs)
     elif p.w_run is not None and p.run > 1:
         _gemv_runs(kb, p, plan, lane, b, ns, ms, accs)
     else:
@@ -353,6 +422,8 @@ def gemv_kernel(p: Problem, kb_factory, declare, many_rows: bool = False,
     for col, n, sums in zip(cols, ns, totals, strict=True):
         with kb.if_(ix.both(ix.eq(lane, i32(0)), ix.lt(col, i32(columns)))):
             for j, (total, m) in enumerate(zip(sums, ms, strict=True)):
+                if dens is not None:
+                    total = total / dens[j]
                 if chunks * tile > rows and j:
                     with kb.if_(ix.lt(ix.add(first, j), i32(rows))):
                         p.store(kb, b, m, n, total)
@@ -769,7 +840,7 @@ def _gemv_int(kb, p: Problem, plan: RunPlan, lane, b, ns, ms, accs):
     Dot2 of the pair words with the group's bytes and offset' = offset + scale *
     (centre - bias) (None when it is 0). The first trip's weight loads go before the
     kernel's AwaitInputs (staged tiles, or a walk of one trip: all of them), so they
-    overlap the kernel before this one."""
+    overlap the kernel before this one. Returns each row's norm root (`_quantize_rows`)."""
     probe = p.w_int(0, i32(0), i32(0))
     centre = lambda g: 1 << (g.bits - 1)  # noqa: E731
     sums = any(g.offset is not None or g.bias != centre(g) for g in probe)
@@ -783,7 +854,7 @@ def _gemv_int(kb, p: Problem, plan: RunPlan, lane, b, ns, ms, accs):
         slots, decode = next(trips)
         first = slots, _int_groups(kb, ns, slots, decode, centre)
         kb.await_inputs()
-    act = _quantize_rows(kb, p, b, ms, LANES * plan.groups, sums)
+    act, dens = _quantize_rows(kb, p, b, ms, LANES * plan.groups, sums)
     walk = [first] if first else ((slots, _int_groups(kb, ns, slots, decode, centre))
                                   for slots, decode in trips)
     for slots, groups in walk:
@@ -813,6 +884,7 @@ def _gemv_int(kb, p: Problem, plan: RunPlan, lane, b, ns, ms, accs):
                             term = Sel(ok, term, p.zero())
                         kb.assign(column[j], column[j] + term)
     next(trips, None)                           # a walk of one trip: the generator ends
+    return dens
 
 
 def _int_groups(kb, ns, slots, decode, centre):
@@ -848,8 +920,11 @@ def _quantize_rows(kb, p: Problem, b, ms, threads: int, sums: bool):
     are reductions of their width). Every activation load is issued before any arithmetic
     (the workgroup's weight loads wait behind this barrier; one dependent L2 round trip per
     trip would be microseconds). |x| and its max go through the f32 bits as integers (no
-    NaN rules to follow for a non-negative max). Returns the arrays (pair words, dx per
-    block, integer sum per block, f32 sum per block if `sums`)."""
+    NaN rules to follow for a non-negative max). With a row norm the rows quantized are
+    x * g, and each thread also sums its elements' x^2 (a clamped chunk's not), which
+    the workgroup adds up per row. Returns the arrays (pair words, dx per block, integer
+    sum per block, f32 sum per block if `sums`), and each row's sqrt(sum x^2 / K + eps)
+    (None without a row norm)."""
     blocks, width = p.k // INT_BLOCK, INT_BLOCK // INT_EACH
     row = _int_row_words(p.k)
     qa = kb.shared("act_q", DType.U32, len(ms) * row)
@@ -861,8 +936,16 @@ def _quantize_rows(kb, p: Problem, b, ms, threads: int, sums: bool):
     chunks = [kb.let("qc", ix.add(li, threads * t)) for t in range(trips)]
     first = [kb.let("qe", ix.mul(ix.minimum(c, i32(p.k // INT_EACH - 1)), INT_EACH))
              for c in chunks]
-    xs = [[[kb.let("x", p.a(b, m, ix.add(f, i))) for i in range(INT_EACH)] for f in first]
-          for m in ms]
+    norm = p.row_norm
+    if norm is None:
+        xs = [[[kb.let("x", p.a(b, m, ix.add(f, i))) for i in range(INT_EACH)]
+               for f in first] for m in ms]
+    else:
+        raw = [[[kb.let("xr", norm.x(b, m, ix.add(f, i))) for i in range(INT_EACH)]
+                for f in first] for m in ms]
+        xs = [[[kb.let("x", x * norm.g(ix.add(f, i))) for i, x in enumerate(xr)]
+               for f, xr in zip(first, row, strict=True)] for row in raw]
+        parts = [_squares(kb, p, row, chunks, threads) for row in raw]   # x dies here
     for j in range(len(ms)):
         for t, c in enumerate(chunks):
             vals = xs[j][t]
@@ -896,8 +979,24 @@ def _quantize_rows(kb, p: Problem, b, ms, threads: int, sums: bool):
                     kb.store(qn, blk, sq)
                     if sums:
                         kb.store(qx, blk, sx)
+    dens = None if norm is None else [
+        kb.let("den", norm.den(kb.reduce("ss", ReduceOp.Sum, part), p.k)) for part in parts]
     kb.barrier()
-    return qa, qd, qn, qx
+    return (qa, qd, qn, qx), dens
+
+
+def _squares(kb, p: Problem, raw, chunks, threads: int) -> Expr:
+    """A thread's sum of x^2 over its chunks of one row (those past the row, clamped onto
+    its last, count nothing), which the workgroup then adds up."""
+    part = None
+    for c, xr in zip(chunks, raw, strict=True):
+        sq = xr[0] * xr[0]
+        for x in xr[1:]:
+            sq = sq + x * x
+        if len(chunks) * threads * INT_EACH > p.k:
+            sq = Sel(ix.lt(c, i32(p.k // INT_EACH)), sq, f32(0.0))
+        part = sq if part is None else part + sq
+    return kb.let("ssp", part)
 
 
 def _int_trips(kb, p: Problem, plan: RunPlan, lane, b, ns, ms):

@@ -21,6 +21,7 @@ from poot.ir.ops.composite import (
     FusedRow,
     GroupedDenseContraction,
     IndexedPackedContraction,
+    NormedPackedContraction,
     PackedContraction,
     PackedRowGather,
     PagedAttention,

@@ -379,6 +379,41 @@ class PackedContraction(Composite):
 
 
 @dataclass(frozen=True, repr=False)
+class NormedPackedContraction(Composite):
+    """RMSNorm, then a packed contraction: rms_norm(x, g, eps) [..., M, K] against a packed
+    [N, K] weight -> [..., M, N] F32. Operands: x [..., M, K] F32, g [K] F32, then the
+    weight's sources. The norm is the seven eqns of poot.ops.rms_norm: a decode GEMV
+    takes each row's sum of squares with the activations it reads anyway and divides its
+    dot products by the root, so no kernel or buffer stands between norm and weight."""
+    deciding: ClassVar[str] = "format"
+
+    weight: PackedWeight
+    eps: float
+
+    def infer(self, ins):
+        if len(ins) < 2:
+            self.fail("takes x, g and the weight's sources", ins)
+        x, g, *src = ins
+        self.need_dtype(x, (F32,), "activation")
+        if g != TensorType((x.shape[-1],), F32):
+            self.fail(f"norm weight must be f32[{x.shape[-1]}], got {g}", ins)
+        return PackedContraction(self.weight).infer([x, *src])
+
+    def define(self, b, ins):
+        x, g, *src = ins
+        return b.eqn(PackedContraction(self.weight), rms_norm_chain(b, x, g, self.eps), *src)
+
+
+def rms_norm_chain(b, x, g, eps: float):
+    """x / sqrt(mean(x^2, last axis) + eps) * g in poot.ops.rms_norm's seven eqns."""
+    mul = Binary(BinaryOp.Mul)
+    ss = b.eqn(Reduce(ReduceOp.Sum, -1, True), b.eqn(mul, x, x))
+    mean = b.eqn(mul, ss, b.lit(1.0 / x.type.shape[-1], F32))
+    den = b.eqn(Unary(UnaryOp.Sqrt), b.eqn(Binary(BinaryOp.Add), mean, b.lit(eps, F32)))
+    return b.eqn(mul, b.eqn(Binary(BinaryOp.Div), x, den), g)
+
+
+@dataclass(frozen=True, repr=False)
 class PackedRowGather(Composite):
     """Rows `ids` of a packed [N, K] table, decoded to F32. Operands: ids, sources."""
     deciding: ClassVar[str] = "format"

@@ -1,0 +1,90 @@
+"""norm_contraction: an RMSNorm (a FusedRow of poot.ops.rms_norm's seven eqns over x and
+a weight g) whose result only packed contractions of a few rows read as their activation
+(bare, or as the heads of epilogues) goes into each of them:
+NormedPackedContraction(weight, eps)(x, g, sources). A decode GEMV then takes the norm's
+sums of squares with the activations it reads anyway: no norm kernel, no normed buffer.
+Only targets that declare the op get it (where the GEMV can take the norm in)."""
+from __future__ import annotations
+
+import math
+
+from poot.compiler.rewrite import Rewriter
+from poot.compiler.view import GraphView, NoMatch
+from poot.ir import region
+from poot.ir.graph import Lit, Value
+from poot.ir.ops import ContractionEpilogue, FusedRow, NormedPackedContraction, PackedContraction
+from poot.ir.ops.composite import rms_norm_chain
+
+NAME = "NormedPackedContraction"
+#: normed rows up to which the contractions take the norm (a decode step's; a prefill
+#: chunk's norm stays one kernel that all its contractions read)
+ROWS = 4
+
+
+def run(graph, ctx):
+    view, rw = GraphView(graph), Rewriter(graph)
+    for e in view.eqns:
+        if not isinstance(e.op, FusedRow):
+            continue
+        try:
+            eps = rms_norm_eps(view, e)
+            readers = _readers(view, e)
+        except NoMatch as why:
+            ctx.record.kept(NAME, e.out, str(why))
+            continue
+        new = [(r, *_normed(r, e, eps)) for r in readers]
+        refused = next(filter(None, (ctx.refusal(op, args, r, view) for r, op, args in new)),
+                       None)
+        if refused:
+            ctx.record.kept(NAME, e.out, f"target refuses: {refused}")
+            continue
+        for r, op, args in new:
+            rw.replace(r, op, args)
+        rw.remove(e)
+        ctx.record.rewrote(NAME, e.out, f"RMSNorm into {len(new)} packed contractions")
+    return rw.commit()
+
+
+def rms_norm_eps(view: GraphView, e) -> float:
+    """eps of a FusedRow whose body is poot.ops.rms_norm(x, g, eps) over its two operands
+    (x [..., K] F32, g [K] F32), else NoMatch."""
+    body = e.op.body
+    eqns = body.eqns()
+    if len(e.inputs) != 2 or len(eqns) != 7:
+        raise NoMatch("not a norm's two operands and seven eqns")
+    shift = eqns[3]
+    if not isinstance(shift.inputs[-1], Lit):
+        raise NoMatch("no eps literal where rms_norm adds it")
+    eps = float(shift.inputs[-1].value)
+    types = [body.type_of(v) for v in body.inputs()]
+    want = region(types, lambda b, x, g: rms_norm_chain(b, x, g, eps), "region")
+    if str(want) != str(body):
+        raise NoMatch("the region is not poot.ops.rms_norm's chain")
+    return eps
+
+
+def _readers(view: GraphView, e) -> list:
+    """The eqns reading the norm, each a packed contraction taking it as its activation
+    only (bare, or an epilogue's head); NoMatch otherwise."""
+    rows = math.prod(view.type_of(e.out).shape[:-1])
+    if rows > ROWS:
+        raise NoMatch(f"{rows} rows: a norm more than {ROWS} rows read stays a kernel")
+    if view.is_output(e.out):
+        raise NoMatch("the normed rows are a graph output")
+    readers = list(dict.fromkeys(view.users.get(e.out, ())))
+    for r in readers:
+        head = r.op.head if isinstance(r.op, ContractionEpilogue) else r.op
+        if not isinstance(head, PackedContraction):
+            raise NoMatch(f"{r.op.name} at {r.out!r} reads the normed rows")
+        if [x for x in r.inputs if isinstance(x, Value) and x.id == e.out] != [r.inputs[0]]:
+            raise NoMatch(f"{r.op.name} at {r.out!r} reads them other than as its activation")
+    return readers
+
+
+def _normed(r, e, eps: float):
+    """(op, operands) of reader `r` with norm `e` inside."""
+    x, g = e.inputs
+    if isinstance(r.op, ContractionEpilogue):
+        head = NormedPackedContraction(r.op.head.weight, eps)
+        return ContractionEpilogue(head, r.op.n_head + 1, r.op.body), [x, g, *r.inputs[1:]]
+    return NormedPackedContraction(r.op.weight, eps), [x, g, *r.inputs[1:]]

@@ -1,0 +1,57 @@
+"""norm_contraction: an RMSNorm read only as the activation of packed contractions of a
+decode step goes into each of them (NormedPackedContraction); any other reader, a wide
+step or a target that does not declare the op keeps the norm's own FusedRow."""
+from __future__ import annotations
+
+from collections import Counter
+
+import poot
+import pytest
+from poot.backend import get_backend
+from poot.compiler import LimitedBackend, Policy
+from poot.compiler.validate import validate
+from poot.models.llama import build_decoder, const_inputs, random_weights, tiny_config
+
+
+def compiled_step(fmt="gguf:Q4_0", tokens=1, target="reference", **kw):
+    config = tiny_config(layers=1)
+    weights = random_weights(config, seed=3, dtype="f32", packed_format=fmt)
+    step = build_decoder(config, weights, tokens=tokens)
+    return step, weights, poot.compile(step.graph, target, **kw)
+
+
+def test_a_decode_steps_norms_go_into_its_packed_contractions():
+    step, weights, compiled = compiled_step()
+    ops = Counter(e.op.name for e in compiled.graph.eqns())
+    heads = Counter(e.op.head.name for e in compiled.graph.eqns()
+                    if e.op.name == "ContractionEpilogue")
+    # q|k|v, gate and the head take their norm; up's epilogue head takes the same norm
+    assert ops["NormedPackedContraction"] == 3 and heads["NormedPackedContraction"] == 1
+    assert not {"FusedRow", "PackedContraction"} & set(ops)
+    validate(step.graph, compiled.graph, seed=1, trials=2, given=const_inputs(step, weights))
+
+
+def test_the_pass_can_be_turned_off():
+    _, _, compiled = compiled_step(policy=Policy(disable={"norm_contraction"}))
+    ops = Counter(e.op.name for e in compiled.graph.eqns())
+    assert ops["FusedRow"] == 3 and "NormedPackedContraction" not in ops
+
+
+@pytest.mark.parametrize("fmt, tokens, why", [
+    (None, 1, "DenseContraction at"),                    # dense weights read the norm
+    ("gguf:Q4_0", 8, "8 rows"),                          # a prefill chunk's norm
+])
+def test_other_readers_and_wide_steps_keep_the_norm(fmt, tokens, why):
+    _, _, compiled = compiled_step(fmt, tokens)
+    ops = Counter(e.op.name for e in compiled.graph.eqns())
+    assert ops["FusedRow"] == 3 and "NormedPackedContraction" not in ops
+    assert why in compiled.explain()
+
+
+def test_a_target_that_does_not_declare_it_keeps_the_norm():
+    ref = get_backend("reference")
+    target = (LimitedBackend(ref, {"NormedPackedContraction"}), None)
+    _, _, compiled = compiled_step(target=target)
+    ops = Counter(e.op.name for e in compiled.graph.eqns())
+    assert ops["FusedRow"] == 3 and "NormedPackedContraction" not in ops
+    assert "target refuses" in compiled.explain()
