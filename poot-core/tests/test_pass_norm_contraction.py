@@ -13,10 +13,10 @@ from poot.compiler.validate import validate
 from poot.models.llama import build_decoder, const_inputs, random_weights, tiny_config
 
 
-def compiled_step(fmt="gguf:Q4_0", tokens=1, target="reference", **kw):
+def compiled_step(fmt="gguf:Q4_0", tokens=1, target="reference", stack_qkv=True, **kw):
     config = tiny_config(layers=1)
     weights = random_weights(config, seed=3, dtype="f32", packed_format=fmt)
-    step = build_decoder(config, weights, tokens=tokens)
+    step = build_decoder(config, weights, tokens=tokens, stack_qkv=stack_qkv)
     return step, weights, poot.compile(step.graph, target, **kw)
 
 
@@ -46,6 +46,15 @@ def test_other_readers_and_wide_steps_keep_the_norm(fmt, tokens, why):
     ops = Counter(e.op.name for e in compiled.graph.eqns())
     assert ops["FusedRow"] == 3 and "NormedPackedContraction" not in ops
     assert why in compiled.explain()
+
+
+def test_a_norm_of_more_than_two_readers_stays_a_kernel():
+    """q, k and v apart: a K/V projection that splits K would run the norm apart once
+    each; the FFN's norm still goes into gate and up."""
+    _, _, compiled = compiled_step(stack_qkv=False)
+    ops = Counter(e.op.name for e in compiled.graph.eqns())
+    assert ops["FusedRow"] == 1 and ops["PackedContraction"] == 3
+    assert "3 readers" in compiled.explain()
 
 
 def test_a_target_that_does_not_declare_it_keeps_the_norm():

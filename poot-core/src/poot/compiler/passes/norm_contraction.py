@@ -19,6 +19,9 @@ NAME = "NormedPackedContraction"
 #: normed rows up to which the contractions take the norm (a decode step's; a prefill
 #: chunk's norm stays one kernel that all its contractions read)
 ROWS = 4
+#: readers a norm may go into (an FFN's gate and up): where a contraction cannot take it
+#: in (a K split), it runs apart once per reader, so q, k and v apart keep their one norm
+READERS = 2
 
 
 def run(graph, ctx):
@@ -72,6 +75,8 @@ def _readers(view: GraphView, e) -> list:
     if view.is_output(e.out):
         raise NoMatch("the normed rows are a graph output")
     readers = list(dict.fromkeys(view.users.get(e.out, ())))
+    if len(readers) > READERS:
+        raise NoMatch(f"{len(readers)} readers: a norm read by more than {READERS} stays a kernel")
     for r in readers:
         head = r.op.head if isinstance(r.op, ContractionEpilogue) else r.op
         if not isinstance(head, PackedContraction):
