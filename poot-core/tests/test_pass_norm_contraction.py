@@ -64,3 +64,20 @@ def test_a_target_that_does_not_declare_it_keeps_the_norm():
     ops = Counter(e.op.name for e in compiled.graph.eqns())
     assert ops["FusedRow"] == 3 and "NormedPackedContraction" not in ops
     assert "target refuses" in compiled.explain()
+
+
+def test_the_op_refuses_operands_it_cannot_type():
+    from poot.dtypes import DType
+    from poot.errors import ShapeError
+    from poot.formats import PackedWeight
+    from poot.ir.ops import NormedPackedContraction
+    from poot.ir.types import TensorType
+
+    w = PackedWeight("dense:f16words", (8, 64))
+    op, src = NormedPackedContraction(w, 1e-5), [s.type for s in w.sources()]
+    f32 = lambda *shape: TensorType(shape, DType.F32)  # noqa: E731
+    for ins, why in (([f32()], "takes x, g"), ([f32(64), f32(64), *src], "rank >= 2"),
+                     ([f32(1, 64), f32(32), *src], r"norm weight must be f32\[64\]")):
+        with pytest.raises(ShapeError, match=why):
+            op.infer(ins)
+    assert op.infer([f32(1, 64), f32(64), *src]) == f32(1, 8)

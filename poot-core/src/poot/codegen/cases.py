@@ -57,6 +57,7 @@ from poot.ir.ops import (
     Unary,
     UnaryOp,
 )
+from poot.ir.ops.composite import rms_norm_chain
 from poot.ir.types import TensorType
 
 F32, F16, BF16, I32, U32 = DType.F32, DType.F16, DType.BF16, DType.I32, DType.U32
@@ -279,11 +280,7 @@ def matmul_cases() -> list[Case]:
 
 # -- regions --------------------------------------------------------------------------
 def _rmsnorm(b, x, w):
-    sq = b.eqn(Binary(BinaryOp.Mul), x, x)
-    ss = b.eqn(Reduce(ReduceOp.Sum, -1, True), sq)
-    ms = b.eqn(Binary(BinaryOp.Mul), ss, b.lit(1.0 / x.shape[-1], F32))
-    den = b.eqn(Unary(UnaryOp.Sqrt), b.eqn(Binary(BinaryOp.Add), ms, b.lit(1e-5, F32)))
-    return b.eqn(Binary(BinaryOp.Mul), b.eqn(Binary(BinaryOp.Div), x, den), w)
+    return rms_norm_chain(b, x, w, 1e-5)
 
 
 def _softmax(b, s):

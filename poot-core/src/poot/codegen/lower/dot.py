@@ -208,9 +208,9 @@ def contraction_program(p: Problem, sig, declare: Callable[[KernelBuilder], None
     in the integer GEMV where that is one kernel (`_norm_inside`), else runs it first.
     `declare` declares a kernel's buffers, `inputs` only those it reads (default: the
     eqn's operands)."""
-    if p.row_norm is not None and not _norm_inside(p, sig.features):
-        return _norm_apart(p, sig, declare)
     parts = _int_parts(p, sig.features)
+    if p.row_norm is not None and not (parts == 1 and _norm_inside(p, sig.features)):
+        return _norm_apart(p, sig, declare)
     if parts == 1:
         return KernelProgram((contraction_kernel(p, sig, declare),))
     count = p.m * p.n
@@ -240,11 +240,10 @@ def contraction_program(p: Problem, sig, declare: Callable[[KernelBuilder], None
 
 
 def _norm_inside(p: Problem, features) -> bool:
-    """Whether the integer GEMV of one kernel computes `p` (its workgroups quantize whole
+    """Whether the integer GEMV computes `p` (K not split: its workgroups quantize whole
     rows, so they can take each row's sum of squares on the way)."""
     return (bool(NORM_PROLOGUE) and p.m <= GEMV_MAX_ROWS and not p.w_per_row
-            and p.batch == 1 and _int_plan(p, p.m, features) is not None
-            and _int_parts(p, features) == 1)
+            and p.batch == 1 and _int_plan(p, p.m, features) is not None)
 
 
 def _norm_apart(p: Problem, sig, declare) -> KernelProgram:

@@ -395,6 +395,8 @@ class NormedPackedContraction(Composite):
             self.fail("takes x, g and the weight's sources", ins)
         x, g, *src = ins
         self.need_dtype(x, (F32,), "activation")
+        if x.rank < 2:
+            self.fail("activation must have rank >= 2", ins)
         if g != TensorType((x.shape[-1],), F32):
             self.fail(f"norm weight must be f32[{x.shape[-1]}], got {g}", ins)
         return PackedContraction(self.weight).infer([x, *src])
