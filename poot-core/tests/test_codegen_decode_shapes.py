@@ -10,8 +10,8 @@ import pytest
 from poot.codegen.cases import _rmsnorm
 from poot.codegen.interp import run_lowering
 from poot.codegen.lower import dot, lower
-from poot.codegen.program import CoopReduce, CoopReduceScatter
-from poot.codegen.target import REDUCE_SCATTER, WIDE_WORKGROUPS
+from poot.codegen.program import CoopReduce, CoopReduceScatter, LoadWide
+from poot.codegen.target import REDUCE_SCATTER, WIDE_LOADS, WIDE_WORKGROUPS
 from poot.dtypes import DType
 from poot.ir import region
 from poot.ir.ops import DenseContraction, FusedRow
@@ -127,3 +127,25 @@ def test_scattered_rows_plan_on_smollm2_shapes(m, n, k, sets, split):
     assert [len(s.values) for s in kernel.statements()
             if isinstance(s, CoopReduceScatter)] == sets
     assert kernel.workgroup == (32 * dot.ROWS_GROUPS * split,)
+
+
+@pytest.mark.parametrize("m, n, k, split", [(1, 16, 4096, 8), (2, 24, 1040, 2), (1, 260, 8200, 1)])
+def test_gemv_reads_16_byte_units_where_the_target_has_wide_loads(monkeypatch, m, n, k, split):
+    """WIDE_LOADS: each lane loads 4 words (8 bf16) at once; K = 1040 and 8200 leave units
+    past the last whole trip, walked one at a time. Same sums as the oracle's."""
+    monkeypatch.setattr(dot, "SPLIT_WARPS", 256)
+    ins = [T((m, k), DType.F32), T((n, k), DType.BF16)]
+    op = DenseContraction()
+    prog = lower(op, ins, op.infer(ins), frozenset({WIDE_LOADS}))
+    (kernel,) = prog.kernels
+    wide = [s for s in kernel.statements() if isinstance(s, LoadWide)]
+    assert wide and all(len(s.names) == 4 for s in wide)
+    assert not any(isinstance(s, LoadWide) for s in lower(op, ins, op.infer(ins)).kernels[0]
+                   .statements())
+    assert {s.width for s in kernel.statements() if isinstance(s, CoopReduce)} == {32 * split}
+    rng = np.random.default_rng(n + k)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    w = (rng.standard_normal((n, k)) * 0.05).astype(ml_dtypes.bfloat16)
+    got = run_lowering(prog, [x, w], op.infer(ins))
+    want = x @ w.astype(np.float32).T
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-5

@@ -16,6 +16,7 @@ from poot.codegen.program import (
     For,
     Kernel,
     Let,
+    LoadWide,
     Store,
     local_index,
 )
@@ -175,6 +176,41 @@ def test_validation_refuses_malformed_programs():
         _kernel([Let("x", i32(1)), Let("x", i32(2))]).validate()
     with pytest.raises(IRError, match="expected an f32"):
         _kernel([Store("out", i32(0), i32(1))]).validate()
+
+
+def test_wide_loads_read_aligned_runs_of_words():
+    """LoadWide: 4 consecutive elements a thread, from a buffer (before AwaitInputs: an
+    early read) or a shared array; a misaligned start is a fault, 3 names or a local
+    array a validation error."""
+    kb = KernelBuilder("wide", (1,), (WG,))
+    x = kb.buffer("in0", F32, Access.READ, 4 * WG, operand=0)
+    kb.buffer("out", F32, Access.WRITE, 4 * WG, operand=OUT)
+    tile = kb.shared("tile", F32, 4 * WG)
+    first = kb.let("first", local_index() * i32(4))
+    got = kb.load_wide("v", x, first, 4)
+    kb.await_inputs()
+    for j, v in enumerate(got):
+        kb.store(tile, first + i32(j), v)
+    kb.barrier()
+    back = kb.load_wide("t", tile, i32(4 * (WG - 1)) - first, 4)
+    for j, v in enumerate(back):
+        kb.store("out", first + i32(j), v * 2.0)
+    k = kb.finish()
+    assert k.early_reads() == frozenset({0})
+    data = np.arange(4 * WG, dtype=np.float32)
+    out = np.zeros_like(data)
+    run(k, {"in0": data, "out": out})
+    assert np.array_equal(out, 2 * data.reshape(WG, 4)[::-1].reshape(-1))
+
+    kb = KernelBuilder("misaligned", (1,), (WG,))
+    x = kb.buffer("in0", F32, Access.READ, 4 * WG + 2, operand=0)
+    kb.buffer("out", F32, Access.WRITE, WG, operand=OUT)
+    kb.store("out", local_index(), kb.load_wide("v", x, local_index() * i32(4) + i32(2), 4)[0])
+    with pytest.raises(KernelFault, match="misaligned"):
+        run(kb.finish(), {"in0": np.zeros(4 * WG + 2, np.float32),
+                          "out": np.zeros(WG, np.float32)})
+    with pytest.raises(IRError, match="2 or 4 32-bit"):
+        _kernel([LoadWide(("a", "b", "c"), Load("in0", i32(0), F32))]).validate()
 
 
 def test_await_inputs_names_what_is_loaded_before_it():

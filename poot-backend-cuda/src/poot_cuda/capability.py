@@ -10,7 +10,8 @@ F32, F16, BF16, I32, U32 = DType.F32, DType.F16, DType.BF16, DType.I32, DType.U3
 
 def kernel_features(major: int, minor: int, arch: str = "") -> frozenset:
     """cp.async and mma.sync m16n8k16 (BF16/F16 -> F32) exist from sm_80 on, dp2a from
-    sm_61; blocks of 1024 threads and warp shuffles everywhere. Warpgroup products
+    sm_61; blocks of 1024 threads, warp shuffles and 16-byte vector loads
+    everywhere. Warpgroup products
     (wgmma) and the bulk tensor copies feeding them, when the kernels are built for sm_90a
     (`arch`): wgmma and setmaxnreg exist in sm_90a code only, which runs on 9.0 devices
     only."""
@@ -21,13 +22,14 @@ def kernel_features(major: int, minor: int, arch: str = "") -> frozenset:
         REDUCE_SCATTER,
         TMA,
         WGMMA,
+        WIDE_LOADS,
         WIDE_WORKGROUPS,
     )
 
     sm80 = {MMA_M16N8K16.feature, COPY_ASYNC} if (major, minor) >= (8, 0) else set()
     dot2 = {DOT2} if (major, minor) >= (6, 1) else set()
     sm90a = {WGMMA, TMA} if (major, minor) == (9, 0) and arch == "sm_90a" else set()
-    return frozenset({*sm80, *dot2, *sm90a, WIDE_WORKGROUPS, REDUCE_SCATTER})
+    return frozenset({*sm80, *dot2, *sm90a, WIDE_WORKGROUPS, REDUCE_SCATTER, WIDE_LOADS})
 
 
 def arch_of(major: int, minor: int) -> str:

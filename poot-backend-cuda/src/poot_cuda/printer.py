@@ -10,6 +10,7 @@ from poot.codegen.program import (
     CopyCommit,
     CopyWait,
     Kernel,
+    LoadWide,
     MmaTile,
     RegisterBudget,
     Stmt,
@@ -125,7 +126,8 @@ class CudaPrinter(TensorAsyncPrinter, SimtPrinter):
         # 48 KiB), and whether async copies and matrix loads address them in 16-byte units
         self._offsets = ({n: o for n, _, _, o in _shared_layout(kernel)}
                          if dynamic_shared_bytes(kernel) else None)
-        self._align = any(isinstance(s, (CopyAsync, MmaTile)) for s in kernel.statements())
+        self._align = any(isinstance(s, (CopyAsync, MmaTile, LoadWide))
+                          for s in kernel.statements())
         self._aligns = {a.name: a.align for a in kernel.shared}
         self._block_align = _shared_align(kernel)
         self._awaits = kernel.early_reads() is not None
@@ -147,6 +149,17 @@ class CudaPrinter(TensorAsyncPrinter, SimtPrinter):
         own = self._aligns.get(name, 16)      # reduction scratch is the printer's own
         align = max(own if own > 16 else 0, 16 if self._align else 0)
         return f"__shared__ {f'__align__({align}) ' if align else ''}{t} {name}[{count}];"
+
+    def load_wide(self, s: LoadWide, depth: int) -> list[str]:
+        """One vector load (uint2/uint4, float2/float4): ld.global.nc.v4 or ld.shared.v4."""
+        pad, count = self.pad(depth), len(s.names)
+        vec = f"{'float' if s.load.dtype is F32 else 'uint'}{count}"
+        first = self.name(s.names[0]) + "_wide"
+        lines = [f"{pad}const {vec} {first} = *reinterpret_cast<const {vec}*>"
+                 f"(&{s.load.buffer}[{self.expr(s.load.index)}]);"]
+        t = self.type_name(s.load.dtype)
+        return lines + [f"{pad}const {t} {self.name(n)} = {first}.{c};"
+                        for n, c in zip(s.names, "xyzw", strict=False)]
 
     # -- async copies and tensor cores (sm_80+) -------------------------------------------
     def matrix(self, s: Stmt, depth: int) -> list[str]:

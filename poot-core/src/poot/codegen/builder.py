@@ -29,6 +29,7 @@ from poot.codegen.program import (
     If,
     Kernel,
     Let,
+    LoadWide,
     LocalArray,
     MmaTile,
     SharedArray,
@@ -146,6 +147,14 @@ class KernelBuilder:
         s = Let(self.fresh(name), value, mutable)
         self.emit(s)
         return s.var
+
+    def load_wide(self, name: str, array: ArrayRef | str, index, count: int) -> list[Var]:
+        """`count` (2 or 4) consecutive 32-bit elements from `index` (a multiple of
+        `count`) in one load (program.LoadWide; the target must declare WIDE_LOADS)."""
+        ref = array if isinstance(array, ArrayRef) else self.array(array)
+        s = LoadWide(tuple(self.fresh(name) for _ in range(count)), ref[index])
+        self.emit(s)
+        return s.vars
 
     def var(self, name: str, value: Expr) -> Var:
         return self.let(name, value, mutable=True)

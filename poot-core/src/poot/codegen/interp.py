@@ -49,6 +49,7 @@ from poot.codegen.program import (
     Kernel,
     KernelProgram,
     Let,
+    LoadWide,
     LocalArray,
     MmaTile,
     Stmt,
@@ -193,6 +194,13 @@ class _Batch:
     def stmt(self, s: Stmt, act: np.ndarray):
         if isinstance(s, Let):
             self.set_var(s.name, s.value.dtype, self.ev(s.value, act), act)
+        elif isinstance(s, LoadWide):
+            first = self.ev(s.load.index, act).astype(np.int64)
+            if np.any(first % len(s.names)):
+                self.fault(f"LoadWide from {s.load.buffer!r} at an index not a multiple of "
+                           f"{len(s.names)} (misaligned)")
+            for j, name in enumerate(s.names):
+                self.set_var(name, s.load.dtype, self.load(s.load, first + j, act), act)
         elif isinstance(s, Assign):
             self.vars[s.name][act] = self.ev(s.value, act)
         elif isinstance(s, Store):

@@ -50,6 +50,7 @@ from poot.codegen.program import (
     If,
     Kernel,
     Let,
+    LoadWide,
     MmaTile,
     Stmt,
     Store,
@@ -58,7 +59,8 @@ from poot.dtypes import DType
 from poot.errors import DtypeLowering, UnsupportedOp
 
 #: statement type -> the hook that prints it
-STATEMENT_HOOKS = {Let: "let", Assign: "assign", Store: "store", For: "loop", If: "branch",
+STATEMENT_HOOKS = {Let: "let", LoadWide: "load_wide", Assign: "assign", Store: "store",
+                   For: "loop", If: "branch",
                    Barrier: "barrier_stmt", CoopReduce: "coop_reduce", CopyAsync: "matrix",
                    CoopReduceScatter: "reduce_scatter", AwaitInputs: "await_inputs",
                    CopyCommit: "matrix", CopyWait: "matrix", MmaTile: "matrix",
@@ -140,6 +142,10 @@ class Printer:
 
     def let(self, s: Let, depth: int) -> list[str]:
         raise self.unsupported("Let")
+
+    def load_wide(self, s: LoadWide, depth: int) -> list[str]:
+        """Only printers of targets that declare WIDE_LOADS print it."""
+        raise self.unsupported("LoadWide")
 
     def assign(self, s: Assign, depth: int) -> list[str]:
         return [f"{self.pad(depth)}{self.name(s.name)} = {self.expr(s.value)};"]

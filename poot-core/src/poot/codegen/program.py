@@ -36,6 +36,10 @@ Conventions every printer and the interpreter (`poot.codegen.interp`) share:
   results lands on width // V consecutive threads. Printers halve the set at each xor
   shuffle (V - 1 shuffles in all, not V log2(width)); see `scatter_order`.
 
+* `LoadWide(names, load)` (targets declaring WIDE_LOADS) declares 2 or 4 variables from
+  consecutive 32-bit elements in one 8- or 16-byte load (more bytes in flight per
+  instruction; 16-byte shared reads spread over all banks).
+
 * `AwaitInputs()` (at most one, in the kernel's top-level body): where the kernel waits
   for the kernels before it, on targets whose launches may overlap their predecessor's
   work (CUDA's programmatic dependent launch); without it a kernel waits at its entry.
@@ -211,6 +215,20 @@ class Let(Stmt):
     @property
     def var(self) -> Var:
         return Var(self.name, self.value.dtype)
+
+
+@dataclass(frozen=True, eq=False)
+class LoadWide(Stmt):
+    """Declare names[i] = load.array[load.index + i] for each i: one load of 2 or 4
+    consecutive 32-bit elements (8 or 16 bytes; load.index a multiple of their count, so
+    the load is aligned to its size), on targets that declare WIDE_LOADS."""
+
+    names: tuple[str, ...]
+    load: Load
+
+    @property
+    def vars(self) -> list[Var]:
+        return [Var(n, self.load.dtype) for n in self.names]
 
 
 @dataclass(frozen=True, eq=False)
@@ -546,6 +564,8 @@ def _read_names(body: Sequence[Stmt]) -> set[str]:
 def _exprs_of(s: Stmt) -> tuple[Expr, ...]:
     if isinstance(s, (Let, Assign, CoopReduce)):
         return (s.value,)
+    if isinstance(s, LoadWide):
+        return (s.load,)
     if isinstance(s, CoopReduceScatter):
         return s.values
     if isinstance(s, Store):
@@ -663,6 +683,8 @@ class _Checker:
         if isinstance(s, Let):
             self.expr(s.value)
             self.declare(s.name, s.value.dtype, s.mutable)
+        elif isinstance(s, LoadWide):
+            self.load_wide(s)
         elif isinstance(s, Assign):
             dt, mutable = self.lookup(s.name)
             if not mutable:
@@ -724,6 +746,15 @@ class _Checker:
                       f"the values at most the width, the width dividing {t}")
         self.declare(s.name, s.values[0].dtype, False)
 
+
+    def load_wide(self, s: LoadWide):
+        self.expr(s.load)
+        arr = self.kernel.arrays()[s.load.buffer]
+        if len(s.names) not in (2, 4) or arr.dtype.itemsize != 4 or isinstance(arr, LocalArray):
+            self.fail(f"LoadWide of {len(s.names)} x {arr.dtype} from {arr.name!r}: 2 or 4 "
+                      f"32-bit elements of a buffer or shared array")
+        for n in s.names:
+            self.declare(n, s.load.dtype, False)
 
     def copy_async(self, s: CopyAsync):
         arrays = self.kernel.arrays()

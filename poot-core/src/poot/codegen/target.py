@@ -15,6 +15,8 @@ instruction. A backend tells the lowerings what its target has through
   plain multiply-adds); the feature says only that it is worth it.
 * `REDUCE_SCATTER`: the target prints `CoopReduceScatter` within its subgroup (xor
   shuffles), so a warp's many dot products finish in V - 1 shuffles, not V log2(32).
+* `WIDE_LOADS`: the target prints `LoadWide` (2 or 4 32-bit elements in one 8- or
+  16-byte load of a buffer or shared array).
 * `WGMMA`: the target prints Wgmma / WgmmaCommit / WgmmaWait (warpgroup
   matrix products from shared memory, CUDA sm_90a) and RegisterBudget.
 * `TMA`: the target prints TmaLoad with the kernel's TensorMaps (bulk tensor copies into
@@ -65,9 +67,10 @@ DOT2 = "dot2.i16.u8"
 REDUCE_SCATTER = "coop.reduce_scatter"
 WGMMA = "wgmma.m64k16"
 TMA = "tma.tile.2d"
+WIDE_LOADS = "load.wide.128"
 #: every feature name a target may declare
 FEATURES = frozenset({*MATRIX_UNITS, COPY_ASYNC, WIDE_WORKGROUPS, DOT2, REDUCE_SCATTER, WGMMA,
-                      TMA})
+                      TMA, WIDE_LOADS})
 
 
 def matrix_unit(features: Iterable[str]) -> MatrixUnit | None:
@@ -76,4 +79,4 @@ def matrix_unit(features: Iterable[str]) -> MatrixUnit | None:
 
 
 __all__ = ["COPY_ASYNC", "DOT2", "FEATURES", "MATRIX_UNITS", "MMA_M16N8K16", "REDUCE_SCATTER",
-           "TMA", "WGMMA", "WIDE_WORKGROUPS", "MatrixUnit", "matrix_unit"]
+           "TMA", "WGMMA", "WIDE_LOADS", "WIDE_WORKGROUPS", "MatrixUnit", "matrix_unit"]

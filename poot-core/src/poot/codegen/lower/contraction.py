@@ -64,9 +64,11 @@ class DenseWeight:
         word = Load(self.name, ix.div(e, 2), U32)
         return widen16(half_of(word, ix.mod(e, 2)), self.dtype)
 
-    def pair(self, row: Expr, kw: Expr) -> tuple[Expr, Expr]:
-        """Elements (row, 2kw) and (row, 2kw + 1): one word (K even)."""
-        word = Load(self.name, ix.add(ix.mul(row, self.k // 2), kw), U32)
+    def pair(self, row: Expr, kw: Expr, load=None) -> tuple[Expr, Expr]:
+        """Elements (row, 2kw) and (row, 2kw + 1): one word (K even), read by
+        `load(buffer, word index)` when given (a word already loaded), else loaded here."""
+        at = ix.add(ix.mul(row, self.k // 2), kw)
+        word = Load(self.name, at, U32) if load is None else load(self.name, at)
         return (widen16(word & u32(0xFFFF), self.dtype), widen16(word >> u32(16), self.dtype))
 
 
@@ -127,7 +129,8 @@ def dense_problem(sig: Sig, epilogue) -> Problem:
     w = DenseWeight("in1", sig.type(1), k)
     return Problem(1, _rows(a), n, k, _activation("in0", k),
                    lambda b, m, nn, kk: w.elem(nn, kk), store_flat(sig, _rows(a), n, epilogue),
-                   w_pair=(lambda b, nn, kw: w.pair(nn, kw)) if w.wide else None,
+                   w_pair=(lambda b, nn, kw, load=None: w.pair(nn, kw, load)) if w.wide
+                   else None,
                    views={1: w.view} if w.view else None)
 
 
@@ -143,7 +146,7 @@ def grouped_problem(sig: Sig, epilogue) -> Problem:
 
     return Problem(g, m, n, k, a_elem, lambda b, mm, nn, kk: w.elem(ix.add(ix.mul(b, n), nn), kk),
                    store_flat(sig, m, n, epilogue),
-                   w_pair=lambda b, nn, kw: w.pair(ix.add(ix.mul(b, n), nn), kw),
+                   w_pair=lambda b, nn, kw, load=None: w.pair(ix.add(ix.mul(b, n), nn), kw, load),
                    views={1: w.view})
 
 

@@ -74,7 +74,7 @@ from poot.codegen.program import (
     local_id,
     local_index,
 )
-from poot.codegen.target import COPY_ASYNC, DOT2, REDUCE_SCATTER
+from poot.codegen.target import COPY_ASYNC, DOT2, REDUCE_SCATTER, WIDE_LOADS
 from poot.dtypes import DType
 from poot.ir.ops import ReduceOp, UnaryOp
 
@@ -93,6 +93,9 @@ RUN_COLUMNS = 2   # weight rows per group when decoding runs over staged activat
 SHARED_BYTES = 16 * 1024   # staged activations and weights stay within this (WebGPU: 16 KiB+)
 MIN_SPAN = 16     # fewest activations per run and phase when weights are staged too
 SPLIT_WARPS = 4096   # dot-product warps a 16-bit GEMV wants in flight before it splits rows
+#: 1: a 16-bit GEMV reads its weight 16 bytes a lane and load where the target has
+#: WIDE_LOADS (0: one word, the schedule measured before 2026-12-06)
+WIDE_WORDS = 1
 INT_BLOCK = 32       # activations per int16 scale in the integer GEMV
 INT_SHARED_BYTES = 48 * 1024   # a DOT2 target's workgroup shared memory (target.DOT2)
 INT_PAD = 32         # quantized activation words per pad word (lanes a run apart: no conflict)
@@ -135,7 +138,8 @@ class Problem:
     """One contraction. Indices are I32 expressions; element functions return `acc` dtype.
 
     a(b, m, k); w(b, m, n, k) (m matters only when `w_per_row`);
-    w_pair(b, n, kw) -> (w[2kw], w[2kw+1]) when the weight is read two per word (K even);
+    w_pair(b, n, kw, load=None) -> (w[2kw], w[2kw+1]) when the weight is read two per word
+    (K even); `load(buffer, word)` replaces the word's load if given;
     w_run(b, m, n, k0, load=None) -> [RunPart]: w[k0 : k0 + run] (k0 a multiple of `run`),
     see poot.formats.RunPart; `load(role, word)` replaces the weight's word loads if given;
     w_chunks: role -> (buffer, elements, words) when every role w_run reads lies in K order
@@ -398,7 +402,8 @@ def gemv_kernel(p: Problem, kb_factory, declare, many_rows: bool = False,
     if many_rows:
         _gemv_columns(kb, p, lane, b, ns, ms, accs, plan.unroll, lanes)
     elif words:
-        _gemv_words(kb, p, lane, b, ns[0], ms, accs[0], lanes)
+        wide = bool(WIDE_WORDS) and WIDE_LOADS in features and p.k % 8 == 0
+        (_gemv_units if wide else _gemv_words)(kb, p, lane, b, ns[0], ms, accs[0], lanes)
     elif plan.integer:
         dens = _gemv_int(kb, p, plan, lane, b, ns, ms, accs)
     elif p.w_run is not None and p.run > 1:
@@ -723,6 +728,34 @@ def _gemv_words(kb, p: Problem, lane, b, n, ms, accs, lanes: int = LANES):
             for acc, m in zip(accs, ms, strict=True):
                 kb.assign(acc, acc + p.a(b, m, k0) * w0 + p.a(b, m, ix.add(k0, 1)) * w1)
     _early_walk(kb, lane, words_per_row, unroll, lanes, load, use)
+
+
+def _gemv_units(kb, p: Problem, lane, b, n, ms, accs, lanes: int = LANES):
+    """`_gemv_words` 16 bytes at a time: each lane reads units of 4 words (8 values of K)
+    in one load, 4 units in flight on long rows, so a warp's load instruction moves 512
+    bytes instead of 128."""
+    units = p.k // 8
+    unroll = 4 if units >= 2 * lanes * 4 else 2 if units >= 2 * lanes else 1
+
+    def first_word(u):
+        """(buffer, index) of unit u's first word, as w_pair addresses it."""
+        found = []
+        p.w_pair(b, n, ix.mul(u, 4), load=lambda name, at: found.append((name, at)) or Load(
+            name, at, DType.U32))
+        return found[0]
+
+    def load(slots):
+        return [kb.load_wide("w", *first_word(u), 4) for u in slots]
+
+    def use(slots, held):
+        for u, words in zip(slots, held, strict=True):
+            for j, word in enumerate(words):
+                w0, w1 = (kb.let("w", x) for x in p.w_pair(
+                    b, n, ix.add(ix.mul(u, 4), j), load=lambda name, at, word=word: word))
+                k0 = kb.let("k0", ix.add(ix.mul(u, 8), 2 * j))
+                for acc, m in zip(accs, ms, strict=True):
+                    kb.assign(acc, acc + p.a(b, m, k0) * w0 + p.a(b, m, ix.add(k0, 1)) * w1)
+    _early_walk(kb, lane, units, unroll, lanes, load, use)
 
 
 def _early_walk(kb, lane, stop: int, unroll: int, lanes: int, load, use):
