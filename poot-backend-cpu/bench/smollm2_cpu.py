@@ -50,14 +50,15 @@ def prompt_ids(tokenize) -> list[int]:
 
 
 def run_poot(engine: str) -> dict:
-    """A poot backend by name; "NAME/apart": with q, k and v as three weights (the model's
-    stack_qkv off), for comparing the stacked projection."""
+    """A poot backend by name; "NAME/apart": with q, k and v as three weights and gate and
+    up as two (the model's stack_qkv and stack_ffn off), for comparing the stacked
+    projections."""
     import poot
 
     backend, _, how = engine.partition("/")
     t0 = time.perf_counter()
     model = poot.load(gguf_path(), backend=backend, max_seq=PROMPT_TOKENS + DECODE_TOKENS + 8)
-    model.stack_qkv = how != "apart"
+    model.stack_qkv = model.stack_ffn = how != "apart"
     ids = prompt_ids(model.tokenize)
     list(model.generate(ids[:8], max_tokens=2))           # plans and compiles both steps
     setup = time.perf_counter() - t0

@@ -36,10 +36,12 @@ def summary(key: str, value) -> None:
     print(f"SUMMARY {key} | {value}", flush=True)
 
 
-def source_for(fmt: str, config, seed: int = 0, stack: bool = True) -> SyntheticWeights:
+def source_for(fmt: str, config, seed: int = 0, stack=(True, True)) -> SyntheticWeights:
     if fmt in ("bf16", "f32"):
-        return SyntheticWeights(config, dtype=fmt, seed=seed, stack=stack)
-    return SyntheticWeights(config, packed=f"gguf:{fmt}", seed=seed, stack=stack)
+        return SyntheticWeights(config, dtype=fmt, seed=seed, stack=stack[0],
+                                stack_ffn=stack[1])
+    return SyntheticWeights(config, packed=f"gguf:{fmt}", seed=seed, stack=stack[0],
+                            stack_ffn=stack[1])
 
 
 def traced(config, source, backend, device):
@@ -47,7 +49,8 @@ def traced(config, source, backend, device):
     from poot.models.llama import build_decoder
 
     t0 = time.perf_counter()
-    step = build_decoder(config, source, tokens=1, kv="dense", stack_qkv=source.stack)
+    step = build_decoder(config, source, tokens=1, kv="dense", stack_qkv=source.stack,
+                         stack_ffn=source.stack_ffn)
     compiled = poot.compile(step.graph, (backend, device))
     print(f"  traced and compiled in {time.perf_counter() - t0:.1f} s", flush=True)
     return step, compiled
@@ -55,8 +58,9 @@ def traced(config, source, backend, device):
 
 def parse_variants(text: str) -> list[dict]:
     """"A=1,B=2;A=3" -> [{"A": 1, "B": 2}, {"A": 3}]: GEMV schedule constants of
-    poot.codegen.lower.dot per variant ("" -> one variant, the defaults); STACK_QKV=0:
-    the model traced with q, k and v as three weights (build_decoder's stack_qkv)."""
+    poot.codegen.lower.dot per variant ("" -> one variant, the defaults); STACK_QKV=0 /
+    STACK_FFN=0: the model traced with q, k and v (gate and up) as separate weights
+    (build_decoder's stack_qkv / stack_ffn)."""
     out = []
     for part in text.split(";") if text else [""]:
         kv = dict(x.split("=") for x in part.split(",") if x)
@@ -68,13 +72,16 @@ def variant_label(v: dict) -> str:
     return " ".join(f"{k}={x}" for k, x in v.items())
 
 
-def stacked_groups(variants: list[dict]) -> list[tuple[bool, list[dict]]]:
-    """The variants by STACK_QKV (default 1), in first-seen order, without that key: each
-    group is traced once over its own weights."""
-    groups: dict[bool, list[dict]] = {}
+STACKS = ("STACK_QKV", "STACK_FFN")
+
+
+def stacked_groups(variants: list[dict]) -> list[tuple[tuple[bool, bool], list[dict]]]:
+    """The variants by (STACK_QKV, STACK_FFN) (default 1 each), in first-seen order,
+    without those keys: each group is traced once over its own weights."""
+    groups: dict[tuple, list[dict]] = {}
     for v in variants:
-        groups.setdefault(bool(v.get("STACK_QKV", 1)), []).append(
-            {k: x for k, x in v.items() if k != "STACK_QKV"})
+        groups.setdefault(tuple(bool(v.get(k, 1)) for k in STACKS), []).append(
+            {k: x for k, x in v.items() if k not in STACKS})
     return list(groups.items())
 
 
@@ -172,7 +179,9 @@ def bench_shape(shape: str, fmt: str, variants, runtime, backend, device, timer,
         step, compiled = traced(config, source, backend, device)
         cache = None
         for variant in group:
-            label = f"{shape} {fmt} {variant_label(variant)}{'' if stack else ' q,k,v apart'}"
+            apart = [what for what, on in zip(("q,k,v", "gate,up"), stack) if not on]
+            label = f"{shape} {fmt} {variant_label(variant)}" + (
+                f" {' and '.join(apart)} apart" if apart else "")
             p = planned(compiled, backend, device, variant)
             ex, cache = executor(step, p, source, runtime, cache)
             rows += bench_variant(label.rstrip(), config, source, ex, timer, copy_gbs,

@@ -83,10 +83,11 @@ def shape_config(name: str, layers: int | None = None, max_seq: int = 1024) -> L
                        arch="llama")
 
 
-def matrix_names(c: LlamaConfig, stack: bool = True) -> list[tuple[str, int, int]]:
+def matrix_names(c: LlamaConfig, stack: bool = True,
+                 stack_ffn: bool = True) -> list[tuple[str, int, int]]:
     """(GGUF name, N, K) of every projection, the embedding and the head; with `stack`,
     q, k and v as the one matrix stacked by rows that the builder reads
-    (poot.models.weights.stacked), else as three."""
+    (poot.models.weights.stacked), else as three; with `stack_ffn` gate and up likewise."""
     qd, kd = c.heads * c.head_dim, c.kv_heads * c.head_dim
     out = [("token_embd.weight", c.vocab, c.dim)]
     for i in range(c.layers):
@@ -94,9 +95,11 @@ def matrix_names(c: LlamaConfig, stack: bool = True) -> list[tuple[str, int, int
         names = [p + f"attn_{x}.weight" for x in "qkv"]
         out += [(stacked(names), qd + 2 * kd, c.dim)] if stack else list(
             zip(names, (qd, kd, kd), (c.dim,) * 3))
-        out += [(p + "attn_output.weight", c.dim, qd),
-                (p + "ffn_gate.weight", c.ffn, c.dim), (p + "ffn_up.weight", c.ffn, c.dim),
-                (p + "ffn_down.weight", c.dim, c.ffn)]
+        ffn = [p + "ffn_gate.weight", p + "ffn_up.weight"]
+        out += [(p + "attn_output.weight", c.dim, qd)]
+        out += [(stacked(ffn), 2 * c.ffn, c.dim)] if stack_ffn else [(x, c.ffn, c.dim)
+                                                                     for x in ffn]
+        out += [(p + "ffn_down.weight", c.dim, c.ffn)]
     if not c.tied:
         out.append(("output.weight", c.vocab, c.dim))
     return out
@@ -108,9 +111,10 @@ class SyntheticWeights:
     DeviceFilledWeights makes it."""
 
     def __init__(self, config: LlamaConfig, dtype: str = "bf16", packed: str | None = None,
-                 seed: int = 0, stack: bool = True):
+                 seed: int = 0, stack: bool = True, stack_ffn: bool = True):
         self.checkpoint = f"synthetic-{seed}-{packed or dtype}"
         self.stack = stack                        # q|k|v declared as one stacked matrix
+        self.stack_ffn = stack_ffn                # gate|up likewise
         self.specs: dict = {}
         self.fills: dict[str, tuple] = {}         # label -> (seed, mode, a, b, block, fields)
         self.arrays: dict = {}                    # none: nothing lives on the host
@@ -120,7 +124,7 @@ class SyntheticWeights:
                  for n in ("attn_norm.weight", "ffn_norm.weight")] + ["output_norm.weight"]
         for name in norms:
             self._dense(name, TensorType((c.dim,), DType.F32), (1, 0.1 * math.sqrt(3), 1.0))
-        for name, n, k in matrix_names(c, stack):
+        for name, n, k in matrix_names(c, stack, stack_ffn):
             std = 1.0 if name == "token_embd.weight" else 1.0 / math.sqrt(k)
             if packed:
                 self._packed(name, n, k, std)

@@ -168,7 +168,7 @@ def bench(shape: str, steps: int, rank: int = 0, group=None) -> int:
     config = shape_config(shape)
     t0 = time.time()
     w = tiled_weights(config)
-    step = build_decoder(config, w, tokens=1, kv="dense", stack_qkv=False)
+    step = build_decoder(config, w, tokens=1, kv="dense", stack_qkv=False, stack_ffn=False)
     consts = const_inputs(step, w)
     graph = step.graph
     if ranks > 1:

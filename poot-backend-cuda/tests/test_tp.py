@@ -27,7 +27,8 @@ def test_a_rank_graph_plans_for_sm90_with_collectives_as_steps():
     backend = CudaBackend()
     device = backend.compile_only_device("sm_90")
     c = replace(tiny_config(), layers=1)
-    step = build_decoder(c, random_weights(c, dtype="bf16"), tokens=1, stack_qkv=False)
+    step = build_decoder(c, random_weights(c, dtype="bf16"), tokens=1, stack_qkv=False,
+                         stack_ffn=False)
     (rg,) = shard_step(step, 2, only=0)
     with pytest.raises(UnsupportedOp, match="AllReduce"):
         poot.compile(rg.graph, (backend, device))        # no communicator: refused

@@ -56,13 +56,15 @@ def test_decoder_step_keeps_the_oracle(tokens, kv, dtype, fmt):
     if normed:
         contraction = "NormedPackedContraction"
     assert ops["FusedRow"] == (0 if normed else 2 * 2 + 1)
-    # q, k and v read one weight stacked by rows: a step of one token computes them in one
-    # contraction whose rows Slices take (views at plan time: q|k and v, then q and k of
-    # the rotated q|k), a wider step each over its rows of the weight (three Slices of
-    # it); then up per layer and the head alone; o, gate, down inside epilogues
+    # q, k and v read one weight stacked by rows, and so do gate and up: a step of one
+    # token computes each stack in one contraction whose rows Slices take (views at plan
+    # time: q|k and v, then q and k of the rotated q|k; gate and up, which the SwiGLU
+    # reads as one Fused), a wider step each over its rows of the weight (five Slices of
+    # them); o and down (and a wider step's gate) inside epilogues, the head alone
     assert ops[contraction] == 2 * (2 if one else 4) + 1
-    assert ops["Slice"] == 2 * (4 if one else 3)
-    assert ops["ContractionEpilogue"] == 2 * 3
+    assert ops["Slice"] == 2 * (6 if one else 5)
+    assert ops["ContractionEpilogue"] == 2 * (2 if one else 3)
+    assert ops["Fused"] == (2 if one else 0) + 1       # + the mask
 
 
 def layer_counts(layers: int) -> tuple[int, Counter]:
@@ -73,8 +75,9 @@ def layer_counts(layers: int) -> tuple[int, Counter]:
 def test_decoder_layer_counted():
     """One Llama layer: RMSNorm -> one FusedRow each, softmax into Attention, rotate-half ->
     one Rope over the q|k heads, q|k|v -> one contraction over the stacked weight (its rows
-    Slices: q|k and v, then q and k of the rotated q|k), each other projection -> one
-    contraction, residual adds and the SwiGLU gate in epilogues."""
+    Slices: q|k and v, then q and k of the rotated q|k), gate|up likewise (Slices gate and
+    up, the SwiGLU one Fused over them), o and down -> one contraction each with the
+    residual adds in their epilogues."""
     (n1, ops1), (n2, ops2) = layer_counts(1), layer_counts(2)
     per_layer = ops2 - ops1
     print(f"\ncompiled decode step: 1 layer {n1} eqns, 2 layers {n2} eqns; one layer adds "
@@ -82,24 +85,30 @@ def test_decoder_layer_counted():
     assert per_layer["FusedRow"] == 2               # attn_norm, ffn_norm
     assert per_layer["Attention"] == 1
     assert per_layer["Rope"] == 1                   # q and k together
-    assert per_layer["DenseContraction"] == 2       # q|k|v, up
-    assert per_layer["Slice"] == 4                  # q|k, v; q, k
-    assert per_layer["ContractionEpilogue"] == 3    # o + residual, gate + SwiGLU, down + residual
+    assert per_layer["DenseContraction"] == 2       # q|k|v, gate|up
+    assert per_layer["Slice"] == 6                  # q|k, v; q, k; gate, up
+    assert per_layer["Fused"] == 1                  # SwiGLU
+    assert per_layer["ContractionEpilogue"] == 2    # o + residual, down + residual
     assert per_layer["DynamicUpdateSlice"] == 2
     assert not {"MatMul", "Reduce", "Unary", "Concat", "Cast", "Gather"} & set(per_layer)
     # one token: the four head Transposes move only unit axes, so they are Reshapes
     assert per_layer == Counter({"Reshape": 9}) + Counter(
-        FusedRow=2, Attention=1, Rope=1, DenseContraction=2, Slice=4, ContractionEpilogue=3,
-        DynamicUpdateSlice=2)                     # the RoPE rows are gathered once (cse)
-    assert n2 - n1 == 24 and n1 == 34
+        FusedRow=2, Attention=1, Rope=1, DenseContraction=2, Slice=6, Fused=1,
+        ContractionEpilogue=2, DynamicUpdateSlice=2)  # the RoPE rows are gathered once (cse)
+    assert n2 - n1 == 26 and n1 == 36
 
 
 def test_epilogue_bodies_hold_the_residual_and_the_gate():
-    _, _, compiled = compile_step(1)
-    bodies = [Counter(repr(e.op) for e in eq.op.body.eqns()) for eq in compiled.graph.eqns()
-              if eq.op.name == "ContractionEpilogue"]
-    assert Counter(tuple(sorted(b)) for b in bodies) == Counter({
-        ("Add",): 2, ("Add", "Div", "Exp", "Mul", "Neg"): 1})
+    """A wider step's gate takes the SwiGLU in its epilogue; one token's gate|up result is
+    read by one Fused SwiGLU (both halves come from one contraction)."""
+    def bodies(tokens: int, op: str) -> Counter:
+        _, _, compiled = compile_step(1, tokens)
+        return Counter(tuple(sorted(repr(e.op) for e in eq.op.body.eqns()))
+                       for eq in compiled.graph.eqns() if eq.op.name == op)
+    swiglu = ("Add", "Div", "Exp", "Mul", "Neg")
+    assert bodies(2, "ContractionEpilogue") == Counter({("Add",): 2, swiglu: 1})
+    assert bodies(1, "ContractionEpilogue") == Counter({("Add",): 2})
+    assert swiglu in bodies(1, "Fused")
 
 
 def test_compiled_carries_its_target():

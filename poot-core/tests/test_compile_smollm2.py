@@ -30,11 +30,12 @@ def test_smollm2_two_layers(smollm2_step):
     print(f"\nSmolLM2, 2 layers: {len(step.graph.eqns())} -> {len(compiled.graph.eqns())} "
           f"eqns: {dict(ops.most_common())}")
     # per layer q|k|v (one contraction over the stacked rows; Slices take q|k and v, one
-    # Rope rotates q|k, two Slices take q and k of it) and up; the head; each with the
-    # RMSNorm before it inside (gate's inside its epilogue too): no norm is left apart
+    # Rope rotates q|k, two Slices take q and k of it) and gate|up (Slices take gate and
+    # up for the SwiGLU); the head; each with the RMSNorm before it inside: no norm is
+    # left apart
     assert ops["NormedPackedContraction"] == 2 * 2 + 1 and ops["PackedRowGather"] == 1
     assert not {"PackedContraction", "FusedRow"} & set(ops)
-    assert ops["Slice"] == 2 * 4
-    assert ops["Attention"] == 2 and ops["Rope"] == 2 and ops["ContractionEpilogue"] == 6
+    assert ops["Slice"] == 2 * 6
+    assert ops["Attention"] == 2 and ops["Rope"] == 2 and ops["ContractionEpilogue"] == 4
     assert not {"MatMul", "PackedDequant", "Reduce"} & set(ops)
     validate(step.graph, compiled.graph, seed=5, trials=1, given=consts)

@@ -97,7 +97,7 @@ def test_sharded_smollm2_shape_equals_unsharded(ranks, kv):
     w = random_weights(SMOL, seed=ranks)
     step = build_decoder(SMOL, w, tokens=2, batch=batch, kv=kv,
                          pool_slots=SMOL.max_seq * batch if kv == "paged" else None,
-                         stack_qkv=False)
+                         stack_qkv=False, stack_ffn=False)
     rgs = check_sharded(step, const_inputs(step, w), ranks,
                         slots(SMOL, kv, 2, batch, np.random.default_rng(ranks)),
                         np.random.default_rng(7))
@@ -123,7 +123,7 @@ def test_sharded_real_smollm2_equals_unsharded(smollm2_gguf):
     ckpt, config = open_model(str(smollm2_gguf), max_seq=8)
     config = replace(config, max_seq=8)
     w = CheckpointWeights(ckpt, config)
-    step = build_decoder(config, w, tokens=2, stack_qkv=False)
+    step = build_decoder(config, w, tokens=2, stack_qkv=False, stack_ffn=False)
     labels = {step.graph.meta(v).identity.label for v in step.graph.consts()}
     consts = {k: v for k, v in {**w.arrays, **step.consts}.items() if k in labels}
     rgs = check_sharded(step, consts, 2, {"tokens": np.array([1, 504], np.int32),
@@ -137,7 +137,7 @@ def test_sharded_real_smollm2_equals_unsharded(smollm2_gguf):
 def test_rank_consts_are_views_of_the_source():
     c = replace(SMOL, layers=1, vocab=96)
     w = random_weights(c)
-    step = build_decoder(c, w, tokens=1, stack_qkv=False)
+    step = build_decoder(c, w, tokens=1, stack_qkv=False, stack_ffn=False)
     consts = const_inputs(step, w)
     rg = shard_step(step, 2)[1]
     view = rg.consts(consts)["blk.0.attn_q.weight[0:192:576]"]   # KV heads 1, 2
@@ -169,7 +169,7 @@ def test_a_packed_split_off_block_boundaries_is_refused():
     c = replace(SMOL, layers=1, vocab=96, dim=64, heads=4, kv_heads=2, head_dim=16, ffn=96)
     w = random_weights(c, packed_format=lambda name: "gguf:Q8_0" if "ffn_down" in name
                        else None)
-    step = build_decoder(c, w, tokens=1, stack_qkv=False)
+    step = build_decoder(c, w, tokens=1, stack_qkv=False, stack_ffn=False)
     with pytest.raises(ShardError, match=r"gguf:Q8_0 source cannot be cut to \(64, 48\)") as e:
         shard_step(step, 2)
     assert e.value.dim == "blk.0.ffn_down.weight"
@@ -212,7 +212,7 @@ def test_compiled_rank_graphs_equal_the_unsharded_model(config, ranks, kv):
     w = random_weights(config, seed=5)
     pool = config.max_seq * batch if kv == "paged" else None
     step = build_decoder(config, w, tokens=2, batch=batch, kv=kv, pool_slots=pool,
-                         stack_qkv=False)
+                         stack_qkv=False, stack_ffn=False)
     consts = const_inputs(step, w)
     rng = np.random.default_rng(1)
     first = slots(config, kv, 2, batch, rng)
@@ -237,7 +237,7 @@ def test_compiled_rank_graphs_equal_the_unsharded_model(config, ranks, kv):
 def rank_graph(consts=False):
     c = replace(tiny_config(), layers=1)
     w = random_weights(c)
-    step = build_decoder(c, w, tokens=1, stack_qkv=False)
+    step = build_decoder(c, w, tokens=1, stack_qkv=False, stack_ffn=False)
     rg = shard_step(step, 2)[0]
     return (rg.graph, rg.consts(const_inputs(step, w))) if consts else rg.graph
 

@@ -13,10 +13,12 @@ from poot.compiler.validate import validate
 from poot.models.llama import build_decoder, const_inputs, random_weights, tiny_config
 
 
-def compiled_step(fmt="gguf:Q4_0", tokens=1, target="reference", stack_qkv=True, **kw):
+def compiled_step(fmt="gguf:Q4_0", tokens=1, target="reference", stack_qkv=True,
+                  stack_ffn=True, **kw):
     config = tiny_config(layers=1)
     weights = random_weights(config, seed=3, dtype="f32", packed_format=fmt)
-    step = build_decoder(config, weights, tokens=tokens, stack_qkv=stack_qkv)
+    step = build_decoder(config, weights, tokens=tokens, stack_qkv=stack_qkv,
+                         stack_ffn=stack_ffn)
     return step, weights, poot.compile(step.graph, target, **kw)
 
 
@@ -25,9 +27,16 @@ def test_a_decode_steps_norms_go_into_its_packed_contractions():
     ops = Counter(e.op.name for e in compiled.graph.eqns())
     heads = Counter(e.op.head.name for e in compiled.graph.eqns()
                     if e.op.name == "ContractionEpilogue")
-    # q|k|v, gate and the head take their norm; up's epilogue head takes the same norm
-    assert ops["NormedPackedContraction"] == 3 and heads["NormedPackedContraction"] == 1
+    # q|k|v, gate|up and the head take their norm (gate and up apart: both take it, up
+    # as its epilogue's head)
+    assert ops["NormedPackedContraction"] == 3 and not heads["NormedPackedContraction"]
     assert not {"FusedRow", "PackedContraction"} & set(ops)
+    validate(step.graph, compiled.graph, seed=1, trials=2, given=const_inputs(step, weights))
+    step, weights, compiled = compiled_step(stack_ffn=False)
+    ops = Counter(e.op.name for e in compiled.graph.eqns())
+    heads = Counter(e.op.head.name for e in compiled.graph.eqns()
+                    if e.op.name == "ContractionEpilogue")
+    assert ops["NormedPackedContraction"] == 3 and heads["NormedPackedContraction"] == 1
     validate(step.graph, compiled.graph, seed=1, trials=2, given=const_inputs(step, weights))
 
 

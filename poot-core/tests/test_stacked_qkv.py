@@ -1,8 +1,8 @@
-"""q, k and v from one weight stacked by rows (build_decoder's stack_qkv, RowLayout): the
-same logits as three weights, for one token (one contraction, its rows viewed) and wider
-steps (each over its rows of the weight), dense and packed, rotate-half and pair-ordered
-sources, on the reference and the compiled cpu backend; a one-token dense step rotates its
-q and k heads with one Rope."""
+"""q, k and v from one weight stacked by rows (build_decoder's stack_qkv, RowLayout), and
+the FFN's gate and up likewise (stack_ffn): the same logits as separate weights, for one
+token (one contraction, its rows viewed) and wider steps (each over its rows of the
+weight), dense and packed, rotate-half and pair-ordered sources, on the reference and the
+compiled cpu backend; a one-token dense step rotates its q and k heads with one Rope."""
 from __future__ import annotations
 
 import sys
@@ -27,10 +27,10 @@ CONFIG = tiny_config(layers=2, dim=256, heads=8, kv_heads=2, head_dim=32, ffn=25
                      qkv_bias=True)
 
 
-def logits(target, c, w, stack: bool, tokens: int, kv: str = "dense"):
+def logits(target, c, w, stack: bool, tokens: int, kv: str = "dense", stack_ffn=False):
     batch = 2 if kv == "paged" else 1
     step = build_decoder(c, w, tokens=tokens, batch=batch, kv=kv, stack_qkv=stack,
-                         pool_slots=64 if kv == "paged" else None)
+                         stack_ffn=stack_ffn, pool_slots=64 if kv == "paged" else None)
     p = plan(poot.compile(step.graph, target), target)
     ex = Executor(p, {**w.arrays, **step.consts})
     rng = np.random.default_rng(tokens)
@@ -49,16 +49,24 @@ CASES = [("reference", *f, *s) for f in FORMATS for s in STEPS] + [
     ("cpu", *f, *s) for f, s in zip(FORMATS, STEPS, strict=True)]
 
 
-@pytest.mark.parametrize("backend,fmt,layout,tokens,kv", CASES)
-def test_stacked_projection_equals_three_weights(backend, fmt, layout, tokens, kv):
+def stacked_and_apart(backend, fmt, layout, tokens, kv, part: str, ffn: bool):
+    """(plan apart, plan stacked, config) of one case, after checking their logits agree
+    and that the stacked plan binds `part` only inside a stack; `ffn`: gate and up are
+    the stack compared (q, k and v stacked in both), else q, k and v."""
     target = backend_target(backend)
     c = replace(CONFIG, rope_layout=layout)
-    w = random_weights(c, seed=3, packed_format=fmt)
-    want, apart = logits(target, c, w, False, tokens, kv)
-    got, p = logits(target, c, w, True, tokens, kv)
+    w = random_weights(c, seed=5 if ffn else 3, packed_format=fmt)
+    want, apart = logits(target, c, w, ffn, tokens, kv)
+    got, p = logits(target, c, w, True, tokens, kv, stack_ffn=ffn)
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
     bound = {r.name for r in p.regions.values() if r.kind == "weight"}
-    assert not any("attn_q.weight" in n and "+" not in n for n in bound)   # one weight
+    assert not any(part in n and "+" not in n for n in bound)   # one weight
+    return apart, p, c
+
+
+@pytest.mark.parametrize("backend,fmt,layout,tokens,kv", CASES)
+def test_stacked_projection_equals_three_weights(backend, fmt, layout, tokens, kv):
+    apart, p, c = stacked_and_apart(backend, fmt, layout, tokens, kv, "attn_q.weight", False)
     ops = Counter(s.eqn.op.name for s in p.steps)
     heads = {"DenseContraction", "PackedContraction", "ContractionEpilogue"}  # bias: epilogue
     kernels = [sum(n for op, n in Counter(s.eqn.op.name for s in x.steps).items()
@@ -73,6 +81,19 @@ def test_stacked_projection_equals_three_weights(backend, fmt, layout, tokens, k
     if kv == "dense" and tokens == 1:                # q and k rotated by one Rope a layer
         ropes = [Counter(s.eqn.op.name for s in x.steps)["Rope"] for x in (apart, p)]
         assert ropes == [2 * c.layers, c.layers]
+
+
+@pytest.mark.parametrize("backend,fmt,layout,tokens,kv", CASES)
+def test_stacked_gate_and_up_equal_two_weights(backend, fmt, layout, tokens, kv):
+    apart, p, c = stacked_and_apart(backend, fmt, layout, tokens, kv, "ffn_up.weight", True)
+    if backend == "reference":
+        return
+    heads = {"DenseContraction", "PackedContraction", "ContractionEpilogue",
+             "NormedPackedContraction"}
+    kernels = [sum(s.eqn.op.name in heads for s in x.steps) for x in (apart, p)]
+    one = tokens * (2 if kv == "paged" else 1) == 1
+    assert kernels[0] - kernels[1] == (c.layers if one else 0)
+    assert "Slice" not in Counter(s.eqn.op.name for s in p.steps)   # gate and up: views
 
 
 def test_stacks_are_served_only_where_the_parts_agree():

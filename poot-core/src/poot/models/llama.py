@@ -131,7 +131,7 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
                   batch: int = 1, kv: str = "dense", logits: str = "all",
                   pool_slots: int | None = None, lora=None, expert_pool=None,
                   sample: str | None = None, hosted_rows: bool = False,
-                  stack_qkv: bool = True) -> Step:
+                  stack_qkv: bool = True, stack_ffn: bool = True) -> Step:
     """Trace one decoder step for `batch` sequences of `tokens` tokens each.
 
     dense KV: batch must be 1; State k/v per layer [Hkv, max_seq, D] (a sliding layer's
@@ -156,6 +156,7 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
     stack_qkv: the q, k and v projections read one weight stacked by rows
     (poot.models.weights.RowLayout) where the checkpoint's three agree in format: a step
     of one token computes them in one contraction, a wider step each over its rows.
+    stack_ffn: the same for the FFN's gate and up projections.
     """
     c = config
     tables = _rope_tables(c, weights)
@@ -194,6 +195,14 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
             y = ops.linear(x, declare(name), bias)
             return y if lora is None else lora.update(y, x, name, adapter_rows)
 
+        def stack(names, wanted: bool):
+            """The weight stacking `names` by rows, where wanted, the source serves it and
+            no adapter updates a part; else None."""
+            if not wanted or not weights.has(stacked(names)) or (
+                    lora is not None and any(x in lora.stacks for x in names)):
+                return None
+            return declare(stacked(names))
+
         if kv == "dense":
             tok = ops.slot(SlotKind.TOKEN, (t,), "tokens", bound=c.vocab)
             pos = ops.slot(SlotKind.POS, (1,), "pos", bound=cap - t + 1)
@@ -231,15 +240,12 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
             contraction gives all three (else None)."""
             names, biases = ([f"{p}attn_{x}.{kind}" for x in "qkv"]
                              for kind in ("weight", "bias"))
-            parts = names + (biases if c.qkv_bias else [])
-            if not stack_qkv or not weights.has(stacked(names)) or (
-                    c.qkv_bias and not weights.has(stacked(biases))) or (
-                    lora is not None and any(x in lora.stacks for x in parts)):
+            w = stack(names, stack_qkv)
+            bias = stack(biases, w is not None) if c.qkv_bias else None
+            if w is None or (c.qkv_bias and bias is None):
                 return [ops.reshape(linear(h, w, declare(bias) if c.qkv_bias else None),
                                     (b, t, nh, hd))
                         for w, bias, nh in zip(names, biases, heads, strict=True)] + [None]
-            w = declare(stacked(names))
-            bias = declare(stacked(biases)) if c.qkv_bias else None
             ends = [hd * sum(heads[:i]) for i in range(4)]
             if n == 1:    # one contraction; q, k and v are its rows (views, not copies)
                 y = ops.reshape(ops.linear(h, w, bias), (b, t, sum(heads), hd))
@@ -316,7 +322,8 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
                 o = norm(o, p + "post_attention_norm.weight")
             x = ops.add(x, o)
             h = norm(x, p + "ffn_norm.weight")
-            f = _ffn(c, h, p, declare, linear=linear, pool=resident)
+            f = _ffn(c, h, p, declare, linear=linear, pool=resident,
+                     stack=lambda names: stack(names, stack_ffn))
             if c.sandwich_norms:
                 f = norm(f, p + "post_ffw_norm.weight")
             x = ops.add(x, f)
@@ -337,15 +344,28 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
     return Step(g, c, mode, kv, b, t, logits, {**consts, **tables, **adapters}, sample)
 
 
-def _ffn(c: LlamaConfig, h, p: str, declare, suffix: str = "", *, linear=None, pool=None):
+def _ffn(c: LlamaConfig, h, p: str, declare, suffix: str = "", *, linear=None, pool=None,
+         stack=None):
     """The gated MLP: act(h W_gate) * (h W_up), then W_down; a mixture of experts where the
     config has experts (`suffix` "_shexp": the shared expert's tensors). `linear(x, name)`
-    is the step's projection (with its LoRA updates); `pool` the traced expert pool."""
+    is the step's projection (with its LoRA updates); `pool` the traced expert pool;
+    `stack(names)` the gate and up weights stacked by rows, or None: one token's step then
+    computes both in one contraction (one pass over the weights' rows, one kernel fewer),
+    a wider one each over its rows."""
     linear = linear or (lambda x, name: ops.linear(x, declare(name)))
     if c.experts and not suffix:
         return _moe(c, h, p, declare, linear, pool)
-    g = linear(h, f"{p}ffn_gate{suffix}.weight")
-    u = linear(h, f"{p}ffn_up{suffix}.weight")
+    names = [f"{p}ffn_gate{suffix}.weight", f"{p}ffn_up{suffix}.weight"]
+    w = stack(names) if stack is not None else None
+    if w is None:
+        g, u = (linear(h, name) for name in names)
+    else:
+        f = w.shape[0] // 2
+        if math.prod(h.shape[:-1]) == 1:
+            y = ops.linear(h, w)
+            g, u = (ops.slice_axis(y, -1, s, e) for s, e in ((0, f), (f, 2 * f)))
+        else:
+            g, u = (ops.linear(h, _rows(w, s, e)) for s, e in ((0, f), (f, 2 * f)))
     return linear(_gated(c, g, u), f"{p}ffn_down{suffix}.weight")
 
 

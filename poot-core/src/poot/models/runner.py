@@ -99,9 +99,11 @@ class Model:
         #: decode steps draw the next token in the graph (poot.models.sample_graph) and read
         #: back only its id; False: they return logits and the host samples
         self.device_sampling = True
-        #: the q, k and v projections read one weight stacked by rows (build_decoder's
-        #: stack_qkv); a tensor-parallel rank's graph reads them apart (the sharding does)
+        #: the q, k and v projections (the FFN's gate and up) read one weight stacked by
+        #: rows (build_decoder's stack_qkv, stack_ffn); a tensor-parallel rank's graph
+        #: reads them apart (the sharding does)
         self.stack_qkv = True
+        self.stack_ffn = True
 
     # -- graphs -----------------------------------------------------------------------
     def step_graph(self, tokens: int, batch: int = 1, kv: str | None = None,
@@ -119,7 +121,8 @@ class Model:
                              logits=logits, pool_slots=pool, lora=self.adapters,
                              expert_pool=self.expert_pool, sample=sample,
                              hosted_rows=hosted_rows,
-                             stack_qkv=self.stack_qkv and self.tp is None)
+                             stack_qkv=self.stack_qkv and self.tp is None,
+                             stack_ffn=self.stack_ffn and self.tp is None)
         self.consts.update(step.consts)
         self.consts.update(self.weights.arrays)
         if self.tp is None:

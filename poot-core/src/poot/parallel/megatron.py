@@ -29,7 +29,8 @@ def splits(layout: Layout):
     def split(rank: int, tensor: str) -> Split | None:
         if STACK in tensor:      # each part splits by its own heads: no one range fits them
             raise ShardError(f"{tensor} stacks several tensors by rows; shard a step traced "
-                             f"with stack_qkv=False", dim=tensor, ranks=layout.ranks)
+                             f"with stack_qkv=False and stack_ffn=False", dim=tensor,
+                             ranks=layout.ranks)
         tensor = tensor.split("~", 1)[0]     # a derived copy (q/k rows in half layout)
         suffix = tensor.split(".", 2)[-1] if tensor.startswith("blk.") else tensor
         got = _SPLITS.get(suffix)
