@@ -9,6 +9,9 @@
 #              model cases ($MEMCHECK_K: another pytest -k selection)
 #   racecheck  compute-sanitizer racecheck over the norm, contraction, argmax and attention
 #              cases ($RACECHECK_K)
+#   variants   the schedules that are off by default until timed (test_gpu.py -k variants:
+#              16-byte weight loads, async weight tiles) against the oracle, under
+#              compute-sanitizer memcheck
 #   smollm2    SmolLM2-135M's shape (random Q4_1 weights: the checkpoint does not travel)
 #              greedy 32 tokens cuda vs reference, decode tok/s
 #   bench      llama_gpu.py: the 8B-shaped 2-layer logits check, 8B and 1B decode in bf16,
@@ -27,7 +30,7 @@ export TORCHINDUCTOR_CACHE_DIR=/tmp/torchinductor-cache TRITON_CACHE_DIR=/tmp/tr
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT" "$POOT_CACHE"
 B=poot-backend-cuda/bench
-PARTS=${PARTS:-conf memcheck racecheck smollm2 bench peer8b peer1b}
+PARTS=${PARTS:-conf memcheck racecheck variants smollm2 bench peer8b peer1b}
 VARIANTS=${VARIANTS:-}
 START=$SECONDS
 SUM=$OUT/summary.txt
@@ -115,6 +118,15 @@ for part in $PARTS; do
         tr '\n' ';')
       line=$(grep -E '[0-9]+ (passed|failed)' "$OUT/$part.log" | tail -1)
       row "compute-sanitizer $part ($sel)" "rc $rc; ${line:-no pytest line}; ${errs:-none}" ;;
+    variants)
+      timeout -k 5 "$lim" compute-sanitizer --tool memcheck --target-processes all \
+        --error-exitcode 9 python3 -m pytest -q -p no:cacheprovider \
+        poot-backend-cuda/tests/test_gpu.py -k variants >/tmp/variants.log 2>&1
+      rc=$?
+      cat /tmp/variants.log >>"$OUT/memcheck.log"     # one log file fewer to bring back
+      errs=$(grep -E 'ERROR SUMMARY' /tmp/variants.log | sort | uniq -c | tr '\n' ';')
+      line=$(grep -E '[0-9]+ (passed|failed|skipped)' /tmp/variants.log | tail -1)
+      row "schedule variants vs oracle, memcheck" "rc $rc; ${line:-no pytest line}; ${errs:-none}" ;;
     smollm2)
       waitwarm 60
       timeout -k 5 "$lim" python3 $B/smollm2_gpu.py --random --tokens 32 \

@@ -23,13 +23,13 @@ def ctx(gpu):
     return c, ModuleCache(c)
 
 
-def _run(ctx, case, graph=False, repeats=1):
+def _run(ctx, case, graph=False, repeats=1, program=None):
     from poot_cuda.harness import LoweringRun
 
     context, modules = ctx
     arrays = case.make(np.random.default_rng(zlib.crc32(case.id.encode())))
     out = case.out()
-    run = LoweringRun(context, modules, compiled(case.id), arrays, out)
+    run = LoweringRun(context, modules, program or compiled(case.id), arrays, out)
     try:
         results = []
         for _ in range(repeats):
@@ -70,3 +70,53 @@ def test_runtime_memory_round_trip(gpu):
     assert np.array_equal(rt.read(buf, 256, 1000), data)
     assert buf.ptr % 256 == 0
     rt.close()
+
+
+
+
+def _packed(normed: bool, shape: tuple[int, int]):
+    """A Q4_0 decode GEMV case past the catalog's small K (K in trips of staged tiles)."""
+    from poot.codegen.cases import INT_GEMV_TOL, Case, normal
+    from poot.dtypes import DType
+    from poot.formats import PackedWeight
+    from poot.ir.ops import NormedPackedContraction, PackedContraction
+    from poot.ir.types import TensorType
+
+    pw = PackedWeight("gguf:Q4_0", shape)
+    fmt, src = pw.get_format(), tuple(s.type for s in pw.sources())
+    a, g = TensorType((1, shape[1]), DType.F32), TensorType((shape[1],), DType.F32)
+    ins = (a, g, *src) if normed else (a, *src)
+
+    def make(rng):
+        w = rng.standard_normal(shape).astype(np.float32)
+        acts = [normal(a)(rng)] + ([normal(g)(rng)] if normed else [])
+        return acts + [np.asarray(x) for x in fmt.quantize(w)]
+    op = NormedPackedContraction(pw, 1e-5) if normed else PackedContraction(pw)
+    return Case(f"{op.name}-{shape[0]}x{shape[1]}", op, ins, make, INT_GEMV_TOL)
+
+
+#: schedules built and interpreter-checked but off by default until timed, each on the
+#: GPU: (dot's constant, its value, the statement it brings, case)
+VARIANTS = [("WIDE_WORDS", 1, "LoadWide", "dense-(1,)-20x64-bf16"),
+            ("WIDE_WORDS", 1, "LoadWide", "dense-(1,)-12x2088-bf16"),
+            ("ASYNC_STAGES", 2, "CopyAsync", _packed(False, (32, 2048))),
+            ("ASYNC_STAGES", 2, "CopyAsync", _packed(True, (32, 2048))),   # norm inside
+            ("ASYNC_STAGES", 2, "CopyAsync", _packed(True, (64, 4096)))]   # K split
+
+
+@pytest.mark.parametrize("name, value, stmt, case", VARIANTS,
+                         ids=[f"{v[0]}={v[1]}-{v[3] if isinstance(v[3], str) else v[3].id}"
+                              for v in VARIANTS])
+def test_schedule_variants_on_gpu_match_oracle(ctx, monkeypatch, name, value, stmt, case):
+    from poot.codegen.lower import dot, lower
+    from poot_cuda.capability import kernel_features, parse_arch
+    from poot_cuda.kernels import compile_program
+    from poot_cuda.printer import CudaPrinter
+    from poot_cuda.testing import ARCH
+
+    monkeypatch.setattr(dot, name, value)
+    case = next(c for c in CASES if c.id == case) if isinstance(case, str) else case
+    lowering = lower(case.op, case.ins, case.out(), kernel_features(*parse_arch(ARCH), ARCH))
+    assert any(type(x).__name__ == stmt for k in lowering.kernels for x in k.statements())
+    (got,), want = _run(ctx, case, program=compile_program(lowering, CudaPrinter(ARCH)))
+    assert mismatch(got, want, case.tol) is None

@@ -134,6 +134,7 @@ def test_gemv_reads_16_byte_units_where_the_target_has_wide_loads(monkeypatch, m
     """WIDE_LOADS: each lane loads 4 words (8 bf16) at once; K = 1040 and 8200 leave units
     past the last whole trip, walked one at a time. Same sums as the oracle's."""
     monkeypatch.setattr(dot, "SPLIT_WARPS", 256)
+    monkeypatch.setattr(dot, "WIDE_WORDS", 1)
     ins = [T((m, k), DType.F32), T((n, k), DType.BF16)]
     op = DenseContraction()
     prog = lower(op, ins, op.infer(ins), frozenset({WIDE_LOADS}))

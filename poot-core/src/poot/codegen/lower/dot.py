@@ -94,8 +94,9 @@ SHARED_BYTES = 16 * 1024   # staged activations and weights stay within this (We
 MIN_SPAN = 16     # fewest activations per run and phase when weights are staged too
 SPLIT_WARPS = 4096   # dot-product warps a 16-bit GEMV wants in flight before it splits rows
 #: 1: a 16-bit GEMV reads its weight 16 bytes a lane and load where the target has
-#: WIDE_LOADS (0: one word, the schedule measured before 2026-12-06)
-WIDE_WORDS = 1
+#: WIDE_LOADS (0: one word a load, the measured schedule; 1 is built and checked but not
+#: yet timed on a GPU: docs/performance.md)
+WIDE_WORDS = 0
 INT_BLOCK = 32       # activations per int16 scale in the integer GEMV
 INT_SHARED_BYTES = 48 * 1024   # a DOT2 target's workgroup shared memory (target.DOT2)
 INT_PAD = 32         # quantized activation words per pad word (lanes a run apart: no conflict)
