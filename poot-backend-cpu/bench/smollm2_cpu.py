@@ -15,7 +15,7 @@ the load average before and after: on a machine shared with other work only figu
 one run compare.
 
     python poot-backend-cpu/bench/smollm2_cpu.py [--threads 2] [--repeat 3]
-        [--engines cpu,llama.cpp,reference]   # cpu/apart: q, k, v as three weights
+        [--engines cpu,llama.cpp,reference]   # cpu/apart: q, k, v and gate, up apart
 """
 from __future__ import annotations
 
