@@ -67,4 +67,5 @@ def table(device: str, major: int, minor: int, formats) -> CapabilityTable:
     ops = kernel_ops(floats, formats)
     if (major, minor) >= (6, 1):   # dp2a: the integer GEMV takes the norm in (lower.dot)
         ops["NormedPackedContraction"] = {f for f in formats if _integer_runs(f)}
+    ops["ContractionPrologue"] = {F32}   # a decode GEMV computes its activation's region
     return CapabilityTable.declare("cuda", device, dtypes, ops, notes=kernel_notes("cuda"))

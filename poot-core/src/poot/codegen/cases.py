@@ -26,6 +26,7 @@ from poot.ir.ops import (
     Cast,
     Concat,
     ContractionEpilogue,
+    ContractionPrologue,
     DenseContraction,
     DenseRowGather,
     DynamicUpdateSlice,
@@ -290,7 +291,7 @@ def _softmax(b, s):
     return b.eqn(Binary(BinaryOp.Div), ex, den)
 
 
-def _silu_mul(b, g, u):
+def silu_mul(b, g, u):
     neg = b.eqn(Unary(UnaryOp.Neg), g)
     sig = b.eqn(Unary(UnaryOp.Recip), b.eqn(Binary(BinaryOp.Add),
                                            b.eqn(Unary(UnaryOp.Exp), neg), b.lit(1.0, F32)))
@@ -314,7 +315,7 @@ def region_cases() -> list[Case]:
     fx, fy = T((3, 6), F32), T((5, 3), F32)
     xb = T((3, 64), BF16)
     return [
-        Case("fused-silu-mul", Fused(region([g, g], _silu_mul)), (g, g),
+        Case("fused-silu-mul", Fused(region([g, g], silu_mul)), (g, g),
              makers(normal(g), normal(g)), 1e-10),
         Case("fused-mixed", Fused(region([fx, fy], _fused_mixed)), (fx, fy),
              makers(normal(fx), normal(fy)), 1e-10),
@@ -475,6 +476,10 @@ def contraction_cases() -> list[Case]:
         Case("epilogue-dense-bias-residual", ContractionEpilogue(DenseContraction(), 2, epi),
              (head_a, head_w, bias, res),
              makers(normal(head_a), normal(head_w), normal(bias), normal(res)), 1e-10),
+        Case("prologue-dense-silu-mul", ContractionPrologue(
+            DenseContraction(), 2, region([head_a, head_a], silu_mul)),
+             (head_a, head_w, head_a), makers(normal(head_a), normal(head_w), normal(head_a)),
+             1e-10),
     ]
 
 
@@ -516,6 +521,11 @@ def packed_cases(formats: dict | None = None) -> list[Case]:
         out.append(Case(f"packed-normed-{name}", NormedPackedContraction(pw, 1e-5),
                         (a, g, *src_types), lambda rng, a=a, g=g, s=sources: [
                             normal(a)(rng), normal(g)(rng), *s(rng)], INT_GEMV_TOL))
+        a = T((1, k), F32)
+        out.append(Case(f"packed-prologue-{name}", ContractionPrologue(
+            PackedContraction(pw), 1 + len(src_types), region([a, a], silu_mul)),
+                        (a, *src_types, a), lambda rng, a=a, s=sources: [
+                            normal(a)(rng), *s(rng), normal(a)(rng)], INT_GEMV_TOL))
         out.append(Case(f"packed-dequant-{name}", PackedDequant(pw), src_types,
                         lambda rng, s=sources: s(rng), 1e-12))
         out.append(Case(f"packed-rows-{name}", PackedRowGather(pw), (ids, *src_types),

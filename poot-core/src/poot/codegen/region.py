@@ -55,13 +55,14 @@ def literal(x: Lit) -> Const:
 
 
 class RegionEval:
-    """Evaluate a body graph's values at coordinates, emitting Lets into `kb`.
+    """Evaluate a body graph's values at coordinates, emitting Lets into `kb` (with no
+    builder, one expression tree: a contraction's activation element).
 
     `params[i](coords)` gives parameter i at coordinates in its own shape;
     `reduce(eqn, coords)`, when given, gives a Reduce eqn's value.
     """
 
-    def __init__(self, kb: KernelBuilder, body: Graph,
+    def __init__(self, kb: KernelBuilder | None, body: Graph,
                  params: Sequence[Callable[[Coords], Expr]],
                  reduce: Callable[[Eqn, Coords], Expr] | None = None):
         self.kb, self.body, self.reduce = kb, body, reduce
@@ -91,7 +92,7 @@ class RegionEval:
             value = self.params[vid](coords)
         else:
             value = self._eqn_at(self.producers[vid], coords)
-            if not isinstance(value, Const):
+            if not isinstance(value, Const) and self.kb is not None:
                 value = self.kb.let(f"v{vid.index}", value)
         self.scopes[-1][key] = (value, tuple(coords))  # keep coords alive: ids stay unique
         return value

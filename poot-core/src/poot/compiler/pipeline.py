@@ -20,6 +20,7 @@ from poot.compiler.passes import (
     fusion,
     iota_fold,
     norm_contraction,
+    prologue,
     relabel,
     rope,
     selection,
@@ -30,7 +31,8 @@ from poot.ir.graph import Graph
 
 #: (name, run) in order: refuse collectives, clean up (dce, cse), find the chains
 #: (selection before attention, which it contains), then contractions, epilogues, regions, norms
-#: into the packed contractions that read them.
+#: into the packed contractions that read them, and pointwise regions into the contractions
+#: that read them.
 PASSES = [
     ("collectives", collectives.run),
     ("dce", dce.run),
@@ -45,6 +47,7 @@ PASSES = [
     ("epilogue", epilogue.run),
     ("fusion", fusion.run),
     ("norm_contraction", norm_contraction.run),
+    ("prologue", prologue.run),
     ("relabel", relabel.run),
     ("dce_final", dce.run),
 ]

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from poot.codegen.cases import scan_rotate
+from poot.codegen.cases import scan_rotate, silu_mul
 from poot.conformance.inputs import Arg, nan_payload
 from poot.conformance.roles import input_role
 from poot.dtypes import DType
@@ -319,6 +319,16 @@ def _normed_case(w, rows: int, srcs) -> Case | None:
                 flops=2 * rows * k * n)
 
 
+def _prologue_case(head, key, rows: int, weight: list, n: int) -> Case:
+    """`head` contracting swiglu(g, u) of `rows` rows, g and u 256 long (a decode step's
+    down projection reading the SwiGLU of its gate and up)."""
+    a = T((rows, 256), F32)
+    op = O.ContractionPrologue(head, 1 + len(weight), region([a, a], silu_mul))
+    return case(f"ContractionPrologue-{head.name}-{key}-{rows}x256", "ContractionPrologue",
+                F32, [Arg(a), *weight, Arg(a)], one(op), exact=False, growth="compose",
+                flops=2 * rows * 256 * n)
+
+
 def _f16_words(shape) -> tuple:
     """f16 values held two to a u32 word (the dense:f16words layout), not random words,
     whose halves would hold NaN and Inf patterns."""
@@ -337,6 +347,8 @@ def dense_cases() -> Iterator[Case]:
     yield case("DenseRowGather-bf16-37x16", "DenseRowGather", BF16,
                [Arg(T((37, 16), BF16)), Arg(T((5,), I32), ("index", 37))],
                one(O.DenseRowGather()), exact=True)
+    for rows in (1, 2):
+        yield _prologue_case(O.DenseContraction(), "bf16", rows, [Arg(T((19, 256), BF16))], 19)
     yield case("GroupedDenseContraction-bf16-2x3x16", "GroupedDenseContraction", BF16,
                [Arg(T((2, 3, 16), F32)), Arg(T((10, 16), BF16))],
                one(O.GroupedDenseContraction(2)), exact=False, growth="compose",
@@ -357,6 +369,8 @@ def packed_cases() -> Iterator[Case]:
                    growth="compose", flops=2 * 3 * 256 * 8)
         yield _normed_case(w, 1, srcs)
         yield _normed_case(w, 3, srcs)
+        for rows in (1, 3):
+            yield _prologue_case(O.PackedContraction(w), name, rows, srcs, 8)
         yield case(f"PackedRowGather-{name}-5", "PackedRowGather", name,
                    [Arg(T((5,), I32), ("index", 8))] + srcs, one(O.PackedRowGather(w)),
                    exact=False, growth="basic")

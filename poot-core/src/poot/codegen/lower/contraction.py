@@ -9,12 +9,14 @@ packed weights are decoded by `WeightFormat.decode_expr`, and a run of K at a ti
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from poot.codegen import index as ix
 from poot.codegen.bits import half_of, widen16
 from poot.codegen.expr import Expr, Load, u32
 from poot.codegen.lower.base import Sig, lowers, words
 from poot.codegen.lower.dot import (
+    GEMV_MAX_ROWS,
     PROBLEMS,
     Problem,
     RowNorm,
@@ -31,6 +33,7 @@ from poot.formats import RunPart, decode_run, get_format, int_run, run_length, w
 from poot.ir.graph import Lit
 from poot.ir.ops import (
     ContractionEpilogue,
+    ContractionPrologue,
     DenseContraction,
     DenseRowGather,
     GroupedDenseContraction,
@@ -227,6 +230,28 @@ def lower_dense_row_gather(sig: Sig) -> KernelProgram:
 def lower_packed_row_gather(sig: Sig) -> KernelProgram:
     w = PackedReader(sig, sig.op.weight, 1)
     return _row_gather(sig, 0, sig.op.weight.shape[0], w.elem, w.views)
+
+
+@problem_for(ContractionPrologue)
+def prologue_problem(sig: Sig, epilogue) -> Problem:
+    """The head's contraction of the body's result: each activation element is the body
+    evaluated where the schedule reads it, over its parameters in0, in{n_head}, ... (each
+    of the activation's type). Decode rows only: wider problems stage activation tiles
+    from memory."""
+    op, t = sig.op, sig.type(0)
+    if type(op.head) not in (DenseContraction, PackedContraction) or \
+            _rows(t) > GEMV_MAX_ROWS:
+        raise UnsupportedOp(f"no prologue for {op.head.name} of {_rows(t)} rows (a dense or "
+                            f"packed contraction of at most {GEMV_MAX_ROWS})",
+                            op="ContractionPrologue")
+    names = ["in0"] + [f"in{j}" for j in range(op.n_head, len(sig.ins))]
+
+    def a(b, m, kk):
+        coords = [*ix.unravel(m, t.shape[:-1]), kk]
+        params = [lambda c, x=x: Load(x, ix.ravel(c, t.shape), t.dtype) for x in names]
+        return RegionEval(None, op.body, params).result_at(coords)
+    head = Sig(op.head, sig.ins[:op.n_head], sig.out, sig.features)
+    return replace(PROBLEMS[type(op.head)](head, epilogue), a=a)
 
 
 # -- epilogue -------------------------------------------------------------------------------

@@ -1,13 +1,15 @@
 """Shared pieces of the contraction passes (contraction_dense, contraction_packed): reading
 a weight operand back to its binder, absorbing linear()'s reshapes, and deciding which
-matched eqns can go."""
+matched eqns can go; and of the passes that move a producer into the contractions reading
+it (norm_contraction, prologue): who reads it."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from poot.compiler.view import GraphView, NoMatch
-from poot.ir.graph import Eqn, Graph
-from poot.ir.ops import Cast, PackedDequant, Reshape, Slice, Transpose
+from poot.ir.graph import Eqn, Graph, Value
+from poot.ir.ops import Cast, ContractionEpilogue, PackedDequant, Reshape, Slice, Transpose
 from poot.ir.types import StorageClass, ValueId
 
 MOVES = (Transpose, Reshape, Cast)
@@ -139,3 +141,25 @@ def weight_label(view: GraphView, args) -> str:
         if view.storage(a) is StorageClass.CONST:
             return f"{view.graph.meta(a).identity.label or repr(a)} {view.type_of(a)}"
     return "a computed weight"
+
+
+def activation_readers(view: GraphView, e: Eqn, heads: tuple, most: int, rows: int,
+                       what: str) -> list[Eqn]:
+    """The eqns reading e's result (at most `most`), each a contraction of `heads` taking
+    it as its activation only (bare, or an epilogue's head), the result of at most `rows`
+    rows and no graph output; NoMatch otherwise, saying why of `what` ("a norm")."""
+    n = math.prod(view.type_of(e.out).shape[:-1])
+    if n > rows:
+        raise NoMatch(f"{n} rows: {what} more than {rows} rows read stays a kernel")
+    if view.is_output(e.out):
+        raise NoMatch(f"{what}'s result is a graph output")
+    readers = list(dict.fromkeys(view.users.get(e.out, ())))
+    if len(readers) > most:
+        raise NoMatch(f"{len(readers)} readers: {what} read by more than {most} stays a kernel")
+    for r in readers:
+        head = r.op.head if isinstance(r.op, ContractionEpilogue) else r.op
+        if not isinstance(head, heads):
+            raise NoMatch(f"{r.op.name} at {r.out!r} reads {what}")
+        if [x for x in r.inputs if isinstance(x, Value) and x.id == e.out] != [r.inputs[0]]:
+            raise NoMatch(f"{r.op.name} at {r.out!r} reads {what} other than as its activation")
+    return readers

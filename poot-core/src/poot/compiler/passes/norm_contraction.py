@@ -6,12 +6,11 @@ sums of squares with the activations it reads anyway: no norm kernel, no normed 
 Only targets that declare the op get it (where the GEMV can take the norm in)."""
 from __future__ import annotations
 
-import math
-
+from poot.compiler.passes.contraction_match import activation_readers
 from poot.compiler.rewrite import Rewriter
 from poot.compiler.view import GraphView, NoMatch
 from poot.ir import region
-from poot.ir.graph import Lit, Value
+from poot.ir.graph import Lit
 from poot.ir.ops import ContractionEpilogue, FusedRow, NormedPackedContraction, PackedContraction
 from poot.ir.ops.composite import rms_norm_chain
 
@@ -31,7 +30,8 @@ def run(graph, ctx):
             continue
         try:
             eps = rms_norm_eps(view, e)
-            readers = _readers(view, e)
+            readers = activation_readers(view, e, (PackedContraction,), READERS, ROWS,
+                                         "a norm")
         except NoMatch as why:
             ctx.record.kept(NAME, e.out, str(why))
             continue
@@ -64,26 +64,6 @@ def rms_norm_eps(view: GraphView, e) -> float:
     if str(want) != str(body):
         raise NoMatch("the region is not poot.ops.rms_norm's chain")
     return eps
-
-
-def _readers(view: GraphView, e) -> list:
-    """The eqns reading the norm, each a packed contraction taking it as its activation
-    only (bare, or an epilogue's head); NoMatch otherwise."""
-    rows = math.prod(view.type_of(e.out).shape[:-1])
-    if rows > ROWS:
-        raise NoMatch(f"{rows} rows: a norm more than {ROWS} rows read stays a kernel")
-    if view.is_output(e.out):
-        raise NoMatch("the normed rows are a graph output")
-    readers = list(dict.fromkeys(view.users.get(e.out, ())))
-    if len(readers) > READERS:
-        raise NoMatch(f"{len(readers)} readers: a norm read by more than {READERS} stays a kernel")
-    for r in readers:
-        head = r.op.head if isinstance(r.op, ContractionEpilogue) else r.op
-        if not isinstance(head, PackedContraction):
-            raise NoMatch(f"{r.op.name} at {r.out!r} reads the normed rows")
-        if [x for x in r.inputs if isinstance(x, Value) and x.id == e.out] != [r.inputs[0]]:
-            raise NoMatch(f"{r.op.name} at {r.out!r} reads them other than as its activation")
-    return readers
 
 
 def _normed(r, e, eps: float):

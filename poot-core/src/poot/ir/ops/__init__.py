@@ -15,6 +15,7 @@ from poot.ir.ops.composite import (
     BlockTopK,
     Composite,
     ContractionEpilogue,
+    ContractionPrologue,
     DenseContraction,
     DenseRowGather,
     Fused,

@@ -101,6 +101,40 @@ class ContractionEpilogue(Composite):
         return b.inline(self.body, [h, *ins[self.n_head:]])
 
 
+@dataclass(frozen=True, eq=False, repr=False)
+class ContractionPrologue(Composite):
+    """A contraction `head` whose activation is a pointwise region of the operands.
+
+    Operands: the body's first parameter, then the head's other n_head - 1 operands (its
+    weight), then the body's other parameters; every parameter has the activation's
+    shape. The head contracts the body's result (a decode step's SwiGLU of the gate and up
+    rows read by the down projection: no kernel or buffer between them).
+    """
+
+    head: OpKind
+    n_head: int
+    body: Graph
+
+    def params(self):
+        return {"head": self.head, "eqns": len(self.body.eqns())}
+
+    def split(self, ins):
+        """(the body's operands, the head's operands after its activation)."""
+        return [ins[0], *ins[self.n_head:]], list(ins[1:self.n_head])
+
+    def infer(self, ins: Sequence[TensorType]) -> TensorType:
+        pro, rest = self.split(ins)
+        want = [self.body.type_of(v) for v in self.body.inputs()]
+        act = self.body.type_of(self.body.result())
+        if pro != want or any(t != act for t in want):
+            self.fail(f"prologue takes {want}, each of its result's type {act}", ins)
+        return self.head.infer([act, *rest])
+
+    def define(self, b, ins):
+        pro, rest = self.split(ins)
+        return b.eqn(self.head, b.inline(self.body, pro), *rest)
+
+
 # -- attention ------------------------------------------------------------------------
 def attention_chain(b, q, k, v, mask, scale: float):
     """The masked-softmax chain between two matmuls, with GQA by reshaping q.
