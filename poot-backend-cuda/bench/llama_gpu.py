@@ -44,14 +44,16 @@ def source_for(fmt: str, config, seed: int = 0, stack=(True, True)) -> Synthetic
                             stack_ffn=stack[1])
 
 
-def traced(config, source, backend, device):
+def traced(config, source, backend, device, off: frozenset = frozenset()):
+    """The decode step over `source`, compiled with the passes `off` disabled."""
     import poot
+    from poot.compiler import Policy
     from poot.models.llama import build_decoder
 
     t0 = time.perf_counter()
     step = build_decoder(config, source, tokens=1, kv="dense", stack_qkv=source.stack,
                          stack_ffn=source.stack_ffn)
-    compiled = poot.compile(step.graph, (backend, device))
+    compiled = poot.compile(step.graph, (backend, device), policy=Policy(disable=set(off)))
     print(f"  traced and compiled in {time.perf_counter() - t0:.1f} s", flush=True)
     return step, compiled
 
@@ -60,7 +62,8 @@ def parse_variants(text: str) -> list[dict]:
     """"A=1,B=2;A=3" -> [{"A": 1, "B": 2}, {"A": 3}]: GEMV schedule constants of
     poot.codegen.lower.dot per variant ("" -> one variant, the defaults); STACK_QKV=0 /
     STACK_FFN=0: the model traced with q, k and v (gate and up) as separate weights
-    (build_decoder's stack_qkv / stack_ffn)."""
+    (build_decoder's stack_qkv / stack_ffn); PROLOGUE=0: compiled without the prologue
+    pass."""
     out = []
     for part in text.split(";") if text else [""]:
         kv = dict(x.split("=") for x in part.split(",") if x)
@@ -72,16 +75,21 @@ def variant_label(v: dict) -> str:
     return " ".join(f"{k}={x}" for k, x in v.items())
 
 
+#: variant keys that change the traced or compiled graph (default 1 each): the stacks the
+#: model is traced with, then compile passes
 STACKS = ("STACK_QKV", "STACK_FFN")
+PASSES = {"PROLOGUE": "prologue"}
 
 
-def stacked_groups(variants: list[dict]) -> list[tuple[tuple[bool, bool], list[dict]]]:
-    """The variants by (STACK_QKV, STACK_FFN) (default 1 each), in first-seen order,
-    without those keys: each group is traced once over its own weights."""
+def stacked_groups(variants: list[dict]) -> list[tuple[tuple, list[dict]]]:
+    """The variants by ((STACK_QKV, STACK_FFN), passes off), in first-seen order, without
+    those keys: each group is traced and compiled once (over its own weights)."""
     groups: dict[tuple, list[dict]] = {}
     for v in variants:
-        groups.setdefault(tuple(bool(v.get(k, 1)) for k in STACKS), []).append(
-            {k: x for k, x in v.items() if k not in STACKS})
+        key = (tuple(bool(v.get(k, 1)) for k in STACKS),
+               frozenset(name for k, name in PASSES.items() if not v.get(k, 1)))
+        groups.setdefault(key, []).append(
+            {k: x for k, x in v.items() if k not in STACKS and k not in PASSES})
     return list(groups.items())
 
 
@@ -174,14 +182,15 @@ def bench_shape(shape: str, fmt: str, variants, runtime, backend, device, timer,
     print(f"== {shape} {fmt}: {config.layers} layers, dim {config.dim}, ffn {config.ffn}, "
           f"vocab {config.vocab}, {'tied' if config.tied else 'untied'} head", flush=True)
     rows = []
-    for stack, group in stacked_groups(variants):
+    for (stack, off), group in stacked_groups(variants):
         source = source_for(fmt, config, stack=stack)
-        step, compiled = traced(config, source, backend, device)
+        step, compiled = traced(config, source, backend, device, off)
         cache = None
         for variant in group:
             apart = [what for what, on in zip(("q,k,v", "gate,up"), stack) if not on]
             label = f"{shape} {fmt} {variant_label(variant)}" + (
-                f" {' and '.join(apart)} apart" if apart else "")
+                f" {' and '.join(apart)} apart" if apart else "") + "".join(
+                f" no {name}" for name in sorted(off))
             p = planned(compiled, backend, device, variant)
             ex, cache = executor(step, p, source, runtime, cache)
             rows += bench_variant(label.rstrip(), config, source, ex, timer, copy_gbs,
@@ -265,9 +274,9 @@ def plan_only(shapes, formats, variants, check_layers: int) -> None:
     for shape, layers, fmt, values in todo:
         print(f"== {shape} {fmt}" + (f" ({layers} layers)" if layers else ""), flush=True)
         config = shape_config(shape, layers)
-        for stack, group in stacked_groups(values):
+        for (stack, off), group in stacked_groups(values):
             _, compiled = traced(config, source_for(fmt, config, stack=stack), backend,
-                                 device)
+                                 device, off)
             for variant in group:
                 planned(compiled, backend, device, variant)
 
