@@ -31,9 +31,7 @@ def test_llama_step_plans_and_compiles_for_sm90(tokens, kv, dtype, fmt):
     names = {s.eqn.op.name for s in p.steps}
     # a paged step reads its KV pool through the slot map inside the attention kernel
     attention = "PagedAttention" if kv == "paged" else "Attention"
-    # a packed one-token step's norms go into the integer GEMVs that read them
-    norm = "NormedPackedContraction" if fmt and tokens == 1 else "FusedRow"
-    assert {attention, "Rope", norm} <= names
+    assert {attention, "Rope", "FusedRow"} <= names
     for s in p.steps:
         for ck in s.lowering.program.kernels:
             assert ck.binary[:4] == b"\x7fELF"

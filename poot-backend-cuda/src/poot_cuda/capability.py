@@ -45,13 +45,6 @@ def parse_arch(arch: str) -> tuple[int, int]:
     return int(digits[:-1]), int(digits[-1])
 
 
-def _integer_runs(name: str) -> bool:
-    """Whether packed format `name` decodes runs of integer bytes (the integer GEMV's)."""
-    from poot.formats import get_format
-
-    return getattr(get_format(name), "int_run", None) is not None
-
-
 def table(device: str, major: int, minor: int, formats) -> CapabilityTable:
     """sm_80+ computes with F32, F16 and BF16 (16-bit floats compute in F32 and round
     per op, the IR's rule); sm_70/75 lack BF16 arithmetic. FP8 is storage only (packed
@@ -65,7 +58,7 @@ def table(device: str, major: int, minor: int, formats) -> CapabilityTable:
     if (major, minor) >= (8, 9):
         dtypes.update({DType.F8E4M3: Use.STORAGE, DType.F8E5M2: Use.STORAGE})
     ops = kernel_ops(floats, formats)
-    if (major, minor) >= (6, 1):   # dp2a: the integer GEMV takes the norm in (lower.dot)
-        ops["NormedPackedContraction"] = {f for f in formats if _integer_runs(f)}
-    ops["ContractionPrologue"] = {F32}   # a decode GEMV computes its activation's region
+    # NormedPackedContraction and ContractionPrologue lower here (lower.dot) but are not
+    # declared: at the 8B shape each of them made its GEMVs slower than the norm's or the
+    # SwiGLU's own small kernel (docs/performance.md, 2026-12-06), so compile keeps those
     return CapabilityTable.declare("cuda", device, dtypes, ops, notes=kernel_notes("cuda"))
