@@ -350,8 +350,8 @@ def _ffn(c: LlamaConfig, h, p: str, declare, suffix: str = "", *, linear=None, p
     config has experts (`suffix` "_shexp": the shared expert's tensors). `linear(x, name)`
     is the step's projection (with its LoRA updates); `pool` the traced expert pool;
     `stack(names)` the gate and up weights stacked by rows, or None: one token's step then
-    computes both in one contraction (one pass over the weights' rows, one kernel fewer),
-    a wider one each over its rows."""
+    computes both in one contraction (one GEMV instead of two; the SwiGLU reads its
+    halves), a wider one each over its rows."""
     linear = linear or (lambda x, name: ops.linear(x, declare(name)))
     if c.experts and not suffix:
         return _moe(c, h, p, declare, linear, pool)
