@@ -22,6 +22,8 @@
 #   peer8b     the PyTorch peer at the 8B shape (eager, eager in a CUDA graph; torch.compile
 #              when $PEER_COMPILE is a number of seconds to allow it)
 #   peer1b     the same at the 1B shape
+#   ncu        Nsight Compute over the first layer's four GEMVs of an 8B step in each format
+#              of $NCU_FORMATS (default Q4_0,bf16): DRAM throughput, occupancy, warp stalls
 # Each part runs under its own timeout ($T_<part> seconds); a failing part never stops the
 # later ones. Logs in $OUT (at most 8 files); SUMMARY lines collected into a table last.
 set -u -o pipefail
@@ -143,6 +145,17 @@ for part in $PARTS; do
         --formats Q4_0,Q4_K --profile none --check-layers 0 --variants '${SWEEP:-}'" \
         >"$OUT/sweep.log" 2>&1
       rc=$? ;;
+    ncu)
+      : >"$OUT/ncu.log"
+      for f in $(tr , ' ' <<<"${NCU_FORMATS:-Q4_0,bf16}"); do
+        echo "=== ncu 8b $f" >>"$OUT/ncu.log"
+        timeout -k 5 "$lim" ncu -k regex:contraction -c 4 --section SpeedOfLight \
+          --section Occupancy --section LaunchStats --section WarpStateStats \
+          --section MemoryWorkloadAnalysis bash -c "cd $B && python3 llama_gpu.py \
+          --shapes 8b --formats $f --profile none --check-layers 0" 2>&1 |
+          grep -vE '^ *(----|$)|SUMMARY' | cut -c1-150 >>"$OUT/ncu.log"
+        rc=$?
+      done ;;
     peer8b | peer1b)
       shape=${part#peer}
       args=(--shape "$shape" --steps 100)

@@ -19,6 +19,17 @@ from poot.ir.types import TensorType as T
 from poot.oracle import apply
 
 
+def _matches_numpy(prog, op, ins):
+    """The 16-bit GEMV `prog` of x [M, K] against w [N, K] gives numpy's x @ w^T."""
+    (m, k), (n, _) = ins[0].shape, ins[1].shape
+    rng = np.random.default_rng(n + k)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    w = (rng.standard_normal((n, k)) * 0.05).astype(ml_dtypes.bfloat16)
+    got = run_lowering(prog, [x, w], op.infer(ins))
+    want = x @ w.astype(np.float32).T
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-5
+
+
 @pytest.mark.parametrize("n, k, split", [(16, 4096, 8), (24, 1024, 2), (16, 200, 1)])
 def test_few_column_gemv_splits_k_across_warps(monkeypatch, n, k, split):
     monkeypatch.setattr(dot, "SPLIT_WARPS", 256)     # the 8B's 1024 columns, scaled down
@@ -28,12 +39,30 @@ def test_few_column_gemv_splits_k_across_warps(monkeypatch, n, k, split):
     (kernel,) = prog.kernels
     widths = {s.width for s in kernel.statements() if isinstance(s, CoopReduce)}
     assert widths == {32 * split}
-    rng = np.random.default_rng(n + k)
-    x = rng.standard_normal((1, k)).astype(np.float32)
-    w = (rng.standard_normal((n, k)) * 0.05).astype(ml_dtypes.bfloat16)
-    got = run_lowering(prog, [x, w], op.infer(ins))
-    want = x @ w.astype(np.float32).T
-    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-5
+    _matches_numpy(prog, op, ins)
+
+
+@pytest.mark.parametrize("m, n, k, split", [(1, 16, 4096, 8), (2, 24, 2600, 4),
+                                             (1, 12, 2088, 4)])
+@pytest.mark.parametrize("skip", [0, 1], ids=["reload", "skip-ahead"])
+def test_pipelined_gemv_loads_the_next_trip_while_one_computes(monkeypatch, m, n, k, split,
+                                                               skip):
+    """PIPELINE: the 16-bit GEMV's words of trip t + 1 are loaded before trip t's
+    products (the last trip reloads its own, or with SKIP_AHEAD loads none); K = 2600 and
+    2088 leave words past the last whole trip, walked one at a time. Same sums as
+    numpy's."""
+    monkeypatch.setattr(dot, "SPLIT_WARPS", 256)
+    monkeypatch.setattr(dot, "PIPELINE", 1)
+    monkeypatch.setattr(dot, "SKIP_AHEAD", skip)
+    ins = [T((m, k), DType.F32), T((n, k), DType.BF16)]
+    op = DenseContraction()
+    prog = lower(op, ins, op.infer(ins))
+    (kernel,) = prog.kernels
+    assert {s.width for s in kernel.statements() if isinstance(s, CoopReduce)} == {32 * split}
+    text = str(kernel)
+    monkeypatch.setattr(dot, "PIPELINE", 0)
+    assert str(lower(op, ins, op.infer(ins)).kernels[0]) != text    # another walk
+    _matches_numpy(prog, op, ins)
 
 
 @pytest.mark.parametrize("rows, wg", [(1, 1024), (32, 256)])
@@ -144,9 +173,4 @@ def test_gemv_reads_16_byte_units_where_the_target_has_wide_loads(monkeypatch, m
     assert not any(isinstance(s, LoadWide) for s in lower(op, ins, op.infer(ins)).kernels[0]
                    .statements())
     assert {s.width for s in kernel.statements() if isinstance(s, CoopReduce)} == {32 * split}
-    rng = np.random.default_rng(n + k)
-    x = rng.standard_normal((m, k)).astype(np.float32)
-    w = (rng.standard_normal((n, k)) * 0.05).astype(ml_dtypes.bfloat16)
-    got = run_lowering(prog, [x, w], op.infer(ins))
-    want = x @ w.astype(np.float32).T
-    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-5
+    _matches_numpy(prog, op, ins)
