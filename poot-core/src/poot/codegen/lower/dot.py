@@ -92,7 +92,9 @@ RUN_TRIP = 64     # weight elements per lane per trip when decoding runs (>= 32 
 RUN_COLUMNS = 2   # weight rows per group when decoding runs over staged activations
 SHARED_BYTES = 16 * 1024   # staged activations and weights stay within this (WebGPU: 16 KiB+)
 MIN_SPAN = 16     # fewest activations per run and phase when weights are staged too
-SPLIT_WARPS = 4096   # dot-product warps a 16-bit GEMV wants in flight before it splits rows
+#: dot-product warps a 16-bit GEMV wants in flight before it splits rows (4096 left an 8B
+#: step's q|k|v, O and down GEMVs under one wave: docs/performance.md, 2026-12-06 03:30)
+SPLIT_WARPS = 16384
 #: 1: a 16-bit GEMV reads its weight 16 bytes a lane and load where the target has
 #: WIDE_LOADS (0: one word a load; 1 timed slower on an H200, its activation loads being
 #: strided: docs/performance.md, 2026-12-06)
