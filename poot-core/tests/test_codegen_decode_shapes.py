@@ -42,29 +42,6 @@ def test_few_column_gemv_splits_k_across_warps(monkeypatch, n, k, split):
     _matches_numpy(prog, op, ins)
 
 
-@pytest.mark.parametrize("m, n, k, split", [(1, 16, 4096, 8), (2, 24, 2600, 4),
-                                             (1, 12, 2088, 4)])
-@pytest.mark.parametrize("skip", [0, 1], ids=["reload", "skip-ahead"])
-def test_pipelined_gemv_loads_the_next_trip_while_one_computes(monkeypatch, m, n, k, split,
-                                                               skip):
-    """PIPELINE: the 16-bit GEMV's words of trip t + 1 are loaded before trip t's
-    products (the last trip reloads its own, or with SKIP_AHEAD loads none); K = 2600 and
-    2088 leave words past the last whole trip, walked one at a time. Same sums as
-    numpy's."""
-    monkeypatch.setattr(dot, "SPLIT_WARPS", 256)
-    monkeypatch.setattr(dot, "PIPELINE", 1)
-    monkeypatch.setattr(dot, "SKIP_AHEAD", skip)
-    ins = [T((m, k), DType.F32), T((n, k), DType.BF16)]
-    op = DenseContraction()
-    prog = lower(op, ins, op.infer(ins))
-    (kernel,) = prog.kernels
-    assert {s.width for s in kernel.statements() if isinstance(s, CoopReduce)} == {32 * split}
-    text = str(kernel)
-    monkeypatch.setattr(dot, "PIPELINE", 0)
-    assert str(lower(op, ins, op.infer(ins)).kernels[0]) != text    # another walk
-    _matches_numpy(prog, op, ins)
-
-
 @pytest.mark.parametrize("rows, wg", [(1, 1024), (32, 256)])
 def test_one_row_norm_takes_a_wide_workgroup(rows, wg):
     x, w = T((rows, 4096), DType.F32), T((4096,), DType.F32)

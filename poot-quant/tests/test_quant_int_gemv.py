@@ -46,18 +46,15 @@ def _uses_dot2(prog) -> bool:
                if isinstance(s, (Let, Assign)) for n in walk(s.value))
 
 
-@pytest.mark.parametrize("mode", ["registers", "async", "skip-ahead"])
+@pytest.mark.parametrize("copies", [False, True], ids=["registers", "async"])
 @pytest.mark.parametrize("name, shape, rows", CASES, ids=[f"{c[0]}-{c[1]}-m{c[2]}" for c in CASES])
-def test_integer_gemv_matches_oracle(name, shape, rows, mode, monkeypatch):
-    """Weight words through registers (the last trip reloading its own, or with
-    SKIP_AHEAD loading none) or by async copies."""
+def test_integer_gemv_matches_oracle(name, shape, rows, copies, monkeypatch):
     from poot.codegen.lower import dot
     from poot.oracle import apply
 
     monkeypatch.setattr(dot, "ASYNC_STAGES", 2)
-    monkeypatch.setattr(dot, "SKIP_AHEAD", int(mode == "skip-ahead"))
 
-    features = frozenset({DOT2, COPY_ASYNC} if mode == "async" else {DOT2})
+    features = frozenset({DOT2, COPY_ASYNC} if copies else {DOT2})
     pw, op, ins, out, prog = _lowered(name, shape, rows, features)
     assert _uses_dot2(prog)
     rng = np.random.default_rng(shape[1] + rows)
@@ -184,29 +181,6 @@ def test_async_weight_tiles_refill_their_stages(monkeypatch, trips, stages):
     np.testing.assert_array_equal(got, run_lowering(plain, [x, *src], out))
     want = np.asarray(apply(op, [x, *src], ins, out))
     assert float(np.sum((got - want) ** 2) / np.sum(want ** 2)) < CONTRACTION_TOL
-
-
-@pytest.mark.parametrize("name, trips", [("gguf:Q4_0", 3), ("gguf:Q4_K", 2)])
-def test_skip_ahead_loads_no_trip_past_k(monkeypatch, name, trips):
-    """SKIP_AHEAD: the staged walk of `trips` trips (one kernel) loads the next trip's
-    words only where one follows (a uniform branch) instead of the last trip's again:
-    the same bits as the reloading form."""
-    from poot.codegen.lower import dot
-    from poot.codegen.program import If
-
-    monkeypatch.setattr(dot, "INT_MAX_PARTS", 1)
-    shape, rows = (18, trips * 2048), 1
-    pw, op, ins, out, plain = _lowered(name, shape, rows)
-    monkeypatch.setattr(dot, "SKIP_AHEAD", 1)
-    skip = _lowered(name, shape, rows)[4]
-    assert len(skip.kernels) == 1
-    assert _statements(skip, If) == _statements(plain, If) + 1
-    rng = np.random.default_rng(trips)
-    src = [np.asarray(s) for s in pw.get_format().quantize(
-        rng.standard_normal(shape).astype(np.float32))]
-    x = rng.standard_normal((rows, shape[1])).astype(np.float32)
-    np.testing.assert_array_equal(run_lowering(skip, [x, *src], out),
-                                  run_lowering(plain, [x, *src], out))
 
 
 #: (format, weight shape, rows, kernels with the norm inside where it can, kernels apart)

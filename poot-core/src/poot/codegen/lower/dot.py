@@ -99,12 +99,6 @@ SPLIT_WARPS = 16384
 #: WIDE_LOADS (0: one word a load; 1 timed slower on an H200, its activation loads being
 #: strided: docs/performance.md, 2026-12-06)
 WIDE_WORDS = 0
-#: 1: the 16-bit GEMV loads each trip's weight words while the trip before computes
-#: (`_pipelined_walk`); 0: each trip's words are loaded, then used (`_early_walk`)
-PIPELINE = 0
-#: 1: a GEMV holding the next trip's words loads them only where one follows; 0: the last
-#: trip reloads its own words (no branch)
-SKIP_AHEAD = 0
 INT_BLOCK = 32       # activations per int16 scale in the integer GEMV
 INT_SHARED_BYTES = 48 * 1024   # a DOT2 target's workgroup shared memory (target.DOT2)
 INT_PAD = 32         # quantized activation words per pad word (lanes a run apart: no conflict)
@@ -737,21 +731,6 @@ def _gemv_words(kb, p: Problem, lane, b, n, ms, accs, lanes: int = LANES):
             k0 = kb.let("k0", ix.mul(kw, 2))
             for acc, m in zip(accs, ms, strict=True):
                 kb.assign(acc, acc + p.a(b, m, k0) * w0 + p.a(b, m, ix.add(k0, 1)) * w1)
-
-    if PIPELINE and words_per_row >= 2 * lanes * unroll:
-        def word(kw):
-            """Word kw of row n, loaded as it lies (decoded where it is used)."""
-            found = []
-            p.w_pair(b, n, kw, load=lambda name, at: found.append(Load(name, at, DType.U32))
-                     or found[-1])
-            return found[0]
-
-        def use_words(slots, held):
-            use(slots, [tuple(kb.let("w", x) for x in p.w_pair(
-                b, n, kw, load=lambda name, at, word=word_: word)) for kw, word_ in
-                zip(slots, held, strict=True)])
-        _pipelined_walk(kb, lane, words_per_row, unroll, lanes, word, use_words)
-        return
     _early_walk(kb, lane, words_per_row, unroll, lanes, load, use)
 
 
@@ -796,34 +775,6 @@ def _early_walk(kb, lane, stop: int, unroll: int, lanes: int, load, use):
         start = lanes * unroll
     for slots in _unrolled(kb, lane, start, stop, unroll, lanes):
         use(slots, load(slots))
-
-
-def _pipelined_walk(kb, lane, stop: int, unroll: int, lanes: int, word, use):
-    """`_early_walk` with the next trip's words in flight while a trip computes: each
-    trip loads the following one's `unroll` words per lane into registers (the last trip
-    reloads its own, or with SKIP_AHEAD loads none) before its products, so twice the
-    loads are in flight. The first trip's loads go before
-    AwaitInputs (EARLY_LOADS); items past the last whole trip are walked one at a time."""
-    stride = lanes * unroll
-    full = stop // stride * stride
-    held = [kb.var("wh", word(ix.add(lane, lanes * u))) for u in range(unroll)]
-    if EARLY_LOADS:
-        kb.await_inputs()
-    with kb.for_("base", lane, full, stride) as base:
-        if SKIP_AHEAD:
-            fresh = [kb.var("wn", u32(0)) for _ in range(unroll)]
-            with kb.if_(ix.lt(ix.add(base, stride), i32(full))):   # uniform: lane < stride
-                for u, var in enumerate(fresh):
-                    kb.assign(var, word(ix.add(ix.add(base, stride), lanes * u)))
-        else:
-            ahead = kb.let("kn", ix.minimum(ix.add(base, stride), ix.add(lane, full - stride)))
-            fresh = [kb.let("wn", word(ix.add(ahead, lanes * u))) for u in range(unroll)]
-        use([ix.add(base, lanes * u) for u in range(unroll)], held)
-        for var, value in zip(held, fresh, strict=True):
-            kb.assign(var, value)
-    if full < stop:
-        with kb.for_("it", ix.add(lane, full), stop, lanes) as it:
-            use([it], [word(it)])
 
 
 def _gemv_elements(kb, p: Problem, lane, b, n, ms, accs, start: int):
@@ -1120,17 +1071,10 @@ def _int_trips(kb, p: Problem, plan: RunPlan, lane, b, ns, ms):
     yield None
     with kb.for_("kc", 0, p.k, step) as kc:
         put(held)
-        if SKIP_AHEAD:
-            with kb.if_(ix.lt(ix.add(kc, step), i32(p.k))):     # uniform: no last reload
-                ahead = kb.let("kn", ix.add(kc, step))
-                for (_, var, _), (_, word, _) in zip(
-                        held, fetch(ahead, None, lambda _, x: x), strict=True):
-                    kb.assign(var, word)
-        else:
-            ahead = kb.let("kn", ix.minimum(ix.add(kc, step), i32(p.k - step)))
-            for (_, var, _), (_, word, _) in zip(held, fetch(ahead, None, lambda _, x: x),
-                                                 strict=True):
-                kb.assign(var, word)            # the next trip's words, read while this one's
+        ahead = kb.let("kn", ix.minimum(ix.add(kc, step), i32(p.k - step)))
+        for (_, var, _), (_, word, _) in zip(held, fetch(ahead, None, lambda _, x: x),
+                                             strict=True):
+            kb.assign(var, word)                # the next trip's words, read while this one's
         k0s = [kb.let("k0", ix.mul(ix.add(lane, LANES * u), p.run)) for u in range(unroll)]
         yield [(k0, ix.add(kc, k0), None) for k0 in k0s], decode
         kb.barrier()
