@@ -72,8 +72,6 @@ def test_runtime_memory_round_trip(gpu):
     rt.close()
 
 
-
-
 def _packed(normed: bool, shape: tuple[int, int]):
     """A Q4_0 decode GEMV case past the catalog's small K (K in trips of staged tiles)."""
     from poot.codegen.cases import INT_GEMV_TOL, Case, normal

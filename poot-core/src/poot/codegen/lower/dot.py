@@ -92,8 +92,8 @@ RUN_TRIP = 64     # weight elements per lane per trip when decoding runs (>= 32 
 RUN_COLUMNS = 2   # weight rows per group when decoding runs over staged activations
 SHARED_BYTES = 16 * 1024   # staged activations and weights stay within this (WebGPU: 16 KiB+)
 MIN_SPAN = 16     # fewest activations per run and phase when weights are staged too
-#: dot-product warps a 16-bit GEMV wants in flight before it splits rows (4096 left an 8B
-#: step's q|k|v, O and down GEMVs under one wave: docs/performance.md, 2026-12-06 03:30)
+#: dot-product warps a 16-bit GEMV wants in flight before it splits rows (fewer left an
+#: 8B step's q|k|v, O and down GEMVs under one wave: docs/performance.md, 2026-12-06)
 SPLIT_WARPS = 16384
 #: 1: a 16-bit GEMV reads its weight 16 bytes a lane and load where the target has
 #: WIDE_LOADS (0: one word a load; 1 timed slower on an H200, its activation loads being
@@ -110,9 +110,8 @@ INT_MIN_GROUPS = 256   # workgroups of an integer GEMV below which K splits
 INT_PART_K = 2048    # shortest part of a split K (one staged trip of 32-element blocks)
 INT_MAX_PARTS = 8    # most parts K splits into
 EARLY_LOADS = 1      # 1: GEMVs load their first trip's weights before AwaitInputs (0: after)
-#: integer GEMV weight tiles in flight by async copies (0: via registers; 2 timed 1.7%
-#: faster on an 8B Q4_0 step with the norms inside the GEMVs, not yet on the current
-#: graph: docs/performance.md, 2026-12-06)
+#: integer GEMV weight tiles in flight by async copies (0: via registers; 2 made the
+#: current 8B Q4_0 step slower: docs/performance.md, 2026-12-06)
 ASYNC_STAGES = 0
 #: 1: an RMSNorm read by an integer GEMV of one kernel is taken inside it (its rows' sums
 #: of squares with the activations it quantizes); 0: the norm is always a kernel of its own
