@@ -431,8 +431,9 @@ def test_quantized_folder_runs_packed(quantized_pair, hf_weights):
     ops = Counter(e.op.name for e in poot.compile(model.step_graph(1, compiled=False),
                                                   "reference").graph.eqns())
     # per layer q/k/v, o, gate/up and down (gate and up with the FFN's norm inside); the
-    # tied head is the dense embedding
-    assert ops["PackedContraction"] == LAYERS * 3 and ops["DenseContraction"] == 1, dict(ops)
+    # tied head is the dense embedding, the final norm inside it
+    assert ops["PackedContraction"] == LAYERS * 3 and ops["NormedDenseContraction"] == 1, \
+        dict(ops)
     assert ops["NormedPackedContraction"] == LAYERS, dict(ops)
     assert "PackedDequant" not in ops and "MatMul" not in ops, dict(ops)
 

@@ -12,7 +12,8 @@ from poot.oracle import evaluate
 from poot.plan import plan
 from poot_cuda.backend import CudaBackend
 
-STEPS = [(1, "dense", "f32", None), (3, "paged", "bf16", None), (1, "dense", "f32", "gguf:Q4_0")]
+STEPS = [(1, "dense", "f32", None), (3, "paged", "bf16", None), (1, "dense", "f32", "gguf:Q4_0"),
+         (1, "dense", "bf16", None)]
 
 
 def build(tokens, kv, dtype, fmt, device, backend=None):

@@ -14,7 +14,7 @@ from poot.codegen.program import CoopReduce, CoopReduceScatter, LoadWide
 from poot.codegen.target import REDUCE_SCATTER, WIDE_LOADS, WIDE_WORKGROUPS
 from poot.dtypes import DType
 from poot.ir import region
-from poot.ir.ops import DenseContraction, FusedRow
+from poot.ir.ops import DenseContraction, FusedRow, NormedDenseContraction
 from poot.ir.types import TensorType as T
 from poot.oracle import apply
 
@@ -146,8 +146,32 @@ def test_gemv_reads_16_byte_units_where_the_target_has_wide_loads(monkeypatch, m
     prog = lower(op, ins, op.infer(ins), frozenset({WIDE_LOADS}))
     (kernel,) = prog.kernels
     wide = [s for s in kernel.statements() if isinstance(s, LoadWide)]
-    assert wide and all(len(s.names) == 4 for s in wide)
+    assert {len(s.names) for s in wide} == {4, 2}    # 4 weight words, 2 activations
     assert not any(isinstance(s, LoadWide) for s in lower(op, ins, op.infer(ins)).kernels[0]
                    .statements())
     assert {s.width for s in kernel.statements() if isinstance(s, CoopReduce)} == {32 * split}
     _matches_numpy(prog, op, ins)
+
+
+@pytest.mark.parametrize("m, n, k, split", [(1, 16, 4096, 8), (2, 24, 1040, 2), (1, 19, 200, 1)])
+@pytest.mark.parametrize("wide", [False, True])
+def test_16_bit_gemv_takes_the_norm_in(monkeypatch, m, n, k, split, wide):
+    """NormedDenseContraction: one kernel, each group summing x^2 over the K it walks
+    (split across warps or not); with WIDE_LOADS each word's two activations and two
+    norm weights come in one 8-byte load each. Same as the oracle's norm, then GEMV."""
+    monkeypatch.setattr(dot, "SPLIT_WARPS", 256)
+    ins = [T((m, k), DType.F32), T((n, k), DType.BF16), T((k,), DType.F32)]
+    op = NormedDenseContraction(1e-5)
+    out = op.infer(ins)
+    prog = lower(op, ins, out, frozenset({WIDE_LOADS}) if wide else frozenset())
+    (kernel,) = prog.kernels
+    pairs = [s for s in kernel.statements() if isinstance(s, LoadWide)]
+    assert bool(pairs) == wide and all(len(s.names) == 2 for s in pairs)
+    assert {s.width for s in kernel.statements() if isinstance(s, CoopReduce)} == {32 * split}
+    rng = np.random.default_rng(k)
+    a = [rng.standard_normal((m, k)).astype(np.float32),
+         (rng.standard_normal((n, k)) * 0.05).astype(ml_dtypes.bfloat16),
+         rng.standard_normal(k).astype(np.float32)]
+    want = np.asarray(apply(op, a, ins, out))
+    np.testing.assert_allclose(run_lowering(prog, a, out), want, rtol=1e-4, atol=1e-5)
+

@@ -43,6 +43,7 @@ def test_every_eqn_of_a_llama_step(tokens, kv, dtype, fmt):
     assert not failures, "\n".join(failures)
     # a paged step reads its KV pool through the slot map inside the attention kernel
     attention = "PagedAttention" if kv == "paged" else "Attention"
-    # a packed one-token step's norms go into the contractions that read them
-    norm = "NormedPackedContraction" if fmt and tokens == 1 else "FusedRow"
+    # a one-token step's norms go into the contractions that read them
+    norm = "FusedRow" if tokens > 1 else "NormedPackedContraction" if fmt else \
+        "NormedDenseContraction"
     assert {attention, "Rope", norm} <= ops

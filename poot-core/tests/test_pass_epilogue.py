@@ -75,8 +75,9 @@ def test_whole_pipeline_agrees_on_the_mlp():
                    poot.spec((12, 8), "bf16"), poot.spec((8, 12), "bf16"), poot.spec((8,)))
     compiled = poot.compile(g, "reference")
     validate(g, compiled.graph, seed=11)
+    # the norm goes into gate (the SwiGLU epilogue's head) and up: 3 rows, two readers
     assert Counter(e.op.name for e in compiled.graph.eqns()) == Counter(
-        {"FusedRow": 1, "ContractionEpilogue": 2, "DenseContraction": 1})
+        {"ContractionEpilogue": 2, "NormedDenseContraction": 1})
 
 
 def test_head_the_target_cannot_lower_keeps_its_chain():

@@ -1,6 +1,7 @@
-"""norm_contraction: an RMSNorm read only as the activation of packed contractions of a
-decode step goes into each of them (NormedPackedContraction); any other reader, a wide
-step or a target that does not declare the op keeps the norm's own FusedRow."""
+"""norm_contraction: an RMSNorm read only as the activation of weight contractions of a
+decode step goes into each of them (NormedPackedContraction, NormedDenseContraction); any
+other reader, a wide step or a target that does not declare the op keeps the norm's own
+FusedRow."""
 from __future__ import annotations
 
 from collections import Counter
@@ -46,15 +47,20 @@ def test_the_pass_can_be_turned_off():
     assert ops["FusedRow"] == 3 and "NormedPackedContraction" not in ops
 
 
-@pytest.mark.parametrize("fmt, tokens, why", [
-    (None, 1, "DenseContraction at"),                    # dense weights read the norm
-    ("gguf:Q4_0", 8, "8 rows"),                          # a prefill chunk's norm
-])
-def test_other_readers_and_wide_steps_keep_the_norm(fmt, tokens, why):
-    _, _, compiled = compiled_step(fmt, tokens)
+def test_dense_weights_take_the_norm_too():
+    step, weights, compiled = compiled_step(None)
     ops = Counter(e.op.name for e in compiled.graph.eqns())
-    assert ops["FusedRow"] == 3 and "NormedPackedContraction" not in ops
-    assert why in compiled.explain()
+    assert ops["NormedDenseContraction"] == 3 and not {"FusedRow", "DenseContraction"} & set(ops)
+    validate(step.graph, compiled.graph, seed=1, trials=2, given=const_inputs(step, weights))
+
+
+@pytest.mark.parametrize("fmt", [None, "gguf:Q4_0"])
+def test_wide_steps_keep_the_norm(fmt):
+    _, _, compiled = compiled_step(fmt, 8)                # a prefill chunk's norm
+    ops = Counter(e.op.name for e in compiled.graph.eqns())
+    assert ops["FusedRow"] == 3 and not {"NormedPackedContraction",
+                                         "NormedDenseContraction"} & set(ops)
+    assert "8 rows" in compiled.explain()
 
 
 def test_a_norm_of_more_than_two_readers_stays_a_kernel():

@@ -38,6 +38,7 @@ from poot.ir.ops import (
     IndexedPackedContraction,
     Iota,
     MatMul,
+    NormedDenseContraction,
     NormedPackedContraction,
     OpKind,
     PackedContraction,
@@ -457,6 +458,15 @@ def _dense(m_shape, n, k, wdt, tol=1e-10):
     return Case(f"dense-{m_shape}-{n}x{k}-{wdt}", DenseContraction(), (a, w), mk, tol)
 
 
+def _normed_dense(m_shape, n, k, wdt):
+    """rms_norm(x, g) into a dense weight: K even and 16-bit takes the norm inside the
+    GEMV, the rest run it apart first."""
+    a, g = T(m_shape + (k,), F32), T((k,), F32)
+    w = T((n, k // 2), U32) if wdt is U32 else T((n, k), wdt)
+    return Case(f"normed-dense-{m_shape}-{n}x{k}-{wdt}", NormedDenseContraction(1e-5),
+                (a, w, g), makers(normal(a), normal(w), normal(g)), 1e-10)
+
+
 def contraction_cases() -> list[Case]:
     ga, gw = T((3, 2, 40), F32), T((21, 40), BF16)
     tab, ids = T((11, 7), BF16), T((2, 3), I32)
@@ -480,6 +490,9 @@ def contraction_cases() -> list[Case]:
             DenseContraction(), 2, region([head_a, head_a], silu_mul)),
              (head_a, head_w, head_a), makers(normal(head_a), normal(head_w), normal(head_a)),
              1e-10),
+        _normed_dense((1,), 20, 64, BF16), _normed_dense((2,), 12, 2088, BF16),
+        _normed_dense((1,), 19, 63, BF16), _normed_dense((3,), 17, 64, F32),
+        _normed_dense((1,), 20, 64, U32), _normed_dense((6,), 20, 64, BF16),
     ]
 
 

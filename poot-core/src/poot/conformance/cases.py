@@ -344,6 +344,17 @@ def dense_cases() -> Iterator[Case]:
                    [Arg(T((3, 64), F32)), Arg(T(ws, w), _f16_words(ws) if w is U32 else "any")],
                    one(O.DenseContraction()), exact=False, growth="compose",
                    flops=2 * 3 * 64 * 19)
+    # rms_norm into a dense weight: one row (a decode GEMV takes the norm in), three, and
+    # a K long enough to split each dot product over warps, with a tail
+    for w, rows, k in ((BF16, 1, 64), (BF16, 3, 64), (BF16, 1, 2088), (F16, 1, 64),
+                       (U32, 1, 64), (F32, 2, 64)):
+        ws = (19, k // 2) if w is U32 else (19, k)
+        yield case(f"NormedDenseContraction-{w}-{rows}x{k}-19x{k}", "NormedDenseContraction",
+                   w, [Arg(T((rows, k), F32)),
+                       Arg(T(ws, w), _f16_words(ws) if w is U32 else "any"),
+                       Arg(T((k,), F32))],
+                   one(O.NormedDenseContraction(1e-5)), exact=False, growth="compose",
+                   flops=2 * rows * k * 19)
     yield case("DenseRowGather-bf16-37x16", "DenseRowGather", BF16,
                [Arg(T((37, 16), BF16)), Arg(T((5,), I32), ("index", 37))],
                one(O.DenseRowGather()), exact=True)

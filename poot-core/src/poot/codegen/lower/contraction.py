@@ -20,6 +20,7 @@ from poot.codegen.lower.dot import (
     PROBLEMS,
     Problem,
     RowNorm,
+    Rows,
     contraction_program,
     problem_for,
     store_flat,
@@ -38,6 +39,7 @@ from poot.ir.ops import (
     DenseRowGather,
     GroupedDenseContraction,
     IndexedPackedContraction,
+    NormedDenseContraction,
     NormedPackedContraction,
     PackedContraction,
     PackedDequant,
@@ -119,22 +121,29 @@ def _rows(t) -> int:
     return math.prod(t.shape[:-1])
 
 
-def _activation(name: str, k: int):
-    return lambda b, m, kk: Load(name, ix.add(ix.mul(m, k), kk), F32)
-
-
 # -- contractions -------------------------------------------------------------------------
 @problem_for(DenseContraction)
 def dense_problem(sig: Sig, epilogue) -> Problem:
-    a = sig.type(0)
-    k = a.shape[-1]
-    n = sig.out.shape[-1]
+    return _dense(sig, epilogue, Rows("in0", sig.type(0).shape[-1]))
+
+
+@problem_for(NormedDenseContraction)
+def normed_dense_problem(sig: Sig, epilogue) -> Problem:
+    """The dense contraction of rms_norm(in0, in2) (`RowNorm`, as `normed_problem`)."""
+    x = Rows("in0", sig.type(0).shape[-1])
+    norm = RowNorm(x, sig.op.eps, g_operand=2)
+    return _dense(sig, epilogue, lambda b, m, kk: x(b, m, kk) * norm.g(kk), row_norm=norm)
+
+
+def _dense(sig: Sig, epilogue, a, **extra) -> Problem:
+    """A dense weight's (in1) contraction with activation `a(b, m, k)` of in0's rows."""
+    rows, k, n = _rows(sig.type(0)), sig.type(0).shape[-1], sig.out.shape[-1]
     w = DenseWeight("in1", sig.type(1), k)
-    return Problem(1, _rows(a), n, k, _activation("in0", k),
-                   lambda b, m, nn, kk: w.elem(nn, kk), store_flat(sig, _rows(a), n, epilogue),
+    return Problem(1, rows, n, k, a, lambda b, m, nn, kk: w.elem(nn, kk),
+                   store_flat(sig, rows, n, epilogue),
                    w_pair=(lambda b, nn, kw, load=None: w.pair(nn, kw, load)) if w.wide
                    else None,
-                   views={1: w.view} if w.view else None)
+                   views={1: w.view} if w.view else None, **extra)
 
 
 @problem_for(GroupedDenseContraction)
@@ -156,7 +165,7 @@ def grouped_problem(sig: Sig, epilogue) -> Problem:
 @problem_for(PackedContraction)
 def packed_problem(sig: Sig, epilogue) -> Problem:
     k = sig.type(0).shape[-1]
-    return _packed(sig, epilogue, 1, _activation("in0", k))
+    return _packed(sig, epilogue, 1, Rows("in0", k))
 
 
 @problem_for(NormedPackedContraction)
@@ -164,8 +173,8 @@ def normed_problem(sig: Sig, epilogue) -> Problem:
     """The packed contraction of rms_norm(in0, in1): the norm's root divides the products
     (`RowNorm`), so the activation is x * g."""
     k = sig.type(0).shape[-1]
-    x = _activation("in0", k)
-    norm = RowNorm(x, lambda kk: Load("in1", kk, F32), sig.op.eps)
+    x = Rows("in0", k)
+    norm = RowNorm(x, sig.op.eps)
     return _packed(sig, epilogue, 2, lambda b, m, kk: x(b, m, kk) * norm.g(kk), row_norm=norm)
 
 
@@ -193,7 +202,7 @@ def indexed_packed_problem(sig: Sig, epilogue) -> Problem:
         e = ix.clamp(Load("in1", mm, DType.I32), 0, experts - 1)
         return ix.add(ix.mul(e, n), nn)
 
-    return Problem(1, m, n, k, _activation("in0", k), lambda b, mm, nn, kk: w.elem(row(mm, nn), kk),
+    return Problem(1, m, n, k, Rows("in0", k), lambda b, mm, nn, kk: w.elem(row(mm, nn), kk),
                    store_flat(sig, m, n, epilogue), w_per_row=True, views=w.views,
                    w_run=lambda b, mm, nn, k0: w.run_parts(row(mm, nn), k0), run=w.run)
 

@@ -113,9 +113,16 @@ EARLY_LOADS = 1      # 1: GEMVs load their first trip's weights before AwaitInpu
 #: integer GEMV weight tiles in flight by async copies (0: via registers; 2 made the
 #: current 8B Q4_0 step slower: docs/performance.md, 2026-12-06)
 ASYNC_STAGES = 0
-#: 1: an RMSNorm read by an integer GEMV of one kernel is taken inside it (its rows' sums
-#: of squares with the activations it quantizes); 0: the norm is always a kernel of its own
+#: 1: an RMSNorm read by a 16-bit GEMV, or an integer GEMV of one kernel, is taken inside
+#: it (its rows' sums of squares with the activations it reads); 0: the norm is always a
+#: kernel of its own
 NORM_PROLOGUE = 1
+#: 1: a 16-bit GEMV reads each weight word's two activations (and norm weights) in one
+#: 8-byte load where the target has WIDE_LOADS (0: two 4-byte loads)
+PAIRS = 1
+#: 1: a 16-bit GEMV's weight words are marked streamed (BufferParam.streamed: CUDA loads
+#: them past L1, which keeps the activations the GEMV rereads)
+STREAM = 0
 #: 1.5 * 2^23: y + MAGIC holds round-to-nearest(y) in its low mantissa bits for |y| < 2^22
 MAGIC, MAGIC_BITS = 12582912.0, 0x4B400000
 
@@ -123,13 +130,36 @@ Elem = Callable[..., Expr]
 
 
 @dataclass(frozen=True)
-class RowNorm:
-    """An RMSNorm of the activation rows (NormedPackedContraction): the problem's `a(b, m,
-    k)` is x * g, and each product of row m is divided by sqrt(sum_k x^2 / K + eps)."""
+class Rows:
+    """Activations that are the rows of an F32 buffer: a(b, m, k) = buffer[m * K + k]
+    (one batch), so an even k and the next are one aligned 8-byte load (`_Activations`)."""
 
-    x: Elem                 # x(b, m, k)
-    g: Callable[[Expr], Expr]   # g(k)
+    buffer: str
+    k: int
+
+    def at(self, m: Expr, k: Expr) -> Expr:
+        return ix.add(ix.mul(m, self.k), k)
+
+    def __call__(self, b, m: Expr, k: Expr) -> Expr:
+        return Load(self.buffer, self.at(m, k), DType.F32)
+
+
+@dataclass(frozen=True)
+class RowNorm:
+    """An RMSNorm of the activation rows (NormedPackedContraction, NormedDenseContraction):
+    the problem's `a(b, m, k)` is x * g, and each product of row m is divided by
+    sqrt(sum_k x^2 / K + eps). x is operand 0's rows, g [K] operand `g_operand`."""
+
+    x: Rows
     eps: float
+    g_operand: int = 1
+
+    @property
+    def g_rows(self) -> Rows:
+        return Rows(f"in{self.g_operand}", 0)
+
+    def g(self, k: Expr) -> Expr:
+        return self.g_rows(0, i32(0), k)
 
     def den(self, ss: Expr, k: int) -> Expr:
         """sqrt(ss / K + eps), as poot.ops.rms_norm rounds it (ss times 1/K)."""
@@ -247,10 +277,16 @@ def contraction_program(p: Problem, sig, declare: Callable[[KernelBuilder], None
 
 
 def _norm_inside(p: Problem, features) -> bool:
-    """Whether the integer GEMV computes `p` (K not split: its workgroups quantize whole
-    rows, so they can take each row's sum of squares on the way)."""
+    """Whether one GEMV kernel computes `p` and sees whole rows of the activation, so it
+    can take each row's sum of squares on the way: the 16-bit GEMV (a group walks all of
+    K), or the integer GEMV with K not split (its workgroups quantize whole rows)."""
     return (bool(NORM_PROLOGUE) and p.m <= GEMV_MAX_ROWS and not p.w_per_row
-            and p.batch == 1 and _int_plan(p, p.m, features) is not None)
+            and p.batch == 1 and (_words(p) or _int_plan(p, p.m, features) is not None))
+
+
+def _words(p: Problem, many_rows: bool = False) -> bool:
+    """Whether the GEMV reads `p`'s weight as 16-bit pairs, a U32 word at a time."""
+    return not many_rows and p.w_pair is not None and not p.w_per_row and p.k % 2 == 0
 
 
 def _norm_apart(p: Problem, sig, declare) -> KernelProgram:
@@ -264,7 +300,7 @@ def _norm_apart(p: Problem, sig, declare) -> KernelProgram:
     grid, row = ix.launch_groups(p.m)
     kb = sig.builder(grid, (wg,), "_norm")
     sig.declare_input(kb, 0)
-    sig.declare_input(kb, 1)
+    sig.declare_input(kb, norm.g_operand)
     kb.buffer(normed.name, DType.F32, Access.WRITE, count, SCRATCH)
     m = kb.let("row", row)
     with kb.if_(ix.lt(m, i32(p.m))):   # whole workgroups in or out: uniform
@@ -282,8 +318,7 @@ def _norm_apart(p: Problem, sig, declare) -> KernelProgram:
             kb.buffer(normed.name, DType.F32, Access.READ, count, SCRATCH)
         return declare_with
     rest = contraction_program(
-        replace(p, row_norm=None,
-                a=lambda b, mm, k: Load(normed.name, ix.add(ix.mul(mm, p.k), k), DType.F32)),
+        replace(p, row_norm=None, a=Rows(normed.name, p.k)),
         sig, reading(declare), reading(lambda kb: sig.declare_inputs(kb, p.views)))
     return KernelProgram((first, *rest.kernels), scratch=(normed, *rest.scratch))
 
@@ -373,12 +408,14 @@ def gemv_kernel(p: Problem, kb_factory, declare, many_rows: bool = False,
     width = plan.width                          # columns per group
     tile = min(plan.rows or rows, rows)         # rows per group
     chunks = -(-rows // tile)                   # groups sharing one set of columns
-    words = not many_rows and p.w_pair is not None and not p.w_per_row and p.k % 2 == 0
+    words = _words(p, many_rows)
     split = _words_split(p, columns) if words else plan.split
     lanes, groups = LANES * split, plan.groups // split    # threads per dot product
     grid, blk = ix.launch_groups(-(-(-(-columns // width) * chunks) // groups))
     kb = kb_factory(grid, (LANES * plan.groups,))
     declare(kb)
+    if words and STREAM:
+        kb.stream(_word_buffer(p))
     lane = kb.let("lane", ix.mod(local_index(), lanes))
     group = kb.let("col", ix.add(ix.mul(blk, groups), ix.div(local_index(), lanes)))
     if chunks > 1:      # a workgroup's groups take one set of columns' row tiles in turn
@@ -406,7 +443,9 @@ def gemv_kernel(p: Problem, kb_factory, declare, many_rows: bool = False,
         _gemv_columns(kb, p, lane, b, ns, ms, accs, plan.unroll, lanes)
     elif words:
         wide = bool(WIDE_WORDS) and WIDE_LOADS in features and p.k % 8 == 0
-        (_gemv_units if wide else _gemv_words)(kb, p, lane, b, ns[0], ms, accs[0], lanes)
+        pairs = bool(PAIRS) and WIDE_LOADS in features
+        dens = (_gemv_units if wide else _gemv_words)(kb, p, lane, b, ns[0], ms, accs[0],
+                                                      lanes, pairs)
     elif plan.integer:
         dens = _gemv_int(kb, p, plan, lane, b, ns, ms, accs)
     elif p.w_run is not None and p.run > 1:
@@ -714,26 +753,42 @@ def _unrolled(kb, lane, start: int, stop: int, unroll: int = UNROLL, lanes: int 
             yield [it]
 
 
-def _gemv_words(kb, p: Problem, lane, b, n, ms, accs, lanes: int = LANES):
+def _gemv_words(kb, p: Problem, lane, b, n, ms, accs, lanes: int = LANES,
+                pairs: bool = False):
     """16-bit weights, two per U32 word, over `lanes` lanes per column: each lane reads
     whole words, 8 in flight on long rows (few columns of long rows need more loads in
     flight per lane to fill the memory pipe: N=4096, K=14336 ran at 55% of copy bandwidth
-    with 4)."""
+    with 4). `pairs`: a word's two activations in one 8-byte load (`_Activations`)."""
     words_per_row = p.k // 2
     unroll = 2 * UNROLL if words_per_row >= 4 * lanes * 2 * UNROLL else UNROLL
+    act = _Activations(kb, p, b, ms, pairs)
+
+    def word(name, at):          # one load a word, both halves read from it
+        return kb.let("wd", Load(name, at, DType.U32))
 
     def load(slots):
-        return [tuple(kb.let("w", x) for x in p.w_pair(b, n, kw)) for kw in slots]
+        return [tuple(kb.let("w", x) for x in p.w_pair(b, n, kw, load=word)) for kw in slots]
 
     def use(slots, words):
         for kw, (w0, w1) in zip(slots, words, strict=True):
             k0 = kb.let("k0", ix.mul(kw, 2))
-            for acc, m in zip(accs, ms, strict=True):
-                kb.assign(acc, acc + p.a(b, m, k0) * w0 + p.a(b, m, ix.add(k0, 1)) * w1)
+            for j, acc in enumerate(accs):
+                a0, a1 = act.pair(j, k0)
+                kb.assign(acc, acc + a0 * w0 + a1 * w1)
     _early_walk(kb, lane, words_per_row, unroll, lanes, load, use)
+    return act.roots(lanes)
 
 
-def _gemv_units(kb, p: Problem, lane, b, n, ms, accs, lanes: int = LANES):
+def _word_buffer(p: Problem) -> str:
+    """The buffer a 16-bit GEMV reads its weight words from."""
+    found = []
+    p.w_pair(i32(0), i32(0), i32(0),
+             load=lambda name, at: found.append(name) or Load(name, at, DType.U32))
+    return found[0]
+
+
+def _gemv_units(kb, p: Problem, lane, b, n, ms, accs, lanes: int = LANES,
+                pairs: bool = False):
     """`_gemv_words` 16 bytes at a time: each lane reads units of 4 words (8 values of K)
     in one load, 4 units in flight on long rows, so a warp's load instruction moves 512
     bytes instead of 128."""
@@ -747,18 +802,58 @@ def _gemv_units(kb, p: Problem, lane, b, n, ms, accs, lanes: int = LANES):
             name, at, DType.U32))
         return found[0]
 
+    act = _Activations(kb, p, b, ms, pairs)
+
     def load(slots):
         return [kb.load_wide("w", *first_word(u), 4) for u in slots]
 
     def use(slots, held):
         for u, words in zip(slots, held, strict=True):
-            for j, word in enumerate(words):
+            for i, word in enumerate(words):
                 w0, w1 = (kb.let("w", x) for x in p.w_pair(
-                    b, n, ix.add(ix.mul(u, 4), j), load=lambda name, at, word=word: word))
-                k0 = kb.let("k0", ix.add(ix.mul(u, 8), 2 * j))
-                for acc, m in zip(accs, ms, strict=True):
-                    kb.assign(acc, acc + p.a(b, m, k0) * w0 + p.a(b, m, ix.add(k0, 1)) * w1)
+                    b, n, ix.add(ix.mul(u, 4), i), load=lambda name, at, word=word: word))
+                k0 = kb.let("k0", ix.add(ix.mul(u, 8), 2 * i))
+                for j, acc in enumerate(accs):
+                    a0, a1 = act.pair(j, k0)
+                    kb.assign(acc, acc + a0 * w0 + a1 * w1)
     _early_walk(kb, lane, units, unroll, lanes, load, use)
+    return act.roots(lanes)
+
+
+class _Activations:
+    """Activations (row j, k0 and k0 + 1, k0 even) of a GEMV walk: `p.a`'s, or with a row
+    norm x * g while this thread's sum of x^2 per row grows (one FMA more an element:
+    the norm rides on the loads the GEMV makes anyway); `roots` reduces those sums over
+    the group. With `wide` loads, rows (`Rows`) are read a pair at a time."""
+
+    def __init__(self, kb, p: Problem, b, ms, wide: bool = False):
+        self.kb, self.p, self.b, self.ms, self.wide = kb, p, b, ms, wide
+        self.norm = p.row_norm
+        self.ss = None if self.norm is None else [kb.var("ss", f32(0.0)) for _ in ms]
+
+    def _two(self, name: str, rows, m, k0) -> tuple[Expr, Expr]:
+        if self.wide and isinstance(rows, Rows):
+            return tuple(self.kb.load_wide(name, rows.buffer, rows.at(m, k0), 2))
+        return tuple(self.kb.let(name, rows(self.b, m, k)) for k in (k0, ix.add(k0, 1)))
+
+    def pair(self, j: int, k0: Expr) -> tuple[Expr, Expr]:
+        m = self.ms[j]
+        if self.norm is None:
+            if self.wide and isinstance(self.p.a, Rows):
+                return self._two("a", self.p.a, m, k0)
+            return self.p.a(self.b, m, k0), self.p.a(self.b, m, ix.add(k0, 1))
+        xs = self._two("x", self.norm.x, m, k0)
+        gs = self._two("g", self.norm.g_rows, i32(0), k0)
+        for x in xs:
+            self.kb.assign(self.ss[j], self.ss[j] + x * x)
+        return tuple(x * g for x, g in zip(xs, gs, strict=True))
+
+    def roots(self, lanes: int) -> list[Expr] | None:
+        """Each row's sqrt(sum x^2 / K + eps) over the `lanes` threads of a group."""
+        if self.norm is None:
+            return None
+        return [self.kb.let("den", self.norm.den(
+            self.kb.reduce("ss", ReduceOp.Sum, ss, lanes), self.p.k)) for ss in self.ss]
 
 
 def _early_walk(kb, lane, stop: int, unroll: int, lanes: int, load, use):

@@ -1,9 +1,10 @@
 """norm_contraction: an RMSNorm (a FusedRow of poot.ops.rms_norm's seven eqns over x and
-a weight g) whose result only packed contractions of a few rows read as their activation
+a weight g) whose result only weight contractions of a few rows read as their activation
 (bare, or as the heads of epilogues) goes into each of them:
-NormedPackedContraction(weight, eps)(x, g, sources). A decode GEMV then takes the norm's
-sums of squares with the activations it reads anyway: no norm kernel, no normed buffer.
-Only targets that declare the op get it (where the GEMV can take the norm in)."""
+NormedPackedContraction(weight, eps)(x, g, sources) or NormedDenseContraction(eps)(x, w,
+g). A decode GEMV then takes the norm's sums of squares with the activations it reads
+anyway: no norm kernel, no normed buffer. Only targets that declare the op get it (where
+the GEMV can take the norm in)."""
 from __future__ import annotations
 
 from poot.compiler.passes.contraction_match import activation_readers
@@ -11,10 +12,17 @@ from poot.compiler.rewrite import Rewriter
 from poot.compiler.view import GraphView, NoMatch
 from poot.ir import region
 from poot.ir.graph import Lit
-from poot.ir.ops import ContractionEpilogue, FusedRow, NormedPackedContraction, PackedContraction
+from poot.ir.ops import (
+    ContractionEpilogue,
+    DenseContraction,
+    FusedRow,
+    NormedDenseContraction,
+    NormedPackedContraction,
+    PackedContraction,
+)
 from poot.ir.ops.composite import rms_norm_chain
 
-NAME = "NormedPackedContraction"
+NAME = "norm_contraction"
 #: normed rows up to which the contractions take the norm (a decode step's; a prefill
 #: chunk's norm stays one kernel that all its contractions read)
 ROWS = 4
@@ -30,8 +38,8 @@ def run(graph, ctx):
             continue
         try:
             eps = rms_norm_eps(view, e)
-            readers = activation_readers(view, e, (PackedContraction,), READERS, ROWS,
-                                         "a norm")
+            readers = activation_readers(view, e, (PackedContraction, DenseContraction),
+                                         READERS, ROWS, "a norm")
         except NoMatch as why:
             ctx.record.kept(NAME, e.out, str(why))
             continue
@@ -44,7 +52,7 @@ def run(graph, ctx):
         for r, op, args in new:
             rw.replace(r, op, args)
         rw.remove(e)
-        ctx.record.rewrote(NAME, e.out, f"RMSNorm into {len(new)} packed contractions")
+        ctx.record.rewrote(NAME, e.out, f"RMSNorm into {len(new)} contractions")
     return rw.commit()
 
 
@@ -69,7 +77,14 @@ def rms_norm_eps(view: GraphView, e) -> float:
 def _normed(r, e, eps: float):
     """(op, operands) of reader `r` with norm `e` inside."""
     x, g = e.inputs
-    if isinstance(r.op, ContractionEpilogue):
-        head = NormedPackedContraction(r.op.head.weight, eps)
-        return ContractionEpilogue(head, r.op.n_head + 1, r.op.body), [x, g, *r.inputs[1:]]
-    return NormedPackedContraction(r.op.weight, eps), [x, g, *r.inputs[1:]]
+    epilogue = isinstance(r.op, ContractionEpilogue)
+    head = r.op.head if epilogue else r.op
+    n_head = r.op.n_head if epilogue else len(r.inputs)
+    weight, rest = r.inputs[1:n_head], list(r.inputs[n_head:])
+    if isinstance(head, DenseContraction):
+        op, args = NormedDenseContraction(eps), [x, *weight, g]
+    else:
+        op, args = NormedPackedContraction(head.weight, eps), [x, g, *weight]
+    if epilogue:
+        return ContractionEpilogue(op, n_head + 1, r.op.body), args + rest
+    return op, args

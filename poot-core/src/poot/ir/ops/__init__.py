@@ -22,6 +22,7 @@ from poot.ir.ops.composite import (
     FusedRow,
     GroupedDenseContraction,
     IndexedPackedContraction,
+    NormedDenseContraction,
     NormedPackedContraction,
     PackedContraction,
     PackedRowGather,

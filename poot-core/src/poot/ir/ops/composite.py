@@ -538,6 +538,34 @@ class DenseContraction(Composite):
 
 
 @dataclass(frozen=True, repr=False)
+class NormedDenseContraction(Composite):
+    """RMSNorm, then a dense contraction: rms_norm(x, g, eps) [..., M, K] against a
+    checkpoint weight [N, K] -> [..., M, N] F32. Operands: x [..., M, K] F32, the weight
+    (second, as DenseContraction's: its dtype decides), g [K] F32. The norm is the seven
+    eqns of poot.ops.rms_norm; a decode GEMV sums the squares of the activations it reads
+    anyway and divides each dot product by the root (NormedPackedContraction's scheme)."""
+
+    arity: ClassVar[int] = 3
+    deciding: ClassVar[str] = "weight"
+    needs: ClassVar[str] = "dot"
+
+    eps: float
+
+    def infer(self, ins):
+        self.check_arity(ins)
+        x, w, g = ins
+        if x.rank < 2:
+            self.fail("activation must have rank >= 2", ins)
+        if g != TensorType((x.shape[-1],), F32):
+            self.fail(f"norm weight must be f32[{x.shape[-1]}], got {g}", ins)
+        return DenseContraction().infer([x, w])
+
+    def define(self, b, ins):
+        x, w, g = ins
+        return b.eqn(DenseContraction(), rms_norm_chain(b, x, g, self.eps), w)
+
+
+@dataclass(frozen=True, repr=False)
 class DenseRowGather(Composite):
     """Rows `ids` of a bf16 table [V, K], widened to F32. Operands: table, ids."""
 
