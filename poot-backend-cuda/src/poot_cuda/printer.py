@@ -75,22 +75,6 @@ static __device__ __forceinline__ int poot_dp2a_hi(int a, unsigned int b, int c)
   asm("dp2a.hi.s32.u32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
   return r;
 }
-static __device__ __forceinline__ unsigned int poot_ld_stream(const unsigned int* p) {
-  unsigned int r;
-  asm("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(r) : "l"(p));
-  return r;
-}
-static __device__ __forceinline__ uint2 poot_ld_stream2(const unsigned int* p) {
-  uint2 r;
-  asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(r.x), "=r"(r.y) : "l"(p));
-  return r;
-}
-static __device__ __forceinline__ uint4 poot_ld_stream4(const unsigned int* p) {
-  uint4 r;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
-  return r;
-}
 """
 
 
@@ -166,25 +150,13 @@ class CudaPrinter(TensorAsyncPrinter, SimtPrinter):
         align = max(own if own > 16 else 0, 16 if self._align else 0)
         return f"__shared__ {f'__align__({align}) ' if align else ''}{t} {name}[{count}];"
 
-    def _streamed(self, buffer: str, dtype: DType) -> bool:
-        """Loads of a streamed U32 buffer (BufferParam.streamed) go past L1."""
-        return dtype is U32 and any(b.name == buffer and b.streamed
-                                    for b in self._kernel.buffers)
-
-    def load(self, e) -> str:
-        if self._streamed(e.buffer, e.dtype):
-            return f"poot_ld_stream(&{e.buffer}[{self.expr(e.index)}])"
-        return super().load(e)
-
     def load_wide(self, s: LoadWide, depth: int) -> list[str]:
         """One vector load (uint2/uint4, float2/float4): ld.global.nc.v4 or ld.shared.v4."""
         pad, count = self.pad(depth), len(s.names)
         vec = f"{'float' if s.load.dtype is F32 else 'uint'}{count}"
         first = self.name(s.names[0]) + "_wide"
-        at = f"&{s.load.buffer}[{self.expr(s.load.index)}]"
-        value = f"poot_ld_stream{count}({at})" if self._streamed(s.load.buffer, s.load.dtype) \
-            else f"*reinterpret_cast<const {vec}*>({at})"
-        lines = [f"{pad}const {vec} {first} = {value};"]
+        lines = [f"{pad}const {vec} {first} = *reinterpret_cast<const {vec}*>"
+                 f"(&{s.load.buffer}[{self.expr(s.load.index)}]);"]
         t = self.type_name(s.load.dtype)
         return lines + [f"{pad}const {t} {self.name(n)} = {first}.{c};"
                         for n, c in zip(s.names, "xyzw", strict=False)]

@@ -113,11 +113,6 @@ class KernelBuilder:
         self._buffers.append(BufferParam(name, dtype, access, int(count), operand))
         return ArrayRef(name, dtype, count)
 
-    def stream(self, name: str) -> None:
-        """Mark declared buffer `name` as read once (BufferParam.streamed)."""
-        self._buffers = [dataclasses.replace(b, streamed=True) if b.name == name else b
-                         for b in self._buffers]
-
     def shared(self, name: str, dtype: DType, count: int, align: int = 16) -> ArrayRef:
         self._shared.append(SharedArray(name, dtype, int(count), align))
         return ArrayRef(name, dtype, count)

@@ -140,9 +140,7 @@ class BufferParam:
 
     `operand` says what the planner binds: the index of the eqn's tensor
     operand (0, 1, ...), `OUT` (-1) for the eqn's output, or `SCRATCH` (None)
-    for a temporary the lowering asks for (`KernelProgram.scratch`). `streamed`: read
-    once (a weight a GEMV streams), so a target may keep its loads out of the caches
-    that hold what the kernel reuses; a hint, printers may ignore it.
+    for a temporary the lowering asks for (`KernelProgram.scratch`).
     """
 
     name: str
@@ -150,7 +148,6 @@ class BufferParam:
     access: Access
     count: int
     operand: int | None = None
-    streamed: bool = False
 
     @property
     def nbytes(self) -> int:

@@ -120,9 +120,6 @@ NORM_PROLOGUE = 1
 #: 1: a 16-bit GEMV reads each weight word's two activations (and norm weights) in one
 #: 8-byte load where the target has WIDE_LOADS (0: two 4-byte loads)
 PAIRS = 1
-#: 1: a 16-bit GEMV's weight words are marked streamed (BufferParam.streamed: CUDA loads
-#: them past L1, which keeps the activations the GEMV rereads)
-STREAM = 0
 #: 1.5 * 2^23: y + MAGIC holds round-to-nearest(y) in its low mantissa bits for |y| < 2^22
 MAGIC, MAGIC_BITS = 12582912.0, 0x4B400000
 
@@ -414,8 +411,6 @@ def gemv_kernel(p: Problem, kb_factory, declare, many_rows: bool = False,
     grid, blk = ix.launch_groups(-(-(-(-columns // width) * chunks) // groups))
     kb = kb_factory(grid, (LANES * plan.groups,))
     declare(kb)
-    if words and STREAM:
-        kb.stream(_word_buffer(p))
     lane = kb.let("lane", ix.mod(local_index(), lanes))
     group = kb.let("col", ix.add(ix.mul(blk, groups), ix.div(local_index(), lanes)))
     if chunks > 1:      # a workgroup's groups take one set of columns' row tiles in turn
@@ -777,14 +772,6 @@ def _gemv_words(kb, p: Problem, lane, b, n, ms, accs, lanes: int = LANES,
                 kb.assign(acc, acc + a0 * w0 + a1 * w1)
     _early_walk(kb, lane, words_per_row, unroll, lanes, load, use)
     return act.roots(lanes)
-
-
-def _word_buffer(p: Problem) -> str:
-    """The buffer a 16-bit GEMV reads its weight words from."""
-    found = []
-    p.w_pair(i32(0), i32(0), i32(0),
-             load=lambda name, at: found.append(name) or Load(name, at, DType.U32))
-    return found[0]
 
 
 def _gemv_units(kb, p: Problem, lane, b, n, ms, accs, lanes: int = LANES,
