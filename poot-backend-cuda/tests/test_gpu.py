@@ -118,3 +118,42 @@ def test_schedule_variants_on_gpu_match_oracle(ctx, monkeypatch, name, value, st
     assert any(type(x).__name__ == stmt for k in lowering.kernels for x in k.statements())
     (got,), want = _run(ctx, case, program=compile_program(lowering, CudaPrinter(ARCH)))
     assert mismatch(got, want, case.tol) is None
+
+
+def _decode_attention(s: int, live: int):
+    """One decode row per q head (8 of them, 2 KV heads, bf16 cache [.., S, 128]) with
+    `live` keys unmasked: the 8B bench's head dim."""
+    from poot.codegen.cases import Case, normal
+    from poot.dtypes import DType
+    from poot.ir.ops import Attention
+    from poot.ir.types import TensorType
+
+    q, kv = TensorType((1, 8, 1, 128), DType.BF16), TensorType((1, 2, s, 128), DType.BF16)
+    m = TensorType((1, 1, 1, s), DType.BF16)
+
+    def make(rng):
+        mask = np.where(np.arange(s) < live, 0.0, -np.inf).astype(DType.BF16.numpy)
+        return [normal(q)(rng), normal(kv)(rng), normal(kv)(rng), mask.reshape(m.shape)]
+    return Case(f"decode-attention-{s}-{live}", Attention(128 ** -0.5), (q, kv, kv, m), make,
+                1e-4)
+
+
+@pytest.mark.parametrize("warps, trips", [(4, 1), (8, 8), (16, 4)])
+@pytest.mark.parametrize("s, live", [(1024, 101), (1024, 1024), (2048, 1999)])
+def test_decode_attention_variants_on_gpu_match_oracle(ctx, monkeypatch, warps, trips, s,
+                                                       live):
+    """Decode attention's workgroup sizes (attention.DECODE_WARPS, DECODE_TRIPS): one
+    kernel while a row's keys fit one workgroup's trips, split and merged past it."""
+    from poot.codegen.lower import attention, lower
+    from poot_cuda.capability import kernel_features, parse_arch
+    from poot_cuda.kernels import compile_program
+    from poot_cuda.printer import CudaPrinter
+    from poot_cuda.testing import ARCH
+
+    monkeypatch.setattr(attention, "DECODE_WARPS", warps)
+    monkeypatch.setattr(attention, "DECODE_TRIPS", trips)
+    case = _decode_attention(s, live)
+    lowering = lower(case.op, case.ins, case.out(), kernel_features(*parse_arch(ARCH), ARCH))
+    assert len(lowering.kernels) == (1 if s <= warps * 16 * trips else 2)
+    (got,), want = _run(ctx, case, program=compile_program(lowering, CudaPrinter(ARCH)))
+    assert mismatch(got, want, case.tol) is None

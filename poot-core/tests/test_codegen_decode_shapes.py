@@ -175,3 +175,22 @@ def test_16_bit_gemv_takes_the_norm_in(monkeypatch, m, n, k, split, wide):
     want = np.asarray(apply(op, a, ins, out))
     np.testing.assert_allclose(run_lowering(prog, a, out), want, rtol=1e-4, atol=1e-5)
 
+
+@pytest.mark.parametrize("s, live, kernels", [(1024, 101, 1), (1024, 1024, 1), (2048, 1999, 2)])
+def test_decode_attention_takes_wide_workgroups(s, live, kernels):
+    """WIDE_WORKGROUPS: a decode row's keys up to 1024 go to one workgroup of 16 groups
+    (no merge kernel); more split across workgroups and merge. Against the oracle."""
+    from poot.codegen.lower import attention
+    from poot.ir.ops import Attention
+
+    q, kv, m = T((1, 4, 1, 64), DType.F32), T((1, 2, s, 64), DType.F32), T((1, 1, 1, s), DType.F32)
+    op, ins = Attention(0.125), [q, kv, kv, m]
+    out = op.infer(ins)
+    prog = lower(op, ins, out, frozenset({WIDE_WORKGROUPS}))
+    assert len(prog.kernels) == kernels
+    assert prog.kernels[0].workgroup == (32 * attention.DECODE_WARPS,)
+    rng = np.random.default_rng(s)
+    mask = np.where(np.arange(s) < live, 0.0, -np.inf).astype(np.float32).reshape(m.shape)
+    a = [rng.standard_normal(x.shape).astype(np.float32) for x in (q, kv, kv)] + [mask]
+    want = np.asarray(apply(op, a, ins, out))
+    np.testing.assert_allclose(run_lowering(prog, a, out), want, rtol=1e-5, atol=1e-6)

@@ -7,8 +7,11 @@ slice of the running output in registers, rescaled once per run of keys (online
 softmax).
 
 * decode (T = 1): one workgroup per query row and KV split; its groups take runs
-  of keys in turn and merge through shared memory; with few rows the keys are
-  split across workgroups too (split-KV) and a second kernel merges the splits.
+  of keys in turn and merge through shared memory; with few rows and more keys than
+  DECODE_TRIPS runs of its groups, the keys are split across workgroups too
+  (split-KV) and a second kernel merges the splits. Where the target launches wide
+  workgroups a decode workgroup has DECODE_WARPS groups, so a row's keys up to a
+  cache of 1024 take one kernel.
 * prefill (T > 1): query-block tiles. A workgroup takes WARPS query rows that
   share one KV head (GQA heads and positions together); K and V tiles of up to
   32 keys are staged once in shared memory and consumed by every row of
@@ -55,26 +58,39 @@ def finite_or_zero(m: Expr) -> Expr:
     return ix.Sel(ix.eq(m, NEG_INF), f32(0.0), m)
 
 
-def choose_splits(rows: int, keys: int) -> int:
-    """Split the keys across workgroups when there are too few rows to fill a GPU: aim at
-    about 512 workgroups, with at least 64 keys each (the per-key dependency chain of a
-    32-lane group is long, so more groups in flight is what helps)."""
-    if rows >= 512:
+#: decode splits the keys across workgroups up to about this many workgroups ...
+SPLIT_GROUPS = 512
+#: ... where a row has more keys than this many trips of its workgroup's groups
+DECODE_TRIPS = 4
+#: groups of a decode workgroup where the target launches wide workgroups (else WARPS)
+DECODE_WARPS = 16
+
+
+def choose_splits(rows: int, keys: int, per_split: int) -> int:
+    """Split the keys across workgroups when there are too few rows to fill a GPU and a
+    row has more than `per_split` keys (SPLIT_GROUPS: the per-key dependency chain of a
+    32-lane group is long, so more groups in flight is what helps, but each split costs
+    the merge kernel)."""
+    if rows >= SPLIT_GROUPS:
         return 1
-    return max(1, min(math.ceil(keys / 64), 512 // max(rows, 1)))
+    return max(1, min(math.ceil(keys / per_split), SPLIT_GROUPS // max(rows, 1)))
 
 
 @lowers(Attention, PagedAttention)
 def lower_attention(sig: Sig) -> KernelProgram:
+    from poot.codegen.target import WIDE_WORKGROUPS
+
     q = sig.type(0)
     s = Shape(sig).s
     if q.shape[-2] > 1:
         return KernelProgram((_block_kernel(sig),))
     rows = math.prod(q.shape[:-1])
-    splits = choose_splits(rows, s)
+    wide = WIDE_WORKGROUPS in sig.features    # narrow workgroups split at one trip each
+    warps = DECODE_WARPS if wide else WARPS
+    splits = choose_splits(rows, s, warps * DECODE_KEYS * (DECODE_TRIPS if wide else 1))
     chunk = math.ceil(s / splits)
     scratch = ()
-    kernels = [_partial_kernel(sig, rows, splits, chunk)]
+    kernels = [_partial_kernel(sig, rows, splits, chunk, warps)]
     if splits > 1:
         scratch = (_part_acc(sig, rows, splits), _part_ml(rows, splits))
         kernels.append(_merge_kernel(sig, rows, splits))
@@ -264,11 +280,12 @@ def _block_reach(kb, a: Shape, row: Row, lane) -> Expr:
     return kb.reduce("reach", ReduceOp.Max, seen)
 
 
-def _partial_kernel(sig: Sig, rows: int, splits: int, chunk: int):
-    """Decode: one workgroup per (query row, KV split); its groups take runs of keys."""
+def _partial_kernel(sig: Sig, rows: int, splits: int, chunk: int, warps: int):
+    """Decode: one workgroup per (query row, KV split); its `warps` groups take runs of
+    keys."""
     a = Shape(sig)
     dv = a.dv
-    wg = LANES * WARPS
+    wg = LANES * warps
     grid, g = ix.launch_groups(rows * splits)
     kb = sig.builder(grid, (wg,), "_part" if splits > 1 else "")
     sig.declare_inputs(kb)
@@ -277,9 +294,9 @@ def _partial_kernel(sig: Sig, rows: int, splits: int, chunk: int):
         kb.buffer("part_ml", F32, Access.WRITE, rows * splits * 2, SCRATCH)
     else:
         sig.declare_out(kb)
-    sm = kb.shared("s_max", F32, WARPS)
-    sl = kb.shared("s_sum", F32, WARPS)
-    sacc = kb.shared("s_acc", F32, WARPS * dv)
+    sm = kb.shared("s_max", F32, warps)
+    sl = kb.shared("s_sum", F32, warps)
+    sacc = kb.shared("s_acc", F32, warps * dv)
     lane = kb.let("lane", ix.mod(local_index(), LANES))
     warp = kb.let("warp", ix.div(local_index(), LANES))
     gg = kb.let("g", g)
@@ -305,14 +322,14 @@ def _partial_kernel(sig: Sig, rows: int, splits: int, chunk: int):
         reach = kb.reduce("reach", ReduceOp.Max, seen)
         with contextlib.ExitStack() as walk:
             if REACH:
-                trips = ix.div(ix.add(reach, i32(WARPS * DECODE_KEYS - 1)),
-                               i32(WARPS * DECODE_KEYS))
+                trips = ix.div(ix.add(reach, i32(warps * DECODE_KEYS - 1)),
+                               i32(warps * DECODE_KEYS))
             else:
                 walk.enter_context(kb.if_(reach))
-                trips = math.ceil(chunk / (WARPS * DECODE_KEYS))
+                trips = math.ceil(chunk / (warps * DECODE_KEYS))
             it = walk.enter_context(kb.for_("it", 0, trips))
             # this group's DECODE_KEYS consecutive keys; clamped so spare slots read inside
-            first = kb.let("first", ix.add(start, ix.mul(ix.add(ix.mul(it, WARPS), warp),
+            first = kb.let("first", ix.add(start, ix.mul(ix.add(ix.mul(it, warps), warp),
                                                          DECODE_KEYS)))
             raw = [ix.add(first, i) for i in range(DECODE_KEYS)]
             keys = [kb.let("kc", ix.minimum(x, i32(a.s - 1))) for x in raw]
@@ -330,12 +347,12 @@ def _partial_kernel(sig: Sig, rows: int, splits: int, chunk: int):
         kb.barrier()
         with kb.for_("e", local_index(), dv, wg) as e:
             mx = kb.var("mx", NEG_INF)
-            with kb.for_("w", 0, WARPS) as w:
+            with kb.for_("w", 0, warps) as w:
                 kb.assign(mx, maximum(mx, sm[w]))
             mb = kb.let("mb", finite_or_zero(mx))
             tot_l = kb.var("tot_l", f32(0.0))
             tot_a = kb.var("tot_a", f32(0.0))
-            with kb.for_("w2", 0, WARPS) as w:
+            with kb.for_("w2", 0, warps) as w:
                 f = kb.let("f", exp(sm[w] - mb))
                 kb.assign(tot_l, tot_l + sl[w] * f)
                 kb.assign(tot_a, tot_a + sacc[ix.add(ix.mul(w, dv), e)] * f)
