@@ -178,8 +178,8 @@ def test_16_bit_gemv_takes_the_norm_in(monkeypatch, m, n, k, split, wide):
 
 @pytest.mark.parametrize("s, live, kernels", [(1024, 101, 1), (1024, 1024, 1), (2048, 1999, 2)])
 def test_decode_attention_takes_wide_workgroups(s, live, kernels):
-    """WIDE_WORKGROUPS: a decode row's keys up to 1024 go to one workgroup of 16 groups
-    (no merge kernel); more split across workgroups and merge. Against the oracle."""
+    """WIDE_WORKGROUPS: a decode row's keys up to 1024 go to one workgroup of DECODE_WARPS
+    groups (no merge kernel); more split across workgroups and merge. Against the oracle."""
     from poot.codegen.lower import attention
     from poot.ir.ops import Attention
 

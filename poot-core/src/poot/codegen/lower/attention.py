@@ -10,8 +10,8 @@ softmax).
   of keys in turn and merge through shared memory; with few rows and more keys than
   DECODE_TRIPS runs of its groups, the keys are split across workgroups too
   (split-KV) and a second kernel merges the splits. Where the target launches wide
-  workgroups a decode workgroup has DECODE_WARPS groups, so a row's keys up to a
-  cache of 1024 take one kernel.
+  workgroups a decode workgroup has DECODE_WARPS groups and takes up to DECODE_TRIPS
+  runs, so a row's keys up to a cache of 1024 take one kernel.
 * prefill (T > 1): query-block tiles. A workgroup takes WARPS query rows that
   share one KV head (GQA heads and positions together); K and V tiles of up to
   32 keys are staged once in shared memory and consumed by every row of
@@ -61,9 +61,9 @@ def finite_or_zero(m: Expr) -> Expr:
 #: decode splits the keys across workgroups up to about this many workgroups ...
 SPLIT_GROUPS = 512
 #: ... where a row has more keys than this many trips of its workgroup's groups
-DECODE_TRIPS = 4
+DECODE_TRIPS = 8
 #: groups of a decode workgroup where the target launches wide workgroups (else WARPS)
-DECODE_WARPS = 16
+DECODE_WARPS = 8
 
 
 def choose_splits(rows: int, keys: int, per_split: int) -> int:
