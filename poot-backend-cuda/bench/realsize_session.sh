@@ -10,8 +10,8 @@
 #   racecheck  compute-sanitizer racecheck over the norm, contraction, argmax and attention
 #              cases ($RACECHECK_K)
 #   variants   the schedules that are off by default until timed (test_gpu.py -k variants:
-#              16-byte weight loads, async weight tiles) against the oracle, under
-#              compute-sanitizer memcheck
+#              16-byte weight loads, async weight tiles, decode attention workgroup sizes)
+#              against the oracle, under compute-sanitizer memcheck
 #   smollm2    SmolLM2-135M's shape (random Q4_1 weights: the checkpoint does not travel)
 #              greedy 32 tokens cuda vs reference, decode tok/s
 #   bench      llama_gpu.py: the 8B-shaped 2-layer logits check, 8B and 1B decode in bf16,
