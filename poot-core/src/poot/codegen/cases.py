@@ -449,22 +449,29 @@ def sparse_cases() -> list[Case]:
     ]
 
 
+def _dense_weight(n: int, k: int, wdt: DType):
+    """A dense [N, K] weight's type and maker: U32 holds f16 values two to a word."""
+    if wdt is U32:
+        return T((n, k // 2), U32), lambda rng: rng.standard_normal((n, k)).astype(
+            np.float16).view(np.uint32)
+    w = T((n, k), wdt)
+    return w, normal(w)
+
+
 def _dense(m_shape, n, k, wdt, tol=1e-10):
     a = T(m_shape + (k,), F32)
-    w = T((n, k // 2), U32) if wdt is U32 else T((n, k), wdt)
-    wmk = (lambda rng: [None, rng.standard_normal((n, k)).astype(np.float16).view(np.uint32)]) \
-        if wdt is U32 else None
-    mk = (lambda rng: [normal(a)(rng), wmk(rng)[1]]) if wmk else makers(normal(a), normal(w))
-    return Case(f"dense-{m_shape}-{n}x{k}-{wdt}", DenseContraction(), (a, w), mk, tol)
+    w, wmk = _dense_weight(n, k, wdt)
+    return Case(f"dense-{m_shape}-{n}x{k}-{wdt}", DenseContraction(), (a, w),
+                makers(normal(a), wmk), tol)
 
 
 def _normed_dense(m_shape, n, k, wdt):
     """rms_norm(x, g) into a dense weight: K even and 16-bit takes the norm inside the
     GEMV, the rest run it apart first."""
     a, g = T(m_shape + (k,), F32), T((k,), F32)
-    w = T((n, k // 2), U32) if wdt is U32 else T((n, k), wdt)
+    w, wmk = _dense_weight(n, k, wdt)
     return Case(f"normed-dense-{m_shape}-{n}x{k}-{wdt}", NormedDenseContraction(1e-5),
-                (a, w, g), makers(normal(a), normal(w), normal(g)), 1e-10)
+                (a, w, g), makers(normal(a), wmk, normal(g)), 1e-10)
 
 
 def contraction_cases() -> list[Case]:

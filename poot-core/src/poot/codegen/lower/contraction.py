@@ -130,9 +130,8 @@ def dense_problem(sig: Sig, epilogue) -> Problem:
 @problem_for(NormedDenseContraction)
 def normed_dense_problem(sig: Sig, epilogue) -> Problem:
     """The dense contraction of rms_norm(in0, in2) (`RowNorm`, as `normed_problem`)."""
-    x = Rows("in0", sig.type(0).shape[-1])
-    norm = RowNorm(x, sig.op.eps, g_operand=2)
-    return _dense(sig, epilogue, lambda b, m, kk: x(b, m, kk) * norm.g(kk), row_norm=norm)
+    norm = RowNorm(Rows("in0", sig.type(0).shape[-1]), sig.op.eps, g_operand=2)
+    return _dense(sig, epilogue, norm.a, row_norm=norm)
 
 
 def _dense(sig: Sig, epilogue, a, **extra) -> Problem:
@@ -173,9 +172,8 @@ def normed_problem(sig: Sig, epilogue) -> Problem:
     """The packed contraction of rms_norm(in0, in1): the norm's root divides the products
     (`RowNorm`), so the activation is x * g."""
     k = sig.type(0).shape[-1]
-    x = Rows("in0", k)
-    norm = RowNorm(x, sig.op.eps)
-    return _packed(sig, epilogue, 2, lambda b, m, kk: x(b, m, kk) * norm.g(kk), row_norm=norm)
+    norm = RowNorm(Rows("in0", k), sig.op.eps)
+    return _packed(sig, epilogue, 2, norm.a, row_norm=norm)
 
 
 def _packed(sig: Sig, epilogue, first: int, a, **extra) -> Problem:

@@ -158,6 +158,10 @@ class RowNorm:
     def g(self, k: Expr) -> Expr:
         return self.g_rows(0, i32(0), k)
 
+    def a(self, b, m: Expr, k: Expr) -> Expr:
+        """The contraction's activation x * g (the products divide by `den` after)."""
+        return self.x(b, m, k) * self.g(k)
+
     def den(self, ss: Expr, k: int) -> Expr:
         """sqrt(ss / K + eps), as poot.ops.rms_norm rounds it (ss times 1/K)."""
         return Un(UnaryOp.Sqrt, ss * f32(1.0 / k) + f32(self.eps))
