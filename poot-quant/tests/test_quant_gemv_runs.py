@@ -181,14 +181,3 @@ def test_staged_weights_only_where_words_lie_in_k_order():
         assert tiles(name, (16, 256 * 18)) == {"tile_a", "tile_w"}, name
     assert tiles("gguf:Q4_0", (16, 32 * 5)) == {"tile_a"}
     assert tiles("gptq:int4", (16, 2048), {"group_size": 32}) == {"tile_a"}
-
-
-def test_f16_conversion_is_exact_for_every_half():
-    from poot_quant.exprs import f16_bits_to_f32
-
-    h = np.arange(1 << 16, dtype=np.uint32)
-    got = evaluate(f16_bits_to_f32(Var("h", DType.U32)), {"h": h}, {})
-    want = h.astype(np.uint16).view(np.float16).astype(np.float32)
-    nan = np.isnan(want)
-    assert np.isnan(got[nan]).all()
-    assert np.array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32))

@@ -63,24 +63,10 @@ class Words:
         return (self.word(offset >> 2) >> ((offset & 2) << 3)) & 0xFFFF
 
     def f16(self, offset) -> Expr:
-        return f16_bits_to_f32(self.half(offset))
+        return half_bits_to_f32(self.half(offset))
 
     def f32(self, index) -> Expr:
         return self.word(index).bitcast(F32)
-
-
-def f16_bits_to_f32(h: Expr) -> Expr:
-    """IEEE binary16 bits (a U32 below 2^16) to f32, exactly, in about half the ops of
-    poot.codegen.expr.half_bits_to_f32 (decode programs convert a scale per block): the
-    magnitude moves under the f32 exponent and one add rebiases it (a second one makes
-    Inf/NaN, mantissa kept); subnormals are (2^23 + m) - 2^23 scaled by 2^-24, exact and
-    with no f32 subnormal on the way; the sign is ORed in last."""
-    magnitude = h & 0x7FFF
-    normal = (magnitude << 13) + 0x38000000
-    bits = select(ge(magnitude, u32(0x7C00)), normal + 0x38000000, normal)
-    tiny = ((magnitude | 0x4B000000).bitcast(F32) - f32(8388608.0)) * f32(2.0 ** -24)
-    value = select(ge(magnitude, u32(0x400)), bits.bitcast(F32), tiny)
-    return (value.bitcast(U32) | ((h & 0x8000) << 16)).bitcast(F32)
 
 
 def sign_extend(x: Expr, bits: int) -> Expr:

@@ -46,6 +46,10 @@ class NumpyBlocks:
             return self.blocks[:, first:first + offset.size].astype(np.uint32)
         return self.blocks[:, offset].astype(np.uint32)
 
+    def u32(self, offset: int) -> np.ndarray:
+        b = self.blocks[:, offset:offset + 4].astype(np.uint32)
+        return (b[:, 0] | b[:, 1] << 8 | b[:, 2] << 16 | b[:, 3] << 24)[:, None]
+
     def f16(self, offset: int) -> np.ndarray:
         return f16_to_f32(self.blocks[:, offset:offset + 2])[:, None]
 
@@ -76,13 +80,20 @@ class NumpyBlocks:
 
 
 class ExprBlock:
-    """Element rules as scalar programs: the block starts at byte `base` of "blocks"."""
+    """Element rules as scalar programs: the block starts at byte `base` of "blocks" (a
+    multiple of 4 when `aligned`)."""
 
-    def __init__(self, words: exprs.Words, base: Expr):
-        self.words, self.base = words, base
+    def __init__(self, words: exprs.Words, base: Expr, aligned: bool = False):
+        self.words, self.base, self.aligned = words, base, aligned
 
     def byte(self, offset) -> Expr:
         return self.words.byte(self.base + offset)
+
+    def u32(self, offset: int) -> Expr:
+        """Bytes offset .. offset + 3 of the block as one little-endian U32."""
+        if self.aligned and offset % 4 == 0:
+            return self.words.word((self.base >> 2) + offset // 4)
+        return _bytes_u32(self, offset)
 
     def f16(self, offset: int) -> Expr:
         return self.words.f16(self.base + offset)
@@ -152,6 +163,12 @@ class RunIndex:
         return self.dyn + self.fixed
 
 
+def _bytes_u32(blk, offset: int) -> Expr:
+    """Four bytes of a block composed into one little-endian U32."""
+    return (blk.byte(offset) | (blk.byte(offset + 1) << 8) | (blk.byte(offset + 2) << 16)
+            | (blk.byte(offset + 3) << 24))
+
+
 def index(dyn: Expr, fixed: int, align: int, top: int):
     """dyn + fixed as a RunIndex (a fixed part past `align` carried into dyn), or the int
     `fixed` when dyn is always 0 (top == 0)."""
@@ -216,8 +233,12 @@ class RunBlock(ExprBlock):
     def byte(self, offset) -> Expr:
         return self.bits(offset, 8)
 
+    def u32(self, offset: int) -> Expr:
+        word = self.word32(offset)
+        return _bytes_u32(self, offset) if word is None else word
+
     def f16(self, offset: int) -> Expr:
-        return exprs.f16_bits_to_f32(self.bits(offset, 16))
+        return exprs.half_bits_to_f32(self.bits(offset, 16))
 
     @staticmethod
     def to_f32(x) -> Expr:
@@ -294,7 +315,8 @@ class GGUFBlockFormat(Format):
         n, k = exprs.as_u32(n), exprs.as_u32(k)
         blocks_per_row = shape[1] // self.block_size
         block = n * blocks_per_row + (k >> self.block_shift)
-        blk = ExprBlock(exprs.Words(load, "blocks"), block * self.type_size)
+        blk = ExprBlock(exprs.Words(load, "blocks"), block * self.type_size,
+                        aligned=self.type_size % 4 == 0)
         return self.element(blk, k & (self.block_size - 1))
 
     def run_length(self, shape, attrs) -> int:
@@ -523,13 +545,17 @@ class MXFP4(GGUFBlockFormat):
 def packed_scale_min6(blk, offset: int, i):
     """Q4_K/Q5_K: 6-bit scale and min of sub-block i (0..7) from 12 bytes at `offset`.
     Sub-blocks 0-3 use the low 6 bits of bytes 0-3 (scales) and 4-7 (mins); 4-7 take
-    their low 4 bits from bytes 8-11 and their top 2 bits from bits 6-7 of bytes 0-7."""
-    i4 = i & 3
-    scale_byte, min_byte, mixed = (blk.byte(offset + i4), blk.byte(offset + 4 + i4),
-                                   blk.byte(offset + 8 + i4))
-    scale = blk.where_ge(i, 4, (mixed & 15) | ((scale_byte >> 6) << 4), scale_byte & 63)
-    minimum = blk.where_ge(i, 4, (mixed >> 4) | ((min_byte >> 6) << 4), min_byte & 63)
-    return scale, minimum
+    their low 4 bits from bytes 8-11 and their top 2 bits from bits 6-7 of bytes 0-7.
+    Decoded four sub-blocks at a time from three words at fixed places (the half of the
+    block that holds i picks the form), then sub-block i's byte: a GEMV lane's runs share
+    the select and the shift across its columns, and no word is read at a per-lane place."""
+    scales, mins, mixed = blk.u32(offset), blk.u32(offset + 4), blk.u32(offset + 8)
+    low6, high2, low4 = 0x3F3F3F3F, 0xC0C0C0C0, 0x0F0F0F0F
+    half = i >> 2                       # one expression for the sub-blocks of a run
+    scale4 = blk.where_ge(half, 1, (mixed & low4) | ((scales & high2) >> 2), scales & low6)
+    min4 = blk.where_ge(half, 1, ((mixed >> 4) & low4) | ((mins & high2) >> 2), mins & low6)
+    shift = scalar((i & 3) << 3)
+    return (scale4 >> shift) & 0xFF, (min4 >> shift) & 0xFF
 
 
 def two_bits(blk, offset: int, j):

@@ -230,6 +230,7 @@ def evaluate(e: Expr, env: Mapping[str, np.ndarray | int],
     from poot.oracle import scalar as S
 
     memo: dict[int, np.ndarray] = {}
+    lowered: list[Expr] = []     # Dot2's plain trees live on: their ids key `memo`
 
     def ev(n: Expr) -> np.ndarray:
         key = id(n)
@@ -265,7 +266,8 @@ def evaluate(e: Expr, env: Mapping[str, np.ndarray | int],
         elif isinstance(n, Bitcast):
             r = S.bitcast(np.asarray(ev(n.x)), n.dtype)
         elif isinstance(n, Dot2):
-            r = ev(lower_dot2(n))
+            lowered.append(lower_dot2(n))
+            r = ev(lowered[-1])
         else:  # pragma: no cover
             raise TypeError(f"unknown expression {n!r}")
         memo[key] = r
@@ -279,18 +281,18 @@ Printer = Callable[[Expr], str]
 
 # -- shared decode pieces (used by packed formats and dense f16 words) -----------------------
 def half_bits_to_f32(h: Expr) -> Expr:
-    """The F32 value of IEEE binary16 bits held in the low 16 bits of a U32 (exact,
-    with subnormals, infinities and NaN), written with integer ops and Bitcast."""
+    """The F32 value of IEEE binary16 bits held in the low 16 bits of a U32 (or I32; the
+    high bits are ignored): exact, with subnormals, infinities and NaN (mantissa kept),
+    in integer ops and Bitcast. The magnitude moves under the f32 exponent and one add
+    rebiases it (a second one makes Inf/NaN); subnormals are (2^23 + m) - 2^23 scaled by
+    2^-24, exact and with no f32 subnormal on the way; the sign is ORed in last."""
     h = h.bitcast(U32) if h.dtype is I32 else h
-    sign = (h >> u32(15)) & u32(1)
-    exp = (h >> u32(10)) & u32(0x1F)
-    mant = h & u32(0x3FF)
-    normal = (sign << u32(31)) | ((exp + u32(112)) << u32(23)) | (mant << u32(13))
-    special = (sign << u32(31)) | u32(0x7F800000) | (mant << u32(13))
-    bits = select(ge(exp, u32(31)), special, normal)
-    tiny = mant.cast(F32) * f32(2.0 ** -24)
-    tiny = select(ge(sign, u32(1)), -tiny, tiny)
-    return select(ge(u32(0), exp), tiny, bits.bitcast(F32))
+    magnitude = h & u32(0x7FFF)
+    normal = (magnitude << u32(13)) + u32(0x38000000)
+    bits = select(ge(magnitude, u32(0x7C00)), normal + u32(0x38000000), normal)
+    tiny = ((magnitude | u32(0x4B000000)).bitcast(F32) - f32(8388608.0)) * f32(2.0 ** -24)
+    value = select(ge(magnitude, u32(0x400)), bits.bitcast(F32), tiny)
+    return (value.bitcast(U32) | ((h & u32(0x8000)) << u32(16))).bitcast(F32)
 
 
 def byte_at(load, role: str, offset: Expr) -> Expr:
