@@ -62,8 +62,8 @@ def parse_variants(text: str) -> list[dict]:
     """"A=1,B=2;A=3" -> [{"A": 1, "B": 2}, {"A": 3}]: GEMV schedule constants of
     poot.codegen.lower.dot per variant ("" -> one variant, the defaults); STACK_QKV=0 /
     STACK_FFN=0: the model traced with q, k and v (gate and up) as separate weights
-    (build_decoder's stack_qkv / stack_ffn); PROLOGUE=0 / NORM=0: compiled without the
-    prologue / norm_contraction pass."""
+    (build_decoder's stack_qkv / stack_ffn); PROLOGUE=0 / NORM=0 / GATED=0: compiled
+    without the prologue / norm_contraction / gated pass."""
     out = []
     for part in text.split(";") if text else [""]:
         kv = dict(x.split("=") for x in part.split(",") if x)
@@ -78,7 +78,7 @@ def variant_label(v: dict) -> str:
 #: variant keys that change the traced or compiled graph (default 1 each): the stacks the
 #: model is traced with, then compile passes
 STACKS = ("STACK_QKV", "STACK_FFN")
-PASSES = {"PROLOGUE": "prologue", "NORM": "norm_contraction"}
+PASSES = {"PROLOGUE": "prologue", "NORM": "norm_contraction", "GATED": "gated"}
 
 
 def stacked_groups(variants: list[dict]) -> list[tuple[tuple, list[dict]]]:

@@ -13,7 +13,8 @@
 #              16-byte weight loads, async weight tiles, decode attention workgroup sizes)
 #              against the oracle, under compute-sanitizer memcheck
 #   smollm2    SmolLM2-135M's shape (random Q4_1 weights: the checkpoint does not travel)
-#              greedy 32 tokens cuda vs reference, decode tok/s
+#              greedy 32 tokens cuda vs reference, decode tok/s; again without the
+#              compile passes in $SMOLLM2_OFF (e.g. "gated") when set
 #   bench      llama_gpu.py: the 8B-shaped 2-layer logits check, 8B and 1B decode in bf16,
 #              Q4_0 and Q4_K (profiled 8B steps); $VARIANTS compares GEMV schedule constants
 #              (llama_gpu.py --variants); $SHAPES / $FORMATS narrow it
@@ -114,7 +115,7 @@ for part in $PARTS; do
     memcheck | racecheck)
       sel=${MEMCHECK_K:-"Contraction or Attention or FusedRow or ArgTopK or model"}
       [ $part = racecheck ] &&
-        sel=${RACECHECK_K:-"FusedRow or DenseContraction or PackedContraction or ArgTopK or Attention"}
+        sel=${RACECHECK_K:-"FusedRow or DenseContraction or PackedContraction or GatedContraction or ArgTopK or Attention"}
       timeout -k 5 "$lim" compute-sanitizer --tool $part --target-processes all \
         --error-exitcode 9 python3 -m pytest -q -p no:cacheprovider -n 4 --pyargs \
         poot.conformance --poot-backend cuda -k "$sel" >"$OUT/$part.log" 2>&1
@@ -136,7 +137,11 @@ for part in $PARTS; do
       waitwarm 60
       timeout -k 5 "$lim" python3 $B/smollm2_gpu.py --random --tokens 32 \
         >"$OUT/smollm2.log" 2>&1
-      rc=$? ;;
+      rc=$?
+      if [ -n "${SMOLLM2_OFF:-}" ]; then   # the same without those compile passes
+        timeout -k 5 "$lim" python3 $B/smollm2_gpu.py --random --tokens 32 --no-reference \
+          --disable "$SMOLLM2_OFF" >>"$OUT/smollm2.log" 2>&1 || rc=$?
+      fi ;;
     bench)   # the warmers keep compiling ahead of it
       timeout -k 5 "$lim" bash -c "cd $B && python3 llama_gpu.py --shapes ${SHAPES:-8b,1b} \
         --formats ${FORMATS:-bf16,Q4_0,Q4_K} --profile 8b --check-layers ${CHECK:-2} \

@@ -23,8 +23,12 @@ import numpy as np
 PROMPT = "The capital of France is"
 
 
+#: appended to every SUMMARY key of a run compiled without some passes (`--disable`)
+LABEL = ""
+
+
 def summary(key: str, value) -> None:
-    print(f"SUMMARY {key} | {value}", flush=True)
+    print(f"SUMMARY {key}{LABEL} | {value}", flush=True)
 
 
 def model_path() -> str:
@@ -158,7 +162,17 @@ def main() -> int:
                     help="SmolLM2's shape with random Q4_1 weights (no checkpoint needed)")
     ap.add_argument("--backend", default="cuda",
                     help="the backend measured (another name checks this script without a GPU)")
+    ap.add_argument("--disable", default="",
+                    help="compile passes left out, comma-separated (an A/B of a pass in one "
+                         "call: its SUMMARY keys say 'without ...')")
     args = ap.parse_args()
+    if args.disable:
+        from poot.compiler import pipeline
+
+        global LABEL
+        off = set(args.disable.split(","))
+        pipeline.PASSES[:] = [p for p in pipeline.PASSES if p[0] not in off]
+        LABEL = f" (without {args.disable})"
     if args.plan:
         plan_only(args.max_seq)
         return 0

@@ -58,6 +58,7 @@ def table(device: str, major: int, minor: int, formats) -> CapabilityTable:
     if (major, minor) >= (8, 9):
         dtypes.update({DType.F8E4M3: Use.STORAGE, DType.F8E5M2: Use.STORAGE})
     ops = kernel_ops(floats, formats)
+    ops["GatedContraction"] = set(ops["ContractionEpilogue"])   # its decode GEMV: lower.dot
     # NormedPackedContraction, NormedDenseContraction and ContractionPrologue lower here
     # (lower.dot) but are not declared: at the 8B shape each of them made its GEMVs slower
     # than the norm's or the SwiGLU's own small kernel (docs/performance.md, 2026-12-06),

@@ -280,10 +280,11 @@ def operand_types(graph, eqn) -> list[TensorType]:
 def region_eqns(op: O.OpKind, ins: Sequence[TensorType]) \
         -> Iterable[tuple[O.OpKind, list, TensorType]]:
     """Every eqn a region lowers with it: a Fused/FusedRow body's eqns, and a
-    ContractionEpilogue's head followed by its body, a Scan's body (its kernel evaluates
-    the body). The other composites are checked by their own key only."""
+    ContractionEpilogue's or GatedContraction's head followed by its body, a Scan's body
+    (its kernel evaluates the body). The other composites are checked by their own key
+    only."""
     out = []
-    if isinstance(op, O.ContractionEpilogue):
+    if isinstance(op, (O.ContractionEpilogue, O.GatedContraction)):
         head_ins = list(ins[: op.n_head])
         out.append((op.head, head_ins, op.head.infer(head_ins)))
     body = getattr(op, "body", None)

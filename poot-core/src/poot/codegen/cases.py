@@ -32,6 +32,7 @@ from poot.ir.ops import (
     DynamicUpdateSlice,
     Fused,
     FusedRow,
+    GatedContraction,
     Gather,
     GroupedDenseContraction,
     IndexedMatMul,
@@ -500,13 +501,27 @@ def contraction_cases() -> list[Case]:
         _normed_dense((1,), 20, 64, BF16), _normed_dense((2,), 12, 2088, BF16),
         _normed_dense((1,), 19, 63, BF16), _normed_dense((3,), 17, 64, F32),
         _normed_dense((1,), 20, 64, U32), _normed_dense((6,), 20, 64, BF16),
+        _gated_dense(1), _gated_dense(6),
     ]
+
+
+def _gated_dense(m: int) -> Case:
+    """silu(a) * b of a bf16 [40 x 64] contraction's halves: joined in the GEMV's
+    workgroup for one row, after the contraction for six."""
+    a, w = T((m, 64), F32), T((40, 64), BF16)
+    half = T((m, 20), F32)
+    return Case(f"gated-dense-m{m}", GatedContraction(
+        DenseContraction(), 2, region([half, half], silu_mul)), (a, w),
+        makers(normal(a), normal(w)), 1e-10)
 
 
 # -- packed weights: every registered format that quantizes without parameters ----------
 #: the integer GEMV's rounding (int16 activations per block of 32, lower.dot) is within the
 #: conformance suite's threshold for contractions, (1024 * 2^-24)^2, not within 1e-10
 INT_GEMV_TOL = (1024 * 2.0 ** -24) ** 2
+#: a GatedContraction's two halves meet in one product: their errors add (the conformance
+#: suite's "gated" growth)
+GATED_TOL = 4 * INT_GEMV_TOL
 
 
 def packed_cases(formats: dict | None = None) -> list[Case]:
@@ -546,6 +561,11 @@ def packed_cases(formats: dict | None = None) -> list[Case]:
             PackedContraction(pw), 1 + len(src_types), region([a, a], silu_mul)),
                         (a, *src_types, a), lambda rng, a=a, s=sources: [
                             normal(a)(rng), *s(rng), normal(a)(rng)], INT_GEMV_TOL))
+        half = T((1, n // 2), F32)
+        out.append(Case(f"packed-gated-{name}", GatedContraction(
+            PackedContraction(pw), 1 + len(src_types), region([half, half], silu_mul)),
+                        (a, *src_types), lambda rng, a=a, s=sources: [normal(a)(rng), *s(rng)],
+                        GATED_TOL))
         out.append(Case(f"packed-dequant-{name}", PackedDequant(pw), src_types,
                         lambda rng, s=sources: s(rng), 1e-12))
         out.append(Case(f"packed-rows-{name}", PackedRowGather(pw), (ids, *src_types),

@@ -48,6 +48,7 @@ PASSES = [
     ("fusion", fusion.run),
     ("norm_contraction", norm_contraction.run),
     ("prologue", prologue.run),
+    ("gated", epilogue.gated_run),
     ("relabel", relabel.run),
     ("dce_final", dce.run),
 ]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from poot.compiler.view import GraphView, NoMatch
 from poot.ir.graph import Eqn, Graph, GraphOutput, Operand, Value
 from poot.ir.ops import OpKind
 from poot.ir.types import ValueId, ValueMeta
@@ -68,3 +69,24 @@ class Rewriter:
             d.outputs[:] = [GraphOutput(sub.get(o.value, o.value), o.kind, o.label, o.boundary,
                                         o.input) for o in d.outputs]
         return d.commit()
+
+
+def rewrite_each(graph: Graph, ctx, name: str, root_type: type, match, note) -> Graph:
+    """Each eqn of `root_type` that `match(view, e) -> (op, args, chain)` takes and the
+    target lowers becomes `op(args)`; the report keeps the reason for every other."""
+    view, rw = GraphView(graph), Rewriter(graph)
+    for e in view.eqns:
+        if not isinstance(e.op, root_type):
+            continue
+        try:
+            op, args, chain = match(view, e)
+        except NoMatch as why:
+            ctx.record.kept(name, e.out, str(why))
+            continue
+        refused = ctx.refusal(op, args, e, view)
+        if refused:
+            ctx.record.kept(name, e.out, f"target refuses: {refused}")
+            continue
+        rw.replace(e, op, args, chain)
+        ctx.record.rewrote(name, e.out, note(op, chain))
+    return rw.commit()

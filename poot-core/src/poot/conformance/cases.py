@@ -36,7 +36,10 @@ WIDE_FLOATS = (F32, F16, BF16)
 EPS = {F32: 2.0**-24, F16: 2.0**-11, BF16: 2.0**-8, DType.F8E4M3: 2.0**-4,
        DType.F8E5M2: 2.0**-3, DType.F8E8M0: 1.0, DType.F4E2M1: 2.0**-2}
 #: error growth allowed per kind of op, in units of the dtype's roundoff
-GROWTH = {"basic": 4, "div": 16, "transcendental": 128, "reduce": 256, "compose": 1024}
+#: ("gated": two contractions' results meeting in one product, as a GatedContraction's
+#: halves do: their errors add, twice a contraction's)
+GROWTH = {"basic": 4, "div": 16, "transcendental": 128, "reduce": 256, "compose": 1024,
+          "gated": 2048}
 NMSE_CAP = 1e-3   # a looser threshold no longer tells a wrong kernel from rounding
 
 
@@ -329,6 +332,16 @@ def _prologue_case(head, key, rows: int, weight: list, n: int) -> Case:
                 flops=2 * rows * 256 * n)
 
 
+def _gated_case(head, key, rows: int, weight: list, n: int, k: int) -> Case:
+    """swiglu of the two halves of `head`'s [rows, n] result (a stacked gate and up
+    projection of K = k): a GEMV's workgroup joins each pair, longer batches after it."""
+    half = T((rows, n // 2), F32)
+    op = O.GatedContraction(head, 1 + len(weight), region([half, half], silu_mul))
+    return case(f"GatedContraction-{head.name}-{key}-{rows}x{k}", "GatedContraction", F32,
+                [Arg(T((rows, k), F32)), *weight], one(op), exact=False, growth="gated",
+                flops=2 * rows * k * n)
+
+
 def _f16_words(shape) -> tuple:
     """f16 values held two to a u32 word (the dense:f16words layout), not random words,
     whose halves would hold NaN and Inf patterns."""
@@ -360,6 +373,9 @@ def dense_cases() -> Iterator[Case]:
                one(O.DenseRowGather()), exact=True)
     for rows in (1, 2):
         yield _prologue_case(O.DenseContraction(), "bf16", rows, [Arg(T((19, 256), BF16))], 19)
+    for rows in (1, 2, 12):
+        yield _gated_case(O.DenseContraction(), "bf16", rows, [Arg(T((38, 256), BF16))], 38,
+                          256)
     yield case("GroupedDenseContraction-bf16-2x3x16", "GroupedDenseContraction", BF16,
                [Arg(T((2, 3, 16), F32)), Arg(T((10, 16), BF16))],
                one(O.GroupedDenseContraction(2)), exact=False, growth="compose",
@@ -382,6 +398,7 @@ def packed_cases() -> Iterator[Case]:
         yield _normed_case(w, 3, srcs)
         for rows in (1, 3):
             yield _prologue_case(O.PackedContraction(w), name, rows, srcs, 8)
+            yield _gated_case(O.PackedContraction(w), name, rows, srcs, 8, 256)
         yield case(f"PackedRowGather-{name}-5", "PackedRowGather", name,
                    [Arg(T((5,), I32), ("index", 8))] + srcs, one(O.PackedRowGather(w)),
                    exact=False, growth="basic")

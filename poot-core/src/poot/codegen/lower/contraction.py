@@ -1,6 +1,7 @@
 """Weight contractions in checkpoint [N, K] order: dense (bf16/f16/f32), packed (any
 registered format, through its decode program), grouped, indexed (MoE), row gathers,
-and ContractionEpilogue (the contraction's pointwise epilogue applied in registers).
+ContractionEpilogue (the contraction's pointwise epilogue applied in registers) and
+GatedContraction (each output joined from its result's two halves).
 
 16-bit weights are read as U32 words and widened in registers (`poot.codegen.bits`);
 packed weights are decoded by `WeightFormat.decode_expr`, and a run of K at a time by
@@ -37,6 +38,7 @@ from poot.ir.ops import (
     ContractionPrologue,
     DenseContraction,
     DenseRowGather,
+    GatedContraction,
     GroupedDenseContraction,
     IndexedPackedContraction,
     NormedDenseContraction,
@@ -264,31 +266,53 @@ def prologue_problem(sig: Sig, epilogue) -> Problem:
 # -- epilogue -------------------------------------------------------------------------------
 @lowers(ContractionEpilogue)
 def lower_contraction_epilogue(sig: Sig) -> KernelProgram:
-    op = sig.op
-    make = PROBLEMS.get(type(op.head))
-    if make is None:
-        raise UnsupportedOp(f"ContractionEpilogue head {op.head.name} is not a contraction",
+    make, head_sig = _head(sig)
+    if head_sig.out.shape != sig.out.shape:
+        raise UnsupportedOp(f"epilogue changes the shape {head_sig.out} -> {sig.out}",
                             op="ContractionEpilogue")
-    head_ins = sig.ins[: op.n_head]
-    head_out = op.head.infer([x.type if isinstance(x, Lit) else x for x in head_ins])
-    if head_out.shape != sig.out.shape:
-        raise UnsupportedOp(f"epilogue changes the shape {head_out} -> {sig.out}",
-                            op="ContractionEpilogue")
-    head_sig = Sig(op.head, head_ins, head_out)
 
     def epilogue(kb, flat, acc):
-        coords = ix.unravel(flat, sig.out.shape)
-        params = [lambda c: acc.cast(head_out.dtype)]
-        for j in range(op.n_head, len(sig.ins)):
-            params.append(lambda c, j=j: _operand(sig, j, c))
-        return RegionEval(kb, op.body, params).result_at(coords)
+        return _body_at(kb, sig, ix.unravel(flat, sig.out.shape), [acc], head_sig.out.dtype)
 
     p = make(head_sig, epilogue)
     p.store = store_flat(sig, p.m, p.n, epilogue)
+    return contraction_program(p, sig, lambda kb: sig.declare_all(kb, p.views))
 
-    def declare(kb):
-        sig.declare_all(kb, p.views)
-    return contraction_program(p, sig, declare)
+
+@lowers(GatedContraction)
+def lower_gated_contraction(sig: Sig) -> KernelProgram:
+    """The head's problem, each output joining its two columns i and N/2 + i through the
+    body (lower.dot: in the GEMV's workgroup, else after the contraction)."""
+    make, head_sig = _head(sig)
+    p = make(head_sig, None)
+
+    def pair(kb, m, i, lo, hi):
+        idx = kb.let("o", ix.add(ix.mul(m, sig.out.shape[-1]), i))
+        value = _body_at(kb, sig, ix.unravel(idx, sig.out.shape), [lo, hi],
+                         head_sig.out.dtype)
+        kb.store("out", idx, value.cast(sig.out.dtype))
+    p.pair = pair
+    return contraction_program(p, sig, lambda kb: sig.declare_all(kb, p.views))
+
+
+def _head(sig: Sig):
+    """(the problem maker, the Sig) of a region op's contraction head, its first n_head
+    operands."""
+    op = sig.op
+    make = PROBLEMS.get(type(op.head))
+    if make is None:
+        raise UnsupportedOp(f"{op.name} head {op.head.name} is not a contraction", op=op.name)
+    head_ins = sig.ins[: op.n_head]
+    head_out = op.head.infer([x.type if isinstance(x, Lit) else x for x in head_ins])
+    return make, Sig(op.head, head_ins, head_out)
+
+
+def _body_at(kb, sig: Sig, coords, heads: list, dtype) -> Expr:
+    """A region op's body at output `coords`: its first parameters the head's values
+    `heads` rounded to its result's `dtype`, the rest its operands past the head's."""
+    params = [lambda c, h=h: h.cast(dtype) for h in heads]
+    params += [lambda c, j=j: _operand(sig, j, c) for j in range(sig.op.n_head, len(sig.ins))]
+    return RegionEval(kb, sig.op.body, params).result_at(coords)
 
 
 def _operand(sig: Sig, j: int, coords) -> Expr:

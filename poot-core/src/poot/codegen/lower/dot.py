@@ -50,6 +50,11 @@ owns the schedules:
 Weights that differ per row (IndexedMatMul, MoE) take the GEMV schedule with
 one group per output element.
 
+A gated contraction (`Problem.pair`: GatedContraction, a SwiGLU over a stacked gate|up
+result) takes the GEMV with its column slots 2i and 2i + 1 given columns i and N/2 + i,
+so each workgroup holds whole pairs and joins them after its reductions (`_join_pairs`);
+where the GEMV does not apply, the contraction writes [M, N] and a kernel joins the pairs.
+
 The GEMV and integer GEMV load their first trip's weights before the kernel's AwaitInputs
 (`EARLY_LOADS`; the integer GEMV where its words are staged or K is one trip), so on a
 target whose launches overlap, that latency hides under the kernel before; the runtime
@@ -182,6 +187,8 @@ class Problem:
     w_int(b, n, k0, load=None): the same run as poot.formats.IntGroups, None if it has none;
     a_pair(b, m, kw) likewise for the activation; store(kb, b, m, n, acc) writes one result.
     row_norm: the rows are normed first (`RowNorm`; `contraction_program` handles it).
+    pair(kb, m, i, lo, hi): a gated contraction's (GatedContraction) store of output i of
+    row m from columns i and N/2 + i, in place of `store` (`contraction_program`).
     """
 
     batch: int
@@ -202,6 +209,7 @@ class Problem:
     w_int: Elem | None = None     # w_int(b, n, k0, load=None) -> [IntGroup] | None, like w_run
     parts: int = 1                # > 1: b is a part of a row parts * k long (`_k_parts`)
     row_norm: RowNorm | None = None
+    pair: Callable | None = None
 
     def zero(self) -> Const:
         return Const(0.0 if self.acc.is_float else 0, self.acc)
@@ -247,6 +255,10 @@ def contraction_program(p: Problem, sig, declare: Callable[[KernelBuilder], None
     `declare` declares a kernel's buffers, `inputs` only those it reads (default: the
     eqn's operands)."""
     parts = _int_parts(p, sig.features)
+    if p.pair is not None and (parts > 1 or p.row_norm is not None or p.batch != 1
+                               or p.w_per_row or p.m > GEMV_MAX_ROWS
+                               or _gemv_slots(p, sig.features) % 2):
+        return _pair_apart(p, sig, declare, inputs)
     if p.row_norm is not None and not (parts == 1 and _norm_inside(p, sig.features)):
         return _norm_apart(p, sig, declare)
     if parts == 1:
@@ -275,6 +287,42 @@ def contraction_program(p: Problem, sig, declare: Callable[[KernelBuilder], None
         p.store(kb, i32(0), kb.let("m", ix.div(i, p.n)), kb.let("n", ix.mod(i, p.n)),
                 kb.let("dot", total))
     return KernelProgram((first, kb.finish()), scratch=(scratch,))
+
+
+def _gemv_slots(p: Problem, features) -> int:
+    """Columns one workgroup of `gemv_kernel` computes (one row, one batch)."""
+    plan = _int_plan(p, p.m, features) or _run_plan(p, p.m)
+    return plan.width * plan.groups // (_words_split(p, p.n) if _words(p) else plan.split)
+
+
+def _pair_apart(p: Problem, sig, declare, inputs) -> KernelProgram:
+    """A gated contraction where its GEMV cannot join the halves: the contraction's
+    kernels store [M, N] to scratch, then one thread per output joins its two columns."""
+    half, count = p.n // 2, p.batch * p.m * p.n
+    both = BufferParam("halves", p.acc, Access.READ_WRITE, count, SCRATCH)
+
+    def store(kb, b, m, n, acc):
+        kb.store(both.name, ix.add(ix.mul(ix.add(ix.mul(b, p.m), m), p.n), n), acc)
+
+    def reading(access):
+        def declare_with(kb):
+            (inputs or (lambda kb: sig.declare_inputs(kb, p.views)))(kb)
+            kb.buffer(both.name, p.acc, access, count, SCRATCH)
+        return declare_with
+    first = contraction_program(replace(p, pair=None, store=store), sig,
+                                reading(Access.WRITE), reading(Access.WRITE))
+    outputs = p.batch * p.m * half
+    grid, flat = ix.launch_1d(outputs, LANES * GROUPS)
+    kb = sig.builder(grid, (LANES * GROUPS,), "_gate")
+    declare(kb)
+    kb.buffer(both.name, p.acc, Access.READ, count, SCRATCH)
+    o = kb.let("o", flat)
+    with kb.if_(ix.lt(o, i32(outputs))):
+        row, i = kb.let("row", ix.div(o, half)), kb.let("i", ix.mod(o, half))
+        at = kb.let("at", ix.add(ix.mul(row, p.n), i))
+        p.pair(kb, row, i, kb.let("lo", Load(both.name, at, p.acc)),
+               kb.let("hi", Load(both.name, ix.add(at, half), p.acc)))
+    return KernelProgram((*first.kernels, kb.finish()), scratch=(*first.scratch, both))
 
 
 def _norm_inside(p: Problem, features) -> bool:
@@ -424,7 +472,9 @@ def gemv_kernel(p: Problem, kb_factory, declare, many_rows: bool = False,
             for t in range(width)]
     # every group runs the loop (its reduction must be uniform); spare ones use the last column
     cs = [kb.let("c", ix.minimum(col, i32(columns - 1))) for col in cols]
-    ns = [kb.let("n", ix.mod(c, p.n)) for c in cs]
+    # a gated contraction's column pairs (i, N/2 + i) lie side by side: 2i and 2i + 1
+    ns = [kb.let("n", ix.mod(c, p.n) if p.pair is None else
+                 ix.add(ix.div(c, 2), ix.mul(ix.mod(c, 2), p.n // 2))) for c in cs]
     rest = kb.let("rest", ix.div(cs[0], p.n))   # one batch per group (width > 1: batch 1)
     if p.w_per_row:
         ms = [kb.let("m", ix.mod(rest, p.m))]
@@ -464,6 +514,9 @@ def gemv_kernel(p: Problem, kb_factory, declare, many_rows: bool = False,
         return kb.finish()
     totals = _split_sums(kb, p, accs, lanes, plan.groups) if many_rows and lanes > LANES \
         else [[kb.reduce("dot", ReduceOp.Sum, acc, lanes) for acc in column] for column in accs]
+    if p.pair is not None:
+        _join_pairs(kb, p, blk, groups * width, lane, cols, totals, dens, LANES * plan.groups)
+        return kb.finish()
     for col, n, sums in zip(cols, ns, totals, strict=True):
         with kb.if_(ix.both(ix.eq(lane, i32(0)), ix.lt(col, i32(columns)))):
             for j, (total, m) in enumerate(zip(sums, ms, strict=True)):
@@ -475,6 +528,27 @@ def gemv_kernel(p: Problem, kb_factory, declare, many_rows: bool = False,
                 else:
                     p.store(kb, b, m, n, total)
     return kb.finish()
+
+
+def _join_pairs(kb, p: Problem, blk, slots: int, lane, cols, totals, dens, threads: int):
+    """A gated contraction's outputs: the workgroup's `slots` columns (2i, 2i + 1: the
+    pairs i, N/2 + i) meet in shared memory, then one thread per output joins a pair."""
+    rows = p.m
+    sums = kb.shared("pair_sums", p.acc, slots * rows)
+    first = kb.let("s0", ix.mul(blk, slots))
+    for col, column in zip(cols, totals, strict=True):
+        with kb.if_(ix.both(ix.eq(lane, i32(0)), ix.lt(col, i32(p.n)))):
+            slot = ix.sub(col, first)
+            for j, total in enumerate(column):
+                value = total if dens is None else total / dens[j]
+                kb.store(sums, ix.add(ix.mul(slot, rows), j), value)
+    kb.barrier()
+    with kb.for_("e", local_index(), slots // 2 * rows, threads) as e:
+        pair, m = kb.let("pr", ix.div(e, rows)), kb.let("m", ix.mod(e, rows))
+        i = kb.let("i", ix.add(ix.div(first, 2), pair))
+        with kb.if_(ix.lt(i, i32(p.n // 2))):
+            at = ix.add(ix.mul(pair, 2 * rows), m)
+            p.pair(kb, m, i, kb.let("lo", sums[at]), kb.let("hi", sums[ix.add(at, rows)]))
 
 
 def _split_sums(kb, p: Problem, accs, lanes: int, warps: int):

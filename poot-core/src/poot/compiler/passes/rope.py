@@ -10,7 +10,7 @@ rotated keys) becomes one RopeScatter.
 from __future__ import annotations
 
 from poot.compiler.match import match_definition
-from poot.compiler.rewrite import Rewriter
+from poot.compiler.rewrite import rewrite_each
 from poot.compiler.view import GraphView, NoMatch
 from poot.errors import ShapeError
 from poot.ir.graph import Value
@@ -32,7 +32,7 @@ def guess(view: GraphView, root) -> tuple[Rope, list]:
 
 
 def run(graph, ctx):
-    return _rewrite_each(graph, ctx, "Rope", Concat, _rope_chain,
+    return rewrite_each(graph, ctx, "Rope", Concat, _rope_chain,
                          lambda op, chain: f"{len(chain)} eqns -> Rope(rot={op.rot})")
 
 
@@ -40,29 +40,8 @@ def scatter_run(graph, ctx):
     """rope_scatter: a ScatterUpdate whose rows are a Rope's result (through a Reshape that
     flattens its leading axes), read by nothing else, becomes one RopeScatter{rot} with
     operands [base, x, cos, sin, slots]: the rotated keys go straight to the KV pool."""
-    return _rewrite_each(graph, ctx, "RopeScatter", ScatterUpdate, _rope_rows,
+    return rewrite_each(graph, ctx, "RopeScatter", ScatterUpdate, _rope_rows,
                          lambda op, chain: f"Rope(rot={op.rot}) + ScatterUpdate")
-
-
-def _rewrite_each(graph, ctx, name: str, root_type: type, match, note):
-    """Each eqn of `root_type` that `match(view, e) -> (op, args, chain)` takes and the
-    target lowers becomes `op(args)`; the report keeps the reason for every other."""
-    view, rw = GraphView(graph), Rewriter(graph)
-    for e in view.eqns:
-        if not isinstance(e.op, root_type):
-            continue
-        try:
-            op, args, chain = match(view, e)
-        except NoMatch as why:
-            ctx.record.kept(name, e.out, str(why))
-            continue
-        refused = ctx.refusal(op, args, e, view)
-        if refused:
-            ctx.record.kept(name, e.out, f"target refuses: {refused}")
-            continue
-        rw.replace(e, op, args, chain)
-        ctx.record.rewrote(name, e.out, note(op, chain))
-    return rw.commit()
 
 
 def _rope_chain(view: GraphView, root):

@@ -20,6 +20,7 @@ from poot.ir.ops.composite import (
     DenseRowGather,
     Fused,
     FusedRow,
+    GatedContraction,
     GroupedDenseContraction,
     IndexedPackedContraction,
     NormedDenseContraction,

@@ -102,6 +102,44 @@ class ContractionEpilogue(Composite):
 
 
 @dataclass(frozen=True, eq=False, repr=False)
+class GatedContraction(Composite):
+    """A contraction `head` whose result's last axis is two halves [a | b] (a stacked gate
+    and up projection) and the pointwise `body` that joins them, out = body(a, b, ...):
+    half the head's last axis (SwiGLU's silu(a) * b). A decode GEMV computes each output
+    from its two columns at once: no kernel and no buffer for the joined halves.
+
+    Operands: the head's n_head operands, then the body's extra inputs. The body's first
+    two parameters are the halves, in the head's dtype.
+    """
+
+    head: OpKind
+    n_head: int
+    body: Graph
+
+    def params(self):
+        return {"head": self.head, "n_head": self.n_head, "eqns": len(self.body.eqns())}
+
+    def half(self, ins: Sequence[TensorType]) -> TensorType:
+        h = self.head.infer(ins[: self.n_head])
+        if h.rank < 1 or h.shape[-1] % 2:
+            self.fail(f"the head's result {h} has no two halves of its last axis", ins)
+        return TensorType(h.shape[:-1] + (h.shape[-1] // 2,), h.dtype)
+
+    def infer(self, ins: Sequence[TensorType]) -> TensorType:
+        half = self.half(ins)
+        want = [self.body.type_of(v) for v in self.body.inputs()]
+        if [half, half, *ins[self.n_head:]] != want:
+            self.fail(f"the gate body takes {want}; the head's halves are {half}", ins)
+        return self.body.type_of(self.body.result())
+
+    def define(self, b, ins):
+        n = self.half([x.type for x in ins]).shape[-1]
+        h = b.eqn(self.head, *ins[: self.n_head])
+        halves = [b.eqn(Slice(-1, 0, n), h), b.eqn(Slice(-1, n, 2 * n), h)]
+        return b.inline(self.body, [*halves, *ins[self.n_head:]])
+
+
+@dataclass(frozen=True, eq=False, repr=False)
 class ContractionPrologue(Composite):
     """A contraction `head` whose activation is a pointwise region of the operands.
 
