@@ -31,8 +31,8 @@ from poot.ir.graph import Graph
 
 #: (name, run) in order: refuse collectives, clean up (dce, cse), find the chains
 #: (selection before attention, which it contains), then contractions, epilogues, regions, norms
-#: into the packed contractions that read them, and pointwise regions into the contractions
-#: that read them.
+#: into the packed contractions that read them, pointwise regions into the contractions
+#: that read them (prologue), or whose two halves they join (gated).
 PASSES = [
     ("collectives", collectives.run),
     ("dce", dce.run),
