@@ -220,3 +220,33 @@ def test_normed_gemv_matches_oracle(name, shape, rows, kernels, apart, copies, i
     want = np.asarray(apply(op, [x, g, *src], ins, out))
     nmse = float(np.sum((got - want) ** 2) / np.sum(want ** 2))
     assert nmse < CONTRACTION_TOL, nmse
+
+
+@pytest.mark.parametrize("shape, rows, kernels", [
+    ((32, 2048), 1, 1),      # the integer GEMV joins each pair in its workgroup
+    ((64, 14336), 1, 3),     # K split into parts: their two kernels, then the joining one
+    ((32, 2048), 6, 2),      # more rows than a GEMV: the contraction, then the joining one
+])
+def test_gated_contraction_joins_its_halves(shape, rows, kernels):
+    """GatedContraction over an integer-GEMV head: silu(a) * b of the result's halves,
+    in one kernel where the GEMV applies, after the contraction's kernels elsewhere."""
+    from poot.codegen.cases import GATED_TOL, silu_mul
+    from poot.ir import region
+    from poot.ir.ops import GatedContraction
+    from poot.oracle import apply
+
+    pw = PackedWeight("gguf:Q4_0", shape)
+    half = TensorType((rows, shape[0] // 2), DType.F32)
+    op = GatedContraction(PackedContraction(pw), 1 + len(pw.sources()),
+                          region([half, half], silu_mul))
+    ins = [TensorType((rows, shape[1]), DType.F32)] + [s.type for s in pw.sources()]
+    out = op.infer(ins)
+    prog = lower(op, ins, out, frozenset({DOT2}))
+    assert len(prog.kernels) == kernels
+    rng = np.random.default_rng(shape[0] + rows)
+    src = [np.asarray(s) for s in pw.get_format().quantize(
+        rng.standard_normal(shape).astype(np.float32))]
+    x = rng.standard_normal((rows, shape[1])).astype(np.float32)
+    got = run_lowering(prog, [x, *src], out)
+    want = np.asarray(apply(op, [x, *src], ins, out))
+    assert float(np.sum((got - want) ** 2) / np.sum(want ** 2)) < GATED_TOL
