@@ -289,10 +289,22 @@ def contraction_program(p: Problem, sig, declare: Callable[[KernelBuilder], None
     return KernelProgram((first, kb.finish()), scratch=(scratch,))
 
 
+def _gemv_plan(p: Problem, many_rows: bool, features) -> tuple[RunPlan, int]:
+    """`gemv_kernel`'s plan for `p` and the warps a dot product takes."""
+    rows = p.m if not p.w_per_row else 1
+    if many_rows:
+        rule = ROWS_SCATTERED if REDUCE_SCATTER in features else ROWS_FOLDED
+        plan = _rows_plan(p, rule)
+    else:
+        plan = _int_plan(p, rows, features) or _run_plan(p, rows)
+    columns = p.batch * p.n * (p.m if p.w_per_row else 1)
+    return plan, _words_split(p, columns) if _words(p, many_rows) else plan.split
+
+
 def _gemv_slots(p: Problem, features) -> int:
-    """Columns one workgroup of `gemv_kernel` computes (one row, one batch)."""
-    plan = _int_plan(p, p.m, features) or _run_plan(p, p.m)
-    return plan.width * plan.groups // (_words_split(p, p.n) if _words(p) else plan.split)
+    """Columns one workgroup of `gemv_kernel` computes."""
+    plan, split = _gemv_plan(p, False, features)
+    return plan.width * plan.groups // split
 
 
 def _pair_apart(p: Problem, sig, declare, inputs) -> KernelProgram:
@@ -451,14 +463,11 @@ def gemv_kernel(p: Problem, kb_factory, declare, many_rows: bool = False,
     rows = p.m if not p.w_per_row else 1        # rows sharing one weight column per group
     columns = p.batch * p.n * (p.m if p.w_per_row else 1)
     scatter = many_rows and REDUCE_SCATTER in features
-    rule = ROWS_SCATTERED if scatter else ROWS_FOLDED
-    plan = _rows_plan(p, rule) if many_rows else (_int_plan(p, rows, features)
-                                            or _run_plan(p, rows))
+    plan, split = _gemv_plan(p, many_rows, features)
     width = plan.width                          # columns per group
     tile = min(plan.rows or rows, rows)         # rows per group
     chunks = -(-rows // tile)                   # groups sharing one set of columns
     words = _words(p, many_rows)
-    split = _words_split(p, columns) if words else plan.split
     lanes, groups = LANES * split, plan.groups // split    # threads per dot product
     grid, blk = ix.launch_groups(-(-(-(-columns // width) * chunks) // groups))
     kb = kb_factory(grid, (LANES * plan.groups,))

@@ -96,7 +96,7 @@ def _gated(view: GraphView, fused):
             continue
         half = src.shape[-1] // 2
         if (cut.op.start, cut.op.end) in ((0, half), (half, 2 * half)):
-            halves[cut.op.start != 0] = (i, cut)
+            halves[int(cut.op.start != 0)] = (i, cut)     # 0: the first half
     if len(halves) != 2 or halves[0][1].inputs[0] != halves[1][1].inputs[0]:
         raise NoMatch("no two halves of one result's last axis among the operands")
     y = halves[0][1].inputs[0].id
