@@ -146,12 +146,11 @@ def _reduce(op, args, ins, out):
 
 
 def _contract(a: np.ndarray, b: np.ndarray, dtype: DType, sub: str | None = None) -> np.ndarray:
-    if dtype.is_float:
-        a32, b32 = a.astype(np.float32), b.astype(np.float32)
-        r = np.einsum(sub, a32, b32) if sub else np.matmul(a32, b32)
-    else:
-        r = np.einsum(sub, a.astype(np.int64), b.astype(np.int64)) if sub else \
-            np.matmul(a.astype(np.int64), b.astype(np.int64))
+    """On C-contiguous copies: numpy sums a product in an order that depends on its
+    operands' strides, and the meaning must not depend on where a planner put them."""
+    acc = np.float32 if dtype.is_float else np.int64
+    a, b = np.ascontiguousarray(a, acc), np.ascontiguousarray(b, acc)
+    r = np.einsum(sub, a, b) if sub else np.matmul(a, b)
     return np.asarray(r).astype(dtype.numpy)
 
 

@@ -153,7 +153,12 @@ def _fast_kernel(op, args, in_types, out) -> Kernel | None:
         return lambda: fn(a, out=out)
     if isinstance(op, O.MatMul) and f32:
         a, b = args
-        return lambda: np.matmul(a, b, out=out)
+
+        # on contiguous operands, as the oracle's rule (rules._contract): the same sums
+        # whatever layout the plan gave them
+        if out.flags.c_contiguous:
+            return lambda: np.matmul(np.ascontiguousarray(a), np.ascontiguousarray(b), out=out)
+        return lambda: np.copyto(out, np.matmul(np.ascontiguousarray(a), np.ascontiguousarray(b)))
     if isinstance(op, O.Reduce) and f32:
         (x,) = args
         axis, keep = op.axis, op.keepdim
