@@ -457,6 +457,20 @@ def plan_only():
     smollm2_step(CudaBackend.compile_only_device(ARCH), plan_only=True)
 
 
+def open_device():
+    """(context, timer) of the first CUDA device, its name printed; exits with the reason
+    when there is none."""
+    from poot_cuda.driver import Context
+    from poot_cuda.probe import probe
+
+    devices, reason = probe()
+    if not devices:
+        raise SystemExit(reason)
+    print(devices[0], flush=True)
+    ctx = Context(0)
+    return ctx, Timer(ctx)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--plan", action="store_true", help="no GPU: lower, compile, plan only")
@@ -470,15 +484,8 @@ def main():
         plan_only()
         return
     from poot_cuda.backend import CudaBackend
-    from poot_cuda.driver import Context
-    from poot_cuda.probe import probe
 
-    devices, reason = probe()
-    if not devices:
-        raise SystemExit(reason)
-    print(devices[0], flush=True)
-    ctx = Context(0)
-    timer = Timer(ctx)
+    ctx, timer = open_device()
     rows = []
     copies = copy_bandwidths(ctx, timer)
     torch_tflops = None

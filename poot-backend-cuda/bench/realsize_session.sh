@@ -20,6 +20,8 @@
 #              (llama_gpu.py --variants); $SHAPES / $FORMATS narrow it
 #   sweep      llama_gpu.py over the 8B Q4_0/Q4_K steps under each GEMV schedule variant of
 #              $SWEEP (';'-separated, e.g. "SHARED_BYTES=32768;RUN_COLUMNS=1"), no profile
+#   grids      wave_sweep.py: the packed decode GEMVs alone by grid size (workgroups, waves,
+#              GB/s of copy) under each variant of $GRIDS (';'-separated, as $SWEEP)
 #   peer8b     the PyTorch peer at the 8B shape (eager, eager in a CUDA graph; torch.compile
 #              when $PEER_COMPILE is a number of seconds to allow it)
 #   peer1b     the same at the 1B shape
@@ -152,6 +154,10 @@ for part in $PARTS; do
       timeout -k 5 "$lim" bash -c "cd $B && python3 llama_gpu.py --shapes 8b \
         --formats Q4_0,Q4_K --profile none --check-layers 0 --variants '${SWEEP:-}'" \
         >"$OUT/sweep.log" 2>&1
+      rc=$? ;;
+    grids)
+      timeout -k 5 "$lim" bash -c "cd $B && python3 wave_sweep.py --variants '${GRIDS:-}'" \
+        >"$OUT/grids.log" 2>&1
       rc=$? ;;
     ncu)
       : >"$OUT/ncu.log"

@@ -1,0 +1,114 @@
+"""Packed decode GEMVs (one activation row) by grid size: each (format, N, K) of --shapes
+timed under each GEMV schedule variant of --variants (';'-separated settings of
+poot.codegen.lower.dot constants, '' the defaults), with its workgroups, waves (at the
+workgroups an SM holds, from the kernel's registers and shared memory) and GB/s as a
+fraction of the copy measured in the same run (launches back to back in one CUDA graph,
+over weight copies that together exceed L2, without programmatic dependent launch). Where
+a step's GEMVs lose to their bytes, this tells a grid's tail (waves just past a whole
+number) from what each workgroup pays once, and a small grid's latency.
+
+    python wave_sweep.py --shapes Q4_K:28672x4096,Q4_K:25344x4096 --variants ";RUN_COLUMNS=1"
+
+Lines starting with "SUMMARY " are for collecting scripts.
+"""
+from __future__ import annotations
+
+import argparse
+import traceback
+
+import numpy as np
+from bench_gpu import ARCH, copies_for, copy_bandwidths, open_device, random_operand, summary
+from poot.codegen.lower import dot, lower
+from poot.dtypes import DType
+from poot.formats import PackedWeight
+from poot.ir.ops import PackedContraction
+from poot.ir.types import TensorType as T
+from poot_cuda.capability import kernel_features
+
+SHAPES = ("Q4_K:4096x4096,Q4_K:6144x4096,Q4_K:16896x4096,Q4_K:25344x4096,"
+          "Q4_K:28672x4096,Q4_K:33792x4096,Q4_K:4096x14336,Q4_0:6144x4096,"
+          "Q4_0:28672x4096,Q4_0:4096x14336")
+
+
+def settings(variant: str) -> dict[str, int]:
+    return {k: int(v) for k, v in (kv.split("=") for kv in variant.split(",") if kv)}
+
+
+def occupancy(ctx, launch) -> int:
+    """Workgroups of `launch`'s kernel one SM holds."""
+    from poot_cuda.driver import check, cu
+
+    return check(cu().cuOccupancyMaxActiveBlocksPerMultiprocessor(
+        launch.function, launch.block[0], launch.shared_bytes), "occupancy")
+
+
+def bench_shape(ctx, timer, copy_gbs, sms, fmt, n, k, tag) -> None:
+    from poot_cuda.harness import LoweringRun
+    from poot_cuda.kernels import ModuleCache, compile_program
+    from poot_cuda.printer import CudaPrinter
+
+    pw = PackedWeight(f"gguf:{fmt}", (n, k))
+    ins = [T((1, k), DType.F32), *[s.type for s in pw.sources()]]
+    op = PackedContraction(pw)
+    out = op.infer(ins)
+    nbytes = sum(t.nbytes for t in ins[1:]) + 4 * (k + n)
+    compiled = compile_program(lower(op, ins, out, kernel_features(9, 0, ARCH)),
+                               CudaPrinter(ARCH))
+    modules, rng = ModuleCache(ctx), np.random.default_rng(1)
+    operands = [random_operand(t, rng) for t in ins]
+    sets = copies_for(nbytes)
+    runs = [LoweringRun(ctx, modules, compiled, operands, out) for _ in range(sets)]
+    try:
+        grids = []
+        for launch in runs[0].launches:
+            held = occupancy(ctx, launch)
+            grids.append(f"{launch.grid[0]} wg / {held * sms} = "
+                         f"{launch.grid[0] / (held * sms):.2f} waves")
+
+        def enqueue():
+            for r in runs:
+                r.enqueue()
+
+        ms = timer.graph_ms(enqueue, reps=10, trials=7) / sets
+    finally:
+        for r in runs:
+            r.free()
+    gbs = nbytes / ms / 1e6
+    label = f"{fmt} N={n} K={k}{tag}"
+    print(f"{label:42s} {ms * 1e3:8.2f} us {gbs:8.1f} GB/s {100 * gbs / copy_gbs:5.1f}% "
+          f"of copy  {'; '.join(grids)}", flush=True)
+    summary(label, f"{ms * 1e3:.2f} us, {100 * gbs / copy_gbs:.1f}% of copy, "
+                   f"{'; '.join(grids)}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shapes", default=SHAPES, help="FMT:NxK,...")
+    ap.add_argument("--variants", default="", help="';'-separated dot settings, e.g. "
+                    "';RUN_COLUMNS=1;GROUPS=4'")
+    args = ap.parse_args()
+    from poot_cuda.driver import check, cu
+
+    ctx, timer = open_device()
+    copy_gbs = max(copy_bandwidths(ctx, timer).values())
+    sms = check(cu().cuDeviceGetAttribute(
+        cu().CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, ctx.device), "sms")
+    summary("copy ceiling", f"{copy_gbs:.0f} GB/s, {sms} SMs")
+    defaults = {name: getattr(dot, name) for v in args.variants.split(";")
+                for name in settings(v)}
+    for variant in args.variants.split(";") if args.variants else [""]:
+        for name, value in {**defaults, **settings(variant)}.items():
+            setattr(dot, name, value)
+        tag = f" {variant}" if variant else ""
+        for shape in args.shapes.split(","):
+            fmt, nk = shape.split(":")
+            n, k = (int(x) for x in nk.split("x"))
+            try:
+                bench_shape(ctx, timer, copy_gbs, sms, fmt, n, k, tag)
+            except Exception as e:  # noqa: BLE001 - one broken row must not hide the others
+                traceback.print_exc()
+                summary(f"{fmt} N={n} K={k}{tag}", f"FAILED {type(e).__name__}: {e}"[:200])
+
+
+if __name__ == "__main__":
+    main()
