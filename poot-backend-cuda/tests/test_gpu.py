@@ -72,15 +72,15 @@ def test_runtime_memory_round_trip(gpu):
     rt.close()
 
 
-def _packed(normed: bool, shape: tuple[int, int]):
-    """A Q4_0 decode GEMV case past the catalog's small K (K in trips of staged tiles)."""
+def _packed(normed: bool, shape: tuple[int, int], fmt: str = "gguf:Q4_0"):
+    """A decode GEMV case past the catalog's small K (K in trips of staged tiles)."""
     from poot.codegen.cases import INT_GEMV_TOL, Case, normal
     from poot.dtypes import DType
     from poot.formats import PackedWeight
     from poot.ir.ops import NormedPackedContraction, PackedContraction
     from poot.ir.types import TensorType
 
-    pw = PackedWeight("gguf:Q4_0", shape)
+    pw = PackedWeight(fmt, shape)
     fmt, src = pw.get_format(), tuple(s.type for s in pw.sources())
     a, g = TensorType((1, shape[1]), DType.F32), TensorType((shape[1],), DType.F32)
     ins = (a, g, *src) if normed else (a, *src)
@@ -90,7 +90,7 @@ def _packed(normed: bool, shape: tuple[int, int]):
         acts = [normal(a)(rng)] + ([normal(g)(rng)] if normed else [])
         return acts + [np.asarray(x) for x in fmt.quantize(w)]
     op = NormedPackedContraction(pw, 1e-5) if normed else PackedContraction(pw)
-    return Case(f"{op.name}-{shape[0]}x{shape[1]}", op, ins, make, INT_GEMV_TOL)
+    return Case(f"{op.name}-{pw.format}-{shape[0]}x{shape[1]}", op, ins, make, INT_GEMV_TOL)
 
 
 #: schedules built and interpreter-checked but off by default until timed, each on the
@@ -99,7 +99,9 @@ VARIANTS = [("WIDE_WORDS", 1, "LoadWide", "dense-(1,)-20x64-bf16"),
             ("WIDE_WORDS", 1, "LoadWide", "dense-(1,)-12x2088-bf16"),
             ("ASYNC_STAGES", 2, "CopyAsync", _packed(False, (32, 2048))),
             ("ASYNC_STAGES", 2, "CopyAsync", _packed(True, (32, 2048))),   # norm inside
-            ("ASYNC_STAGES", 2, "CopyAsync", _packed(True, (64, 4096)))]   # K split
+            ("ASYNC_STAGES", 2, "CopyAsync", _packed(True, (64, 4096))),   # K split
+            ("QUADS", 1, "LoadWide", _packed(False, (32, 4096), "gguf:Q4_K")),
+            ("QUADS", 1, "LoadWide", _packed(False, (64, 14336), "gguf:Q4_K"))]   # K split
 
 
 @pytest.mark.parametrize("name, value, stmt, case", VARIANTS,

@@ -11,7 +11,7 @@ import pytest
 from poot.codegen.expr import Dot2, Var, evaluate, lower_dot2
 from poot.codegen.interp import run_lowering
 from poot.codegen.lower import lower
-from poot.codegen.target import COPY_ASYNC, DOT2
+from poot.codegen.target import COPY_ASYNC, DOT2, WIDE_LOADS
 from poot.dtypes import DType
 from poot.formats import PackedWeight
 from poot.ir.ops import PackedContraction
@@ -50,21 +50,28 @@ def _uses_dot2(prog) -> bool:
 @pytest.mark.parametrize("name, shape, rows", CASES, ids=[f"{c[0]}-{c[1]}-m{c[2]}" for c in CASES])
 def test_integer_gemv_matches_oracle(name, shape, rows, copies, monkeypatch):
     from poot.codegen.lower import dot
-    from poot.oracle import apply
 
     monkeypatch.setattr(dot, "ASYNC_STAGES", 2)
 
     features = frozenset({DOT2, COPY_ASYNC} if copies else {DOT2})
-    pw, op, ins, out, prog = _lowered(name, shape, rows, features)
-    assert _uses_dot2(prog)
+    lowered = _lowered(name, shape, rows, features)
+    assert _uses_dot2(lowered[4])
+    nmse = _nmse(*lowered, rows)
+    assert nmse < CONTRACTION_TOL, nmse
+
+
+def _nmse(pw, op, ins, out, prog, rows: int) -> float:
+    """`prog` run by the interpreter on a random weight and rows, against the oracle."""
+    from poot.oracle import apply
+
+    shape = pw.shape
     rng = np.random.default_rng(shape[1] + rows)
-    fmt = pw.get_format()
-    src = [np.asarray(s) for s in fmt.quantize(rng.standard_normal(shape).astype(np.float32))]
+    src = [np.asarray(s) for s in pw.get_format().quantize(
+        rng.standard_normal(shape).astype(np.float32))]
     x = rng.standard_normal((rows, shape[1])).astype(np.float32)
     got = run_lowering(prog, [x, *src], out)
     want = np.asarray(apply(op, [x, *src], ins, out))
-    nmse = float(np.sum((got - want) ** 2) / np.sum(want ** 2))
-    assert nmse < CONTRACTION_TOL, nmse
+    return float(np.sum((got - want) ** 2) / np.sum(want ** 2))
 
 
 def test_formats_without_integer_runs_keep_the_f32_schedule(monkeypatch):
@@ -250,3 +257,20 @@ def test_gated_contraction_joins_its_halves(shape, rows, kernels):
     got = run_lowering(prog, [x, *src], out)
     want = np.asarray(apply(op, [x, *src], ins, out))
     assert float(np.sum((got - want) ** 2) / np.sum(want ** 2)) < GATED_TOL
+
+
+@pytest.mark.parametrize("copies", [False, True], ids=["registers", "async"])
+@pytest.mark.parametrize("shape, rows", [((24, 4096), 1), ((8, 14336), 1), ((16, 2048), 3)])
+def test_quad_reads_of_the_tile_match_oracle(shape, rows, copies, monkeypatch):
+    """QUADS: Q4_K's staged tile unpadded, read four words a load (the interpreter faults
+    on a misaligned one), and filled by async copies where the target has them."""
+    from poot.codegen.lower import dot
+    from poot.codegen.program import CopyAsync, LoadWide
+
+    monkeypatch.setattr(dot, "QUADS", 1)
+    monkeypatch.setattr(dot, "ASYNC_STAGES", 2)
+    features = frozenset({DOT2, WIDE_LOADS} | ({COPY_ASYNC} if copies else set()))
+    lowered = _lowered("gguf:Q4_K", shape, rows, features)
+    assert _statements(lowered[4], LoadWide) > 0
+    assert (_statements(lowered[4], CopyAsync) > 0) == copies
+    assert _nmse(*lowered, rows) < CONTRACTION_TOL

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from poot.codegen.expr import Bin, Const, Expr, Sel, Var, ge, i32
+from poot.codegen.expr import Bin, Bitcast, Cast, Const, Expr, Sel, Var, ge, i32
 from poot.codegen.program import global_id, group_id, local_id
 from poot.dtypes import DType
 from poot.ir.ops.elementwise import BinaryOp
@@ -174,3 +174,46 @@ def pow2_at_least(n: int, lo: int = 32, hi: int = 256) -> int:
 __all__ = ["add", "sub", "mul", "div", "mod", "lt", "eq", "both", "minimum", "clamp",
            "strides", "unravel", "ravel", "broadcast_coords", "launch_1d", "launch_groups",
            "pow2_at_least", "Var"]
+
+
+def low_zeros(e: Expr) -> int:
+    """Low bits known to be zero in integer `e` (32 for a literal 0; 0 where unknown: a
+    variable, a load), from how its literals, products and shifts build it."""
+    if isinstance(e, Const):
+        v = int(e.value) & 0xFFFFFFFF
+        return 32 if v == 0 else (v & -v).bit_length() - 1
+    if isinstance(e, Cast | Bitcast) and e.dtype in (DType.I32, DType.U32):
+        return low_zeros(e.x)
+    if isinstance(e, Sel):
+        return min(low_zeros(e.t), low_zeros(e.f))
+    if not isinstance(e, Bin) or e.dtype not in (DType.I32, DType.U32):
+        return 0
+    a = low_zeros(e.a)
+    shift = int(e.b.value) if isinstance(e.b, Const) else None
+    if e.op in (BinaryOp.Add, BinaryOp.Sub, BinaryOp.Or, BinaryOp.Xor):
+        return min(a, low_zeros(e.b))
+    if e.op is BinaryOp.Mul:
+        return min(32, a + low_zeros(e.b))
+    if e.op is BinaryOp.And:
+        return max(a, low_zeros(e.b))
+    if e.op is BinaryOp.Shl and shift is not None and 0 <= shift < 32:
+        return min(32, a + shift)
+    if e.op is BinaryOp.Shr and shift is not None and 0 <= shift < 32:
+        return max(0, a - shift) if a < 32 else 32
+    return 0
+
+
+def split_offset(e: Expr) -> tuple[Expr | None, int]:
+    """`e` as (rest, c) with e = rest + c, c the sum of the literals its additions hold
+    (rest None where e is a literal), looking through I32/U32 casts."""
+    if isinstance(e, Cast | Bitcast) and e.dtype in (DType.I32, DType.U32):
+        rest, c = split_offset(e.x)
+        return (None if rest is None else type(e)(e.dtype, rest)), c
+    if isinstance(e, Const):
+        return None, int(e.value)
+    if isinstance(e, Bin) and e.op is BinaryOp.Add:
+        ra, ca = split_offset(e.a)
+        rb, cb = split_offset(e.b)
+        rest = ra if rb is None else rb if ra is None else Bin(BinaryOp.Add, ra, rb)
+        return rest, ca + cb
+    return e, 0

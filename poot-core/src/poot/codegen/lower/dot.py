@@ -118,6 +118,11 @@ EARLY_LOADS = 1      # 1: GEMVs load their first trip's weights before AwaitInpu
 #: integer GEMV weight tiles in flight by async copies (0: via registers; 2 made the
 #: current 8B Q4_0 step slower: docs/performance.md, 2026-12-06)
 ASYNC_STAGES = 0
+#: 1: an integer GEMV whose weight chunks are whole 16-byte spans (Q4_K's 144-byte block)
+#: reads its staged tile four words a load (WIDE_LOADS), the tile unpadded (four words
+#: apart per lane, eight lanes a phase: distinct banks), which also lets async copies
+#: fill it; 0: one word a load from a tile padded against bank conflicts
+QUADS = 0
 #: 1: an RMSNorm read by a 16-bit GEMV, or an integer GEMV of one kernel, is taken inside
 #: it (its rows' sums of squares with the activations it reads); 0: the norm is always a
 #: kernel of its own
@@ -652,6 +657,7 @@ class RunPlan:
     rows: int | None = None       # rows per group (None: all)
     split: int = 1                # warps per group (the rows GEMV's K split over them)
     stages: int = 0               # staged weight tiles filled by async copies (0: registers)
+    quads: bool = False           # the staged tile read four words a load (QUADS)
 
 
 def _run_plan(p: Problem, rows: int) -> RunPlan:
@@ -700,26 +706,28 @@ def _int_plan(p: Problem, rows: int, features) -> RunPlan | None:
         return None
     width = RUN_COLUMNS if p.n >= INT_WIDE_N else 1
     per = LANES * _run_unroll(p)
-    words = _trip_words(p, per) if p.k % (per * p.run) == 0 else None
+    quads = bool(QUADS) and WIDE_LOADS in features and _quad_chunks(p)
+    words = _trip_words(p, per, quads) if p.k % (per * p.run) == 0 else None
     # the most threads first: they share the quantization of the rows
     options = ((width, GROUPS), (1, GROUPS), (width, GROUPS // 2)) if words else ()
     for cols, groups in options:
         tile = 4 * groups * cols * _pitch(words)
         stages = _async_stages(p, words, p.k // (per * p.run), tile,
-                               INT_SHARED_BYTES - act, features)
+                               INT_SHARED_BYTES - act, features, quads)
         if stages or act + tile <= INT_SHARED_BYTES:
-            return RunPlan(cols, groups, None, words, integer=True, stages=stages)
+            return RunPlan(cols, groups, None, words, integer=True, stages=stages,
+                           quads=quads)
     return RunPlan(width, GROUPS, integer=True)
 
 
 def _async_stages(p: Problem, words: dict, trips: int, tile: int, budget: int,
-                  features) -> int:
+                  features, quads: bool = False) -> int:
     """Weight tiles an integer GEMV keeps in flight by 16-byte async copies (0: none, the
     words go through registers): up to ASYNC_STAGES trips, where the target copies
     asynchronously, every copy is 16-byte aligned (rows, trips and parts of whole 4-word
     spans, no pad words in the tile) and the tiles fit `budget` bytes; at least two
     unless K is one trip (one tile would leave each later trip's copy unoverlapped)."""
-    if (not ASYNC_STAGES or COPY_ASYNC not in features or _chunk_pad(p)
+    if (not ASYNC_STAGES or COPY_ASYNC not in features or _chunk_pad(p, quads)
             or any(n % 4 for n in words.values())
             or any(p.k // e * w % 4 for _, e, w in p.w_chunks.values())):
         return 0
@@ -793,25 +801,35 @@ def _run_unroll(p: Problem) -> int:
     return max(1, RUN_TRIP // p.run)
 
 
-def _trip_words(p: Problem, per: int) -> dict | None:
+def _trip_words(p: Problem, per: int, quads: bool = False) -> dict | None:
     """role -> words of one row that a trip of `per` runs reads (its K range, whole chunks
     of every role), or None."""
     span = per * p.run
     if not p.w_chunks or any(span % e or p.k % e for _, e, _ in p.w_chunks.values()):
         return None
-    pad = _chunk_pad(p)
+    pad = _chunk_pad(p, quads)
     return {role: span // e * (w + pad) for role, (_, e, w) in p.w_chunks.items()}
 
 
-def _chunk_pad(p: Problem) -> int:
+def _chunk_pad(p: Problem, quads: bool = False) -> int:
     """Tile words after each chunk: 1 where that makes an even chunk odd, so lanes whose
     runs lie in different chunks read the same place of theirs from distinct banks (Q4_K:
     4 runs per 36-word block read 4-way conflicted, 37 words apart none). Only for one role
-    whose chunks hold whole runs (a run's words stay contiguous in the tile)."""
-    if len(p.w_chunks) != 1:
+    whose chunks hold whole runs (a run's words stay contiguous in the tile), and not
+    where the tile is read by `quads` (a 36-word pitch keeps them apart)."""
+    if len(p.w_chunks) != 1 or quads:
         return 0
     ((_, e, w),) = p.w_chunks.values()
     return 1 if w % 2 == 0 and e % p.run == 0 else 0
+
+
+def _quad_chunks(p: Problem) -> bool:
+    """Whether the weight is one role of chunks of whole runs and whole 16-byte spans, a
+    chunk's words 4-aligned wherever the tile puts it (`QUADS`)."""
+    if len(p.w_chunks) != 1:
+        return False
+    ((_, e, w),) = p.w_chunks.values()
+    return w % 4 == 0 and e % p.run == 0
 
 
 def _pitch(words: dict) -> int:
@@ -1370,7 +1388,7 @@ def _weight_tile(kb, p: Problem, plan: RunPlan, lane, b, m, ns, reader=None):
     load)` decodes a run from the copy (default: `p.w_run` of row 0)."""
     if reader is None:
         reader = lambda k0, load: p.w_run(b, m, i32(0), k0, load=load)  # noqa: E731
-    pitch, pad = _pitch(plan.words), _chunk_pad(p)
+    pitch, pad = _pitch(plan.words), _chunk_pad(p, plan.quads)
     each = plan.groups * plan.width * pitch     # words of one tile (one trip)
     tile = kb.shared("tile_w", DType.U32, each * max(1, plan.stages))
     mine = kb.let("wt", ix.mul(ix.div(local_index(), LANES), plan.width * pitch))
@@ -1416,9 +1434,20 @@ def _weight_tile(kb, p: Problem, plan: RunPlan, lane, b, m, ns, reader=None):
             ((_, e, w),) = p.w_chunks.values()
             first = kb.let("wc", ix.add(first, ix.mul(ix.div(k0, e), w + pad)))
             k0 = ix.mod(k0, e)
+        quads = {}
 
         def load(role, index):
-            return tile[ix.add(mine, ix.add(ix.i32(index), ix.add(first, offsets[role])))]
+            start = ix.add(first, offsets[role])
+            if plan.quads:      # mine, first and the offsets are multiples of 4
+                rest, c = ix.split_offset(ix.i32(index))
+                if rest is None or ix.low_zeros(rest) >= 2:
+                    key = (role, str(rest), c >> 2)
+                    if key not in quads:
+                        spot = ix.i32(c & ~3) if rest is None else ix.add(rest, c & ~3)
+                        quads[key] = kb.load_wide("w", tile, ix.add(mine, ix.add(spot, start)),
+                                                  4)
+                    return quads[key][c & 3]
+            return tile[ix.add(mine, ix.add(ix.i32(index), start))]
         return reader(k0, load)
     return fetch, put, decode
 
