@@ -154,6 +154,13 @@ def test_broken_entry_point_is_recorded(monkeypatch):
     # asking for it by name says that its plugin failed to load, and why
     with pytest.raises(UnknownBackend, match="its plugin failed to load .*No module named"):
         get_backend("exploding")
+    # so does a packed format such a plugin would have registered
+    from poot.errors import FormatError
+    from poot.formats import get_format
+
+    with pytest.raises(FormatError, match="'gguf:Q4_0'.*plugins that failed to load: "
+                                          "exploding: failed to import: ImportError"):
+        get_format("gguf:Q4_0")
 
 
 def test_poot_conformance_names_a_plugin_that_failed_to_load(monkeypatch, capsys):

@@ -213,12 +213,17 @@ def formats() -> dict[str, WeightFormat]:
 
 
 def get_format(name: str) -> WeightFormat:
+    from poot.plugin import manager
+
     table = formats()
     try:
         return table[name]
     except KeyError:
         known = ", ".join(sorted(table)) or "none (is poot-quant installed?)"
-        raise FormatError(f"unknown packed weight format {name!r}; registered: {known}") \
+        # a format plugin that failed to import (a missing dependency) is the likely cause
+        broken = "; ".join(f"{k}: {v}" for k, v in sorted(manager().broken.items()))
+        raise FormatError(f"unknown packed weight format {name!r}; registered: {known}"
+                          + (f"; plugins that failed to load: {broken}" if broken else "")) \
             from None
 
 
