@@ -18,6 +18,7 @@ import traceback
 
 import numpy as np
 from bench_gpu import ARCH, copies_for, copy_bandwidths, open_device, random_operand, summary
+from llama_gpu import parse_variants, variant_label
 from poot.codegen.lower import dot, lower
 from poot.dtypes import DType
 from poot.formats import PackedWeight
@@ -28,10 +29,6 @@ from poot_cuda.capability import kernel_features
 SHAPES = ("Q4_K:4096x4096,Q4_K:6144x4096,Q4_K:16896x4096,Q4_K:25344x4096,"
           "Q4_K:28672x4096,Q4_K:33792x4096,Q4_K:4096x14336,Q4_0:6144x4096,"
           "Q4_0:28672x4096,Q4_0:4096x14336")
-
-
-def settings(variant: str) -> dict[str, int]:
-    return {k: int(v) for k, v in (kv.split("=") for kv in variant.split(",") if kv)}
 
 
 def occupancy(ctx, launch) -> int:
@@ -94,12 +91,12 @@ def main():
     sms = check(cu().cuDeviceGetAttribute(
         cu().CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, ctx.device), "sms")
     summary("copy ceiling", f"{copy_gbs:.0f} GB/s, {sms} SMs")
-    defaults = {name: getattr(dot, name) for v in args.variants.split(";")
-                for name in settings(v)}
-    for variant in args.variants.split(";") if args.variants else [""]:
-        for name, value in {**defaults, **settings(variant)}.items():
+    variants = parse_variants(args.variants)
+    defaults = {name: getattr(dot, name) for v in variants for name in v}
+    for variant in variants:
+        for name, value in {**defaults, **variant}.items():
             setattr(dot, name, value)
-        tag = f" {variant}" if variant else ""
+        tag = f" {variant_label(variant)}" if variant else ""
         for shape in args.shapes.split(","):
             fmt, nk = shape.split(":")
             n, k = (int(x) for x in nk.split("x"))
