@@ -100,8 +100,9 @@ VARIANTS = [("WIDE_WORDS", 1, "LoadWide", "dense-(1,)-20x64-bf16"),
             ("ASYNC_STAGES", 2, "CopyAsync", _packed(False, (32, 2048))),
             ("ASYNC_STAGES", 2, "CopyAsync", _packed(True, (32, 2048))),   # norm inside
             ("ASYNC_STAGES", 2, "CopyAsync", _packed(True, (64, 4096))),   # K split
-            ("QUADS", 1, "LoadWide", _packed(False, (32, 4096), "gguf:Q4_K")),
-            ("QUADS", 1, "LoadWide", _packed(False, (64, 14336), "gguf:Q4_K"))]   # K split
+            ("ASYNC_STAGES", 2, "CopyAsync", _packed(False, (32, 4096), "gguf:Q4_K")),
+            ("ASYNC_STAGES", 2, "CopyAsync",
+             _packed(False, (64, 14336), "gguf:Q4_K"))]   # K split, tile read in quads
 
 
 @pytest.mark.parametrize("name, value, stmt, case", VARIANTS,
