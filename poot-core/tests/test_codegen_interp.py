@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from poot.codegen.builder import KernelBuilder
-from poot.codegen.expr import Load, Var, i32
+from poot.codegen.expr import Const, Load, Var, f32, i32
 from poot.codegen.index import eq, lt
 from poot.codegen.interp import KernelFault, run
 from poot.codegen.program import (
@@ -18,6 +18,7 @@ from poot.codegen.program import (
     Let,
     LoadWide,
     Store,
+    StoreWide,
     local_index,
 )
 from poot.dtypes import DType
@@ -211,6 +212,43 @@ def test_wide_loads_read_aligned_runs_of_words():
                           "out": np.zeros(WG, np.float32)})
     with pytest.raises(IRError, match="2 or 4 32-bit"):
         _kernel([LoadWide(("a", "b", "c"), Load("in0", i32(0), F32))]).validate()
+
+
+def test_wide_stores_write_aligned_runs_of_elements():
+    """StoreWide: 2 consecutive elements a thread to a buffer, 4 to a shared array; a
+    misaligned start is a fault; 3 values, 2 bytes in all or a store before AwaitInputs a
+    validation error."""
+    kb = KernelBuilder("wide_store", (1,), (WG,))
+    x = kb.buffer("in0", F32, Access.READ, 4 * WG, operand=0)
+    kb.buffer("out", F32, Access.WRITE, 2 * WG, operand=OUT)
+    tile = kb.shared("tile", F32, 4 * WG)
+    four = kb.let("four", local_index() * i32(4))
+    kb.store_wide(tile, four, [x[four + i32(3 - j)] for j in range(4)])
+    kb.barrier()
+    two = kb.let("two", local_index() * i32(2))
+    kb.store_wide("out", two, [tile[four] + tile[four + i32(1)],
+                               tile[four + i32(2)] * tile[four + i32(3)]])
+    data = np.arange(4 * WG, dtype=np.float32)
+    out = np.zeros(2 * WG, np.float32)
+    run(kb.finish(), {"in0": data, "out": out})
+    q = data.reshape(WG, 4)
+    assert np.array_equal(out.reshape(WG, 2), np.stack([q[:, 3] + q[:, 2], q[:, 1] * q[:, 0]], 1))
+
+    kb = KernelBuilder("misaligned_store", (1,), (WG,))
+    kb.buffer("out", F32, Access.WRITE, 2 * WG + 1, operand=OUT)
+    kb.store_wide("out", local_index() * i32(2) + i32(1), [f32(1.0), f32(2.0)])
+    with pytest.raises(KernelFault, match="misaligned"):
+        run(kb.finish(), {"out": np.zeros(2 * WG + 1, np.float32)})
+    from poot.codegen.program import BufferParam
+
+    one = Const(1.0, F32)
+    bytes_out = (BufferParam("out", DType.U8, Access.WRITE, 4, OUT),)
+    with pytest.raises(IRError, match="StoreWide of 3"):
+        _kernel([StoreWide("out", i32(0), (one,) * 3)]).validate()
+    with pytest.raises(IRError, match="StoreWide of 2"):
+        _kernel([StoreWide("out", i32(0), (Const(1, DType.U8),) * 2)], bytes_out).validate()
+    with pytest.raises(IRError, match="before AwaitInputs"):
+        _kernel([StoreWide("out", i32(0), (one, one)), AwaitInputs()]).validate()
 
 
 def test_await_inputs_names_what_is_loaded_before_it():

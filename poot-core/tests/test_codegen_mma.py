@@ -7,8 +7,8 @@ import pytest
 from poot.codegen.cases import mismatch
 from poot.codegen.interp import run_lowering
 from poot.codegen.lower import lower
-from poot.codegen.program import MmaTile
-from poot.codegen.target import COPY_ASYNC, FEATURES, MMA_M16N8K16, TMA, WGMMA
+from poot.codegen.program import MmaTile, Store, StoreWide
+from poot.codegen.target import COPY_ASYNC, FEATURES, MMA_M16N8K16, TMA, WGMMA, WIDE_LOADS
 from poot.dtypes import DType
 from poot.ir.ops import MatMul
 from poot.ir.types import TensorType
@@ -43,6 +43,24 @@ def test_tensor_core_matmul_matches_oracle(a_shape, w_shape, dt):
     want = np.asarray(apply(MatMul(), [x, y], [a, w], out)).reshape(out.shape)
     got = run_lowering(lowering, [x, y], out)
     assert mismatch(got, want, 1e-5) is None
+
+
+@pytest.mark.parametrize("wide", [True, False], ids=["pairs", "single"])
+def test_each_lane_stores_its_column_pairs_at_once_with_wide_loads(wide):
+    """Each row's two neighbouring outputs of a lane in one StoreWide where the target has
+    WIDE_LOADS (ragged M and N edges skipped whole pairs), one Store each without."""
+    features = FEATURES if wide else FEATURES - {WIDE_LOADS}
+    a, w = TensorType((130, 48), BF16), TensorType((48, 136), BF16)
+    out = MatMul().infer([a, w])
+    lowering = lower(MatMul(), [a, w], out, features)
+    stores = [type(s) for k in lowering.kernels for s in k.statements()
+              if isinstance(s, (Store, StoreWide)) and s.array == "out"]
+    assert set(stores) == {StoreWide if wide else Store}
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal(a.shape).astype(BF16.numpy)
+    y = rng.standard_normal(w.shape).astype(BF16.numpy)
+    want = np.asarray(apply(MatMul(), [x, y], [a, w], out)).reshape(out.shape)
+    assert mismatch(run_lowering(lowering, [x, y], out), want, 1e-5) is None
 
 
 @pytest.mark.parametrize("features,a_shape,w_shape,dt", [

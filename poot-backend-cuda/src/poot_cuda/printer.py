@@ -14,6 +14,7 @@ from poot.codegen.program import (
     MmaTile,
     RegisterBudget,
     Stmt,
+    StoreWide,
 )
 from poot.codegen.simt import SimtPrinter
 from poot.codegen.target import MMA_M16N8K16
@@ -126,7 +127,7 @@ class CudaPrinter(TensorAsyncPrinter, SimtPrinter):
         # 48 KiB), and whether async copies and matrix loads address them in 16-byte units
         self._offsets = ({n: o for n, _, _, o in _shared_layout(kernel)}
                          if dynamic_shared_bytes(kernel) else None)
-        self._align = any(isinstance(s, (CopyAsync, MmaTile, LoadWide))
+        self._align = any(isinstance(s, (CopyAsync, MmaTile, LoadWide, StoreWide))
                           for s in kernel.statements())
         self._aligns = {a.name: a.align for a in kernel.shared}
         self._block_align = _shared_align(kernel)
@@ -160,6 +161,17 @@ class CudaPrinter(TensorAsyncPrinter, SimtPrinter):
         t = self.type_name(s.load.dtype)
         return lines + [f"{pad}const {t} {self.name(n)} = {first}.{c};"
                         for n, c in zip(s.names, "xyzw", strict=False)]
+
+    def store_wide(self, s: StoreWide, depth: int) -> list[str]:
+        """One 4-, 8- or 16-byte store of the values packed in an aligned temporary (the
+        compiler keeps it in registers)."""
+        pad, dtype = self.pad(depth), self.kernel.arrays()[s.array].dtype
+        t, size = self.type_name(dtype), len(s.values) * dtype.itemsize
+        vec = {4: "unsigned", 8: "uint2", 16: "uint4"}[size]
+        values = ", ".join(self.expr(v) for v in s.values)
+        return [f"{pad}{{ alignas({size}) {t} poot_w[{len(s.values)}] = {{{values}}};",
+                f"{pad}  *reinterpret_cast<{vec}*>(&{s.array}[{self.expr(s.index)}]) = "
+                f"*reinterpret_cast<const {vec}*>(poot_w); }}"]
 
     # -- async copies and tensor cores (sm_80+) -------------------------------------------
     def matrix(self, s: Stmt, depth: int) -> list[str]:

@@ -35,6 +35,7 @@ from poot.codegen.program import (
     SharedArray,
     Stmt,
     Store,
+    StoreWide,
     TensorMap,
 )
 from poot.dtypes import DType
@@ -208,6 +209,12 @@ class KernelBuilder:
     def store(self, array: str | ArrayRef, index, value: Expr) -> None:
         name = array.name if isinstance(array, ArrayRef) else array
         self.emit(Store(name, i32(index), value))
+
+    def store_wide(self, array: str | ArrayRef, index, values: Sequence[Expr]) -> None:
+        """values[i] -> array[index + i] in one store (program.StoreWide; `index` a multiple
+        of len(values); the target must declare WIDE_LOADS)."""
+        name = array.name if isinstance(array, ArrayRef) else array
+        self.emit(StoreWide(name, i32(index), tuple(values)))
 
     def barrier(self) -> None:
         self.emit(Barrier())

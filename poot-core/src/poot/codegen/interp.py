@@ -54,6 +54,7 @@ from poot.codegen.program import (
     MmaTile,
     Stmt,
     Store,
+    StoreWide,
     scatter_order,
 )
 from poot.errors import PootError
@@ -205,6 +206,13 @@ class _Batch:
             self.vars[s.name][act] = self.ev(s.value, act)
         elif isinstance(s, Store):
             self.store(s, act)
+        elif isinstance(s, StoreWide):
+            first = self.ev(s.index, act).astype(np.int64)
+            if np.any(first % len(s.values)):
+                self.fault(f"StoreWide to {s.array!r} at an index not a multiple of "
+                           f"{len(s.values)} (misaligned)")
+            for j, value in enumerate(s.values):
+                self.store(Store(s.array, s.index + j, value), act)
         elif isinstance(s, If):
             c = self.ev(s.cond, act) != 0
             self.block(s.then, act[c])

@@ -54,12 +54,14 @@ from poot.codegen.program import (
     MmaTile,
     Stmt,
     Store,
+    StoreWide,
 )
 from poot.dtypes import DType
 from poot.errors import DtypeLowering, UnsupportedOp
 
 #: statement type -> the hook that prints it
 STATEMENT_HOOKS = {Let: "let", LoadWide: "load_wide", Assign: "assign", Store: "store",
+                   StoreWide: "store_wide",
                    For: "loop", If: "branch",
                    Barrier: "barrier_stmt", CoopReduce: "coop_reduce", CopyAsync: "matrix",
                    CoopReduceScatter: "reduce_scatter", AwaitInputs: "await_inputs",
@@ -152,6 +154,10 @@ class Printer:
 
     def store(self, s: Store, depth: int) -> list[str]:
         raise self.unsupported("Store")
+
+    def store_wide(self, s: StoreWide, depth: int) -> list[str]:
+        """Only printers of targets that declare WIDE_LOADS print it."""
+        raise self.unsupported("StoreWide")
 
     def loop(self, s: For, depth: int) -> list[str]:
         raise self.unsupported("For")

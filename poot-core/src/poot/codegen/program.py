@@ -40,6 +40,11 @@ Conventions every printer and the interpreter (`poot.codegen.interp`) share:
   consecutive 32-bit elements in one 8- or 16-byte load (more bytes in flight per
   instruction; 16-byte shared reads spread over all banks).
 
+* `StoreWide(array, index, values)` (targets declaring WIDE_LOADS) stores 2 or 4
+  consecutive elements of a buffer or shared array in one 4-, 8- or 16-byte store (index
+  a multiple of their count): fewer, whole-word writes where each thread holds
+  neighbouring outputs.
+
 * `AwaitInputs()` (at most one, in the kernel's top-level body): where the kernel waits
   for the kernels before it, on targets whose launches may overlap their predecessor's
   work (CUDA's programmatic dependent launch); without it a kernel waits at its entry.
@@ -244,6 +249,17 @@ class Store(Stmt):
     array: str
     index: Expr
     value: Expr
+
+
+@dataclass(frozen=True, eq=False)
+class StoreWide(Stmt):
+    """array[index + i] = values[i] for each i: one store of 2 or 4 consecutive elements
+    (4, 8 or 16 bytes; index a multiple of their count, so the store is aligned to its
+    size), on targets that declare WIDE_LOADS."""
+
+    array: str
+    index: Expr
+    values: tuple[Expr, ...]
 
 
 @dataclass(frozen=True, eq=False)
@@ -570,6 +586,8 @@ def _exprs_of(s: Stmt) -> tuple[Expr, ...]:
         return s.values
     if isinstance(s, Store):
         return (s.index, s.value)
+    if isinstance(s, StoreWide):
+        return (s.index, *s.values)
     if isinstance(s, For):
         return (s.start, s.stop, s.step)
     if isinstance(s, If):
@@ -624,7 +642,7 @@ class _Checker:
         if len(waits) > 1:
             self.fail(f"{len(waits)} AwaitInputs; a kernel waits once")
         for s in _stmts(k.body[:waits[0]] if waits else ()):
-            if isinstance(s, Store) and s.array in {b.name for b in k.buffers}:
+            if isinstance(s, (Store, StoreWide)) and s.array in {b.name for b in k.buffers}:
                 self.fail(f"store to buffer {s.array!r} before AwaitInputs; before the wait "
                           f"a kernel only loads")
             if isinstance(s, TENSOR_ASYNC):
@@ -690,14 +708,20 @@ class _Checker:
             if not mutable:
                 self.fail(f"assignment to immutable {s.name!r}")
             self.expr(s.value, dt)
-        elif isinstance(s, Store):
+        elif isinstance(s, (Store, StoreWide)):
             arr = self.kernel.arrays().get(s.array)
             if arr is None:
                 self.fail(f"store to unknown array {s.array!r}")
             if isinstance(arr, BufferParam) and not arr.access.writable:
                 self.fail(f"store to read-only buffer {s.array!r}")
             self.expr(s.index, I32)
-            self.expr(s.value, arr.dtype)
+            for value in (s.value,) if isinstance(s, Store) else s.values:
+                self.expr(value, arr.dtype)
+            if isinstance(s, StoreWide) and (
+                    len(s.values) not in (2, 4) or isinstance(arr, LocalArray)
+                    or len(s.values) * arr.dtype.itemsize not in (4, 8, 16)):
+                self.fail(f"StoreWide of {len(s.values)} x {arr.dtype} to {arr.name!r}: 2 or 4 "
+                          f"elements, 4 to 16 bytes, of a buffer or shared array")
         elif isinstance(s, For):
             for e in (s.start, s.stop, s.step):
                 self.expr(e, I32)

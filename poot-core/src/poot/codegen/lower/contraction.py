@@ -24,8 +24,8 @@ from poot.codegen.lower.dot import (
     Rows,
     contraction_program,
     problem_for,
-    store_flat,
 )
+from poot.codegen.lower.output import store_flat
 from poot.codegen.lower.pointwise import pointwise_kernel
 from poot.codegen.program import KernelProgram
 from poot.codegen.region import RegionEval

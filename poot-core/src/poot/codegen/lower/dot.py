@@ -237,16 +237,6 @@ def problem_for(*op_types: type):
     return deco
 
 
-def store_flat(sig, m_count: int, n_count: int, epilogue=None):
-    """Store out[(b*M + m)*N + n] = acc cast to the output dtype, through `epilogue`
-    (flat index, acc) -> value when given."""
-    def store(kb, b, m, n, acc):
-        idx = kb.let("o", ix.add(ix.mul(ix.add(ix.mul(b, m_count), m), n_count), n))
-        value = acc.cast(sig.out.dtype) if epilogue is None else epilogue(kb, idx, acc)
-        kb.store("out", idx, value)
-    return store
-
-
 def lower_contraction(sig):
     p = PROBLEMS[type(sig.op)](sig, None)
     return contraction_program(p, sig, lambda kb: sig.declare_all(kb, p.views))
@@ -450,13 +440,14 @@ def contraction_kernel(p: Problem, sig, declare: Callable[[KernelBuilder], None]
     kb_factory = sig.builder
     if p.w_per_row or p.m <= GEMV_MAX_ROWS:
         return gemv_kernel(p, kb_factory, declare, features=sig.features)
+    wide = WIDE_LOADS in sig.features
     if wgmma.usable(p, sig.features):
-        return wgmma.wgmma_gemm_kernel(p, kb_factory, declare)
+        return wgmma.wgmma_gemm_kernel(p, kb_factory, declare, wide=wide)
     if mma.usable(p, sig.features):
-        return mma.mma_gemm_kernel(p, kb_factory, declare)
+        return mma.mma_gemm_kernel(p, kb_factory, declare, wide=wide)
     split = mma.decode_schedule(p, sig.features)
     if split is not None:
-        return mma.mma_gemm_kernel(p, kb_factory, declare, split, split=True)
+        return mma.mma_gemm_kernel(p, kb_factory, declare, split, split=True, wide=wide)
     if p.m <= BATCH_ROWS:
         return gemv_kernel(p, kb_factory, declare, many_rows=True, features=sig.features)
     return gemm_kernel(p, kb_factory, declare)

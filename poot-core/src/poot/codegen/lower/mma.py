@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from poot.codegen import index as ix
 from poot.codegen.expr import Const, Load, i32
 from poot.codegen.lower.mma_operands import AsyncTiles, SplitTiles
+from poot.codegen.lower.output import store_fragment
 from poot.codegen.program import MmaTile, group_id, local_index
 from poot.codegen.target import COPY_ASYNC, MMA_M16N8K16, matrix_unit
 from poot.dtypes import DType
@@ -113,9 +114,11 @@ def decode_schedule(p, features) -> Schedule | None:
     return sc if SplitTiles.fits(sc, p) else None
 
 
-def mma_gemm_kernel(p, kb_factory, declare, sc: Schedule | None = None, split: bool = False):
+def mma_gemm_kernel(p, kb_factory, declare, sc: Schedule | None = None, split: bool = False,
+                    wide: bool = False):
     """`p` on tensor cores under `sc` (default SCHEDULE): its 16-bit operands copied as
-    they are, or `split` into computed hi and lo parts (SplitTiles)."""
+    they are, or `split` into computed hi and lo parts (SplitTiles); `wide`: the target
+    has WIDE_LOADS (pairs of outputs stored at once, `output.store_fragment`)."""
     sc = sc or SCHEDULE
     wm_n, tm, tn = sc.warps_m * sc.warps_n, sc.tm, sc.tn
     regs = 4 * tm * tn
@@ -170,14 +173,11 @@ def mma_gemm_kernel(p, kb_factory, declare, sc: Schedule | None = None, split: b
     quad, pair = kb.let("quad", ix.div(lane, 4)), kb.let("pair", ix.mul(ix.mod(lane, 4), 2))
     with kb.if_(ix.eq(wk, i32(0))):
         for i in range(tm):
+            m = kb.let("mi", ix.add(row_base, ix.add(quad, 16 * i)))
             for j in range(tn):
-                for r in range(4):
-                    dr, dc = UNIT.coords(0, r)           # the lane's part is quad / pair
-                    m = kb.let("m", ix.add(row_base, ix.add(quad, 16 * i + dr)))
-                    n = kb.let("n", ix.add(col_base, ix.add(pair, 8 * j + dc)))
-                    with kb.if_(ix.both(ix.lt(m, i32(p.m)), ix.lt(n, i32(p.n)))):
-                        p.store(kb, b, m, n, Load(acc.name, i32(4 * (i * tn + j) + r),
-                                                  DType.F32))
+                store_fragment(kb, p, b, m, kb.let("nj", ix.add(col_base, ix.add(pair, 8 * j))),
+                               [Load(acc.name, i32(4 * (i * tn + j) + r), DType.F32)
+                                for r in range(4)], wide)
     return kb.finish()
 
 

@@ -27,6 +27,7 @@ from poot.codegen import index as ix
 from poot.codegen.expr import Const, Load, i32
 from poot.codegen.lower.mma import MIN_ROWS
 from poot.codegen.lower.mma_operands import Tiles
+from poot.codegen.lower.output import store_fragment
 from poot.codegen.program import (
     SWIZZLE_BYTES,
     SWIZZLE_SPAN,
@@ -43,7 +44,7 @@ from poot.codegen.program import (
     group_id,
     local_index,
 )
-from poot.codegen.target import MMA_M16N8K16, TMA, WGMMA
+from poot.codegen.target import TMA, WGMMA
 from poot.dtypes import DType
 
 WARPGROUP = 128                  # threads of one warpgroup
@@ -89,7 +90,10 @@ def usable(p, features) -> bool:
             and (p.batch == 1 or p.k % SCHEDULE.bk == 0))
 
 
-def wgmma_gemm_kernel(p, kb_factory, declare, sc: Schedule | None = None):
+def wgmma_gemm_kernel(p, kb_factory, declare, sc: Schedule | None = None,
+                      wide: bool = False):
+    """`p` under `sc` (default SCHEDULE); `wide`: the target has WIDE_LOADS (pairs of
+    outputs stored at once, `output.store_fragment`)."""
     sc = sc or SCHEDULE
     BM, BN, BK, STAGES = sc.bm, sc.bn, sc.bk, sc.stages   # noqa: N806
     t: Tiles = p.tiles
@@ -159,11 +163,8 @@ def wgmma_gemm_kernel(p, kb_factory, declare, sc: Schedule | None = None):
         row_base = kb.let("rb", ix.add(m0, ix.add(ix.mul(c, ROWS),
                                                   ix.mul(ix.mod(ix.div(tid, 32), 4), 16))))
         quad, pair = kb.let("quad", ix.div(lane, 4)), kb.let("pair", ix.mul(ix.mod(lane, 4), 2))
+        m = kb.let("mq", ix.add(row_base, quad))
         for j in range(BN // 8):
-            for r in range(4):
-                dr, dc = MMA_M16N8K16.coords(0, r)      # the lane's part is quad / pair
-                m = kb.let("m", ix.add(row_base, ix.add(quad, dr)))
-                n = kb.let("n", ix.add(n0, ix.add(pair, 8 * j + dc)))
-                with kb.if_(ix.both(ix.lt(m, i32(p.m)), ix.lt(n, i32(p.n)))):
-                    p.store(kb, b, m, n, Load(acc.name, i32(4 * j + r), DType.F32))
+            store_fragment(kb, p, b, m, kb.let("nj", ix.add(n0, ix.add(pair, 8 * j))),
+                           [Load(acc.name, i32(4 * j + r), DType.F32) for r in range(4)], wide)
     return kb.finish()
