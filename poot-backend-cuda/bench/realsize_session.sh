@@ -25,6 +25,9 @@
 #   peer8b     the PyTorch peer at the 8B shape (eager, eager in a CUDA graph; torch.compile
 #              when $PEER_COMPILE is a number of seconds to allow it)
 #   peer1b     the same at the 1B shape
+#   peersmollm2  the same at SmolLM2-135M's shape (the smollm2 part's peer)
+#   gemm       wgmma_gemm.py --quick: the warpgroup GEMM against numpy on edge shapes, bf16
+#              4096^3 TFLOP/s against torch.matmul in the same process
 #   ncu        Nsight Compute over the first layer's four GEMVs of an 8B step in each format
 #              of $NCU_FORMATS (default Q4_0,bf16): DRAM throughput, occupancy, warp issue
 # Each part runs under its own timeout ($T_<part> seconds: 150, memcheck 300, unless set);
@@ -36,7 +39,7 @@ export TORCHINDUCTOR_CACHE_DIR=/tmp/torchinductor-cache TRITON_CACHE_DIR=/tmp/tr
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT" "$POOT_CACHE"
 B=poot-backend-cuda/bench
-PARTS=${PARTS:-conf memcheck racecheck variants smollm2 bench peer8b peer1b}
+PARTS=${PARTS:-conf memcheck racecheck variants smollm2 bench peer8b peer1b peersmollm2 gemm}
 VARIANTS=${VARIANTS:-}
 START=$SECONDS
 SUM=$OUT/summary.txt
@@ -170,7 +173,11 @@ for part in $PARTS; do
           grep -vE '^ *(----|$)|SUMMARY' | cut -c1-150 >>"$OUT/ncu.log"
         rc=$?
       done ;;
-    peer8b | peer1b)
+    gemm)
+      timeout -k 5 "$lim" bash -c "cd $B && python3 wgmma_gemm.py --quick" \
+        >"$OUT/gemm.log" 2>&1
+      rc=$? ;;
+    peer8b | peer1b | peersmollm2)
       shape=${part#peer}
       args=(--shape "$shape" --steps 100)
       if [ -n "${PEER_COMPILE:-}" ]; then args+=(--compile-timeout "$PEER_COMPILE")
