@@ -38,10 +38,14 @@ def test_printer_renders_tensor_maps_copies_and_warpgroup_products():
     assert "cp.async.bulk.tensor.2d" in src and "mbarrier.try_wait.parity" in src
     assert "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16" in src
     assert "setmaxnreg.inc.sync.aligned.u32 232" in src
-    # the dynamic block is moved up to the 1024-byte swizzle alignment, with room for it
+    assert "__syncwarp();" in src and "*reinterpret_cast<uint4*>(&out[" in src   # staged rows
+    # the dynamic block is moved up to the 1024-byte swizzle alignment, with room for it;
+    # past the tiles and barriers each consumer warp's 16 staged rows of 64 + 8 values
     sc = wgmma.SCHEDULE
     tiles_and_barriers = sc.stages * sc.stage_bytes(DType.BF16) + 4 * 4 * sc.stages
-    assert "& 1023u" in src and dynamic_shared_bytes(kernel) == tiles_and_barriers + 1024 - 16
+    staged = sc.consumers * 4 * 16 * (64 + 8) * 2
+    assert "& 1023u" in src
+    assert dynamic_shared_bytes(kernel) == tiles_and_barriers + staged + 1024 - 16
 
 
 def test_nvrtc_builds_the_warpgroup_kernel_for_sm_90a(tmp_path, monkeypatch):

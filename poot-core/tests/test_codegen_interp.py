@@ -14,6 +14,7 @@ from poot.codegen.program import (
     Assign,
     AwaitInputs,
     For,
+    GroupBarrier,
     Kernel,
     Let,
     LoadWide,
@@ -210,7 +211,7 @@ def test_wide_loads_read_aligned_runs_of_words():
     with pytest.raises(KernelFault, match="misaligned"):
         run(kb.finish(), {"in0": np.zeros(4 * WG + 2, np.float32),
                           "out": np.zeros(WG, np.float32)})
-    with pytest.raises(IRError, match="2 or 4 32-bit"):
+    with pytest.raises(IRError, match="LoadWide of 3"):
         _kernel([LoadWide(("a", "b", "c"), Load("in0", i32(0), F32))]).validate()
 
 
@@ -249,6 +250,30 @@ def test_wide_stores_write_aligned_runs_of_elements():
         _kernel([StoreWide("out", i32(0), (Const(1, DType.U8),) * 2)], bytes_out).validate()
     with pytest.raises(IRError, match="before AwaitInputs"):
         _kernel([StoreWide("out", i32(0), (one, one)), AwaitInputs()]).validate()
+
+
+def test_group_barriers_are_reached_by_whole_groups():
+    """GroupBarrier(width): a width not dividing the workgroup is refused; one reached by
+    part of a group faults; after one, a thread reads what its group wrote."""
+    with pytest.raises(IRError, match="group barrier width 3"):
+        _kernel([GroupBarrier(3)]).validate()
+    kb = KernelBuilder("half", (1,), (WG,))
+    kb.buffer("out", F32, Access.WRITE, WG, operand=OUT)
+    with kb.if_(lt(local_index(), i32(WG // 4))):
+        kb.group_barrier(WG // 2)
+    with pytest.raises(KernelFault, match="only part of a group"):
+        run(kb.finish(), {"out": np.zeros(WG, np.float32)})
+    kb = KernelBuilder("pairs", (1,), (WG,))
+    x = kb.buffer("in0", F32, Access.READ, WG, operand=0)
+    kb.buffer("out", F32, Access.WRITE, WG, operand=OUT)
+    tile = kb.shared("tile", F32, WG)
+    kb.store(tile, local_index(), x[local_index()])
+    kb.group_barrier(2)
+    kb.store("out", local_index(), tile[local_index() ^ i32(1)])
+    data = np.arange(WG, dtype=np.float32)
+    out = np.zeros_like(data)
+    run(kb.finish(), {"in0": data, "out": out})
+    assert np.array_equal(out, data.reshape(-1, 2)[:, ::-1].reshape(-1))
 
 
 def test_await_inputs_names_what_is_loaded_before_it():

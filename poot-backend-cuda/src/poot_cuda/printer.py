@@ -9,6 +9,7 @@ from poot.codegen.program import (
     CopyAsync,
     CopyCommit,
     CopyWait,
+    GroupBarrier,
     Kernel,
     LoadWide,
     MmaTile,
@@ -54,6 +55,8 @@ def dynamic_shared_bytes(kernel: Kernel) -> int:
     return total + _shared_align(kernel) - 16 if total > STATIC_SHARED_LIMIT else 0
 
 
+#: the unsigned vector type of a 4-, 8- or 16-byte load or store
+_VECTORS = {4: "unsigned", 8: "uint2", 16: "uint4"}
 #: programmatic dependent launch: wait for the kernels this one depends on
 GRID_WAIT = 'asm volatile("griddepcontrol.wait;\\n" ::: "memory");'
 
@@ -152,26 +155,36 @@ class CudaPrinter(TensorAsyncPrinter, SimtPrinter):
         return f"__shared__ {f'__align__({align}) ' if align else ''}{t} {name}[{count}];"
 
     def load_wide(self, s: LoadWide, depth: int) -> list[str]:
-        """One vector load (uint2/uint4, float2/float4): ld.global.nc.v4 or ld.shared.v4."""
-        pad, count = self.pad(depth), len(s.names)
-        vec = f"{'float' if s.load.dtype is F32 else 'uint'}{count}"
-        first = self.name(s.names[0]) + "_wide"
+        """One vector load (ld.global.nc.v4 or ld.shared.v4): 32-bit elements as the
+        fields of a uint2/uint4 or float2/float4, narrower ones read out of it."""
+        pad, count, dtype = self.pad(depth), len(s.names), s.load.dtype
+        t, first = self.type_name(dtype), self.name(s.names[0]) + "_wide"
+        size = count * dtype.itemsize
+        vec = f"{'float' if dtype is F32 else 'uint'}{count}" if dtype.itemsize == 4 else \
+            _VECTORS[size]
         lines = [f"{pad}const {vec} {first} = *reinterpret_cast<const {vec}*>"
                  f"(&{s.load.buffer}[{self.expr(s.load.index)}]);"]
-        t = self.type_name(s.load.dtype)
-        return lines + [f"{pad}const {t} {self.name(n)} = {first}.{c};"
-                        for n, c in zip(s.names, "xyzw", strict=False)]
+        if dtype.itemsize == 4:
+            return lines + [f"{pad}const {t} {self.name(n)} = {first}.{c};"
+                            for n, c in zip(s.names, "xyzw", strict=False)]
+        return lines + [f"{pad}const {t} {self.name(n)} = reinterpret_cast<const {t}*>"
+                        f"(&{first})[{i}];" for i, n in enumerate(s.names)]
 
     def store_wide(self, s: StoreWide, depth: int) -> list[str]:
         """One 4-, 8- or 16-byte store of the values packed in an aligned temporary (the
         compiler keeps it in registers)."""
         pad, dtype = self.pad(depth), self.kernel.arrays()[s.array].dtype
         t, size = self.type_name(dtype), len(s.values) * dtype.itemsize
-        vec = {4: "unsigned", 8: "uint2", 16: "uint4"}[size]
+        vec = _VECTORS[size]
         values = ", ".join(self.expr(v) for v in s.values)
         return [f"{pad}{{ alignas({size}) {t} poot_w[{len(s.values)}] = {{{values}}};",
                 f"{pad}  *reinterpret_cast<{vec}*>(&{s.array}[{self.expr(s.index)}]) = "
                 f"*reinterpret_cast<const {vec}*>(poot_w); }}"]
+
+    def group_barrier(self, s: GroupBarrier, depth: int) -> list[str]:
+        if s.width != self.warp:
+            raise self.unsupported(f"GroupBarrier of {s.width} threads (a warp is {self.warp})")
+        return [self.pad(depth) + "__syncwarp();"]
 
     # -- async copies and tensor cores (sm_80+) -------------------------------------------
     def matrix(self, s: Stmt, depth: int) -> list[str]:

@@ -26,6 +26,7 @@ from poot.codegen.program import (
     CopyCommit,
     CopyWait,
     For,
+    GroupBarrier,
     If,
     Kernel,
     Let,
@@ -218,6 +219,10 @@ class KernelBuilder:
 
     def barrier(self) -> None:
         self.emit(Barrier())
+
+    def group_barrier(self, width: int) -> None:
+        """A barrier of each aligned group of `width` threads (program.GroupBarrier)."""
+        self.emit(GroupBarrier(width))
 
     def await_inputs(self) -> None:
         """Wait for the kernels before this one here (program.AwaitInputs): only loads of

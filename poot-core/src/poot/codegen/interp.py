@@ -45,6 +45,7 @@ from poot.codegen.program import (
     CopyCommit,
     CopyWait,
     For,
+    GroupBarrier,
     If,
     Kernel,
     KernelProgram,
@@ -225,6 +226,8 @@ class _Batch:
             self.uniform(act, "Barrier")
             for w in self.writer.values():
                 w.fill(-1)
+        elif isinstance(s, GroupBarrier):
+            self.group_barrier(s.width, act)
         elif isinstance(s, CoopReduce):
             self.coop_reduce(s, act)
         elif isinstance(s, CoopReduceScatter):
@@ -279,6 +282,20 @@ class _Batch:
             self.block(s.body, cur)
             counter[cur] += step[cur].astype(np.int32)
             cur = cur[counter[cur] < stop[cur]]
+
+    def group_barrier(self, width: int, act: np.ndarray):
+        """Every thread of each aligned group of `width` reaches it or none does; writes
+        to shared arrays by the groups that did become visible to the rest of their group."""
+        sets = self.tpg // width
+        key = self.group[act] * sets + self.lane[act] // width
+        counts = np.bincount(key, minlength=self.n_groups * sets).reshape(self.n_groups, sets)
+        if np.any((counts != 0) & (counts != width)):
+            self.fault(f"GroupBarrier reached by only part of a group of {width} threads")
+        synced = counts == width
+        rows = np.arange(self.n_groups)[:, None]
+        for w in self.writer.values():
+            written = w != -1
+            w[written & synced[rows, np.where(written, w, 0) // width]] = -1
 
     def uniform(self, act: np.ndarray, what: str):
         counts = np.bincount(self.group[act], minlength=self.n_groups)

@@ -47,6 +47,7 @@ from poot.codegen.program import (
     CopyCommit,
     CopyWait,
     For,
+    GroupBarrier,
     If,
     Kernel,
     Let,
@@ -61,9 +62,9 @@ from poot.errors import DtypeLowering, UnsupportedOp
 
 #: statement type -> the hook that prints it
 STATEMENT_HOOKS = {Let: "let", LoadWide: "load_wide", Assign: "assign", Store: "store",
-                   StoreWide: "store_wide",
-                   For: "loop", If: "branch",
-                   Barrier: "barrier_stmt", CoopReduce: "coop_reduce", CopyAsync: "matrix",
+                   StoreWide: "store_wide", For: "loop", If: "branch",
+                   Barrier: "barrier_stmt", GroupBarrier: "group_barrier",
+                   CoopReduce: "coop_reduce", CopyAsync: "matrix",
                    CoopReduceScatter: "reduce_scatter", AwaitInputs: "await_inputs",
                    CopyCommit: "matrix", CopyWait: "matrix", MmaTile: "matrix",
                    **dict.fromkeys(TENSOR_ASYNC, "tensor_async")}
@@ -178,6 +179,10 @@ class Printer:
 
     def coop_reduce(self, s: CoopReduce, depth: int) -> list[str]:
         raise self.unsupported("CoopReduce")
+
+    def group_barrier(self, s: GroupBarrier, depth: int) -> list[str]:
+        """Only printers of targets that declare WIDE_LOADS print it, for their subgroup."""
+        raise self.unsupported(f"GroupBarrier of {s.width} threads")
 
     def await_inputs(self, s: AwaitInputs, depth: int) -> list[str]:
         """Nothing where launches never overlap: a kernel starts after its predecessor."""

@@ -22,7 +22,9 @@ Conventions every printer and the interpreter (`poot.codegen.interp`) share:
 * `If.cond` and `Sel.cond` are I32: nonzero is true.
 * `Barrier` synchronizes the workgroup and makes its shared and global writes
   visible to it. It, and every `CoopReduce`, must be reached by all threads of
-  the workgroup (uniform control flow).
+  the workgroup (uniform control flow). `GroupBarrier(width)` (targets declaring
+  WIDE_LOADS, where `width` is their subgroup) does the same for each aligned group of
+  `width` consecutive threads alone; every thread of a group reaches it or none does.
 * `CoopReduce(name, op, value, width)` declares `name`: the Sum or Max of `value`
   over each aligned group of `width` consecutive threads (by `local_index`);
   every thread of the group receives the result. `width=None` means the whole
@@ -36,14 +38,14 @@ Conventions every printer and the interpreter (`poot.codegen.interp`) share:
   results lands on width // V consecutive threads. Printers halve the set at each xor
   shuffle (V - 1 shuffles in all, not V log2(width)); see `scatter_order`.
 
-* `LoadWide(names, load)` (targets declaring WIDE_LOADS) declares 2 or 4 variables from
-  consecutive 32-bit elements in one 8- or 16-byte load (more bytes in flight per
+* `LoadWide(names, load)` (targets declaring WIDE_LOADS) declares 2, 4 or 8 variables
+  from consecutive elements in one 4-, 8- or 16-byte load (more bytes in flight per
   instruction; 16-byte shared reads spread over all banks).
 
-* `StoreWide(array, index, values)` (targets declaring WIDE_LOADS) stores 2 or 4
-  consecutive elements of a buffer or shared array in one 4-, 8- or 16-byte store (index
-  a multiple of their count): fewer, whole-word writes where each thread holds
-  neighbouring outputs.
+* `StoreWide(array, index, values)` (targets declaring WIDE_LOADS) stores 2, 4 or 8
+  consecutive elements of a buffer or shared array in one 4-, 8- or 16-byte store:
+  fewer, whole-word writes where each thread holds neighbouring outputs. Both take an
+  index that is a multiple of their count (aligned to their size).
 
 * `AwaitInputs()` (at most one, in the kernel's top-level body): where the kernel waits
   for the kernels before it, on targets whose launches may overlap their predecessor's
@@ -224,9 +226,9 @@ class Let(Stmt):
 
 @dataclass(frozen=True, eq=False)
 class LoadWide(Stmt):
-    """Declare names[i] = load.array[load.index + i] for each i: one load of 2 or 4
-    consecutive 32-bit elements (8 or 16 bytes; load.index a multiple of their count, so
-    the load is aligned to its size), on targets that declare WIDE_LOADS."""
+    """Declare names[i] = load.array[load.index + i] for each i: one load of 2, 4 or 8
+    consecutive elements (4, 8 or 16 bytes; load.index a multiple of their count, so the
+    load is aligned to its size), on targets that declare WIDE_LOADS."""
 
     names: tuple[str, ...]
     load: Load
@@ -253,9 +255,9 @@ class Store(Stmt):
 
 @dataclass(frozen=True, eq=False)
 class StoreWide(Stmt):
-    """array[index + i] = values[i] for each i: one store of 2 or 4 consecutive elements
-    (4, 8 or 16 bytes; index a multiple of their count, so the store is aligned to its
-    size), on targets that declare WIDE_LOADS."""
+    """array[index + i] = values[i] for each i: one store of 2, 4 or 8 consecutive
+    elements (4, 8 or 16 bytes; index a multiple of their count, so the store is aligned
+    to its size), on targets that declare WIDE_LOADS."""
 
     array: str
     index: Expr
@@ -283,6 +285,13 @@ class If(Stmt):
 @dataclass(frozen=True, eq=False)
 class Barrier(Stmt):
     """Workgroup barrier with shared and global memory visibility."""
+
+
+@dataclass(frozen=True, eq=False)
+class GroupBarrier(Stmt):
+    """`Barrier` for each aligned group of `width` consecutive threads alone (see module)."""
+
+    width: int
 
 
 @dataclass(frozen=True, eq=False)
@@ -607,6 +616,15 @@ def _exprs_of(s: Stmt) -> tuple[Expr, ...]:
     return ()
 
 
+WIDE_RULE = "2, 4 or 8 elements, 4, 8 or 16 bytes, of a buffer or shared array"
+
+
+def _wide(count: int, arr) -> bool:
+    """Whether LoadWide / StoreWide may move `count` elements of `arr` at once."""
+    return (count in (2, 4, 8) and count * arr.dtype.itemsize in (4, 8, 16)
+            and not isinstance(arr, LocalArray))
+
+
 @dataclass
 class _Checker:
     kernel: Kernel
@@ -717,11 +735,9 @@ class _Checker:
             self.expr(s.index, I32)
             for value in (s.value,) if isinstance(s, Store) else s.values:
                 self.expr(value, arr.dtype)
-            if isinstance(s, StoreWide) and (
-                    len(s.values) not in (2, 4) or isinstance(arr, LocalArray)
-                    or len(s.values) * arr.dtype.itemsize not in (4, 8, 16)):
-                self.fail(f"StoreWide of {len(s.values)} x {arr.dtype} to {arr.name!r}: 2 or 4 "
-                          f"elements, 4 to 16 bytes, of a buffer or shared array")
+            if isinstance(s, StoreWide) and not _wide(len(s.values), arr):
+                self.fail(f"StoreWide of {len(s.values)} x {arr.dtype} to {arr.name!r}: "
+                          f"{WIDE_RULE}")
         elif isinstance(s, For):
             for e in (s.start, s.stop, s.step):
                 self.expr(e, I32)
@@ -735,6 +751,10 @@ class _Checker:
             self.block(s.orelse)
         elif isinstance(s, (Barrier, CopyCommit, AwaitInputs)):
             pass
+        elif isinstance(s, GroupBarrier):
+            w, t = s.width, self.kernel.threads_per_group
+            if w < 1 or w & (w - 1) or t % w:
+                self.fail(f"group barrier width {w} must be a power of two dividing {t}")
         elif isinstance(s, CopyWait):
             if s.pending < 0:
                 self.fail("CopyWait pending must be >= 0")
@@ -774,9 +794,9 @@ class _Checker:
     def load_wide(self, s: LoadWide):
         self.expr(s.load)
         arr = self.kernel.arrays()[s.load.buffer]
-        if len(s.names) not in (2, 4) or arr.dtype.itemsize != 4 or isinstance(arr, LocalArray):
-            self.fail(f"LoadWide of {len(s.names)} x {arr.dtype} from {arr.name!r}: 2 or 4 "
-                      f"32-bit elements of a buffer or shared array")
+        if not _wide(len(s.names), arr):
+            self.fail(f"LoadWide of {len(s.names)} x {arr.dtype} from {arr.name!r}: "
+                      f"{WIDE_RULE}")
         for n in s.names:
             self.declare(n, s.load.dtype, False)
 

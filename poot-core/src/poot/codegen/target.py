@@ -15,9 +15,9 @@ instruction. A backend tells the lowerings what its target has through
   plain multiply-adds); the feature says only that it is worth it.
 * `REDUCE_SCATTER`: the target prints `CoopReduceScatter` within its subgroup (xor
   shuffles), so a warp's many dot products finish in V - 1 shuffles, not V log2(32).
-* `WIDE_LOADS`: the target prints `LoadWide` (2 or 4 32-bit elements in one 8- or
-  16-byte load of a buffer or shared array) and `StoreWide` (2 or 4 elements in one 4-
-  to 16-byte store).
+* `WIDE_LOADS`: the target prints `LoadWide` and `StoreWide` (2, 4 or 8 elements in one
+  4-, 8- or 16-byte load or store of a buffer or shared array) and `GroupBarrier` over
+  its subgroup.
 * `WGMMA`: the target prints Wgmma / WgmmaCommit / WgmmaWait (warpgroup
   matrix products from shared memory, CUDA sm_90a) and RegisterBudget.
 * `TMA`: the target prints TmaLoad with the kernel's TensorMaps (bulk tensor copies into

@@ -1,5 +1,7 @@
-"""How contraction kernels write their results: the flat store most problems use, and one
-lane's part of a tensor-core accumulator tile through any problem's store."""
+"""How contraction kernels write their results: the flat store most problems use; one
+lane's part of a tensor-core accumulator tile through any problem's store; and a warp's
+16-row block of such tiles staged through shared memory so that each lane stores 16
+bytes of one row at a time (`store_block`)."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -21,15 +23,17 @@ class FlatStore:
     n: int
     epilogue: Callable | None = None
 
-    def _at(self, kb, b, m, n):
+    def at(self, kb, b, m, n):
+        """The flat index of out[b, m, n], bound to a variable."""
         return kb.let("o", ix.add(ix.mul(ix.add(ix.mul(b, self.m), m), self.n), n))
 
-    def _value(self, kb, idx, acc):
+    def value(self, kb, idx, acc):
+        """What out[idx] receives for the accumulator `acc`."""
         return acc.cast(self.dtype) if self.epilogue is None else self.epilogue(kb, idx, acc)
 
     def __call__(self, kb, b, m, n, acc):
-        idx = self._at(kb, b, m, n)
-        kb.store("out", idx, self._value(kb, idx, acc))
+        idx = self.at(kb, b, m, n)
+        kb.store("out", idx, self.value(kb, idx, acc))
 
     def widens(self, count: int) -> bool:
         """Whether `wide` may store `count` columns at once: N a multiple of it, 4 to 16
@@ -39,8 +43,8 @@ class FlatStore:
     def wide(self, kb, b, m, n, accs):
         """Columns n .. n + len(accs) - 1 (n a multiple of their count; `widens` holds) in
         one StoreWide (the caller's target has WIDE_LOADS)."""
-        idx = self._at(kb, b, m, n)
-        kb.store_wide("out", idx, [self._value(kb, ix.add(idx, i), a)
+        idx = self.at(kb, b, m, n)
+        kb.store_wide("out", idx, [self.value(kb, ix.add(idx, i), a)
                                    for i, a in enumerate(accs)])
 
 
@@ -63,3 +67,71 @@ def store_fragment(kb, p, b, m, n, values: list[Expr], wide: bool) -> None:
                 p.store.wide(kb, b, row, col, values[r:r + 2])
             else:
                 p.store(kb, b, row, col, values[r])
+
+
+ROWS = 16           # rows of a warp's block: one accumulator tile's (MMA_M16N8K16)
+SEGMENT = 16        # bytes a lane stores at once from the staged block
+ROW_BYTES = 128     # bytes of each row a warp stages at once (one chunk)
+
+
+def staged_columns(p, columns: int, wide: bool) -> int:
+    """Columns of a warp's block (`columns` wide) staged at once by `store_block`, or 0
+    where it stores each tile directly: staging needs WIDE_LOADS, a FlatStore of 16- or
+    32-bit elements over N in whole 16-byte segments, and `columns` in whole chunks."""
+    if not (wide and isinstance(p.store, FlatStore)) or p.store.dtype.itemsize not in (2, 4):
+        return 0
+    size = p.store.dtype.itemsize
+    seg, chunk = SEGMENT // size, min(columns, ROW_BYTES // size)
+    ok = p.n % seg == 0 and columns % chunk == 0 and (ROWS * chunk // seg) % MMA_M16N8K16.lanes == 0
+    return chunk if ok else 0
+
+
+def stage_elements(p, chunk: int, warps: int) -> int:
+    """Elements of the shared array `store_block` needs for `warps` warps (0: none)."""
+    return warps * ROWS * (chunk + SEGMENT // p.store.dtype.itemsize) if chunk else 0
+
+
+def store_block(kb, p, b, m, n, lane, tiles: list[list[Expr]], wide: bool,
+                stage=None, warp=None, chunk: int = 0) -> None:
+    """A warp's 16-row block of accumulator tiles: tiles[j] the lane's four values (as
+    `store_fragment` takes them) of the tile at rows m.., columns n + 8j.. (m, n the
+    block's first row and column, `lane` the thread's lane in its warp). With `chunk`
+    (`staged_columns`) and the shared array `stage` (`stage_elements` for the kernel's
+    warps, this warp's part the `warp`-th), `chunk` columns at a time: each lane writes
+    its values through the store's epilogue into the warp's rows in shared memory (a
+    16-byte pad a row keeps the 32 lanes' 4-byte writes on distinct banks), the warp
+    synchronizes, and each lane copies 16-byte row segments out, whole rows a store
+    instead of eight rows' 4 bytes. Without, each tile goes by `store_fragment`."""
+    quad, pair = kb.let("quad", ix.div(lane, 4)), kb.let("pair", ix.mul(ix.mod(lane, 4), 2))
+    if not chunk:
+        row = kb.let("mq", ix.add(m, quad))
+        for j, values in enumerate(tiles):
+            store_fragment(kb, p, b, row, kb.let("nj", ix.add(n, ix.add(pair, 8 * j))),
+                           values, wide)
+        return
+    fs, lanes = p.store, MMA_M16N8K16.lanes
+    seg = SEGMENT // fs.dtype.itemsize
+    pitch, per_row = chunk + seg, chunk // seg
+    mine = kb.let("sb", ix.mul(warp, ROWS * pitch))
+    for c0 in range(0, 8 * len(tiles), chunk):
+        for j in range(c0 // 8, (c0 + chunk) // 8):
+            for r in (0, 2):
+                dr, _ = MMA_M16N8K16.coords(0, r)
+                row = kb.let("m", ix.add(m, ix.add(quad, dr)))
+                col = kb.let("n", ix.add(n, ix.add(pair, 8 * j)))
+                with kb.if_(ix.both(ix.lt(row, i32(p.m)), ix.lt(col, i32(p.n)))):
+                    idx = fs.at(kb, b, row, col)
+                    spot = ix.add(mine, ix.add(ix.mul(ix.add(quad, dr), pitch),
+                                               ix.add(pair, 8 * j - c0)))
+                    kb.store_wide(stage, spot, [fs.value(kb, ix.add(idx, i), tiles[j][r + i])
+                                                for i in range(2)])
+        kb.group_barrier(lanes)
+        for s in range(ROWS * per_row // lanes):
+            e = ix.add(lane, s * lanes)
+            r, c = kb.let("sr", ix.div(e, per_row)), kb.let("sc", ix.mul(ix.mod(e, per_row), seg))
+            row, col = kb.let("m", ix.add(m, r)), kb.let("n", ix.add(n, ix.add(c, c0)))
+            with kb.if_(ix.both(ix.lt(row, i32(p.m)), ix.lt(col, i32(p.n)))):
+                values = kb.load_wide("sv", stage, ix.add(mine, ix.add(ix.mul(r, pitch), c)),
+                                      seg)
+                kb.store_wide("out", fs.at(kb, b, row, col), values)
+        kb.group_barrier(lanes)     # every lane's reads before the next chunk's writes

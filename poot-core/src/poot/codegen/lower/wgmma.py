@@ -27,7 +27,7 @@ from poot.codegen import index as ix
 from poot.codegen.expr import Const, Load, i32
 from poot.codegen.lower.mma import MIN_ROWS
 from poot.codegen.lower.mma_operands import Tiles
-from poot.codegen.lower.output import store_fragment
+from poot.codegen.lower.output import stage_elements, staged_columns, store_block
 from poot.codegen.program import (
     SWIZZLE_BYTES,
     SWIZZLE_SPAN,
@@ -92,8 +92,8 @@ def usable(p, features) -> bool:
 
 def wgmma_gemm_kernel(p, kb_factory, declare, sc: Schedule | None = None,
                       wide: bool = False):
-    """`p` under `sc` (default SCHEDULE); `wide`: the target has WIDE_LOADS (pairs of
-    outputs stored at once, `output.store_fragment`)."""
+    """`p` under `sc` (default SCHEDULE); `wide`: the target has WIDE_LOADS (each warp's
+    rows staged through shared memory and stored 16 bytes a lane, `output.store_block`)."""
     sc = sc or SCHEDULE
     BM, BN, BK, STAGES = sc.bm, sc.bn, sc.bk, sc.stages   # noqa: N806
     t: Tiles = p.tiles
@@ -160,11 +160,14 @@ def wgmma_gemm_kernel(p, kb_factory, declare, sc: Schedule | None = None,
         kb.emit(WgmmaWait(0, acc.name))
 
         lane = kb.let("lane", ix.mod(tid, 32))
+        warp = kb.let("cw", ix.sub(ix.div(tid, 32), WARPGROUP // 32))   # 0.. over consumers
         row_base = kb.let("rb", ix.add(m0, ix.add(ix.mul(c, ROWS),
                                                   ix.mul(ix.mod(ix.div(tid, 32), 4), 16))))
-        quad, pair = kb.let("quad", ix.div(lane, 4)), kb.let("pair", ix.mul(ix.mod(lane, 4), 2))
-        m = kb.let("mq", ix.add(row_base, quad))
-        for j in range(BN // 8):
-            store_fragment(kb, p, b, m, kb.let("nj", ix.add(n0, ix.add(pair, 8 * j))),
-                           [Load(acc.name, i32(4 * j + r), DType.F32) for r in range(4)], wide)
+        chunk = staged_columns(p, BN, wide)
+        stage = (kb.shared("stage_out", p.store.dtype,
+                           stage_elements(p, chunk, sc.consumers * WARPGROUP // 32))
+                 if chunk else None)
+        store_block(kb, p, b, row_base, n0, lane,
+                    [[Load(acc.name, i32(4 * j + r), DType.F32) for r in range(4)]
+                     for j in range(BN // 8)], wide, stage, warp, chunk)
     return kb.finish()
