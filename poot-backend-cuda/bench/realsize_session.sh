@@ -107,8 +107,8 @@ for part in $PARTS; do
   t=$SECONDS
   lim_var="T_$part"
   lim=${!lim_var:-150}
-  # memcheck took 137 s on an H200 (21 s on an H100) on 2026-12-06: room for that; the
-  # warpgroup GEMM's MatMul cases make the sanitizers slower (memcheck 140 s with them)
+  # the sanitizers are slow over these cases (the warpgroup GEMM's MatMul cases most;
+  # timings in docs/performance.md): room for them
   [ $part = memcheck ] || [ $part = racecheck ] && lim=${!lim_var:-300}
   case $part in
     conf)

@@ -10,12 +10,7 @@ from poot.codegen import index as ix
 from poot.codegen.builder import KernelBuilder
 from poot.codegen.expr import i32
 from poot.codegen.interp import KernelFault, run
-from poot.codegen.lower.output import (
-    FlatStore,
-    stage_elements,
-    staged_columns,
-    store_block,
-)
+from poot.codegen.lower.output import FlatStore, staged_columns, staging, store_block
 from poot.codegen.program import OUT, Access, GroupBarrier, StoreWide, local_index
 from poot.codegen.target import MMA_M16N8K16
 from poot.dtypes import DType
@@ -40,10 +35,9 @@ def block_kernel(dtype: DType, wide: bool, staged: bool = True):
             row, col = ix.add(m, ix.add(quad, dr)), ix.add(pair, 8 * j + dc)
             values.append(ix.add(ix.mul(row, 64), col).cast(DType.F32))
         tiles.append(values)
-    chunk = staged_columns(p, COLUMNS, wide) if staged else 0
-    stage = kb.shared("stage", dtype, stage_elements(p, chunk, WARPS)) if chunk else None
-    store_block(kb, p, i32(0), m, i32(0), lane, tiles, wide, stage, warp, chunk)
-    return kb.finish(), chunk
+    rows = staging(kb, p, COLUMNS, WARPS, warp, wide) if staged else None
+    store_block(kb, p, i32(0), m, i32(0), lane, tiles, wide, rows)
+    return kb.finish(), rows.chunk if rows else 0
 
 
 def want(dtype: DType) -> np.ndarray:

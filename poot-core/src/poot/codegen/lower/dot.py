@@ -121,8 +121,8 @@ ASYNC_STAGES = 0
 #: 1: an integer GEMV whose weight chunks are whole 16-byte spans (Q4_K's 144-byte block)
 #: reads its staged tile four words a load (WIDE_LOADS), the tile unpadded (four words
 #: apart per lane, eight lanes a phase: distinct banks), which also lets async copies
-#: fill it; 0: one word a load from a tile padded against bank conflicts (1 made the 8B
-#: Q4_K step 4.6% faster on an H100: docs/performance.md, 2026-12-06)
+#: fill it; 0: one word a load from a tile padded against bank conflicts (1 timed faster
+#: in the 8B Q4_K step: docs/performance.md, 2026-12-06)
 QUADS = 1
 #: 1: an RMSNorm read by a 16-bit GEMV, or an integer GEMV of one kernel, is taken inside
 #: it (its rows' sums of squares with the activations it reads); 0: the norm is always a

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from poot.codegen import index as ix
 from poot.codegen.expr import Const, Load, i32
 from poot.codegen.lower.mma_operands import AsyncTiles, SplitTiles
-from poot.codegen.lower.output import store_fragment
+from poot.codegen.lower.output import store_block
 from poot.codegen.program import MmaTile, group_id, local_index
 from poot.codegen.target import COPY_ASYNC, MMA_M16N8K16, matrix_unit
 from poot.dtypes import DType
@@ -118,7 +118,7 @@ def mma_gemm_kernel(p, kb_factory, declare, sc: Schedule | None = None, split: b
                     wide: bool = False):
     """`p` on tensor cores under `sc` (default SCHEDULE): its 16-bit operands copied as
     they are, or `split` into computed hi and lo parts (SplitTiles); `wide`: the target
-    has WIDE_LOADS (pairs of outputs stored at once, `output.store_fragment`)."""
+    has WIDE_LOADS (pairs of outputs stored at once, `output.store_block`)."""
     sc = sc or SCHEDULE
     wm_n, tm, tn = sc.warps_m * sc.warps_n, sc.tm, sc.tn
     regs = 4 * tm * tn
@@ -170,14 +170,11 @@ def mma_gemm_kernel(p, kb_factory, declare, sc: Schedule | None = None, split: b
 
     row_base = kb.let("rb", ix.add(m0, ix.mul(wm, sc.bm // sc.warps_m)))
     col_base = kb.let("cb", ix.add(n0, ix.mul(wn, sc.bn // sc.warps_n)))
-    quad, pair = kb.let("quad", ix.div(lane, 4)), kb.let("pair", ix.mul(ix.mod(lane, 4), 2))
     with kb.if_(ix.eq(wk, i32(0))):
         for i in range(tm):
-            m = kb.let("mi", ix.add(row_base, ix.add(quad, 16 * i)))
-            for j in range(tn):
-                store_fragment(kb, p, b, m, kb.let("nj", ix.add(col_base, ix.add(pair, 8 * j))),
-                               [Load(acc.name, i32(4 * (i * tn + j) + r), DType.F32)
-                                for r in range(4)], wide)
+            store_block(kb, p, b, ix.add(row_base, 16 * i), col_base, lane,
+                        [[Load(acc.name, i32(4 * (i * tn + j) + r), DType.F32)
+                          for r in range(4)] for j in range(tn)], wide)
     return kb.finish()
 
 

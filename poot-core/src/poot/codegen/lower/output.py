@@ -74,6 +74,16 @@ SEGMENT = 16        # bytes a lane stores at once from the staged block
 ROW_BYTES = 128     # bytes of each row a warp stages at once (one chunk)
 
 
+@dataclass(frozen=True)
+class Staging:
+    """The shared rows `store_block` stages a warp's block through: `array` holds every
+    warp's 16 padded rows of `chunk` columns, this warp's the `warp`-th."""
+
+    array: object
+    warp: Expr
+    chunk: int
+
+
 def staged_columns(p, columns: int, wide: bool) -> int:
     """Columns of a warp's block (`columns` wide) staged at once by `store_block`, or 0
     where it stores each tile directly: staging needs WIDE_LOADS, a FlatStore of 16- or
@@ -82,37 +92,42 @@ def staged_columns(p, columns: int, wide: bool) -> int:
         return 0
     size = p.store.dtype.itemsize
     seg, chunk = SEGMENT // size, min(columns, ROW_BYTES // size)
-    ok = p.n % seg == 0 and columns % chunk == 0 and (ROWS * chunk // seg) % MMA_M16N8K16.lanes == 0
+    lanes = MMA_M16N8K16.lanes
+    ok = p.n % seg == 0 and columns % chunk == 0 and (ROWS * chunk // seg) % lanes == 0
     return chunk if ok else 0
 
 
-def stage_elements(p, chunk: int, warps: int) -> int:
-    """Elements of the shared array `store_block` needs for `warps` warps (0: none)."""
-    return warps * ROWS * (chunk + SEGMENT // p.store.dtype.itemsize) if chunk else 0
+def staging(kb, p, columns: int, warps: int, warp: Expr, wide: bool) -> Staging | None:
+    """The shared rows for `warps` warps whose blocks are `columns` wide (`warp`: this
+    thread's warp among them), or None where the blocks are stored directly."""
+    chunk = staged_columns(p, columns, wide)
+    if not chunk:
+        return None
+    rows = warps * ROWS * (chunk + SEGMENT // p.store.dtype.itemsize)
+    return Staging(kb.shared("stage_out", p.store.dtype, rows), kb.let("sw", warp), chunk)
 
 
 def store_block(kb, p, b, m, n, lane, tiles: list[list[Expr]], wide: bool,
-                stage=None, warp=None, chunk: int = 0) -> None:
+                staged: Staging | None = None) -> None:
     """A warp's 16-row block of accumulator tiles: tiles[j] the lane's four values (as
     `store_fragment` takes them) of the tile at rows m.., columns n + 8j.. (m, n the
-    block's first row and column, `lane` the thread's lane in its warp). With `chunk`
-    (`staged_columns`) and the shared array `stage` (`stage_elements` for the kernel's
-    warps, this warp's part the `warp`-th), `chunk` columns at a time: each lane writes
+    block's first row and column, `lane` the thread's lane in its warp). With `staged`
+    (`staging`), its `chunk` columns at a time: each lane writes
     its values through the store's epilogue into the warp's rows in shared memory (a
     16-byte pad a row keeps the 32 lanes' 4-byte writes on distinct banks), the warp
     synchronizes, and each lane copies 16-byte row segments out, whole rows a store
     instead of eight rows' 4 bytes. Without, each tile goes by `store_fragment`."""
     quad, pair = kb.let("quad", ix.div(lane, 4)), kb.let("pair", ix.mul(ix.mod(lane, 4), 2))
-    if not chunk:
+    if staged is None:
         row = kb.let("mq", ix.add(m, quad))
         for j, values in enumerate(tiles):
             store_fragment(kb, p, b, row, kb.let("nj", ix.add(n, ix.add(pair, 8 * j))),
                            values, wide)
         return
-    fs, lanes = p.store, MMA_M16N8K16.lanes
+    fs, lanes, stage, chunk = p.store, MMA_M16N8K16.lanes, staged.array, staged.chunk
     seg = SEGMENT // fs.dtype.itemsize
     pitch, per_row = chunk + seg, chunk // seg
-    mine = kb.let("sb", ix.mul(warp, ROWS * pitch))
+    mine = kb.let("sb", ix.mul(staged.warp, ROWS * pitch))
     for c0 in range(0, 8 * len(tiles), chunk):
         for j in range(c0 // 8, (c0 + chunk) // 8):
             for r in (0, 2):

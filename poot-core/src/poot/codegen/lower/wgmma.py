@@ -27,7 +27,7 @@ from poot.codegen import index as ix
 from poot.codegen.expr import Const, Load, i32
 from poot.codegen.lower.mma import MIN_ROWS
 from poot.codegen.lower.mma_operands import Tiles
-from poot.codegen.lower.output import stage_elements, staged_columns, store_block
+from poot.codegen.lower.output import staging, store_block
 from poot.codegen.program import (
     SWIZZLE_BYTES,
     SWIZZLE_SPAN,
@@ -160,14 +160,11 @@ def wgmma_gemm_kernel(p, kb_factory, declare, sc: Schedule | None = None,
         kb.emit(WgmmaWait(0, acc.name))
 
         lane = kb.let("lane", ix.mod(tid, 32))
-        warp = kb.let("cw", ix.sub(ix.div(tid, 32), WARPGROUP // 32))   # 0.. over consumers
         row_base = kb.let("rb", ix.add(m0, ix.add(ix.mul(c, ROWS),
                                                   ix.mul(ix.mod(ix.div(tid, 32), 4), 16))))
-        chunk = staged_columns(p, BN, wide)
-        stage = (kb.shared("stage_out", p.store.dtype,
-                           stage_elements(p, chunk, sc.consumers * WARPGROUP // 32))
-                 if chunk else None)
+        warps = WARPGROUP // 32         # the consumers' warps, counted from the first's
+        staged = staging(kb, p, BN, sc.consumers * warps, ix.sub(ix.div(tid, 32), warps), wide)
         store_block(kb, p, b, row_base, n0, lane,
                     [[Load(acc.name, i32(4 * j + r), DType.F32) for r in range(4)]
-                     for j in range(BN // 8)], wide, stage, warp, chunk)
+                     for j in range(BN // 8)], wide, staged)
     return kb.finish()
