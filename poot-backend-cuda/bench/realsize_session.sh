@@ -27,7 +27,8 @@
 #   peer1b     the same at the 1B shape
 #   peersmollm2  the same at SmolLM2-135M's shape (the smollm2 part's peer)
 #   gemm       wgmma_gemm.py --quick: the warpgroup GEMM against numpy on edge shapes, bf16
-#              4096^3 TFLOP/s against torch.matmul in the same process
+#              4096^3 TFLOP/s against torch.matmul in the same process; $GEMM_SCHEDULES
+#              (e.g. "band=8;bn=128") timed beside the default
 #   ncu        Nsight Compute over the first layer's four GEMVs of an 8B step in each format
 #              of $NCU_FORMATS (default Q4_0,bf16): DRAM throughput, occupancy, warp issue
 # Each part runs under its own timeout ($T_<part> seconds: 150, memcheck 300, unless set);
@@ -175,7 +176,8 @@ for part in $PARTS; do
         rc=$?
       done ;;
     gemm)
-      timeout -k 5 "$lim" bash -c "cd $B && python3 wgmma_gemm.py --quick" \
+      timeout -k 5 "$lim" bash -c "cd $B && python3 wgmma_gemm.py --quick \
+        --schedules '${GEMM_SCHEDULES:-}'" \
         >"$OUT/gemm.log" 2>&1
       rc=$? ;;
     peer8b | peer1b | peersmollm2)

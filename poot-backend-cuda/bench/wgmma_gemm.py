@@ -8,10 +8,11 @@
    numpy, against torch.matmul in the same process. CUDA events around graph replays,
    median of trials.
 3. The default schedule at other shapes (`SHAPES`, M x K x N) against torch.matmul on the
-   same operands, checked against torch's f32 product of them.
+   same operands, checked against torch's f32 product of them; with --schedules, each
+   of those schedules too (fields of `wgmma.Schedule`: "band=8;bn=128,band=8").
 Lines starting with "SUMMARY " are the results.
 
-    python wgmma_gemm.py [--n 4096] [--no-torch] [--quick]
+    python wgmma_gemm.py [--n 4096] [--no-torch] [--quick] [--schedules "band=8;..."]
 """
 from __future__ import annotations
 
@@ -92,11 +93,13 @@ def check_shapes(ctx, modules, rng) -> None:
             summary(label, f"FAILED {type(e).__name__}: {e}"[:200])
 
 
-def bench(ctx, modules, rng, n: int, torch_tflops: float | None, quick: bool) -> None:
+def bench(ctx, modules, rng, n: int, torch_tflops: float | None, quick: bool,
+          schedules) -> None:
     ins = [T((n, n), BF16), T((n, n), BF16)]
     operands = [random_operand(t, rng) for t in ins]
     out, timer, flops = MatMul().infer(ins), Timer(ctx), 2 * n ** 3
-    variants = [(f"wgmma {s}", FEATURES, s) for s in SCHEDULES[:1 if quick else None]]
+    variants = [(f"wgmma {s}", FEATURES, s)
+                for s in [*SCHEDULES[:1 if quick else None], *schedules]]
     if not quick:
         variants.append(("mma.sync (no WGMMA/TMA)", FEATURES - {WGMMA, TMA}, None))
     for label, features, schedule in variants:
@@ -118,18 +121,24 @@ def bench(ctx, modules, rng, n: int, torch_tflops: float | None, quick: bool) ->
                 f"{ms * 1e3:.1f} us, {tflops:.1f} TFLOP/s {note} (error {err:.1e})")
 
 
-def against_torch(ctx, modules, rng) -> None:
+def parse_schedules(text: str) -> list[wgmma.Schedule]:
+    """"band=8;bn=128,band=8" -> the default schedule with those fields replaced."""
+    return [wgmma.Schedule(**{k: int(v) for k, v in (f.split("=") for f in spec.split(","))})
+            for spec in text.split(";") if spec.strip()]
+
+
+def against_torch(ctx, modules, rng, schedules) -> None:
     import torch
 
     torch.backends.cuda.matmul.allow_tf32 = False
     timer = Timer(ctx)
-    for m, k, n in SHAPES:
-        label = f"bf16 GEMM {m}x{k}x{n}"
+    for (m, k, n), schedule in ((s, sc) for s in SHAPES for sc in [None, *schedules]):
+        label = f"bf16 GEMM {m}x{k}x{n}" + (f" {schedule}" if schedule else "")
         ins = [T((m, k), BF16), T((k, n), BF16)]
         operands = [random_operand(t, rng) for t in ins]
         run = None
         try:
-            compiled = compiled_for(MatMul(), ins, FEATURES)
+            compiled = compiled_for(MatMul(), ins, FEATURES, schedule)
             run = LoweringRun(ctx, modules, compiled, operands, MatMul().infer(ins))
             run.run()
             got = torch.from_numpy(run.result().astype(np.float32)).cuda()
@@ -161,6 +170,8 @@ def main():
     ap.add_argument("--n", type=int, default=4096)
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--quick", action="store_true", help="time the default schedule only")
+    ap.add_argument("--schedules", default="",
+                    help="';'-separated schedules also timed at the other shapes")
     args = ap.parse_args()
     torch_tflops = None
     if not args.no_torch:
@@ -169,9 +180,10 @@ def main():
     ctx = Context(0)
     modules, rng = ModuleCache(ctx), np.random.default_rng(3)
     check_shapes(ctx, modules, rng)
-    bench(ctx, modules, rng, args.n, torch_tflops, args.quick)
+    schedules = parse_schedules(args.schedules)
+    bench(ctx, modules, rng, args.n, torch_tflops, args.quick, schedules)
     if not args.no_torch:
-        against_torch(ctx, modules, rng)
+        against_torch(ctx, modules, rng, schedules)
 
 
 if __name__ == "__main__":

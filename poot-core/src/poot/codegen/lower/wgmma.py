@@ -58,12 +58,14 @@ CONSUMER_REGISTERS = 232         # what the multiplying ones take of the rest
 @dataclass(frozen=True)
 class Schedule:
     """Workgroup tile bm x bn (bm / 64 consumer warpgroups, bn <= 256 one product wide),
-    K step bk (one swizzled row: 64), `stages` shared stages in flight."""
+    K step bk (one swizzled row: 64), `stages` shared stages in flight; workgroups walk
+    the tiles `band` tile rows at a time (`tile_order`; 1: one tile row after another)."""
 
     bm: int = 128
     bn: int = 256
     bk: int = BOX
     stages: int = 4
+    band: int = 1
 
     @property
     def consumers(self) -> int:
@@ -88,6 +90,22 @@ def usable(p, features) -> bool:
     return (t is not None and WGMMA in features and TMA in features and not t.w.k_major
             and p.m >= MIN_ROWS and not p.w_per_row
             and (p.batch == 1 or p.k % SCHEDULE.bk == 0))
+
+
+def tile_order(kb, tiles_n: int, tiles_m: int, band: int):
+    """(tile row, tile column) of this workgroup. Workgroups start in launch order, which
+    walks columns first; with `band` > 1 that order runs down each column of a band of
+    `band` tile rows before the next column, so the workgroups resident at once read a
+    few bands of A and a few columns of the weight rather than one row of A and the
+    whole weight: what they share stays in L2 on problems whose weight does not."""
+    if band <= 1 or tiles_m == 1:
+        return group_id(1), group_id(0)
+    linear = kb.let("tile", ix.add(group_id(0), ix.mul(group_id(1), tiles_n)))
+    per_band = band * tiles_n
+    first = kb.let("band_m", ix.mul(ix.div(linear, per_band), band))
+    rows = kb.let("band_rows", ix.minimum(ix.sub(i32(tiles_m), first), i32(band)))
+    within = kb.let("in_band", ix.mod(linear, per_band))
+    return ix.add(first, ix.mod(within, rows)), ix.div(within, rows)
 
 
 def wgmma_gemm_kernel(p, kb_factory, declare, sc: Schedule | None = None,
@@ -117,8 +135,9 @@ def wgmma_gemm_kernel(p, kb_factory, declare, sc: Schedule | None = None,
             kb.emit(MbarInit(bars, i32(s), 1))
             kb.emit(MbarInit(bars, i32(STAGES + s), WARPGROUP * sc.consumers))
     kb.barrier()
-    m0 = kb.let("m0", ix.mul(group_id(1), BM))
-    n0 = kb.let("n0", ix.mul(group_id(0), BN))
+    tile_m, tile_n = tile_order(kb, -(-p.n // BN), -(-p.m // BM), sc.band)
+    m0 = kb.let("m0", ix.mul(tile_m, BM))
+    n0 = kb.let("n0", ix.mul(tile_n, BN))
     b = group_id(2)
 
     with kb.if_(ix.eq(wg, i32(0))):
