@@ -1,8 +1,8 @@
 """The warpgroup GEMM schedule (poot.codegen.lower.wgmma) on the GPU.
 
 1. Results against numpy (f32 products of the same 16-bit operands) on edge shapes: M,
-   N, K not multiples of the tile, batches, a broadcast weight, F16; each checked to have
-   lowered to the warpgroup kernel.
+   N, K not multiples of the tile, batches, a broadcast weight, F16; each under both tile
+   widths and checked to have lowered to the warpgroup kernel.
 2. MatMul bf16 x bf16 -> bf16 at n^3 (default 4096): TFLOP/s of the warpgroup schedule's
    variants and of the mma.sync schedule (the target without WGMMA), each checked against
    numpy, against torch.matmul in the same process. CUDA events around graph replays,
@@ -45,21 +45,23 @@ CHECKS = [((200, 136), (136, 520), BF16), ((64, 64), (64, 64), BF16),
           ((129, 72), (72, 264), BF16), ((333, 1024), (1024, 2048), BF16),
           ((1000, 4096), (4096, 1000), BF16), ((2, 130, 128), (2, 128, 264), BF16),
           ((3, 96, 192), (192, 136), BF16), ((256, 520), (520, 384), F16)]
-SCHEDULES = [wgmma.Schedule(), wgmma.Schedule(bn=128, stages=6), wgmma.Schedule(stages=3),
-             wgmma.Schedule(bm=64, bn=256, stages=4)]
+SCHEDULES = [wgmma.SCHEDULE, wgmma.NARROW, wgmma.Schedule(stages=3, band=16),
+             wgmma.Schedule(bm=64, bn=256, stages=4, band=16)]
 #: M x K x N timed against torch.matmul: large, model-shaped (Llama-3-8B FFN at 2048
 #: tokens), and too few tiles for one wave
-SHAPES = [(8192, 8192, 8192), (2048, 4096, 14336), (2048, 14336, 4096), (512, 4096, 4096)]
+SHAPES = [(8192, 8192, 8192), (2048, 4096, 14336), (2048, 14336, 4096), (1024, 4096, 4096),
+          (512, 4096, 4096)]
 TOLERANCE = 1e-2     # relative Frobenius error: bf16 outputs round at 2^-8
 
 
 def compiled_for(op, ins, features, schedule=None):
-    saved = wgmma.SCHEDULE
-    wgmma.SCHEDULE = schedule or saved
+    """`op` compiled, every warpgroup problem under `schedule` if given."""
+    saved = wgmma.SCHEDULE, wgmma.NARROW
+    wgmma.SCHEDULE, wgmma.NARROW = (schedule, schedule) if schedule else saved
     try:
         return compile_program(lower(op, ins, op.infer(ins), features), CudaPrinter(ARCH))
     finally:
-        wgmma.SCHEDULE = saved
+        wgmma.SCHEDULE, wgmma.NARROW = saved
 
 
 def checked(ctx, modules, compiled, operands, out) -> tuple[LoweringRun, float]:
@@ -77,11 +79,12 @@ def checked(ctx, modules, compiled, operands, out) -> tuple[LoweringRun, float]:
 
 
 def check_shapes(ctx, modules, rng) -> None:
-    for a, w, dtype in CHECKS:
-        label = f"check {dtype.value} {a} @ {w}"
+    """Each edge shape under both tile widths the lowering picks from (`schedule_for`)."""
+    for (a, w, dtype), sc in ((c, sc) for c in CHECKS for sc in (wgmma.SCHEDULE, wgmma.NARROW)):
+        label = f"check {dtype.value} {a} @ {w} bn={sc.bn}"
         ins = [T(a, dtype), T(w, dtype)]
         try:
-            compiled = compiled_for(MatMul(), ins, FEATURES)
+            compiled = compiled_for(MatMul(), ins, FEATURES, sc)
             if not compiled.kernels[0].kernel.tensor_maps:
                 raise AssertionError("did not lower to the warpgroup schedule")
             operands = [random_operand(t, rng) for t in ins]

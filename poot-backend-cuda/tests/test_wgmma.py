@@ -30,18 +30,18 @@ def _kernel(m=200, k=136, n=520):
     return lower(MatMul(), [a, w], MatMul().infer([a, w]), features).kernels[0]
 
 
-def test_printer_renders_tensor_maps_copies_and_warpgroup_products():
-    kernel = _kernel()
+@pytest.mark.parametrize("m,n,sc", [(2048, 2056, wgmma.SCHEDULE), (200, 520, wgmma.NARROW)])
+def test_printer_renders_tensor_maps_copies_and_warpgroup_products(m, n, sc):
+    kernel = _kernel(m, 136, n)
     src = CudaPrinter("sm_90a").source(kernel)
     assert "const __grid_constant__ poot_tensor_map map_a" in src
     assert "__launch_bounds__(384, 1)" in src            # setmaxnreg needs the cap
     assert "cp.async.bulk.tensor.2d" in src and "mbarrier.try_wait.parity" in src
-    assert "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16" in src
+    assert f"wgmma.mma_async.sync.aligned.m64n{sc.bn}k16.f32.bf16.bf16" in src
     assert "setmaxnreg.inc.sync.aligned.u32 232" in src
     assert "__syncwarp();" in src and "*reinterpret_cast<uint4*>(&out[" in src   # staged rows
     # the dynamic block is moved up to the 1024-byte swizzle alignment, with room for it;
     # past the tiles and barriers each consumer warp's 16 staged rows of 64 + 8 values
-    sc = wgmma.SCHEDULE
     tiles_and_barriers = sc.stages * sc.stage_bytes(DType.BF16) + 4 * 4 * sc.stages
     staged = sc.consumers * 4 * 16 * (64 + 8) * 2
     assert "& 1023u" in src

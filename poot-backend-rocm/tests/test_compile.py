@@ -128,7 +128,9 @@ def test_warpgroup_statements_are_refused_by_name(monkeypatch):
     from poot.ir.ops import MatMul
     from poot.ir.types import TensorType
 
-    monkeypatch.setattr(wgmma, "SCHEDULE", wgmma.Schedule(bm=64, bn=64, stages=2))
+    small = wgmma.Schedule(bm=64, bn=64, stages=2)
+    monkeypatch.setattr(wgmma, "SCHEDULE", small)
+    monkeypatch.setattr(wgmma, "NARROW", small)
     ins = [TensorType((128, 64), DType.BF16), TensorType((64, 128), DType.BF16)]
     kernel = lower(MatMul(), ins, MatMul().infer(ins), FEATURES).kernels[0]
     with pytest.raises(UnsupportedOp, match="prints no (RegisterBudget|Mbar|TmaLoad|Wgmma)"):

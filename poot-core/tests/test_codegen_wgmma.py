@@ -62,7 +62,7 @@ def test_targets_without_both_features_keep_the_mma_schedule():
 def test_kernel_declares_tensor_maps_and_swizzle_aligned_stages():
     m, k, n = 200, 136, 520
     kern = kernel_of((m, k), (k, n), BF16)
-    sc = wgmma.SCHEDULE
+    sc = wgmma.NARROW                       # 6 tiles of SCHEDULE's: too few
     maps = {t.name: t for t in kern.tensor_maps}
     assert (maps["map_a"].buffer, maps["map_a"].rows, maps["map_a"].cols) == ("in0", m, k)
     assert (maps["map_w"].buffer, maps["map_w"].rows, maps["map_w"].cols) == ("in1", k, n)
@@ -98,6 +98,14 @@ def test_tile_order_covers_every_tile_once_a_band_at_a_time(tiles_n, tiles_m, ba
     rows = min(band, tiles_m)
     first = order[:rows * tiles_n]                 # the first band, column by column
     assert first == [(m, n) for n in range(tiles_n) for m in range(rows)]
+
+
+@pytest.mark.parametrize("m,n,batch,chosen", [
+    (4096, 4096, 1, wgmma.SCHEDULE), (1024, 4096, 1, wgmma.SCHEDULE),
+    (512, 4096, 1, wgmma.NARROW), (512, 4096, 2, wgmma.SCHEDULE), (200, 520, 1, wgmma.NARROW)])
+def test_few_tiles_take_the_narrow_schedule(m, n, batch, chosen):
+    from types import SimpleNamespace
+    assert wgmma.schedule_for(SimpleNamespace(m=m, n=n, batch=batch)) is chosen
 
 
 def test_interpreter_refuses_the_warpgroup_kernel():

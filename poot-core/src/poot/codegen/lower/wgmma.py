@@ -80,7 +80,17 @@ class Schedule:
 
 
 #: the schedule lowerings use (bench/wgmma_gemm.py times alternatives against it)
-SCHEDULE = Schedule()
+SCHEDULE = Schedule(band=16)
+#: ... and where its tiles are fewer than NARROW_TILES: half as wide, twice as many
+NARROW = Schedule(bn=128, stages=6, band=16)
+NARROW_TILES = 128
+
+
+def schedule_for(p) -> Schedule:
+    """SCHEDULE, or NARROW where SCHEDULE's tiles would leave most multiprocessors idle
+    (a workgroup a multiprocessor: 132 on an H100)."""
+    tiles = -(-p.m // SCHEDULE.bm) * -(-p.n // SCHEDULE.bn) * p.batch
+    return NARROW if tiles < NARROW_TILES else SCHEDULE
 
 
 def usable(p, features) -> bool:
@@ -110,9 +120,9 @@ def tile_order(kb, tiles_n: int, tiles_m: int, band: int):
 
 def wgmma_gemm_kernel(p, kb_factory, declare, sc: Schedule | None = None,
                       wide: bool = False):
-    """`p` under `sc` (default SCHEDULE); `wide`: the target has WIDE_LOADS (each warp's
+    """`p` under `sc` (default `schedule_for(p)`); `wide`: the target has WIDE_LOADS (each warp's
     rows staged through shared memory and stored 16 bytes a lane, `output.store_block`)."""
-    sc = sc or SCHEDULE
+    sc = sc or schedule_for(p)
     BM, BN, BK, STAGES = sc.bm, sc.bn, sc.bk, sc.stages   # noqa: N806
     t: Tiles = p.tiles
     dtype = t.a.dtype
