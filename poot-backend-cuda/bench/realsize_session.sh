@@ -4,7 +4,8 @@
 #   PARTS="bench peer8b" bash poot-backend-cuda/bench/realsize_session.sh
 #
 # with .whl (gguf at least) carried. Parts, in the order given by $PARTS (default: all):
-#   conf       the conformance suite on cuda (pytest -n 8)
+#   conf       the conformance suite on cuda (pytest -n 8), the support matrix it writes
+#              (support-cuda.md: docs/support/cuda-<gpu>.md)
 #   memcheck   compute-sanitizer memcheck over the contraction, attention, norm, argmax and
 #              model cases ($MEMCHECK_K: another pytest -k selection)
 #   racecheck  compute-sanitizer racecheck over the norm, contraction, matmul (the warpgroup
@@ -114,7 +115,8 @@ for part in $PARTS; do
   case $part in
     conf)
       timeout -k 5 "$lim" python3 -m pytest -q -p no:cacheprovider -n 8 --pyargs \
-        poot.conformance --poot-backend cuda >"$OUT/conformance.log" 2>&1
+        poot.conformance --poot-backend cuda --poot-support "$OUT/support-cuda.md" \
+        >"$OUT/conformance.log" 2>&1
       rc=$?
       line=$(grep -E '[0-9]+ (passed|failed)' "$OUT/conformance.log" | tail -1)
       grep -E '^(FAILED|ERROR)' "$OUT/conformance.log" | cut -c1-160 | head -8
