@@ -22,7 +22,8 @@
 #   sweep      llama_gpu.py over the 8B Q4_0/Q4_K steps under each GEMV schedule variant of
 #              $SWEEP (';'-separated, e.g. "SHARED_BYTES=32768;RUN_COLUMNS=1"), no profile
 #   grids      wave_sweep.py: the packed decode GEMVs alone by grid size (workgroups, waves,
-#              GB/s of copy) under each variant of $GRIDS (';'-separated, as $SWEEP)
+#              GB/s of copy) under each variant of $GRIDS (';'-separated, as $SWEEP);
+#              $GRID_ARGS: more arguments (e.g. "--rows 2048 --bands 1,16": prefill tiles)
 #   peer8b     the PyTorch peer at the 8B shape (eager, eager in a CUDA graph; torch.compile
 #              when $PEER_COMPILE is a number of seconds to allow it)
 #   peer1b     the same at the 1B shape
@@ -163,7 +164,7 @@ for part in $PARTS; do
         >"$OUT/sweep.log" 2>&1
       rc=$? ;;
     grids)
-      timeout -k 5 "$lim" bash -c "cd $B && python3 wave_sweep.py --variants '${GRIDS:-}'" \
+      timeout -k 5 "$lim" bash -c "cd $B && python3 wave_sweep.py --variants '${GRIDS:-}' ${GRID_ARGS:-}" \
         >"$OUT/grids.log" 2>&1
       rc=$? ;;
     ncu)

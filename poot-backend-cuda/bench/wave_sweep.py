@@ -9,17 +9,21 @@ number) from what each workgroup pays once, and a small grid's latency.
 
     python wave_sweep.py --shapes Q4_K:28672x4096,Q4_K:25344x4096 --variants ";RUN_COLUMNS=1"
 
+With --rows M (a prefill chunk: the split tensor-core tiles, `mma.DECODE`) each shape is
+also timed under each tile order of --bands (`mma.Schedule.band`), in TFLOP/s.
+
 Lines starting with "SUMMARY " are for collecting scripts.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import traceback
 
 import numpy as np
 from bench_gpu import ARCH, copies_for, copy_bandwidths, open_device, random_operand, summary
 from llama_gpu import parse_variants, variant_label
-from poot.codegen.lower import dot, lower
+from poot.codegen.lower import dot, lower, mma
 from poot.dtypes import DType
 from poot.formats import PackedWeight
 from poot.ir.ops import PackedContraction
@@ -39,16 +43,16 @@ def occupancy(ctx, launch) -> int:
         launch.function, launch.block[0], launch.shared_bytes), "occupancy")
 
 
-def bench_shape(ctx, timer, copy_gbs, sms, fmt, n, k, tag) -> None:
+def bench_shape(ctx, timer, copy_gbs, sms, fmt, n, k, tag, rows: int = 1) -> None:
     from poot_cuda.harness import LoweringRun
     from poot_cuda.kernels import ModuleCache, compile_program
     from poot_cuda.printer import CudaPrinter
 
     pw = PackedWeight(f"gguf:{fmt}", (n, k))
-    ins = [T((1, k), DType.F32), *[s.type for s in pw.sources()]]
+    ins = [T((rows, k), DType.F32), *[s.type for s in pw.sources()]]
     op = PackedContraction(pw)
     out = op.infer(ins)
-    nbytes = sum(t.nbytes for t in ins[1:]) + 4 * (k + n)
+    nbytes = sum(t.nbytes for t in ins[1:]) + 4 * rows * (k + n)
     compiled = compile_program(lower(op, ins, out, kernel_features(9, 0, ARCH)),
                                CudaPrinter(ARCH))
     modules, rng = ModuleCache(ctx), np.random.default_rng(1)
@@ -71,11 +75,11 @@ def bench_shape(ctx, timer, copy_gbs, sms, fmt, n, k, tag) -> None:
         for r in runs:
             r.free()
     gbs = nbytes / ms / 1e6
-    label = f"{fmt} N={n} K={k}{tag}"
-    print(f"{label:42s} {ms * 1e3:8.2f} us {gbs:8.1f} GB/s {100 * gbs / copy_gbs:5.1f}% "
-          f"of copy  {'; '.join(grids)}", flush=True)
-    summary(label, f"{ms * 1e3:.2f} us, {100 * gbs / copy_gbs:.1f}% of copy, "
-                   f"{'; '.join(grids)}")
+    label = f"{fmt} {'' if rows == 1 else f'M={rows} '}N={n} K={k}{tag}"
+    rate = f"{100 * gbs / copy_gbs:.1f}% of copy" if rows == 1 else \
+        f"{2 * rows * n * k / ms / 1e9:.1f} TFLOP/s"
+    print(f"{label:42s} {ms * 1e3:8.2f} us {rate}  {'; '.join(grids)}", flush=True)
+    summary(label, f"{ms * 1e3:.2f} us, {rate}, {'; '.join(grids)}")
 
 
 def main():
@@ -83,6 +87,9 @@ def main():
     ap.add_argument("--shapes", default=SHAPES, help="FMT:NxK,...")
     ap.add_argument("--variants", default="", help="';'-separated dot settings, e.g. "
                     "';RUN_COLUMNS=1;GROUPS=4'")
+    ap.add_argument("--rows", type=int, default=1, help="activation rows (default 1)")
+    ap.add_argument("--bands", default="", help="with --rows: ','-separated tile orders "
+                    "of the split schedule (mma.Schedule.band), e.g. '1,16'")
     args = ap.parse_args()
     from poot_cuda.driver import check, cu
 
@@ -100,11 +107,18 @@ def main():
         for shape in args.shapes.split(","):
             fmt, nk = shape.split(":")
             n, k = (int(x) for x in nk.split("x"))
-            try:
-                bench_shape(ctx, timer, copy_gbs, sms, fmt, n, k, tag)
-            except Exception as e:  # noqa: BLE001 - one broken row must not hide the others
-                traceback.print_exc()
-                summary(f"{fmt} N={n} K={k}{tag}", f"FAILED {type(e).__name__}: {e}"[:200])
+            for band in [int(b) for b in args.bands.split(",") if b] or [None]:
+                decode = mma.DECODE
+                if band is not None:
+                    mma.DECODE = dataclasses.replace(decode, band=band)
+                btag = tag if band is None else f"{tag} band={band}"
+                try:
+                    bench_shape(ctx, timer, copy_gbs, sms, fmt, n, k, btag, args.rows)
+                except Exception as e:  # noqa: BLE001 - one broken row must not hide others
+                    traceback.print_exc()
+                    summary(f"{fmt} N={n} K={k}{btag}", f"FAILED {type(e).__name__}: {e}"[:200])
+                finally:
+                    mma.DECODE = decode
 
 
 if __name__ == "__main__":

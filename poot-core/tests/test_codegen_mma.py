@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from poot.codegen import index as ix
+from poot.codegen.builder import KernelBuilder
 from poot.codegen.cases import mismatch
-from poot.codegen.interp import run_lowering
-from poot.codegen.lower import lower
-from poot.codegen.program import MmaTile, Store, StoreWide
+from poot.codegen.interp import run, run_lowering
+from poot.codegen.lower import lower, mma
+from poot.codegen.program import OUT, Access, MmaTile, Store, StoreWide, group_id
 from poot.codegen.target import COPY_ASYNC, FEATURES, MMA_M16N8K16, TMA, WGMMA, WIDE_LOADS
 from poot.dtypes import DType
 from poot.ir.ops import MatMul
@@ -86,6 +88,7 @@ def test_unknown_features_are_refused():
 
 @pytest.mark.parametrize("schedule", [
     dict(stages=2), dict(stages=3, bk=64), dict(bn=256, warps_n=4), dict(bm=64, warps_m=1),
+    dict(bm=32, warps_m=1, bn=64, band=2),     # 3 x 5 tiles in bands of 2 rows: a ragged band
 ], ids=str)
 def test_other_schedules_match_oracle(monkeypatch, schedule):
     """Every shape of the schedule (stages, K step, tile, warp grid) computes the same."""
@@ -213,6 +216,7 @@ def test_fma_schedules_where_split_tensor_cores_do_not_fit(features, m, wdt):
     dict(bm=32, bn=32, bk=128, warps_m=1, warps_n=1, warps_k=8),    # runs < threads: pairs
     dict(bm=16, bn=16, bk=256, warps_m=1, warps_n=1, warps_k=16),
     dict(bm=32, bn=64, bk=64, warps_m=1, warps_n=2, warps_k=2),
+    dict(bm=16, bn=16, bk=128, warps_m=1, warps_n=1, warps_k=4, band=2),   # ragged band
 ], ids=str)
 def test_other_split_schedules_match_numpy(monkeypatch, schedule):
     from poot.codegen.cases import INT_GEMV_TOL
@@ -240,3 +244,28 @@ def test_wide_n_takes_split_tensor_cores_from_16_rows(monkeypatch, m):
     assert uses_mma(lowering)
     got = run_lowering(lowering, args, out)
     assert _nmse(got, args[0].astype(np.float64) @ dense.T) < INT_GEMV_TOL / 100
+
+
+def launch_order(tiles_n: int, tiles_m: int, band: int) -> list[tuple[int, int]]:
+    """The (tile row, tile column) of each workgroup, in launch order (x fastest)."""
+    kb = KernelBuilder("order", (tiles_n, tiles_m), (1,))
+    kb.buffer("out", DType.I32, Access.WRITE, 2 * tiles_n * tiles_m, operand=OUT)
+    tm, tn = mma.tile_order(kb, tiles_n, tiles_m, band)
+    slot = ix.mul(ix.add(group_id(0), ix.mul(group_id(1), tiles_n)), 2)
+    kb.store("out", slot, tm)
+    kb.store("out", ix.add(slot, 1), tn)
+    out = np.full(2 * tiles_n * tiles_m, -1, np.int32)
+    run(kb.finish(), {"out": out})
+    return [tuple(int(v) for v in pair) for pair in out.reshape(-1, 2)]
+
+
+@pytest.mark.parametrize("tiles_n,tiles_m,band", [(5, 7, 3), (4, 8, 4), (6, 2, 8), (3, 5, 1)])
+def test_tile_order_covers_every_tile_once_a_band_at_a_time(tiles_n, tiles_m, band):
+    order = launch_order(tiles_n, tiles_m, band)
+    assert sorted(order) == [(m, n) for m in range(tiles_m) for n in range(tiles_n)]
+    if band == 1:
+        assert order == sorted(order)              # one tile row after another
+        return
+    rows = min(band, tiles_m)
+    first = order[:rows * tiles_n]                 # the first band, column by column
+    assert first == [(m, n) for n in range(tiles_n) for m in range(rows)]

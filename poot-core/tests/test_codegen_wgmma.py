@@ -5,20 +5,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from poot.codegen import index as ix
 from poot.codegen.builder import KernelBuilder
 from poot.codegen.expr import i32
-from poot.codegen.interp import KernelFault, run, run_lowering
+from poot.codegen.interp import KernelFault, run_lowering
 from poot.codegen.lower import lower, wgmma
 from poot.codegen.program import (
-    OUT,
     Access,
     MmaTile,
     SmemTile,
     TensorMap,
     TmaLoad,
     Wgmma,
-    group_id,
 )
 from poot.codegen.target import FEATURES, TMA, WGMMA
 from poot.dtypes import DType
@@ -73,31 +70,6 @@ def test_kernel_declares_tensor_maps_and_swizzle_aligned_stages():
     assert kern.workgroup == (sc.threads,) and kern.grid == (-(-n // sc.bn), -(-m // sc.bm), 1)
     tma = [s for s in kern.statements() if isinstance(s, TmaLoad)]
     assert len(tma) == 1 + sc.bn // 64      # A's box and the weight's per K step
-
-
-def launch_order(tiles_n: int, tiles_m: int, band: int) -> list[tuple[int, int]]:
-    """The (tile row, tile column) of each workgroup, in launch order (x fastest)."""
-    kb = KernelBuilder("order", (tiles_n, tiles_m), (1,))
-    kb.buffer("out", DType.I32, Access.WRITE, 2 * tiles_n * tiles_m, operand=OUT)
-    tm, tn = wgmma.tile_order(kb, tiles_n, tiles_m, band)
-    slot = ix.mul(ix.add(group_id(0), ix.mul(group_id(1), tiles_n)), 2)
-    kb.store("out", slot, tm)
-    kb.store("out", ix.add(slot, 1), tn)
-    out = np.full(2 * tiles_n * tiles_m, -1, np.int32)
-    run(kb.finish(), {"out": out})
-    return [tuple(int(v) for v in pair) for pair in out.reshape(-1, 2)]
-
-
-@pytest.mark.parametrize("tiles_n,tiles_m,band", [(5, 7, 3), (4, 8, 4), (6, 2, 8), (3, 5, 1)])
-def test_tile_order_covers_every_tile_once_a_band_at_a_time(tiles_n, tiles_m, band):
-    order = launch_order(tiles_n, tiles_m, band)
-    assert sorted(order) == [(m, n) for m in range(tiles_m) for n in range(tiles_n)]
-    if band == 1:
-        assert order == sorted(order)              # one tile row after another
-        return
-    rows = min(band, tiles_m)
-    first = order[:rows * tiles_n]                 # the first band, column by column
-    assert first == [(m, n) for n in range(tiles_n) for m in range(rows)]
 
 
 @pytest.mark.parametrize("m,n,batch,chosen", [

@@ -53,7 +53,8 @@ SPLIT_PRODUCTS = ((0, 0), (0, 1), (1, 0))
 class Schedule:
     """Workgroup tile bm x bn, K step bk, `stages` shared buffers in flight, a
     warps_m x warps_n grid of warps (each owns (bm / warps_m) x (bn / warps_n)), each
-    block taken by warps_k warps (bk / warps_k of each K step each)."""
+    block taken by warps_k warps (bk / warps_k of each K step each); tiles walked
+    `band` tile rows at a time (`tile_order`)."""
 
     bm: int = 128
     bn: int = 128
@@ -62,6 +63,7 @@ class Schedule:
     warps_m: int = 2
     warps_n: int = 4
     warps_k: int = 1
+    band: int = 1
 
     @property
     def threads(self) -> int:
@@ -114,6 +116,22 @@ def decode_schedule(p, features) -> Schedule | None:
     return sc if SplitTiles.fits(sc, p) else None
 
 
+def tile_order(kb, tiles_n: int, tiles_m: int, band: int):
+    """(tile row, tile column) of this workgroup. Workgroups start in launch order, which
+    walks columns first; with `band` > 1 that order runs down each column of a band of
+    `band` tile rows before the next column, so the workgroups resident at once read a
+    few bands of A and a few columns of the weight rather than one row of A and the
+    whole weight: what they share stays in L2 on problems whose weight does not."""
+    if band <= 1 or tiles_m == 1:
+        return group_id(1), group_id(0)
+    linear = kb.let("tile", ix.add(group_id(0), ix.mul(group_id(1), tiles_n)))
+    per_band = band * tiles_n
+    first = kb.let("band_m", ix.mul(ix.div(linear, per_band), band))
+    rows = kb.let("band_rows", ix.minimum(ix.sub(i32(tiles_m), first), i32(band)))
+    within = kb.let("in_band", ix.mod(linear, per_band))
+    return ix.add(first, ix.mod(within, rows)), ix.div(within, rows)
+
+
 def mma_gemm_kernel(p, kb_factory, declare, sc: Schedule | None = None, split: bool = False,
                     wide: bool = False):
     """`p` on tensor cores under `sc` (default SCHEDULE): its 16-bit operands copied as
@@ -136,8 +154,9 @@ def mma_gemm_kernel(p, kb_factory, declare, sc: Schedule | None = None, split: b
     wmn = kb.let("wmn", ix.mod(warp, wm_n))
     wm = kb.let("wm", ix.div(wmn, sc.warps_n))
     wn = kb.let("wn", ix.mod(wmn, sc.warps_n))
-    m0 = kb.let("m0", ix.mul(group_id(1), sc.bm))
-    n0 = kb.let("n0", ix.mul(group_id(0), sc.bn))
+    tile_m, tile_n = tile_order(kb, grid[0], grid[1], sc.band)
+    m0 = kb.let("m0", ix.mul(tile_m, sc.bm))
+    n0 = kb.let("n0", ix.mul(tile_n, sc.bn))
     b = group_id(2)
     tiles = (SplitTiles if split else AsyncTiles)(kb, sc, p, b, m0, n0, tid)
     products = SPLIT_PRODUCTS if split else ((0, 0),)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from poot.codegen import index as ix
 from poot.codegen.expr import Const, Load, i32
-from poot.codegen.lower.mma import MIN_ROWS
+from poot.codegen.lower.mma import MIN_ROWS, tile_order
 from poot.codegen.lower.mma_operands import Tiles
 from poot.codegen.lower.output import staging, store_block
 from poot.codegen.program import (
@@ -100,22 +100,6 @@ def usable(p, features) -> bool:
     return (t is not None and WGMMA in features and TMA in features and not t.w.k_major
             and p.m >= MIN_ROWS and not p.w_per_row
             and (p.batch == 1 or p.k % SCHEDULE.bk == 0))
-
-
-def tile_order(kb, tiles_n: int, tiles_m: int, band: int):
-    """(tile row, tile column) of this workgroup. Workgroups start in launch order, which
-    walks columns first; with `band` > 1 that order runs down each column of a band of
-    `band` tile rows before the next column, so the workgroups resident at once read a
-    few bands of A and a few columns of the weight rather than one row of A and the
-    whole weight: what they share stays in L2 on problems whose weight does not."""
-    if band <= 1 or tiles_m == 1:
-        return group_id(1), group_id(0)
-    linear = kb.let("tile", ix.add(group_id(0), ix.mul(group_id(1), tiles_n)))
-    per_band = band * tiles_n
-    first = kb.let("band_m", ix.mul(ix.div(linear, per_band), band))
-    rows = kb.let("band_rows", ix.minimum(ix.sub(i32(tiles_m), first), i32(band)))
-    within = kb.let("in_band", ix.mod(linear, per_band))
-    return ix.add(first, ix.mod(within, rows)), ix.div(within, rows)
 
 
 def wgmma_gemm_kernel(p, kb_factory, declare, sc: Schedule | None = None,
