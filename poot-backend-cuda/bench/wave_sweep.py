@@ -43,6 +43,10 @@ def occupancy(ctx, launch) -> int:
         launch.function, launch.block[0], launch.shared_bytes), "occupancy")
 
 
+def shape_label(fmt, n, k, tag, rows: int = 1) -> str:
+    return f"{fmt} {'' if rows == 1 else f'M={rows} '}N={n} K={k}{tag}"
+
+
 def bench_shape(ctx, timer, copy_gbs, sms, fmt, n, k, tag, rows: int = 1) -> None:
     from poot_cuda.harness import LoweringRun
     from poot_cuda.kernels import ModuleCache, compile_program
@@ -75,7 +79,7 @@ def bench_shape(ctx, timer, copy_gbs, sms, fmt, n, k, tag, rows: int = 1) -> Non
         for r in runs:
             r.free()
     gbs = nbytes / ms / 1e6
-    label = f"{fmt} {'' if rows == 1 else f'M={rows} '}N={n} K={k}{tag}"
+    label = shape_label(fmt, n, k, tag, rows)
     rate = f"{100 * gbs / copy_gbs:.1f}% of copy" if rows == 1 else \
         f"{2 * rows * n * k / ms / 1e9:.1f} TFLOP/s"
     print(f"{label:42s} {ms * 1e3:8.2f} us {rate}  {'; '.join(grids)}", flush=True)
@@ -116,7 +120,8 @@ def main():
                     bench_shape(ctx, timer, copy_gbs, sms, fmt, n, k, btag, args.rows)
                 except Exception as e:  # noqa: BLE001 - one broken row must not hide others
                     traceback.print_exc()
-                    summary(f"{fmt} N={n} K={k}{btag}", f"FAILED {type(e).__name__}: {e}"[:200])
+                    summary(shape_label(fmt, n, k, btag, args.rows),
+                            f"FAILED {type(e).__name__}: {e}"[:200])
                 finally:
                     mma.DECODE = decode
 

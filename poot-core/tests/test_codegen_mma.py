@@ -92,7 +92,6 @@ def test_unknown_features_are_refused():
 ], ids=str)
 def test_other_schedules_match_oracle(monkeypatch, schedule):
     """Every shape of the schedule (stages, K step, tile, warp grid) computes the same."""
-    from poot.codegen.lower import mma
 
     monkeypatch.setattr(mma, "SCHEDULE", mma.Schedule(**schedule))
     rng = np.random.default_rng(7)
@@ -220,7 +219,6 @@ def test_fma_schedules_where_split_tensor_cores_do_not_fit(features, m, wdt):
 ], ids=str)
 def test_other_split_schedules_match_numpy(monkeypatch, schedule):
     from poot.codegen.cases import INT_GEMV_TOL
-    from poot.codegen.lower import mma
 
     monkeypatch.setattr(mma, "DECODE", mma.Schedule(**schedule))
     op, ins, args, dense = _packed("gguf:Q4_1", 40, 40, 320, 2)
@@ -235,7 +233,6 @@ def test_other_split_schedules_match_numpy(monkeypatch, schedule):
 def test_wide_n_takes_split_tensor_cores_from_16_rows(monkeypatch, m):
     """A head's many columns (here 72 past a lowered SPLIT_WIDE_N) at a decode batch."""
     from poot.codegen.cases import INT_GEMV_TOL
-    from poot.codegen.lower import mma
 
     monkeypatch.setattr(mma, "SPLIT_WIDE_N", 64)
     op, ins, args, dense = _packed("gguf:Q4_1", m, 72, 128, m)
