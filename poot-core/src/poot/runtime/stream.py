@@ -110,6 +110,11 @@ class StreamExecutable:
                                     f"plan gave a strided view {place}", backend=self.backend)
             return buffers[place.region].ptr + place.offset
 
+        # steps run one after another on the stream (a launch that overlaps the one before
+        # reads only weights until it waits for it), so every step's scratch shares one
+        # allocation, as large as the largest step's
+        need = max((_scratch_bytes(s.lowering.program) for s in plan.steps), default=0)
+        pool = rt.alloc(need, "scratch").ptr if need else 0
         for step in plan.steps:
             if step.lowering.extra.get("collective"):
                 self._actions.append(("launch", self.collective(step, ptr)))
@@ -127,8 +132,7 @@ class StreamExecutable:
             if alias is not None and not step.inplace and operands[alias] != operands[OUT]:
                 # the kernel updates in place: start from a copy of the operand it updates
                 self._actions.append(("copy", operands[OUT], operands[alias], step.out.nbytes))
-            scratch = {b.name: rt.alloc(b.nbytes, f"scratch:{step.index}:{b.name}").ptr
-                       for b in compiled.program.scratch}
+            scratch = {b.name: pool + at for b, at in _scratch_offsets(compiled)}
             for launch in self.launches(compiled, operands, scratch, constants):
                 self._actions.append(("launch", launch))
         for c in plan.copies:
@@ -186,6 +190,24 @@ class StreamExecutable:
         """Launch every action directly (no graph), for comparison and debugging."""
         self._enqueue()
         self.rt.ctx.sync()
+
+
+SCRATCH_ALIGN = 256
+
+
+def _scratch_offsets(compiled) -> list:
+    """(buffer, byte offset) of each scratch buffer of a step's CompiledProgram in the
+    shared pool (none for a step of another kind)."""
+    out, at = [], 0
+    for b in getattr(getattr(compiled, "program", None), "scratch", ()):
+        out.append((b, at))
+        at += -(-b.nbytes // SCRATCH_ALIGN) * SCRATCH_ALIGN
+    return out
+
+
+def _scratch_bytes(compiled) -> int:
+    return sum(-(-b.nbytes // SCRATCH_ALIGN) * SCRATCH_ALIGN
+               for b, _ in _scratch_offsets(compiled))
 
 
 __all__ = ["DeviceBuffer", "StreamExecutable", "StreamRuntime", "env_on"]
