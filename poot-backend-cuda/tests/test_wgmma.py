@@ -61,3 +61,22 @@ def test_the_backend_declares_the_features_of_the_arch_it_builds_for():
     backend = CudaBackend()
     assert {WGMMA, TMA} <= backend.features(backend.compile_only_device("sm_90a"))
     assert not {WGMMA, TMA} & backend.features(backend.compile_only_device("sm_90"))
+
+
+@pytest.mark.parametrize("fmt", ["gguf:Q4_K", "gguf:Q4_0"])
+def test_nvrtc_builds_the_planes_of_a_packed_prefill_for_sm_90a(fmt, tmp_path, monkeypatch):
+    """A packed contraction of 128 rows: its weight and activation planes, then the
+    warpgroup GEMM over them (poot.codegen.lower.planes)."""
+    from poot.formats import PackedWeight
+    from poot.ir.ops import PackedContraction
+
+    monkeypatch.setenv("POOT_CACHE", str(tmp_path))
+    pw = PackedWeight(fmt, (1024, 4096))
+    ins = [TensorType((128, 4096), DType.F32), *[s.type for s in pw.sources()]]
+    op = PackedContraction(pw)
+    program = lower(op, ins, op.infer(ins), kernel_features(9, 0, "sm_90a"))
+    names = [k.name.rsplit("_", 1)[-1] for k in program.kernels]
+    assert names[:2] == ["wplanes", "aplanes"]
+    for kernel in program.kernels:
+        cubin = compile_cubin(CudaPrinter("sm_90a").source(kernel), kernel.name, "sm_90a")
+        assert cubin[:4] == b"\x7fELF"

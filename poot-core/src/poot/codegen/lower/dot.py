@@ -45,7 +45,9 @@ owns the schedules:
 * Tensor cores (`poot.codegen.lower.mma`), on targets with a matrix unit, ahead of the
   two above: 16-bit operands as they lie from 64 rows; F32 activations with packed or
   16-bit weights split into bf16 parts past BATCH_ROWS rows, and over a head's wide N
-  from 16 rows (`mma.decode_schedule`).
+  from 16 rows (`mma.decode_schedule`). On targets with the warpgroup GEMM such
+  operands are instead written once as bf16 planes that it multiplies
+  (`poot.codegen.lower.planes`), from 64 rows.
 
 Weights that differ per row (IndexedMatMul, MoE) take the GEMV schedule with
 one group per output element.
@@ -69,7 +71,7 @@ from dataclasses import dataclass, field, replace
 from poot.codegen import index as ix
 from poot.codegen.builder import KernelBuilder
 from poot.codegen.expr import Const, Dot2, Expr, Load, Sel, Un, f32, ge, i32, maximum, u32
-from poot.codegen.lower import mma, wgmma
+from poot.codegen.lower import mma, planes, wgmma
 from poot.codegen.program import (
     SCRATCH,
     Access,
@@ -248,8 +250,9 @@ def contraction_program(p: Problem, sig, declare: Callable[[KernelBuilder], None
     the parts' partial sums go to scratch [parts, M, N], then one thread per output adds
     them in part order and stores through `p.store`. A problem with a row norm takes it
     in the integer GEMV where that is one kernel (`_norm_inside`), else runs it first.
-    `declare` declares a kernel's buffers, `inputs` only those it reads (default: the
-    eqn's operands)."""
+    Where the bf16 planes apply (`planes.usable`), their three kernels. `declare`
+    declares a kernel's buffers, `inputs` only those it reads (default: the eqn's
+    operands)."""
     parts = _int_parts(p, sig.features)
     if p.pair is not None and (parts > 1 or p.row_norm is not None or p.batch != 1
                                or p.w_per_row or p.m > GEMV_MAX_ROWS
@@ -257,6 +260,8 @@ def contraction_program(p: Problem, sig, declare: Callable[[KernelBuilder], None
         return _pair_apart(p, sig, declare, inputs)
     if p.row_norm is not None and not (parts == 1 and _norm_inside(p, sig.features)):
         return _norm_apart(p, sig, declare)
+    if planes.usable(p, sig.features):
+        return planes.program(p, sig, declare, inputs)
     if parts == 1:
         return KernelProgram((contraction_kernel(p, sig, declare),))
     count = p.m * p.n

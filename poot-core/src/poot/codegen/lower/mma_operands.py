@@ -150,6 +150,21 @@ def split_unit(p) -> int | None:
     return 2 if p.w_pair is not None or p.w_run is not None else None
 
 
+def w_values(p, b, n, k, unit: int) -> list[Expr]:
+    """W[n, k : k + unit] as F32 expressions (`unit` from `split_unit`, or 2)."""
+    if p.w_pair is not None:
+        return list(p.w_pair(b, n, ix.div(k, 2)))
+    if unit == 2:                       # pairs of a packed weight
+        return [p.w(b, None, n, ix.add(k, i)) for i in range(2)]
+    out = []
+    for part in p.w_run(b, None, n, k):
+        for v, e in zip(part.values, part.exponents or [0] * len(part.values), strict=True):
+            v = v if e == 0 else v * Const(2.0 ** e, F32)
+            v = v if part.scale is None else part.scale * v
+            out.append(v if part.offset is None else v + part.offset)
+    return out
+
+
 def w_unit(sc, p) -> int | None:
     """The weight chunk of `split_unit`, but pairs of elements (the format's decode_expr)
     where whole runs would leave threads of a step without one: a run is the longest
@@ -210,18 +225,7 @@ class SplitTiles(_Layout):
         return [self.p.a(b, rc, ix.add(k, i)) for i in range(2)]
 
     def _w_values(self, b, row, col, rc, ok, valid):
-        p, k = self.p, self._k(col, self.unit)
-        if p.w_pair is not None:
-            return list(p.w_pair(b, rc, ix.div(k, 2)))
-        if self.unit == 2:                  # pairs of a packed weight
-            return [p.w(b, None, rc, ix.add(k, i)) for i in range(2)]
-        out = []
-        for part in p.w_run(b, None, rc, k):
-            for v, e in zip(part.values, part.exponents or [0] * len(part.values), strict=True):
-                v = v if e == 0 else v * Const(2.0 ** e, F32)
-                v = v if part.scale is None else part.scale * v
-                out.append(v if part.offset is None else v + part.offset)
-        return out
+        return w_values(self.p, b, rc, self._k(col, self.unit), self.unit)
 
     def prologue(self, k_tiles: int) -> None:
         """Nothing: the constructor read step 0 into the registers."""
@@ -249,23 +253,23 @@ class SplitTiles(_Layout):
                         base = kb.let("at", ix.add(ix.mul(ix.add(first, row), pitch),
                                                    ix.div(col, 2)))
                         for i in range(unit // 2):
-                            word = _pack(xs[2 * i], xs[2 * i + 1], part)
+                            word = pack(xs[2 * i], xs[2 * i + 1], part)
                             kb.store(tile, ix.add(base, i), Sel(ok, word, u32(0)))
         kb.assign(self.k0, ix.mul(ix.minimum(ix.add(kt, 1), i32(k_tiles - 1)), sc.bk))
         self.reload()
         kb.barrier()
 
 
-def _pack(x0: Expr, x1: Expr, part: int) -> Expr:
+def pack(x0: Expr, x1: Expr, part: int) -> Expr:
     """The bf16 word of (x0, x1)'s hi (part 0) or lo (part 1) parts."""
     bits = []
     for x in (x0, x1):
-        hi = _bf16(x)
-        bits.append(_bf16(x - hi.bitcast(F32)) if part else hi)
+        hi = bf16_bits(x)
+        bits.append(bf16_bits(x - hi.bitcast(F32)) if part else hi)
     return (bits[0] >> u32(16)) | bits[1]
 
 
-def _bf16(x: Expr) -> Expr:
+def bf16_bits(x: Expr) -> Expr:
     """The f32 bits of x rounded to the nearest bf16 (halfway cases away from zero; finite
     values within 2^-9 of the largest f32 round to infinity)."""
     return (x.bitcast(U32) + u32(HALF)) & u32(HIGH)
