@@ -10,12 +10,16 @@ distinct), batch-1 decode through the Executor with CUDA graph replay. Prints, f
   (a graph of 20 of it, warm L2 for the small ones), summed per kernel kind and per
   contraction shape, against the step: the difference is time between kernels;
 - `--check-layers N`: the 8B shape cut to N layers in bf16, its logits on cuda against the
-  reference backend over the same bytes (read back from the device), two positions.
+  reference backend over the same bytes (read back from the device), two positions;
+- `--prefill T,...`: prefill steps of T tokens from position 0 instead of decode (the
+  head on the last token): tok/s of the replayed step; `--check-prefill T`: the reduced
+  check also compares the last token's logits of a prefill step of T tokens.
 Lines starting with "SUMMARY " are collected by the session script.
 
     python llama_gpu.py --shapes 8b,1b --formats bf16,Q4_0,Q4_K --profile 8b --check-layers 2
     python llama_gpu.py --variants 'RUN_COLUMNS=1;RUN_COLUMNS=2'   # compare schedules
     python llama_gpu.py --plan --shapes 8b      # no GPU: trace, compile and plan only
+    python llama_gpu.py --shapes 8b --formats Q4_K --prefill 128,512   # prefill steps
 """
 from __future__ import annotations
 
@@ -44,15 +48,16 @@ def source_for(fmt: str, config, seed: int = 0, stack=(True, True)) -> Synthetic
                             stack_ffn=stack[1])
 
 
-def traced(config, source, backend, device, off: frozenset = frozenset()):
-    """The decode step over `source`, compiled with the passes `off` disabled."""
+def traced(config, source, backend, device, off: frozenset = frozenset(), tokens: int = 1):
+    """The decode step over `source` (with `tokens` > 1: a prefill step of that many
+    tokens, the head on the last), compiled with the passes `off` disabled."""
     import poot
     from poot.compiler import Policy
     from poot.models.llama import build_decoder
 
     t0 = time.perf_counter()
-    step = build_decoder(config, source, tokens=1, kv="dense", stack_qkv=source.stack,
-                         stack_ffn=source.stack_ffn)
+    step = build_decoder(config, source, tokens=tokens, kv="dense", stack_qkv=source.stack,
+                         stack_ffn=source.stack_ffn, logits="all" if tokens == 1 else "last")
     compiled = poot.compile(step.graph, (backend, device), policy=Policy(disable=set(off)))
     print(f"  traced and compiled in {time.perf_counter() - t0:.1f} s", flush=True)
     return step, compiled
@@ -93,19 +98,27 @@ def stacked_groups(variants: list[dict]) -> list[tuple[tuple, list[dict]]]:
     return list(groups.items())
 
 
-def planned(compiled, backend, device, variant: dict | None = None):
-    """The plan of `compiled` with the schedule constants of `variant` set (each looked
-    up in poot.codegen.lower.dot, reduce, attention: INT_MAX_PARTS, ROW_HELD, KEYS, ...)."""
-    from poot.codegen.lower import attention, dot, reduce
-    from poot.plan import plan
+def homes_of(variant: dict) -> dict:
+    """The module of each schedule constant of `variant`: poot.codegen.lower.dot, reduce,
+    attention or planes (INT_MAX_PARTS, ROW_HELD, KEYS, PLANE_MIN_ROWS, ...)."""
+    from poot.codegen.lower import attention, dot, planes, reduce
 
-    t0 = time.perf_counter()
-    variant = variant or {}
-    homes = {k: next((m for m in (dot, reduce, attention) if hasattr(m, k)), None)
+    homes = {k: next((m for m in (dot, reduce, attention, planes) if hasattr(m, k)), None)
              for k in variant}
     unknown = [k for k, m in homes.items() if m is None]
     if unknown:
         raise SystemExit(f"unknown schedule constants {unknown}")
+    return homes
+
+
+def planned(compiled, backend, device, variant: dict | None = None):
+    """The plan of `compiled` with the schedule constants of `variant` set (each looked
+    up by `homes_of`)."""
+    from poot.plan import plan
+
+    t0 = time.perf_counter()
+    variant = variant or {}
+    homes = homes_of(variant)
     defaults = {k: getattr(homes[k], k) for k in variant}
     try:
         for k, v in variant.items():
@@ -124,7 +137,9 @@ def executor(step, p, source, runtime, cache=None):
     from poot.runtime.executor import Executor
 
     t0 = time.perf_counter()
-    cache = cache or DeviceFilledWeights(runtime, source, p.graph)
+    if cache is None:
+        cache = DeviceFilledWeights(runtime, source, p.graph)
+    cache.graph = p.graph       # its tensors are found by label in the plan's own graph
     ex = Executor(p, dict(step.consts), runtime=runtime, weights=cache)
     runtime.ctx.sync()
     print(f"  bound: {cache.filled} tensors filled on the device ({cache.bytes() / 1e9:.2f} GB)"
@@ -132,8 +147,10 @@ def executor(step, p, source, runtime, cache=None):
     return ex, cache
 
 
-def slots(pos: int, token: int = 1234) -> dict:
-    return {"tokens": np.array([token], np.int32), "pos": np.array([pos], np.int32)}
+def slots(pos: int, token: int = 1234, tokens: int = 1) -> dict:
+    """A step's slots: `tokens` token ids from `token` on, the first at position `pos`."""
+    ids = (token + 7919 * np.arange(tokens)) % 128000
+    return {"tokens": ids.astype(np.int32), "pos": np.array([pos], np.int32)}
 
 
 def kind_of(name: str) -> str:
@@ -199,6 +216,36 @@ def bench_shape(shape: str, fmt: str, variants, runtime, backend, device, timer,
     return rows
 
 
+def bench_prefill(shape: str, fmt: str, tokens: list[int], variants, runtime, backend,
+                  device, timer) -> list[tuple]:
+    """Prefill steps of each of `tokens` tokens (from position 0, the head on the last):
+    tok/s of the replayed step under each schedule variant, over the same weights."""
+    config = shape_config(shape)
+    rows = []
+    for (stack, off), group in stacked_groups(variants):
+        source, cache = source_for(fmt, config, stack=stack), None
+        for t in tokens:
+            step, compiled = traced(config, source, backend, device, off, tokens=t)
+            for variant in group:
+                label = f"{shape} {fmt} prefill {t} {variant_label(variant)}".rstrip()
+                p = planned(compiled, backend, device, variant)
+                ex, cache = executor(step, p, source, runtime, cache)
+                exe, s = ex.executable, slots(0, tokens=t)
+                exe.replay = True
+                out = ex.step(s).result
+                if not np.isfinite(out.astype(np.float32)).all():
+                    raise AssertionError(f"{label}: non-finite logits")
+                ms = timer.call_ms(exe._graph.launch, reps=5, trials=3)
+                kernels = sum(1 for a in exe._actions if a[0] == "launch")
+                rows.append((label, f"{ms * 1e3:9.1f} us", f"{t / ms * 1e3:8.1f} tok/s",
+                             f"{kernels} kernels", ""))
+                summary(label, f"{t / ms * 1e3:.1f} tok/s ({ms:.2f} ms a step, "
+                        f"{kernels} kernels)")
+                exe._graph = None
+                del ex
+    return rows
+
+
 def bench_variant(label: str, config, source, ex, timer, copy_gbs: float,
                   do_profile: bool) -> list[tuple]:
     exe = ex.executable
@@ -225,9 +272,10 @@ def bench_variant(label: str, config, source, ex, timer, copy_gbs: float,
     return rows
 
 
-def check_reduced(layers: int, runtime, backend, device) -> bool:
+def check_reduced(layers: int, runtime, backend, device, prefill: int = 0) -> bool:
     """The 8B shape cut to `layers` layers, bf16: cuda logits vs the reference backend's
-    over the same weight bytes, at positions 0 and 1."""
+    over the same weight bytes, at positions 0 and 1; with `prefill`, also the last
+    token's of a prefill step of that many tokens."""
     import poot
     from poot.backend import get_backend
     from poot.plan import plan
@@ -249,25 +297,43 @@ def check_reduced(layers: int, runtime, backend, device) -> bool:
         got = ex.step(slots(pos, tok)).result.astype(np.float64)
         t0 = time.perf_counter()
         want = ref.step(slots(pos, tok)).result.astype(np.float64)
-        err = float(np.linalg.norm(got - want) / np.linalg.norm(want))
-        same = int(np.argmax(got)) == int(np.argmax(want))
-        good = np.isfinite(got).all() and err < 1e-2
-        ok &= bool(good)
-        print(f"  pos {pos}: relative error {err:.2e}, argmax cuda {int(np.argmax(got))} "
-              f"reference {int(np.argmax(want))} ({'same' if same else 'DIFFERENT'}); "
-              f"reference step {time.perf_counter() - t0:.1f} s", flush=True)
-        summary(f"8b-shape {layers}-layer bf16 logits cuda vs reference, pos {pos}",
-                f"rel. error {err:.2e} ({'OK' if good else 'FAIL'}), argmax "
-                f"{'same' if same else 'different'}")
+        ok &= compare(got, want, layers, f"pos {pos}", t0)
+    if prefill:      # a prefill step: contractions of `prefill` rows (planes, tensor cores)
+        step, compiled = traced(config, source, backend, device, tokens=prefill)
+        ex, _ = executor(step, planned(compiled, backend, device), source, runtime, cache)
+        rp = plan(poot.compile(step.graph, (ref_backend, rdev)), (ref_backend, rdev))
+        ref = Executor(rp, {**arrays, **step.consts})
+        s = slots(0, 128000, prefill)
+        got = ex.step(s).result.astype(np.float64)
+        t0 = time.perf_counter()
+        ok &= compare(got, ref.step(s).result.astype(np.float64), layers,
+                      f"prefill {prefill} tokens", t0)
     return ok
 
 
+def compare(got, want, layers: int, what: str, t0: float) -> bool:
+    """Logits of cuda against the reference's (relative error under 1e-2, all finite),
+    printed and summarized; `t0` when the reference step started."""
+    err = float(np.linalg.norm(got - want) / np.linalg.norm(want))
+    same = int(np.argmax(got)) == int(np.argmax(want))
+    good = bool(np.isfinite(got).all() and err < 1e-2)
+    print(f"  {what}: relative error {err:.2e}, argmax cuda {int(np.argmax(got))} "
+          f"reference {int(np.argmax(want))} ({'same' if same else 'DIFFERENT'}); "
+          f"reference step {time.perf_counter() - t0:.1f} s", flush=True)
+    summary(f"8b-shape {layers}-layer bf16 logits cuda vs reference, {what}",
+            f"rel. error {err:.2e} ({'OK' if good else 'FAIL'}), argmax "
+            f"{'same' if same else 'different'}")
+    return good
+
+
 def plan_only(shapes, formats, variants, check_layers: int) -> None:
-    """Trace, compile and plan (NVRTC fills its disk cache) for a compile-only sm_90."""
+    """Trace, compile and plan (NVRTC fills its disk cache) for a compile-only device of
+    the architecture a 9.0 GPU's kernels are built for (sm_90a)."""
+    from bench_gpu import ARCH
     from poot_cuda.backend import CudaBackend
 
     backend = CudaBackend()
-    device = backend.compile_only_device("sm_90")
+    device = backend.compile_only_device(ARCH)
     todo = [(shape, None, fmt, variants) for shape in shapes for fmt in formats]
     if check_layers:
         todo.insert(0, ("8b", check_layers, "bf16", [{}]))
@@ -291,8 +357,14 @@ def main() -> int:
     ap.add_argument("--variants", default="",
                     help="GEMV schedule constants to compare, e.g. "
                          "'RUN_COLUMNS=1;RUN_COLUMNS=2,SHARED_BYTES=32768'")
+    ap.add_argument("--prefill", default="",
+                    help="token counts of prefill steps timed instead of decode, e.g. "
+                         "'128,512'")
+    ap.add_argument("--check-prefill", type=int, default=0,
+                    help="the reduced check also checks a prefill step of this many tokens")
     ap.add_argument("--plan", action="store_true", help="no GPU: trace, compile, plan only")
     args = ap.parse_args()
+    prefill = [int(t) for t in args.prefill.split(",") if t]
     shapes, formats = args.shapes.split(","), args.formats.split(",")
     variants = parse_variants(args.variants)
     if args.plan:
@@ -313,7 +385,8 @@ def main() -> int:
     failed = False
     if args.check_layers:
         try:
-            failed |= not check_reduced(args.check_layers, runtime, backend, device)
+            failed |= not check_reduced(args.check_layers, runtime, backend, device,
+                                        args.check_prefill)
         except Exception:  # noqa: BLE001 - the timings still run
             traceback.print_exc()
             failed = True
@@ -321,8 +394,10 @@ def main() -> int:
     for shape in shapes:
         for fmt in formats:
             try:
-                rows += bench_shape(shape, fmt, variants, runtime, backend, device, timer,
-                                    copy_gbs, shape in args.profile.split(","))
+                rows += bench_prefill(shape, fmt, prefill, variants, runtime, backend, device,
+                                      timer) if prefill else \
+                    bench_shape(shape, fmt, variants, runtime, backend, device, timer,
+                                copy_gbs, shape in args.profile.split(","))
             except Exception as e:  # noqa: BLE001 - one broken variant must not hide others
                 traceback.print_exc()
                 failed = True

@@ -16,9 +16,14 @@
 #   smollm2    SmolLM2-135M's shape (random Q4_1 weights: the checkpoint does not travel)
 #              greedy 32 tokens cuda vs reference, decode tok/s; again without the
 #              compile passes in $SMOLLM2_OFF (e.g. "gated") when set
-#   bench      llama_gpu.py: the 8B-shaped 2-layer logits check, 8B and 1B decode in bf16,
+#   bench      llama_gpu.py: the 8B-shaped 2-layer logits check (decode at two positions,
+#              a prefill step of $CHECK_PREFILL tokens, default 128), 8B and 1B decode in bf16,
 #              Q4_0 and Q4_K (profiled 8B steps); $VARIANTS compares GEMV schedule constants
 #              (llama_gpu.py --variants); $SHAPES / $FORMATS narrow it
+#   prefill    llama_gpu.py --prefill: 8B prefill steps of $PREFILL tokens (default 32,512:
+#              the default chunk, and one wide enough for the bf16 planes) in
+#              $PREFILL_FORMATS (default Q4_K,bf16), tok/s under each variant of
+#              $PREFILL_VARIANTS (e.g. ";PLANE_MIN_ROWS=100000": without the planes)
 #   sweep      llama_gpu.py over the 8B Q4_0/Q4_K steps under each GEMV schedule variant of
 #              $SWEEP (';'-separated, e.g. "SHARED_BYTES=32768;RUN_COLUMNS=1"), no profile
 #   grids      wave_sweep.py: the packed decode GEMVs alone by grid size (workgroups, waves,
@@ -42,7 +47,7 @@ export TORCHINDUCTOR_CACHE_DIR=/tmp/torchinductor-cache TRITON_CACHE_DIR=/tmp/tr
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT" "$POOT_CACHE"
 B=poot-backend-cuda/bench
-PARTS=${PARTS:-conf memcheck racecheck variants smollm2 bench peer8b peer1b peersmollm2 gemm}
+PARTS=${PARTS:-conf memcheck racecheck variants smollm2 bench prefill peer8b peer1b peersmollm2 gemm}
 VARIANTS=${VARIANTS:-}
 START=$SECONDS
 SUM=$OUT/summary.txt
@@ -155,9 +160,14 @@ for part in $PARTS; do
     bench)   # the warmers keep compiling ahead of it
       timeout -k 5 "$lim" bash -c "cd $B && python3 llama_gpu.py --shapes ${SHAPES:-8b,1b} \
         --formats ${FORMATS:-bf16,Q4_0,Q4_K} --profile 8b --check-layers ${CHECK:-2} \
-        --variants '$VARIANTS'" >"$OUT/bench.log" 2>&1
+        --check-prefill ${CHECK_PREFILL:-128} --variants '$VARIANTS'" >"$OUT/bench.log" 2>&1
       rc=$?
       grep -E 'Error|error' "$OUT/bench.log" | cut -c1-200 | tail -6 ;;
+    prefill)
+      timeout -k 5 "$lim" bash -c "cd $B && python3 llama_gpu.py --shapes 8b \
+        --formats ${PREFILL_FORMATS:-Q4_K,bf16} --prefill ${PREFILL:-32,512} \
+        --check-layers 0 --variants '${PREFILL_VARIANTS:-}'" >"$OUT/prefill.log" 2>&1
+      rc=$? ;;
     sweep)
       timeout -k 5 "$lim" bash -c "cd $B && python3 llama_gpu.py --shapes 8b \
         --formats Q4_0,Q4_K --profile none --check-layers 0 --variants '${SWEEP:-}'" \

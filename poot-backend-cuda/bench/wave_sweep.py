@@ -1,6 +1,6 @@
 """Packed decode GEMVs (one activation row) by grid size: each (format, N, K) of --shapes
-timed under each GEMV schedule variant of --variants (';'-separated settings of
-poot.codegen.lower.dot constants, '' the defaults), with its workgroups, waves (at the
+timed under each schedule variant of --variants (';'-separated settings of the schedule
+constants `llama_gpu.homes_of` finds, '' the defaults), with its workgroups, waves (at the
 workgroups an SM holds, from the kernel's registers and shared memory) and GB/s as a
 fraction of the copy measured in the same run (launches back to back in one CUDA graph,
 over weight copies that together exceed L2, without programmatic dependent launch). Where
@@ -9,8 +9,11 @@ number) from what each workgroup pays once, and a small grid's latency.
 
     python wave_sweep.py --shapes Q4_K:28672x4096,Q4_K:25344x4096 --variants ";RUN_COLUMNS=1"
 
-With --rows M (a prefill chunk: the split tensor-core tiles, `mma.DECODE`) each shape is
-also timed under each tile order of --bands (`mma.Schedule.band`), in TFLOP/s.
+With --rows M (a prefill chunk) each shape is timed in TFLOP/s instead: from 64 rows bf16
+planes and the warpgroup GEMM (`planes`; "PLANE_MIN_ROWS=100000" turns them off), else
+the split tensor-core tiles (`mma.DECODE`) under each tile order of --bands
+(`mma.Schedule.band`). --check quantizes the weights from normal values and checks each
+result against numpy's product before timing it.
 
 Lines starting with "SUMMARY " are for collecting scripts.
 """
@@ -22,14 +25,15 @@ import traceback
 
 import numpy as np
 from bench_gpu import ARCH, copies_for, copy_bandwidths, open_device, random_operand, summary
-from llama_gpu import parse_variants, variant_label
-from poot.codegen.lower import dot, lower, mma
+from llama_gpu import homes_of, parse_variants, variant_label
+from poot.codegen.lower import lower, mma
 from poot.dtypes import DType
-from poot.formats import PackedWeight
+from poot.formats import PackedWeight, get_format
 from poot.ir.ops import PackedContraction
 from poot.ir.types import TensorType as T
 from poot_cuda.capability import kernel_features
 
+TOLERANCE = 1e-4   # --check: relative error against numpy's f32 product of the same weights
 SHAPES = ("Q4_K:4096x4096,Q4_K:6144x4096,Q4_K:16896x4096,Q4_K:25344x4096,"
           "Q4_K:28672x4096,Q4_K:33792x4096,Q4_K:4096x14336,Q4_0:6144x4096,"
           "Q4_0:28672x4096,Q4_0:4096x14336")
@@ -47,7 +51,8 @@ def shape_label(fmt, n, k, tag, rows: int = 1) -> str:
     return f"{fmt} {'' if rows == 1 else f'M={rows} '}N={n} K={k}{tag}"
 
 
-def bench_shape(ctx, timer, copy_gbs, sms, fmt, n, k, tag, rows: int = 1) -> None:
+def bench_shape(ctx, timer, copy_gbs, sms, fmt, n, k, tag, rows: int = 1,
+                check: bool = False) -> None:
     from poot_cuda.harness import LoweringRun
     from poot_cuda.kernels import ModuleCache, compile_program
     from poot_cuda.printer import CudaPrinter
@@ -60,10 +65,23 @@ def bench_shape(ctx, timer, copy_gbs, sms, fmt, n, k, tag, rows: int = 1) -> Non
     compiled = compile_program(lower(op, ins, out, kernel_features(9, 0, ARCH)),
                                CudaPrinter(ARCH))
     modules, rng = ModuleCache(ctx), np.random.default_rng(1)
-    operands = [random_operand(t, rng) for t in ins]
+    if check:
+        operands = [rng.standard_normal((rows, k)).astype(np.float32),
+                    *(np.asarray(s) for s in get_format(pw.format).quantize(
+                        rng.standard_normal((n, k)).astype(np.float32)))]
+    else:
+        operands = [random_operand(t, rng) for t in ins]
     sets = copies_for(nbytes)
     runs = [LoweringRun(ctx, modules, compiled, operands, out) for _ in range(sets)]
     try:
+        if check:
+            runs[0].run()
+            got = runs[0].result()
+            want = operands[0] @ pw.dequantize(operands[1:]).reshape(n, k).T
+            err = float(np.linalg.norm(got - want) / np.linalg.norm(want))
+            if not np.isfinite(got).all() or err > TOLERANCE:
+                raise AssertionError(f"relative error {err:.2e} against numpy")
+            tag = f"{tag} (checked: {err:.1e})"
         grids = []
         for launch in runs[0].launches:
             held = occupancy(ctx, launch)
@@ -89,9 +107,11 @@ def bench_shape(ctx, timer, copy_gbs, sms, fmt, n, k, tag, rows: int = 1) -> Non
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default=SHAPES, help="FMT:NxK,...")
-    ap.add_argument("--variants", default="", help="';'-separated dot settings, e.g. "
+    ap.add_argument("--variants", default="", help="';'-separated schedule settings, e.g. "
                     "';RUN_COLUMNS=1;GROUPS=4'")
     ap.add_argument("--rows", type=int, default=1, help="activation rows (default 1)")
+    ap.add_argument("--check", action="store_true", help="weights quantized from normal "
+                    "values, each result checked against numpy before it is timed")
     ap.add_argument("--bands", default="", help="with --rows: ','-separated tile orders "
                     "of the split schedule (mma.Schedule.band), e.g. '1,16'")
     args = ap.parse_args()
@@ -103,10 +123,11 @@ def main():
         cu().CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, ctx.device), "sms")
     summary("copy ceiling", f"{copy_gbs:.0f} GB/s, {sms} SMs")
     variants = parse_variants(args.variants)
-    defaults = {name: getattr(dot, name) for v in variants for name in v}
+    homes = homes_of({name: 0 for v in variants for name in v})
+    defaults = {name: getattr(homes[name], name) for name in homes}
     for variant in variants:
         for name, value in {**defaults, **variant}.items():
-            setattr(dot, name, value)
+            setattr(homes[name], name, value)
         tag = f" {variant_label(variant)}" if variant else ""
         for shape in args.shapes.split(","):
             fmt, nk = shape.split(":")
@@ -117,7 +138,8 @@ def main():
                     mma.DECODE = dataclasses.replace(decode, band=band)
                 btag = tag if band is None else f"{tag} band={band}"
                 try:
-                    bench_shape(ctx, timer, copy_gbs, sms, fmt, n, k, btag, args.rows)
+                    bench_shape(ctx, timer, copy_gbs, sms, fmt, n, k, btag, args.rows,
+                                args.check)
                 except Exception as e:  # noqa: BLE001 - one broken row must not hide others
                     traceback.print_exc()
                     summary(shape_label(fmt, n, k, btag, args.rows),
