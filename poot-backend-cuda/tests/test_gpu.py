@@ -72,9 +72,8 @@ def test_runtime_memory_round_trip(gpu):
     rt.close()
 
 
-def _packed(normed: bool, shape: tuple[int, int], fmt: str = "gguf:Q4_0", rows: int = 1):
-    """A decode GEMV case past the catalog's small K (K in trips of staged tiles); with
-    `rows`, a contraction of that many activation rows."""
+def _packed(normed: bool, shape: tuple[int, int], fmt: str = "gguf:Q4_0"):
+    """A decode GEMV case past the catalog's small K (K in trips of staged tiles)."""
     from poot.codegen.cases import INT_GEMV_TOL, Case, normal
     from poot.dtypes import DType
     from poot.formats import PackedWeight
@@ -83,7 +82,7 @@ def _packed(normed: bool, shape: tuple[int, int], fmt: str = "gguf:Q4_0", rows: 
 
     pw = PackedWeight(fmt, shape)
     fmt, src = pw.get_format(), tuple(s.type for s in pw.sources())
-    a, g = TensorType((rows, shape[1]), DType.F32), TensorType((shape[1],), DType.F32)
+    a, g = TensorType((1, shape[1]), DType.F32), TensorType((shape[1],), DType.F32)
     ins = (a, g, *src) if normed else (a, *src)
 
     def make(rng):
@@ -91,12 +90,11 @@ def _packed(normed: bool, shape: tuple[int, int], fmt: str = "gguf:Q4_0", rows: 
         acts = [normal(a)(rng)] + ([normal(g)(rng)] if normed else [])
         return acts + [np.asarray(x) for x in fmt.quantize(w)]
     op = NormedPackedContraction(pw, 1e-5) if normed else PackedContraction(pw)
-    return Case(f"{op.name}-{pw.format}-{rows}x{shape[0]}x{shape[1]}", op, ins, make,
-                INT_GEMV_TOL)
+    return Case(f"{op.name}-{pw.format}-{shape[0]}x{shape[1]}", op, ins, make, INT_GEMV_TOL)
 
 
 #: schedules built and interpreter-checked but off by default until timed, each on the
-#: GPU: (a constant of dot or planes, its value, the statement it brings, case)
+#: GPU: (dot's constant, its value, the statement it brings, case)
 VARIANTS = [("WIDE_WORDS", 1, "LoadWide", "dense-(1,)-20x64-bf16"),
             ("WIDE_WORDS", 1, "LoadWide", "dense-(1,)-12x2088-bf16"),
             ("ASYNC_STAGES", 2, "CopyAsync", _packed(False, (32, 2048))),
@@ -104,22 +102,20 @@ VARIANTS = [("WIDE_WORDS", 1, "LoadWide", "dense-(1,)-20x64-bf16"),
             ("ASYNC_STAGES", 2, "CopyAsync", _packed(True, (64, 4096))),   # K split
             ("ASYNC_STAGES", 2, "CopyAsync", _packed(False, (32, 4096), "gguf:Q4_K")),
             ("ASYNC_STAGES", 2, "CopyAsync",
-             _packed(False, (64, 14336), "gguf:Q4_K")),   # K split, tile read in quads
-            ("PLANE_FEW_ROWS", 16, "Wgmma", _packed(False, (1024, 4096), "gguf:Q4_K", 32)),
-            ("PLANE_FEW_ROWS", 16, "Wgmma", _packed(False, (1024, 4096), "gguf:Q4_0", 17))]
+             _packed(False, (64, 14336), "gguf:Q4_K"))]   # K split, tile read in quads
 
 
 @pytest.mark.parametrize("name, value, stmt, case", VARIANTS,
                          ids=[f"{v[0]}={v[1]}-{v[3] if isinstance(v[3], str) else v[3].id}"
                               for v in VARIANTS])
 def test_schedule_variants_on_gpu_match_oracle(ctx, monkeypatch, name, value, stmt, case):
-    from poot.codegen.lower import dot, lower, planes
+    from poot.codegen.lower import dot, lower
     from poot_cuda.capability import kernel_features, parse_arch
     from poot_cuda.kernels import compile_program
     from poot_cuda.printer import CudaPrinter
     from poot_cuda.testing import ARCH
 
-    monkeypatch.setattr(dot if hasattr(dot, name) else planes, name, value)
+    monkeypatch.setattr(dot, name, value)
     case = next(c for c in CASES if c.id == case) if isinstance(case, str) else case
     lowering = lower(case.op, case.ins, case.out(), kernel_features(*parse_arch(ARCH), ARCH))
     assert any(type(x).__name__ == stmt for k in lowering.kernels for x in k.statements())

@@ -100,14 +100,3 @@ def test_the_split_or_fma_schedules_where_the_planes_do_not_apply(case, monkeypa
     lowering = lower(op, ins, op.infer(ins), features)
     assert not any(s.name.endswith("planes") for s in lowering.scratch)
 
-
-def test_few_rows_over_a_big_weight_take_the_planes(monkeypatch):
-    """PLANE_FEW_ROWS applies only from PLANE_BIG_WEIGHT elements of weight."""
-    op, ins, args, dense = packed("gguf:Q4_0", 17, 32, 256, 4)
-    monkeypatch.setattr(planes, "PLANE_FEW_ROWS", 16)
-    monkeypatch.setattr(planes, "PLANE_BIG_WEIGHT", 32 * 256 + 1)
-    assert not lower(op, ins, op.infer(ins), FEATURES).scratch
-    monkeypatch.setattr(planes, "PLANE_BIG_WEIGHT", 32 * 256)
-    lowering = lower(op, ins, op.infer(ins), FEATURES)
-    assert any(isinstance(s, Wgmma) for s in lowering.kernels[-1].statements())
-    assert nmse(plane_product(lowering, args), args[0].astype(np.float64) @ dense.T) < 1e-10

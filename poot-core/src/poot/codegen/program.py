@@ -885,7 +885,10 @@ class KernelProgram:
     """What one planned eqn becomes: kernels dispatched in order.
 
     `scratch` lists temporaries the kernels share by name (BufferParam.operand is
-    SCRATCH); the planner allocates them. `alias` names the operand index the
+    SCRATCH); the runtime allocates them, and they hold nothing at the program's start
+    nor keep anything for a later step (stream runtimes give every step's scratch the
+    same memory; its kernels touch it only after they wait for the step before).
+    `alias` names the operand index the
     output must share its buffer with: with no kernels the eqn is a pure alias
     (Reshape); with kernels they update that buffer in place (ScatterUpdate,
     DynamicUpdateSlice write only the changed rows of the donated buffer).

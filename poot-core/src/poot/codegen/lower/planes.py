@@ -39,12 +39,10 @@ from poot.codegen.target import TMA, WGMMA, WIDE_LOADS
 from poot.dtypes import DType
 
 BF16, F32 = DType.BF16, DType.F32
-PLANE_MIN_ROWS = 64    # rows from which the planes replace the split schedule
-#: ... and from this many rows where the weight has PLANE_BIG_WEIGHT elements or more, in
-#: place of the rows GEMV (whose time grows with the rows; the planes' pass over the
-#: weight does not): 64 leaves those to the rows GEMV
-PLANE_FEW_ROWS = 64
-PLANE_BIG_WEIGHT = 1 << 22
+#: rows from which the planes replace the split schedule (below them the rows GEMV
+#: serves up to 32 rows: planes from 16 rows left the 8B prefill step of 32 tokens as
+#: fast for Q4_K and twice as slow for bf16, docs/performance.md 2026-12-06)
+PLANE_MIN_ROWS = 64
 MAX_UNIT = 64          # the longest decode unit a thread holds (else pairs)
 PLANE_MAX_BYTES = 1 << 30   # the most scratch the planes may take (else the split schedule)
 THREADS = 256
@@ -54,11 +52,10 @@ PLANES = 3
 def usable(p, features) -> bool:
     """Whether `p` takes the planes: a target with the warpgroup GEMM, F32 accumulation
     of one batch, operands it cannot copy as they are but can split (`split_unit`), at
-    least PLANE_MIN_ROWS rows (PLANE_FEW_ROWS over a big weight), N and K in whole
-    16-byte chunks, planes within PLANE_MAX_BYTES."""
-    rows = PLANE_FEW_ROWS if p.n * p.k >= PLANE_BIG_WEIGHT else PLANE_MIN_ROWS
+    least PLANE_MIN_ROWS rows, N and K in whole 16-byte chunks, planes within
+    PLANE_MAX_BYTES."""
     return (WGMMA in features and TMA in features and p.tiles is None and p.batch == 1
-            and p.parts == 1 and not p.w_per_row and p.acc is F32 and p.m >= rows
+            and p.parts == 1 and not p.w_per_row and p.acc is F32 and p.m >= PLANE_MIN_ROWS
             and p.n % CHUNK == 0 and p.k % CHUNK == 0 and split_unit(p) is not None
             and 2 * PLANES * p.k * (p.m + p.n) <= PLANE_MAX_BYTES)
 
