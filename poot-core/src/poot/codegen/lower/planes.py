@@ -39,9 +39,9 @@ from poot.codegen.target import TMA, WGMMA, WIDE_LOADS
 from poot.dtypes import DType
 
 BF16, F32 = DType.BF16, DType.F32
-#: rows from which the planes replace the split schedule (below them the rows GEMV
-#: serves up to 32 rows: planes from 16 rows left the 8B prefill step of 32 tokens as
-#: fast for Q4_K and twice as slow for bf16, docs/performance.md 2026-12-06)
+#: rows from which the planes replace the split schedule; fewer stay on the rows GEMV
+#: and the split schedule (planes from 16 rows did not speed up an 8B prefill step of 32
+#: tokens: docs/performance.md)
 PLANE_MIN_ROWS = 64
 MAX_UNIT = 64          # the longest decode unit a thread holds (else pairs)
 PLANE_MAX_BYTES = 1 << 30   # the most scratch the planes may take (else the split schedule)
