@@ -166,6 +166,16 @@ def _indexed_matmul(op, args, ins, out):
     return _contract(x, w[idx], ins[0].dtype, "mk,mkn->mn")
 
 
+@rule(O.QuantizeI8)
+def _quantize_i8(op, args, ins, out):
+    x, d = (np.asarray(a, np.float32) for a in np.broadcast_arrays(*args))
+    # every step an F32 operation, as the op states: 1 / d, x * inv, then exact rounding
+    inv = np.where(d == 0, np.float32(0), np.float32(1) / np.where(d == 0, np.float32(1), d))
+    y = np.multiply(x, inv.astype(np.float32), dtype=np.float32)
+    y = np.clip(np.where(np.isnan(y), np.float32(0), y), -O.Q8_MAX, O.Q8_MAX)
+    return np.rint(y).astype(np.int8)
+
+
 @rule(O.PackedDequant)
 def _packed_dequant(op, args, ins, out):
     r = op.weight.dequantize(args)

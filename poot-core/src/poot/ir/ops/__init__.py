@@ -5,7 +5,7 @@ live on it, and the op tuples below are built from the classes the modules defin
 """
 import dataclasses
 
-from poot.ir.ops import composite, compute, data, elementwise, reduce, shape
+from poot.ir.ops import composite, compute, data, elementwise, quantize, reduce, shape
 from poot.ir.ops.base import OpKind, SubOp, broadcast_shapes
 from poot.ir.ops.composite import (
     COLLECTIVES,
@@ -36,6 +36,7 @@ from poot.ir.ops.composite import (
 from poot.ir.ops.compute import IndexedMatMul, MatMul, PackedDequant, Scan
 from poot.ir.ops.data import ArgTopK, DynamicUpdateSlice, Gather, ScatterUpdate
 from poot.ir.ops.elementwise import Binary, BinaryOp, Cast, Iota, Select, Unary, UnaryOp
+from poot.ir.ops.quantize import Q8_BLOCK, Q8_MAX, Q8PackedContraction, QuantizeI8
 from poot.ir.ops.reduce import Reduce, ReduceOp
 from poot.ir.ops.shape import Broadcast, Concat, Reshape, Slice, Transpose
 
@@ -47,7 +48,7 @@ def _op_classes(*modules) -> tuple[type[OpKind], ...]:
                  c.__module__ == m.__name__ and dataclasses.is_dataclass(c))
 
 
-_OPS = _op_classes(elementwise, shape, data, reduce, compute, composite)
+_OPS = _op_classes(elementwise, shape, data, reduce, compute, composite, quantize)
 #: what tracers emit (Scan among them: a source composite), and what compile introduces
 PRIMITIVES = tuple(c for c in _OPS if not c.compiler_only)
 COMPOSITES = tuple(c for c in _OPS if c.compiler_only)

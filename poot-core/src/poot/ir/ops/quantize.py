@@ -1,0 +1,113 @@
+"""Int8 quantization of activations in blocks, GGUF's q8_0 rule, as IR.
+
+`QuantizeI8` is the one primitive: the int8 codes of `x` for given scales. The scales and
+the dequantization are ordinary ops, emitted by `q8_quantize` and `q8_dequantize`, so every
+backend runs them with the lowerings it already has and the oracle defines them:
+
+    xb = Reshape(x)                     [..., K/B, B]       blocks of B along the last axis
+    d  = Div(Reduce(Max, Max(xb, Neg(xb)), -1, keepdim), 127)   [..., K/B, 1]  f32 scales
+    q  = QuantizeI8(xb, d)              i8 [..., K/B, B]
+    x' = Reshape(Mul(Cast(f32, q), d))  [..., K]             what a contraction then reads
+
+`Q8PackedContraction` is the composite compile forms where a packed contraction reads such
+rows (poot.compiler.passes.precision), so a kernel may multiply the codes with the weight's
+integers; its meaning is that chain, then `PackedContraction`.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from poot.dtypes import DType
+from poot.ir.ops.base import OpKind, broadcast_shapes
+from poot.ir.ops.composite import Composite, PackedContraction, _reshape
+from poot.ir.ops.elementwise import Binary, BinaryOp, Cast, Unary, UnaryOp
+from poot.ir.ops.reduce import Reduce, ReduceOp
+from poot.ir.types import TensorType
+
+if TYPE_CHECKING:  # pragma: no cover
+    from poot.ir.packed import PackedWeight
+
+F32, I8 = DType.F32, DType.I8
+#: values per scale: GGUF's q8_0 block
+Q8_BLOCK = 32
+#: the largest code; -127 is the smallest (symmetric: -128 is never produced)
+Q8_MAX = 127
+
+
+@dataclass(frozen=True, repr=False)
+class QuantizeI8(OpKind):
+    """x F32, d F32 broadcasting to x's shape -> I8 codes of x's shape:
+    q = clamp(round_half_even(x * inv), -127, 127) with inv = (d == 0 ? 0 : 1 / d), each an
+    F32 operation; a NaN product gives 0."""
+
+    arity: ClassVar[int] = 2
+    deciding: ClassVar[str] = "operand"
+    needs: ClassVar[str] = "arith"
+
+    def infer(self, ins: Sequence[TensorType]) -> TensorType:
+        self.check_arity(ins)
+        x, d = ins
+        self.need_dtype(x, (F32,), "x")
+        self.need_dtype(d, (F32,), "scale")
+        if broadcast_shapes(self, x, d) != x.shape:
+            self.fail(f"the scales {d.shape} must broadcast to x's shape {x.shape}", ins)
+        return x.with_dtype(I8)
+
+
+def _blocks(op_name: str, shape: tuple[int, ...], block: int) -> tuple[int, ...]:
+    from poot.errors import ShapeError
+
+    if not shape or shape[-1] % block:
+        raise ShapeError(f"{op_name}: the last axis of {shape} is not a multiple of the "
+                         f"quantization block {block}")
+    return shape[:-1] + (shape[-1] // block, block)
+
+
+def q8_quantize(b, x, block: int = Q8_BLOCK):
+    """(codes i8 [..., K/B, B], scales f32 [..., K/B, 1]) of x [..., K] F32, emitted into
+    `b` (a Builder, or anything with its `eqn` and `lit`)."""
+    xb = _reshape(b, x, _blocks("q8_quantize", tuple(x.type.shape), block))
+    mag = b.eqn(Binary(BinaryOp.Max), xb, b.eqn(Unary(UnaryOp.Neg), xb))
+    amax = b.eqn(Reduce(ReduceOp.Max, -1, True), mag)
+    d = b.eqn(Binary(BinaryOp.Div), amax, b.lit(float(Q8_MAX), F32))
+    return b.eqn(QuantizeI8(), xb, d), d
+
+
+def q8_dequantize(b, q, d):
+    """f32(q) * d of codes [..., G, B] and scales [..., G, 1], as [..., G*B]."""
+    x = b.eqn(Binary(BinaryOp.Mul), b.eqn(Cast(F32), q), d)
+    shape = tuple(q.type.shape)
+    return _reshape(b, x, shape[:-2] + (shape[-2] * shape[-1],))
+
+
+def q8_round(b, x, block: int = Q8_BLOCK):
+    """x [..., K] as a contraction reads it once quantized: q8_dequantize(q8_quantize(x))."""
+    return q8_dequantize(b, *q8_quantize(b, x, block))
+
+
+@dataclass(frozen=True, repr=False)
+class Q8PackedContraction(Composite):
+    """A packed contraction of activations quantized to int8 rows: a [..., M, K] F32 and
+    the weight's sources (PackedContraction's operands) -> [..., M, N] F32, defined as
+    PackedContraction(q8_round(a), sources). K is a multiple of 32; a kernel quantizes each
+    block of 32 of a row as q8_quantize does and may then multiply the codes with the
+    weight's integer codes, accumulating in integers (summation order is not meaning)."""
+
+    weight: PackedWeight
+    deciding: ClassVar[str] = "format"
+
+    def infer(self, ins):
+        if not ins:
+            self.fail("takes an activation and the weight's sources", ins)
+        _blocks(self.name, tuple(ins[0].shape), Q8_BLOCK)
+        return PackedContraction(self.weight).infer(ins)
+
+    def define(self, b, ins):
+        a, *src = ins
+        return b.eqn(PackedContraction(self.weight), q8_round(b, a), *src)
+
+
+__all__ = ["QuantizeI8", "Q8PackedContraction", "Q8_BLOCK", "Q8_MAX", "q8_quantize",
+           "q8_dequantize", "q8_round"]
