@@ -4,11 +4,16 @@ A fused region (Fused, FusedRow, a ContractionEpilogue's epilogue) becomes one
 expression tree per element: `RegionEval.at(value, coords)` follows the body's
 eqns back to its parameters, mapping coordinates through broadcasts, reshapes,
 transposes, slices and concats, and emits one `Let` per distinct (value,
-coordinates) so shared subexpressions are computed once. Parameters and
-reductions are supplied by the caller.
+coordinates) so shared subexpressions are computed once. Coordinates are told
+apart by structure, not identity: each visit builds its own index nodes (a
+broadcast axis's 0, a reshape's div and mod), so a value used twice at the same
+place would otherwise be emitted twice, and a chain of such values (the
+sampler's hash rounds) would double at every link. Parameters and reductions
+are supplied by the caller.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 
 from poot.codegen import index as ix
@@ -50,6 +55,14 @@ def scalar_op(op: OpKind, args: Sequence[Expr]) -> Expr:
     raise UnsupportedOp(f"{op.name} is not an elementwise op", op=op.name)
 
 
+def coords_key(e: Expr) -> tuple:
+    """A hashable stand-in for an index expression, equal for equal structure (floats by
+    repr, so 0.0 and -0.0 stay apart; a Var by its name, unique in its kernel)."""
+    return (type(e).__name__, *(
+        coords_key(v) if isinstance(v, Expr) else (repr(v) if isinstance(v, float) else v)
+        for v in (getattr(e, f.name) for f in dataclasses.fields(e))))
+
+
 def literal(x: Lit) -> Const:
     return Const(x.value, x.dtype)
 
@@ -84,17 +97,17 @@ class RegionEval:
         return self.at(self.body.result(), coords)
 
     def at(self, vid, coords: Coords) -> Expr:
-        key = (vid, tuple(id(c) for c in coords))
+        key = (vid, tuple(coords_key(c) for c in coords))
         for scope in reversed(self.scopes):
             if key in scope:
-                return scope[key][0]
+                return scope[key]
         if vid in self.params:
             value = self.params[vid](coords)
         else:
             value = self._eqn_at(self.producers[vid], coords)
             if not isinstance(value, Const) and self.kb is not None:
                 value = self.kb.let(f"v{vid.index}", value)
-        self.scopes[-1][key] = (value, tuple(coords))  # keep coords alive: ids stay unique
+        self.scopes[-1][key] = value
         return value
 
     def operand(self, x, coords: Coords) -> Expr:
