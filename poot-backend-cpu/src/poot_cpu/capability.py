@@ -76,6 +76,7 @@ def op_dtypes(uses: dict[DType, Use], formats: frozenset) -> dict[str, frozenset
     ops["ContractionEpilogue"] = dot - {D.I32}
     ops["GroupedDenseContraction"] = frozenset({D.BF16})
     ops["DenseRowGather"] = frozenset({D.BF16})
+    ops["QuantizeI8"] = frozenset({D.F32})
     ops.update({k: formats for k in PACKED})
     return ops
 

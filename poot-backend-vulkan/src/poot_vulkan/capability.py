@@ -77,6 +77,7 @@ def op_dtypes(uses: dict[DType, Use]) -> dict[str, frozenset]:
     table["DenseContraction"] = dot - {D.I32}  # u32: f16 values two to a word
     table["GroupedDenseContraction"] = frozenset({D.BF16}) & dot
     table["DenseRowGather"] = frozenset({D.BF16}) & dot
+    table["QuantizeI8"] = frozenset({D.F32})
     table["ContractionEpilogue"] = dot - {D.I32}
     return table
 

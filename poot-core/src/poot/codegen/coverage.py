@@ -49,6 +49,7 @@ def kernel_ops(floats: set, formats) -> dict[str, set]:
     ops["DenseContraction"] = {F32, F16, U32} | ({BF16} & floats)
     ops["GroupedDenseContraction"] = {BF16} & floats
     ops["DenseRowGather"] = {BF16} & floats
+    ops["QuantizeI8"] = {F32}
     ops.update({k: set(formats) for k in PACKED})
     known = set(op_keys(*sorted({k.split(".")[0] for k in ops})))
     return {k: v for k, v in ops.items() if k in known}

@@ -14,7 +14,7 @@ from poot.codegen.lower.base import LOWERINGS, Sig, lower, lowers
 
 # the modules register their lowerings on import
 from poot.codegen.lower import (  # noqa: E402,F401  isort: skip
-    pointwise, data, reduce, matmul, contraction, rope, attention, sparse, scan,
+    pointwise, data, reduce, matmul, contraction, rope, attention, sparse, scan, quantize,
 )
 
 __all__ = ["LOWERINGS", "Sig", "lower", "lowers"]
