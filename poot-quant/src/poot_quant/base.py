@@ -22,6 +22,9 @@ class Format:
     name: str = ""
     #: the attributes this format reads; any other is refused (a typo must not pass silently)
     attr_names: frozenset[str] = frozenset()
+    #: whether every decoded value is scale * integer (+ offset): the precision rewrite
+    #: quantizes the activations of such a weight to int8 rows (docs/ir.md section 15)
+    integer_codes: bool = False
 
     def __repr__(self) -> str:
         return f"<format {self.name}>"

@@ -278,6 +278,8 @@ class GGUFBlockFormat(Format):
     #: bytes at one shift), mask, xor that makes the field u of `affine`'s q = u - bias);
     #: None: the format's integers are not whole bytes or nibbles
     quant_bytes = None
+    #: `affine` gives every element as scale * integer (+ offset)
+    integer_codes = True
 
     def __init__(self):
         self.name = f"gguf:{self.qtype.name}"

@@ -32,6 +32,7 @@ AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
 
 class GroupedIntFormat(Format):
     bits: int
+    integer_codes = True
 
     def __init__(self, name: str, bits: int):
         self.name, self.bits = name, bits

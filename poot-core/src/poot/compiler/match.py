@@ -15,11 +15,14 @@ from poot.ir.ops import Iota, OpKind
 from poot.ir.types import StorageClass, ValueId
 
 
-def match_definition(view: GraphView, op: OpKind, args: list[ValueId], root: Eqn) -> list[Eqn]:
+def match_definition(view: GraphView, op: OpKind, args: list[ValueId], root: Eqn,
+                     exclusive: bool = True) -> list[Eqn]:
     """The graph eqns that `op(args)` replaces (root last), or NoMatch with the reason.
 
     Every matched eqn but the root must be read only by matched eqns (and be no
-    output), so the rewrite removes them all and computes nothing twice.
+    output), so the rewrite removes them all and computes nothing twice; with
+    `exclusive=False` others may read them too (the rewrite keeps them, and dce drops
+    what no reader is left for).
     """
     from poot.oracle import definition
 
@@ -53,7 +56,7 @@ def match_definition(view: GraphView, op: OpKind, args: list[ValueId], root: Eqn
     if not same(d.result(), root.out):
         raise NoMatch(f"the chain at {root.out!r} is not {op.name}'s definition")
     inside = set(matched)
-    for v, e in matched.items():
+    for v, e in matched.items() if exclusive else ():
         if v != root.out and (view.is_output(v) or
                               any(u.out not in inside for u in view.users.get(v, ()))):
             raise NoMatch(f"{v!r} ({e.op.name}) inside the chain is also read outside it")

@@ -20,6 +20,7 @@ from poot.compiler.passes import (
     fusion,
     iota_fold,
     norm_contraction,
+    precision,
     prologue,
     relabel,
     rope,
@@ -29,12 +30,14 @@ from poot.compiler.policy import Policy, PolicyError
 from poot.compiler.report import CompileReport, PassRecord
 from poot.ir.graph import Graph
 
-#: (name, run) in order: refuse collectives, clean up (dce, cse), find the chains
+#: (name, run) in order: refuse collectives, round activations as the policy's precision
+#: says (before anything reads the contractions), clean up (dce, cse), find the chains
 #: (selection before attention, which it contains), then contractions, epilogues, regions, norms
 #: into the packed contractions that read them, pointwise regions into the contractions
 #: that read them (prologue), or whose two halves they join (gated).
 PASSES = [
     ("collectives", collectives.run),
+    ("precision", precision.run),
     ("dce", dce.run),
     ("cse", cse.run),
     ("selection", selection.run),
@@ -44,6 +47,7 @@ PASSES = [
     ("iota_fold", iota_fold.run),
     ("dense_contraction", contraction_dense.run),
     ("packed_contraction", contraction_packed.run),
+    ("q8_contraction", precision.q8_run),
     ("epilogue", epilogue.run),
     ("fusion", fusion.run),
     ("norm_contraction", norm_contraction.run),

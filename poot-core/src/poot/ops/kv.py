@@ -1,9 +1,15 @@
 """KV-cache writes and reads as primitives: dense (DynamicUpdateSlice at Pos) and
-paged (ScatterUpdate through a WriteMap slot, Gather through a SlotMap slot)."""
+paged (ScatterUpdate through a WriteMap slot, Gather through a SlotMap slot); and the
+cache's dtype: f32, f16 (cast on write, widened on read) or q8_0 (int8 codes and f32
+scales per 32 values, as two States)."""
 from __future__ import annotations
 
-from poot.ops.core import dynamic_update_slice, gather, scatter_update, transpose
-from poot.tracer import Tensor
+from collections.abc import Sequence
+
+from poot.dtypes import DType
+from poot.ir.ops.quantize import Q8_BLOCK, q8_dequantize, q8_quantize
+from poot.ops.core import dynamic_update_slice, gather, scatter_update, state, transpose
+from poot.tracer import Tensor, builder, cast, reshape
 
 
 def kv_write_dense(cache: Tensor, new: Tensor, pos: Tensor) -> Tensor:
@@ -19,3 +25,43 @@ def kv_write_paged(pool: Tensor, new: Tensor, write_map: Tensor) -> Tensor:
 def kv_read_paged(pool: Tensor, slot_map: Tensor) -> Tensor:
     """The sequence's keys/values [Hkv, S, D] gathered from pool [P, Hkv, D] by slot_map [S]."""
     return transpose(gather(pool, slot_map, 0), (1, 0, 2))
+
+
+# -- the cache's dtype (docs/ir.md section 15) ---------------------------------------------
+#: how a cache holds its rows (llama.cpp's --cache-type-k names), the default first
+KV_DTYPES = ("f32", "f16", "q8_0")
+
+
+def kv_state(shape: Sequence[int], kv_dtype: str, name: str) -> tuple[Tensor, ...]:
+    """The State binders of one cache of rows `shape` (last axis: head_dim): one f32 or f16
+    State, or for q8_0 the codes (i8, `shape`) and the scales (f32, one per 32 values,
+    `name` + ".scales")."""
+    shape = tuple(shape)
+    if kv_dtype == "q8_0":
+        return (state(shape, DType.I8, name),
+                state(shape[:-1] + (shape[-1] // Q8_BLOCK,), DType.F32, name + ".scales"))
+    return (state(shape, _FLOAT[kv_dtype], name),)
+
+
+def kv_encode(x: Tensor, kv_dtype: str) -> tuple[Tensor, ...]:
+    """Rows x [..., D] f32 as the cache stores them (kv_state's parts): cast to f16, or
+    quantized to int8 codes and f32 scales per 32 values (q8_quantize)."""
+    if kv_dtype == "q8_0":
+        q, d = q8_quantize(builder(), x.ref)
+        return (reshape(Tensor(q), x.shape),
+                reshape(Tensor(d), x.shape[:-1] + (x.shape[-1] // Q8_BLOCK,)))
+    return (cast(x, _FLOAT[kv_dtype]),)
+
+
+def kv_decode(parts: Sequence[Tensor], kv_dtype: str) -> Tensor:
+    """The f32 rows [..., D] of stored parts (kv_encode's, or rows read from kv_state's)."""
+    if kv_dtype == "q8_0":
+        codes, scales = parts
+        lead, d = codes.shape[:-1], codes.shape[-1]
+        q = reshape(codes, lead + (d // Q8_BLOCK, Q8_BLOCK))
+        return Tensor(q8_dequantize(builder(), q.ref, reshape(scales, lead + (
+            d // Q8_BLOCK, 1)).ref))
+    return cast(parts[0], DType.F32)
+
+
+_FLOAT = {"f32": DType.F32, "f16": DType.F16}
