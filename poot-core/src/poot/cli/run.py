@@ -1,29 +1,49 @@
-"""`poot run MODEL --prompt TEXT`: stream a generation, then tokens/s for prefill and decode."""
+"""`poot run MODEL`: with `--prompt` (or a prompt piped on stdin), stream one generation,
+then tokens/s for prefill and decode; on a terminal without one, an interactive chat
+(poot.cli.chat). Every flag is checked before the model loads."""
 from __future__ import annotations
 
 import sys
 
+#: answer length of a prompt run that names no --max-tokens (a chat's answer runs to its
+#: end-of-sequence token or the end of the context)
+PROMPT_MAX_TOKENS = 64
+
 
 def add_parser(sub):
-    p = sub.add_parser("run", help="generate text from a model (smollm2, a .gguf, an HF folder)")
-    p.add_argument("model", help="smollm2, a .gguf file or an HF folder")
-    p.add_argument("--prompt", required=True, help="the prompt text")
-    p.add_argument("--chat", action="store_true", help="wrap the prompt in the chat template")
-    p.add_argument("--backend", default=None, help="backend name (default: best available)")
-    p.add_argument("--max-tokens", type=int, default=64)
+    p = sub.add_parser("run", help="generate text from a model, or chat with it (smollm2, a "
+                       ".gguf, an HF folder)",
+                       description="Generate from --prompt (or a prompt piped on stdin); "
+                       "without one on a terminal, chat: type a message, /bye to leave.")
+    p.add_argument("model", help="smollm2, gemma3-270m, a .gguf file or an HF folder")
+    p.add_argument("--prompt", default=None,
+                   help="the prompt text (default: read stdin when it is not a terminal, "
+                        "else chat interactively)")
+    p.add_argument("--chat", action="store_true",
+                   help="wrap the prompt in the model's chat template")
+    p.add_argument("--system", default=None, metavar="TEXT",
+                   help="a system prompt (a chat, or --prompt through the chat template)")
+    p.add_argument("--backend", default=None,
+                   help="backend name (default: the best available; `poot backends` marks it)")
+    p.add_argument("--max-tokens", type=int, default=None,
+                   help=f"the most tokens to generate (default: {PROMPT_MAX_TOKENS} for a "
+                        f"prompt, the rest of the context for a chat answer)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    p.add_argument("--top-k", type=int, default=0)
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--repetition-penalty", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0, help="sample among the k best (0 = off)")
+    p.add_argument("--top-p", type=float, default=1.0,
+                   help="sample among the best holding this much probability (1 = off)")
+    p.add_argument("--repetition-penalty", type=float, default=1.0, help="1 = off")
     p.add_argument("--seed", type=int, default=None,
                    help="the sampler's seed (same seed and settings: same text on every "
-                        "backend)")
+                        "backend; default: a random one)")
     p.add_argument("--host-sampling", action="store_true",
                    help="read the logits back and sample on the host (default: decode steps "
                         "sample in the graph and read back only the token id)")
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
-    p.add_argument("--kv", choices=("dense", "paged"), default="dense")
-    p.add_argument("--max-seq", type=int, default=1024, help="KV capacity in positions")
+    p.add_argument("--kv", choices=("dense", "paged"), default="dense",
+                   help="the KV cache's form")
+    p.add_argument("--max-seq", type=int, default=1024,
+                   help="KV capacity in positions: prompt and answer together")
     p.add_argument("--lora", default=None, metavar="PATH",
                    help="generate through this PEFT LoRA adapter (a folder with "
                         "adapter_config.json and adapter_model.safetensors)")
@@ -32,6 +52,19 @@ def add_parser(sub):
                         "as routing asks (default: every expert resident)")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks (one per GPU)")
+    add_precision_args(p)
+
+
+def add_precision_args(p) -> None:
+    """--precision and --kv-dtype (run and serve; docs/ir.md section 15). Their values are
+    checked by poot.load, against the backend's table, in one line."""
+    p.add_argument("--precision", default="exact", metavar="exact|fast",
+                   help="exact: f32 activations into every contraction (default); fast: "
+                        "16-bit weights read activations rounded to their dtype, integer-"
+                        "coded packed weights read int8 rows (q8_0)")
+    p.add_argument("--kv-dtype", default=None, metavar="f32|f16|q8_0",
+                   help="how the KV cache holds keys and values (default: f32 for exact, "
+                        "f16 for fast)")
 
 
 def progress_lines(quiet: bool):
@@ -42,15 +75,41 @@ def progress_lines(quiet: bool):
     return progress
 
 
+def check(args) -> None:
+    """Every flag of `poot run`, before anything loads; reads a piped prompt from stdin."""
+    from pathlib import Path
+
+    from poot.cli import checks
+    from poot.errors import RequestError
+
+    checks.count("--max-tokens", args.max_tokens)
+    checks.count("--max-seq", args.max_seq)
+    checks.count("--tp", args.tp)
+    checks.count("--expert-pool", args.expert_pool)
+    checks.sampling(args)
+    if args.lora is not None and not Path(args.lora).is_dir():
+        raise RequestError(f"--lora {args.lora}: no such adapter folder")
+    if args.prompt is None and not sys.stdin.isatty():
+        args.prompt = sys.stdin.read().rstrip("\n")
+        if not args.prompt:
+            raise RequestError("the prompt read from stdin is empty (pass --prompt, or run "
+                               "on a terminal to chat)")
+    if args.prompt is not None and not args.prompt:
+        raise RequestError("--prompt must not be empty")
+    if args.prompt is None and args.tp > 1:
+        raise RequestError("a chat runs on one rank; give --prompt with --tp")
+    if args.system is not None and args.prompt is not None:
+        args.chat = True
+
+
 def run(args, rank: int = 0, group=None) -> int:
     """`rank` and `group`: this call is one rank of a `--tp` run (poot.parallel.launch)."""
     import time
 
-    from poot.models.runner import at_least_one, load
+    from poot.models.runner import load
 
-    at_least_one("--max-tokens", args.max_tokens)
-    at_least_one("--max-seq", args.max_seq)
-    at_least_one("--tp", args.tp)
+    if group is None:
+        check(args)
     if args.tp > 1 and group is None:
         from poot.parallel.launch import launch
 
@@ -63,7 +122,8 @@ def run(args, rank: int = 0, group=None) -> int:
     t0 = time.perf_counter()
     lora = [("lora", args.lora)] if args.lora else []
     model = load(args.model, args.backend, kv=args.kv, max_seq=args.max_seq,
-                 progress=progress, lora=lora, expert_pool=args.expert_pool)
+                 progress=progress, lora=lora, expert_pool=args.expert_pool,
+                 precision=args.precision, kv_dtype=args.kv_dtype)
     if group is not None:
         from poot.parallel.model import TensorParallel
 
@@ -77,10 +137,13 @@ def run(args, rank: int = 0, group=None) -> int:
     mode = model.sample_mode([Sampler(args.temperature, args.top_k, args.top_p,
                                       args.repetition_penalty, args.seed)])
     model.prepare(model.session(), prompt_tokens=2, sample=mode)  # plan before streaming
-    pieces = model.generate(args.prompt, max_tokens=args.max_tokens, chat=args.chat,
-                            temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                            repetition_penalty=args.repetition_penalty, seed=args.seed,
-                            stop=args.stop, adapter="lora" if args.lora else None)
+    if args.prompt is None:
+        from poot.cli.chat import chat
+
+        return chat(model, args)
+    pieces = model.generate(args.prompt, max_tokens=args.max_tokens or PROMPT_MAX_TOKENS,
+                            chat=args.chat, system=args.system, stream=True,
+                            **sampling_kwargs(args))
     if rank:  # the other ranks step in lockstep with rank 0 and print nothing
         for _ in pieces:
             pass
@@ -96,7 +159,26 @@ def run(args, rank: int = 0, group=None) -> int:
     print(f"[poot] prefill: {s.prompt_tokens} tokens, {s.prefill_tps:.1f} tok/s; "
           f"decode: {s.generated_tokens} tokens, {s.decode_tps:.1f} tok/s "
           f"({model.backend.name})", file=sys.stderr)
+    context_note(model, args)
     pager = model.session().stepper
     if pager is not None:
         print(f"[poot] expert pool: {pager.counters}", file=sys.stderr)
     return 0
+
+
+def sampling_kwargs(args) -> dict:
+    """Model.generate's sampling, stop and adapter arguments from the flags."""
+    return dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                repetition_penalty=args.repetition_penalty, seed=args.seed, stop=args.stop,
+                adapter="lora" if args.lora else None)
+
+
+def context_note(model, args) -> None:
+    """A line on stderr when the answer stopped because the context was full (a note,
+    printed even with --quiet: the text is cut short, not finished)."""
+    s = model.stats
+    if s.finish_reason == "context":
+        print(f"[poot] note: stopped after {s.generated_tokens} tokens at the end of the "
+              f"context: the prompt's {s.prompt_tokens} tokens and the answer fill --max-seq "
+              f"{model.config.max_seq}; a larger --max-seq makes room for more",
+              file=sys.stderr, flush=True)

@@ -5,6 +5,8 @@ import sys
 
 
 def add_parser(sub):
+    from poot.cli.run import add_precision_args
+
     p = sub.add_parser("serve", help="serve a model over the OpenAI HTTP API")
     p.add_argument("model", help="smollm2, a .gguf file or an HF folder")
     p.add_argument("--backend", default=None, help="backend name (default: best available)")
@@ -38,6 +40,7 @@ def add_parser(sub):
                         "next step is launched while the host streams the last one's tokens)")
     p.add_argument("--access-log", action="store_true", help="log every HTTP request")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    add_precision_args(p)
 
 
 def run(args) -> int:
@@ -57,7 +60,8 @@ def run(args) -> int:
     t0 = time.perf_counter()
     model = load(args.model, args.backend, kv="paged", max_seq=args.max_seq,
                  prefill_tokens=args.prefill_chunk, progress=progress,
-                 lora=[parse_named(x) for x in args.lora], expert_pool=args.expert_pool)
+                 lora=[parse_named(x) for x in args.lora], expert_pool=args.expert_pool,
+                 precision=args.precision, kv_dtype=args.kv_dtype)
     name = args.name or (Path(args.model).stem if Path(args.model).exists() else args.model)
     engine = Engine(model, name=name, max_batch=args.max_batch, pool_tokens=args.kv_pool,
                     max_queue=args.max_queue, prefill_batch=args.prefill_batch,

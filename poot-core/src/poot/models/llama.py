@@ -131,7 +131,7 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
                   batch: int = 1, kv: str = "dense", logits: str = "all",
                   pool_slots: int | None = None, lora=None, expert_pool=None,
                   sample: str | None = None, hosted_rows: bool = False,
-                  stack_qkv: bool = True, stack_ffn: bool = True) -> Step:
+                  stack_qkv: bool = True, stack_ffn: bool = True, kv_dtype: str = "f32") -> Step:
     """Trace one decoder step for `batch` sequences of `tokens` tokens each.
 
     dense KV: batch must be 1; State k/v per layer [Hkv, max_seq, D] (a sliding layer's
@@ -157,6 +157,8 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
     (poot.models.weights.RowLayout) where the checkpoint's three agree in format: a step
     of one token computes them in one contraction, a wider step each over its rows.
     stack_ffn: the same for the FFN's gate and up projections.
+    kv_dtype: how the caches hold keys and values, "f32", "f16" or "q8_0" (poot.ops.kv_state;
+    docs/ir.md section 15); a step attends over the stored rows, its own included.
     """
     c = config
     tables = _rope_tables(c, weights)
@@ -171,6 +173,7 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
         raise ValueError("a dense KV cache holds one sequence; use kv='paged' for batches")
     if c.act not in ("silu", "gelu_tanh"):
         raise ValueError(f"unknown FFN activation {c.act!r}")
+    check_kv_dtype(kv_dtype, c.head_dim)
     if logits not in ("all", "last", "rows"):
         raise ValueError(f"logits must be 'all', 'last' or 'rows', not {logits!r}")
     if sample is not None and tokens != 1:
@@ -284,36 +287,44 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
             mask = mask_for(sliding)
             if kv == "dense" and sliding:
                 k_new, v_new = ops.reshape(k, (t, hkv, hd)), ops.reshape(v, (t, hkv, hd))
-                kr = ops.state((c.ring, hkv, hd), DType.F32, p + "k_ring")
-                vr = ops.state((c.ring, hkv, hd), DType.F32, p + "v_ring")
-                ks = ops.transpose(ops.concat([kr, k_new], 0), (1, 0, 2))   # [Hkv, ring+T, D]
-                vs = ops.transpose(ops.concat([vr, v_new], 0), (1, 0, 2))
+                kr = ops.kv_state((c.ring, hkv, hd), kv_dtype, p + "k_ring")
+                vr = ops.kv_state((c.ring, hkv, hd), kv_dtype, p + "v_ring")
+                k_new, v_new = ops.kv_encode(k_new, kv_dtype), ops.kv_encode(v_new, kv_dtype)
+                # the ring as it was and the new rows, each as the cache holds them
+                ks, vs = (ops.transpose(ops.kv_decode([ops.concat([r, y], 0) for r, y in zip(
+                    ring, new, strict=True)], kv_dtype), (1, 0, 2))        # [Hkv, ring+T, D]
+                    for ring, new in ((kr, k_new), (vr, v_new)))
                 qh = ops.transpose(ops.reshape(q, (t, c.heads, hd)), (1, 0, 2))
                 o = ops.attention_masked(qh, ks, vs, mask, scale)          # [Hq, T, D]
                 o = ops.reshape(ops.transpose(o, (1, 0, 2)), (n, c.heads * hd))
                 slots = ops.ring_slots(pos, t, c.ring, end)  # written after the reads above
-                ops.state_update(kr, ops.kv_write_paged(kr, k_new, slots))
-                ops.state_update(vr, ops.kv_write_paged(vr, v_new, slots))
+                for st, rows in zip(kr + vr, k_new + v_new, strict=True):
+                    ops.state_update(st, ops.kv_write_paged(st, rows, slots))
             elif kv == "dense":
-                kc = ops.state((hkv, cap, hd), DType.F32, p + "k_cache")
-                vc = ops.state((hkv, cap, hd), DType.F32, p + "v_cache")
+                kc = ops.kv_state((hkv, cap, hd), kv_dtype, p + "k_cache")
+                vc = ops.kv_state((hkv, cap, hd), kv_dtype, p + "v_cache")
                 k_new = ops.transpose(ops.reshape(k, (t, hkv, hd)), (1, 0, 2))
                 v_new = ops.transpose(ops.reshape(v, (t, hkv, hd)), (1, 0, 2))
-                kc2, vc2 = ops.kv_write_dense(kc, k_new, pos), ops.kv_write_dense(vc, v_new, pos)
-                ops.state_update(kc, kc2)
-                ops.state_update(vc, vc2)
+                kc2, vc2 = ([ops.kv_write_dense(st, y, pos) for st, y in zip(
+                    cache, ops.kv_encode(new, kv_dtype), strict=True)]
+                    for cache, new in ((kc, k_new), (vc, v_new)))
+                for st, nxt in zip(kc + vc, kc2 + vc2, strict=True):
+                    ops.state_update(st, nxt)
                 qh = ops.transpose(ops.reshape(q, (t, c.heads, hd)), (1, 0, 2))
-                o = ops.attention_masked(qh, kc2, vc2, mask, scale)         # [Hq, T, D]
+                o = ops.attention_masked(qh, ops.kv_decode(kc2, kv_dtype),
+                                         ops.kv_decode(vc2, kv_dtype), mask, scale)  # [Hq,T,D]
                 o = ops.reshape(ops.transpose(o, (1, 0, 2)), (n, c.heads * hd))
             else:
-                kp = ops.state((pool, hkv, hd), DType.F32, p + "k_pool")
-                vp = ops.state((pool, hkv, hd), DType.F32, p + "v_pool")
-                kp2 = ops.kv_write_paged(kp, ops.reshape(k, (n, hkv, hd)), wmap)
-                vp2 = ops.kv_write_paged(vp, ops.reshape(v, (n, hkv, hd)), wmap)
-                ops.state_update(kp, kp2)
-                ops.state_update(vp, vp2)
-                ks = ops.transpose(ops.gather(kp2, smap, 0), (0, 2, 1, 3))   # [B, Hkv, S, D]
-                vs = ops.transpose(ops.gather(vp2, smap, 0), (0, 2, 1, 3))
+                kp = ops.kv_state((pool, hkv, hd), kv_dtype, p + "k_pool")
+                vp = ops.kv_state((pool, hkv, hd), kv_dtype, p + "v_pool")
+                kp2, vp2 = ([ops.kv_write_paged(st, y, wmap) for st, y in zip(
+                    cache, ops.kv_encode(ops.reshape(new, (n, hkv, hd)), kv_dtype), strict=True)]
+                    for cache, new in ((kp, k), (vp, v)))
+                for st, nxt in zip(kp + vp, kp2 + vp2, strict=True):
+                    ops.state_update(st, nxt)
+                ks, vs = (ops.transpose(ops.kv_decode([ops.gather(y, smap, 0) for y in cache],
+                                                      kv_dtype), (0, 2, 1, 3))  # [B, Hkv, S, D]
+                          for cache in (kp2, vp2))
                 qh = ops.transpose(q, (0, 2, 1, 3))                          # [B, Hq, T, D]
                 o = ops.attention_masked(qh, ks, vs, mask, scale)
                 o = ops.reshape(ops.transpose(o, (0, 2, 1, 3)), (n, c.heads * hd))
@@ -342,6 +353,19 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
     g = ops_trace(step, f"{c.arch}_{mode}_{kv}_b{b}_t{t}" + (f"_{sample}" if sample else ""))
     adapters = lora.arrays if lora is not None else {}
     return Step(g, c, mode, kv, b, t, logits, {**consts, **tables, **adapters}, sample)
+
+
+def check_kv_dtype(kv_dtype: str, head_dim: int) -> None:
+    """Refuse a KV dtype nobody knows, or q8_0 where head_dim is not whole blocks."""
+    from poot.compiler.policy import PrecisionError
+    from poot.ir.ops import Q8_BLOCK
+
+    if kv_dtype not in ops.KV_DTYPES:
+        raise PrecisionError(f"unknown KV dtype {kv_dtype!r}; the KV dtypes are "
+                             f"{', '.join(ops.KV_DTYPES)}")
+    if kv_dtype == "q8_0" and head_dim % Q8_BLOCK:
+        raise PrecisionError(f"KV dtype 'q8_0' quantizes blocks of {Q8_BLOCK} along the head "
+                             f"dimension; this model's is {head_dim}")
 
 
 def _ffn(c: LlamaConfig, h, p: str, declare, suffix: str = "", *, linear=None, pool=None,

@@ -66,15 +66,24 @@ class Model:
 
     def __init__(self, checkpoint, config, tokenizer, backend, device, *, kv: str = "dense",
                  prefill_tokens: int = 32, progress=None, weights=None,
-                 lora: Sequence[tuple[str | None, str]] = (), expert_pool: int | None = None):
+                 lora: Sequence[tuple[str | None, str]] = (), expert_pool: int | None = None,
+                 precision: str = "exact", kv_dtype: str | None = None):
         """`weights` overrides the checkpoint's (a WeightSource with `.arrays`, such as
         `poot.models.llama.random_weights(...)` for a model of a real shape). `lora`: PEFT
         adapters as (name or None, folder), all resident (poot.models.lora); `expert_pool`:
-        experts per layer kept on the device (poot.models.expert_pool)."""
+        experts per layer kept on the device (poot.models.expert_pool). `precision` ("exact"
+        or "fast") and `kv_dtype` ("f32", "f16", "q8_0"; None: the level's) are refused here,
+        in one line, where unknown or where the backend cannot run them (docs/ir.md
+        section 15)."""
+        from poot.compiler.precision import check
+        from poot.models.llama import check_kv_dtype
         from poot.models.weights import CheckpointWeights
 
         self.checkpoint, self.config, self.tokenizer = checkpoint, config, tokenizer
         self.backend, self.device = backend, device
+        self.kv_dtype = check(backend.capabilities(device), precision, kv_dtype)
+        check_kv_dtype(self.kv_dtype, config.head_dim)
+        self.precision = precision
         at_least_one("prefill_tokens", prefill_tokens)
         # a prefill chunk longer than the KV capacity could never be written into it
         self.kv, self.prefill_tokens = kv, min(prefill_tokens, config.max_seq)
@@ -114,6 +123,7 @@ class Model:
         ("argmax" or "full") makes a decode step that samples in the graph; `hosted_rows`
         a step that takes embedding rows from the host (poot.models.hosted_rows)."""
         import poot
+        from poot.compiler import Policy
         from poot.models.llama import build_decoder
 
         kv = kv or self.kv
@@ -122,16 +132,18 @@ class Model:
                              expert_pool=self.expert_pool, sample=sample,
                              hosted_rows=hosted_rows,
                              stack_qkv=self.stack_qkv and self.tp is None,
-                             stack_ffn=self.stack_ffn and self.tp is None)
+                             stack_ffn=self.stack_ffn and self.tp is None,
+                             kv_dtype=self.kv_dtype)
         self.consts.update(step.consts)
+        policy = Policy(precision=self.precision)
         self.consts.update(self.weights.arrays)
         if self.tp is None:
-            return poot.compile(step.graph, (self.backend, self.device)).graph if compiled \
-                else step.graph
+            return poot.compile(step.graph, (self.backend, self.device),
+                                policy=policy).graph if compiled else step.graph
         # a rank's graph: compiled, it stays a compile result, whose table (declaring the
         # collectives over the rank's communicator) the planner checks them against
         graph = self.tp.rank_graph(step)
-        return poot.compile(graph, (self.backend, self.device),
+        return poot.compile(graph, (self.backend, self.device), policy=policy,
                             communicator=self.tp.communicator) if compiled else graph
 
     @property
@@ -403,11 +415,15 @@ VOCAB_KEYS = ("tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.
 
 def load(model: str, backend: str | None = None, *, kv: str = "dense", max_seq: int = 1024,
          prefill_tokens: int = 32, progress=None, lora: Sequence = (),
-         expert_pool: int | None = None) -> Model:
+         expert_pool: int | None = None, precision: str = "exact",
+         kv_dtype: str | None = None) -> Model:
     """Open `model` ("smollm2", a .gguf file, an HF folder) for the named backend, or
     the best available one (the reference backend where there is no GPU). `lora`: PEFT
     adapter folders, each a path or (name, path); `expert_pool`: MoE experts per layer
-    resident on the device (all of them when None)."""
+    resident on the device (all of them when None). `precision` ("exact", the default, or
+    "fast") and `kv_dtype` ("f32", "f16" or "q8_0"; None: f32 for exact, f16 for fast) say
+    how contractions read their activations and how the KV cache holds its rows (docs/ir.md
+    section 15); an unknown one, or one the backend cannot run, is a PrecisionError."""
     from poot.backend import select_backend
     from poot.errors import ConfigError
     from poot.models.loader import open_model
@@ -432,4 +448,5 @@ def load(model: str, backend: str | None = None, *, kv: str = "dense", max_seq: 
     check_memory(config)
     adapters = [x if isinstance(x, tuple) else (None, x) for x in lora]
     return Model(ckpt, config, tok, b, dev, kv=kv, prefill_tokens=prefill_tokens,
-                 progress=progress, lora=adapters, expert_pool=expert_pool)
+                 progress=progress, lora=adapters, expert_pool=expert_pool,
+                 precision=precision, kv_dtype=kv_dtype)
