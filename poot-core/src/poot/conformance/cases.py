@@ -525,6 +525,130 @@ def attention_cases() -> Iterator[Case]:
                    one(O.SelectedAttention(8, 0.2)), exact=False, growth="compose")
 
 
+# -- precision (docs/ir.md sections 10.8 and 15) ------------------------------------------------
+def _q8_inputs(shape) -> tuple[np.ndarray, np.ndarray]:
+    """x [..., G, 32] and its q8 scales amax / 127 [..., G, 1], with the rule's edges
+    planted: a block of zeros (d = 0), a block of exact ties (x = (k + 1/2) d with d = 1),
+    and |x| = 127 d at the clamp."""
+    rng = np.random.default_rng(49)
+    x = (rng.standard_normal(shape) * 2).astype(np.float32)
+    flat = x.reshape(-1, shape[-1])
+    flat[0] = 0.0
+    if flat.shape[0] > 1:
+        flat[1] = np.arange(shape[-1], dtype=np.float32) - shape[-1] / 2 + 0.5
+    d = (np.abs(x).max(-1, keepdims=True) / np.float32(127)).astype(np.float32)
+    if flat.shape[0] > 1:
+        d.reshape(-1)[1] = 1.0
+    return x, d
+
+
+def precision_cases() -> Iterator[Case]:
+    """QuantizeI8 alone; the q8 rows chain; every integer-coded packed format read as q8
+    rows (the chain, and Q8PackedContraction); 16-bit weights read rounded activations;
+    attention over f16 and q8_0 caches it writes, dense and paged."""
+    from poot.formats import PackedWeight, formats
+    from poot.ir.ops.quantize import q8_round
+
+    for shape in ((1, 1, 32), (3, 4, 32)):
+        x, d = _q8_inputs(shape)
+        yield case(f"QuantizeI8-f32-{shape_id(shape)}-planted", "QuantizeI8", F32,
+                   [Arg(T(shape, F32)), Arg(T(shape[:-1] + (1,), F32))], one(O.QuantizeI8()),
+                   exact=True, fixed={0: x, 1: d})
+    yield case("QuantizeI8-f32-5x67-clamped", "QuantizeI8", F32,
+               [Arg(T((5, 67), F32), "special"), Arg(T((5, 1), F32), "positive")],
+               one(O.QuantizeI8()), exact=True)
+    yield case("QuantizeI8-q8-rows-f32-5x96", "QuantizeI8", F32, [Arg(T((5, 96), F32))],
+               lambda b, x: q8_round(b, x), exact=False, growth="basic")
+    for name in sorted(formats()):
+        if not getattr(formats()[name], "integer_codes", False):
+            continue
+        w = PackedWeight(name, (8, 256))
+        srcs = [Arg(s.type, ("packed", w, i)) for i, s in enumerate(w.sources())]
+        for rows in (1, 3, 12):
+            yield case(f"Q8PackedContraction-{name}-{rows}x256", "Q8PackedContraction", name,
+                       [Arg(T((rows, 256), F32))] + srcs, one(O.Q8PackedContraction(w)),
+                       exact=False, growth="compose", flops=2 * rows * 256 * 8)
+        yield case(f"PackedContraction-{name}-q8-rows-3x256", "PackedContraction", name,
+                   [Arg(T((3, 256), F32))] + srcs,
+                   lambda b, x, *src, w=w: b.eqn(O.PackedContraction(w), q8_round(b, x), *src),
+                   exact=False, growth="compose", flops=2 * 3 * 256 * 8)
+    for w, act in ((BF16, BF16), (F16, F16), (U32, F16)):
+        ws = (19, 32) if w is U32 else (19, 64)
+        for rows in (1, 3):
+            yield case(f"DenseContraction-{w}-{act}-activations-{rows}x64-19x64",
+                       "DenseContraction", w,
+                       [Arg(T((rows, 64), F32)),
+                        Arg(T(ws, w), _f16_words(ws) if w is U32 else "any")],
+                       lambda b, x, wt, act=act: b.eqn(O.DenseContraction(), b.eqn(
+                           O.Cast(F32), b.eqn(O.Cast(act), x)), wt),
+                       exact=False, growth="compose", flops=2 * rows * 64 * 19)
+    yield from kv_cases()
+
+
+def kv_cases() -> Iterator[Case]:
+    """A decode step over a cache of f16 or q8_0 rows it writes first (build_decoder's
+    kv_dtype): dense (DynamicUpdateSlice at pos, Attention) and paged (ScatterUpdate into
+    a pool, Gather through a slot map, Attention)."""
+    from poot.ir.ops.quantize import q8_dequantize, q8_quantize
+
+    def encode(b, x, kv):
+        if kv == "f16":
+            return [b.eqn(O.Cast(F16), x)]
+        q, d = q8_quantize(b, x)
+        return [b.eqn(O.Reshape(x.type.shape), q),
+                b.eqn(O.Reshape(x.type.shape[:-1] + (x.type.shape[-1] // 32,)), d)]
+
+    def decode(b, parts, kv):
+        if kv == "f16":
+            return b.eqn(O.Cast(F32), parts[0])
+        codes, scales = parts
+        lead, dim = codes.type.shape[:-1], codes.type.shape[-1]
+        return q8_dequantize(b, b.eqn(O.Reshape(lead + (dim // 32, 32)), codes),
+                             b.eqn(O.Reshape(lead + (dim // 32, 1)), scales))
+
+    def cache(kv, shape):
+        if kv == "f16":
+            return [Arg(T(shape, F16))]
+        return [Arg(T(shape, DType.I8)), Arg(T(shape[:-1] + (shape[-1] // 32,), F32), "small")]
+
+    hkv, d = 2, 64
+    for kv in ("f16", "q8_0"):
+        # dense: q [Hq=4, 1, D], new rows [Hkv, 1, D] at pos of a 16-position cache
+        parts = len(cache(kv, (1, 1, d)))
+
+        def dense(b, q, k, v, pos, mask, *caches, kv=kv, parts=parts):
+            rows = []
+            for new, cs in ((k, caches[:parts]), (v, caches[parts:])):
+                rows.append(decode(b, [b.eqn(O.DynamicUpdateSlice(1), c, e, pos) for c, e in
+                                       zip(cs, encode(b, new, kv), strict=True)], kv))
+            return b.eqn(O.Attention(0.25), q, *rows, mask)
+
+        shape = (hkv, 16, d)
+        yield case(f"Attention-{kv}-kv-cache-decode-gqa4x2-s16", "Attention", F32,
+                   [Arg(T((4, 1, d), F32)), Arg(T((hkv, 1, d), F32)), Arg(T((hkv, 1, d), F32)),
+                    Arg(T((1,), I32), ("index", 16)), Arg(T((1, 16), F32), "small"),
+                    *cache(kv, shape), *cache(kv, shape)],
+                   dense, exact=False, growth="compose")
+
+        # paged: 2 sequences write one row each into a 20-row pool and read 13 positions
+        def paged(b, q, k, v, slots, smap, mask, *pools, kv=kv, parts=parts):
+            rows = []
+            for new, ps in ((k, pools[:parts]), (v, pools[parts:])):
+                written = [b.eqn(O.ScatterUpdate(), p, e, slots) for p, e in
+                           zip(ps, encode(b, new, kv), strict=True)]
+                got = decode(b, [b.eqn(O.Gather(0), w, smap) for w in written], kv)
+                rows.append(b.eqn(O.Transpose((0, 2, 1, 3)), got))        # [B, Hkv, S, D]
+            return b.eqn(O.Attention(0.25), q, *rows, mask)
+
+        pool = (20, hkv, d)
+        yield case(f"Attention-{kv}-kv-pool-decode-b2-gqa4x2-s13-p20", "Attention", F32,
+                   [Arg(T((2, 4, 1, d), F32)), Arg(T((2, hkv, d), F32)),
+                    Arg(T((2, hkv, d), F32)), Arg(T((2,), I32), ("index", 20)),
+                    Arg(T((2, 13), I32), ("index", 20)), Arg(T((2, 1, 1, 1, 13), F32), "small"),
+                    *cache(kv, pool), *cache(kv, pool)],
+                   paged, exact=False, growth="compose")
+
+
 def _scan_body(b, carry, x):
     return b.eqn(O.Binary(O.BinaryOp.Add), b.eqn(O.Binary(O.BinaryOp.Mul), carry, x), x)
 
@@ -553,7 +677,7 @@ def other_cases() -> Iterator[Case]:
 FAMILIES = (unary_cases, binary_cases, select_cases, cast_cases, shape_cases, data_cases,
             reduce_cases, matmul_cases, dense_cases, packed_cases, long_k_cases,
             decode_batch_cases, region_cases,
-            attention_cases, other_cases)
+            attention_cases, other_cases, precision_cases)
 
 
 def all_cases() -> list[Case]:

@@ -12,7 +12,8 @@ from poot.ir.types import TensorType
 
 UNARY = {O.UnaryOp.Log: "positive", O.UnaryOp.Sqrt: "positive", O.UnaryOp.Recip: "away",
          O.UnaryOp.Exp: "small", O.UnaryOp.Not: "words", O.UnaryOp.Clz: "words"}
-PACKED = (O.PackedDequant, O.PackedContraction, O.PackedRowGather, O.IndexedPackedContraction)
+PACKED = (O.PackedDequant, O.PackedContraction, O.PackedRowGather, O.IndexedPackedContraction,
+          O.Q8PackedContraction)
 
 
 def _packed(weight, n_before: int, n: int) -> list:
@@ -46,7 +47,7 @@ def domains(op: O.OpKind, ins: list[TensorType]) -> list:
         return ["any", "any", ("index", ins[1].shape[0])]
     if isinstance(op, O.DenseRowGather):
         return ["any", ("index", ins[0].shape[0])]
-    if isinstance(op, (O.PackedDequant, O.PackedContraction)):
+    if isinstance(op, (O.PackedDequant, O.PackedContraction, O.Q8PackedContraction)):
         lead = 0 if isinstance(op, O.PackedDequant) else 1
         return ["any"] * lead + _packed(op.weight, lead, n)
     if isinstance(op, O.PackedRowGather):
