@@ -1,10 +1,11 @@
 """The packed-weight seam between the IR and the format plugins (poot_quant and others).
 
-The IR carries a `PackedWeight` descriptor on each PackedDequant (and on the
-packed contractions compile forms from it). The descriptor names a format; the
+The IR carries a `PackedWeight` descriptor (poot.ir.packed) on each PackedDequant (and on
+the packed contractions compile forms from it). The descriptor names a format; the
 format itself (its numpy decode, its scalar decode program, its quantizer) is
 registered by a plugin through the `poot_weight_formats` hook. poot-core never
-imports a format package.
+imports a format package, and the IR never imports this module: importing it installs
+`get_format` as the registry the IR's descriptors resolve their format through.
 
 A format is any object with this shape (duck-typed; see `WeightFormat`):
 
@@ -46,89 +47,14 @@ sum instead of each element:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 
 from poot.dtypes import DType
 from poot.errors import FormatError
-
-if TYPE_CHECKING:  # pragma: no cover - the IR imports this module; no cycle at run time
-    from poot.ir.types import TensorType
-
-
-@dataclass(frozen=True)
-class SourceSpec:
-    """One packed source of a weight: its role name and its tensor type."""
-
-    role: str
-    type: TensorType
-
-
-@dataclass(frozen=True)
-class PackedWeight:
-    """The IR's descriptor of a packed weight: format, logical [N, K] shape, parameters.
-
-    `attrs` holds format parameters as sorted (key, value) pairs (group size,
-    symmetric, act-order, block shape, ...), so descriptors hash and compare.
-    """
-
-    format: str
-    shape: tuple[int, int]
-    attrs: tuple[tuple[str, Any], ...] = field(default=())
-
-    def __post_init__(self):
-        object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
-        attrs = self.attrs.items() if isinstance(self.attrs, dict) else self.attrs
-        object.__setattr__(self, "attrs", tuple(sorted((str(k), v) for k, v in attrs)))
-        if len(self.shape) != 2:
-            raise FormatError(f"packed weight {self.format}: logical shape must be [N, K], "
-                              f"got {self.shape}")
-
-    @property
-    def attr_dict(self) -> dict[str, Any]:
-        return dict(self.attrs)
-
-    def get_format(self) -> WeightFormat:
-        return get_format(self.format)
-
-    def sources(self) -> list[SourceSpec]:
-        return list(self.get_format().roles(self.shape, self.attr_dict))
-
-    def dequantize(self, sources: Sequence[np.ndarray]) -> np.ndarray:
-        return self.get_format().dequantize(list(sources), self.shape, **self.attr_dict)
-
-    def source_rows(self) -> list[bool]:
-        """Per source: True where its leading axis is the weight's output rows (GGUF
-        blocks lie within rows, so rows of the weight are rows of the source), False where
-        it does not depend on the rows (a per-tensor scale). The format's sources for twice
-        the rows tell which. A source that packs rows otherwise (GPTQ/AWQ pack output
-        columns into words) raises FormatError: its rows cannot be taken apart."""
-        n, k = self.shape
-        fmt, attrs = self.get_format(), self.attr_dict
-        rows = []
-        for a, b in zip(fmt.roles((n, k), attrs), fmt.roles((2 * n, k), attrs), strict=True):
-            sa, sb = a.type.shape, b.type.shape
-            if sa != sb and not (sa[:1] == (n,) and sb == (2 * n,) + sa[1:]):
-                raise FormatError(f"{self}: source {a.role!r} does not hold one row per "
-                                  f"output row")
-            rows.append(sa != sb)
-        return rows
-
-    def with_rows(self, n: int) -> PackedWeight:
-        """The descriptor of `n` output rows of this format and K (a row range or a stack
-        of such weights)."""
-        return PackedWeight(self.format, (n, self.shape[1]), self.attrs)
-
-    def __repr__(self):
-        a = ",".join(f"{k}={v}" for k, v in self.attrs)
-        return f"{self.format}[{self.shape[0]}x{self.shape[1]}{';' + a if a else ''}]"
-
-    def __str__(self):
-        """The IR text form (`poot.ir.parse` reads it back): attribute values as literals."""
-        a = ",".join(f"{k}={v!r}" for k, v in self.attrs)
-        return f"{self.format}[{self.shape[0]}x{self.shape[1]}{';' + a if a else ''}]"
+from poot.ir.packed import PackedWeight, SourceSpec, use_formats
 
 
 @dataclass
@@ -235,6 +161,10 @@ def words_of(source: np.ndarray) -> np.ndarray:
         raw = np.concatenate([raw, np.zeros(pad, np.uint8)])
     return raw.view("<u4")
 
+
+# looked up by name at each call, so that a test that swaps this module's get_format for a
+# format of its own swaps what the IR's descriptors resolve too
+use_formats(lambda name: get_format(name))
 
 __all__ = ["IntGroup", "PackedWeight", "RunPart", "SourceSpec", "WeightFormat", "decode_run",
            "formats", "get_format", "int_run", "run_length", "word_chunks", "words_of", "DType"]

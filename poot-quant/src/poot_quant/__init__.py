@@ -11,9 +11,6 @@ descriptor class itself (re-exported, not redefined).
 """
 from __future__ import annotations
 
-# poot.ir must initialise before poot.formats: importing poot.formats first runs into an
-# import cycle inside poot-core (poot.ir -> ops.composite -> poot.formats).
-import poot.ir  # noqa: F401, I001
 from poot.formats import PackedWeight, SourceSpec
 
 from poot_quant.checkpoint import Checkpoint, TensorInfo, open_checkpoint

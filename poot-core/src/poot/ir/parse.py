@@ -188,7 +188,7 @@ def _float(s: str) -> float:
 
 
 def _packed(s: str):
-    from poot.formats import PackedWeight
+    from poot.ir.packed import PackedWeight
 
     m = _PACKED.match(s)
     if not m:

@@ -20,7 +20,7 @@ from poot.ir.ops.shape import Broadcast, Concat, Reshape, Slice, Transpose
 from poot.ir.types import TensorType
 
 if TYPE_CHECKING:  # pragma: no cover
-    from poot.formats import PackedWeight  # poot.formats imports poot.ir: no cycle at run time
+    from poot.ir.packed import PackedWeight
     from poot.ir.graph import Graph
 
 F32 = DType.F32
@@ -537,7 +537,7 @@ class IndexedPackedContraction(Composite):
 def dense_weight_f32(b, w, shape_nk: tuple[int, int]):
     """A checkpoint weight widened to F32 [N, K]: bf16/f16/f32 cast, or u32 f16 words."""
     if w.type.dtype is DType.U32:
-        from poot.formats import PackedWeight
+        from poot.ir.packed import PackedWeight
 
         return b.eqn(PackedDequant(PackedWeight("dense:f16words", shape_nk)), w)
     return b.eqn(Cast(F32), w)

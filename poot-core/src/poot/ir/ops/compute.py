@@ -11,7 +11,7 @@ from poot.ir.ops.base import FLOATS, OpKind, broadcast_shapes
 from poot.ir.types import TensorType
 
 if TYPE_CHECKING:  # pragma: no cover
-    from poot.formats import PackedWeight  # poot.formats imports poot.ir: no cycle at run time
+    from poot.ir.packed import PackedWeight
     from poot.ir.graph import Graph
 
 
