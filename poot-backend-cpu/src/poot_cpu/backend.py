@@ -1,14 +1,15 @@
 """The cpu backend: probe (a C compiler and the host's ISA), capability facts, the host C
 printer, and the runtime (one compiled library per plan). Plan-time lowering is the
 seam's (poot.kernel_backend); the CPU-shaped source builders (packed contractions,
-attention, ArgTopK) take their eqns after the capability check, before the shared lowering."""
+attention, ArgTopK) take their signatures through its `program_for` hook, after the
+capability check and before the shared lowering."""
 from __future__ import annotations
 
 import functools
 import os
 import platform
 
-from poot.backend import Device, Lowering
+from poot.contract import Device
 from poot.errors import DeviceUnavailable
 from poot.kernel_backend import CompiledProgram, KernelBackend
 
@@ -73,28 +74,18 @@ class CpuBackend(KernelBackend):
     def printer(self, device: Device) -> HostCPrinter:
         return HostCPrinter(str(device))
 
-    def lower(self, eqn, graph, device: Device) -> Lowering:
-        """A CPU source builder's kernels where one takes the eqn (after the capability
-        check), else the seam's sequence."""
-        from poot.capability import operand_types
-        from poot.ir.graph import Lit
-
+    def program_for(self, op, operands, out, device: Device) -> CompiledProgram | None:
+        """A CPU source builder's kernels where one takes the signature, else None (the
+        shared lowering)."""
         from poot_cpu.attention import attention_program
         from poot_cpu.gemv import gemv_program
         from poot_cpu.topk import topk_program
 
-        types = operand_types(graph, eqn)
-        out = graph.type_of(eqn.out)
-        self.capabilities(device).check(eqn.op, types, out)
-        operands = [x if isinstance(x, Lit) else t
-                    for x, t in zip(eqn.inputs, types, strict=True)]
         for builder in (gemv_program, attention_program, topk_program):
-            compiled = builder(eqn.op, operands, out, self.printer(device))
+            compiled = builder(op, operands, out, self.printer(device))
             if compiled is not None:
-                return Lowering(compiled.label, compiled.launch, compiled,
-                                dispatches=len(compiled.kernels),
-                                extra={"alias": compiled.program.alias})
-        return super().lower(eqn, graph, device)
+                return compiled
+        return None
 
     def runtime(self, device: Device):
         from poot_cpu.runtime import CpuRuntime

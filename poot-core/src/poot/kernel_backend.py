@@ -4,11 +4,15 @@
 
     check    the device's capability table refuses what it does not declare (typed
              errors naming op, dtype, backend and device), before anything is built
-    lower    poot.codegen.lower turns the eqn into backend-neutral kernel programs,
-             using the schedules the target's `features` open
+    lower    the backend's own program for the eqn's signature where it has one
+             (`program_for`), else poot.codegen.lower turns the eqn into backend-neutral
+             kernel programs, using the schedules the target's `features` open
     print    the backend's printer (a dialect of poot.codegen.printer) prints each one
     compile  the backend's compiler call turns each source into what its runtime loads
-    wrap     a `poot.backend.Lowering` whose program is a `CompiledProgram`
+    wrap     a `poot.contract.Lowering` whose program is a `CompiledProgram`
+
+Eqns of one signature share the lowering of the first (`lower`'s cache), whichever of the
+two made it.
 
 A backend supplies only what is its own:
 
@@ -19,10 +23,16 @@ A backend supplies only what is its own:
     compile(kernel, source, device)    its compiler call -> a `CompiledKernel`
     runtime(device)                    its runtime (poot.contract.Runtime)
 
-plus `probe`, `unavailable_reason` and the class attributes of any Backend.
+plus `probe`, `unavailable_reason` and the class attributes of any Backend; and, where
+it has kernels of its own for some signatures (the cpu backend's packed GEMV, attention
+and ArgTopK source builders):
+
+    program_for(op, operands, out, device)   its compiled program, or None for the
+                                             shared lowering
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,6 +113,12 @@ class KernelBackend(Backend):
         """Compile one printed kernel. The default keeps the source for the runtime."""
         return CompiledKernel(kernel, source)
 
+    def program_for(self, op, operands: Sequence, out, device: Device) -> CompiledProgram | None:
+        """The backend's own compiled program for this signature (`operands`: each
+        operand's TensorType, or its Lit), called after the capability check; None (the
+        default) lowers it through poot.codegen.lower."""
+        return None
+
     # -- the shared sequence ---------------------------------------------------------
     def capabilities(self, device: Device) -> CapabilityTable:
         from poot.formats import formats
@@ -143,18 +159,22 @@ class KernelBackend(Backend):
         self.__dict__.pop("_lowerings", None)
 
     def _lowering(self, op, operands, out, device: Device) -> Lowering:
+        compiled = self.program_for(op, list(operands), out, device)
+        if compiled is None:
+            compiled = self.build(self._program(op, operands, out, device), device)
+        return Lowering(compiled.label, compiled.launch, compiled,
+                        dispatches=len(compiled.kernels),
+                        extra={"alias": compiled.program.alias})
+
+    def _program(self, op, operands, out, device: Device) -> KernelProgram:
         from poot.codegen.lower import lower
         from poot.errors import LoweringError
 
         try:   # a kernel lowering's own refusal (a limit, a body it cannot hold)
-            program = lower(op, list(operands), out, self.features(device))
+            return lower(op, list(operands), out, self.features(device))
         except LoweringError as exc:
             table = self.capabilities(device)
             raise exc.on(table.backend, table.device) from None
-        compiled = self.build(program, device)
-        return Lowering(compiled.label, compiled.launch, compiled,
-                        dispatches=len(compiled.kernels),
-                        extra={"alias": compiled.program.alias})
 
     def build(self, program: KernelProgram, device: Device) -> CompiledProgram:
         """Print and compile every kernel of `program` for `device`."""
