@@ -1,38 +1,38 @@
 """The CUDA backend: probe, capability facts, the CUDA C printer, NVRTC, runtime.
 
-Everything else (check -> lower -> print -> compile -> wrap) is poot.kernel_backend's.
+Everything else (check -> lower -> print -> compile -> wrap) is poot.kernel_backend's, and
+what it shares with the ROCm backend (devices, compile-only devices) poot.simt_backend's.
 """
 from __future__ import annotations
 
-from poot.backend import Device
+from poot.contract import Device
 from poot.errors import DeviceUnavailable
-from poot.kernel_backend import CompiledKernel, KernelBackend
+from poot.kernel_backend import CompiledKernel
+from poot.simt_backend import SimtBackend
 
 from poot_cuda.capability import kernel_features, parse_arch, table
 from poot_cuda.printer import CudaPrinter
 from poot_cuda.probe import probe
 
 
-class CudaBackend(KernelBackend):
+class CudaBackend(SimtBackend):
     name = "cuda"
     priority = 100
     language = "cuda"
 
-    def probe(self) -> list[Device]:
-        devices, _ = probe()
-        return [Device("cuda", d.index, d.name,
-                       (("arch", d.arch), ("major", d.major), ("minor", d.minor),
-                        ("total_bytes", d.total_bytes))) for d in devices]
+    def found(self):
+        return probe()
 
-    def unavailable_reason(self) -> str | None:
-        return probe()[1]
+    def device(self, d) -> Device:
+        return Device(self.name, d.index, d.name,
+                      (("arch", d.arch), ("major", d.major), ("minor", d.minor),
+                       ("total_bytes", d.total_bytes)))
 
-    @staticmethod
-    def compile_only_device(arch: str = "sm_90") -> Device:
+    @classmethod
+    def compile_only_device(cls, arch: str = "sm_90") -> Device:
         """A device record for planning and compiling without a GPU (CI's compile check)."""
         major, minor = parse_arch(arch)
-        return Device("cuda", -1, f"compile-only {arch}",
-                      (("arch", arch), ("major", major), ("minor", minor)))
+        return cls.compile_only(arch, (("arch", arch), ("major", major), ("minor", minor)))
 
     @staticmethod
     def _info(device: Device) -> dict:
@@ -66,9 +66,7 @@ class CudaBackend(KernelBackend):
                                     f"this machine has {have}")
         return NcclGroup.create(ranks)
 
-    def runtime(self, device: Device):
-        if device.index < 0:
-            raise DeviceUnavailable(f"{device} compiles only; it has no runtime")
+    def open_runtime(self, device: Device):
         from poot_cuda.runtime import CudaRuntime
 
         return CudaRuntime(device)

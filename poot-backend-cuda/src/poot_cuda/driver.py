@@ -9,8 +9,9 @@ from __future__ import annotations
 import ctypes
 
 import numpy as np
-from poot.errors import CapacityError, DeviceUnavailable, PootError
+from poot.errors import DeviceUnavailable, PootError
 from poot.optional import require
+from poot.simt_backend import checked
 
 
 class CudaError(PootError):
@@ -22,16 +23,12 @@ def cu():
 
 
 def check(result, what: str):
+    """A driver call's results; a failure raises CudaError (CapacityError when out of
+    memory) naming the call."""
     driver = cu()
-    err, *rest = result if isinstance(result, tuple) else (result,)
-    if err != driver.CUresult.CUDA_SUCCESS:
-        _, msg = driver.cuGetErrorString(err)
-        text = msg.decode() if isinstance(msg, bytes) else str(msg)
-        cls = CapacityError if err == driver.CUresult.CUDA_ERROR_OUT_OF_MEMORY else CudaError
-        raise cls(f"{what} failed: {err.name}: {text}")
-    if not rest:
-        return None
-    return rest[0] if len(rest) == 1 else tuple(rest)
+    return checked(result, what, ok=driver.CUresult.CUDA_SUCCESS,
+                   out_of_memory=driver.CUresult.CUDA_ERROR_OUT_OF_MEMORY,
+                   message=driver.cuGetErrorString, error=CudaError)
 
 
 class Context:

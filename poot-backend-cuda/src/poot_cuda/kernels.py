@@ -2,16 +2,18 @@
 
 Plan time (no GPU needed) is poot.kernel_backend's: each eqn becomes a
 `CompiledProgram` of `CompiledKernel`s whose `binary` is a CUBIN. `bind` is the
-load-time half: modules loaded once per context, each kernel's buffer parameters
-resolved to device pointers, ready to launch or capture.
+load-time half: modules loaded once per context and each kernel's buffer parameters
+resolved to device pointers (poot.simt_backend), each tensor map encoded, ready to launch
+or capture.
 """
 from __future__ import annotations
 
 from poot.codegen.program import Kernel, KernelProgram
 from poot.kernel_backend import CompiledKernel, CompiledProgram
+from poot.simt_backend import ModuleCache, bound_kernels
 
 from poot_cuda.compiler import compile_cubin
-from poot_cuda.driver import Context, Launch
+from poot_cuda.driver import Launch
 from poot_cuda.printer import CudaPrinter, dynamic_shared_bytes
 from poot_cuda.tensor_map import encode
 
@@ -30,22 +32,6 @@ def compile_program(program: KernelProgram, printer: CudaPrinter) -> CompiledPro
     return CompiledProgram(program, kernels, printer.device)
 
 
-class ModuleCache:
-    """One loaded module per CUBIN per context."""
-
-    def __init__(self, ctx: Context):
-        self.ctx, self._modules = ctx, {}
-
-    def function(self, ck: CompiledKernel):
-        mod = self._modules.get(ck.binary)
-        if mod is None:
-            mod = self._modules[ck.binary] = self.ctx.load_module(ck.binary)
-        fn = self.ctx.function(mod, ck.kernel.name)
-        if ck.dynamic_shared:
-            self.ctx.allow_dynamic_shared(fn, ck.dynamic_shared)
-        return fn
-
-
 def may_overlap(kernel, constants: frozenset[int]) -> bool:
     """Whether the kernel may start while the one before it runs: what it loads before its
     AwaitInputs (all of it, without one: nothing) is among `constants`."""
@@ -61,13 +47,10 @@ def bind(compiled: CompiledProgram, modules: ModuleCache, operand_ptrs: dict[int
     `overlap`: programmatic dependent launches, except for a kernel that loads before
     its AwaitInputs an operand not among `constants` (one a step may write)."""
     launches = []
-    for ck in compiled.kernels:
-        ptrs = {}
-        for b in ck.kernel.buffers:
-            ptrs[b.name] = scratch_ptrs[b.name] if b.operand is None else operand_ptrs[b.operand]
+    for ck, function, ptrs in bound_kernels(compiled, modules, operand_ptrs, scratch_ptrs):
         maps = [encode(tm, ck.kernel.buffer(tm.buffer).dtype, ptrs[tm.buffer])
                 for tm in ck.kernel.tensor_maps]
-        launches.append(Launch(modules.function(ck), ck.kernel.grid, ck.kernel.workgroup,
+        launches.append(Launch(function, ck.kernel.grid, ck.kernel.workgroup,
                                list(ptrs.values()), ck.kernel.name, ck.dynamic_shared,
                                overlap and may_overlap(ck.kernel, constants),
                                maps))

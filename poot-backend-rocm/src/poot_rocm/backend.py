@@ -1,5 +1,6 @@
 """The ROCm backend: probe, capability table per target, plan-time lowering (print +
-hiprtc), runtime on hip-python.
+hiprtc), runtime on hip-python; what it shares with the CUDA backend (devices,
+compile-only devices) is poot.simt_backend's.
 
 A device's target comes from the device (its gcnArchName and wavefront width); a
 compile-only device names it (`compile_only_device("gfx90a")`, "gfx1030",
@@ -7,10 +8,10 @@ compile-only device names it (`compile_only_device("gfx90a")`, "gfx1030",
 """
 from __future__ import annotations
 
-from poot.backend import Device
 from poot.codegen.program import KernelProgram
-from poot.errors import DeviceUnavailable
-from poot.kernel_backend import CompiledProgram, KernelBackend
+from poot.contract import Device
+from poot.kernel_backend import CompiledProgram
+from poot.simt_backend import SimtBackend
 
 from poot_rocm.archs import Target, target
 from poot_rocm.capability import facts, table
@@ -19,27 +20,24 @@ from poot_rocm.printer import HipPrinter
 from poot_rocm.probe import probe
 
 
-class RocmBackend(KernelBackend):
+class RocmBackend(SimtBackend):
     name = "rocm"
     priority = 90
     language = "hip"
 
-    def probe(self) -> list[Device]:
-        devices, _ = probe()
-        return [Device("rocm", d.index, d.name,
-                       (("arch", d.arch), ("wavefront", d.wavefront),
-                        ("lds_bytes", d.lds_bytes), ("total_bytes", d.total_bytes)))
-                for d in devices]
+    def found(self):
+        return probe()
 
-    def unavailable_reason(self) -> str | None:
-        return probe()[1]
+    def device(self, d) -> Device:
+        return Device(self.name, d.index, d.name,
+                      (("arch", d.arch), ("wavefront", d.wavefront),
+                       ("lds_bytes", d.lds_bytes), ("total_bytes", d.total_bytes)))
 
-    @staticmethod
-    def compile_only_device(name: str = "gfx90a") -> Device:
+    @classmethod
+    def compile_only_device(cls, name: str = "gfx90a") -> Device:
         """A device record for planning and compiling without a GPU (CI's compile check)."""
         t = target(name)
-        return Device("rocm", -1, f"compile-only {t.name}",
-                      (("arch", t.arch.name), ("wavefront", t.wave)))
+        return cls.compile_only(t.name, (("arch", t.arch.name), ("wavefront", t.wave)))
 
     @staticmethod
     def target(device: Device) -> Target:
@@ -59,9 +57,7 @@ class RocmBackend(KernelBackend):
         """The kernels of one eqn, printed and built as one hiprtc unit."""
         return compile_program(program, self.printer(device))
 
-    def runtime(self, device: Device):
-        if device.index < 0:
-            raise DeviceUnavailable(f"{device} compiles only; it has no runtime")
+    def open_runtime(self, device: Device):
         from poot_rocm.runtime import RocmRuntime
 
         return RocmRuntime(device)

@@ -15,8 +15,9 @@ graph captured from the stream keeps its own copy).
 from __future__ import annotations
 
 import numpy as np
-from poot.errors import CapacityError, DeviceUnavailable, PootError
+from poot.errors import DeviceUnavailable, PootError
 from poot.optional import require
+from poot.simt_backend import checked
 
 
 class HipError(PootError):
@@ -28,20 +29,12 @@ def hip():
 
 
 def check(result, what: str):
+    """A HIP call's results; a failure raises HipError (CapacityError when out of memory)
+    naming the call."""
     api = hip()
-    err, *rest = result if isinstance(result, tuple) else (result,)
-    if err != api.hipError_t.hipSuccess:
-        text = ""
-        try:
-            _, msg = api.hipGetErrorString(err)
-            text = msg.decode() if isinstance(msg, bytes) else str(msg)
-        except Exception:  # noqa: BLE001 - the message is a courtesy
-            pass
-        cls = CapacityError if err == api.hipError_t.hipErrorOutOfMemory else HipError
-        raise cls(f"{what} failed: {err.name}: {text}")
-    if not rest:
-        return None
-    return rest[0] if len(rest) == 1 else tuple(rest)
+    return checked(result, what, ok=api.hipError_t.hipSuccess,
+                   out_of_memory=api.hipError_t.hipErrorOutOfMemory,
+                   message=api.hipGetErrorString, error=HipError)
 
 
 def address(ptr) -> int:
