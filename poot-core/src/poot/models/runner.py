@@ -156,6 +156,7 @@ class Model:
         """The Session for this KV form and batch (planned lazily, cached). `pool` is the
         paged pool's size in token slots (default: room for `batch` whole sequences);
         `decode_batches` and `prefill_batches` add plans of these batch sizes."""
+        from poot.models.sample_graph import slot_values
         from poot.runtime.session import Session
 
         kv = kv or self.kv
@@ -168,7 +169,8 @@ class Model:
                 pool_slots=pool, target=(self.backend, self.device),
                 decode_batches=decode_batches, prefill_batches=prefill_batches,
                 runtime=None if self.tp is None else self.tp.runtime,
-                make_sampled=lambda b, mode: self._timed_graph(1, b, kv, pool, mode))
+                make_sampled=lambda b, mode: self._timed_graph(1, b, kv, pool, mode),
+                padding_draws=lambda b, mode: slot_values([], b, mode))
             if self.progress:
                 session.progress = BindingBar()
             self._fit_features(session)

@@ -22,12 +22,17 @@ The builder's interface is the Llama builder's (poot.models.llama.build_decoder)
 A graph may also take per-sequence slots of owner-defined roles, one value per batch row
 (`row_slots`: the LoRA adapter index), and a model may run each step through a `stepper`
 (the expert pool pages experts in and re-runs the step until they are resident).
+A decode step that samples in the graph (`make_sampled(batch, mode)`) takes the sampler's
+slots besides these; their owner is the model's sampler, not the session: each step's
+values come from the caller (`draws`), and those of padding rows from `padding_draws`.
+An "argmax" step samples greedily and takes no sampler slot.
 Dense KV holds one sequence; paged KV holds as many as its pool has blocks for.
 `runtime` (optional) is the runtime the first plan binds to, and through the shared weight
 cache every later one: a tensor-parallel rank's, whose communicator runs the collectives.
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -60,7 +65,8 @@ class Session:
                  pool_slots: int | None = None, block: int = 16, target=None,
                  compile: bool = True, decode_batches: Sequence[int] = (),
                  prefill_batches: Sequence[int] = (), runtime=None,
-                 make_sampled: Callable[[int, str], object] | None = None):
+                 make_sampled: Callable[[int, str], object] | None = None,
+                 padding_draws: Callable[[int, str], Mapping] | None = None):
         if kv not in ("dense", "paged"):
             raise BindError(f"kv must be 'dense' or 'paged', not {kv!r}")
         if kv == "dense" and batch != 1:
@@ -69,6 +75,9 @@ class Session:
         #: `make_sampled(batch, mode)`: a decode step that samples in the graph
         #: (poot.models.llama.build_decoder's `sample`); None: the host samples
         self.make_sampled = make_sampled
+        #: `padding_draws(batch, mode)`: the sampler slots of a sampled step of `batch`
+        #: padding rows (poot.models.sample_graph.slot_values([], batch, mode))
+        self.padding_draws = padding_draws
         self.compile = compile
         self.capacity, self.batch, self.prefill_tokens = capacity, batch, prefill_tokens
         if any(not 0 < b <= batch for b in (*decode_batches, *prefill_batches)):
@@ -85,6 +94,9 @@ class Session:
         self.executors: dict[tuple, Executor] = {}
         #: called as `progress(done, total, label)` while a new plan binds its buffers
         self.progress = None
+        #: called as `planned(key, seconds)` once a new plan is ready: its graph built and
+        #: compiled, planned, its kernels printed and built, its buffers bound
+        self.planned: Callable[[tuple, float], None] | None = None
         #: per-sequence slots of owner-defined roles (e.g. the LoRA adapter index), one value
         #: per batch row: slot name -> {sequence: value}; a padding row or a sequence not
         #: listed gets 0. The model declares the names; `open(seq, rows=...)` sets values.
@@ -106,6 +118,7 @@ class Session:
         key = plan_key(tokens, batch, sample)
         ex = self.executors.get(key)
         if ex is None:
+            t0 = time.perf_counter()
             if sample is None:
                 made = self.make_graph(tokens, batch)
             elif self.make_sampled is None or tokens != 1:
@@ -118,6 +131,8 @@ class Session:
                           runtime=self.runtime if self.weights is None else None)
             self.weights, self.state = ex.weights, ex.state
             self.executors[key] = ex
+            if self.planned is not None:
+                self.planned(key, time.perf_counter() - t0)
         return ex
 
     def _plannable(self, made):
@@ -129,9 +144,9 @@ class Session:
         graph = made if isinstance(made, Graph) else made.graph
         if not self.compile or any(e.op.compiler_only for e in graph.eqns()):
             return graph
-        import poot
+        from poot.compiler import compile as compile_graph
 
-        return poot.compile(graph, self.target)
+        return compile_graph(graph, self.target)
 
     # -- sequences --------------------------------------------------------------------
     def open(self, seq, rows: Mapping | None = None) -> None:
@@ -247,17 +262,25 @@ class Session:
         recorded this one before any sequence needs it."""
         if self.kv != "paged":
             raise BindError("rehearse runs paged plans; a dense session has no padding rows")
-        from poot.models.sample_graph import slot_values
-
+        draws = self._padding(batch, sample) if sample else {}
         ex = self.executor(tokens, batch, sample)
         slots = {"tokens": np.zeros((batch, tokens), np.int32),
                  "pos": np.zeros((batch, 1), np.int32),
                  "write_map": np.full(batch * tokens, -1, np.int32),
-                 "slot_map": np.zeros((batch, self.capacity), np.int32),
-                 **(slot_values([], batch, sample) if sample else {})}
+                 "slot_map": np.zeros((batch, self.capacity), np.int32), **draws}
         if LAST in ex.slots:
             slots[LAST] = np.zeros(batch, np.int32)
         self._run(ex, slots, [None] * batch, np.zeros(batch * tokens, bool))
+
+    def _padding(self, batch: int, sample: str) -> dict:
+        """The sampler slots of a sampled step whose `batch` rows are all padding (the
+        rows a step fills with real ones are the caller's `draws`)."""
+        if sample == "argmax":
+            return {}
+        if self.padding_draws is None:
+            raise BindError(f"a {sample!r} sampled step takes the sampler's slots; this "
+                            f"session was given no padding_draws for its padding rows")
+        return dict(self.padding_draws(batch, sample))
 
     def _chunk(self, seq, chunk: np.ndarray, t: int) -> np.ndarray:
         if self.kv == "paged":
@@ -287,8 +310,6 @@ class Session:
         if not 0 < len(seqs) <= self.batch or self.stepper:
             raise BindError(f"decode_launch takes 1 to {self.batch} sequences and no "
                             f"stepper, got {len(seqs)}")
-        from poot.models.sample_graph import slot_values
-
         first = [0 if after is not None else tokens[s] for s in seqs]
         if self.kv == "dense":
             (seq,) = seqs
@@ -298,8 +319,8 @@ class Session:
             row_seqs = seqs
         else:
             rows = {s: [t] for s, t in zip(seqs, first, strict=True)}
-            ex, slots, _, row_seqs = self._paged_slots(
-                rows, 1, self.decode_batches, "argmax", lambda b: slot_values([], b, "argmax"))
+            ex, slots, _, row_seqs = self._paged_slots(       # argmax: no sampler slot
+                rows, 1, self.decode_batches, "argmax", None)
         feed = None
         if after is not None:
             del slots["tokens"]
