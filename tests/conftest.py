@@ -15,8 +15,8 @@ if str(Path(__file__).parent) not in sys.path:
 @pytest.fixture
 def wgpu_device():
     """Skip with the probe's reason where no wgpu adapter is found."""
-    from poot.backend import select_backend
     from poot.errors import PootError
+    from poot.plugin import select_backend
 
     try:
         select_backend("wgpu")

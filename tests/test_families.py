@@ -146,8 +146,8 @@ def test_family_matches_numpy_reference(tmp_path, family):
 @pytest.mark.parametrize("family", ["gemma3", "qwen2-yarn", "qwen2-moe"])
 def test_family_on_wgpu(tmp_path, family):
     """The same on wgpu (lavapipe here): q/k norms, GeGLU, rings, YaRN tables on a GPU API."""
-    from poot.backend import select_backend
     from poot.errors import PootError
+    from poot.plugin import select_backend
 
     try:
         select_backend("wgpu")

@@ -114,8 +114,8 @@ def test_gguf_family_matches_numpy_reference(tmp_path, arch):
 
 def test_packed_moe_on_wgpu(tmp_path):
     """Qwen3-MoE's Q8_0 expert stacks as indexed packed contractions on wgpu (lavapipe)."""
-    from poot.backend import select_backend
     from poot.errors import PootError
+    from poot.plugin import select_backend
 
     try:
         select_backend("wgpu")
@@ -125,9 +125,9 @@ def test_packed_moe_on_wgpu(tmp_path):
 
 
 def check(tmp_path, arch: str, backend: str) -> None:
-    from poot.backend import select_backend
     from poot.models.loader import open_model
     from poot.models.runner import Model
+    from poot.plugin import select_backend
 
     cfg, hf = write_gguf(tmp_path / f"{arch}.gguf", arch)
     ckpt, config = open_model(str(tmp_path / f"{arch}.gguf"), max_seq=32)

@@ -138,10 +138,10 @@ def f32_folder(tmp_path_factory, hf_weights, tokenizer_dir) -> Path:
 @pytest.fixture(scope="module")
 def gguf_two_layers(smollm2_gguf):
     """The GGUF checkpoint itself (Q4_1, adjacent-pair q/k rows) cut to its first LAYERS."""
-    from poot.backend import select_backend
     from poot.models.loader import open_model
     from poot.models.runner import Model
     from poot.models.tokenizer import Tokenizer
+    from poot.plugin import select_backend
 
     ckpt, config = open_model(str(smollm2_gguf))
     assert config.rope_layout == "pairs" and config.layers == 30

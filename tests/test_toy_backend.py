@@ -112,7 +112,7 @@ class Overreach(ToyBackend):
 
     def lower(self, eqn, graph, device):
         if any(graph.type_of(v).dtype is DType.F16 for v in eqn.value_inputs()):
-            from poot.backend import Lowering
+            from poot.contract import Lowering
             from poot_toy.kernels import kernel_for
 
             return Lowering("toy.f16", program=kernel_for(type(eqn.op).__name__,

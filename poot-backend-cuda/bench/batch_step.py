@@ -80,10 +80,10 @@ def q4_1_blocks(rng, n: int, k: int) -> np.ndarray:
 def smollm2_model(max_seq: int):
     """SmolLM2-135M's shape, untied (a random tied head echoes the input), random Q4_1
     projections, on the cuda backend."""
-    from poot.backend import get_backend
     from poot.formats import get_format
     from poot.models.llama import LlamaConfig, random_weights
     from poot.models.runner import Model
+    from poot.plugin import get_backend
 
     cfg = LlamaConfig(vocab=49152, dim=576, layers=30, heads=9, kv_heads=3, head_dim=64,
                       ffn=1536, norm_eps=1e-5, rope_base=100000.0, rope_layout="pairs",

@@ -277,8 +277,8 @@ def check_reduced(layers: int, runtime, backend, device, prefill: int = 0) -> bo
     over the same weight bytes, at positions 0 and 1; with `prefill`, also the last
     token's of a prefill step of that many tokens."""
     import poot
-    from poot.backend import get_backend
     from poot.plan import plan
+    from poot.plugin import get_backend
     from poot.runtime.executor import Executor
 
     config = shape_config("8b", layers)

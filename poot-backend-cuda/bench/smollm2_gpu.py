@@ -110,8 +110,8 @@ def load(backend: str, max_seq: int, random: bool = False):
 
     t0 = time.perf_counter()
     if random:
-        from poot.backend import get_backend
         from poot.models.runner import Model
+        from poot.plugin import get_backend
 
         cfg, weights = random_smollm2(max_seq)
         b = get_backend(backend)

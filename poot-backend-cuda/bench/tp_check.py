@@ -64,9 +64,9 @@ def expected(kind: str, dtype: str, shape, ranks: int) -> np.ndarray:
 
 def collectives(rank: int = 0, group=None) -> int:
     import poot
-    from poot.backend import get_backend
     from poot.parallel.model import rank_device
     from poot.plan import plan
+    from poot.plugin import get_backend
     from poot.runtime.executor import Executor
 
     backend = get_backend("cuda")
@@ -149,11 +149,11 @@ def tiled_weights(config, seed: int = 0):
 
 def bench(shape: str, steps: int, rank: int = 0, group=None) -> int:
     import poot
-    from poot.backend import get_backend
     from poot.models.llama import build_decoder, const_inputs
     from poot.parallel import shard_step
     from poot.parallel.model import rank_device
     from poot.plan import plan
+    from poot.plugin import get_backend
     from poot.runtime.executor import Executor
 
     sys.path.insert(0, __file__.rsplit("/", 1)[0])
@@ -219,8 +219,8 @@ def main() -> int:
     ap.add_argument("--shape", choices=("8b", "smollm2"), default="8b")
     ap.add_argument("--steps", type=int, default=48)
     args = ap.parse_args()
-    from poot.backend import get_backend
     from poot.parallel.launch import launch
+    from poot.plugin import get_backend
 
     ranks = args.ranks or len(get_backend("cuda").probe())
     if args.what == "collectives":

@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import pytest
-from poot.backend import backends
 from poot.dtypes import DType
 from poot.errors import DeviceUnavailable, DtypeLowering, UnsupportedOp
 from poot.ir import Builder
 from poot.ir.ops import Binary, BinaryOp, Reduce, ReduceOp, Unary, UnaryOp
 from poot.ir.types import TensorType
+from poot.plugin import backends
 from poot_cuda.backend import CudaBackend
 from poot_cuda.probe import probe
 

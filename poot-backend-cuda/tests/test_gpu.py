@@ -60,7 +60,7 @@ def test_graph_replay_is_identical_to_itself_and_correct(ctx, case_id):
 
 
 def test_runtime_memory_round_trip(gpu):
-    from poot.backend import Device
+    from poot.contract import Device
     from poot_cuda.runtime import CudaRuntime
 
     rt = CudaRuntime(Device("cuda", gpu.index, gpu.name))

@@ -70,7 +70,7 @@ def test_llama_step_runs_on_the_gpu(gpu, tokens, kv, dtype, fmt):
 
 def test_the_step_harness_on_the_reference_backend():
     """The GPU test's own logic, checked where it can run: on the reference backend."""
-    from poot.backend import get_backend
+    from poot.plugin import get_backend
 
     ref = get_backend("reference")
     run_step_against_oracle(ref, ref.default_device(), 1, "dense", "f32", None, runs=1)

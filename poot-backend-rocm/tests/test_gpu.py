@@ -17,7 +17,7 @@ CONFIG = tiny_config()
 @pytest.mark.parametrize("weights_kw", [{}, {"dtype": "bf16"}, {"packed_format": "gguf:Q4_1"}],
                          ids=["f32", "bf16", "Q4_1"])
 def test_decode_matches_reference_and_replays(gpu, weights_kw):
-    from poot.backend import backends
+    from poot.plugin import backends
 
     backend = backends()["rocm"]
     device = backend.probe()[gpu.index]

@@ -12,9 +12,10 @@ import types
 import poot
 import pytest
 from poot import ops
-from poot.backend import Device, backends
+from poot.contract import Device
 from poot.errors import DeviceUnavailable
 from poot.plan import plan
+from poot.plugin import backends
 from poot_rocm import driver
 from poot_rocm.backend import RocmBackend
 from poot_rocm.probe import probe

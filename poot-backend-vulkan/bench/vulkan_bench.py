@@ -46,8 +46,8 @@ def summary(key: str, value) -> None:
 
 def decode(backends: list[str], tokens: int, random: bool, max_seq: int,
            profiled: bool = False) -> dict[str, float]:
-    from poot.backend import get_backend
     from poot.models.hub import smollm2_path
+    from poot.plugin import get_backend
     from smollm2_gpu import PROMPT, PROMPT_IDS, greedy, load, tps
 
     random = random or smollm2_path() is None
@@ -308,8 +308,8 @@ def neg_pass_gbs(backend, device, runtime, nbytes: int) -> float:
 
 def bandwidth(n: int, k: int, links: int, copy_mb: int) -> None:
     """bf16 GEMV GB/s on vulkan as a fraction of a buffer copy timed the same way."""
-    from poot.backend import get_backend
     from poot.plan import plan
+    from poot.plugin import get_backend
     from poot.runtime.executor import Executor
     from poot_vulkan.memory import VulkanBuffer
     from poot_vulkan.step import Copy, RecordedStep

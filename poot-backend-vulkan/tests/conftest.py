@@ -19,7 +19,7 @@ def vulkan_device():
 
 @pytest.fixture(scope="session")
 def vulkan_target(vulkan_device):
-    from poot.backend import get_backend
+    from poot.plugin import get_backend
 
     backend = get_backend("vulkan")
     return backend, backend.probe()[0]

@@ -32,7 +32,7 @@ def _limited(dev, **limits):
 
 
 def test_software_devices_rank_last_and_are_used_only_when_named(vulkan_target):
-    from poot.backend import select_backend
+    from poot.plugin import select_backend
 
     backend, device = vulkan_target
     kinds = [dict(d.info)["device_type"] for d in backend.probe()]

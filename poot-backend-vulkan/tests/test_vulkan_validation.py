@@ -12,12 +12,12 @@ import pytest
 
 SCRIPT = r"""
 import numpy as np
-from poot.backend import get_backend
 from poot.conformance.roles import input_role
 from poot.dtypes import DType
 from poot.ir import ops as O
 from poot.ir.builder import Builder
 from poot.plan import plan
+from poot.plugin import get_backend
 from poot.runtime.executor import Executor
 from poot_vulkan.device import instance
 

@@ -23,9 +23,9 @@ class Run:
 
     def __init__(self, backend: str, config, weights, pool_rows: int | None, warm: int):
         import poot
-        from poot.backend import select_backend
         from poot.models.expert_pool import ExpertPager, ExpertPool
         from poot.models.llama import build_decoder
+        from poot.plugin import select_backend
         from poot.runtime.session import Session
 
         target = select_backend(backend)

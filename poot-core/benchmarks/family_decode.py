@@ -60,11 +60,11 @@ def load(name: str, backend: str, max_seq: int, random: bool = False):
     from dataclasses import replace
 
     import poot
-    from poot.backend import select_backend
     from poot.models import config as C
     from poot.models.hub import cached_model_path
     from poot.models.llama import random_weights
     from poot.models.runner import Model
+    from poot.plugin import select_backend
 
     if cached_model_path(name).is_file() and not random:
         return poot.load(name, backend, max_seq=max_seq), "real"

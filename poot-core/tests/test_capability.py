@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from poot.backend import Backend, Device
 from poot.capability import CapabilityTable, Use, every_op_key, op_keys
+from poot.contract import Backend, Device
 from poot.dtypes import DType
 from poot.errors import DtypeLowering, LimitExceeded, LoweringError, PootError, UnsupportedOp
 from poot.formats import PackedWeight

@@ -6,11 +6,11 @@ from collections import Counter
 
 import poot
 import pytest
-from poot.backend import get_backend
 from poot.compiler import PASSES, Compiled, LimitedBackend, Policy, PolicyError, run_pass
 from poot.compiler.validate import validate
 from poot.errors import UnknownBackend
 from poot.models.llama import build_decoder, const_inputs, random_weights, tiny_config
+from poot.plugin import get_backend
 
 CASES = [  # tokens, kv, dtype, packed format
     (1, "dense", "f32", None),

@@ -251,7 +251,7 @@ def test_cli_conformance_unknown_backend_is_one_line(capsys):
 
 
 def test_a_backend_without_a_device_is_a_usage_error_with_its_reason(pytester):
-    from poot.backend import Backend
+    from poot.contract import Backend
     from poot.plugin import hookimpl, register, unregister
 
     class Absent(Backend):

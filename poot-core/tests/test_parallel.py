@@ -8,12 +8,12 @@ from dataclasses import replace
 import numpy as np
 import poot
 import pytest
-from poot.backend import get_backend
 from poot.backends.reference.runtime import ReferenceRuntime
 from poot.errors import GraphError, ShardError, UnsupportedOp
 from poot.ir import ops as O
 from poot.ir.builder import Builder
 from poot.ir.types import StorageClass, TensorType
+from poot.plugin import get_backend
 from poot.models.llama import (
     LlamaConfig,
     build_decoder,

@@ -5,10 +5,10 @@ from __future__ import annotations
 import poot
 import pytest
 from poot import ops
-from poot.backend import get_backend
 from poot.compiler import LimitedBackend, Policy
 from poot.compiler.validate import validated_pass
 from poot.ir.types import SlotKind
+from poot.plugin import get_backend
 
 
 def attention_graph(lead, hq, hkv, t, s, d, window=None, scale=None, witness_probs=False,

@@ -81,8 +81,8 @@ def test_whole_pipeline_agrees_on_the_mlp():
 
 
 def test_head_the_target_cannot_lower_keeps_its_chain():
-    from poot.backend import get_backend
     from poot.compiler import LimitedBackend
+    from poot.plugin import get_backend
 
     g = poot.trace(lambda a, b: ops.tanh(ops.matmul(a, b)), poot.spec((4, 8)),
                    poot.spec((8, 5)))

@@ -5,9 +5,9 @@ from collections import Counter
 
 import poot
 from poot import ops
-from poot.backend import get_backend
 from poot.compiler import LimitedBackend
 from poot.compiler.validate import validated_pass
+from poot.plugin import get_backend
 
 
 def kinds(g) -> Counter:

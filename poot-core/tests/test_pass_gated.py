@@ -8,10 +8,10 @@ from collections import Counter
 
 import poot
 import pytest
-from poot.backend import get_backend
 from poot.compiler import LimitedBackend
 from poot.compiler.validate import validate
 from poot.models.llama import build_decoder, const_inputs, random_weights, tiny_config
+from poot.plugin import get_backend
 
 
 def compiled(refused: set, fmt="gguf:Q4_0"):

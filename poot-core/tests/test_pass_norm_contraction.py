@@ -8,10 +8,10 @@ from collections import Counter
 
 import poot
 import pytest
-from poot.backend import get_backend
 from poot.compiler import LimitedBackend, Policy
 from poot.compiler.validate import validate
 from poot.models.llama import build_decoder, const_inputs, random_weights, tiny_config
+from poot.plugin import get_backend
 
 
 def compiled_step(fmt="gguf:Q4_0", tokens=1, target="reference", stack_qkv=True,

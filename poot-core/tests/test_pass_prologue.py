@@ -10,7 +10,6 @@ import ml_dtypes
 import numpy as np
 import poot
 import pytest
-from poot.backend import get_backend
 from poot.codegen.cases import silu_mul
 from poot.codegen.interp import run_lowering
 from poot.codegen.lower import lower
@@ -25,6 +24,7 @@ from poot.ir.ops import ContractionPrologue, DenseContraction, PackedContraction
 from poot.ir.types import TensorType as T
 from poot.models.llama import build_decoder, const_inputs, random_weights, tiny_config
 from poot.oracle import apply
+from poot.plugin import get_backend
 
 
 def compiled_step(tokens=1, target="reference", fmt="gguf:Q4_0", **kw):

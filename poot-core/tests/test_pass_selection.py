@@ -5,13 +5,13 @@ from __future__ import annotations
 import poot
 import pytest
 from poot import ops
-from poot.backend import get_backend
 from poot.compiler import LimitedBackend
 from poot.compiler.validate import validated_pass
 from poot.errors import UnsupportedOp
 from poot.ir.builder import Builder
 from poot.ir.ops import BlockTopK, SelectedAttention
 from poot.ir.types import SlotKind, TensorType
+from poot.plugin import get_backend
 
 
 def indexer_graph(h=2, t=3, s=16, d=8, block=4, k=2):

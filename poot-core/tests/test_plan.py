@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from poot import ops
-from poot.backend import Backend
 from poot.backends.reference import BACKEND as REFERENCE
 from poot.capability import CapabilityTable, Use
+from poot.contract import Backend
 from poot.dtypes import DType
 from poot.errors import GraphError, UnsupportedOp
 from poot.ir import ops as O

@@ -4,13 +4,14 @@ from __future__ import annotations
 import contextlib
 
 import pytest
-from poot.backend import Backend, Device, get_backend, select_backend
 from poot.capability import CapabilityTable, Use
+from poot.contract import Backend, Device
 from poot.dtypes import DType
 from poot.errors import DeviceUnavailable, UnknownBackend
 from poot.ir.ops import BinaryOp
 from poot.ir.types import SlotKind
 from poot.plugin import PluginManager, hookimpl, manager, register, unregister
+from poot.plugin import get_backend, select_backend
 
 
 class FakeBackend(Backend):

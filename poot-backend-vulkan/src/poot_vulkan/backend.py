@@ -6,7 +6,7 @@ the kernel is dispatched with.
 """
 from __future__ import annotations
 
-from poot.backend import Device
+from poot.contract import Device
 from poot.errors import DeviceUnavailable
 from poot.kernel_backend import CompiledKernel, KernelBackend
 

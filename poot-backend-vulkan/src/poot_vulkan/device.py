@@ -2,7 +2,7 @@
 
 Devices are ranked discrete GPU > integrated GPU > virtual GPU > CPU (Mesa lavapipe):
 `probe` lists them in that order, and poot picks a software (CPU) device only when the
-backend is named (`poot.backend.select_backend` skips `Device.is_software`). What each
+backend is named (`poot.plugin.select_backend` skips `Device.is_software`). What each
 device can do is read once into `DeviceFacts` (features, subgroup properties, limits,
 extensions, memory types): the capability table and the printer decide from it.
 

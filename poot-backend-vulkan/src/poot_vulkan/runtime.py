@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import numpy as np
-from poot.backend import Device
 from poot.codegen.program import OUT, SCRATCH, BufferParam
+from poot.contract import Device
 from poot.errors import BindError, UnsupportedOp
 
 from poot_vulkan.context import VulkanDevice

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import numpy as np
-from poot.backend import Device
 from poot.codegen.lower import lower
 from poot.codegen.program import OUT, SCRATCH, BufferParam
+from poot.contract import Device
 from poot.errors import BindError, UnsupportedOp
 from poot.ir.ops import Broadcast
 

@@ -18,7 +18,7 @@ _LAZY = {
 
 #: subpackages reachable as attributes of `poot` without importing them first
 _SUBMODULES = {"ops", "ir", "errors", "dtypes", "oracle", "contract", "models", "plan", "runtime",
-               "plugin", "backend", "capability", "formats", "codegen", "conformance"}
+               "plugin", "capability", "formats", "codegen", "conformance"}
 
 
 def __getattr__(name: str):

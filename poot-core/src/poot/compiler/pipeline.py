@@ -5,10 +5,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from poot.backend import Backend, Device
 from poot.capability import CapabilityTable
 from poot.compiler import stages
 from poot.compiler.context import PassContext
+from poot.contract import Backend, Device
 from poot.compiler.passes import (
     attention,
     collectives,
@@ -76,7 +76,7 @@ class Compiled:
 
 def resolve_target(target) -> tuple[Backend, Device]:
     """None (best available), a backend name or Backend, or a (backend, device) pair."""
-    from poot.backend import get_backend, select_backend
+    from poot.plugin import get_backend, select_backend
 
     if target is None or isinstance(target, str):
         return select_backend(target)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from poot.backend import Backend
+from poot.contract import Backend
 
 
 class LimitedBackend(Backend):

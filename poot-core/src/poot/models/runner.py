@@ -426,7 +426,7 @@ def load(model: str, backend: str | None = None, *, kv: str = "dense", max_seq: 
     "fast") and `kv_dtype` ("f32", "f16" or "q8_0"; None: f32 for exact, f16 for fast) say
     how contractions read their activations and how the KV cache holds its rows (docs/ir.md
     section 15); an unknown one, or one the backend cannot run, is a PrecisionError."""
-    from poot.backend import select_backend
+    from poot.plugin import select_backend
     from poot.errors import ConfigError
     from poot.models.loader import open_model
     from poot.models.shapes import check_memory

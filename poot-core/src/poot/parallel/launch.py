@@ -20,8 +20,8 @@ RANK_ENV = {"NCCL_NVLS_ENABLE": "0"}
 
 def launch(ranks: int, backend: str | None, fn, *args) -> int:
     """Run `fn` on every rank; the largest exit code (rank 0's result where all are 0)."""
-    from poot.backend import select_backend
     from poot.parallel.local import run_ranks
+    from poot.plugin import select_backend
 
     os.environ.update(RANK_ENV)
     b, _ = select_backend(backend)

@@ -21,14 +21,15 @@ from __future__ import annotations
 
 import math
 
-from poot.backend import Backend, Device, get_backend, select_backend
 from poot.contract import ALIGN, ARENA, Copy, Lowering, Note, Place, Plan, Region, Step, WeightSpec
+from poot.contract import Backend, Device
 from poot.errors import GraphError
 from poot.ir import ops as O
 from poot.ir.graph import Eqn, Graph, Lit, OutputKind, Value
 from poot.ir.types import StorageClass, TensorType, ValueId
 from poot.plan.arena import Interval, assign_offsets
 from poot.plan.inline import has_composites, inline_composites
+from poot.plugin import get_backend, select_backend
 
 _IN_PLACE_OPS = (O.DynamicUpdateSlice, O.ScatterUpdate, O.RopeScatter)
 

@@ -1,8 +1,8 @@
 """The toy backend: a deliberately partial table (F32 elementwise and reductions only)."""
 from __future__ import annotations
 
-from poot.backend import Backend, Device, Lowering
 from poot.capability import CapabilityTable, Use, op_keys
+from poot.contract import Backend, Device, Lowering
 from poot.dtypes import DType
 
 from poot_toy.kernels import BINARY, UNARY, kernel_for
