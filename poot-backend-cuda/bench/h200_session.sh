@@ -74,7 +74,7 @@ python3 -m pip install -q --no-deps --no-build-isolation --no-index \
 }
 python3 - >>"$OUT/setup.log" 2>&1 <<'EOF' || { echo "IMPORT CHECK FAILED"; rc=1; }
 import gguf, numpy, poot, poot_cuda, poot_quant
-from poot.backend import backends
+from poot.plugin import backends
 print("gguf", getattr(gguf, "__version__", "?"), "numpy", numpy.__version__)
 print("backends", sorted(backends()))
 print("probe", poot_cuda.probe())
