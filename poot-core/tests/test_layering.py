@@ -1,11 +1,31 @@
-"""Layering of poot-core: no import cycle among its modules, counting imports inside
-functions, and no import of a backend package or of poot_quant.
+"""Layering of poot-core: its modules form layers, each importing only its own and lower
+layers; no import cycle among its modules; no import of a backend package or of poot_quant.
+
+The layers, lowest first (`LAYERS`; each names top-level modules and packages of poot):
+
+    foundation  the package root, errors, dtypes, optional, paths, versions, checked
+    ir          the graph IR, its ops and types (a packed weight's format registry is
+                installed into it from above: poot.ir.packed)
+    seam        the backend contract and the plugin registry
+    meaning     the oracle (what an op computes) and capability tables (what a device takes)
+    codegen     kernel programs, their lowerings, the packed formats they decode, and the
+                KernelBackend base every printing backend subclasses
+    tracing     the tracer and the op library models trace with (packed weights included)
+    compiler    graph passes
+    plan        buffer planning
+    runtime     executors, sessions, weight caches, stream runtimes
+    models      model builders, loaders, sampling, tensor parallelism
+    backends    the built-in reference backend and the conformance suite
+    serve       the HTTP server
+    cli         the command line
 
 The graph is read from the source with `ast`, so an import hidden in a function body
 counts like one at the top of the module. Only imports under `if TYPE_CHECKING:` are
 left out: they never run (every module uses `from __future__ import annotations`).
 An edge goes to the module an import names (`from poot.ir import ops` -> poot.ir.ops;
-`from poot.ir.graph import Lit` -> poot.ir.graph), not to the packages above it.
+`from poot.ir.graph import Lit` -> poot.ir.graph), and to the packages above it that the
+import runs first (`poot.oracle.scalar` runs poot/oracle/__init__.py), except the importer's
+own packages, which are initialised before it.
 """
 from __future__ import annotations
 
@@ -13,6 +33,23 @@ import ast
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
+
+#: (layer, the top-level modules and packages of poot in it), lowest first
+LAYERS = (
+    ("foundation", {"poot", "errors", "dtypes", "optional", "paths", "versions", "checked"}),
+    ("ir", {"ir"}),
+    ("seam", {"contract", "plugin"}),
+    ("meaning", {"oracle", "capability"}),
+    ("codegen", {"formats", "builtin_formats", "codegen", "kernel_backend", "simt_backend"}),
+    ("tracing", {"tracer", "ops"}),
+    ("compiler", {"compiler"}),
+    ("plan", {"plan"}),
+    ("runtime", {"runtime"}),
+    ("models", {"models", "parallel"}),
+    ("backends", {"backends", "conformance"}),
+    ("serve", {"serve"}),
+    ("cli", {"cli", "__main__"}),
+)
 
 
 def _modules() -> dict[str, Path]:
@@ -69,10 +106,38 @@ def _graph() -> tuple[dict[str, set[str]], dict[tuple[str, str], int], list[str]
                 continue
             while target and target not in mods:  # `from poot.x import name` -> poot.x
                 target = target.rpartition(".")[0]
-            if target and target != m:
-                edges[m].add(target)
-                lines.setdefault((m, target), line)
+            for t in (target, *_packages(target)):  # importing poot.a.b runs poot.a first
+                if t and t != m and t not in _packages(m):
+                    edges[m].add(t)
+                    lines.setdefault((m, t), line)
     return edges, lines, forbidden
+
+
+def _packages(name: str) -> list[str]:
+    """The packages above module `name`: poot.a.b -> [poot.a, poot]."""
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(len(parts) - 1, 0, -1)]
+
+
+def _layer(module: str, layers=LAYERS) -> int | None:
+    """The index of `module`'s layer (None: in none), by its top-level name under poot."""
+    top = module.split(".")[1] if "." in module else module
+    return next((i for i, (_, names) in enumerate(layers) if top in names), None)
+
+
+def _upward(edges, lines, layers=LAYERS) -> list[str]:
+    """Every import of a module of a higher layer than the importer's, and every module
+    in no layer, as failure lines."""
+    out = [f"{m} is in no layer of LAYERS" for m in sorted(edges)
+           if _layer(m, layers) is None]
+    for m in sorted(edges):
+        here = _layer(m, layers)
+        for t in sorted(edges[m]):
+            there = _layer(t, layers)
+            if here is not None and there is not None and there > here:
+                out.append(f"{m} (line {lines[(m, t)]}, layer {layers[here][0]}) imports "
+                           f"{t} (layer {layers[there][0]})")
+    return out
 
 
 def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
@@ -138,6 +203,13 @@ def test_no_import_cycle_among_poot_core_modules():
         f"  {len(c)} modules: {_path(edges, lines, c)}" for c in cycles)
 
 
+def test_no_module_imports_from_a_higher_layer():
+    edges, lines, _ = _graph()
+    upward = _upward(edges, lines)
+    assert not upward, "imports against the layers of poot-core (see LAYERS):\n  " + \
+        "\n  ".join(upward)
+
+
 def test_poot_core_imports_no_backend_and_no_quant_package():
     _, _, forbidden = _graph()
     assert not forbidden, "poot-core must not import plugin packages:\n  " + \
@@ -150,6 +222,23 @@ def test_the_graph_sees_imports_inside_functions():
     # poot.formats reaches the plugin manager only from inside a function
     assert "poot.plugin" in edges["poot.formats"]
     assert len(edges) > 100
+
+
+def test_the_graph_sees_the_packages_an_import_runs():
+    """The checker itself: importing a submodule runs its packages' __init__ first, an
+    edge; the importer's own packages are not."""
+    edges, _, _ = _graph()
+    assert {"poot.oracle.scalar", "poot.oracle"} <= edges["poot.codegen.expr"]
+    assert "poot.ir" not in edges["poot.ir.ops.composite"]
+
+
+def test_the_layer_check_reports_an_upward_import_and_a_module_in_no_layer():
+    layers = (("low", {"a"}), ("high", {"b"}))
+    edges = {"poot.a": {"poot.b.x"}, "poot.b.x": {"poot.a"}, "poot.c": set()}
+    lines = {("poot.a", "poot.b.x"): 7, ("poot.b.x", "poot.a"): 3}
+    assert _upward(edges, lines, layers) == [
+        "poot.c is in no layer of LAYERS",
+        "poot.a (line 7, layer low) imports poot.b.x (layer high)"]
 
 
 def test_the_cycle_finder_reports_a_loop():
