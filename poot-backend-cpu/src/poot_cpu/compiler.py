@@ -3,9 +3,9 @@
 The compiler is `$CC`, else `gcc` (Debian's gcc 12 on the machines poot runs on).
 Flags: -O3 for the host's instruction set (-march=native), OpenMP, and the IEEE
 semantics the oracle has (no -ffast-math: no reassociation, no flush to zero).
-Libraries are cached under `$POOT_CACHE/cpu`, keyed by the source, the flags and the
-compiler's own version line, so a changed kernel, flag or compiler never reuses a
-stale library.
+Libraries are cached under `$POOT_CACHE/cpu`, keyed by the source, the flags, the
+compiler's own version line and the host CPU's feature flags (what -march=native
+targets), so a changed kernel, flag, compiler or CPU never reuses a stale library.
 """
 from __future__ import annotations
 
@@ -51,6 +51,20 @@ def compiler_version(cc: str | None = None) -> str:
     return out.stdout.splitlines()[0].strip()
 
 
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+    """The host CPU's feature flags (cpuid, as /proc/cpuinfo lists them; empty where it
+    cannot be read)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
 def cache_dir() -> pathlib.Path:
     from poot.paths import cache_dir as root
 
@@ -59,7 +73,7 @@ def cache_dir() -> pathlib.Path:
 
 def library_key(source: str, flags=FLAGS) -> str:
     h = hashlib.sha256()
-    for part in (compiler_version(), " ".join(flags), source):
+    for part in (compiler_version(), " ".join(flags), " ".join(sorted(cpu_flags())), source):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()[:32]
@@ -111,4 +125,4 @@ def load(source: str, flags=FLAGS) -> ctypes.CDLL:
 
 
 __all__ = ["FLAGS", "CompileError", "build", "cache_dir", "compiler", "compiler_version",
-           "load", "library_key"]
+           "cpu_flags", "load", "library_key"]

@@ -4,21 +4,27 @@ per backend"). Written by hand because the shared GEMV schedule is shaped for GP
 lanes per dot product and a subgroup reduction per output); on a CPU one thread should
 stream whole weight rows through SIMD registers.
 
-out[m, n] = sum_k x[m, k] * W[n, k] for GGUF 32-element block types whose element is
-`d * (q - bias) + min` with one f16 scale `d` (and optional f16 `min`) per block and
-integer quants q of 4 bits (nibbles) or 8 bits. The activations are quantized once per
-call to int16 per block of 32 (scale max|x| / 32767, round to nearest; their exact F32
-block sums are kept), so a block's dot product is integer multiply-adds (AVX2
-`madd_epi16`: 16 products per instruction, exact int32 sums) scaled once by d * dx;
-`min - bias * d` multiplies the block's activation sum. 4-bit quants are centred (q - 8)
-first, which keeps the rounding of x small against the result: NMSE against the oracle
-is about 4e-10 on random data (the conformance threshold for contractions is 3.7e-9).
-Weights stay packed: nothing is decoded outside the loop. Without AVX2 the same integer
-arithmetic runs as plain C loops.
+out[m, n] = sum_k x[m, k] * W[n, k] for every GGUF block type declared in
+poot_cpu.blocks: each sub-block of 32 weights is 32 signed 8-bit codes c, a scale per 32
+(or per 16) and an optional offset, decoded in the kernel from the packed bytes (nothing
+is decoded outside the loop). The activations are quantized once per call, per block of
+32, and a block's dot product is integer multiply-adds, scaled once by the weight's
+scale times the activations' scale; the offset multiplies the activations' block sum.
+Two activation codings, one loop:
 
-The block layout of each format is checked against the format's own dequantize
-(poot-quant's decode program, the oracle's) on random blocks before it is used, so a
-layout that disagrees with the format is never printed.
+* "i16" (the exact mode, a plain PackedContraction): int16 codes, scale max|x| / 32767,
+  round to nearest, with the block's exact F32 sum for the offset; codes widened to
+  int16 (AVX2 `madd_epi16`: exact int32 sums). NMSE against the oracle is about 4e-10 on
+  random data (the conformance threshold for contractions is 3.7e-9).
+* "q8" (Q8PackedContraction, the fast precision): GGUF's q8_0 rule bit for bit (d = amax
+  / 127, q = round-half-even(x / d) clamped to 127), offsets against d * sum(q); the
+  codes times the weight's codes with the machine's byte dot product (AVX-512 VNNI or
+  AVX-VNNI `dpbusd`, else AVX2 `maddubs`; printer.SIMD_HEADER), so the result is the
+  composite's definition up to the order and rounding of the f32 sums.
+
+The instruction set is the one the compiler targets (`-march=native`: the host's cpuid
+when the plan is built); every narrower one compiles from the same source (the tests
+build each). Without AVX2 the same integer arithmetic runs as plain C loops.
 
 A ContractionEpilogue over such a head becomes this kernel into a scratch buffer and
 the shared pointwise lowering of its epilogue body.
@@ -30,7 +36,6 @@ import math
 import sys
 from dataclasses import dataclass
 
-import numpy as np
 from poot.codegen import index as ix
 from poot.codegen.expr import Load
 from poot.codegen.lower.base import Sig
@@ -39,112 +44,93 @@ from poot.codegen.program import OUT, SCRATCH, Access, BufferParam, Kernel, Kern
 from poot.codegen.region import RegionEval
 from poot.dtypes import DType
 from poot.errors import UnsupportedOp
+from poot.ir import ops as O
 from poot.ir.graph import Lit
 from poot.ir.ops import ContractionEpilogue, PackedContraction
 from poot.kernel_backend import CompiledProgram
 
+from poot_cpu.blocks import Block, block_of, c_name, c_source
 from poot_cpu.kernels import built_kernel
 
 F32, U8 = DType.F32, DType.U8
 M_TILES = (4, 8)    # activation rows sharing one decoded weight block: decode, prefill
 PANEL_FROM = 8      # calls of at least this many rows use the panel kernel (PANEL_TEMPLATE)
 PANEL_ROWS = 16     # weight rows of a panel at most (POOT_VL: 16 with AVX-512, else 8)
-PANEL_BYTES = 1 << 18   # ... when a decoded panel (PANEL_ROWS x K int16) fits this on the stack
+PANEL_BYTES = 1 << 18   # ... when a decoded panel (PANEL_ROWS x K codes) fits this on the stack
+LOCAL_BYTES = 1 << 17   # quantized activations up to this size stay on each thread's stack
 
 
 @dataclass(frozen=True)
-class BlockLayout:
-    """Where the fields of one block lie (byte offsets) and how quants become values."""
+class Coding:
+    """How a kernel holds its activations: "i16" or "q8" (see the module docstring)."""
 
-    elements: int
-    nbytes: int
-    scale: int                 # f16 d
-    minimum: int | None        # f16 min, or None
-    bias: int                  # x = d * (q - bias) + min
-    quants: int
-    bits: int                  # 4: element j < 16 in the low nibble of byte j, j >= 16 in
-                               # the high nibble of byte j - 16; 8: signed bytes
+    name: str
+    ctype: str          # C type of one code
+    width: int          # bytes per code
 
-
-LAYOUTS = {
-    "gguf:Q4_0": BlockLayout(32, 18, 0, None, 8, 2, 4),
-    "gguf:Q4_1": BlockLayout(32, 20, 0, 2, 0, 4, 4),
-    "gguf:Q8_0": BlockLayout(32, 34, 0, None, 0, 2, 8),
-}
+    def scratch_bytes(self, m: int, k: int) -> int:
+        """The codes, then per block of 32 a scale and a sum (f32), and for q8 the two
+        halves' integer code sums."""
+        blocks = m * k // 32
+        return m * k * self.width + blocks * (8 if self.name == "i16" else 16)
 
 
-def _layout_decode(layout: BlockLayout, blocks: np.ndarray) -> np.ndarray:
-    """What the printed kernel computes per element, in numpy (for the self-check)."""
-    f16 = lambda o: blocks[:, o:o + 2].copy().view(np.float16).astype(np.float32)  # noqa: E731
-    d = f16(layout.scale)
-    raw = blocks[:, layout.quants:]
-    if layout.bits == 4:
-        q = np.concatenate([raw[:, :16] & 15, raw[:, :16] >> 4], axis=1).astype(np.float32)
-    else:
-        q = raw[:, :32].view(np.int8).astype(np.float32)
-    out = d * (q - layout.bias)
-    return out + f16(layout.minimum) if layout.minimum is not None else out
+I16 = Coding("i16", "short", 2)
+Q8 = Coding("q8", "signed char", 1)
 
 
-@functools.cache
-def layout_of(format_name: str) -> BlockLayout | None:
-    """The layout of a format, if it has one here and it agrees with the format's own
-    dequantize on random blocks (finite scales)."""
-    from poot.formats import get_format
-
-    layout = LAYOUTS.get(format_name)
-    if layout is None:
-        return None
-    fmt = get_format(format_name)
-    rng = np.random.default_rng(0)
-    blocks = rng.integers(0, 256, (8, layout.nbytes), dtype=np.uint8)
-    for off in (layout.scale, layout.minimum):
-        if off is not None:
-            blocks[:, off:off + 2] = rng.uniform(-2, 2, (8, 1)).astype(np.float16).view(np.uint8)
-    shape = (8, layout.elements)
-    want = fmt.dequantize([blocks.reshape(8, -1)], shape)
-    got = _layout_decode(layout, blocks)
-    return layout if np.array_equal(np.asarray(want, np.float32), got) else None
+def _q8_op():
+    """The fast precision's composite (poot.ir.ops.Q8PackedContraction), where this poot has
+    it."""
+    return getattr(O, "Q8PackedContraction", None)
 
 
 def _head(op, ins):
-    """(the packed head, its operand types, x type) when the eqn is a contraction this
-    builder takes, else None."""
+    """(the weight's format name, its Block, the activation coding) when the eqn is a
+    contraction this builder takes, else None."""
     head, n_head = (op.head, op.n_head) if isinstance(op, ContractionEpilogue) else (op, 2)
-    if not isinstance(head, PackedContraction) or n_head != 2:
+    q8 = _q8_op()
+    if n_head != 2:
+        return None
+    if isinstance(head, PackedContraction):
+        coding = I16
+    elif q8 is not None and isinstance(head, q8):
+        coding = Q8
+    else:
         return None
     x, w = ins[0], ins[1]
     if isinstance(x, Lit) or isinstance(w, Lit) or x.dtype is not F32 or w.dtype is not U8:
         return None
-    layout = layout_of(head.weight.format)
+    block = block_of(head.weight.format)
     n, k = head.weight.shape
-    if layout is None or k % layout.elements or x.shape[-1] != k:
+    if block is None or k % block.elements or x.shape[-1] != k:
         return None
-    if w.nbytes != n * k // layout.elements * layout.nbytes:
+    if w.nbytes != n * k // block.elements * block.nbytes:
         return None
-    return head, layout
+    return head.weight.format, block, coding
 
 
 def gemv_program(op, ins, out, printer) -> CompiledProgram | None:
     found = _head(op, ins)
     if found is None:
         return None
-    head, layout = found
-    n, k = head.weight.shape
+    fmt, block, coding = found
+    n, k = op.head.weight.shape if isinstance(op, ContractionEpilogue) else op.weight.shape
     m = math.prod(ins[0].shape[:-1])
     sig = Sig(op, tuple(ins), out)
     name = f"{sig.name}_gemv"
-    if isinstance(op, PackedContraction):
+    plain = not isinstance(op, ContractionEpilogue)
+    if plain:
         if out.dtype is not F32:
             return None
         y = BufferParam("y", F32, Access.WRITE, m * n, OUT)
     else:
         y = BufferParam("acc", F32, Access.READ_WRITE, m * n, SCRATCH)
-    xq = BufferParam("xq", U8, Access.READ_WRITE, scratch_bytes(m, k, layout), SCRATCH)
+    xq = BufferParam("xq", U8, Access.READ_WRITE, coding.scratch_bytes(m, k), SCRATCH)
     bufs = (BufferParam("x", F32, Access.READ, m * k, 0),
             BufferParam("w", U8, Access.READ, ins[1].size, 1), y, xq)
-    if isinstance(op, PackedContraction):
-        gemv = built_kernel(name, gemv_source(name, layout, m, n, k), bufs)
+    if plain:
+        gemv = built_kernel(name, kernel_source(name, fmt, coding, m, n, k), bufs)
         return CompiledProgram(KernelProgram((gemv.kernel,), scratch=(xq,)), (gemv,),
                                printer.device)
     epis = epilogue(sig, y).kernels
@@ -153,12 +139,12 @@ def gemv_program(op, ins, out, printer) -> CompiledProgram | None:
         (epi,) = epis
         extra, source = fused
         # interned: a plan holds one copy of each distinct function, not one per call
-        gemv = built_kernel(name, sys.intern(source + gemv_source(name, layout, m, n, k,
-                                                                  *extra)),
+        gemv = built_kernel(name, sys.intern(source + kernel_source(name, fmt, coding, m, n, k,
+                                                                    *extra)),
                             bufs + tuple(b for b in epi.buffers if b.name != "acc"))
         return CompiledProgram(KernelProgram((gemv.kernel,), scratch=(y, xq)), (gemv,),
                                printer.device)
-    kernels = (built_kernel(name, gemv_source(name, layout, m, n, k), bufs),
+    kernels = (built_kernel(name, kernel_source(name, fmt, coding, m, n, k), bufs),
                *(built_kernel(e.name, printer.source(e), e.buffers) for e in epis))
     return CompiledProgram(KernelProgram(tuple(k.kernel for k in kernels), scratch=(y, xq)),
                            kernels, printer.device)
@@ -227,7 +213,8 @@ def epilogue(sig: Sig, acc: BufferParam) -> KernelProgram:
 TEMPLATE = """\
 static void {name}(const float* restrict x, const unsigned char* restrict w,
                    float* restrict y, unsigned char* restrict scratch{extra}) {{
-  enum {{ M = {m}, N = {n}, K = {k}, NB = {nb}, BS = {bs}, MT = {mt}, NR = {nr} }};
+  enum {{ M = {m}, N = {n}, K = {k}, NB = K / 32, NBLK = {nblk}, S = {sub}, TS = {ts}, G = {g},
+         MT = {mt}, NR = {nr} }};
 {prologue}{quant_setup}
 {quantize}  #pragma omp for schedule(static) nowait
   for (int n0 = 0; n0 < N; n0 += NR) {{
@@ -241,44 +228,39 @@ static void {name}(const float* restrict x, const unsigned char* restrict w,
 #else
       float acc[NR][MT] = {{{{0}}}};
 #endif
-      for (int b = 0; b < NB; ++b) {{
-#ifdef POOT_AVX2
-        __m256i w0[NR], w1[NR];
-#else
-        int wq[NR][32];
-#endif
-        float d[NR], shift[NR];
+      for (int bb = 0; bb < NBLK; ++bb) {{
+        const unsigned char* blk[NR];
+        float sc[NR][S * G], of[NR][S];
         for (int r = 0; r < NR; ++r) {{
-          const unsigned char* blk = w + ((size_t)(n0 + r) * NB + b) * BS;
-          d[r] = poot_h2f(blk + {scale});
-          shift[r] = {shift};
-#ifdef POOT_AVX2
-{avx_decode}
-#else
-{scalar_decode}
-#endif
+          blk[r] = w + ((size_t)(n0 + r) * NBLK + bb) * TS;
+          {fn}_scales(blk[r], sc[r], of[r]);
         }}
-        for (int i = 0; i < mt; ++i) {{
-          const int xi = (m0 + i) * NB + b;
-          const short* xb = xq + (size_t)xi * 32;
+        POOT_UNROLL(8)
+        for (int s = 0; s < S; ++s) {{
+          const int b = bb * S + s;
 #ifdef POOT_AVX2
-          const __m256i x0 = _mm256_loadu_si256((const __m256i*)xb);
-          const __m256i x1 = _mm256_loadu_si256((const __m256i*)(xb + 16));
-          for (int r = 0; r < NR; ++r) {{
-            const __m256i p = _mm256_add_epi32(_mm256_madd_epi16(w0[r], x0),
-                                               _mm256_madd_epi16(w1[r], x1));
-            acc[r][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p),
-                                        _mm256_set1_ps(d[r] * dx[xi]), acc[r][i]);
-            off[r][i] += shift[r] * xs[xi];
-          }}
+{codes}
 #else
-          for (int r = 0; r < NR; ++r) {{
-            int p = 0;
-            for (int j = 0; j < 32; ++j) p += wq[r][j] * xb[j];
-            acc[r][i] += (float)p * (d[r] * dx[xi]);
-            off[r][i] += shift[r] * xs[xi];
-          }}
+          signed char c[NR][32];
+          for (int r = 0; r < NR; ++r) {fn}_codes_c(blk[r], s, c[r]);
 #endif
+          for (int i = 0; i < mt; ++i) {{
+            const int xi = (m0 + i) * NB + b;
+            const {xt}* xb = xq + (size_t)xi * 32;
+#ifdef POOT_AVX2
+{load}
+            for (int r = 0; r < NR; ++r) {{
+{dot}{offset}            }}
+#else
+            for (int r = 0; r < NR; ++r) {{
+              for (int g = 0; g < G; ++g) {{
+                int p = 0;
+                for (int j = g * (32 / G); j < (g + 1) * (32 / G); ++j) p += c[r][j] * xb[j];
+                acc[r][i] += (float)p * (sc[r][s * G + g] * dx[xi]);
+              }}
+{offset}            }}
+#endif
+          }}
         }}
       }}
       for (int r = 0; r < NR; ++r)
@@ -293,62 +275,99 @@ static void {name}(const float* restrict x, const unsigned char* restrict w,
 {tail}}}
 """
 
+# the row tiles' pieces per coding: the sub-block's codes for the NR weight rows, one
+# activation block, and its products into acc (per 32 or, G = 2, per 16 elements)
+ROW_CODES = {
+    "i16": """\
+          __m256i w0[NR], w1[NR];
+          for (int r = 0; r < NR; ++r) {{
+            const __m256i c = {fn}_codes(blk[r], s);
+            w0[r] = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(c));
+            w1[r] = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(c, 1));
+          }}""",
+    "q8": """\
+          __m256i c[NR];
+          for (int r = 0; r < NR; ++r) c[r] = {fn}_codes(blk[r], s);""",
+}
+ROW_LOAD = {
+    "i16": """\
+            const __m256i x0 = _mm256_loadu_si256((const __m256i*)xb);
+            const __m256i x1 = _mm256_loadu_si256((const __m256i*)(xb + 16));""",
+    "q8": "            const __m256i xv = _mm256_loadu_si256((const __m256i*)xb);",
+}
+ROW_DOT = {
+    ("i16", 1): """\
+              const __m256i p = _mm256_add_epi32(_mm256_madd_epi16(w0[r], x0),
+                                                 _mm256_madd_epi16(w1[r], x1));
+              acc[r][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p),
+                                          _mm256_set1_ps(sc[r][s] * dx[xi]), acc[r][i]);
+""",
+    ("i16", 2): """\
+              acc[r][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(w0[r], x0)),
+                                          _mm256_set1_ps(sc[r][2 * s] * dx[xi]), acc[r][i]);
+              acc[r][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(w1[r], x1)),
+                                          _mm256_set1_ps(sc[r][2 * s + 1] * dx[xi]), acc[r][i]);
+""",
+    ("q8", 1): """\
+              acc[r][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(poot_dot_i8(c[r], xv)),
+                                          _mm256_set1_ps(sc[r][s] * dx[xi]), acc[r][i]);
+""",
+    # lanes 0-3 of the byte dot product hold elements 0-15, lanes 4-7 elements 16-31
+    ("q8", 2): """\
+              acc[r][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(poot_dot_i8(c[r], xv)),
+                                          _mm256_set_m128(_mm_set1_ps(sc[r][2 * s + 1] * dx[xi]),
+                                                          _mm_set1_ps(sc[r][2 * s] * dx[xi])),
+                                          acc[r][i]);
+""",
+}
+ROW_OFFSET = "              off[r][i] += of[r][s] * xs[xi];\n"
+
 
 # the prefill tile: a panel of NP = POOT_VL weight rows (16 with AVX-512, else 8) is
-# decoded once per call into int16 on the thread's stack, k-pair major: pair p of the NP
-# rows is one vector (wp[p][r][0..1]; the decoded blocks are transposed 8 rows at a time),
-# with the per-block scales and shifts stored across the rows. MR activation rows at a
-# time then run through it as an outer product: each pair of activations is broadcast and
-# multiplied into the NP rows' int32 sums (madd, or VNNI's dpwssd), so no sum is reduced
-# across lanes; per block the sums are converted and scaled once for the NP rows. Each
-# output gets the same integer dot products and float operations, in the same order, at
-# every vector width.
+# decoded once per call onto the thread's stack, NP rows per vector: for i16 as int16
+# k-pair major (pair p of the NP rows is one vector), for q8 as bytes k-quad major, each
+# code stored as c ^ 0x80 (c + 128: unsigned, for dpbusd; the sum of 128 x the block's
+# activation codes comes off again, exactly, POOT_DOT8_BIAS); the decoded blocks are
+# transposed 8 rows at a time, the per-block scales and offsets stored across the rows.
+# MR activation rows at a time then run through it as an outer product: each pair (quad)
+# of activations is broadcast and multiplied into the NP rows' int32 sums, so no sum is
+# reduced across lanes; per block (per 16 where the format scales 16) the sums are
+# converted and scaled once for the NP rows. Each output gets the same integer dot products
+# and float operations, in the same order, at every vector width.
 PANEL_TEMPLATE = """\
 static void {name}(const float* restrict x, const unsigned char* restrict w,
                    float* restrict y, unsigned char* restrict scratch{extra}) {{
-  enum {{ M = {m}, N = {n}, K = {k}, NB = {nb}, BS = {bs}, NP = POOT_VL, MR = POOT_PANEL_MR }};
+  enum {{ M = {m}, N = {n}, K = {k}, NB = K / 32, NBLK = {nblk}, S = {sub}, TS = {ts}, G = {g},
+         NP = POOT_VL, MR = POOT_PANEL_MR, PER = {per} }};
 {prologue}{quant_setup}
 {quantize}  #pragma omp for schedule(static) nowait
   for (int n0 = 0; n0 < N; n0 += NP) {{
     const int np = N - n0 < NP ? N - n0 : NP;
-    short wp[K / 2][NP][2] __attribute__((aligned(64)));
-    float d[NB][NP] __attribute__((aligned(64))), shift[NB][NP] __attribute__((aligned(64)));
-    for (int b = 0; b < NB; ++b) {{
-#ifdef POOT_AVX2
-      __m256i w0[NP], w1[NP];   /* row r's elements 0-15 and 16-31: eight pairs each */
-#endif
+    {pt} wp[K / PER][NP][PER] __attribute__((aligned(64)));
+    float scl[NB * G][NP] __attribute__((aligned(64))), shift[NB][NP] __attribute__((aligned(64)));
+    for (int bb = 0; bb < NBLK; ++bb) {{
       for (int r = 0; r < NP; ++r) {{
-        if (r >= np) {{
-          d[b][r] = shift[b][r] = 0.0f;
+        float sc[S * G], of[S];
+        if (r < np) {fn}_scales(w + ((size_t)(n0 + r) * NBLK + bb) * TS, sc, of);
+        for (int e = 0; e < S * G; ++e) scl[bb * S * G + e][r] = r < np ? sc[e] : 0.0f;
+{panel_offsets}      }}
+      for (int s = 0; s < S; ++s) {{
+        const int b = bb * S + s;
 #ifdef POOT_AVX2
-          w0[r] = w1[r] = _mm256_setzero_si256();
+{panel_codes}
 #else
-          for (int j = 0; j < 32; ++j) wp[b * 16 + j / 2][r][j % 2] = 0;
-#endif
-          continue;
+        for (int r = 0; r < NP; ++r) {{
+          signed char c[32] = {{0}};
+          if (r < np) {fn}_codes_c(w + ((size_t)(n0 + r) * NBLK + bb) * TS, s, c);
+          for (int j = 0; j < 32; ++j) wp[b * (32 / PER) + j / PER][r][j % PER] = {store_c};
         }}
-        const unsigned char* blk = w + ((size_t)(n0 + r) * NB + b) * BS;
-        d[b][r] = poot_h2f(blk + {scale});
-        shift[b][r] = {shift};
-#ifdef POOT_AVX2
-{avx_decode}
-#else
-        short wq[32];
-{decode}
-        for (int j = 0; j < 32; ++j) wp[b * 16 + j / 2][r][j % 2] = wq[j];
 #endif
       }}
-#ifdef POOT_AVX2
-      for (int g = 0; g < NP / 8; ++g) {{
-        poot_transpose8x32(w0 + 8 * g, (__m256i*)wp[b * 16] + g, NP / 8);
-        poot_transpose8x32(w1 + 8 * g, (__m256i*)wp[b * 16 + 8] + g, NP / 8);
-      }}
-#endif
     }}
     for (int m0 = 0; m0 < M; m0 += MR) {{
       const int mr = M - m0 < MR ? M - m0 : MR;
       int row[MR];               /* rows past M repeat the last one; their sums are unused */
-      const short* xr[MR];
+      const {xt}* xr[MR];
       for (int i = 0; i < MR; ++i) {{
         row[i] = m0 + (i < mr ? i : mr - 1);
         xr[i] = xq + (size_t)row[i] * K;
@@ -358,44 +377,41 @@ static void {name}(const float* restrict x, const unsigned char* restrict w,
       poot_vf acc[MR], off[MR];
       for (int i = 0; i < MR; ++i) acc[i] = off[i] = poot_vf_zero();
       for (int b = 0; b < NB; ++b) {{
-        poot_vi s[MR];
-        for (int i = 0; i < MR; ++i) s[i] = poot_vi_zero();
-        POOT_UNROLL(POOT_PANEL_UNROLL)
-        for (int j = 0; j < 16; ++j) {{
-          const poot_vi wv = poot_vi_load(wp[b * 16 + j]);
+        for (int g = 0; g < G; ++g) {{
+          poot_vi s[MR];
+          for (int i = 0; i < MR; ++i) s[i] = poot_vi_zero();
+          POOT_UNROLL(POOT_PANEL_UNROLL)
+          for (int j = g * (32 / PER / G); j < (g + 1) * (32 / PER / G); ++j) {{
+            const poot_vi wv = poot_vi_load(wp[b * (32 / PER) + j]);
+            for (int i = 0; i < MR; ++i) {{
+              int pack;
+              memcpy(&pack, xr[i] + b * 32 + PER * j, 4);
+              s[i] = {panel_dot}(s[i], wv, poot_vi_set1(pack));
+            }}
+          }}
+{panel_bias}          const poot_vf dv = poot_vf_load(scl[b * G + g]);
           for (int i = 0; i < MR; ++i) {{
-            int pair;
-            memcpy(&pair, xr[i] + b * 32 + 2 * j, 4);
-            s[i] = poot_vi_dot16(s[i], wv, poot_vi_set1(pair));
+            const int xi = row[i] * NB + b;
+            acc[i] = poot_vf_fmadd(poot_vf_cvt(s[i]), poot_vf_mul(dv, poot_vf_set1(dx[xi])),
+                                   acc[i]);
           }}
         }}
-        const poot_vf dv = poot_vf_load(d[b]);
-        for (int i = 0; i < MR; ++i) {{
-          const int xi = row[i] * NB + b;
-          acc[i] = poot_vf_fmadd(poot_vf_cvt(s[i]), poot_vf_mul(dv, poot_vf_set1(dx[xi])),
-                                 acc[i]);
-        }}
       }}
-      for (int b = 0; b < NB; ++b) {{
-        const poot_vf sv = poot_vf_load(shift[b]);
-        for (int i = 0; i < MR; ++i) {{
-          const int xi = row[i] * NB + b;
-          off[i] = poot_vf_add(off[i], poot_vf_mul(sv, poot_vf_set1(xs[xi])));
-        }}
-      }}
-      for (int i = 0; i < MR; ++i) poot_vf_store(out[i], poot_vf_add(acc[i], off[i]));
+{panel_off}      for (int i = 0; i < MR; ++i) poot_vf_store(out[i], poot_vf_add(acc[i], off[i]));
 #else
       for (int i = 0; i < mr; ++i) {{
         float acc[NP] = {{0}}, off[NP] = {{0}};
         for (int b = 0; b < NB; ++b) {{
           const int xi = row[i] * NB + b;
-          const short* xb = xr[i] + b * 32;
+          const {xt}* xb = xr[i] + b * 32;
           for (int r = 0; r < NP; ++r) {{
-            int p = 0;
-            for (int j = 0; j < 32; ++j) p += wp[b * 16 + j / 2][r][j % 2] * xb[j];
-            acc[r] += (float)p * (d[b][r] * dx[xi]);
-            off[r] += shift[b][r] * xs[xi];
-          }}
+            for (int g = 0; g < G; ++g) {{
+              int p = 0;
+              for (int j = g * (32 / G); j < (g + 1) * (32 / G); ++j)
+                p += {load_c} * xb[j];
+              acc[r] += (float)p * (scl[b * G + g][r] * dx[xi]);
+            }}
+{panel_off_c}          }}
         }}
         for (int r = 0; r < NP; ++r) out[i][r] = acc[r] + off[r];
       }}
@@ -407,13 +423,61 @@ static void {name}(const float* restrict x, const unsigned char* restrict w,
 {tail}}}
 """
 
+PANEL = {
+    "i16": dict(pt="short", per=2, panel_dot="poot_vi_dot16", panel_bias="",
+                store_c="c[j]", load_c="wp[b * 16 + j / 2][r][j % 2]", panel_codes="""\
+        __m256i w0[NP], w1[NP];   /* row r's elements 0-15 and 16-31: eight pairs each */
+        for (int r = 0; r < NP; ++r) {{
+          const __m256i c = r < np ? {fn}_codes(w + ((size_t)(n0 + r) * NBLK + bb) * TS, s)
+                                   : _mm256_setzero_si256();
+          w0[r] = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(c));
+          w1[r] = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(c, 1));
+        }}
+        for (int g = 0; g < NP / 8; ++g) {{
+          poot_transpose8x32(w0 + 8 * g, (__m256i*)wp[b * 16] + g, NP / 8);
+          poot_transpose8x32(w1 + 8 * g, (__m256i*)wp[b * 16 + 8] + g, NP / 8);
+        }}"""),
+    "q8": dict(pt="unsigned char", per=4, panel_dot="poot_vi_dot8",
+               store_c="(unsigned char)(c[j] ^ 0x80)",
+               load_c="(signed char)(wp[b * 8 + j / 4][r][j % 4] ^ 0x80)",
+               panel_bias="""\
+#if POOT_DOT8_BIAS
+          for (int i = 0; i < MR; ++i) {
+            const int xi = row[i] * NB + b;
+            const int qs = G == 1 ? qh[2 * xi] + qh[2 * xi + 1] : qh[2 * xi + g];
+            s[i] = poot_vi_sub(s[i], poot_vi_set1(POOT_DOT8_BIAS * qs));
+          }
+#endif
+""", panel_codes="""\
+        __m256i cv[NP];           /* row r's 32 codes, c ^ 0x80: eight quads */
+        for (int r = 0; r < NP; ++r)
+          cv[r] = _mm256_xor_si256(r < np ? {fn}_codes(w + ((size_t)(n0 + r) * NBLK + bb) * TS, s)
+                                          : _mm256_setzero_si256(), _mm256_set1_epi8(-128));
+        for (int g = 0; g < NP / 8; ++g)
+          poot_transpose8x32(cv + 8 * g, (__m256i*)wp[b * 8] + g, NP / 8);"""),
+}
+
+PANEL_OFFSETS = """\
+        for (int e = 0; e < S; ++e) shift[bb * S + e][r] = r < np ? of[e] : 0.0f;
+"""
+PANEL_OFF = """\
+      for (int b = 0; b < NB; ++b) {
+        const poot_vf sv = poot_vf_load(shift[b]);
+        for (int i = 0; i < MR; ++i) {
+          const int xi = row[i] * NB + b;
+          off[i] = poot_vf_add(off[i], poot_vf_mul(sv, poot_vf_set1(xs[xi])));
+        }
+      }
+"""
+PANEL_OFF_C = "            off[r] += shift[b][r] * xs[xi];\n"
+
 
 # each 32-block of activations to int16 (see the module docstring); with AVX2 the
 # magnitude and the rounding run 8 lanes at a time, with the scalar loop's results: max is
 # exact (a NaN element is passed over, as `a > amax` does), the product is the same single
 # multiply, the conversion rounds to nearest even as lrintf does, and the low 16 bits are
 # kept as the (short) cast keeps them. The block sum stays the scalar, in-order sum.
-QUANTIZE = """\
+QUANTIZE_I16 = """\
   for (int i = 0; i < M * NB; ++i) {
     const float* xb = x + (size_t)i * 32;
     float amax = 0.0f, s = 0.0f;
@@ -454,82 +518,131 @@ QUANTIZE = """\
   }
 """
 
+# each 32-block of activations by GGUF's q8_0 rule (QuantizeI8, docs/ir.md 10.8), bit for
+# bit: d = amax / 127, inv = 1 / d (0 for d = 0), q = round-half-even(x * inv) clamped to
+# +-127, a NaN product 0 (the product is clamped before the conversion, which rounds to
+# nearest even as lrintf does); a block with a non-finite element gets a NaN scale, as
+# the definition's d or products give. qh: the integer sums of each 16 codes.
+QUANTIZE_Q8 = """\
+  for (int i = 0; i < M * NB; ++i) {
+    const float* xb = x + (size_t)i * 32;
+    signed char* qb = xq + (size_t)i * 32;
+    float amax = 0.0f;
+    int h0 = 0, h1 = 0, bad = 0;
+#ifdef POOT_AVX2
+    const __m256 sign = _mm256_set1_ps(-0.0f), big = _mm256_set1_ps(127.0f);
+    __m256 v[4], mx = _mm256_setzero_ps();
+    for (int j = 0; j < 4; ++j) {
+      v[j] = _mm256_loadu_ps(xb + 8 * j);
+      const __m256 a = _mm256_andnot_ps(sign, v[j]);
+      mx = _mm256_max_ps(a, mx);
+      bad |= _mm256_movemask_ps(_mm256_cmp_ps(a, _mm256_set1_ps(INFINITY), _CMP_NLT_UQ));
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    amax = _mm_cvtss_f32(m4);
+    const float d = amax / 127.0f, inv = d != 0.0f ? 1.0f / d : 0.0f;
+    const __m256 vinv = _mm256_set1_ps(inv);
+    __m256i q[4];
+    for (int j = 0; j < 4; ++j) {
+      __m256 t = _mm256_mul_ps(v[j], vinv);
+      t = _mm256_andnot_ps(_mm256_cmp_ps(t, t, _CMP_UNORD_Q), t);
+      t = _mm256_min_ps(_mm256_max_ps(t, _mm256_sub_ps(_mm256_setzero_ps(), big)), big);
+      q[j] = _mm256_cvtps_epi32(t);
+    }
+    const __m256i lo = _mm256_add_epi32(q[0], q[1]), hi = _mm256_add_epi32(q[2], q[3]);
+    __m128i l4 = _mm_add_epi32(_mm256_castsi256_si128(lo), _mm256_extracti128_si256(lo, 1));
+    __m128i h4 = _mm_add_epi32(_mm256_castsi256_si128(hi), _mm256_extracti128_si256(hi, 1));
+    l4 = _mm_hadd_epi32(_mm_hadd_epi32(l4, h4), _mm_setzero_si128());
+    h0 = _mm_cvtsi128_si32(l4);
+    h1 = _mm_extract_epi32(l4, 1);
+    const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]),
+                                             _mm256_packs_epi32(q[2], q[3]));
+    _mm256_storeu_si256((__m256i*)qb, _mm256_permutevar8x32_epi32(
+        bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+#else
+    for (int j = 0; j < 32; ++j) {
+      const float a = fabsf(xb[j]);
+      amax = a > amax ? a : amax;
+      bad |= !(a < INFINITY);
+    }
+    const float d = amax / 127.0f, inv = d != 0.0f ? 1.0f / d : 0.0f;
+    for (int j = 0; j < 32; ++j) {
+      float t = xb[j] * inv;
+      t = t != t ? 0.0f : t < -127.0f ? -127.0f : t > 127.0f ? 127.0f : t;
+      qb[j] = (signed char)lrintf(t);
+      if (j < 16) h0 += qb[j]; else h1 += qb[j];
+    }
+#endif
+    dx[i] = bad ? NAN : d;
+    xs[i] = dx[i] * (float)(h0 + h1);
+    qh[2 * i] = h0;
+    qh[2 * i + 1] = h1;
+  }
+"""
 
-def scratch_bytes(m: int, k: int, layout: BlockLayout) -> int:
-    """The quantized activations: int16 values, then a scale and a sum per block."""
-    blocks = m * k // layout.elements
-    return m * k * 2 + blocks * 8
+
+def _quant_setup(coding: Coding, local: bool) -> str:
+    if local:
+        # a step's rows (up to LOCAL_BYTES of them) are quantized by every thread for
+        # itself: a few microseconds that save the barrier a shared copy needs (a step has
+        # hundreds of contractions, and under load a barrier waits for a descheduled thread)
+        extra = "  int qh[2 * M * NB];\n" if coding is Q8 else ""
+        return (f"  {coding.ctype} xq[M * K] __attribute__((aligned(32)));\n"
+                f"  float dx[M * NB], xs[M * NB];\n{extra}  (void)scratch;")
+    extra = "  int* restrict qh = (int*)(xs + M * NB);\n" if coding is Q8 else ""
+    return (f"  {coding.ctype}* restrict xq = ({coding.ctype}*)scratch;\n"
+            f"  float* restrict dx = (float*)(scratch + (size_t)M * K * {coding.width});\n"
+            f"  float* restrict xs = dx + M * NB;\n{extra}"
+            "  #pragma omp for schedule(static)")
 
 
-LOCAL_BYTES = 1 << 17   # quantized activations up to this size stay on each thread's stack
-
-SHARED_QUANT = """\
-  short* restrict xq = (short*)scratch;
-  float* restrict dx = (float*)(scratch + (size_t)M * K * 2);
-  float* restrict xs = dx + M * NB;
-  #pragma omp for schedule(static)"""
-
-# a step's rows (up to LOCAL_BYTES of them) are quantized by every thread for itself: a
-# few microseconds that save the barrier a shared copy needs (a step has hundreds of
-# contractions, and under load a barrier waits for a descheduled thread)
-LOCAL_QUANT = """\
-  short xq[M * K] __attribute__((aligned(32)));
-  float dx[M * NB], xs[M * NB];
-  (void)scratch;"""
-
-
-def weight_rows(layout: BlockLayout, mt: int, n: int) -> int:
+def weight_rows(block: Block, mt: int, n: int) -> int:
     """Weight rows sharing one load of the activations: two for 4-bit decode steps (fewer
     loads per product); one where the registers would not hold them (the prefill tile)
-    and for 8-bit quants, whose two rows' widened quants measured slower."""
-    return 2 if layout.bits == 4 and mt < 8 and n % 2 == 0 else 1
+    and for wider codes, whose two rows' codes measured slower."""
+    return 2 if block.bits == 4 and mt < 8 and n % 2 == 0 else 1
+
+
+def block_functions(fmt: str) -> str:
+    """The format's decode functions, once per translation unit."""
+    guard = c_name(fmt).upper()
+    return f"#ifndef {guard}\n#define {guard}\n{c_source(fmt)}#endif\n"
 
 
 @functools.cache   # one string per distinct function: a plan has ~200 calls of ~10 of them
-def gemv_source(name: str, layout: BlockLayout, m: int, n: int, k: int, extra: str = "",
-                prologue: str = "", after_tile: str = "", after_panel: str = "",
-                tail: str = "") -> str:
-    """One C function: y[M, N] = x[M, K] . W[N, K]^T for blocks of `layout` (with a fused
-    epilogue: its parameters and code, from fused_epilogue)."""
-    q = layout.quants
-    # 4-bit quants are centred (q - 8) so the int16 products' rounding stays small against
-    # the result; what the centring moves goes into the per-block shift
-    centre = 8 if layout.bits == 4 else 0
-
-    def shift(d: str) -> str:
-        term = f"{float(centre - layout.bias)}f * {d}"
-        return f"poot_h2f(blk + {layout.minimum}) + {term}" if layout.minimum is not None \
-            else term
-
-    if layout.bits == 4:
-        # byte j holds element j (low nibble) and j + 16 (high): widened to 16 bits
-        # first, one mask and one shift give both halves
-        avx = [f"const __m256i v = _mm256_cvtepu8_epi16("
-               f"_mm_loadu_si128((const __m128i*)(blk + {q})));",
-               "const __m256i eight = _mm256_set1_epi16(8);",
-               "w0[r] = _mm256_sub_epi16(_mm256_and_si256(v, _mm256_set1_epi16(15)), eight);",
-               "w1[r] = _mm256_sub_epi16(_mm256_srli_epi16(v, 4), eight);"]
-        scalar = ("for (int j = 0; j < 16; ++j) {{ {wq}[j] = (blk[{q} + j] & 15) - 8; "
-                  "{wq}[j + 16] = (blk[{q} + j] >> 4) - 8; }}")
+def kernel_source(name: str, fmt: str, coding: Coding, m: int, n: int, k: int,
+                  extra: str = "", prologue: str = "", after_tile: str = "",
+                  after_panel: str = "", tail: str = "") -> str:
+    """One C function: y[M, N] = x[M, K] . W[N, K]^T for a weight of format `fmt`, its
+    activations coded by `coding` (with a fused epilogue: its parameters and code, from
+    fused_epilogue), after the format's decode functions."""
+    block = block_of(fmt)
+    fn = c_name(fmt)
+    local = m * k * coding.width <= LOCAL_BYTES and m < PANEL_FROM
+    g = block.groups
+    common = dict(name=name, extra=extra, prologue=prologue, tail=tail, fn=fn,
+                  quant_setup=_quant_setup(coding, local), m=m, n=n, k=k,
+                  quantize=QUANTIZE_Q8 if coding is Q8 else QUANTIZE_I16,
+                  nblk=k // block.elements, sub=block.subblocks, ts=block.nbytes, g=g,
+                  xt=coding.ctype)
+    offsets = block.has_offset
+    if m >= PANEL_FROM and PANEL_ROWS * k * coding.width <= PANEL_BYTES:
+        p = PANEL[coding.name]
+        source = PANEL_TEMPLATE.format(
+            **common, after_panel=after_panel, pt=p["pt"], per=p["per"],
+            panel_dot=p["panel_dot"], panel_bias=p["panel_bias"], store_c=p["store_c"],
+            load_c=p["load_c"], panel_codes=p["panel_codes"].format(fn=fn),
+            panel_offsets=PANEL_OFFSETS if offsets else "",
+            panel_off=PANEL_OFF if offsets else "", panel_off_c=PANEL_OFF_C if offsets else "")
     else:
-        avx = [f"w{j}[r] = _mm256_cvtepi8_epi16("
-               f"_mm_loadu_si128((const __m128i*)(blk + {q + 16 * j})));" for j in range(2)]
-        scalar = "for (int j = 0; j < 32; ++j) {wq}[j] = (signed char)blk[{q} + j];"
-    pad = " " * 10
-    local = m * k * 2 <= LOCAL_BYTES and m < PANEL_FROM
-    common = dict(name=name, quantize=QUANTIZE, extra=extra, prologue=prologue, tail=tail,
-                  quant_setup=LOCAL_QUANT if local else SHARED_QUANT, m=m, n=n, k=k,
-                  nb=k // layout.elements, bs=layout.nbytes, scale=layout.scale)
-    if m >= PANEL_FROM and PANEL_ROWS * k * 2 <= PANEL_BYTES:
-        return PANEL_TEMPLATE.format(**common, shift=shift("d[b][r]"), after_panel=after_panel,
-                                     avx_decode="\n".join(" " * 8 + x for x in avx),
-                                     decode=" " * 8 + scalar.format(wq="wq", q=q))
-    mt = M_TILES[m >= 8]
-    return TEMPLATE.format(**common, mt=mt, nr=weight_rows(layout, mt, n), after_tile=after_tile,
-                           shift=shift("d[r]"),
-                           avx_decode="\n".join(pad + x for x in avx),
-                           scalar_decode=pad + scalar.format(wq="wq[r]", q=q))
+        mt = M_TILES[m >= 8]
+        source = TEMPLATE.format(
+            **common, mt=mt, nr=weight_rows(block, mt, n), after_tile=after_tile,
+            codes=ROW_CODES[coding.name].format(fn=fn), load=ROW_LOAD[coding.name],
+            dot=ROW_DOT[coding.name, g], offset=ROW_OFFSET if offsets else "")
+    return block_functions(fmt) + source
 
 
-__all__ = ["LAYOUTS", "BlockLayout", "gemv_program", "gemv_source", "layout_of",
-           "scratch_bytes"]
+__all__ = ["I16", "Q8", "Coding", "gemv_program", "kernel_source", "weight_rows"]

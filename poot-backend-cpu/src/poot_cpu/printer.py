@@ -67,9 +67,10 @@ SIMD_HEADER = """\
    sums (16 with AVX-512, else 8), POOT_PANEL_MR activation rows per pass (as many as the
    registers hold: two vectors each), poot_vi_dot16(acc, a, b): acc + the pairwise int16
    products of a and b, summed per 32-bit lane (exact, no saturation; one instruction with
-   VNNI, whose latency wants more independent sums) */
-#define POOT_DO_PRAGMA(x) _Pragma(#x)
-#define POOT_UNROLL(n) POOT_DO_PRAGMA(GCC unroll n)
+   VNNI, whose latency wants more independent sums); poot_vi_dot8(acc, u, x): acc + the
+   products of bytes u ^ 0x80 (signed codes) and x (signed), per lane, plus POOT_DOT8_BIAS
+   x the sum of x's bytes (VNNI's dpbusd multiplies u as unsigned: the caller takes that
+   sum off again) */
 #if defined(__AVX512F__) && defined(__AVX512BW__)
 #define POOT_VL 16
 typedef __m512i poot_vi;
@@ -85,10 +86,20 @@ typedef __m512 poot_vf;
 #define poot_vf_mul _mm512_mul_ps
 #define poot_vf_fmadd _mm512_fmadd_ps
 #define poot_vf_cvt _mm512_cvtepi32_ps
+#define poot_vi_sub _mm512_sub_epi32
 #if defined(__AVX512VNNI__)
 #define poot_vi_dot16 _mm512_dpwssd_epi32
+#define poot_vi_dot8 _mm512_dpbusd_epi32
+#define POOT_DOT8_BIAS 128
 #else
 #define poot_vi_dot16(acc, a, b) _mm512_add_epi32(acc, _mm512_madd_epi16(a, b))
+static inline __m512i poot_vi_dot8(__m512i acc, __m512i u, __m512i x) {
+  const __m512i c = _mm512_xor_si512(u, _mm512_set1_epi8(-128));
+  const __m512i sx = _mm512_mask_sub_epi8(x, _mm512_movepi8_mask(c), _mm512_setzero_si512(), x);
+  return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(_mm512_abs_epi8(c), sx),
+                                                 _mm512_set1_epi16(1)));
+}
+#define POOT_DOT8_BIAS 0
 #endif
 #define POOT_PANEL_MR 8
 #define POOT_PANEL_UNROLL 4
@@ -107,22 +118,41 @@ typedef __m256 poot_vf;
 #define poot_vf_mul _mm256_mul_ps
 #define poot_vf_fmadd _mm256_fmadd_ps
 #define poot_vf_cvt _mm256_cvtepi32_ps
+#define poot_vi_sub _mm256_sub_epi32
 #if defined(__AVXVNNI__) || (defined(__AVX512VNNI__) && defined(__AVX512VL__))
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
 #define poot_vi_dot16 _mm256_dpwssd_epi32
+#define poot_vi_dot8 _mm256_dpbusd_epi32
 #else
 #define poot_vi_dot16 _mm256_dpwssd_avx_epi32
+#define poot_vi_dot8 _mm256_dpbusd_avx_epi32
 #endif
+#define POOT_DOT8_BIAS 128
 #define POOT_PANEL_MR 8
 #define POOT_PANEL_UNROLL 4
 #else
 #define poot_vi_dot16(acc, a, b) _mm256_add_epi32(acc, _mm256_madd_epi16(a, b))
+#define poot_vi_dot8(acc, u, x) _mm256_add_epi32(acc, poot_dot_i8(_mm256_xor_si256( \
+    u, _mm256_set1_epi8(-128)), x))
+#define POOT_DOT8_BIAS 0
 #ifndef POOT_PANEL_MR
 #define POOT_PANEL_MR 4
 #define POOT_PANEL_UNROLL 2
 #endif
 #endif
 #endif
+/* poot_dot_i8(c, x): per 32-bit lane, the sum of the four products of signed bytes of c
+   and x (exact: |c| <= 128 and |x| <= 127 keep maddubs' 16-bit pair sums from saturating) */
+static inline __m256i poot_dot_i8(__m256i c, __m256i x) {
+  const __m256i a = _mm256_abs_epi8(c), sx = _mm256_sign_epi8(x, c);
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), a, sx);
+#elif defined(__AVXVNNI__)
+  return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), a, sx);
+#else
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(a, sx), _mm256_set1_epi16(1));
+#endif
+}
 /* out[j * stride] = lane j of in[0..7] (an 8 x 8 transpose of 32-bit lanes) */
 static inline void poot_transpose8x32(const __m256i* in, __m256i* out, int stride) {
   __m256i t[8], u[8];
@@ -153,6 +183,8 @@ static inline float poot_hsum8(__m256 v) {
 #define POOT_VL 8
 #define POOT_PANEL_MR 4
 #endif
+#define POOT_DO_PRAGMA(x) _Pragma(#x)
+#define POOT_UNROLL(n) POOT_DO_PRAGMA(GCC unroll n)
 static inline float poot_h2f(const unsigned char* p) {
   _Float16 h; memcpy(&h, p, 2); return (float)h; }
 """
