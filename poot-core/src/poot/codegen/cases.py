@@ -46,6 +46,7 @@ from poot.ir.ops import (
     PackedDequant,
     PackedRowGather,
     PagedAttention,
+    QuantizeI8,
     Reduce,
     ReduceOp,
     Reshape,
@@ -585,10 +586,30 @@ def packed_cases(formats: dict | None = None) -> list[Case]:
     return out
 
 
+def quantize_cases() -> list[Case]:
+    """QuantizeI8: codes of normal values and of specials (NaN to 0, +-Inf clamped), for
+    scales per block of 32 and one scale per row (some zero: codes 0), bit for bit."""
+    def scales(t: TensorType):
+        def f(rng):
+            d = (np.abs(rng.standard_normal(t.shape)) * 0.05).astype(np.float32)
+            d.reshape(-1)[::3] = 0.0
+            return d
+        return f
+
+    out = []
+    for xs, ds in (((3, 5, 32), (3, 5, 1)), ((2, 67), (2, 1))):
+        x, d = T(xs, F32), T(ds, F32)
+        for name, make in (("normal", normal(x, scale=3.0)), ("specials", specials(x))):
+            out.append(Case(f"QuantizeI8-{name}-{'x'.join(map(str, xs))}", QuantizeI8(),
+                            (x, d), makers(make, scales(d))))
+    return out
+
+
 def all_cases(formats: dict | None = None) -> list[Case]:
     return (elementwise_cases() + shape_cases() + data_cases() + reduce_cases()
             + matmul_cases() + region_cases() + rope_cases() + attention_cases()
-            + sparse_cases() + contraction_cases() + packed_cases(formats))
+            + sparse_cases() + contraction_cases() + packed_cases(formats)
+            + quantize_cases())
 
 
 def mismatch(got: np.ndarray, want: np.ndarray, tol: float) -> str | None:
