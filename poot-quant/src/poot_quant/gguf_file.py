@@ -8,14 +8,21 @@ without those checks, and keeps ~200k numpy views of the vocabulary alive: on
 SmolLM2 it took 2.2 s and a 200 MB peak here, this walk 0.28 s and 47 MB. The `gguf`
 package still supplies the type ids, block geometry and quantization code,
 and tests check this reader against GGUFReader on real files.)
+
+A model split by llama.cpp's gguf-split (or the converter's --split-max-tensors) is several
+files named <prefix>-00001-of-0000N.gguf: each a whole GGUF with its own header and data,
+the first one holding the model's key/values, every one saying `split.no` and `split.count`.
+Opening the first opens them all, as one checkpoint.
 """
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any
 
 from poot.dtypes import DType
+from poot.errors import CheckpointError
 from poot.formats import PackedWeight
 from poot.ir.types import WeightRef
 from poot.models.gguf_meta import MAGIC, GGUFHeader, map_file
@@ -29,6 +36,10 @@ GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT = _gguf.GGML_QUANT_SIZES, _gguf.GGUF_DE
 GGMLQuantizationType = _gguf.GGMLQuantizationType
 
 MAX_DIMS = 4  # GGML_MAX_DIMS
+
+#: the name llama.cpp gives shard n of N (llama_split_path: "%s-%05d-of-%05d.gguf")
+SPLIT_NAME = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$",
+                        re.IGNORECASE)
 
 _DENSE = {GGMLQuantizationType.F32: DType.F32, GGMLQuantizationType.F16: DType.F16,
           GGMLQuantizationType.BF16: DType.BF16, GGMLQuantizationType.I8: DType.I8,
@@ -110,14 +121,61 @@ def _tensor(h: GGUFHeader, name: str, dims, raw_type: int, offset: int, data_sta
     return TensorInfo(name, shape, None, packed, (raw.reshape(rows, -1),), ref)
 
 
-def open_gguf(path: str | Path) -> Checkpoint:
-    path = Path(path)
-    h = map_file(path)
-    metadata, infos, data_start = _read_header(h)
+def _shard_tensors(h: GGUFHeader, metadata: dict[str, Any], infos, data_start: int,
+                   tensors: dict[str, TensorInfo]) -> None:
     alignment = metadata.get("general.alignment", GGUF_DEFAULT_ALIGNMENT)
-    tensors: dict[str, TensorInfo] = {}
     for name, dims, raw_type, offset in infos:
         if name in tensors:
             h.fail(f"duplicate tensor name {name!r}")
         tensors[name] = _tensor(h, name, dims, raw_type, offset, data_start, alignment)
+
+
+def _split_field(h: GGUFHeader, metadata: dict[str, Any], key: str,
+                 default: int | None) -> int:
+    value = metadata.get(key, default)
+    if value is None:
+        h.fail(f"has no {key}, which every shard of a split GGUF carries")
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        h.fail(f"{key} {value!r} is not a count")
+    return value
+
+
+def shard_paths(first: Path, count: int) -> list[Path]:
+    """The files of a model split in `count` shards, given its first shard."""
+    m = SPLIT_NAME.match(first.name)
+    if m is None or int(m["no"]) != 1:
+        raise CheckpointError(f"{first} says split.count = {count}, but its name is not the "
+                              f"first shard's <prefix>-00001-of-{count:05d}.gguf, so the "
+                              f"other shards cannot be found")
+    return [first.with_name(f"{m['prefix']}-{n:05d}-of-{count:05d}{first.suffix}")
+            for n in range(1, count + 1)]
+
+
+def open_gguf(path: str | Path) -> Checkpoint:
+    path = Path(path)
+    h = map_file(path)
+    metadata, infos, data_start = _read_header(h)
+    tensors: dict[str, TensorInfo] = {}
+    _shard_tensors(h, metadata, infos, data_start, tensors)
+    count = _split_field(h, metadata, "split.count", 1)
+    if count > 1:
+        if _split_field(h, metadata, "split.no", 0) != 0:
+            raise CheckpointError(f"{path} is shard {metadata['split.no'] + 1} of {count} of a "
+                                  f"split GGUF; open its first shard (-00001-of-{count:05d})")
+        for n, shard in enumerate(shard_paths(path, count)[1:], start=1):
+            if not shard.is_file():
+                raise CheckpointError(f"{path} is split in {count} files, but shard {n + 1} "
+                                      f"({shard.name}) is missing")
+            sh = map_file(shard)
+            shard_meta, shard_infos, shard_start = _read_header(sh)
+            got = (_split_field(sh, shard_meta, "split.no", None),
+                   _split_field(sh, shard_meta, "split.count", None))
+            if got != (n, count):
+                sh.fail(f"split.no/split.count are {got[0]}/{got[1]}, expected {n}/{count} "
+                        f"for shard {n + 1} of {path.name}")
+            _shard_tensors(sh, shard_meta, shard_infos, shard_start, tensors)
+        want = metadata.get("split.tensors.count", len(tensors))
+        if want != len(tensors):
+            raise CheckpointError(f"{path}: split.tensors.count says {want} tensors, its "
+                                  f"{count} shards hold {len(tensors)}")
     return Checkpoint(path, "gguf", metadata, tensors)
