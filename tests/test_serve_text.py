@@ -13,7 +13,7 @@ def tokenizer(smollm2_gguf):
 
 
 def pieces(tokenizer, text, stop):
-    from poot.serve.text import TextStream
+    from poot.models.text_stream import TextStream
 
     stream = TextStream(tokenizer, stop)
     out = [stream.push(t) for t in tokenizer.encode(text, add_special=False)]

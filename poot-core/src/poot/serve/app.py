@@ -1,10 +1,17 @@
 """The HTTP side of `poot serve`: a Starlette app over one Engine.
 
 Routes: POST /v1/chat/completions and /v1/completions (whole or streamed as server-sent
-events ending in `data: [DONE]`), GET /v1/models, /health, and /stats (the engine's pool,
-batch and counters, for operators and tests). Every refusal is an OpenAI error object with
-its 4xx/5xx status. Each request watches its connection: a client that leaves, mid-stream
-or while waiting for a whole answer, cancels its sequence at once.
+events ending in `data: [DONE]`), GET /v1/models, /health, /ready, and /stats (the engine's
+pool, batch and counters, for operators and tests). Every refusal is an OpenAI error object
+with its 4xx/5xx status, whatever the request held (an unexpected fault too: a 500 in the
+same shape, never a bare text page). Each request watches its connection: a client that
+leaves, mid-stream or while waiting for a whole answer, cancels its sequence at once.
+
+Probes, as Kubernetes has them: /health is liveness (200 while the scheduler runs, its
+status "warming" until every plan exists, then "ok"; 503 once the scheduler has failed,
+when a restart is the cure), /ready is readiness (503 {"status": "warming"} until the plans
+of the configured batch exist, then 200 {"status": "ready"}): the server answers requests
+while warming, but a request may wait while the plan its step needs is made.
 """
 from __future__ import annotations
 
@@ -88,9 +95,11 @@ async def _json_body(request: Request):
             raise RequestError(f"the request body passes {MAX_BODY} bytes", status=413)
     try:
         return json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (UnicodeDecodeError, ValueError) as exc:    # ValueError: JSONDecodeError, and
         raise RequestError(f"we could not parse the JSON body of your request: {exc}") \
-            from None
+            from None                                   # an int past Python's digit limit
+    except RecursionError:
+        raise RequestError("the JSON body of your request nests too deeply") from None
 
 
 def create_app(engine: Engine) -> Starlette:
@@ -172,7 +181,16 @@ def create_app(engine: Engine) -> Starlette:
     async def health(request):
         if engine.broken:
             return JSONResponse(error_body(engine.broken, "server_error"), 503)
-        return JSONResponse({"status": "ok"})
+        return JSONResponse({"status": "ok" if engine.ready else "warming"})
+
+    async def ready(request):
+        if engine.broken:
+            return JSONResponse(error_body(engine.broken, "server_error"), 503)
+        if not engine.ready:
+            s = engine.stats()
+            return JSONResponse({"status": "warming", "plans_made": s["plans_made"],
+                                 "plans_waiting": s["plans_waiting"]}, 503)
+        return JSONResponse({"status": "ready"})
 
     async def stats(request):
         return JSONResponse(engine.stats())
@@ -184,10 +202,17 @@ def create_app(engine: Engine) -> Starlette:
         return JSONResponse(error_body(exc.detail, code=str(exc.status_code)),
                             exc.status_code, headers=exc.headers)
 
+    async def fault(request, exc: Exception):
+        """A fault no check foresaw: still an OpenAI error object (uvicorn logs the
+        traceback), and the server goes on."""
+        return JSONResponse(error_body(f"internal error: {type(exc).__name__}: {exc}",
+                                       "server_error"), 500)
+
     routes = [Route("/v1/chat/completions", chat, methods=["POST"]),
               Route("/v1/completions", completions, methods=["POST"]),
               Route("/v1/models", models, methods=["GET"]),
               Route("/health", health, methods=["GET"]),
+              Route("/ready", ready, methods=["GET"]),
               Route("/stats", stats, methods=["GET"])]
     @asynccontextmanager
     async def lifespan(app):
@@ -196,4 +221,5 @@ def create_app(engine: Engine) -> Starlette:
         yield
 
     return Starlette(routes=routes, lifespan=lifespan,
-                     exception_handlers={RequestError: refused, HTTPException: http_error})
+                     exception_handlers={RequestError: refused, HTTPException: http_error,
+                                         Exception: fault})

@@ -65,7 +65,7 @@ from poot.models.sample_graph import mode_for, slot_values
 from poot.models.sampling import Sampler
 from poot.runtime.session import batch_for, plan_key
 from poot.serve.protocol import Generation, Limits
-from poot.serve.text import TextStream
+from poot.models.text_stream import TextStream
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,9 @@ def batch_sizes(largest: int) -> list[int]:
 class Engine:
     def __init__(self, model, *, name: str, max_batch: int = 8, pool_tokens: int | None = None,
                  max_queue: int = 64, prefill_batch: int | None = None,
-                 overlap: bool = True):
+                 overlap: bool = True, default_max_tokens: int | None = None):
+        """`default_max_tokens`: the answer length of a request that names none, on both
+        endpoints (None: poot.serve.protocol's defaults)."""
         prefill_batch = max_batch if prefill_batch is None else prefill_batch
         if max_batch < 1 or max_queue < 0 or not 0 < prefill_batch:
             raise BindError(f"max_batch and prefill_batch must be >= 1 and max_queue >= 0, "
@@ -139,7 +141,10 @@ class Engine:
             raise BindError(f"the LoRA adapter {name!r} has the served model's own name; "
                             f"name it differently (--lora OTHER=PATH)")
         self.limits = Limits(name, model.config.max_seq, self.blocks.pool_slots,
-                             min(model.config.vocab, self.tokenizer.vocab_size), adapters)
+                             min(model.config.vocab, self.tokenizer.vocab_size), adapters,
+                             **({} if default_max_tokens is None else {"default_max_tokens": {
+                                 "completion": default_max_tokens,
+                                 "chat": default_max_tokens}}))
         self._cv = threading.Condition()
         self._queue: deque[Job] = deque()
         self._active: list[Job] = []      # admitted, in admission order
@@ -171,6 +176,10 @@ class Engine:
             [(t, b, None) for b, t in self.prefill_widths.items()]
             + [(1, b, mode) for mode in SAMPLE_MODES for b in s.decode_batches],
             key=lambda p: (p[1], p[0] == 1, p[2] or ""))
+        #: every plan of the configured batch, which `ready` waits for
+        self._plans = [plan_key(*p) for p in self._unplanned]
+        self._announced = False
+        self._t0 = time.perf_counter()
         self.progress: Callable[[str], None] | None = None
         self._frozen = 0           # plans made when the collector last froze the heap
         self._gc_t0 = 0.0
@@ -184,6 +193,21 @@ class Engine:
         while wait and self._plan_next():
             self._freeze()
 
+    @property
+    def ready(self) -> bool:
+        """Every plan of the configured batch exists (GET /ready): until then the server
+        answers, but a request may wait while the plan its step needs is made."""
+        done = self.session.executors
+        return all(k in done for k in self._plans)
+
+    def _announce(self) -> None:
+        """One progress line once every plan exists."""
+        if self.progress and not self._announced and self.ready:
+            self._announced = True
+            self.progress(f"ready: all {len(self._plans)} plans made, "
+                          f"{time.perf_counter() - self._t0:.1f} s after the engine started "
+                          f"({self.times['planning_s']:.1f} s of planning)")
+
     def _plan_next(self) -> bool:
         """Make the next plan not made yet (skipping those a turn made on demand); False
         when every one is made."""
@@ -191,6 +215,7 @@ class Engine:
         while self._unplanned and plan_key(*self._unplanned[0]) in done:
             self._unplanned.pop(0)
         if not self._unplanned:
+            self._announce()
             return False
         tokens, batch, sample = self._unplanned.pop(0)
         t0 = time.perf_counter()
@@ -205,6 +230,7 @@ class Engine:
             how = f" ({sample})" if sample else ""
             self.progress(f"planned and ran the {tokens}-token x {batch} step{how} in "
                           f"{took:.1f} s; {len(self._unplanned)} plans to go")
+        self._announce()
         return True
 
     def _freeze(self) -> None:
@@ -232,6 +258,7 @@ class Engine:
         # wait ends, the loop should get the interpreter back within a fraction of a step,
         # not after the default 5 ms switch interval (process-wide; a server owns its process)
         sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_S))
+        self._t0 = time.perf_counter()
         gc.callbacks.append(self._gc_timed)
         self._thread = threading.Thread(target=self._loop, name="poot-serve-engine",
                                         daemon=True)
@@ -287,7 +314,9 @@ class Engine:
             "decode_batches": list(self.session.decode_batches),
             "prefill_batches": list(self.session.prefill_batches),
             "prefill_widths": list(self.prefill_widths.values()),
-            "plans_made": len(self.session.executors), "plans_waiting": len(self._unplanned),
+            "plans_made": len(self.session.executors),
+            "plans_waiting": sum(k not in self.session.executors for k in self._plans),
+            "ready": self.ready,
             **self.counters,
             **{k: round(v, 6) for k, v in self.times.items()},
         }

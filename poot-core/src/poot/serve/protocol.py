@@ -4,11 +4,19 @@ Fields follow the OpenAI API (chat and legacy completions); `top_k`, `repetition
 and `ignore_eos` are accepted as extensions, as other OpenAI-compatible servers do. A field
 the server does not know, or one whose value it cannot honour (n > 1, logprobs, tools,
 frequency/presence penalties the sampler does not have), is refused by name rather than
-ignored, as OpenAI refuses an unrecognized argument.
+ignored, as OpenAI refuses an unrecognized argument; a value that changes nothing (`"n": 1`,
+`"tools": []`, `"logit_bias": {}`) is accepted. Every refusal is a RequestError (HTTP 400,
+or 404 for an unknown model), whatever JSON a field holds.
+
+A request that names no `max_tokens` (nor, in chat, `max_completion_tokens`) gets
+`Limits.default_max_tokens` of its endpoint: 16 for /v1/completions (OpenAI's default),
+DEFAULT_CHAT_MAX_TOKENS for chat (`poot serve --default-max-tokens` sets both), and never
+more than the room its prompt leaves in the context.
 """
 from __future__ import annotations
 
 import math
+import reprlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -18,6 +26,9 @@ from poot.models.sampling import CANDIDATES
 #: the chat roles the template is handed ("developer" is OpenAI's newer name for system)
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 MAX_STOPS = 4
+#: the answer length of a request that names none (see the module docstring)
+DEFAULT_COMPLETION_MAX_TOKENS = 16
+DEFAULT_CHAT_MAX_TOKENS = 1024
 
 
 @dataclass
@@ -53,18 +64,32 @@ class Limits:
     pool_tokens: int         # the KV pool's token slots (one sequence may not exceed them)
     vocab: int               # token ids the model embeds
     adapters: tuple[str, ...] = ()  # loaded LoRA adapters, answered to by name as models
+    #: endpoint kind ("completion", "chat") -> max_tokens of a request that names none
+    default_max_tokens: Mapping[str, int] = field(default_factory=lambda: {
+        "completion": DEFAULT_COMPLETION_MAX_TOKENS, "chat": DEFAULT_CHAT_MAX_TOKENS})
 
 
 # -- the fields of each endpoint: name -> checker(value, name) ------------------------------
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxstring, _REPR.maxother, _REPR.maxlist, _REPR.maxdict = 3, 60, 60, 6, 4
+
+
+def _shown(v) -> str:
+    """A value as a refusal quotes it: short, however long or deeply nested."""
+    return _REPR.repr(v)
+
+
 def _is_number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    # an int is finite however large (math.isfinite would overflow converting it)
+    return not isinstance(v, bool) and (isinstance(v, int) or
+                                        (isinstance(v, float) and math.isfinite(v)))
 
 
 def _number(lo: float, hi: float, lo_open: bool = False):
     def check(v, name):
         if not _is_number(v) or v < lo or v > hi or (lo_open and v == lo):
             side = "(" if lo_open else "["
-            raise RequestError(f"{name} must be a number in {side}{lo}, {hi}], got {v!r}",
+            raise RequestError(f"{name} must be a number in {side}{lo}, {hi}], got {_shown(v)}",
                                param=name)
         return float(v)
     return check
@@ -74,28 +99,49 @@ def _int(lo: int, hi: int | None = None):
     def check(v, name):
         if isinstance(v, bool) or not isinstance(v, int) or v < lo or (hi is not None and v > hi):
             rng = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
-            raise RequestError(f"{name} must be an integer {rng}, got {v!r}", param=name)
+            raise RequestError(f"{name} must be an integer {rng}, got {_shown(v)}", param=name)
         return v
     return check
 
 
 def _bool(v, name):
     if not isinstance(v, bool):
-        raise RequestError(f"{name} must be true or false, got {v!r}", param=name)
+        raise RequestError(f"{name} must be true or false, got {_shown(v)}", param=name)
     return v
 
 
 def _string(v, name):
     if not isinstance(v, str):
         raise RequestError(f"{name} must be a string, got {type(v).__name__}", param=name)
+    return _text(v, name)
+
+
+def _text(v: str, name: str) -> str:
+    """A string that is valid Unicode: JSON can carry a lone surrogate (\\ud800), which no
+    tokenizer encodes."""
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError:
+        raise RequestError(f"{name} holds a lone surrogate (\\u{ord(v[_bad_at(v)]):04x}), "
+                           f"which is not Unicode text", param=name) from None
     return v
+
+
+def _bad_at(v: str) -> int:
+    return next(i for i, c in enumerate(v) if 0xD800 <= ord(c) <= 0xDFFF)
+
+
+def _same(a, b) -> bool:
+    """JSON equality without Python's bool-is-int (true is not 1) and for any value,
+    hashable or not."""
+    return isinstance(a, bool) == isinstance(b, bool) and a == b
 
 
 def _only(allowed, why: str):
     """A field accepted only at the value(s) that change nothing."""
     def check(v, name):
-        if v not in allowed:
-            raise RequestError(f"{name}={v!r} is not supported: {why}", param=name)
+        if not any(_same(v, a) for a in allowed):
+            raise RequestError(f"{name}={_shown(v)} is not supported: {why}", param=name)
         return None
     return check
 
@@ -105,20 +151,20 @@ def _stop(v, name):
     if not isinstance(stops, list) or len(stops) > MAX_STOPS or \
             not all(isinstance(s, str) and s for s in stops):
         raise RequestError(f"{name} must be a non-empty string or a list of up to {MAX_STOPS} "
-                           f"non-empty strings, got {v!r}", param=name)
-    return tuple(stops)
+                           f"non-empty strings, got {_shown(v)}", param=name)
+    return tuple(_text(s, name) for s in stops)
 
 
 def _stream_options(v, name):
     if not isinstance(v, Mapping) or set(v) - {"include_usage"}:
-        raise RequestError(f"{name} must be an object with only include_usage, got {v!r}",
+        raise RequestError(f"{name} must be an object with only include_usage, got {_shown(v)}",
                            param=name)
     return _bool(v.get("include_usage", False), f"{name}.include_usage")
 
 
 def _response_format(v, name):
     if v != {"type": "text"}:
-        raise RequestError(f"{name}={v!r} is not supported: plain text answers only",
+        raise RequestError(f"{name}={_shown(v)} is not supported: plain text answers only",
                            param=name)
     return None
 
@@ -137,19 +183,19 @@ _SAMPLING = {
     "ignore_eos": _bool,
     "user": _string,
     "n": _only({1}, "one choice per request"),
-    "frequency_penalty": _only({0}, "the sampler has repetition_penalty instead"),
-    "presence_penalty": _only({0}, "the sampler has repetition_penalty instead"),
-    "logit_bias": _only({None}, "no logit bias"),
-    "logprobs": _only({False}, "no log probabilities"),
+    "frequency_penalty": _only([0], "the sampler has repetition_penalty instead"),
+    "presence_penalty": _only([0], "the sampler has repetition_penalty instead"),
+    "logit_bias": _only([{}], "no logit bias"),
+    "logprobs": _only([False], "no log probabilities"),
 }
-_COMPLETION = {**_SAMPLING, "prompt": None, "echo": _only({False}, "no echo"),
-               "best_of": _only({1}, "one choice per request"),
-               "suffix": _only({None}, "no insertion")}
+_COMPLETION = {**_SAMPLING, "prompt": None, "echo": _only([False], "no echo"),
+               "best_of": _only([1], "one choice per request"),
+               "suffix": _only([], "no insertion")}
 _CHAT = {**_SAMPLING, "messages": None, "max_completion_tokens": _int(1),
-         "top_logprobs": _only({None}, "no log probabilities"),
+         "top_logprobs": _only([], "no log probabilities"),
          "response_format": _response_format,
-         "tools": _only({None}, "no tool calls"),
-         "tool_choice": _only({None, "none"}, "no tool calls")}
+         "tools": _only([[]], "no tool calls"),
+         "tool_choice": _only(["none", "auto"], "no tool calls")}
 
 
 def _checked_fields(body, spec: dict, required: tuple[str, ...]) -> dict:
@@ -201,7 +247,7 @@ def parse_chat(body, limits: Limits, tokenizer) -> Generation:
 def _check_model(name: str, limits: Limits) -> None:
     if name != limits.model and name not in limits.adapters:
         served = ", ".join(repr(x) for x in (limits.model, *limits.adapters))
-        raise RequestError(f"the model {name!r} does not exist; this server serves "
+        raise RequestError(f"the model {_shown(name)} does not exist; this server serves "
                            f"{served}", status=404, param="model",
                            code="model_not_found")
 
@@ -212,7 +258,7 @@ def _prompt_ids(prompt, tokenizer, vocab: int) -> list[int]:
     if isinstance(prompt, str):
         if not prompt:
             raise RequestError("prompt must not be empty", param="prompt")
-        return tokenizer.encode(prompt)
+        return tokenizer.encode(_text(prompt, "prompt"))
     if isinstance(prompt, list) and prompt and \
             all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
         if not all(0 <= t < vocab for t in prompt):
@@ -232,9 +278,9 @@ def _messages(messages) -> list[dict]:
         if not isinstance(m, Mapping):
             raise RequestError(f"{where} must be an object", param=where)
         role = m.get("role")
-        if role not in ROLES:
-            raise RequestError(f"{where}.role must be one of {sorted(ROLES)}, got {role!r}",
-                               param=f"{where}.role")
+        if not isinstance(role, str) or role not in ROLES:
+            raise RequestError(f"{where}.role must be one of {sorted(ROLES)}, got "
+                               f"{_shown(role)}", param=f"{where}.role")
         extra = set(m) - {"role", "content", "name"}
         if extra:
             raise RequestError(f"{where} has unsupported field {sorted(extra)[0]!r}",
@@ -246,11 +292,11 @@ def _messages(messages) -> list[dict]:
 def _content(content, where: str) -> str:
     """A message's text: a string, or a list of {"type": "text", "text": ...} parts."""
     if isinstance(content, str):
-        return content
+        return _text(content, f"{where}.content")
     if isinstance(content, list) and all(
             isinstance(p, Mapping) and p.get("type") == "text" and isinstance(p.get("text"), str)
             for p in content):
-        return "".join(p["text"] for p in content)
+        return _text("".join(p["text"] for p in content), f"{where}.content")
     raise RequestError(f"{where}.content must be a string or a list of text parts",
                        param=f"{where}.content")
 
@@ -264,7 +310,7 @@ def _generation(kind: str, f: dict, ids: list[int], max_tokens, limits: Limits) 
                            param="messages" if kind == "chat" else "prompt",
                            code="context_length_exceeded")
     if max_tokens is None:
-        max_tokens = room
+        max_tokens = min(room, limits.default_max_tokens[kind])
     elif max_tokens > room:
         raise RequestError(f"this model's maximum context length is {limits.max_seq} tokens; "
                            f"the prompt has {n} and max_tokens asks for {max_tokens} more "
