@@ -11,7 +11,8 @@ _LAZY = {
     "spec": ("poot.tracer", "spec"),
     "evaluate": ("poot.oracle", "evaluate"),
     "compile": ("poot.compiler", "compile"),
-    "load": ("poot.models", "load"),
+    "load": ("poot.models.runner", "load"),
+    "Model": ("poot.models.runner", "Model"),
     "DType": ("poot.dtypes", "DType"),
 }
 

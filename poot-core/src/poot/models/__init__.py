@@ -1,11 +1,9 @@
 """Models: builders (poot.models.llama), checkpoints, tokenizer, chat, sampling, runner.
 
-`poot.load(MODEL, backend=None)` returns a Model with `.prefill_logits(ids)`,
-`.tokenize(text)` and `.generate(prompt, ...)`.
+`poot.load(MODEL, backend=None, ...)` returns a Model with `.generate(prompt, ...)` (text,
+or an iterator of pieces with stream=True), `.tokenize(text)` and `.prefill_logits(ids)`;
+docs/python.md shows them at work.
 """
+from poot.models.runner import Model, load
 
-
-def load(*args, **kwargs):
-    from poot.models.runner import load as _load
-
-    return _load(*args, **kwargs)
+__all__ = ["Model", "load"]

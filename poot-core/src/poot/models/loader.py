@@ -14,11 +14,27 @@ def open_checkpoint(path: Path):
     ckpt = m.open_checkpoint(str(path))
     if ckpt is None:
         why = m.failure("quant")
-        need = (f"poot-quant failed to load ({why})" if why else
-                f"GGUF files and safetensors folders need poot-quant: "
-                f"{install_command('poot-quant')}")
-        raise CheckpointError(f"{path}: no installed plugin reads this file ({need})")
+        if why:
+            need = f"poot-quant failed to load ({why})"
+        elif not m.pm.hook.poot_open_checkpoint.get_hookimpls():
+            need = (f"GGUF files and safetensors folders need poot-quant: "
+                    f"{install_command('poot-quant')}")
+        else:
+            need = missing_weights(path)
+        raise CheckpointError(f"{path}: no installed plugin reads this file ({need})"
+                              if path.is_file() else f"{path}: {need}")
     return ckpt
+
+
+def missing_weights(path: Path) -> str:
+    """What a folder that no checkpoint plugin claims lacks (the readers are installed)."""
+    if not path.is_dir():
+        return "not a GGUF file, nor a safetensors file"
+    have = sorted(p.name for p in path.iterdir())
+    shown = ", ".join(have[:8]) + (f" and {len(have) - 8} more" if len(have) > 8 else "")
+    return (f"no weights: an HF model folder holds its tensors in *.safetensors files "
+            f"(model.safetensors, or shards listed by model.safetensors.index.json) next "
+            f"to config.json; this folder has {shown or 'nothing'}")
 
 
 def open_model(name_or_path: str, *, max_seq: int | None = None, pull_missing: bool = True):

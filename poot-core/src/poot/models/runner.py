@@ -7,8 +7,9 @@ runs prefill and decode plans that share one weight cache and one KV cache.
 """
 from __future__ import annotations
 
+import os
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -18,12 +19,15 @@ from poot.errors import BindError, RequestError
 
 @dataclass
 class Stats:
-    """Timing of the last generation."""
+    """Timing of the last generation, and why it ended."""
 
     prompt_tokens: int = 0
     prefill_seconds: float = 0.0
     generated_tokens: int = 0
     decode_seconds: float = 0.0
+    #: "stop" (an end-of-sequence token or a stop string), "length" (max_tokens), or
+    #: "context" (the KV capacity, max_seq, was full before max_tokens); None while running
+    finish_reason: str | None = None
 
     @property
     def prefill_tps(self) -> float:
@@ -93,6 +97,8 @@ class Model:
         self.stats = Stats()
         self.progress = progress
         self._sessions: dict[tuple[str, int], object] = {}
+        #: eqns of each step graph made, by (tokens, batch, sampling mode), for progress
+        self._eqns: dict[tuple, int] = {}
         self.adapters = self.expert_pool = None
         if lora:
             from poot.models.lora import load_adapters
@@ -173,6 +179,7 @@ class Model:
                 padding_draws=lambda b, mode: slot_values([], b, mode))
             if self.progress:
                 session.progress = BindingBar()
+                session.planned = self._planned
             self._fit_features(session)
             self._sessions[key] = session
         return self._sessions[key]
@@ -225,17 +232,22 @@ class Model:
 
     def _timed_graph(self, tokens: int, batch: int, kv: str, pool: int,
                      sample: str | None = None):
-        t0 = time.perf_counter()
         # a session reads one row of a prefill chunk: the head runs on that row only (a
         # rank's graph keeps every row: the sharding pass knows no gathered activations)
         logits = "rows" if tokens > 1 and self.tp is None else "all"
         g = self.step_graph(tokens, batch, kv, pool=pool, sample=sample, logits=logits)
-        if self.progress:
-            how = f", sampling ({sample})" if sample else ""
-            eqns = len(getattr(g, "graph", g).eqns())     # a rank's step is a compile result
-            self.progress(f"compiled a {tokens}-token x {batch} step{how} "
-                          f"({eqns} eqns) in {time.perf_counter() - t0:.2f} s")
+        # a rank's step is a compile result
+        self._eqns[(tokens, batch, sample)] = len(getattr(g, "graph", g).eqns())
         return g
+
+    def _planned(self, key: tuple, seconds: float) -> None:
+        """Session.planned: one progress line per plan, timed from its graph to its bound
+        buffers (the kernels' source printed and built included)."""
+        tokens, batch, sample = (*key, None)[:3]
+        how = f", sampling ({sample})" if sample else ""
+        eqns = self._eqns.get((tokens, batch, sample))
+        size = f" ({eqns} eqns)" if eqns is not None else ""
+        self.progress(f"compiled a {tokens}-token x {batch} step{how}{size} in {seconds:.2f} s")
 
     def _next_tokens(self, session, last: dict, rows: dict, mode: str | None) -> dict:
         """The next token of each sequence in `last` (seq -> the token it feeds now), from
@@ -280,42 +292,97 @@ class Model:
             slots.update(hosted_rows.slot_values(hosted, len(ids), self.config.dim))
         return np.asarray(ex.step(slots).result, np.float32)
 
-    def prompt_ids(self, prompt: str, chat: bool = False, system: str | None = None):
-        if not chat:
-            return self.tokenize(prompt)
+    def prompt_ids(self, prompt, chat: bool | None = None, system: str | None = None) -> list[int]:
+        """The token ids `generate` feeds for `prompt`: a string (raw text, or with `chat`
+        the user's message through the model's chat template), token ids (as they are),
+        or a list of chat messages ({"role", "content"} dicts, always through the
+        template). `system` adds a system message first (and implies `chat`)."""
+        if isinstance(prompt, str):
+            if not prompt:
+                raise RequestError("the prompt is empty")
+            if chat is False and system is not None:
+                raise RequestError("a system prompt needs the chat template (chat=True or "
+                                   "a list of messages)")
+            if not (chat or system is not None):
+                return self.tokenize(prompt)
+            prompt = [{"role": "user", "content": prompt}]
+        elif not isinstance(prompt, Sequence) or not prompt:
+            raise RequestError(f"the prompt must be a non-empty string, list of token ids "
+                               f"or list of chat messages, got {type(prompt).__name__} "
+                               f"{prompt!r:.60}")
+        elif all(isinstance(m, Mapping) for m in prompt):
+            if chat is False:
+                raise RequestError("chat messages go through the chat template; drop "
+                                   "chat=False")
+        else:
+            return self._checked_ids(prompt, system)
+        from poot.errors import ChatTemplateError
         from poot.models.chat import render_chat_for
 
-        msgs = ([{"role": "system", "content": system}] if system else []) + \
-            [{"role": "user", "content": prompt}]
-        return self.tokenize(render_chat_for(self.tokenizer, msgs), add_special=False)
+        msgs = ([{"role": "system", "content": system}] if system is not None else []) + \
+            [dict(m) for m in prompt]
+        try:
+            text = render_chat_for(self.tokenizer, msgs)
+        except ChatTemplateError as exc:
+            raise RequestError(str(exc)) from exc
+        return self.tokenize(text, add_special=False)
 
-    def generate(self, prompt: str | Sequence[int], *, max_tokens: int = 64,
-                 temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
-                 repetition_penalty: float = 1.0, seed: int | None = None,
-                 stop: Sequence[str] = (), chat: bool = False,
-                 adapter: str | None = None) -> Iterator[str]:
-        """Stream the continuation of `prompt` as text pieces (stops at EOS, a stop
-        string or max_tokens), through the loaded LoRA adapter named `adapter` if given.
-        Timing lands in `self.stats`."""
+    def _checked_ids(self, ids: Sequence, system) -> list[int]:
+        if system is not None:
+            raise RequestError("a system prompt needs the chat template; token ids are fed "
+                               "as they are")
+        vocab = self.config.vocab
+        bad = next((t for t in ids if isinstance(t, bool) or not isinstance(t, (int, np.integer))
+                    or not 0 <= t < vocab), None)
+        if bad is not None:
+            raise RequestError(f"token ids must be whole numbers in [0, {vocab}), got {bad!r}")
+        return [int(t) for t in ids]
+
+    def generate(self, prompt: str | Sequence[int] | Sequence[Mapping[str, str]], *,
+                 max_tokens: int = 64, temperature: float = 0.0, top_k: int = 0,
+                 top_p: float = 1.0, repetition_penalty: float = 1.0, seed: int | None = None,
+                 stop: Sequence[str] = (), chat: bool | None = None, system: str | None = None,
+                 adapter: str | None = None, stream: bool = False) -> str | Iterator[str]:
+        """The continuation of `prompt` as text: it stops at the end-of-sequence token, a
+        stop string, `max_tokens`, or the end of the context (`max_seq` of `load`), and
+        `self.stats` says which (`finish_reason`) with the timing.
+
+        `prompt` is a string (raw text; with `chat=True` the user's message, through the
+        model's chat template), token ids, or a list of chat messages such as
+        `[{"role": "user", "content": "Hi"}]` (through the template; `system` puts a
+        system prompt first). Greedy by default; `temperature` > 0 samples with `top_k`,
+        `top_p`, `repetition_penalty` and `seed` (same seed and settings: the same text on
+        every backend). `adapter` names a loaded LoRA adapter. With `stream=True` it
+        returns an iterator of text pieces as they are decoded instead. Arguments are
+        checked before anything runs (a RequestError or SamplingError)."""
         from poot.models.sampling import Sampler
 
         at_least_one("max_tokens", max_tokens)
-        ids = list(prompt) if not isinstance(prompt, str) else self.prompt_ids(prompt, chat)
+        if isinstance(stop, str):
+            stop = (stop,)
+        ids = self.prompt_ids(prompt, chat, system)
         room = self.config.max_seq - len(ids)
         if room <= 0:
             raise BindError(f"the prompt has {len(ids)} tokens; this model was loaded with "
                             f"room for {self.config.max_seq} (load with a larger max_seq)")
-        max_tokens = min(max_tokens, room)
         sampler = Sampler(temperature, top_k, top_p, repetition_penalty, seed)
         rows = self.adapter_rows(adapter)
+        pieces = self._pieces(ids, min(max_tokens, room), max_tokens > room, sampler, rows,
+                              tuple(stop))
+        return pieces if stream else "".join(pieces)
+
+    def _pieces(self, ids: list[int], max_tokens: int, cut: bool, sampler, rows: dict,
+                stop: tuple[str, ...]) -> Iterator[str]:
+        """generate's text pieces; `cut`: max_tokens was lowered to the room in the context."""
+        from poot.models.text_stream import TextStream
+
         mode = self.sample_mode([sampler])
         session = self.session()
         self.prepare(session, len(ids), mode)
         seq = object()
         session.open(seq, rows)
         self.stats = stats = Stats(prompt_tokens=len(ids))
-        stream = self.tokenizer.stream(at_text_start=False)
-        text = ""
+        stream = TextStream(self.tokenizer, stop)
         following = None
         try:
             t0 = time.perf_counter()
@@ -330,23 +397,21 @@ class Model:
                 history.append(tok)
                 stats.generated_tokens += 1
                 if tok in self.tokenizer.stop_ids:
+                    stats.finish_reason = "stop"
                     break
                 piece = stream.push(tok)
-                text += piece
-                hit = next((s for s in stop if s and s in text), None)
-                if hit is not None:
-                    cut = text.index(hit) - (len(text) - len(piece))
-                    if cut > 0:
-                        yield piece[:cut]
-                    break
                 if piece:
                     yield piece
+                if stream.stopped:
+                    stats.finish_reason = "stop"
+                    break
                 if i + 1 < max_tokens:
                     tok = next(following)
             else:
-                tail = stream.flush()
-                if tail:
-                    yield tail
+                stats.finish_reason = "context" if cut else "length"
+            tail = stream.flush()       # what was held back; nothing after a stop string
+            if tail:
+                yield tail
             stats.decode_seconds = time.perf_counter() - t0
         finally:
             if following is not None:
@@ -415,23 +480,44 @@ VOCAB_KEYS = ("tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.
               "tokenizer.ggml.scores")
 
 
-def load(model: str, backend: str | None = None, *, kv: str = "dense", max_seq: int = 1024,
-         prefill_tokens: int = 32, progress=None, lora: Sequence = (),
+def load(model: str | os.PathLike, backend: str | None = None, *, max_seq: int = 1024,
+         kv: str = "dense", prefill_tokens: int = 32,
+         progress: Callable[[str], None] | None = None, lora: Sequence = (),
          expert_pool: int | None = None, precision: str = "exact",
          kv_dtype: str | None = None) -> Model:
-    """Open `model` ("smollm2", a .gguf file, an HF folder) for the named backend, or
-    the best available one (the reference backend where there is no GPU). `lora`: PEFT
-    adapter folders, each a path or (name, path); `expert_pool`: MoE experts per layer
-    resident on the device (all of them when None). `precision` ("exact", the default, or
-    "fast") and `kv_dtype` ("f32", "f16" or "q8_0"; None: f32 for exact, f16 for fast) say
-    how contractions read their activations and how the KV cache holds its rows (docs/ir.md
-    section 15); an unknown one, or one the backend cannot run, is a PrecisionError."""
-    from poot.plugin import select_backend
+    """Open `model` for generating: a known name ("smollm2", "gemma3-270m"; pulled into
+    $POOT_CACHE/models on first use), a .gguf file or a Hugging Face folder.
+
+    `backend` names one ("cpu", "cuda", ... as `poot backends` lists them); None picks
+    the best available: the highest-priority backend with a hardware device (a GPU's,
+    else the compiled cpu backend), the numpy reference backend where none has one.
+    `max_seq` is the KV capacity in positions (prompt and answer together); `kv` the
+    cache's form ("dense", or "paged" for batches of sequences); `prefill_tokens` the
+    prompt tokens fed per prefill step; `progress` hears one line per stage (compiled
+    plans); `lora` lists PEFT adapter folders, each a path or (name, path); `expert_pool`
+    keeps that many MoE experts per layer on the device (all of them when None).
+    `precision` ("exact", the default, or "fast") and `kv_dtype` ("f32", "f16" or "q8_0";
+    None: f32 for exact, f16 for fast) say how contractions read their activations and how
+    the KV cache holds its rows (docs/ir.md section 15); an unknown one, or one the backend
+    cannot run, is a one-line PrecisionError before anything is loaded.
+
+        model = poot.load("smollm2")
+        print(model.generate("The capital of France is", max_tokens=8))
+    """
+    from poot.compiler.precision import check as check_precision
     from poot.errors import ConfigError
     from poot.models.loader import open_model
     from poot.models.shapes import check_memory
     from poot.models.tokenizer import Tokenizer
+    from poot.plugin import select_backend
 
+    if kv not in ("dense", "paged"):
+        raise RequestError(f"kv must be 'dense' or 'paged', got {kv!r}")
+    at_least_one("prefill_tokens", prefill_tokens)
+    if expert_pool is not None:
+        at_least_one("expert_pool", expert_pool)
+    b, dev = select_backend(backend)        # an unknown backend is refused before loading
+    kv_dtype = check_precision(b.capabilities(dev), precision, kv_dtype)
     at_least_one("max_seq", max_seq)
     ckpt, config = open_model(model, max_seq=max_seq)
     if ckpt.kind == "gguf":
@@ -445,7 +531,6 @@ def load(model: str, backend: str | None = None, *, kv: str = "dense", max_seq: 
         raise ConfigError(f"{ckpt.path}: the tokenizer has {tok.vocab_size} tokens but the "
                           f"embedding only {config.vocab} rows", file=str(ckpt.path),
                           key="vocab", value=config.vocab)
-    b, dev = select_backend(backend)
     config = replace(config, max_seq=min(config.max_seq, max_seq))
     check_memory(config)
     adapters = [x if isinstance(x, tuple) else (None, x) for x in lora]
