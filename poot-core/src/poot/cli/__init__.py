@@ -10,8 +10,8 @@ import importlib
 import sys
 
 #: subcommand modules, in help order (poot.cli.<name>)
-COMMANDS = ["run", "serve", "pull", "info", "graph", "compile", "plan", "backends", "conformance",
-            "doctor"]
+COMMANDS = ["run", "serve", "pull", "list", "ps", "rm", "info", "graph", "compile",
+            "plan", "backends", "conformance", "doctor"]
 
 
 def _load(name: str):
@@ -29,13 +29,24 @@ class _Version(argparse.Action):
         parser.exit()
 
 
+class _SubcommandParser(argparse.ArgumentParser):
+    """A subcommand's parser: its help gives every option's default (poot.cli.checks)."""
+
+    def __init__(self, **kwargs):
+        from poot.cli.checks import Defaults
+
+        kwargs.setdefault("formatter_class", Defaults)
+        super().__init__(**kwargs)
+
+
 def build_parser() -> tuple[argparse.ArgumentParser, dict]:
     parser = argparse.ArgumentParser(prog="poot", description="poot: one Graph IR, many GPU "
                                      "backends. Run a model, inspect graphs and plans, list "
                                      "backends, check a backend against the oracle.")
     parser.add_argument("--version", action=_Version, nargs=0,
                         help="show poot's version and every installed poot package's, and exit")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND",
+                                parser_class=_SubcommandParser)
     handlers = {}
     for name in COMMANDS:
         mod = _load(name)

@@ -11,11 +11,13 @@ def add_parser(sub):
                         "summary")
 
 
-def describe(backend, full: bool = False, plugin: str = "", package: str = "") -> list[str]:
+def describe(backend, full: bool = False, plugin: str = "", package: str = "",
+             default: bool = False) -> list[str]:
     """The lines `poot backends` prints for one backend (`package`: the distribution and
-    version its plugin came from)."""
+    version its plugin came from; `default`: the one `poot run` picks without --backend)."""
     head = (f"{backend.name} (priority {backend.priority}, {backend.language or 'no language'}"
-            f"{f', plugin {plugin}' if plugin else ''}{f', {package}' if package else ''})")
+            f"{f', plugin {plugin}' if plugin else ''}{f', {package}' if package else ''})"
+            f"{'  <- default' if default else ''}")
     from poot.plugin import probe
 
     devices, reason = probe(backend)
@@ -34,14 +36,31 @@ def describe(backend, full: bool = False, plugin: str = "", package: str = "") -
     return lines
 
 
+def default_pick() -> tuple[str | None, str]:
+    """The backend `poot run` and `poot serve` pick without --backend, and a line saying
+    which (or why none)."""
+    from poot.errors import PootError
+    from poot.plugin import select_backend
+
+    try:
+        b, dev = select_backend()
+    except PootError as exc:
+        return None, f"no default backend: {exc}"
+    return b.name, (f"default: {b.name} on {dev} (what `poot run` and `poot serve` pick "
+                    f"without --backend)")
+
+
 def run(args) -> int:
     from poot.plugin import manager
 
     m = manager()
     table = m.backends()
+    default, line = default_pick()
     for b in sorted(table.values(), key=lambda b: (-b.priority, b.name)):
         plugin = m.backend_plugins.get(b.name, "")
-        print("\n".join(describe(b, args.table, plugin, m.distributions.get(plugin, ""))))
+        print("\n".join(describe(b, args.table, plugin, m.distributions.get(plugin, ""),
+                                 default=b.name == default)))
+    print(line)
     if m.broken:
         print("plugins that failed to load:")
         for name, err in sorted(m.broken.items()):

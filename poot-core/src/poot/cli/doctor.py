@@ -1,6 +1,7 @@
 """`poot doctor`: what this installation is made of and what it can run. Python, every
 installed poot package and the packages each declares (missing ones with the command that
-installs them), the plugins, each backend's devices or why it has none, and the caches."""
+installs them), the plugins, each backend's devices or why it has none, the C compiler and
+OpenMP (the cpu backend's), and the caches."""
 from __future__ import annotations
 
 import os
@@ -110,6 +111,60 @@ def backends_section() -> list[str]:
     return out
 
 
+#: a C program that needs OpenMP's flag, header and runtime, and says how many threads ran
+OPENMP_PROBE = """#include <omp.h>
+#include <stdio.h>
+int main(void) {
+  int n = 0;
+#pragma omp parallel
+  {
+#pragma omp atomic
+    n++;
+  }
+  printf("%d", n);
+  return n > 0 ? 0 : 1;
+}
+"""
+
+
+def toolchain_section() -> list[str]:
+    """The C compiler and OpenMP, which the cpu backend builds every plan with: the
+    compiler's version, then a small OpenMP program compiled and run."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    cc = os.environ.get("CC") or "gcc"
+    path = shutil.which(cc)
+    if path is None:
+        return [f"C compiler: {cc!r} is not on PATH; the cpu backend needs gcc with OpenMP "
+                f"(apt-get install gcc, or set $CC)"]
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
+        version = (out.stdout.splitlines() or ["?"])[0].strip()
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return [f"C compiler: {path} does not run: {exc}"]
+    lines = [f"C compiler: {version} ({path}{', from $CC' if 'CC' in os.environ else ''})"]
+    with tempfile.TemporaryDirectory(prefix="poot-doctor-") as tmp:
+        src, exe = Path(tmp) / "omp.c", Path(tmp) / "omp"
+        src.write_text(OPENMP_PROBE)
+        try:
+            built = subprocess.run([path, "-fopenmp", str(src), "-o", str(exe)],
+                                   capture_output=True, text=True, timeout=120)
+            if built.returncode != 0:
+                why = (built.stderr.strip().splitlines() or ["no message"])[-1]
+                return lines + [f"OpenMP: {cc} -fopenmp fails ({why}); the cpu backend needs "
+                                f"it (apt-get install gcc libgomp1)"]
+            ran = subprocess.run([str(exe)], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return lines + [f"OpenMP: the probe did not run: {exc}"]
+    if ran.returncode != 0:
+        return lines + [f"OpenMP: the probe built but failed (exit {ran.returncode}: "
+                        f"{ran.stderr.strip()[-200:]})"]
+    return lines + [f"OpenMP: works ({ran.stdout.strip()} threads; OMP_NUM_THREADS sets "
+                    f"them)"]
+
+
 def caches_section() -> list[str]:
     from poot.paths import cache_dir
 
@@ -125,6 +180,6 @@ def caches_section() -> list[str]:
 def run(args) -> int:
     lines = [f"python {platform.python_version()} ({sys.executable}) on "
              f"{platform.platform()}"]
-    lines += packages_section() + backends_section() + caches_section()
+    lines += packages_section() + backends_section() + toolchain_section() + caches_section()
     print("\n".join(lines))
     return 0

@@ -141,6 +141,8 @@ def run(args, rank: int = 0, group=None) -> int:
         from poot.cli.chat import chat
 
         return chat(model, args)
+    from poot.cli.generating import context_note, sampling_kwargs
+
     pieces = model.generate(args.prompt, max_tokens=args.max_tokens or PROMPT_MAX_TOKENS,
                             chat=args.chat, system=args.system, stream=True,
                             **sampling_kwargs(args))
@@ -159,26 +161,8 @@ def run(args, rank: int = 0, group=None) -> int:
     print(f"[poot] prefill: {s.prompt_tokens} tokens, {s.prefill_tps:.1f} tok/s; "
           f"decode: {s.generated_tokens} tokens, {s.decode_tps:.1f} tok/s "
           f"({model.backend.name})", file=sys.stderr)
-    context_note(model, args)
+    context_note(model)
     pager = model.session().stepper
     if pager is not None:
         print(f"[poot] expert pool: {pager.counters}", file=sys.stderr)
     return 0
-
-
-def sampling_kwargs(args) -> dict:
-    """Model.generate's sampling, stop and adapter arguments from the flags."""
-    return dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                repetition_penalty=args.repetition_penalty, seed=args.seed, stop=args.stop,
-                adapter="lora" if args.lora else None)
-
-
-def context_note(model, args) -> None:
-    """A line on stderr when the answer stopped because the context was full (a note,
-    printed even with --quiet: the text is cut short, not finished)."""
-    s = model.stats
-    if s.finish_reason == "context":
-        print(f"[poot] note: stopped after {s.generated_tokens} tokens at the end of the "
-              f"context: the prompt's {s.prompt_tokens} tokens and the answer fill --max-seq "
-              f"{model.config.max_seq}; a larger --max-seq makes room for more",
-              file=sys.stderr, flush=True)

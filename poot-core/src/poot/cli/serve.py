@@ -1,4 +1,7 @@
-"""`poot serve MODEL`: the OpenAI API over HTTP, with continuous batching (poot.serve)."""
+"""`poot serve MODEL`: the OpenAI API over HTTP, with continuous batching (poot.serve).
+
+Every flag is checked, and the address bound once, before the model loads. While it runs,
+the server keeps a record in <cache>/run for `poot ps` (poot.serve.records)."""
 from __future__ import annotations
 
 import sys
@@ -9,9 +12,10 @@ def add_parser(sub):
 
     p = sub.add_parser("serve", help="serve a model over the OpenAI HTTP API")
     p.add_argument("model", help="smollm2, a .gguf file or an HF folder")
-    p.add_argument("--backend", default=None, help="backend name (default: best available)")
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--backend", default=None,
+                   help="backend name (default: the best available; `poot backends` marks it)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind")
+    p.add_argument("--port", type=int, default=8000, help="port to listen on")
     p.add_argument("--name", default=None,
                    help="the model name clients ask for (default: MODEL as given)")
     p.add_argument("--max-batch", type=int, default=8,
@@ -38,12 +42,65 @@ def add_parser(sub):
     p.add_argument("--no-overlap", action="store_true",
                    help="wait for each greedy decode step before the next (by default the "
                         "next step is launched while the host streams the last one's tokens)")
+    p.add_argument("--default-max-tokens", type=int, default=None, metavar="N",
+                   help="the answer length of a request that names no max_tokens (default: "
+                        "16 for /v1/completions, as OpenAI's, and 1024 for chat; never past "
+                        "the end of the context)")
     p.add_argument("--access-log", action="store_true", help="log every HTTP request")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     add_precision_args(p)
 
 
+def check(args) -> list:
+    """Every flag, before anything loads; the parsed --lora adapters."""
+    from pathlib import Path
+
+    from poot.cli import checks
+    from poot.errors import RequestError
+    from poot.models.lora import parse_named
+
+    for flag in ("--max-batch", "--max-seq", "--kv-pool", "--prefill-chunk",
+                 "--prefill-batch", "--expert-pool", "--default-max-tokens"):
+        checks.count(flag, getattr(args, flag[2:].replace("-", "_")))
+    checks.count("--max-queue", args.max_queue, lo=0)
+    if not 0 <= args.port <= 65535:
+        raise RequestError(f"--port must be in 0..65535, got {args.port}")
+    adapters = [parse_named(x) for x in args.lora]
+    for (_, path), spec in zip(adapters, args.lora, strict=True):
+        if not Path(path).is_dir():
+            raise RequestError(f"--lora {spec}: no such adapter folder")
+    return adapters
+
+
+def bind_check(host: str, port: int) -> None:
+    """Refuse an address that cannot be bound now, before minutes of loading."""
+    import errno
+    import socket
+
+    from poot.errors import RequestError
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        raise RequestError(f"--host {host}: {exc}") from None
+    family, kind, proto, _, addr = infos[0]
+    with socket.socket(family, kind, proto) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(addr)
+        except OSError as exc:
+            busy = exc.errno == errno.EADDRINUSE
+            raise RequestError(f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+                               + (" (`poot ps` lists the poot servers running)" if busy
+                                  else "")) from None
+
+
+def _graceful_exit(signum, frame):
+    raise SystemExit(0)
+
+
 def run(args) -> int:
+    import signal
     import time
     from pathlib import Path
 
@@ -51,21 +108,23 @@ def run(args) -> int:
 
     uvicorn = require("uvicorn")
     from poot.cli.run import progress_lines
-    from poot.models.lora import parse_named
     from poot.models.runner import load
     from poot.serve.app import create_app
     from poot.serve.engine import Engine
+    from poot.serve.records import Record
 
+    adapters = check(args)
+    bind_check(args.host, args.port)
     progress = progress_lines(args.quiet)
     t0 = time.perf_counter()
     model = load(args.model, args.backend, kv="paged", max_seq=args.max_seq,
                  prefill_tokens=args.prefill_chunk, progress=progress,
-                 lora=[parse_named(x) for x in args.lora], expert_pool=args.expert_pool,
+                 lora=adapters, expert_pool=args.expert_pool,
                  precision=args.precision, kv_dtype=args.kv_dtype)
     name = args.name or (Path(args.model).stem if Path(args.model).exists() else args.model)
     engine = Engine(model, name=name, max_batch=args.max_batch, pool_tokens=args.kv_pool,
                     max_queue=args.max_queue, prefill_batch=args.prefill_batch,
-                    overlap=not args.no_overlap)
+                    overlap=not args.no_overlap, default_max_tokens=args.default_max_tokens)
     engine.warm(progress)
     s = engine.stats()
     url = f"http://{args.host}:{args.port}/v1"
@@ -76,12 +135,23 @@ def run(args) -> int:
           f"{args.max_batch} (decode plans {s['decode_batches']}, prefill plans of "
           f"sequences x tokens {prefill}), KV pool {s['pool_slots']} "
           f"slots in {s['pool_blocks']} blocks, {s['max_seq']} positions per sequence, "
-          f"ready in {time.perf_counter() - t0:.1f} s at {url}", file=sys.stderr, flush=True)
+          f"loaded in {time.perf_counter() - t0:.1f} s, at {url}; warming: "
+          f"{s['plans_waiting']} plans to make (GET /ready answers 503 until they exist)",
+          file=sys.stderr, flush=True)
+    local = "127.0.0.1" if args.host in ("0.0.0.0", "::", "") else args.host
+    record = Record(model=name, file=str(model.checkpoint.path), backend=model.backend.name,
+                    device=str(model.device), url=f"http://{local}:{args.port}/v1",
+                    max_batch=args.max_batch)
     engine.start()
+    record.write()
+    # uvicorn shuts down gracefully on SIGTERM, then raises the signal again: with this
+    # handler that ends in SystemExit, so the record and the engine are cleaned up below
+    signal.signal(signal.SIGTERM, _graceful_exit)
     try:
         uvicorn.run(create_app(engine), host=args.host, port=args.port,
                     log_level="warning" if args.quiet else "info",
                     access_log=args.access_log)
     finally:
+        record.remove()
         engine.close()
     return 0

@@ -1,0 +1,168 @@
+"""`poot run MODEL` without --prompt: on a terminal an interactive chat (driven here through a
+pseudo-terminal), from a pipe a prompt read from stdin.
+
+The chat's mechanics run on the fuzzer's tiny Llama (its answers are noise, but fast); the
+history's effect on an answer on the real SmolLM2 (slow)."""
+from __future__ import annotations
+
+import os
+import pty
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent / "fuzz"))
+import seeds  # noqa: E402
+
+PROMPT = b">>> "
+
+
+class Terminal:
+    """`poot ARGS` on a pseudo-terminal: what it writes, read up to a marker."""
+
+    def __init__(self, *args: str):
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:                                   # the child: poot on the pty
+            os.execvp(sys.executable, [sys.executable, "-m", "poot", *args])
+        self.seen = b""
+
+    def until(self, marker: bytes, timeout: float = 600) -> str:
+        """Everything written up to and including `marker` (from where the last read
+        stopped)."""
+        end = time.monotonic() + timeout
+        while marker not in self.seen:
+            ready, _, _ = select.select([self.fd], [], [], max(0.0, end - time.monotonic()))
+            if not ready:
+                raise TimeoutError(f"no {marker!r} in {self.seen[-2000:]!r}")
+            try:
+                chunk = os.read(self.fd, 4096)
+            except OSError:                                 # the child closed the pty
+                chunk = b""
+            if not chunk:
+                raise EOFError(f"the chat ended before {marker!r}: {self.seen[-2000:]!r}")
+            self.seen += chunk
+        i = self.seen.index(marker) + len(marker)
+        out, self.seen = self.seen[:i], self.seen[i:]
+        return out.decode(errors="replace").replace("\r\n", "\n")
+
+    def send(self, text: str) -> None:
+        os.write(self.fd, text.encode())
+
+    def exit_code(self, timeout: float = 60) -> int:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                return os.waitstatus_to_exitcode(status)
+            try:                                            # keep the pty drained
+                if select.select([self.fd], [], [], 0.1)[0]:
+                    self.seen += os.read(self.fd, 4096)
+            except OSError:
+                pass
+        os.kill(self.pid, 9)
+        raise TimeoutError("the chat did not exit")
+
+    def close(self) -> None:
+        try:
+            os.kill(self.pid, 9)
+            os.waitpid(self.pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+        os.close(self.fd)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    return seeds.tiny_llama_gguf(tmp_path_factory.mktemp("tiny") / "tiny.gguf")
+
+
+@pytest.fixture
+def tiny_chat(tiny):
+    t = Terminal("run", str(tiny), "--backend", "reference", "--max-seq", str(seeds.CTX),
+                 "--max-tokens", "4", "--quiet")
+    yield t
+    t.close()
+
+
+def test_the_chat_answers_each_line_and_leaves_on_bye(tiny_chat):
+    t = tiny_chat
+    assert "chatting with tiny.gguf on reference" in t.until(PROMPT, timeout=300)
+    t.send("the\n")
+    first = t.until(PROMPT)
+    assert first.startswith("the\n") and first.endswith(">>> ")   # the echo, then the answer
+    t.send("/?\n")
+    shown = t.until(PROMPT)
+    assert "/bye" in shown and "/clear" in shown and "/system" in shown
+    t.send("/clear\n")
+    assert "the conversation is forgotten" in t.until(PROMPT)
+    t.send("/nope\n")
+    assert "unknown command /nope" in t.until(PROMPT)
+    t.send("in the\n")
+    t.until(PROMPT)
+    t.send("/bye\n")
+    assert t.exit_code() == 0
+
+
+def test_ctrl_c_at_the_prompt_stays_and_ctrl_d_leaves(tiny_chat):
+    t = tiny_chat
+    t.until(PROMPT, timeout=300)
+    t.send("\x03")
+    assert "Ctrl-D or /bye to leave" in t.until(PROMPT)
+    t.send("\x04")
+    assert t.exit_code() == 0
+
+
+def test_the_conversation_keeps_history_and_drops_the_oldest_turns_that_no_longer_fit(tiny):
+    from poot.cli.chat import Conversation
+    from poot.models.runner import load
+
+    model = load(str(tiny), "reference", max_seq=seeds.CTX)   # a byte-level vocabulary
+    conv = Conversation(model, "be")
+    conv.turns = [("a", "b")]
+    msgs, dropped = conv.fitted("c")
+    assert dropped == 0
+    assert [(m["role"], m["content"]) for m in msgs] == [
+        ("system", "be"), ("user", "a"), ("assistant", "b"), ("user", "c")]
+    conv.turns = [("x" * 12, "y" * 12)] * 3 + [("last", "turn")]
+    msgs, dropped = conv.fitted("now")
+    assert dropped == 3 and conv.turns == [("last", "turn")]
+    assert len(model.prompt_ids(msgs)) < seeds.CTX
+
+
+def test_a_prompt_is_read_from_stdin_when_it_is_not_a_terminal(tiny):
+    r = subprocess.run([sys.executable, "-m", "poot", "run", str(tiny), "--backend",
+                        "reference", "--max-seq", str(seeds.CTX), "--max-tokens", "3",
+                        "--quiet"], input="the in\n", capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("the in") and len(r.stdout) > len("the in\n")
+
+
+@pytest.mark.slow
+def test_the_chat_remembers_the_conversation(smollm2_gguf):
+    t = Terminal("run", str(smollm2_gguf), "--max-seq", "256", "--quiet", "--system",
+                 "You are a helpful assistant.")
+    try:
+        t.until(PROMPT, timeout=600)
+        t.send("What is the capital of France?\n")
+        assert "Paris" in t.until(PROMPT)
+        t.send("And of Germany?\n")                # only the history says "capital"
+        assert "Berlin" in t.until(PROMPT)
+        t.send("/bye\n")
+        assert t.exit_code() == 0
+    finally:
+        t.close()
+
+
+@pytest.mark.slow
+def test_a_run_that_fills_the_context_says_so(smollm2_gguf):
+    r = subprocess.run([sys.executable, "-m", "poot", "run", str(smollm2_gguf), "--prompt",
+                        "The capital of France is", "--max-tokens", "16", "--max-seq", "8",
+                        "--quiet"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert ("[poot] note: stopped after 3 tokens at the end of the context: the prompt's 5 "
+            "tokens and the answer fill --max-seq 8") in r.stderr, r.stderr
