@@ -1,5 +1,6 @@
-"""SmolLM2-135M (Q4_1 GGUF) on this CPU: poot's cpu backend, llama.cpp and poot's reference
-backend side by side, measured in one run with the same thread count.
+"""SmolLM2-135M (Q4_1 GGUF) and Gemma 3 270M (Q4_K_M GGUF: Q8_0, Q5_0, Q4_K and Q6_K
+weights) on this CPU: poot's cpu backend (exact and fast precision), llama.cpp and poot's
+reference backend side by side, measured in one run with the same thread count.
 
 For each engine, in its own process (so peak RSS is its own): prefill of a 256-token
 prompt (tok/s), greedy decode of 64 tokens (tok/s), peak resident memory. llama.cpp is
@@ -15,7 +16,9 @@ the load average before and after: on a machine shared with other work only figu
 one run compare.
 
     python poot-backend-cpu/bench/smollm2_cpu.py [--threads 2] [--repeat 3]
-        [--engines cpu,llama.cpp,reference]   # cpu/apart: q, k, v and gate, up apart
+        [--models smollm2,gemma3] [--engines cpu,cpu/fast,llama.cpp,reference]
+        # cpu/fast: --precision fast (q8 rows into the packed contractions, f16 KV);
+        # cpu/apart: q, k, v and gate, up apart
 """
 from __future__ import annotations
 
@@ -35,12 +38,18 @@ TEXT = ("The history of the city begins with a small settlement on the river, wh
         "traders met to exchange grain, salt and cloth. ")
 
 
-def gguf_path() -> str:
-    from poot.models.hub import smollm2_path
+MODELS = {"smollm2": ("SmolLM2-135M Q4_1", "smollm2_path"),
+          "gemma3": ("Gemma 3 270M Q4_K_M", "gemma3_path")}
+PULL = {"gemma3": "gemma3-270m"}
 
-    path = smollm2_path()
+
+def gguf_path(model: str = "smollm2") -> str:
+    from poot.models import hub
+
+    label, finder = MODELS[model]
+    path = getattr(hub, finder)()
     if path is None:
-        sys.exit("SmolLM2 GGUF not found: run `poot pull smollm2`")
+        sys.exit(f"{label} GGUF not found: run `poot pull {PULL.get(model, model)}`")
     return str(path)
 
 
@@ -49,16 +58,18 @@ def prompt_ids(tokenize) -> list[int]:
     return ids[:PROMPT_TOKENS]
 
 
-def run_poot(engine: str) -> dict:
-    """A poot backend by name; "NAME/apart": with q, k and v as three weights and gate and
-    up as two (the model's stack_qkv and stack_ffn off), for comparing the stacked
-    projections."""
+def run_poot(engine: str, model_name: str) -> dict:
+    """A poot backend by name; "NAME/fast": at the fast precision; "NAME/apart": with q, k
+    and v as three weights and gate and up as two (the model's stack_qkv and stack_ffn
+    off), for comparing the stacked projections."""
     import poot
 
-    backend, _, how = engine.partition("/")
+    backend, *how = engine.split("/")
     t0 = time.perf_counter()
-    model = poot.load(gguf_path(), backend=backend, max_seq=PROMPT_TOKENS + DECODE_TOKENS + 8)
-    model.stack_qkv = model.stack_ffn = how != "apart"
+    model = poot.load(gguf_path(model_name), backend=backend,
+                      max_seq=PROMPT_TOKENS + DECODE_TOKENS + 8,
+                      precision="fast" if "fast" in how else "exact")
+    model.stack_qkv = model.stack_ffn = "apart" not in how
     ids = prompt_ids(model.tokenize)
     list(model.generate(ids[:8], max_tokens=2))           # plans and compiles both steps
     setup = time.perf_counter() - t0
@@ -71,11 +82,11 @@ def run_poot(engine: str) -> dict:
             "device": str(model.device)}
 
 
-def run_llama(threads: int) -> dict:
+def run_llama(threads: int, model_name: str) -> dict:
     from llama_cpp import Llama
 
     t0 = time.perf_counter()
-    llm = Llama(gguf_path(), n_threads=threads, n_threads_batch=threads, n_ctx=512,
+    llm = Llama(gguf_path(model_name), n_threads=threads, n_threads_batch=threads, n_ctx=512,
                 n_batch=PROMPT_TOKENS, verbose=False)
     setup = time.perf_counter() - t0
     ids = prompt_ids(lambda t: llm.tokenize(t.encode()))
@@ -96,16 +107,18 @@ def run_llama(threads: int) -> dict:
             "device": f"llama-cpp-python {llama_cpp.__version__}"}
 
 
-def child(engine: str, threads: int) -> None:
-    result = run_llama(threads) if engine == "llama.cpp" else run_poot(engine)
+def child(engine: str, threads: int, model_name: str) -> None:
+    result = run_llama(threads, model_name) if engine == "llama.cpp" \
+        else run_poot(engine, model_name)
     result["rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print("RESULT " + json.dumps(result))
 
 
-def measure(engine: str, threads: int, env: dict) -> dict | str:
+def measure(engine: str, threads: int, model_name: str, env: dict) -> dict | str:
     """One engine's figures from a child process, or why it gave none."""
     proc = subprocess.run([sys.executable, __file__, "--child", engine, "--threads",
-                           str(threads)], env=env, capture_output=True, text=True)
+                           str(threads), "--models", model_name], env=env,
+                          capture_output=True, text=True)
     line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
     if line is None:
         return (proc.stderr.strip().splitlines() or ["no output"])[-1]
@@ -120,51 +133,55 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--engines", default="cpu,llama.cpp,reference")
+    ap.add_argument("--models", default="smollm2,gemma3")
+    ap.add_argument("--engines", default="cpu,cpu/fast,llama.cpp,reference")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        child(args.child, args.threads)
+        child(args.child, args.threads, args.models)
         return
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
-    size = os.path.getsize(gguf_path()) / 2**20
     engines = args.engines.split(",")
-    print(f"# SmolLM2-135M Q4_1 GGUF ({size:.0f} MiB), {args.threads} threads, "
-          f"{platform.processor() or platform.machine()}, "
+    models = args.models.split(",")
+    print(f"# {args.threads} threads, {platform.processor() or platform.machine()}, "
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average {load()}")
-    runs: dict[str, list[dict]] = {e: [] for e in engines}
-    skipped: dict[str, str] = {}
+    runs = {(m, e): [] for m in models for e in engines}
+    skipped: dict[tuple, str] = {}
     for rnd in range(args.repeat):
-        for engine in engines:
-            if engine in skipped:
-                continue
-            r = measure(engine, args.threads, env)
-            if isinstance(r, str):
-                skipped[engine] = r
-                continue
-            runs[engine].append(r)
-            print(f"round {rnd + 1} {engine:<10} decode {r['decode']:7.1f} tok/s, prefill "
-                  f"{r['prefill']:7.1f} tok/s, peak RSS {r['rss_mib']:4.0f} MiB, "
-                  f"load {load()}", flush=True)
+        for m in models:
+            for engine in engines:
+                if (m, engine) in skipped:
+                    continue
+                r = measure(engine, args.threads, m, env)
+                if isinstance(r, str):
+                    skipped[m, engine] = r
+                    continue
+                runs[m, engine].append(r)
+                print(f"round {rnd + 1} {m:<8} {engine:<10} decode {r['decode']:7.1f} tok/s, "
+                      f"prefill {r['prefill']:7.1f} tok/s, peak RSS {r['rss_mib']:4.0f} MiB, "
+                      f"load {load()}", flush=True)
     print(f"# medians over {args.repeat} rounds; load average at the end {load()}")
-    print(f"{'engine':<12} {'decode tok/s':>12} {'prefill tok/s':>14} {'peak RSS MiB':>13}"
-          f"  device")
-    rows = {}
-    for engine in engines:
-        if engine in skipped:
-            print(f"{engine:<12} skipped: {skipped[engine]}")
-            continue
-        rows[engine] = r = {k: statistics.median(x[k] for x in runs[engine])
-                            for k in ("decode", "prefill", "rss_mib")}
-        print(f"{engine:<12} {r['decode']:>12.1f} {r['prefill']:>14.1f} {r['rss_mib']:>13.0f}"
-              f"  {runs[engine][0]['device']}")
-    if "cpu" in rows:
-        cpu = rows["cpu"]
-        for peer in ("llama.cpp", "reference"):
-            if peer in rows:
-                print(f"cpu / {peer}: decode {cpu['decode'] / rows[peer]['decode']:.2f}x, "
-                      f"prefill {cpu['prefill'] / rows[peer]['prefill']:.2f}x")
-        print(f"cpu peak RSS / GGUF size: {cpu['rss_mib'] / size:.2f}x")
+    for m in models:
+        size = os.path.getsize(gguf_path(m)) / 2**20
+        print(f"\n{MODELS[m][0]} GGUF ({size:.0f} MiB)")
+        print(f"{'engine':<12} {'decode tok/s':>12} {'prefill tok/s':>14} {'peak RSS MiB':>13}"
+              f"  device")
+        rows = {}
+        for engine in engines:
+            if (m, engine) in skipped:
+                print(f"{engine:<12} skipped: {skipped[m, engine]}")
+                continue
+            rows[engine] = r = {k: statistics.median(x[k] for x in runs[m, engine])
+                                for k in ("decode", "prefill", "rss_mib")}
+            print(f"{engine:<12} {r['decode']:>12.1f} {r['prefill']:>14.1f} "
+                  f"{r['rss_mib']:>13.0f}  {runs[m, engine][0]['device']}")
+        for mine in (e for e in engines if e.startswith("cpu") and e in rows):
+            for peer in ("llama.cpp", "reference"):
+                if peer in rows:
+                    print(f"{mine} / {peer}: decode "
+                          f"{rows[mine]['decode'] / rows[peer]['decode']:.2f}x, prefill "
+                          f"{rows[mine]['prefill'] / rows[peer]['prefill']:.2f}x")
+            print(f"{mine} peak RSS / GGUF size: {rows[mine]['rss_mib'] / size:.2f}x")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Where a SmolLM2 step's time goes on the cpu backend, by kernel kind.
+"""Where a SmolLM2 (or Gemma 3) step's time goes on the cpu backend, by kernel kind.
 
 The plan's step function is printed again with a barrier and a clock read around every
 call (the barriers cost a little, and they take away the overlap of independent calls
@@ -8,6 +8,7 @@ each call's wall time by kind: packed contractions by shape, attention, and the 
 kernels by op.
 
     python poot-backend-cpu/bench/step_profile.py [--step prefill|decode] [--repeat 3]
+        [--model smollm2|gemma3]
 """
 from __future__ import annotations
 
@@ -20,7 +21,13 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from smollm2_cpu import DECODE_TOKENS, PROMPT_TOKENS, gguf_path, prompt_ids  # noqa: E402
+from smollm2_cpu import (  # noqa: E402
+    DECODE_TOKENS,
+    MODELS,
+    PROMPT_TOKENS,
+    gguf_path,
+    prompt_ids,
+)
 
 CALL = re.compile(r"^    (\w+)\((.*)\);  /\* step (\d+) \*/$")
 
@@ -105,10 +112,12 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--step", choices=("prefill", "decode"), default="prefill")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--model", choices=sorted(MODELS), default="smollm2")
     args = ap.parse_args()
     import poot
 
-    model = poot.load(gguf_path(), backend="cpu", max_seq=PROMPT_TOKENS + DECODE_TOKENS + 8)
+    model = poot.load(gguf_path(args.model), backend="cpu",
+                      max_seq=PROMPT_TOKENS + DECODE_TOKENS + 8)
     ids = prompt_ids(model.tokenize)
     list(model.generate(ids[:8], max_tokens=2))
     session = next(iter(model._sessions.values()))

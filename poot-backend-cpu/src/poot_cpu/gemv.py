@@ -598,11 +598,13 @@ def _quant_setup(coding: Coding, local: bool) -> str:
             "  #pragma omp for schedule(static)")
 
 
-def weight_rows(block: Block, mt: int, n: int) -> int:
-    """Weight rows sharing one load of the activations: two for 4-bit decode steps (fewer
-    loads per product); one where the registers would not hold them (the prefill tile)
-    and for wider codes, whose two rows' codes measured slower."""
-    return 2 if block.bits == 4 and mt < 8 and n % 2 == 0 else 1
+def weight_rows(block: Block, coding: Coding, mt: int, n: int) -> int:
+    """Weight rows sharing one load of the activations (two independent sums per activation
+    row): two in decode steps for 4-bit codes, and for every format's byte codes; one
+    where the registers would not hold them (the prefill tile) and for wider codes
+    widened to int16, whose two rows measured slower."""
+    pair = block.bits == 4 or coding is Q8
+    return 2 if pair and mt < 8 and n % 2 == 0 else 1
 
 
 def block_functions(fmt: str) -> str:
@@ -639,7 +641,7 @@ def kernel_source(name: str, fmt: str, coding: Coding, m: int, n: int, k: int,
     else:
         mt = M_TILES[m >= 8]
         source = TEMPLATE.format(
-            **common, mt=mt, nr=weight_rows(block, mt, n), after_tile=after_tile,
+            **common, mt=mt, nr=weight_rows(block, coding, mt, n), after_tile=after_tile,
             codes=ROW_CODES[coding.name].format(fn=fn), load=ROW_LOAD[coding.name],
             dot=ROW_DOT[coding.name, g], offset=ROW_OFFSET if offsets else "")
     return block_functions(fmt) + source
