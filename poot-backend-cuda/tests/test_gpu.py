@@ -93,32 +93,35 @@ def _packed(normed: bool, shape: tuple[int, int], fmt: str = "gguf:Q4_0"):
     return Case(f"{op.name}-{pw.format}-{shape[0]}x{shape[1]}", op, ins, make, INT_GEMV_TOL)
 
 
-#: schedules built and interpreter-checked but off by default until timed, each on the
-#: GPU: (dot's constant, its value, the statement it brings, case)
-VARIANTS = [("WIDE_WORDS", 1, "LoadWide", "dense-(1,)-20x64-bf16"),
-            ("WIDE_WORDS", 1, "LoadWide", "dense-(1,)-12x2088-bf16"),
-            ("ASYNC_STAGES", 2, "CopyAsync", _packed(False, (32, 2048))),
-            ("ASYNC_STAGES", 2, "CopyAsync", _packed(True, (32, 2048))),   # norm inside
-            ("ASYNC_STAGES", 2, "CopyAsync", _packed(True, (64, 4096))),   # K split
-            ("ASYNC_STAGES", 2, "CopyAsync", _packed(False, (32, 4096), "gguf:Q4_K")),
-            ("ASYNC_STAGES", 2, "CopyAsync",
-             _packed(False, (64, 14336), "gguf:Q4_K"))]   # K split, tile read in quads
+#: the contraction schedules' switches set apart from the target's default, each on the GPU:
+#: (DotSchedule field, its value, case)
+VARIANTS = [("quads", False, _packed(False, (32, 4096), "gguf:Q4_K")),
+            ("quads", False, _packed(False, (64, 14336), "gguf:Q4_K")),   # K split
+            ("norm_prologue", False, _packed(True, (32, 2048))),
+            ("early_loads", False, _packed(False, (32, 2048))),
+            ("early_loads", False, "dense-(1,)-12x2088-bf16"),
+            ("pairs", False, "dense-(1,)-12x2088-bf16")]
 
 
-@pytest.mark.parametrize("name, value, stmt, case", VARIANTS,
-                         ids=[f"{v[0]}={v[1]}-{v[3] if isinstance(v[3], str) else v[3].id}"
+@pytest.mark.parametrize("name, value, case", VARIANTS,
+                         ids=[f"{v[0]}={v[1]}-{v[2] if isinstance(v[2], str) else v[2].id}"
                               for v in VARIANTS])
-def test_schedule_variants_on_gpu_match_oracle(ctx, monkeypatch, name, value, stmt, case):
-    from poot.codegen.lower import dot, lower
+def test_schedule_variants_on_gpu_match_oracle(ctx, name, value, case):
+    from dataclasses import replace
+
+    from poot.codegen.lower import lower
+    from poot.codegen.lower.schedule import dot_schedule
     from poot_cuda.capability import kernel_features, parse_arch
     from poot_cuda.kernels import compile_program
     from poot_cuda.printer import CudaPrinter
     from poot_cuda.testing import ARCH
 
-    monkeypatch.setattr(dot, name, value)
+    features = kernel_features(*parse_arch(ARCH), ARCH)
     case = next(c for c in CASES if c.id == case) if isinstance(case, str) else case
-    lowering = lower(case.op, case.ins, case.out(), kernel_features(*parse_arch(ARCH), ARCH))
-    assert any(type(x).__name__ == stmt for k in lowering.kernels for x in k.statements())
+    schedule = replace(dot_schedule(features), **{name: value})
+    lowering = lower(case.op, case.ins, case.out(), features, schedule)
+    default = lower(case.op, case.ins, case.out(), features)
+    assert [repr(k.body) for k in lowering.kernels] != [repr(k.body) for k in default.kernels]
     (got,), want = _run(ctx, case, program=compile_program(lowering, CudaPrinter(ARCH)))
     assert mismatch(got, want, case.tol) is None
 

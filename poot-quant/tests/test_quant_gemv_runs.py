@@ -149,8 +149,9 @@ def test_q4_0_gemv_loads_each_word_once():
     its group's trip with coalesced loads (load s of lane l: word 32s + l of the trip's
     span), decodes the runs from the shared copy, and reads activations from the shared
     tile (its only global loads of them are the copy)."""
-    from poot.codegen.lower.dot import RUN_COLUMNS
+    from poot.codegen.lower.schedule import dot_schedule
 
+    columns = dot_schedule(frozenset()).run_columns
     pw = PackedWeight("gguf:Q4_0", (14336, 4096))
     ins = [TensorType((1, 4096), F32), *(s.type for s in pw.sources())]
     kernel = lower(PackedContraction(pw), ins, PackedContraction(pw).infer(ins)).kernels[0]
@@ -160,7 +161,7 @@ def test_q4_0_gemv_loads_each_word_once():
         return [n for s in loop.body if isinstance(s, kind) for n in walk(s.value)
                 if isinstance(n, Load) and n.buffer == buffer]
     copies = loads(Let, "in1")      # per column of the group
-    assert len(copies) == len(loads(Let, "tile_w")) == 9 * RUN_COLUMNS
+    assert len(copies) == len(loads(Let, "tile_w")) == 9 * columns
     for s, load in enumerate(copies):   # span start + lane + 32 s: consecutive lanes
         lanes = [evaluate(load.index, dict(local_index=lane, lane=lane, ws=0, ws_1=0), {})
                  for lane in (0, 1, 31)]

@@ -1,9 +1,10 @@
-"""The integer GEMV (int16 activations x weight bytes through Dot2, lower.dot) on a target
-that declares DOT2, run by the numpy kernel interpreter against the oracle: each format
-that gives integer runs, several trips of staged weights (through registers, and by async
-copies where the target declares COPY_ASYNC) and direct loads, 1..4 rows; formats without
-integer runs keep the f32 schedule; Dot2's two spellings agree."""
+"""The integer GEMV (int16 activations x weight bytes through Dot2, lower.int_gemv) on a
+target that declares DOT2, run by the numpy kernel interpreter against the oracle: each
+format that gives integer runs, several trips of staged weights and direct loads, 1..4
+rows; formats without integer runs keep the f32 schedule; Dot2's two spellings agree."""
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 import poot_quant  # noqa: F401 - registers the formats
@@ -11,7 +12,8 @@ import pytest
 from poot.codegen.expr import Dot2, Var, evaluate, lower_dot2
 from poot.codegen.interp import run_lowering
 from poot.codegen.lower import lower
-from poot.codegen.target import COPY_ASYNC, DOT2, WIDE_LOADS
+from poot.codegen.lower.schedule import dot_schedule
+from poot.codegen.target import DOT2, WIDE_LOADS
 from poot.dtypes import DType
 from poot.formats import PackedWeight
 from poot.ir.ops import PackedContraction
@@ -26,12 +28,12 @@ CASES = [("gguf:Q4_0", (9, 2048), 2), ("gguf:Q4_0", (5, 32 * 70), 1),
          ("gguf:Q4_0", (16, 4096), 1), ("gguf:Q4_K", (8, 14336), 1), ("gguf:Q4_1", (8, 4352), 3)]
 
 
-def _lowered(name, shape, rows, features=frozenset({DOT2})):
+def _lowered(name, shape, rows, features=frozenset({DOT2}), schedule=None):
     pw = PackedWeight(name, shape)
     op = PackedContraction(pw)
     ins = [TensorType((rows, shape[1]), DType.F32)] + [s.type for s in pw.sources()]
     out = op.infer(ins)
-    return pw, op, ins, out, lower(op, ins, out, features)
+    return pw, op, ins, out, lower(op, ins, out, features, schedule)
 
 
 def _statements(prog, kind) -> int:
@@ -46,15 +48,9 @@ def _uses_dot2(prog) -> bool:
                if isinstance(s, (Let, Assign)) for n in walk(s.value))
 
 
-@pytest.mark.parametrize("copies", [False, True], ids=["registers", "async"])
 @pytest.mark.parametrize("name, shape, rows", CASES, ids=[f"{c[0]}-{c[1]}-m{c[2]}" for c in CASES])
-def test_integer_gemv_matches_oracle(name, shape, rows, copies, monkeypatch):
-    from poot.codegen.lower import dot
-
-    monkeypatch.setattr(dot, "ASYNC_STAGES", 2)
-
-    features = frozenset({DOT2, COPY_ASYNC} if copies else {DOT2})
-    lowered = _lowered(name, shape, rows, features)
+def test_integer_gemv_matches_oracle(name, shape, rows):
+    lowered = _lowered(name, shape, rows)
     assert _uses_dot2(lowered[4])
     nmse = _nmse(*lowered, rows)
     assert nmse < CONTRACTION_TOL, nmse
@@ -74,13 +70,11 @@ def _nmse(pw, op, ins, out, prog, rows: int) -> float:
     return float(np.sum((got - want) ** 2) / np.sum(want ** 2))
 
 
-def test_formats_without_integer_runs_keep_the_f32_schedule(monkeypatch):
-    from poot.codegen.lower import dot
-
+def test_formats_without_integer_runs_keep_the_f32_schedule():
     assert not _uses_dot2(_lowered("gguf:Q6_K", (3, 512), 1)[4])
-    monkeypatch.setattr(dot, "INT_MAX_K", 1024)
-    assert not _uses_dot2(_lowered("gguf:Q4_0", (3, 1024), 1)[4])
-    assert _uses_dot2(_lowered("gguf:Q4_0", (3, 960), 1)[4])
+    short = replace(dot_schedule(frozenset({DOT2})), int_max_k=1024)
+    assert not _uses_dot2(_lowered("gguf:Q4_0", (3, 1024), 1, schedule=short)[4])
+    assert _uses_dot2(_lowered("gguf:Q4_0", (3, 960), 1, schedule=short)[4])
 
 
 def test_dot2_spellings_agree():
@@ -162,34 +156,6 @@ def test_split_k_epilogue_matches_oracle():
     assert nmse < CONTRACTION_TOL, nmse
 
 
-@pytest.mark.parametrize("trips, stages", [(4, 1), (4, 2), (4, 3), (2, 2), (3, 3)])
-def test_async_weight_tiles_refill_their_stages(monkeypatch, trips, stages):
-    """K of whole trips in one kernel (no split) through 1..3 async tiles: fewer tiles
-    than trips refill them in the loop, as many as trips are all copied first, one keeps
-    the words in registers (a lone tile would leave later trips unoverlapped); every form
-    matches the oracle to the same bits, and no trip reads a tile before its wait."""
-    from poot.codegen.lower import dot
-    from poot.codegen.program import CopyAsync, CopyWait
-    from poot.oracle import apply
-
-    monkeypatch.setattr(dot, "INT_MAX_PARTS", 1)
-    monkeypatch.setattr(dot, "ASYNC_STAGES", stages)
-    shape, rows = (18, trips * 2048), 1
-    pw, op, ins, out, prog = _lowered("gguf:Q4_0", shape, rows, frozenset({DOT2, COPY_ASYNC}))
-    assert len(prog.kernels) == 1
-    assert _statements(prog, CopyWait) == (stages > 1)
-    assert (_statements(prog, CopyAsync) > 0) == (stages > 1)
-    rng = np.random.default_rng(11)
-    src = [np.asarray(s) for s in pw.get_format().quantize(
-        rng.standard_normal(shape).astype(np.float32))]
-    x = rng.standard_normal((rows, shape[1])).astype(np.float32)
-    got = run_lowering(prog, [x, *src], out)
-    plain = _lowered("gguf:Q4_0", shape, rows)[4]
-    np.testing.assert_array_equal(got, run_lowering(plain, [x, *src], out))
-    want = np.asarray(apply(op, [x, *src], ins, out))
-    assert float(np.sum((got - want) ** 2) / np.sum(want ** 2)) < CONTRACTION_TOL
-
-
 #: (format, weight shape, rows, kernels with the norm inside where it can, kernels apart)
 NORMED = [("gguf:Q4_0", (9, 2048), 1, 1, 2), ("gguf:Q4_K", (3, 2048), 1, 1, 2),
           ("gguf:Q4_1", (3, 576), 2, 1, 2), ("gguf:Q8_0", (3, 32 * 66), 4, 1, 2),
@@ -197,26 +163,23 @@ NORMED = [("gguf:Q4_0", (9, 2048), 1, 1, 2), ("gguf:Q4_K", (3, 2048), 1, 1, 2),
           ("gguf:Q4_0", (16, 4096), 1, 3, 3)]
 
 
-@pytest.mark.parametrize("inside", [1, 0], ids=["inside", "apart"])
-@pytest.mark.parametrize("copies", [False, True], ids=["registers", "async"])
+@pytest.mark.parametrize("inside", [True, False], ids=["inside", "apart"])
 @pytest.mark.parametrize("name, shape, rows, kernels, apart", NORMED,
                          ids=[f"{c[0]}-{c[1]}-m{c[2]}" for c in NORMED])
-def test_normed_gemv_matches_oracle(name, shape, rows, kernels, apart, copies, inside,
-                                    monkeypatch):
+def test_normed_gemv_matches_oracle(name, shape, rows, kernels, apart, inside):
     """rms_norm(x, g) into the integer GEMV: one kernel that sums the rows' squares while
-    it quantizes x * g (NORM_PROLOGUE), else a norm kernel first."""
-    from poot.codegen.lower import dot
+    it quantizes x * g (DotSchedule.norm_prologue), else a norm kernel first."""
     from poot.ir.ops import NormedPackedContraction
     from poot.oracle import apply
 
-    monkeypatch.setattr(dot, "ASYNC_STAGES", 2)
-    monkeypatch.setattr(dot, "NORM_PROLOGUE", inside)
+    features = frozenset({DOT2})
+    schedule = replace(dot_schedule(features), norm_prologue=inside)
     pw = PackedWeight(name, shape)
     op = NormedPackedContraction(pw, 1e-5)
     ins = [TensorType((rows, shape[1]), DType.F32), TensorType((shape[1],), DType.F32),
            *(s.type for s in pw.sources())]
     out = op.infer(ins)
-    prog = lower(op, ins, out, frozenset({DOT2, COPY_ASYNC} if copies else {DOT2}))
+    prog = lower(op, ins, out, features, schedule)
     assert len(prog.kernels) == (kernels if inside else apart)
     rng = np.random.default_rng(shape[1] + rows)
     src = [np.asarray(s) for s in
@@ -252,18 +215,15 @@ def test_gated_contraction_joins_its_halves(shape, rows, kernels):
     assert _nmse(pw, op, ins, out, prog, rows) < GATED_TOL
 
 
-@pytest.mark.parametrize("copies", [False, True], ids=["registers", "async"])
+@pytest.mark.parametrize("quads", [True, False], ids=["quads", "words"])
 @pytest.mark.parametrize("shape, rows", [((24, 4096), 1), ((8, 14336), 1), ((16, 2048), 3)])
-def test_quad_reads_of_the_tile_match_oracle(shape, rows, copies, monkeypatch):
-    """QUADS: Q4_K's staged tile unpadded, read four words a load (the interpreter faults
-    on a misaligned one), and filled by async copies where the target has them."""
-    from poot.codegen.lower import dot
-    from poot.codegen.program import CopyAsync, LoadWide
+def test_quad_reads_of_the_tile_match_oracle(shape, rows, quads):
+    """DotSchedule.quads: Q4_K's staged tile unpadded, read four words a load (the
+    interpreter faults on a misaligned one); without it, padded and read a word a load."""
+    from poot.codegen.program import LoadWide
 
-    monkeypatch.setattr(dot, "QUADS", 1)
-    monkeypatch.setattr(dot, "ASYNC_STAGES", 2)
-    features = frozenset({DOT2, WIDE_LOADS} | ({COPY_ASYNC} if copies else set()))
-    lowered = _lowered("gguf:Q4_K", shape, rows, features)
-    assert _statements(lowered[4], LoadWide) > 0
-    assert (_statements(lowered[4], CopyAsync) > 0) == copies
+    features = frozenset({DOT2, WIDE_LOADS})
+    schedule = replace(dot_schedule(features), quads=quads)
+    lowered = _lowered("gguf:Q4_K", shape, rows, features, schedule)
+    assert (_statements(lowered[4], LoadWide) > 0) == quads
     assert _nmse(*lowered, rows) < CONTRACTION_TOL

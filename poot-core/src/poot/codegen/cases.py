@@ -517,7 +517,7 @@ def _gated_dense(m: int) -> Case:
 
 
 # -- packed weights: every registered format that quantizes without parameters ----------
-#: the integer GEMV's rounding (int16 activations per block of 32, lower.dot) is within the
+#: the integer GEMV's rounding (int16 activations per block of 32, lower.int_gemv) is within the
 #: conformance suite's threshold for contractions, (1024 * 2^-24)^2, not within 1e-10
 INT_GEMV_TOL = (1024 * 2.0 ** -24) ** 2
 #: a GatedContraction's two halves meet in one product: their errors add (the conformance

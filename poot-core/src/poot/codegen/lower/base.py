@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from poot.codegen import index as ix
 from poot.codegen.builder import ArrayRef, KernelBuilder
 from poot.codegen.expr import Const, Expr, Load
+from poot.codegen.lower.schedule import DotSchedule, dot_schedule
 from poot.codegen.program import OUT, Access, KernelProgram
 from poot.codegen.target import FEATURES
 from poot.dtypes import DType
@@ -33,12 +34,19 @@ def lowers(*op_types: type):
 class Sig:
     """One planned eqn: its op, operands (TensorType, or Lit for literals) and output;
     `features` are the optional statement families its target prints
-    (poot.codegen.target.FEATURES), which open faster schedules."""
+    (poot.codegen.target.FEATURES), which open faster schedules; `schedule` the
+    contraction schedules' tuning where it is not the target's default (None)."""
 
     op: OpKind
     ins: tuple[TensorType | Lit, ...]
     out: TensorType
     features: frozenset = frozenset()
+    schedule: DotSchedule | None = None
+
+    @property
+    def dot_schedule(self) -> DotSchedule:
+        """The tuning the contraction schedules follow (poot.codegen.lower.schedule)."""
+        return self.schedule or dot_schedule(self.features)
 
     @property
     def name(self) -> str:
@@ -46,6 +54,8 @@ class Sig:
         key = repr((self.op, self.ins, self.out))
         if self.features:
             key += repr(sorted(self.features))
+        if self.schedule is not None:
+            key += repr(self.schedule)
         if hasattr(self.op, "body"):
             key += str(self.op.body)
         digest = hashlib.sha1(key.encode()).hexdigest()[:10]
@@ -96,13 +106,18 @@ def words(t: TensorType) -> tuple:
 
 
 def lower(op: OpKind, ins: Sequence[TensorType | Lit], out: TensorType,
-          features: frozenset = frozenset()) -> KernelProgram:
+          features: frozenset = frozenset(), schedule: DotSchedule | None = None
+          ) -> KernelProgram:
     """Lower one planned eqn to kernel programs (an UnsupportedOp names what has none)
-    for a target that prints `features` besides the core statements."""
+    for a target that prints `features` besides the core statements, its contractions
+    tuned by `schedule` (None: the target's default, `schedule.dot_schedule(features)`)."""
     unknown = set(features) - FEATURES
     if unknown:
         raise UnsupportedOp(f"unknown kernel features {sorted(unknown)}", op=op.name)
-    sig = Sig(op, tuple(ins), out, frozenset(features))
+    features = frozenset(features)
+    if schedule == dot_schedule(features):
+        schedule = None             # named as the default's kernels are
+    sig = Sig(op, tuple(ins), out, features, schedule)
     if isinstance(op, Reshape):
         return KernelProgram((), alias=0)
     fn = LOWERINGS.get(type(op))

@@ -16,17 +16,11 @@ from poot.codegen import index as ix
 from poot.codegen.bits import half_of, widen16
 from poot.codegen.expr import Expr, Load, u32
 from poot.codegen.lower.base import Sig, lowers, words
-from poot.codegen.lower.dot import (
-    GEMV_MAX_ROWS,
-    PROBLEMS,
-    Problem,
-    RowNorm,
-    Rows,
-    contraction_program,
-    problem_for,
-)
+from poot.codegen.lower.dot import PROBLEMS, contraction_program, problem_for
 from poot.codegen.lower.output import store_flat
 from poot.codegen.lower.pointwise import pointwise_kernel
+from poot.codegen.lower.problem import Problem, RowNorm, Rows
+from poot.codegen.lower.schedule import GEMV_MAX_ROWS
 from poot.codegen.program import KernelProgram
 from poot.codegen.region import RegionEval
 from poot.dtypes import DType
@@ -282,7 +276,7 @@ def lower_contraction_epilogue(sig: Sig) -> KernelProgram:
 @lowers(GatedContraction)
 def lower_gated_contraction(sig: Sig) -> KernelProgram:
     """The head's problem, each output joining its two columns i and N/2 + i through the
-    body (lower.dot: in the GEMV's workgroup, else after the contraction)."""
+    body (lower.gemv: in the GEMV's workgroup, else after the contraction, lower.dot)."""
     make, head_sig = _head(sig)
     p = make(head_sig, None)
 

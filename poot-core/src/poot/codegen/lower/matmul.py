@@ -7,8 +7,9 @@ from poot.codegen import index as ix
 from poot.codegen.expr import Load
 from poot.codegen.lower import mma_operands as mma
 from poot.codegen.lower.base import Sig
-from poot.codegen.lower.dot import Problem, problem_for
+from poot.codegen.lower.dot import problem_for
 from poot.codegen.lower.output import store_flat
+from poot.codegen.lower.problem import Problem
 from poot.dtypes import DType
 from poot.ir.ops import IndexedMatMul, MatMul
 

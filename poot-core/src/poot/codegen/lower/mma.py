@@ -41,7 +41,7 @@ from poot.codegen.target import COPY_ASYNC, MMA_M16N8K16, matrix_unit
 from poot.dtypes import DType
 
 MIN_ROWS = 64                    # below this the FMA tiles waste less (16-bit operands)
-SPLIT_MIN_ROWS = 33              # split operands past the rows GEMV's rows (dot.BATCH_ROWS)
+SPLIT_MIN_ROWS = 33              # split operands past the rows GEMV's rows (DotSchedule.batch_rows)
 SPLIT_WIDE_N = 8192              # ... and over this many columns from SPLIT_WIDE_ROWS rows
 SPLIT_WIDE_ROWS = 16
 UNIT = MMA_M16N8K16              # the matrix unit the schedule's tiling is written for
