@@ -2,8 +2,8 @@
 batch sizes on cuda, under the rows GEMV and under the tiled GEMM it replaces.
 
 - each SmolLM2 matmul shape (packed Q4_1, N x K) alone at M rows: device time of the
-  tiled GEMM (dot.BATCH_ROWS = 0) and of the rows GEMV as chosen, all wide and all narrow
-  (`VARIANTS`), each result checked against numpy first;
+  tiled GEMM (DotSchedule.batch_rows = 0) and of the rows GEMV as chosen, all wide and all
+  narrow (`VARIANTS`), each result checked against numpy first;
 - the recorded paged decode step (graph replay, device time) at each --batches size under
   each schedule, and per kernel kind (each launch timed alone, summed) at the largest;
   also Executor.step's host time (slot writes and the logits read included);
@@ -16,6 +16,7 @@ its nibbles random bytes: the quantizer's numpy loop is minutes of CPU for 135M 
 Rows of each batch sit at position --pos of their own contiguous KV slots.
 
     python batch_step.py --batches 1,8,32          # on a CUDA GPU
+    python batch_step.py --set INT_MAX_K=0 ...     # every part under another schedule
 Lines starting with "SUMMARY " are for collecting scripts.
 """
 from __future__ import annotations
@@ -26,17 +27,21 @@ import math
 import statistics
 import time
 import traceback
+from dataclasses import replace
 
 import numpy as np
-from bench_gpu import Timer, profile_step
-from poot.codegen.lower import attention, dot
+from bench_gpu import FEATURES, Timer, profile_step, scheduled
+from poot.codegen.lower import attention
+from poot.codegen.lower.schedule import GEMV_MAX_ROWS, dot_schedule
 
 SHAPES = ((576, 576), (192, 576), (1536, 576), (576, 1536), (49152, 576))   # (N, K)
-#: (label, BATCH_ROWS, ROWS_WIDE_N) of the matmul rows: the tiled GEMM, the rows GEMV as
+#: (label, batch_rows, rows_wide_n) of the matmul rows: the tiled GEMM, the rows GEMV as
 #: chosen, and the rows GEMV with every N taken as wide (two columns a group, trips of
-#: UNROLL) or as narrow (one column, long trips)
+#: `unroll`) or as narrow (one column, long trips)
 VARIANTS = (("tiled GEMM", 0, None), ("rows GEMV", 32, None), ("rows all wide", 32, 0),
             ("rows all narrow", 32, 1 << 30))
+#: the contraction schedule every part starts from (cuda's default; --set replaces fields)
+BASE = dot_schedule(FEATURES)
 
 
 def summary(key: str, value) -> None:
@@ -53,15 +58,10 @@ def full_walk():
         attention.REACH = True
 
 
-@contextlib.contextmanager
-def schedule(batch_rows: int, wide_n: int | None = None):
-    saved = dot.BATCH_ROWS, dot.ROWS_WIDE_N
-    dot.BATCH_ROWS = batch_rows
-    dot.ROWS_WIDE_N = saved[1] if wide_n is None else wide_n
-    try:
-        yield
-    finally:
-        dot.BATCH_ROWS, dot.ROWS_WIDE_N = saved
+def tuned(batch_rows: int, wide_n: int | None = None):
+    """BASE with the rows GEMV's most rows and wide N (None: BASE's) replaced."""
+    return replace(BASE, batch_rows=batch_rows,
+                   rows_wide_n=BASE.rows_wide_n if wide_n is None else wide_n)
 
 
 def q4_1_blocks(rng, n: int, k: int) -> np.ndarray:
@@ -101,7 +101,7 @@ def smollm2_model(max_seq: int):
 
 
 def bench_shapes(ctx, timer, rows_list) -> None:
-    from bench_gpu import FEATURES, random_operand
+    from bench_gpu import random_operand
     from poot.codegen.lower import lower
     from poot.dtypes import DType
     from poot.formats import PackedWeight
@@ -125,13 +125,13 @@ def bench_shapes(ctx, timer, rows_list) -> None:
             want = a @ dense.T
             line = []
             for label, batch_rows, wide_n in VARIANTS:
-                if m <= dot.GEMV_MAX_ROWS and batch_rows == 0:
+                if m <= GEMV_MAX_ROWS and batch_rows == 0:
                     label = "gemv (runs)"
                 run = None
                 try:
-                    with schedule(batch_rows, wide_n):
-                        compiled = compile_program(lower(op, ins, out, FEATURES),
-                                                   CudaPrinter("sm_90"))
+                    compiled = compile_program(
+                        lower(op, ins, out, FEATURES, tuned(batch_rows, wide_n)),
+                        CudaPrinter("sm_90"))
                     run = LoweringRun(ctx, modules, compiled, [a, raw], out)
                     run.run()
                     got = run.result().astype(np.float32)
@@ -147,7 +147,7 @@ def bench_shapes(ctx, timer, rows_list) -> None:
                 finally:
                     if run is not None:
                         run.free()
-                if m <= dot.GEMV_MAX_ROWS:
+                if m <= GEMV_MAX_ROWS:
                     break       # the GEMV takes these rows under every variant
             summary(f"Q4_1 N={n} K={k} M={m}", "; ".join(line))
 
@@ -274,7 +274,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--batches", default="1,8,32", help="decode batches under the rows GEMV")
     ap.add_argument("--old-batches", default="32",
-                    help="decode batches also timed under the tiled GEMM (BATCH_ROWS = 0)")
+                    help="decode batches also timed under the tiled GEMM (batch_rows = 0)")
     ap.add_argument("--rows", default="8,32", help="M of the matmul shapes ('': none)")
     ap.add_argument("--max-seq", type=int, default=512)
     ap.add_argument("--pos", type=int, default=100)
@@ -290,7 +290,16 @@ def main() -> int:
                     help="prefill steps BxT to time and profile, e.g. 1x32,32x8")
     ap.add_argument("--without-passes", default="",
                     help="compile passes to leave out (A/B of a fusion), e.g. rope_scatter")
+    ap.add_argument("--set", default="", help="contraction schedule fields every part "
+                    "runs under, e.g. INT_MAX_K=0 (llama_gpu.tuning)")
     args = ap.parse_args()
+    if args.set:
+        from llama_gpu import parse_variants, tuning
+
+        global BASE
+        BASE, rest = tuning(parse_variants(args.set)[0], FEATURES)
+        if rest:
+            raise SystemExit(f"--set: no contraction schedule fields {sorted(rest)}")
     skip = {x for x in args.without_passes.split(",") if x}
     if skip:
         from poot.compiler import pipeline
@@ -305,11 +314,18 @@ def main() -> int:
     profile = {int(x) for x in args.profile.split(",") if x} or {largest}
     walk = sorted(int(x) for x in args.full_walk.split(",") if x)
     model = smollm2_model(args.max_seq)
+    with scheduled(model.backend, BASE):
+        run_parts(model, args, batches, old, profile, walk)
+    return 0
+
+
+def run_parts(model, args, batches, old, profile, walk) -> None:
+    largest = max(batches)
     if args.prefill:
         bench_prefill(model, [tuple(int(v) for v in x.split("x"))
                               for x in args.prefill.split(",")], args.max_seq)
     if old:
-        with schedule(0):
+        with scheduled(model.backend, tuned(0)):
             bench_steps(model, old, args.max_seq, args.pos, "tiled GEMM", {max(old)})
     if walk:
         with full_walk():
@@ -322,7 +338,6 @@ def main() -> int:
     if args.rows:
         ctx = session.executor(1, largest).runtime.ctx
         bench_shapes(ctx, Timer(ctx), [int(x) for x in args.rows.split(",")])
-    return 0
 
 
 if __name__ == "__main__":

@@ -22,10 +22,11 @@ are random, never zeros. Lines starting with "SUMMARY " are collected by h200_se
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from poot.codegen.lower import lower
@@ -233,9 +234,27 @@ def summary(key: str, value) -> None:
     print(f"SUMMARY {key} | {value}", flush=True)
 
 
+@contextlib.contextmanager
+def scheduled(backend, schedule):
+    """`backend` lowers under `schedule` (a poot.codegen.lower.schedule.DotSchedule)
+    inside the block: its `schedule` hook answered on this instance, its shared lowerings
+    dropped on the way in and out."""
+    before = backend.__dict__.pop("schedule", None)
+    backend.schedule = lambda device: schedule
+    backend.forget_lowerings()
+    try:
+        yield
+    finally:
+        del backend.schedule
+        if before is not None:
+            backend.schedule = before
+        backend.forget_lowerings()
+
+
 def bench_ops(ctx, timer, copy_gbs: float, torch_tflops: float | None, rows: list,
-              kinds=None, tag: str = ""):
-    """Each row of ops_to_bench() (of `kinds` when given; `tag` appended to the labels)."""
+              kinds=None, tag: str = "", schedule=None):
+    """Each row of ops_to_bench() (of `kinds` when given; `tag` appended to the labels),
+    the contractions tuned by `schedule` (None: the target's default)."""
     from poot_cuda.harness import LoweringRun
     from poot_cuda.kernels import ModuleCache, compile_program
     from poot_cuda.printer import CudaPrinter
@@ -248,7 +267,8 @@ def bench_ops(ctx, timer, copy_gbs: float, torch_tflops: float | None, rows: lis
         runs = []
         try:
             out = b.op.infer(b.ins)
-            compiled = compile_program(lower(b.op, b.ins, out, FEATURES), CudaPrinter(ARCH))
+            compiled = compile_program(lower(b.op, b.ins, out, FEATURES, schedule),
+                                       CudaPrinter(ARCH))
             operands = [random_operand(t, rng) for t in b.ins]
             if b.kind in ("gemm", "gemv"):
                 check_result(ctx, modules, compiled, operands, out, b)
@@ -507,11 +527,11 @@ def main():
         rows.append(("torch.matmul bf16 4096^3", "", "", "", f"{torch_tflops:8.2f} TFLOP/s"))
         summary("torch.matmul bf16 4096^3", f"{torch_tflops:.0f} TFLOP/s")
     if args.gemv_columns:
-        from poot.codegen.lower import dot
+        from poot.codegen.lower.schedule import dot_schedule
 
         for cols in (int(c) for c in args.gemv_columns.split(",")):
-            dot.RUN_COLUMNS = cols
-            bench_ops(ctx, timer, copy_gbs, torch_tflops, rows, {"q4"}, f" columns={cols}")
+            bench_ops(ctx, timer, copy_gbs, torch_tflops, rows, {"q4"}, f" columns={cols}",
+                      replace(dot_schedule(FEATURES), run_columns=cols))
         print_rows(rows)
         return
     if args.sweep_only:

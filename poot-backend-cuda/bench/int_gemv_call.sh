@@ -14,12 +14,9 @@ PARTS="bench conf" SHAPES=8b FORMATS=Q4_0,Q4_K CHECK=0 \
   bash poot-backend-cuda/bench/realsize_session.sh 2>&1 | tail -60
 cd poot-backend-cuda/bench || exit 1
 for v in 1048576 0; do
-  PYTHONPATH=/tmp/site:. POOT_CACHE=/tmp/poot-cache timeout 40 python3 -c "
-import sys, runpy
-from poot.codegen.lower import dot
-dot.INT_MAX_K = $v
-sys.argv = ['batch_step.py', '--batches', '1', '--old-batches', '', '--greedy', '0', '--rows', '']
-runpy.run_path('batch_step.py', run_name='__main__')" >"$OUT/batch_$v.log" 2>&1
+  PYTHONPATH=/tmp/site:. POOT_CACHE=/tmp/poot-cache timeout 40 python3 batch_step.py \
+    --set "INT_MAX_K=$v" --batches 1 --old-batches '' --greedy 0 --rows '' \
+    >"$OUT/batch_$v.log" 2>&1
   echo "INT_MAX_K=$v rc $?"
   grep -E "SUMMARY step rows GEMV|Error" "$OUT/batch_$v.log" | cut -c1-200
 done

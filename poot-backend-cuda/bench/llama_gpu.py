@@ -30,7 +30,7 @@ import time
 import traceback
 
 import numpy as np
-from bench_gpu import host_ms
+from bench_gpu import host_ms, scheduled
 from synthetic import DeviceFilledWeights, SyntheticWeights, host_arrays, shape_config
 
 POS = 100          # the decode position timed (attention over 101 keys of max_seq 1024)
@@ -64,8 +64,9 @@ def traced(config, source, backend, device, off: frozenset = frozenset(), tokens
 
 
 def parse_variants(text: str) -> list[dict]:
-    """"A=1,B=2;A=3" -> [{"A": 1, "B": 2}, {"A": 3}]: GEMV schedule constants of
-    poot.codegen.lower.dot per variant ("" -> one variant, the defaults); STACK_QKV=0 /
+    """"A=1,B=2;A=3" -> [{"A": 1, "B": 2}, {"A": 3}]: the contraction schedule's fields
+    (RUN_COLUMNS=1 sets DotSchedule.run_columns) and other schedule constants (`tuning`)
+    per variant ("" -> one variant, the defaults); STACK_QKV=0 /
     STACK_FFN=0: the model traced with q, k and v (gate and up) as separate weights
     (build_decoder's stack_qkv / stack_ffn); PROLOGUE=0 / NORM=0 / GATED=0: compiled
     without the prologue / norm_contraction / gated pass."""
@@ -98,12 +99,30 @@ def stacked_groups(variants: list[dict]) -> list[tuple[tuple, list[dict]]]:
     return list(groups.items())
 
 
-def homes_of(variant: dict) -> dict:
-    """The module of each schedule constant of `variant`: poot.codegen.lower.dot, reduce,
-    attention or planes (INT_MAX_PARTS, ROW_HELD, KEYS, PLANE_MIN_ROWS, ...)."""
-    from poot.codegen.lower import attention, dot, planes, reduce
+def tuning(variant: dict, features) -> tuple:
+    """(the contraction schedule `variant` asks for: the target's default with each field
+    it names replaced, RUN_COLUMNS=1 for run_columns, or None where it names none; the
+    rest of `variant`, constants of other lowerings for `homes_of`)."""
+    from dataclasses import fields, replace
 
-    homes = {k: next((m for m in (dot, reduce, attention, planes) if hasattr(m, k)), None)
+    from poot.codegen.lower.schedule import DotSchedule, dot_schedule
+
+    names = {f.name for f in fields(DotSchedule) if f.type in ("int", "bool")}
+    mine = {k.lower(): v for k, v in variant.items() if k.lower() in names}
+    rest = {k: v for k, v in variant.items() if k.lower() not in names}
+    if not mine:
+        return None, rest
+    base = dot_schedule(frozenset(features))
+    return replace(base, **{k: type(getattr(base, k))(v) for k, v in mine.items()}), rest
+
+
+def homes_of(variant: dict) -> dict:
+    """The module of each schedule constant of `variant` (none of the contraction
+    schedule's fields, `tuning`): poot.codegen.lower.reduce, attention or planes
+    (ROW_HELD, KEYS, PLANE_MIN_ROWS, ...)."""
+    from poot.codegen.lower import attention, planes, reduce
+
+    homes = {k: next((m for m in (reduce, attention, planes) if hasattr(m, k)), None)
              for k in variant}
     unknown = [k for k, m in homes.items() if m is None]
     if unknown:
@@ -112,23 +131,22 @@ def homes_of(variant: dict) -> dict:
 
 
 def planned(compiled, backend, device, variant: dict | None = None):
-    """The plan of `compiled` with the schedule constants of `variant` set (each looked
-    up by `homes_of`)."""
+    """The plan of `compiled` under `variant`: its contraction schedule (`tuning`) on the
+    backend, the other constants set where `homes_of` finds them."""
     from poot.plan import plan
 
     t0 = time.perf_counter()
-    variant = variant or {}
-    homes = homes_of(variant)
-    defaults = {k: getattr(homes[k], k) for k in variant}
+    schedule, rest = tuning(variant or {}, backend.features(device))
+    homes = homes_of(rest)
+    defaults = {k: getattr(homes[k], k) for k in rest}
     try:
-        for k, v in variant.items():
+        for k, v in rest.items():
             setattr(homes[k], k, v)
-        backend.forget_lowerings()          # lowerings shared by signature: made anew
-        p = plan(compiled, (backend, device))
+        with scheduled(backend, schedule):  # lowerings shared by signature: made anew
+            p = plan(compiled, (backend, device))
     finally:
         for k, v in defaults.items():
             setattr(homes[k], k, v)
-        backend.forget_lowerings()
     print(f"  planned: {len(p.steps)} steps in {time.perf_counter() - t0:.1f} s", flush=True)
     return p
 

@@ -10,15 +10,15 @@
 #              model cases ($MEMCHECK_K: another pytest -k selection)
 #   racecheck  compute-sanitizer racecheck over the norm, contraction, matmul (the warpgroup
 #              GEMM's staged epilogue), argmax and attention cases ($RACECHECK_K)
-#   variants   the schedules that are off by default until timed (test_gpu.py -k variants:
-#              16-byte weight loads, async weight tiles, decode attention workgroup sizes)
+#   variants   the schedules apart from the defaults (test_gpu.py -k variants: the
+#              contraction schedule's switches off, decode attention workgroup sizes)
 #              against the oracle, under compute-sanitizer memcheck
 #   smollm2    SmolLM2-135M's shape (random Q4_1 weights: the checkpoint does not travel)
 #              greedy 32 tokens cuda vs reference, decode tok/s; again without the
 #              compile passes in $SMOLLM2_OFF (e.g. "gated") when set
 #   bench      llama_gpu.py: the 8B-shaped 2-layer logits check (decode at two positions,
 #              a prefill step of $CHECK_PREFILL tokens, default 128), 8B and 1B decode in bf16,
-#              Q4_0 and Q4_K (profiled 8B steps); $VARIANTS compares GEMV schedule constants
+#              Q4_0 and Q4_K (profiled 8B steps); $VARIANTS compares contraction schedules
 #              (llama_gpu.py --variants); $SHAPES / $FORMATS narrow it
 #   prefill    llama_gpu.py --prefill: 8B prefill steps of $PREFILL tokens (default 32,512:
 #              the default chunk, and one wide enough for the bf16 planes) in

@@ -1,13 +1,12 @@
-"""The rows GEMV's tile on cuda (dot.ROWS_SCATTERED: rows per group over narrow N;
-columns per group over narrow and wide N; optionally K split over that many warps a
-group) swept over SmolLM2's narrow packed Q4_1 shapes at each --rows M on cuda, each
-result checked against numpy
-(batch_step.bench_shapes), then the tile with the least time per decode step by the
-shapes' counts in a step (30 layers of Q, O, K, V, gate, up, down). With --batches,
-batch_step.py's recorded decode steps (random Q4_1 weights of SmolLM2's shape) under the
-first tile, under the rows plan as committed (`dot._rows_plan`'s own K split), and under
-each shape's best tile, profiled by kernel kind at the largest batch, in this one process
-(one model, one context).
+"""The rows GEMV's tile on cuda (DotSchedule.rows, ROWS_SCATTERED there: rows per group
+over narrow N; columns per group over narrow and wide N; optionally K split over that many
+warps a group) swept over SmolLM2's narrow packed Q4_1 shapes at each --rows M on cuda,
+each result checked against numpy (batch_step.bench_shapes), then the tile with the least
+time per decode step by the shapes' counts in a step (30 layers of Q, O, K, V, gate, up,
+down). With --batches, batch_step.py's recorded decode steps (random Q4_1 weights of
+SmolLM2's shape) under the first tile, under the rows plan as committed
+(`rows_gemv.rows_plan`'s own K split), and under each shape's best tile, profiled by
+kernel kind at the largest batch, in this one process (one model, one context).
 
     python rows_sweep.py --rows 16,32 --tiles 8:1:2:1,8:1:2:2,16:1:2:4 --batches 8,32
 A tile R:C:W[:S] is R rows and C columns a group over narrow N, W columns over wide N, and
@@ -22,45 +21,50 @@ import dataclasses
 import re
 
 import batch_step
-from bench_gpu import Timer
-from poot.codegen.lower import dot
+from bench_gpu import Timer, scheduled
+from poot.codegen.lower import rows_gemv
+from poot.codegen.lower.schedule import RowsRule
 
 #: (N, K) -> launches per SmolLM2 decode step
 PER_STEP = {(576, 576): 60, (192, 576): 60, (1536, 576): 60, (576, 1536): 30}
 
 
-@contextlib.contextmanager
-def tile(spec: str):
-    """The rows GEMV's rule on cuda (dot.ROWS_SCATTERED) set to `spec` (R:C:W[:S]; S:
-    exactly S warps a group, whatever the grid and the accumulators)."""
-    saved = dot.ROWS_SCATTERED, dot.ROWS_WIDE_COLUMNS
+def tiled(schedule, spec: str):
+    """`schedule` with the rows GEMV's rule set to `spec` (R:C:W[:S]; S: exactly S warps a
+    group, whatever the grid and the accumulators)."""
     parts = [int(x) for x in spec.split(":")]
-    rule = dataclasses.replace(saved[0], tile=parts[0], columns=parts[1], min_groups=0)
+    rule = dataclasses.replace(schedule.rows, tile=parts[0], columns=parts[1], min_groups=0)
     if len(parts) > 3:
-        rule = dot.RowsRule(parts[0], parts[1], split=parts[3], warps=1 << 30, min_trip=1)
-    dot.ROWS_SCATTERED, dot.ROWS_WIDE_COLUMNS = rule, parts[2]
+        rule = RowsRule(parts[0], parts[1], split=parts[3], warps=1 << 30, min_trip=1)
+    return dataclasses.replace(schedule, rows=rule, rows_wide_columns=parts[2])
+
+
+@contextlib.contextmanager
+def tile(spec: str, backend=None):
+    """batch_step's schedule (and `backend`'s, if given) with the rows GEMV's tile `spec`."""
+    base = batch_step.BASE
+    batch_step.BASE = tiled(base, spec)
     try:
-        yield
+        with scheduled(backend, batch_step.BASE) if backend else contextlib.nullcontext():
+            yield
     finally:
-        dot.ROWS_SCATTERED, dot.ROWS_WIDE_COLUMNS = saved
+        batch_step.BASE = base
 
 
 @contextlib.contextmanager
 def per_shape(best: dict):
-    """_rows_plan under each (N, K, M)'s best tile where the sweep timed it."""
-    plan = dot._rows_plan
+    """`rows_gemv.rows_plan` under each (N, K, M)'s best tile where the sweep timed it (a
+    choice by shape no one schedule states, so the plan itself is wrapped here)."""
+    plan = rows_gemv.rows_plan
 
-    def chosen(p, rule):
+    def chosen(p, schedule):
         spec = best.get((p.n, p.k, p.m))
-        if spec is None:
-            return plan(p, rule)
-        with tile(spec):
-            return plan(p, dot.ROWS_SCATTERED)
-    dot._rows_plan = chosen
+        return plan(p, schedule if spec is None else tiled(schedule, spec))
+    rows_gemv.rows_plan = chosen
     try:
         yield
     finally:
-        dot._rows_plan = plan
+        rows_gemv.rows_plan = plan
 
 
 def main() -> int:
@@ -77,7 +81,7 @@ def main() -> int:
         model, batches, args.max_seq, 100, label, {max(batches)})
     if batches:
         model = batch_step.smollm2_model(args.max_seq)
-        with tile(specs[0]):
+        with tile(specs[0], model.backend):
             ctx = steps(f"rows tile {specs[0]}").executor(1, max(batches)).runtime.ctx
         steps("rows plan as committed")
     else:
@@ -85,7 +89,7 @@ def main() -> int:
 
         ctx = Context(0)
     timer = Timer(ctx)
-    batch_step.VARIANTS = (("rows GEMV", batch_step.dot.BATCH_ROWS, None),)
+    batch_step.VARIANTS = (("rows GEMV", batch_step.BASE.batch_rows, None),)
     batch_step.SHAPES = tuple(PER_STEP)
     lines: list[str] = []
     batch_step.summary = lambda key, value: (lines.append(f"{key} | {value}"),

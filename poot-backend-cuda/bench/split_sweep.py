@@ -8,7 +8,7 @@ variant of each shape ("best"), profiled by kernel kind at the largest batch.
     python split_sweep.py --rows 8,16,32,64 --tiles 32:128:4,64:128:4 --batches 1,8,32
     python split_sweep.py --warm 0/6 ...     # compile-only share 0 of 6 (NVRTC disk cache)
 
-"rows" is the rows GEMV past its 32 rows (dot.BATCH_ROWS lifted), timed at M > 32.
+"rows" is the rows GEMV past its 32 rows (DotSchedule.batch_rows lifted), timed at M > 32.
 A tile bn:bk:warps[:bm] is a split schedule of bn columns, K steps of bk and `warps` warps
 (rows tiled by bm, or 16, 32 or 64 as M needs, warps_m = rows / 32, the rest splitting K), timed
 at --tile-rows only. Lines starting with "SUMMARY " are for collecting scripts.
@@ -45,10 +45,15 @@ def tile(name: str, rows: int):
 def variant(name: str, best: dict | None = None):
     """Under "fma" no split schedule, "rows" none and the rows GEMV at any M, "chosen"
     the module's, a tile name that one, "best" the fastest of each (N, K, M) in `best`
-    (name by shape; others as chosen)."""
-    from poot.codegen.lower import dot, mma
+    (name by shape; others as chosen). Yields the contraction schedule to lower with
+    (None: the target's default)."""
+    from dataclasses import replace
 
-    chosen, batch_rows = mma.decode_schedule, dot.BATCH_ROWS
+    from bench_gpu import FEATURES
+    from poot.codegen.lower import mma
+    from poot.codegen.lower.schedule import dot_schedule
+
+    chosen = mma.decode_schedule
 
     def pick(p, features, name=name):
         if name == "best":
@@ -60,12 +65,10 @@ def variant(name: str, best: dict | None = None):
         sc = tile(name, p.m)
         return sc if mma.SplitTiles.fits(sc, p) else None
     mma.decode_schedule = pick
-    if name == "rows":
-        dot.BATCH_ROWS = 1 << 30
     try:
-        yield
+        yield replace(dot_schedule(FEATURES), batch_rows=1 << 30) if name == "rows" else None
     finally:
-        mma.decode_schedule, dot.BATCH_ROWS = chosen, batch_rows
+        mma.decode_schedule = chosen
 
 
 def jobs(rows_list, tiles, tile_rows):
@@ -96,8 +99,8 @@ def compiled(n, k, m, name):
     from poot_cuda.printer import CudaPrinter
 
     _, op, ins, out = problem(n, k, m)
-    with variant(name):
-        return compile_program(lower(op, ins, out, FEATURES), CudaPrinter("sm_90"))
+    with variant(name) as schedule:
+        return compile_program(lower(op, ins, out, FEATURES, schedule), CudaPrinter("sm_90"))
 
 
 def bench_shapes(ctx, timer, rows_list, tiles, tile_rows) -> dict:

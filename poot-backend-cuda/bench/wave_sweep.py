@@ -1,11 +1,12 @@
 """Packed decode GEMVs (one activation row) by grid size: each (format, N, K) of --shapes
-timed under each schedule variant of --variants (';'-separated settings of the schedule
-constants `llama_gpu.homes_of` finds, '' the defaults), with its workgroups, waves (at the
-workgroups an SM holds, from the kernel's registers and shared memory) and GB/s as a
-fraction of the copy measured in the same run (launches back to back in one CUDA graph,
-over weight copies that together exceed L2, without programmatic dependent launch). Where
-a step's GEMVs lose to their bytes, this tells a grid's tail (waves just past a whole
-number) from what each workgroup pays once, and a small grid's latency.
+timed under each schedule variant of --variants (';'-separated settings of the
+contraction schedule's fields and the constants `llama_gpu.tuning` and `homes_of` find,
+'' the defaults), with its workgroups, waves (at the workgroups an SM holds, from the
+kernel's registers and shared memory) and GB/s as a fraction of the copy measured in the
+same run (launches back to back in one CUDA graph, over weight copies that together
+exceed L2, without programmatic dependent launch). Where a step's GEMVs lose to their
+bytes, this tells a grid's tail (waves just past a whole number) from what each workgroup
+pays once, and a small grid's latency.
 
     python wave_sweep.py --shapes Q4_K:28672x4096,Q4_K:25344x4096 --variants ";RUN_COLUMNS=1"
 
@@ -25,7 +26,7 @@ import traceback
 
 import numpy as np
 from bench_gpu import ARCH, copies_for, copy_bandwidths, open_device, random_operand, summary
-from llama_gpu import homes_of, parse_variants, variant_label
+from llama_gpu import homes_of, parse_variants, tuning, variant_label
 from poot.codegen.lower import lower, mma
 from poot.dtypes import DType
 from poot.formats import PackedWeight, get_format
@@ -33,6 +34,7 @@ from poot.ir.ops import PackedContraction
 from poot.ir.types import TensorType as T
 from poot_cuda.capability import kernel_features
 
+FEATURES = kernel_features(9, 0, ARCH)
 TOLERANCE = 1e-4   # --check: relative error against numpy's f32 product of the same weights
 SHAPES = ("Q4_K:4096x4096,Q4_K:6144x4096,Q4_K:16896x4096,Q4_K:25344x4096,"
           "Q4_K:28672x4096,Q4_K:33792x4096,Q4_K:4096x14336,Q4_0:6144x4096,"
@@ -52,7 +54,7 @@ def shape_label(fmt, n, k, tag, rows: int = 1) -> str:
 
 
 def bench_shape(ctx, timer, copy_gbs, sms, fmt, n, k, tag, rows: int = 1,
-                check: bool = False) -> None:
+                check: bool = False, schedule=None) -> None:
     from poot_cuda.harness import LoweringRun
     from poot_cuda.kernels import ModuleCache, compile_program
     from poot_cuda.printer import CudaPrinter
@@ -62,8 +64,7 @@ def bench_shape(ctx, timer, copy_gbs, sms, fmt, n, k, tag, rows: int = 1,
     op = PackedContraction(pw)
     out = op.infer(ins)
     nbytes = sum(t.nbytes for t in ins[1:]) + 4 * rows * (k + n)
-    compiled = compile_program(lower(op, ins, out, kernel_features(9, 0, ARCH)),
-                               CudaPrinter(ARCH))
+    compiled = compile_program(lower(op, ins, out, FEATURES, schedule), CudaPrinter(ARCH))
     modules, rng = ModuleCache(ctx), np.random.default_rng(1)
     if check:
         operands = [rng.standard_normal((rows, k)).astype(np.float32),
@@ -123,10 +124,11 @@ def main():
         cu().CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, ctx.device), "sms")
     summary("copy ceiling", f"{copy_gbs:.0f} GB/s, {sms} SMs")
     variants = parse_variants(args.variants)
-    homes = homes_of({name: 0 for v in variants for name in v})
+    homes = homes_of({name: 0 for v in variants for name in tuning(v, FEATURES)[1]})
     defaults = {name: getattr(homes[name], name) for name in homes}
     for variant in variants:
-        for name, value in {**defaults, **variant}.items():
+        schedule, rest = tuning(variant, FEATURES)
+        for name, value in {**defaults, **rest}.items():
             setattr(homes[name], name, value)
         tag = f" {variant_label(variant)}" if variant else ""
         for shape in args.shapes.split(","):
@@ -139,7 +141,7 @@ def main():
                 btag = tag if band is None else f"{tag} band={band}"
                 try:
                     bench_shape(ctx, timer, copy_gbs, sms, fmt, n, k, btag, args.rows,
-                                args.check)
+                                args.check, schedule)
                 except Exception as e:  # noqa: BLE001 - one broken row must not hide others
                     traceback.print_exc()
                     summary(shape_label(fmt, n, k, btag, args.rows),

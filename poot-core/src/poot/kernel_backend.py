@@ -19,6 +19,8 @@ A backend supplies only what is its own:
     capability_table(device, formats)  its capability facts (cached here per device and
                                        set of registered packed formats)
     features(device)                   the target's optional statement families
+    schedule(device)                   the contraction schedules' tuning (default: the
+                                       one its features imply)
     printer(device)                    its language's printer
     compile(kernel, source, device)    its compiler call -> a `CompiledKernel`
     runtime(device)                    its runtime (poot.contract.Runtime)
@@ -105,6 +107,11 @@ class KernelBackend(Backend):
         """The optional statement families the target prints (poot.codegen.program)."""
         return frozenset()
 
+    def schedule(self, device: Device):
+        """The contraction schedules' tuning on `device` (a poot.codegen.lower.schedule.
+        DotSchedule), or None for the default its features imply."""
+        return None
+
     def printer(self, device: Device):
         """The printer of the target's language (a poot.codegen.printer.Printer)."""
         raise NotImplementedError(f"backend {self.name} has no printer")
@@ -171,7 +178,7 @@ class KernelBackend(Backend):
         from poot.errors import LoweringError
 
         try:   # a kernel lowering's own refusal (a limit, a body it cannot hold)
-            return lower(op, list(operands), out, self.features(device))
+            return lower(op, list(operands), out, self.features(device), self.schedule(device))
         except LoweringError as exc:
             table = self.capabilities(device)
             raise exc.on(table.backend, table.device) from None
