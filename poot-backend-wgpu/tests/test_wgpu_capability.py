@@ -7,7 +7,7 @@ from poot.errors import DtypeLowering, UnsupportedOp
 from poot.ir import ops as O
 from poot.ir.types import TensorType
 from poot_wgpu.backend import BACKEND_INSTANCE
-from poot_wgpu.capability import dtype_uses, op_dtypes
+from poot_wgpu.capability import capability_table
 
 D = DType
 T = TensorType
@@ -29,9 +29,9 @@ def test_dtype_uses_follow_the_adapter(wgpu_device, table):
 def test_without_shader_f16_f16_is_refused_everywhere(limited):
     dev = limited()
     dev.features = frozenset(f for f in dev.features if f != "shader-f16")
-    uses = dtype_uses(dev)
-    assert uses[D.F16] == Use.NONE
-    assert all(D.F16 not in dts for dts in op_dtypes(uses).values())
+    bare = capability_table(dev, "wgpu:0", frozenset())
+    assert bare.uses(D.F16) == Use.NONE
+    assert all(D.F16 not in dts for dts in bare.ops.values())
 
 
 @pytest.mark.parametrize("dtype", [D.F16, D.BF16])
@@ -40,6 +40,17 @@ def test_select_on_16_bit_floats_is_refused(table, dtype):
     with pytest.raises(DtypeLowering, match="SPIR-V") as e:
         table.check(O.Select(), types, types[1])
     assert (e.value.op, e.value.dtype, e.value.backend) == ("Select", str(dtype), "wgpu")
+
+
+def test_ops_selecting_in_f16_are_refused_with_select(wgpu_device, table):
+    """Rope's kernels select in the element dtype: WGSL printing refuses them on F16 as it
+    refuses Select, while the other ops on F16 (here Attention) stay declared."""
+    if not wgpu_device.has("shader-f16"):
+        pytest.skip("the adapter has no shader-f16: F16 is refused everywhere")
+    x, cs = T((3, 4, 16), D.F16), T((3, 1, 6), D.F16)
+    with pytest.raises(DtypeLowering, match="select in f16.*SPIR-V"):
+        table.check(O.Rope(12), [x, cs, cs], x)
+    assert D.F16 in table.lowers("Attention")
 
 
 def test_bf16_arithmetic_and_undeclared_ops_are_refused(table):

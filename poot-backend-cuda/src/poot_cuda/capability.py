@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from poot.capability import CapabilityTable, Use
-from poot.codegen.coverage import INTS, SMALL, kernel_notes, kernel_ops
+from poot.codegen.coverage import NARROW_INTS, device_uses, kernel_table
 from poot.dtypes import DType
 
 F32, F16, BF16, I32, U32 = DType.F32, DType.F16, DType.BF16, DType.I32, DType.U32
@@ -49,18 +49,13 @@ def table(device: str, major: int, minor: int, formats) -> CapabilityTable:
     """sm_80+ computes with F32, F16 and BF16 (16-bit floats compute in F32 and round
     per op, the IR's rule); sm_70/75 lack BF16 arithmetic. FP8 is storage only (packed
     FP8 formats decode with integer ops), on sm_89+."""
-    floats = {F32, F16, BF16} if (major, minor) >= (8, 0) else {F32, F16}
-    dtypes = {d: Use.all() for d in floats}
-    dtypes.update({d: Use.STORAGE | Use.CONVERT | Use.ARITH | Use.DOT for d in INTS})
-    dtypes.update({d: Use.STORAGE | Use.CONVERT | Use.ARITH for d in SMALL})
+    floats = (F32, F16, BF16) if (major, minor) >= (8, 0) else (F32, F16)
+    fp8 = (DType.F8E4M3, DType.F8E5M2) if (major, minor) >= (8, 9) else ()
+    dtypes = device_uses(full=floats + (I32, U32), narrow=NARROW_INTS, packed=fp8)
     if (major, minor) < (8, 0):
         dtypes[BF16] = Use.STORAGE
-    if (major, minor) >= (8, 9):
-        dtypes.update({DType.F8E4M3: Use.STORAGE, DType.F8E5M2: Use.STORAGE})
-    ops = kernel_ops(floats, formats)
-    ops["GatedContraction"] = set(ops["ContractionEpilogue"])   # its decode GEMV: lower.dot
-    # NormedPackedContraction, NormedDenseContraction and ContractionPrologue lower here
-    # (lower.dot) but are not declared: at the 8B shape each of them made its GEMVs slower
-    # than the norm's or the SwiGLU's own small kernel (docs/performance.md, 2026-12-06),
-    # so compile keeps those
-    return CapabilityTable.declare("cuda", device, dtypes, ops, notes=kernel_notes("cuda"))
+    # GatedContraction's decode GEMV (lower.dot) is measured here. The other offered
+    # fusions (NormedPackedContraction, NormedDenseContraction, ContractionPrologue)
+    # made their GEMVs slower than the norm's or the SwiGLU's own small kernel at the 8B
+    # shape (docs/performance.md), so compile keeps those
+    return kernel_table("cuda", device, dtypes, formats, elect=("GatedContraction",))

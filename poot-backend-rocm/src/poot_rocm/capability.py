@@ -9,14 +9,14 @@ matrix-unit facts of `poot_rocm.archs` are reported, not used by a schedule yet.
 """
 from __future__ import annotations
 
-from poot.capability import CapabilityTable, Use
-from poot.codegen.coverage import INTS, SMALL, kernel_notes, kernel_ops
+from poot.capability import CapabilityTable
+from poot.codegen.coverage import NARROW_INTS, device_uses, kernel_table
 from poot.dtypes import DType
 
 from poot_rocm.archs import Target
 
 F32, F16, BF16 = DType.F32, DType.F16, DType.BF16
-FLOATS = {F32, F16, BF16}
+FLOATS = (F32, F16, BF16)
 
 
 def facts(t: Target) -> dict:
@@ -28,11 +28,6 @@ def facts(t: Target) -> dict:
 
 
 def table(device: str, t: Target, formats) -> CapabilityTable:
-    dtypes = {d: Use.all() for d in FLOATS}
-    dtypes.update({d: Use.STORAGE | Use.CONVERT | Use.ARITH | Use.DOT for d in INTS})
-    dtypes.update({d: Use.STORAGE | Use.CONVERT | Use.ARITH for d in SMALL})
-    if t.arch.fp8:
-        dtypes.update({DType.F8E4M3: Use.STORAGE, DType.F8E5M2: Use.STORAGE})
-    return CapabilityTable.declare("rocm", device, dtypes, kernel_ops(FLOATS, formats),
-                                   limits={"lds_bytes": t.arch.lds_bytes},
-                                   notes=kernel_notes("rocm"))
+    fp8 = (DType.F8E4M3, DType.F8E5M2) if t.arch.fp8 else ()
+    dtypes = device_uses(full=FLOATS + (DType.I32, DType.U32), narrow=NARROW_INTS, packed=fp8)
+    return kernel_table("rocm", device, dtypes, formats, limits={"lds_bytes": t.arch.lds_bytes})

@@ -1,66 +1,207 @@
-"""What the shared lowerings (poot.codegen.lower) make kernels for, by capability key.
+"""What the shared lowerings make kernels for: one declaration, every kernel backend's table.
 
-A backend that prints poot's kernel programs (CUDA, HIP) lowers exactly these ops; its
-capability table declares them for the float dtypes its device computes with (16-bit
-floats compute in F32 and round per op, the IR's rule) and the packed formats
-registered. What differs per device (FP8 storage, missing BF16, limits) stays in the
-backend's own table.
+`COVERAGE` maps each capability key that poot.codegen.lower makes kernels for to the
+dtypes its lowering takes, stated over the classes of a device's dtypes (`DeviceClasses`:
+the floats it computes with, its arithmetic dtypes, its contraction operands, the dtypes
+its kernels load and store, the registered packed formats). A backend that prints
+poot's kernel programs (cpu, cuda, rocm, vulkan, wgpu) derives its table with
+`kernel_table`, stating only its device facts:
+
+    uses       what the device does with each dtype (poot.capability.Use)
+    refuse     op keys a rule of its language refuses on some dtypes, with the reason
+               (SPIR-V targets: Select on F16 and BF16)
+    no_select  dtypes its printer cannot select in: every op whose kernels select in
+               the element dtype (`Cover.selects`) is refused on them
+    elect      the offered composites it takes (`Cover.offered`: fusions that are a
+               schedule choice, measured per target)
+    without    op keys it leaves out, each with the reason a refusal gives
+    limits, notes
+
+Adding an op is one `COVERAGE` entry beside its lowering; tests/test_coverage.py checks
+that every lowering is declared and every declared key has a lowering.
 """
 from __future__ import annotations
 
-from poot.capability import op_keys
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from poot.capability import CapabilityTable, Use
 from poot.dtypes import DType
+from poot.errors import PootError
 from poot.ir.ops import BinaryOp, UnaryOp
 
 F32, F16, BF16, I32, U32 = DType.F32, DType.F16, DType.BF16, DType.I32, DType.U32
-SMALL = {DType.I8, DType.U8, DType.I16, DType.U16}
-INTS = {I32, U32}
-ALL_WORDS = INTS | SMALL
+NARROW_INTS = (DType.I8, DType.U8, DType.I16, DType.U16)
+#: 8- and 4-bit floats: a kernel only reads their bytes, inside a packed format's decode
+BYTE_FLOATS = (DType.F8E4M3, DType.F8E5M2, DType.F8E8M0, DType.F4E2M1)
 
-# op families from the sub-ops' own traits
-FLOAT_UNARY = UnaryOp.keys(lambda u: not u.bitwise)
-BIT_UNARY = UnaryOp.keys(lambda u: u.bitwise)
-ARITH_BINARY = BinaryOp.keys(lambda b: not b.bitwise)
-BIT_BINARY = BinaryOp.keys(lambda b: b.bitwise)
-MOVES = ("Broadcast", "Reshape", "Transpose", "Slice", "Concat", "Gather", "ScatterUpdate",
-         "DynamicUpdateSlice", "Select", "Cast", "Fused", "FusedRow", "ContractionEpilogue",
-         "Reduce.Sum")
+#: common uses of a dtype on a kernel backend
+FULL = Use.all()
+HELD = Use.STORAGE | Use.CONVERT | Use.DOT      # held, widened to F32; no arithmetic of its own
+NARROW = Use.STORAGE | Use.CONVERT | Use.ARITH  # computed in 32-bit registers, wrapped back
+PACKED = Use.STORAGE                            # a packed weight's source bytes only
+
+
+def device_uses(*, full: Iterable[DType] = (), held: Iterable[DType] = (),
+                narrow: Iterable[DType] = (), packed: Iterable[DType] = (),
+                lacking: Iterable[DType] = ()) -> dict[DType, Use]:
+    """A device's dtype uses by kind (`FULL`, `HELD`, `NARROW`, `PACKED`); `lacking`: dtypes
+    it has no use of, listed as such (a dtype given a kind too has that kind)."""
+    uses = dict.fromkeys(lacking, Use.NONE)
+    for kind, dtypes in ((FULL, full), (HELD, held), (NARROW, narrow), (PACKED, packed)):
+        uses.update(dict.fromkeys(dtypes, kind))
+    return uses
+
+
+@dataclass(frozen=True)
+class DeviceClasses:
+    """The classes of one device's dtypes that coverage rules are written in."""
+
+    uses: Mapping[DType, Use]
+    formats: frozenset
+
+    def having(self, use: Use, floats_only: bool = False) -> frozenset:
+        return frozenset(d for d, u in self.uses.items()
+                         if use in u and (d.is_float or not floats_only))
+
+
+class Dtypes:
+    """A rule giving a set of dtypes (or packed formats) from a device's classes; rules
+    combine with |, & and - (with each other or with single dtypes) and print as written."""
+
+    def __init__(self, text: str, of: Callable[[DeviceClasses], frozenset]):
+        self.text, self.of = text, of
+
+    def __repr__(self) -> str:
+        return self.text
+
+    def _join(self, sym: str, other, fn) -> Dtypes:
+        o = other if isinstance(other, Dtypes) else exactly(other)
+        return Dtypes(f"{self.text} {sym} {o.text}", lambda c: fn(self.of(c), o.of(c)))
+
+    def __or__(self, other) -> Dtypes:
+        return self._join("|", other, frozenset.union)
+
+    def __and__(self, other) -> Dtypes:
+        return self._join("&", other, frozenset.intersection)
+
+    def __sub__(self, other) -> Dtypes:
+        return self._join("-", other, frozenset.difference)
+
+
+def exactly(*dtypes: DType) -> Dtypes:
+    return Dtypes("{" + ", ".join(map(str, dtypes)) + "}", lambda c: frozenset(dtypes))
+
+
+FLOATS = Dtypes("floats", lambda c: c.having(Use.ARITH, floats_only=True))  # computed with
+ARITH = Dtypes("arith", lambda c: c.having(Use.ARITH))
+DOT = Dtypes("dot", lambda c: c.having(Use.DOT))                 # contraction operands
+DOT_FLOATS = Dtypes("dot floats", lambda c: c.having(Use.DOT, floats_only=True))
+MOVED = Dtypes("moved", lambda c: c.having(Use.STORAGE | Use.CONVERT))  # loaded and stored
+WORDS = exactly(I32, U32)
+FORMATS = Dtypes("formats", lambda c: frozenset(c.formats))      # every registered format
+
+
+@dataclass(frozen=True)
+class Cover:
+    """One op key's shared lowering: the dtypes it takes; `selects`: its kernels select
+    in the element dtype; `offered`: lowered, but declared only by a backend that elects it
+    (a fusion whose gain is a schedule's, measured per target)."""
+
+    dtypes: Dtypes
+    selects: bool = False
+    offered: bool = False
+
+
+def _each(keys: Iterable[str], cover: Cover) -> dict[str, Cover]:
+    return dict.fromkeys(keys, cover)
+
+
+#: op key -> what its shared lowering takes. A new op adds one entry here.
+COVERAGE: dict[str, Cover] = {
+    **_each(UnaryOp.keys(lambda u: not u.bitwise), Cover(FLOATS)),
+    "Unary.Neg": Cover(FLOATS | I32),
+    **_each(UnaryOp.keys(lambda u: u.bitwise) + BinaryOp.keys(lambda b: b.bitwise),
+            Cover(WORDS)),
+    **_each(BinaryOp.keys(lambda b: not b.bitwise), Cover(ARITH)),
+    "Select": Cover(ARITH, selects=True),
+    "Iota": Cover(exactly(F32, I32)),
+    **_each(("Cast", "Broadcast", "Reshape", "Transpose", "Slice", "Concat", "Gather",
+             "ScatterUpdate", "DynamicUpdateSlice", "Fused", "FusedRow", "Scan",
+             "ContractionEpilogue"), Cover(MOVED)),
+    "GatedContraction": Cover(MOVED, offered=True),
+    "ContractionPrologue": Cover(MOVED, offered=True),
+    "ArgTopK": Cover(ARITH),
+    "Reduce.Sum": Cover(ARITH),
+    "Reduce.Max": Cover(ARITH - U32),
+    **_each(("MatMul", "IndexedMatMul"), Cover(DOT - U32)),
+    **_each(("Attention", "PagedAttention", "BlockTopK", "SelectedAttention"),
+            Cover(DOT_FLOATS)),
+    **_each(("Rope", "RopeScatter"), Cover(FLOATS, selects=True)),
+    "DenseContraction": Cover(DOT - I32),           # u32: f16 weights two to a word
+    "NormedDenseContraction": Cover(DOT - I32, offered=True),
+    **_each(("GroupedDenseContraction", "DenseRowGather"), Cover(DOT & BF16)),
+    **_each(("PackedDequant", "PackedContraction", "PackedRowGather",
+             "IndexedPackedContraction"), Cover(FORMATS)),
+    "NormedPackedContraction": Cover(FORMATS, offered=True),
+    "QuantizeI8": Cover(exactly(F32)),
+}
+
 SCAN_NOTE = ("one kernel looping over the steps; its body eqns are checked as a region's, "
              "and a body with a reduction or contraction is refused (UnsupportedOp)")
-PACKED = ("PackedDequant", "PackedContraction", "PackedRowGather", "IndexedPackedContraction")
+PACKED_SOURCE_NOTE = ("held only as a packed weight's source bytes, which its format's decode "
+                      "program reads as words; no op computes with it")
+
+#: why what the lowerings leave out is refused, on every kernel backend
+NOTES = {"AllReduce": "collectives are cuts between stages (a runtime's communicator "
+                      "declares them)",
+         "AllGather": "collectives are cuts between stages (a runtime's communicator "
+                      "declares them)",
+         "Scan": SCAN_NOTE,
+         "Reduce.Max:u32": "no unsigned accumulator for Max",
+         "MatMul:u32": "u32 is a contraction operand only as DenseContraction's f16 words"}
 
 
-def kernel_ops(floats: set, formats) -> dict[str, set]:
-    """Op key -> dtypes (or packed format names) the lowerings make kernels for, on a
-    device computing with `floats`."""
-    floats = set(floats)
-    ops: dict[str, set] = {}
-    ops.update({k: set(floats) for k in FLOAT_UNARY})
-    ops["Unary.Neg"] |= {I32}
-    ops.update({k: set(INTS) for k in BIT_UNARY + BIT_BINARY})
-    ops.update({k: floats | ALL_WORDS for k in ARITH_BINARY + MOVES})
-    ops["Reduce.Max"] = floats | {I32} | SMALL
-    ops["Iota"] = {F32, I32}
-    ops["ArgTopK"] = floats | {I32}
-    ops.update({k: floats | {I32} for k in ("MatMul", "IndexedMatMul")})
-    ops.update({k: set(floats) for k in ("Attention", "PagedAttention", "Rope", "RopeScatter",
-                                        "BlockTopK", "SelectedAttention")})
-    ops["Scan"] = floats | ALL_WORDS
-    ops["DenseContraction"] = {F32, F16, U32} | ({BF16} & floats)
-    ops["GroupedDenseContraction"] = {BF16} & floats
-    ops["DenseRowGather"] = {BF16} & floats
-    ops["QuantizeI8"] = {F32}
-    ops.update({k: set(formats) for k in PACKED})
-    known = set(op_keys(*sorted({k.split(".")[0] for k in ops})))
-    return {k: v for k, v in ops.items() if k in known}
+def kernel_ops(uses: Mapping[DType, Use], formats: Iterable[str], *,
+               refuse: Mapping[str, Mapping[DType, str]] | None = None,
+               no_select: Mapping[DType, str] | None = None, elect: Iterable[str] = (),
+               without: Mapping[str, str] | None = None) -> tuple[dict, dict]:
+    """(op key -> dtypes, notes) of a device with these facts (`kernel_table`'s)."""
+    refuse, no_select, without = dict(refuse or {}), dict(no_select or {}), dict(without or {})
+    elect = set(elect)
+    unknown = sorted((set(refuse) | set(without) | elect) - set(COVERAGE))
+    if unknown or any(not COVERAGE[k].offered for k in elect):
+        raise PootError(f"facts name op keys the lowerings do not offer: "
+                        f"{unknown or sorted(k for k in elect if not COVERAGE[k].offered)}")
+    classes = DeviceClasses(dict(uses), frozenset(formats))
+    ops, notes = {}, dict(NOTES)
+    for key, cover in COVERAGE.items():
+        if key in without or (cover.offered and key not in elect):
+            continue
+        refused = dict(refuse.get(key, {}))
+        if cover.selects:
+            refused.update({d: why if key == "Select" else f"its kernels select in {d}: {why}"
+                            for d, why in no_select.items()})
+        ops[key] = cover.dtypes.of(classes) - set(refused)
+        notes.update({f"{key}:{d}": why for d, why in refused.items()})
+    notes.update(without)
+    notes.update({str(d): PACKED_SOURCE_NOTE for d in BYTE_FLOATS if uses.get(d) == PACKED})
+    return ops, notes
 
 
-def kernel_notes(backend: str) -> dict[str, str]:
-    """Why the ops the lowerings leave out are refused."""
-    return {"AllReduce": "collectives are cuts between stages",
-            "AllGather": "collectives are cuts between stages",
-            "Scan": SCAN_NOTE,
-            "Reduce.Max:u32": "no unsigned accumulator for Max"}
+def kernel_table(backend: str, device: str, uses: Mapping[DType, Use], formats, *,
+                 refuse=None, no_select=None, elect: Iterable[str] = (), without=None,
+                 limits: Mapping[str, int] | None = None,
+                 notes: Mapping[str, str] | None = None) -> CapabilityTable:
+    """The capability table of a kernel backend's device: `COVERAGE` on its facts (see the
+    module docstring); `notes` (the device's own: its dtypes, its numerics) come last."""
+    ops, derived = kernel_ops(uses, formats, refuse=refuse, no_select=no_select,
+                              elect=elect, without=without)
+    return CapabilityTable.declare(backend, device, uses, ops, limits,
+                                   {**derived, **(notes or {})})
 
 
-__all__ = ["kernel_ops", "kernel_notes", "SCAN_NOTE", "ALL_WORDS", "INTS", "SMALL"]
+__all__ = ["ARITH", "BYTE_FLOATS", "COVERAGE", "Cover", "DOT", "DOT_FLOATS", "DeviceClasses",
+           "Dtypes", "FLOATS", "FORMATS", "FULL", "HELD", "MOVED", "NARROW", "NARROW_INTS",
+           "NOTES", "PACKED", "SCAN_NOTE", "WORDS", "device_uses", "exactly", "kernel_ops",
+           "kernel_table"]
