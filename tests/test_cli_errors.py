@@ -199,7 +199,7 @@ def test_list_and_rm_work_on_the_model_cache(tmp_path):
     models = tmp_path / "models"
     models.mkdir()
     seeds.tiny_llama_gguf(models / "tiny.gguf")
-    env = dict(os.environ, POOT_CACHE=str(tmp_path))
+    env = dict(os.environ, POOT_CACHE=str(tmp_path), HF_HUB_CACHE=str(tmp_path / "hf"))
 
     def poot(*args):
         return subprocess.run([sys.executable, "-m", "poot", *args], capture_output=True,

@@ -225,6 +225,12 @@ def read_text(path: str | Path) -> str:
 
 
 # -- paths a checkpoint names -----------------------------------------------------------------
+def _hub_blob(root: Path, target: Path) -> bool:
+    """A Hugging Face cache snapshot (<repo>/snapshots/<commit>) links each file to its
+    content in <repo>/blobs: that link stays inside the repo's own cache folder."""
+    return root.parent.name == "snapshots" and target.parent == root.parent.parent / "blobs"
+
+
 def confined(folder: str | Path, name: Any, where: str | Path, key: str = "") -> Path:
     """`folder / name` for a relative `name` that stays inside `folder` (symlinks resolved);
     an absolute path, a `..` step or a link leading out is a ConfigError."""
@@ -246,7 +252,7 @@ def confined(folder: str | Path, name: Any, where: str | Path, key: str = "") ->
     except (OSError, RuntimeError) as exc:  # a link loop, an unreadable folder
         raise ConfigError(f"{label} cannot be resolved ({exc})", file=where, key=key,
                           value=name) from None
-    if target != root and root not in target.parents:
+    if target != root and root not in target.parents and not _hub_blob(root, target):
         raise ConfigError(f"{label} resolves to {target}, outside the model folder {root}",
                           file=where, key=key, value=name)
     return target

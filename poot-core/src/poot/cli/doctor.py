@@ -1,7 +1,7 @@
 """`poot doctor`: what this installation is made of and what it can run. Python, every
 installed poot package and the packages each declares (missing ones with the command that
 installs them), the plugins, each backend's devices or why it has none, the C compiler and
-OpenMP (the cpu backend's), and the caches."""
+OpenMP (the cpu backend's), and the caches (poot's, and huggingface_hub's models)."""
 from __future__ import annotations
 
 import os
@@ -177,9 +177,29 @@ def caches_section() -> list[str]:
     return out
 
 
+def hub_section() -> list[str]:
+    """huggingface_hub's cache (where `poot pull ORG/NAME` puts models): its model repos."""
+    from poot.errors import PootError
+    from poot.models import hf_hub
+
+    root = hf_hub.hub_cache()
+    try:
+        repos = hf_hub.cached_repos()
+    except PootError as exc:  # huggingface_hub missing: doctor reports, it does not stop
+        return [f"Hub cache {root}: not read ({exc})"]
+    except Exception as exc:  # a cache huggingface_hub cannot scan
+        return [f"Hub cache {root}: not read ({type(exc).__name__}: {exc})"]
+    if not repos:
+        return [f"Hub cache {root}: no models"]
+    out = [f"Hub cache {root}: {human(sum(r.bytes for r in repos))} in {len(repos)} models"]
+    out += [f"  {r.repo_id} ({', '.join(r.revisions)}) {human(r.bytes):>10s}" for r in repos]
+    return out
+
+
 def run(args) -> int:
     lines = [f"python {platform.python_version()} ({sys.executable}) on "
              f"{platform.platform()}"]
-    lines += packages_section() + backends_section() + toolchain_section() + caches_section()
+    lines += packages_section() + backends_section() + toolchain_section() + caches_section() \
+        + hub_section()
     print("\n".join(lines))
     return 0

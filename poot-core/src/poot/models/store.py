@@ -1,5 +1,6 @@
-"""The models in poot's cache (<cache>/models, where `poot pull` puts them): what is there,
-and removing one. `poot list` and `poot rm` are its commands."""
+"""The models in poot's cache (<cache>/models, where `poot pull` puts them) and the model
+repos in huggingface_hub's cache (`poot pull ORG/NAME`): what is there, and removing one.
+`poot list` and `poot rm` are its commands."""
 from __future__ import annotations
 
 import shutil
@@ -35,15 +36,25 @@ def cached_models() -> list[CachedModel]:
 
     names = {m.filename: name for name, m in KNOWN_MODELS.items()}
     root = models_dir()
-    if not root.is_dir():
-        return []
     out = []
-    for p in sorted(root.iterdir()):
+    for p in sorted(root.iterdir()) if root.is_dir() else ():
         if p.name.startswith("."):
             continue            # a pull in progress
         if (p.is_file() and p.suffix.lower() == ".gguf") or (p / "config.json").is_file():
             out.append(CachedModel(names.get(p.name, p.name), p, _size(p), p.stat().st_mtime))
-    return out
+    return out + _hub_models()
+
+
+def _hub_models() -> list[CachedModel]:
+    """The model repos in huggingface_hub's cache (`poot pull ORG/NAME`), by repo id."""
+    from poot.errors import MissingPackage
+    from poot.models.hf_hub import cached_repos
+
+    try:
+        return [CachedModel(r.repo_id, r.path, r.bytes, r.last_modified)
+                for r in cached_repos()]
+    except MissingPackage:      # no huggingface_hub: no Hub models either
+        return []
 
 
 def find(name: str) -> CachedModel:
