@@ -75,4 +75,5 @@ def test_lds_past_the_architecture_is_refused():
 def test_16_bit_floats_print_without_headers():
     p = HipPrinter("gfx1030")
     assert p.type_name(DType.F16) == "_Float16" and p.type_name(DType.BF16) == "poot_bf16"
-    assert p.from_f32(DType.BF16, "x") == "poot_f32_to_bf16(x)"
+    assert p.from_f32(DType.BF16, "x") == "((poot_bf16)poot_f32_to_bf16(x))"
+    assert "poot_f32_to_bf16(float x)" in p.scalar_helpers()   # the shared rounding rule

@@ -17,11 +17,12 @@ vectorize.
 
 16-bit floats: F16 is the compiler's `_Float16` (conversions round to nearest even,
 by the hardware where F16C exists); BF16 is stored as 16-bit words and converted by
-the helpers below (nearest even, NaN kept quiet), with no arithmetic of its own.
+the shared scalar helpers (poot.codegen.scalar: nearest even, NaN kept quiet), with no
+arithmetic of its own.
 """
 from __future__ import annotations
 
-from poot.codegen.cstyle import PRELUDE, CPrinter
+from poot.codegen.cstyle import CPrinter
 from poot.codegen.expr import Load, Var, walk
 from poot.codegen.program import (
     Assign,
@@ -45,12 +46,6 @@ HEADER = """\
 #include <string.h>
 #include <math.h>
 #include <stdlib.h>
-static inline float poot_bf2f(unsigned short h) {
-  unsigned int u = (unsigned int)h << 16; float f; memcpy(&f, &u, 4); return f; }
-static inline unsigned short poot_f2bf(float f) {
-  unsigned int u; memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
-  return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); }
 static inline float poot_u2f(unsigned int u) { float f; memcpy(&f, &u, 4); return f; }
 static inline unsigned int poot_f2u_bits(float f) { unsigned int u; memcpy(&u, &f, 4); return u; }
 static inline int poot_overlap(const void* a, size_t na, const void* b, size_t nb) {
@@ -287,26 +282,16 @@ def promoted_names(body) -> dict[str, DType]:
 class HostCPrinter(CPrinter):
     backend = "cpu"
     qualifier = "static inline"
+    holds_bf16_bits = True
+    f16_type, bf16_type = "_Float16", "unsigned short"
 
     def __init__(self, device: str = "cpu:0"):
         self.device = device
         self.supported = frozenset({F32, I32, U32, DType.I16, DType.U16, DType.I8, DType.U8,
                                     F16, BF16})
+        self._split, self._promoted = False, {}     # no kernel yet: the helpers print first
 
     # -- language hooks --------------------------------------------------------------------
-    def type_name(self, dtype: DType) -> str:
-        if dtype is F16:
-            return "_Float16"
-        if dtype is BF16:
-            return "unsigned short"
-        return super().type_name(dtype)
-
-    def to_f32(self, dtype: DType, text: str) -> str:
-        return f"((float)({text}))" if dtype is F16 else f"poot_bf2f({text})"
-
-    def from_f32(self, dtype: DType, text: str) -> str:
-        return f"((_Float16)({text}))" if dtype is F16 else f"poot_f2bf({text})"
-
     def bitcast(self, src: DType, dst: DType, text: str) -> str:
         if dst is F32 and src in (I32, U32):
             return f"poot_u2f((unsigned int)({text}))"
@@ -401,7 +386,7 @@ class HostCPrinter(CPrinter):
 
     def prelude(self, simd: bool = False) -> str:
         """Includes and helpers of a translation unit; `simd`: with SIMD_HEADER."""
-        return HEADER + PRELUDE.format(q=self.qualifier) + (SIMD_HEADER if simd else "")
+        return HEADER + self.scalar_helpers() + (SIMD_HEADER if simd else "")
 
     def thread_loop(self, body, depth: int, declare_locals: bool = False) -> list[str]:
         pad = self.pad(depth)

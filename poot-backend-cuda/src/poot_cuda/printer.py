@@ -86,18 +86,12 @@ class CudaPrinter(TensorAsyncPrinter, SimtPrinter):
     backend = "cuda"
     qualifier = "static __device__ __forceinline__"
     warp = 32
+    f16_type, bf16_type = "__half", "__nv_bfloat16"
 
     def __init__(self, device: str = "sm_90", supported=None):
         self.device = device
         base = {F32, I32, U32, DType.I16, DType.U16, DType.I8, DType.U8, F16, BF16}
         self.supported = frozenset(supported if supported is not None else base)
-
-    def type_name(self, dtype: DType) -> str:
-        if dtype is F16:
-            return "__half"
-        if dtype is BF16:
-            return "__nv_bfloat16"
-        return super().type_name(dtype)
 
     def header(self, kernel: Kernel) -> str:
         return HEADER + (TENSOR_ASYNC_HEADER if uses_tensor_async(kernel) else "")

@@ -19,7 +19,7 @@ from poot_rocm.archs import Target, target
 F32, F16, BF16, I32, U32 = DType.F32, DType.F16, DType.BF16, DType.I32, DType.U32
 
 # BF16 has no HIP type that both hiprtc and hipcc know without headers: it is held as
-# its bits and widened exactly; rounding is to nearest even, NaN stays a (quiet) NaN.
+# its bits, converted by the shared scalar helpers (poot.codegen.scalar).
 HEADER = """\
 #if !defined(__HIPCC_RTC__)
 #include <hip/hip_runtime.h>
@@ -27,18 +27,14 @@ HEADER = """\
 #ifndef POOT_HIP_PRELUDE
 #define POOT_HIP_PRELUDE
 typedef unsigned short poot_bf16;
-static __device__ __forceinline__ float poot_bf16_to_f32(poot_bf16 h) {
-  return __uint_as_float((unsigned int)h << 16); }
-static __device__ __forceinline__ poot_bf16 poot_f32_to_bf16(float f) {
-  unsigned int u = __float_as_uint(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (poot_bf16)((u >> 16) | 0x40u);
-  return (poot_bf16)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); }
 """
 
 
 class HipPrinter(SimtPrinter):
     backend = "rocm"
     qualifier = "static __device__ __forceinline__"
+    holds_bf16_bits = True
+    f16_type, bf16_type = "_Float16", "poot_bf16"
 
     def __init__(self, target_: Target | str = "gfx90a", supported=None):
         self.target = target(target_) if isinstance(target_, str) else target_
@@ -46,13 +42,6 @@ class HipPrinter(SimtPrinter):
         self.warp = self.target.wave
         base = {F32, I32, U32, DType.I16, DType.U16, DType.I8, DType.U8, F16, BF16}
         self.supported = frozenset(supported if supported is not None else base)
-
-    def type_name(self, dtype: DType) -> str:
-        if dtype is F16:
-            return "_Float16"
-        if dtype is BF16:
-            return "poot_bf16"
-        return super().type_name(dtype)
 
     def header(self, kernel: Kernel) -> str:
         return HEADER
@@ -87,9 +76,3 @@ class HipPrinter(SimtPrinter):
 
     def shared_decl(self, name: str, dtype: DType, count: int) -> str:
         return f"__shared__ {self.type_name(dtype)} {name}[{count}];"
-
-    def to_f32(self, dtype: DType, text: str) -> str:
-        return f"((float)({text}))" if dtype is F16 else f"poot_bf16_to_f32({text})"
-
-    def from_f32(self, dtype: DType, text: str) -> str:
-        return f"((_Float16)({text}))" if dtype is F16 else f"poot_f32_to_bf16({text})"

@@ -5,8 +5,10 @@ for the kernel's buffer i), shared arrays are global `shared` arrays, conversion
 constructor calls (`int(x)`, never `(int)x`), 8/16-bit types come from
 GL_EXT_shader_explicit_arithmetic_types with 8/16-bit storage, and BF16 is held as
 its 16 bits in a `uint16_t` (widened exactly to float, rounded to nearest even on the
-way back) because GLSL has no bfloat type. Program names are prefixed (`v_`, `b_`)
-so that none collides with a GLSL keyword or builtin function (`out`, `dot`).
+way back) because GLSL has no bfloat type. The scalar helpers are
+poot.codegen.scalar's, in their GLSL spelling (NaN is tested on its bits: `poot_isnan`).
+Program names are prefixed (`v_`, `b_`) so that none collides with a GLSL keyword or
+builtin function (`out`, `dot`).
 
 CoopReduce uses the subgroup: a shuffle-xor butterfly within groups of up to one
 subgroup (subgroupAdd/subgroupMax when the group is exactly one subgroup), then
@@ -23,12 +25,12 @@ from __future__ import annotations
 
 import re
 
-from poot.codegen.cstyle import C_BINARY, CPrinter
+from poot.codegen.cstyle import CPrinter
 from poot.codegen.expr import Load
 from poot.codegen.program import CoopReduce, For, Kernel, Store
 from poot.dtypes import DType
 from poot.errors import LimitExceeded
-from poot.ir.ops import BinaryOp, ReduceOp
+from poot.ir.ops import ReduceOp
 
 from poot_vulkan.device import BACKEND, DeviceFacts
 
@@ -43,61 +45,6 @@ EXTENSIONS = ("GL_EXT_shader_explicit_arithmetic_types", "GL_EXT_shader_16bit_st
               "GL_KHR_shader_subgroup_basic", "GL_KHR_shader_subgroup_arithmetic",
               "GL_KHR_shader_subgroup_shuffle")
 
-# The IR's scalar rules where GLSL leaves them open (NaN through max, division by zero,
-# INT_MIN / -1, shifts of 32 or more, float-to-int overflow), and the math GLSL lacks.
-PRELUDE = """\
-bool poot_isnan(float x) { return (floatBitsToUint(x) & 0x7fffffffu) > 0x7f800000u; }
-float poot_fmax(float a, float b) { return (a > b || poot_isnan(a)) ? a : b; }
-float poot_fmin(float a, float b) { return (a < b || poot_isnan(a)) ? a : b; }
-int poot_imax(int a, int b) { return max(a, b); }
-int poot_imin(int a, int b) { return min(a, b); }
-int poot_iadd(int a, int b) { return a + b; }
-int poot_isub(int a, int b) { return a - b; }
-int poot_imul(int a, int b) { return a * b; }
-int poot_idiv(int a, int b) {
-  return b == 0 ? 0 : (a == (-2147483647 - 1) && b == -1) ? a : a / b; }
-uint poot_udiv(uint a, uint b) { return b == 0u ? 0u : a / b; }
-int poot_ishl(int a, int b) { return uint(b) >= 32u ? 0 : a << b; }
-int poot_ishr(int a, int b) { return uint(b) >= 32u ? (a < 0 ? -1 : 0) : a >> b; }
-uint poot_ushl(uint a, uint b) { return b >= 32u ? 0u : a << b; }
-uint poot_ushr(uint a, uint b) { return b >= 32u ? 0u : a >> b; }
-int poot_f2i(float x, float lo, float hi) {
-  return poot_isnan(x) ? 0 : x <= lo ? int(lo) : x >= hi ? (x >= 2147483648.0 ? 2147483647
-       : int(hi)) : int(x); }
-uint poot_f2u(float x) {
-  return poot_isnan(x) || x <= 0.0 ? 0u : x >= 4294967296.0 ? 4294967295u : uint(x); }
-float expf(float x) { return exp(x); }
-float logf(float x) { return log(x); }
-float sqrtf(float x) { return sqrt(x); }
-float tanhf(float x) { return poot_isnan(x) ? x : abs(x) > 15.0 ? sign(x) : tanh(x); }
-float erff(float x) {
-  // |x| < 0.5: Taylor series; else Abramowitz-Stegun 7.1.26 (abs error < 1.5e-7)
-  float a = abs(x);
-  if (poot_isnan(x)) return x;
-  if (a < 0.5) {
-    float z = x * x;
-    float s = 1.0 + z * (-1.0 / 3.0 + z * (0.1 + z * (-1.0 / 42.0 + z * (1.0 / 216.0
-              + z * (-1.0 / 1320.0)))));
-    return 1.1283791670955126 * x * s;
-  }
-  float t = 1.0 / (1.0 + 0.3275911 * a);
-  float p = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741
-            + t * (-1.453152027 + t * 1.061405429))));
-  float r = 1.0 - p * exp(-a * a);
-  return x < 0.0 ? -r : r;
-}
-"""
-
-BF16_PRELUDE = """\
-float poot_bf2f(uint16_t x) { return uintBitsToFloat(uint(x) << 16); }
-uint16_t poot_f2bf(float f) {
-  uint u = floatBitsToUint(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40u);
-  return uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-"""
-
-
 def supported_dtypes(facts: DeviceFacts) -> frozenset[DType]:
     """Dtypes the device can both store in buffers and compute with in a shader."""
     out = {F32, I32, U32}
@@ -109,15 +56,6 @@ def supported_dtypes(facts: DeviceFacts) -> frozenset[DType]:
     if facts.has("storageBuffer8BitAccess") and facts.has("shaderInt8"):
         out |= {I8, U8}
     return frozenset(out)
-
-
-#: C_BINARY with conversions as constructors (GLSL has no C casts)
-GLSL_BINARY = {op: dict(rows) for op, rows in C_BINARY.items()}
-for _op, _sym in ((BinaryOp.Add, "+"), (BinaryOp.Sub, "-"), (BinaryOp.Mul, "*")):
-    GLSL_BINARY[_op]["small"] = f"{{t}}(int({{a}}) {_sym} int({{b}}))"
-GLSL_BINARY[BinaryOp.Div]["small"] = "{t}(poot_idiv(int({a}), int({b})))"
-for _cls in ("i32", "u32", "small"):
-    GLSL_BINARY[BinaryOp.GeU][_cls] = "(uint({a}) >= uint({b}) ? 1 : 0)"
 
 
 def dispatch_groups(kernel: Kernel, facts: DeviceFacts) -> tuple[int, int, int]:
@@ -142,11 +80,14 @@ def _ident(prefix: str, name: str) -> str:
 class GlslPrinter(CPrinter):
     backend = BACKEND
     qualifier = ""
+    languages = ("glsl", "c")
+    truth_type = "bool"
 
     def __init__(self, facts: DeviceFacts):
         self.facts = facts
         self.device = facts.name
         self.supported = supported_dtypes(facts)
+        self.holds_bf16_bits = BF16 in self.supported
         self.subgroup = facts.subgroup_size
         self.shuffle = {"basic", "shuffle"} <= facts.subgroup_ops
         self.arithmetic = {"basic", "arithmetic"} <= facts.subgroup_ops
@@ -171,8 +112,8 @@ class GlslPrinter(CPrinter):
     def convert(self, dtype: DType, text: str) -> str:
         return f"{self.type_name(dtype)}({text})"
 
-    def binary_rules(self):
-        return GLSL_BINARY
+    def conversion(self, dtype: DType) -> str:
+        return self.type_name(dtype)
 
     # -- the translation unit ------------------------------------------------------------
     def unit(self, kernel: Kernel) -> str:
@@ -200,7 +141,7 @@ class GlslPrinter(CPrinter):
         for i, s in enumerate(kernel.reductions()):
             if self.needs_scratch(s, kernel):
                 lines.append(self.reduction_scratch_decl(s, i))
-        lines.append(PRELUDE + (BF16_PRELUDE if BF16 in self.supported else ""))
+        lines.append(self.scalar_helpers())
         lines += ["void main() {", *body, "}"]
         return "\n".join(lines) + "\n"
 
@@ -269,12 +210,6 @@ class GlslPrinter(CPrinter):
                 for x in super().loop_pragma(s, pad)]
 
     # -- scalars ----------------------------------------------------------------------------
-    def to_f32(self, dtype: DType, text: str) -> str:
-        return f"float({text})" if dtype is F16 else f"poot_bf2f({text})"
-
-    def from_f32(self, dtype: DType, text: str) -> str:
-        return f"float16_t({text})" if dtype is F16 else f"poot_f2bf({text})"
-
     def bitcast(self, src: DType, dst: DType, text: str) -> str:
         fn = {(I32, F32): "intBitsToFloat", (U32, F32): "uintBitsToFloat",
               (F32, I32): "floatBitsToInt", (F32, U32): "floatBitsToUint",

@@ -1,8 +1,10 @@
 """WGSL: a dialect of the printer core (poot.codegen.printer) for one wgpu adapter.
 
 Language gaps the program can say in its own words are rewritten before printing
-(poot_wgpu.wgsl.rewrite: F16 arithmetic in F32, constant subtrees folded). What is
-left is WGSL's spelling:
+(poot_wgpu.wgsl.rewrite: F16 arithmetic in F32, 8/16-bit integer arithmetic in 32-bit
+words, constant subtrees folded), so Unary and Binary print through the shared tables
+(poot.codegen.scalar.UNARY, BINARY) as every dialect's do. What is left is WGSL's
+spelling:
 
 * Buffers are `@group(0) @binding(i)` storage arrays in the kernel's buffer order;
   8/16-bit dtypes live in u32 words (`types.LAYOUTS`), written ones as atomic words so
@@ -14,8 +16,8 @@ left is WGSL's spelling:
 * A node a tree uses more than once is bound to a `let` before its statement, so
   shared decode subtrees are computed once and the text stays linear in the tree.
 * Where a WGSL builtin differs from poot's scalar rules (x / 0, shifts >= 32, NaN in
-  max, float-to-int saturation, bf16 rounding, erf) a helper function spells the rule
-  out (`helpers`).
+  max, float-to-int saturation, bf16 rounding, erf) the named helper of the shared table
+  spells the rule out, in WGSL (`helpers`).
 * A grid over the per-dimension workgroup limit is folded into x and y and unfolded
   from the linear workgroup id; a CoopReduce is a tree reduction over a workgroup
   array of the printer's own. Device limits are checked first (kernel.check_limits).
@@ -30,6 +32,7 @@ import numpy as np
 from poot.codegen.expr import Bin, Const, Expr, Load, Sel, Un, Var, children
 from poot.codegen.printer import Printer
 from poot.codegen.program import Barrier, CoopReduce, For, Kernel, Let, Store
+from poot.codegen.scalar import BINARY, HELPERS, INT_RANGES, UNARY, word_class
 from poot.dtypes import DType
 from poot.errors import DtypeLowering, UnsupportedOp
 from poot.ir.ops.elementwise import BinaryOp, UnaryOp
@@ -39,24 +42,12 @@ from poot.kernel_backend import CompiledKernel
 from poot_wgpu.device import WgpuDevice
 from poot_wgpu.kernel import check_limits, dispatch_groups
 from poot_wgpu.wgsl.helpers import Helpers
-from poot_wgpu.wgsl.rewrite import rewrite_kernel
+from poot_wgpu.wgsl.rewrite import rewrite_expr, rewrite_kernel
 from poot_wgpu.wgsl.types import ARITHMETIC, BACKEND, Layout, layout
 
 F32, F16, BF16, I32, U32 = DType.F32, DType.F16, DType.BF16, DType.I32, DType.U32
 _NARROW_BITS = {DType.I8: 8, DType.U8: 8, DType.I16: 16, DType.U16: 16}
 _REDUCE_TYPES = {F32: "f32", I32: "i32"}
-
-#: Unary and Binary sub-ops: a template over the operands' text (ints wrap back to their
-#: width after), or the name of a helper function (helpers.py). A new sub-op adds a row.
-UNARY = {UnaryOp.Exp: "exp({x})", UnaryOp.Log: "log({x})", UnaryOp.Sqrt: "sqrt({x})",
-         UnaryOp.Recip: "(1.0f / {x})", UnaryOp.Tanh: "tanh({x})", UnaryOp.Erf: "poot_erf",
-         UnaryOp.Neg: "(-{x})", UnaryOp.Not: "(~{x})", UnaryOp.Clz: "countLeadingZeros({x})"}
-BINARY = {BinaryOp.Add: "({a} + {b})", BinaryOp.Sub: "({a} - {b})",
-          BinaryOp.Mul: "({a} * {b})", BinaryOp.Div: "({a} / {b})",
-          BinaryOp.And: "({a} & {b})", BinaryOp.Or: "({a} | {b})", BinaryOp.Xor: "({a} ^ {b})"}
-FLOAT_BINARY = {BinaryOp.Max: "poot_max_f32", BinaryOp.Min: "poot_min_f32"}
-INT_BINARY = {BinaryOp.Max: "max({a}, {b})", BinaryOp.Min: "min({a}, {b})"}
-
 
 def _ident(prefix: str, name: str) -> str:
     return prefix + re.sub(r"[^0-9A-Za-z_]", "_", name)
@@ -109,7 +100,7 @@ class WgslPrinter(Printer):
 
     # -- per-kernel state ------------------------------------------------------------
     def unit(self, kernel: Kernel) -> str:
-        self.helpers, self.uses_f16, self.reduce_types = Helpers(), False, set()
+        self.helpers, self.uses_f16, self.reduce_types = Helpers(self), False, set()
         self._temps, self._tree = 0, None
         written = {s.array for s in kernel.statements() if isinstance(s, Store)}
         self.arrays: dict[str, tuple[str, DType, bool]] = {}   # name -> (wgsl, dtype, atomic)
@@ -259,7 +250,7 @@ class WgslPrinter(Printer):
             if s.op is ReduceOp.Sum:
                 combined = f"{a} + {b}"
             elif typ == "f32":
-                combined = self.helpers.call("poot_max_f32", a, b)
+                combined = self.helpers.call("poot_fmax", a, b)
             else:
                 combined = f"max({a}, {b})"
             out += [f"{pad}if ((poot_lidx % {width}u) < {half}u) {{ {a} = {combined}; }}",
@@ -341,29 +332,30 @@ class WgslPrinter(Printer):
         word = f"atomicLoad(&{word})" if atomic else word
         offset = f"(u32({index}) % {lay.per_word}u) * {lay.packed_bits}u"
         if dtype is BF16:
-            return f"bitcast<f32>(extractBits({word}, {offset}, 16u) << 16u)"
+            return self.helpers.call("poot_bf16_to_f32", f"extractBits({word}, {offset}, 16u)")
         if dtype.is_signed:  # extractBits on i32 sign-extends the field
             return f"extractBits(bitcast<i32>({word}), {offset}, {lay.packed_bits}u)"
         return f"extractBits({word}, {offset}, {lay.packed_bits}u)"
 
-    def apply(self, template: str, **args: str) -> str:
-        """A table entry: a template over the operands, or a helper function's name."""
-        if "{" in template:
-            return template.format(**args)
-        return self.helpers.call(template, *args.values())
+    def apply(self, rule: str, **args: str) -> str:
+        """A table entry: an operator template, or a helper's call (its WGSL spelling)."""
+        if rule in HELPERS:
+            return self.helpers.call(rule, *args.values())
+        return rule.format(**args)
 
     def unary(self, n: Un) -> str:
-        self.arith(n.x.dtype, f"Unary.{n.op.name}")
-        return self.wrap(self.apply(UNARY[n.op], x=self.expr(n.x)), n.dtype)
+        d = n.x.dtype
+        self.arith(d, f"Unary.{n.op.name}")
+        if n.op is UnaryOp.Clz:
+            return f"countLeadingZeros({self.expr(n.x)})"
+        return self.apply(UNARY[n.op][word_class(d)], x=self.expr(n.x))
 
     def binary(self, n: Bin) -> str:
         d, op = n.a.dtype, n.op
         self.arith(d, f"Binary.{op.name}")
         a, b = self.expr(n.a), self.expr(n.b)
         if op.compare:
-            if op is BinaryOp.GeU and d is I32:
-                a, b = f"bitcast<u32>({a})", f"bitcast<u32>({b})"
-            return self.indicator(n, f"({a} >= {b})")
+            return self.indicator(n, self.apply(BINARY[op][word_class(d)], a=a, b=b))
         if op in (BinaryOp.And, BinaryOp.Or, BinaryOp.Xor):
             logical = self.logical(n)
             if logical:
@@ -372,13 +364,9 @@ class WgslPrinter(Printer):
             amount = _small_constant(n.b, 32)
             if amount is not None:  # in range: WGSL's shift is ours
                 return f"({a} {'<<' if op is BinaryOp.Shl else '>>'} {amount}u)"
-            return self.helpers.call(f"poot_{op.name.lower()}_{d.value}", a, b)
-        if d.is_int and op is BinaryOp.Div and _small_constant(n.b, 2**31) in (None, 0):
-            return self.wrap(self.helpers.call(f"poot_div_{'i32' if d.is_signed else 'u32'}",
-                                               a, b), d)  # x / 0 = 0, INT_MIN / -1 wraps
-        table = {**BINARY, **(FLOAT_BINARY if d.is_float else INT_BINARY)}
-        text = self.apply(table[op], a=a, b=b)
-        return text if op in INT_BINARY else self.wrap(text, d)  # max, min stay in range
+        if d.is_int and op is BinaryOp.Div and _small_constant(n.b, 2**31) not in (None, 0):
+            return f"({a} / {b})"   # a positive divisor: WGSL's division is ours
+        return self.wrap(self.apply(BINARY[op][word_class(d)], a=a, b=b), d)
 
     def logical(self, n: Bin) -> str | None:
         """And/Or of two indicators, or Xor of one with 1, as a bool (None otherwise)."""
@@ -428,12 +416,30 @@ class WgslPrinter(Printer):
         h = self.helpers
         if to in (F32, F16):
             return x if to is F32 else f"f16({x})"
-        if to in (BF16, I32, U32):
-            return h.call({BF16: "poot_round_bf16", I32: "poot_f32_to_i32",
-                           U32: "poot_f32_to_u32"}[to], x)
-        info = np.iinfo(to.numpy)
-        clamped = h.call("poot_f32_to_narrow", x, f32_literal(info.min), f32_literal(info.max))
-        return f"{'i32' if to.is_signed else 'u32'}({clamped})"
+        if to is BF16:      # the register holds the bf16-exact f32
+            return f"bitcast<f32>({h.call('poot_f32_to_bf16', x)} << 16u)"
+        if to is U32:
+            return h.call("poot_f2u", x)
+        lo, hi = INT_RANGES[to]
+        code = h.call("poot_f2i", x, f32_literal(lo), f32_literal(hi))
+        return code if to.is_signed else f"u32({code})"     # in range: exact
+
+    # -- helper functions ------------------------------------------------------------------
+    def body_lines(self, params, lets, result: Expr) -> list[str]:
+        """A shared helper body (poot.codegen.scalar) as WGSL statements: its lets, then
+        the return (printed with this printer's expression rules, in the helper's scope)."""
+        saved = self.variables, self._before
+        self.variables = {p: p for p, _ in params} | {n: n for n, _ in lets}
+        out = []
+        try:
+            for name, e in [*lets, (None, result)]:
+                self._before = []
+                text = self.expr(rewrite_expr(e))
+                out += self._before
+                out.append(f"let {name} = {text};" if name else f"return {text};")
+        finally:
+            self.variables, self._before = saved
+        return out
 
 
 def print_kernel(kernel: Kernel, dev: WgpuDevice) -> CompiledKernel:

@@ -6,6 +6,10 @@ the construct it stands for:
 * F16 arithmetic computes in F32 and rounds back once per op (the oracle's rule for
   floats narrower than F32): `op(a, b)` on F16 becomes `f16(op(f32(a), f32(b)))`, and
   an F16 comparison compares the widened values. Negation stays in F16 (it is exact).
+* 8/16-bit integer arithmetic computes in the 32-bit word its register is (I32 for the
+  signed ones, U32 for the unsigned) and is cast back, which wraps it, once per op; a
+  comparison compares the words. What is left for the printer is the 32-bit classes of
+  the shared Unary/Binary tables (poot.codegen.scalar).
 * Subtrees that depend on no variable and no load fold to constants with the oracle's
   rules: naga evaluates constant expressions itself and refuses those that overflow
   (1.0f / 0.0f, -INT_MIN) where code that runs would not.
@@ -32,6 +36,8 @@ from poot.dtypes import DType
 from poot.ir.ops.elementwise import UnaryOp
 
 F16, F32 = DType.F16, DType.F32
+#: the register word each 8/16-bit integer computes in
+WORDS = {DType.I8: DType.I32, DType.I16: DType.I32, DType.U8: DType.U32, DType.U16: DType.U32}
 
 
 def rewrite_kernel(kernel: Kernel) -> Kernel:
@@ -70,7 +76,7 @@ def rewrite_expr(e: Expr) -> Expr:
         if id(n) not in live and not isinstance(n, Const):
             out = Const(evaluate(n, {}, {}).item(), n.dtype)
         else:
-            out = _widen_f16(out)
+            out = _widen(out)
         memo[id(n)] = out
         return out
 
@@ -85,10 +91,12 @@ def _rebuild(n: Expr, kids: list[Expr]) -> Expr:
     return replace(n, **dict(zip(names, kids, strict=True)))
 
 
-def _widen_f16(n: Expr) -> Expr:
+def _widen(n: Expr) -> Expr:
     if isinstance(n, Un) and n.x.dtype is F16 and n.op not in (UnaryOp.Neg,):
         return Cast(F16, Un(n.op, Cast(F32, n.x)))
-    if isinstance(n, Bin) and n.a.dtype is F16:
-        wide = Bin(n.op, Cast(F32, n.a), Cast(F32, n.b))
-        return wide if wide.dtype is not F32 else Cast(F16, wide)
+    if isinstance(n, Bin) and (n.a.dtype is F16 or n.a.dtype in WORDS):
+        d = n.a.dtype
+        word = F32 if d is F16 else WORDS[d]
+        wide = Bin(n.op, Cast(word, n.a), Cast(word, n.b))
+        return wide if n.op.compare else Cast(d, wide)
     return n

@@ -1,11 +1,12 @@
 """The C-style dialect family over the printer core (poot.codegen.printer).
 
 CUDA prints with it today; HIP, GLSL and plain C are dialects of it the same way.
-`CPrinter.unit(kernel)` gives one translation unit: a prelude of helpers that pin down
+`CPrinter.unit(kernel)` gives one translation unit: the named scalar helpers that pin down
 the IR's scalar semantics where C leaves them open (integer division by zero, shifts of
-32 or more, signed overflow, NaN-propagating max, saturating float-to-int), then the
-kernel. Scalar rules are tables (`C_BINARY`, `F32_UNARY`): a new Binary sub-op is one
-row. A dialect is a small subclass that names its language (see `CPrinter`):
+32 or more, signed overflow, NaN-propagating max, saturating float-to-int), rendered from
+poot.codegen.scalar's table in the dialect's language, then the kernel. Unary and Binary
+print through that module's tables (`UNARY`, `BINARY`): a new sub-op is one row there.
+A dialect is a small subclass that names its language (see `CPrinter`):
 
     class HipPrinter(CPrinter):
         backend, qualifier = "rocm", "static __device__ inline"
@@ -28,8 +29,19 @@ import numpy as np
 from poot.codegen.expr import Bin, Const, Expr, Sel, Un
 from poot.codegen.printer import Printer
 from poot.codegen.program import Barrier, CoopReduce, For, Kernel, Let, Store
+from poot.codegen.scalar import (
+    BINARY,
+    HELPERS,
+    INT_RANGES,
+    UNARY,
+    Helper,
+    apply,
+    in_order,
+    shared_lets,
+    word_class,
+)
 from poot.dtypes import DType
-from poot.ir.ops import BinaryOp, UnaryOp
+from poot.ir.ops import UnaryOp
 
 F32, F16, BF16, I32, U32 = DType.F32, DType.F16, DType.BF16, DType.I32, DType.U32
 NARROW_FLOATS = (F16, BF16)
@@ -37,52 +49,21 @@ NARROW_FLOATS = (F16, BF16)
 C_TYPES = {F32: "float", I32: "int", U32: "unsigned int", DType.I16: "short",
            DType.U16: "unsigned short", DType.I8: "signed char", DType.U8: "unsigned char"}
 
-#: float Unary sub-ops on float text (16-bit floats widen first and round after)
-F32_UNARY = {UnaryOp.Neg: "(-{})", UnaryOp.Recip: "(1.0f / {})", UnaryOp.Exp: "expf({})",
-             UnaryOp.Log: "logf({})", UnaryOp.Sqrt: "sqrtf({})", UnaryOp.Tanh: "tanhf({})",
-             UnaryOp.Erf: "erff({})"}
-
-# Helpers shared by every C-like language; `{q}` is the function qualifier.
-PRELUDE = """\
-{q} float poot_fmax(float a, float b) {{ return (a > b || a != a) ? a : b; }}
-{q} float poot_fmin(float a, float b) {{ return (a < b || a != a) ? a : b; }}
-{q} int poot_imax(int a, int b) {{ return a > b ? a : b; }}
-{q} int poot_imin(int a, int b) {{ return a < b ? a : b; }}
-{q} int poot_iadd(int a, int b) {{ return (int)((unsigned int)a + (unsigned int)b); }}
-{q} int poot_isub(int a, int b) {{ return (int)((unsigned int)a - (unsigned int)b); }}
-{q} int poot_imul(int a, int b) {{ return (int)((unsigned int)a * (unsigned int)b); }}
-{q} int poot_idiv(int a, int b) {{
-  return b == 0 ? 0 : (a == (-2147483647 - 1) && b == -1) ? a : a / b; }}
-{q} unsigned int poot_udiv(unsigned int a, unsigned int b) {{ return b == 0u ? 0u : a / b; }}
-{q} int poot_ishl(int a, int b) {{
-  return (unsigned int)b >= 32u ? 0 : (int)((unsigned int)a << (unsigned int)b); }}
-{q} int poot_ishr(int a, int b) {{
-  return (unsigned int)b >= 32u ? (a < 0 ? -1 : 0) : (a >> (unsigned int)b); }}
-{q} unsigned int poot_ushl(unsigned int a, unsigned int b) {{ return b >= 32u ? 0u : a << b; }}
-{q} unsigned int poot_ushr(unsigned int a, unsigned int b) {{ return b >= 32u ? 0u : a >> b; }}
-{q} int poot_f2i(float x, float lo, float hi) {{
-  return x != x ? 0 : x <= lo ? (int)lo : x >= hi ? (x >= 2147483648.0f ? 2147483647 : (int)hi)
-       : (int)x; }}
-{q} unsigned int poot_f2u(float x) {{
-  return x != x || x <= 0.0f ? 0u : x >= 4294967296.0f ? 4294967295u : (unsigned int)x; }}
-"""
-
-INT_RANGES = {I32: (-2147483648.0, 2147483648.0), DType.I16: (-32768.0, 32767.0),
-              DType.U16: (0.0, 65535.0), DType.I8: (-128.0, 127.0), DType.U8: (0.0, 255.0)}
-
-
 class CPrinter(Printer):
     """The C family over the printer core. A dialect (CUDA, HIP, GLSL, C) subclasses it and
     fills in the language hooks below; everything else (statements, scalar rules, casts,
     16-bit float widening) is shared. The hooks:
 
-    - `type_name(dtype)`: scalar type names (default: C's)
+    - `type_name(dtype)`: scalar type names (default: C's, and `f16_type`/`bf16_type`)
     - `header(kernel)`: includes and helpers before the prelude
     - `signature(kernel)`: the entry point's declaration, up to its opening brace
     - `builtin(kind, axis, kernel)`: thread, workgroup and global indices
     - `barrier()`: the workgroup barrier statement
     - `shared_decl(name, dtype, count)`: a workgroup-shared array
-    - `to_f32` / `from_f32`: 16-bit float widening and nearest-even rounding
+    - `to_f32` / `from_f32`: 16-bit float widening and nearest-even rounding (default:
+      conversions for F16, the shared bf16 helpers for BF16 held as its bits)
+    - `languages`, `conversion(dtype)`, `truth_type`, `holds_bf16_bits`: how the
+      scalar helpers (poot.codegen.scalar) are spelled and which ones the unit holds
     - `bitcast(src, dst, text)`, `clz(text)`, `convert(dtype, text)` (a value conversion)
     - `coop_reduce(s, depth)`: the cooperative reduction (subgroup/warp primitives)
     - optional: `entry()` (statements every kernel starts with), `needs_scratch` and
@@ -93,10 +74,18 @@ class CPrinter(Printer):
     backend = "c"
     supported: frozenset = frozenset({F32, I32, U32})
     qualifier = "static inline"
+    #: the helper spellings this dialect prints, most specific first (poot.codegen.scalar)
+    languages: tuple[str, ...] = ("c",)
+    #: the type of a helper's truth value
+    truth_type = "int"
+    #: BF16 is held as its 16 bits (the bf16 helpers are printed), not a native type
+    holds_bf16_bits = False
+    #: the 16-bit float type names, where the device supports them
+    f16_type = bf16_type = ""
 
     # -- language hooks ------------------------------------------------------------
     def type_name(self, dtype: DType) -> str:
-        return C_TYPES[dtype]
+        return {F16: self.f16_type, BF16: self.bf16_type}.get(dtype) or C_TYPES[dtype]
 
     def header(self, kernel: Kernel) -> str:
         return ""
@@ -112,23 +101,30 @@ class CPrinter(Printer):
 
     def to_f32(self, dtype: DType, text: str) -> str:
         """Widen a 16-bit float value to float (exact)."""
-        raise self.refuse(dtype, "16-bit float arithmetic")
+        if dtype not in self.supported:
+            raise self.refuse(dtype, "16-bit float arithmetic")
+        if dtype is BF16:
+            return f"poot_bf16_to_f32({self.convert(U32, text)})"
+        return self.convert(F32, f"({text})")
 
     def from_f32(self, dtype: DType, text: str) -> str:
         """Round a float to a 16-bit float (nearest even)."""
-        raise self.refuse(dtype, "16-bit float arithmetic")
+        if dtype not in self.supported:
+            raise self.refuse(dtype, "16-bit float arithmetic")
+        if dtype is BF16:
+            return self.convert(BF16, f"poot_f32_to_bf16({text})")
+        return self.convert(F16, f"({text})")
 
     def clz(self, text: str) -> str:
         raise NotImplementedError
 
-    def binary_rules(self) -> dict[BinaryOp, dict[str, str]]:
-        """The Binary rules (C_BINARY; a dialect that spells conversions otherwise swaps
-        the rows that convert)."""
-        return C_BINARY
-
     def convert(self, dtype: DType, text: str) -> str:
         """A value conversion to `dtype` (C's cast; constructor-style languages differ)."""
         return f"(({self.type_name(dtype)}){text})"
+
+    def conversion(self, dtype: DType) -> str:
+        """What a helper text's `{i32}(...)` (a value conversion) is spelled as."""
+        return f"({self.type_name(dtype)})"
 
     def entry(self) -> list[str]:
         """Statements every kernel starts with (the language's launch protocol)."""
@@ -143,8 +139,7 @@ class CPrinter(Printer):
     # -- the translation unit ----------------------------------------------------------
     def unit(self, kernel: Kernel) -> str:
         ind = self.indent_unit
-        lines = [self.header(kernel), PRELUDE.format(q=self.qualifier), self.signature(kernel)
-                 + " {"]
+        lines = [self.header(kernel), self.scalar_helpers(), self.signature(kernel) + " {"]
         for a in kernel.shared:
             lines.append(ind + self.shared_decl(a.name, a.dtype, a.count))
         lines += [f"{ind}{self.reduction_scratch_decl(s, i)}"
@@ -155,6 +150,39 @@ class CPrinter(Printer):
         lines += self.block(kernel.body, 1)
         lines.append("}")
         return "\n".join(x for x in lines if x is not None) + "\n"
+
+    # -- the scalar helpers -----------------------------------------------------------------
+    def scalar_helpers(self) -> str:
+        """Every helper function of the table this dialect spells as a function, each after
+        the ones it calls."""
+        if "_scalar_helpers" not in self.__dict__:    # the same for every kernel
+            names = [h.name for h in HELPERS.values() if self.holds_bf16_bits or not h.bits16]
+            self._scalar_helpers = "".join(
+                self.helper_source(h) for h in in_order(names, self.languages)
+                if h.spelling(self.languages)[0] != "inline")
+        return self._scalar_helpers
+
+    def helper_source(self, h: Helper) -> str:
+        """One helper as a function of this dialect: its text (conversions spelled), or its
+        shared body printed by this printer."""
+        kind, spelled = h.spelling(self.languages)
+        if kind == "body":
+            params = [(self.name(p), d) for p, d in h.params]
+            lets, result = shared_lets(spelled)
+            body = "\n".join([*(f"const {self.type_name(e.dtype)} {self.name(n)} = "
+                                 f"{self.expr(e)};" for n, e in lets),
+                               f"return {self.expr(result)};"])
+        else:
+            params = list(h.params)
+            body = spelled.format(**{d.value: self.conversion(d) for d in (I32, U32, F32)})
+        ret = self.truth_type if h.result is None else self.type_name(h.result)
+        args = ", ".join(f"{self.type_name(d)} {p}" for p, d in params)
+        head = f"{self.qualifier} {ret} {h.name}({args})".strip()
+        return f"{head} {{\n  " + body.replace("\n", "\n  ") + "\n}\n"
+
+    def indicator(self, truth: str) -> str:
+        """The I32 indicator (0 or 1) of a truth value."""
+        return f"({truth} ? 1 : 0)"
 
     # -- statements -----------------------------------------------------------------------
     def let(self, s: Let, depth: int) -> list[str]:
@@ -215,29 +243,38 @@ class CPrinter(Printer):
         return self.to_f32(e.dtype, text) if e.dtype in NARROW_FLOATS else text
 
     def unary(self, e: Un) -> str:
+        """One row of poot.codegen.scalar.UNARY (Clz: the dialect's builtin); 16-bit floats
+        compute in float and round the result once."""
         d, op = e.x.dtype, e.op
-        if op is UnaryOp.Not:
-            return f"(~{self.expr(e.x)})"
         if op is UnaryOp.Clz:
             return self.clz(self.expr(e.x)) if d is I32 else \
                 self.convert(U32, self.clz(self.convert(I32, self.expr(e.x))))
-        if d.is_int:  # Neg of I32 (wrapping)
-            return f"poot_isub(0, {self.expr(e.x)})"
-        r = F32_UNARY[op].format(self.wide(e.x))
+        rule = UNARY[op].get(word_class(d))
+        if rule is None:
+            raise self.refuse(d, f"Unary.{op.name}", op=f"Unary.{op.name}")
+        r = apply(rule, self.languages, x=self.wide(e.x))
         return self.from_f32(d, r) if d in NARROW_FLOATS else r
 
     def binary(self, e: Bin) -> str:
-        """One row of C_BINARY by the operands' class; 16-bit floats compute in float and
-        round the result once."""
+        """One row of poot.codegen.scalar.BINARY by the operands' class: 16-bit floats
+        compute in float and round the result once; 8/16-bit integers compute in int and
+        are converted back; a comparison is its indicator."""
         d = e.a.dtype
-        cls = "f32" if d.is_float else "i32" if d is I32 else "u32" if d is U32 else "small"
-        template = self.binary_rules()[e.op].get(cls)
-        if template is None:
+        rule = BINARY[e.op].get(word_class(d))
+        if rule is None:
             raise self.refuse(d, f"Binary.{e.op.name}", op=f"Binary.{e.op.name}")
-        a, b = (self.wide(e.a), self.wide(e.b)) if d.is_float else (self.expr(e.a),
-                                                                    self.expr(e.b))
-        r = template.format(a=a, b=b, t=self.type_name(d) if cls == "small" else "")
-        return self.from_f32(d, r) if e.dtype in NARROW_FLOATS else r
+        if d.is_float:
+            a, b = self.wide(e.a), self.wide(e.b)
+        elif d in (I32, U32):
+            a, b = self.expr(e.a), self.expr(e.b)
+        else:
+            a, b = self.convert(I32, self.expr(e.a)), self.convert(I32, self.expr(e.b))
+        r = apply(rule, self.languages, a=a, b=b)
+        if e.op.compare:
+            return self.indicator(r)
+        if d in NARROW_FLOATS:
+            return self.from_f32(d, r)
+        return r if d.is_float or d in (I32, U32) else self.convert(d, r)
 
     def cast(self, src: DType, dst: DType, text: str) -> str:
         if src is dst:
@@ -258,30 +295,4 @@ class CPrinter(Printer):
         return self.convert(dst, f"({text})")
 
 
-#: Binary sub-ops by operand class: "f32" (every float; 16-bit ones widen to float and
-#: round the result), "i32", "u32", "small" (8/16-bit integers computed in int; {t} is
-#: their type). A missing class is refused. A new Binary sub-op adds one row here.
-C_BINARY: dict[BinaryOp, dict[str, str]] = {
-    BinaryOp.Add: {"f32": "({a} + {b})", "i32": "poot_iadd({a}, {b})", "u32": "({a} + {b})",
-                   "small": "(({t})((int){a} + (int){b}))"},
-    BinaryOp.Sub: {"f32": "({a} - {b})", "i32": "poot_isub({a}, {b})", "u32": "({a} - {b})",
-                   "small": "(({t})((int){a} - (int){b}))"},
-    BinaryOp.Mul: {"f32": "({a} * {b})", "i32": "poot_imul({a}, {b})", "u32": "({a} * {b})",
-                   "small": "(({t})((int){a} * (int){b}))"},
-    BinaryOp.Div: {"f32": "({a} / {b})", "i32": "poot_idiv({a}, {b})",
-                   "u32": "poot_udiv({a}, {b})", "small": "(({t})poot_idiv((int){a}, (int){b}))"},
-    BinaryOp.Max: {"f32": "poot_fmax({a}, {b})", "i32": "poot_imax({a}, {b})",
-                   "u32": "({a} > {b} ? {a} : {b})", "small": "({a} > {b} ? {a} : {b})"},
-    BinaryOp.Min: {"f32": "poot_fmin({a}, {b})", "i32": "poot_imin({a}, {b})",
-                   "u32": "({a} < {b} ? {a} : {b})", "small": "({a} < {b} ? {a} : {b})"},
-    BinaryOp.Ge: dict.fromkeys(("f32", "i32", "u32", "small"), "({a} >= {b} ? 1 : 0)"),
-    BinaryOp.GeU: dict.fromkeys(("i32", "u32", "small"),
-                                "((unsigned int)({a}) >= (unsigned int)({b}) ? 1 : 0)"),
-    BinaryOp.And: dict.fromkeys(("i32", "u32", "small"), "({a} & {b})"),
-    BinaryOp.Or: dict.fromkeys(("i32", "u32", "small"), "({a} | {b})"),
-    BinaryOp.Xor: dict.fromkeys(("i32", "u32", "small"), "({a} ^ {b})"),
-    BinaryOp.Shl: {"i32": "poot_ishl({a}, {b})", "u32": "poot_ushl({a}, {b})"},
-    BinaryOp.Shr: {"i32": "poot_ishr({a}, {b})", "u32": "poot_ushr({a}, {b})"},
-}
-
-__all__ = ["C_BINARY", "CPrinter", "F32_UNARY", "NARROW_FLOATS", "PRELUDE"]
+__all__ = ["CPrinter", "NARROW_FLOATS"]
