@@ -8,7 +8,7 @@ each call's wall time by kind: packed contractions by shape, attention, and the 
 kernels by op.
 
     python poot-backend-cpu/bench/step_profile.py [--step prefill|decode] [--repeat 3]
-        [--model smollm2|gemma3]
+        [--model smollm2|gemma3] [--precision exact|fast]
 """
 from __future__ import annotations
 
@@ -113,11 +113,12 @@ def main() -> None:
     ap.add_argument("--step", choices=("prefill", "decode"), default="prefill")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--model", choices=sorted(MODELS), default="smollm2")
+    ap.add_argument("--precision", choices=("exact", "fast"), default="exact")
     args = ap.parse_args()
     import poot
 
     model = poot.load(gguf_path(args.model), backend="cpu",
-                      max_seq=PROMPT_TOKENS + DECODE_TOKENS + 8)
+                      max_seq=PROMPT_TOKENS + DECODE_TOKENS + 8, precision=args.precision)
     ids = prompt_ids(model.tokenize)
     list(model.generate(ids[:8], max_tokens=2))
     session = next(iter(model._sessions.values()))

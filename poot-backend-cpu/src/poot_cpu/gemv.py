@@ -110,6 +110,12 @@ def _head(op, ins):
     return head.weight.format, block, coding
 
 
+def q8_formats(formats) -> frozenset[str]:
+    """The formats among `formats` whose contraction of q8 rows (Q8PackedContraction) the
+    kernels here run: those with a block declaration (poot_cpu.blocks)."""
+    return frozenset(f for f in formats if block_of(f) is not None)
+
+
 def gemv_program(op, ins, out, printer) -> CompiledProgram | None:
     found = _head(op, ins)
     if found is None:
@@ -647,4 +653,4 @@ def kernel_source(name: str, fmt: str, coding: Coding, m: int, n: int, k: int,
     return block_functions(fmt) + source
 
 
-__all__ = ["I16", "Q8", "Coding", "gemv_program", "kernel_source", "weight_rows"]
+__all__ = ["I16", "Q8", "Coding", "gemv_program", "kernel_source", "q8_formats", "weight_rows"]
