@@ -171,15 +171,20 @@ def test_16_bit_gemv_takes_the_norm_in(m, n, k, split, wide, pairs):
 def test_a_schedule_apart_from_the_default_names_its_kernels_apart():
     """The target's default schedule passed explicitly lowers the kernels it lowers by
     default, under the same names; another is named apart (caches keyed by name never
-    mix the two)."""
+    mix the two), but only where the lowering reads it: a norm's kernel stays as it is."""
     features = frozenset({REDUCE_SCATTER, WIDE_LOADS})
+    other = _tuned(features, unroll=2)
     ins = [T((1, 4096), DType.F32), T((24, 4096), DType.BF16)]
     op = DenseContraction()
     plain = lower(op, ins, op.infer(ins), features)
     same = lower(op, ins, op.infer(ins), features, dot_schedule(features))
-    other = lower(op, ins, op.infer(ins), features, _tuned(features, unroll=2))
     assert repr(same.kernels) == repr(plain.kernels)
-    assert other.kernels[0].name != plain.kernels[0].name
+    assert lower(op, ins, op.infer(ins), features, other).kernels[0].name != \
+        plain.kernels[0].name
+    x, w = T((1, 4096), DType.F32), T((4096,), DType.F32)
+    norm = FusedRow(region([x, w], _rmsnorm), -1)
+    assert repr(lower(norm, [x, w], norm.infer([x, w]), features, other).kernels) == \
+        repr(lower(norm, [x, w], norm.infer([x, w]), features).kernels)
 
 
 @pytest.mark.parametrize("early", [True, False])

@@ -19,13 +19,18 @@ from poot.ir.types import TensorType
 
 MAX_INDEX = 2**31 - 1      # kernel index arithmetic is I32
 LOWERINGS: dict[type, Callable[[Sig], KernelProgram]] = {}
+#: op classes whose lowerings read the contraction schedule (`Sig.dot_schedule`)
+SCHEDULED: set[type] = set()
 
 
-def lowers(*op_types: type):
-    """Register a lowering for these op classes."""
+def lowers(*op_types: type, scheduled: bool = False):
+    """Register a lowering for these op classes; `scheduled`: it reads the contraction
+    schedule, so it lowers under the one `lower` is given (else its target's default)."""
     def deco(fn):
         for t in op_types:
             LOWERINGS[t] = fn
+            if scheduled:
+                SCHEDULED.add(t)
         return fn
     return deco
 
@@ -110,12 +115,13 @@ def lower(op: OpKind, ins: Sequence[TensorType | Lit], out: TensorType,
           ) -> KernelProgram:
     """Lower one planned eqn to kernel programs (an UnsupportedOp names what has none)
     for a target that prints `features` besides the core statements, its contractions
-    tuned by `schedule` (None: the target's default, `schedule.dot_schedule(features)`)."""
+    tuned by `schedule` (None: the target's default, `schedule.dot_schedule(features)`;
+    ops whose lowerings read none are lowered, and named, as under the default)."""
     unknown = set(features) - FEATURES
     if unknown:
         raise UnsupportedOp(f"unknown kernel features {sorted(unknown)}", op=op.name)
     features = frozenset(features)
-    if schedule == dot_schedule(features):
+    if schedule == dot_schedule(features) or type(op) not in SCHEDULED:
         schedule = None             # named as the default's kernels are
     sig = Sig(op, tuple(ins), out, features, schedule)
     if isinstance(op, Reshape):

@@ -258,7 +258,7 @@ def prologue_problem(sig: Sig, epilogue) -> Problem:
 
 
 # -- epilogue -------------------------------------------------------------------------------
-@lowers(ContractionEpilogue)
+@lowers(ContractionEpilogue, scheduled=True)
 def lower_contraction_epilogue(sig: Sig) -> KernelProgram:
     make, head_sig = _head(sig)
     if head_sig.out.shape != sig.out.shape:
@@ -273,7 +273,7 @@ def lower_contraction_epilogue(sig: Sig) -> KernelProgram:
     return contraction_program(p, sig, lambda kb: sig.declare_all(kb, p.views))
 
 
-@lowers(GatedContraction)
+@lowers(GatedContraction, scheduled=True)
 def lower_gated_contraction(sig: Sig) -> KernelProgram:
     """The head's problem, each output joining its two columns i and N/2 + i through the
     body (lower.gemv: in the GEMV's workgroup, else after the contraction, lower.dot)."""

@@ -57,7 +57,7 @@ def problem_for(*op_types: type):
     def deco(fn):
         for t in op_types:
             PROBLEMS[t] = fn
-        lowers(*op_types)(lower_contraction)
+        lowers(*op_types, scheduled=True)(lower_contraction)
         return fn
     return deco
 

@@ -5,8 +5,10 @@ it dispatches to) read every number they may be tuned by from the `DotSchedule` 
 lowering receives (`Sig.dot_schedule`): `dot_schedule(features)` is a target's default,
 and a caller that wants another passes one (`lower(..., schedule=...)`,
 `KernelBackend.schedule`), usually the default with a few fields replaced
-(`dataclasses.replace`). A kernel lowered under a schedule other than its target's
-default is named apart (`Sig.name`), so caches keyed by name never mix the two.
+(`dataclasses.replace`). The lowerings that read it are registered so
+(`lowers(..., scheduled=True)`); their kernels lowered under a schedule other than the
+target's default are named apart (`Sig.name`), so caches keyed by name never mix the two,
+and every other kernel keeps its name.
 
 Fields are named after the measurements that chose them in docs/performance.md (there in
 upper case: `RUN_COLUMNS=1` is `run_columns=1`). What is not a field is fixed by the
