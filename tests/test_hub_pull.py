@@ -283,9 +283,9 @@ def test_a_full_disk_leaves_nothing_partial(fake, monkeypatch):
     assert hub.pull(GGUF_REPO).is_file()
 
 
-def poot_cli(*args: str) -> subprocess.CompletedProcess:
+def poot_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "poot", *args], capture_output=True,
-                          text=True, timeout=300, env=os.environ.copy())
+                          text=True, timeout=300, env={**os.environ, **(env or {})})
 
 
 def test_cli_pull_info_and_refusals(fake):
@@ -297,6 +297,11 @@ def test_cli_pull_info_and_refusals(fake):
     info = poot_cli("info", f"hf.co/{GGUF_REPO}:Q8_0")
     assert info.returncode == 0, info.stderr
     assert "tiny-qwen3-Q8_0.gguf" in info.stdout and "qwen3" in info.stdout
+    # offline as huggingface_hub itself reads it (at import), with no Hub to reach
+    offline = poot_cli("info", GGUF_REPO, env={"HF_HUB_OFFLINE": "1",
+                                               "HF_ENDPOINT": "http://127.0.0.1:9"})
+    assert offline.returncode == 0 and "tiny-qwen3-Q4_K_M.gguf" in offline.stdout, \
+        offline.stderr
     for args, message in ((("pull", "poot-tests/absent"), "no model poot-tests/absent on"),
                           (("pull", f"{GGUF_REPO}:IQ2_XS"), "has no IQ2_XS GGUF; it has")):
         done = poot_cli(*args)
