@@ -10,8 +10,8 @@ import importlib
 import sys
 
 #: subcommand modules, in help order (poot.cli.<name>)
-COMMANDS = ["run", "serve", "pull", "list", "ps", "rm", "info", "graph", "compile",
-            "plan", "backends", "conformance", "doctor"]
+COMMANDS = ["run", "serve", "perplexity", "pull", "list", "ps", "rm", "info", "graph",
+            "compile", "plan", "backends", "conformance", "doctor"]
 
 
 def _load(name: str):
