@@ -319,10 +319,19 @@ def test_cli_pull_info_and_refusals(fake):
 
 
 def test_the_real_smollm2_through_the_hub(fake, smollm2_gguf):
-    """The real checkpoint served as a one-file GGUF repo arrives byte for byte."""
+    """The real checkpoint served as a one-file GGUF repo arrives byte for byte and writes
+    the text the local file writes."""
+    import poot
+
     data = Path(smollm2_gguf).read_bytes()
     fake.add("HuggingFaceTB/SmolLM2-135M-Instruct-GGUF",
-             {"smollm2-135m-instruct-q4_1.gguf": data})
+             {"smollm2-135m-instruct-q4_1.gguf": data, "README.md": b"# SmolLM2\n"})
     path = hub.pull("hf.co/HuggingFaceTB/SmolLM2-135M-Instruct-GGUF")
     assert path.name == "smollm2-135m-instruct-q4_1.gguf"
     assert hashlib.sha256(path.read_bytes()).digest() == hashlib.sha256(data).digest()
+    prompt = "The capital of France is"
+    pulled = poot.load("HuggingFaceTB/SmolLM2-135M-Instruct-GGUF", backend="cpu", max_seq=64)
+    text = pulled.generate(prompt, max_tokens=8)
+    assert "Paris" in text
+    assert text == poot.load(str(smollm2_gguf), backend="cpu", max_seq=64).generate(
+        prompt, max_tokens=8)
