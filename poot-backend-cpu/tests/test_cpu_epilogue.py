@@ -28,20 +28,24 @@ def _residual(b, h, r):
     return b.eqn(O.Binary(O.BinaryOp.Add), h, r)
 
 
-def _epilogue_case(m: int, n: int, k: int, bias_rows: bool):
-    w = PackedWeight("gguf:Q4_1", (n, k))
+def _epilogue_case(m: int, n: int, k: int, bias_rows: bool, fmt: str = "gguf:Q4_1",
+                   head=O.PackedContraction):
+    w = PackedWeight(fmt, (n, k))
     srcs = [Arg(s.type, ("packed", w, i)) for i, s in enumerate(w.sources())]
     bias = T((m, n) if bias_rows else (n,), F32)
     body = region([T((m, n), F32), bias], _residual)
-    return case(f"ContractionEpilogue-Q4_1-{m}x{k}x{n}", "ContractionEpilogue", "gguf:Q4_1",
-                [Arg(T((m, k), F32))] + srcs + [Arg(bias)],
-                one(O.ContractionEpilogue(O.PackedContraction(w), 2, body)), exact=False,
-                growth="compose")
+    return case(f"ContractionEpilogue-{fmt}-{head.__name__}-{m}x{k}x{n}", "ContractionEpilogue",
+                fmt, [Arg(T((m, k), F32))] + srcs + [Arg(bias)],
+                one(O.ContractionEpilogue(head(w), 2, body)), exact=False, growth="compose")
 
 
+# the exact head, and the fast precision's q8 rows over a K-quant (two scales per 32)
+@pytest.mark.parametrize("fmt, head", [("gguf:Q4_1", O.PackedContraction),
+                                       ("gguf:Q6_K", O.Q8PackedContraction)],
+                         ids=["Q4_1", "Q8-Q6_K"])
 @pytest.mark.parametrize("m, bias_rows", [(1, True), (12, False)])
-def test_packed_contraction_epilogue_is_one_call(cpu_backend, m, bias_rows):
-    c = _epilogue_case(m, 68, 576, bias_rows)
+def test_packed_contraction_epilogue_is_one_call(cpu_backend, m, bias_rows, fmt, head):
+    c = _epilogue_case(m, 68, 512, bias_rows, fmt, head)
     device = cpu_backend.probe()[0]
     (step,) = plan(c.graph, (cpu_backend, device)).steps
     assert len(step.lowering.program.kernels) == 1
