@@ -85,6 +85,13 @@ def test_a_printer_without_selects_refuses_every_op_that_selects():
     assert D.F16 in t.lowers("Attention")
 
 
+def test_a_backends_own_kernels_declare_what_no_lowering_covers():
+    t = kernel_table("k", "k:0", USES, (), own={"Q8PackedContraction": {"gguf:Q4_0"}})
+    assert t.lowers("Q8PackedContraction") == {"gguf:Q4_0"}
+    with pytest.raises(PootError, match="declare these already"):
+        kernel_table("k", "k:0", USES, (), own={"Attention": {D.F32}})
+
+
 def test_offered_composites_are_declared_only_when_elected():
     t = kernel_table("k", "k:0", USES, (), elect=("GatedContraction",))
     assert t.lowers("GatedContraction") == t.lowers("ContractionEpilogue")

@@ -39,4 +39,9 @@ def dtype_uses() -> dict[DType, Use]:
 
 
 def table(device: str, formats: frozenset) -> CapabilityTable:
-    return kernel_table("cpu", device, dtype_uses(), formats, without=WITHOUT, notes=NOTES)
+    from poot_cpu.gemv import q8_formats
+
+    # the contraction of q8 rows runs poot_cpu.gemv's byte dot products (program_for)
+    own = {"Q8PackedContraction": q8_formats(formats)}
+    return kernel_table("cpu", device, dtype_uses(), formats, without=WITHOUT, own=own,
+                        notes=NOTES)

@@ -15,6 +15,8 @@ poot's kernel programs (cpu, cuda, rocm, vulkan, wgpu) derives its table with
     elect      the offered composites it takes (`Cover.offered`: fusions that are a
                schedule choice, measured per target)
     without    op keys it leaves out, each with the reason a refusal gives
+    own        op keys no shared lowering covers that kernels of its own take
+               (`KernelBackend.program_for`), with their dtypes or formats
     limits, notes
 
 Adding an op is one `COVERAGE` entry beside its lowering; tests/test_coverage.py checks
@@ -165,14 +167,18 @@ NOTES = {"AllReduce": "collectives are cuts between stages (a runtime's communic
 def kernel_ops(uses: Mapping[DType, Use], formats: Iterable[str], *,
                refuse: Mapping[str, Mapping[DType, str]] | None = None,
                no_select: Mapping[DType, str] | None = None, elect: Iterable[str] = (),
-               without: Mapping[str, str] | None = None) -> tuple[dict, dict]:
+               without: Mapping[str, str] | None = None,
+               own: Mapping[str, Iterable] | None = None) -> tuple[dict, dict]:
     """(op key -> dtypes, notes) of a device with these facts (`kernel_table`'s)."""
     refuse, no_select, without = dict(refuse or {}), dict(no_select or {}), dict(without or {})
-    elect = set(elect)
+    elect, own = set(elect), dict(own or {})
     unknown = sorted((set(refuse) | set(without) | elect) - set(COVERAGE))
     if unknown or any(not COVERAGE[k].offered for k in elect):
         raise PootError(f"facts name op keys the lowerings do not offer: "
                         f"{unknown or sorted(k for k in elect if not COVERAGE[k].offered)}")
+    if set(own) & set(COVERAGE):
+        raise PootError(f"{sorted(set(own) & set(COVERAGE))}: the shared lowerings declare "
+                        f"these already (a backend's own kernels for them need no entry)")
     classes = DeviceClasses(dict(uses), frozenset(formats))
     ops, notes = {}, dict(NOTES)
     for key, cover in COVERAGE.items():
@@ -186,17 +192,18 @@ def kernel_ops(uses: Mapping[DType, Use], formats: Iterable[str], *,
         notes.update({f"{key}:{d}": why for d, why in refused.items()})
     notes.update(without)
     notes.update({str(d): PACKED_SOURCE_NOTE for d in BYTE_FLOATS if uses.get(d) == PACKED})
+    ops.update({k: frozenset(v) for k, v in own.items()})
     return ops, notes
 
 
 def kernel_table(backend: str, device: str, uses: Mapping[DType, Use], formats, *,
                  refuse=None, no_select=None, elect: Iterable[str] = (), without=None,
-                 limits: Mapping[str, int] | None = None,
+                 own=None, limits: Mapping[str, int] | None = None,
                  notes: Mapping[str, str] | None = None) -> CapabilityTable:
     """The capability table of a kernel backend's device: `COVERAGE` on its facts (see the
     module docstring); `notes` (the device's own: its dtypes, its numerics) come last."""
     ops, derived = kernel_ops(uses, formats, refuse=refuse, no_select=no_select,
-                              elect=elect, without=without)
+                              elect=elect, without=without, own=own)
     return CapabilityTable.declare(backend, device, uses, ops, limits,
                                    {**derived, **(notes or {})})
 
