@@ -14,8 +14,13 @@ COMMANDS = ["run", "serve", "perplexity", "pull", "list", "ps", "rm", "info", "g
             "compile", "plan", "backends", "conformance", "doctor"]
 
 
+#: subcommands whose module has another name: a submodule called `list` would become the
+#: package attribute `list`, hiding the builtin in this module
+MODULES = {"list": "listing"}
+
+
 def _load(name: str):
-    return importlib.import_module(f"poot.cli.{name}")
+    return importlib.import_module(f"poot.cli.{MODULES.get(name, name)}")
 
 
 class _Version(argparse.Action):

@@ -1,4 +1,5 @@
-"""`poot list`: the models in poot's cache, with their sizes."""
+"""`poot list`: the models in poot's cache, with their sizes (poot.cli.MODULES says why
+the module is not called `list`)."""
 from __future__ import annotations
 
 
