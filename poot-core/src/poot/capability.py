@@ -24,6 +24,9 @@ Build a table with `CapabilityTable.declare(...)`, which checks the keys:
         dtypes={DType.F32: Use.all()},
         ops={k: {DType.F32} for k in op_keys("Unary", "Binary", "Reduce")},
         notes={"Select:f16": "OpSelect has no 16-bit float form here"})
+
+A backend that prints poot's kernel programs declares no op list of its own: its table is
+the shared lowerings' declaration on its device facts (`poot.codegen.coverage.kernel_table`).
 """
 from __future__ import annotations
 
