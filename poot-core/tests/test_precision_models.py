@@ -41,16 +41,32 @@ def logits_of(target: str, weights, precision: str, kv_dtype: str, kv: str):
     return np.stack(out)
 
 
+def _runnable(backend: str) -> str:
+    """`backend`'s name, or a skip with the reason its probe gives (no device, not installed)."""
+    from poot.plugin import get_backend
+
+    try:
+        reason = get_backend(backend).unavailable_reason()
+    except Exception as exc:      # not installed, or its plugin failed to load
+        reason = f"{backend}: {type(exc).__name__}: {exc}"
+    if reason:
+        pytest.skip(reason)
+    return backend
+
+
+@pytest.mark.parametrize("backend", ["cpu", "cuda"])
 @pytest.mark.parametrize("fmt,dtype,precision,kv_dtype,kv", [
     ("gguf:Q4_0", "f32", "fast", "f16", "dense"),
     ("gguf:Q5_1", "f32", "fast", "q8_0", "paged"),
     (None, "bf16", "fast", "q8_0", "dense"),
     ("gguf:Q8_0", "f32", "exact", "f16", "paged"),
 ])
-def test_cpu_runs_the_rewritten_graph_as_the_oracle(fmt, dtype, precision, kv_dtype, kv):
+def test_backend_runs_the_rewritten_graph_as_the_oracle(backend, fmt, dtype, precision,
+                                                         kv_dtype, kv):
+    target = _runnable(backend)
     w = random_weights(CFG, seed=7, dtype=dtype, packed_format=fmt)
     want = logits_of("reference", w, precision, kv_dtype, kv)
-    got = logits_of("cpu", w, precision, kv_dtype, kv)
+    got = logits_of(target, w, precision, kv_dtype, kv)
     nmse = float(np.sum((got - want) ** 2) / np.sum(want ** 2))
     assert nmse < (2e-3 if precision == "fast" else 1e-7), nmse
     if precision == "fast" or kv_dtype != "f32":     # the rewrite is not a no-op here
