@@ -120,13 +120,40 @@ def write_tokenizer(folder) -> None:
         {"bos_token": "<s>", "eos_token": "</s>", "add_bos_token": False}))
 
 
-def make_folder(tmp_path, family: str, **extra):
+def transformers5(cfg: dict) -> dict:
+    """cfg (transformers 4.x spelling) as transformers 5 saves it: every RoPE setting in
+    rope_parameters (per layer type for Gemma 3, whose rope_local_base_freq goes), experts
+    counted by num_local_experts, Qwen2-MoE's q/k/v biases named by qkv_bias, layer_types
+    spelled out, dtype for torch_dtype."""
+    from reference_decoder import layer_windows
+
+    gone = {"rope_theta", "rope_scaling", "rope_local_base_freq", "num_experts",
+            "torch_dtype", "sliding_window_pattern"}
+    out = {k: v for k, v in cfg.items() if k not in gone}
+    rope = dict(cfg.get("rope_scaling") or {"rope_type": "default"})
+    rope["rope_type"] = rope.pop("type", None) or rope["rope_type"]
+    rope["rope_theta"] = cfg["rope_theta"]
+    if cfg["model_type"] == "gemma3_text":
+        rope = {"full_attention": rope, "sliding_attention": {
+            "rope_type": "default", "rope_theta": cfg["rope_local_base_freq"]}}
+    out.update(rope_parameters=rope, dtype=cfg["torch_dtype"], layer_types=[
+        "full_attention" if w is None else "sliding_attention" for w in layer_windows(cfg)])
+    if "num_experts" in cfg:
+        out["num_local_experts"] = cfg["num_experts"]
+    if cfg["model_type"] == "qwen2_moe":
+        out["qkv_bias"] = True
+    return out
+
+
+def make_folder(tmp_path, family: str, spelling: int = 4, **extra):
+    """A random-weight HF folder of the family, its config.json in transformers `spelling`
+    (4 or 5); returns (folder, the 4.x config, tensors)."""
     from poot_quant.safetensors_dir import write_folder
 
     cfg = {**BASE, **FAMILIES[family], **extra}
-    folder = tmp_path / family
+    folder = tmp_path / f"{family}-v{spelling}"
     tensors = random_tensors(cfg, seed=len(family))
-    write_folder(folder, tensors, cfg, 1, None)
+    write_folder(folder, tensors, transformers5(cfg) if spelling == 5 else cfg, 1, None)
     write_tokenizer(folder)
     return folder, cfg, tensors
 
@@ -156,15 +183,36 @@ def test_family_on_wgpu(tmp_path, family):
     check_family(tmp_path, family, "wgpu")
 
 
-def check_family(tmp_path, family: str, backend: str) -> None:
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_transformers5_config_reads_as_4x(tmp_path, family):
+    """Each family's config.json as transformers 5 writes it reads as its 4.x spelling."""
+    from poot.models.loader import open_model
+
+    v4, v5 = (open_model(str(make_folder(tmp_path, family, s)[0]))[1] for s in (4, 5))
+    assert v5 == v4
+    assert "rope_theta" not in transformers5({**BASE, **FAMILIES[family]})
+
+
+@pytest.mark.parametrize("family", ["qwen2-moe", "qwen3-moe", "gemma3", "llama3-rope"])
+def test_transformers5_folder_matches_numpy_reference(tmp_path, family):
+    """The folders issue 52 found refused (Qwen2-MoE and Qwen3-MoE saved by transformers 5),
+    and Gemma 3's per-layer-type rope_parameters, run."""
+    check_family(tmp_path, family, BACKEND, spelling=5)
+
+
+def check_family(tmp_path, family: str, backend: str, spelling: int = 4) -> None:
     """One step of a 20-token prompt, then the session: chunked prefill and decode."""
     import poot
 
-    folder, cfg, tensors = make_folder(tmp_path, family)
+    folder, cfg, tensors = make_folder(tmp_path, family, spelling)
     model = poot.load(str(folder), backend=backend, max_seq=32, prefill_tokens=6)
-    want = forward(tensors, cfg, IDS)
+    check_logits(model, forward(tensors, cfg, IDS))
+
+
+def check_logits(model, want) -> None:
+    """The logits of IDS in one step, then through the session: chunks of the model's
+    prefill_tokens (the last one padded), then decode steps."""
     assert rel_err(model.prefill_logits(IDS), want) < 1e-4
-    # the session: chunks of 6 (the last one padded), then decode steps
     session = model.session()
     session.open("s")
     try:
@@ -214,12 +262,32 @@ def test_sliding_layers_keep_a_window_sized_ring_and_run_paged(tmp_path, family)
     ({"layer_types": ["sliding_attention"]}, "layer_types = .* must list"),
     ({"hidden_activation": "gelu"}, "hidden_activation = 'gelu'"),
     ({"num_experts": 4}, "num_experts = 4: experts in a gemma3_text model"),
+    ({"num_local_experts": 4}, "num_local_experts = 4: experts in a gemma3_text model"),
+    ({"qkv_bias": True}, "qkv_bias = True: q/k/v biases are implemented for qwen2 and"),
+    ({"rope_parameters": {"sliding_attention": {"rope_type": "linear", "factor": 2.0}}},
+     "rope_parameters.sliding_attention rope_type 'linear': poot never scales"),
+    ({"rope_parameters": {"full_attention": {"rope_type": "yarn", "factor": 2.0, "mscale": 1}}},
+     "rope_parameters.full_attention key 'mscale'"),
+    ({"partial_rotary_factor": 0.5}, "partial_rotary_factor = 0.5: partial rotary is imp"),
 ])
 def test_unimplemented_config_keys_are_refused_by_name(tmp_path, extra, message):
     from poot.errors import CheckpointError
     from poot.models.loader import open_model
 
     folder, _, _ = make_folder(tmp_path, "gemma3", **extra)
+    with pytest.raises(CheckpointError, match=message):
+        open_model(str(folder))
+
+
+@pytest.mark.parametrize("extra, message", [
+    ({"num_local_experts": 5}, "num_experts = 6: contradicts num_local_experts = 5"),
+    ({"qkv_bias": False}, "qkv_bias = False: q/k/v biases are implemented"),
+])
+def test_transformers5_moe_keys_are_checked(tmp_path, extra, message):
+    from poot.errors import CheckpointError
+    from poot.models.loader import open_model
+
+    folder, _, _ = make_folder(tmp_path, "qwen2-moe", **extra)
     with pytest.raises(CheckpointError, match=message):
         open_model(str(folder))
 

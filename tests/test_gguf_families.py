@@ -100,11 +100,16 @@ def write_gguf(path, arch: str, seed: int = 0):
                     mat(rows, cols))
             add(g + "ffn_gate_inp_shexp.weight", h + "mlp.shared_expert_gate.weight",
                 mat(1, DIM), False)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    close_gguf(w)
     return cfg, hf
+
+
+def close_gguf(writer) -> None:
+    """Write the GGUFWriter's header, key/values and tensors, and close the file."""
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
 
 
 @pytest.mark.parametrize("arch", sorted(CASES))

@@ -7,12 +7,13 @@ variant poot does not implement never runs as something else.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from poot.checked import MISSING, Values
 from poot.errors import CheckpointError
 from poot.models.families import FAMILIES, HF_FAMILIES, HF_TYPES, Family
+from poot.models.fused import GATE_UP, QKV, check_fused, gguf_fused_name
 from poot.models.llama import LlamaConfig
 from poot.models.rope import RopeScaling
 from poot.models.shapes import LIMITS, check_config
@@ -27,7 +28,7 @@ _GGUF_KEYS = {
     "attention.value_length", "attention.layer_norm_rms_epsilon", "rope.freq_base",
     "rope.dimension_count", "rope.scaling.type", "rope.scaling.factor",
     "rope.scaling.original_context_length", "rope.scaling.finetuned",
-    "rope.scaling.yarn_log_multiplier",
+    "rope.scaling.yarn_log_multiplier", "rope.scaling.attn_factor",
     "attention.sliding_window", "vocab_size", "rope.freq_base_swa",
     "attention.sliding_window_pattern", "expert_count", "expert_used_count",
     "expert_feed_forward_length", "expert_shared_feed_forward_length", "expert_weights_norm",
@@ -87,7 +88,7 @@ def from_gguf(meta: dict[str, Any], tensors: dict, max_seq: int | None = None) -
         norm_eps=v.number(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5, positive=True,
                           hi=1.0),
         rope_base=v.number(f"{arch}.rope.freq_base", 10000.0, positive=True),
-        rope_scaling=_gguf_rope_scaling(v, arch, "rope_freqs.weight" in tensors),
+        rope_scaling=_gguf_rope_scaling(v, arch, tensors, "rope_freqs.weight" in tensors),
         rope_dim=size("rope.dimension_count", "head_dim", head_dim, lo=0) or None,
         rope_layout=fam.gguf_rows, tied="output.weight" not in tensors,
         qkv_bias="blk.0.attn_q.bias" in tensors,
@@ -95,7 +96,11 @@ def from_gguf(meta: dict[str, Any], tensors: dict, max_seq: int | None = None) -
         window=window or None, sliding=sliding,
         rope_base_local=v.number(f"{arch}.rope.freq_base_swa", fam.rope_base_local or 0.0,
                                  lo=0.0) or None, **moe)
+    if fam.fused:   # llama.cpp's ffn_up holds gate|up: checked as the fused tensor it is
+        tensors = {gguf_fused_name(n): t for n, t in tensors.items()}
+        check_fused(config, {n: t.shape for n, t in tensors.items()}, v.file)
     check_config(config, tensors, "gguf", v.file)
+    _check_longrope(config, v.file)
     return config
 
 
@@ -104,11 +109,19 @@ def _traits(fam: Family, dim: int) -> dict:
                 embed_scale=math.sqrt(dim) if fam.embed_scale else 1.0)
 
 
-def _gguf_rope_scaling(v: Values, arch: str, has_freqs: bool) -> RopeScaling:
+def _gguf_rope_scaling(v: Values, arch: str, tensors: dict, has_freqs: bool) -> RopeScaling:
     kind = v.text(f"{arch}.rope.scaling.type", None)
     factor = v.number(f"{arch}.rope.scaling.factor", 1.0, positive=True, hi=1e6)
     orig = v.integer(f"{arch}.rope.scaling.original_context_length", 0, lo=0,
                      hi=LIMITS["max_seq"])
+    attn = v.number(f"{arch}.rope.scaling.attn_factor", None, positive=True, hi=1e3)
+    longrope = [n for n in ("rope_factors_short.weight", "rope_factors_long.weight")
+                if n in tensors]
+    if longrope or arch == "phi3":
+        return _gguf_longrope(v, arch, tensors, longrope, orig, attn)
+    if attn not in (None, 1.0):
+        raise CheckpointError(f"GGUF {arch}.rope.scaling.attn_factor = {attn:g} is read for "
+                              f"phi3's LongRoPE only")
     if kind in (None, "none", ""):
         return RopeScaling()  # llama3 scaling lives in the rope_freqs tensor when present
     if kind == "linear":
@@ -123,6 +136,40 @@ def _gguf_rope_scaling(v: Values, arch: str, has_freqs: bool) -> RopeScaling:
         return RopeScaling("yarn", factor, orig)
     raise CheckpointError(f"GGUF {arch}.rope.scaling.type {kind!r} is not supported "
                           f"(linear and yarn; llama3 through the rope_freqs tensor)")
+
+
+def _gguf_longrope(v: Values, arch: str, tensors: dict, names: list, orig: int,
+                   attn: float | None) -> RopeScaling:
+    """LongRoPE as llama.cpp's converter writes it: the factor tensors rope_factors_short /
+    rope_factors_long, the original context and the attention factor it computed."""
+    if arch != "phi3":
+        raise CheckpointError(f"GGUF tensor {names[0]!r} (LongRoPE factors) in a {arch} "
+                              f"file: poot reads LongRoPE for phi3")
+    if not names:
+        return RopeScaling()     # a 4k-context Phi-3: plain RoPE
+    if len(names) != 2 or not orig:
+        raise CheckpointError(f"GGUF phi3 LongRoPE needs rope_factors_short.weight, "
+                              f"rope_factors_long.weight and {arch}.rope.scaling."
+                              f"original_context_length")
+    short, long = (_factor_tensor(tensors[n], n) for n in names)
+    if len(short) != len(long):
+        raise CheckpointError(f"GGUF phi3 rope_factors_short holds {len(short)} factors, "
+                              f"rope_factors_long {len(long)}")
+    ctx = v.integer(f"{arch}.context_length", orig, lo=1, hi=LIMITS["max_seq"])
+    return RopeScaling("longrope", ctx / orig, orig, attention_factor=attn if attn else 1.0,
+                       short_factor=short, long_factor=long)
+
+
+def _factor_tensor(info, name: str) -> tuple[float, ...]:
+    import numpy as np
+
+    if getattr(info, "packed", None) is not None or len(info.shape) != 1:
+        raise CheckpointError(f"GGUF tensor {name!r} must be a dense vector of factors")
+    values = np.asarray(info.sources[0], np.float64).reshape(-1)
+    if not np.isfinite(values).all() or (values <= 0).any():
+        raise CheckpointError(f"GGUF tensor {name!r} holds a factor that is not a positive "
+                              f"finite number")
+    return tuple(float(x) for x in values)
 
 
 def _source(tensors: dict, unknown: str, folder: bool = False) -> str:
@@ -157,6 +204,10 @@ def _check_hf_tensors(config: LlamaConfig, tensors: dict, where: str,
         need.append("output.weight")
     for i in range(config.layers):
         layer = list(_LAYER_TENSORS)
+        if getattr(FAMILIES.get(config.arch), "fused", False):
+            layer = [g for g in layer if not g.startswith(("attn_q", "attn_k", "attn_v",
+                                                           "ffn_gate", "ffn_up"))]
+            layer += [QKV, GATE_UP]
         if config.experts:
             layer = [g for g in layer if not g.startswith(("ffn_gate", "ffn_up", "ffn_down"))]
             layer += ["ffn_gate_inp.weight"]
@@ -192,6 +243,8 @@ _HF_IGNORED = {
     "attention_dropout", "_name_or_path", "pretraining_tp", "output_attentions",
     "output_hidden_states", "return_dict", "_attn_implementation", "max_window_layers",
     "quantization_config", "cache_implementation", "id2label", "label2id",
+    "resid_pdrop", "embd_pdrop",        # dropout: training only
+    "auto_map",                         # remote-code classes: transformers' own Phi3 runs
 }
 #: keys read by from_hf (with the families that read them)
 _HF_READ = {
@@ -204,7 +257,8 @@ _HF_READ = {
     "use_bidirectional_attention", "num_local_experts", "num_experts", "num_experts_per_tok",
     "moe_intermediate_size", "shared_expert_intermediate_size", "norm_topk_prob",
     "decoder_sparse_step", "mlp_only_layers", "router_aux_loss_coef", "output_router_logits",
-    "router_jitter_noise",
+    "router_jitter_noise", "qkv_bias", "partial_rotary_factor",
+    "original_max_position_embeddings",
 }
 #: the LIMITS entry bounding each integer config.json key
 _HF_LIMITS = {
@@ -221,7 +275,15 @@ _ROPE_KEYS = {
                "original_max_position_embeddings"},
     "yarn": {"factor", "original_max_position_embeddings", "beta_fast", "beta_slow",
              "attention_factor", "truncate"},
+    "longrope": {"short_factor", "long_factor", "factor", "attention_factor",
+                 "original_max_position_embeddings"},
 }
+#: keys transformers 5 may write inside rope_parameters whatever the kind (the original
+#: context is read where the kind uses it)
+_ROPE_COMMON = {"rope_type", "type", "rope_theta", "partial_rotary_factor",
+                "original_max_position_embeddings"}
+#: transformers 5 writes Gemma 3's rope_parameters per layer type
+_LAYER_TYPES = ("full_attention", "sliding_attention")
 
 
 def from_hf(cfg: dict[str, Any], tensors: dict, max_seq: int | None = None) -> LlamaConfig:
@@ -255,20 +317,24 @@ def from_hf(cfg: dict[str, Any], tensors: dict, max_seq: int | None = None) -> L
             refuse(name, "not implemented")
     if arch != "qwen2" and cfg.get("attention_bias"):
         refuse("attention_bias", "q/k/v/o biases are implemented for qwen2 only")
+    # transformers 5 names Qwen2-MoE's q/k/v biases qkv_bias (4.x: always there)
+    if cfg.get("qkv_bias") is not None and (arch != "qwen2_moe" or not v.flag("qkv_bias")):
+        refuse("qkv_bias", f"q/k/v biases are implemented for qwen2 and qwen2_moe (with "
+                           f"qkv_bias true)")
     dim, heads = key("hidden_size"), key("num_attention_heads")
     head_dim = key("head_dim", dim // heads)
     layers = key("num_hidden_layers")
     ctx = key("max_position_embeddings", 2048)
-    rope_base, scaling = _hf_rope(v, where, ctx)
+    rope = _hf_rope(v, where, fam, ctx)
     window, sliding = _hf_sliding(v, arch, layers)
-    local = v.number("rope_local_base_freq", None, positive=True) if arch == "gemma3" \
-        else None
+    local = rope.local_base if arch == "gemma3" else None
     scalar = v.number("query_pre_attn_scalar", None, positive=True)
     config = LlamaConfig(
         vocab=key("vocab_size"), dim=dim, layers=layers,
         heads=heads, kv_heads=key("num_key_value_heads", heads), head_dim=head_dim,
         ffn=key("intermediate_size"), norm_eps=key("rms_norm_eps", 1e-5, float),
-        rope_base=rope_base, rope_scaling=scaling, rope_layout="half",
+        rope_base=rope.base, rope_scaling=rope.scaling, rope_layout="half",
+        rope_dim=_rotary_dims(head_dim, rope.partial),
         tied=v.flag("tie_word_embeddings", arch == "gemma3"),
         qkv_bias=fam.qkv_bias or v.flag("attention_bias", False),
         max_seq=min(ctx, max_seq or ctx), arch=arch, **_traits(fam, dim),
@@ -283,7 +349,13 @@ def from_hf(cfg: dict[str, Any], tensors: dict, max_seq: int | None = None) -> L
     quant = cfg.get("quantization_config")
     _check_hf_tensors(config, tensors, where,
                       quant.get("quant_method") if isinstance(quant, dict) else None)
+    if fam.fused:
+        from poot.models.weights import gguf_name
+
+        check_fused(config, {g: t.shape for n, t in tensors.items()
+                             if (g := gguf_name(n)) is not None}, where)
     check_config(config, tensors, "safetensors", v.file)
+    _check_longrope(config, where)
     return config
 
 
@@ -296,48 +368,130 @@ def _hf_moe(cfg: dict, v: Values, fam: Family, where: str, key) -> dict:
         refuse("decoder_sparse_step", "poot runs configs where every layer has experts")
     if cfg.get("mlp_only_layers"):
         refuse("mlp_only_layers", "poot runs configs where every layer has experts")
+    # transformers 5 writes num_local_experts for every MoE family (4.x: num_experts for
+    # the Qwen ones); either spelling is read, and both only where they agree
+    spelled = [n for n in ("num_local_experts", "num_experts") if cfg.get(n) is not None]
+    if len(spelled) == 2 and cfg["num_local_experts"] != cfg["num_experts"]:
+        refuse("num_experts", f"contradicts num_local_experts = {cfg['num_local_experts']!r}")
+    experts = key(spelled[0] if spelled else "num_local_experts")
     if fam.moe == "mixtral":
-        return dict(experts=key("num_local_experts"), experts_used=key("num_experts_per_tok"),
+        return dict(experts=experts, experts_used=key("num_experts_per_tok"),
                     expert_ffn=key("intermediate_size"), norm_topk=True)
-    return dict(experts=key("num_experts"), experts_used=key("num_experts_per_tok"),
+    return dict(experts=experts, experts_used=key("num_experts_per_tok"),
                 expert_ffn=key("moe_intermediate_size"),
                 norm_topk=v.flag("norm_topk_prob", False),
                 shared_ffn=v.integer("shared_expert_intermediate_size", 0, lo=0,
                                      hi=LIMITS["ffn"]))
 
 
-def _hf_rope(v: Values, where: str, ctx: int) -> tuple[float, RopeScaling]:
-    # transformers 5 writes rope_parameters (with rope_theta inside) where 4.x wrote
-    # rope_scaling and a top-level rope_theta
+@dataclass(frozen=True)
+class _Rope:
+    """What a config.json says of RoPE."""
+
+    base: float
+    scaling: RopeScaling
+    partial: float = 1.0                 # the share of each head RoPE rotates
+    local_base: float | None = None      # Gemma 3's sliding layers
+
+
+def _hf_rope(v: Values, where: str, fam: Family, ctx: int) -> _Rope:
+    """RoPE as transformers reads it: 4.x wrote rope_scaling and a top-level rope_theta
+    (rope_local_base_freq for Gemma 3's sliding layers, partial_rotary_factor and
+    original_max_position_embeddings for Phi-3); 5.x writes rope_parameters holding
+    rope_theta and the rest, per layer type for Gemma 3. A rope_scaling that is set wins,
+    as transformers 5 lets it."""
     name = "rope_scaling" if v.values.get("rope_scaling") else "rope_parameters"
-    rs = Values(v.mapping(name, None) or {}, f"{v.file} {name}")
+    params = v.mapping(name, None) or {}
+    local = v.number("rope_local_base_freq", None, positive=True)
+    if params and set(params) <= set(_LAYER_TYPES):
+        full = Values(v.mapping(name)["full_attention"] if "full_attention" in params else {},
+                      f"{v.file} {name}.full_attention")
+        slide = Values(params.get("sliding_attention") or {},
+                       f"{v.file} {name}.sliding_attention")
+        kind = slide.text("rope_type", None) or slide.text("type", None) or "default"
+        extra = sorted(set(slide.values) - {"rope_type", "type", "rope_theta"})
+        if kind != "default" or extra:
+            what = f"rope_type {kind!r}" if kind != "default" else f"key {extra[0]!r}"
+            raise CheckpointError(f"{where}: config.json {name}.sliding_attention {what}: "
+                                  f"poot never scales the sliding layers' RoPE")
+        local = slide.number("rope_theta", local, positive=True)
+        rs, name = full, f"{name}.full_attention"
+    else:
+        rs = Values(params, f"{v.file} {name}")
     kind = rs.text("rope_type", None) or rs.text("type", None) or "default"
-    if kind not in _ROPE_KEYS:
+    if fam.partial_rotary and kind in ("su", "yarn"):   # Phi-3's older names of LongRoPE
+        kind = "longrope"
+    if kind not in _ROPE_KEYS or (kind == "longrope" and not fam.partial_rotary):
+        known = [k for k in _ROPE_KEYS if k != "longrope" or fam.partial_rotary]
         raise CheckpointError(f"{where}: config.json {name} rope_type {kind!r} is not "
-                              f"supported (poot runs {', '.join(_ROPE_KEYS)})")
-    extra = sorted(set(rs.values) - _ROPE_KEYS[kind] - {"rope_type", "type", "rope_theta"})
+                              f"supported (poot runs {', '.join(known)} for this family)")
+    extra = sorted(set(rs.values) - _ROPE_KEYS[kind] - _ROPE_COMMON)
     if extra:
         raise CheckpointError(f"{where}: config.json {name} key {extra[0]!r} is not "
                               f"implemented for rope_type {kind!r}")
     base = v.number("rope_theta", rs.number("rope_theta", 10000.0, positive=True),
                     positive=True)
+    partial = rs.number("partial_rotary_factor",
+                        v.number("partial_rotary_factor", 1.0, positive=True, hi=1.0),
+                        positive=True, hi=1.0)
+    if partial != 1.0 and not fam.partial_rotary:
+        raise CheckpointError(f"{where}: config.json partial_rotary_factor = {partial:g}: "
+                              f"partial rotary is implemented for phi3 only")
+
+    def rope(scaling=RopeScaling()):
+        return _Rope(base, scaling, partial, local)
+
     if kind == "default":
-        return base, RopeScaling()
+        return rope()
     factor = rs.number("factor", 1.0, positive=True, hi=1e6)
     if kind == "linear":
-        return base, RopeScaling("linear", factor)
+        return rope(RopeScaling("linear", factor))
+    if kind == "longrope":
+        return rope(_hf_longrope(v, rs, where, name, ctx))
     orig = rs.integer("original_max_position_embeddings", 0 if kind == "llama3" else ctx,
                       lo=0, hi=LIMITS["max_seq"])
     if kind == "llama3":
         if not orig:
             raise CheckpointError(f"{where}: config.json {name} (llama3) lacks "
                                   f"original_max_position_embeddings")
-        return base, RopeScaling("llama3", factor, orig, rs.number("low_freq_factor", 1.0),
-                                 rs.number("high_freq_factor", 4.0))
-    return base, RopeScaling("yarn", factor, orig, beta_fast=rs.number("beta_fast", 32.0),
-                             beta_slow=rs.number("beta_slow", 1.0),
-                             attention_factor=rs.number("attention_factor", None),
-                             truncate=rs.flag("truncate", True))
+        return rope(RopeScaling("llama3", factor, orig, rs.number("low_freq_factor", 1.0),
+                                rs.number("high_freq_factor", 4.0)))
+    return rope(RopeScaling("yarn", factor, orig, beta_fast=rs.number("beta_fast", 32.0),
+                            beta_slow=rs.number("beta_slow", 1.0),
+                            attention_factor=rs.number("attention_factor", None),
+                            truncate=rs.flag("truncate", True)))
+
+
+def _hf_longrope(v: Values, rs: Values, where: str, name: str, ctx: int) -> RopeScaling:
+    """Phi-3's LongRoPE as transformers computes it: the factor is the context's ratio to
+    original_max_position_embeddings (top level in 4.x, in rope_parameters in 5.x; Phi3Config
+    defaults it to 4096), so a `factor` key changes nothing."""
+    orig = rs.integer("original_max_position_embeddings",
+                      v.integer("original_max_position_embeddings", 4096, lo=1,
+                                hi=LIMITS["max_seq"]), lo=1, hi=LIMITS["max_seq"])
+    short, long = (rs.number_list(k, max_len=LIMITS["head_dim"] // 2)
+                   for k in ("short_factor", "long_factor"))
+    if any(x <= 0 for x in short + long):
+        raise CheckpointError(f"{where}: config.json {name} factors must be positive")
+    return RopeScaling("longrope", ctx / orig, orig,
+                       attention_factor=rs.number("attention_factor", None, positive=True),
+                       short_factor=tuple(short), long_factor=tuple(long))
+
+
+def _check_longrope(c: LlamaConfig, where: str) -> None:
+    """LongRoPE gives one short and one long factor per rotated frequency."""
+    s = c.rope_scaling
+    if s.kind == "longrope" and not len(s.short_factor) == len(s.long_factor) == c.rot // 2:
+        raise CheckpointError(f"{where}: LongRoPE has {len(s.short_factor)} short and "
+                              f"{len(s.long_factor)} long factors; {c.rot} rotated dims take "
+                              f"{c.rot // 2} of each")
+
+
+def _rotary_dims(head_dim: int, partial: float) -> int | None:
+    """rope_dim of a partial_rotary_factor (None: the whole head), as transformers rounds it."""
+    if partial == 1.0:
+        return None
+    return int(head_dim * partial)
 
 
 def _hf_sliding(v: Values, arch: str, layers: int):

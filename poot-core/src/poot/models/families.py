@@ -27,6 +27,11 @@ class Family:
     #: mixture of experts: "" (dense FFN), "mixtral" (HF num_local_experts) or "qwen"
     #: (num_experts, moe_intermediate_size, norm_topk_prob, shared expert where sized)
     moe: str = ""
+    #: q|k|v and gate|up stored as one tensor each (HF qkv_proj, gate_up_proj; GGUF attn_qkv,
+    #: and ffn_up holding gate|up): poot.models.fused serves their parts
+    fused: bool = False
+    #: HF: reads partial_rotary_factor and LongRoPE (Phi-3)
+    partial_rotary: bool = False
 
 
 FAMILIES: dict[str, Family] = {
@@ -39,6 +44,7 @@ FAMILIES: dict[str, Family] = {
                      hf_act=("gelu_pytorch_tanh", "gelu_tanh"), hf_norm_offset=True),
     "qwen2moe": Family(qkv_bias=True, moe="qwen"),
     "qwen3moe": Family(qk_norm=True, moe="qwen"),
+    "phi3": Family(fused=True, partial_rotary=True),
 }
 #: HF-only families (their GGUF forms are not read yet: see from_gguf)
 HF_FAMILIES = {
@@ -49,4 +55,4 @@ HF_FAMILIES = {
 #: HF model_type -> family (GGUF architecture name)
 HF_TYPES = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "qwen3": "qwen3",
             "gemma3_text": "gemma3", "mixtral": "mixtral", "qwen2_moe": "qwen2_moe",
-            "qwen3_moe": "qwen3_moe"}
+            "qwen3_moe": "qwen3_moe", "phi3": "phi3"}

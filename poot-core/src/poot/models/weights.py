@@ -20,6 +20,7 @@ from poot.errors import CheckpointError, FormatError
 from poot.formats import PackedWeight
 from poot.ir.types import TensorType, WeightRef
 from poot.models.families import FAMILIES
+from poot.models.fused import GATE_UP, QKV, FusedParts, gguf_fused_name
 from poot.models.gguf_meta import release_file_pages
 
 
@@ -57,6 +58,8 @@ _HF = [("model.embed_tokens.weight", "token_embd.weight"),
         *[(f"self_attn.{x}_proj.{kind}", f"attn_{x}.{kind}")
           for x in "qkv" for kind in ("weight", "bias")],
         ("self_attn.o_proj.weight", "attn_output.weight"),
+        ("self_attn.qkv_proj.weight", QKV),
+        ("mlp.gate_up_proj.weight", GATE_UP),
         ("self_attn.q_norm.weight", "attn_q_norm.weight"),
         ("self_attn.k_norm.weight", "attn_k_norm.weight"),
         ("mlp.gate_proj.weight", "ffn_gate.weight"),
@@ -132,11 +135,15 @@ class CheckpointWeights:
 
     `config` names the family, which says how HF names map (Gemma 3's four norms) and
     whether HF norm weights are stored as w for a (1 + w) norm: those get 1 added once,
-    here, under their own identity (GGUF files store 1 + w already)."""
+    here, under their own identity (GGUF files store 1 + w already). A family that fuses
+    q|k|v and gate|up (Phi-3) serves their parts through poot.models.fused."""
 
     def __init__(self, checkpoint, config=None):
         self.checkpoint = checkpoint
-        fam = FAMILIES.get(getattr(config, "arch", None))
+        arch = getattr(config, "arch", None)
+        if arch is None and checkpoint.kind == "gguf":
+            arch = getattr(checkpoint, "metadata", {}).get("general.architecture")
+        fam = FAMILIES.get(arch)
         sandwich = bool(config is not None and config.sandwich_norms)
         self.norm_offset = 1.0 if checkpoint.kind != "gguf" and fam and fam.hf_norm_offset \
             else 0.0
@@ -144,18 +151,23 @@ class CheckpointWeights:
         self.experts: dict[str, dict[int, object]] = {}  # HF: stack name -> expert -> info
         for name, info in checkpoint.tensors.items():
             key = name if checkpoint.kind == "gguf" else gguf_name(name, sandwich)
+            if key is not None and checkpoint.kind == "gguf" and fam and fam.fused:
+                key = gguf_fused_name(key)
             if key is not None:
                 self.infos[key] = info
             elif checkpoint.kind != "gguf" and (ex := expert_name(name)) is not None:
                 self.experts.setdefault(ex[0], {})[ex[1]] = info
         self.arrays: dict[str, np.ndarray] = {}
+        self.fused = FusedParts(self.infos, stacked, config)
 
     def has(self, name: str) -> bool:
-        return name in self.infos or name in self.experts
+        return name in self.infos or name in self.experts or name in self.fused
 
     def spec(self, name: str):
         if name in self.experts:
             return self._stack(name)
+        if name not in self.infos and name in self.fused:
+            return self.fused.spec(name, self.spec(self.fused.alias[name][0]), self.arrays)
         info = self.infos.get(name)
         if info is None:
             raise CheckpointError(f"{self.checkpoint.path}: no tensor {name!r} "
