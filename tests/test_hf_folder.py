@@ -212,6 +212,28 @@ def test_transformers5_rope_parameters(f32_model):
     assert got == f32_model.config and got.rope_base == 100000.0
 
 
+@pytest.mark.parametrize("v4, v5", [
+    ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                       "high_freq_factor": 4.0, "original_max_position_embeddings": 1024}},
+     {"rope_parameters": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                          "high_freq_factor": 4.0, "original_max_position_embeddings": 1024,
+                          "rope_theta": 100000.0}}),
+    ({"model_type": "mistral", "sliding_window": 32},
+     {"model_type": "mistral", "sliding_window": 32,
+      "layer_types": ["sliding_attention"] * LAYERS,
+      "rope_parameters": {"rope_type": "default", "rope_theta": 100000.0}}),
+])
+def test_transformers5_spelling_reads_as_4x(f32_model, v4, v5):
+    """The same model as transformers 4.x and 5.x write its config.json (5.x: no top-level
+    rope_theta, dtype for torch_dtype, layer_types spelled out)."""
+    from poot.models.config import from_hf
+
+    tensors = f32_model.checkpoint.tensors
+    five = {k: v for k, v in CONFIG.items() if k not in ("rope_theta", "torch_dtype")}
+    got = from_hf({**five, "dtype": "float32", **v5}, tensors, max_seq=64)
+    assert got == from_hf({**CONFIG, **v4}, tensors, max_seq=64)
+
+
 def test_sliding_window_is_read_per_layer(f32_model):
     """Mistral's sliding window applies to every layer (the cache keeps its capacity; the
     layers' rings hold the window); Qwen2 configs name a window but switch it off."""
