@@ -26,7 +26,10 @@ A decode step that samples in the graph (`make_sampled(batch, mode)`) takes the 
 slots besides these; their owner is the model's sampler, not the session: each step's
 values come from the caller (`draws`), and those of padding rows from `padding_draws`.
 An "argmax" step samples greedily and takes no sampler slot.
-Dense KV holds one sequence; paged KV holds as many as its pool has blocks for.
+Dense KV holds one sequence; paged KV holds as many as its pool has blocks for. With the
+allocator's prefix cache on (`blocks.use_prefix_cache`), `reuse` starts a paged sequence
+with the cached blocks of its prompt, and each paged step registers the full blocks it
+completed (poot.runtime.kv).
 `runtime` (optional) is the runtime the first plan binds to, and through the shared weight
 cache every later one: a tensor-parallel rank's, whose communicator runs the collectives.
 """
@@ -149,8 +152,10 @@ class Session:
         return compile_graph(graph, self.target)
 
     # -- sequences --------------------------------------------------------------------
-    def open(self, seq, rows: Mapping | None = None) -> None:
-        """Open a sequence; `rows` gives its values of the per-sequence `row_slots`."""
+    def open(self, seq, rows: Mapping | None = None, key: str = "") -> None:
+        """Open a sequence; `rows` gives its values of the per-sequence `row_slots`, `key`
+        (paged) what besides its tokens and those values makes its KV rows: sequences
+        share cached blocks only where both agree."""
         for name in rows or {}:
             if name not in self.row_slots:
                 raise BindError(f"this session has no per-sequence slot {name!r}; it has: "
@@ -158,7 +163,7 @@ class Session:
         for name, value in (rows or {}).items():
             self.row_slots[name][seq] = value
         if self.kv == "paged":
-            self.blocks.open(seq)
+            self.blocks.open(seq, _cache_key(rows, key))
             return
         if self.dense_seq is not None:
             raise CapacityError(f"the dense KV cache holds sequence {self.dense_seq!r}; close "
@@ -166,15 +171,31 @@ class Session:
         self.dense_seq = seq
         self.dense.reset()
 
-    def close(self, seq) -> None:
+    def close(self, seq, tokens=None) -> None:
+        """Close a sequence; `tokens` (paged: its ids so far, where every step that fed
+        them ran) lets the prefix cache keep its full blocks (BlockAllocator.close)."""
         for table in self.row_slots.values():
             table.pop(seq, None)
         if self.kv == "paged":
-            self.blocks.close(seq)
+            self.blocks.close(seq, tokens)
         elif seq == self.dense_seq:
             self.dense_seq = None
         else:
             raise CapacityError(f"sequence {seq!r} is not open")
+
+    def reusable(self, tokens, rows: Mapping | None = None, key: str = "") -> tuple[int, int]:
+        """For a prompt to open with these `rows` and `key` (see open): the cached blocks
+        `reuse` would give it, and how many of them no sequence holds now."""
+        if self.kv != "paged":
+            return 0, 0
+        return self.blocks.reusable(_cache_key(rows, key), tokens)
+
+    def reuse(self, seq, tokens) -> int:
+        """Start a new paged sequence with the cached blocks of its prompt `tokens`
+        (BlockAllocator.reuse); returns the positions it holds: feed the rest."""
+        if self.kv != "paged":
+            return 0
+        return self.blocks.reuse(seq, tokens)
 
     def length(self, seq) -> int:
         if self.kv == "paged":
@@ -320,7 +341,7 @@ class Session:
         else:
             rows = {s: [t] for s, t in zip(seqs, first, strict=True)}
             ex, slots, _, row_seqs = self._paged_slots(       # argmax: no sampler slot
-                rows, 1, self.decode_batches, "argmax", None)
+                rows, 1, self.decode_batches, "argmax", None, known=after is None)
         feed = None
         if after is not None:
             del slots["tokens"]
@@ -358,12 +379,16 @@ class Session:
         if LAST in ex.slots:      # the step's head ran on these rows only
             last = np.arange(k)
         out = self._run(ex, slots, row_seqs, real)
+        if self.blocks.cache is not None:      # the step ran: its full blocks are written
+            for seq in rows:
+                self.blocks.seal(seq)
         return out.result[last]
 
     def _paged_slots(self, rows: Mapping, t: int, batches: Sequence[int],
-                     sample: str | None, draws) -> tuple:
+                     sample: str | None, draws, known: bool = True) -> tuple:
         """The executor and slot values of a paged step (see _paged_step), each sequence's
-        KV slots reserved; also which tokens are real and each row's sequence."""
+        KV slots reserved (for its tokens in `rows`, or for tokens the host does not know
+        unless `known`); also which tokens are real and each row's sequence."""
         seqs = list(rows)
         counts = {s: len(rows[s]) for s in seqs}
         b = batch_for(batches, len(seqs))
@@ -376,12 +401,13 @@ class Session:
         pos[:k, 0] = [self.blocks.length(seq) for seq in seqs]
         if t == 1:      # a decode step: whole columns at once (a server's 32 rows a step)
             toks[:k, 0] = [rows[seq][0] for seq in seqs]
-            wmap[:k] = np.concatenate([self.blocks.reserve(seq, 1) for seq in seqs])
+            wmap[:k] = np.concatenate([self.blocks.reserve(seq, 1, rows[seq] if known
+                                                           else None) for seq in seqs])
         else:
             for r, seq in enumerate(seqs):
                 n = counts[seq]
                 toks[r, :n] = rows[seq]
-                wmap[r * t: r * t + n] = self.blocks.reserve(seq, n)
+                wmap[r * t: r * t + n] = self.blocks.reserve(seq, n, rows[seq])
         for r, seq in enumerate(seqs):
             smap[r] = self.blocks.slot_map_view(seq)
         slots = {"tokens": toks, "pos": pos, "write_map": wmap, "slot_map": smap,
@@ -438,6 +464,12 @@ class PendingDecode:
 
     def tokens(self) -> np.ndarray:
         return self.pending.result()[: len(self.seqs)]
+
+
+def _cache_key(rows: Mapping | None, key: str) -> str:
+    """A paged sequence's prefix-cache key: the caller's and its per-sequence slot values
+    (a LoRA adapter's index changes its KV rows)."""
+    return key + "|" + ",".join(f"{k}={v}" for k, v in sorted((rows or {}).items()))
 
 
 def _dense_slots(ex: Executor, tokens, pos: int, n: int) -> dict:
