@@ -42,6 +42,9 @@ def add_parser(sub):
     p.add_argument("--no-overlap", action="store_true",
                    help="wait for each greedy decode step before the next (by default the "
                         "next step is launched while the host streams the last one's tokens)")
+    p.add_argument("--no-prefix-cache", action="store_true",
+                   help="recompute every prompt (by default requests share the KV blocks of a "
+                        "common prompt prefix, kept until the pool needs them)")
     p.add_argument("--default-max-tokens", type=int, default=None, metavar="N",
                    help="the answer length of a request that names no max_tokens (default: "
                         "16 for /v1/completions, as OpenAI's, and 1024 for chat; never past "
@@ -124,7 +127,8 @@ def run(args) -> int:
     name = args.name or (Path(args.model).stem if Path(args.model).exists() else args.model)
     engine = Engine(model, name=name, max_batch=args.max_batch, pool_tokens=args.kv_pool,
                     max_queue=args.max_queue, prefill_batch=args.prefill_batch,
-                    overlap=not args.no_overlap, default_max_tokens=args.default_max_tokens)
+                    overlap=not args.no_overlap, default_max_tokens=args.default_max_tokens,
+                    prefix_cache=not args.no_prefix_cache)
     engine.warm(progress)
     s = engine.stats()
     url = f"http://{args.host}:{args.port}/v1"

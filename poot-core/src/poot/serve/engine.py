@@ -4,7 +4,10 @@ Each turn of the loop:
 1. sequences whose client left are dropped at once, and their KV blocks go back to the pool;
 2. queued requests are admitted, oldest first, while the batch has a free row and the pool
    has blocks for the whole of each (prompt + max_tokens, promised up front so that a
-   running sequence never runs out of room mid-answer);
+   running sequence never runs out of room mid-answer); with the prefix cache on (the
+   default), a request starts with the cached blocks of its prompt's first whole blocks
+   (same tokens, same adapter, same KV dtype) and prefills only the rest, at least its
+   last token (poot.runtime.prefix_cache);
 3. the oldest admitted requests still reading their prompts (up to `prefill_batch` of them)
    are fed one prefill chunk each, in one step (a long prompt delays the running streams by
    one chunk per turn, not by its whole length). A prefill plan of b sequences gives each
@@ -41,7 +44,9 @@ plans of one row (the cuda backend compiles each batch size's kernels; 12 decode
 prefill plans up front took two minutes).
 
 A sequence that ends (EOS, a stop string, max_tokens) or is cancelled leaves the batch in
-the same turn and frees its blocks before its client hears that it finished. The HTTP side
+the same turn and frees its blocks before its client hears that it finished; its full
+blocks stay cached (prompt and answer: a next turn of a chat starts with them) until the
+pool needs them, except a failed step's, whose rows may not have been written. The HTTP side
 talks to the loop only through `submit`, `cancel` and `stats`. A turn's events go back in
 one hand-over, `deliver(events)` (the app sets it to one call into its event loop per turn,
 not one per token), which calls each request's own `emit`.
@@ -77,6 +82,7 @@ class Event:
     finish_reason: str | None = None   # "stop" | "length" (kind "done")
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_tokens: int = 0             # of the prompt, read from the prefix cache
 
 
 class Job:
@@ -88,6 +94,7 @@ class Job:
         self.text = TextStream(tokenizer, gen.stop)
         self.history = list(gen.prompt_ids)
         self.fed = 0                 # prompt tokens already in the KV cache
+        self.cached = 0              # of them, read from the prefix cache
         self.generated = 0
         self.last: int | None = None  # the token the next decode step feeds
         self.cancelled = False
@@ -118,9 +125,11 @@ def batch_sizes(largest: int) -> list[int]:
 class Engine:
     def __init__(self, model, *, name: str, max_batch: int = 8, pool_tokens: int | None = None,
                  max_queue: int = 64, prefill_batch: int | None = None,
-                 overlap: bool = True, default_max_tokens: int | None = None):
+                 overlap: bool = True, default_max_tokens: int | None = None,
+                 prefix_cache: bool = True):
         """`default_max_tokens`: the answer length of a request that names none, on both
-        endpoints (None: poot.serve.protocol's defaults)."""
+        endpoints (None: poot.serve.protocol's defaults); `prefix_cache`: requests share
+        the KV blocks of a common prompt prefix (item 2 above)."""
         prefill_batch = max_batch if prefill_batch is None else prefill_batch
         if max_batch < 1 or max_queue < 0 or not 0 < prefill_batch:
             raise BindError(f"max_batch and prefill_batch must be >= 1 and max_queue >= 0, "
@@ -132,6 +141,9 @@ class Engine:
                                      prefill_batches=batch_sizes(min(prefill_batch,
                                                                      max_batch)))
         self.blocks = self.session.blocks
+        self.blocks.use_prefix_cache(prefix_cache)
+        #: what besides a prompt's tokens and adapter makes its KV rows (the cache's key)
+        self.kv_key = f"kv={getattr(model, 'kv_dtype', 'f32')}"
         #: greedy steps launched without waiting, one in flight (see the module docstring)
         self.overlap = overlap and self.session.stepper is None
         #: the launched step not yet read: its jobs in row order and its PendingDecode
@@ -157,7 +169,8 @@ class Engine:
         self.deliver: Callable[[list[tuple[Job, Event]]], None] = deliver_here
         self.counters = dict(steps=0, peak_batch=0, prefill_chunks=0, generated_tokens=0,
                              finished=0, cancelled=0, rejected=0, failed=0, argmax_steps=0,
-                             gc_full=0, overlapped_steps=0)
+                             gc_full=0, overlapped_steps=0, prompt_tokens=0,
+                             prefilled_tokens=0, cached_prompt_tokens=0)
         #: seconds in the loop's turns, and in the session's decode and prefill steps within
         #: them (slot arrays, the step, the read-back); the rest of a turn is the host's
         #: scheduling, text and events. decode_wait_s: the part of decode_step_s spent
@@ -317,6 +330,8 @@ class Engine:
             "plans_made": len(self.session.executors),
             "plans_waiting": sum(k not in self.session.executors for k in self._plans),
             "ready": self.ready,
+            "prefix_cache": b.cache is not None,
+            **(b.cache.stats() if b.cache is not None else {}),
             **self.counters,
             **{k: round(v, 6) for k, v in self.times.items()},
         }
@@ -387,23 +402,32 @@ class Engine:
             self.counters["cancelled"] += 1
 
     def _admit(self) -> None:
+        """Admit queued jobs (item 2 above). A job's cached blocks are not handed out
+        again, but those no sequence holds now leave the pool's free count."""
         blk = self.blocks.block
         promised = sum(-(-j.blocks_needed // blk) - len(self.blocks.blocks(j.id))
                        for j in self._active)
         while self._queue and len(self._active) < self.max_batch:
             job = self._queue[0]
-            need = -(-job.blocks_needed // blk)
-            if need > self.blocks.free - promised:
+            adapter = job.gen.model if job.gen.model in self.limits.adapters else None
+            rows, key = self.model.adapter_rows(adapter), f"{adapter or ''}|{self.kv_key}"
+            hit, idle = self.session.reusable(job.gen.prompt_ids, rows, key)
+            need = -(-job.blocks_needed // blk) - hit
+            if need + idle > self.blocks.free - promised:
                 break                # the oldest waits for blocks; no one overtakes it
             self._queue.popleft()
-            adapter = job.gen.model if job.gen.model in self.limits.adapters else None
-            self.session.open(job.id, self.model.adapter_rows(adapter))
+            self.session.open(job.id, rows, key)
+            job.fed = job.cached = self.session.reuse(job.id, job.gen.prompt_ids)
+            self.counters["prompt_tokens"] += len(job.gen.prompt_ids)
+            self.counters["cached_prompt_tokens"] += job.cached
             self._active.append(job)
             promised += need
 
-    def _leave(self, job: Job) -> None:
+    def _leave(self, job: Job, failed: bool = False) -> None:
+        """Take a job out of the batch and close its sequence: its blocks go back to the
+        pool, its full ones to the prefix cache unless its step failed."""
         self._active.remove(job)
-        self.session.close(job.id)
+        self.session.close(job.id, None if failed else job.history)
 
     def _guarded(self, jobs: list[Job], step, arg) -> None:
         """Run a step; if it fails, its sequences fail with the reason and the rest go on."""
@@ -414,7 +438,7 @@ class Engine:
             with self._cv:
                 for job in jobs:
                     if job in self._active:
-                        self._leave(job)
+                        self._leave(job, failed=True)
                         self.counters["failed"] += 1
                         self._emit(job, Event("error", text=f"{type(exc).__name__}: {exc}"))
 
@@ -441,6 +465,7 @@ class Engine:
         for job in jobs:
             job.fed += len(chunks[job])
             self.counters["prefill_chunks"] += 1
+            self.counters["prefilled_tokens"] += len(chunks[job])
             if job.fed == len(job.gen.prompt_ids):
                 self._advance(job, logits[job])
 
@@ -541,7 +566,7 @@ class Engine:
             self._emit(job, Event("text", text=piece))
         self._emit(job, Event("done", finish_reason=reason,
                               prompt_tokens=len(job.gen.prompt_ids),
-                              completion_tokens=job.generated))
+                              completion_tokens=job.generated, cached_tokens=job.cached))
 
     def _emit(self, job: Job, event: Event) -> None:
         self._outbox.append((job, event))
