@@ -2,12 +2,20 @@
 
 Templates come from checkpoint files, so they run in jinja2's immutable sandbox: a template can
 format strings but cannot reach Python attributes or mutate its inputs.
+
+Text inside a message is always text: `chat_ids` renders the template with every message's
+content replaced by a marker, so the template's own text (where "<|im_start|>" is the control
+token) and the contents (where it is eight characters a user typed) come out apart, and only
+the former is tokenized with control tokens.
 """
 from __future__ import annotations
 
 import json
+import re
+import secrets
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
 from poot.errors import ChatTemplateError, CheckpointError
@@ -63,6 +71,73 @@ def render_chat_for(tokenizer, messages: Sequence[Mapping[str, Any]], *,
                        add_generation_prompt=add_generation_prompt, **variables)
 
 
+def chat_ids(tokenizer, messages: Sequence[Mapping[str, Any]], *,
+             add_generation_prompt: bool = True, **variables: Any) -> list[int]:
+    """The token ids of `messages` through a poot Tokenizer's chat template, each message's
+    content tokenized as plain text (a control token's spelling in it stays text) and the
+    template's own text with its control tokens."""
+    ids: list[int] = []
+    for text, is_content in render_chat_parts(
+            tokenizer.chat_template, messages, bos_token=tokenizer.bos_token,
+            eos_token=tokenizer.eos_token, add_generation_prompt=add_generation_prompt,
+            **variables):
+        ids += tokenizer.encode_text(text) if is_content else \
+            tokenizer.encode(text, add_special=False)
+    return ids
+
+
+def render_chat_parts(template: str | None, messages: Sequence[Mapping[str, Any]],
+                      **options: Any) -> list[tuple[str, bool]]:
+    """render_chat's text as (piece, is_content) pairs: the pieces join to exactly that text,
+    and is_content marks those that are a message's content (as the template placed it,
+    trimmed where it trims)."""
+    whole = render_chat(template, messages, **options)
+    contents = [m["content"] for m in messages]
+    nonce = secrets.token_hex(8)
+    while any(nonce in c for c in contents) or nonce in template:
+        nonce = secrets.token_hex(8)
+    # Private-use delimiters, so no template filter (trim, title, ...) changes a marker.
+    marks = [dict(m, content=f"\ue000{nonce}-{n}\ue001") if m["content"] else dict(m)
+             for n, m in enumerate(messages)]
+    pieces = re.split(f"\ue000{nonce}-(\\d+)\ue001", render_chat(template, marks, **options))
+    # pieces alternate: template text, a message number, template text, ...
+    parts: list[tuple[str, bool]] = []
+    at = 0
+    for k, piece in enumerate(pieces):
+        if k % 2 == 0:
+            if not whole.startswith(piece, at):
+                raise _apart_error()
+            parts.append((piece, False))
+            at += len(piece)
+            continue
+        n, following = int(piece), pieces[k + 1]
+        content = _placed(contents[n], whole, at, following)
+        if content is None:
+            raise _apart_error(n)
+        parts.append((content, True))
+        at += len(content)
+    if at != len(whole):
+        raise _apart_error()
+    return [(text, is_content) for text, is_content in parts if text]
+
+
+def _placed(content: str, whole: str, at: int, following: str) -> str | None:
+    """How the template placed `content` at `whole[at:]`, before the template text
+    `following`: as it is or trimmed (jinja's trim filter)."""
+    for shown in dict.fromkeys((content, content.strip(), content.lstrip(), content.rstrip())):
+        if whole.startswith(shown, at) and whole.startswith(following, at + len(shown)):
+            return shown
+    return None
+
+
+def _apart_error(n: int | None = None) -> ChatTemplateError:
+    which = f"message {n}'s content" if n is not None else "the message contents"
+    return ChatTemplateError(
+        f"the chat template changes {which} beyond trimming it, or renders differently "
+        "for different contents, so poot cannot keep what the user wrote apart from the "
+        "template's own control tokens")
+
+
 def _check_messages(messages) -> None:
     if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence) or not messages:
         raise ChatTemplateError("messages must be a non-empty list of {role, content} dicts")
@@ -83,6 +158,7 @@ def _tojson(value, indent=None, ensure_ascii=False, sort_keys=False):
     return json.dumps(value, indent=indent, ensure_ascii=ensure_ascii, sort_keys=sort_keys)
 
 
+@lru_cache(maxsize=8)  # a server renders the same template for every request
 def _compile(template: str):
     TemplateError = require("jinja2").TemplateError
     sandbox = require("jinja2.sandbox")

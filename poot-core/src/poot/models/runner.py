@@ -317,15 +317,14 @@ class Model:
         else:
             return self._checked_ids(prompt, system)
         from poot.errors import ChatTemplateError
-        from poot.models.chat import render_chat_for
+        from poot.models.chat import chat_ids
 
         msgs = ([{"role": "system", "content": system}] if system is not None else []) + \
             [dict(m) for m in prompt]
         try:
-            text = render_chat_for(self.tokenizer, msgs)
+            return chat_ids(self.tokenizer, msgs)
         except ChatTemplateError as exc:
             raise RequestError(str(exc)) from exc
-        return self.tokenize(text, add_special=False)
 
     def _checked_ids(self, ids: Sequence, system) -> list[int]:
         if system is not None:

@@ -169,6 +169,7 @@ class Tokenizer:
         # SentencePiece prepends "▁" to the text; decoding a whole text removes it again.
         self.strip_leading_space = strip_leading_space
         self.chat_template = chat_template
+        self._text_backend = None  # built on first encode_text
 
     @property
     def vocab_size(self) -> int:
@@ -196,6 +197,19 @@ class Tokenizer:
         if add_special and self.add_eos and self.eos_id is not None:
             ids = [*ids, self.eos_id]
         return ids
+
+    def encode_text(self, text: str) -> list[int]:
+        """Token ids of `text` with control tokens' spellings read as plain text: for what a
+        user wrote (a chat message's content), where "<|im_start|>" must not become the
+        control token. No BOS/EOS."""
+        if not isinstance(text, str):
+            raise TokenizerError(f"encode_text takes a str, got {type(text).__name__}")
+        if self._text_backend is None:
+            # a copy, because the flag is the backend's state and encode() runs concurrently
+            text_backend = type(self.backend).from_str(self.backend.to_str())
+            text_backend.encode_special_tokens = True
+            self._text_backend = text_backend
+        return self._text_backend.encode(text, add_special_tokens=False).ids
 
     def decode(self, ids: Sequence[int], skip_special: bool = True) -> str:
         """The text of a whole token sequence (control tokens left out when skip_special).

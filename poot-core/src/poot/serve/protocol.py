@@ -230,16 +230,15 @@ def parse_completion(body, limits: Limits, tokenizer) -> Generation:
 
 def parse_chat(body, limits: Limits, tokenizer) -> Generation:
     """POST /v1/chat/completions: `messages` rendered by the checkpoint's chat template."""
-    from poot.models.chat import render_chat_for
+    from poot.models.chat import chat_ids
 
     f = _checked_fields(body, _CHAT, ("model", "messages"))
     _check_model(f["model"], limits)
     messages = _messages(f["messages"])
     try:
-        text = render_chat_for(tokenizer, messages)
+        ids = chat_ids(tokenizer, messages)  # a message's text never becomes a control token
     except (ChatTemplateError, CheckpointError) as exc:
         raise RequestError(str(exc), param="messages") from exc
-    ids = tokenizer.encode(text, add_special=False)
     max_tokens = f.get("max_completion_tokens") or f.get("max_tokens")
     return _generation("chat", f, ids, max_tokens, limits)
 
