@@ -42,6 +42,8 @@ def config(case: str, spelling: int = 4) -> dict:
            "attention_dropout": 0.0, "resid_pdrop": 0.0, "embd_pdrop": 0.0,
            "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "float32",
            "auto_map": {"AutoModelForCausalLM": "modeling_phi3.Phi3ForCausalLM"}}
+    if case == "phi4-mini":   # its settings for remote code, at the values that change nothing
+        cfg.update(full_attn_mod=1, interpolate_factor=1, lm_head_bias=False)
     common = {"rope_theta": 10000.0, "original_max_position_embeddings": ORIGINAL}
     if partial != 1.0:
         common["partial_rotary_factor"] = partial
@@ -269,7 +271,9 @@ def test_poot_info_shows_what_was_read(tmp_path):
                        "long_factor": [1.0] * 8}}, "6 short and 8 long factors; 12 rotated"),
     ({"rope_scaling": {"rope_type": "longrope", "short_factor": [1.0] * 6,
                        "long_factor": [1.0] * 6, "beta_fast": 3}}, "'beta_fast' is not imp"),
-    ({"lm_head_bias": True}, "lm_head_bias = True: a phi3 setting poot does not implement"),
+    ({"lm_head_bias": True}, "lm_head_bias = True: poot implements lm_head_bias = false only"),
+    ({"full_attn_mod": 2}, "full_attn_mod = 2: poot implements full_attn_mod = 1 only"),
+    ({"frobnicate": 1}, "frobnicate = 1: a phi3 setting poot does not implement"),
     ({"attention_bias": True}, "attention_bias = True"),
 ])
 def test_unimplemented_phi3_keys_are_refused_by_name(tmp_path, extra, message):

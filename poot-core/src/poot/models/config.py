@@ -246,6 +246,10 @@ _HF_IGNORED = {
     "resid_pdrop", "embd_pdrop",        # dropout: training only
     "auto_map",                         # remote-code classes: transformers' own Phi3 runs
 }
+#: keys that change nothing at the value given and are refused at any other: Phi-4-mini's
+#: settings for its remote code (every layer global, no interpolation, no head bias), which
+#: transformers' own Phi3 does not read
+_HF_NEUTRAL = {"full_attn_mod": 1, "interpolate_factor": 1, "lm_head_bias": False}
 #: keys read by from_hf (with the families that read them)
 _HF_READ = {
     "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
@@ -299,9 +303,12 @@ def from_hf(cfg: dict[str, Any], tensors: dict, max_seq: int | None = None) -> L
     def refuse(name, why):
         raise CheckpointError(f"{where}: config.json {name} = {cfg.get(name)!r}: {why}")
 
-    unknown = sorted(set(cfg) - _HF_IGNORED - _HF_READ)
+    unknown = sorted(set(cfg) - _HF_IGNORED - _HF_READ - set(_HF_NEUTRAL))
     if unknown:
         refuse(unknown[0], f"a {model_type} setting poot does not implement")
+    for name, neutral in _HF_NEUTRAL.items():
+        if name in cfg and (cfg[name] != neutral or type(cfg[name]) is not type(neutral)):
+            refuse(name, f"poot implements {name} = {_json_value(neutral)} only")
 
     def key(name, default=MISSING, kind=int):
         if kind is float:
@@ -357,6 +364,13 @@ def from_hf(cfg: dict[str, Any], tensors: dict, max_seq: int | None = None) -> L
     check_config(config, tensors, "safetensors", v.file)
     _check_longrope(config, where)
     return config
+
+
+def _json_value(value) -> str:
+    """A config value as config.json spells it."""
+    import json
+
+    return json.dumps(value)
 
 
 def _hf_moe(cfg: dict, v: Values, fam: Family, where: str, key) -> dict:
