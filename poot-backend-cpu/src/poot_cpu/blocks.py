@@ -304,15 +304,35 @@ def _scales_c(block: Block) -> str:
     return f"  sc[0] = {d};\n"
 
 
+def _codes16_avx(block: Block) -> str:
+    """The body of `_codes16`: the codes of sub-block s as int16, elements 0-15 in *w0 and
+    16-31 in *w1. Nibbles and bytes widen straight from the block (one widening load
+    instead of the byte codes' two halves: the exact coding's decode steps are bound by
+    these instructions); other fields widen the byte codes."""
+    low = block.low
+    if block.high is None and block.table is None and low.kind == "nib32":
+        return (f"  (void)s;\n  const __m256i v = _mm256_cvtepu8_epi16("
+                f"_mm_loadu_si128((const __m128i*)(b + {low.at[0]})));\n"
+                f"  const __m256i c = _mm256_set1_epi16({block.centre});\n"
+                "  *w0 = _mm256_sub_epi16(_mm256_and_si256(v, _mm256_set1_epi16(15)), c);\n"
+                "  *w1 = _mm256_sub_epi16(_mm256_srli_epi16(v, 4), c);\n")
+    if block.signed and low.kind == "bytes" and len(set(low.at)) == 1:
+        return "".join(f"  *w{j} = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)"
+                       f"(b + {low.at[0] + 16 * j})));\n" for j in range(2)) + "  (void)s;\n"
+    return ("  const __m256i c = {name}_codes(b, s);\n"
+            "  *w0 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(c));\n"
+            "  *w1 = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(c, 1));\n")
+
+
 def c_name(format_name: str) -> str:
     return "poot_blk_" + format_name.split(":")[-1].lower()
 
 
 @functools.cache
 def c_source(format_name: str) -> str:
-    """The format's three C functions, NAME_scales(b, sc, of), NAME_codes(b, s) (AVX2: a
-    __m256i of the 32 codes of sub-block s) and NAME_codes_c(b, s, c) (plain C), where b
-    points at a block."""
+    """The format's C functions, NAME_scales(b, sc, of), NAME_codes(b, s) (AVX2: a __m256i
+    of the 32 codes of sub-block s), NAME_codes16(b, s, w0, w1) (AVX2: the same as two
+    vectors of int16) and NAME_codes_c(b, s, c) (plain C), where b points at a block."""
     block = BLOCKS[format_name]
     name = c_name(format_name)
     tables: list[str] = []
@@ -340,6 +360,7 @@ def c_source(format_name: str) -> str:
         scalar = f"(signed char){expr}" if block.signed else f"{expr} - {block.centre}"
         table = ""
     scalar_tables = "".join(dict.fromkeys(t for t in tables))
+    avx16 = _codes16_avx(block)
     offsets = "float* restrict of" if block.has_offset else "float* restrict of_unused"
     unused = "" if block.has_offset else "  (void)of_unused;\n"
     return (f"static inline void {name}_scales(const unsigned char* restrict b, "
@@ -347,6 +368,8 @@ def c_source(format_name: str) -> str:
             "#ifdef POOT_AVX2\n"
             f"static inline __m256i {name}_codes(const unsigned char* restrict b, int s) {{\n"
             f"  (void)s;\n{avx}}}\n"
+            f"static inline void {name}_codes16(const unsigned char* restrict b, int s, "
+            f"__m256i* w0, __m256i* w1) {{\n{avx16.format(name=name)}}}\n"
             "#endif\n"
             f"static inline void {name}_codes_c(const unsigned char* restrict b, int s, "
             f"signed char* restrict c) {{\n  (void)s;\n{scalar_tables}{table}"

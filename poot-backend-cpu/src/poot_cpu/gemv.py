@@ -286,11 +286,7 @@ static void {name}(const float* restrict x, const unsigned char* restrict w,
 ROW_CODES = {
     "i16": """\
           __m256i w0[NR], w1[NR];
-          for (int r = 0; r < NR; ++r) {{
-            const __m256i c = {fn}_codes(blk[r], s);
-            w0[r] = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(c));
-            w1[r] = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(c, 1));
-          }}""",
+          for (int r = 0; r < NR; ++r) {fn}_codes16(blk[r], s, w0 + r, w1 + r);""",
     "q8": """\
           __m256i c[NR];
           for (int r = 0; r < NR; ++r) c[r] = {fn}_codes(blk[r], s);""",
@@ -434,10 +430,8 @@ PANEL = {
                 store_c="c[j]", load_c="wp[b * 16 + j / 2][r][j % 2]", panel_codes="""\
         __m256i w0[NP], w1[NP];   /* row r's elements 0-15 and 16-31: eight pairs each */
         for (int r = 0; r < NP; ++r) {{
-          const __m256i c = r < np ? {fn}_codes(w + ((size_t)(n0 + r) * NBLK + bb) * TS, s)
-                                   : _mm256_setzero_si256();
-          w0[r] = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(c));
-          w1[r] = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(c, 1));
+          if (r < np) {fn}_codes16(w + ((size_t)(n0 + r) * NBLK + bb) * TS, s, w0 + r, w1 + r);
+          else w0[r] = w1[r] = _mm256_setzero_si256();
         }}
         for (int g = 0; g < NP / 8; ++g) {{
           poot_transpose8x32(w0 + 8 * g, (__m256i*)wp[b * 16] + g, NP / 8);
