@@ -16,7 +16,7 @@ PACKAGES = sorted(p.parent for p in ROOT.glob("*/pyproject.toml"))
 #: top-level modules of packages some installs lack (every one poot imports)
 OPTIONAL = {"tokenizers", "jinja2", "tqdm", "gguf", "safetensors", "starlette", "uvicorn",
             "pytest", "cuda", "hip", "wgpu", "vulkan", "msgpack", "elftools",
-            "huggingface_hub", "httpx2"}
+            "huggingface_hub", "httpx2", "prometheus_client"}
 #: modules that only pytest loads (the conformance suite's plugin and test files)
 PYTEST_ONLY = "poot-core/src/poot/conformance/"
 

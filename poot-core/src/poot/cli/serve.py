@@ -49,6 +49,13 @@ def add_parser(sub):
                    help="the answer length of a request that names no max_tokens (default: "
                         "16 for /v1/completions, as OpenAI's, and 1024 for chat; never past "
                         "the end of the context)")
+    p.add_argument("--api-key", default=None, metavar="KEY",
+                   help="every /v1 route wants 'Authorization: Bearer KEY' and answers 401 "
+                        "without it (default: $POOT_API_KEY; unset: no auth). /health, "
+                        "/ready and /metrics stay open")
+    p.add_argument("--shutdown-grace", type=float, default=20.0, metavar="SECONDS",
+                   help="on SIGTERM stop accepting, let running requests finish for up to "
+                        "SECONDS, cancel the rest, then exit 0 (default 20)")
     p.add_argument("--access-log", action="store_true", help="log every HTTP request")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     add_precision_args(p)
@@ -66,6 +73,9 @@ def check(args) -> list:
                  "--prefill-batch", "--expert-pool", "--default-max-tokens"):
         checks.count(flag, getattr(args, flag[2:].replace("-", "_")))
     checks.count("--max-queue", args.max_queue, lo=0)
+    if not 0 <= args.shutdown_grace <= 3600:
+        raise RequestError(f"--shutdown-grace must be in 0..3600 seconds, got "
+                           f"{args.shutdown_grace}")
     if not 0 <= args.port <= 65535:
         raise RequestError(f"--port must be in 0..65535, got {args.port}")
     adapters = [parse_named(x) for x in args.lora]
@@ -100,6 +110,13 @@ def bind_check(host: str, port: int) -> None:
 
 def _graceful_exit(signum, frame):
     raise SystemExit(0)
+
+
+def api_key(args) -> str | None:
+    """--api-key, else $POOT_API_KEY; None (no auth) where neither is set or it is empty."""
+    import os
+
+    return args.api_key or os.environ.get("POOT_API_KEY") or None
 
 
 def run(args) -> int:
@@ -148,13 +165,16 @@ def run(args) -> int:
                     max_batch=args.max_batch)
     engine.start()
     record.write()
-    # uvicorn shuts down gracefully on SIGTERM, then raises the signal again: with this
-    # handler that ends in SystemExit, so the record and the engine are cleaned up below
+    # uvicorn shuts down gracefully on SIGTERM: it stops accepting, waits up to
+    # --shutdown-grace for running requests (streams included), cancels those still running
+    # (which cancels their sequences), then raises the signal again: with this handler that
+    # ends in SystemExit(0), so the record and the engine are cleaned up below
     signal.signal(signal.SIGTERM, _graceful_exit)
     try:
-        uvicorn.run(create_app(engine), host=args.host, port=args.port,
+        uvicorn.run(create_app(engine, api_key=api_key(args)), host=args.host, port=args.port,
                     log_level="warning" if args.quiet else "info",
-                    access_log=args.access_log)
+                    access_log=args.access_log,
+                    timeout_graceful_shutdown=args.shutdown_grace)
     finally:
         record.remove()
         engine.close()

@@ -1,8 +1,10 @@
 """The HTTP side of `poot serve`: a Starlette app over one Engine.
 
 Routes: POST /v1/chat/completions and /v1/completions (whole or streamed as server-sent
-events ending in `data: [DONE]`), GET /v1/models, /health, /ready, and /stats (the engine's
-pool, batch and counters, for operators and tests). Every refusal is an OpenAI error object
+events ending in `data: [DONE]`), GET /v1/models, /health, /ready, /metrics (Prometheus:
+poot.serve.metrics) and /stats (the engine's pool, batch and counters, for operators and
+tests). With an API key, every /v1 route wants `Authorization: Bearer KEY` and answers 401
+without it; the probes, /metrics and /stats stay open (they name no prompt or answer). Every refusal is an OpenAI error object
 with its 4xx/5xx status, whatever the request held (an unexpected fault too: a 500 in the
 same shape, never a bare text page). Each request watches its connection: a client that
 leaves, mid-stream or while waiting for a whole answer, cancels its sequence at once.
@@ -16,12 +18,14 @@ while warming, but a request may wait while the plan its step needs is made.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 from contextlib import asynccontextmanager
 
 from poot.errors import RequestError
 from poot.optional import require
 from poot.serve.engine import Engine, Event, deliver_here
+from poot.serve.metrics import ServerMetrics
 from poot.serve.protocol import parse_chat, parse_completion
 from poot.serve.responses import Shapes, error_body, request_error_body, sse, usage
 
@@ -102,8 +106,56 @@ async def _json_body(request: Request):
         raise RequestError("the JSON body of your request nests too deeply") from None
 
 
-def create_app(engine: Engine) -> Starlette:
-    """The app; the caller starts and closes the engine (see poot.cli.serve)."""
+class Gate:
+    """In front of the whole app: Bearer auth on the /v1 routes (when there is a key), and
+    the status of every /v1 response counted for /metrics (a 401 and a 500 included)."""
+
+    #: the routes counted by name; any other /v1 path is counted as "other" (a 404), so a
+    #: client cannot grow the metrics without bound
+    ROUTES = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/models"})
+
+    def __init__(self, app, metrics: ServerMetrics, api_key: str | None):
+        self.app, self.metrics = app, metrics
+        self.key = api_key.encode() if api_key else None
+
+    async def __call__(self, scope, receive, send) -> None:
+        path = scope.get("path", "")
+        if scope["type"] != "http" or not (path == "/v1" or path.startswith("/v1/")):
+            return await self.app(scope, receive, send)
+        route = path if path in self.ROUTES else "other"
+        refusal = self._refusal(scope)
+        if refusal is not None:
+            self.metrics.answered(route, 401)
+            return await JSONResponse(error_body(refusal, code="invalid_api_key"), 401,
+                                      headers={"WWW-Authenticate": "Bearer"})(
+                scope, receive, send)
+
+        async def counted(message) -> None:
+            if message["type"] == "http.response.start":
+                self.metrics.answered(route, message["status"])
+            await send(message)
+
+        await self.app(scope, receive, counted)
+
+    def _refusal(self, scope) -> str | None:
+        """Why the request may not pass (None: it may)."""
+        if self.key is None:
+            return None
+        given = [v for k, v in scope.get("headers", ()) if k.lower() == b"authorization"]
+        if not given:
+            return ("you didn't provide an API key: send it as 'Authorization: Bearer "
+                    "KEY' (this server was started with --api-key)")
+        scheme, _, token = given[0].partition(b" ")
+        if scheme.lower() != b"bearer" or not hmac.compare_digest(token.strip(), self.key):
+            return "incorrect API key provided"
+        return None
+
+
+def create_app(engine: Engine, api_key: str | None = None):
+    """The app (an ASGI app); the caller starts and closes the engine (see
+    poot.cli.serve). `api_key`: the Bearer token every /v1 route wants (None: open)."""
+    metrics = ServerMetrics(engine)
+    engine.metrics = metrics
 
     async def generate(request: Request, parse) -> Response:
         gen = parse(await _json_body(request), engine.limits, engine.tokenizer)
@@ -195,6 +247,10 @@ def create_app(engine: Engine) -> Starlette:
     async def stats(request):
         return JSONResponse(engine.stats())
 
+    async def scrape(request):
+        body, content_type = metrics.render()
+        return Response(body, headers={"Content-Type": content_type})
+
     async def refused(request, exc: RequestError):
         return JSONResponse(request_error_body(exc), exc.status)
 
@@ -213,13 +269,15 @@ def create_app(engine: Engine) -> Starlette:
               Route("/v1/models", models, methods=["GET"]),
               Route("/health", health, methods=["GET"]),
               Route("/ready", ready, methods=["GET"]),
-              Route("/stats", stats, methods=["GET"])]
+              Route("/stats", stats, methods=["GET"]),
+              Route("/metrics", scrape, methods=["GET"])]
     @asynccontextmanager
     async def lifespan(app):
         loop = asyncio.get_running_loop()
         engine.deliver = lambda events: loop.call_soon_threadsafe(deliver_here, events)
         yield
 
-    return Starlette(routes=routes, lifespan=lifespan,
-                     exception_handlers={RequestError: refused, HTTPException: http_error,
-                                         Exception: fault})
+    app = Starlette(routes=routes, lifespan=lifespan,
+                    exception_handlers={RequestError: refused, HTTPException: http_error,
+                                        Exception: fault})
+    return Gate(app, metrics, api_key)

@@ -69,6 +69,7 @@ from poot.errors import BindError, RequestError
 from poot.models.sample_graph import mode_for, slot_values
 from poot.models.sampling import Sampler
 from poot.runtime.session import batch_for, plan_key
+from poot.serve.metrics import QUIET
 from poot.serve.protocol import Generation, Limits
 from poot.models.text_stream import TextStream
 
@@ -167,6 +168,8 @@ class Engine:
         self._outbox: list[tuple[Job, Event]] = []
         #: hands a turn's events to the requests' side; by default calls each emit here
         self.deliver: Callable[[list[tuple[Job, Event]]], None] = deliver_here
+        #: timing hooks for /metrics (poot.serve.metrics; the app installs a recorder)
+        self.metrics = QUIET
         self.counters = dict(steps=0, peak_batch=0, prefill_chunks=0, generated_tokens=0,
                              finished=0, cancelled=0, rejected=0, failed=0, argmax_steps=0,
                              gc_full=0, overlapped_steps=0, prompt_tokens=0,
@@ -301,6 +304,7 @@ class Engine:
                                    f"holds {self.max_queue}); retry later", status=503,
                                    type="server_error", code="server_busy")
             job = Job(next(self._ids), gen, emit, self.tokenizer)
+            self.metrics.queued(job)
             self._queue.append(job)
             self._cv.notify()
         return job
@@ -546,6 +550,7 @@ class Engine:
         job.history.append(tok)
         job.generated += 1
         self.counters["generated_tokens"] += 1
+        self.metrics.token(job)
         if tok in self.tokenizer.stop_ids and not job.gen.ignore_eos:
             return self._finish(job, "stop", job.text.flush())
         piece = job.text.push(tok)
