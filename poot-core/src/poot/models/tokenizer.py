@@ -13,6 +13,7 @@ Decoding works on bytes so that a streamed piece never splits a multi-byte UTF-8
 from __future__ import annotations
 
 import codecs
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -169,7 +170,7 @@ class Tokenizer:
         # SentencePiece prepends "▁" to the text; decoding a whole text removes it again.
         self.strip_leading_space = strip_leading_space
         self.chat_template = chat_template
-        self._text_backend = None  # built on first encode_text
+        self._encoding = threading.Lock()  # encode_text's flag on the shared backend
 
     @property
     def vocab_size(self) -> int:
@@ -191,7 +192,8 @@ class Tokenizer:
         """Token ids of `text`; with add_special, BOS/EOS as the model's metadata asks."""
         if not isinstance(text, str):
             raise TokenizerError(f"encode takes a str, got {type(text).__name__}")
-        ids = self.backend.encode(text, add_special_tokens=False).ids
+        with self._encoding:
+            ids = self.backend.encode(text, add_special_tokens=False).ids
         if add_special and self.add_bos and self.bos_id is not None:
             ids = [self.bos_id, *ids]
         if add_special and self.add_eos and self.eos_id is not None:
@@ -204,12 +206,14 @@ class Tokenizer:
         control token. No BOS/EOS."""
         if not isinstance(text, str):
             raise TokenizerError(f"encode_text takes a str, got {type(text).__name__}")
-        if self._text_backend is None:
-            # a copy, because the flag is the backend's state and encode() runs concurrently
-            text_backend = type(self.backend).from_str(self.backend.to_str())
-            text_backend.encode_special_tokens = True
-            self._text_backend = text_backend
-        return self._text_backend.encode(text, add_special_tokens=False).ids
+        # the flag is the backend's state (a copy of the backend costs hundreds of MiB for a
+        # large vocabulary), so encode() waits while it is set
+        with self._encoding:
+            self.backend.encode_special_tokens = True
+            try:
+                return self.backend.encode(text, add_special_tokens=False).ids
+            finally:
+                self.backend.encode_special_tokens = False
 
     def decode(self, ids: Sequence[int], skip_special: bool = True) -> str:
         """The text of a whole token sequence (control tokens left out when skip_special).
