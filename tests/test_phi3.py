@@ -174,7 +174,7 @@ def test_greedy_text_is_equal_across_backends(tmp_path):
         model = poot.load(str(folder), backend=backend, max_seq=32, prefill_tokens=6)
         assert greedy_ids(model, IDS[:10], 10) == want, backend
         texts[backend] = "".join(model.generate(IDS[:10], max_tokens=10))
-    assert {"reference", "cpu"} <= set(texts), texts
+    assert "reference" in texts and len(texts) > 1, texts
     assert len(set(texts.values())) == 1 and texts["reference"], texts
 
 
