@@ -13,7 +13,8 @@ crashes, as on one AVX-512 Xeon, configure GGML_NATIVE=OFF and GGML_AMX_INT8=OFF
 ISA options on: docs/performance.md, 2026-12-03). The engines run back to back,
 `--repeat` rounds of them, and the table gives each figure's median over the rounds with
 the load average before and after: on a machine shared with other work only figures of
-one run compare.
+one run compare, and llama.cpp's OpenMP threads spin unless `OMP_WAIT_POLICY=passive` is
+set for the run (poot's threads sleep by default): under load the spinning collapses.
 
     python poot-backend-cpu/bench/smollm2_cpu.py [--threads 2] [--repeat 3]
         [--models smollm2,gemma3] [--engines cpu,cpu/fast,llama.cpp,reference]
