@@ -17,7 +17,7 @@ Two activation codings, one loop:
   int16 (AVX2 `madd_epi16`: exact int32 sums). NMSE against the oracle is about 4e-10 on
   random data (the conformance threshold for contractions is 3.7e-9).
 * "q8" (Q8PackedContraction, the fast precision): GGUF's q8_0 rule bit for bit (d = amax
-  / 127, q = round-half-even(x / d) clamped to 127), offsets against d * sum(q); the
+  / 127, q = round-half-even(x * (1 / d)) clamped to 127), offsets against d * sum(q); the
   codes times the weight's codes with the machine's byte dot product (AVX-512 VNNI or
   AVX-VNNI `dpbusd`, else AVX2 `maddubs`; printer.SIMD_HEADER), so the result is the
   composite's definition up to the order and rounding of the f32 sums.
@@ -44,9 +44,8 @@ from poot.codegen.program import OUT, SCRATCH, Access, BufferParam, Kernel, Kern
 from poot.codegen.region import RegionEval
 from poot.dtypes import DType
 from poot.errors import UnsupportedOp
-from poot.ir import ops as O
 from poot.ir.graph import Lit
-from poot.ir.ops import ContractionEpilogue, PackedContraction
+from poot.ir.ops import ContractionEpilogue, PackedContraction, Q8PackedContraction
 from poot.kernel_backend import CompiledProgram
 
 from poot_cpu.blocks import Block, block_of, c_name, c_source
@@ -79,22 +78,15 @@ I16 = Coding("i16", "short", 2)
 Q8 = Coding("q8", "signed char", 1)
 
 
-def _q8_op():
-    """The fast precision's composite (poot.ir.ops.Q8PackedContraction), where this poot has
-    it."""
-    return getattr(O, "Q8PackedContraction", None)
-
-
 def _head(op, ins):
     """(the weight's format name, its Block, the activation coding) when the eqn is a
     contraction this builder takes, else None."""
     head, n_head = (op.head, op.n_head) if isinstance(op, ContractionEpilogue) else (op, 2)
-    q8 = _q8_op()
     if n_head != 2:
         return None
     if isinstance(head, PackedContraction):
         coding = I16
-    elif q8 is not None and isinstance(head, q8):
+    elif isinstance(head, Q8PackedContraction):
         coding = Q8
     else:
         return None
