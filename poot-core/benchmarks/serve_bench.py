@@ -15,12 +15,25 @@ the server runs); token counts come from the server's usage chunk.
 
     poot serve smollm2 --max-batch 32 &
     python poot-core/benchmarks/serve_bench.py --url http://127.0.0.1:8000 --clients 1,8,32
+
+--shared-prefix WORDS runs the shared-prefix workload instead, against each server of --url
+(comma-separated: e.g. one with the prefix cache and one started with --no-prefix-cache):
+every prompt is one seeded system text of WORDS words followed by a question of its own.
+One request with the shared text goes first (a deployed server has served its system prompt
+before), then for each N in --clients, N clients at once; it reports TTFT p50 and p90, the
+prompt tokens the server prefilled and found cached (GET /stats), and, across servers, the
+TTFT p50 ratio and whether the greedy texts are the same.
+
+    poot serve smollm2 --port 8000 & poot serve smollm2 --port 8001 --no-prefix-cache &
+    python poot-core/benchmarks/serve_bench.py --url http://127.0.0.1:8000,http://127.0.0.1:8001 \
+        --shared-prefix 400 --clients 8 --max-tokens 16
 """
 from __future__ import annotations
 
 import argparse
 import http.client
 import json
+import random
 import statistics
 import threading
 import time
@@ -106,15 +119,75 @@ def stats(url: str) -> dict:
     return out
 
 
+#: the words of the shared-prefix workload's system text
+WORDS = ("the bakery opens at seven and closes late every day except monday while orders for "
+         "cakes tarts bread and pastries must reach the counter two days ahead payment by card "
+         "or cash is welcome deliveries run on weekdays across the old town").split()
+
+
+def shared_text(words: int, seed: int = 0) -> str:
+    """A seeded system text of `words` words, the same on every run."""
+    rng = random.Random(seed)
+    return "System: " + " ".join(rng.choice(WORDS) for _ in range(words)) + ".\n"
+
+
+def percentile(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, round(q * (len(xs) - 1)))]
+
+
+def shared_prefix(urls: list[str], model: str, counts: list[int], words: int,
+                  max_tokens: int) -> None:
+    """The shared-prefix workload on each server (see the module docstring)."""
+    system = shared_text(words)
+    p50: dict[tuple[str, int], float] = {}
+    texts: dict[tuple[str, int], list[str]] = {}
+    for url in urls:
+        s = stats(url)
+        cache = "on" if s.get("prefix_cache") else "off"
+        print(f"server {url}: {s['model']}, batch {s['max_batch']}, pool {s['pool_blocks']} "
+              f"blocks of {s['block_size']}, prefix cache {cache}")
+        stream_one(url, model, system + "Question: hello?\nAnswer:", max_tokens)
+        for n in counts:
+            prompts = [f"{system}Question: {PROMPTS[i % len(PROMPTS)]} ({i})\nAnswer:"
+                       for i in range(n)]
+            before = stats(url)
+            runs = together(url, model, prompts, max_tokens)
+            after = stats(url)
+            d = {k: after.get(k, 0) - before.get(k, 0)
+                 for k in ("prompt_tokens", "prefilled_tokens", "cached_prompt_tokens")}
+            ttft = [r["first"] - r["start"] for r in runs]
+            p50[url, n], texts[url, n] = statistics.median(ttft), [r["text"] for r in runs]
+            print(f"  {n} clients, cache {cache}: TTFT p50 {p50[url, n]:.3f} s, p90 "
+                  f"{percentile(ttft, 0.9):.3f} s; prompt tokens {d['prompt_tokens']}, "
+                  f"prefilled {d['prefilled_tokens']}, cached {d['cached_prompt_tokens']}; "
+                  f"wall {summary(runs)['wall_s']:.2f} s")
+            print(f"SUMMARY serve shared prefix {words} words {n} clients cache {cache}: "
+                  f"TTFT p50 s | {p50[url, n]:.3f}")
+    for n in counts:
+        for url in urls[1:]:
+            same = sum(a == b for a, b in zip(texts[urls[0], n], texts[url, n], strict=True))
+            print(f"SUMMARY serve shared prefix {n} clients: TTFT p50 {url} over {urls[0]} | "
+                  f"{p50[url, n] / p50[urls[0], n]:.2f}x; greedy texts the same: {same} of {n}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--url", default="http://127.0.0.1:8000")
+    ap.add_argument("--url", default="http://127.0.0.1:8000",
+                    help="the server (--shared-prefix: comma-separated servers, each in turn)")
     ap.add_argument("--model", default="smollm2")
     ap.add_argument("--clients", default="1,8,32", help="comma-separated client counts")
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--no-serial", action="store_true", help="skip the one-at-a-time runs")
+    ap.add_argument("--shared-prefix", type=int, default=0, metavar="WORDS",
+                    help="the shared-prefix workload: prompts that start with one system "
+                         "text of WORDS words (see the module docstring)")
     args = ap.parse_args()
     counts = [int(c) for c in args.clients.split(",")]
+    if args.shared_prefix:
+        shared_prefix(args.url.split(","), args.model, counts, args.shared_prefix,
+                      args.max_tokens)
+        return 0
     s = stats(args.url)
     print(f"server: {s['model']}, batch {s['max_batch']} (decode plans {s['decode_batches']}), "
           f"pool {s['pool_blocks']} blocks; {args.max_tokens} tokens per request")
