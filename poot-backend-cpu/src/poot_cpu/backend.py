@@ -84,11 +84,13 @@ class CpuBackend(KernelBackend):
         """A CPU source builder's kernels where one takes the signature, else None (the
         shared lowering)."""
         from poot_cpu.attention import attention_program
+        from poot_cpu.concat import concat_program
         from poot_cpu.convert import cast_program
         from poot_cpu.gemv import gemv_program
         from poot_cpu.topk import topk_program
 
-        for builder in (gemv_program, attention_program, topk_program, cast_program):
+        for builder in (gemv_program, attention_program, topk_program, cast_program,
+                        concat_program):
             compiled = builder(op, operands, out, self.printer(device))
             if compiled is not None:
                 return compiled
