@@ -69,13 +69,7 @@ class CpuBackend(KernelBackend):
         return None
 
     def capability_table(self, device: Device, formats: frozenset[str]):
-        from dataclasses import replace
-
-        from poot_cpu.gemv import q8_formats
-
-        t = table(device.id, formats)
-        # the contraction of q8 rows is a kernel of this backend's own (poot_cpu.gemv)
-        return replace(t, ops={**t.ops, "Q8PackedContraction": q8_formats(formats)})
+        return table(device.id, formats)
 
     def printer(self, device: Device) -> HostCPrinter:
         return HostCPrinter(str(device))
