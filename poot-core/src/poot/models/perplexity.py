@@ -109,24 +109,34 @@ def evaluate(model, ids: Sequence[int], window: int, *, base=None, chunk: int | 
     its next-token distributions from base's, the top-1 agreement and both perplexities.
     `chunk`: tokens a step runs (default: the window, at most CHUNK). `progress(done,
     total)` is called after each window."""
-    if base is not None and base.config.vocab != model.config.vocab:
-        raise RequestError(f"the base configuration has {base.config.vocab} tokens, the "
-                           f"tested one {model.config.vocab}: they are not one model")
-    tok = model.tokenizer
+    return evaluate_many([model], ids, window, base=base, chunk=chunk, progress=progress)[0]
+
+
+def evaluate_many(models: Sequence, ids: Sequence[int], window: int, *, base=None,
+                  chunk: int | None = None,
+                  progress: Callable[[int, int], None] | None = None) -> list[Summary]:
+    """`evaluate` for several configurations of one model over the same windows, each
+    against the same `base`, which runs once."""
+    for m in models:
+        if base is not None and base.config.vocab != m.config.vocab:
+            raise RequestError(f"the base configuration has {base.config.vocab} tokens, a "
+                               f"tested one {m.config.vocab}: they are not one model")
+    tok = models[0].tokenizer
     cut = windows(ids, window, tok.bos_id if tok.add_bos else None)
     rows = scored(window)
-    tally = Tally(base=base is not None)
+    tallies = [Tally(base=base is not None) for _ in models]
     chunk = chunk or min(window, CHUNK)
-    runners = [WindowRunner(m, chunk) for m in (model, base) if m is not None]
+    runners = [WindowRunner(m, chunk) for m in (*models, base) if m is not None]
     for i, w in enumerate(cut):
         streams = [r.chunks(w, rows) for r in runners]
         for parts in zip(*streams, strict=True):
-            first, logits = parts[0]
-            targets = w[first + 1: first + 1 + len(logits)]
-            tally.add(logits, targets, parts[1][1] if len(parts) > 1 else None)
+            first = parts[0][0]
+            reference = parts[len(models)][1] if base is not None else None
+            for tally, (_, logits) in zip(tallies, parts, strict=False):
+                tally.add(logits, w[first + 1: first + 1 + len(logits)], reference)
         if progress is not None:
             progress(i + 1, len(cut))
-    return tally.summary()
+    return [t.summary() for t in tallies]
 
 
-__all__ = ["evaluate", "windows", "scored", "WindowRunner", "CHUNK"]
+__all__ = ["evaluate", "evaluate_many", "windows", "scored", "WindowRunner", "CHUNK"]
