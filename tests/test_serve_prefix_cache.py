@@ -1,23 +1,26 @@
 """Prefix caching in `poot serve` (on by default; `--no-prefix-cache` turns it off), with the
-real SmolLM2 on the reference backend: chat requests that share a long system prompt answer
+fuzzer's tiny Llama (a byte vocabulary, so the system prompt spans many blocks) on the
+reference backend: chat requests that share a long system prompt answer
 the same greedy texts with and without the cache, the requests after the first prefill only
 what follows the cached blocks (GET /stats), a short pool evicts cached blocks and still
 answers the same, and every block is back in the pool afterwards."""
 from __future__ import annotations
 
+import sys
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import openai
 import pytest
 from serve_process import serve
 
+sys.path.insert(0, str(Path(__file__).parent / "fuzz"))
+import seeds  # noqa: E402
+
 pytestmark = pytest.mark.slow
 
-SYSTEM = ("You are a careful assistant for a small bakery in Lyon. Answer in one short "
-          "sentence, politely, in plain English. The bakery opens at seven in the morning and "
-          "closes at seven in the evening, every day except Monday. It sells croissants, "
-          "baguettes, pains au chocolat, brioche and seasonal fruit tarts. Orders for cakes "
-          "must be placed two days ahead. Payment by card or cash is accepted.")
+SYSTEM = ("You are a careful assistant for a bakery in Lyon. Answer in one short sentence. "
+          "Closed on Monday.")
 QUESTIONS = ["When do you open?", "Do you sell brioche?", "Can I pay by card?",
              "Are you open on Monday?", "How early must I order a cake?"]
 ARGS = ("--max-batch", "4", "--max-seq", "256", "--prefill-chunk", "16")
@@ -43,12 +46,19 @@ def _session(model, *args: str) -> tuple[list[str], list[str], dict, dict]:
 
 
 @pytest.fixture(scope="module")
-def uncached(smollm2_gguf):
-    return _session(smollm2_gguf, "--no-prefix-cache")
+def tiny(tmp_path_factory):
+    """The tiny Llama with room for the system prompt (its bytes are its tokens)."""
+    kvs = seeds.set_kv(seeds.llama_kvs(), "llama.context_length", seeds.U32, 512)
+    return seeds.tiny_llama_gguf(tmp_path_factory.mktemp("tiny") / "tiny.gguf", kvs)
 
 
-def test_cached_prefixes_answer_the_same_and_prefill_less(smollm2_gguf, uncached):
-    off, on = uncached, _session(smollm2_gguf)
+@pytest.fixture(scope="module")
+def uncached(tiny):
+    return _session(tiny, "--no-prefix-cache")
+
+
+def test_cached_prefixes_answer_the_same_and_prefill_less(tiny, uncached):
+    off, on = uncached, _session(tiny)
     assert on[0] + on[1] == off[0] + off[1]
     assert all(text for text in on[0] + on[1])
     _, _, off_first, off_end = off
@@ -67,10 +77,10 @@ def test_cached_prefixes_answer_the_same_and_prefill_less(smollm2_gguf, uncached
         assert stats["free_blocks"] == stats["pool_blocks"] and stats["failed"] == 0
 
 
-def test_a_short_pool_evicts_cached_blocks_and_answers_the_same(smollm2_gguf, uncached):
+def test_a_short_pool_evicts_cached_blocks_and_answers_the_same(tiny, uncached):
     # 12 blocks: one or two requests at a time; the blocks cached by earlier requests are
     # evicted as later ones need them
-    on = _session(smollm2_gguf, "--kv-pool", "192")
+    on = _session(tiny, "--kv-pool", "192")
     assert on[0] + on[1] == uncached[0] + uncached[1]
     end = on[3]
     assert end["prefix_cache_evicted"] > 0 and end["cached_prompt_tokens"] > 0
