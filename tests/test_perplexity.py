@@ -96,11 +96,13 @@ def test_a_configuration_against_itself_is_zero_apart(paths):
     assert s.ratio.value == 1 and s.ppl.value == s.ppl_base.value
 
 
-@pytest.mark.parametrize("name", ["smollm2", "gemma3"])
-def test_cpu_lies_within_rounding_of_the_reference_backend(paths, name):
-    cpu = loaded(paths[name], "cpu", WINDOW)
-    ref = loaded(paths[name], "reference", WINDOW)
-    s = evaluate(cpu, text_ids(cpu, WINDOW, 1), WINDOW, base=ref)
+#: Gemma 3's 262,144-entry vocabulary makes a reference step over every position of a long
+#: window the costliest part of this module: it is compared over a shorter one
+@pytest.mark.parametrize("name, window", [("smollm2", WINDOW), ("gemma3", 128)])
+def test_cpu_lies_within_rounding_of_the_reference_backend(paths, name, window):
+    cpu = loaded(paths[name], "cpu", window)
+    ref = loaded(paths[name], "reference", window)
+    s = evaluate(cpu, text_ids(cpu, window, 1), window, base=ref)
     print(f"{name} cpu against reference:", *s.lines(), sep="\n  ")
     assert 0 < s.kl.value < 1e-5
     assert s.same_top.value >= 0.99
@@ -124,7 +126,11 @@ def gate_summary(path: str, backend: str, kv_dtype: str):
     return _gate[path, backend][kv_dtype]
 
 
-GATE = [(name, backend, kv) for name in ("smollm2", "gemma3") for backend in ("reference", "cpu")
+#: the gate in CI: SmolLM2 on both backends, Gemma 3 on cpu (on the reference backend its
+#: all-position steps would take most of this module's time; `poot perplexity --backend
+#: reference` measures it, docs/performance.md)
+GATE = [(name, backend, kv) for name, backend in (("smollm2", "reference"), ("smollm2", "cpu"),
+                                                  ("gemma3", "cpu"))
         for kv in KV_DTYPES]
 
 #: where the fast policy flips more than 3% of the top-1 tokens over the gate's windows; over
