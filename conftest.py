@@ -25,3 +25,14 @@ def smollm2_gguf():
 def gemma3_gguf():
     """Path of the real Gemma 3 270M GGUF (Q4_K_M)."""
     return _real_model("gemma3-270m", "POOT_GEMMA3_GGUF")
+
+
+def pytest_collection_modifyitems(config, items):
+    """In a pytest-xdist worker (scripts/test.sh: `-n N --dist loadfile`), files with
+    whole-model (slow) tests come first: the controller hands out whole files in this order,
+    so the last ones handed out are short and the workers finish together. The order within
+    a file, and of the other files, is kept."""
+    if not hasattr(config, "workerinput"):
+        return
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import pty
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -27,6 +28,9 @@ class Terminal:
     def __init__(self, *args: str):
         self.pid, self.fd = pty.fork()
         if self.pid == 0:                                   # the child: poot on the pty
+            # as a terminal starts it: a test runner's worker may ignore SIGINT (pytest-xdist's
+            # do), and an ignored signal stays ignored across exec
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
             os.execvp(sys.executable, [sys.executable, "-m", "poot", *args])
         self.seen = b""
 
