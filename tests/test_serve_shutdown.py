@@ -4,6 +4,7 @@ within --shutdown-grace seconds, cancels those still running after it, and exits
 stream outlasts the grace period."""
 from __future__ import annotations
 
+import http.client
 import signal
 import sys
 import threading
@@ -59,10 +60,14 @@ class Stream:
 
 
 def refused(server) -> bool:
+    """True once /health is not served: the connection is refused, or (when it landed in
+    the closing listener's backlog) reset or dropped unanswered."""
     try:
         urllib.request.urlopen(server.url + "/health", timeout=5)
     except urllib.error.URLError as exc:
         return isinstance(exc.reason, ConnectionRefusedError)
+    except (ConnectionResetError, http.client.RemoteDisconnected):
+        return True
     return False
 
 
