@@ -110,6 +110,9 @@ class FakeContext:
         self.next, self.stream = 4096, "stream"
         self.copies, self.syncs = [], 0
 
+    def make_current(self):
+        pass
+
     def alloc(self, nbytes):
         ptr, self.next = self.next, self.next + -(-nbytes // 256) * 256
         return ptr

@@ -1,8 +1,11 @@
 """A thin, checked layer over the CUDA driver API (cuda.bindings.driver).
 
 Every call's CUresult is checked; a failure raises a typed poot error naming
-the call. Kernel arguments are device pointers, then values passed whole (tensor maps),
-passed the driver's way: an array of addresses of the argument values.
+the call. What the HIP driver shares (the context's copies and module loads made current,
+launches' argument arrays, graph capture and replay) is poot.runtime.stream_driver's; this
+module names the CUDA call of each, plus what only CUDA has (page-locked reads behind an
+event, dynamic shared memory past 48 KiB, programmatic dependent launches). Kernel
+arguments are device pointers, then values passed whole (tensor maps).
 """
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ import ctypes
 import numpy as np
 from poot.errors import DeviceUnavailable, PootError
 from poot.optional import require
+from poot.runtime.stream_driver import BoundLaunch, StreamContext, StreamGraph
 from poot.simt_backend import checked
 
 
@@ -31,7 +35,7 @@ def check(result, what: str):
                    message=driver.cuGetErrorString, error=CudaError)
 
 
-class Context:
+class Context(StreamContext):
     """The primary context of one device, with one stream for all work."""
 
     def __init__(self, index: int):
@@ -52,30 +56,22 @@ class Context:
     def make_current(self):
         check(cu().cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
 
-    def alloc(self, nbytes: int) -> int:
-        self.make_current()
+    def _malloc(self, nbytes: int) -> int:
         return int(check(cu().cuMemAlloc(max(nbytes, 1)), f"cuMemAlloc({nbytes})"))
 
-    def free(self, ptr: int) -> None:
+    def _free(self, ptr: int) -> None:
         check(cu().cuMemFree(ptr), "cuMemFree")
 
-    def write(self, ptr: int, array: np.ndarray) -> None:
-        """Queue a host-to-device copy on the stream. From pageable memory (numpy) the
-        driver stages the bytes before returning, so `array` may change at once; later
-        launches and reads on the stream see the copy. No wait: a decode step writes its
-        slots and launches without a round trip per slot."""
-        host = np.ascontiguousarray(array)
-        self.make_current()
+    def _to_device(self, ptr: int, host: np.ndarray) -> None:
+        # from pageable memory (numpy) the driver stages the bytes before returning, so the
+        # array may change at once; no wait: a decode step writes its slots and launches
+        # without a round trip per slot
         check(cu().cuMemcpyHtoDAsync(ptr, host.ctypes.data, host.nbytes, self.stream),
               "cuMemcpyHtoDAsync")
 
-    def read(self, ptr: int, nbytes: int) -> np.ndarray:
-        host = np.empty(nbytes, np.uint8)
-        self.make_current()
-        check(cu().cuMemcpyDtoHAsync(host.ctypes.data, ptr, nbytes, self.stream),
+    def _to_host(self, host: np.ndarray, ptr: int) -> None:
+        check(cu().cuMemcpyDtoHAsync(host.ctypes.data, ptr, host.nbytes, self.stream),
               "cuMemcpyDtoHAsync")
-        self.sync()
-        return host
 
     def read_later(self, ptr: int, nbytes: int):
         """Queue a device-to-host copy into page-locked memory (truly asynchronous, unlike
@@ -85,8 +81,7 @@ class Context:
         self.make_current()
         free = self._staging.setdefault(nbytes, [])
         host, event = free.pop() if free else self._staging_pair(nbytes)
-        check(cu().cuMemcpyDtoHAsync(host.ctypes.data, ptr, nbytes, self.stream),
-              "cuMemcpyDtoHAsync")
+        self._to_host(host, ptr)
         check(cu().cuEventRecord(event, self.stream), "cuEventRecord")
 
         def wait() -> np.ndarray:
@@ -104,15 +99,13 @@ class Context:
         flags = int(driver.CUevent_flags.CU_EVENT_DISABLE_TIMING)
         return host, check(driver.cuEventCreate(flags), "cuEventCreate")
 
-    def copy(self, dst: int, src: int, nbytes: int) -> None:
-        """Device-to-device copy, queued on the stream (captured into graphs too)."""
+    def _device_copy(self, dst: int, src: int, nbytes: int) -> None:
         check(cu().cuMemcpyDtoDAsync(dst, src, nbytes, self.stream), "cuMemcpyDtoDAsync")
 
-    def sync(self) -> None:
+    def _sync(self) -> None:
         check(cu().cuStreamSynchronize(self.stream), "cuStreamSynchronize")
 
-    def load_module(self, cubin: bytes):
-        self.make_current()
+    def _load(self, cubin: bytes):
         return check(cu().cuModuleLoadData(cubin), "cuModuleLoadData")
 
     def allow_dynamic_shared(self, function, nbytes: int) -> None:
@@ -120,27 +113,20 @@ class Context:
         attr = cu().CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
         check(cu().cuFuncSetAttribute(function, attr, nbytes), "cuFuncSetAttribute")
 
-    def function(self, module, name: str):
+    def _function(self, module, name: str):
         return check(cu().cuModuleGetFunction(module, name.encode()),
                      f"cuModuleGetFunction({name})")
 
 
-class Launch:
+class Launch(BoundLaunch):
     """One kernel launch with its arguments bound (pointers fixed at load time)."""
 
     def __init__(self, function, grid, block, pointers: list[int], name: str,
                  shared_bytes: int = 0, overlap: bool = False, by_value=()):
-        self.function, self.name, self.shared_bytes = function, name, shared_bytes
+        super().__init__(function, grid, block, pointers, name, by_value)
+        self.shared_bytes = shared_bytes
         self.overlap = overlap      # programmatic dependent launch (see CudaPrinter.entry)
         self._config = None
-        self.grid = tuple(grid) + (1,) * (3 - len(grid))
-        self.block = tuple(block) + (1,) * (3 - len(block))
-        self.values = np.array(pointers, dtype=np.uint64)
-        self.by_value = [np.ascontiguousarray(v) for v in by_value]   # kept alive here
-        # the driver takes an array of addresses, each pointing at one argument value
-        self.addresses = np.array([self.values.ctypes.data + 8 * i
-                                   for i in range(len(pointers))]
-                                  + [v.ctypes.data for v in self.by_value], dtype=np.uint64)
 
     def __call__(self, ctx: Context) -> None:
         if self.overlap:
@@ -169,21 +155,18 @@ class Launch:
         return self._config
 
 
-class Graph:
+class Graph(StreamGraph):
     """A recorded step: capture the stream once, replay the instantiated graph."""
 
-    def __init__(self, ctx: Context, record):
-        driver = cu()
-        self.ctx = ctx
-        ctx.make_current()
-        mode = driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
-        check(driver.cuStreamBeginCapture(ctx.stream, mode), "cuStreamBeginCapture")
-        try:
-            record()
-        finally:
-            graph = check(driver.cuStreamEndCapture(ctx.stream), "cuStreamEndCapture")
-        self.graph = graph
-        self.exec = check(driver.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
+    def _begin_capture(self, stream) -> None:
+        mode = cu().CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+        check(cu().cuStreamBeginCapture(stream, mode), "cuStreamBeginCapture")
 
-    def launch(self) -> None:
-        check(cu().cuGraphLaunch(self.exec, self.ctx.stream), "cuGraphLaunch")
+    def _end_capture(self, stream):
+        return check(cu().cuStreamEndCapture(stream), "cuStreamEndCapture")
+
+    def _instantiate(self, graph):
+        return check(cu().cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
+
+    def _launch(self, exec_graph, stream) -> None:
+        check(cu().cuGraphLaunch(exec_graph, stream), "cuGraphLaunch")

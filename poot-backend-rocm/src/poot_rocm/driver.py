@@ -1,9 +1,10 @@
 """A thin, checked layer over the HIP runtime (hip-python's `hip.hip`).
 
 Every call's hipError_t is checked; a failure raises a typed poot error naming the
-call. The shape follows poot_cuda.driver: one context (device and stream) per
-runtime, module loading, launches with their argument arrays built once, and a
-step captured from the stream into a graph and replayed.
+call. What it shares with poot_cuda.driver (one context, device and stream, per
+runtime; module loading; launches with their argument arrays built once; a step
+captured from the stream into a graph and replayed) is poot.runtime.stream_driver's;
+this module names the HIP call of each.
 
 hip-python returns (error, *results) for every call; device pointers come back
 as DeviceArray objects, kept here as plain integers (`as_c_void_p().value`), which
@@ -17,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 from poot.errors import DeviceUnavailable, PootError
 from poot.optional import require
+from poot.runtime.stream_driver import BoundLaunch, StreamContext, StreamGraph
 from poot.simt_backend import checked
 
 
@@ -42,7 +44,7 @@ def address(ptr) -> int:
     return int(ptr.as_c_void_p().value or 0)
 
 
-class Context:
+class Context(StreamContext):
     """One device with one non-blocking stream for all work."""
 
     def __init__(self, index: int):
@@ -63,56 +65,41 @@ class Context:
     def make_current(self) -> None:
         check(hip().hipSetDevice(self.index), "hipSetDevice")
 
-    def alloc(self, nbytes: int) -> int:
-        self.make_current()
+    def _malloc(self, nbytes: int) -> int:
         return address(check(hip().hipMalloc(max(nbytes, 1)), f"hipMalloc({nbytes})"))
 
-    def free(self, ptr: int) -> None:
+    def _free(self, ptr: int) -> None:
         check(hip().hipFree(ptr), "hipFree")
 
-    def write(self, ptr: int, array: np.ndarray) -> None:
-        """Queue a host-to-device copy on the stream. `array` is kept alive until the
-        next sync: from pageable memory the copy may still read it after the call."""
-        host = np.ascontiguousarray(array)
+    def _to_device(self, ptr: int, host: np.ndarray) -> None:
+        # kept alive until the next sync: from pageable memory the copy may still read it
+        # after the call
         self._staged.append(host)
         check(hip().hipMemcpyHtoDAsync(ptr, host.ctypes.data, host.nbytes, self.stream),
               "hipMemcpyHtoDAsync")
 
-    def read(self, ptr: int, nbytes: int) -> np.ndarray:
-        host = np.empty(nbytes, np.uint8)
-        check(hip().hipMemcpyDtoHAsync(host.ctypes.data, ptr, nbytes, self.stream),
+    def _to_host(self, host: np.ndarray, ptr: int) -> None:
+        check(hip().hipMemcpyDtoHAsync(host.ctypes.data, ptr, host.nbytes, self.stream),
               "hipMemcpyDtoHAsync")
-        self.sync()
-        return host
 
-    def copy(self, dst: int, src: int, nbytes: int) -> None:
-        """Device-to-device copy, queued on the stream (captured into graphs too)."""
+    def _device_copy(self, dst: int, src: int, nbytes: int) -> None:
         check(hip().hipMemcpyDtoDAsync(dst, src, nbytes, self.stream), "hipMemcpyDtoDAsync")
 
-    def sync(self) -> None:
+    def _sync(self) -> None:
         check(hip().hipStreamSynchronize(self.stream), "hipStreamSynchronize")
         self._staged.clear()
 
-    def load_module(self, code: bytes):
-        self.make_current()
+    def _load(self, code: bytes):
         image = np.frombuffer(code, np.uint8).copy()
         return check(hip().hipModuleLoadData(image.ctypes.data), "hipModuleLoadData")
 
-    def function(self, module, name: str):
+    def _function(self, module, name: str):
         return check(hip().hipModuleGetFunction(module, name.encode()),
                      f"hipModuleGetFunction({name})")
 
 
-class Launch:
+class Launch(BoundLaunch):
     """One kernel launch with its arguments bound (pointers fixed at load time)."""
-
-    def __init__(self, function, grid, block, pointers: list[int], name: str):
-        self.function, self.name = function, name
-        self.grid = tuple(grid) + (1,) * (3 - len(grid))
-        self.block = tuple(block) + (1,) * (3 - len(block))
-        self.values = np.array(pointers, dtype=np.uint64)
-        self.addresses = np.array([self.values.ctypes.data + 8 * i
-                                   for i in range(len(pointers))], dtype=np.uint64)
 
     def __call__(self, ctx: Context) -> None:
         check(hip().hipModuleLaunchKernel(self.function, *self.grid, *self.block, 0,
@@ -120,24 +107,22 @@ class Launch:
               f"launch {self.name}")
 
 
-class Graph:
+class Graph(StreamGraph):
     """A recorded step: capture the stream once, replay the instantiated graph."""
 
-    def __init__(self, ctx: Context, record):
-        api = hip()
-        self.ctx = ctx
-        mode = api.hipStreamCaptureMode.hipStreamCaptureModeThreadLocal
-        check(api.hipStreamBeginCapture(ctx.stream, mode), "hipStreamBeginCapture")
-        try:
-            record()
-        finally:
-            graph = check(api.hipStreamEndCapture(ctx.stream), "hipStreamEndCapture")
-        self.graph = graph
-        self.exec = check(api.hipGraphInstantiateWithFlags(graph, 0),
-                          "hipGraphInstantiateWithFlags")
+    def _begin_capture(self, stream) -> None:
+        mode = hip().hipStreamCaptureMode.hipStreamCaptureModeThreadLocal
+        check(hip().hipStreamBeginCapture(stream, mode), "hipStreamBeginCapture")
 
-    def launch(self) -> None:
-        check(hip().hipGraphLaunch(self.exec, self.ctx.stream), "hipGraphLaunch")
+    def _end_capture(self, stream):
+        return check(hip().hipStreamEndCapture(stream), "hipStreamEndCapture")
+
+    def _instantiate(self, graph):
+        return check(hip().hipGraphInstantiateWithFlags(graph, 0),
+                     "hipGraphInstantiateWithFlags")
+
+    def _launch(self, exec_graph, stream) -> None:
+        check(hip().hipGraphLaunch(exec_graph, stream), "hipGraphLaunch")
 
     def close(self) -> None:
         check(hip().hipGraphExecDestroy(self.exec), "hipGraphExecDestroy")

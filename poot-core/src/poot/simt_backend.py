@@ -4,7 +4,8 @@ plan's kernels (modules loaded once per context, launches bound to device pointe
 
 Nothing here imports a driver binding: each backend passes its own (poot_cuda.driver,
 poot_rocm.driver). The runtime half, buffers on the stream and graph capture, is
-poot.runtime.stream's.
+poot.runtime.stream's, over the driver layer both drivers subclass
+(poot.runtime.stream_driver).
 
 A backend subclasses `SimtBackend` and supplies, beyond what a KernelBackend supplies:
 

@@ -1,7 +1,8 @@
 """Runtimes over a stream-and-graph GPU API (the CUDA driver, HIP): what they share.
 
 A backend's context holds one device and one stream (`alloc`, `free`, `write`
-queued on the stream, `read` that waits, device-to-device `copy`, `sync`).
+queued on the stream, `read` that waits, device-to-device `copy`, `sync`): a
+poot.runtime.stream_driver.StreamContext with the driver's calls.
 `StreamRuntime` gives poot.contract.Runtime's buffers at stable addresses on it;
 `StreamExecutable` binds a plan once into a list of actions (kernel launches with
 their pointers fixed, device copies) and `run()` records the whole step into a graph
