@@ -308,3 +308,17 @@ def test_lowering_refuses_buffers_past_32_bit_indices():
     t = TensorType((2**16, 2**15 + 1), F32)
     with pytest.raises(LimitExceeded, match="32-bit"):
         lower(Unary(UnaryOp.Exp), [t], t)
+
+
+def test_arrays_bound_by_name_are_each_buffers_dtype_and_count():
+    from poot.codegen.program import BufferParam, check_arrays
+    from poot.errors import BindError
+
+    k = Kernel("k", (BufferParam("x", F32, Access.READ, 4, 0),
+                     BufferParam("y", I32, Access.WRITE, 2, OUT)), (1,), (1,), ())
+    check_arrays([k], {"x": np.zeros(4, np.float32), "y": np.zeros(2, np.int32)})
+    for bad, why in (({"x": np.zeros(4, np.float32)}, "'y' wants 2 x i32, got None"),
+                     ({"x": np.zeros(4, np.float64), "y": np.zeros(2, np.int32)}, "'x'"),
+                     ({"x": np.zeros(4, np.float32), "y": np.zeros(3, np.int32)}, "'y'")):
+        with pytest.raises(BindError, match=why):
+            check_arrays([k], bad)

@@ -14,13 +14,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-import stat
-import tempfile
 import threading
 from dataclasses import dataclass, field
 
 from poot.errors import DeviceUnavailable, MissingPackage
 from poot.optional import require
+from poot.paths import private_runtime_dir
 
 BACKEND = "vulkan"
 API_VERSION = (1, 2)  # Vulkan12Features/Vulkan11Features and SPIR-V 1.5
@@ -75,29 +74,8 @@ class DeviceFacts:
                 f"{self.driver}, subgroup {self.subgroup_size})")
 
 
-def _private_runtime_dir() -> None:
-    # the loader warns on every process when XDG_RUNTIME_DIR is unset or not 0700
-    current = os.environ.get("XDG_RUNTIME_DIR")
-    if current and _is_private(current):
-        return
-    path = os.path.join(tempfile.gettempdir(), f"poot-vulkan-xdg-{os.getuid()}")
-    os.makedirs(path, mode=0o700, exist_ok=True)
-    if not _is_private(path):
-        path = tempfile.mkdtemp(prefix="poot-vulkan-xdg-")
-    os.environ["XDG_RUNTIME_DIR"] = path
-
-
-def _is_private(path: str) -> bool:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return False
-    return (stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid()
-            and stat.S_IMODE(st.st_mode) == 0o700)
-
-
 def import_vulkan():
-    _private_runtime_dir()
+    private_runtime_dir("vulkan")
     try:
         vk = require("vulkan")
     except MissingPackage as e:

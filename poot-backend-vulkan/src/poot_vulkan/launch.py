@@ -8,8 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import numpy as np
-from poot.codegen.program import Kernel
-from poot.errors import BindError
+from poot.codegen.program import Kernel, check_arrays
 
 from poot_vulkan.compiler import compile_glsl
 from poot_vulkan.context import VulkanDevice
@@ -25,12 +24,7 @@ def run_kernels(dev: VulkanDevice, kernels: Sequence[Kernel], arrays: Mapping[st
     """Dispatch `kernels` in order over buffers named like their parameters (`arrays` gives
     each one's initial contents); `facts` prints for a device with other limits. Returns
     every buffer's final contents and the recorded step."""
-    for k in kernels:
-        for b in k.buffers:
-            a = arrays.get(b.name)
-            if a is None or a.dtype != b.dtype.numpy or a.size != b.count:
-                raise BindError(f"buffer {b.name!r} wants {b.count} x {b.dtype}, got "
-                                f"{None if a is None else (a.shape, a.dtype)}")
+    check_arrays(kernels, arrays)
     transfers = Transfers(dev)
     bufs = {}
     for name, a in arrays.items():

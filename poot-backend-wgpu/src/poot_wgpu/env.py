@@ -7,8 +7,8 @@ default) and the adapter we get is checked against it (`poot_wgpu.device`).
 from __future__ import annotations
 
 import os
-import stat
-import tempfile
+
+from poot.paths import private_runtime_dir
 
 BACKEND_VAR = "WGPU_BACKEND_TYPE"
 DEFAULT_BACKEND = "Vulkan"
@@ -22,7 +22,7 @@ def configure() -> str:
     Returns the backend type the adapter must report.
     """
     os.environ.setdefault(BACKEND_VAR, DEFAULT_BACKEND)
-    _private_runtime_dir()
+    private_runtime_dir("wgpu")
     return os.environ[BACKEND_VAR]
 
 
@@ -41,24 +41,3 @@ def quiet_pinned_backend_notice() -> None:
     if not any(isinstance(f, _DropPinNotice) or type(f).__name__ == "_DropPinNotice"
                for f in log.filters):
         log.addFilter(_DropPinNotice())
-
-
-def _private_runtime_dir() -> None:
-    # The loader warns (on stderr, every process) when XDG_RUNTIME_DIR is unset or not 0700.
-    current = os.environ.get("XDG_RUNTIME_DIR")
-    if current and _is_private_dir(current):
-        return
-    path = os.path.join(tempfile.gettempdir(), f"poot-wgpu-xdg-{os.getuid()}")
-    os.makedirs(path, mode=0o700, exist_ok=True)
-    if not _is_private_dir(path):  # someone else's folder or wrong mode: make our own
-        path = tempfile.mkdtemp(prefix="poot-wgpu-xdg-")
-    os.environ["XDG_RUNTIME_DIR"] = path
-
-
-def _is_private_dir(path: str) -> bool:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return False
-    return (stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid()
-            and stat.S_IMODE(st.st_mode) == 0o700)

@@ -8,8 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import numpy as np
-from poot.codegen.program import OUT, SCRATCH, BufferParam, Kernel, KernelProgram
-from poot.errors import BindError
+from poot.codegen.program import OUT, SCRATCH, BufferParam, Kernel, KernelProgram, check_arrays
 
 from poot_wgpu import memory
 from poot_wgpu.device import WgpuDevice
@@ -41,12 +40,7 @@ def run_kernels(dev: WgpuDevice, kernels: Sequence[Kernel], arrays: Mapping[str,
     """Dispatch `kernels` in order over buffers named like their parameters; `arrays`
     gives every buffer's initial contents (1-D, its dtype and count). Returns every
     buffer's final contents."""
-    for k in kernels:
-        for b in k.buffers:
-            a = arrays.get(b.name)
-            if a is None or a.dtype != b.dtype.numpy or a.size != b.count:
-                raise BindError(f"buffer {b.name!r} wants {b.count} x {b.dtype}, got "
-                                f"{None if a is None else (a.shape, a.dtype)}")
+    check_arrays(kernels, arrays)
     bufs = _launch(dev, kernels, arrays, lambda b: b.name, cache)
     return {name: memory.read(dev, bufs[name], 0, a.nbytes).view(a.dtype)
             for name, a in arrays.items()}

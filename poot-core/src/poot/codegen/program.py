@@ -88,13 +88,13 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from poot.codegen.expr import Expr, Load, Var, walk
 from poot.dtypes import DType
-from poot.errors import IRError
+from poot.errors import BindError, IRError
 from poot.ir.ops.reduce import ReduceOp
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -567,6 +567,18 @@ class Kernel:
         """Check names, scopes, access and dtypes; an IRError names the first fault."""
         _Checker(self).run()
         return self
+
+
+def check_arrays(kernels: Sequence[Kernel], arrays: Mapping[str, object]) -> None:
+    """Refuse (BindError) host arrays that are not the contents of every buffer of
+    `kernels`: one per buffer name, of its dtype and element count (a launcher that runs
+    kernels without a plan binds them by name)."""
+    for k in kernels:
+        for b in k.buffers:
+            a = arrays.get(b.name)
+            if a is None or a.dtype != b.dtype.numpy or a.size != b.count:
+                raise BindError(f"buffer {b.name!r} wants {b.count} x {b.dtype}, got "
+                                f"{None if a is None else (a.shape, a.dtype)}")
 
 
 def _stmts(body: Sequence[Stmt]) -> Iterator[Stmt]:
