@@ -133,8 +133,9 @@ def moe(w, cfg, p, h):
     return out
 
 
-def forward(w: dict[str, np.ndarray], cfg: dict, ids) -> np.ndarray:
-    """Logits [T, vocab] (float64) of `ids` from position 0."""
+def forward(w: dict[str, np.ndarray], cfg: dict, ids, rows=None) -> np.ndarray:
+    """Logits [T, vocab] (float64) of `ids` from position 0; `rows` (position -> row)
+    replace those positions' scaled embeddings (image features)."""
     w = {n: np.asarray(a, np.float64) for n, a in w.items()}
     kind = cfg["model_type"]
     gemma = kind == "gemma3_text"
@@ -152,6 +153,8 @@ def forward(w: dict[str, np.ndarray], cfg: dict, ids) -> np.ndarray:
     x = w["model.embed_tokens.weight"][np.asarray(ids)]
     if gemma:
         x = x * math.sqrt(dim)
+    for pos, row in (rows or {}).items():
+        x[pos] = row
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
         h = rms_norm(x, w[p + "input_layernorm.weight"], eps, offset)

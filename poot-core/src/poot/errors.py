@@ -157,3 +157,9 @@ class RequestError(PootError, ValueError):
                  code: str | None = None, type: str = "invalid_request_error"):
         self.status, self.param, self.code, self.type = status, param, code, type
         super().__init__(message)
+
+
+class ImageError(RequestError):
+    """An image given to a vision model cannot be used: missing, not an image Pillow reads,
+    corrupt or truncated, a mode with no RGB form, or more pixels than poot decodes (a
+    decompression bomb). Names the file; a 400 in a server."""

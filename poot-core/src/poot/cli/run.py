@@ -23,6 +23,9 @@ def add_parser(sub):
                    help="wrap the prompt in the model's chat template")
     p.add_argument("--system", default=None, metavar="TEXT",
                    help="a system prompt (a chat, or --prompt through the chat template)")
+    p.add_argument("--image", action="append", default=[], metavar="PATH",
+                   help="an image for a vision-language model, before the prompt's text "
+                        "(repeatable; implies --chat)")
     p.add_argument("--backend", default=None,
                    help="backend name (default: the best available; `poot backends` marks it)")
     p.add_argument("--max-tokens", type=int, default=None,
@@ -100,6 +103,9 @@ def check(args) -> None:
         raise RequestError("a chat runs on one rank; give --prompt with --tp")
     if args.system is not None and args.prompt is not None:
         args.chat = True
+    from poot.cli import images
+
+    images.check(args)
 
 
 def run(args, rank: int = 0, group=None) -> int:
@@ -133,6 +139,11 @@ def run(args, rank: int = 0, group=None) -> int:
              f"in {time.perf_counter() - t0:.1f} s")
     from poot.models.sampling import Sampler
 
+    vision = None
+    if args.image:      # before the first plan: the prefill plans take the image rows
+        from poot.cli import images
+
+        vision = images.attach(model, progress)
     model.device_sampling = model.device_sampling and not args.host_sampling
     mode = model.sample_mode([Sampler(args.temperature, args.top_k, args.top_p,
                                       args.repetition_penalty, args.seed)])
@@ -143,9 +154,14 @@ def run(args, rank: int = 0, group=None) -> int:
         return chat(model, args)
     from poot.cli.generating import context_note, sampling_kwargs
 
-    pieces = model.generate(args.prompt, max_tokens=args.max_tokens or PROMPT_MAX_TOKENS,
-                            chat=args.chat, system=args.system, stream=True,
-                            **sampling_kwargs(args))
+    if vision is not None:
+        pieces = vision.generate(args.prompt, args.image, system=args.system, stream=True,
+                                 max_tokens=args.max_tokens or PROMPT_MAX_TOKENS,
+                                 **sampling_kwargs(args))
+    else:
+        pieces = model.generate(args.prompt, max_tokens=args.max_tokens or PROMPT_MAX_TOKENS,
+                                chat=args.chat, system=args.system, stream=True,
+                                **sampling_kwargs(args))
     if rank:  # the other ranks step in lockstep with rank 0 and print nothing
         for _ in pieces:
             pass

@@ -46,4 +46,10 @@ def open_model(name_or_path: str, *, max_seq: int | None = None, pull_missing: b
     ckpt = open_checkpoint(path)
     if ckpt.kind == "gguf":
         return ckpt, C.from_gguf(ckpt.metadata, ckpt.tensors, max_seq)
+    from poot.models.vision.config import is_vision_config
+
+    if is_vision_config(ckpt.metadata):   # the text model's view, the tower beside it
+        from poot.models.vision.weights import open_gemma3
+
+        return open_gemma3(ckpt, max_seq)
     return ckpt, C.from_hf(ckpt.metadata, ckpt.tensors, max_seq)

@@ -119,6 +119,9 @@ class Model:
         #: reads them apart (the sharding does)
         self.stack_qkv = True
         self.stack_ffn = True
+        #: prefill chunks take hosted embedding rows (poot.models.hosted_rows), which a
+        #: Session stepper fills: images in (poot.models.vision.chat)
+        self.hosted_prefill = False
 
     # -- graphs -----------------------------------------------------------------------
     def step_graph(self, tokens: int, batch: int = 1, kv: str | None = None,
@@ -235,7 +238,8 @@ class Model:
         # a session reads one row of a prefill chunk: the head runs on that row only (a
         # rank's graph keeps every row: the sharding pass knows no gathered activations)
         logits = "rows" if tokens > 1 and self.tp is None else "all"
-        g = self.step_graph(tokens, batch, kv, pool=pool, sample=sample, logits=logits)
+        g = self.step_graph(tokens, batch, kv, pool=pool, sample=sample, logits=logits,
+                            hosted_rows=self.hosted_prefill and tokens > 1 and sample is None)
         # a rank's step is a compile result
         self._eqns[(tokens, batch, sample)] = len(getattr(g, "graph", g).eqns())
         return g

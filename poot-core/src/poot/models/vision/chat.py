@@ -1,0 +1,166 @@
+"""Images in a chat: the image tokens placed in the prompt, the encoder's rows written at
+their positions through the hosted embedding rows of the prefill steps.
+
+Gemma 3's processor puts each image where the message's content list has it and expands its
+<start_of_image> to "\\n\\n", <start_of_image>, `mm_tokens_per_image` image soft tokens,
+<end_of_image>, "\\n\\n"; the image comes first in the usual message, so here every image's
+block goes before the text of the user's message, in the order given. The soft tokens' ids
+are placeholders: the step reads the image's rows at their positions instead.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+
+import numpy as np
+
+from poot.errors import BindError, RequestError
+from poot.models import hosted_rows
+
+
+def image_block(tokenizer, tokens) -> list[int]:
+    """One image's token ids; its rows go at offsets [lead, lead + count)."""
+    nl = tokenizer.encode("\n\n", add_special=False)
+    return nl + [tokens.boi] + [tokens.soft] * tokens.count + [tokens.eoi] + nl
+
+
+def chat_ids(tokenizer, tokens, prompt: str, images: int, system: str | None = None
+             ) -> tuple[list[int], list[int]]:
+    """(the chat's token ids with `images` image blocks before the user's text, the
+    position of each image's first soft token)."""
+    from poot.errors import ChatTemplateError
+    from poot.models.chat import render_chat_parts
+
+    if not isinstance(prompt, str) or not prompt:
+        raise RequestError("a prompt with images must be non-empty text")
+    msgs = ([{"role": "system", "content": system}] if system is not None else []) + \
+        [{"role": "user", "content": prompt}]
+    try:
+        parts = render_chat_parts(tokenizer.chat_template, msgs,
+                                  bos_token=tokenizer.bos_token, eos_token=tokenizer.eos_token,
+                                  add_generation_prompt=True)
+    except ChatTemplateError as exc:
+        raise RequestError(str(exc)) from exc
+    user = max(k for k, (_, is_content) in enumerate(parts) if is_content)
+    block = image_block(tokenizer, tokens)
+    lead = block.index(tokens.soft)
+    ids: list[int] = []
+    starts: list[int] = []
+    for k, (text, is_content) in enumerate(parts):
+        if k == user:
+            for _ in range(images):
+                starts.append(len(ids) + lead)
+                ids += block
+        ids += tokenizer.encode_text(text) if is_content else \
+            tokenizer.encode(text, add_special=False)
+    return ids, starts
+
+
+class HostedPrompt:
+    """A Session stepper for the prefill of one prompt of `length` tokens: it writes hosted
+    rows (absolute position -> row) into the dense prefill steps that cover them (no row:
+    the token's own embedding), refuses a step without the hosted slots at a hosted position
+    (the decode plan, which a prompt's last token or a chunk at the end of the context
+    takes), and hands the session back its own stepper once the prompt is in."""
+
+    def __init__(self, session, rows: Mapping[int, np.ndarray], dim: int, length: int):
+        self.session, self.rows, self.dim, self.length = session, dict(rows), dim, length
+        self.inner = session.stepper
+
+    def __call__(self, ex, slots, real):
+        pos = int(np.asarray(slots["pos"]).reshape(-1)[0])
+        t = int(np.asarray(slots["tokens"]).shape[-1])
+        real = np.asarray(real, bool).reshape(-1)
+        here = {i: self.rows[pos + i] for i in range(t) if real[i] and pos + i in self.rows}
+        if hosted_rows.ROWS in ex.slots:
+            slots.update(hosted_rows.slot_values(here, t, self.dim))
+        elif here:
+            raise BindError(f"position {pos + min(here)} holds an image row but runs through "
+                            f"a step without hosted rows; end the prompt with text")
+        out = self.inner(ex, slots, real) if self.inner is not None else ex.step(slots)
+        if pos + int(real.sum()) >= self.length and self.session.stepper is self:
+            self.session.stepper = self.inner
+        return out
+
+
+class ImageChat:
+    """A loaded model (poot.load of a Gemma 3 vision-language folder) that generates from a
+    prompt with images. Make it before the model's first generation: its prefill plans then
+    take hosted rows (dense KV, one rank)."""
+
+    def __init__(self, model, progress=None):
+        from poot.models.vision.encoder import VisionEncoder
+        from poot.models.vision.preprocess import read_processing
+
+        vision = getattr(model.checkpoint, "vision", None)
+        if vision is None:
+            raise RequestError(f"{model.checkpoint.path} has no vision tower (a Gemma 3 "
+                               f"vision-language HF folder has vision_config in config.json)")
+        if model.kv != "dense" or model.tp is not None:
+            raise RequestError("images are fed through a dense KV cache on one rank; drop "
+                               "--kv paged and --tp")
+        if model._sessions:
+            raise RequestError("attach images before the model's first generation")
+        model.hosted_prefill = True
+        self.model, self.vision, self.progress = model, vision, progress
+        self.processing = read_processing(vision.folder, vision.config.image_size)
+        self.encoder = VisionEncoder(vision.config, vision.weights(), model.backend,
+                                     model.device)
+        #: seconds the encoder took per image in the last call
+        self.image_seconds: list[float] = []
+
+    def pixels(self, images: Sequence) -> list[np.ndarray]:
+        """Every image decoded and prepared (all of them before any runs: a bad one
+        refuses the request whole)."""
+        from poot.models.vision.preprocess import pixels
+
+        return [pixels(p, self.processing) for p in images]
+
+    def rows(self, images: Sequence) -> list[np.ndarray]:
+        """The language model's rows [mm_tokens, dim] of each image."""
+        out, self.image_seconds = [], []
+        for path, x in zip(images, self.pixels(images), strict=True):
+            out.append(self.encoder.encode(x))
+            self.image_seconds.append(self.encoder.seconds)
+            if self.progress:
+                self.progress(f"encoded {path} in {self.encoder.seconds:.2f} s")
+        return out
+
+    def prompt(self, prompt: str, images: Sequence, system: str | None = None
+               ) -> tuple[list[int], dict[int, np.ndarray]]:
+        """(token ids, position -> hosted row) of a chat turn with `images`."""
+        if not images:
+            raise RequestError("no image given")
+        ids, starts = chat_ids(self.model.tokenizer, self.vision.tokens, prompt,
+                               len(images), system)
+        if len(ids) >= self.model.config.max_seq:
+            raise RequestError(f"{len(images)} image(s) and the text take {len(ids)} tokens; "
+                               f"this model was loaded with room for "
+                               f"{self.model.config.max_seq} (load with a larger max_seq)")
+        hosted = {}
+        for start, rows in zip(starts, self.rows(images), strict=True):
+            hosted.update({start + j: row for j, row in enumerate(rows)})
+        return ids, hosted
+
+    def generate(self, prompt: str, images: Sequence = (), *, system: str | None = None,
+                 stream: bool = False, **sampling) -> str | Iterator[str]:
+        """Model.generate for a user message `prompt` with `images` (paths) before it,
+        through the chat template; no images: the message alone (the attached model's
+        prefill plans take hosted rows, so its text prompts go through here too)."""
+        model = self.model
+        if images:
+            ids, hosted = self.prompt(prompt, images, system)
+        else:
+            ids, hosted = model.prompt_ids(prompt, chat=True, system=system), {}
+        session = model.session()
+        pieces = model.generate(ids, stream=True, **sampling)   # checks its arguments now
+
+        def run():
+            stepper = HostedPrompt(session, hosted, model.config.dim, len(ids))
+            session.stepper = stepper
+            try:
+                yield from pieces
+            finally:
+                if session.stepper is stepper:
+                    session.stepper = stepper.inner
+
+        return run() if stream else "".join(run())

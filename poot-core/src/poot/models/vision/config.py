@@ -1,0 +1,153 @@
+"""A Gemma 3 vision-language config.json (Gemma3ForConditionalGeneration) read into the text
+model's config (a gemma3_text dict for poot.models.config.from_hf) and the tower's.
+
+transformers writes only the keys that differ from each sub-config's defaults, so the
+defaults of Gemma3TextConfig and SiglipVisionConfig fill the rest, as transformers reads
+them. Every other key is read, known not to change the forward pass, or refused by name.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from poot.checked import Values
+from poot.errors import CheckpointError
+
+#: top-level keys that do not change the forward pass
+_IGNORED = {"architectures", "model_type", "torch_dtype", "dtype", "transformers_version",
+            "initializer_range", "_name_or_path", "bos_token_id", "eos_token_id",
+            "pad_token_id", "use_cache", "text_config", "vision_config"}
+_READ = {"mm_tokens_per_image", "boi_token_index", "eoi_token_index", "image_token_index",
+         "image_token_id", "boi_token_id", "eoi_token_id", "tie_word_embeddings"}
+#: Gemma3TextConfig's defaults that poot reads (the RoPE and layer-pattern ones only where
+#: the config names none in transformers 5's spelling)
+_TEXT_DEFAULTS = {"vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216,
+                  "num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4,
+                  "head_dim": 256, "max_position_embeddings": 131072, "rms_norm_eps": 1e-6,
+                  "query_pre_attn_scalar": 256, "sliding_window": 4096,
+                  "tie_word_embeddings": True}
+_TEXT_ROPE_DEFAULTS = {"rope_theta": 1e6, "rope_local_base_freq": 10000.0}
+#: SiglipVisionConfig's defaults
+_VISION_DEFAULTS = {"hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12,
+                    "num_attention_heads": 12, "num_channels": 3, "image_size": 224,
+                    "patch_size": 16, "layer_norm_eps": 1e-6, "hidden_act": "gelu_pytorch_tanh"}
+_VISION_IGNORED = {"model_type", "torch_dtype", "dtype", "attention_dropout", "architectures",
+                   "initializer_range", "_name_or_path", "transformers_version",
+                   "vision_use_head"}   # Gemma 3 reads the last hidden state, not the head
+_VISION_ACTS = ("gelu_pytorch_tanh", "gelu_tanh")
+#: generous bounds for untrusted sizes
+_MAX_DIM, _MAX_LAYERS, _MAX_IMAGE = 1 << 14, 256, 1 << 13
+
+
+@dataclass(frozen=True)
+class VisionConfig:
+    """A SigLIP tower and Gemma 3's connector to a language model of width `text_dim`."""
+
+    hidden: int
+    layers: int
+    heads: int
+    ffn: int
+    image_size: int
+    patch: int
+    text_dim: int
+    channels: int = 3
+    eps: float = 1e-6
+    mm_tokens: int = 256          # rows per image after pooling
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    @property
+    def patches_per_side(self) -> int:
+        return self.image_size // self.patch
+
+    @property
+    def tokens_per_side(self) -> int:
+        return math.isqrt(self.mm_tokens)
+
+    @property
+    def pool(self) -> int:
+        """The average pooling's kernel (and stride) in patches."""
+        return self.patches_per_side // self.tokens_per_side
+
+
+@dataclass(frozen=True)
+class ImageTokens:
+    """How the prompt marks an image: begin, `count` soft tokens (the rows), end."""
+
+    boi: int
+    eoi: int
+    soft: int
+    count: int
+
+
+def is_vision_config(cfg: Any) -> bool:
+    return isinstance(cfg, dict) and "vision_config" in cfg
+
+
+def read_gemma3(cfg: dict, where: str) -> tuple[dict, VisionConfig, ImageTokens]:
+    """(the text config as a gemma3_text config.json, the tower's config, the image tokens)."""
+    v = Values(cfg, f"{where}/config.json")
+    if v.text("model_type", "") != "gemma3":
+        raise CheckpointError(f"{where}: config.json model_type {cfg.get('model_type')!r} "
+                              f"with a vision_config: poot runs images for gemma3 "
+                              f"(Gemma3ForConditionalGeneration)")
+    unknown = sorted(set(cfg) - _IGNORED - _READ)
+    if unknown:
+        v.fail(unknown[0], cfg[unknown[0]], "is a gemma3 setting poot does not implement")
+    text = dict(v.mapping("text_config", None) or {})
+    if text.get("model_type", "gemma3_text") != "gemma3_text":
+        raise CheckpointError(f"{where}: config.json text_config model_type "
+                              f"{text['model_type']!r}: Gemma 3's is gemma3_text")
+    text["model_type"] = "gemma3_text"
+    for key, value in _TEXT_DEFAULTS.items():
+        text.setdefault(key, value)
+    if "tie_word_embeddings" in cfg:
+        text["tie_word_embeddings"] = v.flag("tie_word_embeddings")
+    if "rope_parameters" not in text:
+        for key, value in _TEXT_ROPE_DEFAULTS.items():
+            text.setdefault(key, value)
+    vision = _vision(Values(v.mapping("vision_config"), f"{where}/config.json vision_config"),
+                     text["hidden_size"])
+    mm = v.integer("mm_tokens_per_image", 256, lo=1, hi=_MAX_IMAGE * _MAX_IMAGE)
+    vision = VisionConfig(**{**vision.__dict__, "mm_tokens": mm})
+    side = vision.tokens_per_side
+    if side * side != mm or vision.patches_per_side % side:
+        v.fail("mm_tokens_per_image", mm, f"must be the square of a divisor of the "
+                                          f"{vision.patches_per_side} patches per side")
+    vocab = text["vocab_size"]
+    ids = [v.integer(name, default, lo=0, hi=1 << 31) for name, default in (
+        ("boi_token_index", cfg.get("boi_token_id", 255999)),
+        ("eoi_token_index", cfg.get("eoi_token_id", 256000)),
+        ("image_token_index", cfg.get("image_token_id", 262144)))]
+    for name, i in zip(("boi_token_index", "eoi_token_index", "image_token_index"), ids):
+        if not isinstance(vocab, int) or i >= vocab:
+            v.fail(name, i, f"lies outside the text model's {vocab} embedding rows")
+    return text, vision, ImageTokens(*ids, count=mm)
+
+
+def _vision(v: Values, text_dim) -> VisionConfig:
+    unknown = sorted(set(v.values) - set(_VISION_DEFAULTS) - _VISION_IGNORED)
+    if unknown:
+        v.fail(unknown[0], v.values[unknown[0]], "is a SigLIP setting poot does not implement")
+    d = {**_VISION_DEFAULTS, **{k: x for k, x in v.values.items() if x is not None}}
+    vd = Values(d, v.file)
+
+    def size(key, hi=_MAX_DIM):
+        return vd.integer(key, lo=1, hi=hi)
+
+    if d["hidden_act"] not in _VISION_ACTS:
+        v.fail("hidden_act", d["hidden_act"], f"poot runs SigLIP with {_VISION_ACTS[0]}")
+    c = VisionConfig(hidden=size("hidden_size"), layers=size("num_hidden_layers", _MAX_LAYERS),
+                     heads=size("num_attention_heads"), ffn=size("intermediate_size"),
+                     image_size=size("image_size", _MAX_IMAGE), patch=size("patch_size"),
+                     channels=size("num_channels", 4),
+                     eps=vd.number("layer_norm_eps", positive=True, hi=1.0),
+                     text_dim=int(text_dim))
+    if c.hidden % c.heads:
+        v.fail("num_attention_heads", c.heads, f"must divide hidden_size {c.hidden}")
+    if c.image_size % c.patch:
+        v.fail("patch_size", c.patch, f"must divide image_size {c.image_size}")
+    return c

@@ -1,0 +1,63 @@
+"""Tower and connector as one traced graph, compiled and planned once for a backend, run
+once per image: pixels [C, H, W] in, the language model's rows [mm_tokens, text_dim] out."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from poot.errors import BindError
+from poot.ir.graph import Graph
+from poot.models.vision.connector import gemma3_projector
+from poot.models.vision.siglip import PIXELS, pixels_slot, tower
+
+
+def build_encoder(config, weights) -> Graph:
+    """The traced graph of one image through the SigLIP tower and Gemma 3's projector;
+    `weights` a WeightSource of the "vision."/"projector." names (its `arrays` then holds
+    every const the graph binds)."""
+    from poot import ops
+    from poot.tracer import trace
+
+    def encode():
+        seen: dict = {}
+
+        def declare(name):
+            if name not in seen:
+                s = weights.spec(name)
+                seen[name] = ops.const(s.type.shape, s.type.dtype, s.ref)
+            return seen[name]
+
+        return gemma3_projector(config, declare, tower(config, declare, pixels_slot(config)))
+
+    return trace(encode, name=f"siglip_gemma3_{config.image_size}px_{config.layers}l")
+
+
+class VisionEncoder:
+    """The encoder graph compiled for (backend, device); `encode(pixels)` runs one image."""
+
+    def __init__(self, config, weights, backend, device):
+        import poot
+        from poot.plan import plan
+        from poot.runtime.executor import Executor
+
+        self.config = config
+        t0 = time.perf_counter()
+        graph = build_encoder(config, weights)
+        target = (backend, device)
+        self.executor = Executor(plan(poot.compile(graph, target), target), weights.arrays)
+        #: seconds to trace, compile, plan and bind; and of the last image's run
+        self.setup_seconds = time.perf_counter() - t0
+        self.seconds = 0.0
+
+    def encode(self, pixels: np.ndarray) -> np.ndarray:
+        c = self.config
+        want = (c.channels, c.image_size, c.image_size)
+        pixels = np.ascontiguousarray(pixels, np.float32)
+        if pixels.shape != want:
+            raise BindError(f"the vision tower takes pixels {list(want)}, got "
+                            f"{list(pixels.shape)}")
+        t0 = time.perf_counter()
+        rows = np.asarray(self.executor.step({PIXELS: pixels}).result, np.float32)
+        self.seconds = time.perf_counter() - t0
+        return rows

@@ -1,0 +1,141 @@
+"""Images decoded with Pillow and prepared as the checkpoint's image processor says
+(preprocessor_config.json): RGB (transparency composited on white), resized to `size` with
+its resampling filter, rescaled, normalized with its mean and std, channels first.
+
+Untrusted files: Pillow's decompression-bomb limit is set here explicitly and checked from
+the header before any pixel is decoded, and a file Pillow cannot identify, a truncated or
+corrupt one, or a mode that has no RGB form, is one ImageError line naming the file.
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from poot.checked import Values, load_json
+from poot.errors import ImageError
+from poot.optional import require
+
+#: the most pixels an image may have (width x height), above which it is refused unread
+MAX_PIXELS = 64 * 1024 * 1024
+#: preprocessor_config.json keys that do not change the pixels of a single image
+_IGNORED = {"image_processor_type", "processor_class", "image_seq_length",
+            "pan_and_scan_max_num_crops", "pan_and_scan_min_crop_size",
+            "pan_and_scan_min_ratio_to_activate", "do_pan_and_scan", "_processor_class",
+            "default_to_square", "data_format", "input_data_format"}
+#: the 8-bit modes taken (to RGB); 16-bit, 32-bit integer and float images are refused
+#: rather than clipped to 8 bits
+MODES = {"1", "L", "LA", "La", "P", "PA", "RGB", "RGBA", "RGBa", "RGBX", "CMYK", "YCbCr",
+         "LAB", "HSV"}
+_READ = {"do_convert_rgb", "do_resize", "size", "resample", "do_rescale", "rescale_factor",
+         "do_normalize", "image_mean", "image_std"}
+
+
+@dataclass(frozen=True)
+class ImageProcessing:
+    """How pixels are prepared (the defaults: Gemma 3's processor at 896 x 896)."""
+
+    height: int = 896
+    width: int = 896
+    resample: int = 2                 # PIL.Image.Resampling: 2 is BILINEAR
+    rescale: float | None = 1 / 255
+    mean: tuple[float, ...] | None = (0.5, 0.5, 0.5)
+    std: tuple[float, ...] | None = (0.5, 0.5, 0.5)
+
+
+def read_processing(folder: Path, image_size: int) -> ImageProcessing:
+    """The folder's preprocessor_config.json (absent: Gemma 3's processor at the tower's
+    image size)."""
+    file = Path(folder) / "preprocessor_config.json"
+    if not file.is_file():
+        return ImageProcessing(image_size, image_size)
+    v = Values(load_json(file), file)
+    unknown = sorted(set(v.values) - _IGNORED - _READ)
+    if unknown:
+        v.fail(unknown[0], v.values[unknown[0]], "is an image-processor setting poot does "
+                                                 "not implement")
+    if v.flag("do_pan_and_scan", False):
+        v.fail("do_pan_and_scan", True, "(pan and scan crops) is not implemented")
+    if not v.flag("do_resize", True) or not v.flag("do_convert_rgb", True):
+        v.fail("do_resize" if not v.flag("do_resize", True) else "do_convert_rgb", False,
+               "is not implemented: the tower takes RGB images of one size")
+    size = Values(v.mapping("size", {}), f"{file} size")
+    if set(size.values) - {"height", "width"}:
+        v.fail("size", size.values, "must give height and width")
+    h, w = (size.integer(k, image_size, lo=1, hi=1 << 13) for k in ("height", "width"))
+    if (h, w) != (image_size, image_size):
+        v.fail("size", size.values, f"differs from the tower's image_size {image_size}")
+    resample = v.integer("resample", 2, lo=0, hi=5)
+    rescale = v.number("rescale_factor", 1 / 255, positive=True) \
+        if v.flag("do_rescale", True) else None
+    mean = std = None
+    if v.flag("do_normalize", True):
+        mean, std = (tuple(v.number_list(k, [0.5] * 3)) for k in ("image_mean", "image_std"))
+        if len(mean) != 3 or len(std) != 3 or min(std) <= 0:
+            v.fail("image_std", list(std), "and image_mean must give 3 values, std positive")
+    return ImageProcessing(h, w, resample, rescale, mean, std)
+
+
+def open_rgb(path: str | Path):
+    """The image at `path` as a decoded RGB PIL image, or an ImageError naming it."""
+    Image = require("PIL.Image", "pillow")
+    Image.MAX_IMAGE_PIXELS = MAX_PIXELS
+    path = Path(path)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(path) as img:
+                w, h = img.size
+                if w * h > MAX_PIXELS:
+                    raise ImageError(f"{path}: {w} x {h} pixels is more than the "
+                                     f"{MAX_PIXELS} poot decodes (a decompression bomb?)")
+                img.load()
+                return _rgb(img, path)
+    except ImageError:
+        raise
+    except FileNotFoundError:
+        raise ImageError(f"{path}: no such image file") from None
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+        raise ImageError(f"{path}: refused as a decompression bomb ({exc})") from None
+    except Image.UnidentifiedImageError:
+        raise ImageError(f"{path}: not an image format Pillow reads") from None
+    except (OSError, SyntaxError, ValueError, EOFError) as exc:  # Pillow's decoder errors
+        raise ImageError(f"{path}: corrupt or truncated image ({_one_line(exc)})") from None
+
+
+def _rgb(img, path: Path):
+    """RGB, with transparency composited on white (as transformers' convert_to_rgb)."""
+    Image = require("PIL.Image", "pillow")
+    if img.mode not in MODES:
+        raise ImageError(f"{path}: image mode {img.mode!r} is not supported (8-bit modes "
+                         f"only: {', '.join(sorted(MODES))})")
+    if img.mode == "RGB":
+        return img.copy()
+    try:
+        rgba = img.convert("RGBA")
+    except ValueError as exc:
+        raise ImageError(f"{path}: image mode {img.mode!r} has no RGB form "
+                         f"({_one_line(exc)})") from None
+    white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+    return Image.alpha_composite(white, rgba).convert("RGB")
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def pixels(path: str | Path, processing: ImageProcessing) -> np.ndarray:
+    """The tower's input [3, H, W] float32 for the image at `path`."""
+    p = processing
+    img = open_rgb(path)
+    if img.size != (p.width, p.height):
+        img = img.resize((p.width, p.height), resample=p.resample)
+    x = np.asarray(img, np.float32)                        # [H, W, 3]
+    if p.rescale is not None:
+        x = x * np.float32(p.rescale)
+    if p.mean is not None:
+        x = (x - np.asarray(p.mean, np.float32)) / np.asarray(p.std, np.float32)
+    return np.ascontiguousarray(x.transpose(2, 0, 1))
+

@@ -1,0 +1,124 @@
+"""A Gemma 3 vision-language checkpoint's tensors, split: the language model's as a view the
+decoder's loaders read (HF text names), the tower's and connector's as a WeightSource.
+
+Both transformers spellings are read: 4.x saved `language_model.model.*`,
+`vision_tower.vision_model.*` and `multi_modal_projector.*`; 4.52 and 5.x save
+`model.language_model.*`, `model.vision_tower.vision_model.*`,
+`model.multi_modal_projector.*` and `lm_head.weight`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from poot.dtypes import DType
+from poot.errors import CheckpointError
+from poot.ir.types import TensorType
+from poot.models.weights import DenseSpec
+
+#: checkpoint prefix -> the prefix poot reads it under ("model.": the text model's HF names)
+_PREFIXES = (("language_model.model.", "model."), ("model.language_model.", "model."),
+             ("language_model.lm_head.", "lm_head."), ("lm_head.", "lm_head."),
+             ("vision_tower.vision_model.", "vision."),
+             ("model.vision_tower.vision_model.", "vision."),
+             ("multi_modal_projector.", "projector."),
+             ("model.multi_modal_projector.", "projector."))
+#: the connector's norm stores w of a (1 + w) RMSNorm, as the text model's do
+_OFFSET_NORMS = ("projector.mm_soft_emb_norm.weight",)
+
+
+def split(tensors: dict, where: str) -> tuple[dict, dict]:
+    """(text tensors by HF text name, vision tensors by "vision."/"projector." name)."""
+    text, vision = {}, {}
+    for name, info in tensors.items():
+        for old, new in _PREFIXES:
+            if name.startswith(old):
+                key = new + name[len(old):]
+                (text if new in ("model.", "lm_head.") else vision)[key] = info
+                break
+        else:
+            raise CheckpointError(f"{where}: tensor {name!r} is neither the language model's, "
+                                  f"the vision tower's nor the projector's (a Gemma 3 "
+                                  f"vision-language folder per config.json)")
+    return text, vision
+
+
+class TextView:
+    """The checkpoint as the text model's loaders see it: its text tensors under HF text
+    names and the text config; `vision` holds what the tower needs."""
+
+    def __init__(self, checkpoint, text_config: dict, tensors: dict, vision):
+        self.path, self.kind = checkpoint.path, checkpoint.kind
+        self.metadata, self.tensors = text_config, tensors
+        self.vision = vision
+        self._checkpoint = checkpoint
+
+    def __repr__(self) -> str:
+        return f"<gemma3 text view of {self._checkpoint!r}>"
+
+    def close(self) -> None:
+        self.tensors = {}
+        self.vision.tensors = {}
+        self._checkpoint.close()
+
+
+@dataclass
+class VisionWeights:
+    """WeightSource over the tower's and connector's dense tensors; `arrays` maps const
+    labels to arrays (norm and bias vectors widened to f32; the connector's norm as 1 + w)."""
+
+    tensors: dict
+    where: str = ""
+    arrays: dict = field(default_factory=dict)
+
+    def has(self, name: str) -> bool:
+        return name in self.tensors
+
+    def spec(self, name: str) -> DenseSpec:
+        info = self.tensors.get(name)
+        if info is None:
+            raise CheckpointError(f"{self.where}: the vision tower lacks tensor {name!r}")
+        if getattr(info, "packed", None) is not None or info.dtype is None or info.dtype.is_int:
+            raise CheckpointError(f"{self.where}: vision tensor {name!r} is packed or integer "
+                                  f"({info.storage!r}); poot reads dense vision towers")
+        array, dtype, ref = info.sources[0], info.dtype, info.ref
+        if len(info.shape) == 1 and dtype is not DType.F32 or name in _OFFSET_NORMS:
+            array = np.asarray(array, np.float32)
+            dtype = DType.F32
+            tag = ":f32"
+            if name in _OFFSET_NORMS:
+                array = array + np.float32(1.0)
+                tag = "+1"
+            ref = type(ref)(ref.checkpoint, ref.tensor + tag, f"{ref.payload}{tag}", "f32")
+        self.arrays[ref.tensor] = array
+        return DenseSpec(TensorType(tuple(info.shape), dtype), ref)
+
+
+@dataclass
+class VisionParts:
+    """What a vision-language checkpoint holds beyond its text model."""
+
+    config: object              # poot.models.vision.config.VisionConfig
+    tokens: object              # poot.models.vision.config.ImageTokens
+    tensors: dict
+    folder: Path
+
+    def weights(self) -> VisionWeights:
+        return VisionWeights(self.tensors, str(self.folder))
+
+
+def open_gemma3(checkpoint, max_seq: int | None = None):
+    """(a TextView of the checkpoint, the text model's LlamaConfig) for a Gemma 3
+    vision-language folder."""
+    from poot.models import config as C
+    from poot.models.vision.config import read_gemma3
+
+    where = str(checkpoint.path)
+    text_cfg, vision_cfg, tokens = read_gemma3(checkpoint.metadata, where)
+    text, vision = split(checkpoint.tensors, where)
+    parts = VisionParts(vision_cfg, tokens, vision, Path(checkpoint.path))
+    view = TextView(checkpoint, text_cfg, text, parts)
+    config = C.from_hf(text_cfg, text, max_seq)
+    return view, config
