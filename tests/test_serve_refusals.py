@@ -73,7 +73,7 @@ BAD = [
     ("bad role", "/chat/completions",
      {"model": "smollm2", "messages": [{"role": "wizard", "content": "hi"}]}, 400,
      "messages[0].role"),
-    ("n > 1", "/completions", {**GOOD, "n": 2}, 400, "n"),
+    ("n > 16", "/completions", {**GOOD, "n": 17}, 400, "n"),
     ("top_p 0", "/completions", {**GOOD, "top_p": 0}, 400, "top_p"),
     ("token id out of vocabulary", "/completions", {**GOOD, "prompt": [1, 10**9]}, 400,
      "prompt"),

@@ -58,6 +58,9 @@ class StandIn:
             self.jobs.append(job)
         return job
 
+    def submit_choices(self, gen, emits):
+        return [self.submit(gen, emit) for emit in emits]
+
     def cancel(self, job):
         with self.lock:
             if job in self.jobs:

@@ -21,13 +21,15 @@ import asyncio
 import hmac
 import json
 from contextlib import asynccontextmanager
+from functools import partial
 
 from poot.errors import RequestError
 from poot.optional import require
 from poot.serve.engine import Engine, Event, deliver_here
 from poot.serve.metrics import ServerMetrics
 from poot.serve.protocol import parse_chat, parse_completion
-from poot.serve.responses import Shapes, error_body, request_error_body, sse, usage
+from poot.serve.responses import (Shapes, error_body, request_error_body, request_usage,
+                                  sse)
 
 Starlette = require("starlette.applications").Starlette
 HTTPException = require("starlette.exceptions").HTTPException
@@ -42,23 +44,24 @@ MAX_BODY = 4 << 20
 
 
 class Events:
-    """A request's events as the engine sends them, then None once its client has left."""
+    """A request's events as the engine sends them, each with its choice's index, then None
+    once its client has left."""
 
     def __init__(self, receive):
-        self.queue: asyncio.Queue[Event | None] = asyncio.Queue()
+        self.queue: asyncio.Queue[tuple[int, Event] | None] = asyncio.Queue()
         self._receive = receive
         self._gone = asyncio.ensure_future(self._watch())
 
-    def put(self, event: Event) -> None:
+    def put(self, index: int, event: Event) -> None:
         """Called in the event loop (the engine's deliver hands events over)."""
-        self.queue.put_nowait(event)
+        self.queue.put_nowait((index, event))
 
     async def _watch(self) -> None:
         while (await self._receive())["type"] != "http.disconnect":
             pass
         self.queue.put_nowait(None)
 
-    async def ready(self) -> list[Event | None]:
+    async def ready(self) -> list[tuple[int, Event] | None]:
         """The next event and every one already behind it (a turn's text and end come
         together): at least one, waiting for it if none has come; None marks the end."""
         got = [await self.queue.get()]
@@ -161,63 +164,79 @@ def create_app(engine: Engine, api_key: str | None = None):
         gen = parse(await _json_body(request), engine.limits, engine.tokenizer)
         events = Events(request.receive)
         try:
-            job = engine.submit(gen, events.put)
+            jobs = engine.submit_choices(gen, [partial(events.put, i) for i in range(gen.n)])
         except RequestError:
             events.close()
             raise
-        shapes = Shapes(gen.kind, gen.model)
+        shapes = Shapes(gen.kind, gen.model, logprobs=gen.logprobs is not None)
         if gen.stream:
-            return EventStream(stream(job, events, shapes, gen.include_usage),
+            return EventStream(stream(jobs, events, shapes, gen.include_usage),
                                media_type="text/event-stream",
                                headers={"Cache-Control": "no-cache"})
-        return await whole(job, events, shapes)
+        return await whole(jobs, events, shapes)
 
-    async def stream(job, events: Events, shapes: Shapes, include_usage: bool):
-        """The SSE body: each wake-up writes everything that came, in one piece."""
+    async def stream(jobs, events: Events, shapes: Shapes, include_usage: bool):
+        """The SSE body: each wake-up writes everything that came, in one piece; it ends
+        once every choice has."""
+        ends: dict[int, Event] = {}
         try:
             if shapes.chat:
-                yield sse(shapes.chunk(None, first=True))
+                yield b"".join(sse(shapes.chunk(i, None, first=True)) for i in range(len(jobs)))
             while True:
                 out = []
-                for ev in await events.ready():
-                    if ev is None:
+                for item in await events.ready():
+                    if item is None:
                         return                       # the client left
+                    i, ev = item
                     if ev.kind == "text":
-                        out.append(shapes.text_event(ev.text))
+                        out.append(shapes.text_event(i, ev.text, ev.logprobs))
                         continue
                     if ev.kind == "error":
                         out.append(sse(error_body(ev.text, "server_error")))
                     else:
-                        out.append(sse(shapes.chunk(None, ev.finish_reason)))
+                        out.append(sse(shapes.chunk(i, None, ev.finish_reason,
+                                                    entries=ev.logprobs)))
+                        ends[i] = ev
+                        if len(ends) < len(jobs):
+                            continue
                         if include_usage:
-                            out.append(sse(shapes.usage_chunk(usage(ev.prompt_tokens,
-                                                                    ev.completion_tokens))))
+                            out.append(sse(shapes.usage_chunk(
+                                request_usage([ends[k] for k in sorted(ends)]))))
                     out.append(sse("[DONE]"))
                     yield b"".join(out)
                     return
                 yield b"".join(out)
         finally:
             events.close()
-            engine.cancel(job)
+            for job in jobs:
+                engine.cancel(job)
 
-    async def whole(job, events: Events, shapes: Shapes) -> Response:
-        pieces = []
+    async def whole(jobs, events: Events, shapes: Shapes) -> Response:
+        choices = [{"text": [], "logprobs": [], "finish_reason": None} for _ in jobs]
+        ends: dict[int, Event] = {}
         try:
             while True:
-                for ev in await events.ready():
-                    if ev is None:
+                for item in await events.ready():
+                    if item is None:
                         return Response(status_code=499)   # the client left; no one reads this
+                    i, ev = item
+                    choices[i]["logprobs"] += ev.logprobs
                     if ev.kind == "text":
-                        pieces.append(ev.text)
+                        choices[i]["text"].append(ev.text)
                     elif ev.kind == "error":
                         return JSONResponse(error_body(ev.text, "server_error"), 500)
                     else:
-                        use = usage(ev.prompt_tokens, ev.completion_tokens)
-                        return JSONResponse(shapes.whole("".join(pieces), ev.finish_reason,
-                                                         use))
+                        choices[i]["finish_reason"] = ev.finish_reason
+                        ends[i] = ev
+                if len(ends) == len(jobs):
+                    for c in choices:
+                        c["text"] = "".join(c["text"])
+                    return JSONResponse(shapes.whole(
+                        choices, request_usage([ends[k] for k in sorted(ends)])))
         finally:
             events.close()
-            engine.cancel(job)
+            for job in jobs:
+                engine.cancel(job)
 
     async def chat(request):
         return await generate(request, parse_chat)

@@ -25,6 +25,12 @@ Each turn of the loop:
    text at once (a prompt's first token is drawn on the host from the prefill's logits, by
    the same algorithm).
 
+A request whose logits the host must see (`logit_bias`, `logprobs`, a grammar: module
+poot.serve.logits) makes its decode steps read the logits back: such a step runs through
+the plan without a sampler (one per batch size, made when first needed) and every row of
+it, the others' included, draws on the host by the same algorithm and seeded draws; the
+batch goes on together, at the cost of the logits' read-back for that step.
+
 Greedy decode steps overlap the host with the device (`overlap`, on by default on a paged
 session without a stepper): a step of the argmax plan is launched without waiting, and
 while its batch stays the same (no prefill, no one joining or leaving, room for one more
@@ -69,6 +75,7 @@ from poot.errors import BindError, RequestError
 from poot.models.sample_graph import mode_for, slot_values
 from poot.models.sampling import Sampler
 from poot.runtime.session import batch_for, plan_key
+from poot.serve.logits import LogitRule
 from poot.serve.metrics import QUIET
 from poot.serve.protocol import Generation, Limits
 from poot.models.text_stream import TextStream
@@ -84,14 +91,31 @@ class Event:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0             # of the prompt, read from the prefix cache
+    #: the log-probability entries of the tokens whose text this event carries (or, at
+    #: "done", of those whose text was cut), when the request asked for them
+    logprobs: tuple = ()
 
 
 class Job:
-    """One admitted or queued request and the state of its sequence."""
+    """One admitted or queued request (one choice of it) and the state of its sequence.
 
-    def __init__(self, jid: int, gen: Generation, emit: Callable[[Event], None], tokenizer):
+    Choice `index` > 0 of a request with a seed draws with seed + index, so that its n
+    choices differ and each is reproducible; it waits for the `leader`'s (choice 0's)
+    prompt before it is admitted, so that it starts with the prompt's cached blocks."""
+
+    def __init__(self, jid: int, gen: Generation, emit: Callable[[Event], None], tokenizer,
+                 index: int = 0, leader: Job | None = None):
         self.id, self.gen, self.emit = jid, gen, emit
-        self.sampler = Sampler(**gen.sampling)
+        self.index, self.leader = index, leader
+        sampling = dict(gen.sampling)
+        if index and gen.seed is not None:
+            sampling["seed"] = (gen.seed + index) % 2 ** 64
+        self.sampler = Sampler(**sampling)
+        #: the host's part of each draw, or None when the step graph draws it alone
+        self.rule = LogitRule(tokenizer, bias=gen.logit_bias, top=gen.logprobs,
+                              constraint=gen.constraint(tokenizer)) \
+            if gen.logit_bias or gen.logprobs is not None or gen.grammar else None
+        self.logprobs: list[dict] = []   # entries not yet sent with text
         self.text = TextStream(tokenizer, gen.stop)
         self.history = list(gen.prompt_ids)
         self.fed = 0                 # prompt tokens already in the KV cache
@@ -172,7 +196,7 @@ class Engine:
         self.metrics = QUIET
         self.counters = dict(steps=0, peak_batch=0, prefill_chunks=0, generated_tokens=0,
                              finished=0, cancelled=0, rejected=0, failed=0, argmax_steps=0,
-                             gc_full=0, overlapped_steps=0, prompt_tokens=0,
+                             gc_full=0, overlapped_steps=0, host_steps=0, prompt_tokens=0,
                              prefilled_tokens=0, cached_prompt_tokens=0)
         #: seconds in the loop's turns, and in the session's decode and prefill steps within
         #: them (slot arrays, the step, the read-back); the rest of a turn is the host's
@@ -292,22 +316,30 @@ class Engine:
     def submit(self, gen: Generation, emit: Callable[[Event], None]) -> Job:
         """Queue a request, or refuse it with 503 when `max_queue` requests already wait
         beyond the batch's free rows."""
+        return self.submit_choices(gen, [emit])[0]
+
+    def submit_choices(self, gen: Generation, emits: list[Callable[[Event], None]]) -> list[Job]:
+        """Queue one sequence per choice of a request (`emits[i]` hears choice i), all or
+        none, as `submit` does."""
         with self._cv:
             if self._stopping or self.broken:
                 raise RequestError(f"the server is not serving: {self.broken or 'shutting down'}",
                                    status=503, type="server_error", code="not_serving")
             free_rows = max(0, self.max_batch - len(self._active))
-            if len(self._queue) - free_rows >= self.max_queue:
+            if len(self._queue) + len(emits) - 1 - free_rows >= self.max_queue:
                 self.counters["rejected"] += 1
                 raise RequestError(f"the server is busy: {len(self._active)} requests are "
                                    f"running and {len(self._queue)} are queued (the queue "
                                    f"holds {self.max_queue}); retry later", status=503,
                                    type="server_error", code="server_busy")
-            job = Job(next(self._ids), gen, emit, self.tokenizer)
-            self.metrics.queued(job)
-            self._queue.append(job)
+            jobs: list[Job] = []
+            for i, emit in enumerate(emits):
+                jobs.append(Job(next(self._ids), gen, emit, self.tokenizer, i,
+                                jobs[0] if jobs else None))
+                self.metrics.queued(jobs[-1])
+            self._queue.extend(jobs)
             self._cv.notify()
-        return job
+        return jobs
 
     def cancel(self, job: Job) -> None:
         """The client left: the loop drops the job at its next turn (a no-op once done)."""
@@ -413,6 +445,9 @@ class Engine:
                        for j in self._active)
         while self._queue and len(self._active) < self.max_batch:
             job = self._queue[0]
+            if job.leader is not None and self.blocks.cache is not None and \
+                    job.leader in self._active and job.leader.last is None:
+                break        # a later choice waits for the prompt choice 0 is reading
             adapter = job.gen.model if job.gen.model in self.limits.adapters else None
             rows, key = self.model.adapter_rows(adapter), f"{adapter or ''}|{self.kv_key}"
             hit, idle = self.session.reusable(job.gen.prompt_ids, rows, key)
@@ -527,9 +562,19 @@ class Engine:
         """One decode step for every generating job; each row samples in the graph with
         its job's own settings, and only the token ids come back. A greedy step with
         `overlap` is launched and read at the next turn (see the module docstring)."""
+        t0 = time.perf_counter()
+        if any(j.rule is not None for j in jobs):
+            # a row's logits are wanted on the host (module logits): the step reads them
+            # back, and every row of it draws on the host
+            logits = self.session.decode_rows({j.id: j.last for j in jobs})
+            self.times["decode_step_s"] += time.perf_counter() - t0
+            self._count_step(jobs, "host")
+            self.counters["host_steps"] += 1
+            for job, row in zip(jobs, logits, strict=True):
+                self._advance(job, row)
+            return
         rows = [(j.sampler, j.history) for j in jobs]
         mode = mode_for([j.sampler for j in jobs])
-        t0 = time.perf_counter()
         if self.overlap and mode == "argmax":
             self._inflight = (jobs, self.session.decode_launch({j.id: j.last for j in jobs}))
             self.times["decode_step_s"] += time.perf_counter() - t0
@@ -545,21 +590,29 @@ class Engine:
     def _advance(self, job: Job, logits: np.ndarray | None, tok: int | None = None) -> None:
         """Sample job's next token from `logits` (unless the step already drew it), stream
         its text, and end the job where it ends."""
+        entry = None
         if tok is None:
-            tok = job.sampler.sample(logits, job.history)
+            if job.rule is None:
+                tok = job.sampler.sample(logits, job.history)
+            else:
+                z = job.rule.apply(logits)
+                tok = job.sampler.sample(z, job.history)
+                entry = job.rule.chosen(z, tok)
         job.history.append(tok)
         job.generated += 1
         self.counters["generated_tokens"] += 1
         self.metrics.token(job)
         if tok in self.tokenizer.stop_ids and not job.gen.ignore_eos:
             return self._finish(job, "stop", job.text.flush())
+        if entry is not None:
+            job.logprobs.append(entry)
         piece = job.text.push(tok)
-        if job.text.stopped:
-            return self._finish(job, "stop", piece)
+        if job.text.stopped or (job.rule is not None and job.rule.done):
+            return self._finish(job, "stop", piece + job.text.flush())
         if job.generated == job.gen.max_tokens:
             return self._finish(job, "length", piece + job.text.flush())
         if piece:
-            self._emit(job, Event("text", text=piece))
+            self._emit(job, Event("text", text=piece, logprobs=self._sent(job)))
         job.last = tok
 
     def _finish(self, job: Job, reason: str, piece: str) -> None:
@@ -568,10 +621,17 @@ class Engine:
                 self._leave(job)
         self.counters["finished"] += 1
         if piece:
-            self._emit(job, Event("text", text=piece))
+            self._emit(job, Event("text", text=piece, logprobs=self._sent(job)))
         self._emit(job, Event("done", finish_reason=reason,
                               prompt_tokens=len(job.gen.prompt_ids),
-                              completion_tokens=job.generated, cached_tokens=job.cached))
+                              completion_tokens=job.generated, cached_tokens=job.cached,
+                              logprobs=self._sent(job)))
+
+    @staticmethod
+    def _sent(job: Job) -> tuple:
+        """The job's log-probability entries not sent yet, now sent."""
+        out, job.logprobs = tuple(job.logprobs), []
+        return out
 
     def _emit(self, job: Job, event: Event) -> None:
         self._outbox.append((job, event))

@@ -1,12 +1,13 @@
 """OpenAI request bodies checked into one `Generation`, or refused with a RequestError.
 
 Fields follow the OpenAI API (chat and legacy completions); `top_k`, `repetition_penalty`
-and `ignore_eos` are accepted as extensions, as other OpenAI-compatible servers do. A field
-the server does not know, or one whose value it cannot honour (n > 1, logprobs, tools,
-frequency/presence penalties the sampler does not have), is refused by name rather than
-ignored, as OpenAI refuses an unrecognized argument; a value that changes nothing (`"n": 1`,
-`"tools": []`, `"logit_bias": {}`) is accepted. Every refusal is a RequestError (HTTP 400,
-or 404 for an unknown model), whatever JSON a field holds.
+and `ignore_eos` are accepted as extensions, as other OpenAI-compatible servers do, and
+`response_format` takes two more types, "regex" and "grammar" (Lark). A field the server
+does not know, or one whose value it cannot honour (echo, best_of > 1, frequency/presence
+penalties the sampler does not have), is refused by name rather than ignored, as OpenAI
+refuses an unrecognized argument; a value that changes nothing (`"echo": false`,
+`"tools": []`) is accepted. Every refusal is a RequestError (HTTP 400, or 404 for an
+unknown model), whatever JSON a field holds. docs/serving.md lists every field.
 
 A request that names no `max_tokens` (nor, in chat, `max_completion_tokens`) gets
 `Limits.default_max_tokens` of its endpoint: 16 for /v1/completions (OpenAI's default),
@@ -26,6 +27,10 @@ from poot.models.sampling import CANDIDATES
 #: the chat roles the template is handed ("developer" is OpenAI's newer name for system)
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 MAX_STOPS = 4
+#: the most choices (`n`) one request may ask for
+MAX_N = 16
+#: the most alternatives per token: `top_logprobs` (chat), `logprobs` (completions), as OpenAI
+MAX_TOP_LOGPROBS, MAX_COMPLETION_LOGPROBS = 20, 5
 #: the answer length of a request that names none (see the module docstring)
 DEFAULT_COMPLETION_MAX_TOKENS = 16
 DEFAULT_CHAT_MAX_TOKENS = 1024
@@ -48,11 +53,23 @@ class Generation:
     ignore_eos: bool = False
     stream: bool = False
     include_usage: bool = False
+    n: int = 1                             # choices, each its own sequence
+    logprobs: int | None = None            # alternatives per token reported (None: off)
+    logit_bias: Mapping[int, float] = field(default_factory=dict)
+    grammar: str | None = None             # llguidance's grammar the answer must match
     sampling: dict = field(init=False)
 
     def __post_init__(self):
         self.sampling = dict(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p,
                              repetition_penalty=self.repetition_penalty, seed=self.seed)
+
+    def constraint(self, tokenizer):
+        """A new matcher of `grammar` for one sequence (None without a grammar)."""
+        if self.grammar is None:
+            return None
+        from poot.serve.grammar import Constraint
+
+        return Constraint(self.grammar, tokenizer)
 
 
 @dataclass(frozen=True)
@@ -162,11 +179,72 @@ def _stream_options(v, name):
     return _bool(v.get("include_usage", False), f"{name}.include_usage")
 
 
+def _choices(v, name):
+    """n: an integer in [1, MAX_N] (a whole float too: JSON's 2.0 is 2)."""
+    return _int(1, MAX_N)(int(v) if _is_number(v) and v == int(v) else v, name)
+
+
+def _logit_bias(v, name):
+    """{"token id": bias in [-100, 100]}, the ids checked against the vocabulary later."""
+    if not isinstance(v, Mapping):
+        raise RequestError(f"{name} must be an object mapping token ids to numbers, got "
+                           f"{_shown(v)}", param=name)
+    out = {}
+    for key, bias in v.items():
+        if not (isinstance(key, str) and key.isdigit() and key.isascii()):
+            raise RequestError(f"{name} keys must be token ids, got {_shown(key)}", param=name)
+        if not _is_number(bias) or not -100 <= bias <= 100:
+            raise RequestError(f"{name}[{key!r}] must be a number in [-100, 100], got "
+                               f"{_shown(bias)}", param=name)
+        out[int(key)] = float(bias)
+    return out
+
+
+#: response_format types -> the fields each takes besides "type"
+FORMATS = {"text": set(), "json_object": set(), "json_schema": {"json_schema"},
+           "regex": {"regex"}, "grammar": {"grammar"}}
+
+
 def _response_format(v, name):
-    if v != {"type": "text"}:
-        raise RequestError(f"{name}={_shown(v)} is not supported: plain text answers only",
+    """(type, spec): the grammar is made once the tokenizer is known (`_grammar`)."""
+    kind = v.get("type") if isinstance(v, Mapping) else None
+    if kind not in FORMATS:
+        raise RequestError(f"{name}.type must be one of {sorted(FORMATS)}, got {_shown(v)}",
                            param=name)
-    return None
+    extra = set(v) - {"type"} - FORMATS[kind]
+    if extra or FORMATS[kind] - set(v):
+        raise RequestError(f"{name} of type {kind!r} takes "
+                           f"{sorted(FORMATS[kind]) or 'no other field'}, got {_shown(v)}",
+                           param=name)
+    if kind == "json_schema":
+        spec = v["json_schema"]
+        if not isinstance(spec, Mapping) or not isinstance(spec.get("schema", {}), Mapping) \
+                or set(spec) - {"name", "schema", "strict", "description"}:
+            raise RequestError(f"{name}.json_schema must be an object with name, schema, "
+                               f"strict and description, got {_shown(spec)}",
+                               param=f"{name}.json_schema")
+        return kind, spec.get("schema", {})
+    if kind in ("regex", "grammar"):
+        return kind, _string(v[kind], f"{name}.{kind}")
+    return kind, None
+
+
+def _grammar(fmt, tokenizer) -> str | None:
+    """The llguidance grammar of a checked response_format (None for plain text)."""
+    if fmt is None or fmt[0] == "text":
+        return None
+    from poot.serve import grammar
+
+    kind, spec = fmt
+    if kind == "json_object":
+        made = grammar.json_schema_grammar({"type": "object"})
+    elif kind == "json_schema":
+        made = grammar.json_schema_grammar(dict(spec))
+    elif kind == "regex":
+        made = grammar.regex_grammar(spec)
+    else:
+        made = grammar.lark_grammar(spec)
+    return grammar.checked(made, tokenizer)
 
 
 _SAMPLING = {
@@ -182,17 +260,18 @@ _SAMPLING = {
     "stream_options": _stream_options,
     "ignore_eos": _bool,
     "user": _string,
-    "n": _only({1}, "one choice per request"),
+    "n": _choices,
     "frequency_penalty": _only([0], "the sampler has repetition_penalty instead"),
     "presence_penalty": _only([0], "the sampler has repetition_penalty instead"),
-    "logit_bias": _only([{}], "no logit bias"),
-    "logprobs": _only([False], "no log probabilities"),
+    "logit_bias": _logit_bias,
 }
 _COMPLETION = {**_SAMPLING, "prompt": None, "echo": _only([False], "no echo"),
+               "logprobs": _int(0, MAX_COMPLETION_LOGPROBS),
+               "response_format": _response_format,
                "best_of": _only([1], "one choice per request"),
                "suffix": _only([], "no insertion")}
 _CHAT = {**_SAMPLING, "messages": None, "max_completion_tokens": _int(1),
-         "top_logprobs": _only([], "no log probabilities"),
+         "logprobs": _bool, "top_logprobs": _int(0, MAX_TOP_LOGPROBS),
          "response_format": _response_format,
          "tools": _only([[]], "no tool calls"),
          "tool_choice": _only(["none", "auto"], "no tool calls")}
@@ -225,6 +304,7 @@ def parse_completion(body, limits: Limits, tokenizer) -> Generation:
     f = _checked_fields(body, _COMPLETION, ("model", "prompt"))
     _check_model(f["model"], limits)
     ids = _prompt_ids(f["prompt"], tokenizer, limits.vocab)
+    f["grammar"] = _grammar(f.get("response_format"), tokenizer)
     return _generation("completion", f, ids, f.get("max_tokens"), limits)
 
 
@@ -240,6 +320,10 @@ def parse_chat(body, limits: Limits, tokenizer) -> Generation:
     except (ChatTemplateError, CheckpointError) as exc:
         raise RequestError(str(exc), param="messages") from exc
     max_tokens = f.get("max_completion_tokens") or f.get("max_tokens")
+    if f.get("top_logprobs") is not None and not f.get("logprobs"):
+        raise RequestError("top_logprobs needs logprobs set to true", param="top_logprobs")
+    f["logprobs"] = (f.get("top_logprobs") or 0) if f.get("logprobs") else None
+    f["grammar"] = _grammar(f.get("response_format"), tokenizer)
     return _generation("chat", f, ids, max_tokens, limits)
 
 
@@ -315,6 +399,11 @@ def _generation(kind: str, f: dict, ids: list[int], max_tokens, limits: Limits) 
                            f"the prompt has {n} and max_tokens asks for {max_tokens} more "
                            f"(at most {room})", param="max_tokens",
                            code="context_length_exceeded")
+    bias = f.get("logit_bias") or {}
+    outside = [t for t in bias if t >= limits.vocab]
+    if outside:
+        raise RequestError(f"logit_bias names token id {outside[0]}, outside the vocabulary "
+                           f"[0, {limits.vocab})", param="logit_bias")
     top_k = f.get("top_k")
     temperature = f.get("temperature")
     return Generation(
@@ -324,5 +413,7 @@ def _generation(kind: str, f: dict, ids: list[int], max_tokens, limits: Limits) 
         repetition_penalty=f.get("repetition_penalty") or 1.0, seed=f.get("seed"),
         stop=f.get("stop") or (), ignore_eos=bool(f.get("ignore_eos")),
         stream=bool(f.get("stream")),
-        include_usage=bool(f.get("stream") and f.get("stream_options")))
+        include_usage=bool(f.get("stream") and f.get("stream_options")),
+        n=f.get("n") or 1, logprobs=f.get("logprobs"), logit_bias=bias,
+        grammar=f.get("grammar"))
 

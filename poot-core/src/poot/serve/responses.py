@@ -23,50 +23,96 @@ def sse(obj) -> bytes:
     return f"data: {data}\n\n".encode()
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict:
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict:
+    """OpenAI's usage object; `cached_tokens`: of the prompt, read from the prefix cache."""
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+            "total_tokens": prompt_tokens + completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": cached_tokens}}
+
+
+def request_usage(ends: list) -> dict:
+    """The usage of a request from the "done" events of its choices: the prompt once (its
+    cached part as choice 0 read it), the tokens of every choice."""
+    return usage(ends[0].prompt_tokens, sum(e.completion_tokens for e in ends),
+                 ends[0].cached_tokens)
 
 
 class Shapes:
-    """The objects of one response, by endpoint (chat or completion), sharing id and time."""
+    """The objects of one response, by endpoint (chat or completion), sharing id and time.
+    `logprobs`: whether the request asked for log-probabilities (each choice then carries
+    them, in its endpoint's shape, from the engine's entries: poot.serve.logits)."""
 
-    def __init__(self, kind: str, model: str):
-        self.kind, self.model = kind, model
+    def __init__(self, kind: str, model: str, logprobs: bool = False):
+        self.kind, self.model, self.logprobs = kind, model, logprobs
         self.chat = kind == "chat"
         self.id = ("chatcmpl-" if self.chat else "cmpl-") + uuid.uuid4().hex
         self.created = int(time.time())
+        self._offsets: dict[int, int] = {}   # a completion choice's text offset so far
         # a text chunk's event is the same bytes around its text: made once, filled per piece
         mark = "\ue000"
-        head, tail = sse(self.chunk(mark)).decode().split(json.dumps(mark, ensure_ascii=False))
+        head, tail = sse(self.chunk(0, mark)).decode().split(json.dumps(mark, ensure_ascii=False))
         self._around = head, tail
 
     def _head(self, obj: str) -> dict:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
 
-    def whole(self, text: str, finish_reason: str, use: dict) -> dict:
+    def shown_logprobs(self, index: int, entries) -> dict | None:
+        """A choice's (or a chunk's) `logprobs` field for these entries."""
+        if not self.logprobs:
+            return None
         if self.chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": text},
-                      "logprobs": None, "finish_reason": finish_reason}
-            return {**self._head("chat.completion"), "choices": [choice], "usage": use}
-        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
-        return {**self._head("text_completion"), "choices": [choice], "usage": use}
+            return {"content": list(entries)}
+        at = self._offsets.get(index, 0)
+        offsets = []
+        for e in entries:
+            offsets.append(at)
+            at += len(e["token"])
+        self._offsets[index] = at
+        return {"tokens": [e["token"] for e in entries],
+                "token_logprobs": [e["logprob"] for e in entries],
+                "top_logprobs": [{t["token"]: t["logprob"] for t in e["top_logprobs"]}
+                                 for e in entries],
+                "text_offset": offsets}
 
-    def chunk(self, text: str | None, finish_reason: str | None = None,
-              first: bool = False) -> dict:
-        """A streamed piece; the chat stream's first chunk names the role."""
+    def whole(self, choices: list[dict], use: dict) -> dict:
+        """`choices`: per index, {"text", "finish_reason", "logprobs" (entries)} and for
+        chat optionally "tool_calls"."""
+        out = []
+        for i, c in enumerate(choices):
+            lp = self.shown_logprobs(i, c["logprobs"])
+            if self.chat:
+                msg = {"role": "assistant", "content": c["text"]}
+                if c.get("tool_calls"):
+                    msg = {"role": "assistant", "content": None, "tool_calls": c["tool_calls"]}
+                out.append({"index": i, "message": msg, "logprobs": lp,
+                            "finish_reason": c["finish_reason"]})
+            else:
+                out.append({"index": i, "text": c["text"], "logprobs": lp,
+                            "finish_reason": c["finish_reason"]})
+        obj = "chat.completion" if self.chat else "text_completion"
+        return {**self._head(obj), "choices": out, "usage": use}
+
+    def chunk(self, index: int, text: str | None, finish_reason: str | None = None,
+              first: bool = False, entries=(), delta: dict | None = None) -> dict:
+        """A streamed piece; the chat stream's first chunk of each choice names the role.
+        `delta` (chat): the delta itself, in place of text."""
+        lp = self.shown_logprobs(index, entries) if entries or finish_reason else None
         if self.chat:
-            delta = {"role": "assistant", "content": ""} if first else \
-                ({} if text is None else {"content": text})
-            choice = {"index": 0, "delta": delta, "logprobs": None,
+            if delta is None:
+                delta = {"role": "assistant", "content": ""} if first else \
+                    ({} if text is None else {"content": text})
+            choice = {"index": index, "delta": delta, "logprobs": lp,
                       "finish_reason": finish_reason}
             return {**self._head("chat.completion.chunk"), "choices": [choice]}
-        choice = {"index": 0, "text": text or "", "logprobs": None,
+        choice = {"index": index, "text": text or "", "logprobs": lp,
                   "finish_reason": finish_reason}
         return {**self._head("text_completion"), "choices": [choice]}
 
-    def text_event(self, text: str) -> bytes:
-        """sse(self.chunk(text)), without building and encoding the whole object again."""
+    def text_event(self, index: int, text: str, entries=()) -> bytes:
+        """sse(self.chunk(index, text)); choice 0's plain text without building and encoding
+        the whole object again."""
+        if index or entries or self.logprobs:
+            return sse(self.chunk(index, text, entries=entries))
         head, tail = self._around
         return f"{head}{json.dumps(text, ensure_ascii=False)}{tail}".encode()
 

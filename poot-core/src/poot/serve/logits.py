@@ -1,0 +1,76 @@
+"""What a request does to its sequence's logits on the host, before the sampler draws.
+
+A request with `logit_bias`, `logprobs` or a grammar (`response_format`, forced tool calls)
+needs its logits [vocab] on the host at each step: the engine runs such a step through the
+decode plan that reads the logits back (Session.decode_rows) and draws every row of it
+with poot.models.sampling's host sampler (the same algorithm and seeded draws as the step
+graph's). Per sequence, in this order:
+
+1. `logit_bias` is added to the named ids;
+2. the grammar's token mask (poot.serve.grammar) sets every id it does not allow to -inf;
+3. the sampler draws from the result (its repetition penalty and temperature included);
+4. the log-probabilities reported are log-softmax of the logits of 2, before the penalty
+   and the temperature: the model's distribution as the request constrained it.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+
+class LogitRule:
+    """One sequence's bias, grammar and log-probability report."""
+
+    def __init__(self, tokenizer, *, bias: Mapping[int, float] | None = None,
+                 constraint=None, top: int | None = None):
+        """`top`: None for no log-probabilities, else how many alternatives each token
+        reports (0: the chosen token's only)."""
+        self.tokenizer = tokenizer
+        self.bias = None
+        if bias:
+            self.bias = (np.fromiter(bias, np.int64, len(bias)),
+                         np.fromiter(bias.values(), np.float32, len(bias)))
+        self.constraint, self.top = constraint, top
+
+    def apply(self, logits: np.ndarray) -> np.ndarray:
+        """The logits the sampler sees (steps 1 and 2)."""
+        z = np.array(logits, np.float32)
+        if self.bias is not None:
+            ids, values = self.bias
+            keep = ids < z.size
+            z[ids[keep]] += values[keep]
+        if self.constraint is not None:
+            self.constraint.mask(z)
+        return z
+
+    def chosen(self, z: np.ndarray, token: int) -> dict | None:
+        """After the draw: the grammar takes the token; the token's log-probability entry
+        (OpenAI's chat shape), or None when none is asked for."""
+        if self.constraint is not None:
+            self.constraint.accept(token)
+        if self.top is None:
+            return None
+        finite = np.isfinite(z)
+        m = z[finite].max()
+        lse = m + np.log(np.exp(z[finite] - m, dtype=np.float64).sum())
+        out = self.entry(token, float(z[token] - lse))
+        if self.top:
+            k = min(self.top, int(finite.sum()))
+            best = np.argpartition(-np.where(finite, z, -np.inf), k - 1)[:k]
+            best = best[np.lexsort((best, -z[best]))]
+            out["top_logprobs"] = [self.entry(int(i), float(z[i] - lse)) for i in best]
+        else:
+            out["top_logprobs"] = []
+        return out
+
+    def entry(self, token: int, logprob: float) -> dict:
+        raw = self.tokenizer.token_bytes[token]
+        text = self.tokenizer.tokens[token] if token in self.tokenizer.special_ids else \
+            raw.decode("utf-8", errors="replace")
+        return {"token": text, "logprob": max(logprob, -9999.0), "bytes": list(raw)}
+
+    @property
+    def done(self) -> bool:
+        """The grammar is complete and allows no more tokens."""
+        return self.constraint is not None and self.constraint.done

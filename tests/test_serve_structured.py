@@ -1,0 +1,140 @@
+"""Structured outputs in `poot serve` (`response_format`: json_schema, json_object, and the
+regex extension) through the openai client, on the fuzzer's tiny Llama (random weights, a
+byte vocabulary, so the grammar alone makes its answers well formed): every answer parses
+and validates against its schema, whole, streamed and as n choices; a constrained request
+does not hold up a plain one beside it; a schema llguidance cannot use is a 400 in
+OpenAI's error shape. One server for the module."""
+from __future__ import annotations
+
+import json
+import re
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import jsonschema
+import openai
+import pytest
+from serve_process import serve
+
+sys.path.insert(0, str(Path(__file__).parent / "fuzz"))
+import seeds  # noqa: E402
+
+MODEL = "smollm2"
+ASK = [{"role": "user", "content": "describe a person"}]
+SCHEMAS = {
+    "nested": {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "maxLength": 6},
+            "age": {"type": "integer", "minimum": 0, "maximum": 120},
+            "colour": {"enum": ["red", "green", "blue"]},
+            "tags": {"type": "array", "items": {"type": "boolean"}, "maxItems": 3},
+            "home": {"type": "object",
+                     "properties": {"floor": {"type": "integer", "minimum": -2,
+                                              "maximum": 9},
+                                    "lit": {"type": "boolean"}},
+                     "required": ["floor", "lit"], "additionalProperties": False},
+        },
+        "required": ["name", "age", "colour", "tags", "home"],
+        "additionalProperties": False,
+    },
+    "array of enums": {"type": "array", "items": {"enum": ["a", "bb", 3, None]},
+                       "minItems": 1, "maxItems": 4},
+    "numbers": {"type": "object", "properties": {
+        "ratio": {"type": "number", "minimum": 0, "maximum": 1},
+        "count": {"type": "integer", "minimum": 10, "maximum": 99}},
+        "required": ["ratio", "count"], "additionalProperties": False},
+}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    kvs = seeds.set_kv(seeds.llama_kvs(), "llama.context_length", seeds.U32, 256)
+    tiny = seeds.tiny_llama_gguf(tmp_path_factory.mktemp("tiny") / "tiny.gguf", kvs)
+    with serve(tiny, "--max-batch", "4", "--max-seq", "256") as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server.base, api_key="unused", max_retries=0, timeout=120)
+
+
+def schema_format(schema: dict) -> dict:
+    return {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema,
+                                                   "strict": True}}
+
+
+@pytest.mark.parametrize("name", list(SCHEMAS))
+def test_answers_validate_against_their_schema(client, name):
+    schema = SCHEMAS[name]
+    got = client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=200,
+                                         temperature=1.0, seed=5, n=2,
+                                         response_format=schema_format(schema))
+    for choice in got.choices:
+        assert choice.finish_reason == "stop", choice.message.content
+        jsonschema.validate(json.loads(choice.message.content), schema)
+    chunks = list(client.chat.completions.create(
+        model=MODEL, messages=ASK, max_tokens=200, temperature=1.0, seed=9, stream=True,
+        response_format=schema_format(schema)))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks)
+    jsonschema.validate(json.loads(text), schema)
+
+
+def test_json_object_mode_answers_an_object(client):
+    # the bias makes this random model close its strings and objects soon
+    closers = {str(seeds.byte_vocab()[0].index(ch)): 6 for ch in '"}'}
+    for seed in range(3):
+        got = client.chat.completions.create(
+            model=MODEL, messages=ASK, max_tokens=200, temperature=1.0, seed=seed,
+            logit_bias=closers, response_format={"type": "json_object"})
+        assert isinstance(json.loads(got.choices[0].message.content), dict)
+
+
+def test_regex_extension_and_completions_endpoint(client):
+    got = client.completions.create(model=MODEL, prompt="code:", max_tokens=20,
+                                    temperature=1.0, seed=1, extra_body={
+                                        "response_format": {"type": "regex",
+                                                            "regex": "[0-9]{3}-[a-z]{2}"}})
+    assert re.fullmatch("[0-9]{3}-[a-z]{2}", got.choices[0].text)
+    assert got.choices[0].finish_reason == "stop"
+
+
+def test_a_constrained_request_does_not_hold_up_a_plain_one(server, client):
+    def constrained(seed):
+        return client.chat.completions.create(
+            model=MODEL, messages=ASK, max_tokens=200, temperature=1.0, seed=seed,
+            response_format=schema_format(SCHEMAS["numbers"])).choices[0].message.content
+
+    def plain():
+        return client.completions.create(model=MODEL, prompt="abc", max_tokens=30,
+                                         temperature=0, extra_body={"ignore_eos": True})
+
+    with ThreadPoolExecutor(3) as pool:
+        jobs = [pool.submit(constrained, s) for s in (1, 2)] + [pool.submit(plain)]
+        answers = [j.result() for j in jobs]
+    for text in answers[:2]:
+        jsonschema.validate(json.loads(text), SCHEMAS["numbers"])
+    assert answers[2].usage.completion_tokens == 30
+    assert answers[2].choices[0].text == plain().choices[0].text
+    stats = server.wait_idle()
+    assert stats["failed"] == 0 and stats["free_blocks"] == stats["pool_blocks"]
+
+
+@pytest.mark.parametrize("fmt", [
+    schema_format({"type": "object", "properties": {"a": {"type": "nonsense"}}}),
+    schema_format({"type": "string", "pattern": "("}),
+    {"type": "json_schema", "json_schema": {"name": "x", "schema": [1]}},
+    {"type": "regex", "regex": "(unclosed"},
+    {"type": "grammar", "grammar": "start: nothing_defined"},
+    {"type": "xml"},
+    {"type": "json_object", "schema": {}},
+])
+def test_a_schema_llguidance_cannot_use_is_a_400(client, fmt):
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=5,
+                                       response_format=fmt)
+    body = err.value.body
+    assert body["type"] == "invalid_request_error" and body["message"]
+    assert body["param"].startswith("response_format")
