@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from poot.codegen.cases import scan_rotate, silu_mul
+from poot.conformance.domains import UNARY as UNARY_DOMAIN
 from poot.conformance.inputs import Arg, nan_payload
 from poot.conformance.roles import input_role
 from poot.dtypes import DType
@@ -101,8 +102,6 @@ def T(shape, dtype) -> TensorType:
 
 
 # -- elementwise ---------------------------------------------------------------------------
-UNARY_DOMAIN = {O.UnaryOp.Log: "positive", O.UnaryOp.Sqrt: "positive", O.UnaryOp.Recip: "away",
-                O.UnaryOp.Exp: "small", O.UnaryOp.Not: "words", O.UnaryOp.Clz: "words"}
 UNARY_GROWTH = {O.UnaryOp.Neg: "basic", O.UnaryOp.Sqrt: "div", O.UnaryOp.Recip: "div"}
 BINARY_GROWTH = {O.BinaryOp.Div: "div"}
 #: IEEE defines these results exactly (round to nearest even); f32 holds every product and

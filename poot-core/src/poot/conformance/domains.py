@@ -10,6 +10,8 @@ from __future__ import annotations
 from poot.ir import ops as O
 from poot.ir.types import TensorType
 
+#: each Unary sub-op's input domain where it needs one (the catalog's cases and those
+#: exported from a model's graph; "special", or "any" for an exported eqn, otherwise)
 UNARY = {O.UnaryOp.Log: "positive", O.UnaryOp.Sqrt: "positive", O.UnaryOp.Recip: "away",
          O.UnaryOp.Exp: "small", O.UnaryOp.Not: "words", O.UnaryOp.Clz: "words"}
 PACKED = (O.PackedDequant, O.PackedContraction, O.PackedRowGather, O.IndexedPackedContraction,
