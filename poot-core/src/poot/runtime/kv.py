@@ -44,6 +44,13 @@ class DenseCache:
     def reset(self) -> None:
         self.length = 0
 
+    def rollback(self, n: int) -> None:
+        """Drop the last `n` positions: the next step writes over their rows."""
+        if not 0 <= n <= self.length:
+            raise CapacityError(f"dense KV cache holds {self.length} positions; {n} cannot "
+                                f"be dropped")
+        self.length -= n
+
 
 @dataclass
 class _Sequence:
@@ -192,6 +199,23 @@ class BlockAllocator:
             s.slots[start: start + n] = self._slots(s, np.arange(start, start + n))
         s.length = start + n
         return s.slots[start: start + n]      # claimed slots never change while it is open
+
+    def rollback(self, seq, n: int) -> None:
+        """Drop the last `n` positions of `seq` (tokens a step wrote and the caller
+        rejected: speculative decoding's verification). Blocks left empty go back to the
+        pool; the rows of the kept positions stay as written. Positions in blocks the
+        prefix cache registered cannot be dropped: seal only after a step's rows are kept."""
+        s = self._seq(seq)
+        if not 0 <= n <= s.length - len(s.digests) * self.block:
+            raise CapacityError(f"sequence {seq!r} holds {s.length} positions, "
+                                f"{len(s.digests) * self.block} of them in cached blocks; "
+                                f"{n} cannot be dropped")
+        s.length -= n
+        keep = -(-s.length // self.block)
+        self.free_blocks.extend(reversed(s.blocks[keep:]))
+        del s.blocks[keep:]
+        if self.cache is not None:
+            del s.ids[s.length:]
 
     def blocks_needed(self, counts: Mapping) -> int:
         """Blocks the pool must hand out for these new tokens (sequence -> count)."""

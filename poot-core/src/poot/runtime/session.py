@@ -26,6 +26,10 @@ A decode step that samples in the graph (`make_sampled(batch, mode)`) takes the 
 slots besides these; their owner is the model's sampler, not the session: each step's
 values come from the caller (`draws`), and those of padding rows from `padding_draws`.
 An "argmax" step samples greedily and takes no sampler slot.
+Speculative decoding scores several proposed tokens of one sequence in one step (`verify`,
+through a plan of `make_scoring(tokens, batch)`, whose head runs on every token: the
+prefill step with logits for all rows) and drops the positions of the rejected ones
+(`rollback`: the dense length, or the paged sequence's last blocks).
 Dense KV holds one sequence; paged KV holds as many as its pool has blocks for. With the
 allocator's prefix cache on (`blocks.use_prefix_cache`), `reuse` starts a paged sequence
 with the cached blocks of its prompt, and each paged step registers the full blocks it
@@ -49,6 +53,8 @@ from poot.runtime.weights import WeightCache
 
 #: the slot of a step whose head runs on each sequence's last real token only
 LAST = "last"
+#: the plan variant (Session.executor's `sample`) whose head runs on every token
+SCORE = "score"
 
 
 def batch_for(batches: Sequence[int], n: int) -> int:
@@ -69,7 +75,8 @@ class Session:
                  compile: bool = True, decode_batches: Sequence[int] = (),
                  prefill_batches: Sequence[int] = (), runtime=None,
                  make_sampled: Callable[[int, str], object] | None = None,
-                 padding_draws: Callable[[int, str], Mapping] | None = None):
+                 padding_draws: Callable[[int, str], Mapping] | None = None,
+                 make_scoring: Callable[[int, int], object] | None = None):
         if kv not in ("dense", "paged"):
             raise BindError(f"kv must be 'dense' or 'paged', not {kv!r}")
         if kv == "dense" and batch != 1:
@@ -81,6 +88,9 @@ class Session:
         #: `padding_draws(batch, mode)`: the sampler slots of a sampled step of `batch`
         #: padding rows (poot.models.sample_graph.slot_values([], batch, mode))
         self.padding_draws = padding_draws
+        #: `make_scoring(tokens, batch)`: a step whose head runs on every token, logits
+        #: [B*T, vocab] (None: make_graph's steps already do)
+        self.make_scoring = make_scoring
         self.compile = compile
         self.capacity, self.batch, self.prefill_tokens = capacity, batch, prefill_tokens
         if any(not 0 < b <= batch for b in (*decode_batches, *prefill_batches)):
@@ -117,13 +127,16 @@ class Session:
     # -- plans ----------------------------------------------------------------------
     def executor(self, tokens: int, batch: int, sample: str | None = None) -> Executor:
         """The executor of the (tokens, batch) plan, planned and bound on first use; with
-        `sample` ("argmax" or "full"), of the decode plan that samples in the graph."""
+        `sample` ("argmax" or "full"), of the decode plan that samples in the graph; with
+        SCORE, of the step whose head runs on every token (make_scoring)."""
         key = plan_key(tokens, batch, sample)
         ex = self.executors.get(key)
         if ex is None:
             t0 = time.perf_counter()
             if sample is None:
                 made = self.make_graph(tokens, batch)
+            elif sample == SCORE:
+                made = (self.make_scoring or self.make_graph)(tokens, batch)
             elif self.make_sampled is None or tokens != 1:
                 raise BindError(f"this session samples on the host: it has no {tokens}-token "
                                 f"step that samples in the graph")
@@ -257,6 +270,43 @@ class Session:
             return out.result[:1]
         return self._paged_step({s: [tok] for s, tok in tokens.items()}, 1,
                                 self.decode_batches, sample, draws)
+
+    def verify(self, seq, tokens, width: int) -> np.ndarray:
+        """Feed 1 to `width` tokens to an open sequence in one step of the (width, 1)
+        scoring plan (padded); returns the logits after each of them [len(tokens), vocab].
+        The positions stay claimed until `rollback` drops the rejected ones; a paged step
+        registers no block with the prefix cache before then."""
+        tokens = np.asarray(tokens, np.int64).reshape(-1)
+        n = len(tokens)
+        if not 0 < n <= width or self.length(seq) + width > self.capacity:
+            raise CapacityError(f"sequence {seq!r} at {self.length(seq)} of {self.capacity} "
+                                f"positions cannot take {n} tokens in a step of {width}")
+        if self.kv == "paged":
+            self._check_room({seq: n})
+            ex, slots, real, row_seqs = self._paged_slots({seq: tokens}, width, [1], SCORE,
+                                                          None)
+            return self._run(ex, slots, row_seqs, real).result[:n]
+        self._dense_check(seq)
+        ex = self.executor(width, 1, SCORE)
+        if "end" in ex.slots:
+            raise BindError("a dense KV cache with sliding-window layers writes a ring, "
+                            "whose overwritten rows a rejected token cannot give back; use "
+                            "kv='paged' to verify proposed tokens")
+        toks = np.zeros(width, np.int32)
+        toks[:n] = tokens
+        out = self._run(ex, _dense_slots(ex, toks, self.dense.reserve(n), n), [seq],
+                        np.arange(width) < n)
+        return out.result[:n]
+
+    def rollback(self, seq, n: int) -> None:
+        """Drop the last `n` positions of an open sequence (rejected tokens `verify` fed);
+        the paged sequence then registers its full blocks with the prefix cache."""
+        if self.kv == "dense":
+            self._dense_check(seq)
+            self.dense.rollback(n)
+            return
+        self.blocks.rollback(seq, n)
+        self.blocks.seal(seq)
 
     def prefill_rows(self, chunks: Mapping, tokens: int | None = None) -> np.ndarray:
         """One prefill chunk (1 to `tokens` tokens, default prefill_tokens) for each given
