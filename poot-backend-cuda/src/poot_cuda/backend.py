@@ -48,6 +48,24 @@ class CudaBackend(SimtBackend):
         info = self._info(device)
         return kernel_features(info["major"], info["minor"], info["arch"])
 
+    def program_for(self, op, operands, out, device: Device):
+        """Q8PackedContraction, which the table declares as the backend's own
+        (poot_cuda.q8); every other op through poot.codegen.lower."""
+        from poot.errors import LoweringError
+        from poot.ir.ops import Q8PackedContraction
+
+        if not isinstance(op, Q8PackedContraction):
+            return None
+        from poot_cuda.q8 import q8_program
+
+        try:
+            program = q8_program(op, operands, out, self.features(device),
+                                 self.schedule(device))
+        except LoweringError as exc:
+            table = self.capabilities(device)
+            raise exc.on(table.backend, table.device) from None
+        return self.build(program, device)
+
     def printer(self, device: Device) -> CudaPrinter:
         return CudaPrinter(self._info(device)["arch"])
 

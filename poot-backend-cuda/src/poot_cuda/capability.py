@@ -57,5 +57,10 @@ def table(device: str, major: int, minor: int, formats) -> CapabilityTable:
     # GatedContraction's decode GEMV (lower.dot) is measured here. The other offered
     # fusions (NormedPackedContraction, NormedDenseContraction, ContractionPrologue)
     # made their GEMVs slower than the norm's or the SwiGLU's own small kernel at the 8B
-    # shape (docs/performance.md), so compile keeps those
-    return kernel_table("cuda", device, dtypes, formats, elect=("GatedContraction",))
+    # shape (docs/performance.md), so compile keeps those. The contraction of int8 rows
+    # is the backend's own (poot_cuda.q8: the integer GEMV over QuantizeI8's codes)
+    from poot_cuda.q8 import q8_formats
+
+    own = {"Q8PackedContraction": q8_formats(formats)}
+    return kernel_table("cuda", device, dtypes, formats, elect=("GatedContraction",),
+                        own=own)

@@ -40,6 +40,7 @@ from poot.ir.ops import (
     PackedContraction,
     PackedDequant,
     PackedRowGather,
+    Q8PackedContraction,
 )
 
 F32, U32 = DType.F32, DType.U32
@@ -161,6 +162,17 @@ def grouped_problem(sig: Sig, epilogue) -> Problem:
 def packed_problem(sig: Sig, epilogue) -> Problem:
     k = sig.type(0).shape[-1]
     return _packed(sig, epilogue, 1, Rows("in0", k))
+
+
+def q8_problem(sig: Sig, epilogue) -> Problem:
+    """Q8PackedContraction: PackedContraction's problem over int8 rows (`Problem.q8`).
+    Registered as a contraction head only (a ContractionEpilogue's or GatedContraction's);
+    the op alone is a backend's own lowering where its table declares it
+    (`KernelBackend.program_for`, e.g. poot_cuda.q8)."""
+    return replace(packed_problem(sig, epilogue), q8=True)
+
+
+PROBLEMS[Q8PackedContraction] = q8_problem
 
 
 @problem_for(NormedPackedContraction)

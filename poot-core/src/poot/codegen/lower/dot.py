@@ -18,6 +18,11 @@ target declares, each in a module of its own and tuned by the target's `DotSched
   the warpgroup GEMM such operands are instead written once as bf16 planes that it
   multiplies (`planes`), from 64 rows.
 
+Int8 rows (`Problem.q8`, Q8PackedContraction) take the integer GEMV, which quantizes
+them by the composite's rule; where it does not apply (many rows, a target without DOT2,
+a format without integer runs) a kernel first writes the rows rounded so (`_q8_apart`),
+and the contraction of those rows takes any schedule above.
+
 A gated contraction (`Problem.pair`) joins its column pairs in the GEMV's workgroup
 (`gemv`); where the GEMV does not apply, the contraction writes [M, N] and a kernel joins
 the pairs (`_pair_apart`). A row norm (`Problem.row_norm`) rides in the GEMV where one
@@ -30,17 +35,18 @@ from dataclasses import replace
 
 from poot.codegen import index as ix
 from poot.codegen.builder import KernelBuilder
-from poot.codegen.expr import Load, i32
+from poot.codegen.expr import Load, f32, i32, maximum
 from poot.codegen.lower import mma, planes, wgmma
 from poot.codegen.lower.gemm import gemm_kernel
 from poot.codegen.lower.gemv import gemv_kernel, gemv_slots, words
 from poot.codegen.lower.int_gemv import int_parts, int_plan, k_parts
 from poot.codegen.lower.problem import Problem, Rows
+from poot.codegen.lower.quantize import quantize_i8
 from poot.codegen.lower.schedule import GEMV_MAX_ROWS, DotSchedule
 from poot.codegen.program import SCRATCH, Access, BufferParam, KernelProgram, local_index
 from poot.codegen.target import WIDE_LOADS
 from poot.dtypes import DType
-from poot.ir.ops import ReduceOp
+from poot.ir.ops import Q8_BLOCK, Q8_MAX, ReduceOp
 
 #: threads a workgroup of the small kernels beside a contraction (the parts' sum, the
 #: pairs' join): one thread per output
@@ -77,6 +83,8 @@ def contraction_program(p: Problem, sig, declare: Callable[[KernelBuilder], None
     `declare` declares a kernel's buffers, `inputs` only those it reads (default: the
     eqn's operands). The schedules are tuned by `sig.dot_schedule`."""
     s = sig.dot_schedule
+    if p.q8 and not _q8_inside(p, sig.features, s):
+        return _q8_apart(p, sig, declare)
     parts = int_parts(p, sig.features, s)
     if p.pair is not None and (parts > 1 or p.row_norm is not None or p.batch != 1
                                or p.w_per_row or p.m > GEMV_MAX_ROWS
@@ -142,6 +150,49 @@ def _pair_apart(p: Problem, sig, declare, inputs) -> KernelProgram:
         p.pair(kb, row, i, kb.let("lo", Load(both.name, at, p.acc)),
                kb.let("hi", Load(both.name, ix.add(at, half), p.acc)))
     return KernelProgram((*first.kernels, kb.finish()), scratch=(*first.scratch, both))
+
+
+def _q8_inside(p: Problem, features, s: DotSchedule) -> bool:
+    """Whether the integer GEMV computes `p` (and so quantizes its rows itself)."""
+    return (p.m <= GEMV_MAX_ROWS and not p.w_per_row and p.batch == 1
+            and p.row_norm is None and int_plan(p, p.m, features, s) is not None)
+
+
+def _q8_apart(p: Problem, sig, declare) -> KernelProgram:
+    """A thread per block of 32 of a row writes the block as the contraction reads it,
+    q8_round's f32(QuantizeI8(x, d)) * d with d = max|x| / 127 (op for op, so the values
+    are the oracle's), to scratch [M, K]; then `p`'s contraction of those rows."""
+    count, blocks = p.m * p.k, p.m * p.k // Q8_BLOCK
+    rounded = BufferParam("q8_rows", DType.F32, Access.READ_WRITE, count, SCRATCH)
+    grid, flat = ix.launch_1d(blocks, THREADS)
+    kb = sig.builder(grid, (THREADS,), "_q8")
+    sig.declare_input(kb, 0)
+    kb.buffer(rounded.name, DType.F32, Access.WRITE, count, SCRATCH)
+    i = kb.let("i", flat)
+    with kb.if_(ix.lt(i, i32(blocks))):
+        per_row = p.k // Q8_BLOCK
+        m, k0 = kb.let("m", ix.div(i, per_row)), kb.let("k0", ix.mul(ix.mod(i, per_row),
+                                                                       Q8_BLOCK))
+        xs = [kb.let("x", p.a(i32(0), m, ix.add(k0, j))) for j in range(Q8_BLOCK)]
+        amax = maximum(xs[0], -xs[0])
+        for x in xs[1:]:
+            amax = maximum(amax, maximum(x, -x))
+        d = kb.let("d", amax / f32(float(Q8_MAX)))
+        at = kb.let("at", ix.add(ix.mul(m, p.k), k0))
+        for j, x in enumerate(xs):
+            kb.store(rounded.name, ix.add(at, j),
+                     quantize_i8(x, d, kb.let).cast(DType.F32) * d)
+    first = kb.finish()
+
+    def reading(declared):
+        def declare_with(kb):
+            declared(kb)
+            kb.buffer(rounded.name, DType.F32, Access.READ, count, SCRATCH)
+        return declare_with
+    rest = contraction_program(
+        replace(p, q8=False, a=Rows(rounded.name, p.k)),
+        sig, reading(declare), reading(lambda kb: sig.declare_inputs(kb, p.views)))
+    return KernelProgram((first, *rest.kernels), scratch=(rounded, *rest.scratch))
 
 
 def _norm_inside(p: Problem, features, s: DotSchedule) -> bool:

@@ -33,6 +33,7 @@ from poot.codegen.lower.schedule import LANES, DotSchedule
 from poot.codegen.program import local_index
 from poot.codegen.target import REDUCE_SCATTER, WIDE_LOADS
 from poot.dtypes import DType
+from poot.errors import UnsupportedOp
 from poot.ir.ops import ReduceOp
 
 
@@ -66,6 +67,9 @@ def gemv_kernel(p: Problem, kb_factory, declare, features: frozenset, s: DotSche
     columns = p.batch * p.n * (p.m if p.w_per_row else 1)
     scatter = many_rows and REDUCE_SCATTER in features
     plan, split = _plan(p, many_rows, features, s)
+    if p.q8 and not plan.integer:     # dot.contraction_program rounds such rows first
+        raise UnsupportedOp("int8 rows reach the GEMV only where it quantizes them (the "
+                            "integer GEMV)", op="Q8PackedContraction")
     width = plan.width                          # columns per group
     tile = min(plan.rows or rows, rows)         # rows per group
     chunks = -(-rows // tile)                   # groups sharing one set of columns

@@ -13,6 +13,11 @@ computes (an 8B down projection, K = 14336) or the grid has few workgroups (its 
 projections), K splits into parts (`int_parts`): a first kernel's workgroups each take
 one part of K for their columns and store partial sums to scratch; a second adds the
 parts and applies the store (and epilogue; `dot.contraction_program`).
+
+A problem of int8 rows (`Problem.q8`, Q8PackedContraction) quantizes each block by the
+composite's own rule instead (d = max|x| / 127, QuantizeI8's codes, held in the same
+int16 slots), so the integer sums are those of its definition exactly; the block's sum
+that meets the weight's offset is then d * sum_q, the sum of the rounded activations.
 """
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ from dataclasses import replace
 from poot.codegen import index as ix
 from poot.codegen.expr import Dot2, Expr, Sel, f32, ge, i32, maximum, u32
 from poot.codegen.lower.problem import Problem
+from poot.codegen.lower.quantize import quantize_i8
 from poot.codegen.lower.runs import (
     RunPlan,
     pitch,
@@ -34,7 +40,7 @@ from poot.codegen.lower.schedule import GEMV_MAX_ROWS, LANES, DotSchedule
 from poot.codegen.program import local_index
 from poot.codegen.target import DOT2, WIDE_LOADS
 from poot.dtypes import DType
-from poot.ir.ops import ReduceOp
+from poot.ir.ops import Q8_MAX, ReduceOp
 
 INT_BLOCK = 32       # activations per int16 scale (the integer groups' length)
 INT_PAD = 32         # quantized activation words per pad word (lanes a run apart: no conflict)
@@ -169,7 +175,8 @@ def gemv_int(kb, p: Problem, plan: RunPlan, lane, b, ns, ms, accs, s: DotSchedul
                           for i in range(INT_BLOCK // 2)]
                     at_blk = ix.add(blk, j * (p.k // INT_BLOCK))
                     dx, sq = kb.let("dx", act[1][at_blk]), kb.let("sq", act[2][at_blk])
-                    sx = kb.let("sx", act[3][at_blk]) if sums else None
+                    sx = None if not sums else kb.let(
+                        "sx", dx * sq.cast(DType.F32) if p.q8 else act[3][at_blk])
                     for t, column in enumerate(accs):
                         quads, scale, offset, c = groups[t * len(slots) + u][gi]
                         dot = i32(0)
@@ -223,13 +230,14 @@ def _quantize_rows(kb, p: Problem, b, ms, threads: int, sums: bool):
     x * g, and each thread also sums its elements' x^2 (a clamped chunk's not), which
     the workgroup adds up per row. Returns the arrays (pair words, dx per block, integer
     sum per block, f32 sum per block if `sums`), and each row's sqrt(sum x^2 / K + eps)
-    (None without a row norm)."""
+    (None without a row norm). Int8 rows (`p.q8`) keep QuantizeI8's codes and scales and
+    no f32 sums (`gemv_int` takes d * sum_q)."""
     blocks, width = p.k // INT_BLOCK, INT_BLOCK // INT_EACH
     row = _row_words(p.k)
     qa = kb.shared("act_q", DType.U32, len(ms) * row)
     qd = kb.shared("act_d", DType.F32, len(ms) * blocks)
     qn = kb.shared("act_n", DType.I32, len(ms) * blocks)
-    qx = kb.shared("act_x", DType.F32, len(ms) * blocks) if sums else None
+    qx = kb.shared("act_x", DType.F32, len(ms) * blocks) if sums and not p.q8 else None
     li = local_index()
     trips = -(-p.k // (threads * INT_EACH))
     chunks = [kb.let("qc", ix.add(li, threads * t)) for t in range(trips)]
@@ -253,14 +261,19 @@ def _quantize_rows(kb, p: Problem, b, ms, threads: int, sums: bool):
             for mag in mags[1:]:
                 top = maximum(top, mag)
             amax = kb.let("amax", kb.reduce("amax", ReduceOp.Max, top, width).bitcast(DType.F32))
-            inv = kb.let("inv", Sel(ge(f32(0.0), amax), f32(0.0), f32(32767.0) / amax))
-            qs = [kb.let("q", (x * inv + f32(MAGIC)).bitcast(DType.I32) - i32(MAGIC_BITS))
-                  for x in vals]
+            if p.q8:
+                scale = kb.let("d", amax / f32(float(Q8_MAX)))
+                qs = [kb.let("q", quantize_i8(x, scale, kb.let).cast(DType.I32)) for x in vals]
+            else:
+                scale = amax * f32(1.0 / 32767.0)
+                inv = kb.let("inv", Sel(ge(f32(0.0), amax), f32(0.0), f32(32767.0) / amax))
+                qs = [kb.let("q", (x * inv + f32(MAGIC)).bitcast(DType.I32) - i32(MAGIC_BITS))
+                      for x in vals]
             total = qs[0]
             for q in qs[1:]:
                 total = total + q
             sq = kb.reduce("sq", ReduceOp.Sum, total, width)
-            if sums:
+            if qx is not None:
                 xsum = vals[0]
                 for x in vals[1:]:
                     xsum = xsum + x
@@ -274,9 +287,9 @@ def _quantize_rows(kb, p: Problem, b, ms, threads: int, sums: bool):
                     kb.store(qa, ix.add(at, i), word)
                 with kb.if_(ix.eq(ix.mod(c, width), i32(0))):
                     blk = ix.add(ix.div(c, width), j * blocks)
-                    kb.store(qd, blk, amax * f32(1.0 / 32767.0))
+                    kb.store(qd, blk, scale)
                     kb.store(qn, blk, sq)
-                    if sums:
+                    if qx is not None:
                         kb.store(qx, blk, sx)
     dens = None if norm is None else [
         kb.let("den", norm.den(kb.reduce("ss", ReduceOp.Sum, part), p.k)) for part in parts]

@@ -18,17 +18,20 @@ from poot.ir.ops import Q8_MAX, QuantizeI8
 F32, I32, I8 = DType.F32, DType.I32, DType.I8
 
 
-def quantize_i8(x: Expr, d: Expr) -> Expr:
-    """The I8 code of F32 `x` for the F32 scale `d` (QuantizeI8's rule)."""
+def quantize_i8(x: Expr, d: Expr, let=None) -> Expr:
+    """The I8 code of F32 `x` for the F32 scale `d` (QuantizeI8's rule); `let(name,
+    expr)` binds the values read several times (a KernelBuilder's `let`; without it the
+    expression repeats them)."""
+    let = let or (lambda _, e: e)
     zero, one = f32(0.0), i32(1)
     is_zero = ge(d, zero) * ge(zero, d)
     inv = Sel(is_zero, zero, f32(1.0) / d)
-    y = x * inv
-    y = Sel(ge(y, y), y, zero)                               # NaN: 0
-    y = Sel(ge(y, f32(Q8_MAX)), f32(Q8_MAX), y)
-    y = Sel(ge(f32(-Q8_MAX), y), f32(-Q8_MAX), y)
-    t = y.cast(I32)                                          # toward zero
-    f = y - t.cast(F32)                                      # exact, in (-1, 1)
+    y = let("qy", x * inv)
+    y = let("qy", Sel(ge(y, y), y, zero))                    # NaN: 0
+    y = let("qy", Sel(ge(y, f32(Q8_MAX)), f32(Q8_MAX), y))
+    y = let("qy", Sel(ge(f32(-Q8_MAX), y), f32(-Q8_MAX), y))
+    t = let("qt", y.cast(I32))                               # toward zero
+    f = let("qf", y - t.cast(F32))                           # exact, in (-1, 1)
     odd = t & one
     half = f32(0.5)
     up = (one - ge(half, f)) + ge(f, half) * ge(half, f) * odd       # f > 1/2, or = 1/2
