@@ -18,16 +18,19 @@ printed (poot_vulkan.glsl).
 from __future__ import annotations
 
 from poot.capability import CapabilityTable, Use
-from poot.codegen.coverage import BYTE_FLOATS, NARROW_INTS, device_uses, kernel_table
+from poot.codegen.coverage import (
+    BYTE_FLOATS,
+    NARROW_INTS,
+    SPIRV_NO_SELECT,
+    device_uses,
+    kernel_table,
+)
 from poot.dtypes import DType
 
 from poot_vulkan.device import BACKEND, DeviceFacts
 from poot_vulkan.glsl import supported_dtypes
 
 D = DType
-#: the IR specification's rule for SPIR-V targets
-SPIRV_SELECT = {d: f"Select on {d.name} is not lowered on SPIR-V targets (the IR spec's rule)"
-                for d in (D.F16, D.BF16)}
 
 NOTES = {
     "bf16": "storage and conversion only: uint16_t bits, exact widening to f32, round-to-"
@@ -65,5 +68,5 @@ def capability_table(facts: DeviceFacts, device_id: str,
               "max_shared_bytes": facts.limit("maxComputeSharedMemorySize"),
               "max_workgroup_invocations": facts.limit("maxComputeWorkGroupInvocations"),
               "subgroup_size": facts.subgroup_size}
-    return kernel_table(BACKEND, device_id, uses, formats, refuse={"Select": SPIRV_SELECT},
+    return kernel_table(BACKEND, device_id, uses, formats, refuse={"Select": SPIRV_NO_SELECT},
                         limits=limits, notes=notes)
