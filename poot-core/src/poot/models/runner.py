@@ -28,6 +28,15 @@ class Stats:
     #: "stop" (an end-of-sequence token or a stop string), "length" (max_tokens), or
     #: "context" (the KV capacity, max_seq, was full before max_tokens); None while running
     finish_reason: str | None = None
+    #: speculative decoding: tokens proposed, accepted, and the verification steps
+    proposed: int = 0
+    accepted: int = 0
+    verified: int = 0
+
+    @property
+    def acceptance(self) -> float:
+        """The share of proposed tokens the target accepted (0 with none proposed)."""
+        return self.accepted / self.proposed if self.proposed else 0.0
 
     @property
     def prefill_tps(self) -> float:
@@ -38,8 +47,16 @@ class Stats:
         return self.generated_tokens / self.decode_seconds if self.decode_seconds else 0.0
 
     def __str__(self) -> str:
-        return (f"prefill {self.prompt_tokens} tokens at {self.prefill_tps:.1f} tok/s, "
-                f"decode {self.generated_tokens} tokens at {self.decode_tps:.1f} tok/s")
+        out = (f"prefill {self.prompt_tokens} tokens at {self.prefill_tps:.1f} tok/s, "
+               f"decode {self.generated_tokens} tokens at {self.decode_tps:.1f} tok/s")
+        return out + (f", {self.speculation}" if self.verified else "")
+
+    @property
+    def speculation(self) -> str:
+        """Acceptance over the verification steps, for a stats line."""
+        per = (self.accepted + self.verified) / self.verified if self.verified else 0.0
+        return (f"speculation: {self.accepted}/{self.proposed} proposed tokens accepted "
+                f"({100 * self.acceptance:.0f}%), {per:.2f} tokens per verification step")
 
 
 class BindingBar:
@@ -97,6 +114,8 @@ class Model:
         self.stats = Stats()
         self.progress = progress
         self._sessions: dict[tuple[str, int], object] = {}
+        #: proposers of speculative decoding by their spec (a draft model loads once)
+        self._proposers: dict[str, object] = {}
         #: eqns of each step graph made, by (tokens, batch, sampling mode), for progress
         self._eqns: dict[tuple, int] = {}
         self.adapters = self.expert_pool = None
@@ -166,7 +185,7 @@ class Model:
         paged pool's size in token slots (default: room for `batch` whole sequences);
         `decode_batches` and `prefill_batches` add plans of these batch sizes."""
         from poot.models.sample_graph import slot_values
-        from poot.runtime.session import Session
+        from poot.runtime.session import SCORE, Session
 
         kv = kv or self.kv
         pool = pool or self.config.max_seq * batch
@@ -179,7 +198,8 @@ class Model:
                 decode_batches=decode_batches, prefill_batches=prefill_batches,
                 runtime=None if self.tp is None else self.tp.runtime,
                 make_sampled=lambda b, mode: self._timed_graph(1, b, kv, pool, mode),
-                padding_draws=lambda b, mode: slot_values([], b, mode))
+                padding_draws=lambda b, mode: slot_values([], b, mode),
+                make_scoring=lambda t, b: self._timed_graph(t, b, kv, pool, SCORE))
             if self.progress:
                 session.progress = BindingBar()
                 session.planned = self._planned
@@ -219,12 +239,65 @@ class Model:
 
         return {SLOT: self.adapters.lookup(adapter)}
 
-    def prepare(self, session, prompt_tokens: int, sample: str | None = None) -> None:
+    def prepare(self, session, prompt_tokens: int, sample: str | None = None,
+                speculate=None, draft_tokens: int | None = None) -> None:
         """Plan and bind the prefill and decode steps before any timing starts (`sample`:
-        the decode step that samples in the graph, in that mode)."""
+        the decode step that samples in the graph, in that mode); with `speculate` (as
+        generate's), the verification steps and the draft model's steps too."""
         if prompt_tokens > 1:
             session.executor(self.prefill_tokens, 1)
         session.executor(1, session.batch, sample if self.device_sampling else None)
+        if speculate is None:
+            return
+        from poot.models import speculate as spec
+        from poot.runtime.session import SCORE
+
+        for w in spec.widths(draft_tokens or spec.DRAFT_TOKENS):
+            session.executor(w, 1, SCORE)
+        draft = getattr(self.proposer(speculate), "model", None)
+        if draft is not None:
+            draft.prepare(draft.session(), prompt_tokens)
+            draft.session().executor(1, 1)      # the draft reads its logits on the host
+
+    def proposer(self, speculate):
+        """The proposer of speculative decoding `speculate` names ("lookup", "draft:MODEL",
+        "self:N", or a parsed poot.models.speculate.Spec), made once per model."""
+        from poot.models import speculate as spec
+
+        key = str(speculate)
+        if key not in self._proposers:
+            if self.tp is not None:
+                raise BindError("speculative decoding runs on one rank; drop --tp")
+            parsed = spec.parse(key)
+            spec.check_rollback(self.config, self.kv)
+            if parsed.kind == "lookup":
+                self._proposers[key] = spec.PromptLookup()
+            else:
+                draft = self.self_draft(parsed.arg) if parsed.kind == "self" else \
+                    self.draft_model(parsed.arg)
+                spec.check_rollback(draft.config, draft.kv)
+                self._proposers[key] = spec.DraftModel(draft, self.config)
+        return self._proposers[key]
+
+    def self_draft(self, layers: int) -> Model:
+        """The first `layers` layers of this model and its head as a Model of their own,
+        reading this model's weights (self-speculation's draft)."""
+        from poot.models.speculate import check_self_draft
+
+        check_self_draft(self.config, layers)
+        return Model(self.checkpoint, replace(self.config, layers=layers), self.tokenizer,
+                     self.backend, self.device, kv=self.kv, prefill_tokens=self.prefill_tokens,
+                     weights=self.weights, precision=self.precision, kv_dtype=self.kv_dtype)
+
+    def draft_model(self, name: str) -> Model:
+        """Another model as a draft: loaded on this backend with this context, refused
+        unless its tokenizer is this model's."""
+        from poot.models.speculate import check_shared_tokenizer
+
+        draft = load(name, self.backend.name, max_seq=self.config.max_seq, kv=self.kv,
+                     prefill_tokens=self.prefill_tokens, precision=self.precision)
+        check_shared_tokenizer(self.tokenizer, draft.tokenizer, name)
+        return draft
 
     def sample_mode(self, samplers) -> str | None:
         """The in-graph sampling mode decode steps use for these samplers (None: the
@@ -235,10 +308,15 @@ class Model:
 
     def _timed_graph(self, tokens: int, batch: int, kv: str, pool: int,
                      sample: str | None = None):
+        """The graph of a session's plan; `sample` a sampling mode, or SCORE: every row's
+        logits (a verification step)."""
+        from poot.runtime.session import SCORE
+
         # a session reads one row of a prefill chunk: the head runs on that row only (a
         # rank's graph keeps every row: the sharding pass knows no gathered activations)
-        logits = "rows" if tokens > 1 and self.tp is None else "all"
-        g = self.step_graph(tokens, batch, kv, pool=pool, sample=sample, logits=logits,
+        logits = "rows" if tokens > 1 and self.tp is None and sample != SCORE else "all"
+        g = self.step_graph(tokens, batch, kv, pool=pool, logits=logits,
+                            sample=None if sample == SCORE else sample,
                             hosted_rows=self.hosted_prefill and tokens > 1 and sample is None)
         # a rank's step is a compile result
         self._eqns[(tokens, batch, sample)] = len(getattr(g, "graph", g).eqns())
@@ -247,8 +325,11 @@ class Model:
     def _planned(self, key: tuple, seconds: float) -> None:
         """Session.planned: one progress line per plan, timed from its graph to its bound
         buffers (the kernels' source printed and built included)."""
+        from poot.runtime.session import SCORE
+
         tokens, batch, sample = (*key, None)[:3]
-        how = f", sampling ({sample})" if sample else ""
+        how = ", every row's logits" if sample == SCORE else \
+            f", sampling ({sample})" if sample else ""
         eqns = self._eqns.get((tokens, batch, sample))
         size = f" ({eqns} eqns)" if eqns is not None else ""
         self.progress(f"compiled a {tokens}-token x {batch} step{how}{size} in {seconds:.2f} s")
@@ -345,7 +426,8 @@ class Model:
                  max_tokens: int = 64, temperature: float = 0.0, top_k: int = 0,
                  top_p: float = 1.0, repetition_penalty: float = 1.0, seed: int | None = None,
                  stop: Sequence[str] = (), chat: bool | None = None, system: str | None = None,
-                 adapter: str | None = None, stream: bool = False) -> str | Iterator[str]:
+                 adapter: str | None = None, stream: bool = False, speculate=None,
+                 draft_tokens: int | None = None) -> str | Iterator[str]:
         """The continuation of `prompt` as text: it stops at the end-of-sequence token, a
         stop string, `max_tokens`, or the end of the context (`max_seq` of `load`), and
         `self.stats` says which (`finish_reason`) with the timing.
@@ -356,11 +438,19 @@ class Model:
         system prompt first). Greedy by default; `temperature` > 0 samples with `top_k`,
         `top_p`, `repetition_penalty` and `seed` (same seed and settings: the same text on
         every backend). `adapter` names a loaded LoRA adapter. With `stream=True` it
-        returns an iterator of text pieces as they are decoded instead. Arguments are
+        returns an iterator of text pieces as they are decoded instead. `speculate`
+        ("lookup", "draft:MODEL" or "self:N"; poot.models.speculate) proposes up to
+        `draft_tokens` tokens (default 7) per step and verifies them in one step: greedy
+        text is the same as without it, sampled text follows the same distribution (not
+        the same text for a seed); `self.stats` counts the accepted tokens. Arguments are
         checked before anything runs (a RequestError or SamplingError)."""
+        from poot.models import speculate as spec
         from poot.models.sampling import Sampler
 
         at_least_one("max_tokens", max_tokens)
+        if speculate is not None:
+            spec.parse(str(speculate))
+            draft_tokens = spec.check_draft_tokens(draft_tokens or spec.DRAFT_TOKENS)
         if isinstance(stop, str):
             stop = (stop,)
         ids = self.prompt_ids(prompt, chat, system)
@@ -371,31 +461,40 @@ class Model:
         sampler = Sampler(temperature, top_k, top_p, repetition_penalty, seed)
         rows = self.adapter_rows(adapter)
         pieces = self._pieces(ids, min(max_tokens, room), max_tokens > room, sampler, rows,
-                              tuple(stop))
+                              tuple(stop), speculate, draft_tokens)
         return pieces if stream else "".join(pieces)
 
     def _pieces(self, ids: list[int], max_tokens: int, cut: bool, sampler, rows: dict,
-                stop: tuple[str, ...]) -> Iterator[str]:
+                stop: tuple[str, ...], speculate=None, draft_tokens=None) -> Iterator[str]:
         """generate's text pieces; `cut`: max_tokens was lowered to the room in the context."""
         from poot.models.text_stream import TextStream
 
         mode = self.sample_mode([sampler])
         session = self.session()
-        self.prepare(session, len(ids), mode)
+        self.prepare(session, len(ids), mode, speculate, draft_tokens)
         seq = object()
         session.open(seq, rows)
         self.stats = stats = Stats(prompt_tokens=len(ids))
         stream = TextStream(self.tokenizer, stop)
         following = None
+        propose = None if speculate is None else self.proposer(speculate)
         try:
             t0 = time.perf_counter()
             logits = session.prefill(seq, ids)
+            if propose is not None:         # a draft model reads the prompt too
+                propose.start(ids)
             stats.prefill_seconds = time.perf_counter() - t0
             history = list(ids)
             t0 = time.perf_counter()
             tok = sampler.sample(logits, history)    # the first from the prompt's logits
-            following = self._following(session, seq, tok, sampler, history, mode,
-                                        max_tokens - 1)
+            if speculate is None:
+                following = self._following(session, seq, tok, sampler, history, mode,
+                                            max_tokens - 1)
+            else:
+                from poot.models import speculate as spec
+
+                following = spec.tokens(self, session, seq, tok, sampler, history, mode,
+                                        max_tokens - 1, propose, draft_tokens, stats)
             for i in range(max_tokens):
                 history.append(tok)
                 stats.generated_tokens += 1
@@ -419,6 +518,8 @@ class Model:
         finally:
             if following is not None:
                 following.close()       # a step still in flight is waited for
+            if propose is not None:
+                propose.close()
             session.close(seq)
 
     def _following(self, session, seq, tok: int, sampler, history: list, mode: str | None,

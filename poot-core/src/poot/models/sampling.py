@@ -87,13 +87,38 @@ class Sampler:
 
     def sample(self, logits: np.ndarray, history: Sequence[int] = ()) -> int:
         """One token id from `logits` [vocab], given the ids already in the sequence."""
-        z = _checked_row(logits)
+        z = self._scores(logits, history)
         counter = self.next_draw()
-        seen = self.penalized(history)
-        if seen:
-            z = _penalize(z, seen, self.repetition_penalty)
         if self.greedy:
             return int(np.argmax(z))
+        y, t = self._kept(z)
+        u = counter_rng.uniforms(self.seed, counter, y.size)
+        noisy = np.where(y >= t, y - np.log(-np.log(u)), np.float32(-np.inf))
+        return int(np.argmax(noisy))
+
+    def distribution(self, logits: np.ndarray, history: Sequence[int] = ()) -> np.ndarray:
+        """The probabilities `sample` draws from (float64 [vocab]: softmax of the scaled
+        scores over the kept ids; one-hot for a greedy sampler), using no draw: what
+        speculative decoding's rejection rule compares."""
+        z = self._scores(logits, history)
+        p = np.zeros(z.size)
+        if self.greedy:
+            p[np.argmax(z)] = 1.0
+            return p
+        y, t = self._kept(z)
+        keep = y >= t
+        e = np.exp(y[keep].astype(np.float64) - float(y.max()))
+        p[keep] = e / e.sum()
+        return p
+
+    def _scores(self, logits: np.ndarray, history: Sequence[int]) -> np.ndarray:
+        """Step 1: the checked logits with the repetition penalty applied."""
+        z = _checked_row(logits)
+        seen = self.penalized(history)
+        return _penalize(z, seen, self.repetition_penalty) if seen else z
+
+    def _kept(self, z: np.ndarray) -> tuple[np.ndarray, np.float32]:
+        """Steps 3 to 5: the scaled scores y and the threshold t of the kept ids."""
         y = z / np.float32(self.temperature)
         k = min(CANDIDATES, y.size)
         cand = _top(y, k)
@@ -104,10 +129,7 @@ class Sampler:
         p = ev / total
         before = p @ np.triu(np.ones((k, k), np.float32), 1)   # mass of the candidates before j
         keep = (np.arange(k) < (self.top_k or k)) & (before < np.float32(self.top_p))
-        t = v[keep].min() if self.top_k or self.top_p < 1 else np.float32(-np.inf)
-        u = counter_rng.uniforms(self.seed, counter, y.size)
-        noisy = np.where(y >= t, y - np.log(-np.log(u)), np.float32(-np.inf))
-        return int(np.argmax(noisy))
+        return y, v[keep].min() if self.top_k or self.top_p < 1 else np.float32(-np.inf)
 
     def sample_batch(self, logits: np.ndarray,
                      histories: Sequence[Sequence[int]] | None = None) -> np.ndarray:

@@ -1,0 +1,352 @@
+"""Speculative decoding: propose several tokens cheaply, score them all in one target step.
+
+A decode step of one sequence reads every weight to make one token; a verification step
+(Session.verify: the prefill machinery at a small width, the head on every row) reads them
+once to score a proposal d1..dk after the sequence's next input token x: row 0's logits
+judge d1, row i's judge d(i+1), row k's give one more token. The longest accepted prefix
+is kept, the next token comes from the row where the proposal failed (or the last row),
+and the KV positions of the rejected tokens are dropped (Session.rollback). So a step
+yields 1 to k+1 tokens.
+
+The acceptance rule is the standard rejection-sampling one, which makes the output the
+target's distribution whatever the proposal: with p the target sampler's distribution at
+a row (Sampler.distribution, penalty and all) and q the proposer's, d is accepted with
+probability min(1, p(d) / q(d)); on rejection the token is drawn from max(0, p - q),
+normalized. A greedy target has a one-hot p, so it keeps exactly the tokens its own
+argmax would pick: the text is the same as without speculation. Prompt lookup proposes
+deterministically (q a point mass at d): d is accepted with probability p(d), and a
+rejection draws from p without d. Random numbers come from the sampler's seed and draw
+counter (poot.models.counter_rng), so a seeded run repeats, though it is not the text the
+same seed gives without speculation.
+
+Proposers:
+- `PromptLookup`: the tokens that followed the latest earlier occurrence of the longest
+  n-gram (up to `ngram`) ending the text so far (prompt and answer): free to propose, it
+  gains where the answer repeats its input (editing, summarizing, code).
+- `DraftModel`: a smaller model sharing the tokenizer, decoding its own KV cache on the
+  same backend; Model.self_draft(n) is the target's own first n layers and its head
+  (self-speculation: no second checkpoint).
+
+`AdaptiveK` picks each step's k from the measured acceptance rate; k = 0 runs a plain
+decode step, so a sequence whose proposals fail stops paying for them.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from poot.errors import BindError, RequestError
+from poot.models import counter_rng
+
+#: the most tokens a verification step proposes unless told (`--draft-tokens`)
+DRAFT_TOKENS = 7
+#: the verification step's cost per proposed token, in plain decode steps (AdaptiveK's
+#: model of a step: reading the weights once dominates, each extra row adds this)
+ROW_COST = 0.1
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A parsed `--speculate` value: kind "lookup", "draft" (arg: a model) or "self"
+    (arg: the layers of the draft)."""
+
+    kind: str
+    arg: str | int | None = None
+
+    def __str__(self) -> str:
+        return self.kind if self.arg is None else f"{self.kind}:{self.arg}"
+
+
+def parse(text: str) -> Spec:
+    """`lookup`, `draft:MODEL` or `self:N`; a RequestError names what is wrong."""
+    kind, _, arg = str(text).partition(":")
+    if kind == "lookup" and not arg:
+        return Spec("lookup")
+    if kind == "draft" and arg:
+        return Spec("draft", arg)
+    if kind == "self" and arg.isdigit() and int(arg) >= 1:
+        return Spec("self", int(arg))
+    raise RequestError(f"--speculate takes lookup, draft:MODEL or self:N (N >= 1 layers of "
+                       f"the model as its own draft), got {text!r}")
+
+
+def check_draft_tokens(k) -> int:
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 32:
+        raise RequestError(f"--draft-tokens must be a whole number in 1..32, got {k!r}")
+    return k
+
+
+class PromptLookup:
+    """Propose the continuation of the latest earlier match of the text's last n-gram."""
+
+    #: what proposing a token costs, in target decode steps
+    cost = 0.0
+
+    def __init__(self, ngram: int = 3):
+        self.ngram = ngram
+
+    def start(self, prompt: Sequence[int]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def propose(self, history: Sequence[int], k: int, sampler) -> tuple[list[int], None]:
+        """Up to k tokens (none where no n-gram recurs); q None: a point mass at each."""
+        h = np.asarray(history, np.int64)
+        for n in range(min(self.ngram, len(h) - 1), 0, -1):
+            tail = h[len(h) - n:]
+            # windows ending before the tail's own start, latest first
+            windows = np.lib.stride_tricks.sliding_window_view(h[:-1], n)
+            hits = np.flatnonzero((windows == tail).all(axis=1))
+            if hits.size:
+                start = int(hits[-1]) + n
+                return [int(t) for t in h[start: start + k]], None
+        return [], None
+
+
+class DraftModel:
+    """Proposals from a draft model's own decoding (its sampler's settings, its own seed);
+    its KV cache follows the target's text, rolled back where the target rejected."""
+
+    #: new tokens up to this many are fed one decode step each, more through prefill
+    FEW = 4
+
+    def __init__(self, draft, target_config=None):
+        self.model = draft
+        self.session = draft.session()
+        self.seq = None
+        self.fed: list[int] = []
+        #: what proposing a token costs, in target decode steps: the share of the
+        #: target's weights the draft reads
+        self.cost = _weights(draft.config) / _weights(target_config) if target_config \
+            else 0.0
+
+    def start(self, prompt: Sequence[int]) -> None:
+        """Open the draft's sequence and feed it the prompt but its last token (whose
+        logits the first proposal reads)."""
+        self.seq = object()
+        self.session.open(self.seq)
+        self.fed = [int(t) for t in prompt[:-1]]
+        if self.fed:
+            self.session.prefill(self.seq, self.fed)
+
+    def close(self) -> None:
+        if self.seq is not None:
+            self.session.close(self.seq)
+            self.seq = None
+
+    def propose(self, history: Sequence[int], k: int, sampler):
+        """k tokens drawn by the draft after `history`, and the distribution each was
+        drawn from (None for a greedy sampler: one-hot)."""
+        same = 0
+        limit = min(len(self.fed), len(history) - 1)   # the last token's logits are needed
+        while same < limit and self.fed[same] == history[same]:
+            same += 1
+        self.session.rollback(self.seq, len(self.fed) - same)
+        room = self.model.config.max_seq - same
+        new = list(history[same:])
+        if len(new) + k > room:
+            self.fed = self.fed[:same]
+            return [], None
+        logits = self._feed(new)
+        self.fed = self.fed[:same] + [int(t) for t in new]
+        draft = _draft_sampler(sampler)
+        tokens, qs = [], []
+        for i in range(k):
+            if sampler.greedy:
+                tokens.append(int(np.argmax(sampler.distribution(logits, self.fed))))
+            else:
+                qs.append(draft.distribution(logits, self.fed))
+                tokens.append(_draw(qs[-1], draft))
+            if i + 1 < k:
+                logits = self.session.decode({self.seq: tokens[-1]})[self.seq]
+                self.fed.append(tokens[-1])
+        return tokens, (qs if qs else None)
+
+    def _feed(self, new: Sequence[int]) -> np.ndarray:
+        """Feed the draft tokens it has not seen; the logits after the last."""
+        if len(new) > self.FEW:
+            return self.session.prefill(self.seq, new)
+        for t in new:
+            logits = self.session.decode({self.seq: int(t)})[self.seq]
+        return logits
+
+
+def _weights(c) -> int:
+    """Weights a decode step of config `c` reads (its projections and head)."""
+    attn = c.dim * c.head_dim * (2 * c.heads + 2 * c.kv_heads)
+    return c.layers * (attn + 3 * c.dim * (c.expert_ffn * c.experts_used or c.ffn)) + \
+        c.vocab * c.dim
+
+
+def _draft_sampler(sampler):
+    """The draft's sampler: the target's settings under a seed of its own."""
+    from poot.models.sampling import Sampler
+
+    d = getattr(sampler, "_draft", None)
+    if d is None:
+        d = Sampler(sampler.temperature, sampler.top_k, sampler.top_p,
+                    sampler.repetition_penalty, (sampler.seed * 0x9E3779B97F4A7C15 + 1)
+                    % 2 ** 64)
+        sampler._draft = d
+    return d
+
+
+def check_self_draft(config, layers: int) -> None:
+    """Refuse a self-draft of no layers or of every layer of `config`."""
+    if not 1 <= layers < config.layers:
+        raise RequestError(f"self:{layers}: a self-draft takes 1 to {config.layers - 1} of "
+                           f"the model's {config.layers} layers")
+
+
+def check_shared_tokenizer(target, draft, name: str) -> None:
+    """Refuse a draft model whose tokenizer is not the target's."""
+    probe = "The quick brown fox, 42 times: naïve café!"
+    if target.vocab_size != draft.vocab_size or target.encode(probe) != draft.encode(probe):
+        raise RequestError(f"draft model {name} does not share the target's tokenizer "
+                           f"({draft.vocab_size} and {target.vocab_size} tokens)")
+
+
+def check_rollback(config, kv: str) -> None:
+    """Refuse a target or draft model whose KV cache cannot drop rejected tokens."""
+    if any(config.sliding) and kv == "dense":
+        raise BindError("a model with sliding-window layers keeps a ring in a dense KV "
+                        "cache, which cannot drop rejected tokens; load it with kv='paged' "
+                        "(--kv paged) to speculate")
+
+
+def widths(most: int) -> list[int]:
+    """The verification plans' widths for proposals of up to `most` tokens: powers of two
+    below most + 1, and most + 1 (a proposal of k runs in the smallest that holds k + 1)."""
+    out = [2]
+    while out[-1] * 2 < most + 1:
+        out.append(out[-1] * 2)
+    return sorted({*(w for w in out if w < most + 1), most + 1})
+
+
+class AdaptiveK:
+    """Each step's proposal length from the acceptance rate measured so far.
+
+    With acceptance rate a per token, a step proposing k yields (1 - a^(k+1)) / (1 - a)
+    tokens on average and costs 1 + (ROW_COST + cost) * k decode steps (`cost`: the
+    proposer's per token); k is the best ratio, 0 where none beats a plain step. After a run of k = 0 the next step probes with k = 1,
+    and each failed probe doubles the run (a sequence that gains nothing stops paying)."""
+
+    def __init__(self, most: int, cost: float = 0.0, rate: float = 0.6,
+                 smoothing: float = 0.3):
+        self.most, self.rate, self.smoothing = most, rate, smoothing
+        self.per_token = ROW_COST + cost
+        self.idle, self.backoff = 0, 2
+
+    def k(self) -> int:
+        if self.idle:
+            self.idle -= 1
+            return 0 if self.idle else 1      # the run's last step probes
+        k = self._best()
+        if k:
+            self.backoff = 2
+            return k
+        self.idle = self.backoff
+        self.backoff = min(self.backoff * 2, 64)
+        return 0
+
+    def _best(self) -> int:
+        a = min(self.rate, 0.999)
+        gain = [(1 - a ** (k + 1)) / (1 - a) / (1 + self.per_token * k)
+                for k in range(self.most + 1)]
+        best = max(range(self.most + 1), key=lambda k: (gain[k], -k))
+        return best if gain[best] > 1.02 else 0
+
+    def update(self, proposed: int, accepted: int) -> None:
+        if proposed:
+            self.rate += self.smoothing * (accepted / proposed - self.rate)
+
+
+def _draw(weights: np.ndarray, sampler) -> int:
+    """One id drawn from `weights` (non-negative, not all zero) with the sampler's next
+    draw (Gumbel-max over the counter generator's uniforms)."""
+    u = counter_rng.uniforms(sampler.seed, sampler.next_draw(), weights.size)
+    with np.errstate(divide="ignore"):
+        return int(np.argmax(np.where(weights > 0, np.log(weights) - np.log(-np.log(u)),
+                                      -np.inf)))
+
+
+def _uniform(sampler) -> float:
+    return float(counter_rng.uniforms(sampler.seed, sampler.next_draw(), 1)[0])
+
+
+def accept(logits: np.ndarray, drafts: Sequence[int], qs, sampler,
+           history: Sequence[int]) -> list[int]:
+    """The tokens a verification step yields: the accepted prefix of `drafts` and one
+    more, from rows `logits` [len(drafts) + 1, vocab]; `qs` the proposal's distributions
+    (None: a point mass at each draft); `history` the text up to row 0's input."""
+    out: list[int] = []
+    hist = list(history)
+    for i, d in enumerate(drafts):
+        p = sampler.distribution(logits[i], hist)
+        if sampler.greedy:
+            if p[d] == 1.0:
+                out.append(d)
+                hist.append(d)
+                continue
+            out.append(int(np.argmax(p)))
+            return out
+        q = qs[i] if qs is not None else None
+        qd = 1.0 if q is None else float(q[d]) if d < q.size else 0.0
+        if qd > 0 and _uniform(sampler) < min(1.0, float(p[d]) / qd):
+            out.append(d)
+            hist.append(d)
+            continue
+        rest = p.copy()
+        if q is None:
+            rest[d] = 0.0
+        else:
+            n = min(q.size, rest.size)
+            rest[:n] = np.maximum(rest[:n] - q[:n], 0.0)
+        if not rest.any():            # p == q: any draw from p is exact
+            rest = p
+        out.append(_draw(rest, sampler))
+        return out
+    out.append(sampler.sample(logits[len(drafts)], hist))
+    return out
+
+
+def tokens(model, session, seq, tok: int, sampler, history: list, mode: str | None,
+           count: int, propose, most: int, stats) -> Iterator[int]:
+    """The `count` tokens after `tok` of one open sequence (Model._following's contract:
+    the caller extends `history` by each token before asking for the next), verifying
+    proposals of up to `most` tokens from `propose` (a PromptLookup or DraftModel, started
+    on the prompt); `stats` (poot.models.runner.Stats) counts the proposed and accepted
+    tokens."""
+    sizes = widths(most)
+    k_of = AdaptiveK(most, propose.cost)
+    left = count
+    while left > 0:
+        room = session.capacity - session.length(seq)
+        k = min(k_of.k(), left - 1, sizes[-1] - 1)
+        while k and next(w for w in sizes if w > k) > room:
+            k -= 1
+        drafts, qs = propose.propose(history, k, sampler) if k else ([], None)
+        if not drafts:
+            out = [model._next_tokens(session, {seq: tok}, {seq: (sampler, history)},
+                                      mode)[seq]]
+        else:
+            width = next(w for w in sizes if w > len(drafts))
+            logits = session.verify(seq, [tok, *drafts], width)
+            out = accept(logits, drafts, qs, sampler, history)
+            session.rollback(seq, len(drafts) + 1 - len(out))
+            k_of.update(len(drafts), len(out) - 1)
+            stats.proposed += len(drafts)
+            stats.accepted += len(out) - 1
+            stats.verified += 1
+        for t in out:
+            left -= 1
+            yield t
+        tok = out[-1]
+
+
+__all__ = ["AdaptiveK", "DraftModel", "PromptLookup", "Spec", "accept", "parse", "tokens",
+           "widths"]

@@ -1,0 +1,272 @@
+"""Speculative decoding (poot.models.speculate): a verification step scores proposed tokens
+and drops the rejected ones' KV rows; greedy text is the same as without speculation for
+prompt lookup, a self-draft and a second draft model, dense and paged, on the reference
+and cpu backends; under sampling the rejection rule keeps the target's distribution (a
+chi-square test on a model of 8 tokens, which the rule "accept every draft" fails)."""
+from __future__ import annotations
+
+import math
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent / "fuzz"))
+import seeds  # noqa: E402
+
+PROMPT = "the in the in the thin then the"
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("spec")
+    vocab = len(seeds.byte_vocab()[0])
+    target = seeds.tiny_llama_gguf(d / "tiny.gguf")
+    other = seeds.tiny_llama_gguf(d / "other.gguf",
+                                  tensors=seeds.llama_tensors(vocab, seed=1))
+    return target, other
+
+
+@pytest.fixture(scope="module")
+def models(files):
+    import poot
+
+    return {kv: poot.load(files[0], "reference", max_seq=seeds.CTX, kv=kv)
+            for kv in ("dense", "paged")}
+
+
+def _chi2_critical(df: int, z: float = 3.09) -> float:
+    """The chi-square value a df-degree statistic exceeds with probability 0.001
+    (Wilson-Hilferty)."""
+    a = 2.0 / (9 * df)
+    return df * (1 - a + z * math.sqrt(a)) ** 3
+
+
+def _chi2(counts: np.ndarray, probs: np.ndarray) -> tuple[float, int]:
+    """Pearson's statistic of `counts` against `probs`, cells of expected count under 5
+    pooled into one; and its degrees of freedom."""
+    n = counts.sum()
+    exp = probs * n
+    small = exp < 5
+    c = np.append(counts[~small], counts[small].sum())
+    e = np.append(exp[~small], exp[small].sum())
+    keep = e > 0
+    return float(((c[keep] - e[keep]) ** 2 / e[keep]).sum()), int(keep.sum()) - 1
+
+
+# -- the verification step --------------------------------------------------------------
+@pytest.mark.parametrize("kv", ["dense", "paged"])
+def test_verify_scores_every_token_and_rollback_drops_the_rest(models, kv):
+    """verify's rows are the logits one decode step per token gives; after dropping the
+    last two positions the next step sees only the kept ones."""
+    m = models[kv]
+    s = m.session()
+    ids = m.tokenize(PROMPT)
+    a, b = object(), object()
+    s.open(a)
+    s.prefill(a, ids)
+    rows = s.verify(a, [5, 9, 7, 11], 4)
+    assert rows.shape == (4, m.config.vocab)
+    assert s.length(a) == len(ids) + 4
+    s.rollback(a, 2)
+    assert s.length(a) == len(ids) + 2
+    after = s.decode({a: 30})[a]
+    s.close(a)
+    s.open(b)
+    s.prefill(b, ids)
+    one = [s.decode({b: t})[b] for t in (5, 9)]
+    again = s.decode({b: 30})[b]
+    s.close(b)
+    np.testing.assert_allclose(rows[:2], one, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(after, again, rtol=1e-4, atol=1e-4)
+
+
+def test_a_paged_rollback_frees_blocks_and_keeps_cached_ones():
+    from poot.errors import CapacityError
+    from poot.runtime.kv import BlockAllocator
+
+    al = BlockAllocator(64, 4, 32, prefix_cache=True)
+    al.open("s")
+    al.reserve("s", 6, list(range(6)))
+    al.seal("s")                                     # block 0 registered
+    free = al.free
+    al.reserve("s", 5, [1] * 5)                      # 11 positions: 3 blocks
+    al.rollback("s", 5)
+    assert al.length("s") == 6 and len(al.blocks("s")) == 2 and al.free == free
+    with pytest.raises(CapacityError, match="cannot be dropped"):
+        al.rollback("s", 3)                          # position 3 lies in a cached block
+    al.rollback("s", 2)
+    assert al.length("s") == 4 and len(al.blocks("s")) == 1
+
+
+# -- proposers and K --------------------------------------------------------------------
+def test_prompt_lookup_proposes_what_followed_the_latest_match():
+    from poot.models.speculate import PromptLookup
+
+    look = PromptLookup(ngram=3)
+    hist = [1, 2, 3, 4, 5, 9, 2, 3, 7, 8, 1, 2, 3]
+    assert look.propose(hist, 3, None) == ([4, 5, 9], None)     # the longest n-gram first
+    hist = [5, 2, 3, 7, 2, 3, 8, 2, 3]
+    assert look.propose(hist, 2, None) == ([8, 2], None)        # "2 3": the latest match
+    assert look.propose([4, 5, 6], 2, None) == ([], None)
+    assert look.propose([4, 5, 4], 5, None) == ([5, 4], None)   # runs to the end
+
+
+def test_adaptive_k_follows_the_acceptance_rate_and_turns_off():
+    from poot.models.speculate import AdaptiveK
+
+    k = AdaptiveK(7)
+    for _ in range(10):
+        k.update(7, 7)
+    assert k.k() == 7
+    for _ in range(20):
+        k.update(3, 0)
+    picks = [k.k() for _ in range(12)]
+    assert picks[:1] == [0] and 1 in picks and picks.count(0) >= 9   # off, probing rarely
+
+
+@pytest.mark.parametrize("text,ok", [("lookup", True), ("self:3", True), ("draft:x.gguf", True),
+                                     ("self:0", False), ("draft:", False), ("nope", False)])
+def test_the_speculate_spec_is_parsed(text, ok):
+    from poot.errors import RequestError
+    from poot.models.speculate import parse
+
+    if ok:
+        assert str(parse(text)) == text
+    else:
+        with pytest.raises(RequestError, match="lookup, draft:MODEL or self:N"):
+            parse(text)
+
+
+# -- exactness under greedy -------------------------------------------------------------
+@pytest.mark.parametrize("kv", ["dense", "paged"])
+def test_greedy_text_is_the_same_with_every_proposer(models, files, kv):
+    m = models[kv]
+    plain = m.generate(PROMPT, max_tokens=40)
+    for spec in ("lookup", "self:1", f"draft:{files[1]}"):
+        assert m.generate(PROMPT, max_tokens=40, speculate=spec, draft_tokens=5) == plain, spec
+        assert m.stats.verified > 0 and m.stats.generated_tokens == 40
+        assert 0 < m.stats.acceptance <= 1
+        assert "speculation:" in str(m.stats)
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="the cpu backend needs gcc")
+def test_greedy_text_is_the_same_on_the_cpu_backend(files):
+    import poot
+
+    m = poot.load(files[0], "cpu", max_seq=seeds.CTX)
+    plain = m.generate(PROMPT, max_tokens=30)
+    assert m.generate(PROMPT, max_tokens=30, speculate="lookup", draft_tokens=3) == plain
+    assert m.stats.accepted > 0
+
+
+def test_a_draft_model_with_another_tokenizer_is_refused(models, tmp_path):
+    from poot.errors import RequestError
+
+    kvs = seeds.set_kv(seeds.llama_kvs(), "tokenizer.ggml.merges", seeds.ARRAY,
+                       (seeds.STRING, ["Ġ t"]))
+    other = seeds.tiny_llama_gguf(tmp_path / "merges.gguf", kvs=kvs)
+    with pytest.raises(RequestError, match="does not share the target.s tokenizer"):
+        models["dense"].generate(PROMPT, max_tokens=3, speculate=f"draft:{other}")
+
+
+# -- exactness under sampling -------------------------------------------------------------
+def _small_vocab_model(vocab: int = 8):
+    """A random-weight model of `vocab` tokens, reference backend (no tokenizer)."""
+    from poot.models.llama import random_weights, tiny_config
+    from poot.models.runner import Model
+    from poot.plugin import select_backend
+
+    config = tiny_config(vocab=vocab, max_seq=32)
+    b, dev = select_backend("reference")
+    return Model(None, config, None, b, dev, weights=random_weights(config, seed=3))
+
+
+def _target_joint(m, prefix: list[int], sampler_args: dict) -> np.ndarray:
+    """P(t1, t2 | prefix) under the target's sampler, from its own logits."""
+    from poot.models.sampling import Sampler
+
+    s = Sampler(**sampler_args, seed=0)
+    first = s.distribution(m.prefill_logits(prefix)[-1], prefix)
+    joint = np.zeros((first.size, first.size))
+    for t in range(first.size):
+        joint[t] = first[t] * s.distribution(m.prefill_logits(prefix + [t])[-1], prefix + [t])
+    return joint
+
+
+def _speculative_pairs(m, prefix: list[int], sampler_args: dict, propose, runs: int):
+    """Counts of (t1, t2), the two tokens after `prefix`, each from one seeded speculative
+    run whose verification step judges proposals of 2 tokens."""
+    from poot.models import speculate as spec
+    from poot.models.runner import Stats
+    from poot.models.sampling import Sampler
+
+    session = m.session()
+    counts = np.zeros((m.config.vocab, m.config.vocab), np.int64)
+    stats = Stats()
+    for seed in range(runs):
+        sampler = Sampler(**sampler_args, seed=seed)
+        seq = object()
+        session.open(seq)
+        session.prefill(seq, prefix[:-1])
+        propose.start(prefix[:-1])
+        history = list(prefix)
+        gen = spec.tokens(m, session, seq, prefix[-1], sampler, history, None, 2, propose,
+                          2, stats)
+        t1 = next(gen)
+        history.append(t1)
+        t2 = next(gen)
+        gen.close()
+        propose.close()
+        session.close(seq)
+        counts[t1, t2] += 1
+    return counts, stats
+
+
+@pytest.mark.parametrize("proposer", ["lookup", "draft"])
+def test_sampled_tokens_follow_the_target_distribution(proposer):
+    from poot.models import speculate as spec
+
+    from poot.models.sampling import Sampler
+
+    m = _small_vocab_model()
+    args = dict(temperature=12.0, top_k=0, top_p=0.97, repetition_penalty=1.2)
+
+    def p_of(c):        # the target's probability of c, which lookup proposes after 5 6
+        ids = [5, 6, c, 5, 6]
+        return Sampler(**args).distribution(m.prefill_logits(ids)[-1], ids)[c]
+
+    c = min(range(m.config.vocab), key=lambda c: abs(p_of(c) - 0.5))
+    assert 0.1 < p_of(c) < 0.9                      # both of the rule's branches run
+    prefix = [5, 6, c, 5, 6]
+    propose = spec.PromptLookup() if proposer == "lookup" else \
+        spec.DraftModel(m.self_draft(1))            # costless: every step proposes
+    counts, stats = _speculative_pairs(m, prefix, args, propose, 700)
+    want = _target_joint(m, prefix, args).reshape(-1)
+    chi2, df = _chi2(counts.reshape(-1), want)
+    assert chi2 < _chi2_critical(df), (chi2, df)
+    assert stats.verified > 600 and 0 < stats.accepted < stats.proposed
+
+
+def test_the_rejection_rule_keeps_p_and_the_chi_square_test_can_fail():
+    """accept() on fixed rows: its first token follows p for a draft q far from p; the
+    same test refuses q itself (what accepting every draft would give)."""
+    from poot.models.sampling import Sampler
+    from poot.models.speculate import accept
+
+    rng = np.random.default_rng(0)
+    logits = rng.standard_normal((2, 6)).astype(np.float32) * 2
+    q = np.array([0.02, 0.5, 0.03, 0.05, 0.3, 0.1])
+    p = Sampler(1.0).distribution(logits[0])
+    firsts, as_q = np.zeros(6, np.int64), np.zeros(6, np.int64)
+    draws = np.random.default_rng(1)
+    for seed in range(4000):
+        d = int(draws.choice(6, p=q))
+        firsts[accept(logits, [d], [q], Sampler(1.0, seed=seed), [])[0]] += 1
+        as_q[d] += 1
+    chi2, df = _chi2(firsts, p)
+    assert chi2 < _chi2_critical(df), (chi2, df)
+    bad, df = _chi2(as_q, p)
+    assert bad > _chi2_critical(df), (bad, df)
