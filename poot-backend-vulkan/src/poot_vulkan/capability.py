@@ -18,13 +18,7 @@ printed (poot_vulkan.glsl).
 from __future__ import annotations
 
 from poot.capability import CapabilityTable, Use
-from poot.codegen.coverage import (
-    BYTE_FLOATS,
-    NARROW_INTS,
-    SPIRV_NO_SELECT,
-    device_uses,
-    kernel_table,
-)
+from poot.codegen.coverage import BYTE_FLOATS, NARROW_INTS, SPIRV_SELECT, device_uses, kernel_table
 from poot.dtypes import DType
 
 from poot_vulkan.device import BACKEND, DeviceFacts
@@ -68,5 +62,5 @@ def capability_table(facts: DeviceFacts, device_id: str,
               "max_shared_bytes": facts.limit("maxComputeSharedMemorySize"),
               "max_workgroup_invocations": facts.limit("maxComputeWorkGroupInvocations"),
               "subgroup_size": facts.subgroup_size}
-    return kernel_table(BACKEND, device_id, uses, formats, refuse={"Select": SPIRV_NO_SELECT},
+    return kernel_table(BACKEND, device_id, uses, formats, refuse={"Select": SPIRV_SELECT},
                         limits=limits, notes=notes)

@@ -17,13 +17,7 @@ The ops are the shared lowerings' (poot.codegen.coverage), derived from these fa
 from __future__ import annotations
 
 from poot.capability import CapabilityTable, Use
-from poot.codegen.coverage import (
-    BYTE_FLOATS,
-    NARROW_INTS,
-    SPIRV_NO_SELECT,
-    device_uses,
-    kernel_table,
-)
+from poot.codegen.coverage import BYTE_FLOATS, NARROW_INTS, SPIRV_SELECT, device_uses, kernel_table
 from poot.dtypes import DType
 
 from poot_wgpu.device import WgpuDevice
@@ -61,5 +55,5 @@ def capability_table(dev: WgpuDevice, device_id: str, formats: frozenset[str]) \
         notes["f16"] = "refused: the adapter lacks the shader-f16 feature"
     limits = dict(dev.limits)
     limits["max_buffer_bytes"] = dev.limit("max-storage-buffer-binding-size")
-    return kernel_table(BACKEND, device_id, uses, formats, no_select=SPIRV_NO_SELECT,
+    return kernel_table(BACKEND, device_id, uses, formats, no_select=SPIRV_SELECT,
                         limits=limits, notes=notes)

@@ -156,8 +156,8 @@ PACKED_SOURCE_NOTE = ("held only as a packed weight's source bytes, which its fo
 
 #: the IR specification's rule for SPIR-V targets (Vulkan's GLSL, WGSL): no select in a
 #: 16-bit float
-SPIRV_NO_SELECT = {d: f"Select on {d.name} is not lowered on SPIR-V targets (the IR spec's rule)"
-                   for d in (F16, BF16)}
+SPIRV_SELECT = {d: f"Select on {d.name} is not lowered on SPIR-V targets (the IR spec's rule)"
+                for d in (F16, BF16)}
 
 #: why what the lowerings leave out is refused, on every kernel backend
 NOTES = {"AllReduce": "collectives are cuts between stages (a runtime's communicator "
@@ -215,5 +215,5 @@ def kernel_table(backend: str, device: str, uses: Mapping[DType, Use], formats, 
 
 __all__ = ["ARITH", "BYTE_FLOATS", "COVERAGE", "Cover", "DOT", "DOT_FLOATS", "DeviceClasses",
            "Dtypes", "FLOATS", "FORMATS", "FULL", "HELD", "MOVED", "NARROW", "NARROW_INTS",
-           "NOTES", "PACKED", "SCAN_NOTE", "SPIRV_NO_SELECT", "WORDS", "device_uses", "exactly",
+           "NOTES", "PACKED", "SCAN_NOTE", "SPIRV_SELECT", "WORDS", "device_uses", "exactly",
            "kernel_ops", "kernel_table"]
