@@ -35,14 +35,17 @@ FIELDS = sorted({"model", "prompt", "messages", "max_tokens", "max_completion_to
                  "temperature", "top_p", "top_k", "repetition_penalty", "seed", "stop",
                  "stream", "stream_options", "ignore_eos", "user", "n", "frequency_penalty",
                  "presence_penalty", "logit_bias", "logprobs", "top_logprobs", "echo",
-                 "best_of", "suffix", "response_format", "tools", "tool_choice"})
+                 "best_of", "suffix", "response_format", "tools", "tool_choice",
+                 "parallel_tool_calls"})
 #: values each field accepts, so that a mutated body often passes its other checks and
 #: reaches the engine (streams, sampling, stops) rather than stopping at the first refusal
 GOOD = {"temperature": [0, 0.7, 2], "top_p": [0.5, 1], "top_k": [0, 3, -1], "seed": [0, 7],
         "stop": ["e", ["a", "b"]], "stream": [True, False],
         "stream_options": [{"include_usage": True}], "ignore_eos": [True, False],
-        "user": ["u"], "n": [1, 2], "logit_bias": [{}, {"5": 3}], "tools": [[]],
-        "tool_choice": ["none"],
+        "user": ["u"], "n": [1, 2], "logit_bias": [{}, {"5": 3}],
+        "tools": [[], [{"type": "function", "function": {"name": "f", "parameters": {
+            "type": "object", "properties": {"a": {"type": "boolean"}}}}}]],
+        "tool_choice": ["none", "auto", "required"],
         "max_tokens": [1, 5, 40], "max_completion_tokens": [2], "repetition_penalty": [1.3],
         "response_format": [{"type": "text"}, {"type": "json_object"}],
         "frequency_penalty": [0], "echo": [False], "top_logprobs": [2],

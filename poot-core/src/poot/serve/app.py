@@ -170,15 +170,17 @@ def create_app(engine: Engine, api_key: str | None = None):
             raise
         shapes = Shapes(gen.kind, gen.model, logprobs=gen.logprobs is not None)
         if gen.stream:
-            return EventStream(stream(jobs, events, shapes, gen.include_usage),
+            return EventStream(stream(jobs, events, shapes, gen.include_usage, gen.tools),
                                media_type="text/event-stream",
                                headers={"Cache-Control": "no-cache"})
-        return await whole(jobs, events, shapes)
+        return await whole(jobs, events, shapes, gen.tools)
 
-    async def stream(jobs, events: Events, shapes: Shapes, include_usage: bool):
+    async def stream(jobs, events: Events, shapes: Shapes, include_usage: bool, tools):
         """The SSE body: each wake-up writes everything that came, in one piece; it ends
-        once every choice has."""
+        once every choice has. With tools, a choice's text is held until it ends, then
+        sent as its tool calls or as content (poot.serve.tools)."""
         ends: dict[int, Event] = {}
+        held: dict[int, list] = {i: [[], []] for i in range(len(jobs))}
         try:
             if shapes.chat:
                 yield b"".join(sse(shapes.chunk(i, None, first=True)) for i in range(len(jobs)))
@@ -188,14 +190,28 @@ def create_app(engine: Engine, api_key: str | None = None):
                     if item is None:
                         return                       # the client left
                     i, ev = item
+                    if ev.kind == "text" and tools is not None:
+                        held[i][0].append(ev.text)
+                        held[i][1] += ev.logprobs
+                        continue
                     if ev.kind == "text":
                         out.append(shapes.text_event(i, ev.text, ev.logprobs))
                         continue
                     if ev.kind == "error":
                         out.append(sse(error_body(ev.text, "server_error")))
                     else:
-                        out.append(sse(shapes.chunk(i, None, ev.finish_reason,
-                                                    entries=ev.logprobs)))
+                        reason = ev.finish_reason
+                        if tools is not None:
+                            content, calls = tools.parse("".join(held[i][0]))
+                            delta = {"tool_calls": [{"index": k, **c}
+                                                    for k, c in enumerate(calls)]} \
+                                if calls else {"content": content}
+                            reason = "tool_calls" if calls else reason
+                            out.append(sse(shapes.chunk(i, None, delta=delta,
+                                                        entries=held[i][1] + list(
+                                                            ev.logprobs))))
+                        out.append(sse(shapes.chunk(i, None, reason,
+                                                    entries=() if tools else ev.logprobs)))
                         ends[i] = ev
                         if len(ends) < len(jobs):
                             continue
@@ -211,7 +227,7 @@ def create_app(engine: Engine, api_key: str | None = None):
             for job in jobs:
                 engine.cancel(job)
 
-    async def whole(jobs, events: Events, shapes: Shapes) -> Response:
+    async def whole(jobs, events: Events, shapes: Shapes, tools) -> Response:
         choices = [{"text": [], "logprobs": [], "finish_reason": None} for _ in jobs]
         ends: dict[int, Event] = {}
         try:
@@ -231,6 +247,10 @@ def create_app(engine: Engine, api_key: str | None = None):
                 if len(ends) == len(jobs):
                     for c in choices:
                         c["text"] = "".join(c["text"])
+                        if tools is not None:
+                            c["text"], c["tool_calls"] = tools.parse(c["text"])
+                            if c["tool_calls"]:
+                                c["finish_reason"] = "tool_calls"
                     return JSONResponse(shapes.whole(
                         choices, request_usage([ends[k] for k in sorted(ends)])))
         finally:

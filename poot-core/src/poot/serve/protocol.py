@@ -16,6 +16,7 @@ more than the room its prompt leaves in the context.
 """
 from __future__ import annotations
 
+import json
 import math
 import reprlib
 from collections.abc import Mapping
@@ -23,9 +24,11 @@ from dataclasses import dataclass, field
 
 from poot.errors import ChatTemplateError, CheckpointError, RequestError
 from poot.models.sampling import CANDIDATES
+from poot.serve.tools import Tools, check_choice, check_tools
 
 #: the chat roles the template is handed ("developer" is OpenAI's newer name for system)
-ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant",
+         "tool": "tool"}
 MAX_STOPS = 4
 #: the most choices (`n`) one request may ask for
 MAX_N = 16
@@ -57,6 +60,7 @@ class Generation:
     logprobs: int | None = None            # alternatives per token reported (None: off)
     logit_bias: Mapping[int, float] = field(default_factory=dict)
     grammar: str | None = None             # llguidance's grammar the answer must match
+    tools: Tools | None = None             # chat: the answer may be tool calls
     sampling: dict = field(init=False)
 
     def __post_init__(self):
@@ -273,8 +277,7 @@ _COMPLETION = {**_SAMPLING, "prompt": None, "echo": _only([False], "no echo"),
 _CHAT = {**_SAMPLING, "messages": None, "max_completion_tokens": _int(1),
          "logprobs": _bool, "top_logprobs": _int(0, MAX_TOP_LOGPROBS),
          "response_format": _response_format,
-         "tools": _only([[]], "no tool calls"),
-         "tool_choice": _only(["none", "auto"], "no tool calls")}
+         "tools": check_tools, "tool_choice": check_choice, "parallel_tool_calls": _bool}
 
 
 def _checked_fields(body, spec: dict, required: tuple[str, ...]) -> dict:
@@ -314,16 +317,29 @@ def parse_chat(body, limits: Limits, tokenizer) -> Generation:
 
     f = _checked_fields(body, _CHAT, ("model", "messages"))
     _check_model(f["model"], limits)
-    messages = _messages(f["messages"])
-    try:
-        ids = chat_ids(tokenizer, messages)  # a message's text never becomes a control token
+    tools = Tools(f.get("tools") or [], f.get("tool_choice") or
+                  ("auto" if f.get("tools") else "none"), tokenizer.chat_template)
+    _no_control_text(f.get("tools"), tokenizer, "tools")
+    messages, variables = tools.messages(_messages(f["messages"], tokenizer))
+    try:   # a message's text never becomes a control token
+        ids = chat_ids(tokenizer, messages, **variables)
     except (ChatTemplateError, CheckpointError) as exc:
         raise RequestError(str(exc), param="messages") from exc
+    if tools.forced:
+        if f.get("response_format") not in (None, ("text", None)):
+            raise RequestError("response_format cannot be given with a tool_choice that "
+                               "forces a call", param="response_format")
+        from poot.serve import grammar
+
+        f["grammar"] = grammar.checked(grammar.json_schema_grammar(tools.schema()),
+                                       tokenizer, "tools")
+    else:
+        f["grammar"] = _grammar(f.get("response_format"), tokenizer)
+    f["tools"] = tools if tools.active else None
     max_tokens = f.get("max_completion_tokens") or f.get("max_tokens")
     if f.get("top_logprobs") is not None and not f.get("logprobs"):
         raise RequestError("top_logprobs needs logprobs set to true", param="top_logprobs")
     f["logprobs"] = (f.get("top_logprobs") or 0) if f.get("logprobs") else None
-    f["grammar"] = _grammar(f.get("response_format"), tokenizer)
     return _generation("chat", f, ids, max_tokens, limits)
 
 
@@ -352,7 +368,10 @@ def _prompt_ids(prompt, tokenizer, vocab: int) -> list[int]:
                        "of token ids (one prompt per request)", param="prompt")
 
 
-def _messages(messages) -> list[dict]:
+def _messages(messages, tokenizer) -> list[dict]:
+    """The messages as the template takes them: role and content, an assistant's
+    `tool_calls` (arguments as objects, as templates expect them) and a tool result's
+    `tool_call_id`."""
     if not isinstance(messages, list) or not messages:
         raise RequestError("messages must be a non-empty list", param="messages")
     out = []
@@ -364,12 +383,59 @@ def _messages(messages) -> list[dict]:
         if not isinstance(role, str) or role not in ROLES:
             raise RequestError(f"{where}.role must be one of {sorted(ROLES)}, got "
                                f"{_shown(role)}", param=f"{where}.role")
-        extra = set(m) - {"role", "content", "name"}
+        allowed = {"role", "content", "name"} | FIELDS_OF_ROLE.get(role, set())
+        extra = set(m) - allowed
         if extra:
             raise RequestError(f"{where} has unsupported field {sorted(extra)[0]!r}",
                                param=where)
-        out.append({"role": ROLES[role], "content": _content(m.get("content"), where)})
+        calls = m.get("tool_calls")
+        content = m.get("content")
+        msg = {"role": ROLES[role],
+               "content": "" if calls and content is None else _content(content, where)}
+        if calls:
+            msg["tool_calls"] = _tool_calls(calls, f"{where}.tool_calls")
+            _no_control_text(msg["tool_calls"], tokenizer, f"{where}.tool_calls")
+        if "tool_call_id" in m:
+            msg["tool_call_id"] = _string(m["tool_call_id"], f"{where}.tool_call_id")
+        out.append(msg)
     return out
+
+
+#: the message fields of some roles besides role, content and name
+FIELDS_OF_ROLE = {"assistant": {"tool_calls"}, "tool": {"tool_call_id"}}
+
+
+def _tool_calls(calls, where: str) -> list[dict]:
+    if not isinstance(calls, list):
+        raise RequestError(f"{where} must be a list", param=where)
+    out = []
+    for call in calls:
+        fn = call.get("function") if isinstance(call, Mapping) else None
+        if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str) or \
+                not isinstance(fn.get("arguments"), str):
+            raise RequestError(f"{where} holds a call without function.name and "
+                               f"function.arguments (a JSON string)", param=where)
+        try:
+            args = json.loads(fn["arguments"])
+        except ValueError:
+            raise RequestError(f"{where}: function.arguments is not JSON",
+                               param=where) from None
+        out.append({"id": _string(call.get("id", ""), where), "type": "function",
+                    "function": {"name": _text(fn["name"], where), "arguments": args}})
+    return out
+
+
+def _no_control_text(value, tokenizer, param: str) -> None:
+    """Refuse template text (tools, tool calls) that spells a control token: the template
+    renders it as its own text, where the spelling would become the token."""
+    if not value:
+        return
+    text = json.dumps(value, ensure_ascii=False)
+    for i in tokenizer.special_ids:
+        spelling = tokenizer.tokens[i]
+        if len(spelling) > 1 and spelling in text:
+            raise RequestError(f"{param} holds the text of the control token "
+                               f"{spelling!r}", param=param)
 
 
 def _content(content, where: str) -> str:
@@ -415,5 +481,5 @@ def _generation(kind: str, f: dict, ids: list[int], max_tokens, limits: Limits) 
         stream=bool(f.get("stream")),
         include_usage=bool(f.get("stream") and f.get("stream_options")),
         n=f.get("n") or 1, logprobs=f.get("logprobs"), logit_bias=bias,
-        grammar=f.get("grammar"))
+        grammar=f.get("grammar"), tools=f.get("tools"))
 
