@@ -9,6 +9,24 @@ import threading
 import time
 import urllib.request
 from contextlib import contextmanager
+from pathlib import Path
+
+
+def tiny_llama(folder: Path, context: int) -> Path:
+    """The fuzzer's tiny Llama (tests/fuzz/seeds.py: random weights, a byte vocabulary,
+    a ChatML template) with `context` positions, as a GGUF in `folder`."""
+    sys.path.insert(0, str(Path(__file__).parent / "fuzz"))
+    import seeds
+
+    kvs = seeds.set_kv(seeds.llama_kvs(), "llama.context_length", seeds.U32, context)
+    return seeds.tiny_llama_gguf(Path(folder) / "tiny.gguf", kvs)
+
+
+def openai_client(server: Server, timeout: float = 120):
+    import openai
+
+    return openai.OpenAI(base_url=server.base, api_key="unused", max_retries=0,
+                         timeout=timeout)
 
 
 def free_port() -> int:

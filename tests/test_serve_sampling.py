@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import openai
 import pytest
-from serve_process import serve
+from serve_process import openai_client, serve, tiny_llama
 
 sys.path.insert(0, str(Path(__file__).parent / "fuzz"))
 import seeds  # noqa: E402
@@ -24,8 +24,7 @@ SYSTEM = "You answer in the voice of a lighthouse keeper on a windy northern isl
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> Path:
-    kvs = seeds.set_kv(seeds.llama_kvs(), "llama.context_length", seeds.U32, 256)
-    return seeds.tiny_llama_gguf(tmp_path_factory.mktemp("tiny") / "tiny.gguf", kvs)
+    return tiny_llama(tmp_path_factory.mktemp("tiny"), 256)
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +35,7 @@ def server(tiny):
 
 @pytest.fixture(scope="module")
 def client(server):
-    return openai.OpenAI(base_url=server.base, api_key="unused", max_retries=0, timeout=120)
+    return openai_client(server)
 
 
 def complete(client, **kw):

@@ -15,7 +15,7 @@ from pathlib import Path
 import jsonschema
 import openai
 import pytest
-from serve_process import serve
+from serve_process import openai_client, serve, tiny_llama
 
 sys.path.insert(0, str(Path(__file__).parent / "fuzz"))
 import seeds  # noqa: E402
@@ -50,15 +50,13 @@ SCHEMAS = {
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    kvs = seeds.set_kv(seeds.llama_kvs(), "llama.context_length", seeds.U32, 256)
-    tiny = seeds.tiny_llama_gguf(tmp_path_factory.mktemp("tiny") / "tiny.gguf", kvs)
-    with serve(tiny, "--max-batch", "4", "--max-seq", "256") as s:
+    with serve(tiny_llama(tmp_path_factory.mktemp("tiny"), 256), "--max-batch", "4", "--max-seq", "256") as s:
         yield s
 
 
 @pytest.fixture(scope="module")
 def client(server):
-    return openai.OpenAI(base_url=server.base, api_key="unused", max_retries=0, timeout=120)
+    return openai_client(server)
 
 
 def schema_format(schema: dict) -> dict:

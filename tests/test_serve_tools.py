@@ -6,19 +6,13 @@ them; refusals are 400s. One server for the module."""
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
-
 import jsonschema
 import openai
 import pytest
-from serve_process import serve
+from serve_process import openai_client, serve, tiny_llama
 
 from poot.models.chat import render_chat
 from poot.serve.tools import Tools
-
-sys.path.insert(0, str(Path(__file__).parent / "fuzz"))
-import seeds  # noqa: E402
 
 MODEL = "smollm2"
 WEATHER = {"type": "object", "properties": {
@@ -36,15 +30,13 @@ ASK = [{"role": "user", "content": "weather in Paris?"}]
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    kvs = seeds.set_kv(seeds.llama_kvs(), "llama.context_length", seeds.U32, 1024)
-    tiny = seeds.tiny_llama_gguf(tmp_path_factory.mktemp("tiny") / "tiny.gguf", kvs)
-    with serve(tiny, "--max-batch", "2", "--max-seq", "1024") as s:
+    with serve(tiny_llama(tmp_path_factory.mktemp("tiny"), 1024), "--max-batch", "2", "--max-seq", "1024") as s:
         yield s
 
 
 @pytest.fixture(scope="module")
 def client(server):
-    return openai.OpenAI(base_url=server.base, api_key="unused", max_retries=0, timeout=120)
+    return openai_client(server)
 
 
 def check_call(call, names=SCHEMAS) -> None:
