@@ -89,14 +89,17 @@ def layer_windows(cfg: dict) -> list[int | None]:
     return [window] * n
 
 
-def attention(q, k, v, window, scale):
-    """q [T, H, d], k/v [T, KV, d]; causal, within `window` positions where given."""
+def attention(q, k, v, window, scale, spans=None):
+    """q [T, H, d], k/v [T, KV, d]; causal, within `window` positions where given; and
+    where `spans` [T] gives two positions one nonzero id, they see each other."""
     t, heads, _ = q.shape
     group = heads // k.shape[1]
     k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
     scores = np.einsum("qhd,khd->hqk", q, k) * scale
     i, j = np.arange(t)[:, None], np.arange(t)[None, :]
     hidden = (j > i) | ((i - j >= window) if window else np.zeros_like(j > i))
+    if spans is not None:
+        hidden &= ~((spans[:, None] == spans[None, :]) & (spans[:, None] > 0))
     scores = np.where(hidden[None], -np.inf, scores)
     scores -= scores.max(-1, keepdims=True)
     p = np.exp(scores)
@@ -133,9 +136,10 @@ def moe(w, cfg, p, h):
     return out
 
 
-def forward(w: dict[str, np.ndarray], cfg: dict, ids, rows=None) -> np.ndarray:
+def forward(w: dict[str, np.ndarray], cfg: dict, ids, rows=None, spans=None) -> np.ndarray:
     """Logits [T, vocab] (float64) of `ids` from position 0; `rows` (position -> row)
-    replace those positions' scaled embeddings (image features)."""
+    replace those positions' scaled embeddings (image features); positions of one span
+    (position -> id) attend to each other both ways (an image's tokens in Gemma 3)."""
     w = {n: np.asarray(a, np.float64) for n, a in w.items()}
     kind = cfg["model_type"]
     gemma = kind == "gemma3_text"
@@ -155,6 +159,9 @@ def forward(w: dict[str, np.ndarray], cfg: dict, ids, rows=None) -> np.ndarray:
         x = x * math.sqrt(dim)
     for pos, row in (rows or {}).items():
         x[pos] = row
+    span_ids = np.zeros(t, np.int64)
+    for pos, span in (spans or {}).items():
+        span_ids[pos] = span
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
         h = rms_norm(x, w[p + "input_layernorm.weight"], eps, offset)
@@ -169,7 +176,7 @@ def forward(w: dict[str, np.ndarray], cfg: dict, ids, rows=None) -> np.ndarray:
             k = rms_norm(k, w[p + "self_attn.k_norm.weight"], eps, offset)
         inv, att = local_freqs if (gemma and windows[i]) else global_freqs
         q, k = rope(q, positions, inv, att), rope(k, positions, inv, att)
-        o = attention(q, k, v, windows[i], scale).reshape(t, heads * hd)
+        o = attention(q, k, v, windows[i], scale, span_ids).reshape(t, heads * hd)
         o = o @ w[p + "self_attn.o_proj.weight"].T
         if gemma:
             x = x + rms_norm(o, w[p + "post_attention_layernorm.weight"], eps, offset)

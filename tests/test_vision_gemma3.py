@@ -295,14 +295,16 @@ def test_text_logits_with_images(folder, models, backend, count):
     assert all(ids[s: s + MM_TOKENS] == [SOFT] * MM_TOKENS for s in starts)
     assert [ids[s + MM_TOKENS] for s in starts] == [EOI] * count
     proc = read_processing(path, 16)
-    rows = {}
-    for s, image in zip(starts, images[:count]):
+    rows, spans = {}, {}
+    for k, (s, image) in enumerate(zip(starts, images[:count])):
         rows.update(enumerate(reference_rows(vis, proj, pixels(image, proc)), s))
-    want = forward(text, TEXT, ids, rows)
-    got = model.prefill_logits(ids, hosted=rows)
+        spans.update(dict.fromkeys(range(s, s + MM_TOKENS), k + 1))
+    want = forward(text, TEXT, ids, rows, spans)
+    got = model.prefill_logits(ids, hosted=rows, spans=spans)
     assert rel_err(got, want) < 1e-4
-    plain = forward(text, TEXT, ids)
-    assert rel_err(plain, want) > 1e-2        # the rows did change the logits
+    # the rows and the image's both-ways attention each change the logits
+    assert rel_err(forward(text, TEXT, ids), want) > 1e-2
+    assert rel_err(forward(text, TEXT, ids, rows), want) > 1e-3
 
 
 def test_generate_and_poot_run_with_two_images(folder, capsys):
@@ -316,14 +318,17 @@ def test_generate_and_poot_run_with_two_images(folder, capsys):
     path, _, _, _, images = folder
     m = poot.load(str(path), "reference", max_seq=64, prefill_tokens=8)
     chat = ImageChat(m)
-    ids, hosted = chat.prompt("Describe both.", images)
+    ids, hosted, spans = chat.prompt("Describe both.", images)
+    assert sorted(set(spans.values())) == [1, 2] and set(spans) == set(hosted)
     assert len(chat.image_seconds) == 2
     pieces = list(chat.generate("Describe both.", images, max_tokens=4, stream=True))
-    assert m.stats.prompt_tokens == len(ids) and m.session().stepper is None
+    session = m.session()
+    assert m.stats.prompt_tokens == len(ids) and session.stepper is None
+    assert session.prefill_tokens == 8 and (64, 1) in session.executors   # one step
     answer = m.tokenizer.encode("".join(pieces), add_special=False)
     assert 0 < len(answer) <= 4
     # teacher-forced: each answer token is the argmax after the prompt and those before it
-    logits = m.prefill_logits(ids + answer[:-1], hosted=hosted)
+    logits = m.prefill_logits(ids + answer[:-1], hosted=hosted, spans=spans)
     assert list(np.argmax(logits[len(ids) - 1:], -1)) == answer
     capsys.readouterr()
     rc = main(["run", str(path), "--backend", "reference", "--max-seq", "64", "--quiet",
@@ -342,3 +347,29 @@ def test_poot_run_refuses_a_bad_image_in_one_line(folder, tmp_path, capsys):
                "--image", str(bad)])
     err = capsys.readouterr().err.strip()
     assert rc != 0 and str(bad) in err and len(err.splitlines()) == 1, err
+
+
+def test_hosted_prompt_refuses_a_cut_image_and_the_decode_plan():
+    """An image's rows never go through a step that would cut its span, nor through a step
+    without hosted slots; once the prompt is in, the session gets its stepper back."""
+    from types import SimpleNamespace
+
+    from poot.errors import BindError
+    from poot.models.vision.chat import HostedPrompt
+
+    session = SimpleNamespace(stepper=None, prefill_tokens=8)
+    rows = {p: np.full(4, p, np.float32) for p in range(5, 9)}
+    hp = HostedPrompt(session, rows, 4, 12, dict.fromkeys(rows, 1), chunk=16)
+    assert session.stepper is hp and session.prefill_tokens == 16
+    prefill = SimpleNamespace(slots={"tokens", "pos", "hosted.rows", "hosted.use",
+                                     "hosted.span"}, step=lambda slots: slots)
+    decode = SimpleNamespace(slots={"tokens", "pos"}, step=lambda slots: slots)
+    with pytest.raises(BindError, match="cross"):
+        hp(prefill, {"tokens": np.zeros(8, np.int32), "pos": [0]}, np.ones(8, bool))
+    with pytest.raises(BindError, match="without hosted rows"):
+        hp(decode, {"tokens": [0], "pos": [6]}, [True])
+    slots = hp(prefill, {"tokens": np.zeros(16, np.int32), "pos": [0]}, np.arange(16) < 12)
+    assert list(slots["hosted.use"]) == [0] * 5 + [1] * 4 + [0] * 7
+    assert list(slots["hosted.span"]) == [0] * 5 + [1] * 4 + [0] * 7
+    assert slots["hosted.rows"][7, 0] == 7
+    assert session.stepper is None and session.prefill_tokens == 8

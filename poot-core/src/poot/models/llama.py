@@ -34,7 +34,7 @@ from poot.errors import CheckpointError
 from poot.formats import PackedWeight
 from poot.ir.graph import Graph
 from poot.ir.types import SlotKind, TensorType, WeightRef
-from poot.models.hosted_rows import embed_rows
+from poot.models.hosted_rows import embed_rows, span_mask, span_mask_ring, span_slot
 from poot.models.rope import RopeScaling
 from poot.models.sample_graph import sample_tokens
 from poot.models.weights import DenseSpec, PackedSpec, RowLayout, WeightSource, stacked
@@ -130,7 +130,7 @@ def _declare(weights: WeightSource, name: str, seen: dict):
 def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1,
                   batch: int = 1, kv: str = "dense", logits: str = "all",
                   pool_slots: int | None = None, lora=None, expert_pool=None,
-                  sample: str | None = None, hosted_rows: bool = False,
+                  sample: str | None = None, hosted_rows: bool = False, spans: bool = False,
                   stack_qkv: bool = True, stack_ffn: bool = True, kv_dtype: str = "f32") -> Step:
     """Trace one decoder step for `batch` sequences of `tokens` tokens each.
 
@@ -149,6 +149,8 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
     token itself (poot.models.sample_graph) and its result is the token ids [B] I32.
     hosted_rows: the step takes embedding rows from the host for chosen positions
     (poot.models.hosted_rows: slots `hosted.rows` [B*T, dim] and `hosted.use` [B*T]).
+    spans (dense KV): slot `hosted.span` [T]; tokens of one span also see each other
+    both ways (an image's soft tokens in Gemma 3), every layer.
     logits: "all" gives every token's logits [B*T, vocab]; "last" each sequence's at
     position T-1 [B, vocab]; "rows" (T > 1) each sequence's at its last real token, whose
     row of the step (0..B*T-1) the host writes into slot `last` (Pos [B]): a chunk padded
@@ -171,6 +173,8 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
         raise ValueError(f"kv must be 'dense' or 'paged', not {kv!r}")
     if kv == "dense" and batch != 1:
         raise ValueError("a dense KV cache holds one sequence; use kv='paged' for batches")
+    if spans and kv != "dense":
+        raise ValueError("spans (tokens that see each other both ways) take a dense KV cache")
     if c.act not in ("silu", "gelu_tanh"):
         raise ValueError(f"unknown FFN activation {c.act!r}")
     check_kv_dtype(kv_dtype, c.head_dim)
@@ -221,13 +225,19 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
             rope_pos = ops.positions(pos, t)                       # [B, T]
         rope = {k: ops.const(v.shape, DType.F32, k) for k, v in tables.items()}
         masks = {}
+        span = span_slot(t) if spans else None
 
         def mask_for(sliding):
             if sliding not in masks:
                 if kv == "dense" and sliding:
                     masks[sliding] = ops.ring_mask(pos, t, c.ring, c.window)  # [T, ring+T]
+                    if span is not None:
+                        masks[sliding] = ops.maximum(masks[sliding],
+                                                     span_mask_ring(span, c.ring))
                 else:
                     m = ops.causal_mask(pos, t, cap, c.window if sliding else None)
+                    if span is not None:
+                        m = ops.maximum(m, span_mask(span, pos, cap))
                     masks[sliding] = ops.reshape(m, (b, 1, 1, t, cap)) if kv == "paged" else m
             return masks[sliding]
 

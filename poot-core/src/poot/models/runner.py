@@ -149,7 +149,8 @@ class Model:
         """The traced (and, by default, compiled) graph of one step. `pool` is the paged
         KV pool's size in token slots (shared by every plan of one session); `sample`
         ("argmax" or "full") makes a decode step that samples in the graph; `hosted_rows`
-        a step that takes embedding rows from the host (poot.models.hosted_rows)."""
+        a step that takes embedding rows from the host (poot.models.hosted_rows; a dense
+        one also its spans, tokens that see each other both ways)."""
         import poot
         from poot.compiler import Policy
         from poot.models.llama import build_decoder
@@ -158,7 +159,7 @@ class Model:
         step = build_decoder(self.config, self.weights, tokens=tokens, batch=batch, kv=kv,
                              logits=logits, pool_slots=pool, lora=self.adapters,
                              expert_pool=self.expert_pool, sample=sample,
-                             hosted_rows=hosted_rows,
+                             hosted_rows=hosted_rows, spans=hosted_rows and kv == "dense",
                              stack_qkv=self.stack_qkv and self.tp is None,
                              stack_ffn=self.stack_ffn and self.tp is None,
                              kv_dtype=self.kv_dtype)
@@ -352,11 +353,13 @@ class Model:
         return self.tokenizer.encode(text, add_special=add_special)
 
     def prefill_logits(self, token_ids: Sequence[int], adapter: str | None = None,
-                       hosted: Mapping[int, np.ndarray] | None = None) -> np.ndarray:
+                       hosted: Mapping[int, np.ndarray] | None = None,
+                       spans: Mapping[int, int] | None = None) -> np.ndarray:
         """Logits [T, vocab] (float32) of a prompt run from an empty cache in one step,
         through the loaded LoRA adapter `adapter` if given. `hosted` maps prompt positions
         to embedding rows [dim] that replace those positions' token embeddings
-        (poot.models.hosted_rows)."""
+        (poot.models.hosted_rows); `spans` maps hosted positions to span ids (tokens of one
+        span, an image's, see each other both ways)."""
         from poot.models import hosted_rows
         from poot.plan import plan
         from poot.runtime.executor import Executor
@@ -375,6 +378,7 @@ class Model:
                  **({"end": [len(ids)]} if "end" in ex.slots else {})}
         if hosted:
             slots.update(hosted_rows.slot_values(hosted, len(ids), self.config.dim))
+            slots.update(hosted_rows.span_values(spans or {}, len(ids)))
         return np.asarray(ex.step(slots).result, np.float32)
 
     def prompt_ids(self, prompt, chat: bool | None = None, system: str | None = None) -> list[int]:

@@ -5,7 +5,9 @@ Gemma 3's processor puts each image where the message's content list has it and 
 <start_of_image> to "\\n\\n", <start_of_image>, `mm_tokens_per_image` image soft tokens,
 <end_of_image>, "\\n\\n"; the image comes first in the usual message, so here every image's
 block goes before the text of the user's message, in the order given. The soft tokens' ids
-are placeholders: the step reads the image's rows at their positions instead.
+are placeholders: the step reads the image's rows at their positions instead. As in Gemma 3,
+an image's soft tokens also see each other both ways (hosted spans): the whole prompt is
+prefilled in one step (its length rounded up to `PREFILL_ROUND`), so no image is cut.
 """
 from __future__ import annotations
 
@@ -15,6 +17,9 @@ import numpy as np
 
 from poot.errors import BindError, RequestError
 from poot.models import hosted_rows
+
+#: an image prompt's prefill step is its length rounded up to this (fewer plans to build)
+PREFILL_ROUND = 64
 
 
 def image_block(tokenizer, tokens) -> list[int]:
@@ -57,29 +62,48 @@ def chat_ids(tokenizer, tokens, prompt: str, images: int, system: str | None = N
 
 class HostedPrompt:
     """A Session stepper for the prefill of one prompt of `length` tokens: it writes hosted
-    rows (absolute position -> row) into the dense prefill steps that cover them (no row:
-    the token's own embedding), refuses a step without the hosted slots at a hosted position
-    (the decode plan, which a prompt's last token or a chunk at the end of the context
-    takes), and hands the session back its own stepper once the prompt is in."""
+    rows (absolute position -> row) and span ids (absolute position -> span) into the dense
+    prefill steps that cover them (no row: the token's own embedding), refuses a step
+    without the hosted slots at a hosted position (the decode plan) and a span cut by a
+    step's end, and hands the session back its own stepper and chunk size once the prompt
+    is in."""
 
-    def __init__(self, session, rows: Mapping[int, np.ndarray], dim: int, length: int):
+    def __init__(self, session, rows: Mapping[int, np.ndarray], dim: int, length: int,
+                 spans: Mapping[int, int] | None = None, chunk: int | None = None):
         self.session, self.rows, self.dim, self.length = session, dict(rows), dim, length
-        self.inner = session.stepper
+        self.spans = dict(spans or {})
+        self.inner, self.chunk = session.stepper, session.prefill_tokens
+        session.stepper = self
+        if chunk is not None:
+            session.prefill_tokens = chunk
 
     def __call__(self, ex, slots, real):
         pos = int(np.asarray(slots["pos"]).reshape(-1)[0])
         t = int(np.asarray(slots["tokens"]).shape[-1])
         real = np.asarray(real, bool).reshape(-1)
+        end = pos + int(real.sum())
         here = {i: self.rows[pos + i] for i in range(t) if real[i] and pos + i in self.rows}
+        spans = {i: self.spans[pos + i] for i in range(t) if real[i] and pos + i in self.spans}
         if hosted_rows.ROWS in ex.slots:
+            cut = {s for p, s in self.spans.items() if s in spans.values()
+                   and not pos <= p < end}
+            if cut:
+                raise BindError(f"image {min(cut)}'s tokens cross a prefill step's end")
             slots.update(hosted_rows.slot_values(here, t, self.dim))
+            slots.update(hosted_rows.span_values(spans, t))
         elif here:
             raise BindError(f"position {pos + min(here)} holds an image row but runs through "
                             f"a step without hosted rows; end the prompt with text")
         out = self.inner(ex, slots, real) if self.inner is not None else ex.step(slots)
-        if pos + int(real.sum()) >= self.length and self.session.stepper is self:
-            self.session.stepper = self.inner
+        if end >= self.length:
+            self.release()
         return out
+
+    def release(self) -> None:
+        """Give the session back its own stepper and chunk size."""
+        if self.session.stepper is self:
+            self.session.stepper = self.inner
+            self.session.prefill_tokens = self.chunk
 
 
 class ImageChat:
@@ -126,8 +150,9 @@ class ImageChat:
         return out
 
     def prompt(self, prompt: str, images: Sequence, system: str | None = None
-               ) -> tuple[list[int], dict[int, np.ndarray]]:
-        """(token ids, position -> hosted row) of a chat turn with `images`."""
+               ) -> tuple[list[int], dict[int, np.ndarray], dict[int, int]]:
+        """(token ids, position -> hosted row, position -> span id: the image's number
+        from 1) of a chat turn with `images`."""
         if not images:
             raise RequestError("no image given")
         ids, starts = chat_ids(self.model.tokenizer, self.vision.tokens, prompt,
@@ -136,10 +161,11 @@ class ImageChat:
             raise RequestError(f"{len(images)} image(s) and the text take {len(ids)} tokens; "
                                f"this model was loaded with room for "
                                f"{self.model.config.max_seq} (load with a larger max_seq)")
-        hosted = {}
-        for start, rows in zip(starts, self.rows(images), strict=True):
+        hosted, spans = {}, {}
+        for k, (start, rows) in enumerate(zip(starts, self.rows(images), strict=True)):
             hosted.update({start + j: row for j, row in enumerate(rows)})
-        return ids, hosted
+            spans.update(dict.fromkeys(range(start, start + len(rows)), k + 1))
+        return ids, hosted, spans
 
     def generate(self, prompt: str, images: Sequence = (), *, system: str | None = None,
                  stream: bool = False, **sampling) -> str | Iterator[str]:
@@ -148,19 +174,20 @@ class ImageChat:
         prefill plans take hosted rows, so its text prompts go through here too)."""
         model = self.model
         if images:
-            ids, hosted = self.prompt(prompt, images, system)
+            ids, hosted, spans = self.prompt(prompt, images, system)
         else:
-            ids, hosted = model.prompt_ids(prompt, chat=True, system=system), {}
+            ids, hosted, spans = model.prompt_ids(prompt, chat=True, system=system), {}, {}
         session = model.session()
         pieces = model.generate(ids, stream=True, **sampling)   # checks its arguments now
+        chunk = None
+        if spans:   # the whole prompt in one step, within the capacity
+            chunk = min(-(-len(ids) // PREFILL_ROUND) * PREFILL_ROUND, model.config.max_seq)
 
         def run():
-            stepper = HostedPrompt(session, hosted, model.config.dim, len(ids))
-            session.stepper = stepper
+            stepper = HostedPrompt(session, hosted, model.config.dim, len(ids), spans, chunk)
             try:
                 yield from pieces
             finally:
-                if session.stepper is stepper:
-                    session.stepper = stepper.inner
+                stepper.release()
 
         return run() if stream else "".join(run())
