@@ -100,7 +100,7 @@ class Step:
     kv: str                         # "dense" | "paged"
     batch: int                      # sequences per step
     tokens: int                     # tokens per sequence in this step
-    logits: str                     # "all" | "last" | "rows"
+    logits: str                     # "all" | "last" | "rows" | "hidden"
     #: host arrays the step binds beyond the source's `arrays`: rope tables, and q/k rows
     #: reordered from a "pairs" source (poot.models.weights.RowLayout)
     consts: dict[str, np.ndarray] = field(default_factory=dict)
@@ -154,7 +154,8 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
     logits: "all" gives every token's logits [B*T, vocab]; "last" each sequence's at
     position T-1 [B, vocab]; "rows" (T > 1) each sequence's at its last real token, whose
     row of the step (0..B*T-1) the host writes into slot `last` (Pos [B]): a chunk padded
-    past its prompt's end runs the head on one row per sequence, not on all B*T.
+    past its prompt's end runs the head on one row per sequence, not on all B*T; "hidden"
+    every token's final hidden state (after the output norm) [B*T, dim], without the head.
     stack_qkv: the q, k and v projections read one weight stacked by rows
     (poot.models.weights.RowLayout) where the checkpoint's three agree in format: a step
     of one token computes them in one contraction, a wider step each over its rows.
@@ -178,8 +179,8 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
     if c.act not in ("silu", "gelu_tanh"):
         raise ValueError(f"unknown FFN activation {c.act!r}")
     check_kv_dtype(kv_dtype, c.head_dim)
-    if logits not in ("all", "last", "rows"):
-        raise ValueError(f"logits must be 'all', 'last' or 'rows', not {logits!r}")
+    if logits not in ("all", "last", "rows", "hidden"):
+        raise ValueError(f"logits must be 'all', 'last', 'rows' or 'hidden', not {logits!r}")
     if sample is not None and tokens != 1:
         raise ValueError("a step samples in the graph only when it decodes one token per "
                          f"sequence, not {tokens}")
@@ -351,6 +352,8 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
         if logits == "rows" and t > 1:
             x = ops.gather(x, ops.slot(SlotKind.POS, (b,), "last", bound=n))     # [B, dim]
         x = norm(x, "output_norm.weight")
+        if logits == "hidden":
+            return x            # every token's final hidden state, no head (embeddings)
         if logits == "last" and t > 1:
             x = ops.reshape(ops.slice_axis(ops.reshape(x, (b, t, c.dim)), 1, t - 1, t), (b, c.dim))
         head = "output.weight" if weights.has("output.weight") else "token_embd.weight"

@@ -1,10 +1,11 @@
 """The HTTP side of `poot serve`: a Starlette app over one Engine.
 
 Routes: POST /v1/chat/completions and /v1/completions (whole or streamed as server-sent
-events ending in `data: [DONE]`), GET /v1/models, /health, /ready, /metrics (Prometheus:
-poot.serve.metrics) and /stats (the engine's pool, batch and counters, for operators and
-tests). With an API key, every /v1 route wants `Authorization: Bearer KEY` and answers 401
-without it; the probes, /metrics and /stats stay open (they name no prompt or answer). Every refusal is an OpenAI error object
+events ending in `data: [DONE]`), POST /v1/embeddings, GET /v1/models, /health, /ready,
+/metrics (Prometheus: poot.serve.metrics) and /stats (the engine's pool, batch and
+counters, for operators and tests). With an API key, every /v1 route wants
+`Authorization: Bearer KEY` and answers 401 without it; the probes, /metrics and /stats
+stay open (they name no prompt or answer). Every refusal is an OpenAI error object
 with its 4xx/5xx status, whatever the request held (an unexpected fault too: a 500 in the
 same shape, never a bare text page). Each request watches its connection: a client that
 leaves, mid-stream or while waiting for a whole answer, cancels its sequence at once.
@@ -18,6 +19,7 @@ while warming, but a request may wait while the plan its step needs is made.
 from __future__ import annotations
 
 import asyncio
+import base64
 import hmac
 import json
 from contextlib import asynccontextmanager
@@ -27,7 +29,7 @@ from poot.errors import RequestError
 from poot.optional import require
 from poot.serve.engine import Engine, Event, deliver_here
 from poot.serve.metrics import ServerMetrics
-from poot.serve.protocol import parse_chat, parse_completion
+from poot.serve.protocol import parse_chat, parse_completion, parse_embedding
 from poot.serve.responses import (Shapes, error_body, request_error_body, request_usage,
                                   sse)
 
@@ -115,7 +117,8 @@ class Gate:
 
     #: the routes counted by name; any other /v1 path is counted as "other" (a 404), so a
     #: client cannot grow the metrics without bound
-    ROUTES = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/models"})
+    ROUTES = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings",
+                        "/v1/models"})
 
     def __init__(self, app, metrics: ServerMetrics, api_key: str | None):
         self.app, self.metrics = app, metrics
@@ -258,6 +261,37 @@ def create_app(engine: Engine, api_key: str | None = None):
             for job in jobs:
                 engine.cancel(job)
 
+    async def embeddings(request):
+        """POST /v1/embeddings (poot.serve.embed): one vector per input, in input order."""
+        from poot.serve.embed import refusal
+
+        req = parse_embedding(await _json_body(request), engine.limits, engine.tokenizer)
+        refused = refusal(engine.model)
+        if refused is not None:
+            raise refused
+        events = Events(request.receive)
+        try:
+            job = engine.submit_embeddings(req.inputs, partial(events.put, 0))
+        except RequestError:
+            events.close()
+            raise
+        try:
+            (item,) = await events.ready()
+            if item is None:
+                return Response(status_code=499)        # the client left
+            ev = item[1]
+            if ev.kind == "error":
+                return JSONResponse(error_body(ev.text, "server_error"), 500)
+            data = [{"object": "embedding", "index": i,
+                     "embedding": base64.b64encode(v.astype("<f4").tobytes()).decode()
+                     if req.base64 else v.tolist()} for i, v in enumerate(ev.embeddings)]
+            return JSONResponse({"object": "list", "data": data, "model": req.model,
+                                 "usage": {"prompt_tokens": ev.prompt_tokens,
+                                           "total_tokens": ev.prompt_tokens}})
+        finally:
+            events.close()
+            engine.cancel(job)
+
     async def chat(request):
         return await generate(request, parse_chat)
 
@@ -305,6 +339,7 @@ def create_app(engine: Engine, api_key: str | None = None):
 
     routes = [Route("/v1/chat/completions", chat, methods=["POST"]),
               Route("/v1/completions", completions, methods=["POST"]),
+              Route("/v1/embeddings", embeddings, methods=["POST"]),
               Route("/v1/models", models, methods=["GET"]),
               Route("/health", health, methods=["GET"]),
               Route("/ready", ready, methods=["GET"]),

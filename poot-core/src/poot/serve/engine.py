@@ -94,6 +94,16 @@ class Event:
     #: the log-probability entries of the tokens whose text this event carries (or, at
     #: "done", of those whose text was cut), when the request asked for them
     logprobs: tuple = ()
+    #: an embeddings request's vectors, one per input (kind "done")
+    embeddings: tuple = ()
+
+
+class EmbedJob:
+    """An embeddings request: token ids of each input; its vectors come in one event."""
+
+    def __init__(self, inputs: list[list[int]], emit: Callable[[Event], None]):
+        self.inputs, self.emit = inputs, emit
+        self.cancelled = False
 
 
 class Job:
@@ -184,6 +194,8 @@ class Engine:
                                  "chat": default_max_tokens}}))
         self._cv = threading.Condition()
         self._queue: deque[Job] = deque()
+        self._embeds: deque[EmbedJob] = deque()
+        self._embedder = None             # poot.serve.embed.Embedder, made on first use
         self._active: list[Job] = []      # admitted, in admission order
         self._ids = itertools.count()
         self._stopping = False
@@ -196,8 +208,8 @@ class Engine:
         self.metrics = QUIET
         self.counters = dict(steps=0, peak_batch=0, prefill_chunks=0, generated_tokens=0,
                              finished=0, cancelled=0, rejected=0, failed=0, argmax_steps=0,
-                             gc_full=0, overlapped_steps=0, host_steps=0, prompt_tokens=0,
-                             prefilled_tokens=0, cached_prompt_tokens=0)
+                             gc_full=0, overlapped_steps=0, host_steps=0, embedded_inputs=0,
+                             prompt_tokens=0, prefilled_tokens=0, cached_prompt_tokens=0)
         #: seconds in the loop's turns, and in the session's decode and prefill steps within
         #: them (slot arrays, the step, the read-back); the rest of a turn is the host's
         #: scheduling, text and events. decode_wait_s: the part of decode_step_s spent
@@ -341,6 +353,46 @@ class Engine:
             self._cv.notify()
         return jobs
 
+    def submit_embeddings(self, inputs: list[list[int]],
+                          emit: Callable[[Event], None]) -> EmbedJob:
+        """Queue an embeddings request (its inputs' token ids); the loop runs one such
+        request per turn, between the batch's steps."""
+        with self._cv:
+            if self._stopping or self.broken:
+                raise RequestError(f"the server is not serving: {self.broken or 'shutting down'}",
+                                   status=503, type="server_error", code="not_serving")
+            if len(self._embeds) >= self.max_queue:
+                self.counters["rejected"] += 1
+                raise RequestError(f"the server is busy: {len(self._embeds)} embeddings "
+                                   f"requests are queued; retry later", status=503,
+                                   type="server_error", code="server_busy")
+            job = EmbedJob(inputs, emit)
+            self._embeds.append(job)
+            self._cv.notify()
+        return job
+
+    def _embed_next(self) -> None:
+        """The oldest embeddings request's vectors (poot.serve.embed), or its failure."""
+        with self._cv:
+            job = self._embeds.popleft()
+        if job.cancelled:
+            return
+        try:
+            if self._embedder is None:
+                from poot.serve.embed import Embedder
+
+                while self.session.weights is None and self._plan_next():
+                    pass                     # the served weights, uploaded once
+                self._embedder = Embedder(self.model, self.session.weights)
+            vectors = tuple(self._embedder.embed(ids) for ids in job.inputs)
+        except Exception as exc:  # a failed embedding must not take the server down
+            traceback.print_exc(file=sys.stderr)
+            self._emit(job, Event("error", text=f"{type(exc).__name__}: {exc}"))
+            return
+        self.counters["embedded_inputs"] += len(vectors)
+        self._emit(job, Event("done", prompt_tokens=sum(map(len, job.inputs)),
+                              embeddings=vectors))
+
     def cancel(self, job: Job) -> None:
         """The client left: the loop drops the job at its next turn (a no-op once done)."""
         with self._cv:
@@ -391,11 +443,12 @@ class Engine:
         while True:
             with self._cv:
                 while not (self._stopping or self._queue or self._active or self._unplanned
-                           or self._inflight):
+                           or self._inflight or self._embeds):
                     self._cv.wait()
                 if self._stopping:
                     break
-                idle = not self._queue and not self._active and not self._inflight
+                idle = not self._queue and not self._active and not self._inflight \
+                    and not self._embeds
             if idle:          # nothing to serve: make the next plan (outside the lock)
                 self._plan_next()
                 self._freeze()
@@ -413,6 +466,8 @@ class Engine:
                 decoding = [j for j in decoding if j in self._active]
             if prefilling:
                 self._guarded(prefilling, self._prefill, prefilling)
+            if self._embeds:
+                self._embed_next()
             if chain:
                 self._guarded(decoding, self._decode_next, decoding)
             elif decoding:
@@ -521,7 +576,7 @@ class Engine:
         """Whether this turn launches the next step of the one in flight, fed on the
         device: the same jobs in the same rows, nothing to prefill, and room for the
         token after the running step's in each (below max_tokens)."""
-        if self._inflight is None or prefilling:
+        if self._inflight is None or prefilling or self._embeds:
             return False
         jobs = self._inflight[0]
         return (len(jobs) == len(decoding) and all(a is b for a, b in zip(jobs, decoding))
@@ -633,7 +688,7 @@ class Engine:
         out, job.logprobs = tuple(job.logprobs), []
         return out
 
-    def _emit(self, job: Job, event: Event) -> None:
+    def _emit(self, job: Job | EmbedJob, event: Event) -> None:
         self._outbox.append((job, event))
 
 

@@ -343,6 +343,59 @@ def parse_chat(body, limits: Limits, tokenizer) -> Generation:
     return _generation("chat", f, ids, max_tokens, limits)
 
 
+@dataclass
+class Embedding:
+    """What one /v1/embeddings request asks for, checked."""
+
+    model: str
+    inputs: list[list[int]]        # each input's token ids
+    base64: bool = False           # encoding_format "base64": little-endian float32 bytes
+
+
+#: the most inputs one embeddings request may hold
+MAX_INPUTS = 256
+
+
+def _encoding(v, name):
+    if v not in ("float", "base64") or not isinstance(v, str):
+        raise RequestError(f"{name} must be \"float\" or \"base64\", got {_shown(v)}",
+                           param=name)
+    return v
+
+
+_EMBEDDING = {"model": _string, "input": None, "user": _string, "encoding_format": _encoding,
+              "dimensions": _only([], "the model's own width only")}
+
+
+def parse_embedding(body, limits: Limits, tokenizer) -> Embedding:
+    """POST /v1/embeddings: `input` is a string, a list of strings, a list of token ids or a
+    list of such lists; each fits the context."""
+    f = _checked_fields(body, _EMBEDDING, ("model", "input"))
+    _check_model(f["model"], limits)
+    if f["model"] != limits.model:
+        raise RequestError("embeddings come from the base model, not a LoRA adapter",
+                           param="model")
+    given = f["input"]
+    ids_list = isinstance(given, list) and given and all(
+        isinstance(t, int) and not isinstance(t, bool) for t in given)
+    items = [given] if isinstance(given, str) or ids_list else given
+    if not isinstance(items, list) or not 0 < len(items) <= MAX_INPUTS:
+        raise RequestError(f"input must be a string, a token id list, or a list of 1 to "
+                           f"{MAX_INPUTS} of either", param="input")
+    inputs = []
+    for item in items:
+        try:
+            ids = _prompt_ids(item, tokenizer, limits.vocab)
+        except RequestError as exc:
+            raise RequestError(str(exc).replace("prompt", "input"), param="input") from None
+        if len(ids) > limits.max_seq:
+            raise RequestError(f"an input has {len(ids)} tokens; this model's maximum "
+                               f"context length is {limits.max_seq}", param="input",
+                               code="context_length_exceeded")
+        inputs.append(ids)
+    return Embedding(f["model"], inputs, f.get("encoding_format") == "base64")
+
+
 def _check_model(name: str, limits: Limits) -> None:
     if name != limits.model and name not in limits.adapters:
         served = ", ".join(repr(x) for x in (limits.model, *limits.adapters))
