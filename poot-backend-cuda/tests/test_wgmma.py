@@ -2,6 +2,7 @@
 what the printer makes of the statements, and that NVRTC builds it for sm_90a."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from poot.codegen.lower import lower, wgmma
 from poot.codegen.target import TMA, WGMMA
@@ -80,3 +81,45 @@ def test_nvrtc_builds_the_planes_of_a_packed_prefill_for_sm_90a(fmt, tmp_path, m
     for kernel in program.kernels:
         cubin = compile_cubin(CudaPrinter("sm_90a").source(kernel), kernel.name, "sm_90a")
         assert cubin[:4] == b"\x7fELF"
+
+
+def test_a_bf16_weight_is_read_in_place_beside_two_activation_planes():
+    """A dense bf16 weight at prefill rows (poot.codegen.lower.planes): no weight planes;
+    the activation's [hi | lo] planes, a note per tile row of whether any lo is nonzero,
+    then the warpgroup GEMM reading the weight K-major through a bf16 view of its operand.
+    The first two kernels run in the interpreter: a tile row of bf16 values (the `fast`
+    precision's activations) is noted 0, so the GEMM multiplies its first plane only."""
+    import ml_dtypes
+    from poot.codegen.interp import operand_words, run
+    from poot.ir.ops import DenseContraction
+
+    m, k, n = 256, 512, 256
+    ins = [TensorType((m, k), DType.F32), TensorType((n, k), DType.BF16)]
+    op = DenseContraction()
+    program = lower(op, ins, op.infer(ins), kernel_features(9, 0, "sm_90a"))
+    planes, notes, gemm = program.kernels
+    assert [planes.name[-8:], notes.name[-7:]] == ["_aplanes", "_lorows"]
+    view = next(b for b in gemm.buffers if b.name == "w_tile")
+    assert (view.dtype, view.operand, view.count) == (DType.BF16, 1, n * k)
+    (map_w,) = [t for t in gemm.tensor_maps if t.name == "map_w"]
+    assert (map_w.rows, map_w.cols, map_w.box_cols) == (n, k, 64)
+    src = CudaPrinter("sm_90a").source(gemm)
+    assert "k_tiles = (lo_rows[" in src and f"? {2 * k // 64} : {k // 64})" in src
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    x[:128] = x[:128].astype(ml_dtypes.bfloat16).astype(np.float32)   # tile row 0: bf16
+    arrays = {}
+    for kernel in (planes, notes):
+        for b in kernel.buffers:
+            if b.name not in arrays:
+                arrays[b.name] = operand_words(x, b) if b.operand == 0 else \
+                    np.zeros(b.count, b.dtype.numpy)
+        run(kernel, {b.name: arrays[b.name] for b in kernel.buffers})
+    a = arrays["a_planes"].reshape(m, 2, k).astype(np.float32)
+    def bf16(v):        # halfway cases away from zero, as mma_operands.bf16_bits rounds
+        return ((v.view(np.uint32) + np.uint32(0x8000)) & np.uint32(0xFFFF0000)).view(np.float32)
+    hi = bf16(x)
+    assert np.array_equal(a[:, 0], hi) and np.array_equal(a[:, 1], bf16(x - hi))
+    assert not a[:128, 1].any() and a[128:, 1].any()
+    assert list(arrays["lo_rows"]) == [0, 1]

@@ -139,7 +139,8 @@ def _dense(sig: Sig, epilogue, a, **extra) -> Problem:
                    store_flat(sig, rows, n, epilogue),
                    w_pair=(lambda b, nn, kw, load=None: w.pair(nn, kw, load)) if w.wide
                    else None,
-                   views={1: w.view} if w.view else None, **extra)
+                   views={1: w.view} if w.view else None,
+                   w_dense=(1, w.dtype) if w.wide and w.view else None, **extra)
 
 
 @problem_for(GroupedDenseContraction)

@@ -183,15 +183,9 @@ def _q8_apart(p: Problem, sig, declare) -> KernelProgram:
             kb.store(rounded.name, ix.add(at, j),
                      quantize_i8(x, d, kb.let).cast(DType.F32) * d)
     first = kb.finish()
-
-    def reading(declared):
-        def declare_with(kb):
-            declared(kb)
-            kb.buffer(rounded.name, DType.F32, Access.READ, count, SCRATCH)
-        return declare_with
     rest = contraction_program(
-        replace(p, q8=False, a=Rows(rounded.name, p.k)),
-        sig, reading(declare), reading(lambda kb: sig.declare_inputs(kb, p.views)))
+        replace(p, q8=False, a=Rows(rounded.name, p.k)), sig, _reading(declare, rounded),
+        _reading(lambda kb: sig.declare_inputs(kb, p.views), rounded))
     return KernelProgram((first, *rest.kernels), scratch=(rounded, *rest.scratch))
 
 
@@ -226,16 +220,18 @@ def _norm_apart(p: Problem, sig, declare) -> KernelProgram:
             kb.store(normed.name, ix.add(ix.mul(m, p.k), j), norm.x(i32(0), m, j) / den
                      * norm.g(j))
     first = kb.finish()
-
-    def reading(declared):
-        def declare_with(kb):
-            declared(kb)
-            kb.buffer(normed.name, DType.F32, Access.READ, count, SCRATCH)
-        return declare_with
     rest = contraction_program(
-        replace(p, row_norm=None, a=Rows(normed.name, p.k)),
-        sig, reading(declare), reading(lambda kb: sig.declare_inputs(kb, p.views)))
+        replace(p, row_norm=None, a=Rows(normed.name, p.k)), sig, _reading(declare, normed),
+        _reading(lambda kb: sig.declare_inputs(kb, p.views), normed))
     return KernelProgram((first, *rest.kernels), scratch=(normed, *rest.scratch))
+
+
+def _reading(declared: Callable[[KernelBuilder], None], rows: BufferParam):
+    """`declared`, then the scratch rows a contraction reads in place of its operand's."""
+    def declare_with(kb):
+        declared(kb)
+        kb.buffer(rows.name, rows.dtype, Access.READ, rows.count, SCRATCH)
+    return declare_with
 
 
 def contraction_kernel(p: Problem, sig, declare: Callable[[KernelBuilder], None]):

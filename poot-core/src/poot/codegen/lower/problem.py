@@ -73,6 +73,8 @@ class Problem:
     row_norm: the rows are normed first (`RowNorm`; `dot.contraction_program` handles it).
     pair(kb, m, i, lo, hi): a gated contraction's (GatedContraction) store of output i of
     row m from columns i and N/2 + i, in place of `store` (`dot.contraction_program`).
+    w_dense: (operand index, dtype) of a 16-bit checkpoint weight [N, K] that tensor cores
+    can read as it lies, rows along K (`planes` multiplies it in place), else None.
     q8: the contraction reads `a` quantized to int8 rows (Q8PackedContraction: q8_round
     of the rows, poot.ir.ops.quantize); the integer GEMV quantizes by that rule, and
     every other schedule reads rows rounded so first (`dot.contraction_program`).
@@ -97,6 +99,7 @@ class Problem:
     parts: int = 1                # > 1: b is a part of a row parts * k long (`int_gemv.k_parts`)
     row_norm: RowNorm | None = None
     pair: Callable | None = None
+    w_dense: tuple | None = None
     q8: bool = False
 
     def zero(self) -> Const:

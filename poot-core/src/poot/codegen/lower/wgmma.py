@@ -12,7 +12,12 @@ for before refilling it. One batch of products stays in flight while the next st
 copies land, so the tensor cores never wait on a barrier of their own warpgroup.
 
 A is K-major (rows along K, 128-byte swizzled rows of 64 values); the weight is [K, N]
-(rows along N), which the products read transposed. Edges: the tensor maps read zeros
+(rows along N), which the products read transposed, or K-major too ([N, K], a checkpoint
+weight as it lies: one box of bn rows a stage, read by the products as A is), in which
+case a depth that repeats it (`w_period`: the bf16 planes' [hi | lo] activation against
+one weight) reads it again for each period; `period_flags` (an I32 per tile row of bm
+rows) then skip the K steps past the first period for a tile row whose flag is 0 (its
+second plane holds only zeros). Edges: the tensor maps read zeros
 past M, N and K, and stores past M or N are skipped, so any M and K, N that are
 multiples of 8 work. Batches: both operands are seen as one tall matrix whose batch b
 starts at row offset(b) / row length; a box that runs past M only feeds rows that are
@@ -24,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from poot.codegen import index as ix
-from poot.codegen.expr import Const, Load, i32
+from poot.codegen.expr import Const, Load, Sel, i32
 from poot.codegen.lower.mma import MIN_ROWS, tile_order
 from poot.codegen.lower.mma_operands import Tiles
 from poot.codegen.lower.output import staging, store_block
@@ -97,15 +102,19 @@ def usable(p, features) -> bool:
     """Targets with warpgroup products and bulk tensor copies, operands the tensor maps
     can describe (a [K, N] weight; batches of whole K steps)."""
     t: Tiles | None = p.tiles
-    return (t is not None and WGMMA in features and TMA in features and not t.w.k_major
+    return (t is not None and WGMMA in features and TMA in features
             and p.m >= MIN_ROWS and not p.w_per_row
-            and (p.batch == 1 or p.k % SCHEDULE.bk == 0))
+            and (p.batch == 1 or p.k % SCHEDULE.bk == 0 and not t.w.k_major))
 
 
 def wgmma_gemm_kernel(p, kb_factory, declare, sc: Schedule | None = None,
-                      wide: bool = False):
+                      wide: bool = False, w_period: int | None = None,
+                      period_flags: str | None = None):
     """`p` under `sc` (default `schedule_for(p)`); `wide`: the target has WIDE_LOADS (each warp's
-    rows staged through shared memory and stored 16 bytes a lane, `output.store_block`)."""
+    rows staged through shared memory and stored 16 bytes a lane, `output.store_block`);
+    `w_period`: a K-major weight of that many columns (a multiple of bk) is read at K
+    step k0 mod w_period, and with `period_flags` (a buffer `declare` declares) only its
+    first period where the tile row's flag is 0 (module doc)."""
     sc = sc or schedule_for(p)
     BM, BN, BK, STAGES = sc.bm, sc.bn, sc.bk, sc.stages   # noqa: N806
     t: Tiles = p.tiles
@@ -113,9 +122,11 @@ def wgmma_gemm_kernel(p, kb_factory, declare, sc: Schedule | None = None,
     kb = kb_factory((-(-p.n // BN), -(-p.m // BM), p.batch), (sc.threads,))
     declare(kb)
     a_rows = kb.array(t.a.buffer).count // p.k
-    w_rows = kb.array(t.w.buffer).count // p.n
+    k_major, w_k = t.w.k_major, w_period or p.k
+    w_rows = kb.array(t.w.buffer).count // (w_k if k_major else p.n)
     map_a = kb.tensor_map(TensorMap("map_a", t.a.buffer, a_rows, p.k, BM, BK))
-    map_w = kb.tensor_map(TensorMap("map_w", t.w.buffer, w_rows, p.n, BK, BOX))
+    map_w = kb.tensor_map(TensorMap("map_w", t.w.buffer, w_rows, w_k, BN, BK) if k_major
+                          else TensorMap("map_w", t.w.buffer, w_rows, p.n, BK, BOX))
     a_stage, w_stage, w_box = BM * BK, BK * BN, BK * BOX     # elements
     sa = kb.shared("tile_a", dtype, STAGES * a_stage, SWIZZLE_SPAN).name
     sw = kb.shared("tile_w", dtype, STAGES * w_stage, SWIZZLE_SPAN).name
@@ -131,6 +142,9 @@ def wgmma_gemm_kernel(p, kb_factory, declare, sc: Schedule | None = None,
     kb.barrier()
     tile_m, tile_n = tile_order(kb, -(-p.n // BN), -(-p.m // BM), sc.band)
     m0 = kb.let("m0", ix.mul(tile_m, BM))
+    if period_flags is not None:       # uniform per workgroup: both roles loop as far
+        k_tiles = kb.let("k_tiles", Sel(Load(period_flags, tile_m, DType.I32), i32(k_tiles),
+                                        i32(w_period // BK)))
     n0 = kb.let("n0", ix.mul(tile_n, BN))
     b = group_id(2)
 
@@ -138,7 +152,7 @@ def wgmma_gemm_kernel(p, kb_factory, declare, sc: Schedule | None = None,
         kb.emit(RegisterBudget(PRODUCER_REGISTERS, grow=False))
         with kb.if_(ix.eq(tid, i32(0))):
             row_a = kb.let("row_a", ix.add(ix.div(t.a.offset(b), p.k), m0))
-            row_w = kb.let("row_w", ix.div(t.w.offset(b), p.n))
+            row_w = kb.let("row_w", ix.div(t.w.offset(b), w_k if k_major else p.n))
             with kb.for_("kt", 0, k_tiles) as kt:
                 stage = kb.let("stage", ix.mod(kt, STAGES))
                 with kb.if_(ix.lt(i32(STAGES - 1), kt)):   # its last readers are done
@@ -147,7 +161,11 @@ def wgmma_gemm_kernel(p, kb_factory, declare, sc: Schedule | None = None,
                 kb.emit(MbarArrive(bars, stage, sc.stage_bytes(dtype)))
                 k0 = kb.let("k0", ix.mul(kt, BK))
                 kb.emit(TmaLoad(map_a, sa, ix.mul(stage, a_stage), row_a, k0, bars, stage))
-                for j in range(BN // BOX):
+                if k_major:
+                    kw = k0 if w_period is None else ix.mod(k0, w_period)
+                    kb.emit(TmaLoad(map_w, sw, ix.mul(stage, w_stage), ix.add(row_w, n0), kw,
+                                    bars, stage))
+                for j in range(0 if k_major else BN // BOX):
                     kb.emit(TmaLoad(map_w, sw, ix.add(ix.mul(stage, w_stage), j * w_box),
                                     ix.add(row_w, k0), ix.add(n0, j * BOX), bars, stage))
     with kb.else_():
@@ -161,11 +179,13 @@ def wgmma_gemm_kernel(p, kb_factory, declare, sc: Schedule | None = None,
             kb.emit(MbarWait(bars, stage, ix.mod(ix.div(kt, STAGES), 2)))
             a_first = ix.add(ix.mul(stage, a_stage), ix.mul(c, ROWS * BK))
             for kk in range(BK // K_STEP):
+                w_tile = SmemTile(sw, ix.add(ix.mul(stage, w_stage), kk * K_STEP),
+                                  k_major=True) if k_major else \
+                    SmemTile(sw, ix.add(ix.mul(stage, w_stage), kk * K_STEP * BOX),
+                             k_major=False, block_bytes=w_box * dtype.itemsize)
                 kb.emit(Wgmma(acc.name, BN, dtype,
                               SmemTile(sa, ix.add(a_first, kk * K_STEP), k_major=True),
-                              SmemTile(sw, ix.add(ix.mul(stage, w_stage), kk * K_STEP * BOX),
-                                       k_major=False, block_bytes=w_box * dtype.itemsize),
-                              fence=kk == 0))
+                              w_tile, fence=kk == 0))
             kb.emit(WgmmaCommit())
             kb.emit(WgmmaWait(1, acc.name))            # the previous step's products are done
             with kb.if_(ix.lt(i32(0), kt)):
