@@ -13,12 +13,16 @@ distinct), batch-1 decode through the Executor with CUDA graph replay. Prints, f
   reference backend over the same bytes (read back from the device), two positions;
 - `--prefill T,...`: prefill steps of T tokens from position 0 instead of decode (the
   head on the last token): tok/s of the replayed step; `--check-prefill T`: the reduced
-  check also compares the last token's logits of a prefill step of T tokens.
+  check also compares the last token's logits of a prefill step of T tokens;
+- `--precision exact,fast`: each step compiled at each precision level (docs/ir.md section
+  15: `fast` rounds the activations of 16-bit weights to bf16 and those of packed weights
+  to int8 rows), over the same weights in one run; fast rows are labelled "fast".
 Lines starting with "SUMMARY " are collected by the session script.
 
     python llama_gpu.py --shapes 8b,1b --formats bf16,Q4_0,Q4_K --profile 8b --check-layers 2
     python llama_gpu.py --variants 'RUN_COLUMNS=1;RUN_COLUMNS=2'   # compare schedules
     python llama_gpu.py --plan --shapes 8b      # no GPU: trace, compile and plan only
+    python llama_gpu.py --plan --shapes 8b --formats bf16 --prefill 512 --precision fast
     python llama_gpu.py --shapes 8b --formats Q4_K --prefill 128,512   # prefill steps
 """
 from __future__ import annotations
@@ -48,9 +52,11 @@ def source_for(fmt: str, config, seed: int = 0, stack=(True, True)) -> Synthetic
                             stack_ffn=stack[1])
 
 
-def traced(config, source, backend, device, off: frozenset = frozenset(), tokens: int = 1):
+def traced(config, source, backend, device, off: frozenset = frozenset(), tokens: int = 1,
+           precision: str = "exact"):
     """The decode step over `source` (with `tokens` > 1: a prefill step of that many
-    tokens, the head on the last), compiled with the passes `off` disabled."""
+    tokens, the head on the last), compiled at `precision` with the passes `off`
+    disabled."""
     import poot
     from poot.compiler import Policy
     from poot.models.llama import build_decoder
@@ -58,7 +64,8 @@ def traced(config, source, backend, device, off: frozenset = frozenset(), tokens
     t0 = time.perf_counter()
     step = build_decoder(config, source, tokens=tokens, kv="dense", stack_qkv=source.stack,
                          stack_ffn=source.stack_ffn, logits="all" if tokens == 1 else "last")
-    compiled = poot.compile(step.graph, (backend, device), policy=Policy(disable=set(off)))
+    compiled = poot.compile(step.graph, (backend, device), policy=Policy(disable=set(off),
+                                                                    precision=precision))
     print(f"  traced and compiled in {time.perf_counter() - t0:.1f} s", flush=True)
     return step, compiled
 
@@ -79,6 +86,12 @@ def parse_variants(text: str) -> list[dict]:
 
 def variant_label(v: dict) -> str:
     return " ".join(f"{k}={x}" for k, x in v.items())
+
+
+def precision_label(precision: str) -> str:
+    """What a row's label says of its precision: nothing for exact (the labels of earlier
+    sessions), " fast" for fast."""
+    return "" if precision == "exact" else f" {precision}"
 
 
 #: variant keys that change the traced or compiled graph (default 1 each): the stacks the
@@ -211,19 +224,21 @@ def profile(ex, timer, step_ms: float, label: str) -> list[tuple]:
 
 
 def bench_shape(shape: str, fmt: str, variants, runtime, backend, device, timer,
-                copy_gbs: float, do_profile: bool) -> list[tuple]:
-    """One shape and format, planned once per schedule variant over the same weights."""
+                copy_gbs: float, do_profile: bool, precisions=("exact",)) -> list[tuple]:
+    """One shape and format, planned once per precision and schedule variant over the
+    same weights."""
     config = shape_config(shape)
     print(f"== {shape} {fmt}: {config.layers} layers, dim {config.dim}, ffn {config.ffn}, "
           f"vocab {config.vocab}, {'tied' if config.tied else 'untied'} head", flush=True)
     rows = []
     for (stack, off), group in stacked_groups(variants):
-        source = source_for(fmt, config, stack=stack)
-        step, compiled = traced(config, source, backend, device, off)
-        cache = None
-        for variant in group:
+        source, cache = source_for(fmt, config, stack=stack), None
+        for precision, variant in ((x, v) for x in precisions for v in group):
+            if variant is group[0]:
+                step, compiled = traced(config, source, backend, device, off,
+                                        precision=precision)
             apart = [what for what, on in zip(("q,k,v", "gate,up"), stack) if not on]
-            label = f"{shape} {fmt} {variant_label(variant)}" + (
+            label = f"{shape} {fmt}{precision_label(precision)} {variant_label(variant)}" + (
                 f" {' and '.join(apart)} apart" if apart else "") + "".join(
                 f" no {name}" for name in sorted(off))
             p = planned(compiled, backend, device, variant)
@@ -235,17 +250,20 @@ def bench_shape(shape: str, fmt: str, variants, runtime, backend, device, timer,
 
 
 def bench_prefill(shape: str, fmt: str, tokens: list[int], variants, runtime, backend,
-                  device, timer) -> list[tuple]:
+                  device, timer, precisions=("exact",)) -> list[tuple]:
     """Prefill steps of each of `tokens` tokens (from position 0, the head on the last):
-    tok/s of the replayed step under each schedule variant, over the same weights."""
+    tok/s of the replayed step at each precision and under each schedule variant, over
+    the same weights."""
     config = shape_config(shape)
     rows = []
     for (stack, off), group in stacked_groups(variants):
         source, cache = source_for(fmt, config, stack=stack), None
-        for t in tokens:
-            step, compiled = traced(config, source, backend, device, off, tokens=t)
+        for t, precision in ((t, x) for t in tokens for x in precisions):
+            step, compiled = traced(config, source, backend, device, off, tokens=t,
+                                    precision=precision)
             for variant in group:
-                label = f"{shape} {fmt} prefill {t} {variant_label(variant)}".rstrip()
+                label = (f"{shape} {fmt}{precision_label(precision)} prefill {t} "
+                         f"{variant_label(variant)}").rstrip()
                 p = planned(compiled, backend, device, variant)
                 ex, cache = executor(step, p, source, runtime, cache)
                 exe, s = ex.executable, slots(0, tokens=t)
@@ -344,25 +362,51 @@ def compare(got, want, layers: int, what: str, t0: float) -> bool:
     return good
 
 
-def plan_only(shapes, formats, variants, check_layers: int) -> None:
+def plan_only(shapes, formats, variants, check_layers: int, prefill=(),
+              precisions=("exact",), layers: int | None = None) -> None:
     """Trace, compile and plan (NVRTC fills its disk cache) for a compile-only device of
-    the architecture a 9.0 GPU's kernels are built for (sm_90a)."""
+    the architecture a 9.0 GPU's kernels are built for (sm_90a): the decode step, or the
+    prefill steps of `prefill` tokens, at each of `precisions` (`layers`: the shapes cut
+    to that many layers); prints the kernels of each distinct contraction signature
+    (`contraction_kernels`)."""
     from bench_gpu import ARCH
     from poot_cuda.backend import CudaBackend
 
     backend = CudaBackend()
     device = backend.compile_only_device(ARCH)
-    todo = [(shape, None, fmt, variants) for shape in shapes for fmt in formats]
+    todo = [(shape, layers, fmt, variants) for shape in shapes for fmt in formats]
     if check_layers:
         todo.insert(0, ("8b", check_layers, "bf16", [{}]))
     for shape, layers, fmt, values in todo:
         print(f"== {shape} {fmt}" + (f" ({layers} layers)" if layers else ""), flush=True)
         config = shape_config(shape, layers)
+        steps = [(t, x) for t in prefill or [1] for x in precisions]
         for (stack, off), group in stacked_groups(values):
-            _, compiled = traced(config, source_for(fmt, config, stack=stack), backend,
-                                 device, off)
-            for variant in group:
-                planned(compiled, backend, device, variant)
+            source = source_for(fmt, config, stack=stack)
+            for tokens, precision in steps:
+                print(f"-- {tokens} token{'s' if tokens > 1 else ''}, {precision}", flush=True)
+                _, compiled = traced(config, source, backend, device, off, tokens=tokens,
+                                     precision=precision)
+                for variant in group:
+                    contraction_kernels(planned(compiled, backend, device, variant))
+
+
+def contraction_kernels(p) -> None:
+    """Each distinct contraction signature of plan `p` once: its op, operand types and the
+    kernels it lowered to (name, grid, workgroup): which schedule a shape takes."""
+    seen = set()
+    for s in p.steps:
+        if "Contraction" not in s.eqn.op.name:
+            continue
+        types = tuple(str(p.graph.type_of(x.id)) for x in s.eqn.inputs if hasattr(x, "id"))
+        if (s.eqn.op.name, types) in seen:
+            continue
+        seen.add((s.eqn.op.name, types))
+        prog = s.lowering.program
+        kernels = getattr(prog, "program", prog).kernels
+        print(f"  {s.eqn.op.name}({', '.join(types[:2])}): " + "; ".join(
+            f"{k.name} grid {'x'.join(map(str, k.grid))} x {k.workgroup[0]}"
+            for k in kernels), flush=True)
 
 
 def main() -> int:
@@ -380,13 +424,19 @@ def main() -> int:
                          "'128,512'")
     ap.add_argument("--check-prefill", type=int, default=0,
                     help="the reduced check also checks a prefill step of this many tokens")
+    ap.add_argument("--precision", default="exact",
+                    help="precision levels each step is compiled at, e.g. 'exact,fast'")
+    ap.add_argument("--layers", type=int, default=None,
+                    help="with --plan: the shapes cut to this many layers")
     ap.add_argument("--plan", action="store_true", help="no GPU: trace, compile, plan only")
     args = ap.parse_args()
     prefill = [int(t) for t in args.prefill.split(",") if t]
     shapes, formats = args.shapes.split(","), args.formats.split(",")
     variants = parse_variants(args.variants)
+    precisions = tuple(args.precision.split(","))
     if args.plan:
-        plan_only(shapes, formats, variants, args.check_layers)
+        plan_only(shapes, formats, variants, args.check_layers, prefill, precisions,
+                  args.layers)
         return 0
     from bench_gpu import Timer, copy_bandwidths, print_rows
     from poot_cuda.backend import CudaBackend
@@ -413,9 +463,9 @@ def main() -> int:
         for fmt in formats:
             try:
                 rows += bench_prefill(shape, fmt, prefill, variants, runtime, backend, device,
-                                      timer) if prefill else \
+                                      timer, precisions) if prefill else \
                     bench_shape(shape, fmt, variants, runtime, backend, device, timer,
-                                copy_gbs, shape in args.profile.split(","))
+                                copy_gbs, shape in args.profile.split(","), precisions)
             except Exception as e:  # noqa: BLE001 - one broken variant must not hide others
                 traceback.print_exc()
                 failed = True

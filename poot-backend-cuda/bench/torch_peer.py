@@ -7,9 +7,13 @@ static KV cache (every step attends over the whole capacity under a causal mask,
 never change), batch-1 greedy decode with the argmax on the device and the token read back
 to the host every step (what a generation loop does). Timed: eager PyTorch, then
 torch.compile(mode="reduce-overhead") (CUDA graphs), its compile time bounded and printed.
+`--prefill T,...`: instead, eager prefill forwards of T tokens from position 0 (the
+attention by F.scaled_dot_product_attention, causal: flash on a GPU; the K/V rows written
+to the cache; the head on the last token), tok/s of the median of 5 timed forwards.
 
     python torch_peer.py                         # on a CUDA GPU, the SmolLM2 shape
     python torch_peer.py --tiny --device cpu     # anywhere: a small config, to check it runs
+    python torch_peer.py --shape 8b --prefill 32,512   # eager prefill steps
 
 Lines starting with "SUMMARY " are collected by h200_session.sh.
 """
@@ -132,6 +136,53 @@ class Peer(torch.nn.Module):
         logits = F.linear(self.rms(x, self.norm), self.head)            # [1, vocab]
         return torch.argmax(logits, -1)                                 # [1]
 
+    def prefill(self, toks):
+        """A prefill forward of T tokens [T] from position 0: next token [1]."""
+        c = self.c
+        t, hd, group = toks.shape[0], c.head_dim, c.heads // c.kv_heads
+        x = F.embedding(toks, self.embed)                               # [T, dim]
+        cos, sin = self.cos[:t, None, :], self.sin[:t, None, :]         # [T, 1, hd/2]
+        for i in range(c.layers):
+            h = self.rms(x, getattr(self, f"attn_norm{i}"))
+            q = self.rope(F.linear(h, getattr(self, f"wq{i}")).view(t, c.heads, hd), cos, sin)
+            k = self.rope(F.linear(h, getattr(self, f"wk{i}")).view(t, c.kv_heads, hd),
+                          cos, sin)
+            v = F.linear(h, getattr(self, f"wv{i}")).view(t, c.kv_heads, hd)
+            k, v = k.transpose(0, 1), v.transpose(0, 1)                 # [kv, T, hd]
+            getattr(self, f"k{i}")[:, :t] = k
+            getattr(self, f"v{i}")[:, :t] = v
+            o = F.scaled_dot_product_attention(
+                q.transpose(0, 1), k.repeat_interleave(group, 0), v.repeat_interleave(group, 0),
+                is_causal=True)                                         # [heads, T, hd]
+            x = x + F.linear(o.transpose(0, 1).reshape(t, c.heads * hd),
+                             getattr(self, f"wo{i}"))
+            h = self.rms(x, getattr(self, f"ffn_norm{i}"))
+            gate = F.silu(F.linear(h, getattr(self, f"w_gate{i}")))
+            x = x + F.linear(gate * F.linear(h, getattr(self, f"w_up{i}")),
+                             getattr(self, f"w_down{i}"))
+        logits = F.linear(self.rms(x[-1:], self.norm), self.head)      # [1, vocab]
+        return torch.argmax(logits, -1)
+
+
+def prefill(model, device, tokens: list[int], shape: str) -> None:
+    """Eager prefill forwards of each of `tokens` tokens: tok/s of the median of 5."""
+    for t in tokens:
+        toks = (1234 + 7919 * torch.arange(t, device=device)) % model.c.vocab
+        for _ in range(2):
+            model.prefill(toks)                                         # warm-up
+        times = []
+        for _ in range(5):
+            sync(device)
+            t0 = time.perf_counter()
+            model.prefill(toks)
+            sync(device)
+            times.append(time.perf_counter() - t0)
+        secs = sorted(times)[2]
+        print(f"eager prefill {t} tokens: {secs * 1e3:.2f} ms = {t / secs:.1f} tok/s",
+              flush=True)
+        summary(f"torch peer eager prefill {t} ({shape} shape)",
+                f"{t / secs:.1f} tok/s ({secs * 1e3:.2f} ms a forward, SDPA)")
+
 
 def sync(device):
     if device.type == "cuda":
@@ -227,6 +278,8 @@ def main() -> int:
                     help="seconds allowed for torch.compile's first calls (0: no bound)")
     ap.add_argument("--compile-mode", default="reduce-overhead")
     ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--prefill", default="",
+                    help="token counts of eager prefill forwards timed instead of decode")
     args = ap.parse_args()
     shape = "tiny" if args.tiny else args.shape
     c = SHAPES[shape]
@@ -244,6 +297,10 @@ def main() -> int:
     nbytes += model.embed.numel() * model.embed.element_size() if c.tied else 2 * c.dim
     print(f"weights {nbytes / 1e6:.1f} MB built in {time.perf_counter() - t0:.1f} s", flush=True)
     failed = False
+    if args.prefill:
+        with torch.no_grad():
+            prefill(model, device, [int(t) for t in args.prefill.split(",")], shape)
+        return 0
     with torch.no_grad():
         decode(model, device, 3)                                        # warm-up
         secs, eager_ids = decode(model, device, steps)
