@@ -12,7 +12,8 @@
 #             ($CONF_K: the pytest -k selection): pass, or a typed refusal
 #   precision poot-core/tests/test_precision_models.py on cuda (fast and exact steps
 #             against the oracle of the rewritten graph; the SmolLM2 checkpoint stays home)
-#   decode    llama_gpu.py: the 8B-shaped 2-layer logits check, then 8B decode in
+#   decode    llama_gpu.py: the 8B-shaped 2-layer logits check (decode, and a prefill step
+#             of 128 tokens: the bf16 weight read in place by the warpgroup GEMM), 8B decode in
 #             $FORMATS (default bf16,Q4_0,Q4_K) at exact and fast (Q8PackedContraction's
 #             integer GEMV for the packed formats), tok/s and % of copy
 #   prefill   llama_gpu.py --prefill $PREFILL (default 32,512): 8B prefill steps in $FORMATS
@@ -64,7 +65,7 @@ for f in ${FORMATS//,/ }; do   # a planner per format and kind of step: NVRTC in
   warm+=($!)
 done
 (cd $B && python3 llama_gpu.py --plan --shapes 8b --formats bf16 --check-layers 2 \
-  >/tmp/warm_check.log 2>&1) &
+  --layers 2 --prefill 1,128 >/tmp/warm_check.log 2>&1) &
 warm+=($!)
 tail -3 "$OUT/setup.log" | cut -c1-200 | sed 's/^/  setup: /' >>"$SUM"
 status setup 0 $((SECONDS - t))
@@ -107,7 +108,8 @@ for part in $PARTS; do
     decode)
       waitwarm 45
       timeout -k 5 "$lim" bash -c "cd $B && python3 llama_gpu.py --shapes 8b \
-        --formats $FORMATS --precision exact,fast --profile none --check-layers 2" \
+        --formats $FORMATS --precision exact,fast --profile none --check-layers 2 \
+        --check-prefill 128" \
         >"$OUT/decode.log" 2>&1
       rc=$?
       grep -E 'Error|error' "$OUT/decode.log" | cut -c1-200 | tail -6 ;;

@@ -581,6 +581,15 @@ def precision_cases() -> Iterator[Case]:
                        lambda b, x, wt, act=act: b.eqn(O.DenseContraction(), b.eqn(
                            O.Cast(F32), b.eqn(O.Cast(act), x)), wt),
                        exact=False, growth="compose", flops=2 * rows * 64 * 19)
+    # prefill rows on a bf16 weight, f32 and bf16-rounded activations (CUDA's warpgroup
+    # GEMM reads the weight in place beside two activation planes, or one)
+    for act in (F32, BF16):
+        yield case(f"DenseContraction-bf16-{act}-activations-130x256-72x256",
+                   "DenseContraction", BF16, [Arg(T((130, 256), F32)), Arg(T((72, 256), BF16))],
+                   lambda b, x, wt, act=act: b.eqn(O.DenseContraction(), x if act is F32 else
+                                                   b.eqn(O.Cast(F32), b.eqn(O.Cast(act), x)),
+                                                   wt),
+                   exact=False, growth="compose", flops=2 * 130 * 256 * 72)
     yield from kv_cases()
 
 
