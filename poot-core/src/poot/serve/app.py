@@ -349,6 +349,10 @@ def create_app(engine: Engine, api_key: str | None = None):
     async def lifespan(app):
         loop = asyncio.get_running_loop()
         engine.deliver = lambda events: loop.call_soon_threadsafe(deliver_here, events)
+        from poot.serve import grammar
+
+        if grammar.available():    # structured outputs' tokenizer, before any request needs it
+            loop.run_in_executor(None, grammar.llg_tokenizer, engine.tokenizer)
         yield
 
     app = Starlette(routes=routes, lifespan=lifespan,

@@ -8,6 +8,10 @@ every token as poot decodes them (so GGUF and HF checkpoints alike), control tok
 as special so that no grammar spells them, and the tokenizer's stop ids as its end tokens
 (allowed once the grammar accepts).
 
+The llguidance tokenizer takes a second or two to build for a large vocabulary: the server
+builds it in a worker thread as it starts (poot.serve.app), so the first structured request
+does not hold up the event loop.
+
 JSON is constrained to compact whitespace (no free runs of spaces and newlines, which a
 weak model can fill without end).
 """
@@ -30,6 +34,12 @@ _built: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 def _llg():
     return require("llguidance")
+
+
+def available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("llguidance") is not None
 
 
 class _Tokens:
