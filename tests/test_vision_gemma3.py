@@ -195,27 +195,42 @@ def test_config_and_tensor_names(folder, parts, tmp_path):
         open_model(str(tmp_path / "extra"))
 
 
-def test_tower_and_projector_match_numpy_on_oracle_and_cpu(folder, parts):
-    from poot import plugin
-    from poot.models.vision.encoder import VisionEncoder, build_encoder
+@pytest.fixture(scope="module")
+def pixels_and_rows(folder):
+    """The first image's pixels and the reference's rows for them."""
     from poot.models.vision.preprocess import pixels, read_processing
-    from poot.models.vision.siglip import PIXELS
-    from poot.oracle import evaluate
 
     path, _, vis, proj, images = folder
     x = pixels(images[0], read_processing(path, 16))
     want = reference_rows(vis, proj, x)
     assert want.shape == (MM_TOKENS, DIM)
+    return x, want
+
+
+def test_tower_and_projector_match_numpy_on_the_oracle(parts, pixels_and_rows):
+    from poot.models.vision.encoder import build_encoder
+    from poot.models.vision.siglip import PIXELS
+    from poot.oracle import evaluate
+
+    x, want = pixels_and_rows
     weights = parts.weights()
     graph = build_encoder(parts.config, weights)
     consts = {graph.meta(v).identity.label: weights.arrays[graph.meta(v).identity.label]
               for v in graph.consts()}
     got = evaluate(graph, {**consts, PIXELS: x}, outputs="result")[0]
     assert rel_err(got, want) < 1e-5
-    b = plugin.get_backend("cpu")
+
+
+@pytest.mark.parametrize("backend", ["cpu", "wgpu", "vulkan"])
+def test_tower_and_projector_match_numpy_on(backend, parts, pixels_and_rows):
+    from poot import plugin
+    from poot.models.vision.encoder import VisionEncoder
+
+    x, want = pixels_and_rows
+    b = plugin.get_backend(backend)
     devs, why = plugin.probe(b)
     if not devs:
-        pytest.skip(f"cpu backend: {why}")
+        pytest.skip(f"backend {backend} finds no device here: {why}")
     enc = VisionEncoder(parts.config, parts.weights(), b, devs[0])
     assert rel_err(enc.encode(x), want) < 1e-4
 
