@@ -22,11 +22,8 @@ PROMPT = "the in the in the thin then the"
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     d = tmp_path_factory.mktemp("spec")
-    vocab = len(seeds.byte_vocab()[0])
-    target = seeds.tiny_llama_gguf(d / "tiny.gguf")
-    other = seeds.tiny_llama_gguf(d / "other.gguf",
-                                  tensors=seeds.llama_tensors(vocab, seed=1))
-    return target, other
+    # a second checkpoint of the same weights: as a draft, each proposal is the target's
+    return seeds.tiny_llama_gguf(d / "tiny.gguf"), seeds.tiny_llama_gguf(d / "twin.gguf")
 
 
 @pytest.fixture(scope="module")
@@ -146,10 +143,14 @@ def test_greedy_text_is_the_same_with_every_proposer(models, files, kv):
     m = models[kv]
     plain = m.generate(PROMPT, max_tokens=40)
     for spec in ("lookup", "self:1", f"draft:{files[1]}"):
+        m.proposer(spec).cost = 0.0         # costless drafts: every step proposes
         assert m.generate(PROMPT, max_tokens=40, speculate=spec, draft_tokens=5) == plain, spec
         assert m.stats.verified > 0 and m.stats.generated_tokens == 40
-        assert 0 < m.stats.acceptance <= 1
         assert "speculation:" in str(m.stats)
+        if spec == "lookup":
+            assert 0 < m.stats.acceptance < 1
+        if spec.startswith("draft"):        # the twin proposes the target's own tokens
+            assert m.stats.acceptance == 1 and m.stats.verified < 12
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="the cpu backend needs gcc")
@@ -270,3 +271,20 @@ def test_the_rejection_rule_keeps_p_and_the_chi_square_test_can_fail():
     assert chi2 < _chi2_critical(df), (chi2, df)
     bad, df = _chi2(as_q, p)
     assert bad > _chi2_critical(df), (bad, df)
+
+
+# -- the command ----------------------------------------------------------------------------
+def test_poot_run_checks_the_flags_first_and_reports_acceptance(files, capsys):
+    from poot.cli import main
+
+    for flags, why in ((["--speculate", "self:0"], "lookup, draft:MODEL or self:N"),
+                       (["--draft-tokens", "3"], "give --speculate too"),
+                       (["--speculate", "lookup", "--draft-tokens", "99"], "1..32"),
+                       (["--speculate", "draft:/no/such.gguf"], "no such model file")):
+        assert main(["run", "/no/model.gguf", "--prompt", "x", *flags]) == 2
+        assert why in capsys.readouterr().err
+    rc = main(["run", str(files[0]), "--backend", "reference", "--prompt", PROMPT,
+               "--max-seq", "64", "--max-tokens", "20", "--speculate", "lookup",
+               "--draft-tokens", "4", "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 0 and "decode: 20 tokens" in err and "proposed tokens accepted" in err, err

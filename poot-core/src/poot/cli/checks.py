@@ -48,3 +48,28 @@ def sampling(args) -> None:
                            f"sampler ranks at most {CANDIDATES} candidates), got {args.top_k}")
     if args.seed is not None and not 0 <= args.seed < 2 ** 64:
         raise RequestError(f"--seed must be a whole number in [0, 2^64), got {args.seed}")
+
+
+def speculation(args) -> None:
+    """--speculate and --draft-tokens: the mode's form, K's range, a draft that is a
+    known name or an existing path, one rank."""
+    from pathlib import Path
+
+    from poot.models.hub import KNOWN_MODELS
+    from poot.models.speculate import check_draft_tokens, parse
+
+    if args.speculate is None:
+        if args.draft_tokens is not None:
+            raise RequestError("--draft-tokens sets how many tokens --speculate proposes; "
+                               "give --speculate too")
+        return
+    spec = parse(args.speculate)
+    if args.draft_tokens is not None:
+        check_draft_tokens(args.draft_tokens)
+    if spec.kind == "draft" and spec.arg not in KNOWN_MODELS:
+        path = Path(spec.arg).expanduser()
+        local = path.suffix.lower() == ".gguf" or spec.arg.startswith(("/", ".", "~"))
+        if local and not path.exists():          # (ORG/NAME is a Hub repo: load resolves it)
+            raise RequestError(f"--speculate draft:{spec.arg}: no such model file or folder")
+    if getattr(args, "tp", 1) > 1:
+        raise RequestError("--speculate runs on one rank; drop --tp")

@@ -1,5 +1,5 @@
 """What `poot run` and its chat (poot.cli.chat) share: Model.generate's arguments from the
-flags, and the note when an answer stops at the end of the context."""
+flags (sampling, stop strings, adapter, speculation), and the note when an answer stops at the end of the context."""
 from __future__ import annotations
 
 import sys
@@ -9,7 +9,8 @@ def sampling_kwargs(args) -> dict:
     """Model.generate's sampling, stop and adapter arguments from the flags."""
     return dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                 repetition_penalty=args.repetition_penalty, seed=args.seed, stop=args.stop,
-                adapter="lora" if args.lora else None)
+                adapter="lora" if args.lora else None, speculate=args.speculate,
+                draft_tokens=args.draft_tokens)
 
 
 def context_note(model) -> None:

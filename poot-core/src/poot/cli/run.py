@@ -55,7 +55,23 @@ def add_parser(sub):
                         "as routing asks (default: every expert resident)")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks (one per GPU)")
+    add_speculate_args(p)
     add_precision_args(p)
+
+
+def add_speculate_args(p) -> None:
+    """--speculate and --draft-tokens (poot.models.speculate)."""
+    from poot.models.speculate import DRAFT_TOKENS
+
+    p.add_argument("--speculate", default=None, metavar="lookup|draft:MODEL|self:N",
+                   help="speculative decoding: propose tokens by prompt lookup (n-grams of "
+                        "the prompt and answer), by a draft MODEL sharing the tokenizer, or "
+                        "by the model's own first N layers, and verify them in one step "
+                        "(greedy text is unchanged)")
+    p.add_argument("--draft-tokens", type=int, default=None, metavar="K",
+                   help=f"the most tokens proposed per step (default {DRAFT_TOKENS}; each "
+                        f"step picks fewer from the measured acceptance, none where "
+                        f"proposals fail)")
 
 
 def add_precision_args(p) -> None:
@@ -90,6 +106,7 @@ def check(args) -> None:
     checks.count("--tp", args.tp)
     checks.count("--expert-pool", args.expert_pool)
     checks.sampling(args)
+    checks.speculation(args)
     if args.lora is not None and not Path(args.lora).is_dir():
         raise RequestError(f"--lora {args.lora}: no such adapter folder")
     if args.prompt is None and not sys.stdin.isatty():
@@ -147,7 +164,8 @@ def run(args, rank: int = 0, group=None) -> int:
     model.device_sampling = model.device_sampling and not args.host_sampling
     mode = model.sample_mode([Sampler(args.temperature, args.top_k, args.top_p,
                                       args.repetition_penalty, args.seed)])
-    model.prepare(model.session(), prompt_tokens=2, sample=mode)  # plan before streaming
+    model.prepare(model.session(), prompt_tokens=2, sample=mode,  # plan before streaming
+                  speculate=args.speculate, draft_tokens=args.draft_tokens)
     if args.prompt is None:
         from poot.cli.chat import chat
 
@@ -176,7 +194,8 @@ def run(args, rank: int = 0, group=None) -> int:
     s = model.stats
     print(f"[poot] prefill: {s.prompt_tokens} tokens, {s.prefill_tps:.1f} tok/s; "
           f"decode: {s.generated_tokens} tokens, {s.decode_tps:.1f} tok/s "
-          f"({model.backend.name})", file=sys.stderr)
+          f"({model.backend.name})" + (f"; {s.speculation}" if args.speculate else ""),
+          file=sys.stderr)
     context_note(model)
     pager = model.session().stepper
     if pager is not None:

@@ -38,7 +38,6 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from poot.errors import BindError, RequestError
-from poot.models import counter_rng
 
 #: the most tokens a verification step proposes unless told (`--draft-tokens`)
 DRAFT_TOKENS = 7
@@ -232,14 +231,17 @@ class AdaptiveK:
 
     With acceptance rate a per token, a step proposing k yields (1 - a^(k+1)) / (1 - a)
     tokens on average and costs 1 + (ROW_COST + cost) * k decode steps (`cost`: the
-    proposer's per token); k is the best ratio, 0 where none beats a plain step. After a run of k = 0 the next step probes with k = 1,
-    and each failed probe doubles the run (a sequence that gains nothing stops paying)."""
+    proposer's per token); k is the best ratio, 0 where none beats a plain step. After a
+    run of k = 0 the next step probes with k = 1, and each failed probe doubles the run (a
+    sequence that gains nothing stops paying). A costly proposer starts with longer runs:
+    a draft model's probe also feeds it every token of the run it skipped."""
 
     def __init__(self, most: int, cost: float = 0.0, rate: float = 0.6,
                  smoothing: float = 0.3):
         self.most, self.rate, self.smoothing = most, rate, smoothing
         self.per_token = ROW_COST + cost
-        self.idle, self.backoff = 0, 2
+        self.first = 2 + round(20 * cost)
+        self.idle, self.backoff = 0, self.first
 
     def k(self) -> int:
         if self.idle:
@@ -247,10 +249,10 @@ class AdaptiveK:
             return 0 if self.idle else 1      # the run's last step probes
         k = self._best()
         if k:
-            self.backoff = 2
+            self.backoff = self.first
             return k
         self.idle = self.backoff
-        self.backoff = min(self.backoff * 2, 64)
+        self.backoff = min(self.backoff * 2, 256)
         return 0
 
     def _best(self) -> int:
@@ -268,6 +270,8 @@ class AdaptiveK:
 def _draw(weights: np.ndarray, sampler) -> int:
     """One id drawn from `weights` (non-negative, not all zero) with the sampler's next
     draw (Gumbel-max over the counter generator's uniforms)."""
+    from poot.models import counter_rng
+
     u = counter_rng.uniforms(sampler.seed, sampler.next_draw(), weights.size)
     with np.errstate(divide="ignore"):
         return int(np.argmax(np.where(weights > 0, np.log(weights) - np.log(-np.log(u)),
@@ -275,6 +279,8 @@ def _draw(weights: np.ndarray, sampler) -> int:
 
 
 def _uniform(sampler) -> float:
+    from poot.models import counter_rng
+
     return float(counter_rng.uniforms(sampler.seed, sampler.next_draw(), 1)[0])
 
 
