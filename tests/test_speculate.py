@@ -80,6 +80,27 @@ def test_verify_scores_every_token_and_rollback_drops_the_rest(models, kv):
     np.testing.assert_allclose(after, again, rtol=1e-4, atol=1e-4)
 
 
+def test_one_step_verifies_several_paged_sequences(models):
+    m = models["paged"]
+    s = m.session("paged", batch=2)
+    ids = m.tokenize(PROMPT)
+    for seq in "ab":
+        s.open(seq)
+        s.prefill(seq, ids[: len(ids) - (seq == "b")])
+    a, b = s.verify_rows({"a": [5, 9, 7], "b": [4]}, 4)
+    assert a.shape == (3, m.config.vocab) and b.shape == (1, m.config.vocab)
+    s.rollback("a", 1)
+    assert (s.length("a"), s.length("b")) == (len(ids) + 2, len(ids))
+    alone = s.verify("a", [11], 2)
+    s.close("a")
+    s.close("b")
+    s.open("c")
+    s.prefill("c", ids)
+    np.testing.assert_allclose(s.verify("c", [5, 9, 11], 4)[[0, 1, 2]],
+                               np.concatenate([a[:2], alone]), rtol=1e-4, atol=1e-4)
+    s.close("c")
+
+
 def test_a_paged_rollback_frees_blocks_and_keeps_cached_ones():
     from poot.errors import CapacityError
     from poot.runtime.kv import BlockAllocator

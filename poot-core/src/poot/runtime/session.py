@@ -282,10 +282,7 @@ class Session:
             raise CapacityError(f"sequence {seq!r} at {self.length(seq)} of {self.capacity} "
                                 f"positions cannot take {n} tokens in a step of {width}")
         if self.kv == "paged":
-            self._check_room({seq: n})
-            ex, slots, real, row_seqs = self._paged_slots({seq: tokens}, width, [1], SCORE,
-                                                          None)
-            return self._run(ex, slots, row_seqs, real).result[:n]
+            return self.verify_rows({seq: tokens}, width)[0]
         self._dense_check(seq)
         ex = self.executor(width, 1, SCORE)
         if "end" in ex.slots:
@@ -297,6 +294,24 @@ class Session:
         out = self._run(ex, _dense_slots(ex, toks, self.dense.reserve(n), n), [seq],
                         np.arange(width) < n)
         return out.result[:n]
+
+    def verify_rows(self, rows: Mapping, width: int) -> list[np.ndarray]:
+        """verify for several paged sequences in one step of the (width, b) scoring plan
+        (b: the smallest of decode_batches that holds them), each fed 1 to `width` tokens;
+        each one's logits [its tokens, vocab], in the order of rows."""
+        if self.kv != "paged" or not 0 < len(rows) <= self.batch:
+            raise BindError(f"verify_rows takes 1 to {self.batch} paged sequences, got "
+                            f"{len(rows)} ({self.kv} KV)")
+        for seq, toks in rows.items():
+            if not 0 < len(toks) <= width or self.length(seq) + width > self.capacity:
+                raise CapacityError(f"sequence {seq!r} at {self.length(seq)} of "
+                                    f"{self.capacity} positions cannot take {len(toks)} "
+                                    f"tokens in a step of {width}")
+        rows = {s: np.asarray(t, np.int64).reshape(-1) for s, t in rows.items()}
+        ex, slots, real, row_seqs = self._paged_slots(rows, width, self.decode_batches,
+                                                      SCORE, None)
+        out = self._run(ex, slots, row_seqs, real).result
+        return [out[r * width: r * width + len(t)] for r, t in enumerate(rows.values())]
 
     def rollback(self, seq, n: int) -> None:
         """Drop the last `n` positions of an open sequence (rejected tokens `verify` fed);
