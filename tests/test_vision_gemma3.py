@@ -167,9 +167,19 @@ def parts(folder):
     return ckpt.vision
 
 
+#: text_config as transformers 5.25 saves it: RoPE per layer type, the 4.x layer pattern
+#: kept as a private key beside layer_types
+TEXT5 = {**{k: v for k, v in TEXT.items() if k not in ("rope_theta", "rope_local_base_freq")},
+         "_sliding_window_pattern": 6, "use_bidirectional_attention": False,
+         "rope_parameters": {"full_attention": {"rope_theta": 1e6, "rope_type": "default"},
+                             "sliding_attention": {"rope_theta": 10000.0,
+                                                   "rope_type": "default"}}}
+
+
 def test_config_and_tensor_names(folder, parts, tmp_path):
-    """Both transformers spellings of the tensors read as the same model; unknown keys and
-    tensors are refused by name."""
+    """Every transformers spelling of the tensors and the config reads as the same model
+    (5.25 saves the tower as vision_tower.*, the module paths are model.*); unknown keys
+    and tensors are refused by name."""
     from poot.errors import CheckpointError
     from poot.models.loader import open_model
     from poot_quant.safetensors_dir import write_folder
@@ -182,10 +192,15 @@ def test_config_and_tensor_names(folder, parts, tmp_path):
           **{f"model.vision_tower.vision_model.{k}": v for k, v in vis.items()},
           **{f"model.multi_modal_projector.{k}": v for k, v in proj.items()},
           "lm_head.weight": text["model.embed_tokens.weight"]}
-    write_folder(tmp_path / "v5", v5, CONFIG, 1, None)
-    ckpt5, config5 = open_model(str(tmp_path / "v5"))
-    assert config5 == open_model(str(path))[1]
-    assert set(ckpt5.vision.tensors) == set(parts.tensors)
+    saved5 = {**{f"language_model.{k}": v for k, v in text.items()},
+              **{f"vision_tower.{k}": v for k, v in vis.items()},
+              **{f"multi_modal_projector.{k}": v for k, v in proj.items()}}
+    for name, tensors, cfg in (("v5", v5, CONFIG), ("saved5", saved5, {
+            **CONFIG, "text_config": TEXT5, "dtype": "float32", "tie_word_embeddings": True})):
+        write_folder(tmp_path / name, tensors, cfg, 1, None)
+        ckpt5, config5 = open_model(str(tmp_path / name))
+        assert config5 == open_model(str(path))[1], name
+        assert set(ckpt5.vision.tensors) == set(parts.tensors), name
     write_folder(tmp_path / "odd", v5, {**CONFIG, "frobnicate": 1}, 1, None)
     with pytest.raises(CheckpointError, match="frobnicate"):
         open_model(str(tmp_path / "odd"))

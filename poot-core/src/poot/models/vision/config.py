@@ -102,6 +102,10 @@ def read_gemma3(cfg: dict, where: str) -> tuple[dict, VisionConfig, ImageTokens]
         raise CheckpointError(f"{where}: config.json text_config model_type "
                               f"{text['model_type']!r}: Gemma 3's is gemma3_text")
     text["model_type"] = "gemma3_text"
+    # transformers 5 keeps the 4.x layer pattern as a private key beside layer_types
+    pattern = text.pop("_sliding_window_pattern", None)
+    if pattern is not None and "layer_types" not in text:
+        text.setdefault("sliding_window_pattern", pattern)
     for key, value in _TEXT_DEFAULTS.items():
         text.setdefault(key, value)
     if "tie_word_embeddings" in cfg:

@@ -1,9 +1,11 @@
 """A Gemma 3 vision-language checkpoint's tensors, split: the language model's as a view the
 decoder's loaders read (HF text names), the tower's and connector's as a WeightSource.
 
-Both transformers spellings are read: 4.x saved `language_model.model.*`,
-`vision_tower.vision_model.*` and `multi_modal_projector.*`; 4.52 and 5.x save
-`model.language_model.*`, `model.vision_tower.vision_model.*`,
+Every transformers spelling is read: 4.x saved `language_model.model.*`,
+`vision_tower.vision_model.*` and `multi_modal_projector.*`; 5.x (5.25 checked) saves the
+tower as `vision_tower.*` (no `vision_model.`), the rest as 4.x did; and the module paths of
+4.52 and later, should a tool save them as they are, are `model.language_model.*`,
+`model.vision_tower.vision_model.*` (or without `vision_model.`),
 `model.multi_modal_projector.*` and `lm_head.weight`.
 """
 from __future__ import annotations
@@ -23,6 +25,7 @@ _PREFIXES = (("language_model.model.", "model."), ("model.language_model.", "mod
              ("language_model.lm_head.", "lm_head."), ("lm_head.", "lm_head."),
              ("vision_tower.vision_model.", "vision."),
              ("model.vision_tower.vision_model.", "vision."),
+             ("vision_tower.", "vision."), ("model.vision_tower.", "vision."),
              ("multi_modal_projector.", "projector."),
              ("model.multi_modal_projector.", "projector."))
 #: the connector's norm stores w of a (1 + w) RMSNorm, as the text model's do
