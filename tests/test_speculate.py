@@ -136,6 +136,7 @@ def test_adaptive_k_follows_the_acceptance_rate_and_turns_off():
     from poot.models.speculate import AdaptiveK
 
     k = AdaptiveK(7)
+    assert [k.k() for _ in range(AdaptiveK.TRIALS)] == [3, 3]      # trials: the prior's k
     for _ in range(10):
         k.update(7, 7)
     assert k.k() == 7
@@ -143,6 +144,11 @@ def test_adaptive_k_follows_the_acceptance_rate_and_turns_off():
         k.update(3, 0)
     picks = [k.k() for _ in range(12)]
     assert picks[:1] == [0] and 1 in picks and picks.count(0) >= 9   # off, probing rarely
+    costly = AdaptiveK(7, cost=0.8)             # a draft reading 80% of the target's weights
+    assert [costly.k() for _ in range(AdaptiveK.TRIALS)] == [2, 2]
+    costly.update(2, 0)
+    costly.update(2, 0)
+    assert not any(costly.k() for _ in range(300))                   # off for good
 
 
 @pytest.mark.parametrize("text,ok", [("lookup", True), ("self:3", True), ("draft:x.gguf", True),

@@ -231,26 +231,36 @@ class AdaptiveK:
 
     With acceptance rate a per token, a step proposing k yields (1 - a^(k+1)) / (1 - a)
     tokens on average and costs 1 + (ROW_COST + cost) * k decode steps (`cost`: the
-    proposer's per token); k is the best ratio, 0 where none beats a plain step. After a
-    run of k = 0 the next step probes with k = 1, and each failed probe doubles the run (a
-    sequence that gains nothing stops paying). A costly proposer starts with longer runs:
-    a draft model's probe also feeds it every token of the run it skipped."""
+    proposer's per token); k is the best ratio, 0 where none beats a plain step. The first
+    TRIALS steps propose at least 2 tokens, to measure a. A free proposer (prompt lookup)
+    probes with k = 1 after a run of k = 0, each failed probe doubling the run; a costly
+    one (a draft model, whose probe would also feed it every token of the run it skipped)
+    stays off for the rest of the sequence. So a sequence that gains nothing stops paying."""
+
+    TRIALS = 2
 
     def __init__(self, most: int, cost: float = 0.0, rate: float = 0.6,
                  smoothing: float = 0.3):
         self.most, self.rate, self.smoothing = most, rate, smoothing
         self.per_token = ROW_COST + cost
-        self.first = 2 + round(20 * cost)
-        self.idle, self.backoff = 0, self.first
+        self.free = cost == 0
+        self.trials = self.TRIALS
+        self.idle, self.backoff, self.off = 0, 2, False
 
     def k(self) -> int:
+        if self.trials:
+            self.trials -= 1
+            return max(self._best(), min(2, self.most))
+        if self.off:
+            return 0
         if self.idle:
             self.idle -= 1
             return 0 if self.idle else 1      # the run's last step probes
         k = self._best()
         if k:
-            self.backoff = self.first
+            self.backoff = 2
             return k
+        self.off = not self.free
         self.idle = self.backoff
         self.backoff = min(self.backoff * 2, 256)
         return 0
