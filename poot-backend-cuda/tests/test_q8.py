@@ -1,8 +1,9 @@
 """Q8PackedContraction on CUDA without a GPU (poot_cuda.q8): the backend declares it for
 the formats with integer codes, the kernels it lowers to run in the kernel interpreter
 against the oracle of the composite at the conformance suite's own inputs and threshold
-(rows of decode: the integer GEMV quantizing by QuantizeI8's rule; rows of prefill: the
-rows rounded first, then the packed schedules), and NVRTC builds them for sm_90a."""
+(rows of decode: the integer GEMV quantizing by QuantizeI8's rule, four codes a word
+multiplied by dp4a; rows of prefill: the rows rounded first, then the packed schedules),
+and NVRTC builds them for sm_90a."""
 from __future__ import annotations
 
 import numpy as np
@@ -49,12 +50,15 @@ def test_q8_kernels_match_the_oracle_in_the_interpreter(case_id):
         assert names[0] == "q8" and program.scratch[0].name == "q8_rows", names
 
 
-@pytest.mark.parametrize("fmt,n,k", [("gguf:Q4_0", 4096, 4096), ("gguf:Q4_K", 256, 14336)],
+@pytest.mark.parametrize("fmt,n,k", [("gguf:Q4_0", 512, 4096), ("gguf:Q4_K", 256, 14336)],
                          ids=["staged-two-columns", "k-split"])
 def test_q8_gemv_at_the_8b_shapes_matches_the_oracle(fmt, n, k):
     """The integer GEMV's other walks: weight tiles staged two columns a group (an 8B
-    attention projection), and K in parts summed by a second kernel (its down
-    projection's K)."""
+    projection's K; the wide-N and fewest-workgroups thresholds lowered to this N), and
+    K in parts summed by a second kernel (the 8B down projection's K)."""
+    from dataclasses import replace
+
+    from poot.codegen.lower.schedule import dot_schedule
     from poot.conformance.cases import threshold
     from poot.conformance.inputs import Arg
     from poot.dtypes import DType
@@ -67,7 +71,8 @@ def test_q8_gemv_at_the_8b_shapes_matches_the_oracle(fmt, n, k):
         Arg(s.type, ("packed", pw, i)) for i, s in enumerate(pw.sources())]
     types = [a.type for a in args]
     out = op.infer(types)
-    program = q8_program(op, types, out, FEATURES)
+    program = q8_program(op, types, out, FEATURES,
+                         replace(dot_schedule(FEATURES), int_wide_n=n, int_min_groups=1))
     assert len(program.kernels) == (2 if k > 8192 else 1)
     arrays = draw_all(np.random.default_rng(3), args)
     want = np.asarray(apply(op, arrays, types, out)).reshape(out.shape)
@@ -100,7 +105,7 @@ def test_nvrtc_builds_the_integer_gemv_of_int8_rows(tmp_path, monkeypatch):
     program = q8_program(op, ins, op.infer(ins), FEATURES)
     assert [k.name.rsplit("_", 1)[-1] for k in program.kernels][1:] == ["parts"]
     src = CudaPrinter("sm_90a").source(program.kernels[0])
-    assert "__dp2a_lo" in src or "dp2a" in src
+    assert "poot_dp4a(" in src and "poot_dp2a" not in src.split("extern")[-1]   # int8 codes
     for kernel in program.kernels:
         assert compile_cubin(CudaPrinter("sm_90a").source(kernel), kernel.name,
                              "sm_90a")[:4] == b"\x7fELF"

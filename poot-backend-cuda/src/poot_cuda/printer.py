@@ -3,7 +3,7 @@ shuffles, dynamic shared memory, async copies and tensor cores (mma.sync; on sm_
 bulk tensor copies and warpgroup products, poot_cuda.tensor_async)."""
 from __future__ import annotations
 
-from poot.codegen.expr import Bin, Const, Dot2
+from poot.codegen.expr import Bin, Const, Dot2, Dot4
 from poot.codegen.program import (
     AwaitInputs,
     CopyAsync,
@@ -77,6 +77,11 @@ static __device__ __forceinline__ int poot_dp2a_lo(int a, unsigned int b, int c)
 static __device__ __forceinline__ int poot_dp2a_hi(int a, unsigned int b, int c) {
   int r;
   asm("dp2a.hi.s32.u32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+  return r;
+}
+static __device__ __forceinline__ int poot_dp4a(int a, unsigned int b, int c) {
+  int r;
+  asm("dp4a.s32.u32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
   return r;
 }
 """
@@ -259,6 +264,9 @@ class CudaPrinter(TensorAsyncPrinter, SimtPrinter):
     def dot2(self, e: Dot2) -> str:
         return (f"poot_dp2a_{'hi' if e.high else 'lo'}({self.expr(e.a)}, {self.expr(e.b)}, "
                 f"{self.expr(e.c)})")
+
+    def dot4(self, e: Dot4) -> str:
+        return f"poot_dp4a({self.expr(e.a)}, {self.expr(e.b)}, {self.expr(e.c)})"
 
     def shuffle_xor(self, value: str, offset: int, lanes: int) -> str:
         return f"__shfl_xor_sync(0xffffffffu, {value}, {offset}, 32)"

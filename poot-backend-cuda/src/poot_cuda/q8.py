@@ -2,9 +2,9 @@
 weight (the `fast` precision, poot.compiler.passes.precision), lowered by the shared
 contraction schedules over PackedContraction's problem with `Problem.q8` set
 (poot.codegen.lower.contraction.q8_problem): at decode the integer GEMV quantizes each
-block of 32 by QuantizeI8's rule and multiplies the codes with the weight's integers in
-exact int32 sums (dp2a), once per block scaled; wider problems round the rows first and
-take the packed schedules (poot.codegen.lower.dot).
+block of 32 by QuantizeI8's rule and multiplies the codes, four to a word, with the
+weight's integers in exact int32 sums (dp4a), once per block scaled; wider problems
+round the rows first and take the packed schedules (poot.codegen.lower.dot).
 
 The shared lowerings declare the op nowhere (a target must choose it), so the CUDA table
 declares it as its own for every format with integer codes, and `program_for` lowers it.

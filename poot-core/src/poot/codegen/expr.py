@@ -150,8 +150,32 @@ class Dot2(Expr):
                             f"{self.b.dtype}, {self.c.dtype})")
 
 
-def lower_dot2(e: Dot2) -> Expr:
-    """Dot2 as shifts, masks and two multiply-adds (I32 >> is arithmetic)."""
+@dataclass(frozen=True, eq=False)
+class Dot4(Expr):
+    """An integer dot product of two quads: c + sum_i a[i] * b[i] over i = 0..3, where a
+    (I32) holds four signed bytes and b (U32) four unsigned bytes (byte 0 the lowest), c
+    I32; exact in I32. Printed as one instruction where Dot2 is (PTX dp4a, sm_61+), else,
+    and in the interpreter, as `lower_dot2`'s plain integer multiply-adds."""
+
+    a: Expr
+    b: Expr
+    c: Expr
+    dtype: DType = I32
+
+    def __post_init__(self):
+        if (self.a.dtype, self.b.dtype, self.c.dtype) != (I32, U32, I32):
+            raise TypeError(f"Dot4 takes (I32, U32, I32), not ({self.a.dtype}, "
+                            f"{self.b.dtype}, {self.c.dtype})")
+
+
+def lower_dot2(e: Dot2 | Dot4) -> Expr:
+    """Dot2 (Dot4) as shifts, masks and two (four) multiply-adds (I32 >> is arithmetic)."""
+    if isinstance(e, Dot4):
+        out = e.c
+        for i in range(4):
+            a = (e.a << i32(24 - 8 * i)) >> i32(24)
+            out = out + a * ((e.b >> u32(8 * i)) & u32(0xFF)).bitcast(I32)
+        return out
     lo, hi = (e.a << i32(16)) >> i32(16), e.a >> i32(16)
     shift = 16 if e.high else 0
     b0 = ((e.b >> u32(shift)) & u32(0xFF)).bitcast(I32)
@@ -197,7 +221,7 @@ def children(e: Expr) -> tuple[Expr, ...]:
         return (e.cond, e.t, e.f)
     if isinstance(e, Load):
         return (e.index,)
-    if isinstance(e, Dot2):
+    if isinstance(e, (Dot2, Dot4)):
         return (e.a, e.b, e.c)
     return ()
 
@@ -265,7 +289,7 @@ def evaluate(e: Expr, env: Mapping[str, np.ndarray | int],
             r = S.cast(ev(n.x), n.x.dtype, n.dtype)
         elif isinstance(n, Bitcast):
             r = S.bitcast(np.asarray(ev(n.x)), n.dtype)
-        elif isinstance(n, Dot2):
+        elif isinstance(n, (Dot2, Dot4)):
             lowered.append(lower_dot2(n))
             r = ev(lowered[-1])
         else:  # pragma: no cover

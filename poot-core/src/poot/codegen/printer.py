@@ -27,6 +27,7 @@ from poot.codegen.expr import (
     Cast,
     Const,
     Dot2,
+    Dot4,
     Expr,
     Load,
     Sel,
@@ -79,8 +80,9 @@ class Printer:
     #: dtypes this printer's device can hold and compute with
     supported: frozenset = frozenset()
     indent_unit = "  "
-    #: whether the dialect prints expr.Dot2 itself (`dot2`); if not, `source` rewrites
-    #: every Dot2 to plain integer multiply-adds before anything else sees the program
+    #: whether the dialect prints expr.Dot2 and Dot4 itself (`dot2`, `dot4`); if not,
+    #: `source` rewrites every one to plain integer multiply-adds before anything else
+    #: sees the program
     native_dot2 = False
 
     # -- the translation unit ------------------------------------------------------
@@ -228,11 +230,17 @@ class Printer:
             return self.bitcast(e.x.dtype, e.dtype, self.expr(e.x))
         if isinstance(e, Dot2):
             return self.dot2(e)
+        if isinstance(e, Dot4):
+            return self.dot4(e)
         raise TypeError(f"unknown expression {e!r}")
 
     def dot2(self, e: Dot2) -> str:
         """The integer pair dot product, for dialects that declare `native_dot2`."""
         raise self.unsupported("Dot2")
+
+    def dot4(self, e: Dot4) -> str:
+        """The integer quad dot product, for dialects that declare `native_dot2`."""
+        raise self.unsupported("Dot4")
 
     def var(self, e: Var) -> str:
         if e.name in BUILTINS:
@@ -267,7 +275,8 @@ class Printer:
 
 
 def without_dot2(kernel: Kernel) -> Kernel:
-    """`kernel` with every Dot2 replaced by `lower_dot2` (shared subtrees stay shared)."""
+    """`kernel` with every Dot2 and Dot4 replaced by `lower_dot2` (shared subtrees stay
+    shared)."""
     memo: dict[int, tuple[Expr, Expr]] = {}     # id -> (node kept alive, its rewrite)
 
     def expr(e: Expr) -> Expr:
@@ -278,7 +287,7 @@ def without_dot2(kernel: Kernel) -> Kernel:
                 dataclasses.replace(e, **{f.name: swap[id(getattr(e, f.name))]
                                           for f in dataclasses.fields(e)
                                           if isinstance(getattr(e, f.name), Expr)})
-            memo[id(e)] = (e, expr(lower_dot2(out)) if isinstance(out, Dot2) else out)
+            memo[id(e)] = (e, expr(lower_dot2(out)) if isinstance(out, (Dot2, Dot4)) else out)
         return memo[id(e)][1]
 
     def block(body: tuple) -> tuple:

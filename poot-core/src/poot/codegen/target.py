@@ -9,7 +9,8 @@ instruction. A backend tells the lowerings what its target has through
 * `COPY_ASYNC`: the target prints CopyAsync / CopyCommit / CopyWait.
 * `WIDE_WORKGROUPS`: workgroups of up to 1024 threads launch (others keep to 256, the
   least WebGPU guarantees).
-* `DOT2`: the target prints `expr.Dot2` as one instruction (PTX dp2a, sm_61+) and gives
+* `DOT2`: the target prints `expr.Dot2` and `expr.Dot4` as one instruction each (PTX
+  dp2a and dp4a, sm_61+; Dot4 for activations quantized to int8 rows) and gives
   a workgroup 48 KiB of shared memory, so packed GEMVs take the integer schedule
   (activations quantized to int16 in shared memory). Every printer can print Dot2 (as
   plain multiply-adds); the feature says only that it is worth it.

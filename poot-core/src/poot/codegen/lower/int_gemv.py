@@ -15,16 +15,17 @@ one part of K for their columns and store partial sums to scratch; a second adds
 parts and applies the store (and epilogue; `dot.contraction_program`).
 
 A problem of int8 rows (`Problem.q8`, Q8PackedContraction) quantizes each block by the
-composite's own rule instead (d = max|x| / 127, QuantizeI8's codes, held in the same
-int16 slots), so the integer sums are those of its definition exactly; the block's sum
-that meets the weight's offset is then d * sum_q, the sum of the rounded activations.
+composite's own rule instead (d = max|x| / 127, QuantizeI8's codes, four to a word,
+multiplied with the weight's bytes by `Dot4`: dp4a), so the integer sums are those of its
+definition exactly; the block's sum that meets the weight's offset is then d * sum_q, the
+sum of the rounded activations.
 """
 from __future__ import annotations
 
 from dataclasses import replace
 
 from poot.codegen import index as ix
-from poot.codegen.expr import Dot2, Expr, Sel, f32, ge, i32, maximum, u32
+from poot.codegen.expr import Dot2, Dot4, Expr, Sel, f32, ge, i32, maximum, u32
 from poot.codegen.lower.problem import Problem
 from poot.codegen.lower.quantize import quantize_i8
 from poot.codegen.lower.runs import (
@@ -117,7 +118,7 @@ def int_plan(p: Problem, rows: int, features, s: DotSchedule) -> RunPlan | None:
         return None
     if p.w_int(0, i32(0), i32(0)) is None:
         return None
-    act = 4 * rows * (_row_words(p.k) + 3 * (p.k // INT_BLOCK))
+    act = 4 * rows * (_row_words(p.k, _codes_per_word(p)) + 3 * (p.k // INT_BLOCK))
     if act > s.int_shared_bytes:
         return None
     width = s.run_columns if p.n >= s.int_wide_n else 1
@@ -132,9 +133,15 @@ def int_plan(p: Problem, rows: int, features, s: DotSchedule) -> RunPlan | None:
     return RunPlan(width, s.groups, s.unroll, integer=True)
 
 
-def _row_words(k: int) -> int:
-    """Shared words of one row of int16 activation pairs, pads included."""
-    return k // 2 + k // 2 // INT_PAD
+def _codes_per_word(p: Problem) -> int:
+    """Quantized activations a shared word holds: four int8 codes (`p.q8`), else two
+    int16."""
+    return 4 if p.q8 else 2
+
+
+def _row_words(k: int, per: int = 2) -> int:
+    """Shared words of one row of quantized activations, `per` a word, pads included."""
+    return k // per + k // per // INT_PAD
 
 
 def gemv_int(kb, p: Problem, plan: RunPlan, lane, b, ns, ms, accs, s: DotSchedule):
@@ -167,12 +174,13 @@ def gemv_int(kb, p: Problem, plan: RunPlan, lane, b, ns, ms, accs, s: DotSchedul
             for gi in range(p.run // INT_BLOCK):
                 kg = kb.let("kg", ix.add(k, INT_BLOCK * gi))
                 blk = ix.div(kg, INT_BLOCK)
-                half = ix.div(kg, 2)
+                per = _codes_per_word(p)
+                word = ix.div(kg, per)
                 for j in range(len(ms)):
-                    at = kb.let("xw", ix.add(ix.add(half, ix.div(half, INT_PAD)),
-                                             j * _row_words(p.k)))
+                    at = kb.let("xw", ix.add(ix.add(word, ix.div(word, INT_PAD)),
+                                             j * _row_words(p.k, per)))
                     xs = [kb.let("xq", act[0][ix.add(at, i)].bitcast(DType.I32))
-                          for i in range(INT_BLOCK // 2)]
+                          for i in range(INT_BLOCK // per)]
                     at_blk = ix.add(blk, j * (p.k // INT_BLOCK))
                     dx, sq = kb.let("dx", act[1][at_blk]), kb.let("sq", act[2][at_blk])
                     sx = None if not sums else kb.let(
@@ -180,9 +188,12 @@ def gemv_int(kb, p: Problem, plan: RunPlan, lane, b, ns, ms, accs, s: DotSchedul
                     for t, column in enumerate(accs):
                         quads, scale, offset, c = groups[t * len(slots) + u][gi]
                         dot = i32(0)
-                        for i, quad in enumerate(quads):
-                            dot = Dot2(xs[2 * i], quad, dot)
-                            dot = Dot2(xs[2 * i + 1], quad, dot, high=True)
+                        for i, quad in enumerate(quads):     # byte b: element 4i + b
+                            if per == 4:
+                                dot = Dot4(xs[i], quad, dot)
+                            else:
+                                dot = Dot2(xs[2 * i], quad, dot)
+                                dot = Dot2(xs[2 * i + 1], quad, dot, high=True)
                         term = (scale * dx) * (dot - sq * i32(c)).cast(DType.F32)
                         if offset is not None:
                             term = term + offset * sx
@@ -233,7 +244,8 @@ def _quantize_rows(kb, p: Problem, b, ms, threads: int, sums: bool):
     (None without a row norm). Int8 rows (`p.q8`) keep QuantizeI8's codes and scales and
     no f32 sums (`gemv_int` takes d * sum_q)."""
     blocks, width = p.k // INT_BLOCK, INT_BLOCK // INT_EACH
-    row = _row_words(p.k)
+    per = _codes_per_word(p)
+    row = _row_words(p.k, per)
     qa = kb.shared("act_q", DType.U32, len(ms) * row)
     qd = kb.shared("act_d", DType.F32, len(ms) * blocks)
     qn = kb.shared("act_n", DType.I32, len(ms) * blocks)
@@ -278,10 +290,16 @@ def _quantize_rows(kb, p: Problem, b, ms, threads: int, sums: bool):
                 for x in vals[1:]:
                     xsum = xsum + x
                 sx = kb.reduce("sx", ReduceOp.Sum, xsum, width)
-            words = [(q0.bitcast(DType.U32) & u32(0xFFFF)) | (q1.bitcast(DType.U32) << u32(16))
-                     for q0, q1 in zip(qs[::2], qs[1::2], strict=True)]
+            bits, mask = 32 // per, u32((1 << (32 // per)) - 1)
+            words = []
+            for w in range(INT_EACH // per):
+                word = qs[w * per].bitcast(DType.U32) & mask
+                for i in range(1, per):
+                    code = qs[w * per + i].bitcast(DType.U32)
+                    word = word | ((code & mask) if i < per - 1 else code) << u32(bits * i)
+                words.append(word)
             with kb.if_(ix.lt(c, i32(p.k // INT_EACH))):
-                pair = ix.mul(c, INT_EACH // 2)
+                pair = ix.mul(c, INT_EACH // per)
                 at = kb.let("qw", ix.add(ix.add(pair, ix.div(pair, INT_PAD)), j * row))
                 for i, word in enumerate(words):
                     kb.store(qa, ix.add(at, i), word)
