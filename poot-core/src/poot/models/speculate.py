@@ -32,6 +32,7 @@ decode step, so a sequence whose proposals fail stops paying for them.
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
@@ -230,8 +231,10 @@ class AdaptiveK:
     """Each step's proposal length from the acceptance rate measured so far.
 
     With acceptance rate a per token, a step proposing k yields (1 - a^(k+1)) / (1 - a)
-    tokens on average and costs 1 + (ROW_COST + cost) * k decode steps (`cost`: the
-    proposer's per token); k is the best ratio, 0 where none beats a plain step. The first
+    tokens on average and costs c(k) plain decode steps; k is the best ratio, 0 where none
+    beats a plain step. c(k) is measured as the steps run (`timed`: the verification step
+    of k's width and the proposer's time per token, over a plain step's time); until both
+    are, it is 1 + (ROW_COST + cost) * k (`cost`: the proposer's per token). The first
     TRIALS steps propose at least 2 tokens, to measure a. A free proposer (prompt lookup)
     probes with k = 1 after a run of k = 0, each failed probe doubling the run; a costly
     one (a draft model, whose probe would also feed it every token of the run it skipped)
@@ -242,8 +245,12 @@ class AdaptiveK:
     def __init__(self, most: int, cost: float = 0.0, rate: float = 0.6,
                  smoothing: float = 0.3):
         self.most, self.rate, self.smoothing = most, rate, smoothing
-        self.per_token = ROW_COST + cost
+        self.cost = cost
         self.free = cost == 0
+        self.sizes = widths(most)
+        #: seconds, smoothed: "plain" a plain step, "propose" proposing one token, and each
+        #: width's verification step
+        self.seconds: dict = {}
         self.trials = self.TRIALS
         self.idle, self.backoff, self.off = 0, 2, False
 
@@ -265,9 +272,25 @@ class AdaptiveK:
         self.backoff = min(self.backoff * 2, 256)
         return 0
 
+    def timed(self, what, seconds: float) -> None:
+        """A measured step: "plain", "propose" (per token) or a verification width."""
+        old = self.seconds.get(what)
+        self.seconds[what] = seconds if old is None else old + self.smoothing * (seconds - old)
+
+    def step_cost(self, k: int) -> float:
+        """c(k): a step proposing k tokens, in plain decode steps."""
+        if k == 0:
+            return 1.0
+        t = self.seconds
+        plain = t.get("plain")
+        width = next(w for w in self.sizes if w > k)
+        verify = t[width] / plain if plain and width in t else 1 + ROW_COST * k
+        propose = t["propose"] / plain if plain and "propose" in t else self.cost
+        return verify + propose * k
+
     def _best(self) -> int:
         a = min(self.rate, 0.999)
-        gain = [(1 - a ** (k + 1)) / (1 - a) / (1 + self.per_token * k)
+        gain = [(1 - a ** (k + 1)) / (1 - a) / self.step_cost(k)
                 for k in range(self.most + 1)]
         best = max(range(self.most + 1), key=lambda k: (gain[k], -k))
         return best if gain[best] > 1.02 else 0
@@ -345,15 +368,20 @@ def tokens(model, session, seq, tok: int, sampler, history: list, mode: str | No
         k = min(k_of.k(), left - 1, sizes[-1] - 1)
         while k and next(w for w in sizes if w > k) > room:
             k -= 1
+        t0 = time.perf_counter()
         drafts, qs = propose.propose(history, k, sampler) if k else ([], None)
+        t1 = time.perf_counter()
         if not drafts:
             out = [model._next_tokens(session, {seq: tok}, {seq: (sampler, history)},
                                       mode)[seq]]
+            k_of.timed("plain", time.perf_counter() - t1)
         else:
             width = next(w for w in sizes if w > len(drafts))
             logits = session.verify(seq, [tok, *drafts], width)
             out = accept(logits, drafts, qs, sampler, history)
             session.rollback(seq, len(drafts) + 1 - len(out))
+            k_of.timed("propose", (t1 - t0) / len(drafts))
+            k_of.timed(width, time.perf_counter() - t1)
             k_of.update(len(drafts), len(out) - 1)
             stats.proposed += len(drafts)
             stats.accepted += len(out) - 1
