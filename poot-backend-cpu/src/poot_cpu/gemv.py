@@ -56,6 +56,11 @@ M_TILES = (4, 8)    # activation rows sharing one decoded weight block: decode, 
 PANEL_FROM = 8      # calls of at least this many rows use the panel kernel (PANEL_TEMPLATE)
 PANEL_ROWS = 16     # weight rows of a panel at most (POOT_VL: 16 with AVX-512, else 8)
 PANEL_BYTES = 1 << 18   # ... when a decoded panel (PANEL_ROWS x K codes) fits this on the stack
+# the row tiles ask for each weight row's bytes this far ahead of their decode: a decode
+# step streams every weight from memory once, and the formats whose decode takes many
+# instructions a block (Q5_0, the K-quants) keep too few loads in flight for the hardware
+# prefetcher alone (docs/performance.md has the measurement)
+PREFETCH_BYTES = 4096
 LOCAL_BYTES = 1 << 17   # quantized activations up to this size stay on each thread's stack
 
 
@@ -212,7 +217,7 @@ TEMPLATE = """\
 static void {name}(const float* restrict x, const unsigned char* restrict w,
                    float* restrict y, unsigned char* restrict scratch{extra}) {{
   enum {{ M = {m}, N = {n}, K = {k}, NB = K / 32, NBLK = {nblk}, S = {sub}, TS = {ts}, G = {g},
-         MT = {mt}, NR = {nr} }};
+         MT = {mt}, NR = {nr}, PF = {pf} }};
 {prologue}{quant_setup}
 {quantize}  #pragma omp for schedule(static) nowait
   for (int n0 = 0; n0 < N; n0 += NR) {{
@@ -233,6 +238,8 @@ static void {name}(const float* restrict x, const unsigned char* restrict w,
           blk[r] = w + ((size_t)(n0 + r) * NBLK + bb) * TS;
           {fn}_scales(blk[r], sc[r], of[r]);
         }}
+        for (int r = 0; r < NR; ++r)      /* PF bytes ahead in each row's stream */
+          for (int o = 0; o < TS; o += 64) __builtin_prefetch(blk[r] + PF + o, 0, 3);
         POOT_UNROLL(8)
         for (int s = 0; s < S; ++s) {{
           const int b = bb * S + s;
@@ -634,6 +641,7 @@ def kernel_source(name: str, fmt: str, coding: Coding, m: int, n: int, k: int,
         mt = M_TILES[m >= 8]
         source = TEMPLATE.format(
             **common, mt=mt, nr=weight_rows(block, coding, mt, n), after_tile=after_tile,
+            pf=PREFETCH_BYTES,
             codes=ROW_CODES[coding.name].format(fn=fn), load=ROW_LOAD[coding.name],
             dot=ROW_DOT[coding.name, g], offset=ROW_OFFSET if offsets else "")
     return block_functions(fmt) + source
