@@ -1,6 +1,7 @@
-"""The cpu runtime's host buffers: a read-only file mapping or a frozen array written whole
-is adopted (the weights of a memory-mapped checkpoint and the loader's reordered rows are
-not held twice); anything else is copied."""
+"""The cpu runtime's host buffers: a frozen array written whole is adopted (the loader's
+reordered rows are not held twice); a read-only file mapping written whole is copied into
+the weight arena's huge pages, its file pages dropped (held once, too); anything else is
+copied."""
 import numpy as np
 from poot.models.weights import frozen_stack
 from poot_cpu.runtime import CpuRuntime
@@ -10,16 +11,6 @@ def _mapped(tmp_path, data: np.ndarray) -> np.ndarray:
     path = tmp_path / "w.bin"
     data.tofile(path)
     return np.memmap(path, np.uint8, mode="r")
-
-
-def test_a_read_only_mapping_is_adopted(tmp_path):
-    rt = CpuRuntime("cpu:0")
-    data = np.arange(4096, dtype=np.uint8)
-    mapped = _mapped(tmp_path, data)
-    buf = rt.alloc(mapped.nbytes, "w")
-    rt.write(buf, 0, mapped)
-    assert buf.ptr == mapped.ctypes.data
-    assert np.array_equal(rt.read(buf, 0, 4096), data)
 
 
 def test_writable_partial_or_bound_writes_copy(tmp_path):
@@ -56,3 +47,44 @@ def test_frozen_rows_are_adopted_and_a_writable_owner_is_copied():
     rt.write(buf, 0, view)
     assert buf.ptr != view.ctypes.data
     assert np.array_equal(rt.read(buf, 0, view.nbytes).reshape(64, 20), source[order])
+
+
+def _resident(array: np.ndarray) -> int:
+    """Bytes of `array`'s mapping resident in this process (its /proc/self/smaps Rss)."""
+    at = array.ctypes.data
+    with open("/proc/self/smaps") as f:
+        inside = False
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and all(c in "0123456789abcdef-" for c in head):
+                lo, hi = (int(x, 16) for x in head.split("-"))
+                inside = lo <= at < hi
+            elif inside and line.startswith("Rss:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("mapping not found")
+
+
+def test_a_mapped_weight_is_copied_into_the_arena_and_its_file_pages_dropped(
+        tmp_path, monkeypatch):
+    """Whole writes of read-only file mappings land one after another in the arena, ALIGN
+    apart, copied a chunk at a time; the file's pages they touched are no longer resident
+    in the process; a weight larger than what is left gets a mapping of its own."""
+    from poot_cpu import runtime
+
+    monkeypatch.setattr(runtime, "ARENA_BYTES", runtime.HUGE)
+    monkeypatch.setattr(runtime, "CHUNK", 8192)
+    rng = np.random.default_rng(0)
+    rt = CpuRuntime("cpu:0")
+    bufs = []
+    for i, size in enumerate((3 * 8192 + 4096, 100, runtime.HUGE + 4096)):
+        (tmp_path / str(i)).mkdir()
+        data = rng.integers(0, 256, size, dtype=np.uint8)
+        mapped = _mapped(tmp_path / str(i), data)
+        buf = rt.alloc(mapped.nbytes, "w")
+        rt.write(buf, 0, mapped)
+        assert buf.ptr != mapped.ctypes.data and buf.ptr % runtime.ALIGN == 0
+        assert np.array_equal(rt.read(buf, 0, size), data)
+        assert _resident(mapped) == 0
+        bufs.append(buf)
+    assert bufs[1].ptr == bufs[0].ptr + -(-(3 * 8192 + 4096) // runtime.ALIGN) * runtime.ALIGN
+    assert bufs[2].ptr % runtime.HUGE == 0

@@ -4,7 +4,12 @@ Buffers are 256-byte aligned numpy byte arrays at stable addresses; `write` and 
 copy bytes in place, except that a whole-buffer write of immutable bytes (a read-only
 file mapping: a weight of a memory-mapped checkpoint; or a frozen array, such as the
 loader's reordered q/k rows) adopts them instead of copying: the kernels only read
-weights, and a copy would hold them in memory twice. `load`
+weights, and a copy would hold them in memory twice. A weight of a file mapping is the
+exception: it is copied into the runtime's WeightArena, anonymous memory in transparent
+huge pages (the file's 4 KiB pages cost a decode step's GEMVs a TLB walk per page, and
+the hardware prefetcher stops at each page boundary), a chunk at a time, each chunk's
+file pages dropped once copied, so the process still holds its bytes once and its peak
+grows by a chunk at most. `load`
 prints the plan's step function (poot_cpu.step), compiles it once (cached by source)
 and binds the buffers' addresses, so `run()` is a single ctypes call with no Python per
 kernel or element. The OpenMP threads are the C runtime's ($OMP_NUM_THREADS, default one per core).
@@ -25,6 +30,10 @@ from poot_cpu.step import StepSource, build_step
 
 ALIGN = 256
 MAPPED_ALIGN = 32      # the least alignment of a GGUF tensor; what an adopted mapping needs
+HUGE = 2 << 20         # the huge page size (x86-64 and arm64 with 4 KiB base pages)
+ARENA_BYTES = 32 << 20  # the WeightArena maps this much at a time (more for a larger weight)
+CHUNK = 4 << 20        # a mapped weight is copied this many bytes at a time
+MADV_HUGEPAGE = 14
 
 
 @dataclass(eq=False)
@@ -54,6 +63,76 @@ def immutable(array: np.ndarray) -> bool:
     return isinstance(base, mmap.mmap) and memoryview(base).readonly
 
 
+def mapping_of(array: np.ndarray) -> mmap.mmap | None:
+    """The read-only file mapping `array` views, or None."""
+    base = array
+    while isinstance(base, np.ndarray) and base.base is not None:
+        base = base.base
+    return base if isinstance(base, mmap.mmap) and memoryview(base).readonly else None
+
+
+def drop_pages(mapping: mmap.mmap, array: np.ndarray) -> None:
+    """Unmap the pages that hold `array` (a view of the read-only file `mapping`) from this
+    process, the pages it shares with its neighbours too: the bytes stay the file's, and a
+    later read of any of them faults it in from the page cache again."""
+    page = mmap.PAGESIZE
+    start = array.ctypes.data - np.frombuffer(mapping, np.uint8).ctypes.data
+    first = start // page * page
+    last = min(-(-(start + array.nbytes) // page) * page, len(mapping))
+    if last > first and hasattr(mapping, "madvise"):
+        mapping.madvise(mmap.MADV_DONTNEED, first, last - first)
+
+
+@functools.cache
+def _madvise():
+    """libc's madvise, or None where the C library has none."""
+    try:
+        fn = ctypes.CDLL(None).madvise
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    return fn
+
+
+def advise_huge(array: np.ndarray) -> None:
+    """Ask the kernel for transparent huge pages behind the whole huge pages of `array`
+    (before its pages are first touched); where it has none to give, nothing changes."""
+    madvise = _madvise()
+    start = -(-array.ctypes.data // HUGE) * HUGE
+    stop = (array.ctypes.data + array.nbytes) // HUGE * HUGE
+    if madvise is not None and stop > start:
+        madvise(start, stop - start, MADV_HUGEPAGE)
+
+
+class WeightArena:
+    """Read-only weights packed one after another into anonymous mappings that start on
+    a huge page and are advised into transparent huge pages (where the kernel gives none,
+    they are ordinary pages). Pages never touched cost nothing, so the unused end of a
+    mapping is free. A mapping lives while a weight taken from it does (each is a view of
+    it) or while it is the one taken from next: a model's weights go with its buffers."""
+
+    def __init__(self):
+        self._space = np.empty(0, np.uint8)
+
+    def take(self, nbytes: int) -> np.ndarray:
+        """`nbytes` bytes, ALIGN-aligned, for the life of the runtime."""
+        need = -(-max(nbytes, 1) // ALIGN) * ALIGN
+        if need > self._space.size:
+            size = max(ARENA_BYTES, -(-need // HUGE) * HUGE)
+            try:
+                # private: a shared anonymous mapping is shmem, which THP leaves alone
+                mm = mmap.mmap(-1, size + HUGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+            except OSError:
+                raise CapacityError(f"cpu: cannot map {size} bytes of host memory for "
+                                    "weights") from None
+            raw = np.frombuffer(mm, np.uint8)
+            start = -raw.ctypes.data % HUGE
+            self._space = raw[start:start + size]
+            advise_huge(self._space)
+        out, self._space = self._space[:nbytes], self._space[need:]
+        return out
+
+
 def _aligned(nbytes: int) -> np.ndarray:
     try:
         raw = np.empty(max(nbytes, 1) + ALIGN, np.uint8)
@@ -66,6 +145,7 @@ def _aligned(nbytes: int) -> np.ndarray:
 class CpuRuntime:
     def __init__(self, device):
         self.device = device
+        self.arena = WeightArena()
 
     def alloc(self, nbytes: int, label: str) -> CpuBuffer:
         return CpuBuffer(nbytes, label, _aligned(nbytes))
@@ -73,7 +153,16 @@ class CpuRuntime:
     def write(self, buf: CpuBuffer, offset: int, array: np.ndarray) -> None:
         if offset == 0 and array.nbytes == buf.nbytes and not buf.bound \
                 and immutable(array) and array.ctypes.data % MAPPED_ALIGN == 0:
-            buf.array = array.reshape(-1).view(np.uint8)  # its own bytes were never touched
+            mapping = mapping_of(array)
+            src = array.reshape(-1).view(np.uint8)
+            if mapping is None:
+                buf.array = src               # its own bytes were never touched
+                return
+            buf.array = self.arena.take(src.size)
+            for at in range(0, src.size, CHUNK):
+                buf.array[at:at + CHUNK] = src[at:at + CHUNK]
+                drop_pages(mapping, src[at:at + CHUNK])
+            drop_pages(mapping, src)     # what the kernel's fault-around mapped again
             return
         data = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
         buf.array[offset:offset + data.size] = data
