@@ -190,8 +190,9 @@ def ring_slots(pos: Tensor, t: int, ring: int, end: Tensor) -> Tensor:
 
 
 def attention_masked(q: Tensor, k: Tensor, v: Tensor, mask: Tensor,
-                     scale: float | None = None) -> Tensor:
-    """softmax(q k^T * scale + mask) v with GQA: q [..., Hq, T, D], k/v [..., Hkv, S, D].
+                     scale: float | None = None, sinks: Tensor | None = None) -> Tensor:
+    """softmax(q k^T * scale + mask) v with GQA: q [..., Hq, T, D], k/v [..., Hkv, S, D];
+    `sinks` [Hq]: a logit per head in each softmax's denominator (gpt-oss).
 
     Records the primitive chain of `poot.ir.ops.attention_chain` (the Attention
     composite's own definition), so compile can find it and the two agree.
@@ -200,7 +201,8 @@ def attention_masked(q: Tensor, k: Tensor, v: Tensor, mask: Tensor,
     from poot.tracer import builder
 
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    return Tensor(attention_chain(builder(), q.ref, k.ref, v.ref, mask.ref, scale))
+    return Tensor(attention_chain(builder(), q.ref, k.ref, v.ref, mask.ref, scale,
+                                  None if sinks is None else sinks.ref))
 
 
 def moe_route(logits: Tensor, k: int):

@@ -174,12 +174,16 @@ class ContractionPrologue(Composite):
 
 
 # -- attention ------------------------------------------------------------------------
-def attention_chain(b, q, k, v, mask, scale: float):
+def attention_chain(b, q, k, v, mask, scale: float, sink=None):
     """The masked-softmax chain between two matmuls, with GQA by reshaping q.
 
     q [..., Hq, T, D], k [..., Hkv, S, D], v [..., Hkv, S, Dv], mask broadcastable
     to [..., T, S] (additive: 0 or -inf). This is exactly what `poot.ops.attention_masked`
     records, so the attention rewrite can match it and this definition restates it.
+    `sink` [Hq] (gpt-oss): a learned logit per head that joins each softmax's denominator
+    and weights no value, exp(s_j - m) / (exp(sink - m) + sum_k exp(s_k - m)) with m the
+    max over the scores and the sink. No fused Attention computes it yet, so the chain
+    stays primitives (the rewrite does not match it) on every backend.
     """
     *lead, hq, t, d = q.type.shape
     hkv, s = k.type.shape[-3], k.type.shape[-2]
@@ -198,8 +202,14 @@ def attention_chain(b, q, k, v, mask, scale: float):
     sc = _reshape(b, sc, lead + (hkv, g, t, s))
     sc = b.eqn(Binary(BinaryOp.Add), sc, mask)
     m = b.eqn(Reduce(ReduceOp.Max, -1, True), sc)
+    if sink is not None:        # per head [Hkv, G, 1, 1], as q's heads were split
+        sink = _reshape(b, sink, (hkv, g, 1, 1))
+        m = b.eqn(Binary(BinaryOp.Max), m, sink)
     ex = b.eqn(Unary(UnaryOp.Exp), b.eqn(Binary(BinaryOp.Sub), sc, m))
     den = b.eqn(Reduce(ReduceOp.Sum, -1, True), ex)
+    if sink is not None:
+        den = b.eqn(Binary(BinaryOp.Add), den,
+                    b.eqn(Unary(UnaryOp.Exp), b.eqn(Binary(BinaryOp.Sub), sink, m)))
     p = b.eqn(Binary(BinaryOp.Div), ex, den)
     p = _reshape(b, p, lead + (hkv, g * t, s))
     o = b.eqn(MatMul(), p, v)                                       # [..., Hkv, G*T, Dv]
