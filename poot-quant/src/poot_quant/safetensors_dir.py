@@ -213,7 +213,10 @@ class _Grouper:
                 raise CheckpointError(
                     f"{where}: {part.name!r} is {part.dtype.value}{list(part.shape)}, but role "
                     f"{spec.role!r} of a [{rows}, {k}] weight needs {spec.type}")
-            array = part.array if same_kind else part.array.astype(want.numpy)
+            # a byte role stored under another byte dtype (MXFP4 scales saved as U8) is
+            # viewed as the role's dtype, so every runtime binds the type it declares
+            array = part.array.view(want.numpy) if same_kind and part.dtype is not want \
+                else part.array if same_kind else part.array.astype(want.numpy)
             sources.append(array.reshape(spec.type.shape))
         self.used.update(p.name for p in parts)
         key = "+".join(p.ref_key() for p in parts)
