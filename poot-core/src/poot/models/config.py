@@ -216,6 +216,13 @@ def _check_hf_tensors(config: LlamaConfig, tensors: dict, where: str,
                 layer += ["ffn_gate_inp_shexp.weight"]
         if config.qkv_bias:
             layer += [f"attn_{g}.bias" for g in "qkv"]
+        if config.out_bias:
+            layer += ["attn_output.bias"]
+        if config.attn_sinks:
+            layer += ["attn_sinks.weight"]
+        if config.swiglu_limit is not None:      # gpt-oss's biased router and experts
+            layer += ["ffn_gate_inp.bias"] + [f"ffn_{g}_exps.{kind}" for g in ("gate_up", "down")
+                                              for kind in ("weight", "bias")]
         if config.qk_norm:
             layer += ["attn_q_norm.weight", "attn_k_norm.weight"]
         if sandwich:
@@ -262,7 +269,7 @@ _HF_READ = {
     "moe_intermediate_size", "shared_expert_intermediate_size", "norm_topk_prob",
     "decoder_sparse_step", "mlp_only_layers", "router_aux_loss_coef", "output_router_logits",
     "router_jitter_noise", "qkv_bias", "partial_rotary_factor",
-    "original_max_position_embeddings",
+    "original_max_position_embeddings", "swiglu_limit", "swiglu_alpha",
 }
 #: the LIMITS entry bounding each integer config.json key
 _HF_LIMITS = {
@@ -322,8 +329,13 @@ def from_hf(cfg: dict[str, Any], tensors: dict, max_seq: int | None = None) -> L
                  "use_bidirectional_attention"):
         if cfg.get(name):
             refuse(name, "not implemented")
-    if arch != "qwen2" and cfg.get("attention_bias"):
-        refuse("attention_bias", "q/k/v/o biases are implemented for qwen2 only")
+    if arch != "qwen2" and not fam.sinks and cfg.get("attention_bias"):
+        refuse("attention_bias", "q/k/v/o biases are implemented for qwen2 and gpt_oss only")
+    for name in ("swiglu_limit", "swiglu_alpha"):
+        if name in cfg and fam.moe != "gpt_oss":
+            refuse(name, "the clamped SwiGLU is implemented for gpt_oss only")
+    # gpt-oss: q/k/v and o biases unless attention_bias says otherwise (its default: on)
+    biases = fam.sinks and v.flag("attention_bias", True)
     # transformers 5 names Qwen2-MoE's q/k/v biases qkv_bias (4.x: always there)
     if cfg.get("qkv_bias") is not None and (arch != "qwen2_moe" or not v.flag("qkv_bias")):
         refuse("qkv_bias", f"q/k/v biases are implemented for qwen2 and qwen2_moe (with "
@@ -343,7 +355,8 @@ def from_hf(cfg: dict[str, Any], tensors: dict, max_seq: int | None = None) -> L
         rope_base=rope.base, rope_scaling=rope.scaling, rope_layout="half",
         rope_dim=_rotary_dims(head_dim, rope.partial),
         tied=v.flag("tie_word_embeddings", arch == "gemma3"),
-        qkv_bias=fam.qkv_bias or v.flag("attention_bias", False),
+        qkv_bias=fam.qkv_bias or (biases if fam.sinks else v.flag("attention_bias", False)),
+        out_bias=biases, attn_sinks=fam.sinks,
         max_seq=min(ctx, max_seq or ctx), arch=arch, **_traits(fam, dim),
         attn_scale=scalar ** -0.5 if scalar else None,
         window=window, sliding=sliding,
@@ -388,6 +401,11 @@ def _hf_moe(cfg: dict, v: Values, fam: Family, where: str, key) -> dict:
     if len(spelled) == 2 and cfg["num_local_experts"] != cfg["num_experts"]:
         refuse("num_experts", f"contradicts num_local_experts = {cfg['num_local_experts']!r}")
     experts = key(spelled[0] if spelled else "num_local_experts")
+    if fam.moe == "gpt_oss":
+        return dict(experts=experts, experts_used=key("num_experts_per_tok"),
+                    expert_ffn=key("intermediate_size"), norm_topk=True,
+                    swiglu_limit=v.number("swiglu_limit", 7.0, positive=True),
+                    swiglu_alpha=v.number("swiglu_alpha", 1.702, positive=True))
     if fam.moe == "mixtral":
         return dict(experts=experts, experts_used=key("num_experts_per_tok"),
                     expert_ffn=key("intermediate_size"), norm_topk=True)
@@ -523,6 +541,8 @@ def _hf_sliding(v: Values, arch: str, layers: int):
     if arch == "gemma3":
         period = v.integer("sliding_window_pattern", 6, lo=1, hi=LIMITS["layers"])
         return window, tuple((i + 1) % period != 0 for i in range(layers))
+    if arch == "gpt_oss":       # transformers' default: sliding, full, sliding, ...
+        return window, tuple(i % 2 == 0 for i in range(layers))
     if arch == "qwen2":
         first = v.integer("max_window_layers", layers, lo=0, hi=LIMITS["layers"])
         return window, tuple(i >= first for i in range(layers))

@@ -24,14 +24,18 @@ class Family:
     hf_act: tuple[str, ...] = ("silu",)
     #: HF: the norm weights are stored as w and applied as (1 + w)
     hf_norm_offset: bool = False
-    #: mixture of experts: "" (dense FFN), "mixtral" (HF num_local_experts) or "qwen"
-    #: (num_experts, moe_intermediate_size, norm_topk_prob, shared expert where sized)
+    #: mixture of experts: "" (dense FFN), "mixtral" (HF num_local_experts), "qwen"
+    #: (num_experts, moe_intermediate_size, norm_topk_prob, shared expert where sized) or
+    #: "gpt_oss" (biased router and experts, clamped SwiGLU: poot.models.gpt_oss)
     moe: str = ""
     #: q|k|v and gate|up stored as one tensor each (HF qkv_proj, gate_up_proj; GGUF attn_qkv,
     #: and ffn_up holding gate|up): poot.models.fused serves their parts
     fused: bool = False
     #: HF: reads partial_rotary_factor and LongRoPE (Phi-3)
     partial_rotary: bool = False
+    #: HF: attention sinks and q/k/v/o biases (per attention_bias, default on), layers that
+    #: alternate sliding and full from the first (gpt-oss)
+    sinks: bool = False
 
 
 FAMILIES: dict[str, Family] = {
@@ -51,8 +55,10 @@ HF_FAMILIES = {
     "mixtral": Family(moe="mixtral"),
     "qwen2_moe": Family(qkv_bias=True, moe="qwen"),
     "qwen3_moe": Family(qk_norm=True, moe="qwen"),
+    # experts as poot.models.gpt_oss computes them
+    "gpt_oss": Family(moe="gpt_oss", sinks=True),
 }
 #: HF model_type -> family (GGUF architecture name)
 HF_TYPES = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "qwen3": "qwen3",
             "gemma3_text": "gemma3", "mixtral": "mixtral", "qwen2_moe": "qwen2_moe",
-            "qwen3_moe": "qwen3_moe", "phi3": "phi3"}
+            "qwen3_moe": "qwen3_moe", "phi3": "phi3", "gpt_oss": "gpt_oss"}

@@ -34,6 +34,7 @@ from poot.errors import CheckpointError
 from poot.formats import PackedWeight
 from poot.ir.graph import Graph
 from poot.ir.types import SlotKind, TensorType, WeightRef
+from poot.models.gpt_oss import gpt_oss_experts
 from poot.models.hosted_rows import embed_rows, span_mask, span_mask_ring, span_slot
 from poot.models.rope import RopeScaling
 from poot.models.sample_graph import sample_tokens
@@ -76,6 +77,13 @@ class LlamaConfig:
     expert_ffn: int = 0              # each expert's hidden size
     norm_topk: bool = True           # renormalize the top-k probabilities (Mixtral, Qwen3)
     shared_ffn: int = 0              # a shared expert under a sigmoid gate (Qwen2-MoE)
+    #: gpt-oss: a learned logit per head in each attention softmax's denominator
+    attn_sinks: bool = False
+    out_bias: bool = False           # the attention output projection has a bias (gpt-oss)
+    #: gpt-oss experts (poot.models.gpt_oss): router and expert biases, gate|up fused and
+    #: interleaved, and the SwiGLU clamped at this limit (None: the plain gated MLP)
+    swiglu_limit: float | None = None
+    swiglu_alpha: float = 1.702      # gpt-oss: the sigmoid's gain in that SwiGLU
 
     @property
     def rot(self) -> int:
@@ -296,6 +304,7 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
                 q = ops.rope_partial(q, cos, sin, qpos, c.rot, tokens_first=True)
                 k = ops.rope_partial(k, cos, sin, qpos, c.rot, tokens_first=True)
             mask = mask_for(sliding)
+            sinks = declare(p + "attn_sinks.weight") if c.attn_sinks else None
             if kv == "dense" and sliding:
                 k_new, v_new = ops.reshape(k, (t, hkv, hd)), ops.reshape(v, (t, hkv, hd))
                 kr = ops.kv_state((c.ring, hkv, hd), kv_dtype, p + "k_ring")
@@ -306,7 +315,7 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
                     ring, new, strict=True)], kv_dtype), (1, 0, 2))        # [Hkv, ring+T, D]
                     for ring, new in ((kr, k_new), (vr, v_new)))
                 qh = ops.transpose(ops.reshape(q, (t, c.heads, hd)), (1, 0, 2))
-                o = ops.attention_masked(qh, ks, vs, mask, scale)          # [Hq, T, D]
+                o = ops.attention_masked(qh, ks, vs, mask, scale, sinks)   # [Hq, T, D]
                 o = ops.reshape(ops.transpose(o, (1, 0, 2)), (n, c.heads * hd))
                 slots = ops.ring_slots(pos, t, c.ring, end)  # written after the reads above
                 for st, rows in zip(kr + vr, k_new + v_new, strict=True):
@@ -323,7 +332,8 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
                     ops.state_update(st, nxt)
                 qh = ops.transpose(ops.reshape(q, (t, c.heads, hd)), (1, 0, 2))
                 o = ops.attention_masked(qh, ops.kv_decode(kc2, kv_dtype),
-                                         ops.kv_decode(vc2, kv_dtype), mask, scale)  # [Hq,T,D]
+                                         ops.kv_decode(vc2, kv_dtype), mask, scale,
+                                         sinks)                             # [Hq,T,D]
                 o = ops.reshape(ops.transpose(o, (1, 0, 2)), (n, c.heads * hd))
             else:
                 kp = ops.kv_state((pool, hkv, hd), kv_dtype, p + "k_pool")
@@ -337,9 +347,10 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
                                                       kv_dtype), (0, 2, 1, 3))  # [B, Hkv, S, D]
                           for cache in (kp2, vp2))
                 qh = ops.transpose(q, (0, 2, 1, 3))                          # [B, Hq, T, D]
-                o = ops.attention_masked(qh, ks, vs, mask, scale)
+                o = ops.attention_masked(qh, ks, vs, mask, scale, sinks)
                 o = ops.reshape(ops.transpose(o, (0, 2, 1, 3)), (n, c.heads * hd))
-            o = linear(o, p + "attn_output.weight")
+            o = linear(o, p + "attn_output.weight",
+                       declare(p + "attn_output.bias") if c.out_bias else None)
             if c.sandwich_norms:
                 o = norm(o, p + "post_attention_norm.weight")
             x = ops.add(x, o)
@@ -417,7 +428,8 @@ def _moe(c: LlamaConfig, h, p: str, declare, linear, pool=None):
     Each expert matrix is one IndexedMatMul over the stacked experts [E, K, N]: a row reads
     only its expert's weights (with an expert pool: the pool row the map gives its expert)."""
     n, k, e = h.shape[0], c.experts_used, c.experts
-    logits = ops.linear(h, declare(p + "ffn_gate_inp.weight"))             # [N, E]
+    router_bias = declare(p + "ffn_gate_inp.bias") if c.swiglu_limit is not None else None
+    logits = ops.linear(h, declare(p + "ffn_gate_inp.weight"), router_bias)  # [N, E]
     if c.norm_topk:
         ids, probs = ops.moe_route(logits, k)                              # [N, k] each
     else:
@@ -442,8 +454,19 @@ def _moe(c: LlamaConfig, h, p: str, declare, linear, pool=None):
             w = ops.cast(w, DType.F32)
         return ops.indexed_matmul(x, ops.transpose(w, (0, 2, 1)), idx)
 
-    a = _gated(c, experts(xk, "ffn_gate_exps"), experts(xk, "ffn_up_exps"))
-    y = ops.mul(experts(a, "ffn_down_exps"), ops.reshape(probs, (n * k, 1)))
+    if c.swiglu_limit is not None:
+        if pool is not None:
+            raise CheckpointError("gpt-oss experts are not served from an expert pool")
+
+        def bias(name):                              # [E, N] -> each row's [N*k, N]
+            b = declare(f"{p}{name}.bias")
+            return ops.gather(b if b.dtype is DType.F32 else ops.cast(b, DType.F32), idx, 0)
+
+        y = gpt_oss_experts(c, xk, experts, bias)
+    else:
+        a = _gated(c, experts(xk, "ffn_gate_exps"), experts(xk, "ffn_up_exps"))
+        y = experts(a, "ffn_down_exps")
+    y = ops.mul(y, ops.reshape(probs, (n * k, 1)))
     out = ops.reduce_sum(ops.reshape(y, (n, k, c.dim)), 1)
     if c.shared_ffn:
         gate = ops.linear(h, declare(p + "ffn_gate_inp_shexp.weight"))    # [N, 1]

@@ -58,6 +58,15 @@ _HF = [("model.embed_tokens.weight", "token_embd.weight"),
         *[(f"self_attn.{x}_proj.{kind}", f"attn_{x}.{kind}")
           for x in "qkv" for kind in ("weight", "bias")],
         ("self_attn.o_proj.weight", "attn_output.weight"),
+        ("self_attn.o_proj.bias", "attn_output.bias"),
+        ("self_attn.sinks", "attn_sinks.weight"),
+        ("mlp.router.weight", "ffn_gate_inp.weight"),
+        ("mlp.router.bias", "ffn_gate_inp.bias"),
+        # gpt-oss's expert stacks (dense ones are stored [E, K, N]: see _KN_STACKS)
+        ("mlp.experts.gate_up_proj", "ffn_gate_up_exps.weight"),
+        ("mlp.experts.gate_up_proj_bias", "ffn_gate_up_exps.bias"),
+        ("mlp.experts.down_proj", "ffn_down_exps.weight"),
+        ("mlp.experts.down_proj_bias", "ffn_down_exps.bias"),
         ("self_attn.qkv_proj.weight", QKV),
         ("mlp.gate_up_proj.weight", GATE_UP),
         ("self_attn.q_norm.weight", "attn_q_norm.weight"),
@@ -125,6 +134,9 @@ def hf_name(gguf: str, sandwich: bool = False) -> str:
     return gguf
 
 
+#: expert stacks a dense HF folder stores [E, K, N] (gpt-oss's gate_up_proj and down_proj;
+#: its MXFP4 blocks are [E, N, K/32, 16]): served as GGUF's [E, N, K], transposed once
+_KN_STACKS = re.compile(r"blk\.\d+\.ffn_(gate_up|down)_exps\.weight")
 #: norm tensors (GGUF names) that an HF (1 + w) family stores as w
 _NORMS = re.compile(r"(blk\.\d+\.(attn_norm|ffn_norm|attn_[qk]_norm|post_attention_norm|"
                     r"post_ffw_norm)|output_norm)\.weight")
@@ -191,12 +203,20 @@ class CheckpointWeights:
             # embeddings widen in their ops): widen these small vectors exactly, here
             array, dtype = np.asarray(array, np.float32), DType.F32
             ref = type(ref)(ref.checkpoint, ref.tensor, f"{ref.payload}:f32", "f32")
+        if self.checkpoint.kind != "gguf" and _KN_STACKS.fullmatch(name):
+            ref = type(ref)(ref.checkpoint, f"{ref.tensor}~t", f"{ref.payload}~t", ref.format)
+            if ref.tensor not in self.arrays:
+                self.arrays[ref.tensor] = np.ascontiguousarray(np.swapaxes(array, 1, 2))
+            array = self.arrays[ref.tensor]
+            info_shape = array.shape
+        else:
+            info_shape = info.shape
         if self.norm_offset and _NORMS.fullmatch(name):
             array = np.asarray(array, np.float32) + np.float32(self.norm_offset)
             dtype = DType.F32
             ref = type(ref)(ref.checkpoint, f"{ref.tensor}+1", f"{ref.payload}+1", "f32")
         self.arrays[ref.tensor] = array
-        return DenseSpec(TensorType(info.shape, dtype), ref)
+        return DenseSpec(TensorType(tuple(info_shape), dtype), ref)
 
 
     def _stack(self, name: str) -> DenseSpec:
