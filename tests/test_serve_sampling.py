@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -49,6 +50,12 @@ def test_a_seed_reproduces_its_sample_and_another_seed_differs(client):
     assert a == b and a != c
     streamed = complete(client, temperature=1.0, seed=7, stream=True)
     assert "".join(ch.choices[0].text for ch in streamed) == a
+    # in a batch beside other requests, and drawn on the host (logprobs): the same draws
+    with ThreadPoolExecutor(3) as pool:
+        batched = [pool.submit(complete, client, temperature=1.0, seed=s, **kw)
+                   for s, kw in ((7, {}), (8, {}), (7, {"logprobs": 1}))]
+        texts = [f.result().choices[0].text for f in batched]
+    assert texts == [a, c, a]
 
 
 def test_a_stop_string_ends_the_answer_before_it(client):
