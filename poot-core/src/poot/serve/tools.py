@@ -92,10 +92,9 @@ class Tools:
         if isinstance(choice, dict) and choice["name"] not in self.names:
             raise RequestError(f"tool_choice names the function {choice['name']!r}, which "
                                f"is not among the request's tools", param="tool_choice")
-        if choice in ("required",) or isinstance(choice, dict):
-            if not tools:
-                raise RequestError("tool_choice asks for a call but the request has no "
-                                   "tools", param="tool_choice")
+        if (choice == "required" or isinstance(choice, dict)) and not tools:
+            raise RequestError("tool_choice asks for a call but the request has no tools",
+                               param="tool_choice")
         template = template or ""
         self.in_template = "tools" in template
         self.calls_in_template = "tool_calls" in template
