@@ -67,9 +67,10 @@ def test_a_named_function_is_called_whole_and_streamed(client):
         model=MODEL, messages=ASK, tools=TOOLS, tool_choice=named, max_tokens=120,
         temperature=1.0, seed=3, stream=True))
     deltas = [d for c in chunks if c.choices for d in (c.choices[0].delta.tool_calls or [])]
-    assert len(deltas) == 1 and deltas[0].index == 0
-    assert deltas[0].function.name == "get_time"
-    assert deltas[0].function.arguments == call.function.arguments
+    assert len(deltas) > 2 and {d.index for d in deltas} == {0}   # arguments streamed
+    assert deltas[0].function.name == "get_time" and deltas[0].id.startswith("call_")
+    arguments = "".join(d.function.arguments or "" for d in deltas)
+    assert json.loads(arguments) == json.loads(call.function.arguments)
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
 
 
@@ -119,6 +120,23 @@ def test_a_call_in_an_assistant_turn_may_not_spell_a_control_token(client):
     with pytest.raises(openai.BadRequestError) as err:
         client.chat.completions.create(model=MODEL, messages=messages, max_tokens=2)
     assert err.value.body["param"] == "messages[1].tool_calls"
+
+
+def test_required_calls_stream_with_logprobs_and_n(client):
+    chunks = list(client.chat.completions.create(
+        model=MODEL, messages=ASK, tools=TOOLS, tool_choice="required", max_tokens=120,
+        temperature=1.0, seed=4, n=2, stream=True, logprobs=True))
+    for i in range(2):
+        mine = [c.choices[0] for c in chunks if c.choices and c.choices[0].index == i]
+        deltas = [d for c in mine for d in (c.delta.tool_calls or [])]
+        name = deltas[0].function.name
+        arguments = "".join(d.function.arguments or "" for d in deltas)
+        jsonschema.validate(json.loads(arguments), SCHEMAS[name])
+        entries = [e for c in mine if c.logprobs for e in c.logprobs.content]
+        assert b"".join(bytes(e.bytes) for e in entries).decode() == \
+            json.dumps({"name": name, "arguments": json.loads(arguments)},
+                       separators=(",", ":"), ensure_ascii=False)
+        assert mine[-1].finish_reason == "tool_calls"
 
 
 @pytest.mark.parametrize("template, text, calls", [

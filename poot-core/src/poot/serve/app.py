@@ -32,6 +32,7 @@ from poot.serve.metrics import ServerMetrics
 from poot.serve.protocol import parse_chat, parse_completion, parse_embedding
 from poot.serve.responses import (Shapes, error_body, request_error_body, request_usage,
                                   sse)
+from poot.serve.tools import CallStream
 
 Starlette = require("starlette.applications").Starlette
 HTTPException = require("starlette.exceptions").HTTPException
@@ -180,10 +181,20 @@ def create_app(engine: Engine, api_key: str | None = None):
 
     async def stream(jobs, events: Events, shapes: Shapes, include_usage: bool, tools):
         """The SSE body: each wake-up writes everything that came, in one piece; it ends
-        once every choice has. With tools, a choice's text is held until it ends, then
-        sent as its tool calls or as content (poot.serve.tools)."""
+        once every choice has. With tools, a choice's text goes through its CallStream
+        (poot.serve.tools): a forced call's arguments streamed, else held to the end."""
         ends: dict[int, Event] = {}
-        held: dict[int, list] = {i: [[], []] for i in range(len(jobs))}
+        calls = {i: CallStream(tools) for i in range(len(jobs))} if tools else {}
+        pending: dict[int, tuple] = {i: () for i in range(len(jobs))}  # entries not sent
+
+        def deltas(i: int, found: list[dict]) -> list[bytes]:
+            """A CallStream's deltas as chunks, the first carrying the entries held."""
+            out = []
+            for d in found:
+                out.append(sse(shapes.chunk(i, None, delta=d, entries=pending[i])))
+                pending[i] = ()
+            return out
+
         try:
             if shapes.chat:
                 yield b"".join(sse(shapes.chunk(i, None, first=True)) for i in range(len(jobs)))
@@ -194,8 +205,8 @@ def create_app(engine: Engine, api_key: str | None = None):
                         return                       # the client left
                     i, ev = item
                     if ev.kind == "text" and tools is not None:
-                        held[i][0].append(ev.text)
-                        held[i][1] += ev.logprobs
+                        pending[i] += ev.logprobs
+                        out += deltas(i, calls[i].feed(ev.text))
                         continue
                     if ev.kind == "text":
                         out.append(shapes.text_event(i, ev.text, ev.logprobs))
@@ -205,16 +216,11 @@ def create_app(engine: Engine, api_key: str | None = None):
                     else:
                         reason = ev.finish_reason
                         if tools is not None:
-                            content, calls = tools.parse("".join(held[i][0]))
-                            delta = {"tool_calls": [{"index": k, **c}
-                                                    for k, c in enumerate(calls)]} \
-                                if calls else {"content": content}
-                            reason = "tool_calls" if calls else reason
-                            out.append(sse(shapes.chunk(i, None, delta=delta,
-                                                        entries=held[i][1] + list(
-                                                            ev.logprobs))))
+                            found, called = calls[i].end()
+                            out += deltas(i, found)
+                            reason = "tool_calls" if called else reason
                         out.append(sse(shapes.chunk(i, None, reason,
-                                                    entries=() if tools else ev.logprobs)))
+                                                    entries=pending[i] + ev.logprobs)))
                         ends[i] = ev
                         if len(ends) < len(jobs):
                             continue

@@ -188,6 +188,50 @@ class Tools:
         return calls
 
 
+class CallStream:
+    """One streamed choice's deltas with tools. A forced call is streamed as it is written:
+    once the answer's head `{"name":"F","arguments":` has come, a delta names the call, and
+    each later piece of text is a delta of its arguments (the last character, the object's
+    closing brace, held back until the end). Otherwise (tool_choice "auto") the text is held
+    until the answer ends, then sent as its calls or as content."""
+
+    HEAD = re.compile(r'\{"name":"([A-Za-z0-9_-]{1,64})","arguments":')
+
+    def __init__(self, tools: Tools):
+        self.tools, self.text, self.sent = tools, "", 0
+        self.call_id: str | None = None
+
+    def feed(self, piece: str) -> list[dict]:
+        self.text += piece
+        if not self.tools.forced:
+            return []
+        out = []
+        if self.call_id is None:
+            head = self.HEAD.match(self.text)
+            if head is None:
+                return []
+            self.call_id, self.sent = "call_" + uuid.uuid4().hex[:24], head.end()
+            out.append({"tool_calls": [{"index": 0, "id": self.call_id, "type": "function",
+                                        "function": {"name": head.group(1),
+                                                     "arguments": ""}}]})
+        args = self.text[self.sent: len(self.text) - 1]
+        if args:
+            self.sent += len(args)
+            out.append({"tool_calls": [{"index": 0, "function": {"arguments": args}}]})
+        return out
+
+    def end(self) -> tuple[list[dict], bool]:
+        """The last deltas, and whether the answer was tool calls."""
+        if self.call_id is not None:
+            rest = self.text[self.sent:].removesuffix("}")
+            return ([{"tool_calls": [{"index": 0, "function": {"arguments": rest}}]}]
+                    if rest else []), True
+        content, calls = self.tools.parse(self.text)
+        if calls:
+            return [{"tool_calls": [{"index": k, **c} for k, c in enumerate(calls)]}], True
+        return [{"content": content}], False
+
+
 def _json(text: str):
     try:
         return json.loads(text)
