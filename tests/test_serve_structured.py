@@ -50,7 +50,8 @@ SCHEMAS = {
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    with serve(tiny_llama(tmp_path_factory.mktemp("tiny"), 256), "--max-batch", "4", "--max-seq", "256") as s:
+    tiny = tiny_llama(tmp_path_factory.mktemp("tiny"), 256)
+    with serve(tiny, "--max-batch", "4", "--max-seq", "256") as s:
         yield s
 
 

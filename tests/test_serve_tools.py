@@ -30,7 +30,8 @@ ASK = [{"role": "user", "content": "weather in Paris?"}]
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    with serve(tiny_llama(tmp_path_factory.mktemp("tiny"), 1024), "--max-batch", "2", "--max-seq", "1024") as s:
+    tiny = tiny_llama(tmp_path_factory.mktemp("tiny"), 1024)
+    with serve(tiny, "--max-batch", "2", "--max-seq", "1024") as s:
         yield s
 
 
