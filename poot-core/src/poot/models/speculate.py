@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import closing
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -272,6 +273,15 @@ class AdaptiveK:
         self.backoff = min(self.backoff * 2, 256)
         return 0
 
+    def plain_run(self, left: int) -> int:
+        """After k() gave 0: how many plain steps to take now (of `left` tokens to go), the
+        rest of the run of k = 0 up to its probe, or all when off."""
+        if self.off:
+            return left
+        n = max(self.idle, 1)
+        self.idle = 1 if self.idle else 0     # what k() gives next: the probe
+        return min(n, left)
+
     def timed(self, what, seconds: float) -> None:
         """A measured step: "plain", "propose" (per token) or a verification width."""
         old = self.seconds.get(what)
@@ -368,13 +378,23 @@ def tokens(model, session, seq, tok: int, sampler, history: list, mode: str | No
         k = min(k_of.k(), left - 1, sizes[-1] - 1)
         while k and next(w for w in sizes if w > k) > room:
             k -= 1
+        if k == 0:      # a run of plain steps, one queued ahead where the session can
+            n = k_of.plain_run(left)
+            t0 = time.perf_counter()
+            with closing(model._following(session, seq, tok, sampler, history, mode,
+                                          n)) as run:
+                for t in run:
+                    left -= 1
+                    tok = t
+                    yield t
+            k_of.timed("plain", (time.perf_counter() - t0) / n)
+            continue
         t0 = time.perf_counter()
-        drafts, qs = propose.propose(history, k, sampler) if k else ([], None)
+        drafts, qs = propose.propose(history, k, sampler)
         t1 = time.perf_counter()
         if not drafts:
             out = [model._next_tokens(session, {seq: tok}, {seq: (sampler, history)},
                                       mode)[seq]]
-            k_of.timed("plain", time.perf_counter() - t1)
         else:
             width = next(w for w in sizes if w > len(drafts))
             logits = session.verify(seq, [tok, *drafts], width)
