@@ -107,3 +107,30 @@ def test_paged_reads_without_the_op_or_one_map_keep_the_gathers():
     assert "Attention" in names and names.count("Gather") == 2
     out, _ = validated_pass(paged_graph(2, 2, 2, 1, 8, 4, 10, same_map=False), "attention")
     assert "PagedAttention" not in {e.op.name for e in out.eqns()}
+
+
+def sink_graph(lead, hq, hkv, t, s, d):
+    def fn(q, k, v, sinks, pos):
+        return ops.attention_masked(q, k, v, ops.causal_mask(pos, t, s), None, sinks)
+
+    return poot.trace(fn, poot.spec(lead + (hq, t, d), "f32", name="q"),
+                      poot.spec(lead + (hkv, s, d), "f32", name="k"),
+                      poot.spec(lead + (hkv, s, d), "f32", name="v"),
+                      poot.spec((hq,), "f32", name="sinks"),
+                      poot.spec((1,), "i32", name="pos", kind="slot", slot=SlotKind.POS,
+                                bound=s - t + 1))
+
+
+@pytest.mark.parametrize("lead,hq,hkv,t,s,d", [((), 4, 2, 1, 16, 8), ((2,), 4, 2, 3, 8, 4)])
+def test_sink_chain_becomes_sink_attention_where_declared(lead, hq, hkv, t, s, d):
+    """gpt-oss's chain (the sinks in the max and the denominator): SinkAttention on a target
+    that declares it, never a plain Attention; the primitives on one that does not."""
+    g = sink_graph(lead, hq, hkv, t, s, d)
+    out, rec = validated_pass(g, "attention", seed=s)
+    names = [e.op.name for e in out.eqns()]
+    assert "SinkAttention" in names and "Attention" not in names and rec.rewrites == 1
+    ref = get_backend("reference")
+    out, rec = validated_pass(g, "attention", (LimitedBackend(ref, {"SinkAttention"}), None))
+    names = {e.op.name for e in out.eqns()}
+    assert rec.rewrites == 0 and not {"SinkAttention", "Attention"} & names
+    assert "does not lower SinkAttention" in rec.decisions[0].reason

@@ -165,6 +165,8 @@ NOTES = {"AllReduce": "collectives are cuts between stages (a runtime's communic
          "AllGather": "collectives are cuts between stages (a runtime's communicator "
                       "declares them)",
          "Scan": SCAN_NOTE,
+         "SinkAttention": "no generated attention kernel has the sink term yet: the chain "
+                          "runs as primitives",
          "Reduce.Max:u32": "no unsigned accumulator for Max",
          "MatMul:u32": "u32 is a contraction operand only as DenseContraction's f16 words"}
 

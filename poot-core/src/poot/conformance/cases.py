@@ -490,6 +490,16 @@ def attention_cases() -> Iterator[Case]:
                    [Arg(T((11, 2, 16), d)), Arg(T((2, 3, 2, 16), d)), Arg(T((2, 3, 1, 6), d)),
                     Arg(T((2, 3, 1, 6), d)), Arg(T((6,), I32), ("slots", 11))],
                    one(O.RopeScatter(12)), exact=False, growth="basic")
+    for d in WIDE_FLOATS:   # gpt-oss's sinks: prefill with GQA and a causal mask, decode
+        q, k, sinks = T((4, 3, 16), d), T((2, 11, 16), d), T((4,), d)
+        yield case(f"SinkAttention-{d}-gqa4x2-t3-s11", "SinkAttention", d,
+                   [Arg(q), Arg(k), Arg(k), Arg(T((3, 11), d)), Arg(sinks)],
+                   one(O.SinkAttention(0.25)), exact=False, growth="compose",
+                   fixed={3: causal_mask(3, 11, d)})
+        qd, kd = T((2, 4, 1, 16), d), T((2, 2, 37, 16), d)
+        yield case(f"SinkAttention-{d}-decode-b2-gqa4x2-s37", "SinkAttention", d,
+                   [Arg(qd), Arg(kd), Arg(kd), Arg(T((1, 37), d), "small"), Arg(sinks)],
+                   one(O.SinkAttention(0.25)), exact=False, growth="compose")
     for d in WIDE_FLOATS:   # a batch of 3 sequences reading 13 positions of a 20-row pool
         qp, pool = T((3, 4, 1, 16), d), T((20, 2, 16), d)
         yield case(f"PagedAttention-{d}-decode-b3-gqa4x2-s13-p20", "PagedAttention", d,

@@ -8,11 +8,16 @@ both reads become one PagedAttention(scale) [q, k_pool, v_pool, slot_map, mask],
 kernel reads the pool directly; a target without PagedAttention gets Attention over the
 gathered copies.
 
+A chain whose softmax also takes a sink logit per head (gpt-oss: its max and its
+denominator include it) becomes SinkAttention(scale) [q, k, v, mask, sinks] where the
+target declares it, and stays primitives elsewhere.
+
 The policy decides (attention="never", shape limits) and the target must allow it.
 """
 from __future__ import annotations
 
 import itertools
+from functools import partial
 
 from poot.compiler.match import match_definition
 from poot.compiler.rewrite import Rewriter
@@ -25,6 +30,7 @@ from poot.ir.ops import (
     MatMul,
     PagedAttention,
     Reshape,
+    SinkAttention,
     Transpose,
     Unary,
     UnaryOp,
@@ -84,6 +90,22 @@ def plain(view, scale, q, k, v, mask):
     return Attention(scale), [q, k, v, mask]
 
 
+def sinked(view, scale, q, k, v, mask, sinks):
+    return SinkAttention(scale), [q, k, v, mask, sinks]
+
+
+def sinks_of(view: GraphView, pv):
+    """The sinks [Hq] of a chain whose max also takes them (SinkAttention's form), or None."""
+    try:
+        div = view.defined_by(skip_reshape(view, view.value(pv, 0)), Binary, "the softmax")
+        ex = view.defined_by(div.inputs[0], Unary, "exp")
+        sub = view.defined_by(ex.inputs[0], Binary, "scores - max")
+        top = view.defined_by(sub.inputs[1], Binary, "the max with the sinks")
+    except NoMatch:
+        return None
+    return skip_reshape(view, view.value(top, 1)) if top.op.op is BinaryOp.Max else None
+
+
 def paged(view, scale, q, k, v, mask):
     """PagedAttention when k and v are pool rows gathered through one slot map."""
     reads = []
@@ -131,7 +153,8 @@ def accepted(view: GraphView, ctx, pv):
     """(op, args, root, chain) of the first form the target takes (PagedAttention, then
     Attention); None when neither fits, with the plain form's reason recorded as kept."""
     why = ""
-    for build in (paged, plain):
+    sinks = sinks_of(view, pv)
+    for build in (paged, plain) if sinks is None else (partial(sinked, sinks=sinks),):
         try:
             op, args, root, chain = find(view, pv, build)
         except NoMatch as exc:

@@ -31,6 +31,7 @@ from poot.ir.ops.composite import (
     Rope,
     RopeScatter,
     SelectedAttention,
+    SinkAttention,
     attention_chain,
 )
 from poot.ir.ops.compute import IndexedMatMul, MatMul, PackedDequant, Scan

@@ -182,8 +182,8 @@ def attention_chain(b, q, k, v, mask, scale: float, sink=None):
     records, so the attention rewrite can match it and this definition restates it.
     `sink` [Hq] (gpt-oss): a learned logit per head that joins each softmax's denominator
     and weights no value, exp(s_j - m) / (exp(sink - m) + sum_k exp(s_k - m)) with m the
-    max over the scores and the sink. No fused Attention computes it yet, so the chain
-    stays primitives (the rewrite does not match it) on every backend.
+    max over the scores and the sink (SinkAttention's definition); the chain stays
+    primitives where the device declares no SinkAttention.
     """
     *lead, hq, t, d = q.type.shape
     hkv, s = k.type.shape[-3], k.type.shape[-2]
@@ -265,6 +265,32 @@ class Attention(Composite):
 
     def define(self, b, ins):
         return attention_chain(b, *ins, self.scale)
+
+
+@dataclass(frozen=True, repr=False)
+class SinkAttention(Composite):
+    """Attention with a learned logit per query head in each softmax's denominator (gpt-oss's
+    sinks); operands q, k, v, mask as Attention's, then sinks [Hq] of q's dtype.
+
+    Its own op so a device declares it apart from Attention: a kernel without the sink term
+    is never handed one. Where none is declared the chain stays primitives.
+    """
+
+    scale: float
+    arity: ClassVar[int] = 5
+    deciding: ClassVar[str] = "operand"
+    needs: ClassVar[str] = "dot"
+
+    def infer(self, ins):
+        self.check_arity(ins)
+        out = _attention_type(self, ins[:4])
+        q, sinks = ins[0], ins[4]
+        if sinks.shape != (q.shape[-3],) or sinks.dtype != q.dtype:
+            self.fail(f"sinks must be [Hq={q.shape[-3]}] of q's dtype", ins)
+        return out
+
+    def define(self, b, ins):
+        return attention_chain(b, *ins[:4], self.scale, ins[4])
 
 
 @dataclass(frozen=True, repr=False)
