@@ -173,6 +173,18 @@ def test_config_in_both_spellings(folders):
                                                                   False)
 
 
+def test_info_shows_what_was_read(folders, capsys):
+    from poot.cli import main
+
+    assert main(["info", str(folders[4, "mxfp4"][0])]) == 0
+    out = capsys.readouterr().out
+    assert ("experts      4 of hidden size 32, top 2 per token (renormalized); biases, SwiGLU "
+            "clamped at 7 (alpha 1.702)") in out
+    assert "sinks        a learned logit per head in each softmax; o bias True" in out
+    assert "scaling yarn x4, original context 16" in out and "global layers [1]" in out
+    assert "mxfp4                6 tensors" in out
+
+
 def test_paged_session(folders):
     """The paged KV (sinks on the batched attention path)."""
     import poot
@@ -186,7 +198,18 @@ def test_paged_session(folders):
     assert rel_err(np.stack(got), want[16:]) < 1e-4
 
 
-def test_cpu_logits_and_greedy_tokens(folders):
+@pytest.fixture(scope="module")
+def greedy(folders) -> list[int]:
+    """The numpy forward's 8 greedy tokens after IDS[:10]."""
+    folder, cfg, tensors, want = folders[4, "bf16"]
+    out: list[int] = []
+    for _ in range(8):
+        out.append(int(np.argmax(forward(tensors, cfg, IDS[:10] + out)[-1])))
+    assert len(set(out)) > 2, out
+    return out
+
+
+def test_cpu_logits_and_greedy_tokens(folders, greedy):
     """cpu's logits against the numpy forward through the session (chunked prefill, then
     decode past the window), and the numpy forward's greedy tokens on reference and cpu.
     (The session's two step shapes only: each new shape costs cpu a compile.)"""
@@ -202,14 +225,26 @@ def test_cpu_logits_and_greedy_tokens(folders):
             assert rel_err(session.decode({"s": IDS[i]})["s"], want[i]) < 1e-4, i
     finally:
         session.close("s")
-    greedy = []
-    for _ in range(8):
-        greedy.append(int(np.argmax(forward(tensors, cfg, IDS[:10] + greedy)[-1])))
-    assert len(set(greedy)) > 2, greedy
     for backend in ("reference", "cpu"):
         model = cpu if backend == "cpu" else poot.load(str(folder), backend=backend,
                                                        max_seq=32, prefill_tokens=6)
         assert greedy_ids(model, IDS[:10], 8) == greedy, backend
+
+
+def test_greedy_tokens_on_wgpu(folders, greedy):
+    """The sink chain (primitives: no generated kernel declares SinkAttention), YaRN tables
+    and the clamped experts on a GPU API (lavapipe here)."""
+    import poot
+    from poot.errors import PootError
+    from poot.plugin import select_backend
+
+    try:
+        select_backend("wgpu")
+    except PootError as exc:
+        pytest.skip(f"no wgpu device: {exc}")
+    model = poot.load(str(folders[4, "bf16"][0]), backend="wgpu", max_seq=32,
+                      prefill_tokens=6)
+    assert greedy_ids(model, IDS[:10], 8) == greedy
 
 
 def test_harmony_chat_from_the_folder(folders):

@@ -32,7 +32,11 @@ def run(args) -> int:
     if c.experts:
         print(f"experts      {c.experts} of hidden size {c.expert_ffn}, top {c.experts_used} per "
               f"token ({'renormalized' if c.norm_topk else 'softmax over all'})"
-              + (f", shared expert {c.shared_ffn} under a sigmoid gate" if c.shared_ffn else ""))
+              + (f", shared expert {c.shared_ffn} under a sigmoid gate" if c.shared_ffn else "")
+              + (f"; biases, SwiGLU clamped at {c.swiglu_limit:g} (alpha {c.swiglu_alpha:g})"
+                 if c.swiglu_limit is not None else ""))
+    if c.attn_sinks:
+        print(f"sinks        a learned logit per head in each softmax; o bias {c.out_bias}")
     if c.window:
         slide = [i for i in range(c.layers) if c.is_sliding(i)]
         local = f", RoPE base {c.rope_base_local:g}" if c.rope_base_local else ""
