@@ -31,7 +31,9 @@ def config(spelling: int = 4) -> dict:
            "router_aux_loss_coef": 0.9, "output_router_logits": False, "use_cache": True,
            "swiglu_limit": 7.0, "layer_types": ["sliding_attention", "full_attention",
                                                 "sliding_attention"],
-           "eos_token_id": 2, "pad_token_id": 0}
+           "eos_token_id": 2, "pad_token_id": 0,
+           # OpenAI's own names, which the released config.json files hold too
+           "experts_per_token": TOP, "initial_context_length": ORIGINAL}
     rope = {"rope_type": "yarn", "factor": FACTOR, "beta_fast": 32.0, "beta_slow": 1.0,
             "truncate": False, "original_max_position_embeddings": ORIGINAL}
     if spelling == 4:
@@ -267,6 +269,7 @@ def test_harmony_chat_from_the_folder(folders):
     ({"swiglu_alpha": "x"}, "swiglu_alpha"),
     ({"frobnicate": 1}, "frobnicate = 1: a gpt_oss setting poot does not implement"),
     ({"layer_types": ["sliding_attention"]}, "layer_types = .* must list"),
+    ({"experts_per_token": 3}, "experts_per_token = 3: contradicts num_experts_per_tok = 2"),
 ])
 def test_unimplemented_or_bad_keys_are_refused_by_name(tmp_path, extra, message):
     from poot.errors import PootError
@@ -283,5 +286,5 @@ def test_clamped_swiglu_keys_belong_to_gpt_oss(tmp_path):
     from test_families import make_folder as family_folder
 
     folder, _, _ = family_folder(tmp_path, "llama", swiglu_limit=7.0)
-    with pytest.raises(CheckpointError, match="swiglu_limit = 7.0: the clamped SwiGLU"):
+    with pytest.raises(CheckpointError, match="swiglu_limit = 7.0: a gpt_oss setting"):
         open_model(str(folder))

@@ -269,8 +269,11 @@ _HF_READ = {
     "moe_intermediate_size", "shared_expert_intermediate_size", "norm_topk_prob",
     "decoder_sparse_step", "mlp_only_layers", "router_aux_loss_coef", "output_router_logits",
     "router_jitter_noise", "qkv_bias", "partial_rotary_factor",
-    "original_max_position_embeddings", "swiglu_limit", "swiglu_alpha",
+    "original_max_position_embeddings", "swiglu_limit", "swiglu_alpha", "experts_per_token",
+    "initial_context_length",
 }
+#: keys only gpt_oss configs hold (refused in any other family's)
+_GPT_OSS_KEYS = ("swiglu_limit", "swiglu_alpha", "experts_per_token", "initial_context_length")
 #: the LIMITS entry bounding each integer config.json key
 _HF_LIMITS = {
     "hidden_size": "dim", "num_attention_heads": "heads", "num_key_value_heads": "kv_heads",
@@ -331,9 +334,9 @@ def from_hf(cfg: dict[str, Any], tensors: dict, max_seq: int | None = None) -> L
             refuse(name, "not implemented")
     if arch != "qwen2" and not fam.sinks and cfg.get("attention_bias"):
         refuse("attention_bias", "q/k/v/o biases are implemented for qwen2 and gpt_oss only")
-    for name in ("swiglu_limit", "swiglu_alpha"):
+    for name in _GPT_OSS_KEYS:
         if name in cfg and fam.moe != "gpt_oss":
-            refuse(name, "the clamped SwiGLU is implemented for gpt_oss only")
+            refuse(name, "a gpt_oss setting, read for gpt_oss only")
     # gpt-oss: q/k/v and o biases unless attention_bias says otherwise (its default: on)
     biases = fam.sinks and v.flag("attention_bias", True)
     # transformers 5 names Qwen2-MoE's q/k/v biases qkv_bias (4.x: always there)
@@ -402,7 +405,12 @@ def _hf_moe(cfg: dict, v: Values, fam: Family, where: str, key) -> dict:
         refuse("num_experts", f"contradicts num_local_experts = {cfg['num_local_experts']!r}")
     experts = key(spelled[0] if spelled else "num_local_experts")
     if fam.moe == "gpt_oss":
-        return dict(experts=experts, experts_used=key("num_experts_per_tok"),
+        # OpenAI's own names beside transformers': experts_per_token must agree, and
+        # initial_context_length is not read (transformers takes rope_scaling's)
+        used = key("num_experts_per_tok")
+        if cfg.get("experts_per_token", used) != used:
+            refuse("experts_per_token", f"contradicts num_experts_per_tok = {used}")
+        return dict(experts=experts, experts_used=used,
                     expert_ffn=key("intermediate_size"), norm_topk=True,
                     swiglu_limit=v.number("swiglu_limit", 7.0, positive=True),
                     swiglu_alpha=v.number("swiglu_alpha", 1.702, positive=True))
