@@ -201,15 +201,43 @@ def test_a_draft_model_with_another_tokenizer_is_refused(models, tmp_path):
 
 
 # -- exactness under sampling -------------------------------------------------------------
-def _small_vocab_model(vocab: int = 8):
+def _small_vocab_model(vocab: int = 8, kv: str = "dense", **config):
     """A random-weight model of `vocab` tokens, reference backend (no tokenizer)."""
     from poot.models.llama import random_weights, tiny_config
     from poot.models.runner import Model
     from poot.plugin import select_backend
 
-    config = tiny_config(vocab=vocab, max_seq=32)
+    config = tiny_config(vocab=vocab, max_seq=32, **config)
     b, dev = select_backend("reference")
-    return Model(None, config, None, b, dev, weights=random_weights(config, seed=3))
+    return Model(None, config, None, b, dev, kv=kv, weights=random_weights(config, seed=3))
+
+
+def test_sliding_window_layers_speculate_on_paged_kv_and_are_refused_on_dense():
+    """A sliding layer's paged rows are dropped like any other; its dense ring is not."""
+    from poot.errors import BindError
+    from poot.models import speculate as spec
+    from poot.models.runner import Stats
+    from poot.models.sampling import Sampler
+
+    window = dict(sliding=(True, False), window=4)
+    with pytest.raises(BindError, match="kv='paged'"):
+        _small_vocab_model(16, **window).proposer("lookup")
+    m = _small_vocab_model(16, "paged", **window)
+    prompt = [1, 2, 3, 4, 1, 2, 3, 4, 1, 2]
+    texts, stats = [], Stats()
+    for propose in (None, spec.PromptLookup()):
+        s = m.session()
+        s.open("a")
+        s.prefill("a", prompt[:-1])
+        history = list(prompt)
+        gen = m._following(s, "a", prompt[-1], Sampler(), history, None, 20) if propose is \
+            None else spec.tokens(m, s, "a", prompt[-1], Sampler(), history, None, 20,
+                                  propose, 4, stats)
+        for t in gen:
+            history.append(t)
+        s.close("a")
+        texts.append(history)
+    assert texts[0] == texts[1] and stats.verified > 0 and stats.accepted > 0
 
 
 def _target_joint(m, prefix: list[int], sampler_args: dict) -> np.ndarray:
