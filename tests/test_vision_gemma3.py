@@ -105,7 +105,8 @@ def text_tensors(rng) -> dict[str, np.ndarray]:
 
 
 def write_tokenizer(folder) -> None:
-    """A byte-level BPE over the 256 byte symbols, with Gemma's turn and image tokens."""
+    """A byte-level BPE over the 256 byte symbols and two newline merges (Gemma's vocabulary
+    has "\n\n" and "\n\n\n" tokens), with Gemma's turn and image tokens."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
     from poot.models.chat import GEMMA_TEMPLATE
@@ -115,7 +116,8 @@ def write_tokenizer(folder) -> None:
     vocab = {c: i + 3 for i, c in enumerate(sorted(table, key=table.get))}
     vocab.update({"<pad>": 0, "<eos>": 1, "<bos>": 2})
     vocab.update({s: 259 + i for i, s in enumerate(SPECIAL)})
-    tok = Tokenizer(models.BPE(vocab, []))
+    vocab.update({"ĊĊ": 264, "ĊĊĊ": 265})
+    tok = Tokenizer(models.BPE(vocab, [("Ċ", "Ċ"), ("ĊĊ", "Ċ")]))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens([AddedToken(s, special=True, normalized=False)
@@ -324,6 +326,15 @@ def test_text_logits_with_images(folder, models, backend, count):
     assert [ids[s - 1] for s in starts] == [BOI] * count
     assert all(ids[s: s + MM_TOKENS] == [SOFT] * MM_TOKENS for s in starts)
     assert [ids[s + MM_TOKENS] for s in starts] == [EOI] * count
+    # the ids of the text Gemma3Processor makes: the template's rendering of a message whose
+    # content list holds the images, then text, each <start_of_image> expanded
+    from poot.models.chat import render_chat_for
+
+    expanded = render_chat_for(model.tokenizer, [{"role": "user", "content": "@"}]).replace(
+        "@", ("\n\n<start_of_image>" + "<image_soft_token>" * MM_TOKENS +
+              "<end_of_image>\n\n") * count + "What is this?")
+    assert ids == model.tokenizer.encode(expanded, add_special=False)
+    assert model.tokenizer.encode("\n\n\n", add_special=False) == [265]
     proc = read_processing(path, 16)
     rows, spans = {}, {}
     for k, (s, image) in enumerate(zip(starts, images[:count])):
@@ -338,12 +349,12 @@ def test_text_logits_with_images(folder, models, backend, count):
 
 
 def test_generate_and_poot_run_with_two_images(folder, capsys):
-    """The session's chunked prefill (chunks of 8, image rows across chunk borders) and
-    decode give the greedy tokens of a one-step prefill over the prompt and the answer;
-    `poot run --image --image` prints the same text."""
+    """The session's prefill of an image prompt (one step, though chunks are 8) and its
+    decode give the tokens a one-step prefill over the prompt and the answer predicts
+    (teacher-forced); ImageChat.generate and `poot run --image --image` print their text."""
     import poot
     from poot.cli import main
-    from poot.models.vision.chat import ImageChat
+    from poot.models.vision.chat import HostedPrompt, ImageChat
 
     path, _, _, _, images = folder
     m = poot.load(str(path), "reference", max_seq=64, prefill_tokens=8)
@@ -351,21 +362,27 @@ def test_generate_and_poot_run_with_two_images(folder, capsys):
     ids, hosted, spans = chat.prompt("Describe both.", images)
     assert sorted(set(spans.values())) == [1, 2] and set(spans) == set(hosted)
     assert len(chat.image_seconds) == 2
-    pieces = list(chat.generate("Describe both.", images, max_tokens=4, stream=True))
-    session = m.session()
-    assert m.stats.prompt_tokens == len(ids) and session.stepper is None
-    assert session.prefill_tokens == 8 and (64, 1) in session.executors   # one step
-    answer = m.tokenizer.encode("".join(pieces), add_special=False)
-    assert 0 < len(answer) <= 4
-    # teacher-forced: each answer token is the argmax after the prompt and those before it
+    session, seq = m.session(), "seq"
+    session.open(seq)
+    HostedPrompt(session, hosted, DIM, len(ids), spans, chunk=64)
+    answer = [int(np.argmax(session.prefill(seq, ids)))]
+    assert session.stepper is None and session.prefill_tokens == 8
+    assert (64, 1) in session.executors and (8, 1) not in session.executors   # one step
+    for _ in range(3):
+        answer.append(int(np.argmax(session.decode({seq: answer[-1]})[seq])))
+    session.close(seq)
     logits = m.prefill_logits(ids + answer[:-1], hosted=hosted, spans=spans)
     assert list(np.argmax(logits[len(ids) - 1:], -1)) == answer
+    stop = next((k for k, t in enumerate(answer) if t in m.tokenizer.stop_ids), len(answer))
+    text = chat.generate("Describe both.", images, max_tokens=4)
+    assert m.stats.prompt_tokens == len(ids) and session.stepper is None
+    assert text == m.tokenizer.decode(answer[:stop])
     capsys.readouterr()
     rc = main(["run", str(path), "--backend", "reference", "--max-seq", "64", "--quiet",
                "--max-tokens", "4", "--prompt", "Describe both.",
                "--image", str(images[0]), "--image", str(images[1])])
     assert rc == 0
-    assert capsys.readouterr().out == "".join(pieces) + "\n"
+    assert capsys.readouterr().out == text + "\n"
 
 
 def test_poot_run_refuses_a_bad_image_in_one_line(folder, tmp_path, capsys):

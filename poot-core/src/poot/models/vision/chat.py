@@ -22,10 +22,8 @@ from poot.models import hosted_rows
 PREFILL_ROUND = 64
 
 
-def image_block(tokenizer, tokens) -> list[int]:
-    """One image's token ids; its rows go at offsets [lead, lead + count)."""
-    nl = tokenizer.encode("\n\n", add_special=False)
-    return nl + [tokens.boi] + [tokens.soft] * tokens.count + [tokens.eoi] + nl
+#: the text around each image's tokens in Gemma 3's processor
+AROUND = "\n\n"
 
 
 def chat_ids(tokenizer, tokens, prompt: str, images: int, system: str | None = None
@@ -45,19 +43,32 @@ def chat_ids(tokenizer, tokens, prompt: str, images: int, system: str | None = N
                                   add_generation_prompt=True)
     except ChatTemplateError as exc:
         raise RequestError(str(exc)) from exc
+    # the text is tokenized as the processor's expanded prompt would be: the newlines
+    # around each image join the template text before and the message's text after (one
+    # "\n\n\n" token after "user\n" in Gemma's vocabulary, not "\n" and "\n\n")
     user = max(k for k, (_, is_content) in enumerate(parts) if is_content)
-    block = image_block(tokenizer, tokens)
-    lead = block.index(tokens.soft)
+    head = parts[:user]
+    lead = head.pop()[0] if head and not head[-1][1] else ""   # the template text before
+    ids, starts = _encode(tokenizer, head), []
+    for _ in range(images):
+        ids += tokenizer.encode(lead + AROUND, add_special=False) + [tokens.boi]
+        starts.append(len(ids))
+        ids += [tokens.soft] * tokens.count + [tokens.eoi]
+        lead = AROUND
+    content = parts[user][0]
+    ids += tokenizer.encode_text(lead + content) if images else \
+        tokenizer.encode(lead, add_special=False) + tokenizer.encode_text(content)
+    ids += _encode(tokenizer, parts[user + 1:])
+    return ids, starts
+
+
+def _encode(tokenizer, parts) -> list[int]:
+    """Template text with its control tokens, message contents as plain text."""
     ids: list[int] = []
-    starts: list[int] = []
-    for k, (text, is_content) in enumerate(parts):
-        if k == user:
-            for _ in range(images):
-                starts.append(len(ids) + lead)
-                ids += block
+    for text, is_content in parts:
         ids += tokenizer.encode_text(text) if is_content else \
             tokenizer.encode(text, add_special=False)
-    return ids, starts
+    return ids
 
 
 class HostedPrompt:
