@@ -40,6 +40,7 @@ def test_frozen_rows_are_adopted_and_a_writable_owner_is_copied():
     buf = rt.alloc(frozen.nbytes, "w")
     rt.write(buf, 0, frozen)
     assert buf.ptr == frozen.ctypes.data
+    assert np.array_equal(rt.read(buf, 0, frozen.nbytes).reshape(64, 20), source[order])
     owner = source[order]                      # a writable owner behind a read-only view
     view = owner.view()
     view.flags.writeable = False

@@ -9,7 +9,8 @@ exception: it is copied into the runtime's WeightArena, anonymous memory in tran
 huge pages (the file's 4 KiB pages cost a decode step's GEMVs a TLB walk per page, and
 the hardware prefetcher stops at each page boundary), a chunk at a time, each chunk's
 file pages dropped once copied, so the process still holds its bytes once and its peak
-grows by a chunk at most. `load`
+grows by a chunk at most; an adopted frozen array's pages are collapsed into huge pages
+in place. `load`
 prints the plan's step function (poot_cpu.step), compiles it once (cached by source)
 and binds the buffers' addresses, so `run()` is a single ctypes call with no Python per
 kernel or element. The OpenMP threads are the C runtime's ($OMP_NUM_THREADS, default one per core).
@@ -33,7 +34,7 @@ MAPPED_ALIGN = 32      # the least alignment of a GGUF tensor; what an adopted m
 HUGE = 2 << 20         # the huge page size (x86-64 and arm64 with 4 KiB base pages)
 ARENA_BYTES = 32 << 20  # the WeightArena maps this much at a time (more for a larger weight)
 CHUNK = 4 << 20        # a mapped weight is copied this many bytes at a time
-MADV_HUGEPAGE = 14
+MADV_HUGEPAGE, MADV_COLLAPSE = 14, 25
 
 
 @dataclass(eq=False)
@@ -104,6 +105,19 @@ def advise_huge(array: np.ndarray) -> None:
         madvise(start, stop - start, MADV_HUGEPAGE)
 
 
+def collapse_huge(array: np.ndarray) -> None:
+    """Ask the kernel to move the huge pages that `array`'s bytes (already written) lie in
+    into transparent huge pages now (MADV_COLLAPSE, Linux 6.1 and later: the contents stay
+    as they are, the neighbours' bytes in those pages too); where it cannot, nothing
+    changes. For a frozen weight that the runtime adopts: the loader's small arrays come
+    from the C heap's 4 KiB pages."""
+    madvise = _madvise()
+    start = array.ctypes.data // HUGE * HUGE
+    stop = -(-(array.ctypes.data + array.nbytes) // HUGE) * HUGE
+    if madvise is not None:
+        madvise(start, stop - start, MADV_COLLAPSE)
+
+
 class WeightArena:
     """Read-only weights packed one after another into anonymous mappings that start on
     a huge page and are advised into transparent huge pages (where the kernel gives none,
@@ -157,6 +171,7 @@ class CpuRuntime:
             src = array.reshape(-1).view(np.uint8)
             if mapping is None:
                 buf.array = src               # its own bytes were never touched
+                collapse_huge(src)
                 return
             buf.array = self.arena.take(src.size)
             for at in range(0, src.size, CHUNK):
