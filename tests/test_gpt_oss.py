@@ -211,6 +211,17 @@ def greedy(folders) -> list[int]:
     return out
 
 
+def test_steps_fuse_the_sinks(folders):
+    """compile forms SinkAttention from the sink chain, one per layer, on reference and cpu."""
+    import poot
+
+    for backend in ("reference", "cpu"):
+        model = poot.load(str(folders[4, "bf16"][0]), backend=backend, max_seq=32,
+                          prefill_tokens=6)
+        names = [e.op.name for e in model.step_graph(1).eqns()]
+        assert names.count("SinkAttention") == LAYERS and "Attention" not in names, backend
+
+
 def test_cpu_logits_and_greedy_tokens(folders, greedy):
     """cpu's logits against the numpy forward through the session (chunked prefill, then
     decode past the window), and the numpy forward's greedy tokens on reference and cpu.
@@ -234,8 +245,8 @@ def test_cpu_logits_and_greedy_tokens(folders, greedy):
 
 
 def test_greedy_tokens_on_wgpu(folders, greedy):
-    """The sink chain (primitives: no generated kernel declares SinkAttention), YaRN tables
-    and the clamped experts on a GPU API (lavapipe here)."""
+    """SinkAttention's kernels, YaRN tables and the clamped experts on a GPU API (lavapipe
+    here)."""
     import poot
     from poot.errors import PootError
     from poot.plugin import select_backend

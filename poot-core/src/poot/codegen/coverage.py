@@ -137,8 +137,8 @@ COVERAGE: dict[str, Cover] = {
     "Reduce.Sum": Cover(ARITH),
     "Reduce.Max": Cover(ARITH - U32),
     **_each(("MatMul", "IndexedMatMul"), Cover(DOT - U32)),
-    **_each(("Attention", "PagedAttention", "BlockTopK", "SelectedAttention"),
-            Cover(DOT_FLOATS)),
+    **_each(("Attention", "PagedAttention", "SinkAttention", "BlockTopK",
+             "SelectedAttention"), Cover(DOT_FLOATS)),
     **_each(("Rope", "RopeScatter"), Cover(FLOATS, selects=True)),
     "DenseContraction": Cover(DOT - I32),           # u32: f16 weights two to a word
     "NormedDenseContraction": Cover(DOT - I32, offered=True),
@@ -165,8 +165,6 @@ NOTES = {"AllReduce": "collectives are cuts between stages (a runtime's communic
          "AllGather": "collectives are cuts between stages (a runtime's communicator "
                       "declares them)",
          "Scan": SCAN_NOTE,
-         "SinkAttention": "no generated attention kernel has the sink term yet: the chain "
-                          "runs as primitives",
          "Reduce.Max:u32": "no unsigned accumulator for Max",
          "MatMul:u32": "u32 is a contraction operand only as DenseContraction's f16 words"}
 

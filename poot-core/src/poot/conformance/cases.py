@@ -500,6 +500,11 @@ def attention_cases() -> Iterator[Case]:
         yield case(f"SinkAttention-{d}-decode-b2-gqa4x2-s37", "SinkAttention", d,
                    [Arg(qd), Arg(kd), Arg(kd), Arg(T((1, 37), d), "small"), Arg(sinks)],
                    one(O.SinkAttention(0.25)), exact=False, growth="compose")
+        # few rows over many keys: decode splits the keys, the merge adds the sink
+        yield case(f"SinkAttention-{d}-decode-split-gqa2x1-s200", "SinkAttention", d,
+                   [Arg(T((2, 1, 16), d)), Arg(T((1, 200, 16), d)), Arg(T((1, 200, 16), d)),
+                    Arg(T((1, 200), d), "small"), Arg(T((2,), d))],
+                   one(O.SinkAttention(0.25)), exact=False, growth="compose")
     for d in WIDE_FLOATS:   # a batch of 3 sequences reading 13 positions of a 20-row pool
         qp, pool = T((3, 4, 1, 16), d), T((20, 2, 16), d)
         yield case(f"PagedAttention-{d}-decode-b3-gqa4x2-s13-p20", "PagedAttention", d,

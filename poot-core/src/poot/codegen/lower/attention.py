@@ -19,7 +19,8 @@ softmax).
 
 PagedAttention runs the same kernels with one change: a key's K and V rows are read from
 the pool at the slot its sequence's slot map names (`Keys`), instead of from a gathered
-[B, Hkv, S, D] copy.
+[B, Hkv, S, D] copy. SinkAttention runs them too: its head's sink joins the softmax where
+the output is written (`Shape.divide`), once per row after every key (and split) is merged.
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ from poot.codegen.lower.base import Sig, lowers
 from poot.codegen.program import SCRATCH, Access, BufferParam, KernelProgram, local_index
 from poot.dtypes import DType
 from poot.errors import LimitExceeded
-from poot.ir.ops import Attention, PagedAttention, ReduceOp, UnaryOp
+from poot.ir.ops import Attention, PagedAttention, ReduceOp, SinkAttention, UnaryOp
 
 F32 = DType.F32
 LANES = 32
@@ -76,7 +77,7 @@ def choose_splits(rows: int, keys: int, per_split: int) -> int:
     return max(1, min(math.ceil(keys / per_split), SPLIT_GROUPS // max(rows, 1)))
 
 
-@lowers(Attention, PagedAttention)
+@lowers(Attention, PagedAttention, SinkAttention)
 def lower_attention(sig: Sig) -> KernelProgram:
     from poot.codegen.target import WIDE_WORKGROUPS
 
@@ -126,6 +127,19 @@ class Shape:
         self.group = self.hq // self.hkv
         self.dj, self.vj = math.ceil(self.d / LANES), math.ceil(self.dv / LANES)
         self.scale = sig.op.scale
+        #: SinkAttention's sinks [Hq] (operand 4), else None
+        self.sinks = sig.type(4) if isinstance(sig.op, SinkAttention) else None
+
+    def divide(self, acc: Expr, lsum: Expr, base: Expr, h) -> Expr:
+        """A row's output element: acc / lsum, both relative to exp(base) (the finite
+        running max, 0 while nothing was seen); with sinks, head h's sink s joins the
+        denominator: acc f / (lsum f + exp(s - top)), top = max(base, s), f = exp(base - top)."""
+        if self.sinks is None:
+            return acc / lsum
+        s = Load("in4", h, self.sinks.dtype).cast(F32)
+        top = maximum(base, s)
+        f = exp(base - top)
+        return acc * f / (lsum * f + exp(s - top))
 
 
 class Keys:
@@ -264,8 +278,8 @@ def _block_kernel(sig: Sig):
             with kb.for_("jo", 0, a.vj) as j:
                 dd = kb.let("dd", ix.add(lane, ix.mul(j, LANES)))
                 with kb.if_(ix.lt(dd, i32(a.dv))):
-                    kb.store("out", ix.add(obase, dd),
-                             (row.acc[j] / row.lsum).cast(sig.out.dtype))
+                    kb.store("out", ix.add(obase, dd), a.divide(
+                        row.acc[j], row.lsum, finite_or_zero(row.m), h).cast(sig.out.dtype))
     return kb.finish()
 
 
@@ -358,7 +372,7 @@ def _partial_kernel(sig: Sig, rows: int, splits: int, chunk: int, warps: int):
                 kb.assign(tot_a, tot_a + sacc[ix.add(ix.mul(w, dv), e)] * f)
             if splits == 1:
                 kb.store("out", ix.add(ix.mul(rowi, dv), e),
-                         (tot_a / tot_l).cast(sig.out.dtype))
+                         a.divide(tot_a, tot_l, mb, h).cast(sig.out.dtype))
             else:
                 kb.store("part_acc", ix.add(ix.mul(gg, dv), e), tot_a)
                 with kb.if_(ix.eq(e, i32(0))):
@@ -368,12 +382,15 @@ def _partial_kernel(sig: Sig, rows: int, splits: int, chunk: int, warps: int):
 
 
 def _merge_kernel(sig: Sig, rows: int, splits: int):
+    a = Shape(sig)
     dv = sig.out.shape[-1]
     count = rows * dv
     grid, flat = ix.launch_1d(count, 256)
     kb = sig.builder(grid, (256,), "_merge")
     kb.buffer("part_acc", F32, Access.READ, rows * splits * dv, SCRATCH)
     ml = kb.buffer("part_ml", F32, Access.READ, rows * splits * 2, SCRATCH)
+    if a.sinks is not None:
+        sig.declare_input(kb, 4)
     sig.declare_out(kb)
     i = kb.let("i", flat)
     with kb.if_(ix.lt(i, i32(count))):
@@ -390,5 +407,6 @@ def _merge_kernel(sig: Sig, rows: int, splits: int):
             f = kb.let("f", exp(ml[ix.mul(part, 2)] - mb))
             kb.assign(tot_l, tot_l + ml[ix.add(ix.mul(part, 2), 1)] * f)
             kb.assign(tot_a, tot_a + Load("part_acc", ix.add(ix.mul(part, dv), e), F32) * f)
-        kb.store("out", i, (tot_a / tot_l).cast(sig.out.dtype))
+        h = ix.mod(ix.div(row, a.t), a.hq)
+        kb.store("out", i, a.divide(tot_a, tot_l, mb, h).cast(sig.out.dtype))
     return kb.finish()
