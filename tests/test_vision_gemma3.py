@@ -420,3 +420,30 @@ def test_hosted_prompt_refuses_a_cut_image_and_the_decode_plan():
     assert list(slots["hosted.span"]) == [0] * 5 + [1] * 4 + [0] * 7
     assert slots["hosted.rows"][7, 0] == 7
     assert session.stepper is None and session.prefill_tokens == 8
+
+
+def test_bf16_tower(folder, tmp_path, pixels_and_rows):
+    """A bf16 tower, as checkpoints hold it: the kernel, position table and projection are
+    widened in the graph, the vectors once on load; against the reference on the same
+    bf16 values (on the reference backend: a cold cpu build of the bf16 kernels costs CI
+    more than it tells)."""
+    import ml_dtypes
+    from poot import plugin
+    from poot.models.loader import open_model
+    from poot.models.vision.encoder import VisionEncoder
+    from poot_quant.safetensors_dir import write_folder
+
+    _, text, vis, proj, _ = folder
+    x, _ = pixels_and_rows
+    vis16, proj16 = ({k: v.astype(ml_dtypes.bfloat16) for k, v in d.items()}
+                     for d in (vis, proj))
+    write_folder(tmp_path / "bf16", {
+        **{f"language_model.{k}": v for k, v in text.items()},
+        **{f"vision_tower.vision_model.{k}": v for k, v in vis16.items()},
+        **{f"multi_modal_projector.{k}": v for k, v in proj16.items()}}, CONFIG, 1, None)
+    parts = open_model(str(tmp_path / "bf16"))[0].vision
+    b = plugin.get_backend("reference")
+    got = VisionEncoder(parts.config, parts.weights(), b, plugin.probe(b)[0][0]).encode(x)
+    want = reference_rows({k: v.astype(np.float64) for k, v in vis16.items()},
+                          {k: v.astype(np.float64) for k, v in proj16.items()}, x)
+    assert rel_err(got, want) < 1e-4
