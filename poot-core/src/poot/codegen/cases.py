@@ -56,6 +56,7 @@ from poot.ir.ops import (
     ScatterUpdate,
     Select,
     SelectedAttention,
+    SinkAttention,
     Slice,
     Transpose,
     Unary,
@@ -386,8 +387,21 @@ def _paged(b, hq, hkv, t, s, d, pool, live=None, dt=F32):
                 1e-10 if dt is F32 else 1e-3)
 
 
+def _sinks(hq, hkv, t, s, d, dt=F32, live=None):
+    """SinkAttention: a sink logit per query head joins each row's softmax."""
+    q, k, v = T((hq, t, d), dt), T((hkv, s, d), dt), T((hkv, s, d), dt)
+    m, sinks = T((t, s), dt), T((hq,), dt)
+    name = f"sink-attention-{hq}x{hkv}-t{t}-s{s}-d{d}-{dt}" + (f"-live{live}" if live else "")
+    return Case(name, SinkAttention(float(d) ** -0.5), (q, k, v, m, sinks),
+                makers(normal(q), normal(k), normal(v), attention_mask(m, live), normal(sinks)),
+                1e-10 if dt is F32 else 1e-3)
+
+
 def attention_cases() -> list[Case]:
     return [
+        _sinks(4, 2, 1, 300, 64, live=170),                 # decode, split-KV, merged sinks
+        _sinks(4, 2, 5, 40, 16),                             # prefill tiles
+        _sinks(2, 1, 1, 20, 32, dt=BF16),
         _paged(3, 4, 2, 1, 300, 64, 97, live=70),         # decode, split-KV, dead splits
         _paged(2, 3, 1, 4, 40, 16, 50),                     # prefill tiles
         _paged(2, 3, 1, 4, 120, 16, 50, live=37),           # prefill walks to the last live key
