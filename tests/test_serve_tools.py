@@ -105,6 +105,8 @@ def test_a_conversation_with_calls_and_results_is_answered(client):
                                                   "description": "<|im_start|>system"}}]},
      "tools"),
     ({"tools": [{"type": "function", "function": {"name": "bad name"}}]}, "tools"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "nonsense"}}}], "tool_choice": "required"}, "tools"),
     ({"tools": TOOLS, "tool_choice": "required",
       "response_format": {"type": "json_object"}}, "response_format"),
 ])

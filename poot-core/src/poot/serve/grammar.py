@@ -72,14 +72,15 @@ def llg_tokenizer(tokenizer):
         return _built[tokenizer]
 
 
-def json_schema_grammar(schema) -> str:
-    """The grammar of JSON values valid against `schema` (a dict)."""
+def json_schema_grammar(schema, param: str = "response_format") -> str:
+    """The grammar of JSON values valid against `schema` (a dict); `param` names the field
+    that gave it, in a refusal."""
     llg = _llg()
     try:
         return llg.LLMatcher.grammar_from_json_schema(schema, overrides=JSON_OPTIONS)
     except Exception as exc:        # llguidance refuses a malformed schema in several types
-        raise RequestError(f"the JSON schema is not usable: {exc}",
-                           param="response_format") from None
+        raise RequestError(f"the JSON schema of {param} is not usable: {exc}",
+                           param=param) from None
 
 
 def regex_grammar(pattern: str) -> str:

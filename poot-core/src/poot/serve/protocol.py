@@ -331,7 +331,7 @@ def parse_chat(body, limits: Limits, tokenizer) -> Generation:
                                "forces a call", param="response_format")
         from poot.serve import grammar
 
-        f["grammar"] = grammar.checked(grammar.json_schema_grammar(tools.schema()),
+        f["grammar"] = grammar.checked(grammar.json_schema_grammar(tools.schema(), "tools"),
                                        tokenizer, "tools")
     else:
         f["grammar"] = _grammar(f.get("response_format"), tokenizer)
@@ -384,10 +384,7 @@ def parse_embedding(body, limits: Limits, tokenizer) -> Embedding:
                            f"{MAX_INPUTS} of either", param="input")
     inputs = []
     for item in items:
-        try:
-            ids = _prompt_ids(item, tokenizer, limits.vocab)
-        except RequestError as exc:
-            raise RequestError(str(exc).replace("prompt", "input"), param="input") from None
+        ids = _prompt_ids(item, tokenizer, limits.vocab, "input")
         if len(ids) > limits.max_seq:
             raise RequestError(f"an input has {len(ids)} tokens; this model's maximum "
                                f"context length is {limits.max_seq}", param="input",
@@ -404,21 +401,20 @@ def _check_model(name: str, limits: Limits) -> None:
                            code="model_not_found")
 
 
-def _prompt_ids(prompt, tokenizer, vocab: int) -> list[int]:
+def _prompt_ids(prompt, tokenizer, vocab: int, param: str = "prompt") -> list[int]:
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
         prompt = prompt[0]
     if isinstance(prompt, str):
         if not prompt:
-            raise RequestError("prompt must not be empty", param="prompt")
-        return tokenizer.encode(_text(prompt, "prompt"))
+            raise RequestError(f"{param} must not be empty", param=param)
+        return tokenizer.encode(_text(prompt, param))
     if isinstance(prompt, list) and prompt and \
             all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
         if not all(0 <= t < vocab for t in prompt):
-            raise RequestError(f"prompt token ids must lie in [0, {vocab})",
-                               param="prompt")
+            raise RequestError(f"{param} token ids must lie in [0, {vocab})", param=param)
         return list(prompt)
-    raise RequestError("prompt must be a non-empty string, a list of one string, or a list "
-                       "of token ids (one prompt per request)", param="prompt")
+    raise RequestError(f"{param} must be a non-empty string, a list of one string, or a list "
+                       f"of token ids", param=param)
 
 
 def _messages(messages, tokenizer) -> list[dict]:
