@@ -362,6 +362,14 @@ def test_generate_and_poot_run_with_two_images(folder, capsys):
     ids, hosted, spans = chat.prompt("Describe both.", images)
     assert sorted(set(spans.values())) == [1, 2] and set(spans) == set(hosted)
     assert len(chat.image_seconds) == 2
+    # an image's file bytes (a server's upload) give its rows, from the cache by hash
+    same = chat.rows([images[1].read_bytes()])[0]
+    assert chat.image_seconds == []
+    np.testing.assert_array_equal(same[-1], hosted[max(hosted)])   # image 2's last row
+    with pytest.raises(ImageError, match="^upload 1: not an image"):
+        from poot.models.vision.preprocess import pixels
+
+        pixels(b"GIF89a garbage", chat.processing, "upload 1")
     session, seq = m.session(), "seq"
     session.open(seq)
     HostedPrompt(session, hosted, DIM, len(ids), spans, chunk=64)
@@ -375,6 +383,7 @@ def test_generate_and_poot_run_with_two_images(folder, capsys):
     assert list(np.argmax(logits[len(ids) - 1:], -1)) == answer
     stop = next((k for k, t in enumerate(answer) if t in m.tokenizer.stop_ids), len(answer))
     text = chat.generate("Describe both.", images, max_tokens=4)
+    assert chat.image_seconds == []             # both images' rows came from the cache
     assert m.stats.prompt_tokens == len(ids) and session.stepper is None
     assert text == m.tokenizer.decode(answer[:stop])
     capsys.readouterr()

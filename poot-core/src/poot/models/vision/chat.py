@@ -11,6 +11,7 @@ prefilled in one step (its length rounded up to `PREFILL_ROUND`), so no image is
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
@@ -20,6 +21,8 @@ from poot.models import hosted_rows
 
 #: an image prompt's prefill step is its length rounded up to this (fewer plans to build)
 PREFILL_ROUND = 64
+#: images whose rows an ImageChat keeps
+CACHED_IMAGES = 16
 
 
 #: the text around each image's tokens in Gemma 3's processor
@@ -140,24 +143,36 @@ class ImageChat:
         self.processing = read_processing(vision.folder, vision.config.image_size)
         self.encoder = VisionEncoder(vision.config, vision.weights(), model.backend,
                                      model.device)
-        #: seconds the encoder took per image in the last call
+        #: seconds the encoder took per image it ran in the last call (a cached one: none)
         self.image_seconds: list[float] = []
-
-    def pixels(self, images: Sequence) -> list[np.ndarray]:
-        """Every image decoded and prepared (all of them before any runs: a bad one
-        refuses the request whole)."""
-        from poot.models.vision.preprocess import pixels
-
-        return [pixels(p, self.processing) for p in images]
+        #: the rows of the last images seen, by the SHA-256 of their files' bytes
+        self.cache: OrderedDict[str, np.ndarray] = OrderedDict()
 
     def rows(self, images: Sequence) -> list[np.ndarray]:
-        """The language model's rows [mm_tokens, dim] of each image."""
-        out, self.image_seconds = [], []
-        for path, x in zip(images, self.pixels(images), strict=True):
-            out.append(self.encoder.encode(x))
+        """The language model's rows [mm_tokens, dim] of each image (a path, or its file's
+        bytes). Every image is read and decoded before any runs, so a bad one refuses the
+        request whole; an image whose bytes were seen lately reuses its rows."""
+        import hashlib
+
+        from poot.models.vision.preprocess import pixels, read
+
+        files = [read(x) for x in images]
+        keys = [hashlib.sha256(data).hexdigest() for data, _ in files]
+        todo = {k: pixels(data, self.processing, name)
+                for k, (data, name) in zip(keys, files, strict=True) if k not in self.cache}
+        self.image_seconds = []
+        for key, x in todo.items():
+            self.cache[key] = self.encoder.encode(x)
             self.image_seconds.append(self.encoder.seconds)
             if self.progress:
-                self.progress(f"encoded {path} in {self.encoder.seconds:.2f} s")
+                name = files[keys.index(key)][1]
+                self.progress(f"encoded {name} in {self.encoder.seconds:.2f} s")
+        out = []
+        for key in keys:
+            self.cache.move_to_end(key)
+            out.append(self.cache[key])
+        while len(self.cache) > max(CACHED_IMAGES, len(set(keys))):
+            self.cache.popitem(last=False)
         return out
 
     def prompt(self, prompt: str, images: Sequence, system: str | None = None
@@ -180,7 +195,8 @@ class ImageChat:
 
     def generate(self, prompt: str, images: Sequence = (), *, system: str | None = None,
                  stream: bool = False, **sampling) -> str | Iterator[str]:
-        """Model.generate for a user message `prompt` with `images` (paths) before it,
+        """Model.generate for a user message `prompt` with `images` (paths, or image files'
+        bytes) before it,
         through the chat template; no images: the message alone (the attached model's
         prefill plans take hosted rows, so its text prompts go through here too)."""
         model = self.model

@@ -8,6 +8,7 @@ corrupt one, or a mode that has no RGB form, is one ImageError line naming the f
 """
 from __future__ import annotations
 
+import io
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,8 @@ from poot.optional import require
 
 #: the most pixels an image may have (width x height), above which it is refused unread
 MAX_PIXELS = 64 * 1024 * 1024
+#: the largest image file read
+MAX_BYTES = 64 * 1024 * 1024
 #: preprocessor_config.json keys that do not change the pixels of a single image
 _IGNORED = {"image_processor_type", "processor_class", "image_seq_length",
             "pan_and_scan_max_num_crops", "pan_and_scan_min_crop_size",
@@ -78,15 +81,40 @@ def read_processing(folder: Path, image_size: int) -> ImageProcessing:
     return ImageProcessing(h, w, resample, rescale, mean, std)
 
 
-def open_rgb(path: str | Path):
-    """The image at `path` as a decoded RGB PIL image, or an ImageError naming it."""
+def read(source: str | Path | bytes, name: str | None = None) -> tuple[bytes, str]:
+    """(the image file's bytes, the name errors give it): `source` is a path, or the bytes
+    themselves (a server's decoded upload; `name` then says which)."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        data = bytes(source)
+        name = name or "the image"
+    else:
+        path = Path(source)
+        name = name or str(path)
+        try:
+            if path.stat().st_size > MAX_BYTES:
+                raise ImageError(f"{name}: {path.stat().st_size} bytes is more than the "
+                                 f"{MAX_BYTES} poot reads as an image")
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise ImageError(f"{name}: no such image file") from None
+        except OSError as exc:
+            raise ImageError(f"{name}: cannot read it ({_one_line(exc)})") from None
+    if len(data) > MAX_BYTES:
+        raise ImageError(f"{name}: {len(data)} bytes is more than the {MAX_BYTES} poot "
+                         f"reads as an image")
+    return data, name
+
+
+def open_rgb(source: str | Path | bytes, name: str | None = None):
+    """The image (a path, or its file's bytes) as a decoded RGB PIL image, or an
+    ImageError naming it."""
     Image = require("PIL.Image", "pillow")
     Image.MAX_IMAGE_PIXELS = MAX_PIXELS
-    path = Path(path)
+    data, path = read(source, name)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(path) as img:
+            with Image.open(io.BytesIO(data)) as img:
                 w, h = img.size
                 if w * h > MAX_PIXELS:
                     raise ImageError(f"{path}: {w} x {h} pixels is more than the "
@@ -95,8 +123,6 @@ def open_rgb(path: str | Path):
                 return _rgb(img, path)
     except ImageError:
         raise
-    except FileNotFoundError:
-        raise ImageError(f"{path}: no such image file") from None
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
         raise ImageError(f"{path}: refused as a decompression bomb ({exc})") from None
     except Image.UnidentifiedImageError:
@@ -105,7 +131,7 @@ def open_rgb(path: str | Path):
         raise ImageError(f"{path}: corrupt or truncated image ({_one_line(exc)})") from None
 
 
-def _rgb(img, path: Path):
+def _rgb(img, path: str):
     """RGB, with transparency composited on white (as transformers' convert_to_rgb)."""
     Image = require("PIL.Image", "pillow")
     if img.mode not in MODES:
@@ -126,10 +152,11 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
-def pixels(path: str | Path, processing: ImageProcessing) -> np.ndarray:
-    """The tower's input [3, H, W] float32 for the image at `path`."""
+def pixels(source: str | Path | bytes, processing: ImageProcessing,
+           name: str | None = None) -> np.ndarray:
+    """The tower's input [3, H, W] float32 for the image (a path, or its file's bytes)."""
     p = processing
-    img = open_rgb(path)
+    img = open_rgb(source, name)
     if img.size != (p.width, p.height):
         img = img.resize((p.width, p.height), resample=p.resample)
     x = np.asarray(img, np.float32)                        # [H, W, 3]
