@@ -120,9 +120,10 @@ class Constraint:
         """Set the logits [vocab] of every token the grammar does not allow next to -inf
         (ids past the tokenizer's vocabulary too)."""
         self.matcher.unsafe_compute_mask_ptr(self._bits.ctypes.data, self._bits.nbytes)
-        allowed = np.unpackbits(self._bits.view(np.uint8), bitorder="little")[: self.vocab]
-        z[: self.vocab][allowed == 0] = -np.inf
-        z[self.vocab:] = -np.inf
+        n = min(self.vocab, z.size)     # the model may embed more ids, or fewer, than it spells
+        allowed = np.unpackbits(self._bits.view(np.uint8), bitorder="little")[:n]
+        z[:n][allowed == 0] = -np.inf
+        z[n:] = -np.inf
 
     def accept(self, token: int) -> None:
         """The token drawn (always one the mask allowed; a stop token ends the matcher)."""
