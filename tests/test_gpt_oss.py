@@ -7,6 +7,7 @@ numpy forward of tests/reference_gpt_oss.py; greedy tokens equal on reference an
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import ml_dtypes
 import numpy as np
@@ -299,3 +300,86 @@ def test_clamped_swiglu_keys_belong_to_gpt_oss(tmp_path):
     folder, _, _ = family_folder(tmp_path, "llama", swiglu_limit=7.0)
     with pytest.raises(CheckpointError, match="swiglu_limit = 7.0: a gpt_oss setting"):
         open_model(str(folder))
+
+
+# -- GGUF as llama.cpp's converter writes gpt-oss ---------------------------------------------
+def write_gguf(path) -> tuple[dict, dict]:
+    """The random model as a gpt-oss GGUF: gate and up experts apart (the interleaved rows
+    split), every expert stack MXFP4 [E, N, K], the FFN's norm as post_attention_norm, the
+    sinks as attn_sinks.weight. Returns (HF config, HF-named tensors as the file decodes)."""
+    import gguf
+    from gguf.quants import dequantize, quantize
+    from test_gguf_families import close_gguf
+
+    mx = gguf.GGMLQuantizationType.MXFP4
+    cfg, hf = config(), random_tensors()
+    w = gguf.GGUFWriter(str(path), "gpt-oss")
+    w.add_context_length(int(ORIGINAL * FACTOR))
+    w.add_embedding_length(DIM)
+    w.add_feed_forward_length(FFN)
+    w.add_block_count(LAYERS)
+    w.add_head_count(HEADS)
+    w.add_head_count_kv(KV)
+    w.add_key_length(HEAD_DIM)
+    w.add_value_length(HEAD_DIM)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_freq_base(150000.0)
+    w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+    w.add_rope_scaling_factor(FACTOR)
+    w.add_rope_scaling_orig_ctx_len(ORIGINAL)
+    w.add_sliding_window(WINDOW)
+    w.add_expert_count(EXPERTS)
+    w.add_expert_used_count(TOP)
+    w.add_expert_feed_forward_length(FFN)
+    out = {n: np.asarray(a, np.float32) for n, a in hf.items()}
+
+    def experts(name, nk):       # [E, N, K] as MXFP4; returns what the file decodes to
+        q = quantize(np.ascontiguousarray(nk), mx)
+        w.add_tensor(name, q, raw_dtype=mx)
+        return dequantize(q, mx).reshape(nk.shape)
+
+    names = {"model.embed_tokens.weight": "token_embd.weight", "lm_head.weight": "output.weight",
+             "model.norm.weight": "output_norm.weight"}
+    for i in range(LAYERS):
+        p, b = f"model.layers.{i}.", f"blk.{i}."
+        names.update({p + "input_layernorm.weight": b + "attn_norm.weight",
+                      p + "post_attention_layernorm.weight": b + "post_attention_norm.weight",
+                      p + "self_attn.sinks": b + "attn_sinks.weight",
+                      p + "mlp.router.weight": b + "ffn_gate_inp.weight",
+                      p + "mlp.router.bias": b + "ffn_gate_inp.bias",
+                      p + "mlp.experts.down_proj_bias": b + "ffn_down_exps.bias"})
+        for x, g in (("q", "attn_q"), ("k", "attn_k"), ("v", "attn_v"), ("o", "attn_output")):
+            for kind in ("weight", "bias"):
+                names[f"{p}self_attn.{x}_proj.{kind}"] = f"{b}{g}.{kind}"
+        gu = np.swapaxes(out[p + "mlp.experts.gate_up_proj"], 1, 2)         # [E, 2I, H]
+        gate, up = experts(b + "ffn_gate_exps.weight", gu[:, 0::2]), \
+            experts(b + "ffn_up_exps.weight", gu[:, 1::2])
+        decoded = np.empty_like(gu)
+        decoded[:, 0::2], decoded[:, 1::2] = gate, up
+        out[p + "mlp.experts.gate_up_proj"] = np.swapaxes(decoded, 1, 2)
+        bias = out[p + "mlp.experts.gate_up_proj_bias"]
+        w.add_tensor(b + "ffn_gate_exps.bias", np.ascontiguousarray(bias[:, 0::2]))
+        w.add_tensor(b + "ffn_up_exps.bias", np.ascontiguousarray(bias[:, 1::2]))
+        down = experts(b + "ffn_down_exps.weight",
+                       np.swapaxes(out[p + "mlp.experts.down_proj"], 1, 2))  # [E, H, I]
+        out[p + "mlp.experts.down_proj"] = np.swapaxes(down, 1, 2)
+    for name, g in names.items():
+        w.add_tensor(g, out[name])
+    close_gguf(w)
+    return cfg, out
+
+
+def test_gguf_matches_numpy_reference(tmp_path):
+    """llama.cpp's layout reads as the folder does and gives the numpy forward's logits."""
+    from poot.models.loader import open_model
+    from poot.models.runner import Model
+    from poot.plugin import select_backend
+
+    path = tmp_path / "gpt-oss.gguf"
+    cfg, tensors = write_gguf(path)
+    ckpt, c = open_model(str(path), max_seq=32)
+    hf = open_model(str(make_folder(tmp_path, 5)[0]), max_seq=32)[1]
+    assert c.rot == hf.rot and abs(c.norm_eps - hf.norm_eps) < 1e-9   # f32 in the file
+    assert c == replace(hf, arch="gpt-oss", rope_dim=c.rope_dim, norm_eps=c.norm_eps)
+    b, dev = select_backend(BACKEND)
+    check_logits(Model(ckpt, c, None, b, dev, prefill_tokens=6), forward(tensors, cfg, IDS))

@@ -96,6 +96,12 @@ def from_gguf(meta: dict[str, Any], tensors: dict, max_seq: int | None = None) -
         window=window or None, sliding=sliding,
         rope_base_local=v.number(f"{arch}.rope.freq_base_swa", fam.rope_base_local or 0.0,
                                  lo=0.0) or None, **moe)
+    if fam.moe == "gpt_oss":
+        # llama.cpp fixes the clamped SwiGLU's constants; YaRN's correction range is not
+        # rounded to whole dims (transformers' truncate = false for gpt-oss)
+        config = replace(config, attn_sinks=True, swiglu_limit=7.0,
+                         out_bias="blk.0.attn_output.bias" in tensors,
+                         rope_scaling=replace(config.rope_scaling, truncate=False))
     if fam.fused:   # llama.cpp's ffn_up holds gate|up: checked as the fused tensor it is
         tensors = {gguf_fused_name(n): t for n, t in tensors.items()}
         check_fused(config, {n: t.shape for n, t in tensors.items()}, v.file)

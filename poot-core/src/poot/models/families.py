@@ -49,6 +49,9 @@ FAMILIES: dict[str, Family] = {
     "qwen2moe": Family(qkv_bias=True, moe="qwen"),
     "qwen3moe": Family(qk_norm=True, moe="qwen"),
     "phi3": Family(fused=True, partial_rotary=True),
+    # llama.cpp's gpt-oss: every other layer slides (from the first), gate and up experts
+    # apart, the FFN's norm named post_attention_norm
+    "gpt-oss": Family(moe="gpt_oss", sinks=True, sliding_period=2),
 }
 #: HF-only families (their GGUF forms are not read yet: see from_gguf)
 HF_FAMILIES = {

@@ -356,7 +356,7 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
             x = ops.add(x, o)
             h = norm(x, p + "ffn_norm.weight")
             f = _ffn(c, h, p, declare, linear=linear, pool=resident,
-                     stack=lambda names: stack(names, stack_ffn))
+                     stack=lambda names: stack(names, stack_ffn), has=weights.has)
             if c.sandwich_norms:
                 f = norm(f, p + "post_ffw_norm.weight")
             x = ops.add(x, f)
@@ -393,16 +393,17 @@ def check_kv_dtype(kv_dtype: str, head_dim: int) -> None:
 
 
 def _ffn(c: LlamaConfig, h, p: str, declare, suffix: str = "", *, linear=None, pool=None,
-         stack=None):
+         stack=None, has=None):
     """The gated MLP: act(h W_gate) * (h W_up), then W_down; a mixture of experts where the
     config has experts (`suffix` "_shexp": the shared expert's tensors). `linear(x, name)`
     is the step's projection (with its LoRA updates); `pool` the traced expert pool;
     `stack(names)` the gate and up weights stacked by rows, or None: one token's step then
     computes both in one contraction (one GEMV instead of two; the SwiGLU reads its
-    halves), a wider one each over its rows."""
+    halves), a wider one each over its rows. `has(name)`: whether the source holds a
+    tensor (gpt-oss experts: gate|up fused, or apart)."""
     linear = linear or (lambda x, name: ops.linear(x, declare(name)))
     if c.experts and not suffix:
-        return _moe(c, h, p, declare, linear, pool)
+        return _moe(c, h, p, declare, linear, pool, has)
     names = [f"{p}ffn_gate{suffix}.weight", f"{p}ffn_up{suffix}.weight"]
     w = stack(names) if stack is not None else None
     if w is None:
@@ -421,7 +422,7 @@ def _gated(c: LlamaConfig, g, u):
     return ops.swiglu(g, u) if c.act == "silu" else ops.geglu_tanh(g, u)
 
 
-def _moe(c: LlamaConfig, h, p: str, declare, linear, pool=None):
+def _moe(c: LlamaConfig, h, p: str, declare, linear, pool=None, has=None):
     """Route each token to its top-k experts (ArgTopK in the graph) and sum their gated MLPs
     weighted by the router's probabilities: softmax over the chosen logits where the top-k
     are renormalized (Mixtral, Qwen3-MoE), the full softmax's entries where not (Qwen2-MoE).
@@ -462,7 +463,8 @@ def _moe(c: LlamaConfig, h, p: str, declare, linear, pool=None):
             b = declare(f"{p}{name}.bias")
             return ops.gather(b if b.dtype is DType.F32 else ops.cast(b, DType.F32), idx, 0)
 
-        y = gpt_oss_experts(c, xk, experts, bias)
+        fused = has is None or has(f"{p}ffn_gate_up_exps.weight")
+        y = gpt_oss_experts(c, xk, experts, bias, fused)
     else:
         a = _gated(c, experts(xk, "ffn_gate_exps"), experts(xk, "ffn_up_exps"))
         y = experts(a, "ffn_down_exps")

@@ -137,6 +137,8 @@ def hf_name(gguf: str, sandwich: bool = False) -> str:
 #: expert stacks a dense HF folder stores [E, K, N] (gpt-oss's gate_up_proj and down_proj;
 #: its MXFP4 blocks are [E, N, K/32, 16]): served as GGUF's [E, N, K], transposed once
 _KN_STACKS = re.compile(r"blk\.\d+\.ffn_(gate_up|down)_exps\.weight")
+#: llama.cpp's gpt-oss names the FFN's pre-norm post_attention_norm (its ffn_norm)
+_GGUF_FFN_NORM = re.compile(r"^(blk\.\d+\.)post_attention_norm\.weight$")
 #: norm tensors (GGUF names) that an HF (1 + w) family stores as w
 _NORMS = re.compile(r"(blk\.\d+\.(attn_norm|ffn_norm|attn_[qk]_norm|post_attention_norm|"
                     r"post_ffw_norm)|output_norm)\.weight")
@@ -165,6 +167,8 @@ class CheckpointWeights:
             key = name if checkpoint.kind == "gguf" else gguf_name(name, sandwich)
             if key is not None and checkpoint.kind == "gguf" and fam and fam.fused:
                 key = gguf_fused_name(key)
+            if key is not None and checkpoint.kind == "gguf" and fam and fam.sinks:
+                key = _GGUF_FFN_NORM.sub(r"\1ffn_norm.weight", key)
             if key is not None:
                 self.infos[key] = info
             elif checkpoint.kind != "gguf" and (ex := expert_name(name)) is not None:
