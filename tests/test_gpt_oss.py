@@ -101,7 +101,7 @@ HARMONY = """{%- for m in messages -%}
 {%- if add_generation_prompt %}<|start|>assistant{% endif -%}"""
 #: harmony's control tokens, after the test tokenizer's 261 ids
 CONTROL = {"<|start|>": 261, "<|message|>": 262, "<|end|>": 263, "<|channel|>": 264,
-           "<|return|>": 265}
+           "<|return|>": 265, "<|call|>": 266}
 
 
 def make_folder(tmp_path, spelling: int = 4, experts: str = "bf16", **extra):
@@ -275,6 +275,9 @@ def test_harmony_chat_from_the_folder(folders):
     assert ids[ids.index(message) + 1:ids.index(end)] == tok.encode_text("the <|end|>")
     assert tok.decode(ids, skip_special=False) == \
         "<|start|>user<|message|>the <|end|><|end|><|start|>assistant"
+    # a message's <|end|> (the analysis before the final answer) does not end generation
+    stops = set(tok.stop_ids) & set(CONTROL.values())
+    assert stops == {CONTROL["<|return|>"], CONTROL["<|call|>"]}, stops
 
 
 @pytest.mark.parametrize("extra, message", [

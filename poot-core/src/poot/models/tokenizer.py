@@ -35,6 +35,15 @@ END_OF_GENERATION = frozenset({
     "<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end_of_text|>", "<|end|>",
     "<end_of_turn>", "<|return|>", "</s>",
 })
+#: harmony (gpt-oss): <|end|> closes one message of a turn (the analysis before the final
+#: answer), so generation ends at <|return|> or at a tool call's <|call|> instead
+HARMONY_END = END_OF_GENERATION - {"<|end|>"} | {"<|call|>"}
+
+
+def end_names(arch: str | None) -> frozenset[str]:
+    """The special tokens that end generation for a model of `arch` (HF model_type or GGUF
+    architecture)."""
+    return HARMONY_END if arch in ("gpt_oss", "gpt-oss") else END_OF_GENERATION
 
 
 # -- pre-tokenizers by GGUF `tokenizer.ggml.pre` ---------------------------------------------
@@ -267,7 +276,8 @@ class Tokenizer:
         special = [i for i, t in enumerate(types) if t == CONTROL]
         _add_special_tokens(backend, tokens, types)
         stop = [token_id(f"{k}_token_id") for k in ("eot", "eom")]
-        stop += [i for i in special if tokens[i] in END_OF_GENERATION]
+        ends = end_names(v.text("general.architecture", None))
+        stop += [i for i in special if tokens[i] in ends]
         return cls(
             backend, tokens=tokens, token_bytes=token_bytes, special_ids=special,
             bos_id=token_id("bos_token_id"), eos_id=token_id("eos_token_id"),
@@ -329,8 +339,9 @@ class Tokenizer:
         eos_id = _hf_token_id(backend, config.values.get("eos_token"),
                               eos_ids[0] if eos_ids else None)
         special = [i for i, tok in added.items() if tok.special]
+        ends = end_names(model_config.text("model_type", None))
         stop_ids = eos_ids + _id_list(generation, "eos_token_id", size) + \
-            [i for i in special if tokens[i] in END_OF_GENERATION]
+            [i for i in special if tokens[i] in ends]
         probe_bos, probe_eos = _post_processor_adds(backend, bos_id, eos_id)
         return cls(
             backend, tokens=tokens, token_bytes=token_bytes,
