@@ -189,16 +189,26 @@ def test_info_shows_what_was_read(folders, capsys):
 
 
 def test_paged_session(folders):
-    """The paged KV (sinks on the batched attention path)."""
+    """The paged KV, two sequences decoding in one batch (each head's sink on the batched
+    attention path)."""
     import poot
 
     folder, cfg, tensors, want = folders[4, "bf16"]
+    other = forward(tensors, cfg, IDS[::-1])
     model = poot.load(str(folder), backend=BACKEND, kv="paged", max_seq=32, prefill_tokens=6)
-    session = model.session("paged", batch=1)
-    session.open(0)
-    got = [session.prefill(0, IDS[:17])] + [session.decode({0: i})[0] for i in IDS[17:]]
-    session.close(0)
-    assert rel_err(np.stack(got), want[16:]) < 1e-4
+    session = model.session("paged", batch=2)
+    for seq, ids in ((0, IDS), (1, IDS[::-1])):
+        session.open(seq)
+        session.prefill(seq, ids[:17])
+    got = {0: [], 1: []}
+    for i in range(17, 20):
+        out = session.decode({0: IDS[i], 1: IDS[::-1][i]})
+        for seq in got:
+            got[seq].append(out[seq])
+    for seq in got:
+        session.close(seq)
+    assert rel_err(np.stack(got[0]), want[17:]) < 1e-4
+    assert rel_err(np.stack(got[1]), other[17:]) < 1e-4
 
 
 @pytest.fixture(scope="module")
