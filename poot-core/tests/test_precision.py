@@ -127,9 +127,12 @@ def inputs(st, weights, tokens=(3,)):
 
 
 def counts(g) -> dict:
+    """Eqns by op name; a fused contraction also counts its head."""
     out: dict = {}
     for e in g.eqns():
-        out[e.op.name] = out.get(e.op.name, 0) + 1
+        for op in (e.op, getattr(e.op, "head", None)):
+            if op is not None:
+                out[op.name] = out.get(op.name, 0) + 1
     return out
 
 

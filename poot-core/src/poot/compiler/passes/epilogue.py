@@ -30,13 +30,14 @@ from poot.ir.ops import (
     NormedDenseContraction,
     NormedPackedContraction,
     PackedContraction,
+    Q8PackedContraction,
     Select,
     Slice,
     Unary,
 )
 
 HEADS = (DenseContraction, PackedContraction, GroupedDenseContraction, IndexedPackedContraction,
-         MatMul)
+         Q8PackedContraction, MatMul)
 #: a gate's head may read its rows normed too (norm_contraction ran before it)
 GATED_HEADS = HEADS + (NormedDenseContraction, NormedPackedContraction)
 POINTWISE = (Unary, Binary, Select, Cast)
