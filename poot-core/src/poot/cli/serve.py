@@ -56,6 +56,15 @@ def add_parser(sub):
     p.add_argument("--shutdown-grace", type=float, default=20.0, metavar="SECONDS",
                    help="on SIGTERM stop accepting, let running requests finish for up to "
                         "SECONDS, cancel the rest, then exit 0 (default 20)")
+    p.add_argument("--speculate", default=None, metavar="lookup",
+                   help="speculative decoding by prompt lookup: each sequence proposes the "
+                        "tokens that followed the last match of its text's final n-gram, "
+                        "and one step verifies every proposal of the batch (greedy text is "
+                        "unchanged; a request may send \"speculate\": false)")
+    p.add_argument("--draft-tokens", type=int, default=None, metavar="K",
+                   help="the most tokens a sequence proposes per step (default 7; each "
+                        "step picks fewer from its measured acceptance, none where "
+                        "proposals fail)")
     p.add_argument("--access-log", action="store_true", help="log every HTTP request")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     add_precision_args(p)
@@ -68,6 +77,8 @@ def check(args) -> list:
     from poot.cli import checks
     from poot.errors import RequestError
     from poot.models.lora import parse_named
+    from poot.models.speculate import check_draft_tokens
+    from poot.serve.engine import check_speculate
 
     for flag in ("--max-batch", "--max-seq", "--kv-pool", "--prefill-chunk",
                  "--prefill-batch", "--expert-pool", "--default-max-tokens"):
@@ -78,6 +89,9 @@ def check(args) -> list:
                            f"{args.shutdown_grace}")
     if not 0 <= args.port <= 65535:
         raise RequestError(f"--port must be in 0..65535, got {args.port}")
+    check_speculate(args.speculate)
+    if args.draft_tokens is not None:
+        check_draft_tokens(args.draft_tokens)
     adapters = [parse_named(x) for x in args.lora]
     for (_, path), spec in zip(adapters, args.lora, strict=True):
         if not Path(path).is_dir():
@@ -145,7 +159,8 @@ def run(args) -> int:
     engine = Engine(model, name=name, max_batch=args.max_batch, pool_tokens=args.kv_pool,
                     max_queue=args.max_queue, prefill_batch=args.prefill_batch,
                     overlap=not args.no_overlap, default_max_tokens=args.default_max_tokens,
-                    prefix_cache=not args.no_prefix_cache)
+                    prefix_cache=not args.no_prefix_cache, speculate=args.speculate,
+                    draft_tokens=args.draft_tokens)
     engine.warm(progress)
     s = engine.stats()
     url = f"http://{args.host}:{args.port}/v1"
@@ -156,6 +171,8 @@ def run(args) -> int:
           f"{args.max_batch} (decode plans {s['decode_batches']}, prefill plans of "
           f"sequences x tokens {prefill}), KV pool {s['pool_slots']} "
           f"slots in {s['pool_blocks']} blocks, {s['max_seq']} positions per sequence, "
+          + (f"speculating by prompt lookup (up to {engine.draft_tokens} tokens a step), "
+             if engine.speculate else "") +
           f"loaded in {time.perf_counter() - t0:.1f} s, at {url}; warming: "
           f"{s['plans_waiting']} plans to make (GET /ready answers 503 until they exist)",
           file=sys.stderr, flush=True)

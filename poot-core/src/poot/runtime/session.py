@@ -348,7 +348,7 @@ class Session:
         recorded this one before any sequence needs it."""
         if self.kv != "paged":
             raise BindError("rehearse runs paged plans; a dense session has no padding rows")
-        draws = self._padding(batch, sample) if sample else {}
+        draws = self._padding(batch, sample) if sample not in (None, SCORE) else {}
         ex = self.executor(tokens, batch, sample)
         slots = {"tokens": np.zeros((batch, tokens), np.int32),
                  "pos": np.zeros((batch, 1), np.int32),

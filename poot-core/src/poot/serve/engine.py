@@ -31,6 +31,11 @@ the plan without a sampler (one per batch size, made when first needed) and ever
 it, the others' included, draws on the host by the same algorithm and seeded draws; the
 batch goes on together, at the cost of the logits' read-back for that step.
 
+With speculative decoding (`speculate`, or a request's `prediction`: poot.serve.speculation),
+a sequence may propose tokens at a turn instead of taking the decode step: one
+verification step scores every proposing sequence's proposal, each keeps what its sampler
+accepts and rolls the rest back (`_verify`); the others take the decode step as before.
+
 Greedy decode steps overlap the host with the device (`overlap`, on by default on a paged
 session without a stepper): a step of the argmax plan is launched without waiting, and
 while its batch stays the same (no prefill, no one joining or leaving, room for one more
@@ -72,12 +77,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from poot.errors import BindError, RequestError
+from poot.models.speculate import (DRAFT_TOKENS, AdaptiveK, PromptLookup, accept,
+                                   check_draft_tokens, parse, widths)
 from poot.models.sample_graph import mode_for, slot_values
 from poot.models.sampling import Sampler
-from poot.runtime.session import batch_for, plan_key
+from poot.runtime.session import SCORE, batch_for, plan_key
 from poot.serve.logits import LogitRule
 from poot.serve.metrics import QUIET
 from poot.serve.protocol import Generation, Limits
+from poot.serve.speculation import Prediction, Speculation
 from poot.models.text_stream import TextStream
 
 
@@ -96,6 +104,8 @@ class Event:
     logprobs: tuple = ()
     #: an embeddings request's vectors, one per input (kind "done")
     embeddings: tuple = ()
+    #: (accepted, rejected) proposed tokens of a request that gave a prediction ("done")
+    predicted: tuple[int, int] | None = None
 
 
 class EmbedJob:
@@ -133,6 +143,8 @@ class Job:
         self.generated = 0
         self.last: int | None = None  # the token the next decode step feeds
         self.cancelled = False
+        #: its speculative decoding (poot.serve.speculation), None where it has none
+        self.spec: Speculation | None = None
 
     @property
     def blocks_needed(self) -> int:
@@ -161,14 +173,26 @@ class Engine:
     def __init__(self, model, *, name: str, max_batch: int = 8, pool_tokens: int | None = None,
                  max_queue: int = 64, prefill_batch: int | None = None,
                  overlap: bool = True, default_max_tokens: int | None = None,
-                 prefix_cache: bool = True):
+                 prefix_cache: bool = True, speculate: str | None = None,
+                 draft_tokens: int | None = None):
         """`default_max_tokens`: the answer length of a request that names none, on both
         endpoints (None: poot.serve.protocol's defaults); `prefix_cache`: requests share
-        the KV blocks of a common prompt prefix (item 2 above)."""
+        the KV blocks of a common prompt prefix (item 2 above); `speculate`: "lookup" to
+        speculate by prompt lookup, proposing up to `draft_tokens` tokens a step (see
+        `_verify`)."""
         prefill_batch = max_batch if prefill_batch is None else prefill_batch
         if max_batch < 1 or max_queue < 0 or not 0 < prefill_batch:
             raise BindError(f"max_batch and prefill_batch must be >= 1 and max_queue >= 0, "
                             f"got {max_batch}, {prefill_batch} and {max_queue}")
+        self.speculate = check_speculate(speculate)
+        self.draft_tokens = DRAFT_TOKENS if draft_tokens is None else \
+            check_draft_tokens(draft_tokens)
+        #: the verification plans' widths (a proposal of k runs in the smallest above k)
+        self.verify_widths = widths(self.draft_tokens)
+        #: the engine's step costs AdaptiveK weighs (its `seconds`, shared by every
+        #: speculating sequence): a plain decode step and each width's verification step
+        self._step_clock = AdaptiveK(self.draft_tokens)
+        self.speculation = dict(proposed=0, accepted=0, verify_steps=0)
         self.model, self.tokenizer = model, model.tokenizer
         self.max_batch, self.max_queue = max_batch, max_queue
         self.session = model.session("paged", batch=max_batch, pool=pool_tokens,
@@ -189,6 +213,7 @@ class Engine:
                             f"name it differently (--lora OTHER=PATH)")
         self.limits = Limits(name, model.config.max_seq, self.blocks.pool_slots,
                              min(model.config.vocab, self.tokenizer.vocab_size), adapters,
+                             speculate=self.speculate is not None,
                              **({} if default_max_tokens is None else {"default_max_tokens": {
                                  "completion": default_max_tokens,
                                  "chat": default_max_tokens}}))
@@ -215,7 +240,7 @@ class Engine:
         #: scheduling, text and events. decode_wait_s: the part of decode_step_s spent
         #: waiting for launched steps' token ids
         self.times = dict(turns_s=0.0, decode_step_s=0.0, prefill_step_s=0.0, planning_s=0.0,
-                          gc_s=0.0, decode_wait_s=0.0)
+                          gc_s=0.0, decode_wait_s=0.0, verify_step_s=0.0)
         s = self.session
         #: the chunk width of the prefill plan of each batch size (item 3 above)
         self.prefill_widths = {b: max(s.prefill_tokens // b, min(MIN_WIDTH, s.prefill_tokens))
@@ -226,8 +251,10 @@ class Engine:
         #: them), in the order a batch growing from one row needs them
         self._unplanned = sorted(
             [(t, b, None) for b, t in self.prefill_widths.items()]
-            + [(1, b, mode) for mode in SAMPLE_MODES for b in s.decode_batches],
-            key=lambda p: (p[1], p[0] == 1, p[2] or ""))
+            + [(1, b, mode) for mode in SAMPLE_MODES for b in s.decode_batches]
+            + [(w, b, SCORE) for w in (self.verify_widths if self.speculate else ())
+               for b in s.decode_batches],
+            key=lambda p: (p[1], p[2] == SCORE, p[0] == 1, p[2] or ""))
         #: every plan of the configured batch, which `ready` waits for
         self._plans = [plan_key(*p) for p in self._unplanned]
         self._announced = False
@@ -348,6 +375,7 @@ class Engine:
             for i, emit in enumerate(emits):
                 jobs.append(Job(next(self._ids), gen, emit, self.tokenizer, i,
                                 jobs[0] if jobs else None))
+                jobs[-1].spec = self._speculation(jobs[-1])
                 self.metrics.queued(jobs[-1])
             self._queue.extend(jobs)
             self._cv.notify()
@@ -370,6 +398,18 @@ class Engine:
             self._embeds.append(job)
             self._cv.notify()
         return job
+
+    def _speculation(self, job: Job) -> Speculation | None:
+        """A new job's speculation: with a prediction, proposed from it; else by prompt
+        lookup where the server speculates; none where the request turned it off or the
+        host reads its logits (a verification step's rows are not drawn that way)."""
+        gen = job.gen
+        if gen.speculate is False or job.rule is not None or \
+                (self.speculate is None and gen.prediction is None):
+            return None
+        proposer = Prediction(gen.prediction) if gen.prediction is not None else \
+            PromptLookup()
+        return Speculation(proposer, self.draft_tokens, self._step_clock.seconds)
 
     def _embed_next(self) -> None:
         """The oldest embeddings request's vectors (poot.serve.embed), or its failure."""
@@ -420,9 +460,16 @@ class Engine:
             "ready": self.ready,
             "prefix_cache": b.cache is not None,
             **(b.cache.stats() if b.cache is not None else {}),
+            "speculation": self._speculation_stats(),
             **self.counters,
             **{k: round(v, 6) for k, v in self.times.items()},
         }
+
+    def _speculation_stats(self) -> dict:
+        sp = dict(self.speculation)
+        return {"mode": self.speculate, "draft_tokens": self.draft_tokens, **sp,
+                "acceptance": round(sp["accepted"] / sp["proposed"], 6) if sp["proposed"]
+                else None}
 
     # -- the loop -------------------------------------------------------------------------
     def _loop(self) -> None:
@@ -460,7 +507,11 @@ class Engine:
                 prefilling = [j for j in self._active if j.last is None]
                 prefilling = prefilling[: self.session.prefill_batches[-1]]
                 decoding = [j for j in self._active if j.last is not None]
-            chain = self._chains(prefilling, decoding)
+            # each speculating job decides its proposal now: a verification step waits for
+            # the step in flight (it proposes after that step's token)
+            proposing = [j for j in decoding if j.spec is not None and
+                         j.spec.wants(j.gen.max_tokens - j.generated)]
+            chain = not proposing and self._chains(prefilling, decoding)
             if self._inflight is not None and not chain:
                 self._guarded(self._inflight[0], self._settle, None)
                 decoding = [j for j in decoding if j in self._active]
@@ -616,7 +667,15 @@ class Engine:
     def _decode(self, jobs: list[Job]) -> None:
         """One decode step for every generating job; each row samples in the graph with
         its job's own settings, and only the token ids come back. A greedy step with
-        `overlap` is launched and read at the next turn (see the module docstring)."""
+        `overlap` is launched and read at the next turn (see the module docstring). Jobs
+        that propose tokens this turn are verified first (`_verify`); the rest, and those
+        whose proposal came up empty, take this step."""
+        if any(j.spec is not None and j.spec.k for j in jobs):
+            self._verify([j for j in jobs if j.spec is not None and j.spec.k])
+            active = set(map(id, self._active))
+            jobs = [j for j in jobs if id(j) in active and (j.spec is None or not j.spec.k)]
+            if not jobs:
+                return
         t0 = time.perf_counter()
         if any(j.rule is not None for j in jobs):
             # a row's logits are wanted on the host (module logits): the step reads them
@@ -638,9 +697,52 @@ class Engine:
         ids = self.session.decode_sampled({j.id: j.last for j in jobs}, mode,
                                           lambda b: slot_values(rows, b, mode))
         self.times["decode_step_s"] += time.perf_counter() - t0
+        self._step_clock.timed("plain", time.perf_counter() - t0)
         self._count_step(jobs, mode)
         for job, tok in zip(jobs, ids, strict=True):
             self._advance(job, None, int(tok))
+
+    def _verify(self, jobs: list[Job]) -> None:
+        """One verification step for the jobs proposing tokens this turn (Session.
+        verify_rows, in the smallest of `verify_widths` that holds the longest proposal):
+        each keeps the longest prefix its own sampler accepts and one more token
+        (poot.models.speculate.accept: greedy keeps exactly its argmax's tokens), the
+        rejected positions are rolled back, and the tokens go through `_advance` one at a
+        time, so EOS, a stop string or max_tokens ends the job there and drops the rest. A
+        job whose proposal is empty, or whose context has no room for the step's width,
+        has its k cleared and takes the plain step."""
+        s, clock = self.session, time.perf_counter
+        drafts: dict[Job, list[int]] = {}
+        for job in jobs:
+            k = min(job.spec.k, job.gen.max_tokens - job.generated - 1)
+            found = job.spec.proposer.propose(job.history, k, job.sampler)[0] if k > 0 else []
+            if found:
+                drafts[job] = found
+        width = next(w for w in self.verify_widths
+                     if w > max(map(len, drafts.values()), default=0))
+        drafts = {j: d for j, d in drafts.items() if s.length(j.id) + width <= s.capacity}
+        for job in jobs:
+            if job not in drafts:
+                job.spec.k = 0
+        if not drafts:
+            return
+        t0 = clock()
+        logits = s.verify_rows({j.id: [j.last, *d] for j, d in drafts.items()}, width)
+        took = clock() - t0
+        self.times["verify_step_s"] += took
+        self._step_clock.timed(width, took)
+        self._count_step(list(drafts), "verify")
+        self.speculation["verify_steps"] += 1
+        for (job, found), rows in zip(drafts.items(), logits, strict=True):
+            out = accept(rows, found, None, job.sampler, job.history)
+            s.rollback(job.id, len(found) + 1 - len(out))
+            job.spec.verified(len(found), len(out) - 1)
+            self.speculation["proposed"] += len(found)
+            self.speculation["accepted"] += len(out) - 1
+            for tok in out:
+                self._advance(job, None, tok)
+                if job not in self._active:
+                    break
 
     def _advance(self, job: Job, logits: np.ndarray | None, tok: int | None = None) -> None:
         """Sample job's next token from `logits` (unless the step already drew it), stream
@@ -677,10 +779,14 @@ class Engine:
         self.counters["finished"] += 1
         if piece:
             self._emit(job, Event("text", text=piece, logprobs=self._sent(job)))
+        predicted = None
+        if job.gen.prediction is not None:
+            sp = job.spec
+            predicted = (sp.accepted, sp.proposed - sp.accepted) if sp is not None else (0, 0)
         self._emit(job, Event("done", finish_reason=reason,
                               prompt_tokens=len(job.gen.prompt_ids),
                               completion_tokens=job.generated, cached_tokens=job.cached,
-                              logprobs=self._sent(job)))
+                              logprobs=self._sent(job), predicted=predicted))
 
     @staticmethod
     def _sent(job: Job) -> tuple:
@@ -711,6 +817,19 @@ def prefill_choice(batches: list[int], widths: dict[int, int], cost: dict[int, f
         if best is None or rate > best[0] * (1 + 1e-9):
             best = (rate, k, t)
     return best[1], best[2]
+
+
+def check_speculate(mode: str | None) -> str | None:
+    """The server's speculation mode: None or "lookup"; a draft model is refused (its
+    decoding is one sequence per instance, not batched across requests)."""
+    if mode is None:
+        return None
+    spec = parse(mode)
+    if spec.kind != "lookup":
+        raise RequestError(f"--speculate {spec}: poot serve speculates by prompt lookup only "
+                           f"(a draft model decodes one sequence at a time, not batched "
+                           f"across requests); use --speculate lookup")
+    return spec.kind
 
 
 def deliver_here(events: list[tuple[Job, Event]]) -> None:

@@ -36,6 +36,13 @@ COUNTERS = {
     "prefix_cache_hit_tokens": ("poot_prefix_cache_hit_tokens",
                                 "prompt tokens found in the prefix cache (not prefilled)"),
 }
+#: speculative decoding's counters: key of stats' "speculation" -> (name, help)
+SPECULATION = (
+    ("proposed", "poot_speculative_proposed_tokens",
+     "tokens proposed to verification steps (prompt lookup or a request's prediction)"),
+    ("accepted", "poot_speculative_accepted_tokens",
+     "proposed tokens the verification steps accepted"),
+    ("verify_steps", "poot_speculative_verify_steps", "verification steps run"))
 #: how sequences ended: stats key -> the `outcome` label
 OUTCOMES = {"finished": "finished", "cancelled": "cancelled", "rejected": "rejected",
             "failed": "failed"}
@@ -127,6 +134,9 @@ class _EngineCollector:
         yield self.Gauge("poot_running_requests", "sequences in the batch", value=s["active"])
         yield self.Gauge("poot_queued_requests", "requests waiting for a batch row",
                          value=s["queued"])
+        spec = s["speculation"]
+        for key, name, text in SPECULATION:
+            yield self.Counter(name, text, value=spec[key])
         if "prefix_cache_blocks" in s:
             yield self.Gauge("poot_prefix_cache_blocks", "KV blocks the prefix cache holds",
                              value=s["prefix_cache_blocks"])

@@ -61,6 +61,10 @@ class Generation:
     logit_bias: Mapping[int, float] = field(default_factory=dict)
     grammar: str | None = None             # llguidance's grammar the answer must match
     tools: Tools | None = None             # chat: the answer may be tool calls
+    #: speculative decoding (poot.serve.speculation): None as the server does, False off
+    speculate: bool | None = None
+    #: Predicted Outputs: the token ids of the text the answer is expected to repeat
+    prediction: list[int] | None = None
     sampling: dict = field(init=False)
 
     def __post_init__(self):
@@ -88,6 +92,7 @@ class Limits:
     #: endpoint kind ("completion", "chat") -> max_tokens of a request that names none
     default_max_tokens: Mapping[str, int] = field(default_factory=lambda: {
         "completion": DEFAULT_COMPLETION_MAX_TOKENS, "chat": DEFAULT_CHAT_MAX_TOKENS})
+    speculate: bool = False  # the server speculates (`poot serve --speculate`)
 
 
 # -- the fields of each endpoint: name -> checker(value, name) ------------------------------
@@ -209,6 +214,18 @@ FORMATS = {"text": set(), "json_object": set(), "json_schema": {"json_schema"},
            "regex": {"regex"}, "grammar": {"grammar"}}
 
 
+def _prediction(v, name):
+    """OpenAI's Predicted Outputs: {"type": "content", "content": text or text parts};
+    the text."""
+    if not isinstance(v, Mapping) or v.get("type") != "content" or set(v) - {"type", "content"}:
+        raise RequestError(f"{name} must be {{\"type\": \"content\", \"content\": ...}}, "
+                           f"got {_shown(v)}", param=name)
+    text = _content(v.get("content"), name)
+    if not text:
+        raise RequestError(f"{name}.content must not be empty", param=f"{name}.content")
+    return text
+
+
 def _response_format(v, name):
     """(type, spec): the grammar is made once the tokenizer is known (`_grammar`)."""
     kind = v.get("type") if isinstance(v, Mapping) else None
@@ -268,6 +285,8 @@ _SAMPLING = {
     "frequency_penalty": _only([0], "the sampler has repetition_penalty instead"),
     "presence_penalty": _only([0], "the sampler has repetition_penalty instead"),
     "logit_bias": _logit_bias,
+    "speculate": _bool,
+    "prediction": _prediction,
 }
 _COMPLETION = {**_SAMPLING, "prompt": None, "echo": _only([False], "no echo"),
                "logprobs": _int(0, MAX_COMPLETION_LOGPROBS),
@@ -308,6 +327,7 @@ def parse_completion(body, limits: Limits, tokenizer) -> Generation:
     _check_model(f["model"], limits)
     ids = _prompt_ids(f["prompt"], tokenizer, limits.vocab)
     f["grammar"] = _grammar(f.get("response_format"), tokenizer)
+    _speculation(f, limits, tokenizer)
     return _generation("completion", f, ids, f.get("max_tokens"), limits)
 
 
@@ -340,7 +360,32 @@ def parse_chat(body, limits: Limits, tokenizer) -> Generation:
     if f.get("top_logprobs") is not None and not f.get("logprobs"):
         raise RequestError("top_logprobs needs logprobs set to true", param="top_logprobs")
     f["logprobs"] = (f.get("top_logprobs") or 0) if f.get("logprobs") else None
+    _speculation(f, limits, tokenizer)
     return _generation("chat", f, ids, max_tokens, limits)
+
+
+def _speculation(f: dict, limits: Limits, tokenizer) -> None:
+    """Check `speculate` and `prediction` against the server and the request's other
+    fields, and turn the prediction's text into token ids. A sequence whose logits the host
+    reads (logprobs, logit_bias, a grammar) does not speculate, so it cannot be asked to."""
+    spec, text = f.get("speculate"), f.get("prediction")
+    if spec and not limits.speculate:
+        raise RequestError("this server does not speculate (start it with --speculate "
+                           "lookup); leave speculate out or give a prediction",
+                           param="speculate")
+    if text is not None and spec is False:
+        raise RequestError("a prediction is used by speculative decoding, which speculate: "
+                           "false turns off", param="prediction")
+    if spec or text is not None:
+        host = [k for k in ("logprobs", "logit_bias", "grammar")
+                if f.get(k) is not None and f.get(k) != {}]
+        if host:
+            name = "response_format" if host[0] == "grammar" else host[0]
+            raise RequestError(f"{'prediction' if text is not None else 'speculate'} cannot "
+                               f"be combined with {name}: a sequence whose logits the server "
+                               f"reads does not speculate",
+                               param="prediction" if text is not None else "speculate")
+    f["prediction"] = None if text is None else tokenizer.encode(text, add_special=False)
 
 
 @dataclass
@@ -530,5 +575,6 @@ def _generation(kind: str, f: dict, ids: list[int], max_tokens, limits: Limits) 
         stream=bool(f.get("stream")),
         include_usage=bool(f.get("stream") and f.get("stream_options")),
         n=f.get("n") or 1, logprobs=f.get("logprobs"), logit_bias=bias,
-        grammar=f.get("grammar"), tools=f.get("tools"))
+        grammar=f.get("grammar"), tools=f.get("tools"), speculate=f.get("speculate"),
+        prediction=f.get("prediction"))
 

@@ -32,9 +32,15 @@ def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) ->
 
 def request_usage(ends: list) -> dict:
     """The usage of a request from the "done" events of its choices: the prompt once (its
-    cached part as choice 0 read it), the tokens of every choice."""
-    return usage(ends[0].prompt_tokens, sum(e.completion_tokens for e in ends),
-                 ends[0].cached_tokens)
+    cached part as choice 0 read it), the tokens of every choice; with a prediction, the
+    proposed tokens its choices' verification steps accepted and rejected."""
+    out = usage(ends[0].prompt_tokens, sum(e.completion_tokens for e in ends),
+                ends[0].cached_tokens)
+    if ends[0].predicted is not None:
+        out["completion_tokens_details"] = {
+            "accepted_prediction_tokens": sum(e.predicted[0] for e in ends),
+            "rejected_prediction_tokens": sum(e.predicted[1] for e in ends)}
+    return out
 
 
 class Shapes:
