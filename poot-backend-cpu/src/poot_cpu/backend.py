@@ -80,11 +80,12 @@ class CpuBackend(KernelBackend):
         from poot_cpu.attention import attention_program
         from poot_cpu.concat import concat_program
         from poot_cpu.convert import cast_program
+        from poot_cpu.gemm import gemm_program
         from poot_cpu.gemv import gemv_program
         from poot_cpu.topk import topk_program
 
-        for builder in (gemv_program, attention_program, topk_program, cast_program,
-                        concat_program):
+        for builder in (gemv_program, gemm_program, attention_program, topk_program,
+                        cast_program, concat_program):
             compiled = builder(op, operands, out, self.printer(device))
             if compiled is not None:
                 return compiled

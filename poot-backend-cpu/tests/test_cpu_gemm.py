@@ -1,0 +1,124 @@
+"""The dense GEMM (poot_cpu.gemm): each instruction-set path on odd shapes (edge tiles, K
+over several blocks, tiles over several threads) and every weight dtype, against float64;
+and through the plan, a dense contraction and a ContractionEpilogue over one against the
+oracle at the conformance tolerance, as one call."""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+from poot.conformance.cases import T, case, one
+from poot.conformance.compare import mismatch
+from poot.conformance.inputs import Arg, draw_all
+from poot.conformance.runner import run_case
+from poot.dtypes import DType
+from poot.ir import ops as O
+from poot.ir import region
+from poot.oracle import evaluate
+from poot.plan import plan
+from poot_cpu import compiler
+from poot_cpu.gemm import GEMM_FROM, kernel_source, packed_bytes
+from poot_cpu.printer import HostCPrinter
+
+F32, BF16, F16, U32 = DType.F32, DType.BF16, DType.F16, DType.U32
+
+# each path compiled by turning the host's wider features off, with the CPU flags a host
+# needs to run it; and (MR, NR) the path's tile, which the probe reads back
+ISAS = {
+    "avx512": ((), {"avx512f", "avx2", "fma", "f16c"}, (8, 32)),
+    "avx2": (("-mno-avx512f",), {"avx2", "fma", "f16c"}, (6, 16)),
+    "scalar": (("-mno-avx2",), set(), (4, 16)),
+}
+
+
+def _flags(isa: str):
+    extra, needs, _ = ISAS[isa]
+    missing = needs - compiler.cpu_flags()
+    if missing:
+        pytest.skip(f"this CPU has no {', '.join(sorted(missing))}: the {isa} path cannot run")
+    return compiler.FLAGS + extra
+
+
+def _run(x: np.ndarray, w: np.ndarray, wdtype: DType, isa: str) -> np.ndarray:
+    m, k = x.shape
+    n = w.shape[0]
+    src = HostCPrinter().prelude(simd=True) + kernel_source("g", wdtype, m, n, k) + (
+        "int tile(void) { return POOT_GEMM_MR * 100 + POOT_GEMM_NR; }\n"
+        "void run(const float* x, const void* w, float* y, float* bp) {\n"
+        "  #pragma omp parallel\n  g(x, w, y, bp);\n}\n")
+    lib = compiler.load(src, _flags(isa))
+    assert divmod(lib.tile(), 100) == ISAS[isa][2]
+    lib.run.argtypes = [ctypes.c_void_p] * 4
+    y = np.full((m, n), np.nan, np.float32)
+    bp = np.full(packed_bytes(n, k) // 4, np.nan, np.float32)
+    lib.run(x.ctypes.data, w.ctypes.data, y.ctypes.data, bp.ctypes.data)
+    return y
+
+
+def _bf16(a: np.ndarray) -> np.ndarray:
+    """a rounded to bf16 (nearest even), as the words and their f32 values."""
+    u = a.astype(np.float32).view(np.uint32)
+    words = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    return words, (words.astype(np.uint32) << 16).view(np.float32)
+
+
+@pytest.mark.parametrize("isa", sorted(ISAS))
+@pytest.mark.parametrize("wdtype", [F32, BF16, F16], ids=str)
+@pytest.mark.parametrize("m, n, k", [(17, 37, 45), (300, 70, 600)])
+def test_gemm_matches_float64(cpu_backend, isa, wdtype, m, n, k):
+    rng = np.random.default_rng(m + n + k)
+    x = rng.standard_normal((m, k), dtype=np.float32)
+    w32 = rng.standard_normal((n, k), dtype=np.float32)
+    if wdtype is BF16:
+        w, wv = _bf16(w32)
+    elif wdtype is F16:
+        w = w32.astype(np.float16)
+        wv = w.astype(np.float32)
+    else:
+        w = wv = w32
+    y = _run(x, np.ascontiguousarray(w), wdtype, isa)
+    want = x.astype(np.float64) @ wv.astype(np.float64).T
+    # every output is an in-order f32 chain over k: its error grows with sqrt(k) at most
+    bound = 4 * np.sqrt(k) * np.finfo(np.float32).eps * (np.abs(x) @ np.abs(wv).T)
+    assert np.all(np.abs(y - want) <= bound)
+
+
+def _dense_case(m: int, n: int, k: int, wtype, epilogue: bool):
+    args = [Arg(T((m, k), F32)), Arg(wtype)]
+    if not epilogue:
+        return case(f"DenseContraction-{wtype.dtype}-{m}x{k}x{n}", "DenseContraction",
+                    str(wtype.dtype), args, one(O.DenseContraction()), exact=False)
+    bias = T((n,), F32)
+    body = region([T((m, n), F32), bias],
+                  lambda b, h, r: b.eqn(O.Unary(O.UnaryOp.Tanh), b.eqn(
+                      O.Binary(O.BinaryOp.Add), h, r)))
+    return case(f"ContractionEpilogue-dense-{wtype.dtype}-{m}x{k}x{n}", "ContractionEpilogue",
+                str(wtype.dtype), args + [Arg(bias)],
+                one(O.ContractionEpilogue(O.DenseContraction(), 2, body)), exact=False,
+                growth="compose")
+
+
+@pytest.mark.parametrize("wtype, epilogue", [
+    (T((40, 96), F32), False), (T((40, 96), BF16), True), (T((40, 48), U32), True)],
+    ids=["f32", "bf16-bias-tanh", "f16-words-bias-tanh"])
+def test_dense_contraction_runs_the_gemm(cpu_backend, wtype, epilogue):
+    m = GEMM_FROM + 3
+    c = _dense_case(m, wtype.shape[0], 96, wtype, epilogue)
+    device = cpu_backend.probe()[0]
+    (step,) = plan(c.graph, (cpu_backend, device)).steps
+    (kernel,) = step.lowering.program.kernels
+    assert kernel.name.endswith("_gemm")
+    rng = np.random.default_rng(0)
+    inputs = draw_all(rng, c.args, c.fixed)
+    (want,) = evaluate(c.graph, inputs, outputs="result")
+    out = run_case(c.graph, inputs, cpu_backend, device, cpu_backend.runtime(device), rng)
+    assert not out.problems
+    assert mismatch(want, out.result, c.exact, c.tol) is None
+
+
+def test_few_rows_keep_the_shared_lowering(cpu_backend):
+    c = _dense_case(GEMM_FROM - 1, 40, 96, T((40, 96), F32), False)
+    device = cpu_backend.probe()[0]
+    (step,) = plan(c.graph, (cpu_backend, device)).steps
+    assert not any(k.name.endswith("_gemm") for k in step.lowering.program.kernels)
