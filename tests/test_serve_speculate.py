@@ -39,7 +39,8 @@ def client(server):
 
 
 def complete(client, prompt=PROMPT, max_tokens=40, **extra):
-    kw = {k: extra.pop(k) for k in ("temperature", "seed", "logprobs") if k in extra}
+    kw = {k: extra.pop(k) for k in ("temperature", "seed", "logprobs", "stop", "n")
+          if k in extra}
     return client.completions.create(model=MODEL, prompt=prompt, max_tokens=max_tokens,
                                      temperature=kw.pop("temperature", 0.0),
                                      extra_body={"ignore_eos": True, **extra}, **kw)
@@ -111,6 +112,28 @@ def test_speculation_does_not_change_another_requests_text(client):
                               prediction={"type": "content", "content": plain[:20]})]
         texts = [f.result().choices[0].text for f in beside]
     assert texts == [alone, sampled, plain, plain]
+
+
+def test_a_stop_string_or_max_tokens_ends_a_speculated_answer_where_it_would(client):
+    """Tokens a verification step accepted past the end are dropped."""
+    plain = complete(client, "hello world", speculate=False).choices[0].text
+    stop = plain[20:22]
+    cut = complete(client, "hello world", speculate=False, stop=stop).choices[0]
+    for kw in ({}, {"prediction": {"type": "content", "content": plain}}):
+        got = complete(client, "hello world", stop=stop, **kw).choices[0]
+        assert (got.text, got.finish_reason) == (cut.text, cut.finish_reason) == \
+            (plain[:plain.index(stop)], "stop")
+        short = complete(client, "hello world", 7, **kw)
+        assert short.choices[0].text == complete(client, "hello world", 7,
+                                                 speculate=False).choices[0].text
+        assert (short.usage.completion_tokens, short.choices[0].finish_reason) == (7, "length")
+    # n choices: each its own proposer; usage sums their proposals
+    two = complete(client, "hello world", 20, n=2,
+                   prediction={"type": "content", "content": plain})
+    first = complete(client, "hello world", 20, speculate=False).choices[0].text
+    assert [c.text for c in two.choices] == [first] * 2
+    d = two.usage.completion_tokens_details
+    assert d.accepted_prediction_tokens >= 2
 
 
 def test_a_seeded_sample_repeats_under_speculation(client):
