@@ -371,6 +371,7 @@ class HostCPrinter(CPrinter):
         kernel.validate()
         kernel = self.rewrite(kernel)
         self.check_dtypes(kernel)
+        self._kernel = kernel            # the refusal below names it
         gx, gy, gz = kernel.grid3()
         if (gy, gz) != (1, 1) or _has_sync(kernel.body) or kernel.shared:
             raise self.unsupported(f"element function of {kernel.name} (a 1-D grid without "
