@@ -99,22 +99,27 @@ def _dense_case(m: int, n: int, k: int, wtype, epilogue: bool):
                 growth="compose")
 
 
+def _planned_and_checked(backend, c, seed: int):
+    """The plan's one step's kernels; the case's result checked against the oracle."""
+    device = backend.probe()[0]
+    (step,) = plan(c.graph, (backend, device)).steps
+    rng = np.random.default_rng(seed)
+    inputs = draw_all(rng, c.args, c.fixed)
+    (want,) = evaluate(c.graph, inputs, outputs="result")
+    out = run_case(c.graph, inputs, backend, device, backend.runtime(device), rng)
+    assert not out.problems
+    assert mismatch(want, out.result, c.exact, c.tol) is None
+    return step.lowering.program.kernels
+
+
 @pytest.mark.parametrize("wtype, epilogue", [
     (T((40, 96), F32), False), (T((40, 96), BF16), True), (T((40, 48), U32), True)],
     ids=["f32", "bf16-bias-tanh", "f16-words-bias-tanh"])
 def test_dense_contraction_runs_the_gemm(cpu_backend, wtype, epilogue):
     m = GEMM_FROM + 3
     c = _dense_case(m, wtype.shape[0], 96, wtype, epilogue)
-    device = cpu_backend.probe()[0]
-    (step,) = plan(c.graph, (cpu_backend, device)).steps
-    (kernel,) = step.lowering.program.kernels
+    (kernel,) = _planned_and_checked(cpu_backend, c, 0)
     assert kernel.name.endswith("_gemm")
-    rng = np.random.default_rng(0)
-    inputs = draw_all(rng, c.args, c.fixed)
-    (want,) = evaluate(c.graph, inputs, outputs="result")
-    out = run_case(c.graph, inputs, cpu_backend, device, cpu_backend.runtime(device), rng)
-    assert not out.problems
-    assert mismatch(want, out.result, c.exact, c.tol) is None
 
 
 def test_few_rows_keep_the_shared_lowering(cpu_backend):
@@ -122,3 +127,18 @@ def test_few_rows_keep_the_shared_lowering(cpu_backend):
     device = cpu_backend.probe()[0]
     (step,) = plan(c.graph, (cpu_backend, device)).steps
     assert not any(k.name.endswith("_gemm") for k in step.lowering.program.kernels)
+
+
+def test_epilogue_without_an_element_function_runs_after_the_gemm(cpu_backend, monkeypatch):
+    """An epilogue the printer cannot fuse (a 2-D grid, for outputs past 2^24 elements) runs
+    as its own kernel over the GEMM's scratch result."""
+    import poot_cpu.gemm
+
+    monkeypatch.setattr(poot_cpu.gemm, "fused_epilogue", lambda *args: None)
+    cpu_backend.forget_lowerings()
+    try:
+        c = _dense_case(GEMM_FROM + 5, 24, 40, T((24, 40), F16), True)
+        kernels = _planned_and_checked(cpu_backend, c, 2)
+        assert len(kernels) == 2 and kernels[0].name.endswith("_gemm")
+    finally:
+        cpu_backend.forget_lowerings()
