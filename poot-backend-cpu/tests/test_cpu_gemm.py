@@ -1,5 +1,6 @@
-"""The dense GEMM (poot_cpu.gemm): each instruction-set path on odd shapes (edge tiles, K
-over several blocks, tiles over several threads) and every weight dtype, against float64;
+"""The dense GEMM (poot_cpu.gemm): each instruction-set path and every weight layout on an
+odd shape (edge tiles of every path's MR and NR, K over three blocks, three row tiles over
+the threads), against float64;
 and through the plan, a dense contraction and a ContractionEpilogue over one against the
 oracle at the conformance tolerance, as one call."""
 from __future__ import annotations
@@ -40,9 +41,9 @@ def _flags(isa: str):
     return compiler.FLAGS + extra
 
 
-def _run(x: np.ndarray, w: np.ndarray, wdtype: DType, isa: str) -> np.ndarray:
+def _run(x: np.ndarray, w: np.ndarray, wdtype: DType | str, isa: str) -> np.ndarray:
     m, k = x.shape
-    n = w.shape[0]
+    n = w.shape[1] if wdtype == "kn" else w.shape[0]
     src = HostCPrinter().prelude(simd=True) + kernel_source("g", wdtype, m, n, k) + (
         "int tile(void) { return POOT_GEMM_MR * 100 + POOT_GEMM_NR; }\n"
         "void run(const float* x, const void* w, float* y, float* bp) {\n"
@@ -64,8 +65,8 @@ def _bf16(a: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.parametrize("isa", sorted(ISAS))
-@pytest.mark.parametrize("wdtype", [F32, BF16, F16], ids=str)
-@pytest.mark.parametrize("m, n, k", [(17, 37, 45), (300, 70, 600)])
+@pytest.mark.parametrize("wdtype", [F32, BF16, F16, "kn"], ids=str)
+@pytest.mark.parametrize("m, n, k", [(301, 70, 600)])
 def test_gemm_matches_float64(cpu_backend, isa, wdtype, m, n, k):
     rng = np.random.default_rng(m + n + k)
     x = rng.standard_normal((m, k), dtype=np.float32)
@@ -75,6 +76,9 @@ def test_gemm_matches_float64(cpu_backend, isa, wdtype, m, n, k):
     elif wdtype is F16:
         w = w32.astype(np.float16)
         wv = w.astype(np.float32)
+    elif wdtype == "kn":
+        wv = w32
+        w = w32.T
     else:
         w = wv = w32
     y = _run(x, np.ascontiguousarray(w), wdtype, isa)
@@ -84,18 +88,19 @@ def test_gemm_matches_float64(cpu_backend, isa, wdtype, m, n, k):
     assert np.all(np.abs(y - want) <= bound)
 
 
-def _dense_case(m: int, n: int, k: int, wtype, epilogue: bool):
+def _dense_case(m: int, n: int, k: int, wtype, epilogue: bool, head=O.DenseContraction):
+    """head(x [m, k], w: wtype) -> [m, n], and with epilogue tanh(. + bias [n])."""
     args = [Arg(T((m, k), F32)), Arg(wtype)]
     if not epilogue:
-        return case(f"DenseContraction-{wtype.dtype}-{m}x{k}x{n}", "DenseContraction",
-                    str(wtype.dtype), args, one(O.DenseContraction()), exact=False)
+        return case(f"{head.__name__}-{wtype.dtype}-{m}x{k}x{n}", head.__name__,
+                    str(wtype.dtype), args, one(head()), exact=False)
     bias = T((n,), F32)
     body = region([T((m, n), F32), bias],
                   lambda b, h, r: b.eqn(O.Unary(O.UnaryOp.Tanh), b.eqn(
                       O.Binary(O.BinaryOp.Add), h, r)))
     return case(f"ContractionEpilogue-dense-{wtype.dtype}-{m}x{k}x{n}", "ContractionEpilogue",
                 str(wtype.dtype), args + [Arg(bias)],
-                one(O.ContractionEpilogue(O.DenseContraction(), 2, body)), exact=False,
+                one(O.ContractionEpilogue(head(), 2, body)), exact=False,
                 growth="compose")
 
 
@@ -112,12 +117,13 @@ def _planned_and_checked(backend, c, seed: int):
     return step.lowering.program.kernels
 
 
-@pytest.mark.parametrize("wtype, epilogue", [
-    (T((40, 96), F32), False), (T((40, 96), BF16), True), (T((40, 48), U32), True)],
-    ids=["f32", "bf16-bias-tanh", "f16-words-bias-tanh"])
-def test_dense_contraction_runs_the_gemm(cpu_backend, wtype, epilogue):
-    m = GEMM_FROM + 3
-    c = _dense_case(m, wtype.shape[0], 96, wtype, epilogue)
+@pytest.mark.parametrize("wtype, epilogue, head", [
+    (T((40, 96), F32), False, O.DenseContraction), (T((40, 96), BF16), True, O.DenseContraction),
+    (T((40, 48), U32), True, O.DenseContraction), (T((96, 40), F32), True, O.MatMul)],
+    ids=["f32", "bf16-bias-tanh", "f16-words-bias-tanh", "matmul-bias-tanh"])
+def test_contraction_runs_the_gemm(cpu_backend, wtype, epilogue, head):
+    n = wtype.shape[1] if head is O.MatMul else wtype.shape[0]
+    c = _dense_case(GEMM_FROM + 3, n, 96, wtype, epilogue, head)
     (kernel,) = _planned_and_checked(cpu_backend, c, 0)
     assert kernel.name.endswith("_gemm")
 

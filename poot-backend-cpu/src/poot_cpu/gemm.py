@@ -1,15 +1,15 @@
 """Dense contractions of many rows on the CPU: a cache-blocked GEMM written as C.
 
 out[m, n] = sum_k x[m, k] * W[n, k] for a checkpoint weight W [N, K] in f32, bf16, f16
-or f16 held as u32 words (DenseContraction), and the same head under a
-ContractionEpilogue. Written by hand because the shared contraction schedules are
+or f16 held as u32 words (DenseContraction), or x . B for an f32 MatMul whose right
+operand B [K, N] has no batch axes; each also as the head of a ContractionEpilogue. Written by hand because the shared contraction schedules are
 shaped for GPUs (a workgroup per output tile, one element per thread): printed as C
 loops they reach a tenth of what the host's FMA units give.
 
 The function, in every thread of the step's parallel region:
 
 1. packs the whole weight once per call into scratch, converted to f32, as panels of NR
-   rows: panel p holds W[p*NR .. p*NR+NR, :] transposed to [K][NR] (rows past N zero), so
+   rows: panel p holds W[p*NR .. p*NR+NR, :] as [K][NR] (rows past N zero), so
    the microkernel reads NR consecutive weights of one k with one or two vector loads;
 2. runs the MC x NC tiles of the output as an OpenMP loop; in each tile, per block of KC
    of K, the activations' MC x KC block is copied into the thread's stack as MR-row
@@ -25,9 +25,9 @@ The instruction set is the compiler's target (`-march=native`: the host's cpuid 
 plan is built): AVX-512F (MR 8 x NR 32), AVX2 with FMA (6 x 16), else plain C loops
 (4 x 16); the tests build each from the same source.
 
-Taken: DenseContraction (and a ContractionEpilogue over one) of at least GEMM_FROM rows
-with a weight whose K is the activations' last axis. Fewer rows take the shared
-lowering (its GEMV schedules stream the weight once, which is what decode needs).
+Taken: those contractions of at least GEMM_FROM rows of f32 activations. Fewer rows take
+the shared lowering (its GEMV schedules stream the weight once, which is what decode
+needs), as do MatMuls of other dtypes or with batched right operands.
 """
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ from poot.codegen.lower.base import Sig
 from poot.codegen.program import OUT, SCRATCH, Access, BufferParam, KernelProgram
 from poot.dtypes import DType
 from poot.ir.graph import Lit
-from poot.ir.ops import ContractionEpilogue, DenseContraction
+from poot.ir.ops import ContractionEpilogue, DenseContraction, MatMul
 from poot.kernel_backend import CompiledProgram
 
 from poot_cpu.gemv import epilogue, fused_epilogue
@@ -49,11 +49,13 @@ F32, BF16, F16, U32 = DType.F32, DType.BF16, DType.F16, DType.U32
 GEMM_FROM = 16      # rows from which a dense contraction runs here
 NR_MAX = 32         # the widest panel (AVX-512): the packed weight's scratch is sized by it
 
-# the element (n, k) of the weight as f32, per weight dtype (w: the weight's first byte)
+# the element (n, k) of the weight as f32, per weight dtype (w: the weight's first byte);
+# "kn": a MatMul's right operand, [K, N]
 WEIGHT_LOAD = {
     F32: "((const float*)w)[(size_t)n * K + k]",
     BF16: "poot_u2f((unsigned int)((const unsigned short*)w)[(size_t)n * K + k] << 16)",
     F16: "(float)((const _Float16*)w)[(size_t)n * K + k]",
+    "kn": "((const float*)w)[(size_t)k * N + n]",
 }
 
 # the microkernel and its tile sizes, once per translation unit
@@ -147,13 +149,12 @@ static void {name}(const float* restrict x, const void* restrict w, float* restr
          TM = (M + MC - 1) / MC, TN = (N + NC - 1) / NC }};
 {prologue}  #pragma omp for schedule(static)
   for (int p = 0; p < NP; ++p)
-    for (int j = 0; j < NR; ++j) {{
-      const int n = p * NR + j;
-      float* restrict dst = bp + (size_t)p * K * NR + j;
-      if (n < N)
-        for (int k = 0; k < K; ++k) dst[(size_t)k * NR] = {load};
-      else
-        for (int k = 0; k < K; ++k) dst[(size_t)k * NR] = 0.0f;
+    for (int k = 0; k < K; ++k) {{
+      float* restrict dst = bp + ((size_t)p * K + k) * NR;
+      for (int j = 0; j < NR; ++j) {{
+        const int n = p * NR + j;
+        dst[j] = n < N ? {load} : 0.0f;
+      }}
     }}
   float ap[MC * KC] __attribute__((aligned(64)));
   #pragma omp for schedule(dynamic, 1) nowait
@@ -188,11 +189,17 @@ static void {name}(const float* restrict x, const void* restrict w, float* restr
 """
 
 
-def _weight(head, w) -> DType | None:
-    """The weight's element dtype as the kernel reads it (u32 words hold f16 pairs)."""
+def _weight(head, x, w) -> tuple[DType | str, int] | None:
+    """(how the kernel reads the weight: its element dtype, u32 words holding f16 pairs, or
+    "kn" for a MatMul's f32 [K, N]; N), or None where this kernel does not take it."""
     if isinstance(w, Lit) or w.rank != 2:
         return None
-    return F16 if w.dtype is U32 else w.dtype if w.dtype in WEIGHT_LOAD else None
+    if type(head) is MatMul:
+        return ("kn", w.shape[1]) if w.dtype is F32 and w.shape[0] == x.shape[-1] else None
+    words = w.dtype is U32
+    if w.shape[1] * (2 if words else 1) != x.shape[-1]:
+        return None
+    return (F16 if words else w.dtype, w.shape[0]) if words or w.dtype in WEIGHT_LOAD else None
 
 
 def packed_bytes(n: int, k: int) -> int:
@@ -201,7 +208,7 @@ def packed_bytes(n: int, k: int) -> int:
 
 
 @functools.cache   # one string per distinct function: a plan calls each shape many times
-def kernel_source(name: str, wdtype: DType, m: int, n: int, k: int, extra: str = "",
+def kernel_source(name: str, wdtype: DType | str, m: int, n: int, k: int, extra: str = "",
                   prologue: str = "", after_tile: str = "", tail: str = "") -> str:
     """One C function: y[M, N] = x[M, K] . W[N, K]^T for a weight of dtype `wdtype` (with
     a fused epilogue: its parameters and code, from poot_cpu.gemv.fused_epilogue), after
@@ -213,17 +220,19 @@ def kernel_source(name: str, wdtype: DType, m: int, n: int, k: int, extra: str =
 
 def gemm_program(op, ins, out, printer) -> CompiledProgram | None:
     head = op.head if isinstance(op, ContractionEpilogue) else op
-    if type(head) is not DenseContraction or \
+    if type(head) not in (DenseContraction, MatMul) or \
             (isinstance(op, ContractionEpilogue) and op.n_head != 2):
         return None
     x, w = ins[0], ins[1]
-    wdtype = _weight(head, w)
-    if isinstance(x, Lit) or x.dtype is not F32 or wdtype is None:
+    if isinstance(x, Lit) or x.dtype is not F32 or x.rank < 2:
         return None
+    read = _weight(head, x, w)
+    if read is None:
+        return None
+    wdtype, n = read
     k = x.shape[-1]
     m = math.prod(x.shape[:-1])
-    n = w.shape[0]
-    if m < GEMM_FROM or w.size * (2 if w.dtype is U32 else 1) != n * k:
+    if m < GEMM_FROM:
         return None
     sig = Sig(op, tuple(ins), out)
     name = f"{sig.name}_gemm"
