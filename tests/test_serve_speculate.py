@@ -136,9 +136,17 @@ def test_a_stop_string_or_max_tokens_ends_a_speculated_answer_where_it_would(cli
     assert d.accepted_prediction_tokens >= 2
 
 
-def test_a_seeded_sample_repeats_under_speculation(client):
-    a, b = (complete(client, temperature=1.0, seed=3).choices[0].text for _ in range(2))
+def test_a_seeded_sample_repeats_under_speculation_beside_others(client):
+    """Its proposal lengths, hence its draws, follow its own acceptance, not the step
+    times or its neighbours."""
+    a, b = (complete(client, "hello world", temperature=1.0, seed=3).choices[0].text
+            for _ in range(2))
     assert a == b and len(a) > 0
+    with ThreadPoolExecutor(3) as pool:
+        beside = [pool.submit(complete, client, "hello world", temperature=1.0, seed=3),
+                  pool.submit(complete, client, "xyz", 30, temperature=0.7, seed=9),
+                  pool.submit(complete, client, PROMPT)]
+        assert beside[0].result().choices[0].text == a
 
 
 def test_metrics_count_speculation(client, server):

@@ -409,7 +409,11 @@ class Engine:
             return None
         proposer = Prediction(gen.prediction) if gen.prediction is not None else \
             PromptLookup()
-        return Speculation(proposer, self.draft_tokens, self._step_clock.seconds)
+        # a sampled sequence's draws follow its proposal lengths: they must not follow the
+        # step times (nor so its neighbours), or a seed would not repeat its text; its
+        # AdaptiveK weighs the fixed cost model alone
+        clock = self._step_clock.seconds if job.sampler.greedy else {}
+        return Speculation(proposer, self.draft_tokens, clock)
 
     def _embed_next(self) -> None:
         """The oldest embeddings request's vectors (poot.serve.embed), or its failure."""

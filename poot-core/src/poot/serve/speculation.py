@@ -45,9 +45,9 @@ class Prediction:
 
 
 class Speculation:
-    """One sequence's speculation: its proposer, its AdaptiveK (the step costs it weighs
-    are the engine's, shared: `seconds`), the plain steps left before it proposes again,
-    and its tally."""
+    """One sequence's speculation: its proposer, its AdaptiveK (the step costs it weighs:
+    `seconds`, the engine's measured ones, shared, or an empty dict never timed for the
+    fixed cost model), the plain steps left before it proposes again, and its tally."""
 
     def __init__(self, proposer, most: int, seconds: dict):
         self.proposer = proposer
