@@ -183,3 +183,22 @@ def test_serve_refuses_a_draft_model_in_one_line(tiny):
                               mode], capture_output=True, text=True, timeout=60)
         assert run.returncode != 0
         assert "prompt lookup only" in run.stderr and len(run.stderr.strip().splitlines()) == 1
+
+
+def test_a_prediction_is_walked_in_order_and_lookup_takes_over():
+    from poot.serve.speculation import Prediction
+
+    p = Prediction([1, 2, 3, 9, 1, 2, 4, 5, 6])
+    assert p.propose([7, 1, 2, 3], 3, None) == ([9, 1, 2], None)
+    # "1 2" occurs twice: the match at or after the last one is taken
+    assert p.propose([7, 1, 2, 3, 9, 1, 2], 2, None) == ([4, 5], None)
+    # at the prediction's end nothing follows; prompt lookup over the text proposes
+    assert p.propose([8, 6, 0, 6], 2, None) == ([0, 6], None)
+
+
+def test_an_answer_to_the_end_of_the_context_speculates_inside_it(client):
+    n = complete(client, PROMPT, 1).usage.prompt_tokens
+    plain = complete(client, PROMPT, 256 - n, speculate=False)
+    fast = complete(client, PROMPT, 256 - n)
+    assert fast.choices[0].text == plain.choices[0].text
+    assert fast.usage.completion_tokens == 256 - n

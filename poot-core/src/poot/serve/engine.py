@@ -713,18 +713,21 @@ class Engine:
         (poot.models.speculate.accept: greedy keeps exactly its argmax's tokens), the
         rejected positions are rolled back, and the tokens go through `_advance` one at a
         time, so EOS, a stop string or max_tokens ends the job there and drops the rest. A
-        job whose proposal is empty, or whose context has no room for the step's width,
+        job whose proposal is empty, or whose context has no room for the widest step,
         has its k cleared and takes the plain step."""
         s, clock = self.session, time.perf_counter
         drafts: dict[Job, list[int]] = {}
+        widest = self.verify_widths[-1]
         for job in jobs:
             k = min(job.spec.k, job.gen.max_tokens - job.generated - 1)
-            found = job.spec.proposer.propose(job.history, k, job.sampler)[0] if k > 0 else []
-            if found:
-                drafts[job] = found
+            # room for the widest step, whatever the others propose: whether a job
+            # speculates depends on it alone
+            if k > 0 and s.length(job.id) + widest <= s.capacity:
+                found = job.spec.proposer.propose(job.history, k, job.sampler)[0]
+                if found:
+                    drafts[job] = found
         width = next(w for w in self.verify_widths
                      if w > max(map(len, drafts.values()), default=0))
-        drafts = {j: d for j, d in drafts.items() if s.length(j.id) + width <= s.capacity}
         for job in jobs:
             if job not in drafts:
                 job.spec.k = 0
