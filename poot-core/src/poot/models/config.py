@@ -12,6 +12,7 @@ from typing import Any
 
 from poot.checked import MISSING, Values
 from poot.errors import CheckpointError
+from poot.models import deepseek_config
 from poot.models.families import FAMILIES, HF_FAMILIES, HF_TYPES, Family
 from poot.models.fused import GATE_UP, QKV, check_fused, gguf_fused_name
 from poot.models.llama import LlamaConfig
@@ -210,16 +211,24 @@ def _check_hf_tensors(config: LlamaConfig, tensors: dict, where: str,
         need.append("output.weight")
     for i in range(config.layers):
         layer = list(_LAYER_TENSORS)
+        if config.mla is not None:
+            layer = [g for g in layer if not g.startswith(("attn_q", "attn_k", "attn_v"))]
+            layer += ["attn_kv_a_mqa.weight", "attn_kv_a_norm.weight", "attn_kv_b.weight"]
+            layer += (["attn_q_a.weight", "attn_q_a_norm.weight", "attn_q_b.weight"]
+                      if config.mla.q_rank else ["attn_q.weight"])
         if getattr(FAMILIES.get(config.arch), "fused", False):
             layer = [g for g in layer if not g.startswith(("attn_q", "attn_k", "attn_v",
                                                            "ffn_gate", "ffn_up"))]
             layer += [QKV, GATE_UP]
-        if config.experts:
+        if config.experts and i >= config.dense_layers:
             layer = [g for g in layer if not g.startswith(("ffn_gate", "ffn_up", "ffn_down"))]
             layer += ["ffn_gate_inp.weight"]
             if config.shared_ffn:
                 layer += [f"ffn_{g}_shexp.weight" for g in ("gate", "up", "down")]
-                layer += ["ffn_gate_inp_shexp.weight"]
+                if config.routing is None:
+                    layer += ["ffn_gate_inp_shexp.weight"]
+            if config.routing is not None and config.routing.bias:
+                layer += ["exp_probs_b.bias"]
         if config.qkv_bias:
             layer += [f"attn_{g}.bias" for g in "qkv"]
         if config.out_bias:
@@ -276,7 +285,7 @@ _HF_READ = {
     "decoder_sparse_step", "mlp_only_layers", "router_aux_loss_coef", "output_router_logits",
     "router_jitter_noise", "qkv_bias", "partial_rotary_factor",
     "original_max_position_embeddings", "swiglu_limit", "swiglu_alpha", "experts_per_token",
-    "initial_context_length",
+    "initial_context_length", *deepseek_config.KEYS,
 }
 #: keys only gpt_oss configs hold (refused in any other family's)
 _GPT_OSS_KEYS = ("swiglu_limit", "swiglu_alpha", "experts_per_token", "initial_context_length")
@@ -343,6 +352,9 @@ def from_hf(cfg: dict[str, Any], tensors: dict, max_seq: int | None = None) -> L
     for name in _GPT_OSS_KEYS:
         if name in cfg and fam.moe != "gpt_oss":
             refuse(name, "a gpt_oss setting, read for gpt_oss only")
+    for name in deepseek_config.KEYS:
+        if name in cfg and fam.moe != "deepseek":
+            refuse(name, "a DeepSeek setting, read for deepseek_v2 and deepseek_v3 only")
     # gpt-oss: q/k/v and o biases unless attention_bias says otherwise (its default: on)
     biases = fam.sinks and v.flag("attention_bias", True)
     # transformers 5 names Qwen2-MoE's q/k/v biases qkv_bias (4.x: always there)
@@ -370,7 +382,9 @@ def from_hf(cfg: dict[str, Any], tensors: dict, max_seq: int | None = None) -> L
         attn_scale=scalar ** -0.5 if scalar else None,
         window=window, sliding=sliding,
         rope_base_local=(local if local is not None else fam.rope_base_local) or None)
-    if fam.moe:
+    if fam.moe == "deepseek":
+        config = deepseek_config.deepseek_config(config, cfg, v, where, model_type)
+    elif fam.moe:
         config = replace(config, **_hf_moe(cfg, v, fam, where, key))
     elif any(cfg.get(k) for k in ("num_local_experts", "num_experts")):
         refuse("num_experts" if cfg.get("num_experts") else "num_local_experts",
@@ -471,7 +485,9 @@ def _hf_rope(v: Values, where: str, fam: Family, ctx: int) -> _Rope:
         known = [k for k in _ROPE_KEYS if k != "longrope" or fam.partial_rotary]
         raise CheckpointError(f"{where}: config.json {name} rope_type {kind!r} is not "
                               f"supported (poot runs {', '.join(known)} for this family)")
-    extra = sorted(set(rs.values) - _ROPE_KEYS[kind] - _ROPE_COMMON)
+    # DeepSeek's YaRN also names mscale and mscale_all_dim (read where set)
+    mscales = {"mscale", "mscale_all_dim"} if kind == "yarn" and fam.moe == "deepseek" else set()
+    extra = sorted(set(rs.values) - _ROPE_KEYS[kind] - _ROPE_COMMON - mscales)
     if extra:
         raise CheckpointError(f"{where}: config.json {name} key {extra[0]!r} is not "
                               f"implemented for rope_type {kind!r}")
@@ -504,8 +520,18 @@ def _hf_rope(v: Values, where: str, fam: Family, ctx: int) -> _Rope:
                                 rs.number("high_freq_factor", 4.0)))
     return rope(RopeScaling("yarn", factor, orig, beta_fast=rs.number("beta_fast", 32.0),
                             beta_slow=rs.number("beta_slow", 1.0),
-                            attention_factor=rs.number("attention_factor", None),
+                            attention_factor=rs.number("attention_factor", None)
+                            or _yarn_mscale_ratio(rs, factor),
                             truncate=rs.flag("truncate", True)))
+
+
+def _yarn_mscale_ratio(rs: Values, factor: float) -> float | None:
+    """YaRN's cos/sin factor where mscale and mscale_all_dim are set (DeepSeek), as
+    transformers derives it; None: the default, from the factor alone."""
+    mscale, all_dim = rs.number("mscale", 0.0, lo=0.0), rs.number("mscale_all_dim", 0.0, lo=0.0)
+    if not (mscale and all_dim) or factor <= 1:
+        return None
+    return (0.1 * mscale * math.log(factor) + 1.0) / (0.1 * all_dim * math.log(factor) + 1.0)
 
 
 def _hf_longrope(v: Values, rs: Values, where: str, name: str, ctx: int) -> RopeScaling:

@@ -26,7 +26,8 @@ class Family:
     hf_norm_offset: bool = False
     #: mixture of experts: "" (dense FFN), "mixtral" (HF num_local_experts), "qwen"
     #: (num_experts, moe_intermediate_size, norm_topk_prob, shared expert where sized) or
-    #: "gpt_oss" (biased router and experts, clamped SwiGLU: poot.models.gpt_oss)
+    #: "gpt_oss" (biased router and experts, clamped SwiGLU: poot.models.gpt_oss) or
+    #: "deepseek" (poot.models.deepseek_config)
     moe: str = ""
     #: q|k|v and gate|up stored as one tensor each (HF qkv_proj, gate_up_proj; GGUF attn_qkv,
     #: and ffn_up holding gate|up): poot.models.fused serves their parts
@@ -60,8 +61,13 @@ HF_FAMILIES = {
     "qwen3_moe": Family(qk_norm=True, moe="qwen"),
     # experts as poot.models.gpt_oss computes them
     "gpt_oss": Family(moe="gpt_oss", sinks=True),
+    # multi-head latent attention, shared experts, group-limited routing:
+    # poot.models.deepseek
+    "deepseek_v2": Family(moe="deepseek"),
+    "deepseek_v3": Family(moe="deepseek"),
 }
 #: HF model_type -> family (GGUF architecture name)
 HF_TYPES = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "qwen3": "qwen3",
             "gemma3_text": "gemma3", "mixtral": "mixtral", "qwen2_moe": "qwen2_moe",
-            "qwen3_moe": "qwen3_moe", "phi3": "phi3", "gpt_oss": "gpt_oss"}
+            "qwen3_moe": "qwen3_moe", "phi3": "phi3", "gpt_oss": "gpt_oss",
+            "deepseek_v2": "deepseek_v2", "deepseek_v3": "deepseek_v3"}

@@ -34,6 +34,7 @@ from poot.errors import CheckpointError
 from poot.formats import PackedWeight
 from poot.ir.graph import Graph
 from poot.ir.types import SlotKind, TensorType, WeightRef
+from poot.models.deepseek import Mla, Routing, mla_attention, route
 from poot.models.gpt_oss import gpt_oss_experts
 from poot.models.hosted_rows import embed_rows, span_mask, span_mask_ring, span_slot
 from poot.models.rope import RopeScaling
@@ -84,6 +85,12 @@ class LlamaConfig:
     #: interleaved, and the SwiGLU clamped at this limit (None: the plain gated MLP)
     swiglu_limit: float | None = None
     swiglu_alpha: float = 1.702      # gpt-oss: the sigmoid's gain in that SwiGLU
+    #: DeepSeek (poot.models.deepseek): multi-head latent attention, whose cache holds the
+    #: latent (head_dim is then nope + rope, rope_dim the rope part); its router; and the
+    #: count of first layers with a dense FFN (of size ffn) before the expert layers
+    mla: Mla | None = None
+    routing: Routing | None = None
+    dense_layers: int = 0
 
     @property
     def rot(self) -> int:
@@ -186,7 +193,10 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
         raise ValueError("spans (tokens that see each other both ways) take a dense KV cache")
     if c.act not in ("silu", "gelu_tanh"):
         raise ValueError(f"unknown FFN activation {c.act!r}")
-    check_kv_dtype(kv_dtype, c.head_dim)
+    check_kv_dtype(kv_dtype, c.mla.latent if c.mla else c.head_dim)
+    if c.mla is not None and (kv != "dense" or spans):
+        raise CheckpointError(f"{c.arch}: multi-head latent attention runs with a dense KV "
+                              f"cache of one sequence (kv='dense', no spans), not kv={kv!r}")
     if logits not in ("all", "last", "rows", "hidden"):
         raise ValueError(f"logits must be 'all', 'last', 'rows' or 'hidden', not {logits!r}")
     if sample is not None and tokens != 1:
@@ -287,6 +297,15 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
             p = f"blk.{i}."
             sliding = c.is_sliding(i)
             h = norm(x, p + "attn_norm.weight")
+            if c.mla is not None:
+                o = mla_attention(c, h, p, declare, linear, rope["rope.cos"], rope["rope.sin"],
+                                  ops.reshape(rope_pos, (1, t)), pos, mask_for(False), scale,
+                                  kv_dtype)
+                x = ops.add(x, o)
+                x = ops.add(x, _ffn(c, norm(x, p + "ffn_norm.weight"), p, declare,
+                                    linear=linear, stack=lambda names: stack(names, stack_ffn),
+                                    has=weights.has))
+                continue
 
             q, k, v, qk = qkv(h, p)
             if c.qk_norm:
@@ -402,7 +421,7 @@ def _ffn(c: LlamaConfig, h, p: str, declare, suffix: str = "", *, linear=None, p
     halves), a wider one each over its rows. `has(name)`: whether the source holds a
     tensor (gpt-oss experts: gate|up fused, or apart)."""
     linear = linear or (lambda x, name: ops.linear(x, declare(name)))
-    if c.experts and not suffix:
+    if c.experts and not suffix and int(p.split(".")[1]) >= c.dense_layers:
         return _moe(c, h, p, declare, linear, pool, has)
     names = [f"{p}ffn_gate{suffix}.weight", f"{p}ffn_up{suffix}.weight"]
     w = stack(names) if stack is not None else None
@@ -431,7 +450,10 @@ def _moe(c: LlamaConfig, h, p: str, declare, linear, pool=None, has=None):
     n, k, e = h.shape[0], c.experts_used, c.experts
     router_bias = declare(p + "ffn_gate_inp.bias") if c.swiglu_limit is not None else None
     logits = ops.linear(h, declare(p + "ffn_gate_inp.weight"), router_bias)  # [N, E]
-    if c.norm_topk:
+    if c.routing is not None:
+        bias = declare(p + "exp_probs_b.bias") if c.routing.bias else None
+        ids, probs = route(c.routing, logits, bias, k, c.norm_topk)
+    elif c.norm_topk:
         ids, probs = ops.moe_route(logits, k)                              # [N, k] each
     else:
         full = ops.softmax(logits, -1)
@@ -470,7 +492,9 @@ def _moe(c: LlamaConfig, h, p: str, declare, linear, pool=None, has=None):
         y = experts(a, "ffn_down_exps")
     y = ops.mul(y, ops.reshape(probs, (n * k, 1)))
     out = ops.reduce_sum(ops.reshape(y, (n, k, c.dim)), 1)
-    if c.shared_ffn:
+    if c.shared_ffn and c.routing is not None:      # DeepSeek: shared experts, no gate
+        out = ops.add(out, _ffn(c, h, p, declare, "_shexp", linear=linear))
+    elif c.shared_ffn:
         gate = ops.linear(h, declare(p + "ffn_gate_inp_shexp.weight"))    # [N, 1]
         sig = ops.div(1.0, ops.add(ops.exp(ops.neg(gate)), 1.0))
         out = ops.add(out, ops.mul(_ffn(c, h, p, declare, "_shexp", linear=linear), sig))

@@ -57,15 +57,28 @@ def _gguf_names(tensors: dict, kind: str) -> dict:
     return out
 
 
+def _mla_shapes(c, m) -> dict[str, tuple[int, ...]]:
+    """DeepSeek's latent attention tensors (poot.models.deepseek)."""
+    return {"blk.N.attn_q_a.weight": (m.q_rank, c.dim),
+            "blk.N.attn_q_a_norm.weight": (m.q_rank,),
+            "blk.N.attn_q_b.weight": (c.heads * c.head_dim, m.q_rank),
+            "blk.N.attn_kv_a_mqa.weight": (m.latent, c.dim),
+            "blk.N.attn_kv_a_norm.weight": (m.kv_rank,),
+            "blk.N.attn_kv_b.weight": (c.heads * (m.nope + m.v_dim), m.kv_rank),
+            "blk.N.exp_probs_b.bias": (c.experts,)}
+
+
 def expected_shapes(c) -> dict[str, tuple[int, ...]]:
     """GGUF tensor name (block 0's, with N for the layer) -> the shape the config implies."""
     q, kv = c.heads * c.head_dim, c.kv_heads * c.head_dim
-    return {
+    m = getattr(c, "mla", None)
+    return {**(_mla_shapes(c, m) if m is not None else {}),
         "token_embd.weight": (c.vocab, c.dim), "output.weight": (c.vocab, c.dim),
         "output_norm.weight": (c.dim,), "blk.N.attn_norm.weight": (c.dim,),
         "blk.N.ffn_norm.weight": (c.dim,), "blk.N.attn_q.weight": (q, c.dim),
         "blk.N.attn_k.weight": (kv, c.dim), "blk.N.attn_v.weight": (kv, c.dim),
-        "blk.N.attn_output.weight": (c.dim, q), "blk.N.ffn_gate.weight": (c.ffn, c.dim),
+        "blk.N.attn_output.weight": (c.dim, c.heads * m.v_dim if m else q),
+        "blk.N.ffn_gate.weight": (c.ffn, c.dim),
         "blk.N.ffn_up.weight": (c.ffn, c.dim), "blk.N.ffn_down.weight": (c.dim, c.ffn),
         "blk.N.attn_q.bias": (q,), "blk.N.attn_k.bias": (kv,), "blk.N.attn_v.bias": (kv,),
     }

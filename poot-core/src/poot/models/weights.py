@@ -79,7 +79,17 @@ _HF = [("model.embed_tokens.weight", "token_embd.weight"),
         ("mlp.shared_expert.gate_proj.weight", "ffn_gate_shexp.weight"),
         ("mlp.shared_expert.up_proj.weight", "ffn_up_shexp.weight"),
         ("mlp.shared_expert.down_proj.weight", "ffn_down_shexp.weight"),
-        ("mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp.weight")]]
+        ("mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp.weight"),
+        # DeepSeek: multi-head latent attention, the router's choice bias, shared experts
+        ("self_attn.q_a_proj.weight", "attn_q_a.weight"),
+        ("self_attn.q_a_layernorm.weight", "attn_q_a_norm.weight"),
+        ("self_attn.q_b_proj.weight", "attn_q_b.weight"),
+        ("self_attn.kv_a_proj_with_mqa.weight", "attn_kv_a_mqa.weight"),
+        ("self_attn.kv_a_layernorm.weight", "attn_kv_a_norm.weight"),
+        ("self_attn.kv_b_proj.weight", "attn_kv_b.weight"),
+        ("mlp.gate.e_score_correction_bias", "exp_probs_b.bias"),
+        *[(f"mlp.shared_experts.{x}_proj.weight", f"ffn_{x}_shexp.weight")
+          for x in ("gate", "up", "down")]]]
 #: per-expert HF tensors -> the GGUF stack [E, N, K] they are rows of
 _HF_EXPERTS = [(re.compile(rf"model\.layers\.(\d+)\.{hf}\.weight"), f"blk.{{}}.{g}.weight")
                for hf, g in [
