@@ -164,6 +164,16 @@ class CpuRuntime:
     def alloc(self, nbytes: int, label: str) -> CpuBuffer:
         return CpuBuffer(nbytes, label, _aligned(nbytes))
 
+    def alloc_zeroed(self, nbytes: int, label: str) -> CpuBuffer:
+        """A buffer of zeros in its own anonymous mapping (page-aligned): a page becomes
+        resident when first written, so a KV cache holds memory for the positions used,
+        not for its whole capacity (writing zeros, or the C heap's reused pages, would)."""
+        try:
+            mm = mmap.mmap(-1, max(nbytes, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        except OSError:
+            raise CapacityError(f"cpu: cannot map {nbytes} bytes of host memory") from None
+        return CpuBuffer(nbytes, label, np.frombuffer(mm, np.uint8)[:nbytes])
+
     def write(self, buf: CpuBuffer, offset: int, array: np.ndarray) -> None:
         if offset == 0 and array.nbytes == buf.nbytes and not buf.bound \
                 and immutable(array) and array.ctypes.data % MAPPED_ALIGN == 0:

@@ -75,8 +75,12 @@ class StateStore:
                 raise BindError(f"state {name!r} is {have} in an earlier plan but {type_text} "
                                 f"here; plans that share state must agree on its type")
             return buf
-        buf = self.runtime.alloc(max(nbytes, 1), name)
-        self.runtime.write(buf, 0, np.zeros(nbytes, np.uint8))
+        zeroed = getattr(self.runtime, "alloc_zeroed", None)
+        if zeroed is not None:   # a KV cache's pages become resident only as rows are written
+            buf = zeroed(max(nbytes, 1), name)
+        else:
+            buf = self.runtime.alloc(max(nbytes, 1), name)
+            self.runtime.write(buf, 0, np.zeros(nbytes, np.uint8))
         self.buffers[name] = (buf, type_text)
         return buf
 
