@@ -2,9 +2,10 @@
 
 out[m, n] = sum_k x[m, k] * W[n, k] for a checkpoint weight W [N, K] in f32, bf16, f16
 or f16 held as u32 words (DenseContraction), or x . B for an f32 MatMul whose right
-operand B [K, N] has no batch axes; each also as the head of a ContractionEpilogue. Written by hand because the shared contraction schedules are
-shaped for GPUs (a workgroup per output tile, one element per thread): printed as C
-loops they reach a tenth of what the host's FMA units give.
+operand B [K, N] has no batch axes; each also as the head of a ContractionEpilogue.
+Written by hand because the shared contraction schedules are shaped for GPUs (a
+workgroup per output tile, one element per thread): printed as C loops they keep the
+host's FMA units mostly idle (docs/performance.md has the measurement).
 
 The function, in every thread of the step's parallel region:
 
