@@ -154,10 +154,37 @@ def test_attention_batched_masks(mask_shape, rand, rng):
     np.testing.assert_allclose(got, attention64(q, k, v, mask, 0.7), rtol=2e-5, atol=2e-6)
 
 
+@pytest.mark.parametrize("kv", [F16, BF16])
+def test_attention_reads_16_bit_keys_as_their_f32_widening(kv, rand, rng):
+    """An f32 query over f16 or bf16 k and v (an f16 KV cache read in place) is the f32
+    attention over the widened keys, paged and with sinks too."""
+    q, k, v = rand((4, 3, 8)), rand((2, 7, 8)).astype(kv.numpy), rand((2, 7, 8)).astype(kv.numpy)
+    mask = causal64(3, 3, 7, None)
+    k32, v32 = k.astype(np.float32), v.astype(np.float32)
+    np.testing.assert_array_equal(ev(O.Attention(0.5), q, k, v, mask),
+                                  ev(O.Attention(0.5), q, k32, v32, mask))
+    sinks = rand((4,))
+    np.testing.assert_array_equal(ev(O.SinkAttention(0.5), q, k, v, mask, sinks),
+                                  ev(O.SinkAttention(0.5), q, k32, v32, mask, sinks))
+    pool, smap = rand((9, 2, 8)).astype(kv.numpy), rng.integers(0, 9, (2, 7)).astype(np.int32)
+    qp, mp = rand((2, 4, 1, 8)), np.zeros((2, 1, 1, 1, 7), np.float32)
+    np.testing.assert_array_equal(ev(O.PagedAttention(0.5), qp, pool, pool, smap, mp),
+                                  ev(O.PagedAttention(0.5), qp, *[pool.astype(np.float32)] * 2,
+                                     smap, mp))
+
+
 def test_attention_refusals():
     a = O.Attention(1.0)
-    with pytest.raises(DtypeError, match="^Attention: q, k, v must share one float dtype"):
+    why = "^Attention: k and v must share one dtype, q's or"
+    with pytest.raises(DtypeError, match=why):    # k and v of different dtypes
         a.infer([T((2, 1, 4)), T((2, 3, 4), BF16), T((2, 3, 4)), T((1, 3))])
+    with pytest.raises(DtypeError, match=why):    # only an f32 query reads widened keys
+        a.infer([T((2, 1, 4), F16), T((2, 3, 4)), T((2, 3, 4)), T((1, 3), F16)])
+    with pytest.raises(DtypeError, match=why):
+        a.infer([T((2, 1, 4)), T((2, 3, 4), I32), T((2, 3, 4), I32), T((1, 3))])
+    with pytest.raises(DtypeError, match="SelectedAttention: q, k, v must share one float"):
+        O.SelectedAttention(2, 1.0).infer([T((2, 1, 4)), T((2, 4, 4), F16), T((2, 4, 4), F16),
+                                           T((2, 1, 1), I32), T((1, 4))])
     with pytest.raises(ShapeError, match="Hq a multiple of Hkv"):
         a.infer([T((3, 1, 4)), T((2, 3, 4)), T((2, 3, 4)), T((1, 3))])
     with pytest.raises(ShapeError, match=r"mask must broadcast to \[T=1, S=3\]"):

@@ -2,11 +2,14 @@
 batched), when the policy and the target allow it."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import poot
 import pytest
 from poot import ops
 from poot.compiler import LimitedBackend, Policy
 from poot.compiler.validate import validated_pass
+from poot.dtypes import DType
 from poot.ir.types import SlotKind
 from poot.plugin import get_backend
 
@@ -134,3 +137,49 @@ def test_sink_chain_becomes_sink_attention_where_declared(lead, hq, hkv, t, s, d
     names = {e.op.name for e in out.eqns()}
     assert rec.rewrites == 0 and not {"SinkAttention", "Attention"} & names
     assert "does not lower SinkAttention" in rec.decisions[0].reason
+
+
+def widened_graph(kv_dtype, paged=False):
+    """An f32 query over a 16-bit cache widened by Cast(f32) first, as the fast decoder reads
+    its f16 KV: dense [Hkv, S, D] rows, or pool rows gathered through one slot map."""
+    def fn(q, k, v, smap, mask):
+        if paged:
+            k, v = (ops.transpose(ops.gather(x, smap, 0), (0, 2, 1, 3)) for x in (k, v))
+        k, v = (ops.cast(x, "f32") for x in (k, v))
+        return ops.attention_masked(q, k, v, mask, None)
+
+    rows = (10, 2, 8) if paged else (2, 12, 8)
+    return poot.trace(fn, poot.spec((2, 4, 1, 8) if paged else (4, 3, 8), name="q"),
+                      poot.spec(rows, kv_dtype, name="k"), poot.spec(rows, kv_dtype, name="v"),
+                      poot.spec((2, 12), "i32", name="smap", kind="slot",
+                                slot=SlotKind.SLOT_MAP, bound=10),
+                      poot.spec((2, 1, 1, 1, 12) if paged else (3, 12), name="mask"))
+
+
+class WithoutWidened(LimitedBackend):
+    """A target whose attentions take f32 keys only (no 16-bit entry)."""
+
+    def capabilities(self, device):
+        t = super().capabilities(device)
+        return replace(t, ops={k: v - {DType.F16, DType.BF16} if "Attention" in k else v
+                               for k, v in t.ops.items()})
+
+
+@pytest.mark.parametrize("kv_dtype,paged,op", [("f16", False, "Attention"),
+                                               ("bf16", False, "Attention"),
+                                               ("f16", True, "PagedAttention")])
+def test_widened_kv_folds_into_the_attention_where_declared(kv_dtype, paged, op):
+    """Cast(f32) of a 16-bit k and v folds into the composite's operands (no f32 copy of the
+    cache); a target without the 16-bit entry keeps the casts and attends over f32."""
+    g = widened_graph(kv_dtype, paged)
+    out, rec = validated_pass(g, "attention", seed=3)
+    (att,) = [e for e in out.eqns() if "Attention" in e.op.name]
+    assert att.op.name == op and rec.rewrites == 1
+    assert [str(out.type_of(x.id).dtype) for x in att.inputs[1:3]] == [kv_dtype] * 2
+    assert "Cast" not in {e.op.name for e in out.eqns()}
+    ref = WithoutWidened(get_backend("reference"), ())
+    out, rec = validated_pass(g, "attention", (ref, None), seed=3)
+    (att,) = [e for e in out.eqns() if "Attention" in e.op.name]
+    assert att.op.name == "Attention" and rec.rewrites == 1
+    assert [str(out.type_of(x.id).dtype) for x in att.inputs[1:3]] == ["f32"] * 2
+    assert [e.op.name for e in out.eqns()].count("Cast") == 2

@@ -12,7 +12,9 @@ of keys only: their probability is exactly 0 (no expf is called for a score of -
 is finite or +inf there, so expf(-inf - m) is exactly 0). A row with no live position is
 NaN, as the definition gives (exp(-inf - -inf)).
 
-Taken: F32, mask broadcastable to [T, S] (any leading axes of size 1), k and v
+Taken: F32 q and mask; k and v both F32, F16 or BF16 (an f16 KV cache read in place,
+each element widened exactly as it is loaded, so the result is the f32 kernel's over the
+widened keys); mask broadcastable to [T, S] (any leading axes of size 1), k and v
 leading axes equal to q's or all 1, S at most MAX_S. Anything else takes the shared
 lowering.
 """
@@ -29,18 +31,28 @@ from poot.kernel_backend import CompiledProgram
 
 from poot_cpu.kernels import built_kernel
 
-F32 = DType.F32
+F32, F16, BF16 = DType.F32, DType.F16, DType.BF16
 MAX_S = 16384      # the score row lives on the thread's stack
 LANES = 8
 QUERY_ROWS = 8     # query rows of one head sharing each pass over its keys and values
 SCORE_BYTES = 1 << 16   # ... while their score rows fit this on the stack
+#: the keys' and values' dtype -> (C element type, one element widened to float, eight
+#: elements at pointer p widened to an __m256 with AVX2/F16C)
+KV_LOADS = {
+    F32: ("float", "(x)", "_mm256_loadu_ps(p)"),
+    F16: ("_Float16", "((float)(x))", "_mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(p)))"),
+    BF16: ("unsigned short", "poot_u2f((unsigned int)(x) << 16)",
+           "_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32("
+           "_mm_loadu_si128((const __m128i*)(p))), 16))"),
+}
 
 
 def attention_program(op, ins, out, printer) -> CompiledProgram | None:
     if not isinstance(op, Attention) or any(isinstance(x, Lit) for x in ins):
         return None
     q, k, v, mask = ins
-    if any(x.dtype is not F32 for x in (q, k, v, mask)):
+    if q.dtype is not F32 or mask.dtype is not F32 or k.dtype is not v.dtype or \
+            k.dtype not in KV_LOADS:
         return None
     *lead, hq, t, d = q.shape
     hkv, s, dv = k.shape[-3], k.shape[-2], v.shape[-1]
@@ -60,13 +72,14 @@ def attention_program(op, ins, out, printer) -> CompiledProgram | None:
     mask_s = 1 if ms[1] > 1 else 0
     rows = math.prod(lead) * hq * t
     name = Sig(op, tuple(ins), out).name + "_rows"
-    src = SOURCE.format(name=name, rows=rows, hq=hq, t=t, d=d, hkv=hkv, s=s, dv=dv,
+    kvt, widen, widen8 = KV_LOADS[k.dtype]
+    src = SOURCE.format(name=name, kvt=kvt, widen=widen, widen8=widen8, rows=rows, hq=hq, t=t, d=d, hkv=hkv, s=s, dv=dv,
                         g=hq // hkv, klead=int(kv_lead[0]), vlead=int(kv_lead[1]),
                         mt=mask_t, ms=mask_s, scale=repr(float(op.scale)) + "f",
                         lanes=LANES, qt=max(1, min(QUERY_ROWS, t, SCORE_BYTES // (4 * s))))
     bufs = (BufferParam("q", F32, Access.READ, q.size, 0),
-            BufferParam("k", F32, Access.READ, k.size, 1),
-            BufferParam("v", F32, Access.READ, v.size, 2),
+            BufferParam("k", k.dtype, Access.READ, k.size, 1),
+            BufferParam("v", v.dtype, Access.READ, v.size, 2),
             BufferParam("mask", F32, Access.READ, mask.size, 3),
             BufferParam("o", F32, Access.WRITE, out.size, OUT))
     kernel = built_kernel(name, src, bufs)
@@ -74,8 +87,10 @@ def attention_program(op, ins, out, printer) -> CompiledProgram | None:
 
 
 SOURCE = """\
-static void {name}(const float* restrict q, const float* restrict k,
-                   const float* restrict v, const float* restrict mask,
+#define KV(x) {widen}
+#define KV8(p) {widen8}
+static void {name}(const float* restrict q, const {kvt}* restrict k,
+                   const {kvt}* restrict v, const float* restrict mask,
                    float* restrict o) {{
   enum {{ ROWS = {rows}, HQ = {hq}, T = {t}, D = {d}, HKV = {hkv}, S = {s}, DV = {dv},
           G = {g}, KLEAD = {klead}, VLEAD = {vlead}, MT = {mt}, MS = {ms}, L = {lanes},
@@ -84,8 +99,8 @@ static void {name}(const float* restrict q, const float* restrict k,
   for (int tile = 0; tile < TILES; ++tile) {{
     const int t0 = tile % TT * QT, h = tile / TT % HQ, l = tile / (TT * HQ);
     const int nq = T - t0 < QT ? T - t0 : QT;
-    const float* kb = k + ((size_t)(KLEAD ? l : 0) * HKV + h / G) * S * D;
-    const float* vb = v + ((size_t)(VLEAD ? l : 0) * HKV + h / G) * S * DV;
+    const {kvt}* kb = k + ((size_t)(KLEAD ? l : 0) * HKV + h / G) * S * D;
+    const {kvt}* vb = v + ((size_t)(VLEAD ? l : 0) * HKV + h / G) * S * DV;
     const float* qr[QT];
     const float* mr[QT];
     for (int i = 0; i < QT; ++i) {{    /* rows past T repeat the last; they are not stored */
@@ -121,11 +136,11 @@ static void {name}(const float* restrict q, const float* restrict k,
       for (int i = 0; i < nq; ++i) {{
         __m256 part[8], lane[8];
         for (int u = 0; u < 8; ++u) {{
-          const float* kr = kb + (size_t)(j + u) * D;
+          const {kvt}* kr = kb + (size_t)(j + u) * D;
           __m256 a = _mm256_setzero_ps();
           for (int e = 0; e < D; e += L)
             a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_loadu_ps(qr[i] + e),
-                                               _mm256_loadu_ps(kr + e)));
+                                               KV8(kr + e)));
           part[u] = a;
         }}
         poot_transpose8x32((const __m256i*)part, (__m256i*)lane, 1);
@@ -140,17 +155,17 @@ static void {name}(const float* restrict q, const float* restrict k,
     }}
 #endif
     for (; j < hi; ++j) {{
-      const float* kr = kb + (size_t)j * D;
+      const {kvt}* kr = kb + (size_t)j * D;
       for (int i = 0; i < nq; ++i) {{
         const float mk = mr[i][j * MS];
         if (mk == -INFINITY) {{ sc[i][j] = -INFINITY; continue; }}
         float part[L] = {{0}};
         int e = 0;
         for (; e + L <= D; e += L)
-          for (int u = 0; u < L; ++u) part[u] += qr[i][e + u] * kr[e + u];
+          for (int u = 0; u < L; ++u) part[u] += qr[i][e + u] * KV(kr[e + u]);
         float dot = 0.0f;
         for (int u = 0; u < L; ++u) dot += part[u];
-        for (; e < D; ++e) dot += qr[i][e] * kr[e];
+        for (; e < D; ++e) dot += qr[i][e] * KV(kr[e]);
         sc[i][j] = dot * {scale} + mk;
       }}
     }}
@@ -170,11 +185,11 @@ static void {name}(const float* restrict q, const float* restrict k,
       for (int e = 0; e < DV; ++e) acc[i][e] = 0.0f;
     }}
     for (int j = lo; j < hi; ++j) {{
-      const float* vr = vb + (size_t)j * DV;
+      const {kvt}* vr = vb + (size_t)j * DV;
       for (int i = 0; i < nq; ++i) {{
         if (dead[i] || mr[i][j * MS] == -INFINITY) continue;
         const float p = sc[i][j] / den[i];
-        for (int e = 0; e < DV; ++e) acc[i][e] += p * vr[e];
+        for (int e = 0; e < DV; ++e) acc[i][e] += p * KV(vr[e]);
       }}
     }}
     for (int i = 0; i < nq; ++i) {{
@@ -183,6 +198,8 @@ static void {name}(const float* restrict q, const float* restrict k,
     }}
   }}
 }}
+#undef KV
+#undef KV8
 """
 
 __all__ = ["attention_program"]

@@ -62,11 +62,12 @@ def op_key(op: O.OpKind) -> str:
 def primary_dtype(op: O.OpKind, ins: Sequence[TensorType], out: TensorType) -> DType | str:
     """The dtype (or packed format name) that decides whether a device lowers this eqn,
     as the op's class declares it (`OpKind.deciding`): Select its branches' dtype; dense
-    contractions the weight's; packed ops the format name; Cast its source; regions and
+    contractions the weight's; attentions their keys' (so "Attention" on F16 is attention
+    over f16 keys and values, whether the query is f16 or f32); packed ops the format name; Cast its source; regions and
     generators the result's."""
     if op.deciding == "format":
         return op.weight.format
-    if op.deciding in ("branches", "weight"):
+    if op.deciding in ("branches", "weight", "kv"):
         return ins[1].dtype
     if op.deciding == "operand":
         return ins[0].dtype

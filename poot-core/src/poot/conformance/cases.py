@@ -522,6 +522,7 @@ def attention_cases() -> Iterator[Case]:
                [Arg(T((2, 4, 3, 16), F32)), Arg(T((16, 2, 16), F32)), Arg(T((16, 2, 16), F32)),
                 Arg(T((2, 11), I32), ("index", 16)), Arg(T((2, 1, 1, 3, 11), F32), "small")],
                one(O.PagedAttention(0.25)), exact=False, growth="compose")
+    yield from widened_kv_cases()
     yield case("BlockTopK-f32-2x3x8-s16-b4-k2", "BlockTopK", F32,
                [Arg(T((2, 3, 8), F32), "int"), Arg(T((2, 16, 8), F32), "int")],
                one(O.BlockTopK(4, 2)), exact=True)
@@ -537,6 +538,45 @@ def attention_cases() -> Iterator[Case]:
                    [Arg(T((2, 1, 40), d)), Arg(T((2, 32, 40), d)), Arg(T((2, 32, 40), d)),
                     Arg(T((2, 1, 3), I32), ("index", 4)), Arg(T((2, 1, 32), d), "small")],
                    one(O.SelectedAttention(8, 0.2)), exact=False, growth="compose")
+
+
+def widened_kv_cases() -> Iterator[Case]:
+    """An f32 query reading f16 or bf16 keys and values directly (an f16 KV cache):
+    prefill, decode, split decode, sinks and paged. The keys are widened exactly, so the
+    result is held to f32's threshold; the case's dtype is the keys' (the deciding one)."""
+    tight = threshold("compose", F32)
+    for d in (F16, BF16):
+        q, k = T((4, 3, 16), F32), T((2, 11, 16), d)
+        qd, kd = T((2, 4, 1, 16), F32), T((2, 2, 37, 16), d)
+        pool = T((20, 2, 16), d)
+        found = [
+            case(f"Attention-f32q-{d}kv-gqa4x2-t3-s11", "Attention", d,
+                 [Arg(q), Arg(k), Arg(k), Arg(T((3, 11), F32))], one(O.Attention(0.25)),
+                 exact=False, growth="compose", fixed={3: causal_mask(3, 11, F32)}),
+            case(f"Attention-f32q-{d}kv-decode-b2-gqa4x2-s37", "Attention", d,
+                 [Arg(qd), Arg(kd), Arg(kd), Arg(T((1, 37), F32), "small")],
+                 one(O.Attention(0.25)), exact=False, growth="compose"),
+            case(f"Attention-f32q-{d}kv-decode-split-gqa2x1-s200", "Attention", d,
+                 [Arg(T((2, 1, 16), F32)), Arg(T((1, 200, 16), d)), Arg(T((1, 200, 16), d)),
+                  Arg(T((1, 200), F32), "small")], one(O.Attention(0.25)), exact=False,
+                 growth="compose"),
+            case(f"SinkAttention-f32q-{d}kv-decode-b2-gqa4x2-s37", "SinkAttention", d,
+                 [Arg(qd), Arg(kd), Arg(kd), Arg(T((1, 37), F32), "small"),
+                  Arg(T((4,), F32))], one(O.SinkAttention(0.25)), exact=False,
+                 growth="compose"),
+            case(f"PagedAttention-f32q-{d}kv-decode-b3-gqa4x2-s13-p20", "PagedAttention", d,
+                 [Arg(T((3, 4, 1, 16), F32)), Arg(pool), Arg(pool),
+                  Arg(T((3, 13), I32), ("index", 20)), Arg(T((3, 1, 1, 1, 13), F32), "small")],
+                 one(O.PagedAttention(0.25)), exact=False, growth="compose"),
+            case(f"PagedAttention-f32q-{d}kv-prefill-b2-gqa4x2-t3-s11-p20", "PagedAttention",
+                 d, [Arg(T((2, 4, 3, 16), F32)), Arg(pool), Arg(pool),
+                     Arg(T((2, 11), I32), ("index", 20)),
+                     Arg(T((2, 1, 1, 3, 11), F32), "small")],
+                 one(O.PagedAttention(0.25)), exact=False, growth="compose"),
+        ]
+        for c in found:
+            c.tol = tight
+            yield c
 
 
 # -- precision (docs/ir.md sections 10.8 and 15) ------------------------------------------------

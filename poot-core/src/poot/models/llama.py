@@ -329,10 +329,11 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
                 kr = ops.kv_state((c.ring, hkv, hd), kv_dtype, p + "k_ring")
                 vr = ops.kv_state((c.ring, hkv, hd), kv_dtype, p + "v_ring")
                 k_new, v_new = ops.kv_encode(k_new, kv_dtype), ops.kv_encode(v_new, kv_dtype)
-                # the ring as it was and the new rows, each as the cache holds them
-                ks, vs = (ops.transpose(ops.kv_decode([ops.concat([r, y], 0) for r, y in zip(
-                    ring, new, strict=True)], kv_dtype), (1, 0, 2))        # [Hkv, ring+T, D]
-                    for ring, new in ((kr, k_new), (vr, v_new)))
+                # the ring as it was and the new rows, each as the cache holds them, decoded
+                # last so attention can read 16-bit rows directly
+                ks, vs = (ops.kv_decode([ops.transpose(ops.concat([r, y], 0), (1, 0, 2))
+                                         for r, y in zip(ring, new, strict=True)], kv_dtype)
+                          for ring, new in ((kr, k_new), (vr, v_new)))   # [Hkv, ring+T, D]
                 qh = ops.transpose(ops.reshape(q, (t, c.heads, hd)), (1, 0, 2))
                 o = ops.attention_masked(qh, ks, vs, mask, scale, sinks)   # [Hq, T, D]
                 o = ops.reshape(ops.transpose(o, (1, 0, 2)), (n, c.heads * hd))
@@ -362,8 +363,8 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
                     for cache, new in ((kp, k), (vp, v)))
                 for st, nxt in zip(kp + vp, kp2 + vp2, strict=True):
                     ops.state_update(st, nxt)
-                ks, vs = (ops.transpose(ops.kv_decode([ops.gather(y, smap, 0) for y in cache],
-                                                      kv_dtype), (0, 2, 1, 3))  # [B, Hkv, S, D]
+                ks, vs = (ops.kv_decode([ops.transpose(ops.gather(y, smap, 0), (0, 2, 1, 3))
+                                         for y in cache], kv_dtype)      # [B, Hkv, S, D]
                           for cache in (kp2, vp2))
                 qh = ops.transpose(q, (0, 2, 1, 3))                          # [B, Hq, T, D]
                 o = ops.attention_masked(qh, ks, vs, mask, scale, sinks)

@@ -12,6 +12,11 @@ A chain whose softmax also takes a sink logit per head (gpt-oss: its max and its
 denominator include it) becomes SinkAttention(scale) [q, k, v, mask, sinks] where the
 target declares it, and stays primitives elsewhere.
 
+Where k and v are each Cast(F32) of one 16-bit dtype (an f16 KV cache's read), the casts
+fold into the composite's operands (an f32 q with f16 or bf16 k and v, docs/ir.md) when the
+target declares that form (its table's entry for the keys' dtype), so no f32 copy of the
+cache is made; else the casts stay and the composite reads their f32 results.
+
 The policy decides (attention="never", shape limits) and the target must allow it.
 """
 from __future__ import annotations
@@ -22,10 +27,12 @@ from functools import partial
 from poot.compiler.match import match_definition
 from poot.compiler.rewrite import Rewriter
 from poot.compiler.view import GraphView, NoMatch
+from poot.dtypes import DType
 from poot.ir.ops import (
     Attention,
     Binary,
     BinaryOp,
+    Cast,
     Gather,
     MatMul,
     PagedAttention,
@@ -35,6 +42,7 @@ from poot.ir.ops import (
     Unary,
     UnaryOp,
 )
+from poot.ir.ops.composite import KV_WIDENED
 
 
 def skip_reshape(view: GraphView, v):
@@ -65,10 +73,28 @@ def either(view: GraphView, v) -> list:
     return list(dict.fromkeys((skip_reshape(view, v), v)))
 
 
-def find(view: GraphView, pv, build):
+def widened(view: GraphView, k, v) -> tuple:
+    """(k, v) as the 16-bit values their Cast(F32)s widen (both of one dtype), or NoMatch."""
+    srcs = []
+    for x in (k, v):
+        e = view.producer(x)
+        if e is None or not isinstance(e.op, Cast) or e.op.to is not DType.F32:
+            raise NoMatch("k and v are not widened by Cast(f32)")
+        srcs.append(view.value(e, 0))
+    dts = {view.type_of(x).dtype for x in srcs}
+    if len(dts) != 1 or not dts <= set(KV_WIDENED):
+        raise NoMatch(f"k and v are widened from {sorted(map(str, dts))}, not one of "
+                      f"{', '.join(map(str, KV_WIDENED))}")
+    return tuple(srcs)
+
+
+def find(view: GraphView, pv, build, fold: bool = False):
     """(op, args, root, chain) for the first reading of the chain at `pv` that is exactly
-    `build(scale, q, k, v, mask)`'s definition; NoMatch with the last reason otherwise."""
+    `build(scale, q, k, v, mask)`'s definition, with `fold` k and v the 16-bit sources of
+    their casts; NoMatch with the last reason otherwise."""
     scale, qs, k, v, masks = parts(view, pv)
+    if fold:
+        k, v = widened(view, k, v)
     user = view.single_user(pv.out)
     roots = ([user] if user is not None and isinstance(user.op, Reshape) else []) + [pv]
     why = NoMatch("no reading of the chain matched")
@@ -150,13 +176,15 @@ def over_limit(policy, view: GraphView, q, keys: int) -> str | None:
 
 
 def accepted(view: GraphView, ctx, pv):
-    """(op, args, root, chain) of the first form the target takes (PagedAttention, then
-    Attention); None when neither fits, with the plain form's reason recorded as kept."""
+    """(op, args, root, chain) of the first form the target takes (reading a 16-bit k and v
+    directly, then their f32 casts; PagedAttention, then Attention); None when none fits,
+    with the last form's reason recorded as kept."""
     why = ""
     sinks = sinks_of(view, pv)
-    for build in (paged, plain) if sinks is None else (partial(sinked, sinks=sinks),):
+    builds = (paged, plain) if sinks is None else (partial(sinked, sinks=sinks),)
+    for fold, build in itertools.product((True, False), builds):
         try:
-            op, args, root, chain = find(view, pv, build)
+            op, args, root, chain = find(view, pv, build, fold)
         except NoMatch as exc:
             why = str(exc)
             continue

@@ -41,8 +41,9 @@ class OpKind:
     arity: ClassVar[int | None] = None
     #: capability traits (poot.capability reads them): which dtype decides whether a
     #: device lowers the op, "operand" (the first operand's), "branches" (Select's
-    #: branches), "weight" (a dense contraction's weight), "format" (a packed weight's
-    #: format name) or "out" (the result's); and the use of it the device needs,
+    #: branches), "weight" (a dense contraction's weight), "kv" (an attention's keys: an f32
+    #: query may read f16 or bf16 ones), "format" (a packed weight's format name) or "out"
+    #: (the result's); and the use of it the device needs,
     #: "storage", "arith" (elementwise arithmetic, reductions, selects) or "dot"
     #: (contraction operands)
     deciding: ClassVar[str] = "out"

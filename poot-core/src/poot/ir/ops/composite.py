@@ -188,6 +188,8 @@ def attention_chain(b, q, k, v, mask, scale: float, sink=None):
     *lead, hq, t, d = q.type.shape
     hkv, s = k.type.shape[-3], k.type.shape[-2]
     g = hq // hkv
+    # a 16-bit KV read by an f32 query (an f16 cache): widened first, then today's chain
+    k, v = (x if x.type.dtype is q.type.dtype else b.eqn(Cast(q.type.dtype), x) for x in (k, v))
     lead = tuple(lead)
     mr = mask.type.rank
     if 2 < mr <= q.type.rank and any(n != 1 for n in mask.type.shape[:-2]):
@@ -216,10 +218,20 @@ def attention_chain(b, q, k, v, mask, scale: float, sink=None):
     return _reshape(b, o, lead + (hq, t, v.type.shape[-1]))
 
 
+#: the K/V dtypes an F32 query reads directly, each widened to F32 first (an f16 KV cache)
+KV_WIDENED = (DType.F16, DType.BF16)
+
+
+def kv_dtypes(q: DType) -> tuple[DType, ...]:
+    """The dtypes an attention's k and v may have with a query of dtype `q`."""
+    return (q, *KV_WIDENED) if q is F32 else (q,)
+
+
 def _attention_type(op: OpKind, ins: Sequence[TensorType]) -> TensorType:
     q, k, v, mask = ins[:4]
-    if len({q.dtype, k.dtype, v.dtype}) != 1 or q.dtype not in FLOATS:
-        op.fail("q, k, v must share one float dtype", ins, DtypeError)
+    if q.dtype not in FLOATS or k.dtype != v.dtype or k.dtype not in kv_dtypes(q.dtype):
+        op.fail(f"k and v must share one dtype, q's or (for an f32 q) one of "
+                f"{', '.join(map(str, KV_WIDENED))}", ins, DtypeError)
     if q.rank < 3 or k.rank != q.rank or v.rank != q.rank:
         op.fail("q, k, v must be [..., H, T, D] of one rank", ins)
     hq, t, d = q.shape[-3:]
@@ -251,12 +263,14 @@ def _attention_type(op: OpKind, ins: Sequence[TensorType]) -> TensorType:
 class Attention(Composite):
     """softmax(q k^T * scale + mask) v with GQA; operands q, k, v, mask.
 
-    Online softmax, no score matrix: the planner generates its kernel.
+    k and v have q's dtype, or (an f32 q) both F16 or both BF16: widened to f32 first, so
+    a 16-bit KV cache is read in place. Online softmax, no score matrix: the planner
+    generates its kernel.
     """
 
     scale: float
     arity: ClassVar[int] = 4
-    deciding: ClassVar[str] = "operand"
+    deciding: ClassVar[str] = "kv"
     needs: ClassVar[str] = "dot"
 
     def infer(self, ins):
@@ -278,7 +292,7 @@ class SinkAttention(Composite):
 
     scale: float
     arity: ClassVar[int] = 5
-    deciding: ClassVar[str] = "operand"
+    deciding: ClassVar[str] = "kv"
     needs: ClassVar[str] = "dot"
 
     def infer(self, ins):
@@ -306,7 +320,7 @@ class PagedAttention(Composite):
 
     scale: float
     arity: ClassVar[int] = 5
-    deciding: ClassVar[str] = "operand"
+    deciding: ClassVar[str] = "kv"
     needs: ClassVar[str] = "dot"
 
     def infer(self, ins):
@@ -441,6 +455,8 @@ class SelectedAttention(Composite):
     def infer(self, ins):
         self.check_arity(ins)
         out = _attention_type(self, [ins[0], ins[1], ins[2], ins[4]])
+        if ins[1].dtype != ins[0].dtype:
+            self.fail("q, k, v must share one float dtype", ins, DtypeError)
         blocks = ins[3]
         self.need_dtype(blocks, (DType.I32,), "blocks")
         q, k = ins[0], ins[1]
