@@ -36,7 +36,7 @@ FIELDS = sorted({"model", "prompt", "messages", "max_tokens", "max_completion_to
                  "stream", "stream_options", "ignore_eos", "user", "n", "frequency_penalty",
                  "presence_penalty", "logit_bias", "logprobs", "top_logprobs", "echo",
                  "best_of", "suffix", "response_format", "tools", "tool_choice",
-                 "parallel_tool_calls"})
+                 "parallel_tool_calls", "speculate", "prediction"})
 #: values each field accepts, so that a mutated body often passes its other checks and
 #: reaches the engine (streams, sampling, stops) rather than stopping at the first refusal
 GOOD = {"temperature": [0, 0.7, 2], "top_p": [0.5, 1], "top_k": [0, 3, -1], "seed": [0, 7],
@@ -49,7 +49,8 @@ GOOD = {"temperature": [0, 0.7, 2], "top_p": [0.5, 1], "top_k": [0, 3, -1], "see
         "max_tokens": [1, 5, 40], "max_completion_tokens": [2], "repetition_penalty": [1.3],
         "response_format": [{"type": "text"}, {"type": "json_object"}],
         "frequency_penalty": [0], "echo": [False], "top_logprobs": [2],
-        "prompt": ["the in", [5, 6, 7], ["he"]], "logprobs": [False, True, 2], "best_of": [1]}
+        "prompt": ["the in", [5, 6, 7], ["he"]], "logprobs": [False, True, 2], "best_of": [1],
+        "speculate": [True, False], "prediction": [{"type": "content", "content": "the in"}]}
 POST = ["/v1/completions", "/v1/chat/completions"]
 GET = ["/v1/models", "/health", "/ready", "/stats"]
 
@@ -97,7 +98,8 @@ requests = st.one_of(
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     model = seeds.tiny_llama_gguf(tmp_path_factory.mktemp("tiny") / "tiny.gguf")
-    with serve(model, "--max-batch", "2", "--max-seq", str(seeds.CTX), startup_s=120) as s:
+    with serve(model, "--max-batch", "2", "--max-seq", str(seeds.CTX), "--speculate", "lookup",
+               startup_s=120) as s:
         # GET /ready answers 503 while warming, which the fuzzer would take for a fault
         deadline = time.monotonic() + 120
         while send(s, "GET", "/ready", None)[0] != 200 and time.monotonic() < deadline:
