@@ -252,3 +252,35 @@ def test_deepseek_keys_belong_to_deepseek(tmp_path):
     folder, _, _ = family_folder(tmp_path, "llama", kv_lora_rank=32)
     with pytest.raises(CheckpointError, match="kv_lora_rank = 32: a DeepSeek setting"):
         open_model(str(folder))
+
+
+def test_info_shows_what_was_read(folders, capsys):
+    from poot.cli import main
+
+    assert main(["info", str(folders[KEYS[0]][0])]) == 0
+    out = capsys.readouterr().out
+    assert (f"latent       MLA: cache of {KV_RANK} latent + {ROPE} RoPE values per position "
+            f"(absorbed up-projections); heads nope {NOPE} + rope {ROPE}, v {V_DIM}; q through "
+            f"a rank-{Q_RANK} latent") in out
+    assert (f"experts      {EXPERTS} of hidden size {MOE_FFN}, top {TOP} per token by sigmoid "
+            f"scores with a choice bias, {TOP_GROUPS} of {GROUPS} groups kept, weights "
+            f"renormalized, times 2.5; shared experts {MOE_FFN * SHARED} (no gate); first 1 "
+            f"layers dense") in out
+    assert "scaling yarn x4, original context 16" in out
+
+
+@pytest.mark.parametrize("backend", ["wgpu", "vulkan"])
+def test_greedy_tokens_on_gpu_apis(folders, greedy, backend):
+    """The latent attention (keys and values of different widths, one KV head), the
+    group-limited router and YaRN tables on GPU APIs (lavapipe here)."""
+    import poot
+    from poot.errors import PootError
+    from poot.plugin import select_backend
+
+    try:
+        select_backend(backend)
+    except PootError as exc:
+        pytest.skip(f"no {backend} device: {exc}")
+    model = poot.load(str(folders[KEYS[0]][0]), backend=backend, max_seq=32,
+                      prefill_tokens=6)
+    assert greedy_ids(model, IDS[:10], 8) == greedy

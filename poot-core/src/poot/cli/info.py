@@ -29,7 +29,11 @@ def run(args) -> int:
           f"q/k/v bias {c.qkv_bias}; context {c.max_seq}")
     print(f"block        {c.act} FFN; q/k norm {c.qk_norm}; norms per layer "
           f"{4 if c.sandwich_norms else 2}; embedding scale {c.embed_scale:g}")
-    if c.experts:
+    if c.mla is not None:
+        from poot.models.deepseek import describe
+
+        print("\n".join(describe(c)))
+    elif c.experts:
         print(f"experts      {c.experts} of hidden size {c.expert_ffn}, top {c.experts_used} per "
               f"token ({'renormalized' if c.norm_topk else 'softmax over all'})"
               + (f", shared expert {c.shared_ffn} under a sigmoid gate" if c.shared_ffn else "")

@@ -59,6 +59,21 @@ class Routing:
     bias: bool = True                # e_score_correction_bias for choosing (V3)
 
 
+def describe(c) -> list[str]:
+    """`poot info`'s lines for a DeepSeek config."""
+    m, r = c.mla, c.routing
+    q = f"q through a rank-{m.q_rank} latent" if m.q_rank else "q projected directly"
+    groups = (f", {r.groups_used} of {r.groups} groups kept" if r.groups_used < r.groups
+              else "")
+    return [f"latent       MLA: cache of {m.kv_rank} latent + {m.rope} RoPE values per position "
+            f"(absorbed up-projections); heads nope {m.nope} + rope {m.rope}, v {m.v_dim}; {q}; "
+            f"softmax scale {c.attn_scale:.4g}",
+            f"experts      {c.experts} of hidden size {c.expert_ffn}, top {c.experts_used} per "
+            f"token by {r.scoring} scores{' with a choice bias' if r.bias else ''}{groups}, "
+            f"weights {'renormalized, ' if c.norm_topk else ''}times {r.scale:g}; shared "
+            f"experts {c.shared_ffn} (no gate); first {c.dense_layers} layers dense"]
+
+
 def _f32(w):
     """A declared weight as f32 values (dense cast, or packed dequantized)."""
     if isinstance(w, ops.PackedTensor):
