@@ -202,3 +202,18 @@ def test_an_answer_to_the_end_of_the_context_speculates_inside_it(client):
     fast = complete(client, PROMPT, 256 - n)
     assert fast.choices[0].text == plain.choices[0].text
     assert fast.usage.completion_tokens == 256 - n
+
+
+def test_a_server_without_speculate_takes_a_prediction_and_refuses_speculate_true(tiny):
+    with serve(tiny, "--max-batch", "2", "--max-seq", "256") as plain_server:
+        c = openai_client(plain_server)
+        plain = complete(c, "hello world", speculate=False).choices[0].text
+        assert complete(c, "hello world").choices[0].text == plain
+        assert plain_server.stats()["speculation"]["verify_steps"] == 0
+        got = complete(c, "hello world", prediction={"type": "content", "content": plain})
+        assert got.choices[0].text == plain
+        assert got.usage.completion_tokens_details.accepted_prediction_tokens > 0
+        assert plain_server.stats()["speculation"]["mode"] is None
+        with pytest.raises(openai.BadRequestError) as e:
+            complete(c, "hello world", 4, speculate=True)
+        assert e.value.body["param"] == "speculate"
