@@ -18,12 +18,12 @@ F32 = DType.F32
 
 
 def _run(q, k, v, mask, scale, flags=compiler.FLAGS):
-    types = [TensorType(x.shape, F32) for x in (q, k, v, mask)]
+    types = [TensorType(x.shape, DType.of(x)) for x in (q, k, v, mask)]
     out = TensorType(q.shape[:-1] + (v.shape[-1],), F32)
     compiled = attention_program(Attention(scale), types, out, HostCPrinter())
     (kernel,) = compiled.kernels
     src = HostCPrinter().prelude(simd=True) + kernel.source + (
-        "void run(const float* q, const float* k, const float* v, const float* m, float* o) {\n"
+        "void run(const float* q, const void* k, const void* v, const float* m, float* o) {\n"
         f"  #pragma omp parallel\n  {kernel.kernel.name}(q, k, v, m, o);\n}}\n")
     fn = compiler.load(src, flags).run
     fn.argtypes = [ctypes.c_void_p] * 5
@@ -57,3 +57,19 @@ def test_attention_rows_match_numpy_and_the_plain_loops(cpu_backend, t, s):
     assert np.allclose(got[live], want[live], rtol=1e-5, atol=1e-6)
     plain = _run(q, k, v, mask, 0.125, compiler.FLAGS + ("-mno-avx2",))
     assert np.array_equal(got, plain, equal_nan=True)
+
+
+@pytest.mark.parametrize("kv", [DType.F16, DType.BF16])
+@pytest.mark.parametrize("t, s", [(5, 37), (1, 20)])
+def test_16_bit_keys_give_the_bits_of_their_f32_widening(cpu_backend, kv, t, s):
+    """f16 and bf16 K/V (an f16 KV cache read in place) are widened as they are loaded: the
+    same bits as the kernel over the f32 widening, on the AVX2 path and the plain loops."""
+    rng = np.random.default_rng(s)
+    q = rng.standard_normal((1, 4, t, 64)).astype(np.float32)
+    k, v = (rng.standard_normal((1, 2, s, 64)).astype(kv.numpy) for _ in range(2))
+    mask = np.where(rng.random((t, s)) < 0.3, -np.inf, 0.0).astype(np.float32)
+    mask[:, 0] = 0.0
+    k32, v32 = k.astype(np.float32), v.astype(np.float32)
+    for flags in (compiler.FLAGS, compiler.FLAGS + ("-mno-avx2",)):
+        assert np.array_equal(_run(q, k, v, mask, 0.125, flags),
+                              _run(q, k32, v32, mask, 0.125, flags))

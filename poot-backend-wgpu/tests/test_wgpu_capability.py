@@ -34,6 +34,23 @@ def test_without_shader_f16_f16_is_refused_everywhere(limited):
     assert all(D.F16 not in dts for dts in bare.ops.values())
 
 
+def test_f16_kv_attention_is_refused_without_shader_f16(limited):
+    """An f32 query over f16 keys (an f16 KV cache read in place) needs f16 storage: refused
+    at plan time, naming op, dtype and backend, while bf16 keys (u32 halves) stay declared."""
+    dev = limited()
+    dev.features = frozenset(f for f in dev.features if f != "shader-f16")
+    bare = capability_table(dev, "wgpu:0", frozenset())
+    q, mask = T((4, 1, 16), D.F32), T((1, 8), D.F32)
+    for op in (O.Attention(0.25), O.SinkAttention(0.25)):
+        kv = T((2, 8, 16), D.F16)
+        extra = [T((4,), D.F32)] if isinstance(op, O.SinkAttention) else []
+        with pytest.raises(DtypeLowering, match="f16") as e:
+            bare.check(op, [q, kv, kv, mask, *extra], q)
+        assert (e.value.op, e.value.dtype, e.value.backend) == (op.name, "f16", "wgpu")
+        kv = T((2, 8, 16), D.BF16)
+        assert bare.allows(op, [q, kv, kv, mask, *extra], q)
+
+
 @pytest.mark.parametrize("dtype", [D.F16, D.BF16])
 def test_select_on_16_bit_floats_is_refused(table, dtype):
     types = [T((4,), D.I32), T((4,), dtype), T((4,), dtype)]
