@@ -14,7 +14,7 @@ from test_families import BACKEND, IDS, check_logits, rel_err, write_tokenizer
 from test_phi3 import greedy_ids
 
 VOCAB, DIM, HEADS, LAYERS, FFN = 300, 64, 4, 3, 96
-Q_RANK, KV_RANK, NOPE, ROPE, V_DIM = 24, 32, 16, 8, 12
+Q_RANK, KV_RANK, NOPE, ROPE, V_DIM = 20, 24, 16, 8, 12
 EXPERTS, GROUPS, TOP_GROUPS, TOP, MOE_FFN, SHARED = 8, 4, 2, 3, 16, 2
 ORIGINAL, FACTOR = 16, 4.0
 
@@ -204,6 +204,18 @@ def test_cpu_logits_and_greedy_tokens(folders, greedy):
     assert rel_err(session_logits(models["cpu"], IDS, 15), want[14:]) < 1e-4
     for backend, model in models.items():
         assert greedy_ids(model, IDS[:10], 8) == greedy, backend
+
+
+@pytest.mark.parametrize("kv_dtype, tolerance", [("f16", 2e-3), ("q8_0", 3e-2)])
+def test_latent_cache_in_16_and_8_bits(folders, kv_dtype, tolerance):
+    """The latent rows stored as f16 or q8_0 (24 + 8 values: one q8_0 block)."""
+    import poot
+
+    folder, cfg, tensors, want = folders[KEYS[0]]
+    model = poot.load(str(folder), backend=BACKEND, max_seq=32, prefill_tokens=6,
+                      kv_dtype=kv_dtype)
+    err = rel_err(session_logits(model, IDS, 15), want[14:])
+    assert 1e-6 < err < tolerance, err
 
 
 def test_paged_kv_is_refused(folders):

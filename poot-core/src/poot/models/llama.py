@@ -93,6 +93,11 @@ class LlamaConfig:
     dense_layers: int = 0
 
     @property
+    def kv_row(self) -> int:
+        """Values a KV cache row holds: a head's (or MLA's latent and RoPE key)."""
+        return self.mla.latent if self.mla is not None else self.head_dim
+
+    @property
     def rot(self) -> int:
         return self.rope_dim or self.head_dim
 
@@ -193,7 +198,7 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
         raise ValueError("spans (tokens that see each other both ways) take a dense KV cache")
     if c.act not in ("silu", "gelu_tanh"):
         raise ValueError(f"unknown FFN activation {c.act!r}")
-    check_kv_dtype(kv_dtype, c.mla.latent if c.mla else c.head_dim)
+    check_kv_dtype(kv_dtype, c.kv_row)
     if c.mla is not None and (kv != "dense" or spans):
         raise CheckpointError(f"{c.arch}: multi-head latent attention runs with a dense KV "
                               f"cache of one sequence (kv='dense', no spans), not kv={kv!r}")

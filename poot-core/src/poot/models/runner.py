@@ -103,7 +103,7 @@ class Model:
         self.checkpoint, self.config, self.tokenizer = checkpoint, config, tokenizer
         self.backend, self.device = backend, device
         self.kv_dtype = check(backend.capabilities(device), precision, kv_dtype)
-        check_kv_dtype(self.kv_dtype, config.head_dim)
+        check_kv_dtype(self.kv_dtype, config.kv_row)
         self.precision = precision
         at_least_one("prefill_tokens", prefill_tokens)
         # a prefill chunk longer than the KV capacity could never be written into it
