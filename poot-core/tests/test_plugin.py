@@ -208,6 +208,36 @@ def test_select_prefers_a_real_device_over_the_reference():
             select_backend("fake-ghost")
 
 
+def test_select_skips_what_the_child_found_unusable_without_probing_it(monkeypatch):
+    import poot.plugin
+
+    class Counted(FakeBackend):
+        probes = 0
+
+        def probe(self):
+            Counted.probes += 1
+            return super().probe()
+
+    gpu, low = Counted("fake-gpu", 50), FakeBackend("fake-low", 40)
+    kind = f"{Counted.__module__}.{Counted.__qualname__}"
+    monkeypatch.setattr(poot.plugin, "_child_answer", {"fake-gpu": [kind, False]})
+    with plugged(Plugin([gpu, low])):
+        assert select_backend()[0] is low and Counted.probes == 0
+        # the child's word holds only for a backend of the class it probed
+        monkeypatch.setattr(poot.plugin, "_child_answer", {"fake-gpu": ["other.Class", False]})
+        assert select_backend()[0] is gpu and Counted.probes == 1
+
+
+def test_the_child_reports_every_installed_backend():
+    import poot.plugin
+
+    found = poot.plugin._usable_in_child()
+    assert set(found) == set(manager().backends()) - {
+        n for n, p in manager().backend_plugins.items() if p.startswith("test-plugin-")}
+    assert found["reference"][1] is True
+    assert found["reference"][0] == poot.plugin._kind(get_backend("reference"))
+
+
 def test_select_falls_back_to_the_reference(monkeypatch):
     import poot.plugin
 

@@ -286,12 +286,63 @@ def select_backend(name: str | None = None) -> tuple[Backend, Device]:
         if not devs:
             raise DeviceUnavailable(f"backend {name} has no device: {why}")
         return b, devs[0]
+    found = _usable_in_child()
     for b in sorted(backends().values(), key=lambda b: -b.priority):
-        devs = [d for d in probe(b)[0] if not d.is_software or b.language == "numpy"]
+        if found.get(b.name, (None,))[0] == _kind(b) and not found[b.name][1]:
+            continue   # none usable: its driver is not loaded into this process to say so
+        devs = [d for d in probe(b)[0] if _usable(b, d)]
         if devs:
             return b, devs[0]
     raise DeviceUnavailable("no backend finds a device (the reference backend should always)")
 
 
+def _usable(b: Backend, d: Device) -> bool:
+    return not d.is_software or b.language == "numpy"
+
+
+def _kind(b: Backend) -> str:
+    return f"{type(b).__module__}.{type(b).__qualname__}"
+
+
+#: REPORT_MARK line of a child process: {backend name: [its class, has a usable device]}
+REPORT_MARK = "poot-usable-backends "
+_child_answer: dict[str, list] | None = None
+
+
+def _usable_in_child() -> dict[str, list]:
+    """Which installed backends have a usable device, probed once per process in a
+    short-lived child: probing a GPU API loads its driver libraries (tens of MiB that stay
+    mapped for the life of the process) even where the answer is no. Only a backend the
+    child finds usable is probed here again, and only one the child knows, of the same
+    class (not one a test or script registered). Empty where the child gives no answer:
+    then every backend is probed here, as before."""
+    global _child_answer
+    if _child_answer is None:
+        import json
+        import subprocess
+        import sys
+
+        try:
+            proc = subprocess.run([sys.executable, "-c", "import poot.plugin as p; "
+                                   "p.report_usable()"], capture_output=True, text=True,
+                                  timeout=120, stdin=subprocess.DEVNULL)
+            line = next(x for x in reversed(proc.stdout.splitlines())
+                        if x.startswith(REPORT_MARK))
+            _child_answer = json.loads(line[len(REPORT_MARK):])
+        except (OSError, subprocess.SubprocessError, StopIteration, ValueError):
+            _child_answer = {}
+    return _child_answer
+
+
+def report_usable() -> None:
+    """Print the REPORT_MARK line (what `_usable_in_child` runs in the child)."""
+    import json
+
+    table = {name: [_kind(b), any(_usable(b, d) for d in probe(b)[0])]
+             for name, b in backends().items()}
+    print(REPORT_MARK + json.dumps(table), flush=True)
+
+
 __all__ = ["BUILTIN", "PluginManager", "PluginWarning", "hookimpl", "hookspec", "manager",
-           "register", "unregister", "backends", "get_backend", "probe", "select_backend"]
+           "register", "unregister", "backends", "get_backend", "probe", "select_backend",
+           "report_usable"]
