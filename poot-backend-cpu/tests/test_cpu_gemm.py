@@ -19,7 +19,7 @@ from poot.ir import region
 from poot.oracle import evaluate
 from poot.plan import plan
 from poot_cpu import compiler
-from poot_cpu.gemm import GEMM_FROM, kernel_source, packed_bytes
+from poot_cpu.gemm import GEMM_FROM, LOCAL_ROWS, kernel_source, packed_bytes
 from poot_cpu.printer import HostCPrinter
 
 F32, BF16, F16, U32 = DType.F32, DType.BF16, DType.F16, DType.U32
@@ -52,7 +52,7 @@ def _run(x: np.ndarray, w: np.ndarray, wdtype: DType | str, isa: str) -> np.ndar
     assert divmod(lib.tile(), 100) == ISAS[isa][2]
     lib.run.argtypes = [ctypes.c_void_p] * 4
     y = np.full((m, n), np.nan, np.float32)
-    bp = np.full(packed_bytes(n, k) // 4, np.nan, np.float32)
+    bp = np.full(packed_bytes(m, n, k) // 4, np.nan, np.float32)
     lib.run(x.ctypes.data, w.ctypes.data, y.ctypes.data, bp.ctypes.data)
     return y
 
@@ -64,10 +64,16 @@ def _bf16(a: np.ndarray) -> np.ndarray:
     return words, (words.astype(np.uint32) << 16).view(np.float32)
 
 
+# rows past LOCAL_ROWS: the weight packed once per call; fewer: per tile, as it goes
+SHAPES = [((301, 70, 600), w) for w in (F32, BF16, F16, "kn")] + \
+    [((LOCAL_ROWS - 3, 70, 300), w) for w in (F32, "kn")]
+
+
 @pytest.mark.parametrize("isa", sorted(ISAS))
-@pytest.mark.parametrize("wdtype", [F32, BF16, F16, "kn"], ids=str)
-@pytest.mark.parametrize("m, n, k", [(301, 70, 600)])
-def test_gemm_matches_float64(cpu_backend, isa, wdtype, m, n, k):
+@pytest.mark.parametrize("shape, wdtype", SHAPES, ids=lambda v: "x".join(map(str, v))
+                         if isinstance(v, tuple) else str(v))
+def test_gemm_matches_float64(cpu_backend, isa, shape, wdtype):
+    m, n, k = shape
     rng = np.random.default_rng(m + n + k)
     x = rng.standard_normal((m, k), dtype=np.float32)
     w32 = rng.standard_normal((n, k), dtype=np.float32)

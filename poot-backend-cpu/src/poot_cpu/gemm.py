@@ -11,7 +11,8 @@ The function, in every thread of the step's parallel region:
 
 1. packs the whole weight once per call into scratch, converted to f32, as panels of NR
    rows: panel p holds W[p*NR .. p*NR+NR, :] as [K][NR] (rows past N zero), so
-   the microkernel reads NR consecutive weights of one k with one or two vector loads;
+   the microkernel reads NR consecutive weights of one k with one or two vector loads
+   (with at most LOCAL_ROWS rows, each tile packs its own KC x NC block instead);
 2. runs the MC x NC tiles of the output as an OpenMP loop; in each tile, per block of KC
    of K, the activations' MC x KC block is copied into the thread's stack as MR-row
    micro-panels ([KC][MR]), and every MR x NR micro-tile is a register tile: per k one
@@ -49,6 +50,10 @@ from poot_cpu.kernels import built_kernel
 F32, BF16, F16, U32 = DType.F32, DType.BF16, DType.F16, DType.U32
 GEMM_FROM = 16      # rows from which a dense contraction runs here
 NR_MAX = 32         # the widest panel (AVX-512): the packed weight's scratch is sized by it
+# up to this many rows (a tile or two of rows) each tile packs its KC x NC block of the
+# weight on its stack as it goes: each weight element is packed at most twice, and the
+# packed block stays in L2 instead of going through memory and a barrier
+LOCAL_ROWS = 128
 
 # the element (n, k) of the weight as f32, per weight dtype (w: the weight's first byte);
 # "kn": a MatMul's right operand, [K, N]
@@ -147,17 +152,20 @@ static void {name}(const float* restrict x, const void* restrict w, float* restr
                    float* restrict bp{extra}) {{
   enum {{ M = {m}, N = {n}, K = {k}, MR = POOT_GEMM_MR, NR = POOT_GEMM_NR, KC = POOT_GEMM_KC,
          MC = POOT_GEMM_MC, NC = POOT_GEMM_NC, NP = (N + NR - 1) / NR,
-         TM = (M + MC - 1) / MC, TN = (N + NC - 1) / NC }};
-{prologue}  #pragma omp for schedule(static)
-  for (int p = 0; p < NP; ++p)
-    for (int k = 0; k < K; ++k) {{
-      float* restrict dst = bp + ((size_t)p * K + k) * NR;
-      for (int j = 0; j < NR; ++j) {{
-        const int n = p * NR + j;
-        dst[j] = n < N ? {load} : 0.0f;
+         TM = (M + MC - 1) / MC, TN = (N + NC - 1) / NC, LOCAL = M <= {local_rows} }};
+{prologue}  if (!LOCAL) {{
+    #pragma omp for schedule(static)
+    for (int p = 0; p < NP; ++p)
+      for (int k = 0; k < K; ++k) {{
+        float* restrict dst = bp + ((size_t)p * K + k) * NR;
+        for (int j = 0; j < NR; ++j) {{
+          const int n = p * NR + j;
+          dst[j] = n < N ? {load} : 0.0f;
+        }}
       }}
-    }}
+  }}
   float ap[MC * KC] __attribute__((aligned(64)));
+  float bl[LOCAL ? KC * NC : 1] __attribute__((aligned(64)));
   #pragma omp for schedule(dynamic, 1) nowait
   for (int t = 0; t < TM * TN; ++t) {{
     const int mb = t / TN * MC, nb = t % TN * NC;
@@ -174,9 +182,20 @@ static void {name}(const float* restrict x, const void* restrict w, float* restr
             for (int k = 0; k < kc; ++k) dst[k * MR] = 0.0f;
           }}
         }}
+      if (LOCAL)
+        for (int j0 = 0; j0 < nc; j0 += NR)
+          for (int kk = 0; kk < kc; ++kk) {{
+            float* restrict dst = bl + ((size_t)j0 * kc + (size_t)kk * NR);
+            const int k = k0 + kk;
+            for (int j = 0; j < NR; ++j) {{
+              const int n = nb + j0 + j;
+              dst[j] = n < N ? {load} : 0.0f;
+            }}
+          }}
       for (int j0 = 0; j0 < nc; j0 += NR) {{
         const int n0 = nb + j0, np = nc - j0 < NR ? nc - j0 : NR;
-        const float* bk = bp + (size_t)(n0 / NR) * K * NR + (size_t)k0 * NR;
+        const float* bk = LOCAL ? bl + (size_t)j0 * kc
+                                : bp + (size_t)(n0 / NR) * K * NR + (size_t)k0 * NR;
         for (int i0 = 0; i0 < mc; i0 += MR) {{
           const int m0 = mb + i0, mr = mc - i0 < MR ? mc - i0 : MR;
           poot_gemm_tile(kc, ap + i0 * kc, bk, y + (size_t)m0 * N + n0, N, k0 == 0, mr, np);
@@ -203,9 +222,10 @@ def _weight(head, x, w) -> tuple[DType | str, int] | None:
     return (F16 if words else w.dtype, w.shape[0]) if words or w.dtype in WEIGHT_LOAD else None
 
 
-def packed_bytes(n: int, k: int) -> int:
-    """Scratch for the packed weight: whole panels of the widest NR."""
-    return -(-n // NR_MAX) * NR_MAX * k * 4
+def packed_bytes(m: int, n: int, k: int) -> int:
+    """Scratch for the packed weight: whole panels of the widest NR (a float where each
+    tile packs its own part, at most LOCAL_ROWS rows)."""
+    return 4 if m <= LOCAL_ROWS else -(-n // NR_MAX) * NR_MAX * k * 4
 
 
 @functools.cache   # one string per distinct function: a plan calls each shape many times
@@ -215,7 +235,7 @@ def kernel_source(name: str, wdtype: DType | str, m: int, n: int, k: int, extra:
     a fused epilogue: its parameters and code, from poot_cpu.gemv.fused_epilogue), after
     the microkernel."""
     return HELPERS + TEMPLATE.format(name=name, m=m, n=n, k=k, extra=extra, prologue=prologue,
-                                     after_tile=after_tile, tail=tail,
+                                     after_tile=after_tile, tail=tail, local_rows=LOCAL_ROWS,
                                      load=WEIGHT_LOAD[wdtype])
 
 
@@ -244,7 +264,7 @@ def gemm_program(op, ins, out, printer) -> CompiledProgram | None:
         y = BufferParam("y", F32, Access.WRITE, m * n, OUT)
     else:
         y = BufferParam("acc", F32, Access.READ_WRITE, m * n, SCRATCH)
-    bp = BufferParam("bp", F32, Access.READ_WRITE, packed_bytes(n, k) // 4, SCRATCH)
+    bp = BufferParam("bp", F32, Access.READ_WRITE, packed_bytes(m, n, k) // 4, SCRATCH)
     bufs = (BufferParam("x", F32, Access.READ, m * k, 0),
             BufferParam("w", w.dtype, Access.READ, w.size, 1), y, bp)
     if plain:
