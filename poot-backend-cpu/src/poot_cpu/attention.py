@@ -189,7 +189,14 @@ static void {name}(const float* restrict q, const {kvt}* restrict k,
       for (int i = 0; i < nq; ++i) {{
         if (dead[i] || mr[i][j * MS] == -INFINITY) continue;
         const float p = sc[i][j] / den[i];
-        for (int e = 0; e < DV; ++e) acc[i][e] += p * KV(vr[e]);
+        int e = 0;
+#ifdef POOT_AVX2
+        /* eight values widened at once (gcc does not vectorize a 16-bit widening here) */
+        for (const __m256 pv = _mm256_set1_ps(p); e + 8 <= DV; e += 8)
+          _mm256_storeu_ps(acc[i] + e, _mm256_add_ps(_mm256_loadu_ps(acc[i] + e),
+                                                     _mm256_mul_ps(pv, KV8(vr + e))));
+#endif
+        for (; e < DV; ++e) acc[i][e] += p * KV(vr[e]);
       }}
     }}
     for (int i = 0; i < nq; ++i) {{
