@@ -218,14 +218,29 @@ def test_latent_cache_in_16_and_8_bits(folders, kv_dtype, tolerance):
     assert 1e-6 < err < tolerance, err
 
 
-def test_paged_kv_is_refused(folders):
+def test_paged_batch(folders):
+    """The paged pool of latent rows (as poot serve runs): two sequences of different
+    lengths prefilled, then decoding side by side in one batch."""
     import poot
-    from poot.errors import CheckpointError
 
-    model = poot.load(str(folders[KEYS[0]][0]), backend=BACKEND, max_seq=32,
-                      prefill_tokens=6)
-    with pytest.raises(CheckpointError, match="latent attention runs with a dense KV"):
-        model.step_graph(1, kv="paged")
+    folder, cfg, tensors, want = folders[KEYS[0]]
+    other_ids = IDS[::-1][:17]
+    other = forward(tensors, cfg, other_ids)
+    model = poot.load(str(folder), backend=BACKEND, kv="paged", max_seq=32, prefill_tokens=6)
+    session = model.session("paged", batch=2)
+    prompts = {0: IDS[:16], 1: other_ids[:14]}
+    for seq, ids in prompts.items():
+        session.open(seq)
+        session.prefill(seq, ids)
+    got = {0: [], 1: []}
+    for step in range(3):
+        out = session.decode({0: IDS[16 + step], 1: other_ids[14 + step]})
+        for seq in got:
+            got[seq].append(out[seq])
+    for seq in got:
+        session.close(seq)
+    assert rel_err(np.stack(got[0]), want[16:19]) < 1e-4
+    assert rel_err(np.stack(got[1]), other[14:17]) < 1e-4
 
 
 @pytest.mark.parametrize("extra, message", [

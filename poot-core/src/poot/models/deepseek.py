@@ -11,7 +11,9 @@ kv_b ([H, nope + v, kv_rank] per head) is absorbed instead of applied to the cac
 
 so attention runs as MQA over the latent rows [c_kv | k_pe] with keys of kv_rank + rope
 dims and values of kv_rank dims (the Attention composite takes Dv != D), then W_UV maps
-each head's result to its v dims. Prefill and decode share this one form.
+each head's result to its v dims. Prefill and decode share this one form; the latent rows
+live in a dense cache of one sequence or a pool shared by a batch (paged, as poot serve
+runs), in any KV dtype.
 
 RoPE: the checkpoints store q_pe and k_pe with each rotated pair adjacent; the graph
 reorders them to rotate-half order (even dims, then odd) before the shared rotation, as
@@ -89,46 +91,85 @@ def _half_order(x):
     return ops.reshape(ops.transpose(pairs, perm), (*lead, d))
 
 
-def mla_attention(c, h, p: str, declare, linear, cos, sin, qpos, pos, mask, scale: float,
-                  kv_dtype: str = "f32"):
-    """One layer's attention output [T, dim] of the normed h [T, dim] (dense KV, one
-    sequence): writes this step's latent rows into the State `{p}kv_latent` [1, S, latent]
-    at `pos` and attends over the cache as it then is."""
-    m, t, heads = c.mla, h.shape[0], c.heads
+@dataclass(frozen=True)
+class LatentCache:
+    """Where a step's latent rows go: a dense cache of one sequence (written at `pos`), or
+    a pool shared by the batch (written through `write_map`, read through `slot_map`)."""
+
+    kv: str                 # "dense" | "paged"
+    batch: int
+    tokens: int
+    rows: int               # dense: max_seq; paged: pool slots
+    pos: object = None      # dense: Pos [1]
+    write_map: object = None
+    slot_map: object = None
+
+
+def _cache_rows(m: Mla, rows, p: str, cache: LatentCache, kv_dtype: str):
+    """Write rows [B*T, latent] into the layer's State and read back every sequence's
+    cache [B, 1, S, latent] (one KV head)."""
+    if cache.kv == "dense":
+        state = ops.kv_state((1, cache.rows, m.latent), kv_dtype, p + "kv_latent")
+        new = ops.reshape(rows, (1, cache.tokens, m.latent))
+        written = [ops.kv_write_dense(st, y, cache.pos)
+                   for st, y in zip(state, ops.kv_encode(new, kv_dtype), strict=True)]
+        read = [ops.reshape(y, (1,) + y.shape) for y in written]       # [1, 1, S, latent]
+    else:
+        state = ops.kv_state((cache.rows, 1, m.latent), kv_dtype, p + "kv_latent_pool")
+        new = ops.reshape(rows, (rows.shape[0], 1, m.latent))
+        written = [ops.kv_write_paged(st, y, cache.write_map)
+                   for st, y in zip(state, ops.kv_encode(new, kv_dtype), strict=True)]
+        read = [ops.transpose(ops.gather(y, cache.slot_map, 0), (0, 2, 1, 3))
+                for y in written]                                      # [B, 1, S, latent]
+    for st, nxt in zip(state, written, strict=True):
+        ops.state_update(st, nxt)
+    return ops.kv_decode(read, kv_dtype)
+
+
+def mla_attention(c, h, p: str, declare, linear, cos, sin, qpos, mask, scale: float,
+                  cache: LatentCache, kv_dtype: str = "f32"):
+    """One layer's attention output [B*T, dim] of the normed h [B*T, dim]: writes this
+    step's latent rows into the layer's State and attends over the cache as it then is.
+    qpos: each token's position [B, T]; mask: the additive causal mask ([T, S] dense, the
+    grouped [B, 1, 1, T, S] paged)."""
+    m, heads = c.mla, c.heads
+    b, t, n = cache.batch, cache.tokens, h.shape[0]
     dn, dr, dv, r = m.nope, m.rope, m.v_dim, m.kv_rank
 
     def norm(x, name):
         return ops.rms_norm(x, declare(name), c.norm_eps)
 
-    def rope(x):                                    # x [T, n, dr] -> rotated, half order
-        y = ops.reshape(_half_order(x), (1, t, x.shape[1], dr))
-        y = ops.rope_partial(y, cos, sin, qpos, dr, tokens_first=True)
-        return ops.reshape(y, (t, x.shape[1], dr))
+    def rope(x):                                    # x [N, k, dr] -> rotated, half order
+        k = x.shape[1]
+        y = ops.reshape(_half_order(x), (b, t, k, dr))
+        return ops.reshape(ops.rope_partial(y, cos, sin, qpos, dr, tokens_first=True),
+                           (n, k, dr))
 
     if m.q_rank:
         q = linear(norm(linear(h, p + "attn_q_a.weight"), p + "attn_q_a_norm.weight"),
                    p + "attn_q_b.weight")
     else:
         q = linear(h, p + "attn_q.weight")
-    q = ops.reshape(q, (t, heads, dn + dr))
+    q = ops.reshape(q, (n, heads, dn + dr))
     q_nope, q_pe = ops.slice_axis(q, 2, 0, dn), rope(ops.slice_axis(q, 2, dn, dn + dr))
-    kv = linear(h, p + "attn_kv_a_mqa.weight")                         # [T, r + dr]
+    kv = linear(h, p + "attn_kv_a_mqa.weight")                         # [N, r + dr]
     c_kv = norm(ops.slice_axis(kv, 1, 0, r), p + "attn_kv_a_norm.weight")
-    k_pe = rope(ops.reshape(ops.slice_axis(kv, 1, r, r + dr), (t, 1, dr)))
-    rows = ops.reshape(ops.concat([c_kv, ops.reshape(k_pe, (t, dr))], 1), (1, t, m.latent))
-    cache = ops.kv_state((1, c.max_seq, m.latent), kv_dtype, p + "kv_latent")
-    written = [ops.kv_write_dense(st, y, pos)
-               for st, y in zip(cache, ops.kv_encode(rows, kv_dtype), strict=True)]
-    for st, nxt in zip(cache, written, strict=True):
-        ops.state_update(st, nxt)
-    latent = ops.kv_decode(written, kv_dtype)                          # [1, S, r + dr]
+    k_pe = rope(ops.reshape(ops.slice_axis(kv, 1, r, r + dr), (n, 1, dr)))
+    latent = _cache_rows(m, ops.concat([c_kv, ops.reshape(k_pe, (n, dr))], 1), p, cache,
+                         kv_dtype)                                     # [B, 1, S, r + dr]
     wkv = ops.reshape(_f32(declare(p + "attn_kv_b.weight")), (heads, dn + dv, r))
     w_uk, w_uv = ops.slice_axis(wkv, 1, 0, dn), ops.slice_axis(wkv, 1, dn, dn + dv)
-    q_lat = ops.matmul(ops.transpose(q_nope, (1, 0, 2)), w_uk)         # [H, T, r]
-    qh = ops.concat([q_lat, ops.transpose(q_pe, (1, 0, 2))], 2)        # [H, T, r + dr]
-    o = ops.attention_masked(qh, latent, ops.slice_axis(latent, 2, 0, r), mask, scale)
-    o = ops.matmul(o, ops.transpose(w_uv, (0, 2, 1)))                  # [H, T, dv]
-    o = ops.reshape(ops.transpose(o, (1, 0, 2)), (t, heads * dv))
+    q_lat = ops.matmul(ops.transpose(q_nope, (1, 0, 2)), w_uk)         # [H, N, r]
+    qh = ops.concat([q_lat, ops.transpose(q_pe, (1, 0, 2))], 2)        # [H, N, r + dr]
+    qh = ops.transpose(ops.reshape(qh, (heads, b, t, m.latent)), (1, 0, 2, 3))
+    if cache.kv == "dense":     # one sequence: [H, T, .] against [1, S, .], mask [T, S]
+        qh, latent = ops.reshape(qh, (heads, t, m.latent)), ops.reshape(
+            latent, latent.shape[1:])
+    o = ops.attention_masked(qh, latent, ops.slice_axis(latent, -1, 0, r), mask, scale)
+    o = ops.reshape(ops.transpose(ops.reshape(o, (b, heads, t, r)), (1, 0, 2, 3)),
+                    (heads, n, r))
+    o = ops.matmul(o, ops.transpose(w_uv, (0, 2, 1)))                  # [H, N, dv]
+    o = ops.reshape(ops.transpose(o, (1, 0, 2)), (n, heads * dv))
     return linear(o, p + "attn_output.weight")
 
 

@@ -34,7 +34,7 @@ from poot.errors import CheckpointError
 from poot.formats import PackedWeight
 from poot.ir.graph import Graph
 from poot.ir.types import SlotKind, TensorType, WeightRef
-from poot.models.deepseek import Mla, Routing, mla_attention, route
+from poot.models.deepseek import LatentCache, Mla, Routing, mla_attention, route
 from poot.models.gpt_oss import gpt_oss_experts
 from poot.models.hosted_rows import embed_rows, span_mask, span_mask_ring, span_slot
 from poot.models.rope import RopeScaling
@@ -199,9 +199,8 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
     if c.act not in ("silu", "gelu_tanh"):
         raise ValueError(f"unknown FFN activation {c.act!r}")
     check_kv_dtype(kv_dtype, c.kv_row)
-    if c.mla is not None and (kv != "dense" or spans):
-        raise CheckpointError(f"{c.arch}: multi-head latent attention runs with a dense KV "
-                              f"cache of one sequence (kv='dense', no spans), not kv={kv!r}")
+    if c.mla is not None and spans:
+        raise CheckpointError(f"{c.arch}: multi-head latent attention takes no spans")
     if logits not in ("all", "last", "rows", "hidden"):
         raise ValueError(f"logits must be 'all', 'last', 'rows' or 'hidden', not {logits!r}")
     if sample is not None and tokens != 1:
@@ -303,9 +302,11 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
             sliding = c.is_sliding(i)
             h = norm(x, p + "attn_norm.weight")
             if c.mla is not None:
+                latent = LatentCache(kv, b, t, cap, pos) if kv == "dense" else \
+                    LatentCache(kv, b, t, pool, write_map=wmap, slot_map=smap)
                 o = mla_attention(c, h, p, declare, linear, rope["rope.cos"], rope["rope.sin"],
-                                  ops.reshape(rope_pos, (1, t)), pos, mask_for(False), scale,
-                                  kv_dtype)
+                                  ops.reshape(rope_pos, (b, t)), mask_for(False), scale,
+                                  latent, kv_dtype)
                 x = ops.add(x, o)
                 x = ops.add(x, _ffn(c, norm(x, p + "ffn_norm.weight"), p, declare,
                                     linear=linear, stack=lambda names: stack(names, stack_ffn),
