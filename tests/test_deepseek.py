@@ -311,3 +311,36 @@ def test_greedy_tokens_on_gpu_apis(folders, greedy, backend):
     model = poot.load(str(folders[KEYS[0]][0]), backend=backend, max_seq=32,
                       prefill_tokens=6)
     assert greedy_ids(model, IDS[:10], 8) == greedy
+
+
+def test_steps_fuse_the_latent_attention(folders):
+    """compile forms one Attention per layer from the latent chain (one KV head, keys
+    kv_rank + rope wide, values kv_rank), on reference and cpu, dense and paged."""
+    import poot
+
+    for backend in ("reference", "cpu"):
+        model = poot.load(str(folders[KEYS[0]][0]), backend=backend, max_seq=32,
+                          prefill_tokens=6)
+        for kv, batch in (("dense", 1), ("paged", 2)):
+            names = [e.op.name for e in model.step_graph(1, batch, kv).eqns()]
+            assert names.count("Attention") == LAYERS, (backend, kv)
+
+
+def test_multi_token_prediction_layers_are_not_read(tmp_path, folders):
+    """DeepSeek-V3 checkpoints append num_nextn_predict_layers MTP layers after the
+    decoder; they load, and change nothing."""
+    import poot
+    from poot_quant.safetensors_dir import write_folder
+
+    folder, cfg, tensors, want = folders[KEYS[0]]
+    last = f"model.layers.{LAYERS - 1}."
+    mtp = {n.replace(last, f"model.layers.{LAYERS}."): a for n, a in tensors.items()
+           if n.startswith(last)}
+    mtp[f"model.layers.{LAYERS}.eh_proj.weight"] = np.zeros((DIM, 2 * DIM), np.float32)
+    mtp[f"model.layers.{LAYERS}.enorm.weight"] = np.ones(DIM, np.float32)
+    out = tmp_path / "mtp"
+    write_folder(out, {**tensors, **mtp}, {**cfg, "num_nextn_predict_layers": 1}, 1, None)
+    write_tokenizer(out)
+    model = poot.load(str(out), backend=BACKEND, max_seq=32, prefill_tokens=6)
+    assert model.config.layers == LAYERS
+    assert rel_err(model.prefill_logits(IDS[:8]), want[:8]) < 1e-4

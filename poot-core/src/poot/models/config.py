@@ -384,6 +384,7 @@ def from_hf(cfg: dict[str, Any], tensors: dict, max_seq: int | None = None) -> L
         rope_base_local=(local if local is not None else fam.rope_base_local) or None)
     if fam.moe == "deepseek":
         config = deepseek_config.deepseek_config(config, cfg, v, where, model_type)
+        tensors = deepseek_config.without_mtp(tensors, cfg, layers)
     elif fam.moe:
         config = replace(config, **_hf_moe(cfg, v, fam, where, key))
     elif any(cfg.get(k) for k in ("num_local_experts", "num_experts")):

@@ -4,6 +4,7 @@ the router, shared experts and the first dense layers, as transformers reads the
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import replace
 
 from poot.checked import Values
@@ -96,3 +97,18 @@ def deepseek_config(config, cfg: dict, v: Values, where: str, model_type: str):
                    expert_ffn=moe_ffn, dense_layers=min(dense, config.layers),
                    norm_topk=model_type == "deepseek_v3" and v.flag("norm_topk_prob", True),
                    shared_ffn=moe_ffn * size("n_shared_experts", "experts", 0, lo=0))
+
+
+def without_mtp(tensors: dict, cfg: dict, layers: int) -> dict:
+    """The tensors less the multi-token-prediction layers DeepSeek-V3 checkpoints append
+    after the decoder (num_nextn_predict_layers of them, numbered from num_hidden_layers):
+    greedy decoding does not run them, so they are neither checked nor read."""
+    extra = cfg.get("num_nextn_predict_layers") or 0
+    if not isinstance(extra, int) or extra <= 0:
+        return tensors
+
+    def mtp(name):
+        m = re.match(r"model\.layers\.(\d+)\.", name)
+        return m is not None and layers <= int(m.group(1)) < layers + extra
+
+    return {n: t for n, t in tensors.items() if not mtp(n)}
