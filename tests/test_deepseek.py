@@ -344,3 +344,17 @@ def test_multi_token_prediction_layers_are_not_read(tmp_path, folders):
     model = poot.load(str(out), backend=BACKEND, max_seq=32, prefill_tokens=6)
     assert model.config.layers == LAYERS
     assert rel_err(model.prefill_logits(IDS[:8]), want[:8]) < 1e-4
+
+
+def test_v2_greedy_routing(tmp_path):
+    """deepseek_v2's topk_method greedy: softmax top-k over all experts, no groups."""
+    import poot
+    from poot.models.deepseek import Routing
+
+    folder, cfg, tensors = make_folder(tmp_path, 4, Q_RANK, 2, topk_method="greedy")
+    model = poot.load(str(folder), backend=BACKEND, max_seq=32, prefill_tokens=6)
+    assert model.config.routing == Routing("softmax", 1, 1, "max", 2.5, False)
+    want = forward(tensors, cfg, IDS[:8])
+    assert rel_err(model.prefill_logits(IDS[:8]), want) < 1e-4
+    assert rel_err(forward(tensors, {**cfg, "topk_method": "group_limited_greedy"}, IDS[:8]),
+                   want) > 1e-3
