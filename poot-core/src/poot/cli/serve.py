@@ -65,6 +65,9 @@ def add_parser(sub):
                    help="the most tokens a sequence proposes per step (default 7; each "
                         "step picks fewer from its measured acceptance, none where "
                         "proposals fail)")
+    p.add_argument("--allow-image-urls", action="store_true",
+                   help="a vision model's chat requests may give images as http(s) URLs, "
+                        "which the server fetches (by default only base64 data URLs)")
     p.add_argument("--access-log", action="store_true", help="log every HTTP request")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     add_precision_args(p)
@@ -160,7 +163,7 @@ def run(args) -> int:
                     max_queue=args.max_queue, prefill_batch=args.prefill_batch,
                     overlap=not args.no_overlap, default_max_tokens=args.default_max_tokens,
                     prefix_cache=not args.no_prefix_cache, speculate=args.speculate,
-                    draft_tokens=args.draft_tokens)
+                    draft_tokens=args.draft_tokens, allow_image_urls=args.allow_image_urls)
     engine.warm(progress)
     s = engine.stats()
     url = f"http://{args.host}:{args.port}/v1"
@@ -172,7 +175,8 @@ def run(args) -> int:
           f"sequences x tokens {prefill}), KV pool {s['pool_slots']} "
           f"slots in {s['pool_blocks']} blocks, {s['max_seq']} positions per sequence, "
           + (f"speculating by prompt lookup (up to {engine.draft_tokens} tokens a step), "
-             if engine.speculate else "") +
+             if engine.speculate else "")
+          + ("taking images (one image request at a time), " if engine.images else "") +
           f"loaded in {time.perf_counter() - t0:.1f} s, at {url}; warming: "
           f"{s['plans_waiting']} plans to make (GET /ready answers 503 until they exist)",
           file=sys.stderr, flush=True)

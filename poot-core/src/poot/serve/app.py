@@ -166,6 +166,9 @@ def create_app(engine: Engine, api_key: str | None = None):
 
     async def generate(request: Request, parse) -> Response:
         gen = parse(await _json_body(request), engine.limits, engine.tokenizer)
+        if gen.images:   # fetched and decoded off the event loop: a bad one is a 400 now
+            gen.pixels = await asyncio.get_running_loop().run_in_executor(
+                None, engine.images.prepare, gen.images)
         events = Events(request.receive)
         try:
             jobs = engine.submit_choices(gen, [partial(events.put, i) for i in range(gen.n)])

@@ -174,12 +174,13 @@ class Engine:
                  max_queue: int = 64, prefill_batch: int | None = None,
                  overlap: bool = True, default_max_tokens: int | None = None,
                  prefix_cache: bool = True, speculate: str | None = None,
-                 draft_tokens: int | None = None):
+                 draft_tokens: int | None = None, allow_image_urls: bool = False):
         """`default_max_tokens`: the answer length of a request that names none, on both
         endpoints (None: poot.serve.protocol's defaults); `prefix_cache`: requests share
         the KV blocks of a common prompt prefix (item 2 above); `speculate`: "lookup" to
         speculate by prompt lookup, proposing up to `draft_tokens` tokens a step (see
-        `_verify`)."""
+        `_verify`); `allow_image_urls`: a vision model's requests may name remote images
+        (poot.serve.images)."""
         prefill_batch = max_batch if prefill_batch is None else prefill_batch
         if max_batch < 1 or max_queue < 0 or not 0 < prefill_batch:
             raise BindError(f"max_batch and prefill_batch must be >= 1 and max_queue >= 0, "
@@ -211,9 +212,18 @@ class Engine:
         if name in adapters:
             raise BindError(f"the LoRA adapter {name!r} has the served model's own name; "
                             f"name it differently (--lora OTHER=PATH)")
+        vision = getattr(model.checkpoint, "vision", None)
+        #: a vision model's encoder, image cache and dense session (poot.serve.images)
+        self.images = None
+        if vision is not None:
+            from poot.serve.images import ServedImages
+
+            self.images = ServedImages(model)
         self.limits = Limits(name, model.config.max_seq, self.blocks.pool_slots,
                              min(model.config.vocab, self.tokenizer.vocab_size), adapters,
                              speculate=self.speculate is not None,
+                             image_tokens=None if vision is None else vision.tokens,
+                             image_urls=allow_image_urls,
                              **({} if default_max_tokens is None else {"default_max_tokens": {
                                  "completion": default_max_tokens,
                                  "chat": default_max_tokens}}))
@@ -404,7 +414,7 @@ class Engine:
         lookup where the server speculates; none where the request turned it off or the
         host reads its logits (a verification step's rows are not drawn that way)."""
         gen = job.gen
-        if gen.speculate is False or job.rule is not None or \
+        if gen.speculate is False or job.rule is not None or gen.images or \
                 (self.speculate is None and gen.prediction is None):
             return None
         proposer = Prediction(gen.prediction) if gen.prediction is not None else \
@@ -464,6 +474,7 @@ class Engine:
             "ready": self.ready,
             "prefix_cache": b.cache is not None,
             **(b.cache.stats() if b.cache is not None else {}),
+            **(self.images.counters if self.images is not None else {}),
             "speculation": self._speculation_stats(),
             **self.counters,
             **{k: round(v, 6) for k, v in self.times.items()},
@@ -508,14 +519,16 @@ class Engine:
                 t0 = clock()
                 self._drop_cancelled()
                 self._admit()
-                prefilling = [j for j in self._active if j.last is None]
+                imaging = [j for j in self._active if j.gen.images]
+                prefilling = [j for j in self._active if j.last is None and not j.gen.images]
                 prefilling = prefilling[: self.session.prefill_batches[-1]]
-                decoding = [j for j in self._active if j.last is not None]
+                decoding = [j for j in self._active if j.last is not None and
+                            not j.gen.images]
             # each speculating job decides its proposal now: a verification step waits for
             # the step in flight (it proposes after that step's token)
             proposing = [j for j in decoding if j.spec is not None and
                          j.spec.wants(j.gen.max_tokens - j.generated)]
-            chain = not proposing and self._chains(prefilling, decoding)
+            chain = not proposing and not imaging and self._chains(prefilling, decoding)
             if self._inflight is not None and not chain:
                 self._guarded(self._inflight[0], self._settle, None)
                 decoding = [j for j in decoding if j in self._active]
@@ -523,6 +536,8 @@ class Engine:
                 self._guarded(prefilling, self._prefill, prefilling)
             if self._embeds:
                 self._embed_next()
+            for job in imaging:
+                self._guarded([job], self._image_step, job)
             if chain:
                 self._guarded(decoding, self._decode_next, decoding)
             elif decoding:
@@ -536,7 +551,7 @@ class Engine:
             self._inflight[1].tokens()     # let the last step finish before the pool goes
         with self._cv:
             for job in self._active:
-                self.session.close(job.id)
+                self._close(job)
             self._active.clear()
 
     def _drop_cancelled(self) -> None:
@@ -552,9 +567,16 @@ class Engine:
         again, but those no sequence holds now leave the pool's free count."""
         blk = self.blocks.block
         promised = sum(-(-j.blocks_needed // blk) - len(self.blocks.blocks(j.id))
-                       for j in self._active)
+                       for j in self._active if not j.gen.images)
         while self._queue and len(self._active) < self.max_batch:
             job = self._queue[0]
+            if job.gen.images:
+                if any(j.gen.images for j in self._active):
+                    break            # the dense session holds one image request at a time
+                self._queue.popleft()
+                self.counters["prompt_tokens"] += len(job.gen.prompt_ids)
+                self._active.append(job)
+                continue
             if job.leader is not None and self.blocks.cache is not None and \
                     job.leader in self._active and job.leader.last is None:
                 break        # a later choice waits for the prompt choice 0 is reading
@@ -576,7 +598,38 @@ class Engine:
         """Take a job out of the batch and close its sequence: its blocks go back to the
         pool, its full ones to the prefix cache unless its step failed."""
         self._active.remove(job)
-        self.session.close(job.id, None if failed else job.history)
+        self._close(job, failed)
+
+    def _close(self, job: Job, failed: bool = False) -> None:
+        if job.gen.images:
+            dense = self.images.session(None)
+            if dense.dense_seq == job.id:     # opened at its first step
+                dense.close(job.id)
+        else:
+            self.session.close(job.id, None if failed else job.history)
+
+    def _image_session(self):
+        """The dense session of image requests, sharing the paged session's weights."""
+        while self.session.weights is None and self._plan_next():
+            pass                     # the served weights, uploaded once
+        return self.images.session(self.session.weights)
+
+    def _image_step(self, job: Job) -> None:
+        """An image request's turn (poot.serve.images): its whole prompt with the image
+        rows in one prefill step, or one decode step; the host draws its token."""
+        t0 = time.perf_counter()
+        if job.last is None:
+            self._image_session().open(job.id)
+            logits = self.images.prefill(job.id, job.gen)
+            self.times["prefill_step_s"] += time.perf_counter() - t0
+            job.fed = len(job.gen.prompt_ids)
+            self.counters["prefill_chunks"] += 1
+            self.counters["prefilled_tokens"] += job.fed
+        else:
+            logits = self.images.session(None).decode({job.id: job.last})[job.id]
+            self.times["decode_step_s"] += time.perf_counter() - t0
+            self._count_step([job], "host")
+        self._advance(job, logits)
 
     def _guarded(self, jobs: list[Job], step, arg) -> None:
         """Run a step; if it fails, its sequences fail with the reason and the rest go on."""

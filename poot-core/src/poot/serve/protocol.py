@@ -65,6 +65,11 @@ class Generation:
     speculate: bool | None = None
     #: Predicted Outputs: the token ids of the text the answer is expected to repeat
     prediction: list[int] | None = None
+    #: chat with images (poot.serve.images): each image's part, in order, and the position
+    #: of its first soft token in prompt_ids; the app sets `pixels` (key, pixels or None)
+    images: list = field(default_factory=list)
+    image_starts: list[int] = field(default_factory=list)
+    pixels: list = field(default_factory=list)
     sampling: dict = field(init=False)
 
     def __post_init__(self):
@@ -93,6 +98,9 @@ class Limits:
     default_max_tokens: Mapping[str, int] = field(default_factory=lambda: {
         "completion": DEFAULT_COMPLETION_MAX_TOKENS, "chat": DEFAULT_CHAT_MAX_TOKENS})
     speculate: bool = False  # the server speculates (`poot serve --speculate`)
+    #: the model's image tokens (poot.models.vision.config.ImageTokens; None: text only)
+    image_tokens: object = None
+    image_urls: bool = False  # remote image URLs are fetched (`--allow-image-urls`)
 
 
 # -- the fields of each endpoint: name -> checker(value, name) ------------------------------
@@ -340,11 +348,17 @@ def parse_chat(body, limits: Limits, tokenizer) -> Generation:
     tools = Tools(f.get("tools") or [], f.get("tool_choice") or
                   ("auto" if f.get("tools") else "none"), tokenizer.chat_template)
     _no_control_text(f.get("tools"), tokenizer, "tools")
-    messages, variables = tools.messages(_messages(f["messages"], tokenizer))
-    try:   # a message's text never becomes a control token
-        ids = chat_ids(tokenizer, messages, **variables)
-    except (ChatTemplateError, CheckpointError) as exc:
-        raise RequestError(str(exc), param="messages") from exc
+    images: list = []
+    plain = _messages(f["messages"], tokenizer, images, limits)
+    starts: list[int] = []
+    if images:
+        ids, starts = _image_chat_ids(plain, images, f, limits, tokenizer)
+    else:
+        messages, variables = tools.messages(plain)
+        try:   # a message's text never becomes a control token
+            ids = chat_ids(tokenizer, messages, **variables)
+        except (ChatTemplateError, CheckpointError) as exc:
+            raise RequestError(str(exc), param="messages") from exc
     if tools.forced:
         if f.get("response_format") not in (None, ("text", None)):
             raise RequestError("response_format cannot be given with a tool_choice that "
@@ -361,7 +375,29 @@ def parse_chat(body, limits: Limits, tokenizer) -> Generation:
         raise RequestError("top_logprobs needs logprobs set to true", param="top_logprobs")
     f["logprobs"] = (f.get("top_logprobs") or 0) if f.get("logprobs") else None
     _speculation(f, limits, tokenizer)
-    return _generation("chat", f, ids, max_tokens, limits)
+    gen = _generation("chat", f, ids, max_tokens, limits)
+    gen.images, gen.image_starts = images, starts
+    return gen
+
+
+def _image_chat_ids(messages: list[dict], images: list, f: dict, limits: Limits,
+                    tokenizer) -> tuple[list[int], list[int]]:
+    """(token ids, each image's first soft token) of a chat with images: one user message
+    (after an optional system message), its images placed before its text as Gemma 3's
+    processor places them (poot.models.vision.chat.chat_ids)."""
+    from poot.models.vision.chat import chat_ids as image_chat_ids
+
+    roles = [m["role"] for m in messages]
+    if roles not in (["user"], ["system", "user"]):
+        raise RequestError("images are taken in a single user message (after an optional "
+                           "system message); this request has messages of roles "
+                           f"{roles}", param="messages")
+    for name in ("tools", "n", "speculate", "prediction"):
+        if f.get(name) not in (None, [], 1, False):
+            raise RequestError(f"{name} cannot be combined with images", param=name)
+    system = messages[0]["content"] if len(messages) == 2 else None
+    return image_chat_ids(tokenizer, limits.image_tokens, messages[-1]["content"],
+                          len(images), system)
 
 
 def _speculation(f: dict, limits: Limits, tokenizer) -> None:
@@ -462,10 +498,11 @@ def _prompt_ids(prompt, tokenizer, vocab: int, param: str = "prompt") -> list[in
                        f"of token ids", param=param)
 
 
-def _messages(messages, tokenizer) -> list[dict]:
+def _messages(messages, tokenizer, images: list | None = None,
+              limits: Limits | None = None) -> list[dict]:
     """The messages as the template takes them: role and content, an assistant's
     `tool_calls` (arguments as objects, as templates expect them) and a tool result's
-    `tool_call_id`."""
+    `tool_call_id`; a user message's image parts go to `images` (poot.serve.images)."""
     if not isinstance(messages, list) or not messages:
         raise RequestError("messages must be a non-empty list", param="messages")
     out = []
@@ -484,8 +521,10 @@ def _messages(messages, tokenizer) -> list[dict]:
                                param=where)
         calls = m.get("tool_calls")
         content = m.get("content")
+        found = images if role == "user" and images is not None else None
         msg = {"role": ROLES[role],
-               "content": "" if calls and content is None else _content(content, where)}
+               "content": "" if calls and content is None else
+               _content(content, where, found, limits)}
         if calls:
             msg["tool_calls"] = _tool_calls(calls, f"{where}.tool_calls")
             _no_control_text(msg["tool_calls"], tokenizer, f"{where}.tool_calls")
@@ -532,16 +571,37 @@ def _no_control_text(value, tokenizer, param: str) -> None:
                                f"{spelling!r}", param=param)
 
 
-def _content(content, where: str) -> str:
-    """A message's text: a string, or a list of {"type": "text", "text": ...} parts."""
+def _content(content, where: str, images: list | None = None,
+             limits: Limits | None = None) -> str:
+    """A message's text: a string, or a list of {"type": "text", "text": ...} parts; where
+    `images` is given (a user message), also {"type": "image_url", ...} parts, appended
+    to it (poot.serve.images.ImagePart)."""
     if isinstance(content, str):
         return _text(content, f"{where}.content")
-    if isinstance(content, list) and all(
-            isinstance(p, Mapping) and p.get("type") == "text" and isinstance(p.get("text"), str)
-            for p in content):
-        return _text("".join(p["text"] for p in content), f"{where}.content")
-    raise RequestError(f"{where}.content must be a string or a list of text parts",
+    texts = []
+    for k, p in enumerate(content if isinstance(content, list) else [None]):
+        kind = p.get("type") if isinstance(p, Mapping) else None
+        if kind == "text" and isinstance(p.get("text"), str):
+            texts.append(p["text"])
+        elif kind == "image_url" and images is not None:
+            images.append(_image(p, f"{where}.content[{k}]", limits))
+        else:
+            break
+    else:
+        return _text("".join(texts), f"{where}.content")
+    raise RequestError(f"{where}.content must be a string or a list of text parts"
+                       + (" and image_url parts" if images is not None else ""),
                        param=f"{where}.content")
+
+
+def _image(part, where: str, limits: Limits):
+    """An image_url part, refused where the served model takes no images."""
+    from poot.serve.images import image_part
+
+    if limits.image_tokens is None:
+        raise RequestError(f"the model {limits.model!r} takes no images (it has no vision "
+                           f"tower); send text parts only", param=where)
+    return image_part(part, where, limits.image_urls)
 
 
 def _generation(kind: str, f: dict, ids: list[int], max_tokens, limits: Limits) -> Generation:

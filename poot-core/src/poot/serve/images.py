@@ -1,0 +1,185 @@
+"""Images in `poot serve`: OpenAI `image_url` content parts read, decoded and encoded, and
+an image request's prefill and decode steps (poot.models.vision).
+
+The HTTP side reads each part (a base64 data URL; a remote http(s) URL only where the
+server allows them, fetched with a size cap and a timeout) and decodes its pixels off the
+event loop, so a bad image is a 400 before the request is queued. The scheduler's thread
+encodes the pixels (the rows of an image whose bytes it saw lately come from its cache,
+keyed by their SHA-256) and runs the request on a dense session of its own: the whole
+prompt in one prefill step with the image rows in the hosted slots and each image's soft
+tokens seeing each other both ways (poot.models.vision.chat.HostedPrompt), then one decode
+step per turn beside the paged batch, its logits sampled on the host. The paged steps
+carry no hosted slots, so one image request runs at a time.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+
+from poot.errors import ImageError, RequestError
+
+#: the largest remote image fetched (bytes), and how long a fetch may take (seconds)
+MAX_FETCH_BYTES = 16 << 20
+FETCH_TIMEOUT_S = 10.0
+
+
+@dataclass
+class ImagePart:
+    """One image of a request: its file's bytes, or (remote) its URL until fetched."""
+
+    name: str                   # where the request holds it, for errors
+    data: bytes | None = None
+    url: str | None = None
+
+
+def image_part(part, where: str, allow_urls: bool) -> ImagePart:
+    """A checked {"type": "image_url", "image_url": {"url": ...}} content part."""
+    spec = part.get("image_url")
+    if isinstance(spec, str):
+        spec = {"url": spec}
+    if not isinstance(spec, dict) or not isinstance(spec.get("url"), str) or \
+            set(spec) - {"url", "detail"}:
+        raise RequestError(f"{where}.image_url must be an object with a url string",
+                           param=where)
+    url = spec["url"]
+    if url.startswith("data:"):
+        return ImagePart(where, data=data_url(url, where))
+    if url.startswith(("http://", "https://")):
+        if not allow_urls:
+            raise RequestError(f"{where}: this server takes images as base64 data URLs "
+                               f"only (start it with --allow-image-urls to fetch remote "
+                               f"ones)", param=where)
+        return ImagePart(where, url=url)
+    raise RequestError(f"{where}: an image url must be a data: URL or http(s), got "
+                       f"{url[:40]!r}", param=where)
+
+
+def data_url(url: str, where: str) -> bytes:
+    """The bytes of a data:image/...;base64,... URL."""
+    head, comma, payload = url.partition(",")
+    kind = head[len("data:"):].split(";")
+    if not comma or not kind[0].startswith("image/") or "base64" not in kind[1:]:
+        raise RequestError(f"{where}: not a base64 image data URL (want "
+                           f"data:image/...;base64,...), got {head[:40]!r}", param=where)
+    try:
+        return base64.b64decode(payload, validate=True)
+    except (binascii.Error, ValueError):
+        raise RequestError(f"{where}: the data URL's payload is not base64",
+                           param=where) from None
+
+
+def fetch(url: str, where: str) -> bytes:
+    """A remote image's bytes, at most MAX_FETCH_BYTES, within FETCH_TIMEOUT_S."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=FETCH_TIMEOUT_S) as r:
+            data = r.read(MAX_FETCH_BYTES + 1)
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise ImageError(f"{where}: could not fetch {url[:80]} ({exc})") from None
+    if len(data) > MAX_FETCH_BYTES:
+        raise ImageError(f"{where}: {url[:80]} has more than the {MAX_FETCH_BYTES} bytes "
+                         f"poot fetches for an image")
+    return data
+
+
+class ServedImages:
+    """A vision model's encoder and its rows of the images seen lately (by the SHA-256 of
+    their bytes), with the counters /stats shows."""
+
+    def __init__(self, model, cached: int | None = None):
+        from poot.models.vision.chat import CACHED_IMAGES
+        from poot.models.vision.encoder import VisionEncoder
+        from poot.models.vision.preprocess import read_processing
+
+        vision = model.checkpoint.vision
+        self.model, self.vision = model, vision
+        self.processing = read_processing(vision.folder, vision.config.image_size)
+        self.encoder = VisionEncoder(vision.config, vision.weights(), model.backend,
+                                     model.device)
+        self.capacity = CACHED_IMAGES if cached is None else cached
+        self.cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self.counters = dict(images=0, image_cache_hits=0, images_encoded=0,
+                             image_encode_s=0.0)
+        self._session = None
+
+    def prepare(self, parts: list[ImagePart]) -> list[tuple[str, np.ndarray | None]]:
+        """Each image's (key, pixels): fetched where remote, decoded unless its rows are
+        cached (then None). Any thread; a bad image raises ImageError (a 400)."""
+        from poot.models.vision.preprocess import pixels, read
+
+        out = []
+        for part in parts:
+            data = part.data if part.url is None else fetch(part.url, part.name)
+            data, name = read(data, part.name)
+            key = hashlib.sha256(data).hexdigest()
+            out.append((key, None if key in self.cache else
+                        pixels(data, self.processing, name)))
+        return out
+
+    def rows(self, prepared: list[tuple[str, np.ndarray | None]]) -> list[np.ndarray]:
+        """The rows [mm_tokens, dim] of each prepared image (the scheduler's thread)."""
+        out = []
+        for key, px in prepared:
+            self.counters["images"] += 1
+            if key in self.cache:
+                self.counters["image_cache_hits"] += 1
+            else:
+                if px is None:     # evicted since it was prepared: the request is retried
+                    raise RequestError("an image's cached rows were evicted; send it again",
+                                       status=503, type="server_error")
+                self.cache[key] = self.encoder.encode(px)
+                self.counters["images_encoded"] += 1
+                self.counters["image_encode_s"] += self.encoder.seconds
+            self.cache.move_to_end(key)
+            out.append(self.cache[key])
+        while len(self.cache) > max(self.capacity, len(prepared)):
+            self.cache.popitem(last=False)
+        return out
+
+    def session(self, weights):
+        """The dense session image requests run on (made on first use), sharing the
+        served weights `weights` (None: its own upload)."""
+        if self._session is None:
+            from poot.runtime.session import Session
+
+            m = self.model
+
+            def graph(tokens: int, batch: int):
+                # prefill steps take the hosted rows and spans; the decode step reads
+                # every row's logits (the host samples an image request's tokens)
+                return m.step_graph(tokens, batch, "dense",
+                                    logits="rows" if tokens > 1 else "all",
+                                    hosted_rows=tokens > 1)
+
+            s = Session(graph, m.bound_consts, kv="dense", capacity=m.config.max_seq,
+                        prefill_tokens=m.prefill_tokens, target=(m.backend, m.device))
+            self._session = s
+        if weights is not None and self._session.weights is None and \
+                not self._session.executors:
+            self._session.weights = weights
+        return self._session
+
+    def prefill(self, seq, gen) -> np.ndarray:
+        """Feed an image request's prompt (its rows at their positions) to its open
+        sequence of the dense session in one step; the logits after its last token."""
+        from poot.models.vision.chat import PREFILL_ROUND, HostedPrompt
+
+        s, ids = self._session, gen.prompt_ids
+        hosted, spans = {}, {}
+        for k, (start, rows) in enumerate(zip(gen.image_starts, self.rows(gen.pixels),
+                                              strict=True)):
+            hosted.update({start + j: row for j, row in enumerate(rows)})
+            spans.update(dict.fromkeys(range(start, start + len(rows)), k + 1))
+        chunk = min(-(-len(ids) // PREFILL_ROUND) * PREFILL_ROUND, self.model.config.max_seq)
+        stepper = HostedPrompt(s, hosted, self.model.config.dim, len(ids), spans, chunk)
+        try:
+            return s.prefill(seq, ids)
+        finally:
+            stepper.release()
