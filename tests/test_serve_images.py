@@ -154,6 +154,28 @@ def test_answers_with_images_are_the_libraries_and_cached(server, images, librar
     assert plain.choices[0].finish_reason in ("stop", "length")
 
 
+def test_image_and_text_requests_at_once(server, images, library):
+    """Two image requests (one waits for the other's dense session) and text requests at
+    once: each answer is the one it gets alone."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    client = openai_client(server)
+
+    def text():
+        return client.chat.completions.create(
+            model="smollm2", max_tokens=8, temperature=0,
+            messages=[{"role": "user", "content": "Hello there"}]).choices[0].message.content
+
+    alone = text()
+    with ThreadPoolExecutor(4) as pool:
+        got = [pool.submit(lambda i=i: ask(client, [data_url(images[i])], n=8)
+                           .choices[0].message.content) for i in (0, 1)]
+        texts = [pool.submit(text) for _ in range(2)]
+        assert [f.result() for f in texts] == [alone, alone]
+        assert [f.result() for f in got] == [library.generate([im], 8) for im in images]
+    assert server.wait_idle()["active"] == 0
+
+
 @pytest.mark.parametrize("urls,match", [
     (lambda im: [data_url(b"\x89PNG\r\n\x1a\n" + b"garbage" * 20)], "corrupt|not an image"),
     (lambda im: [data_url(b"hello", "text/plain")], "not a base64 image data URL"),

@@ -48,6 +48,10 @@ launched for it: that token is dropped, and its blocks, that step's slot include
 back to the pool when it ended. Anything else (a new prompt, a cancellation, a sampled row,
 a sequence at its last token) first waits for the running step, then runs as before.
 
+A vision model's image request (poot.serve.images) runs beside the batch on a dense session
+of its own, one at a time: its whole prompt in one prefill step with the images' rows, then
+one decode step per turn whose logits the host samples; it holds no paged blocks.
+
 Plans are made on the loop's own thread: a turn that needs one not made yet plans it first,
 and an idle loop plans the rest in the background, smallest batch first (the order a growing
 batch needs them), so the server answers at once and a lone request waits only for the
