@@ -176,6 +176,18 @@ def test_image_and_text_requests_at_once(server, images, library):
     assert server.wait_idle()["active"] == 0
 
 
+def test_a_client_that_leaves_frees_the_image_session(server, images, library):
+    client = openai_client(server)
+    stream = client.chat.completions.create(
+        model="smollm2", messages=message([data_url(images[1])]), max_tokens=80,
+        temperature=0, stream=True, extra_body={"ignore_eos": True})
+    next(iter(stream))
+    stream.close()
+    assert server.wait_idle()["active"] == 0
+    answer = ask(client, [data_url(images[0])]).choices[0].message.content
+    assert answer == library.generate([images[0]], 6)
+
+
 @pytest.mark.parametrize("urls,match", [
     (lambda im: [data_url(b"\x89PNG\r\n\x1a\n" + b"garbage" * 20)], "corrupt|not an image"),
     (lambda im: [data_url(b"hello", "text/plain")], "not a base64 image data URL"),

@@ -623,7 +623,8 @@ class Engine:
         rows in one prefill step, or one decode step; the host draws its token."""
         t0 = time.perf_counter()
         if job.last is None:
-            self._image_session().open(job.id)
+            adapter = job.gen.model if job.gen.model in self.limits.adapters else None
+            self._image_session().open(job.id, self.model.adapter_rows(adapter))
             logits = self.images.prefill(job.id, job.gen)
             self.times["prefill_step_s"] += time.perf_counter() - t0
             job.fed = len(job.gen.prompt_ids)

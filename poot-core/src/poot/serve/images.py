@@ -109,9 +109,11 @@ class ServedImages:
                              image_encode_s=0.0)
         self._session = None
 
-    def prepare(self, parts: list[ImagePart]) -> list[tuple[str, np.ndarray | None]]:
-        """Each image's (key, pixels): fetched where remote, decoded unless its rows are
-        cached (then None). Any thread; a bad image raises ImageError (a 400)."""
+    def prepare(self, parts: list[ImagePart]) -> list[tuple[str, np.ndarray]]:
+        """Each image's (key, pixels): fetched where remote, then decoded (even an image
+        whose rows are cached: the bytes are checked whatever the cache holds, and its rows
+        may be evicted before the request runs). Any thread; a bad image raises ImageError
+        (a 400)."""
         from poot.models.vision.preprocess import pixels, read
 
         out = []
@@ -119,11 +121,10 @@ class ServedImages:
             data = part.data if part.url is None else fetch(part.url, part.name)
             data, name = read(data, part.name)
             key = hashlib.sha256(data).hexdigest()
-            out.append((key, None if key in self.cache else
-                        pixels(data, self.processing, name)))
+            out.append((key, pixels(data, self.processing, name)))
         return out
 
-    def rows(self, prepared: list[tuple[str, np.ndarray | None]]) -> list[np.ndarray]:
+    def rows(self, prepared: list[tuple[str, np.ndarray]]) -> list[np.ndarray]:
         """The rows [mm_tokens, dim] of each prepared image (the scheduler's thread)."""
         out = []
         for key, px in prepared:
@@ -131,9 +132,6 @@ class ServedImages:
             if key in self.cache:
                 self.counters["image_cache_hits"] += 1
             else:
-                if px is None:     # evicted since it was prepared: the request is retried
-                    raise RequestError("an image's cached rows were evicted; send it again",
-                                       status=503, type="server_error")
                 self.cache[key] = self.encoder.encode(px)
                 self.counters["images_encoded"] += 1
                 self.counters["image_encode_s"] += self.encoder.seconds
@@ -160,6 +158,7 @@ class ServedImages:
 
             s = Session(graph, m.bound_consts, kv="dense", capacity=m.config.max_seq,
                         prefill_tokens=m.prefill_tokens, target=(m.backend, m.device))
+            m._fit_features(s)     # the LoRA adapter slot and the expert pager, as served
             self._session = s
         if weights is not None and self._session.weights is None and \
                 not self._session.executors:
