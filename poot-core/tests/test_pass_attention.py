@@ -183,3 +183,24 @@ def test_widened_kv_folds_into_the_attention_where_declared(kv_dtype, paged, op)
     assert att.op.name == "Attention" and rec.rewrites == 1
     assert [str(out.type_of(x.id).dtype) for x in att.inputs[1:3]] == ["f32"] * 2
     assert [e.op.name for e in out.eqns()].count("Cast") == 2
+
+
+@pytest.mark.parametrize("kv,op,ring", [("dense", "Attention", False),
+                                        ("dense", "Attention", True),
+                                        ("paged", "PagedAttention", False)])
+def test_the_f16_kv_decoder_attends_over_its_cache_in_place(kv, op, ring):
+    """build_decoder(kv_dtype="f16") compiled: every layer's attention reads the f16 cache,
+    pool or sliding ring itself, and no step widens the cache to f32."""
+    from poot.models.llama import build_decoder, random_weights, tiny_config
+
+    cfg = tiny_config(dim=64, heads=2, kv_heads=1, head_dim=32, ffn=96, max_seq=24,
+                      **({"window": 8, "sliding": (True, False)} if ring else {}))
+    pool = {"pool_slots": 64} if kv == "paged" else {}
+    st = build_decoder(cfg, random_weights(cfg), kv=kv, kv_dtype="f16", **pool)
+    g = poot.compile(st.graph, "reference").graph
+    att = [e for e in g.eqns() if "Attention" in e.op.name]
+    assert {e.op.name for e in att} == {op} and len(att) == cfg.layers
+    assert all(str(g.type_of(x.id).dtype) == "f16" for e in att for x in e.inputs[1:3])
+    widened = [e for e in g.eqns() if e.op.name == "Cast" and e.op.to is DType.F32
+               and g.type_of(e.inputs[0].id).dtype is DType.F16]
+    assert not widened
