@@ -204,3 +204,19 @@ def test_out_of_range_fields_are_400s(client, path, body, param):
     with pytest.raises(openai.BadRequestError) as err:
         call(model=MODEL, max_tokens=2, **known, extra_body=body)
     assert err.value.body["param"] == param
+
+
+
+def test_logprobs_name_a_padded_vocabulary_row_without_text():
+    """The model's vocabulary may be padded past the tokenizer's (as real checkpoints pad
+    to a multiple of 64 or 128): such a row in the logprobs has no text and no bytes."""
+    from types import SimpleNamespace
+
+    from poot.serve.logits import LogitRule
+
+    tok = SimpleNamespace(token_bytes=[b"a", b"b"], tokens=["a", "b"], special_ids=set())
+    rule = LogitRule(tok, top=3)
+    z = np.array([0.0, 1.0, 2.0, 3.0], np.float32)        # rows 2 and 3: padding
+    out = rule.chosen(z, 3)
+    assert (out["token"], out["bytes"]) == ("", [])
+    assert [e["token"] for e in out["top_logprobs"]] == ["", "", "b"]

@@ -65,6 +65,9 @@ class LogitRule:
         return out
 
     def entry(self, token: int, logprob: float) -> dict:
+        if token >= len(self.tokenizer.token_bytes):
+            # a row of the model's padded vocabulary that the tokenizer has no text for
+            return {"token": "", "logprob": max(logprob, -9999.0), "bytes": []}
         raw = self.tokenizer.token_bytes[token]
         text = self.tokenizer.tokens[token] if token in self.tokenizer.special_ids else \
             raw.decode("utf-8", errors="replace")
