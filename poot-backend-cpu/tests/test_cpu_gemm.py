@@ -144,9 +144,9 @@ def test_few_rows_keep_the_shared_lowering(cpu_backend):
 def test_epilogue_without_an_element_function_runs_after_the_gemm(cpu_backend, monkeypatch):
     """An epilogue the printer cannot fuse (a 2-D grid, for outputs past 2^24 elements) runs
     as its own kernel over the GEMM's scratch result."""
-    import poot_cpu.gemm
+    import poot_cpu.gemv
 
-    monkeypatch.setattr(poot_cpu.gemm, "fused_epilogue", lambda *args: None)
+    monkeypatch.setattr(poot_cpu.gemv, "fused_epilogue", lambda *args: None)
     cpu_backend.forget_lowerings()
     try:
         c = _dense_case(GEMM_FROM + 5, 24, 40, T((24, 40), F16), True)

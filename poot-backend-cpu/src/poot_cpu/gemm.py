@@ -35,17 +35,15 @@ from __future__ import annotations
 
 import functools
 import math
-import sys
 
 from poot.codegen.lower.base import Sig
-from poot.codegen.program import OUT, SCRATCH, Access, BufferParam, KernelProgram
+from poot.codegen.program import SCRATCH, Access, BufferParam
 from poot.dtypes import DType
 from poot.ir.graph import Lit
 from poot.ir.ops import ContractionEpilogue, DenseContraction, MatMul
 from poot.kernel_backend import CompiledProgram
 
-from poot_cpu.gemv import epilogue, fused_epilogue
-from poot_cpu.kernels import built_kernel
+from poot_cpu.gemv import contraction_program, result_param
 
 F32, BF16, F16, U32 = DType.F32, DType.BF16, DType.F16, DType.U32
 GEMM_FROM = 16      # rows from which a dense contraction runs here
@@ -257,34 +255,18 @@ def gemm_program(op, ins, out, printer) -> CompiledProgram | None:
         return None
     sig = Sig(op, tuple(ins), out)
     name = f"{sig.name}_gemm"
-    plain = not isinstance(op, ContractionEpilogue)
-    if plain:
-        if out.dtype is not F32:
-            return None
-        y = BufferParam("y", F32, Access.WRITE, m * n, OUT)
-    else:
-        y = BufferParam("acc", F32, Access.READ_WRITE, m * n, SCRATCH)
+    y = result_param(op, out, m * n)
+    if y is None:
+        return None
     bp = BufferParam("bp", F32, Access.READ_WRITE, packed_bytes(m, n, k) // 4, SCRATCH)
     bufs = (BufferParam("x", F32, Access.READ, m * k, 0),
             BufferParam("w", w.dtype, Access.READ, w.size, 1), y, bp)
-    if plain:
-        gemm = built_kernel(name, kernel_source(name, wdtype, m, n, k), bufs)
-        return CompiledProgram(KernelProgram((gemm.kernel,), scratch=(bp,)), (gemm,),
-                               printer.device)
-    epis = epilogue(sig, y).kernels
-    fused = fused_epilogue(epis[0], sig, m * k, printer) if len(epis) == 1 else None
-    if fused is not None:
-        (extra, prologue, _, after_panel, tail), epi_source = fused
-        source = epi_source + kernel_source(name, wdtype, m, n, k, extra, prologue,
-                                            after_panel, tail)
-        gemm = built_kernel(name, sys.intern(source),
-                            bufs + tuple(b for b in epis[0].buffers if b.name != "acc"))
-        return CompiledProgram(KernelProgram((gemm.kernel,), scratch=(y, bp)), (gemm,),
-                               printer.device)
-    kernels = (built_kernel(name, kernel_source(name, wdtype, m, n, k), bufs),
-               *(built_kernel(e.name, printer.source(e), e.buffers) for e in epis))
-    return CompiledProgram(KernelProgram(tuple(kk.kernel for kk in kernels), scratch=(y, bp)),
-                           kernels, printer.device)
+
+    def source(*fused):          # the GEMM has no use for the per-tile piece
+        pieces = fused[:2] + fused[3:]
+        return kernel_source(name, wdtype, m, n, k, *pieces)
+
+    return contraction_program(sig, name, bufs, y, (bp,), source, m * k, printer)
 
 
 __all__ = ["GEMM_FROM", "gemm_program", "kernel_source", "packed_bytes"]

@@ -122,35 +122,47 @@ def gemv_program(op, ins, out, printer) -> CompiledProgram | None:
     m = math.prod(ins[0].shape[:-1])
     sig = Sig(op, tuple(ins), out)
     name = f"{sig.name}_gemv"
-    plain = not isinstance(op, ContractionEpilogue)
-    if plain:
-        if out.dtype is not F32:
-            return None
-        y = BufferParam("y", F32, Access.WRITE, m * n, OUT)
-    else:
-        y = BufferParam("acc", F32, Access.READ_WRITE, m * n, SCRATCH)
+    y = result_param(op, out, m * n)
+    if y is None:
+        return None
     xq = BufferParam("xq", U8, Access.READ_WRITE, coding.scratch_bytes(m, k), SCRATCH)
     bufs = (BufferParam("x", F32, Access.READ, m * k, 0),
             BufferParam("w", U8, Access.READ, ins[1].size, 1), y, xq)
-    if plain:
-        gemv = built_kernel(name, kernel_source(name, fmt, coding, m, n, k), bufs)
-        return CompiledProgram(KernelProgram((gemv.kernel,), scratch=(xq,)), (gemv,),
+    return contraction_program(
+        sig, name, bufs, y, (xq,), lambda *fused: kernel_source(name, fmt, coding, m, n, k,
+                                                                *fused), m * k, printer)
+
+
+def result_param(op, out, size: int) -> BufferParam | None:
+    """What a contraction kernel writes: the output itself (plain; F32 only, else None) or
+    the F32 accumulator its epilogue reads."""
+    if isinstance(op, ContractionEpilogue):
+        return BufferParam("acc", F32, Access.READ_WRITE, size, SCRATCH)
+    return BufferParam("y", F32, Access.WRITE, size, OUT) if out.dtype is F32 else None
+
+
+def contraction_program(sig: Sig, name: str, bufs, y: BufferParam, scratch: tuple,
+                        source, x_count: int, printer) -> CompiledProgram:
+    """A contraction kernel writing `y`, then its epilogue if `sig.op` has one: fused into
+    the contraction's function where fused_epilogue can, else as kernels after it.
+    `source(*pieces)`: the kernel's C function, given fused_epilogue's pieces or none."""
+    if not isinstance(sig.op, ContractionEpilogue):
+        kernel = built_kernel(name, source(), bufs)
+        return CompiledProgram(KernelProgram((kernel.kernel,), scratch=scratch), (kernel,),
                                printer.device)
     epis = epilogue(sig, y).kernels
-    fused = fused_epilogue(epis[0], sig, m * k, printer) if len(epis) == 1 else None
+    fused = fused_epilogue(epis[0], sig, x_count, printer) if len(epis) == 1 else None
     if fused is not None:
-        (epi,) = epis
-        extra, source = fused
+        pieces, epi_source = fused
         # interned: a plan holds one copy of each distinct function, not one per call
-        gemv = built_kernel(name, sys.intern(source + kernel_source(name, fmt, coding, m, n, k,
-                                                                    *extra)),
-                            bufs + tuple(b for b in epi.buffers if b.name != "acc"))
-        return CompiledProgram(KernelProgram((gemv.kernel,), scratch=(y, xq)), (gemv,),
-                               printer.device)
-    kernels = (built_kernel(name, kernel_source(name, fmt, coding, m, n, k), bufs),
+        kernel = built_kernel(name, sys.intern(epi_source + source(*pieces)),
+                              bufs + tuple(b for b in epis[0].buffers if b.name != "acc"))
+        return CompiledProgram(KernelProgram((kernel.kernel,), scratch=(y, *scratch)),
+                               (kernel,), printer.device)
+    kernels = (built_kernel(name, source(), bufs),
                *(built_kernel(e.name, printer.source(e), e.buffers) for e in epis))
-    return CompiledProgram(KernelProgram(tuple(k.kernel for k in kernels), scratch=(y, xq)),
-                           kernels, printer.device)
+    return CompiledProgram(KernelProgram(tuple(k.kernel for k in kernels),
+                                         scratch=(y, *scratch)), kernels, printer.device)
 
 
 def fused_epilogue(epi: Kernel, sig: Sig, x_count: int, printer):
