@@ -75,9 +75,14 @@ def test_a_write_copies_a_strided_array_contiguously():
     assert ctx.memory[ptr].view(np.float32).tolist() == [0.0, 2.0]
 
 
+class Launch(BoundLaunch):
+    def __call__(self, ctx):
+        ctx.log.append(("launch", self.function))
+
+
 def test_a_launch_passes_the_address_of_each_argument_value():
     by_value = np.arange(16, dtype=np.uint8)
-    launch = BoundLaunch("f", (3,), (32, 2), [111, 222], "k", by_value=[by_value])
+    launch = Launch("f", (3,), (32, 2), [111, 222], "k", by_value=[by_value])
     assert launch.grid == (3, 1, 1) and launch.block == (32, 2, 1)
     addrs = [int(a) for a in launch.addresses]
     assert [ctypes.c_uint64.from_address(a).value for a in addrs[:2]] == [111, 222]

@@ -20,15 +20,18 @@ creates `self.stream`.
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 import numpy as np
 
 
-class StreamContext:
+class StreamContext(ABC):
     """One device with one stream for all work; see the module docstring for the calls a
     driver implements."""
 
     stream: object
 
+    @abstractmethod
     def make_current(self) -> None:
         raise NotImplementedError
 
@@ -68,32 +71,40 @@ class StreamContext:
         return self._function(module, name)
 
     # the driver's calls
+    @abstractmethod
     def _malloc(self, nbytes: int) -> int:
         raise NotImplementedError
 
+    @abstractmethod
     def _free(self, ptr: int) -> None:
         raise NotImplementedError
 
+    @abstractmethod
     def _to_device(self, ptr: int, host: np.ndarray) -> None:
         raise NotImplementedError
 
+    @abstractmethod
     def _to_host(self, host: np.ndarray, ptr: int) -> None:
         raise NotImplementedError
 
+    @abstractmethod
     def _device_copy(self, dst: int, src: int, nbytes: int) -> None:
         raise NotImplementedError
 
+    @abstractmethod
     def _sync(self) -> None:
         raise NotImplementedError
 
+    @abstractmethod
     def _load(self, code: bytes):
         raise NotImplementedError
 
+    @abstractmethod
     def _function(self, module, name: str):
         raise NotImplementedError
 
 
-class BoundLaunch:
+class BoundLaunch(ABC):
     """One kernel launch with its arguments bound (pointers fixed at load time): device
     pointers, then values passed whole, passed the driver-API way, as an array of
     addresses each pointing at one argument value (the driver copies them at launch, so
@@ -109,11 +120,12 @@ class BoundLaunch:
                                    for i in range(len(pointers))]
                                   + [v.ctypes.data for v in self.by_value], dtype=np.uint64)
 
+    @abstractmethod
     def __call__(self, ctx: StreamContext) -> None:
         raise NotImplementedError
 
 
-class StreamGraph:
+class StreamGraph(ABC):
     """A recorded step: `record()`'s stream work captured once, the instantiated graph
     replayed by `launch()`."""
 
@@ -132,15 +144,19 @@ class StreamGraph:
         self._launch(self.exec, self.ctx.stream)
 
     # the driver's calls
+    @abstractmethod
     def _begin_capture(self, stream) -> None:
         raise NotImplementedError
 
+    @abstractmethod
     def _end_capture(self, stream):
         raise NotImplementedError
 
+    @abstractmethod
     def _instantiate(self, graph):
         raise NotImplementedError
 
+    @abstractmethod
     def _launch(self, exec_graph, stream) -> None:
         raise NotImplementedError
 
