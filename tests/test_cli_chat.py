@@ -56,6 +56,25 @@ class Terminal:
     def send(self, text: str) -> None:
         os.write(self.fd, text.encode())
 
+    def wait_reading(self, timeout: float = 60) -> None:
+        """Until the child's main thread sleeps waiting for input. CPython's readline draws
+        the prompt before it enters select(); a SIGINT landing between the two only sets a
+        flag and select() then waits for a key, so a Ctrl-C sent on seeing the prompt can
+        race it."""
+        task = Path(f"/proc/{self.pid}/task/{self.pid}")
+        end, asleep = time.monotonic() + timeout, 0
+        while time.monotonic() < end and asleep < 3:
+            try:
+                wchan = (task / "wchan").read_text()
+                state = (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                return
+            if wchan not in ("", "0"):                      # the kernel names the wait
+                asleep = 3 if "poll" in wchan or "select" in wchan else 0
+            else:
+                asleep = asleep + 1 if state == "S" else 0
+            time.sleep(0.05)
+
     def exit_code(self, timeout: float = 60) -> int:
         end = time.monotonic() + timeout
         while time.monotonic() < end:
@@ -114,8 +133,9 @@ def test_the_chat_answers_each_line_and_leaves_on_bye(tiny_chat):
 def test_ctrl_c_at_the_prompt_stays_and_ctrl_d_leaves(tiny_chat):
     t = tiny_chat
     t.until(PROMPT, timeout=300)
+    t.wait_reading()
     t.send("\x03")
-    assert "Ctrl-D or /bye to leave" in t.until(PROMPT)
+    assert "Ctrl-D or /bye to leave" in t.until(PROMPT, timeout=120)
     t.send("\x04")
     assert t.exit_code() == 0
 
