@@ -234,6 +234,43 @@ def test_compiled_rank_graphs_equal_the_unsharded_model(config, ranks, kv):
             assert np.abs(g - w_).max() <= 1e-5 * np.abs(w_).max()
 
 
+@pytest.mark.parametrize("precision", ["exact", "fast"])
+def test_rank_stages_keep_packed_contractions_and_fast_equals_unsharded(smollm2_gguf,
+                                                                        precision):
+    """A weight's dequant belongs to the stage of the contraction that reads it, so every
+    rank's projections are packed contractions (int8 rows under `fast`), and the ranks'
+    logits equal the unsharded model compiled at the same precision."""
+    from poot.compiler import Policy
+    from poot.models.loader import open_model
+    from poot.models.weights import CheckpointWeights
+
+    ckpt, config = open_model(str(smollm2_gguf), max_seq=8)
+    config = replace(config, max_seq=8, layers=2)
+    w = CheckpointWeights(ckpt, config)
+    step = build_decoder(config, w, tokens=2, stack_qkv=False, stack_ffn=False,
+                         kv_dtype="f16" if precision == "fast" else "f32")
+    labels = {step.graph.meta(v).identity.label for v in step.graph.consts()}
+    consts = {k: v for k, v in {**w.arrays, **step.consts}.items() if k in labels}
+    policy = Policy(precision=precision)
+    first = {"tokens": np.array([1, 504], np.int32), "pos": np.array([0], np.int32)}
+    want = Executor(plan(poot.compile(step.graph, "reference", policy=policy)),
+                    consts).step(first).result
+    group, device = LocalGroup(2), get_backend("reference").default_device()
+    contraction = "Q8PackedContraction" if precision == "fast" else "PackedContraction"
+
+    def rank(rg):
+        comm = group.member(rg.rank)
+        compiled = poot.compile(rg.graph, "reference", communicator=comm, policy=policy)
+        names = [e.op.name for e in compiled.graph.eqns()]
+        assert "PackedDequant" not in names and "MatMul" not in names
+        assert contraction in names
+        ex = Executor(plan(compiled), rg.consts(consts),
+                      runtime=ReferenceRuntime(device, communicator=comm))
+        return ex.step(first).result
+    for got in run_ranks(group, [lambda rg=rg: rank(rg) for rg in shard_step(step, 2)]):
+        assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+
+
 def rank_graph(consts=False):
     c = replace(tiny_config(), layers=1)
     w = random_weights(c)

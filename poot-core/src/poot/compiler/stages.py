@@ -22,10 +22,27 @@ def has_collectives(graph: Graph) -> bool:
 
 
 def stage_of(graph: Graph) -> dict[ValueId, int]:
+    """Each value's stage. An eqn that reads only the graph's inputs (a weight's dequant,
+    the rows of a table) moves to the first stage that reads it, so the contraction
+    reading it finds it in its own stage, and no stage exports a whole model's
+    weights."""
     level: dict[ValueId, int] = {v: 0 for v in graph.inputs()}
+    free = set(graph.inputs())          # values computed from the graph's inputs alone
     for e in graph.eqns():
         at = max((level[v] for v in e.value_inputs()), default=0)
         level[e.out] = at + 1 if isinstance(e.op, COLLECTIVES) else at
+        if not isinstance(e.op, COLLECTIVES) and all(v in free for v in e.value_inputs()):
+            free.add(e.out)
+    readers: dict[ValueId, list[ValueId]] = {}
+    for e in graph.eqns():
+        for v in e.value_inputs():
+            readers.setdefault(v, []).append(e.out)
+    pinned = {o.value for o in graph.outputs()} | {v for e in graph.eqns()
+                                                   if isinstance(e.op, COLLECTIVES)
+                                                   for v in e.value_inputs()}
+    for e in reversed(graph.eqns()):
+        if e.out in free and e.out not in pinned and readers.get(e.out):
+            level[e.out] = min(level[r] for r in readers[e.out])
     return level
 
 
