@@ -1,12 +1,15 @@
-"""An independent SigLIP vision tower and Gemma 3 multimodal projector in float64 numpy,
-straight from HF-named tensors (the "vision_tower.vision_model." and
-"multi_modal_projector." prefixes dropped) and the vision config.json dict.
+"""An independent SigLIP vision tower, Gemma 3 multimodal projector and Idefics3 connector
+in float64 numpy, straight from HF-named tensors (the "vision_tower.vision_model." /
+"model.vision_model.", "multi_modal_projector." and "model.connector." prefixes dropped)
+and the vision config.json dict.
 
 Shares no code with poot. Written from the architecture: the patch embedding is the
 convolution itself (an einsum over each patch's window), position embeddings added per patch,
 pre-norm encoder layers with LayerNorm(bias), softmax(q k^T / sqrt(d)) v over all patches,
 GELU (tanh) MLP, then the post LayerNorm; the projector averages k x k blocks of the patch
-grid, applies RMSNorm with (1 + w) and multiplies by mm_input_projection_weight.
+grid, applies RMSNorm with (1 + w) and multiplies by mm_input_projection_weight. Idefics3's
+connector gathers each s x s block of the patch grid into one vector (its patches row by
+row, each patch's channels whole) and multiplies by modality_projection.proj.weight^T.
 """
 from __future__ import annotations
 
@@ -64,3 +67,13 @@ def projector(w: dict, cfg: dict, mm_tokens: int, x: np.ndarray) -> np.ndarray:
     normed = pooled / np.sqrt((pooled ** 2).mean(-1, keepdims=True) + cfg.get(
         "layer_norm_eps", 1e-6)) * (1.0 + np.asarray(w["mm_soft_emb_norm.weight"], np.float64))
     return normed @ np.asarray(w["mm_input_projection_weight"], np.float64)
+
+
+def idefics3_connector(w: dict, cfg: dict, scale: int, x: np.ndarray) -> np.ndarray:
+    """Idefics3's connector: [patches, hidden] -> [patches / scale^2, text hidden]."""
+    n = cfg["image_size"] // cfg["patch_size"]
+    grid = np.asarray(x, np.float64).reshape(n, n, -1)
+    blocks = [np.concatenate([grid[i * scale + r, j * scale + c]
+                              for r in range(scale) for c in range(scale)])
+              for i in range(n // scale) for j in range(n // scale)]
+    return np.stack(blocks) @ np.asarray(w["modality_projection.proj.weight"], np.float64).T

@@ -27,6 +27,7 @@ def attach(model, progress):
 
     chat = ImageChat(model, progress)
     c = chat.vision.config
+    each = "tile" if c.connector == "idefics3" else "image"
     progress(f"vision tower: SigLIP {c.layers} layers at {c.image_size} px, "
-             f"{c.mm_tokens} rows per image; planned in {chat.encoder.setup_seconds:.1f} s")
+             f"{c.mm_tokens} rows per {each}; planned in {chat.encoder.setup_seconds:.1f} s")
     return chat

@@ -49,7 +49,7 @@ def open_model(name_or_path: str, *, max_seq: int | None = None, pull_missing: b
     from poot.models.vision.config import is_vision_config
 
     if is_vision_config(ckpt.metadata):   # the text model's view, the tower beside it
-        from poot.models.vision.weights import open_gemma3
+        from poot.models.vision.weights import open_vision
 
-        return open_gemma3(ckpt, max_seq)
+        return open_vision(ckpt, max_seq)
     return ckpt, C.from_hf(ckpt.metadata, ckpt.tensors, max_seq)

@@ -8,6 +8,8 @@ block goes before the text of the user's message, in the order given. The soft t
 are placeholders: the step reads the image's rows at their positions instead. As in Gemma 3,
 an image's soft tokens also see each other both ways (hosted spans): the whole prompt is
 prefilled in one step (its length rounded up to `PREFILL_ROUND`), so no image is cut.
+Idefics3 (SmolVLM) tiles its images and places their tokens as poot.models.vision.idefics3
+says; its attention stays causal, so its prompts prefill in the model's usual chunks.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import numpy as np
 
 from poot.errors import BindError, RequestError
 from poot.models import hosted_rows
+from poot.models.vision.template import encode_parts, user_parts
 
 #: an image prompt's prefill step is its length rounded up to this (fewer plans to build)
 PREFILL_ROUND = 64
@@ -33,26 +36,13 @@ def chat_ids(tokenizer, tokens, prompt: str, images: int, system: str | None = N
              ) -> tuple[list[int], list[int]]:
     """(the chat's token ids with `images` image blocks before the user's text, the
     position of each image's first soft token)."""
-    from poot.errors import ChatTemplateError
-    from poot.models.chat import render_chat_parts
-
-    if not isinstance(prompt, str) or not prompt:
-        raise RequestError("a prompt with images must be non-empty text")
-    msgs = ([{"role": "system", "content": system}] if system is not None else []) + \
-        [{"role": "user", "content": prompt}]
-    try:
-        parts = render_chat_parts(tokenizer.chat_template, msgs,
-                                  bos_token=tokenizer.bos_token, eos_token=tokenizer.eos_token,
-                                  add_generation_prompt=True)
-    except ChatTemplateError as exc:
-        raise RequestError(str(exc)) from exc
+    parts, user = user_parts(tokenizer, prompt, system)
     # the text is tokenized as the processor's expanded prompt would be: the newlines
     # around each image join the template text before and the message's text after (one
     # "\n\n\n" token after "user\n" in Gemma's vocabulary, not "\n" and "\n\n")
-    user = max(k for k, (_, is_content) in enumerate(parts) if is_content)
     head = parts[:user]
     lead = head.pop()[0] if head and not head[-1][1] else ""   # the template text before
-    ids, starts = _encode(tokenizer, head), []
+    ids, starts = encode_parts(tokenizer, head), []
     for _ in range(images):
         ids += tokenizer.encode(lead + AROUND, add_special=False) + [tokens.boi]
         starts.append(len(ids))
@@ -61,17 +51,52 @@ def chat_ids(tokenizer, tokens, prompt: str, images: int, system: str | None = N
     content = parts[user][0]
     ids += tokenizer.encode_text(lead + content) if images else \
         tokenizer.encode(lead, add_special=False) + tokenizer.encode_text(content)
-    ids += _encode(tokenizer, parts[user + 1:])
+    ids += encode_parts(tokenizer, parts[user + 1:])
     return ids, starts
 
 
-def _encode(tokenizer, parts) -> list[int]:
-    """Template text with its control tokens, message contents as plain text."""
-    ids: list[int] = []
-    for text, is_content in parts:
-        ids += tokenizer.encode_text(text) if is_content else \
-            tokenizer.encode(text, add_special=False)
-    return ids
+def read_image_processing(vision):
+    """How the checkpoint's processor prepares pixels (poot.models.vision.preprocess)."""
+    from poot.models.vision.preprocess import read_processing, read_tiling
+
+    read = read_tiling if vision.family == "idefics3" else read_processing
+    return read(vision.folder, vision.config.image_size)
+
+
+def prepare(source, processing, name: str | None = None) -> tuple[np.ndarray, tuple[int, int]]:
+    """(the tower's inputs [T, C, H, W], the (rows, cols) of its tile grid: (0, 0) for one
+    tile) of an image (a path, or its file's bytes)."""
+    from poot.models.vision.preprocess import TileProcessing, pixels, tiles
+
+    if isinstance(processing, TileProcessing):
+        return tiles(source, processing, name)
+    return pixels(source, processing, name)[None], (0, 0)
+
+
+def image_chat_ids(tokenizer, vision, prompt: str, grids, system: str | None = None
+                   ) -> tuple[list[int], list[list[int]]]:
+    """(the chat's token ids with an image per tile grid before the user's text, the
+    positions that take each image's rows, in order) as the family's processor places
+    them."""
+    if vision.family == "idefics3":
+        from poot.models.vision import idefics3
+
+        return idefics3.chat_ids(tokenizer, vision.tokens, prompt, grids, system)
+    ids, starts = chat_ids(tokenizer, vision.tokens, prompt, len(grids), system)
+    return ids, [list(range(s, s + vision.tokens.count)) for s in starts]
+
+
+def placed(vision, positions, rows) -> tuple[dict[int, np.ndarray], dict[int, int]]:
+    """(position -> hosted row, position -> span id: the image's number from 1, where the
+    family's image tokens see each other both ways (Gemma 3); else none)."""
+    hosted, spans = {}, {}
+    for k, (where, image) in enumerate(zip(positions, rows, strict=True)):
+        if len(where) != len(image):
+            raise BindError(f"image {k + 1} has {len(image)} rows for {len(where)} tokens")
+        hosted.update(zip(where, image))
+        if vision.family == "gemma3":
+            spans.update(dict.fromkeys(where, k + 1))
+    return hosted, spans
 
 
 class HostedPrompt:
@@ -121,18 +146,17 @@ class HostedPrompt:
 
 
 class ImageChat:
-    """A loaded model (poot.load of a Gemma 3 vision-language folder) that generates from a
+    """A loaded model (poot.load of a vision-language folder) that generates from a
     prompt with images. Make it before the model's first generation: its prefill plans then
     take hosted rows (dense KV, one rank)."""
 
     def __init__(self, model, progress=None):
         from poot.models.vision.encoder import VisionEncoder
-        from poot.models.vision.preprocess import read_processing
 
         vision = getattr(model.checkpoint, "vision", None)
         if vision is None:
-            raise RequestError(f"{model.checkpoint.path} has no vision tower (a Gemma 3 "
-                               f"vision-language HF folder has vision_config in config.json)")
+            raise RequestError(f"{model.checkpoint.path} has no vision tower (a Gemma 3 or "
+                               f"Idefics3 HF folder has vision_config in config.json)")
         if model.kv != "dense" or model.tp is not None:
             raise RequestError("images are fed through a dense KV cache on one rank; drop "
                                "--kv paged and --tp")
@@ -140,7 +164,7 @@ class ImageChat:
             raise RequestError("attach images before the model's first generation")
         model.hosted_prefill = True
         self.model, self.vision, self.progress = model, vision, progress
-        self.processing = read_processing(vision.folder, vision.config.image_size)
+        self.processing = read_image_processing(vision)
         self.encoder = VisionEncoder(vision.config, vision.weights(), model.backend,
                                      model.device)
         #: seconds the encoder took per image it ran in the last call (a cached one: none)
@@ -149,24 +173,33 @@ class ImageChat:
         self.cache: OrderedDict[str, np.ndarray] = OrderedDict()
 
     def rows(self, images: Sequence) -> list[np.ndarray]:
-        """The language model's rows [mm_tokens, dim] of each image (a path, or its file's
-        bytes). Every image is read and decoded before any runs, so a bad one refuses the
+        """The language model's rows [tokens, dim] of each image (a path, or its file's
+        bytes): every image is read and decoded before any runs, so a bad one refuses the
         request whole; an image whose bytes were seen lately reuses its rows."""
+        return self._rows(self._prepared(images))
+
+    def _prepared(self, images: Sequence) -> list[tuple[str, str, np.ndarray | None, tuple]]:
+        """Each image's (key: its bytes' SHA-256, name, pixels or None where cached, grid)."""
         import hashlib
 
-        from poot.models.vision.preprocess import pixels, read
+        from poot.models.vision.preprocess import read
 
-        files = [read(x) for x in images]
-        keys = [hashlib.sha256(data).hexdigest() for data, _ in files]
-        todo = {k: pixels(data, self.processing, name)
-                for k, (data, name) in zip(keys, files, strict=True) if k not in self.cache}
+        out = []
+        for data, name in (read(x) for x in images):
+            key = hashlib.sha256(data).hexdigest()
+            px, grid = prepare(data, self.processing, name)
+            out.append((key, name, None if key in self.cache else px, grid))
+        return out
+
+    def _rows(self, prepared) -> list[np.ndarray]:
         self.image_seconds = []
-        for key, x in todo.items():
-            self.cache[key] = self.encoder.encode(x)
-            self.image_seconds.append(self.encoder.seconds)
-            if self.progress:
-                name = files[keys.index(key)][1]
-                self.progress(f"encoded {name} in {self.encoder.seconds:.2f} s")
+        keys = [key for key, *_ in prepared]
+        for key, name, px, _ in prepared:
+            if px is not None and key not in self.cache:
+                self.cache[key] = self.encoder.encode(px)
+                self.image_seconds.append(self.encoder.seconds)
+                if self.progress:
+                    self.progress(f"encoded {name} in {self.encoder.seconds:.2f} s")
         out = []
         for key in keys:
             self.cache.move_to_end(key)
@@ -178,20 +211,17 @@ class ImageChat:
     def prompt(self, prompt: str, images: Sequence, system: str | None = None
                ) -> tuple[list[int], dict[int, np.ndarray], dict[int, int]]:
         """(token ids, position -> hosted row, position -> span id: the image's number
-        from 1) of a chat turn with `images`."""
+        from 1, Gemma 3 only) of a chat turn with `images`."""
         if not images:
             raise RequestError("no image given")
-        ids, starts = chat_ids(self.model.tokenizer, self.vision.tokens, prompt,
-                               len(images), system)
+        prepared = self._prepared(images)
+        ids, positions = image_chat_ids(self.model.tokenizer, self.vision, prompt,
+                                        [grid for *_, grid in prepared], system)
         if len(ids) >= self.model.config.max_seq:
             raise RequestError(f"{len(images)} image(s) and the text take {len(ids)} tokens; "
                                f"this model was loaded with room for "
                                f"{self.model.config.max_seq} (load with a larger max_seq)")
-        hosted, spans = {}, {}
-        for k, (start, rows) in enumerate(zip(starts, self.rows(images), strict=True)):
-            hosted.update({start + j: row for j, row in enumerate(rows)})
-            spans.update(dict.fromkeys(range(start, start + len(rows)), k + 1))
-        return ids, hosted, spans
+        return (ids, *placed(self.vision, positions, self._rows(prepared)))
 
     def generate(self, prompt: str, images: Sequence = (), *, system: str | None = None,
                  stream: bool = False, **sampling) -> str | Iterator[str]:

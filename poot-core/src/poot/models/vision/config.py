@@ -1,9 +1,10 @@
-"""A Gemma 3 vision-language config.json (Gemma3ForConditionalGeneration) read into the text
-model's config (a gemma3_text dict for poot.models.config.from_hf) and the tower's.
+"""A vision-language config.json read into the text model's config (a dict for
+poot.models.config.from_hf) and the tower's: Gemma 3 (Gemma3ForConditionalGeneration, a
+gemma3_text model) and Idefics3 (Idefics3ForConditionalGeneration, SmolVLM: a llama model).
 
 transformers writes only the keys that differ from each sub-config's defaults, so the
-defaults of Gemma3TextConfig and SiglipVisionConfig fill the rest, as transformers reads
-them. Every other key is read, known not to change the forward pass, or refused by name.
+defaults of the text and vision sub-configs fill the rest, as transformers reads them.
+Every other key is read, known not to change the forward pass, or refused by name.
 """
 from __future__ import annotations
 
@@ -32,6 +33,9 @@ _TEXT_ROPE_DEFAULTS = {"rope_theta": 1e6, "rope_local_base_freq": 10000.0}
 _VISION_DEFAULTS = {"hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12,
                     "num_attention_heads": 12, "num_channels": 3, "image_size": 224,
                     "patch_size": 16, "layer_norm_eps": 1e-6, "hidden_act": "gelu_pytorch_tanh"}
+#: Idefics3VisionConfig's defaults (the same SigLIP tower, other sizes)
+_IDEFICS3_VISION_DEFAULTS = {**_VISION_DEFAULTS, "hidden_size": 1152, "num_attention_heads": 16,
+                             "patch_size": 32}
 _VISION_IGNORED = {"model_type", "torch_dtype", "dtype", "attention_dropout", "architectures",
                    "initializer_range", "_name_or_path", "transformers_version",
                    "vision_use_head"}   # Gemma 3 reads the last hidden state, not the head
@@ -53,7 +57,9 @@ class VisionConfig:
     text_dim: int
     channels: int = 3
     eps: float = 1e-6
-    mm_tokens: int = 256          # rows per image after pooling
+    mm_tokens: int = 256          # rows per image (per tile) out of the connector
+    connector: str = "gemma3"     # "gemma3": pool, norm, project; "idefics3": shuffle, project
+    scale: int = 1                # Idefics3's pixel-shuffle factor (patches per side per row)
 
     @property
     def head_dim(self) -> int:
@@ -93,7 +99,8 @@ def read_gemma3(cfg: dict, where: str) -> tuple[dict, VisionConfig, ImageTokens]
     if v.text("model_type", "") != "gemma3":
         raise CheckpointError(f"{where}: config.json model_type {cfg.get('model_type')!r} "
                               f"with a vision_config: poot runs images for gemma3 "
-                              f"(Gemma3ForConditionalGeneration)")
+                              f"(Gemma3ForConditionalGeneration) and idefics3 "
+                              f"(Idefics3ForConditionalGeneration)")
     unknown = sorted(set(cfg) - _IGNORED - _READ)
     if unknown:
         v.fail(unknown[0], cfg[unknown[0]], "is a gemma3 setting poot does not implement")
@@ -132,11 +139,12 @@ def read_gemma3(cfg: dict, where: str) -> tuple[dict, VisionConfig, ImageTokens]
     return text, vision, ImageTokens(*ids, count=mm)
 
 
-def _vision(v: Values, text_dim) -> VisionConfig:
-    unknown = sorted(set(v.values) - set(_VISION_DEFAULTS) - _VISION_IGNORED)
+def _vision(v: Values, text_dim, defaults=_VISION_DEFAULTS, ignored=_VISION_IGNORED
+            ) -> VisionConfig:
+    unknown = sorted(set(v.values) - set(defaults) - ignored)
     if unknown:
         v.fail(unknown[0], v.values[unknown[0]], "is a SigLIP setting poot does not implement")
-    d = {**_VISION_DEFAULTS, **{k: x for k, x in v.values.items() if x is not None}}
+    d = {**defaults, **{k: x for k, x in v.values.items() if x is not None}}
     vd = Values(d, v.file)
 
     def size(key, hi=_MAX_DIM):
@@ -155,3 +163,78 @@ def _vision(v: Values, text_dim) -> VisionConfig:
     if c.image_size % c.patch:
         v.fail("patch_size", c.patch, f"must divide image_size {c.image_size}")
     return c
+
+
+@dataclass(frozen=True)
+class TileTokens:
+    """How Idefics3's prompt marks an image: per tile, `count` image tokens (id `image`,
+    the rows' placeholders) between marker tokens the tokenizer has by these spellings
+    (poot.models.vision.idefics3)."""
+
+    image: int
+    count: int
+    image_text: str = "<image>"
+    around: str = "<fake_token_around_image>"
+    global_image: str = "<global-img>"
+
+
+#: Idefics3Config's top-level keys poot reads, and those that do not change the forward pass
+_IDEFICS3_READ = {"scale_factor", "image_token_id", "tie_word_embeddings", "text_config",
+                  "vision_config"}
+_IDEFICS3_IGNORED = _IGNORED | {"vocab_size", "_attn_implementation_autoset",
+                                "use_export_friendly"}
+#: LlamaConfig's defaults (the text_config transformers reads for Idefics3)
+_LLAMA_DEFAULTS = {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008,
+                   "num_hidden_layers": 32, "num_attention_heads": 32,
+                   "max_position_embeddings": 2048, "rms_norm_eps": 1e-6, "rope_theta": 10000.0}
+#: text_config keys SmolVLM's checkpoints carry from their training code: ones that leave
+#: the forward pass alone, and ones that change it unless false
+_TEXT_EXTRAS = {"_flash_attn_2_enabled", "_attn_implementation_autoset", "is_llama_config",
+                "neftune_noise_alpha", "perceiver_config", "pixel_shuffle_factor",
+                "transformers.js_config"}
+_TEXT_OFF = ("qk_layer_norms", "use_resampler", "rope_interleaved")
+_IDEFICS3_VISION_IGNORED = _VISION_IGNORED | {"use_export_friendly", "max_image_size", "size",
+                                              "tie_word_embeddings", "use_base_siglip",
+                                              "_attn_implementation_autoset"}
+
+
+def read_idefics3(cfg: dict, where: str) -> tuple[dict, VisionConfig, TileTokens]:
+    """(the text config as a llama config.json, the tower's config, the image tokens) of an
+    Idefics3 (SmolVLM) folder: the SigLIP tower, a pixel shuffle by `scale_factor` and a
+    projection without bias, then a Llama text model."""
+    v = Values(cfg, f"{where}/config.json")
+    unknown = sorted(set(cfg) - _IDEFICS3_IGNORED - _IDEFICS3_READ)
+    if unknown:
+        v.fail(unknown[0], cfg[unknown[0]], "is an idefics3 setting poot does not implement")
+    given = v.mapping("text_config", None)
+    text = dict(given or {"rms_norm_eps": 1e-5})
+    if text.setdefault("model_type", "llama") != "llama":
+        raise CheckpointError(f"{where}: config.json text_config model_type "
+                              f"{text['model_type']!r}: poot runs Idefics3 with llama")
+    tv = Values(text, f"{where}/config.json text_config")
+    for key in _TEXT_OFF:
+        if text.pop(key, False):
+            tv.fail(key, True, "is not implemented")
+    for key in _TEXT_EXTRAS:
+        text.pop(key, None)
+    for key, value in _LLAMA_DEFAULTS.items():
+        text.setdefault(key, value)
+    # the language model's head is tied as the top-level config says (Idefics3's default:
+    # not), as transformers builds Idefics3ForConditionalGeneration
+    text["tie_word_embeddings"] = v.flag("tie_word_embeddings",
+                                         bool(text.get("tie_word_embeddings", False)))
+    vision = _vision(Values(v.mapping("vision_config", None) or {},
+                            f"{where}/config.json vision_config"), text["hidden_size"],
+                     _IDEFICS3_VISION_DEFAULTS, _IDEFICS3_VISION_IGNORED)
+    scale = v.integer("scale_factor", 2, lo=1, hi=64)
+    side = vision.patches_per_side
+    if side % scale:
+        v.fail("scale_factor", scale, f"must divide the {side} patches per side")
+    count = (side // scale) ** 2
+    vision = VisionConfig(**{**vision.__dict__, "mm_tokens": count, "connector": "idefics3",
+                             "scale": scale})
+    image = v.integer("image_token_id", 128257, lo=0, hi=1 << 31)
+    vocab = text["vocab_size"]
+    if not isinstance(vocab, int) or image >= vocab:
+        v.fail("image_token_id", image, f"lies outside the text model's {vocab} embedding rows")
+    return text, vision, TileTokens(image, count)

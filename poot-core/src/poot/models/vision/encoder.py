@@ -1,5 +1,6 @@
 """Tower and connector as one traced graph, compiled and planned once for a backend, run
-once per image: pixels [C, H, W] in, the language model's rows [mm_tokens, text_dim] out."""
+once per image (per tile, where the image is tiled): pixels [C, H, W] in, the language
+model's rows [mm_tokens, text_dim] out."""
 from __future__ import annotations
 
 import time
@@ -8,14 +9,14 @@ import numpy as np
 
 from poot.errors import BindError
 from poot.ir.graph import Graph
-from poot.models.vision.connector import gemma3_projector
+from poot.models.vision.connector import CONNECTORS
 from poot.models.vision.siglip import PIXELS, pixels_slot, tower
 
 
 def build_encoder(config, weights) -> Graph:
-    """The traced graph of one image through the SigLIP tower and Gemma 3's projector;
-    `weights` a WeightSource of the "vision."/"projector." names (its `arrays` then holds
-    every const the graph binds)."""
+    """The traced graph of one image through the SigLIP tower and the config's connector;
+    `weights` a WeightSource of the "vision."/"projector."/"connector." names (its `arrays`
+    then holds every const the graph binds)."""
     from poot import ops
     from poot.tracer import trace
 
@@ -28,9 +29,11 @@ def build_encoder(config, weights) -> Graph:
                 seen[name] = ops.const(s.type.shape, s.type.dtype, s.ref)
             return seen[name]
 
-        return gemma3_projector(config, declare, tower(config, declare, pixels_slot(config)))
+        connector = CONNECTORS[config.connector]
+        return connector(config, declare, tower(config, declare, pixels_slot(config)))
 
-    return trace(encode, name=f"siglip_gemma3_{config.image_size}px_{config.layers}l")
+    return trace(encode, name=f"siglip_{config.connector}_{config.image_size}px_"
+                              f"{config.layers}l")
 
 
 class VisionEncoder:
@@ -51,13 +54,16 @@ class VisionEncoder:
         self.seconds = 0.0
 
     def encode(self, pixels: np.ndarray) -> np.ndarray:
+        """The rows of one image [C, H, W], or of tiles [T, C, H, W] one after another."""
         c = self.config
         want = (c.channels, c.image_size, c.image_size)
         pixels = np.ascontiguousarray(pixels, np.float32)
-        if pixels.shape != want:
-            raise BindError(f"the vision tower takes pixels {list(want)}, got "
-                            f"{list(pixels.shape)}")
+        tiles = pixels if pixels.ndim == 4 else pixels[None]
+        if tiles.shape[1:] != want or not len(tiles):
+            raise BindError(f"the vision tower takes pixels {list(want)} (or tiles of them), "
+                            f"got {list(pixels.shape)}")
         t0 = time.perf_counter()
-        rows = np.asarray(self.executor.step({PIXELS: pixels}).result, np.float32)
+        rows = [np.asarray(self.executor.step({PIXELS: np.ascontiguousarray(x)}).result,
+                           np.float32) for x in tiles]
         self.seconds = time.perf_counter() - t0
-        return rows
+        return rows[0] if len(rows) == 1 else np.concatenate(rows)

@@ -2,6 +2,11 @@
 (preprocessor_config.json): RGB (transparency composited on white), resized to `size` with
 its resampling filter, rescaled, normalized with its mean and std, channels first.
 
+Idefics3's processor (SmolVLM) tiles: the longest edge resized to `size.longest_edge`, then
+(`do_image_splitting`) both edges up to multiples of `max_image_size.longest_edge`, the tower's
+tile size, cut into tiles row by row and followed by the whole image resized to one tile;
+without splitting, the whole image resized to one tile.
+
 Untrusted files: Pillow's decompression-bomb limit is set here explicitly and checked from
 the header before any pixel is decoded, and a file Pillow cannot identify, a truncated or
 corrupt one, or a mode that has no RGB form, is one ImageError line naming the file.
@@ -9,6 +14,7 @@ corrupt one, or a mode that has no RGB form, is one ImageError line naming the f
 from __future__ import annotations
 
 import io
+import math
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +42,12 @@ _READ = {"do_convert_rgb", "do_resize", "size", "resample", "do_rescale", "resca
          "do_normalize", "image_mean", "image_std"}
 
 
+#: Idefics3's processor keys, beside the common ones
+_TILING_READ = {"do_image_splitting", "max_image_size", "do_pad", "return_row_col_info"}
+#: the largest edge Idefics3's processor resizes to (its 4k cap)
+MAX_EDGE = 4096
+
+
 @dataclass(frozen=True)
 class ImageProcessing:
     """How pixels are prepared (the defaults: Gemma 3's processor at 896 x 896)."""
@@ -48,37 +60,86 @@ class ImageProcessing:
     std: tuple[float, ...] | None = (0.5, 0.5, 0.5)
 
 
-def read_processing(folder: Path, image_size: int) -> ImageProcessing:
-    """The folder's preprocessor_config.json (absent: Gemma 3's processor at the tower's
-    image size)."""
+@dataclass(frozen=True)
+class TileProcessing:
+    """Idefics3's tiling (the defaults: its processor's, for a 364-pixel tower)."""
+
+    longest: int | None = 4 * 364     # the longest edge after the first resize (None: kept)
+    tile: int = 364
+    split: bool = True
+    resample: int = 1                 # PIL.Image.Resampling: 1 is LANCZOS
+    rescale: float | None = 1 / 255
+    mean: tuple[float, ...] | None = (0.5, 0.5, 0.5)
+    std: tuple[float, ...] | None = (0.5, 0.5, 0.5)
+
+
+def _config(folder: Path, read: set) -> Values | None:
+    """The folder's preprocessor_config.json (None: absent), its unknown keys refused."""
     file = Path(folder) / "preprocessor_config.json"
     if not file.is_file():
-        return ImageProcessing(image_size, image_size)
+        return None
     v = Values(load_json(file), file)
-    unknown = sorted(set(v.values) - _IGNORED - _READ)
+    unknown = sorted(set(v.values) - _IGNORED - _READ - read)
     if unknown:
         v.fail(unknown[0], v.values[unknown[0]], "is an image-processor setting poot does "
                                                  "not implement")
+    if not v.flag("do_convert_rgb", True):
+        v.fail("do_convert_rgb", False, "is not implemented: the tower takes RGB images")
+    return v
+
+
+def _scaling(v: Values, mean_default) -> tuple:
+    """(rescale factor, mean, std): None where the processor does not."""
+    rescale = v.number("rescale_factor", 1 / 255, positive=True) \
+        if v.flag("do_rescale", True) else None
+    mean = std = None
+    if v.flag("do_normalize", True):
+        mean, std = (tuple(v.number_list(k, mean_default)) for k in ("image_mean", "image_std"))
+        if len(mean) != 3 or len(std) != 3 or min(std) <= 0:
+            v.fail("image_std", list(std), "and image_mean must give 3 values, std positive")
+    return rescale, mean, std
+
+
+def read_tiling(folder: Path, image_size: int) -> TileProcessing:
+    """The folder's Idefics3 preprocessor_config.json (absent: its processor's defaults at
+    the tower's image size)."""
+    v = _config(folder, _TILING_READ)
+    if v is None:
+        return TileProcessing(4 * image_size, image_size)
+    longest = None
+    if v.flag("do_resize", True):
+        size = Values(v.mapping("size", {"longest_edge": 4 * image_size}), f"{v.file} size")
+        if set(size.values) != {"longest_edge"}:
+            v.fail("size", size.values, "must give longest_edge (Idefics3's processor)")
+        longest = size.integer("longest_edge", lo=1, hi=MAX_EDGE)
+    tile = Values(v.mapping("max_image_size", {"longest_edge": image_size}),
+                  f"{v.file} max_image_size")
+    if set(tile.values) != {"longest_edge"} or \
+            tile.integer("longest_edge", lo=1, hi=MAX_EDGE) != image_size:
+        v.fail("max_image_size", tile.values, f"must be the tower's image_size {image_size} "
+                                              f"as longest_edge")
+    return TileProcessing(longest, image_size, v.flag("do_image_splitting", True),
+                          v.integer("resample", 1, lo=0, hi=5), *_scaling(v, [0.5] * 3))
+
+
+def read_processing(folder: Path, image_size: int) -> ImageProcessing:
+    """The folder's preprocessor_config.json (absent: Gemma 3's processor at the tower's
+    image size)."""
+    v = _config(folder, set())
+    if v is None:
+        return ImageProcessing(image_size, image_size)
     if v.flag("do_pan_and_scan", False):
         v.fail("do_pan_and_scan", True, "(pan and scan crops) is not implemented")
-    if not v.flag("do_resize", True) or not v.flag("do_convert_rgb", True):
-        v.fail("do_resize" if not v.flag("do_resize", True) else "do_convert_rgb", False,
-               "is not implemented: the tower takes RGB images of one size")
-    size = Values(v.mapping("size", {}), f"{file} size")
+    if not v.flag("do_resize", True):
+        v.fail("do_resize", False, "is not implemented: the tower takes images of one size")
+    size = Values(v.mapping("size", {}), f"{v.file} size")
     if set(size.values) - {"height", "width"}:
         v.fail("size", size.values, "must give height and width")
     h, w = (size.integer(k, image_size, lo=1, hi=1 << 13) for k in ("height", "width"))
     if (h, w) != (image_size, image_size):
         v.fail("size", size.values, f"differs from the tower's image_size {image_size}")
     resample = v.integer("resample", 2, lo=0, hi=5)
-    rescale = v.number("rescale_factor", 1 / 255, positive=True) \
-        if v.flag("do_rescale", True) else None
-    mean = std = None
-    if v.flag("do_normalize", True):
-        mean, std = (tuple(v.number_list(k, [0.5] * 3)) for k in ("image_mean", "image_std"))
-        if len(mean) != 3 or len(std) != 3 or min(std) <= 0:
-            v.fail("image_std", list(std), "and image_mean must give 3 values, std positive")
-    return ImageProcessing(h, w, resample, rescale, mean, std)
+    return ImageProcessing(h, w, resample, *_scaling(v, [0.5] * 3))
 
 
 def read(source: str | Path | bytes, name: str | None = None) -> tuple[bytes, str]:
@@ -159,6 +220,11 @@ def pixels(source: str | Path | bytes, processing: ImageProcessing,
     img = open_rgb(source, name)
     if img.size != (p.width, p.height):
         img = img.resize((p.width, p.height), resample=p.resample)
+    return _normalized(img, p)
+
+
+def _normalized(img, p) -> np.ndarray:
+    """[3, H, W] float32: the RGB image rescaled and normalized as `p` says."""
     x = np.asarray(img, np.float32)                        # [H, W, 3]
     if p.rescale is not None:
         x = x * np.float32(p.rescale)
@@ -166,3 +232,63 @@ def pixels(source: str | Path | bytes, processing: ImageProcessing,
         x = (x - np.asarray(p.mean, np.float32)) / np.asarray(p.std, np.float32)
     return np.ascontiguousarray(x.transpose(2, 0, 1))
 
+
+def longest_size(height: int, width: int, longest: int) -> tuple[int, int]:
+    """(height, width) with the longest edge at `longest` and the other in ratio, made
+    even, then both within MAX_EDGE, as Idefics3's processor computes them."""
+    ratio = width / height
+    if width >= height:
+        width, height = longest, int(longest / ratio)
+        height += height % 2
+    else:
+        height, width = longest, int(longest * ratio)
+        width += width % 2
+    height, width = max(height, 1), max(width, 1)
+    ratio = width / height
+    if width >= height and width > MAX_EDGE:
+        width, height = MAX_EDGE, int(MAX_EDGE / ratio)
+    elif height > width and height > MAX_EDGE:
+        height, width = MAX_EDGE, int(MAX_EDGE * ratio)
+    return max(height, 1), max(width, 1)
+
+
+def tiled_size(height: int, width: int, tile: int) -> tuple[int, int]:
+    """(height, width) rounded up to multiples of `tile`, the longer edge first and the
+    other from it in ratio, as Idefics3's processor computes them."""
+    ratio = width / height
+    if width >= height:
+        width = math.ceil(width / tile) * tile
+        height = math.ceil(int(width / ratio) / tile) * tile
+    else:
+        height = math.ceil(height / tile) * tile
+        width = math.ceil(int(height * ratio) / tile) * tile
+    return max(height, tile), max(width, tile)
+
+
+def _resized(img, size: tuple[int, int], p):
+    """The image at (height, width) through the processor's filter."""
+    h, w = size
+    return img if img.size == (w, h) else img.resize((w, h), resample=p.resample)
+
+
+def tiles(source: str | Path | bytes, processing: TileProcessing, name: str | None = None
+          ) -> tuple[np.ndarray, tuple[int, int]]:
+    """(the tower's inputs [T, 3, tile, tile] float32, (rows, cols) of the tile grid) for
+    the image: rows x cols tiles row by row and then the whole image, or (0, 0) and the
+    whole image alone where it fits one tile or splitting is off."""
+    p, t = processing, processing.tile
+    img = open_rgb(source, name)
+    if p.longest is not None:
+        img = _resized(img, longest_size(img.height, img.width, p.longest), p)
+    grid = (0, 0)
+    if not p.split:
+        frames = [_resized(img, (t, t), p)]
+    else:
+        img = _resized(img, tiled_size(img.height, img.width, t), p)
+        frames = [img]
+        if img.height > t or img.width > t:
+            grid = (img.height // t, img.width // t)
+            frames = [img.crop((c * t, r * t, (c + 1) * t, (r + 1) * t))
+                      for r in range(grid[0]) for c in range(grid[1])]
+            frames.append(_resized(img, (t, t), p))
+    return np.stack([_normalized(f, p) for f in frames]), grid

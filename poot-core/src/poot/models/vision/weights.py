@@ -1,7 +1,9 @@
-"""A Gemma 3 vision-language checkpoint's tensors, split: the language model's as a view the
+"""A vision-language checkpoint's tensors, split: the language model's as a view the
 decoder's loaders read (HF text names), the tower's and connector's as a WeightSource.
 
-Every transformers spelling is read: 4.x saved `language_model.model.*`,
+Idefics3 (SmolVLM) saves `model.text_model.*`, `lm_head.weight`, `model.vision_model.*` and
+`model.connector.modality_projection.proj.weight`. For Gemma 3, every transformers spelling
+is read: 4.x saved `language_model.model.*`,
 `vision_tower.vision_model.*` and `multi_modal_projector.*`; 5.x (5.25 checked) saves the
 tower as `vision_tower.*` (no `vision_model.`), the rest as 4.x did; and the module paths of
 4.52 and later, should a tool save them as they are, are `model.language_model.*`,
@@ -28,22 +30,27 @@ _PREFIXES = (("language_model.model.", "model."), ("model.language_model.", "mod
              ("vision_tower.", "vision."), ("model.vision_tower.", "vision."),
              ("multi_modal_projector.", "projector."),
              ("model.multi_modal_projector.", "projector."))
+#: Idefics3's, the same way
+_IDEFICS3_PREFIXES = (("model.text_model.", "model."), ("lm_head.", "lm_head."),
+                      ("model.vision_model.", "vision."), ("model.connector.", "connector."))
 #: the connector's norm stores w of a (1 + w) RMSNorm, as the text model's do
 _OFFSET_NORMS = ("projector.mm_soft_emb_norm.weight",)
 
 
-def split(tensors: dict, where: str) -> tuple[dict, dict]:
-    """(text tensors by HF text name, vision tensors by "vision."/"projector." name)."""
+def split(tensors: dict, where: str, prefixes=_PREFIXES, family: str = "Gemma 3"
+          ) -> tuple[dict, dict]:
+    """(text tensors by HF text name, vision tensors by "vision."/"projector."/"connector."
+    name)."""
     text, vision = {}, {}
     for name, info in tensors.items():
-        for old, new in _PREFIXES:
+        for old, new in prefixes:
             if name.startswith(old):
                 key = new + name[len(old):]
                 (text if new in ("model.", "lm_head.") else vision)[key] = info
                 break
         else:
             raise CheckpointError(f"{where}: tensor {name!r} is neither the language model's, "
-                                  f"the vision tower's nor the projector's (a Gemma 3 "
+                                  f"the vision tower's nor the projector's (a {family} "
                                   f"vision-language folder per config.json)")
     return text, vision
 
@@ -59,7 +66,7 @@ class TextView:
         self._checkpoint = checkpoint
 
     def __repr__(self) -> str:
-        return f"<gemma3 text view of {self._checkpoint!r}>"
+        return f"<text view of {self._checkpoint!r}>"
 
     def close(self) -> None:
         self.tensors = {}
@@ -104,23 +111,32 @@ class VisionParts:
     """What a vision-language checkpoint holds beyond its text model."""
 
     config: object              # poot.models.vision.config.VisionConfig
-    tokens: object              # poot.models.vision.config.ImageTokens
+    tokens: object              # poot.models.vision.config.ImageTokens or TileTokens
     tensors: dict
     folder: Path
+
+    @property
+    def family(self) -> str:
+        """"gemma3" or "idefics3": the connector, the preprocessing and the prompt's form."""
+        return self.config.connector
 
     def weights(self) -> VisionWeights:
         return VisionWeights(self.tensors, str(self.folder))
 
 
-def open_gemma3(checkpoint, max_seq: int | None = None):
-    """(a TextView of the checkpoint, the text model's LlamaConfig) for a Gemma 3
-    vision-language folder."""
+def open_vision(checkpoint, max_seq: int | None = None):
+    """(a TextView of the checkpoint, the text model's LlamaConfig) for a vision-language
+    folder: Gemma 3 or Idefics3 by config.json's model_type."""
     from poot.models import config as C
-    from poot.models.vision.config import read_gemma3
+    from poot.models.vision.config import read_gemma3, read_idefics3
 
     where = str(checkpoint.path)
-    text_cfg, vision_cfg, tokens = read_gemma3(checkpoint.metadata, where)
-    text, vision = split(checkpoint.tensors, where)
+    if checkpoint.metadata.get("model_type") == "idefics3":
+        text_cfg, vision_cfg, tokens = read_idefics3(checkpoint.metadata, where)
+        text, vision = split(checkpoint.tensors, where, _IDEFICS3_PREFIXES, "Idefics3")
+    else:
+        text_cfg, vision_cfg, tokens = read_gemma3(checkpoint.metadata, where)
+        text, vision = split(checkpoint.tensors, where)
     parts = VisionParts(vision_cfg, tokens, vision, Path(checkpoint.path))
     view = TextView(checkpoint, text_cfg, text, parts)
     config = C.from_hf(text_cfg, text, max_seq)
