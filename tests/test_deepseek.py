@@ -358,3 +358,272 @@ def test_v2_greedy_routing(tmp_path):
     assert rel_err(model.prefill_logits(IDS[:8]), want) < 1e-4
     assert rel_err(forward(tensors, {**cfg, "topk_method": "group_limited_greedy"}, IDS[:8]),
                    want) > 1e-3
+
+
+# -- GGUF as llama.cpp's converter writes DeepSeek (architecture deepseek2) -------------------
+def write_gguf(path, cfg: dict, tensors: dict, *, split: bool = True, quantize: bool = False,
+               drop: tuple[str, ...] = (), change: dict | None = None) -> dict:
+    """The HF model `cfg`/`tensors` as llama.cpp's converter lays out a deepseek2 file:
+    experts stacked [E, N, K], the choice bias as exp_probs_b.bias, kv_b split per head into
+    attn_k_b [H, kv_rank, nope] (transposed) and attn_v_b [H, v, kv_rank] with one KV head
+    and the latent's key/value lengths (`split`), or whole as older converters left it;
+    RoPE pairs as stored; YaRN's mscale_all_dim as 0.1 x it. With `quantize`, every matrix
+    whose rows are whole Q8_0 blocks is Q8_0. `drop`: metadata keys (after "deepseek2.")
+    left out; `change`: tensors replaced by name. Returns the HF-named tensors as the file
+    decodes them."""
+    import gguf
+    from gguf.quants import dequantize, quantize as quantize_q8
+    from test_gguf_families import close_gguf
+
+    q8 = gguf.GGMLQuantizationType.Q8_0
+    w = gguf.GGUFWriter(str(path), "deepseek2")
+    a = "deepseek2."
+    rs = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
+    v3 = cfg["model_type"] == "deepseek_v3"
+    keys = {"context_length": (w.add_uint32, cfg["max_position_embeddings"]),
+            "embedding_length": (w.add_uint32, DIM), "block_count": (w.add_uint32, LAYERS),
+            "feed_forward_length": (w.add_uint32, FFN),
+            "attention.head_count": (w.add_uint32, HEADS),
+            "attention.head_count_kv": (w.add_uint32, 1 if split else HEADS),
+            "attention.layer_norm_rms_epsilon": (w.add_float32, cfg["rms_norm_eps"]),
+            "rope.freq_base": (w.add_float32, rs.get("rope_theta", cfg.get("rope_theta"))),
+            "leading_dense_block_count": (w.add_uint32, cfg["first_k_dense_replace"]),
+            "vocab_size": (w.add_uint32, VOCAB),
+            "attention.kv_lora_rank": (w.add_uint32, KV_RANK),
+            "attention.key_length": (w.add_uint32, KV_RANK + ROPE if split else NOPE + ROPE),
+            "attention.value_length": (w.add_uint32, KV_RANK if split else V_DIM),
+            "expert_feed_forward_length": (w.add_uint32, MOE_FFN),
+            "expert_count": (w.add_uint32, EXPERTS),
+            "expert_shared_count": (w.add_uint32, SHARED),
+            "expert_weights_scale": (w.add_float32, cfg["routed_scaling_factor"]),
+            "expert_used_count": (w.add_uint32, TOP),
+            "rope.dimension_count": (w.add_uint32, ROPE)}
+    if cfg["q_lora_rank"]:
+        keys["attention.q_lora_rank"] = (w.add_uint32, cfg["q_lora_rank"])
+    if split:
+        keys["attention.key_length_mla"] = (w.add_uint32, NOPE + ROPE)
+        keys["attention.value_length_mla"] = (w.add_uint32, V_DIM)
+    if v3:
+        keys["expert_gating_func"] = (w.add_uint32, int(gguf.ExpertGatingFuncType.SIGMOID))
+    if v3 and cfg.get("norm_topk_prob"):
+        keys["expert_weights_norm"] = (w.add_bool, True)
+    if cfg.get("topk_method", "noaux_tc") != "greedy":
+        keys["expert_group_count"] = (w.add_uint32, cfg["n_group"])
+        keys["expert_group_used_count"] = (w.add_uint32, cfg["topk_group"])
+    if rs.get("rope_type") == "yarn":
+        keys["rope.scaling.type"] = (w.add_string, "yarn")
+        keys["rope.scaling.factor"] = (w.add_float32, rs["factor"])
+        keys["rope.scaling.original_context_length"] = (
+            w.add_uint32, rs["original_max_position_embeddings"])
+        keys["rope.scaling.yarn_log_multiplier"] = (w.add_float32, 0.1 * rs["mscale_all_dim"])
+    for name, (add, value) in keys.items():
+        if name not in drop:
+            add(a + name, value)
+    out = {n: np.asarray(t, np.float32) for n, t in tensors.items()}
+
+    def add(name, array, hf=None):
+        """Writes the GGUF tensor; returns the values the file decodes to."""
+        array = np.ascontiguousarray((change or {}).get(name, array), np.float32)
+        if quantize and array.ndim > 1 and array.shape[-1] % 32 == 0:
+            q = quantize_q8(array, q8)
+            w.add_tensor(name, q, raw_dtype=q8)
+            array = dequantize(q, q8).reshape(array.shape)
+        else:
+            w.add_tensor(name, array)
+        if hf is not None:
+            out[hf] = array
+        return array
+
+    add("token_embd.weight", out["model.embed_tokens.weight"], "model.embed_tokens.weight")
+    add("output_norm.weight", out["model.norm.weight"], "model.norm.weight")
+    add("output.weight", out["lm_head.weight"], "lm_head.weight")
+    for i in range(LAYERS):
+        p, b = f"model.layers.{i}.", f"blk.{i}."
+        names = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
+                 "self_attn.q_a_proj": "attn_q_a", "self_attn.q_a_layernorm": "attn_q_a_norm",
+                 "self_attn.q_b_proj": "attn_q_b", "self_attn.q_proj": "attn_q",
+                 "self_attn.kv_a_proj_with_mqa": "attn_kv_a_mqa",
+                 "self_attn.kv_a_layernorm": "attn_kv_a_norm", "self_attn.o_proj": "attn_output",
+                 "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+                 "mlp.down_proj": "ffn_down", "mlp.gate": "ffn_gate_inp",
+                 **{f"mlp.shared_experts.{x}_proj": f"ffn_{x}_shexp"
+                    for x in ("gate", "up", "down")}}
+        for hf, g in names.items():
+            if p + hf + ".weight" in out:
+                add(b + g + ".weight", out[p + hf + ".weight"], p + hf + ".weight")
+        if p + "mlp.gate.e_score_correction_bias" in out:
+            add(b + "exp_probs_b.bias", out[p + "mlp.gate.e_score_correction_bias"],
+                p + "mlp.gate.e_score_correction_bias")
+        kv_b = out[p + "self_attn.kv_b_proj.weight"]
+        if split:
+            per_head = kv_b.reshape(HEADS, NOPE + V_DIM, KV_RANK)
+            k_b = add(b + "attn_k_b.weight", np.swapaxes(per_head[:, :NOPE], 1, 2))
+            v_b = add(b + "attn_v_b.weight", per_head[:, NOPE:])
+            if k_b.shape == (HEADS, KV_RANK, NOPE):    # (a hostile file's may not be)
+                out[p + "self_attn.kv_b_proj.weight"] = np.concatenate(
+                    [np.swapaxes(k_b, 1, 2), v_b], 1).reshape(kv_b.shape)
+        else:
+            add(b + "attn_kv_b.weight", kv_b, p + "self_attn.kv_b_proj.weight")
+        if i < cfg["first_k_dense_replace"]:
+            continue
+        for x in ("gate", "up", "down"):
+            stack = add(f"{b}ffn_{x}_exps.weight", np.stack(
+                [out[f"{p}mlp.experts.{j}.{x}_proj.weight"] for j in range(EXPERTS)]))
+            for j in range(EXPERTS):
+                out[f"{p}mlp.experts.{j}.{x}_proj.weight"] = stack[j]
+    close_gguf(w)
+    return out
+
+
+def gguf_config(version: int = 3, q_rank: int | None = Q_RANK) -> dict:
+    """A config a deepseek2 GGUF can say all of: mscale equal to mscale_all_dim (as in
+    DeepSeek's own checkpoints: llama.cpp's reading assumes it), V2 without YaRN."""
+    cfg = config(4, q_rank, version)
+    if version == 3:
+        cfg["rope_scaling"] = {**cfg["rope_scaling"], "mscale": 0.7, "mscale_all_dim": 0.7}
+    else:
+        cfg["rope_scaling"] = None
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def gguf_files(tmp_path_factory):
+    """(path, HF config, tensors as decoded, numpy logits of IDS) per layout."""
+    out = {}
+    for key, (version, q_rank, split, quantize) in {
+            "v3-split-q8_0": (3, Q_RANK, True, True),
+            "v2-legacy-f32": (2, None, False, False)}.items():
+        cfg = gguf_config(version, q_rank)
+        path = tmp_path_factory.mktemp("deepseek-gguf") / f"{key}.gguf"
+        tensors = write_gguf(path, cfg, random_tensors(cfg), split=split, quantize=quantize)
+        out[key] = path, cfg, tensors, forward(tensors, cfg, IDS)
+    return out
+
+
+def gguf_model(path, backend: str):
+    from poot.models.loader import open_model
+    from poot.models.runner import Model
+    from poot.plugin import select_backend
+
+    ckpt, c = open_model(str(path), max_seq=32)
+    b, dev = select_backend(backend)
+    return Model(ckpt, c, None, b, dev, prefill_tokens=6)
+
+
+@pytest.mark.parametrize("key", ["v3-split-q8_0", "v2-legacy-f32"])
+def test_gguf_matches_numpy_reference(gguf_files, key):
+    """llama.cpp's layouts (kv_b split with one KV head, and whole) give the numpy forward's
+    logits of the tensors as the file decodes them: one step, then prefill and decode."""
+    path, cfg, tensors, want = gguf_files[key]
+    model = gguf_model(path, BACKEND)
+    assert model.config.mla.split_kv_b == key.startswith("v3")
+    assert rel_err(model.prefill_logits(IDS[:12]), want[:12]) < 1e-4
+    assert rel_err(session_logits(model, IDS[:14], 11), want[10:14]) < 1e-4
+
+
+def test_gguf_config_reads_as_the_folder(tmp_path, gguf_files):
+    """The file's metadata gives the folder's config (the file says mscale through
+    mscale_all_dim, and its arch): MLA sizes, router, groups, scaling, dense layers."""
+    from dataclasses import replace
+
+    from poot.models.loader import open_model
+    from poot_quant.safetensors_dir import write_folder
+
+    path, cfg, tensors, want = gguf_files["v3-split-q8_0"]
+    folder = tmp_path / "hf"
+    write_folder(folder, tensors, cfg, 1, None)
+    write_tokenizer(folder)
+    hf = open_model(str(folder), max_seq=32)[1]
+    ckpt, c = open_model(str(path), max_seq=32)
+    assert ckpt.tensors["blk.1.ffn_up_exps.weight"].packed.format == "gguf:Q8_0"
+    assert c.mla == replace(hf.mla, split_kv_b=True)
+    assert abs(c.attn_scale - hf.attn_scale) < 1e-6 and abs(c.norm_eps - hf.norm_eps) < 1e-9
+    assert c == replace(hf, arch="deepseek2", mla=c.mla, attn_scale=c.attn_scale,
+                        norm_eps=c.norm_eps, rope_base=c.rope_base)
+
+
+def test_gguf_on_cpu(gguf_files):
+    """The Q8_0 file with kv_b split on cpu."""
+    path, cfg, tensors, want = gguf_files["v3-split-q8_0"]
+    assert rel_err(gguf_model(path, "cpu").prefill_logits(IDS[:12]), want[:12]) < 1e-4
+
+
+@pytest.mark.parametrize("drop, change, message", [
+    (("attention.kv_lora_rank",), None, "lacks 'deepseek2.attention.kv_lora_rank'"),
+    (("rope.scaling.yarn_log_multiplier",), None,
+     "lacks 'deepseek2.rope.scaling.yarn_log_multiplier': deepseek2 YaRN scaling needs it"),
+    ((), {"blk.2.attn_k_b.weight": np.zeros((HEADS, NOPE, KV_RANK))},
+     rf"tensor 'blk.2.attn_k_b.weight' is \[{HEADS}, {NOPE}, {KV_RANK}\], but the deepseek2 "
+     rf"metadata implies \[{HEADS}, {KV_RANK}, {NOPE}\]"),
+])
+def test_hostile_gguf_is_refused_naming_file_and_key(tmp_path, drop, change, message):
+    from poot.errors import ConfigError
+    from poot.models.loader import open_model
+
+    cfg = gguf_config()
+    path = tmp_path / "hostile.gguf"
+    write_gguf(path, cfg, random_tensors(cfg), drop=drop, change=change)
+    with pytest.raises(ConfigError, match=message) as err:
+        open_model(str(path), max_seq=32)
+    assert str(path) in str(err.value)
+
+
+def test_gguf_missing_tensor_is_refused_by_name(tmp_path):
+    from poot.errors import ConfigError
+    from poot.models.loader import open_model
+
+    cfg = gguf_config()
+    tensors = random_tensors(cfg)
+    del tensors["model.layers.2.mlp.gate.e_score_correction_bias"]
+    path = tmp_path / "no-bias.gguf"
+    write_gguf(path, cfg, tensors)
+    with pytest.raises(ConfigError, match=r"lacks tensor .blk.2.exp_probs_b.bias."):
+        open_model(str(path), max_seq=32)
+
+
+# -- transformers 5's stacked experts ----------------------------------------------------------
+def fused_experts(tensors: dict) -> dict:
+    """The per-expert tensors as transformers 5 holds DeepSeek-V3's experts: per MoE layer
+    mlp.experts.gate_up_proj [E, 2I, H] (each expert's gate rows, then its up rows) and
+    mlp.experts.down_proj [E, H, I]."""
+    out = {n: a for n, a in tensors.items() if ".mlp.experts." not in n}
+    for i in range(1, LAYERS):
+        p = f"model.layers.{i}.mlp.experts."
+        out[p + "gate_up_proj"] = np.stack([np.concatenate(
+            [tensors[f"{p}{j}.gate_proj.weight"], tensors[f"{p}{j}.up_proj.weight"]])
+            for j in range(EXPERTS)])
+        out[p + "down_proj"] = np.stack([tensors[f"{p}{j}.down_proj.weight"]
+                                         for j in range(EXPERTS)])
+    return out
+
+
+def test_transformers_5_stacked_experts(tmp_path, folders):
+    """A folder holding the experts stacked as transformers 5 does gives the per-expert
+    folder's logits (and the numpy forward's)."""
+    import poot
+    from poot_quant.safetensors_dir import write_folder
+
+    folder, cfg, tensors, want = folders[5, Q_RANK, 3]
+    out = tmp_path / "stacked"
+    write_folder(out, fused_experts(tensors), cfg, 1, None)
+    write_tokenizer(out)
+    model = poot.load(str(out), backend=BACKEND, max_seq=32, prefill_tokens=6)
+    assert rel_err(model.prefill_logits(IDS[:12]), want[:12]) < 1e-4
+    assert rel_err(session_logits(model, IDS[:14], 11), want[10:14]) < 1e-4
+
+
+def test_stacked_experts_of_the_wrong_shape_are_refused(tmp_path, folders):
+    from poot.errors import ConfigError
+    from poot.models.loader import open_model
+    from poot_quant.safetensors_dir import write_folder
+
+    folder, cfg, tensors, want = folders[5, Q_RANK, 3]
+    stacked = fused_experts(tensors)
+    name = "model.layers.2.mlp.experts.gate_up_proj"
+    stacked[name] = np.ascontiguousarray(np.swapaxes(stacked[name], 1, 2))
+    out = tmp_path / "transposed"
+    write_folder(out, stacked, cfg, 1, None)
+    write_tokenizer(out)
+    with pytest.raises(ConfigError, match=rf"tensor '{name}' is \[{EXPERTS}, {DIM}, "
+                                          rf"{2 * MOE_FFN}\], but the config implies"):
+        open_model(str(out))

@@ -43,8 +43,9 @@ def from_gguf(meta: dict[str, Any], tensors: dict, max_seq: int | None = None) -
         raise CheckpointError(f"unsupported architecture {arch!r}: poot runs "
                               f"{', '.join(sorted(FAMILIES))} GGUF files")
     fam = FAMILIES[arch]
+    read = _GGUF_KEYS | (deepseek_config.GGUF_KEYS if fam.moe == "deepseek" else set())
     unknown = sorted(k for k in meta if k.startswith(f"{arch}.")
-                     and k[len(arch) + 1:] not in _GGUF_KEYS)
+                     and k[len(arch) + 1:] not in read)
     if unknown:
         raise CheckpointError(f"GGUF metadata key {unknown[0]!r} = {meta[unknown[0]]!r} names "
                               f"a {arch} variant poot does not implement")
@@ -54,7 +55,8 @@ def from_gguf(meta: dict[str, Any], tensors: dict, max_seq: int | None = None) -
 
     dim, heads = size("embedding_length", "dim"), size("attention.head_count", "heads")
     head_dim = size("attention.key_length", "head_dim", max(dim // heads, 1))
-    if size("attention.value_length", "head_dim", head_dim) != head_dim:
+    if size("attention.value_length", "head_dim", head_dim) != head_dim and \
+            fam.moe != "deepseek":   # MLA's sizes: poot.models.deepseek_config.from_gguf
         raise CheckpointError(f"{arch}.attention.value_length differs from key_length: poot's "
                               f"attention takes one head dim")
     tokens = v.text_list("tokenizer.ggml.tokens", [], max_len=LIMITS["vocab"])
@@ -69,7 +71,7 @@ def from_gguf(meta: dict[str, Any], tensors: dict, max_seq: int | None = None) -
         sliding = tuple((i + 1) % period != 0 if period else True for i in range(layers))
     experts = size("expert_count", "experts", 0, lo=0)
     moe = {}
-    if experts:
+    if experts and fam.moe != "deepseek":
         if "blk.0.ffn_gate_exps.weight" not in tensors:
             raise CheckpointError(f"{arch} GGUF with {experts} experts has no stacked "
                                   f"blk.0.ffn_gate_exps.weight (per-expert tensors of old "
@@ -103,6 +105,9 @@ def from_gguf(meta: dict[str, Any], tensors: dict, max_seq: int | None = None) -
         config = replace(config, attn_sinks=True, swiglu_limit=7.0,
                          out_bias="blk.0.attn_output.bias" in tensors,
                          rope_scaling=replace(config.rope_scaling, truncate=False))
+    if fam.moe == "deepseek":
+        config = deepseek_config.from_gguf(config, v, arch, tensors)
+        deepseek_config.check_gguf_tensors(config, tensors, v.file)
     if fam.fused:   # llama.cpp's ffn_up holds gate|up: checked as the fused tensor it is
         tensors = {gguf_fused_name(n): t for n, t in tensors.items()}
         check_fused(config, {n: t.shape for n, t in tensors.items()}, v.file)
@@ -137,7 +142,8 @@ def _gguf_rope_scaling(v: Values, arch: str, tensors: dict, has_freqs: bool) -> 
         if not orig:
             raise CheckpointError(f"GGUF YaRN scaling lacks "
                                   f"{arch}.rope.scaling.original_context_length")
-        if v.number(f"{arch}.rope.scaling.yarn_log_multiplier", 0.0):
+        if v.number(f"{arch}.rope.scaling.yarn_log_multiplier", 0.0) and \
+                FAMILIES[arch].moe != "deepseek":   # read by deepseek_config.from_gguf
             raise CheckpointError(f"{arch}.rope.scaling.yarn_log_multiplier (DeepSeek's mscale) "
                                   f"is not implemented")
         return RopeScaling("yarn", factor, orig)
@@ -385,6 +391,7 @@ def from_hf(cfg: dict[str, Any], tensors: dict, max_seq: int | None = None) -> L
     if fam.moe == "deepseek":
         config = deepseek_config.deepseek_config(config, cfg, v, where, model_type)
         tensors = deepseek_config.without_mtp(tensors, cfg, layers)
+        deepseek_config.check_hf_experts(config, tensors, where)
     elif fam.moe:
         config = replace(config, **_hf_moe(cfg, v, fam, where, key))
     elif any(cfg.get(k) for k in ("num_local_experts", "num_experts")):

@@ -42,6 +42,9 @@ class Mla:
     nope: int
     rope: int
     v_dim: int
+    #: kv_b stored split per head (GGUF since llama.cpp's absorbed MLA: attn_k_b
+    #: [H, kv_rank, nope], attn_v_b [H, v, kv_rank]) rather than whole (attn_kv_b)
+    split_kv_b: bool = False
 
     @property
     def latent(self) -> int:
@@ -157,8 +160,7 @@ def mla_attention(c, h, p: str, declare, linear, cos, sin, qpos, mask, scale: fl
     k_pe = rope(ops.reshape(ops.slice_axis(kv, 1, r, r + dr), (n, 1, dr)))
     latent = _cache_rows(m, ops.concat([c_kv, ops.reshape(k_pe, (n, dr))], 1), p, cache,
                          kv_dtype)                                     # [B, 1, S, r + dr]
-    wkv = ops.reshape(_f32(declare(p + "attn_kv_b.weight")), (heads, dn + dv, r))
-    w_uk, w_uv = ops.slice_axis(wkv, 1, 0, dn), ops.slice_axis(wkv, 1, dn, dn + dv)
+    w_uk, w_uv = _up_projections(m, heads, p, declare)
     q_lat = ops.matmul(ops.transpose(q_nope, (1, 0, 2)), w_uk)         # [H, N, r]
     qh = ops.concat([q_lat, ops.transpose(q_pe, (1, 0, 2))], 2)        # [H, N, r + dr]
     qh = ops.transpose(ops.reshape(qh, (heads, b, t, m.latent)), (1, 0, 2, 3))
@@ -171,6 +173,18 @@ def mla_attention(c, h, p: str, declare, linear, cos, sin, qpos, mask, scale: fl
     o = ops.matmul(o, ops.transpose(w_uv, (0, 2, 1)))                  # [H, N, dv]
     o = ops.reshape(ops.transpose(o, (1, 0, 2)), (n, heads * dv))
     return linear(o, p + "attn_output.weight")
+
+
+def _up_projections(m: Mla, heads: int, p: str, declare):
+    """The per-head up-projections of the latent: keys' W_UK [H, nope, kv_rank] and
+    values' W_UV [H, v, kv_rank], from kv_b whole or split."""
+    dn, dv, r = m.nope, m.v_dim, m.kv_rank
+    if m.split_kv_b:
+        k_b = ops.reshape(_f32(declare(p + "attn_k_b.weight")), (heads, r, dn))
+        return (ops.transpose(k_b, (0, 2, 1)),
+                ops.reshape(_f32(declare(p + "attn_v_b.weight")), (heads, dv, r)))
+    wkv = ops.reshape(_f32(declare(p + "attn_kv_b.weight")), (heads, dn + dv, r))
+    return ops.slice_axis(wkv, 1, 0, dn), ops.slice_axis(wkv, 1, dn, dn + dv)
 
 
 def route(r: Routing, logits, bias, k: int, norm_topk: bool):

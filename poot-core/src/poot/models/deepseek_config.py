@@ -1,5 +1,7 @@
-"""DeepSeek-V2/V3's config.json settings (model_type deepseek_v2, deepseek_v3): MLA sizes,
-the router, shared experts and the first dense layers, as transformers reads them.
+"""DeepSeek-V2/V3's settings: from config.json (model_type deepseek_v2, deepseek_v3) as
+transformers reads them, and from GGUF metadata (architecture deepseek2) as llama.cpp's
+converter writes and its loader reads them: MLA sizes, the router, shared experts and the
+first dense layers.
 """
 from __future__ import annotations
 
@@ -7,8 +9,8 @@ import math
 import re
 from dataclasses import replace
 
-from poot.checked import Values
-from poot.errors import CheckpointError
+from poot.checked import MISSING, Values
+from poot.errors import CheckpointError, ConfigError
 from poot.models.deepseek import Mla, Routing
 from poot.models.shapes import LIMITS
 
@@ -99,6 +101,31 @@ def deepseek_config(config, cfg: dict, v: Values, where: str, model_type: str):
                    shared_ffn=moe_ffn * size("n_shared_experts", "experts", 0, lo=0))
 
 
+def check_hf_experts(c, tensors: dict, where: str) -> None:
+    """Each MoE layer's routed experts are there, one tensor per expert (transformers 4.x,
+    and 5.x's save_pretrained, which reverts its fusion) or stacked as transformers 5 holds
+    them (mlp.experts.gate_up_proj [E, 2I, H]: gate's rows, then up's; down_proj
+    [E, H, I]), with the shapes the config implies."""
+    e, f, d = c.experts, c.expert_ffn, c.dim
+    for i in range(c.dense_layers, c.layers):
+        p = f"model.layers.{i}.mlp.experts."
+        stacks = {p + "gate_up_proj": (e, 2 * f, d), p + "down_proj": (e, d, f)}
+        if not any(n in tensors for n in stacks):
+            if p + "0.gate_proj.weight" not in tensors:
+                raise CheckpointError(f"{where}: the safetensors files lack layer {i}'s "
+                                      f"experts ({p}0.gate_proj.weight, or {p}gate_up_proj)")
+            continue
+        for name, want in stacks.items():
+            info = tensors.get(name)
+            if info is None:
+                raise CheckpointError(f"{where}: the safetensors files lack tensor {name!r} "
+                                      f"(the other half of layer {i}'s stacked experts)")
+            if tuple(info.shape) != want:
+                raise ConfigError(f"{where}: tensor {name!r} is {list(info.shape)}, but the "
+                                  f"config implies {list(want)}", file=where, key=name,
+                                  value=tuple(info.shape))
+
+
 def without_mtp(tensors: dict, cfg: dict, layers: int) -> dict:
     """The tensors less the multi-token-prediction layers DeepSeek-V3 checkpoints append
     after the decoder (num_nextn_predict_layers of them, numbered from num_hidden_layers):
@@ -112,3 +139,155 @@ def without_mtp(tensors: dict, cfg: dict, layers: int) -> dict:
         return m is not None and layers <= int(m.group(1)) < layers + extra
 
     return {n: t for n, t in tensors.items() if not mtp(n)}
+
+
+# -- GGUF (llama.cpp's deepseek2) --------------------------------------------------------
+#: `deepseek2.*` keys read by from_gguf beyond the shared decoder's (nextn_predict_layers:
+#: the MTP layers, which llama.cpp's converter leaves out of deepseek2 files)
+GGUF_KEYS = {"attention.q_lora_rank", "attention.kv_lora_rank", "attention.key_length_mla",
+             "attention.value_length_mla", "expert_shared_count", "expert_weights_scale",
+             "expert_gating_func", "expert_group_count", "expert_group_used_count",
+             "leading_dense_block_count", "nextn_predict_layers"}
+#: llama.cpp's expert_gating_func values (absent: softmax, as llama.cpp reads DeepSeek-V2
+#: files written before the key existed)
+_GATING = {1: "softmax", 2: "sigmoid"}
+
+
+def from_gguf(config, v: Values, arch: str, tensors: dict):
+    """`config` (the shared decoder's reading of the file) with DeepSeek's attention, router
+    and layers read as llama.cpp reads a deepseek2 file.
+
+    Two layouts of the attention exist: files from converters since MLA's absorption name
+    attention.key_length_mla / value_length_mla (the per-head q/k and v dims), one KV head,
+    key_length = kv_lora_rank + rope and value_length = kv_lora_rank (the latent cache's
+    rows), and store kv_b split per head as attn_k_b [H, kv_rank, nope] (transposed) and
+    attn_v_b [H, v, kv_rank]; older ones name the per-head dims key_length / value_length,
+    as many KV heads as heads, and keep attn_kv_b whole. RoPE pairs stay adjacent as in
+    the HF checkpoints (llama.cpp's NORM rope mode)."""
+    def key(name):
+        return f"{arch}.{name}"
+
+    def size(name, limit, default=MISSING, lo=1):
+        return v.integer(key(name), default, lo=lo, hi=LIMITS[limit])
+
+    def refuse(name, why):
+        v.fail(key(name), v.values.get(key(name)), why)
+
+    rope = size("rope.dimension_count", "head_dim")
+    kv_rank = size("attention.kv_lora_rank", "dim")
+    heads = config.heads
+    split = v.has(key("attention.key_length_mla"))
+    k_len, v_len = size("attention.key_length", "head_dim"), size("attention.value_length",
+                                                                  "head_dim")
+    kv_heads = size("attention.head_count_kv", "kv_heads", heads)
+    if split:
+        for name, have, want in (("attention.key_length", k_len, kv_rank + rope),
+                                 ("attention.value_length", v_len, kv_rank),
+                                 ("attention.head_count_kv", kv_heads, 1)):
+            if have != want:
+                refuse(name, f"contradicts MLA's latent cache (kv_lora_rank {kv_rank} + "
+                             f"rope {rope}, one KV head): it must be {want}")
+        k_len = size("attention.key_length_mla", "head_dim")
+        v_len = size("attention.value_length_mla", "head_dim")
+    elif kv_heads != heads:
+        refuse("attention.head_count_kv", f"a file without attention.key_length_mla has one "
+                                          f"key per head: it must be {heads}")
+    if k_len <= rope or rope % 2:
+        refuse("rope.dimension_count", f"must be even and below the q/k head dim {k_len}")
+    mla = Mla(q_rank=size("attention.q_lora_rank", "dim", 0, lo=0), kv_rank=kv_rank,
+              nope=k_len - rope, rope=rope, v_dim=v_len, split_kv_b=split)
+    experts = size("expert_count", "experts")
+    dense = size("leading_dense_block_count", "layers", 0, lo=0)
+    gating = v.integer(key("expert_gating_func"), 1, lo=0)
+    if gating not in _GATING:
+        refuse("expert_gating_func", "poot runs deepseek2 with softmax (1) or sigmoid (2)")
+    scoring = _GATING[gating]
+    groups = size("expert_group_count", "experts", 1)
+    used_groups = size("expert_group_used_count", "experts", groups)
+    if experts % groups or used_groups > groups:
+        refuse("expert_group_count", f"{experts} experts in {groups} groups, "
+                                     f"{used_groups} kept")
+    top = size("expert_used_count", "experts")
+    if top > experts or (scoring == "sigmoid" and used_groups < groups
+                         and 2 > experts // groups):
+        refuse("expert_used_count", "more experts than there are (or groups of fewer than 2)")
+    first_moe = f"blk.{dense}."
+    routing = Routing(scoring=scoring, groups=groups, groups_used=used_groups,
+                      group_score="top2" if scoring == "sigmoid" else "max",
+                      scale=v.number(key("expert_weights_scale"), 1.0, positive=True),
+                      bias=first_moe + "exp_probs_b.bias" in tensors)
+    expert_ffn = size("expert_feed_forward_length", "ffn")
+    scaling, scale = config.rope_scaling, (mla.nope + mla.rope) ** -0.5
+    log_mul = v.number(key("rope.scaling.yarn_log_multiplier"), 0.0, lo=0.0)
+    if scaling.kind == "yarn":
+        if not log_mul:
+            name = key("rope.scaling.yarn_log_multiplier")
+            raise ConfigError(f"{v.file} lacks {name!r}: deepseek2 YaRN scaling needs it "
+                              f"(0.1 x mscale_all_dim)", file=v.file, key=name)
+        # llama.cpp's reading: the converter wrote 0.1 x mscale_all_dim and mscale equals
+        # it, so cos/sin keep their size and the scores take mscale(mscale_all_dim)^2
+        scale *= _mscale(scaling.factor, log_mul / 0.1) ** 2
+        scaling = replace(scaling, attention_factor=1.0)
+    elif log_mul:
+        refuse("rope.scaling.yarn_log_multiplier", "is read with YaRN scaling only")
+    return replace(config, head_dim=mla.nope + mla.rope, rope_dim=mla.rope,
+                   kv_heads=heads, mla=mla, routing=routing, attn_scale=scale,
+                   rope_scaling=scaling, experts=experts, experts_used=top,
+                   expert_ffn=expert_ffn, dense_layers=min(dense, config.layers),
+                   norm_topk=v.flag(key("expert_weights_norm"), False),
+                   shared_ffn=expert_ffn * size("expert_shared_count", "experts", 0, lo=0))
+
+
+def gguf_tensor_shapes(c) -> dict[str, tuple[int, ...]]:
+    """Every tensor a deepseek2 GGUF file must hold for `c`, with its shape (GGUF names,
+    numpy order)."""
+    m, h, d = c.mla, c.heads, c.dim
+    out = {"token_embd.weight": (c.vocab, d), "output_norm.weight": (d,)}
+    if not c.tied:
+        out["output.weight"] = (c.vocab, d)
+    for i in range(c.layers):
+        p = f"blk.{i}."
+        layer = {"attn_norm.weight": (d,), "ffn_norm.weight": (d,),
+                 "attn_kv_a_mqa.weight": (m.latent, d), "attn_kv_a_norm.weight": (m.kv_rank,),
+                 "attn_output.weight": (d, h * m.v_dim)}
+        if m.q_rank:
+            layer.update({"attn_q_a.weight": (m.q_rank, d),
+                          "attn_q_a_norm.weight": (m.q_rank,),
+                          "attn_q_b.weight": (h * c.head_dim, m.q_rank)})
+        else:
+            layer["attn_q.weight"] = (h * c.head_dim, d)
+        if m.split_kv_b:
+            layer.update({"attn_k_b.weight": (h, m.kv_rank, m.nope),
+                          "attn_v_b.weight": (h, m.v_dim, m.kv_rank)})
+        else:
+            layer["attn_kv_b.weight"] = (h * (m.nope + m.v_dim), m.kv_rank)
+        if i < c.dense_layers:
+            layer.update({"ffn_gate.weight": (c.ffn, d), "ffn_up.weight": (c.ffn, d),
+                          "ffn_down.weight": (d, c.ffn)})
+        else:
+            e, f = c.experts, c.expert_ffn
+            layer.update({"ffn_gate_inp.weight": (e, d), "ffn_gate_exps.weight": (e, f, d),
+                          "ffn_up_exps.weight": (e, f, d), "ffn_down_exps.weight": (e, d, f)})
+            if c.routing.bias:
+                layer["exp_probs_b.bias"] = (e,)
+            if c.shared_ffn:
+                layer.update({"ffn_gate_shexp.weight": (c.shared_ffn, d),
+                              "ffn_up_shexp.weight": (c.shared_ffn, d),
+                              "ffn_down_shexp.weight": (d, c.shared_ffn)})
+        out.update({p + n: s for n, s in layer.items()})
+    return out
+
+
+def check_gguf_tensors(c, tensors: dict, where: str) -> None:
+    """Every tensor the builder reads is in the file with the shape the metadata implies."""
+    for name, want in gguf_tensor_shapes(c).items():
+        info = tensors.get(name)
+        if info is None:
+            raise ConfigError(f"{where}: deepseek2 file lacks tensor {name!r} (a "
+                              f"{c.layers}-layer model, {c.dense_layers} dense, per its "
+                              f"metadata)", file=where, key=name)
+        have = tuple(int(x) for x in info.shape)
+        if have != want:
+            raise ConfigError(f"{where}: tensor {name!r} is {list(have)}, but the deepseek2 "
+                              f"metadata implies {list(want)}", file=where, key=name,
+                              value=have)

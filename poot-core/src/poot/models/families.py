@@ -53,6 +53,8 @@ FAMILIES: dict[str, Family] = {
     # llama.cpp's gpt-oss: every other layer slides (from the first), gate and up experts
     # apart, the FFN's norm named post_attention_norm
     "gpt-oss": Family(moe="gpt_oss", sinks=True, sliding_period=2),
+    # llama.cpp's DeepSeek-V2/V3 (poot.models.deepseek_config.from_gguf)
+    "deepseek2": Family(moe="deepseek"),
 }
 #: HF-only families (their GGUF forms are not read yet: see from_gguf)
 HF_FAMILIES = {

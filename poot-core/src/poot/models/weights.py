@@ -19,7 +19,7 @@ import numpy as np
 from poot.errors import CheckpointError, FormatError
 from poot.formats import PackedWeight
 from poot.ir.types import TensorType, WeightRef
-from poot.models.families import FAMILIES
+from poot.models.families import FAMILIES, HF_FAMILIES, HF_TYPES
 from poot.models.fused import GATE_UP, QKV, FusedParts, gguf_fused_name
 from poot.models.gguf_meta import release_file_pages
 
@@ -147,6 +147,9 @@ def hf_name(gguf: str, sandwich: bool = False) -> str:
 #: expert stacks a dense HF folder stores [E, K, N] (gpt-oss's gate_up_proj and down_proj;
 #: its MXFP4 blocks are [E, N, K/32, 16]): served as GGUF's [E, N, K], transposed once
 _KN_STACKS = re.compile(r"blk\.\d+\.ffn_(gate_up|down)_exps\.weight")
+#: transformers 5's stacked experts of the other families (DeepSeek): gate_up_proj
+#: [E, 2I, H] holding gate's rows then up's, down_proj [E, H, I], as GGUF orders them
+_GATE_UP_STACK = re.compile(r"(blk\.\d+\.)ffn_gate_up_exps\.weight")
 #: llama.cpp's gpt-oss names the FFN's pre-norm post_attention_norm (its ffn_norm)
 _GGUF_FFN_NORM = re.compile(r"^(blk\.\d+\.)post_attention_norm\.weight$")
 #: norm tensors (GGUF names) that an HF (1 + w) family stores as w
@@ -165,9 +168,15 @@ class CheckpointWeights:
     def __init__(self, checkpoint, config=None):
         self.checkpoint = checkpoint
         arch = getattr(config, "arch", None)
+        meta = getattr(checkpoint, "metadata", None) or {}
         if arch is None and checkpoint.kind == "gguf":
-            arch = getattr(checkpoint, "metadata", {}).get("general.architecture")
+            arch = meta.get("general.architecture")
+        elif arch is None:
+            arch = HF_TYPES.get(meta.get("model_type"))
         fam = FAMILIES.get(arch)
+        hf_fam = fam or HF_FAMILIES.get(arch)
+        # gpt-oss's HF stacks are [E, K, N]; another family's (or an unknown one's) as GGUF
+        self.kn_stacks = hf_fam is None or hf_fam.moe == "gpt_oss"
         sandwich = bool(config is not None and config.sandwich_norms)
         self.norm_offset = 1.0 if checkpoint.kind != "gguf" and fam and fam.hf_norm_offset \
             else 0.0
@@ -183,15 +192,26 @@ class CheckpointWeights:
                 self.infos[key] = info
             elif checkpoint.kind != "gguf" and (ex := expert_name(name)) is not None:
                 self.experts.setdefault(ex[0], {})[ex[1]] = info
+        # a fused gate|up expert stack of a family whose experts run apart (DeepSeek): each
+        # half served as its own stack
+        self.halves: dict[str, tuple[str, int]] = {}
+        if checkpoint.kind != "gguf" and not self.kn_stacks:
+            for key in [k for k in self.infos if _GATE_UP_STACK.fullmatch(k)]:
+                p = _GATE_UP_STACK.fullmatch(key).group(1)
+                self.halves[p + "ffn_gate_exps.weight"] = (key, 0)
+                self.halves[p + "ffn_up_exps.weight"] = (key, 1)
         self.arrays: dict[str, np.ndarray] = {}
         self.fused = FusedParts(self.infos, stacked, config)
 
     def has(self, name: str) -> bool:
-        return name in self.infos or name in self.experts or name in self.fused
+        return (name in self.infos or name in self.experts or name in self.fused
+                or name in self.halves)
 
     def spec(self, name: str):
         if name in self.experts:
             return self._stack(name)
+        if name in self.halves:
+            return self._half(*self.halves[name])
         if name not in self.infos and name in self.fused:
             return self.fused.spec(name, self.spec(self.fused.alias[name][0]), self.arrays)
         info = self.infos.get(name)
@@ -217,7 +237,7 @@ class CheckpointWeights:
             # embeddings widen in their ops): widen these small vectors exactly, here
             array, dtype = np.asarray(array, np.float32), DType.F32
             ref = type(ref)(ref.checkpoint, ref.tensor, f"{ref.payload}:f32", "f32")
-        if self.checkpoint.kind != "gguf" and _KN_STACKS.fullmatch(name):
+        if self.checkpoint.kind != "gguf" and self.kn_stacks and _KN_STACKS.fullmatch(name):
             ref = type(ref)(ref.checkpoint, f"{ref.tensor}~t", f"{ref.payload}~t", ref.format)
             if ref.tensor not in self.arrays:
                 self.arrays[ref.tensor] = np.ascontiguousarray(np.swapaxes(array, 1, 2))
@@ -232,6 +252,25 @@ class CheckpointWeights:
         self.arrays[ref.tensor] = array
         return DenseSpec(TensorType(tuple(info_shape), dtype), ref)
 
+
+    def _half(self, name: str, part: int) -> DenseSpec:
+        """Gate's (part 0) or up's (1) half of the rows of the fused expert stack `name`
+        [E, 2I, H], made once under its own identity."""
+        info = self.infos[name]
+        if info.packed is not None:
+            raise CheckpointError(f"{self.checkpoint.path}: quantized fused experts "
+                                  f"({hf_name(name)}) in an HF folder are not supported; "
+                                  f"poot splits dense gate|up stacks")
+        half = ("gate", "up")[part]
+        ref = info.ref
+        ref = type(ref)(ref.checkpoint, f"{ref.tensor}:{half}", ref.payload and
+                        f"{ref.payload}:{half}", ref.format)
+        if ref.tensor not in self.arrays:
+            array = info.sources[0]
+            rows = array.shape[1] // 2
+            self.arrays[ref.tensor] = np.ascontiguousarray(
+                array[:, part * rows:(part + 1) * rows])
+        return DenseSpec(TensorType(self.arrays[ref.tensor].shape, info.dtype), ref)
 
     def _stack(self, name: str) -> DenseSpec:
         """An HF folder's per-expert matrices as one f32 stack [E, N, K], built once."""
