@@ -3,7 +3,11 @@ regex extension) through the openai client, on the fuzzer's tiny Llama (random w
 byte vocabulary, so the grammar alone makes its answers well formed): every answer parses
 and validates against its schema, whole, streamed and as n choices; a constrained request
 does not hold up a plain one beside it; a schema llguidance cannot use is a 400 in
-OpenAI's error shape. One server for the module."""
+OpenAI's error shape. A constrained request draws in the step graph under its token mask
+(no decode step reads logits back) and gets the text the host path gives (the same request
+with logprobs, whose steps read the logits back and mask them on the host); the mask's
+words written into the slot allow what the host's mask allows. One server for the
+module."""
 from __future__ import annotations
 
 import json
@@ -45,6 +49,13 @@ SCHEMAS = {
         "ratio": {"type": "number", "minimum": 0, "maximum": 1},
         "count": {"type": "integer", "minimum": 10, "maximum": 99}},
         "required": ["ratio", "count"], "additionalProperties": False},
+    "array of objects": {"type": "array", "minItems": 1, "maxItems": 3, "items": {
+        "type": "object", "properties": {
+            "id": {"type": "integer", "minimum": 0, "maximum": 9},
+            "unit": {"enum": ["kg", "m"]},
+            "value": {"anyOf": [{"type": "integer", "minimum": -50, "maximum": 50},
+                                {"type": "null"}]}},
+        "required": ["id", "unit", "value"], "additionalProperties": False}},
 }
 
 
@@ -119,6 +130,56 @@ def test_a_constrained_request_does_not_hold_up_a_plain_one(server, client):
     assert answers[2].choices[0].text == plain().choices[0].text
     stats = server.wait_idle()
     assert stats["failed"] == 0 and stats["free_blocks"] == stats["pool_blocks"]
+
+
+@pytest.mark.parametrize("name", list(SCHEMAS))
+def test_a_constrained_request_draws_in_the_graph_as_the_host_would(server, client, name):
+    schema = SCHEMAS[name]
+
+    def ask(temperature, **extra):
+        before = server.wait_idle()
+        got = client.chat.completions.create(
+            model=MODEL, messages=ASK, max_tokens=200, temperature=temperature, seed=11,
+            response_format=schema_format(schema), **extra)
+        after = server.wait_idle()
+        steps = {k: after[k] - before[k] for k in ("host_steps", "masked_steps")}
+        return got, steps
+
+    for temperature in (0.0, 1.0):
+        graph, steps = ask(temperature)
+        text = graph.choices[0].message.content
+        jsonschema.validate(json.loads(text), schema)
+        # the first token comes from the prefill's logits; every other one from a masked
+        # decode step that reads back the token ids alone
+        assert steps == {"host_steps": 0,
+                         "masked_steps": graph.usage.completion_tokens - 1}, steps
+        host, steps = ask(temperature, logprobs=True)
+        assert steps["host_steps"] == host.usage.completion_tokens - 1 > 0
+        assert steps["masked_steps"] == 0
+        assert host.choices[0].message.content == text
+
+
+def test_mask_words_in_the_slot_allow_what_the_host_mask_allows(tmp_path):
+    import numpy as np
+    from poot.models.sample_graph import mask_words
+    from poot.models.tokenizer import Tokenizer
+    from poot.serve import grammar
+
+    tok = Tokenizer.from_gguf(str(tiny_llama(tmp_path, 64)))
+    n = tok.vocab_size
+    assert n % 32, "the byte vocabulary's last word is partly past it"
+    made = grammar.checked(grammar.json_schema_grammar(SCHEMAS["numbers"]), tok)
+    for width in (n, n + 40, n - 5):       # the model's logits: as many ids, more, fewer
+        c = grammar.Constraint(made, tok)
+        for ch in '{"ratio":0.5':
+            words = np.zeros(mask_words(width), np.uint32)
+            c.write_mask(words)
+            z = np.zeros(width, np.float32)
+            c.mask(z)
+            bits = np.unpackbits(words.view(np.uint8), bitorder="little")[:width]
+            np.testing.assert_array_equal(bits == 1, np.isfinite(z))
+            assert not bits[n:].any() and 0 < bits.sum() < min(n, width)
+            c.accept(tok.encode_text(ch)[0])
 
 
 @pytest.mark.parametrize("fmt", [

@@ -199,7 +199,8 @@ class Model:
                 decode_batches=decode_batches, prefill_batches=prefill_batches,
                 runtime=None if self.tp is None else self.tp.runtime,
                 make_sampled=lambda b, mode: self._timed_graph(1, b, kv, pool, mode),
-                padding_draws=lambda b, mode: slot_values([], b, mode),
+                padding_draws=lambda b, mode: slot_values([], b, mode,
+                                                          vocab=self.config.vocab),
                 make_scoring=lambda t, b: self._timed_graph(t, b, kv, pool, SCORE))
             if self.progress:
                 session.progress = BindingBar()

@@ -19,10 +19,19 @@ loads this module as a built-in plugin); a graph can use them only once they are
 | sampler.history | I32 | [B, PENALTY_WINDOW] | token ids, -1 for none |
 | sampler.seed | U32 | [B, 2] | the seed's low and high words |
 | sampler.counter | U32 | [B] | the draw number |
+| sampler.mask | U32 | [B, ceil(vocab / 32)] | the ids each row may draw ("masked" only) |
+
+A "masked" step also takes `sampler.mask`, a packed bitmask per row: id i may be drawn when
+bit i % 32 of word i // 32 is set (bits past the vocabulary are ignored). The logits of
+every id whose bit is clear become -inf before the sampler's first step, so a grammar's
+token mask (poot.serve.grammar) is applied on the device and only the token ids come back;
+a row without a constraint has every bit set. Steps of the other modes take no mask, so
+they cost what they did.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -44,6 +53,7 @@ _RULES = {
     "sampler.history": (I32, 0, True),
     "sampler.seed": (U32, None, False),
     "sampler.counter": (U32, None, False),
+    "sampler.mask": (U32, None, False),
 }
 SLOTS = tuple(_RULES)
 
@@ -65,12 +75,25 @@ def _slot(label: str, shape, bound: int | None = None):
 
 
 #: what a sampled step draws with: "argmax" (greedy without a penalty: no slots, one
-#: ArgTopK k=1) or "full" (every setting, per row, through the slots above)
-MODES = ("argmax", "full")
+#: ArgTopK k=1), "full" (every setting, per row, through the slots above) or "masked"
+#: ("full" after each row's token mask)
+MODES = ("argmax", "full", "masked")
+#: the ids one word of `sampler.mask` covers
+WORD_BITS = 32
+#: every id allowed: the mask word of a row without a constraint
+ALL_ALLOWED = np.uint32(0xFFFFFFFF)
 
 
-def mode_for(samplers: Sequence[Sampler]) -> str:
-    """The cheapest mode that serves these samplers as they are."""
+def mask_words(vocab: int) -> int:
+    """The words of one row of `sampler.mask` for a vocabulary of `vocab` ids."""
+    return -(-vocab // WORD_BITS)
+
+
+def mode_for(samplers: Sequence[Sampler], masked: bool = False) -> str:
+    """The cheapest mode that serves these samplers as they are (`masked`: some row draws
+    under a token mask)."""
+    if masked:
+        return "masked"
     plain = all(s.greedy and s.repetition_penalty == 1 for s in samplers)
     return "argmax" if plain else "full"
 
@@ -83,6 +106,10 @@ def sample_tokens(logits, mode: str = "full") -> ops.Tensor:
     b, vocab = logits.shape
     if mode == "argmax":
         return ops.reshape(ops.argtopk(logits, 1), (b,))
+    logits = ops.cast(logits, F32)
+    if mode == "masked":
+        mask = _slot("sampler.mask", (b, mask_words(vocab)))
+        logits = ops.select(allowed_ids(mask, vocab), logits, float("-inf"))
     k = min(CANDIDATES, vocab)
     temp = ops.reshape(_slot("sampler.temperature", (b,)), (b, 1))
     top_k = ops.reshape(_slot("sampler.top_k", (b,), bound=CANDIDATES + 1), (b, 1))
@@ -91,7 +118,7 @@ def sample_tokens(logits, mode: str = "full") -> ops.Tensor:
     history = _slot("sampler.history", (b, PENALTY_WINDOW), bound=vocab)
     seed = _slot("sampler.seed", (b, 2))
     counter = _slot("sampler.counter", (b,))
-    z = _penalize(ops.cast(logits, F32), history, penalty)
+    z = _penalize(logits, history, penalty)
     sampled = _less(0.0, temp)                                       # [B, 1]
     y = ops.div(z, ops.select(sampled, temp, 1.0))
     rows = ops.mul(ops.iota((b, 1), 0), vocab)
@@ -119,6 +146,16 @@ def sample_tokens(logits, mode: str = "full") -> ops.Tensor:
     return ops.reshape(ops.argtopk(final, 1), (b,))
 
 
+def allowed_ids(mask, vocab: int):
+    """The indicator I32 [B, vocab] of the ids whose bit is set in `mask` U32 [B, W]: each
+    word's 32 bits spread along a new last axis (shift, then keep the low bit), rows of
+    W * 32 ids cut at the vocabulary."""
+    b, w = mask.shape
+    shifts = ops.cast(ops.iota((1, 1, WORD_BITS), 2), U32)
+    bits = ops.bit_and(ops.shr(ops.reshape(mask, (b, w, 1)), shifts), 1)
+    return ops.slice_axis(ops.reshape(ops.geu(bits, 1), (b, w * WORD_BITS)), 1, 0, vocab)
+
+
 def _less(a, b):
     """The indicator of a < b."""
     return ops.sub(1, ops.ge(a, b))
@@ -138,14 +175,26 @@ def _penalize(z, history, penalty):
     return ops.reshape(out, (b, vocab))
 
 
+class MaskWriter(Protocol):
+    """What writes one row's token mask: a grammar's matcher (poot.serve.grammar)."""
+
+    def write_mask(self, words: np.ndarray) -> None:
+        """Write the row's allowed ids into `words` U32 [mask_words(vocab)], in place."""
+
+
 def slot_values(rows: Sequence[tuple[Sampler, Sequence[int]] | None], batch: int,
-                mode: str = "full") -> dict[str, np.ndarray]:
+                mode: str = "full", *, vocab: int | None = None,
+                masks: Sequence[MaskWriter | None] = ()) -> dict[str, np.ndarray]:
     """The sampler slots of a step of `batch` rows: row i samples with rows[i]'s sampler
     (its next draw, which this uses up) and history; rows past them, and None rows, are
     padding (greedy, nothing penalized). An "argmax" step has no slots; its samplers must
-    be plain greedy ones."""
+    be plain greedy ones. A "masked" step's mask has `vocab` ids a row (the logits' width;
+    other modes ignore it); masks[i], where given and not None, writes row i's (the others
+    allow every id)."""
     if len(rows) > batch:
         raise ValueError(f"{len(rows)} sampled rows for a step of {batch}")
+    if len(masks) > len(rows):
+        raise ValueError(f"{len(masks)} token masks for {len(rows)} sampled rows")
     live = [r[0] for r in rows if r is not None]
     if mode == "argmax":
         if mode_for(live) != "argmax":
@@ -153,6 +202,10 @@ def slot_values(rows: Sequence[tuple[Sampler, Sequence[int]] | None], batch: int
         for s in live:
             s.next_draw()
         return {}
+    if mode == "masked" and vocab is None:
+        raise ValueError("a masked step's slots need the vocabulary's size")
+    if masks and mode != "masked":
+        raise ValueError(f"a {mode!r} step takes no token mask")
     out = {
         "sampler.temperature": np.zeros(batch, np.float32),
         "sampler.top_k": np.zeros(batch, np.int32),
@@ -162,6 +215,11 @@ def slot_values(rows: Sequence[tuple[Sampler, Sequence[int]] | None], batch: int
         "sampler.seed": np.zeros((batch, 2), np.uint32),
         "sampler.counter": np.zeros(batch, np.uint32),
     }
+    if mode == "masked":
+        out["sampler.mask"] = np.full((batch, mask_words(vocab)), ALL_ALLOWED, np.uint32)
+        for i, writer in enumerate(masks):
+            if writer is not None:
+                writer.write_mask(out["sampler.mask"][i])
     for i, row in enumerate(rows):
         if row is None:
             continue

@@ -25,11 +25,17 @@ Each turn of the loop:
    text at once (a prompt's first token is drawn on the host from the prefill's logits, by
    the same algorithm).
 
-A request whose logits the host must see (`logit_bias`, `logprobs`, a grammar: module
-poot.serve.logits) makes its decode steps read the logits back: such a step runs through
-the plan without a sampler (one per batch size, made when first needed) and every row of
-it, the others' included, draws on the host by the same algorithm and seeded draws; the
-batch goes on together, at the cost of the logits' read-back for that step.
+A request with a grammar (structured outputs, forced tool calls) draws in the graph under
+its token mask: a step with such a row runs through the "masked" decode plan, whose
+`sampler.mask` slot takes each row's bitmask over the vocabulary (llguidance writes a
+constrained row's words straight into the slot's array; every other row allows every id),
+and reads back only the token ids; the grammar then takes the token drawn. A request whose
+logits the host must see (`logit_bias`, `logprobs`: module poot.serve.logits) makes its
+decode steps read the logits back: such a step runs through the plan without a sampler
+(one per batch size, made when first needed) and every row of it, the others' included,
+draws on the host by the same algorithm and seeded draws (a grammar's mask applied there
+on the host); the batch goes on together, at the cost of the logits' read-back for that
+step.
 
 With speculative decoding (`speculate`, or a request's `prediction`: poot.serve.speculation),
 a sequence may propose tokens at a turn instead of taking the decode step: one
@@ -160,6 +166,10 @@ class Job:
 #: ArgTopK k=1 on the logits, no sampler slots) serves a step whose rows are all greedy
 #: without a penalty, and picks the same tokens at a fraction of the sampler's work
 SAMPLE_MODES = ("argmax", "full")
+#: the decode plans of steps with a constrained row ("full" after each row's token mask):
+#: made by the first step that needs one (a server without structured requests never
+#: makes them; `ready` does not wait for them)
+MASKED = "masked"
 #: the interpreter's thread switch interval while an engine runs (seconds)
 SWITCH_S = 0.0001
 #: the fewest prompt tokens a prefill plan gives each of its sequences (see item 3 above)
@@ -247,7 +257,8 @@ class Engine:
         self.metrics = QUIET
         self.counters = dict(steps=0, peak_batch=0, prefill_chunks=0, generated_tokens=0,
                              finished=0, cancelled=0, rejected=0, failed=0, argmax_steps=0,
-                             gc_full=0, overlapped_steps=0, host_steps=0, embedded_inputs=0,
+                             masked_steps=0, gc_full=0, overlapped_steps=0, host_steps=0,
+                             embedded_inputs=0,
                              prompt_tokens=0, prefilled_tokens=0, cached_prompt_tokens=0)
         #: seconds in the loop's turns, and in the session's decode and prefill steps within
         #: them (slot arrays, the step, the read-back); the rest of a turn is the host's
@@ -739,7 +750,7 @@ class Engine:
             if not jobs:
                 return
         t0 = time.perf_counter()
-        if any(j.rule is not None for j in jobs):
+        if any(j.rule is not None and j.rule.host for j in jobs):
             # a row's logits are wanted on the host (module logits): the step reads them
             # back, and every row of it draws on the host
             logits = self.session.decode_rows({j.id: j.last for j in jobs})
@@ -750,17 +761,24 @@ class Engine:
                 self._advance(job, row)
             return
         rows = [(j.sampler, j.history) for j in jobs]
-        mode = mode_for([j.sampler for j in jobs])
+        masks = [j.rule.constraint if j.rule is not None else None for j in jobs]
+        mode = mode_for([j.sampler for j in jobs], masked=any(masks))
+        if mode != MASKED:
+            masks = []
         if self.overlap and mode == "argmax":
             self._inflight = (jobs, self.session.decode_launch({j.id: j.last for j in jobs}))
             self.times["decode_step_s"] += time.perf_counter() - t0
             self._count_step(jobs, mode)
             return
-        ids = self.session.decode_sampled({j.id: j.last for j in jobs}, mode,
-                                          lambda b: slot_values(rows, b, mode))
+        vocab = self.model.config.vocab
+        ids = self.session.decode_sampled(
+            {j.id: j.last for j in jobs}, mode,
+            lambda b: slot_values(rows, b, mode, vocab=vocab, masks=masks))
         self.times["decode_step_s"] += time.perf_counter() - t0
-        self._step_clock.timed("plain", time.perf_counter() - t0)
+        if mode != MASKED:     # a masked step's time holds the masks' (not AdaptiveK's)
+            self._step_clock.timed("plain", time.perf_counter() - t0)
         self._count_step(jobs, mode)
+        self.counters["masked_steps"] += mode == MASKED
         for job, tok in zip(jobs, ids, strict=True):
             self._advance(job, None, int(tok))
 
@@ -820,6 +838,8 @@ class Engine:
                 z = job.rule.apply(logits)
                 tok = job.sampler.sample(z, job.history)
                 entry = job.rule.chosen(z, tok)
+        elif job.rule is not None:
+            job.rule.drawn(tok)     # drawn in the graph under its mask (a "masked" step)
         job.history.append(tok)
         job.generated += 1
         self.counters["generated_tokens"] += 1

@@ -23,6 +23,7 @@ import weakref
 import numpy as np
 
 from poot.errors import RequestError
+from poot.models.sample_graph import WORD_BITS, mask_words
 from poot.optional import require
 
 #: llguidance's JSON compiler options for every schema
@@ -114,12 +115,33 @@ class Constraint:
         if self.matcher.is_error():
             raise RequestError(f"the grammar is not valid: {self.matcher.get_error()}",
                                param="response_format")
-        self._bits = np.zeros((self.vocab + 31) // 32, np.int32)
+        #: llguidance's mask: bit i % 32 of word i // 32 allows id i (the layout of the
+        #: sampler's mask slot, poot.models.sample_graph)
+        self._bits = np.zeros(mask_words(self.vocab), np.uint32)
+
+    def write_mask(self, words: np.ndarray) -> None:
+        """Write the ids the grammar allows next into `words` U32 [mask_words(V)] (a row of
+        a masked step's mask slot, V the model's logits width): llguidance computes straight
+        into it when V's words are the tokenizer's, else into its own row, copied; ids past
+        the tokenizer's vocabulary are never allowed."""
+        if words.dtype != np.uint32 or words.ndim != 1 or not words.flags.c_contiguous:
+            raise ValueError(f"a token mask row is contiguous u32 words, not {words.dtype} "
+                             f"{words.shape}")
+        if words.size == self._bits.size:
+            self.matcher.unsafe_compute_mask_ptr(words.ctypes.data, words.nbytes)
+        else:
+            self.matcher.unsafe_compute_mask_ptr(self._bits.ctypes.data, self._bits.nbytes)
+            n = min(words.size, self._bits.size)
+            words[:n] = self._bits[:n]
+            words[n:] = 0
+        if self.vocab % WORD_BITS and words.size >= self._bits.size:
+            words[self._bits.size - 1] &= np.uint32((1 << self.vocab % WORD_BITS) - 1)
 
     def mask(self, z: np.ndarray) -> None:
         """Set the logits [vocab] of every token the grammar does not allow next to -inf
-        (ids past the tokenizer's vocabulary too)."""
-        self.matcher.unsafe_compute_mask_ptr(self._bits.ctypes.data, self._bits.nbytes)
+        (ids past the tokenizer's vocabulary too): the host's form of the mask, for a step
+        that reads its logits back (poot.serve.logits)."""
+        self.write_mask(self._bits)
         n = min(self.vocab, z.size)     # the model may embed more ids, or fewer, than it spells
         allowed = np.unpackbits(self._bits.view(np.uint8), bitorder="little")[:n]
         z[:n][allowed == 0] = -np.inf

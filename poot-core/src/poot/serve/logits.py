@@ -1,10 +1,15 @@
-"""What a request does to its sequence's logits on the host, before the sampler draws.
+"""What a request does to its sequence's logits before the sampler draws.
 
-A request with `logit_bias`, `logprobs` or a grammar (`response_format`, forced tool calls)
-needs its logits [vocab] on the host at each step: the engine runs such a step through the
-decode plan that reads the logits back (Session.decode_rows) and draws every row of it
-with poot.models.sampling's host sampler (the same algorithm and seeded draws as the step
-graph's). Per sequence, in this order:
+A request with `logit_bias` or `logprobs` needs its logits [vocab] on the host at each step
+(`LogitRule.host`): the engine runs such a step through the decode plan that reads the
+logits back (Session.decode_rows) and draws every row of it with poot.models.sampling's
+host sampler (the same algorithm and seeded draws as the step graph's). A request with a
+grammar alone (`response_format`, forced tool calls) does not: its decode steps draw in
+the graph under the grammar's token mask (the "masked" mode of poot.models.sample_graph),
+and the host only writes the mask and hands the matcher the token drawn (`drawn`). The
+host applies the mask itself where it has the logits anyway: a prompt's first token (from
+the prefill's logits), an image request's steps, and a step that reads the logits back for
+another row. Per sequence, in this order:
 
 1. `logit_bias` is added to the named ids;
 2. the grammar's token mask (poot.serve.grammar) sets every id it does not allow to -inf;
@@ -43,6 +48,19 @@ class LogitRule:
         if self.constraint is not None:
             self.constraint.mask(z)
         return z
+
+    @property
+    def host(self) -> bool:
+        """The rule needs the step's logits on the host (a bias or log-probabilities); a
+        grammar alone is applied in the graph."""
+        return self.bias is not None or self.top is not None
+
+    def drawn(self, token: int) -> None:
+        """The step graph drew `token` under the grammar's mask: the grammar takes it."""
+        if self.host:
+            raise ValueError("a rule with a bias or log-probabilities draws on the host")
+        if self.constraint is not None:
+            self.constraint.accept(token)
 
     def chosen(self, z: np.ndarray, token: int) -> dict | None:
         """After the draw: the grammar takes the token; the token's log-probability entry

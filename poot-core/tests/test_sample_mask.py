@@ -1,0 +1,122 @@
+"""The token mask inside the sampling step graph ("masked" mode): each row draws the host
+sampler's token from its logits with the ids its mask leaves out set to -inf, the oracle
+and every backend alike; a row whose mask allows every id draws what the unmasked
+sampler draws."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from poot import ops, plugin
+from poot.models.sample_graph import ALL_ALLOWED, allowed_ids, mask_words, slot_values
+from poot.models.sampling import Sampler
+from poot.tracer import trace
+
+sys.path.insert(0, str(Path(__file__).parent))   # the helpers beside this file
+# B rows of V = 300 ids: 10 mask words, the last one's high 20 bits past the vocabulary
+from test_sample_graph import SETTINGS, B, V, _executor  # noqa: E402
+from test_sample_graph import _sampler_graph as _graph  # noqa: E402
+
+
+class Allowed:
+    """A mask writer that allows a fixed set of ids (and sets every bit past V, which the
+    graph must ignore)."""
+
+    def __init__(self, ids):
+        self.ids = np.asarray(ids)
+
+    def write_mask(self, words: np.ndarray) -> None:
+        bits = np.zeros(words.size * 32, np.uint8)
+        bits[self.ids] = 1
+        bits[V:] = 1
+        words[:] = np.packbits(bits, bitorder="little").view(np.uint32)
+
+
+def _masked(logits: np.ndarray, ids) -> np.ndarray:
+    z = np.full_like(logits, -np.inf)
+    z[ids] = logits[ids]
+    return z
+
+
+def test_mask_bits_spread_to_ids_as_the_oracle_defines():
+    from poot.oracle import evaluate
+
+    plugin.manager()
+    rng = np.random.default_rng(0)
+    words = rng.integers(0, 2 ** 32, (B, mask_words(V)), dtype=np.uint64).astype(np.uint32)
+
+    def f():
+        from poot.ir.types import SlotKind
+
+        m = ops.slot(SlotKind.get("sampler.mask"), (B, mask_words(V)), "sampler.mask")
+        return allowed_ids(m, V)
+    got = evaluate(trace(f), {"sampler.mask": words})[0]
+    want = np.unpackbits(words.view(np.uint8), axis=1, bitorder="little")[:, :V]
+    assert got.dtype == np.int32 and got.shape == (B, V)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("backend", ["reference", "cpu", "wgpu", "vulkan", "cuda", "rocm"])
+def test_masked_graph_draws_the_host_sampler_tokens_of_the_masked_logits(backend):
+    from poot.oracle import evaluate
+
+    graph = _graph("masked")
+    ex = _executor(backend, graph)
+    rng = np.random.default_rng(1)
+    host = [Sampler(**s) for s in SETTINGS]
+    device = [Sampler(**s) for s in SETTINGS]
+    oracle = [Sampler(**s) for s in SETTINGS]
+    hist = [list(rng.integers(0, V, 10)) for _ in range(B)]
+    for step in range(3 if backend in ("wgpu", "vulkan") else 10):   # lavapipe is slow
+        logits = (rng.standard_normal((B, V)) * 2).astype(np.float32)
+        # rows 0 and 2 constrained (row 2 to one id: a forced token); rows 1 and 3 free
+        allowed = {0: rng.choice(V, 1 + step * 7, replace=False), 2: [int(rng.integers(V))]}
+        want = [h.sample(_masked(logits[i], allowed[i]) if i in allowed else logits[i],
+                         hist[i]) for i, h in enumerate(host)]
+        masks = [Allowed(allowed[i]) if i in allowed else None for i in range(B)]
+        slots = slot_values([(s, hist[i]) for i, s in enumerate(device)], B, "masked",
+                            vocab=V, masks=masks)
+        got = ex.step({"logits": logits, **slots}).result
+        assert got.dtype == np.int32 and got.shape == (B,)
+        assert got.tolist() == want, f"step {step}"
+        assert got[0] in allowed[0] and got[2] == allowed[2][0]
+        again = slot_values([(s, hist[i]) for i, s in enumerate(oracle)], B, "masked",
+                            vocab=V, masks=masks)
+        assert evaluate(graph, {"logits": logits, **again})[0].tolist() == want
+
+
+def test_a_row_allowing_every_id_draws_the_unmasked_token():
+    masked, full = _executor("reference", _graph("masked")), _executor("reference",
+                                                                        _graph("full"))
+    rng = np.random.default_rng(2)
+    a, b = [Sampler(**s) for s in SETTINGS], [Sampler(**s) for s in SETTINGS]
+    for _ in range(5):
+        logits = (rng.standard_normal((B, V)) * 2).astype(np.float32)
+        slots = slot_values([(s, []) for s in a], B, "masked", vocab=V)
+        assert (slots["sampler.mask"] == ALL_ALLOWED).all()
+        got = masked.step({"logits": logits, **slots}).result
+        want = full.step({"logits": logits, **slot_values([(s, []) for s in b], B)}).result
+        assert got.tolist() == want.tolist()
+
+
+def test_slot_values_refuse_a_mask_where_it_has_no_place():
+    with pytest.raises(ValueError, match="vocabulary"):
+        slot_values([], B, "masked")
+    with pytest.raises(ValueError, match="no token mask"):
+        slot_values([(Sampler(), [])], B, "full", masks=[Allowed([1])])
+    assert "sampler.mask" not in slot_values([], B, "full", vocab=V)
+
+
+def test_masked_graph_plans_for_cuda_without_a_gpu():
+    """The mask's ops (u32 shift, and, unsigned compare) lower for the cuda backend: the
+    compile check CI runs where no GPU is (its tokens are compared above where one is)."""
+    import poot
+    from poot.plan import plan
+
+    cuda = pytest.importorskip("poot_cuda.backend", reason="the cuda backend is not installed")
+    backend = cuda.CudaBackend()
+    device = backend.compile_only_device("sm_90")
+    p = plan(poot.compile(_graph("masked"), (backend, device)), (backend, device))
+    assert any(s.lowering.dispatches for s in p.steps)
