@@ -259,7 +259,7 @@ def test_text_logits_with_images(folder, models, backend, count):
     proc = read_image_processing(vision)
     prepared = [prepare(image, proc) for image in images[:count]]
     grids = [grid for _, grid in prepared]
-    ids, positions = image_chat_ids(model.tokenizer, vision, "What is this?", grids)
+    ids, positions = image_chat_ids(model.tokenizer, vision.tokens, "What is this?", grids)
     # the ids of the text Idefics3Processor makes: the template's rendering with each image
     # expanded before the message's text
     want_text = render_chat_for(model.tokenizer, [{"role": "user", "content": "@"}]).replace(
@@ -271,7 +271,7 @@ def test_text_logits_with_images(folder, models, backend, count):
     for where, (x, _) in zip(positions, prepared):
         rows.update(zip(where, reference_rows(vis, proj, x)))
     want = forward(text, TEXT, ids, rows)
-    hosted, spans = placed(vision, positions, [reference_rows(vis, proj, x)
+    hosted, spans = placed(vision.tokens, positions, [reference_rows(vis, proj, x)
                                                for x, _ in prepared])
     assert spans == {} and sorted(hosted) == sorted(rows)
     got = model.prefill_logits(ids, hosted=hosted)
@@ -308,3 +308,49 @@ def test_generate_and_poot_run_with_two_images(folder, capsys):
                "--image", str(images[0]), "--image", str(images[1])])
     assert rc == 0
     assert capsys.readouterr().out == text + "\n"
+
+
+def test_header_grids_are_the_tiles(parts, folder):
+    """The grid a server reads from an image's header before decoding it (its prompt's
+    length depends on it) is the one its tiles come in."""
+    from poot.models.vision.chat import image_grids, prepare, read_image_processing
+
+    images = folder[4]
+    proc = read_image_processing(parts)
+    assert proc == parts.tokens.tiling
+    assert image_grids(parts.tokens, [(p.read_bytes(), p.name) for p in images]) == \
+        [prepare(p, proc)[1] for p in images] == [(2, 2), (1, 2)]
+
+
+def test_poot_serve_answers_with_images_as_the_library(folder):
+    """A chat with two data-URL images through `poot serve` answers what ImageChat.generate
+    does (greedy); a remote image is refused for a tiling model, even where the server
+    fetches remote images."""
+    import base64
+
+    import openai
+    from serve_process import openai_client, serve
+
+    import poot
+    from poot.models.vision.chat import ImageChat
+
+    path, *_, images = folder
+    urls = [f"data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}"
+            for p in images]
+    chat = ImageChat(poot.load(str(path), "reference", max_seq=128))
+    want = chat.generate("Describe both.", [p.read_bytes() for p in images], max_tokens=5,
+                         temperature=0.0)
+
+    def ask(client, urls):
+        parts = [{"type": "image_url", "image_url": {"url": u}} for u in urls]
+        return client.chat.completions.create(model="smollm2", max_tokens=5, temperature=0,
+                                              messages=[{"role": "user", "content": [
+                                                  *parts, {"type": "text",
+                                                           "text": "Describe both."}]}])
+
+    with serve(path, "--max-seq", "128", "--allow-image-urls") as server:
+        client = openai_client(server)
+        assert want and ask(client, urls).choices[0].message.content == want
+        with pytest.raises(openai.BadRequestError, match="data URLs"):
+            ask(client, [urls[0], "http://127.0.0.1:1/a.png"])
+        assert server.stats()["images_encoded"] == 2

@@ -89,18 +89,32 @@ def fetch(url: str, where: str) -> bytes:
     return data
 
 
+def grids(tokens, parts: list[ImagePart]) -> list[tuple[int, int]]:
+    """Each image's tile grid (poot.models.vision.chat.image_grids), read from the header
+    of its bytes where the family tiles (Idefics3): its prompt's length depends on it, so
+    such a model takes no remote image, whose bytes come only once the request is queued."""
+    from poot.models.vision.chat import image_grids
+
+    if getattr(tokens, "tiling", None) is not None:
+        remote = next((p for p in parts if p.data is None), None)
+        if remote is not None:
+            raise RequestError(f"{remote.name}: this model tiles its images, and its prompt "
+                               f"depends on their sizes: send them as base64 data URLs",
+                               param=remote.name)
+    return image_grids(tokens, [(p.data, p.name) for p in parts])
+
+
 class ServedImages:
     """A vision model's encoder and its rows of the images seen lately (by the SHA-256 of
     their bytes), with the counters /stats shows."""
 
     def __init__(self, model, cached: int | None = None):
-        from poot.models.vision.chat import CACHED_IMAGES
+        from poot.models.vision.chat import CACHED_IMAGES, read_image_processing
         from poot.models.vision.encoder import VisionEncoder
-        from poot.models.vision.preprocess import read_processing
 
         vision = model.checkpoint.vision
         self.model, self.vision = model, vision
-        self.processing = read_processing(vision.folder, vision.config.image_size)
+        self.processing = read_image_processing(vision)
         self.encoder = VisionEncoder(vision.config, vision.weights(), model.backend,
                                      model.device)
         self.capacity = CACHED_IMAGES if cached is None else cached
@@ -114,18 +128,19 @@ class ServedImages:
         whose rows are cached: the bytes are checked whatever the cache holds, and its rows
         may be evicted before the request runs). Any thread; a bad image raises ImageError
         (a 400)."""
-        from poot.models.vision.preprocess import pixels, read
+        from poot.models.vision.chat import prepare
+        from poot.models.vision.preprocess import read
 
         out = []
         for part in parts:
             data = part.data if part.url is None else fetch(part.url, part.name)
             data, name = read(data, part.name)
             key = hashlib.sha256(data).hexdigest()
-            out.append((key, pixels(data, self.processing, name)))
+            out.append((key, prepare(data, self.processing, name)[0]))
         return out
 
     def rows(self, prepared: list[tuple[str, np.ndarray]]) -> list[np.ndarray]:
-        """The rows [mm_tokens, dim] of each prepared image (the scheduler's thread)."""
+        """The rows [tokens, dim] of each prepared image (the scheduler's thread)."""
         out = []
         for key, px in prepared:
             self.counters["images"] += 1
@@ -168,14 +183,10 @@ class ServedImages:
     def prefill(self, seq, gen) -> np.ndarray:
         """Feed an image request's prompt (its rows at their positions) to its open
         sequence of the dense session in one step; the logits after its last token."""
-        from poot.models.vision.chat import PREFILL_ROUND, HostedPrompt
+        from poot.models.vision.chat import PREFILL_ROUND, HostedPrompt, placed
 
         s, ids = self._session, gen.prompt_ids
-        hosted, spans = {}, {}
-        for k, (start, rows) in enumerate(zip(gen.image_starts, self.rows(gen.pixels),
-                                              strict=True)):
-            hosted.update({start + j: row for j, row in enumerate(rows)})
-            spans.update(dict.fromkeys(range(start, start + len(rows)), k + 1))
+        hosted, spans = placed(self.vision.tokens, gen.image_positions, self.rows(gen.pixels))
         chunk = min(-(-len(ids) // PREFILL_ROUND) * PREFILL_ROUND, self.model.config.max_seq)
         stepper = HostedPrompt(s, hosted, self.model.config.dim, len(ids), spans, chunk)
         try:

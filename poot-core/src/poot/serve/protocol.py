@@ -65,10 +65,10 @@ class Generation:
     speculate: bool | None = None
     #: Predicted Outputs: the token ids of the text the answer is expected to repeat
     prediction: list[int] | None = None
-    #: chat with images (poot.serve.images): each image's part, in order, and the position
-    #: of its first soft token in prompt_ids; the app sets `pixels` (key, pixels or None)
+    #: chat with images (poot.serve.images): each image's part, in order, and the positions
+    #: in prompt_ids that take its rows; the app sets `pixels` (key, pixels or None)
     images: list = field(default_factory=list)
-    image_starts: list[int] = field(default_factory=list)
+    image_positions: list[list[int]] = field(default_factory=list)
     pixels: list = field(default_factory=list)
     sampling: dict = field(init=False)
 
@@ -350,9 +350,9 @@ def parse_chat(body, limits: Limits, tokenizer) -> Generation:
     _no_control_text(f.get("tools"), tokenizer, "tools")
     images: list = []
     plain = _messages(f["messages"], tokenizer, images, limits)
-    starts: list[int] = []
+    positions: list[list[int]] = []
     if images:
-        ids, starts = _image_chat_ids(plain, images, f, limits, tokenizer)
+        ids, positions = _image_chat_ids(plain, images, f, limits, tokenizer)
     else:
         messages, variables = tools.messages(plain)
         try:   # a message's text never becomes a control token
@@ -376,16 +376,17 @@ def parse_chat(body, limits: Limits, tokenizer) -> Generation:
     f["logprobs"] = (f.get("top_logprobs") or 0) if f.get("logprobs") else None
     _speculation(f, limits, tokenizer)
     gen = _generation("chat", f, ids, max_tokens, limits)
-    gen.images, gen.image_starts = images, starts
+    gen.images, gen.image_positions = images, positions
     return gen
 
 
 def _image_chat_ids(messages: list[dict], images: list, f: dict, limits: Limits,
-                    tokenizer) -> tuple[list[int], list[int]]:
-    """(token ids, each image's first soft token) of a chat with images: one user message
-    (after an optional system message), its images placed before its text as Gemma 3's
-    processor places them (poot.models.vision.chat.chat_ids)."""
-    from poot.models.vision.chat import chat_ids as image_chat_ids
+                    tokenizer) -> tuple[list[int], list[list[int]]]:
+    """(token ids, the positions of each image's rows) of a chat with images: one user
+    message (after an optional system message), its images placed before its text as the
+    family's processor places them (poot.models.vision.chat.image_chat_ids)."""
+    from poot.models.vision.chat import image_chat_ids
+    from poot.serve.images import grids
 
     roles = [m["role"] for m in messages]
     if roles not in (["user"], ["system", "user"]):
@@ -397,7 +398,7 @@ def _image_chat_ids(messages: list[dict], images: list, f: dict, limits: Limits,
             raise RequestError(f"{name} cannot be combined with images", param=name)
     system = messages[0]["content"] if len(messages) == 2 else None
     return image_chat_ids(tokenizer, limits.image_tokens, messages[-1]["content"],
-                          len(images), system)
+                          grids(limits.image_tokens, images), system)
 
 
 def _speculation(f: dict, limits: Limits, tokenizer) -> None:

@@ -57,10 +57,11 @@ def chat_ids(tokenizer, tokens, prompt: str, images: int, system: str | None = N
 
 def read_image_processing(vision):
     """How the checkpoint's processor prepares pixels (poot.models.vision.preprocess)."""
-    from poot.models.vision.preprocess import read_processing, read_tiling
+    from poot.models.vision.preprocess import read_processing
 
-    read = read_tiling if vision.family == "idefics3" else read_processing
-    return read(vision.folder, vision.config.image_size)
+    tiling = getattr(vision.tokens, "tiling", None)
+    return tiling if tiling is not None else read_processing(vision.folder,
+                                                             vision.config.image_size)
 
 
 def prepare(source, processing, name: str | None = None) -> tuple[np.ndarray, tuple[int, int]]:
@@ -73,28 +74,45 @@ def prepare(source, processing, name: str | None = None) -> tuple[np.ndarray, tu
     return pixels(source, processing, name)[None], (0, 0)
 
 
-def image_chat_ids(tokenizer, vision, prompt: str, grids, system: str | None = None
+def image_grids(tokens, images: Sequence[tuple[bytes, str]]) -> list[tuple[int, int]]:
+    """The tile grid of each image (its file's bytes, its name), from its header alone:
+    what the prompt's tokens depend on before the pixels are decoded."""
+    from poot.models.vision.preprocess import image_size, tile_grid
+
+    tiling = getattr(tokens, "tiling", None)
+    if tiling is None:
+        return [(0, 0)] * len(images)
+    out = []
+    for data, name in images:
+        w, h = image_size(data, name)
+        out.append(tile_grid(h, w, tiling))
+    return out
+
+
+def image_chat_ids(tokenizer, tokens, prompt: str, grids, system: str | None = None
                    ) -> tuple[list[int], list[list[int]]]:
     """(the chat's token ids with an image per tile grid before the user's text, the
-    positions that take each image's rows, in order) as the family's processor places
-    them."""
-    if vision.family == "idefics3":
+    positions that take each image's rows, in order) as the processor of the family
+    whose image tokens `tokens` are places them."""
+    from poot.models.vision.config import TileTokens
+
+    if isinstance(tokens, TileTokens):
         from poot.models.vision import idefics3
 
-        return idefics3.chat_ids(tokenizer, vision.tokens, prompt, grids, system)
-    ids, starts = chat_ids(tokenizer, vision.tokens, prompt, len(grids), system)
-    return ids, [list(range(s, s + vision.tokens.count)) for s in starts]
+        return idefics3.chat_ids(tokenizer, tokens, prompt, grids, system)
+    ids, starts = chat_ids(tokenizer, tokens, prompt, len(grids), system)
+    return ids, [list(range(s, s + tokens.count)) for s in starts]
 
 
-def placed(vision, positions, rows) -> tuple[dict[int, np.ndarray], dict[int, int]]:
+def placed(tokens, positions, rows) -> tuple[dict[int, np.ndarray], dict[int, int]]:
     """(position -> hosted row, position -> span id: the image's number from 1, where the
-    family's image tokens see each other both ways (Gemma 3); else none)."""
+    family's image tokens see each other both ways; else none)."""
     hosted, spans = {}, {}
     for k, (where, image) in enumerate(zip(positions, rows, strict=True)):
         if len(where) != len(image):
             raise BindError(f"image {k + 1} has {len(image)} rows for {len(where)} tokens")
         hosted.update(zip(where, image))
-        if vision.family == "gemma3":
+        if tokens.both_ways:
             spans.update(dict.fromkeys(where, k + 1))
     return hosted, spans
 
@@ -215,13 +233,13 @@ class ImageChat:
         if not images:
             raise RequestError("no image given")
         prepared = self._prepared(images)
-        ids, positions = image_chat_ids(self.model.tokenizer, self.vision, prompt,
+        ids, positions = image_chat_ids(self.model.tokenizer, self.vision.tokens, prompt,
                                         [grid for *_, grid in prepared], system)
         if len(ids) >= self.model.config.max_seq:
             raise RequestError(f"{len(images)} image(s) and the text take {len(ids)} tokens; "
                                f"this model was loaded with room for "
                                f"{self.model.config.max_seq} (load with a larger max_seq)")
-        return (ids, *placed(self.vision, positions, self._rows(prepared)))
+        return (ids, *placed(self.vision.tokens, positions, self._rows(prepared)))
 
     def generate(self, prompt: str, images: Sequence = (), *, system: str | None = None,
                  stream: bool = False, **sampling) -> str | Iterator[str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from poot.checked import Values
 from poot.errors import CheckpointError
@@ -81,12 +81,14 @@ class VisionConfig:
 
 @dataclass(frozen=True)
 class ImageTokens:
-    """How the prompt marks an image: begin, `count` soft tokens (the rows), end."""
+    """How the prompt marks an image: begin, `count` soft tokens (the rows), end; the soft
+    tokens see each other both ways."""
 
     boi: int
     eoi: int
     soft: int
     count: int
+    both_ways: ClassVar[bool] = True
 
 
 def is_vision_config(cfg: Any) -> bool:
@@ -169,13 +171,16 @@ def _vision(v: Values, text_dim, defaults=_VISION_DEFAULTS, ignored=_VISION_IGNO
 class TileTokens:
     """How Idefics3's prompt marks an image: per tile, `count` image tokens (id `image`,
     the rows' placeholders) between marker tokens the tokenizer has by these spellings
-    (poot.models.vision.idefics3)."""
+    (poot.models.vision.idefics3); how many tiles an image has, `tiling` says (the
+    folder's poot.models.vision.preprocess.TileProcessing). Attention stays causal."""
 
     image: int
     count: int
     image_text: str = "<image>"
     around: str = "<fake_token_around_image>"
     global_image: str = "<global-img>"
+    tiling: object = None
+    both_ways: ClassVar[bool] = False
 
 
 #: Idefics3Config's top-level keys poot reads, and those that do not change the forward pass

@@ -16,6 +16,7 @@ from __future__ import annotations
 import io
 import math
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -166,9 +167,10 @@ def read(source: str | Path | bytes, name: str | None = None) -> tuple[bytes, st
     return data, name
 
 
-def open_rgb(source: str | Path | bytes, name: str | None = None):
-    """The image (a path, or its file's bytes) as a decoded RGB PIL image, or an
-    ImageError naming it."""
+@contextmanager
+def _opened(source: str | Path | bytes, name: str | None = None):
+    """The image (a path, or its file's bytes) opened lazily by Pillow, its size within
+    MAX_PIXELS; any failure inside is one ImageError naming it."""
     Image = require("PIL.Image", "pillow")
     Image.MAX_IMAGE_PIXELS = MAX_PIXELS
     data, path = read(source, name)
@@ -180,8 +182,7 @@ def open_rgb(source: str | Path | bytes, name: str | None = None):
                 if w * h > MAX_PIXELS:
                     raise ImageError(f"{path}: {w} x {h} pixels is more than the "
                                      f"{MAX_PIXELS} poot decodes (a decompression bomb?)")
-                img.load()
-                return _rgb(img, path)
+                yield img, path
     except ImageError:
         raise
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
@@ -190,6 +191,20 @@ def open_rgb(source: str | Path | bytes, name: str | None = None):
         raise ImageError(f"{path}: not an image format Pillow reads") from None
     except (OSError, SyntaxError, ValueError, EOFError) as exc:  # Pillow's decoder errors
         raise ImageError(f"{path}: corrupt or truncated image ({_one_line(exc)})") from None
+
+
+def open_rgb(source: str | Path | bytes, name: str | None = None):
+    """The image (a path, or its file's bytes) as a decoded RGB PIL image, or an
+    ImageError naming it."""
+    with _opened(source, name) as (img, path):
+        img.load()
+        return _rgb(img, path)
+
+
+def image_size(source: str | Path | bytes, name: str | None = None) -> tuple[int, int]:
+    """(width, height) from the image's header, nothing decoded; or an ImageError."""
+    with _opened(source, name) as (img, _):
+        return img.size
 
 
 def _rgb(img, path: str):
@@ -271,6 +286,16 @@ def _resized(img, size: tuple[int, int], p):
     return img if img.size == (w, h) else img.resize((w, h), resample=p.resample)
 
 
+def tile_grid(height: int, width: int, p: TileProcessing) -> tuple[int, int]:
+    """The (rows, cols) of tiles an image of that size is cut into ((0, 0): one tile)."""
+    if not p.split:
+        return 0, 0
+    if p.longest is not None:
+        height, width = longest_size(height, width, p.longest)
+    height, width = tiled_size(height, width, p.tile)
+    return (height // p.tile, width // p.tile) if max(height, width) > p.tile else (0, 0)
+
+
 def tiles(source: str | Path | bytes, processing: TileProcessing, name: str | None = None
           ) -> tuple[np.ndarray, tuple[int, int]]:
     """(the tower's inputs [T, 3, tile, tile] float32, (rows, cols) of the tile grid) for
@@ -278,17 +303,14 @@ def tiles(source: str | Path | bytes, processing: TileProcessing, name: str | No
     whole image alone where it fits one tile or splitting is off."""
     p, t = processing, processing.tile
     img = open_rgb(source, name)
+    grid = tile_grid(img.height, img.width, p)
     if p.longest is not None:
         img = _resized(img, longest_size(img.height, img.width, p.longest), p)
-    grid = (0, 0)
     if not p.split:
         frames = [_resized(img, (t, t), p)]
     else:
         img = _resized(img, tiled_size(img.height, img.width, t), p)
-        frames = [img]
-        if img.height > t or img.width > t:
-            grid = (img.height // t, img.width // t)
-            frames = [img.crop((c * t, r * t, (c + 1) * t, (r + 1) * t))
-                      for r in range(grid[0]) for c in range(grid[1])]
-            frames.append(_resized(img, (t, t), p))
+        frames = [img.crop((c * t, r * t, (c + 1) * t, (r + 1) * t))
+                  for r in range(grid[0]) for c in range(grid[1])]
+        frames.append(_resized(img, (t, t), p))
     return np.stack([_normalized(f, p) for f in frames]), grid

@@ -132,7 +132,13 @@ def open_vision(checkpoint, max_seq: int | None = None):
 
     where = str(checkpoint.path)
     if checkpoint.metadata.get("model_type") == "idefics3":
+        from dataclasses import replace
+
+        from poot.models.vision.preprocess import read_tiling
+
         text_cfg, vision_cfg, tokens = read_idefics3(checkpoint.metadata, where)
+        tokens = replace(tokens, tiling=read_tiling(Path(checkpoint.path),
+                                                    vision_cfg.image_size))
         text, vision = split(checkpoint.tensors, where, _IDEFICS3_PREFIXES, "Idefics3")
     else:
         text_cfg, vision_cfg, tokens = read_gemma3(checkpoint.metadata, where)
