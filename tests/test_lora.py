@@ -44,6 +44,8 @@ def write_adapter(folder, tensors, cfg, modules, r, alpha, seed, **config):
     for i in range(cfg["num_hidden_layers"]):
         for mod in modules:
             name = f"model.layers.{i}.{mod}"
+            if name + ".weight" not in tensors:     # (a module some layers lack)
+                continue
             w = tensors[name + ".weight"]
             a = (0.3 * rng.standard_normal((r, w.shape[1]))).astype(np.float32)
             b = (0.3 * rng.standard_normal((w.shape[0], r))).astype(np.float32)
@@ -343,3 +345,75 @@ def test_damaged_adapter_files_are_refused_naming_the_file(two_adapters, tmp_pat
     with pytest.raises(CheckpointError) as err:
         poot.load(str(folder), backend="reference", max_seq=32, lora=[str(path)])
     assert "adapter_config.json" in str(err.value)
+
+
+# -- fused and stacked weights ---------------------------------------------------------------
+def test_an_adapter_on_fused_projections_splits_by_rows(tmp_path):
+    """Phi-3's fused qkv_proj and gate_up_proj take their adapters exactly: each part (q, k,
+    v; gate, up) gets the shared A and its rows of B."""
+    import poot
+    from reference_phi3 import forward as phi3_forward
+    from test_phi3 import make_folder as phi3_folder
+
+    folder, cfg, tensors = phi3_folder(tmp_path, "phi3-longrope")
+    path, merged = write_adapter(tmp_path / "fused", tensors, cfg,
+                                 ("self_attn.qkv_proj", "mlp.gate_up_proj", "self_attn.o_proj"),
+                                 4, 8, seed=3)
+    model = poot.load(str(folder), backend=BACKEND, max_seq=32, prefill_tokens=6,
+                      lora=[("fused", str(path))])
+    for adapter, weights in (("fused", merged), (None, tensors)):
+        want = phi3_forward(weights, cfg, IDS[:12], 32)
+        assert rel_err(model.prefill_logits(IDS[:12], adapter=adapter), want) < 1e-4, adapter
+    assert sorted(n for n in model.adapters.stacks if n.startswith("blk.0.")) == [
+        "blk.0.attn_k.weight", "blk.0.attn_output.weight", "blk.0.attn_q.weight",
+        "blk.0.attn_v.weight", "blk.0.ffn_gate.weight", "blk.0.ffn_up.weight"]
+
+
+@pytest.fixture(scope="module")
+def deepseek_folder(tmp_path_factory):
+    from test_deepseek import make_folder as deepseek_make_folder
+
+    return deepseek_make_folder(tmp_path_factory.mktemp("deepseek-lora"), 5)
+
+
+def test_an_adapter_on_deepseeks_dense_and_shared_projections(deepseek_folder, tmp_path):
+    """DeepSeek: o_proj, the first layer's dense MLP and the shared experts adapted (the
+    latent attention's projections and the routed experts untouched)."""
+    import poot
+    from reference_deepseek import forward as deepseek_forward
+
+    folder, cfg, tensors = deepseek_folder
+    modules = ("self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj",
+               *(f"mlp.shared_experts.{x}_proj" for x in ("gate", "up", "down")))
+    path, merged = write_adapter(tmp_path / "ds", tensors, cfg, modules, 2, 4, seed=4)
+    model = poot.load(str(folder), backend=BACKEND, max_seq=32, prefill_tokens=6,
+                      lora=[("ds", str(path))])
+    want = deepseek_forward(merged, cfg, IDS[:10])
+    assert rel_err(model.prefill_logits(IDS[:10], adapter="ds"), want) < 1e-4
+    assert rel_err(deepseek_forward(tensors, cfg, IDS[:10]), want) > 1e-3
+
+
+@pytest.mark.parametrize("module, stack", [
+    ("mlp.experts.3.gate_proj", r"expert 3 of blk.1.ffn_gate_exps.weight"),
+    ("mlp.experts.gate_up_proj", r"blk.1.ffn_gate_up_exps.weight"),
+])
+def test_an_adapter_on_routed_experts_is_refused_naming_the_tensor(deepseek_folder, tmp_path,
+                                                                   module, stack):
+    """Routed experts, per expert (DeepSeek, Mixtral, Qwen-MoE) or stacked (gpt-oss,
+    transformers 5), are refused by name, whichever layout the base holds."""
+    import poot
+    from poot.errors import CheckpointError
+
+    folder, cfg, tensors = deepseek_folder
+    adapter = tmp_path / "experts"
+    adapter.mkdir()
+    key = f"base_model.model.model.layers.1.{module}"
+    save_file({f"{key}.lora_A.weight": np.ones((2, 64), np.float32),
+               f"{key}.lora_B.weight": np.ones((16, 2), np.float32)},
+              str(adapter / "adapter_model.safetensors"))
+    (adapter / "adapter_config.json").write_text(json.dumps({
+        **PEFT_DEFAULTS, "r": 2, "lora_alpha": 4, "target_modules": [module.split(".")[-1]]}))
+    with pytest.raises(CheckpointError, match=rf"tensor '{key}.lora_A.weight' adapts "
+                                              rf"model.layers.1.{module}, a routed expert's "
+                                              rf"weight \({stack} of the base\)"):
+        poot.load(str(folder), backend=BACKEND, max_seq=32, lora=[str(adapter)])

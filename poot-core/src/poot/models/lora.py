@@ -14,9 +14,16 @@ hook); each token's update is two IndexedMatMuls gathered by its sequence's inde
 batched step serves sequences with different adapters and the base weights are never merged
 or copied.
 
+A projection the base stores fused by rows (Phi-3's qkv_proj and gate_up_proj) takes its
+adapter exactly: its update scale * (x A^T) B^T splits by B's rows into one update per part
+(q, k, v; gate, up), each the shared A with its rows of B, so the builder adapts the parts
+it computes one by one.
+
 Refused by name: config keys poot does not implement (use_dora, rank_pattern, alpha_pattern,
-modules_to_save, bias other than "none", fan_in_fan_out, layers_to_transform, ...), modules
-other than the attention and MLP projections, and tensors whose rank or shape does not fit.
+modules_to_save, bias other than "none", fan_in_fan_out, layers_to_transform,
+target_parameters, ...), modules other than the attention and MLP projections, routed
+experts' weights (per expert or stacked: the experts run as IndexedMatMuls over their
+stack, which take no per-row adapter), and tensors whose rank or shape does not fit.
 """
 from __future__ import annotations
 
@@ -43,7 +50,11 @@ SLOT = "adapter"
 CONFIG, TENSORS = "adapter_config.json", "adapter_model.safetensors"
 _PREFIX = "base_model.model."
 #: HF module suffixes a LoRA may target here (the projections traced through `ops.linear`)
-_SUPPORTED = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+_SUPPORTED = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
+              "qkv_proj", "gate_up_proj")
+#: a routed expert's module (Mixtral's block_sparse_moe.experts.N, the others'
+#: mlp.experts.N, or the stack mlp.experts itself); shared_experts are dense projections
+_EXPERT = re.compile(r"(^|.*\.)experts(\.\d+)?\.[^.]+")
 #: config keys read, or ignored because they change nothing at inference: training-only
 #: settings, bookkeeping, initialization schemes (the saved A and B are what was trained)
 _KNOWN = {"peft_type", "r", "lora_alpha", "target_modules", "use_rslora", "bias", "use_dora",
@@ -159,6 +170,11 @@ def load_adapter(path: str | Path, base, *, sandwich: bool = False,
             raise CheckpointError(f"{file}: tensor {key!r} is not a LoRA A or B matrix "
                                   f"(poot reads {_PREFIX}<module>.lora_A/lora_B.weight only)")
         module = m.group(1)[len(_PREFIX):]
+        if _EXPERT.fullmatch(module):
+            raise CheckpointError(f"{file}: tensor {key!r} adapts {module}, a routed expert's "
+                                  f"weight ({_expert_stack(module, sandwich)} of the base); "
+                                  f"poot adapts the attention and dense MLP projections "
+                                  f"(shared experts included), not routed experts")
         if not module.endswith(_SUPPORTED):
             raise CheckpointError(f"{file}: tensor {key!r} adapts {module}, which is not one "
                                   f"of the projections poot adapts ({', '.join(_SUPPORTED)})")
@@ -192,8 +208,33 @@ def load_adapter(path: str | Path, base, *, sandwich: bool = False,
                     value=list(arr.shape))
         if not (np.isfinite(a).all() and np.isfinite(b).all()):
             raise CheckpointError(f"{file}: {_PREFIX}{module} holds a NaN or infinity")
-        weights[target] = (a, b)
+        parts = _fused_parts(base, target)
+        if parts and (parts[0][1] != 0 or parts[-1][2] != n):
+            raise CheckpointError(f"{file}: {module} is fused in the base, but its parts "
+                                  f"({', '.join(p for p, _, _ in parts)}) do not cover its "
+                                  f"{n} rows")
+        for part, start, end in parts or [(target, 0, n)]:
+            weights[part] = (a, np.ascontiguousarray(b[start:end]))
     return Adapter(name or folder.name, folder, rank, scale, weights)
+
+
+def _fused_parts(base, target: str) -> list[tuple[str, int, int]]:
+    """The parts (name, first row, end row) the base computes of the fused tensor `target`
+    one by one, in row order; [] where `target` is not fused."""
+    alias = getattr(getattr(base, "fused", None), "alias", {})
+    return sorted(((part, start, end) for part, (fused, start, end) in alias.items()
+                   if fused == target and start is not None), key=lambda p: p[1])
+
+
+def _expert_stack(module: str, sandwich: bool) -> str:
+    """The base's stacked tensor an expert module's weight belongs to (for messages)."""
+    from poot.models.weights import expert_name, gguf_name
+
+    hf = module + ".weight"
+    found = expert_name(hf)
+    if found is not None:
+        return f"expert {found[1]} of {found[0]}"
+    return gguf_name(module, sandwich) or gguf_name(hf, sandwich) or "a stacked expert tensor"
 
 
 def _base_shape(base, target: str) -> tuple[int, int]:
