@@ -102,6 +102,21 @@ def test_recorded_step_replays_with_slot_rewrites_and_copies(wgpu_device):
     assert step.replays == 3
 
 
+def test_a_step_encoded_ahead_sees_the_slot_writes_queued_after_its_encode(wgpu_device):
+    results = []
+    for ahead in (True, False):
+        arena, off, x, y, axpy = _axpy(wgpu_device, 500, np.random.default_rng(5))
+        step = RecordedStep(wgpu_device, [axpy], ahead=ahead)
+        for a in (1.5, -2.0, 0.25, 3.0):
+            memory.write(wgpu_device, arena, off["a"], np.array([a], np.float32))
+            step.submit()
+        results.append(memory.read(wgpu_device, arena, off["y"], 4 * 500))
+        assert (step._next is not None) == ahead  # a replayed step holds its next buffer
+    np.testing.assert_array_equal(results[0], results[1])
+    want = y + np.float32(1.5 - 2.0 + 0.25 + 3.0) * x
+    np.testing.assert_allclose(results[0].view(np.float32), want, rtol=1e-5, atol=1e-5)
+
+
 def test_native_and_public_encoding_give_the_same_step(wgpu_device):
     from poot_wgpu.step import native_pass_functions
 

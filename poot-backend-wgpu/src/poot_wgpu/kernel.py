@@ -81,17 +81,23 @@ def dispatches_for(cache: KernelCache, printed, resolve) -> list[Dispatch]:
     out = []
     for p in printed:
         kernel = cache.get(p.source, len(p.buffers), label=p.name)
-        out.append(Dispatch(kernel, kernel.bind([resolve(b) for b in p.buffers]), p.groups))
+        resources = tuple(resolve(b) for b in p.buffers)
+        writes = tuple(b.access.writable for b in p.buffers)
+        out.append(Dispatch(kernel, kernel.bind(list(resources)), p.groups, resources, writes))
     return out
 
 
 @dataclass(frozen=True)
 class Dispatch:
-    """One recorded dispatch: pipeline, bind group and workgroup counts (x, y, z)."""
+    """One recorded dispatch: pipeline, bind group and workgroup counts (x, y, z); for
+    readers of the plan, the bound ranges ({buffer, offset, size} per binding) and which
+    of them the kernel writes (every binding is read_write to wgpu)."""
 
     kernel: Kernel
     bind_group: object
     groups: tuple[int, int, int]
+    resources: tuple[dict, ...] = ()
+    writes: tuple[bool, ...] = ()
 
 
 def workgroup_grid(dev: WgpuDevice, n_groups: int) -> tuple[int, int, int]:
