@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from poot import ops, plugin
-from poot.models.sample_graph import ALL_ALLOWED, allowed_ids, mask_words, slot_values
+from poot.models.sample_graph import ALL_ALLOWED, mask_words, masked_logits, slot_values
 from poot.models.sampling import Sampler
 from poot.tracer import trace
 
@@ -40,22 +40,27 @@ def _masked(logits: np.ndarray, ids) -> np.ndarray:
     return z
 
 
-def test_mask_bits_spread_to_ids_as_the_oracle_defines():
+@pytest.mark.parametrize("vocab", [V, 320])       # a last word partly past it, and none
+def test_mask_bits_spread_to_ids_as_the_oracle_defines(vocab):
     from poot.oracle import evaluate
 
     plugin.manager()
     rng = np.random.default_rng(0)
-    words = rng.integers(0, 2 ** 32, (B, mask_words(V)), dtype=np.uint64).astype(np.uint32)
+    words = rng.integers(0, 2 ** 32, (B, mask_words(vocab)), dtype=np.uint64).astype(np.uint32)
+    logits = rng.standard_normal((B, vocab)).astype(np.float32)
 
     def f():
+        from poot.conformance import roles
+        from poot.dtypes import DType
         from poot.ir.types import SlotKind
 
-        m = ops.slot(SlotKind.get("sampler.mask"), (B, mask_words(V)), "sampler.mask")
-        return allowed_ids(m, V)
-    got = evaluate(trace(f), {"sampler.mask": words})[0]
-    want = np.unpackbits(words.view(np.uint8), axis=1, bitorder="little")[:, :V]
-    assert got.dtype == np.int32 and got.shape == (B, V)
-    np.testing.assert_array_equal(got, want)
+        plugin.register(roles, name="poot.conformance.roles")
+        m = ops.slot(SlotKind.get("sampler.mask"), (B, mask_words(vocab)), "sampler.mask")
+        return masked_logits(ops.slot(roles.input_role(DType.F32), (B, vocab), "logits"), m)
+    got = evaluate(trace(f), {"sampler.mask": words, "logits": logits})[0]
+    allowed = np.unpackbits(words.view(np.uint8), axis=1, bitorder="little")[:, :vocab] == 1
+    assert got.dtype == np.float32 and got.shape == (B, vocab)
+    np.testing.assert_array_equal(got, np.where(allowed, logits, -np.inf))
 
 
 @pytest.mark.parametrize("backend", ["reference", "cpu", "wgpu", "vulkan", "cuda", "rocm"])

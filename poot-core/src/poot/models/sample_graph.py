@@ -108,8 +108,7 @@ def sample_tokens(logits, mode: str = "full") -> ops.Tensor:
         return ops.reshape(ops.argtopk(logits, 1), (b,))
     logits = ops.cast(logits, F32)
     if mode == "masked":
-        mask = _slot("sampler.mask", (b, mask_words(vocab)))
-        logits = ops.select(allowed_ids(mask, vocab), logits, float("-inf"))
+        logits = masked_logits(logits, _slot("sampler.mask", (b, mask_words(vocab))))
     k = min(CANDIDATES, vocab)
     temp = ops.reshape(_slot("sampler.temperature", (b,)), (b, 1))
     top_k = ops.reshape(_slot("sampler.top_k", (b,), bound=CANDIDATES + 1), (b, 1))
@@ -146,14 +145,22 @@ def sample_tokens(logits, mode: str = "full") -> ops.Tensor:
     return ops.reshape(ops.argtopk(final, 1), (b,))
 
 
-def allowed_ids(mask, vocab: int):
-    """The indicator I32 [B, vocab] of the ids whose bit is set in `mask` U32 [B, W]: each
-    word's 32 bits spread along a new last axis (shift, then keep the low bit), rows of
-    W * 32 ids cut at the vocabulary."""
-    b, w = mask.shape
+def masked_logits(logits, mask):
+    """`logits` F32 [B, vocab] with -inf at the ids whose bit is clear in `mask` U32 [B, W],
+    in one pointwise pass: the logits viewed as [B, W, 32] (a vocabulary short of W * 32
+    padded with columns cut again after), each word's 32 bits spread along the last axis
+    (shift, keep the low bit)."""
+    b, vocab = logits.shape
+    w = mask.shape[1]
+    pad = w * WORD_BITS - vocab
+    if pad:                           # any values: the padding is cut again below
+        logits = ops.concat([logits, ops.slice_axis(logits, 1, 0, pad)], 1)
     shifts = ops.cast(ops.iota((1, 1, WORD_BITS), 2), U32)
     bits = ops.bit_and(ops.shr(ops.reshape(mask, (b, w, 1)), shifts), 1)
-    return ops.slice_axis(ops.reshape(ops.geu(bits, 1), (b, w * WORD_BITS)), 1, 0, vocab)
+    out = ops.select(ops.geu(bits, 1), ops.reshape(logits, (b, w, WORD_BITS)),
+                     float("-inf"))
+    out = ops.reshape(out, (b, w * WORD_BITS))
+    return ops.slice_axis(out, 1, 0, vocab) if pad else out
 
 
 def _less(a, b):

@@ -8,6 +8,12 @@ every token as poot decodes them (so GGUF and HF checkpoints alike), control tok
 as special so that no grammar spells them, and the tokenizer's stop ids as its end tokens
 (allowed once the grammar accepts).
 
+The mask's layout is the sampler's mask slot's (poot.models.sample_graph: bit i % 32 of
+u32 word i // 32 allows id i), so a decode step that draws in the graph has llguidance
+write each constrained row straight into the slot's array (`Constraint.write_mask`) and
+uploads those words alone; a step whose logits the host has anyway sets the disallowed
+logits to -inf itself (`Constraint.mask`).
+
 The llguidance tokenizer takes a second or two to build for a large vocabulary: the server
 builds it in a worker thread as it starts (poot.serve.app), so the first structured request
 does not hold up the event loop.
