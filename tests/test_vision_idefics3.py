@@ -121,7 +121,7 @@ def test_config_and_tensor_names(folder, parts, tmp_path):
 
     c = parts.config
     assert (c.connector, c.scale, c.mm_tokens, c.patches_per_side) == ("idefics3", 2, 4, 4)
-    assert (parts.family, parts.tokens.image, parts.tokens.count) == ("idefics3", IMAGE, 4)
+    assert (parts.tokens.image, parts.tokens.count) == (IMAGE, 4)
     assert set(parts.tensors) == {f"vision.{k}" for k in folder[2]} | {
         "connector.modality_projection.proj.weight"}
     path, text, vis, proj, _ = folder
@@ -354,3 +354,46 @@ def test_poot_serve_answers_with_images_as_the_library(folder):
         with pytest.raises(openai.BadRequestError, match="data URLs"):
             ask(client, [urls[0], "http://127.0.0.1:1/a.png"])
         assert server.stats()["images_encoded"] == 2
+
+
+#: SmolVLM's own chat template (its tokenizer_config.json and chat_template.json), written
+#: for content lists
+SMOLVLM_TEMPLATE = (
+    "<|im_start|>{% for message in messages %}{{message['role'] | capitalize}}"
+    "{% if message['content'][0]['type'] == 'image' %}{{':'}}{% else %}{{': '}}{% endif %}"
+    "{% for line in message['content'] %}{% if line['type'] == 'text' %}{{line['text']}}"
+    "{% elif line['type'] == 'image' %}{{ '<image>' }}{% endif %}{% endfor %}"
+    "<end_of_utterance>\n{% endfor %}{% if add_generation_prompt %}{{ 'Assistant:' }}"
+    "{% endif %}")
+
+
+def test_a_content_list_template_places_the_images(folder, tmp_path):
+    """SmolVLM's template takes the user's content as image parts and text: each <image> it
+    writes is expanded as the processor expands it, the system's and user's texts stay
+    plain text (a spelled <image> in them is no image token)."""
+    import shutil
+
+    from poot.models.tokenizer import Tokenizer
+    from poot.models.vision.chat import image_chat_ids
+
+    path = folder[0]
+    for name in ("tokenizer.json", "config.json"):
+        shutil.copy(path / name, tmp_path / name)
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(
+        {"bos_token": "<|im_start|>", "eos_token": "<end_of_utterance>",
+         "add_bos_token": False, "chat_template": SMOLVLM_TEMPLATE}))
+    tok = Tokenizer.from_hf_folder(tmp_path)
+    from poot.models.vision.config import TileTokens
+
+    tokens = TileTokens(IMAGE, PER_TILE)
+    grids = [(2, 2), (0, 0)]
+    prompt = "Is <image> here?"
+    ids, positions = image_chat_ids(tok, tokens, prompt, grids, system="Be brief.")
+    blocks = "".join(expanded(g) for g in grids)
+    want = (tok.encode("<|im_start|>System: ", add_special=False) + tok.encode_text(
+        "Be brief.") + tok.encode(f"<end_of_utterance>\nUser:{blocks}", add_special=False)
+        + tok.encode_text(prompt) + tok.encode("<end_of_utterance>\nAssistant:",
+                                               add_special=False))
+    assert ids == want
+    assert [len(p) for p in positions] == [5 * PER_TILE, PER_TILE]
+    assert [i for i, t in enumerate(ids) if t == IMAGE] == sum(positions, [])

@@ -1,9 +1,10 @@
 """The connectors from the tower's patches to the language model's rows, traced through
 poot.ops.
 
-Gemma 3's multimodal projector: the tower's patches [N, hidden] average-pooled in square blocks to `mm_tokens` rows, RMSNorm'd (its weight stored as w of a
-(1 + w) norm, added once in poot.models.vision.weights), and projected to the language
-model's width by `mm_input_projection_weight` [hidden, text_dim] (x @ W, not W^T).
+Gemma 3's multimodal projector: the tower's patches [N, hidden] average-pooled in square
+blocks to `mm_tokens` rows, RMSNorm'd (its weight stored as w of a (1 + w) norm, added once
+in poot.models.vision.weights), and projected to the language model's width by
+`mm_input_projection_weight` [hidden, text_dim] (x @ W, not W^T).
 
 Idefics3's connector: a pixel shuffle (space to depth: each s x s block of patches becomes
 one row of s*s*hidden values) and `modality_projection.proj` [text_dim, s*s*hidden] without

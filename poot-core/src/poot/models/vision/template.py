@@ -35,3 +35,51 @@ def encode_parts(tokenizer, parts) -> list[int]:
         ids += tokenizer.encode_text(text) if is_content else \
             tokenizer.encode(text, add_special=False)
     return ids
+
+
+def listed_parts(tokenizer, prompt: str, system: str | None, images: int,
+                 placeholder: str) -> list[tuple[str, bool]] | None:
+    """The chat rendered with each message's content as a list of parts (`images` image
+    parts, then the text, in the user's), as templates written for content lists take them
+    (SmolVLM's, which spells each image part `placeholder`): (text, is_content) parts as
+    user_parts gives; None where the template does not render content lists so (one
+    placeholder per image in its own text, the texts verbatim)."""
+    import re
+    import secrets
+
+    from poot.errors import ChatTemplateError, CheckpointError
+    from poot.models.chat import _compile
+
+    texts = [prompt] if system is None else [system, prompt]
+    nonce = secrets.token_hex(8)
+    while any(nonce in t for t in texts):
+        nonce = secrets.token_hex(8)
+
+    def render(contents):
+        msgs = [{"role": "user", "content": [{"type": "image"}] * images +
+                 [{"type": "text", "text": contents[-1]}]}]
+        if system is not None:
+            msgs.insert(0, {"role": "system", "content": [{"type": "text",
+                                                           "text": contents[0]}]})
+        try:
+            return _compile(tokenizer.chat_template or "").render(
+                messages=msgs, bos_token=tokenizer.bos_token, eos_token=tokenizer.eos_token,
+                add_generation_prompt=True)
+        except (ChatTemplateError, CheckpointError):
+            raise
+        except Exception:  # a template written for string contents fails on lists
+            return None
+
+    marked = render([f"\ue000{nonce}-{n}\ue001" for n in range(len(texts))])
+    if marked is None:
+        return None
+    pieces = re.split(f"\ue000{nonce}-(\\d+)\ue001", marked)
+    if pieces[1::2] != [str(n) for n in range(len(texts))]:
+        return None
+    parts = [(piece, False) if k % 2 == 0 else (texts[int(piece)], True)
+             for k, piece in enumerate(pieces)]
+    if "".join(t for t, _ in parts) != render(texts) or \
+            sum(t.count(placeholder) for t, c in parts if not c) != images or \
+            placeholder in parts[-1][0]:
+        return None
+    return [p for p in parts if p[0]]

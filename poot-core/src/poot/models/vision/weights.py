@@ -115,11 +115,6 @@ class VisionParts:
     tensors: dict
     folder: Path
 
-    @property
-    def family(self) -> str:
-        """"gemma3" or "idefics3": the connector, the preprocessing and the prompt's form."""
-        return self.config.connector
-
     def weights(self) -> VisionWeights:
         return VisionWeights(self.tensors, str(self.folder))
 
