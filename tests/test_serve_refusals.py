@@ -1,5 +1,5 @@
 """`poot serve` refuses bad requests with OpenAI error objects and keeps serving; a client
-that leaves mid-stream frees its KV blocks; a full queue answers 503 (one small server:
+that leaves mid-stream frees its KV blocks; a full queue answers 429 (one small server:
 one batch row, one queue place)."""
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ def server(smollm2_gguf):
 
 
 class Reply:
-    def __init__(self, status: int, text: str):
-        self.status_code, self.text = status, text
+    def __init__(self, status: int, text: str, headers=None):
+        self.status_code, self.text, self.headers = status, text, headers
 
     def json(self):
         return json.loads(self.text)
@@ -49,7 +49,7 @@ def post(server, path, body) -> Reply:
     conn = connect(server)
     try:
         r = send(conn, path, body)
-        return Reply(r.status, r.read().decode())
+        return Reply(r.status, r.read().decode(), r.headers)
     finally:
         conn.close()
 
@@ -132,7 +132,7 @@ def test_a_client_that_leaves_mid_stream_frees_its_blocks(server):
     assert after["generated_tokens"] - start["generated_tokens"] < 40
 
 
-def test_a_full_queue_answers_503_and_recovers(server):
+def test_a_full_queue_answers_429_and_recovers(server):
     start = server.wait_idle()
     running, _ = open_stream(server)                 # holds the one batch row
     queued = connect(server)
@@ -142,8 +142,9 @@ def test_a_full_queue_answers_503_and_recovers(server):
     while server.stats()["queued"] < 1 and time.monotonic() < deadline:
         time.sleep(0.05)
     r = post(server, "/completions", GOOD)
-    assert r.status_code == 503, r.text
+    assert r.status_code == 429, r.text
     assert r.json()["error"]["code"] == "server_busy"
+    assert r.headers["retry-after"].isdigit()
     running.close()
     queued.close()
     after = server.wait_idle()

@@ -25,7 +25,7 @@ def add_parser(sub):
     p.add_argument("--kv-pool", type=int, default=None, metavar="TOKENS",
                    help="KV pool size in token slots (default: max-batch x max-seq)")
     p.add_argument("--max-queue", type=int, default=64,
-                   help="requests that may wait for a batch row; more get 503")
+                   help="requests that may wait for a batch row; more get 429")
     p.add_argument("--prefill-chunk", type=int, default=32,
                    help="prompt tokens of a narrow prefill step, split among up to "
                         "chunk / 8 sequences (more sequences take 8 each)")

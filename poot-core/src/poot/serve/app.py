@@ -22,6 +22,7 @@ import asyncio
 import base64
 import hmac
 import json
+import logging
 from contextlib import asynccontextmanager
 from functools import partial
 
@@ -44,6 +45,18 @@ Route = require("starlette.routing").Route
 
 #: the largest request body read (a prompt of the longest context is far smaller)
 MAX_BODY = 4 << 20
+#: the Retry-After (seconds) of a 429 (the queue is full): about a short answer's time
+RETRY_AFTER_S = 1
+#: where refusals are logged: uvicorn's server log, so they show as its lines do
+LOG = logging.getLogger("uvicorn.error")
+
+
+def log_refusal(method: str, path: str, status: int, reason: str | None,
+                message: str) -> None:
+    """One log line per refused request: its route, status, code or param, and why (on
+    one line: a message may quote the request)."""
+    why = message.replace("\r", "\\r").replace("\n", "\\n")
+    LOG.info("refused %s %s: %d %s: %s", method, path, status, reason or "-", why)
 
 
 class Events:
@@ -98,13 +111,16 @@ async def _json_body(request: Request):
     if declared is not None and declared.isdigit() and int(declared) > MAX_BODY:
         raise RequestError(f"the request body has {declared} bytes; at most {MAX_BODY} are "
                            f"read", status=413)
-    raw = bytearray()
+    # the parts are joined once all have come: a body grown in place past the allocator's
+    # mmap threshold leaves its memory with the process (a body over the limit each time)
+    parts, size = [], 0
     async for part in request.stream():
-        raw += part
-        if len(raw) > MAX_BODY:
+        parts.append(part)
+        size += len(part)
+        if size > MAX_BODY:
             raise RequestError(f"the request body passes {MAX_BODY} bytes", status=413)
     try:
-        return json.loads(raw)
+        return json.loads(b"".join(parts))
     except (UnicodeDecodeError, ValueError) as exc:    # ValueError: JSONDecodeError, and
         raise RequestError(f"we could not parse the JSON body of your request: {exc}") \
             from None                                   # an int past Python's digit limit
@@ -133,6 +149,7 @@ class Gate:
         refusal = self._refusal(scope)
         if refusal is not None:
             self.metrics.answered(route, 401)
+            log_refusal(scope.get("method", ""), path, 401, "invalid_api_key", refusal)
             return await JSONResponse(error_body(refusal, code="invalid_api_key"), 401,
                                       headers={"WWW-Authenticate": "Bearer"})(
                 scope, receive, send)
@@ -334,9 +351,15 @@ def create_app(engine: Engine, api_key: str | None = None):
         return Response(body, headers={"Content-Type": content_type})
 
     async def refused(request, exc: RequestError):
-        return JSONResponse(request_error_body(exc), exc.status)
+        if exc.code == "server_busy":    # the client's to retry: 429, not a server fault
+            status, headers = 429, {"Retry-After": str(RETRY_AFTER_S)}
+        else:
+            status, headers = exc.status, None
+        log_refusal(request.method, request.url.path, status, exc.code or exc.param, str(exc))
+        return JSONResponse(request_error_body(exc), status, headers=headers)
 
     async def http_error(request, exc: HTTPException):
+        log_refusal(request.method, request.url.path, exc.status_code, None, str(exc.detail))
         return JSONResponse(error_body(exc.detail, code=str(exc.status_code)),
                             exc.status_code, headers=exc.headers)
 

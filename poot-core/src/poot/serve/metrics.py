@@ -78,6 +78,9 @@ class ServerMetrics(Quiet):
             "poot_inter_token_latency_seconds", "between consecutive tokens of a sequence",
             buckets=ITL_BUCKETS, registry=self.registry)
         self.registry.register(_EngineCollector(engine))
+        # the server process's own figures (process_resident_memory_bytes, open fds, CPU
+        # seconds), as prometheus-client's default registry has them: a leak shows here
+        prom.ProcessCollector(registry=self.registry)
         # job -> the time of its submission or its last token; weak, so a job that leaves
         # in any way takes its entry with it
         self._last: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
