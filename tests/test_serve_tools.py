@@ -6,13 +6,15 @@ them; refusals are 400s. One server for the module."""
 from __future__ import annotations
 
 import json
+import re
+
 import jsonschema
 import openai
 import pytest
 from serve_process import openai_client, serve, tiny_llama
 
 from poot.models.chat import render_chat
-from poot.serve.tools import Tools
+from poot.serve.tools import CallStream, Tools
 
 MODEL = "smollm2"
 WEATHER = {"type": "object", "properties": {
@@ -142,7 +144,55 @@ def test_required_calls_stream_with_logprobs_and_n(client):
         assert mine[-1].finish_reason == "tool_calls"
 
 
-@pytest.mark.parametrize("template, text, calls", [
+#: an auto answer forced (through the regex extension) to text then a Hermes call
+CALL_REGEX = (r'Sure\. <tool_call>\{"name": "get_time", "arguments": \{"zone": '
+              r'"[A-Z]{2,4}"\}\}</tool_call>')
+
+
+def streamed(client, regex: str, seed: int):
+    """The event types of an auto tools stream through the openai client's accumulating
+    helper, and its final completion."""
+    with client.chat.completions.stream(
+            model=MODEL, messages=ASK, tools=TOOLS, max_tokens=120, temperature=1.0,
+            seed=seed, extra_body={"response_format": {"type": "regex", "regex": regex}}) \
+            as stream:
+        kinds = [event.type for event in stream]
+        return kinds, stream.get_final_completion()
+
+
+def test_an_auto_call_streams_as_deltas_as_it_is_written(client):
+    kinds, final = streamed(client, CALL_REGEX, seed=5)
+    choice = final.choices[0]
+    (call,) = choice.message.tool_calls
+    assert choice.finish_reason == "tool_calls" and choice.message.content == "Sure."
+    assert call.function.name == "get_time" and call.id.startswith("call_")
+    assert re.fullmatch("[A-Z]{2,4}", json.loads(call.function.arguments)["zone"])
+    first_call = kinds.index("tool_calls.function.arguments.delta")
+    assert "content.delta" in kinds[:first_call]           # the text before, as content
+    assert "content.delta" not in kinds[first_call:]
+    assert kinds.count("tool_calls.function.arguments.delta") > 3   # arguments in pieces
+    whole = client.chat.completions.create(
+        model=MODEL, messages=ASK, tools=TOOLS, max_tokens=120, temperature=1.0, seed=5,
+        extra_body={"response_format": {"type": "regex", "regex": CALL_REGEX}})
+    (same,) = whole.choices[0].message.tool_calls
+    assert whole.choices[0].message.content == "Sure."
+    assert json.loads(same.function.arguments) == json.loads(call.function.arguments)
+
+
+def test_an_auto_answer_without_calls_streams_as_content(client):
+    regex = "[a-z]{4,8}( [a-z]{3,8}){5}"
+    kinds, final = streamed(client, regex, seed=6)
+    choice = final.choices[0]
+    assert choice.message.tool_calls is None and choice.finish_reason == "stop"
+    assert re.fullmatch(regex, choice.message.content)
+    assert kinds.count("content.delta") > 5                # not held to the end
+    whole = client.chat.completions.create(
+        model=MODEL, messages=ASK, tools=TOOLS, max_tokens=120, temperature=1.0, seed=6,
+        extra_body={"response_format": {"type": "regex", "regex": regex}})
+    assert whole.choices[0].message.content == choice.message.content
+
+
+SYNTAXES = [
     ("<tool_call>", 'Sure. <tool_call>\n{"name": "get_time", "arguments": {"zone": "UTC"}}'
      '\n</tool_call>', [("get_time", {"zone": "UTC"})]),
     ("<tool_call>", '<tool_call>{"name": "get_time", "arguments": {"zone": "A"}}</tool_call>'
@@ -157,7 +207,10 @@ def test_required_calls_stream_with_logprobs_and_n(client):
     ("<tool_call>", '<tool_call>{"name": "rm_rf", "arguments": {}}</tool_call>', []),
     ("<tool_call>", "no call here", []),
     ("<|python_tag|>", '{"name": "get_time", "parameters": "not an object"}', []),
-])
+]
+
+
+@pytest.mark.parametrize("template, text, calls", SYNTAXES)
 def test_each_syntax_is_read_back_as_tool_calls(template, text, calls):
     content, got = Tools(TOOLS, "auto", template + " tools").parse(text)
     assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in got] \
@@ -166,6 +219,26 @@ def test_each_syntax_is_read_back_as_tool_calls(template, text, calls):
         assert content in (None, "Sure.")
     else:
         assert content == text
+
+
+@pytest.mark.parametrize("template, text, calls", SYNTAXES)
+@pytest.mark.parametrize("piece", [1, 3, 7])
+def test_each_syntax_streams_what_it_reads_back(template, text, calls, piece):
+    tools = Tools(TOOLS, "auto", template + " tools")
+    stream, deltas = CallStream(tools), []
+    for at in range(0, len(text), piece):
+        deltas += stream.feed(text[at: at + piece])
+    last, called = stream.end()
+    content, got = "", {}
+    for d in deltas + last:
+        content += d.get("content", "")
+        for c in d.get("tool_calls", []):
+            mine = got.setdefault(c["index"], {"name": None, "arguments": ""})
+            mine["name"] = c.get("function", {}).get("name") or mine["name"]
+            mine["arguments"] += c.get("function", {}).get("arguments", "")
+    assert [(c["name"], json.loads(c["arguments"])) for _, c in sorted(got.items())] == calls
+    assert called == bool(calls)
+    assert (content or None) == tools.parse(text)[0]
 
 
 def test_a_template_with_tools_gets_them():

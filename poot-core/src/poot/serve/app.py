@@ -202,7 +202,8 @@ def create_app(engine: Engine, api_key: str | None = None):
     async def stream(jobs, events: Events, shapes: Shapes, include_usage: bool, tools):
         """The SSE body: each wake-up writes everything that came, in one piece; it ends
         once every choice has. With tools, a choice's text goes through its CallStream
-        (poot.serve.tools): a forced call's arguments streamed, else held to the end."""
+        (poot.serve.tools): content and tool_calls deltas as soon as the syntax shows
+        which the text is."""
         ends: dict[int, Event] = {}
         calls = {i: CallStream(tools) for i in range(len(jobs))} if tools else {}
         pending: dict[int, tuple] = {i: () for i in range(len(jobs))}  # entries not sent

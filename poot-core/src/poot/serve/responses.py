@@ -88,8 +88,8 @@ class Shapes:
             lp = self.shown_logprobs(i, c["logprobs"])
             if self.chat:
                 msg = {"role": "assistant", "content": c["text"]}
-                if c.get("tool_calls"):
-                    msg = {"role": "assistant", "content": None, "tool_calls": c["tool_calls"]}
+                if c.get("tool_calls"):    # the content: the text around the calls, if any
+                    msg["tool_calls"] = c["tool_calls"]
                 out.append({"index": i, "message": msg, "logprobs": lp,
                             "finish_reason": c["finish_reason"]})
             else:

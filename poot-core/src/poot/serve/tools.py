@@ -182,54 +182,284 @@ class Tools:
             args = obj.get("arguments", obj.get("parameters"))
             if obj.get("name") not in self.names or not isinstance(args, dict):
                 return []
-            calls.append({"id": "call_" + uuid.uuid4().hex[:24], "type": "function",
+            calls.append({"id": _call_id(), "type": "function",
                           "function": {"name": obj["name"],
                                        "arguments": json.dumps(args, ensure_ascii=False)}})
         return calls
 
 
-class CallStream:
-    """One streamed choice's deltas with tools. A forced call is streamed as it is written:
-    once the answer's head `{"name":"F","arguments":` has come, a delta names the call, and
-    each later piece of text is a delta of its arguments (the last character, the object's
-    closing brace, held back until the end). Otherwise (tool_choice "auto") the text is held
-    until the answer ends, then sent as its calls or as content."""
+#: the openers of calls: Hermes' tag (before each call, anywhere), and at the answer's start
+#: Mistral's marker (before the list of calls) and Llama 3's tag (before its one call)
+HERMES_OPEN, HERMES_CLOSE = "<tool_call>", "</tool_call>"
+OPENERS = {"mistral": ("[TOOL_CALLS]", "["), "llama3": ("<|python_tag|>", "{")}
+#: a call's head up to its arguments' "{": {"name": "F", "arguments" (or "parameters"):
+#: literals (a tuple: one of them) and None for the function's name, a JSON string
+HEAD = ("{", ('"name"',), ":", None, ",", ('"arguments"', '"parameters"'), ":")
+NAME_STRING = re.compile(r'"([A-Za-z0-9_-]{1,64})"')
+NAME_BEGUN = re.compile(r'"[A-Za-z0-9_-]{0,64}')
+NOT_YET, NEVER = None, -1          # what _head and _literals say besides a position
 
-    HEAD = re.compile(r'\{"name":"([A-Za-z0-9_-]{1,64})","arguments":')
+
+class CallStream:
+    """One streamed choice's deltas with tools: its text as content deltas and its calls as
+    OpenAI's `tool_calls` deltas, as soon as the syntax shows them. A call is named (index,
+    id, function name) once its head `{"name": "F", "arguments": {` has come and F is an
+    offered function; its arguments' text is then sent as it comes, to the object's end.
+    Text that may still turn out to open a call (a prefix of `<tool_call>` at its end, an
+    answer that begins like `[TOOL_CALLS]`, `[` or Llama 3's `{`) is held until that is
+    known, and whitespace before and after a call is dropped, as `Tools.parse` drops it.
+
+    A call whose head comes in another form (keys in another order, a function not
+    offered) is read whole where it ends (Hermes: at `</tool_call>`; else at the answer's
+    end) by `Tools.parse`, then sent as one delta or as content. Unlike a whole answer, a
+    stream cannot take back what it sent: a malformed call after good ones comes as content
+    and the good ones stand. A forced call (tool_choice "required" or a function) is the
+    answer's one object, streamed the same way."""
 
     def __init__(self, tools: Tools):
-        self.tools, self.text, self.sent = tools, "", 0
-        self.call_id: str | None = None
+        self.tools, self.text, self.at = tools, "", 0   # text[:at] is sent or dropped
+        self.calls = 0                     # calls named so far (the next call's index)
+        self.sent = False                  # whether any content was sent
+        self.state = "element" if tools.forced else \
+            "text" if tools.syntax == "hermes" else "open"
+        self.framing = "single"            # "hermes" | "list" (Mistral) | "single"
+        self.start = 0                     # where the call being read began (its opener)
+        self.scan: _ObjectEnd | None = None
 
     def feed(self, piece: str) -> list[dict]:
         self.text += piece
-        if not self.tools.forced:
-            return []
-        out = []
-        if self.call_id is None:
-            head = self.HEAD.match(self.text)
-            if head is None:
-                return []
-            self.call_id, self.sent = "call_" + uuid.uuid4().hex[:24], head.end()
-            out.append({"tool_calls": [{"index": 0, "id": self.call_id, "type": "function",
-                                        "function": {"name": head.group(1),
-                                                     "arguments": ""}}]})
-        args = self.text[self.sent: len(self.text) - 1]
-        if args:
-            self.sent += len(args)
-            out.append({"tool_calls": [{"index": 0, "function": {"arguments": args}}]})
-        return out
+        return self._advance(final=False)
 
     def end(self) -> tuple[list[dict], bool]:
         """The last deltas, and whether the answer was tool calls."""
-        if self.call_id is not None:
-            rest = self.text[self.sent:].removesuffix("}")
-            return ([{"tool_calls": [{"index": 0, "function": {"arguments": rest}}]}]
-                    if rest else []), True
-        content, calls = self.tools.parse(self.text)
-        if calls:
-            return [{"tool_calls": [{"index": k, **c} for k, c in enumerate(calls)]}], True
-        return [{"content": content}], False
+        out = self._advance(final=True)
+        return out, self.calls > 0
+
+    def _advance(self, final: bool) -> list[dict]:
+        """Steps of the state machine while they move; each appends what it can send."""
+        out: list[dict] = []
+        while getattr(self, "_" + self.state)(out, final):
+            pass
+        return out
+
+    def _open(self, out, final) -> bool:
+        """Mistral's or Llama 3's answer start: calls, or prose."""
+        opener, bare = OPENERS[self.tools.syntax]
+        rest = self.text[self.at:].lstrip()
+        if not final and opener.startswith(rest) and rest != opener:
+            return False
+        if rest.startswith(opener):
+            rest = rest[len(opener):].lstrip()
+            if not rest and not final:
+                return False
+        if not rest.startswith(bare):
+            self.state = "prose"
+            return True
+        self.start, self.at = self.at, len(self.text) - len(rest)
+        if bare == "[":
+            self.at, self.framing = self.at + 1, "list"
+        self.state = "element"
+        return True
+
+    def _prose(self, out, final) -> bool:
+        """Text read as no call: an answer that does not open with calls, or what follows
+        Mistral's or Llama 3's calls."""
+        self._content(out, len(self.text), final)
+        return False
+
+    def _text(self, out, final) -> bool:
+        """Hermes: content up to the next `<tool_call>`."""
+        found = self.text.find(HERMES_OPEN, self.at)
+        if found < 0:
+            held = 0 if final else _held(self.text, self.at, HERMES_OPEN)
+            self._content(out, len(self.text) - held, final)
+            return False
+        self._content(out, found, final, before_call=True)
+        self.start, self.at = found, found + len(HERMES_OPEN)
+        self.framing, self.state = "hermes", "element"
+        return True
+
+    def _element(self, out, final) -> bool:
+        """A call's head: the call named once it has come, or read whole where it ends."""
+        head = _head(self.text, self.at)
+        if head is NOT_YET and not final:
+            return self._whole(out, final) if self.framing == "hermes" else False
+        if head in (NOT_YET, NEVER) or head[1] not in self.tools.names:
+            return self._whole(out, final)
+        self.at, name = head
+        self.calls += 1
+        out.append({"tool_calls": [{"index": self.calls - 1, "id": _call_id(),
+                                    "type": "function",
+                                    "function": {"name": name, "arguments": ""}}]})
+        self.scan, self.state = _ObjectEnd(self.at), "arguments"
+        return True
+
+    def _arguments(self, out, final) -> bool:
+        """The arguments object's text as it comes, to its end."""
+        stop = self.scan.feed(self.text)
+        upto = len(self.text) if stop is None else stop
+        if upto > self.at:
+            out.append({"tool_calls": [{"index": self.calls - 1,
+                                        "function": {"arguments": self.text[self.at:upto]}}]})
+            self.at = upto
+        if stop is None:
+            return False
+        self.state = "close"
+        return True
+
+    def _close(self, out, final) -> bool:
+        """The call object's "}" (and Hermes' `</tool_call>`) after its arguments."""
+        closers = ("}", HERMES_CLOSE) if self.framing == "hermes" else ("}",)
+        got = _literals(self.text, self.at, closers)
+        if got is NOT_YET and not final:
+            return False
+        if got is NOT_YET:
+            self.at = len(self.text)         # the answer ended inside the closer
+        elif got != NEVER:
+            self.at = got
+        self.state = "text" if self.framing == "hermes" else \
+            "separator" if self.framing == "list" and got not in (NOT_YET, NEVER) else "prose"
+        return True
+
+    def _separator(self, out, final) -> bool:
+        """Mistral's list after a call: "," and the next call, or its "]"."""
+        got = _literals(self.text, self.at, (",",))
+        if got is NOT_YET and not final:
+            return False
+        if got not in (NOT_YET, NEVER):
+            self.at, self.state = got, "element"
+            return True
+        end = _literals(self.text, self.at, ("]",))
+        self.at = end if end not in (NOT_YET, NEVER) else self.at
+        self.state = "prose"
+        return True
+
+    def _whole(self, out, final) -> bool:
+        """A call not streamable as it comes: read whole where it ends, by Tools.parse."""
+        if self.framing == "hermes":
+            close = self.text.find(HERMES_CLOSE, self.at)
+            if close < 0 and not final:
+                return False
+            end = len(self.text) if close < 0 else close + len(HERMES_CLOSE)
+        elif not final:
+            return False
+        else:
+            end = len(self.text)
+        # after calls of a list or a forced answer, what is left is no call of its own
+        content, calls = self.tools.parse(self.text[self.start:end]) \
+            if self.framing == "hermes" or not self.calls else (None, [])
+        for c in calls:
+            out.append({"tool_calls": [{"index": self.calls, **c}]})
+            self.calls += 1
+        if not calls:
+            if self.framing == "hermes" or not self.calls:
+                self.at = self.start         # its opener too is content
+            self._content(out, end, final=True)
+        self.at = end
+        self.state = "text" if self.framing == "hermes" else "prose"
+        return True
+
+    def _content(self, out, upto: int, final: bool, before_call: bool = False) -> None:
+        """Send text[at:upto] as content. Whitespace at its end waits for more text: it is
+        dropped before a call and at the end of an answer that made calls; so is the
+        whitespace after a call where no content came before it."""
+        piece = self.text[self.at:upto]
+        if self.calls and not self.sent:
+            kept = piece.lstrip()
+            self.at, piece = self.at + len(piece) - len(kept), kept
+        if before_call or (final and self.calls):
+            piece, self.at = piece.rstrip(), upto
+        elif final:
+            self.at = upto
+        else:
+            piece = piece.rstrip()
+            self.at += len(piece)
+        if piece:
+            self.sent = True
+            out.append({"content": piece})
+
+
+class _ObjectEnd:
+    """Where a JSON object that starts at `at` ends, read as its text grows (strings and
+    their escapes skipped, brackets counted)."""
+
+    def __init__(self, at: int):
+        self.pos, self.depth, self.string, self.escape = at, 0, False, False
+
+    def feed(self, text: str) -> int | None:
+        """The end (after the closing "}"), or None while it has not come."""
+        for i in range(self.pos, len(text)):
+            c = text[i]
+            if self.string:
+                if self.escape:
+                    self.escape = False
+                elif c == "\\":
+                    self.escape = True
+                elif c == '"':
+                    self.string = False
+            elif c == '"':
+                self.string = True
+            elif c in "{[":
+                self.depth += 1
+            elif c in "}]":
+                self.depth -= 1
+                if self.depth == 0:
+                    self.pos = i + 1
+                    return i + 1
+        self.pos = len(text)
+        return None
+
+
+def _head(text: str, at: int):
+    """A call's head at `at` (whitespace allowed between its parts): (the position of its
+    arguments' "{", the function's name); NOT_YET while the text may still become one;
+    NEVER where it cannot."""
+    i, name = at, None
+    for part in (*HEAD, ("{",)):
+        while i < len(text) and text[i].isspace():
+            i += 1
+        if i == len(text):
+            return NOT_YET
+        if part is None:
+            m = NAME_STRING.match(text, i)
+            if m is None:
+                return NOT_YET if NAME_BEGUN.fullmatch(text, i) else NEVER
+            name, i = m.group(1), m.end()
+            continue
+        options = (part,) if isinstance(part, str) else part
+        hit = next((o for o in options if text.startswith(o, i)), None)
+        if hit is None:
+            return NOT_YET if any(o.startswith(text[i:]) for o in options) else NEVER
+        i += len(hit) if part != ("{",) else 0     # the arguments' "{" is theirs
+    return i, name
+
+
+def _literals(text: str, at: int, literals: tuple[str, ...]):
+    """The position after `literals` in order (whitespace allowed before each) from `at`;
+    NOT_YET while the text may still hold them; NEVER where it does not."""
+    i = at
+    for lit in literals:
+        while i < len(text) and text[i].isspace():
+            i += 1
+        if text.startswith(lit, i):
+            i += len(lit)
+        elif lit.startswith(text[i:]):
+            return NOT_YET
+        else:
+            return NEVER
+    return i
+
+
+def _held(text: str, at: int, marker: str) -> int:
+    """How many characters at the end of text[at:] may begin `marker`."""
+    for k in range(min(len(marker) - 1, len(text) - at), 0, -1):
+        if text.endswith(marker[:k]):
+            return k
+    return 0
+
+
+def _call_id() -> str:
+    return "call_" + uuid.uuid4().hex[:24]
 
 
 def _json(text: str):
