@@ -362,13 +362,16 @@ def test_v2_greedy_routing(tmp_path):
 
 # -- GGUF as llama.cpp's converter writes DeepSeek (architecture deepseek2) -------------------
 def write_gguf(path, cfg: dict, tensors: dict, *, split: bool = True, quantize: bool = False,
-               drop: tuple[str, ...] = (), change: dict | None = None) -> dict:
+               fuse_gate_up: bool = False, drop: tuple[str, ...] = (),
+               change: dict | None = None) -> dict:
     """The HF model `cfg`/`tensors` as llama.cpp's converter lays out a deepseek2 file:
     experts stacked [E, N, K], the choice bias as exp_probs_b.bias, kv_b split per head into
     attn_k_b [H, kv_rank, nope] (transposed) and attn_v_b [H, v, kv_rank] with one KV head
     and the latent's key/value lengths (`split`), or whole as older converters left it;
     RoPE pairs as stored; YaRN's mscale_all_dim as 0.1 x it. With `quantize`, every matrix
-    whose rows are whole Q8_0 blocks is Q8_0. `drop`: metadata keys (after "deepseek2.")
+    whose rows are whole Q8_0 blocks is Q8_0. `fuse_gate_up`: gate and up experts as one
+    ffn_gate_up_exps [E, 2I, H] (llama.cpp's --fuse-gate-up-exps). `drop`: metadata keys
+    (after "deepseek2.")
     left out; `change`: tensors replaced by name. Returns the HF-named tensors as the file
     decodes them."""
     import gguf
@@ -466,9 +469,16 @@ def write_gguf(path, cfg: dict, tensors: dict, *, split: bool = True, quantize: 
             add(b + "attn_kv_b.weight", kv_b, p + "self_attn.kv_b_proj.weight")
         if i < cfg["first_k_dense_replace"]:
             continue
-        for x in ("gate", "up", "down"):
-            stack = add(f"{b}ffn_{x}_exps.weight", np.stack(
-                [out[f"{p}mlp.experts.{j}.{x}_proj.weight"] for j in range(EXPERTS)]))
+        stacks = {x: np.stack([out[f"{p}mlp.experts.{j}.{x}_proj.weight"]
+                               for j in range(EXPERTS)]) for x in ("gate", "up", "down")}
+        if fuse_gate_up:
+            both = add(f"{b}ffn_gate_up_exps.weight",
+                       np.concatenate([stacks["gate"], stacks["up"]], 1))
+            decoded = {"gate": both[:, :MOE_FFN], "up": both[:, MOE_FFN:],
+                       "down": add(f"{b}ffn_down_exps.weight", stacks["down"])}
+        else:
+            decoded = {x: add(f"{b}ffn_{x}_exps.weight", stack) for x, stack in stacks.items()}
+        for x, stack in decoded.items():
             for j in range(EXPERTS):
                 out[f"{p}mlp.experts.{j}.{x}_proj.weight"] = stack[j]
     close_gguf(w)
@@ -490,12 +500,14 @@ def gguf_config(version: int = 3, q_rank: int | None = Q_RANK) -> dict:
 def gguf_files(tmp_path_factory):
     """(path, HF config, tensors as decoded, numpy logits of IDS) per layout."""
     out = {}
-    for key, (version, q_rank, split, quantize) in {
-            "v3-split-q8_0": (3, Q_RANK, True, True),
-            "v2-legacy-f32": (2, None, False, False)}.items():
+    for key, (version, q_rank, split, quantize, fuse) in {
+            "v3-split-q8_0": (3, Q_RANK, True, True, False),
+            "v3-fused-gate-up-q8_0": (3, Q_RANK, True, True, True),
+            "v2-legacy-f32": (2, None, False, False, False)}.items():
         cfg = gguf_config(version, q_rank)
         path = tmp_path_factory.mktemp("deepseek-gguf") / f"{key}.gguf"
-        tensors = write_gguf(path, cfg, random_tensors(cfg), split=split, quantize=quantize)
+        tensors = write_gguf(path, cfg, random_tensors(cfg), split=split, quantize=quantize,
+                             fuse_gate_up=fuse)
         out[key] = path, cfg, tensors, forward(tensors, cfg, IDS)
     return out
 
@@ -510,10 +522,11 @@ def gguf_model(path, backend: str):
     return Model(ckpt, c, None, b, dev, prefill_tokens=6)
 
 
-@pytest.mark.parametrize("key", ["v3-split-q8_0", "v2-legacy-f32"])
+@pytest.mark.parametrize("key", ["v3-split-q8_0", "v3-fused-gate-up-q8_0", "v2-legacy-f32"])
 def test_gguf_matches_numpy_reference(gguf_files, key):
-    """llama.cpp's layouts (kv_b split with one KV head, and whole) give the numpy forward's
-    logits of the tensors as the file decodes them: one step, then prefill and decode."""
+    """llama.cpp's layouts (kv_b split with one KV head, and whole; gate and up experts
+    apart, and fused) give the numpy forward's logits of the tensors as the file decodes
+    them: one step, then prefill and decode."""
     path, cfg, tensors, want = gguf_files[key]
     model = gguf_model(path, BACKEND)
     assert model.config.mla.split_kv_b == key.startswith("v3")

@@ -279,8 +279,17 @@ def gguf_tensor_shapes(c) -> dict[str, tuple[int, ...]]:
 
 
 def check_gguf_tensors(c, tensors: dict, where: str) -> None:
-    """Every tensor the builder reads is in the file with the shape the metadata implies."""
-    for name, want in gguf_tensor_shapes(c).items():
+    """Every tensor the builder reads is in the file with the shape the metadata implies.
+    A layer's gate and up expert stacks may be one (llama.cpp's --fuse-gate-up-exps:
+    ffn_gate_up_exps [E, 2I, H], each expert's gate rows, then its up rows)."""
+    shapes = gguf_tensor_shapes(c)
+    for gate in [n for n in shapes if n.endswith(".ffn_gate_exps.weight")]:
+        fused = gate.replace("ffn_gate_exps", "ffn_gate_up_exps")
+        if fused in tensors:
+            e, f, d = shapes.pop(gate)
+            del shapes[gate.replace("ffn_gate_exps", "ffn_up_exps")]
+            shapes[fused] = (e, 2 * f, d)
+    for name, want in shapes.items():
         info = tensors.get(name)
         if info is None:
             raise ConfigError(f"{where}: deepseek2 file lacks tensor {name!r} (a "

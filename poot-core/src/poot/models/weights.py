@@ -148,7 +148,8 @@ def hf_name(gguf: str, sandwich: bool = False) -> str:
 #: its MXFP4 blocks are [E, N, K/32, 16]): served as GGUF's [E, N, K], transposed once
 _KN_STACKS = re.compile(r"blk\.\d+\.ffn_(gate_up|down)_exps\.weight")
 #: transformers 5's stacked experts of the other families (DeepSeek): gate_up_proj
-#: [E, 2I, H] holding gate's rows then up's, down_proj [E, H, I], as GGUF orders them
+#: [E, 2I, H] holding gate's rows then up's, down_proj [E, H, I], as GGUF orders them;
+#: llama.cpp's deepseek2 files may fuse them so too (ffn_gate_up_exps)
 _GATE_UP_STACK = re.compile(r"(blk\.\d+\.)ffn_gate_up_exps\.weight")
 #: llama.cpp's gpt-oss names the FFN's pre-norm post_attention_norm (its ffn_norm)
 _GGUF_FFN_NORM = re.compile(r"^(blk\.\d+\.)post_attention_norm\.weight$")
@@ -195,7 +196,8 @@ class CheckpointWeights:
         # a fused gate|up expert stack of a family whose experts run apart (DeepSeek): each
         # half served as its own stack
         self.halves: dict[str, tuple[str, int]] = {}
-        if checkpoint.kind != "gguf" and not self.kn_stacks:
+        if (not self.kn_stacks if checkpoint.kind != "gguf"
+                else fam is not None and fam.moe == "deepseek"):
             for key in [k for k in self.infos if _GATE_UP_STACK.fullmatch(k)]:
                 p = _GATE_UP_STACK.fullmatch(key).group(1)
                 self.halves[p + "ffn_gate_exps.weight"] = (key, 0)
@@ -253,24 +255,40 @@ class CheckpointWeights:
         return DenseSpec(TensorType(tuple(info_shape), dtype), ref)
 
 
-    def _half(self, name: str, part: int) -> DenseSpec:
-        """Gate's (part 0) or up's (1) half of the rows of the fused expert stack `name`
-        [E, 2I, H], made once under its own identity."""
+    def _half(self, name: str, part: int) -> DenseSpec | PackedSpec:
+        """Gate's (part 0) or up's (1) half of each expert's rows of the fused expert stack
+        `name` [E, 2I, H] (packed: [E*2I, H]), made once under its own identity."""
         info = self.infos[name]
-        if info.packed is not None:
-            raise CheckpointError(f"{self.checkpoint.path}: quantized fused experts "
-                                  f"({hf_name(name)}) in an HF folder are not supported; "
-                                  f"poot splits dense gate|up stacks")
         half = ("gate", "up")[part]
-        ref = info.ref
-        ref = type(ref)(ref.checkpoint, f"{ref.tensor}:{half}", ref.payload and
-                        f"{ref.payload}:{half}", ref.format)
-        if ref.tensor not in self.arrays:
-            array = info.sources[0]
-            rows = array.shape[1] // 2
-            self.arrays[ref.tensor] = np.ascontiguousarray(
-                array[:, part * rows:(part + 1) * rows])
-        return DenseSpec(TensorType(self.arrays[ref.tensor].shape, info.dtype), ref)
+        e, rows = info.shape[0], info.shape[1] // 2
+        picked = (np.arange(e)[:, None] * 2 * rows + part * rows + np.arange(rows)).reshape(-1)
+
+        def made(ref, source, role=None):
+            tag = f":{role}" * (role is not None) + f":{half}"
+            new = type(ref)(ref.checkpoint, ref.tensor + tag, ref.payload and
+                            ref.payload + tag, ref.format)
+            if new.tensor not in self.arrays:
+                flat = np.asarray(source).reshape(e * 2 * rows, -1)
+                self.arrays[new.tensor] = np.take(flat, picked, axis=0).reshape(
+                    (e * rows,) + flat.shape[1:] if info.packed is not None
+                    else (e, rows) + np.asarray(source).shape[2:])
+            return new
+
+        if info.packed is None:
+            ref = made(info.ref, info.sources[0])
+            return DenseSpec(TensorType(self.arrays[ref.tensor].shape, info.dtype), ref)
+        weight = info.packed
+        refs = []
+        for src, row, spec in zip(info.sources, _row_sources(name, weight), weight.sources(),
+                                  strict=True):
+            whole = type(info.ref)(info.ref.checkpoint, f"{info.ref.tensor}:{spec.role}",
+                                   f"{info.ref.payload}:{spec.role}", info.ref.format)
+            if row:
+                refs.append(made(info.ref, src, spec.role))
+            else:
+                self.arrays[whole.tensor] = src
+                refs.append(whole)
+        return PackedSpec(weight.with_rows(e * rows), tuple(refs))
 
     def _stack(self, name: str) -> DenseSpec:
         """An HF folder's per-expert matrices as one f32 stack [E, N, K], built once."""
