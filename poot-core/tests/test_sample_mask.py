@@ -114,14 +114,16 @@ def test_slot_values_refuse_a_mask_where_it_has_no_place():
     assert "sampler.mask" not in slot_values([], B, "full", vocab=V)
 
 
-def test_masked_graph_plans_for_cuda_without_a_gpu():
-    """The mask's ops (u32 shift, and, unsigned compare) lower for the cuda backend: the
-    compile check CI runs where no GPU is (its tokens are compared above where one is)."""
+@pytest.mark.parametrize("module, cls", [("poot_cuda.backend", "CudaBackend"),
+                                         ("poot_rocm.backend", "RocmBackend")])
+def test_masked_graph_plans_for_the_gpus_without_one(module, cls):
+    """The mask's ops (u32 shift, and, unsigned compare) lower for the cuda and rocm
+    backends: the compile check CI runs where no GPU is (their tokens are compared above
+    where one is)."""
     import poot
     from poot.plan import plan
 
-    cuda = pytest.importorskip("poot_cuda.backend", reason="the cuda backend is not installed")
-    backend = cuda.CudaBackend()
-    device = backend.compile_only_device("sm_90")
+    backend = getattr(pytest.importorskip(module, reason=f"{module} is not installed"), cls)()
+    device = backend.compile_only_device()
     p = plan(poot.compile(_graph("masked"), (backend, device)), (backend, device))
     assert any(s.lowering.dispatches for s in p.steps)
