@@ -129,6 +129,12 @@ def test_config_and_tensor_names(folder, parts, tmp_path):
                   if k.startswith("model.")}, "lm_head.weight": text["lm_head.weight"],
                **{f"model.vision_model.{k}": v for k, v in vis.items()},
                **{f"model.connector.{k}": v for k, v in proj.items()}}
+    # transformers 5.25's save_pretrained spelling: RoPE as rope_parameters, _pad_token_id
+    text5 = {**{k: v for k, v in TEXT.items() if k != "rope_theta"},
+             "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"}}
+    write_folder(tmp_path / "v5", tensors, {**CONFIG, "text_config": text5, "_pad_token_id": 0},
+                 1, None)
+    assert open_model(str(tmp_path / "v5"))[1] == open_model(str(path))[1]
     for name, cfg, extra, match in (
             ("odd", {**CONFIG, "frobnicate": 1}, {}, "frobnicate"),
             ("scale", {**CONFIG, "scale_factor": 3}, {}, "scale_factor"),

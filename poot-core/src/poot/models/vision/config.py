@@ -187,11 +187,13 @@ class TileTokens:
 _IDEFICS3_READ = {"scale_factor", "image_token_id", "tie_word_embeddings", "text_config",
                   "vision_config"}
 _IDEFICS3_IGNORED = _IGNORED | {"vocab_size", "_attn_implementation_autoset",
-                                "use_export_friendly"}
-#: LlamaConfig's defaults (the text_config transformers reads for Idefics3)
+                                "use_export_friendly", "_pad_token_id"}
+#: LlamaConfig's defaults (the text_config transformers reads for Idefics3; its RoPE base
+#: only where the config names no rope_parameters, transformers 5's spelling)
 _LLAMA_DEFAULTS = {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008,
                    "num_hidden_layers": 32, "num_attention_heads": 32,
-                   "max_position_embeddings": 2048, "rms_norm_eps": 1e-6, "rope_theta": 10000.0}
+                   "max_position_embeddings": 2048, "rms_norm_eps": 1e-6}
+_LLAMA_ROPE_DEFAULTS = {"rope_theta": 10000.0}
 #: text_config keys SmolVLM's checkpoints carry from their training code: ones that leave
 #: the forward pass alone, and ones that change it unless false
 _TEXT_EXTRAS = {"_flash_attn_2_enabled", "_attn_implementation_autoset", "is_llama_config",
@@ -224,6 +226,9 @@ def read_idefics3(cfg: dict, where: str) -> tuple[dict, VisionConfig, TileTokens
         text.pop(key, None)
     for key, value in _LLAMA_DEFAULTS.items():
         text.setdefault(key, value)
+    if "rope_parameters" not in text:
+        for key, value in _LLAMA_ROPE_DEFAULTS.items():
+            text.setdefault(key, value)
     # the language model's head is tied as the top-level config says (Idefics3's default:
     # not), as transformers builds Idefics3ForConditionalGeneration
     text["tie_word_embeddings"] = v.flag("tie_word_embeddings",
