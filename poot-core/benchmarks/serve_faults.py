@@ -5,18 +5,18 @@ Each round, with the server started by `server_args(size)` (--max-queue = stream
 - long streams take every batch row, then the other streams fill the queue, so that the
   requests of a burst find it full: each must be answered 429 with Retry-After;
 - of all streams, a quarter leave mid-stream or while queued (half closing the socket,
-  half resetting it),
-  a quarter read slowly through a small receive buffer, a quarter are chat streams read by
-  the openai client, the rest plain completions read to `data: [DONE]`;
+  half resetting it), a quarter read slowly through a small receive buffer, a quarter are
+  chat streams read by the openai client, the rest plain completions read to the end;
 - bad requests meanwhile: a body declared over the size limit, one sent chunked past it,
-  invalid JSON, an unknown field: each its 4xx.
+  invalid JSON, an unknown field: each its 4xx; and a client that leaves mid-body.
 After each round, once the server is idle, every KV block must be back in the pool (the
 free count equals the pool's size; prefix-cached blocks no sequence holds count as free).
 After the rounds: the server still answers; its resident memory (the metric
-process_resident_memory_bytes) grew by under 5% from the end of the first round (which
-makes the plans and caches a running server keeps); no 5xx was sent, as the clients saw it
+process_resident_memory_bytes) grew by under 5% from the end of the first round (the
+rounds start once GET /ready says every plan is made; the first round warms what else a
+running server keeps); no 5xx was sent, as the clients saw it
 and as poot_http_requests_total counts; the log has one "refused" line for every refusal
-sent, by status.
+sent, by status, and no traceback.
 
     python poot-core/benchmarks/serve_faults.py                 # full size: 128 streams
     python poot-core/benchmarks/serve_faults.py --streams 16 --batch 4 --rounds 3
@@ -271,6 +271,21 @@ def bad_requests(url: str, tally: Tally) -> None:
         expect(tally, what, status, reply, want)
     expect(tally, "declared too large", *declared_too_large(url), 413)
     expect(tally, "chunked too large", *chunked_too_large(url), 413)
+    leave_mid_body(url)
+    tally.saw("left mid-body", "-")
+
+
+def leave_mid_body(url: str) -> None:
+    """A client that leaves while sending its body: nothing to answer, nothing to log."""
+    conn = connect(url)
+    try:
+        conn.putrequest("POST", "/v1/completions")
+        conn.putheader("content-type", "application/json")
+        conn.putheader("content-length", "1000")
+        conn.endheaders(b'{"model": ')
+        time.sleep(0.05)                  # the server is reading the body by now
+    finally:
+        conn.close()
 
 
 def expect(tally: Tally, what: str, status: int | str, reply: bytes, want: int) -> None:
@@ -400,6 +415,9 @@ def run(url: str, size: Size, log: list[str], say=partial(print, flush=True)) ->
                   if isinstance(s, int) and s >= 500})
     if fives:
         failures.append(f"5xx answers: {fives}")
+    tracebacks = sum("Traceback" in line for line in list(log))
+    if tracebacks:
+        failures.append(f"the log holds {tracebacks} tracebacks")
     if logged != tally.refusals_sent:
         failures.append(f"refusals sent by status {dict(tally.refusals_sent)}, logged "
                         f"{dict(logged)}")

@@ -37,7 +37,8 @@ from poot.serve.tools import CallStream
 
 Starlette = require("starlette.applications").Starlette
 HTTPException = require("starlette.exceptions").HTTPException
-Request = require("starlette.requests").Request
+_requests = require("starlette.requests")
+Request, ClientDisconnect = _requests.Request, _requests.ClientDisconnect
 _responses = require("starlette.responses")
 JSONResponse, Response = _responses.JSONResponse, _responses.Response
 StreamingResponse = _responses.StreamingResponse
@@ -364,6 +365,11 @@ def create_app(engine: Engine, api_key: str | None = None):
         return JSONResponse(error_body(exc.detail, code=str(exc.status_code)),
                             exc.status_code, headers=exc.headers)
 
+    async def gone(request, exc: ClientDisconnect):
+        """The client left while sending its body: no one reads an answer, and it is no
+        fault of the server's."""
+        return Response(status_code=499)
+
     async def fault(request, exc: Exception):
         """A fault no check foresaw: still an OpenAI error object (uvicorn logs the
         traceback), and the server goes on."""
@@ -390,5 +396,5 @@ def create_app(engine: Engine, api_key: str | None = None):
 
     app = Starlette(routes=routes, lifespan=lifespan,
                     exception_handlers={RequestError: refused, HTTPException: http_error,
-                                        Exception: fault})
+                                        ClientDisconnect: gone, Exception: fault})
     return Gate(app, metrics, api_key)
