@@ -403,3 +403,9 @@ def test_a_content_list_template_places_the_images(folder, tmp_path):
     assert ids == want
     assert [len(p) for p in positions] == [5 * PER_TILE, PER_TILE]
     assert [i for i, t in enumerate(ids) if t == IMAGE] == sum(positions, [])
+    from poot.errors import CheckpointError
+
+    with pytest.raises(CheckpointError, match="image_token_id 7"):
+        image_chat_ids(tok, TileTokens(7, PER_TILE), prompt, grids)
+    with pytest.raises(CheckpointError, match="no <row_3_col_1> token"):
+        image_chat_ids(tok, tokens, prompt, [(3, 1)])

@@ -46,7 +46,8 @@ _MAX_DIM, _MAX_LAYERS, _MAX_IMAGE = 1 << 14, 256, 1 << 13
 
 @dataclass(frozen=True)
 class VisionConfig:
-    """A SigLIP tower and Gemma 3's connector to a language model of width `text_dim`."""
+    """A SigLIP tower and its connector (`connector`: Gemma 3's or Idefics3's) to a language
+    model of width `text_dim`."""
 
     hidden: int
     layers: int
