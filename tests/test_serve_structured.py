@@ -169,7 +169,7 @@ def test_mask_words_in_the_slot_allow_what_the_host_mask_allows(tmp_path):
     n = tok.vocab_size
     assert n % 32, "the byte vocabulary's last word is partly past it"
     made = grammar.checked(grammar.json_schema_grammar(SCHEMAS["numbers"]), tok)
-    for width in (n, n + 40, n - 5):       # the model's logits: as many ids, more, fewer
+    for width in (n, n + 40, n - 40):      # the model's logits: as many ids, more, fewer
         c = grammar.Constraint(made, tok)
         for ch in '{"ratio":0.5':
             words = np.zeros(mask_words(width), np.uint32)
