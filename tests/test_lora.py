@@ -377,13 +377,15 @@ def deepseek_folder(tmp_path_factory):
 
 
 def test_an_adapter_on_deepseeks_dense_and_shared_projections(deepseek_folder, tmp_path):
-    """DeepSeek: o_proj, the first layer's dense MLP and the shared experts adapted (the
-    latent attention's projections and the routed experts untouched)."""
+    """DeepSeek: the latent attention's q_a, q_b, kv_a and o projections, the first layer's
+    dense MLP and the shared experts adapted (the routed experts untouched)."""
     import poot
     from reference_deepseek import forward as deepseek_forward
 
     folder, cfg, tensors = deepseek_folder
-    modules = ("self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj",
+    modules = (*(f"self_attn.{x}" for x in ("q_a_proj", "q_b_proj", "kv_a_proj_with_mqa",
+                                             "o_proj")),
+               "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj",
                *(f"mlp.shared_experts.{x}_proj" for x in ("gate", "up", "down")))
     path, merged = write_adapter(tmp_path / "ds", tensors, cfg, modules, 2, 4, seed=4)
     model = poot.load(str(folder), backend=BACKEND, max_seq=32, prefill_tokens=6,
@@ -417,3 +419,15 @@ def test_an_adapter_on_routed_experts_is_refused_naming_the_tensor(deepseek_fold
                                               rf"model.layers.1.{module}, a routed expert's "
                                               rf"weight \({stack} of the base\)"):
         poot.load(str(folder), backend=BACKEND, max_seq=32, lora=[str(adapter)])
+
+
+def test_an_adapter_on_deepseeks_absorbed_kv_b_is_refused(deepseek_folder, tmp_path):
+    import poot
+    from poot.errors import CheckpointError
+
+    folder, cfg, tensors = deepseek_folder
+    path, _ = write_adapter(tmp_path / "kv_b", tensors, cfg, ("self_attn.kv_b_proj",), 2, 4,
+                            seed=5)
+    with pytest.raises(CheckpointError, match=r"adapts model.layers.0.self_attn.kv_b_proj, "
+                                              r"which multi-head latent attention absorbs"):
+        poot.load(str(folder), backend=BACKEND, max_seq=32, lora=[str(path)])

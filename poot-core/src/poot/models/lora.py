@@ -23,7 +23,8 @@ Refused by name: config keys poot does not implement (use_dora, rank_pattern, al
 modules_to_save, bias other than "none", fan_in_fan_out, layers_to_transform,
 target_parameters, ...), modules other than the attention and MLP projections, routed
 experts' weights (per expert or stacked: the experts run as IndexedMatMuls over their
-stack, which take no per-row adapter), and tensors whose rank or shape does not fit.
+stack, which take no per-row adapter), DeepSeek's kv_b_proj (absorbed, never applied as
+x W^T), and tensors whose rank or shape does not fit.
 """
 from __future__ import annotations
 
@@ -51,7 +52,11 @@ CONFIG, TENSORS = "adapter_config.json", "adapter_model.safetensors"
 _PREFIX = "base_model.model."
 #: HF module suffixes a LoRA may target here (the projections traced through `ops.linear`)
 _SUPPORTED = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
-              "qkv_proj", "gate_up_proj")
+              "qkv_proj", "gate_up_proj", "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa")
+#: projections poot computes in another form than x W^T, so that no low-rank update of
+#: their input applies: DeepSeek's kv_b is absorbed into the latent attention's query and
+#: output (poot.models.deepseek)
+_ABSORBED = ("kv_b_proj",)
 #: a routed expert's module (Mixtral's block_sparse_moe.experts.N, the others'
 #: mlp.experts.N, or the stack mlp.experts itself); shared_experts are dense projections
 _EXPERT = re.compile(r"(^|.*\.)experts(\.\d+)?\.[^.]+")
@@ -175,6 +180,11 @@ def load_adapter(path: str | Path, base, *, sandwich: bool = False,
                                   f"weight ({_expert_stack(module, sandwich)} of the base); "
                                   f"poot adapts the attention and dense MLP projections "
                                   f"(shared experts included), not routed experts")
+        if module.endswith(_ABSORBED):
+            raise CheckpointError(f"{file}: tensor {key!r} adapts {module}, which multi-head "
+                                  f"latent attention absorbs into its query and output (it "
+                                  f"never projects the latent); poot adapts q_proj, q_a_proj, "
+                                  f"q_b_proj, kv_a_proj_with_mqa and o_proj there")
         if not module.endswith(_SUPPORTED):
             raise CheckpointError(f"{file}: tensor {key!r} adapts {module}, which is not one "
                                   f"of the projections poot adapts ({', '.join(_SUPPORTED)})")
