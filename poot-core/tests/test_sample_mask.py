@@ -40,7 +40,7 @@ def _masked(logits: np.ndarray, ids) -> np.ndarray:
     return z
 
 
-@pytest.mark.parametrize("vocab", [V, 320])       # a last word partly past it, and none
+@pytest.mark.parametrize("vocab", [V, 320, 5])    # a last word partly past it, none, most
 def test_mask_bits_spread_to_ids_as_the_oracle_defines(vocab):
     from poot.oracle import evaluate
 

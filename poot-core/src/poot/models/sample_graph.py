@@ -154,7 +154,8 @@ def masked_logits(logits, mask):
     w = mask.shape[1]
     pad = w * WORD_BITS - vocab
     if pad:                           # any values: the padding is cut again below
-        logits = ops.concat([logits, ops.slice_axis(logits, 1, 0, pad)], 1)
+        logits = ops.concat([logits, ops.broadcast_to(ops.slice_axis(logits, 1, 0, 1),
+                                                      (b, pad))], 1)
     shifts = ops.cast(ops.iota((1, 1, WORD_BITS), 2), U32)
     bits = ops.bit_and(ops.shr(ops.reshape(mask, (b, w, 1)), shifts), 1)
     out = ops.select(ops.geu(bits, 1), ops.reshape(logits, (b, w, WORD_BITS)),
