@@ -1,8 +1,10 @@
 """Tool calls in `poot serve` chat: `tools` and `tool_choice` through the openai client on the
 fuzzer's tiny Llama (random weights; its template has no `tools` variable, so the tools are
 shown in a system message), forced calls validated against their parameters' schema, whole
-and streamed; the three call syntaxes read back from text; a template with `tools` gets
-them; refusals are 400s. One server for the module."""
+and streamed; an auto answer (its text forced by a regex) streamed as content and call
+deltas as it is written; the three call syntaxes read back from text, whole and streamed
+in pieces; a template with `tools` gets them; refusals are 400s. One server for the
+module."""
 from __future__ import annotations
 
 import json
