@@ -363,7 +363,7 @@ def test_v2_greedy_routing(tmp_path):
 # -- GGUF as llama.cpp's converter writes DeepSeek (architecture deepseek2) -------------------
 def write_gguf(path, cfg: dict, tensors: dict, *, split: bool = True, quantize: bool = False,
                fuse_gate_up: bool = False, drop: tuple[str, ...] = (),
-               change: dict | None = None) -> dict:
+               meta: dict | None = None, change: dict | None = None) -> dict:
     """The HF model `cfg`/`tensors` as llama.cpp's converter lays out a deepseek2 file:
     experts stacked [E, N, K], the choice bias as exp_probs_b.bias, kv_b split per head into
     attn_k_b [H, kv_rank, nope] (transposed) and attn_v_b [H, v, kv_rank] with one KV head
@@ -371,9 +371,8 @@ def write_gguf(path, cfg: dict, tensors: dict, *, split: bool = True, quantize: 
     RoPE pairs as stored; YaRN's mscale_all_dim as 0.1 x it. With `quantize`, every matrix
     whose rows are whole Q8_0 blocks is Q8_0. `fuse_gate_up`: gate and up experts as one
     ffn_gate_up_exps [E, 2I, H] (llama.cpp's --fuse-gate-up-exps). `drop`: metadata keys
-    (after "deepseek2.")
-    left out; `change`: tensors replaced by name. Returns the HF-named tensors as the file
-    decodes them."""
+    (after "deepseek2.") left out, `meta`: their values replaced; `change`: tensors
+    replaced by name. Returns the HF-named tensors as the file decodes them."""
     import gguf
     from gguf.quants import dequantize, quantize as quantize_q8
     from test_gguf_families import close_gguf
@@ -421,7 +420,7 @@ def write_gguf(path, cfg: dict, tensors: dict, *, split: bool = True, quantize: 
         keys["rope.scaling.yarn_log_multiplier"] = (w.add_float32, 0.1 * rs["mscale_all_dim"])
     for name, (add, value) in keys.items():
         if name not in drop:
-            add(a + name, value)
+            add(a + name, (meta or {}).get(name, value))
     out = {n: np.asarray(t, np.float32) for n, t in tensors.items()}
 
     def add(name, array, hf=None):
@@ -561,21 +560,24 @@ def test_gguf_on_cpu(gguf_files):
     assert rel_err(gguf_model(path, "cpu").prefill_logits(IDS[:12]), want[:12]) < 1e-4
 
 
-@pytest.mark.parametrize("drop, change, message", [
-    (("attention.kv_lora_rank",), None, "lacks 'deepseek2.attention.kv_lora_rank'"),
-    (("rope.scaling.yarn_log_multiplier",), None,
+@pytest.mark.parametrize("drop, meta, change, message", [
+    (("attention.kv_lora_rank",), None, None, "lacks 'deepseek2.attention.kv_lora_rank'"),
+    (("rope.scaling.yarn_log_multiplier",), None, None,
      "lacks 'deepseek2.rope.scaling.yarn_log_multiplier': deepseek2 YaRN scaling needs it"),
-    ((), {"blk.2.attn_k_b.weight": np.zeros((HEADS, NOPE, KV_RANK))},
+    ((), {"attention.head_count_kv": HEADS}, None,
+     rf"deepseek2.attention.head_count_kv = {HEADS} contradicts MLA's latent cache"),
+    ((), {"expert_gating_func": 3}, None, "deepseek2.expert_gating_func = 3 poot runs"),
+    ((), None, {"blk.2.attn_k_b.weight": np.zeros((HEADS, NOPE, KV_RANK))},
      rf"tensor 'blk.2.attn_k_b.weight' is \[{HEADS}, {NOPE}, {KV_RANK}\], but the deepseek2 "
      rf"metadata implies \[{HEADS}, {KV_RANK}, {NOPE}\]"),
 ])
-def test_hostile_gguf_is_refused_naming_file_and_key(tmp_path, drop, change, message):
+def test_hostile_gguf_is_refused_naming_file_and_key(tmp_path, drop, meta, change, message):
     from poot.errors import ConfigError
     from poot.models.loader import open_model
 
     cfg = gguf_config()
     path = tmp_path / "hostile.gguf"
-    write_gguf(path, cfg, random_tensors(cfg), drop=drop, change=change)
+    write_gguf(path, cfg, random_tensors(cfg), drop=drop, meta=meta, change=change)
     with pytest.raises(ConfigError, match=message) as err:
         open_model(str(path), max_seq=32)
     assert str(path) in str(err.value)
