@@ -566,7 +566,8 @@ def test_gguf_on_cpu(gguf_files):
      "lacks 'deepseek2.rope.scaling.yarn_log_multiplier': deepseek2 YaRN scaling needs it"),
     ((), {"attention.head_count_kv": HEADS}, None,
      rf"deepseek2.attention.head_count_kv = {HEADS} contradicts MLA's latent cache"),
-    ((), {"expert_gating_func": 3}, None, "deepseek2.expert_gating_func = 3 poot runs"),
+    ((), {"expert_gating_func": 3}, None,
+     "deepseek2.expert_gating_func = 3 is neither softmax"),
     ((), None, {"blk.2.attn_k_b.weight": np.zeros((HEADS, NOPE, KV_RANK))},
      rf"tensor 'blk.2.attn_k_b.weight' is \[{HEADS}, {NOPE}, {KV_RANK}\], but the deepseek2 "
      rf"metadata implies \[{HEADS}, {KV_RANK}, {NOPE}\]"),

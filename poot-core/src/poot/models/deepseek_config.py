@@ -190,8 +190,9 @@ def from_gguf(config, v: Values, arch: str, tensors: dict):
         k_len = size("attention.key_length_mla", "head_dim")
         v_len = size("attention.value_length_mla", "head_dim")
     elif kv_heads != heads:
-        refuse("attention.head_count_kv", f"a file without attention.key_length_mla has one "
-                                          f"key per head: it must be {heads}")
+        refuse("attention.head_count_kv", f"contradicts a file without attention."
+                                          f"key_length_mla (one key per head): it must be "
+                                          f"{heads}")
     if k_len <= rope or rope % 2:
         refuse("rope.dimension_count", f"must be even and below the q/k head dim {k_len}")
     mla = Mla(q_rank=size("attention.q_lora_rank", "dim", 0, lo=0), kv_rank=kv_rank,
@@ -200,17 +201,19 @@ def from_gguf(config, v: Values, arch: str, tensors: dict):
     dense = size("leading_dense_block_count", "layers", 0, lo=0)
     gating = v.integer(key("expert_gating_func"), 1, lo=0)
     if gating not in _GATING:
-        refuse("expert_gating_func", "poot runs deepseek2 with softmax (1) or sigmoid (2)")
+        refuse("expert_gating_func", "is neither softmax (1) nor sigmoid (2), the routers "
+                                     "poot runs for deepseek2")
     scoring = _GATING[gating]
     groups = size("expert_group_count", "experts", 1)
     used_groups = size("expert_group_used_count", "experts", groups)
     if experts % groups or used_groups > groups:
-        refuse("expert_group_count", f"{experts} experts in {groups} groups, "
-                                     f"{used_groups} kept")
+        refuse("expert_group_count", f"does not split {experts} experts into equal groups "
+                                     f"of which {used_groups} are kept")
     top = size("expert_used_count", "experts")
     if top > experts or (scoring == "sigmoid" and used_groups < groups
                          and 2 > experts // groups):
-        refuse("expert_used_count", "more experts than there are (or groups of fewer than 2)")
+        refuse("expert_used_count", "exceeds the experts (or their groups hold fewer than "
+                                    "2)")
     first_moe = f"blk.{dense}."
     routing = Routing(scoring=scoring, groups=groups, groups_used=used_groups,
                       group_score="top2" if scoring == "sigmoid" else "max",
