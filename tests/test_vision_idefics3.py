@@ -135,9 +135,22 @@ def test_config_and_tensor_names(folder, parts, tmp_path):
     write_folder(tmp_path / "v5", tensors, {**CONFIG, "text_config": text5, "_pad_token_id": 0},
                  1, None)
     assert open_model(str(tmp_path / "v5"))[1] == open_model(str(path))[1]
+    # SmolVLM's own spelling: the text model's sizes copied to the top level, and 4.x's
+    # whole PretrainedConfig in each sub-config, its training code's keys beside
+    junk = {"add_cross_attention": False, "bad_words_ids": None, "num_beams": 1,
+            "id2label": {"0": "LABEL_0"}, "torch_dtype": "bfloat16", "pad_token_id": 2}
+    smolvlm = {**CONFIG, "vocab_size": TEXT["vocab_size"], "hidden_size": TEXT["hidden_size"],
+               "text_config": {**TEXT, **junk, "perceiver_config": {"model_type": "x"},
+                               "qk_layer_norms": False, "is_llama_config": True},
+               "vision_config": {**VISION, **junk, "model_type": "siglip_vision_model",
+                                 "use_base_siglip": True,
+                                 "max_image_size": {"longest_edge": TILE}}}
+    write_folder(tmp_path / "smolvlm", tensors, smolvlm, 1, None)
+    assert open_model(str(tmp_path / "smolvlm"))[1] == open_model(str(path))[1]
     for name, cfg, extra, match in (
             ("odd", {**CONFIG, "frobnicate": 1}, {}, "frobnicate"),
             ("scale", {**CONFIG, "scale_factor": 3}, {}, "scale_factor"),
+            ("copy", {**CONFIG, "hidden_size": 65}, {}, "hidden_size"),
             ("resampler", {**CONFIG, "text_config": {**TEXT, "use_resampler": True}}, {},
              "use_resampler"),
             ("extra", CONFIG, {"model.perceiver.w": proj["modality_projection.proj.weight"]},

@@ -187,23 +187,42 @@ class TileTokens:
 #: Idefics3Config's top-level keys poot reads, and those that do not change the forward pass
 _IDEFICS3_READ = {"scale_factor", "image_token_id", "tie_word_embeddings", "text_config",
                   "vision_config"}
-_IDEFICS3_IGNORED = _IGNORED | {"vocab_size", "_attn_implementation_autoset",
-                                "use_export_friendly", "_pad_token_id"}
+_IDEFICS3_IGNORED = _IGNORED | {"_attn_implementation_autoset", "use_export_friendly",
+                                "_pad_token_id"}
+#: top-level copies of the text model's sizes (SmolVLM's config.json), checked against it
+_TEXT_COPIES = ("vocab_size", "hidden_size")
 #: LlamaConfig's defaults (the text_config transformers reads for Idefics3; its RoPE base
 #: only where the config names no rope_parameters, transformers 5's spelling)
 _LLAMA_DEFAULTS = {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008,
                    "num_hidden_layers": 32, "num_attention_heads": 32,
                    "max_position_embeddings": 2048, "rms_norm_eps": 1e-6}
 _LLAMA_ROPE_DEFAULTS = {"rope_theta": 10000.0}
+#: transformers 4.x's PretrainedConfig attributes, which SmolVLM's sub-configs carry whole
+#: (not only where they differ): generation defaults, bookkeeping and encoder-decoder
+#: switches that neither a Llama's nor a SigLIP tower's forward pass reads
+_PRETRAINED_INERT = {
+    "return_dict", "output_hidden_states", "output_attentions", "torchscript", "torch_dtype",
+    "dtype", "use_bfloat16", "tf_legacy_loss", "pruned_heads", "chunk_size_feed_forward",
+    "is_encoder_decoder", "is_decoder", "cross_attention_hidden_size", "add_cross_attention",
+    "tie_encoder_decoder", "max_length", "min_length", "do_sample", "early_stopping",
+    "num_beams", "num_beam_groups", "diversity_penalty", "temperature", "top_k", "top_p",
+    "typical_p", "repetition_penalty", "length_penalty", "no_repeat_ngram_size",
+    "encoder_no_repeat_ngram_size", "bad_words_ids", "num_return_sequences", "output_scores",
+    "return_dict_in_generate", "forced_bos_token_id", "forced_eos_token_id",
+    "remove_invalid_values", "exponential_decay_length_penalty", "suppress_tokens",
+    "begin_suppress_tokens", "architectures", "finetuning_task", "id2label", "label2id",
+    "tokenizer_class", "prefix", "bos_token_id", "pad_token_id", "eos_token_id",
+    "sep_token_id", "decoder_start_token_id", "task_specific_params", "problem_type",
+    "_name_or_path", "transformers_version", "_commit_hash", "_attn_implementation_autoset"}
 #: text_config keys SmolVLM's checkpoints carry from their training code: ones that leave
 #: the forward pass alone, and ones that change it unless false
-_TEXT_EXTRAS = {"_flash_attn_2_enabled", "_attn_implementation_autoset", "is_llama_config",
-                "neftune_noise_alpha", "perceiver_config", "pixel_shuffle_factor",
-                "transformers.js_config"}
+_TEXT_EXTRAS = _PRETRAINED_INERT | {"_flash_attn_2_enabled", "is_llama_config",
+                                    "neftune_noise_alpha", "perceiver_config",
+                                    "pixel_shuffle_factor", "transformers.js_config"}
 _TEXT_OFF = ("qk_layer_norms", "use_resampler", "rope_interleaved")
-_IDEFICS3_VISION_IGNORED = _VISION_IGNORED | {"use_export_friendly", "max_image_size", "size",
-                                              "tie_word_embeddings", "use_base_siglip",
-                                              "_attn_implementation_autoset"}
+_IDEFICS3_VISION_IGNORED = _VISION_IGNORED | _PRETRAINED_INERT | {
+    "use_export_friendly", "max_image_size", "size", "tie_word_embeddings", "use_base_siglip",
+    "projection_class", "ignore_index"}
 
 
 def read_idefics3(cfg: dict, where: str) -> tuple[dict, VisionConfig, TileTokens]:
@@ -211,7 +230,7 @@ def read_idefics3(cfg: dict, where: str) -> tuple[dict, VisionConfig, TileTokens
     Idefics3 (SmolVLM) folder: the SigLIP tower, a pixel shuffle by `scale_factor` and a
     projection without bias, then a Llama text model."""
     v = Values(cfg, f"{where}/config.json")
-    unknown = sorted(set(cfg) - _IDEFICS3_IGNORED - _IDEFICS3_READ)
+    unknown = sorted(set(cfg) - _IDEFICS3_IGNORED - _IDEFICS3_READ - set(_TEXT_COPIES))
     if unknown:
         v.fail(unknown[0], cfg[unknown[0]], "is an idefics3 setting poot does not implement")
     given = v.mapping("text_config", None)
@@ -227,6 +246,9 @@ def read_idefics3(cfg: dict, where: str) -> tuple[dict, VisionConfig, TileTokens
         text.pop(key, None)
     for key, value in _LLAMA_DEFAULTS.items():
         text.setdefault(key, value)
+    for key in _TEXT_COPIES:
+        if key in cfg and cfg[key] != text[key]:
+            v.fail(key, cfg[key], f"differs from text_config's {text[key]!r}")
     if "rope_parameters" not in text:
         for key, value in _LLAMA_ROPE_DEFAULTS.items():
             text.setdefault(key, value)
