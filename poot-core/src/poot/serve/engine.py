@@ -739,7 +739,9 @@ class Engine:
 
     def _decode(self, jobs: list[Job]) -> None:
         """One decode step for every generating job; each row samples in the graph with
-        its job's own settings, and only the token ids come back. A greedy step with
+        its job's own settings (under its grammar's token mask, where it has one), and only
+        the token ids come back, unless a job's logits are wanted on the host (logprobs,
+        logit_bias: then every row draws there). A greedy step with
         `overlap` is launched and read at the next turn (see the module docstring). Jobs
         that propose tokens this turn are verified first (`_verify`); the rest, and those
         whose proposal came up empty, take this step."""
@@ -761,10 +763,10 @@ class Engine:
                 self._advance(job, row)
             return
         rows = [(j.sampler, j.history) for j in jobs]
+        # here a job's rule is its grammar alone: its row draws under the grammar's mask
         masks = [j.rule.constraint if j.rule is not None else None for j in jobs]
         mode = mode_for([j.sampler for j in jobs], masked=any(masks))
-        if mode != MASKED:
-            masks = []
+        masks = masks if mode == MASKED else []
         if self.overlap and mode == "argmax":
             self._inflight = (jobs, self.session.decode_launch({j.id: j.last for j in jobs}))
             self.times["decode_step_s"] += time.perf_counter() - t0
