@@ -117,17 +117,25 @@ def test_a_constrained_request_does_not_hold_up_a_plain_one(server, client):
             model=MODEL, messages=ASK, max_tokens=200, temperature=1.0, seed=seed,
             response_format=schema_format(SCHEMAS["numbers"])).choices[0].message.content
 
-    def plain():
+    def plain(temperature=0.0):
+        # greedy, or a seeded draw: either gives the text it gives alone, its rows drawn
+        # beside constrained ones under a mask that allows every id
         return client.completions.create(model=MODEL, prompt="abc", max_tokens=30,
-                                         temperature=0, extra_body={"ignore_eos": True})
+                                         temperature=temperature, seed=4,
+                                         extra_body={"ignore_eos": True})
 
-    with ThreadPoolExecutor(3) as pool:
-        jobs = [pool.submit(constrained, s) for s in (1, 2)] + [pool.submit(plain)]
+    before = server.wait_idle()
+    with ThreadPoolExecutor(4) as pool:
+        jobs = [pool.submit(constrained, s) for s in (1, 2)] + \
+            [pool.submit(plain, t) for t in (0.0, 1.0)]
         answers = [j.result() for j in jobs]
+    masked = server.wait_idle()["masked_steps"] - before["masked_steps"]
     for text in answers[:2]:
         jsonschema.validate(json.loads(text), SCHEMAS["numbers"])
-    assert answers[2].usage.completion_tokens == 30
-    assert answers[2].choices[0].text == plain().choices[0].text
+    for got, t in zip(answers[2:], (0.0, 1.0)):
+        assert got.usage.completion_tokens == 30
+        assert got.choices[0].text == plain(t).choices[0].text
+    assert masked > 0
     stats = server.wait_idle()
     assert stats["failed"] == 0 and stats["free_blocks"] == stats["pool_blocks"]
 
