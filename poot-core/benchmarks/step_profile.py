@@ -14,13 +14,15 @@ dense KV, one token, the argmax sampled in the graph):
   recorded once at load and resubmitted; the record time is timed once more here.
 - wgpu: the recorded step (`poot_wgpu.step.RecordedStep`): its dispatch list, encoded
   into a new command buffer every step (WebGPU command buffers are single-use); the
-  encode is timed on its own. WebGPU puts no barriers in the API: wgpu tracks each
-  buffer's use per dispatch, and a storage buffer written by one dispatch and bound by the
-  next is synchronized between them; "barriers" counts those dispatches (a whole-buffer
-  use, as wgpu tracks it), "hazard batches" the byte-range batches as the vulkan backend
-  cuts them.
-- cuda: the step's queued actions (`poot.runtime.stream.StreamExecutable`), replayed as
-  one CUDA graph; only where a CUDA device is present.
+  encode and the submit are timed on their own. WebGPU puts no barriers in the API: wgpu
+  tracks each buffer's use per dispatch as a whole, and every binding is a read_write
+  storage range, so a dispatch that binds a buffer the one before bound waits for it;
+  "barriers" counts those dispatches, "dependent batches" the batches the vulkan
+  backend's byte-range hazard rule would cut them into.
+- cuda: the step's queued actions (`poot.runtime.stream.StreamExecutable`): one stream, so
+  each waits for the one before (on sm_90 a launch may start early and wait inside the
+  kernel); replayed as one CUDA graph, whose launch is timed. Only where a CUDA device is
+  present.
 A backend without a device is reported as such and skipped.
 """
 from __future__ import annotations
@@ -126,13 +128,22 @@ def profile_wgpu(ex, repeat: int) -> dict:
                        f"{1e3 * statistics.median(submits):.3f}), over {repeat} steps")
 
 
-def profile_cuda(ex) -> dict:
-    actions = ex.executable._actions
+def profile_cuda(ex, repeat: int) -> dict:
+    executable = ex.executable
+    actions = executable._actions
     launches = [a for a in actions if a[0] == "launch"]
     kinds = collections.Counter(kind_of(getattr(a[1], "name", "kernel")) for a in launches)
+    graph, times = executable._graph, []
+    for _ in range(repeat if graph is not None else 0):
+        t0 = time.perf_counter()
+        graph.launch()            # the last decode step once more: it writes what it wrote
+        times.append(time.perf_counter() - t0)
+        executable.rt.ctx.sync()
+    encode = f"one CUDA graph launch per step, {1e3 * min(times):.3f} ms on the host " \
+             f"(min of {repeat})" if times else "every kernel launched per step (no graph)"
     return dict(launches=len(launches), copies=len(actions) - len(launches),
-                barriers=len(actions) - 1, batches=len(actions), kinds=kinds,
-                encode="one CUDA graph launch per step (captured once)")
+                barriers=f"{len(actions) - 1} (stream order)", batches=len(actions),
+                kinds=kinds, encode=encode)
 
 
 def run_backend(name: str, args) -> None:
@@ -157,7 +168,7 @@ def run_backend(name: str, args) -> None:
     prof = {"cpu": lambda: profile_cpu(ex),
             "vulkan": lambda: profile_vulkan(ex, args.encodes),
             "wgpu": lambda: profile_wgpu(ex, args.encodes),
-            "cuda": lambda: profile_cuda(ex)}.get(name)
+            "cuda": lambda: profile_cuda(ex, args.encodes)}.get(name)
     print(f"\n== {name} on {model.device}: setup {setup:.1f} s; decode "
           f"{stats.decode_tps:.2f} tok/s ({stats.generated_tokens} tokens), "
           f"prefill {stats.prefill_tps:.2f} tok/s | {text!r}")
