@@ -40,6 +40,10 @@ def test_dense_decode_matches_reference(wgpu_device, weights_kw):
     ref, dev = _executors(weights_kw)
     _check(ref, dev, _decode_slots([3, 17, 42, 5]))
     assert dev.executable.recorded  # later steps replayed the recorded dispatch list
+    step = dev.executable.step
+    assert step._next is not None   # and each encoded the next one ahead of its submit
+    for d in step.dispatches:       # what plan readers (the step profile) see of a dispatch
+        assert len(d.resources) == len(d.writes) == d.kernel.n_bindings and any(d.writes)
 
 
 def test_prefill_then_decode_share_state(wgpu_device):
