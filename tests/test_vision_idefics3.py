@@ -419,6 +419,18 @@ def test_a_content_list_template_places_the_images(folder, tmp_path):
     assert ids == want
     assert [len(p) for p in positions] == [5 * PER_TILE, PER_TILE]
     assert [i for i, t in enumerate(ids) if t == IMAGE] == sum(positions, [])
+    # a chat without images through that template: its message as a content list too
+    text_only = image_chat_ids(tok, tokens, "Hi", [])[0]
+    assert text_only == tok.encode("<|im_start|>User: ", add_special=False) + \
+        tok.encode_text("Hi") + tok.encode("<end_of_utterance>\nAssistant:", add_special=False)
+    import poot
+    from poot.models.vision.chat import ImageChat
+
+    (tmp_path / "model.safetensors").symlink_to(path / "model.safetensors")
+    (tmp_path / "preprocessor_config.json").symlink_to(path / "preprocessor_config.json")
+    chat = ImageChat(poot.load(str(tmp_path), "reference", max_seq=128))
+    chat.generate("Hi", max_tokens=1)
+    assert chat.model.stats.prompt_tokens == len(text_only)
     from poot.errors import CheckpointError
 
     with pytest.raises(CheckpointError, match="image_token_id 7"):

@@ -20,6 +20,7 @@ import numpy as np
 
 from poot.errors import BindError, RequestError
 from poot.models import hosted_rows
+from poot.models.vision.config import TileTokens
 from poot.models.vision.template import encode_parts, user_parts
 
 #: an image prompt's prefill step is its length rounded up to this (fewer plans to build)
@@ -94,8 +95,6 @@ def image_chat_ids(tokenizer, tokens, prompt: str, grids, system: str | None = N
     """(the chat's token ids with an image per tile grid before the user's text, the
     positions that take each image's rows, in order) as the processor of the family
     whose image tokens `tokens` are places them."""
-    from poot.models.vision.config import TileTokens
-
     if isinstance(tokens, TileTokens):
         from poot.models.vision import idefics3
 
@@ -250,6 +249,10 @@ class ImageChat:
         model = self.model
         if images:
             ids, hosted, spans = self.prompt(prompt, images, system)
+        elif isinstance(self.vision.tokens, TileTokens):
+            # through the image prompt's rendering: SmolVLM's template takes content lists
+            ids, hosted, spans = image_chat_ids(model.tokenizer, self.vision.tokens, prompt, [],
+                                                system)[0], {}, {}
         else:
             ids, hosted, spans = model.prompt_ids(prompt, chat=True, system=system), {}, {}
         session = model.session()
