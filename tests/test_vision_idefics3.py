@@ -313,6 +313,10 @@ def test_generate_and_poot_run_with_two_images(folder, capsys):
     path, _, _, _, images = folder
     m = poot.load(str(path), "reference", max_seq=128, prefill_tokens=16)
     chat = ImageChat(m)
+    from poot.errors import RequestError
+
+    with pytest.raises(RequestError, match=r"6 image\(s\) and the text take \d+ tokens"):
+        chat.prompt("Describe them.", [images[0]] * 6)     # refused before any is encoded
     ids, hosted, spans = chat.prompt("Describe both.", images[:2])
     assert spans == {} and len(hosted) == 8 * PER_TILE and len(chat.image_seconds) == 2
     answer = []
