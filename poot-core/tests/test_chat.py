@@ -65,3 +65,21 @@ def test_smollm2_template(smollm2_gguf):
                     "<|im_start|>assistant\n")
     ids = tokenizer.encode(text)
     assert ids[0] == 1 and ids.count(2) == 2  # <|im_start|> and <|im_end|> are single tokens
+
+
+#: a template written for content lists (SmolVLM's shape): it iterates over each message's
+#: content and prints the text parts, and prints nothing of a string content
+LISTS = ("{% for m in messages %}{{ m.role }}:{% for part in m.content %}"
+         "{% if part.type == 'text' %}{{ part.text }}{% endif %}{% endfor %}|{% endfor %}")
+
+
+def test_a_content_list_template_gets_string_contents_as_text_parts():
+    from poot.models.chat import render_chat_parts
+
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi |"}]
+    assert render_chat(LISTS, msgs) == "system:Be brief.|user:Hi ||"
+    assert render_chat_parts(LISTS, msgs) == [
+        ("system:", False), ("Be brief.", True), ("|user:", False), ("Hi |", True),
+        ("|", False)]
+    # a template for strings keeps them strings
+    assert render_chat("{{ messages[0].content }}", msgs) == "Be brief."

@@ -31,9 +31,11 @@ def render_chat(template: str | None, messages: Sequence[Mapping[str, Any]], *,
             "this model has no chat template (tokenizer.chat_template); use a plain prompt")
     _check_messages(messages)
     compiled = _compile(template)
+    listed = _takes_content_lists(template)
     try:
         return compiled.render(
-            messages=[dict(m) for m in messages], bos_token=bos_token, eos_token=eos_token,
+            messages=[_as_content_list(m) if listed else dict(m) for m in messages],
+            bos_token=bos_token, eos_token=eos_token,
             add_generation_prompt=add_generation_prompt, **variables)
     except ChatTemplateError:
         raise
@@ -147,6 +149,29 @@ def _check_messages(messages) -> None:
         for key in ("role", "content"):
             if not isinstance(message.get(key), str):
                 raise ChatTemplateError(f"message {n} needs a string {key!r}")
+
+
+@lru_cache(maxsize=8)
+def _takes_content_lists(template: str) -> bool:
+    """Whether the template shows a message's text only when its content is a list of
+    parts (templates written for images, e.g. SmolVLM's, iterate over `content` and print
+    nothing of a string)."""
+    probe = "\ue000probe\ue001"
+
+    def shows(message) -> bool:
+        try:
+            return probe in _compile(template).render(messages=[message], bos_token="",
+                                                      eos_token="", add_generation_prompt=True)
+        except Exception:  # noqa: BLE001  (the real render reports the template's error)
+            return False
+    text = {"role": "user", "content": probe}
+    return not shows(text) and shows(_as_content_list(text))
+
+
+def _as_content_list(message: Mapping[str, Any]) -> dict:
+    """The message with its string content as one text part (OpenAI's content-part form)."""
+    content = message["content"]
+    return dict(message, content=[{"type": "text", "text": content}] if content else [])
 
 
 def _raise_exception(message: str):
