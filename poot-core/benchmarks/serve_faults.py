@@ -4,17 +4,18 @@ server's health read from its own /metrics, /stats and log (issue 51).
 Each round, with the server started by `server_args(size)` (--max-queue = streams - batch):
 - long streams take every batch row, then the other streams fill the queue, so that the
   requests of a burst find it full: each must be answered 429 with Retry-After;
-- of all streams, a quarter leave mid-stream or while queued (half closing the socket,
-  half resetting it), a quarter read slowly through a small receive buffer, a quarter are
+- of all streams, a quarter leave once the burst is done: mid-stream (the long ones among
+  them) or while queued, half closing the socket, half resetting it; a quarter read slowly through a small receive buffer, a quarter are
   chat streams read by the openai client, the rest plain completions read to the end;
 - bad requests meanwhile: a body declared over the size limit, one sent chunked past it,
   invalid JSON, an unknown field: each its 4xx; and a client that leaves mid-body.
 After each round, once the server is idle, every KV block must be back in the pool (the
 free count equals the pool's size; prefix-cached blocks no sequence holds count as free).
 After the rounds: the server still answers; its resident memory (the metric
-process_resident_memory_bytes) grew by under 5% from the end of the first round (the
-rounds start once GET /ready says every plan is made; the first round warms what else a
-running server keeps); no 5xx was sent, as the clients saw it
+process_resident_memory_bytes) grew by under 5% from its warm size (once GET /ready says
+every plan is made, one stream per batch row runs to the end of its context, so that the
+KV pool's pages are mapped, then a round 0 of faults; `warm_up`); no 5xx was sent, as the
+clients saw it
 and as poot_http_requests_total counts; the log has one "refused" line for every refusal
 sent, by status, and no traceback.
 
@@ -44,6 +45,7 @@ from urllib.parse import urlsplit
 MODEL = "smollm2"          # the name tests/serve_process.py serves under
 TIMEOUT = 120.0            # no client waits longer for any answer
 WARM_S = 600.0             # the longest the server may take to make its plans
+FILL_S = 30.0              # the longest the streams may take to fill the queue
 SLOW_RCVBUF = 2048         # a slow reader's receive buffer: the server's writes back up
 MAX_BODY = 4 << 20         # poot.serve.app.MAX_BODY (not imported: a client needs no poot)
 RSS_GROWTH = 0.05
@@ -57,9 +59,9 @@ class Size:
     rounds: int = 10
     burst: int = 4              # requests sent to the full queue a round
     tokens: int = 24            # an ordinary stream's answer length
-    long_tokens: int = 480      # a row holder's answer length (rows held while the queue fills)
+    long_tokens: int = 1000     # a row holder's answer length (it leaves after the burst)
     slow_pause: float = 0.005   # a slow reader's pause between reads of SLOW_READ bytes
-    max_seq: int = 512
+    max_seq: int = 1024
 
     def __post_init__(self):
         if not 0 < self.batch <= self.streams // 4:
@@ -344,13 +346,14 @@ def one_round(url: str, size: Size, tally: Tally, k: int) -> None:
         t.start()
         threads.append(t)
 
-    for i in range(size.batch):                              # the batch's rows
-        start(read_stream, url, f"round {k} long {i}", size.long_tokens, tally)
+    leaving = [("close", "reset")[i % 2] for i in range(size.streams // 4)]
+    for i, mode in enumerate(leaving[:size.batch]):   # the batch's rows, until the burst
+        start(read_stream, url, f"round {k} long {i}", size.long_tokens, tally, mode, hold,
+              leave_after=1 + i % 2)
     if not wait_for(url, lambda s: s["active"] == size.batch):
         tally.problem(f"round {k}: the long streams did not all get a row")
     quarter = size.streams // 4
-    rest = [("close", "reset")[i % 2] for i in range(quarter)] + ["slow"] * quarter + \
-        ["chat"] * quarter
+    rest = leaving[size.batch:] + ["slow"] * quarter + ["chat"] * quarter
     rest += ["read"] * (size.streams - size.batch - len(rest))
     for i, mode in enumerate(rest):
         if mode == "chat":
@@ -359,7 +362,7 @@ def one_round(url: str, size: Size, tally: Tally, k: int) -> None:
             start(read_stream, url, f"round {k} stream {i}", size.tokens, tally, mode, hold,
                   leave_after=i % 3, pause=size.slow_pause)
     queue = size.streams - size.batch
-    if wait_for(url, lambda s: s["queued"] == queue):
+    if wait_for(url, lambda s: s["queued"] == queue, FILL_S):
         for _ in range(size.burst):
             busy(url, tally)
     else:
@@ -373,6 +376,22 @@ def one_round(url: str, size: Size, tally: Tally, k: int) -> None:
             tally.problem(f"round {k}: a client still waits after {TIMEOUT} s")
 
 
+def warm_up(url: str, size: Size, tally: Tally) -> float:
+    """The server's RSS once warm: after one stream per batch row to the end of its
+    context (the OS maps the KV pool's pages as they are first written: this writes
+    nearly every block) and one round of faults (round 0)."""
+    threads = [threading.Thread(target=read_stream, daemon=True,
+                                args=(url, f"warm {i}", size.long_tokens, tally))
+               for i in range(size.batch)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(TIMEOUT)
+    one_round(url, size, tally, 0)
+    wait_for(url, lambda s: s["active"] == 0 and s["queued"] == 0)
+    return metrics(url)["process_resident_memory_bytes"]
+
+
 def run(url: str, size: Size, log: list[str], say=partial(print, flush=True)) -> dict:
     """The rounds against a running server whose log lines `log` collects; a report with
     its `failures` (empty: the server passed)."""
@@ -382,9 +401,11 @@ def run(url: str, size: Size, log: list[str], say=partial(print, flush=True)) ->
     if not ready(url):
         return {"failures": ["the server was not ready (GET /ready) within "
                              f"{WARM_S:.0f} s"]}
+    base = warm_up(url, size, tally)
+    say(f"warm: RSS {base / 2**20:.1f} MiB")
     for k in range(size.rounds):
         t0 = time.perf_counter()
-        one_round(url, size, tally, k)
+        one_round(url, size, tally, k + 1)
         idle = wait_for(url, lambda s: s["active"] == 0 and s["queued"] == 0)
         m, st = metrics(url), stats(url)
         rounds.append({"seconds": time.perf_counter() - t0, "idle": idle,
@@ -393,7 +414,7 @@ def run(url: str, size: Size, log: list[str], say=partial(print, flush=True)) ->
                        "free": m['poot_kv_blocks{state="free"}'],
                        "used": m['poot_kv_blocks{state="used"}']})
         r = rounds[-1]
-        say(f"round {k}: {r['seconds']:.1f} s, RSS {r['rss'] / 2**20:.1f} MiB, "
+        say(f"round {k + 1}: {r['seconds']:.1f} s, RSS {r['rss'] / 2**20:.1f} MiB, "
             f"KV blocks free {r['free']:.0f} used {r['used']:.0f}, plans {r['plans']}")
     status, _, reply = post(url, "/v1/completions", completion("still there?", 2, False))
     time.sleep(0.5)                   # the log lines of the last refusals reach the reader
@@ -405,10 +426,11 @@ def run(url: str, size: Size, log: list[str], say=partial(print, flush=True)) ->
         failures.append(f"the server no longer answers: {status} {reply[:200]!r}")
     for k, r in enumerate(rounds):
         if not r["idle"] or r["used"] != 0:
-            failures.append(f"round {k}: {r['used']:.0f} KV blocks not back in the pool")
-    growth = rounds[-1]["rss"] / rounds[0]["rss"] - 1
+            failures.append(f"round {k + 1}: {r['used']:.0f} KV blocks not back in the "
+                            f"pool")
+    growth = rounds[-1]["rss"] / base - 1
     if growth >= RSS_GROWTH:
-        failures.append(f"RSS grew by {growth:.1%} from round 0 to round {size.rounds - 1}")
+        failures.append(f"RSS grew by {growth:.1%} in {size.rounds} rounds")
     fives = {k: v for k, v in final.items() if k.startswith("poot_http_requests_total")
              and re.search(r'status="5', k) and v}
     fives.update({f"client {w}": n for (w, s), n in tally.statuses.items()
@@ -421,7 +443,7 @@ def run(url: str, size: Size, log: list[str], say=partial(print, flush=True)) ->
     if logged != tally.refusals_sent:
         failures.append(f"refusals sent by status {dict(tally.refusals_sent)}, logged "
                         f"{dict(logged)}")
-    return {"rounds": rounds, "rss_growth": growth, "statuses": dict(tally.statuses),
+    return {"rounds": rounds, "rss_warm": base, "rss_growth": growth, "statuses": dict(tally.statuses),
             "refusals": dict(tally.refusals_sent), "logged": dict(logged),
             "failures": failures}
 
