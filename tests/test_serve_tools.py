@@ -179,6 +179,13 @@ def test_an_auto_call_streams_as_deltas_as_it_is_written(client):
     (same,) = whole.choices[0].message.tool_calls
     assert whole.choices[0].message.content == "Sure."
     assert json.loads(same.function.arguments) == json.loads(call.function.arguments)
+    chunks = list(client.chat.completions.create(       # a call cut short ends as OpenAI's
+        model=MODEL, messages=ASK, tools=TOOLS, max_tokens=whole.usage.completion_tokens - 3,
+        temperature=1.0, seed=5, stream=True,
+        extra_body={"response_format": {"type": "regex", "regex": CALL_REGEX}}))
+    deltas = [d for c in chunks if c.choices for d in (c.choices[0].delta.tool_calls or [])]
+    assert deltas[0].function.name == "get_time"
+    assert chunks[-1].choices[0].finish_reason == "length"
 
 
 def test_an_auto_answer_without_calls_streams_as_content(client):

@@ -240,7 +240,8 @@ def create_app(engine: Engine, api_key: str | None = None):
                         if tools is not None:
                             found, called = calls[i].end()
                             out += deltas(i, found)
-                            reason = "tool_calls" if called else reason
+                            if called and reason != "length":   # a call cut short
+                                reason = "tool_calls"             # ends as OpenAI's does
                         out.append(sse(shapes.chunk(i, None, reason,
                                                     entries=pending[i] + ev.logprobs)))
                         ends[i] = ev
