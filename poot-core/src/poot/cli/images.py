@@ -1,4 +1,5 @@
-"""`poot run --image PATH`: the checks of the flag and the model's vision tower attached."""
+"""`poot run --image PATH [--mmproj FILE]`: the checks of the flags and the model's vision
+tower attached (a GGUF language model's from its vision projector GGUF)."""
 from __future__ import annotations
 
 
@@ -7,7 +8,12 @@ def check(args) -> None:
     implies the chat template."""
     from poot.errors import RequestError
 
+    mmproj = getattr(args, "mmproj", None)
+    check_mmproj(mmproj)
     if not args.image:
+        if mmproj is not None:
+            raise RequestError("--mmproj needs --image (a chat with images is not "
+                               "interactive)")
         return
     if args.prompt is None:
         raise RequestError("--image needs --prompt (a chat with images is not interactive)")
@@ -21,10 +27,25 @@ def check(args) -> None:
         open_rgb(path)
 
 
-def attach(model, progress):
-    """The model's ImageChat, its encoder planned; one progress line."""
+def check_mmproj(path) -> None:
+    """--mmproj names a file (what it holds is checked once the language model is in)."""
+    from pathlib import Path
+
+    from poot.errors import RequestError
+
+    if path is not None and not Path(path).is_file():
+        raise RequestError(f"--mmproj {path}: no such file")
+
+
+def attach(model, progress, mmproj=None):
+    """The model's ImageChat, its encoder planned (the tower `mmproj`'s, where given); one
+    progress line."""
     from poot.models.vision.chat import ImageChat
 
+    if mmproj is not None:
+        from poot.models.vision.mmproj import attach as attach_mmproj
+
+        attach_mmproj(model, mmproj)
     chat = ImageChat(model, progress)
     c = chat.vision.config
     each = "tile" if c.connector == "idefics3" else "image"

@@ -26,6 +26,9 @@ def add_parser(sub):
     p.add_argument("--image", action="append", default=[], metavar="PATH",
                    help="an image for a vision-language model, before the prompt's text "
                         "(repeatable; implies --chat)")
+    p.add_argument("--mmproj", default=None, metavar="FILE",
+                   help="the vision projector GGUF of a GGUF language model (llama.cpp's "
+                        "mmproj: Gemma 3 or Idefics3 / SmolVLM), for --image")
     p.add_argument("--backend", default=None,
                    help="backend name (default: the best available; `poot backends` marks it)")
     p.add_argument("--max-tokens", type=int, default=None,
@@ -160,7 +163,7 @@ def run(args, rank: int = 0, group=None) -> int:
     if args.image:      # before the first plan: the prefill plans take the image rows
         from poot.cli import images
 
-        vision = images.attach(model, progress)
+        vision = images.attach(model, progress, args.mmproj)
     model.device_sampling = model.device_sampling and not args.host_sampling
     mode = model.sample_mode([Sampler(args.temperature, args.top_k, args.top_p,
                                       args.repetition_penalty, args.seed)])

@@ -60,6 +60,8 @@ def read_image_processing(vision):
     """How the checkpoint's processor prepares pixels (poot.models.vision.preprocess)."""
     from poot.models.vision.preprocess import read_processing
 
+    if vision.processing is not None:     # stated beside the tower (an mmproj's keys)
+        return vision.processing
     tiling = getattr(vision.tokens, "tiling", None)
     return tiling if tiling is not None else read_processing(vision.folder,
                                                              vision.config.image_size)

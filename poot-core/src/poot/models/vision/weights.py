@@ -82,6 +82,8 @@ class VisionWeights:
     tensors: dict
     where: str = ""
     arrays: dict = field(default_factory=dict)
+    #: names stored as w of a (1 + w) norm (an mmproj stores 1 + w itself: none)
+    offset_norms: tuple = _OFFSET_NORMS
 
     def has(self, name: str) -> bool:
         return name in self.tensors
@@ -94,11 +96,12 @@ class VisionWeights:
             raise CheckpointError(f"{self.where}: vision tensor {name!r} is packed or integer "
                                   f"({info.storage!r}); poot reads dense vision towers")
         array, dtype, ref = info.sources[0], info.dtype, info.ref
-        if len(info.shape) == 1 and dtype is not DType.F32 or name in _OFFSET_NORMS:
+        offset = name in self.offset_norms
+        if len(info.shape) == 1 and dtype is not DType.F32 or offset:
             array = np.asarray(array, np.float32)
             dtype = DType.F32
             tag = ":f32"
-            if name in _OFFSET_NORMS:
+            if offset:
                 array = array + np.float32(1.0)
                 tag = "+1"
             ref = type(ref)(ref.checkpoint, ref.tensor + tag, f"{ref.payload}{tag}", "f32")
@@ -113,10 +116,14 @@ class VisionParts:
     config: object              # poot.models.vision.config.VisionConfig
     tokens: object              # poot.models.vision.config.ImageTokens or TileTokens
     tensors: dict
-    folder: Path
+    folder: Path                # the checkpoint the tower comes from (an mmproj: its file)
+    #: how pixels are prepared, where the tower's file says (an mmproj); None: the folder's
+    #: preprocessor_config.json
+    processing: object = None
+    offset_norms: tuple = _OFFSET_NORMS
 
     def weights(self) -> VisionWeights:
-        return VisionWeights(self.tensors, str(self.folder))
+        return VisionWeights(self.tensors, str(self.folder), offset_norms=self.offset_norms)
 
 
 def open_vision(checkpoint, max_seq: int | None = None):

@@ -1,0 +1,308 @@
+"""A GGUF language model's vision tower from a separate projector GGUF (llama.cpp's mmproj):
+the tiny random Gemma 3 and Idefics3 folders of tests/test_vision_gemma3.py and
+tests/test_vision_idefics3.py written as the converter writes their mmproj (a `clip` GGUF,
+its names and layouts, Gemma 3's soft-embedding norm as 1 + w), attached to their text
+models (a text-only folder: the attaching reads only the language model's config and
+tokenizer), must give the folder path's image rows and logits; the f16 layout against
+tests/reference_siglip.py; bad files, flags and pairings are one typed line naming the file
+and key.
+"""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import test_vision_gemma3 as gemma3
+import test_vision_idefics3 as idefics3
+from test_gguf_families import close_gguf
+from test_vision_gemma3 import rel_err
+
+from poot.errors import CheckpointError
+
+#: HF tower name (tests' vision_tensors) -> the converter's
+_LAYER = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
+          "self_attn.v_proj": "attn_v", "self_attn.out_proj": "attn_out",
+          "layer_norm1": "ln1", "layer_norm2": "ln2", "mlp.fc1": "ffn_up", "mlp.fc2": "ffn_down"}
+_TOP = {"embeddings.patch_embedding": "v.patch_embd",
+        "embeddings.position_embedding": "v.position_embd", "post_layernorm": "v.post_ln"}
+_PROJ = {"mm_soft_emb_norm.weight": "mm.soft_emb_norm.weight",
+         "mm_input_projection_weight": "mm.input_projection.weight",
+         "modality_projection.proj.weight": "mm.model.fc.weight"}
+
+
+def mmproj_name(hf: str) -> str:
+    if hf in _PROJ:
+        return _PROJ[hf]
+    base, kind = hf.rsplit(".", 1)
+    if base.startswith("encoder.layers."):
+        i, rest = base[len("encoder.layers."):].split(".", 1)
+        return f"v.blk.{i}.{_LAYER[rest]}.{kind}"
+    return f"{_TOP[base]}.{kind}"
+
+
+def write_mmproj(path, kind: str, vis: dict, proj: dict, *, f16: bool = False,
+                 meta: dict | None = None, drop: tuple = (), change: dict | None = None):
+    """The converter's mmproj of a folder's tower (`vis`) and connector (`proj`), HF names:
+    with `f16`, matrices f16 but the embeddings (as its --outtype f16); `meta` replaces key
+    values (None: leaves the key out), `drop` leaves tensors out, `change` replaces them.
+    Returns the tensors as the file holds them, by HF name."""
+    import gguf
+
+    v = gemma3.VISION
+    w = gguf.GGUFWriter(str(path), "clip")
+    w.add_type(gguf.GGUFType.MMPROJ)
+    keys = {"clip.has_vision_encoder": (w.add_bool, True),
+            "clip.projector_type": (w.add_string, kind),
+            "clip.vision.projection_dim": (w.add_uint32, gemma3.DIM if kind == "gemma3"
+                                           else idefics3.TEXT["hidden_size"]),
+            "clip.vision.image_size": (w.add_uint32, v["image_size"]),
+            "clip.vision.patch_size": (w.add_uint32, v["patch_size"]),
+            "clip.vision.embedding_length": (w.add_uint32, v["hidden_size"]),
+            "clip.vision.feed_forward_length": (w.add_uint32, v["intermediate_size"]),
+            "clip.vision.block_count": (w.add_uint32, v["num_hidden_layers"]),
+            "clip.vision.attention.head_count": (w.add_uint32, v["num_attention_heads"]),
+            "clip.vision.attention.layer_norm_epsilon": (w.add_float32, v["layer_norm_eps"]),
+            "clip.vision.image_mean": (w.add_array, [0.5] * 3),
+            "clip.vision.image_std": (w.add_array, [0.5] * 3),
+            "clip.use_gelu": (w.add_bool, True)}
+    if kind == "gemma3":        # 4 x 4 patches pooled to 2 x 2 rows (not the default 4)
+        keys["clip.vision.projector.scale_factor"] = (w.add_uint32, 2)
+    else:
+        keys["clip.vision.projector.scale_factor"] = (w.add_uint32, idefics3.SCALE)
+        keys["clip.vision.preproc_image_size"] = (w.add_uint32, 2 * idefics3.TILE)
+    for key, value in (meta or {}).items():
+        if value is None:
+            keys.pop(key)
+        else:
+            keys[key] = (keys[key][0] if key in keys else w.add_string, value)
+    for key, (add, value) in keys.items():
+        add(key, value)
+    held = {}
+    for hf, array in {**vis, **proj}.items():
+        array = np.asarray((change or {}).get(hf, array), np.float32)
+        if hf == "mm_soft_emb_norm.weight":
+            array = array + np.float32(1.0)
+        if f16 and array.ndim > 1 and "embeddings." not in hf:
+            array = array.astype(np.float16)
+        if mmproj_name(hf) not in drop:
+            w.add_tensor(mmproj_name(hf), array)
+        held[hf] = array.astype(np.float64) - (hf == "mm_soft_emb_norm.weight")
+    close_gguf(w)
+    return held
+
+
+def text_folder(path, tensors: dict, config: dict, write_tokenizer):
+    """The folder's language model alone (as a GGUF language model would give it)."""
+    from poot_quant.safetensors_dir import write_folder
+
+    write_folder(path, tensors, config, 1, None)
+    write_tokenizer(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def families(tmp_path_factory):
+    """Per family: (the vision-language folder, its text-only folder, its mmproj, images,
+    the folder's tower and connector tensors)."""
+    out = {}
+    for kind, mod in (("gemma3", gemma3), ("idefics3", idefics3)):
+        path, text, vis, proj, images = mod.folder.__wrapped__(tmp_path_factory)
+        config = {**mod.TEXT, "tie_word_embeddings": kind == "gemma3"}
+        root = path.parent
+        text_only = text_folder(root / "text", text, config, mod.write_tokenizer)
+        write_mmproj(root / "mmproj.gguf", kind, vis, proj)
+        out[kind] = SimpleNamespace(folder=path, text=text_only, mmproj=root / "mmproj.gguf",
+                                    images=images, vis=vis, proj=proj, root=root)
+    return out
+
+
+def loaded(path, backend: str, mmproj=None):
+    import poot
+
+    model = poot.load(str(path), backend, max_seq=128, prefill_tokens=16)
+    if mmproj is not None:
+        from poot.models.vision.mmproj import attach
+
+        attach(model, mmproj)
+    return model
+
+
+@pytest.mark.parametrize("kind", ["gemma3", "idefics3"])
+def test_the_mmproj_reads_as_the_folder(families, kind):
+    """The same VisionConfig (the file's epsilon is a float32), image tokens, pixel
+    preparation and tensor names as the folder's."""
+    from poot.models.loader import open_model
+    from poot.models.tokenizer import Tokenizer
+    from poot.models.vision.chat import read_image_processing
+    from poot.models.vision.mmproj import open_mmproj
+
+    f = families[kind]
+    ckpt, config = open_model(str(f.folder))
+    want = ckpt.vision
+    got = open_mmproj(f.mmproj, config, Tokenizer.from_hf_folder(f.text))
+    assert got.config.eps == pytest.approx(want.config.eps, rel=1e-7)
+    assert got.config == type(want.config)(**{**want.config.__dict__, "eps": got.config.eps})
+    assert got.tokens == want.tokens
+    assert read_image_processing(got) == read_image_processing(want)
+    assert set(got.tensors) == set(want.tensors)
+
+
+@pytest.mark.parametrize("kind,backend", [("gemma3", "reference"), ("gemma3", "cpu"),
+                                          ("idefics3", "reference"), ("idefics3", "cpu")])
+def test_image_rows_and_logits_equal_the_folder(families, kind, backend):
+    """The text model with the mmproj attached places the images' tokens and rows as the
+    vision-language folder does, and its logits over them are the folder's."""
+    from poot.models.vision.chat import ImageChat
+
+    f = families[kind]
+    want_model, got_model = loaded(f.folder, backend), loaded(f.text, backend, f.mmproj)
+    want_ids, want_rows, want_spans = ImageChat(want_model).prompt("What is this?", f.images)
+    ids, rows, spans = ImageChat(got_model).prompt("What is this?", f.images)
+    assert ids == want_ids and spans == want_spans and sorted(rows) == sorted(want_rows)
+    got = np.stack([rows[p] for p in sorted(rows)])
+    want = np.stack([want_rows[p] for p in sorted(want_rows)])
+    assert rel_err(got, want) < 1e-6
+    logits = got_model.prefill_logits(ids, hosted=rows, spans=spans)
+    assert rel_err(logits, want_model.prefill_logits(ids, hosted=want_rows, spans=spans)) < 1e-5
+
+
+@pytest.mark.parametrize("kind", ["gemma3", "idefics3"])
+def test_the_converters_f16_layout_against_numpy(families, kind, tmp_path):
+    """Matrices f16, embeddings and vectors f32 (the converter's --outtype f16): the rows
+    of one tile against tests/reference_siglip.py on the same f16 values."""
+    from poot import plugin
+    from poot.models.loader import open_model
+    from poot.models.vision.encoder import VisionEncoder
+    from poot.models.vision.mmproj import open_mmproj
+    from poot.models.vision.preprocess import ImageProcessing, pixels
+
+    f = families[kind]
+    held = write_mmproj(tmp_path / "f16.gguf", kind, f.vis, f.proj, f16=True)
+    config = open_model(str(f.text))[1]
+    from poot.models.tokenizer import Tokenizer
+
+    parts = open_mmproj(tmp_path / "f16.gguf", config, Tokenizer.from_hf_folder(f.text))
+    assert parts.tensors["vision.encoder.layers.0.mlp.fc1.weight"].dtype.value == "f16"
+    x = pixels(f.images[0], ImageProcessing(16, 16))
+    mod = gemma3 if kind == "gemma3" else idefics3
+    vis = {k: v for k, v in held.items() if k in f.vis}
+    proj = {k: v for k, v in held.items() if k in f.proj}
+    want = mod.reference_rows(vis, proj, x if kind == "gemma3" else x[None])
+    b = plugin.get_backend("reference")
+    got = VisionEncoder(parts.config, parts.weights(), b, plugin.probe(b)[0][0]).encode(x)
+    assert rel_err(got, want) < 1e-4
+
+
+def test_poot_run_with_mmproj_prints_what_the_folder_does(families, capsys):
+    from poot.cli import main
+
+    f = families["gemma3"]
+    common = ["--backend", "reference", "--max-seq", "64", "--quiet", "--max-tokens", "3",
+              "--prompt", "Describe it.", "--image", str(f.images[0])]
+    assert main(["run", str(f.folder), *common]) == 0
+    want = capsys.readouterr().out
+    assert main(["run", str(f.text), "--mmproj", str(f.mmproj), *common]) == 0
+    assert capsys.readouterr().out == want
+
+
+V = "clip.vision."
+
+
+@pytest.mark.parametrize("kind,meta,drop,change,message", [
+    ("gemma3", {"clip.projector_type": "qwen2vl_merger"}, (), None,
+     "clip.projector_type = 'qwen2vl_merger' is a projector poot does not run"),
+    ("gemma3", {"clip.projector_type": "idefics3"}, (), None,
+     "clip.projector_type = 'idefics3' feeds a llama language model; this one is gemma3"),
+    ("gemma3", {V + "projection_dim": 96}, (), None,
+     V + "projection_dim = 96 differs from the language model's embedding length 64"),
+    ("gemma3", {V + "projection_dim": None}, (), {"mm_input_projection_weight":
+                                                  np.zeros((32, 96), np.float32)},
+     r"tensor 'mm.input_projection.weight' is \[32, 96\], not \[32, 64\]"),
+    ("idefics3", {}, ("v.blk.1.ffn_down.bias",), None, "lacks tensor 'v.blk.1.ffn_down.bias'"),
+    ("idefics3", {V + "block_count": 1}, (), None, r"tensor 'v\.blk\.1\.\w+\.\w+' is none of"),
+    ("idefics3", {V + "embedding_length": None}, (), None,
+     "lacks 'clip.vision.embedding_length'"),
+    ("idefics3", {V + "projector.scale_factor": 3}, (), None,
+     "projector.scale_factor = 3 must divide the 4 patches per side"),
+])
+def test_bad_mmproj_files_are_one_line_naming_file_and_key(families, tmp_path, kind, meta,
+                                                           drop, change, message):
+    from poot.models.loader import open_model
+    from poot.models.tokenizer import Tokenizer
+    from poot.models.vision.mmproj import open_mmproj
+
+    f = families[kind]
+    bad = tmp_path / "bad.gguf"
+    write_mmproj(bad, kind, f.vis, f.proj, meta=meta, drop=drop, change=change)
+    config = open_model(str(f.text))[1]
+    with pytest.raises(CheckpointError, match=message) as exc:
+        open_mmproj(bad, config, Tokenizer.from_hf_folder(f.text))
+    assert str(bad) in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_refused_pairings_and_flags(families, tmp_path, capsys):
+    """A language model file as the mmproj, a family without images, a folder with its
+    own tower; --mmproj without --image, or naming no file: one line each, before any
+    model loads where the flags alone tell."""
+    from poot.cli import main
+    from poot.errors import RequestError
+    from poot.models.loader import open_model
+    from poot.models.vision.mmproj import attach, open_mmproj
+
+    g = families["gemma3"]
+    lm = tmp_path / "lm.gguf"
+    import gguf
+
+    w = gguf.GGUFWriter(str(lm), "llama")
+    w.add_block_count(1)
+    close_gguf(w)
+    config = open_model(str(g.text))[1]
+    with pytest.raises(CheckpointError, match="general.architecture = 'llama' is not clip"):
+        open_mmproj(lm, config, None)
+    other = SimpleNamespace(checkpoint=SimpleNamespace(path=tmp_path / "q.gguf"),
+                            config=SimpleNamespace(arch="qwen3"))
+    with pytest.raises(RequestError, match="is a qwen3 model; poot runs images with gemma3"):
+        attach(other, g.mmproj)
+    with pytest.raises(RequestError, match="has its own vision tower"):
+        attach(loaded(g.folder, "reference"), g.mmproj)
+    for argv, message in (([], "--mmproj needs --image"),
+                          (["--image", str(g.images[0])], "no such file")):
+        mm = str(g.mmproj) if not argv else str(tmp_path / "missing.gguf")
+        rc = main(["run", str(g.text), "--backend", "reference", "--quiet", "--prompt", "Hi",
+                   "--mmproj", mm, *argv])
+        err = capsys.readouterr().err.strip()
+        assert rc != 0 and message in err and len(err.splitlines()) == 1, err
+    rc = main(["serve", str(g.text), "--mmproj", str(tmp_path / "missing.gguf")])
+    err = capsys.readouterr().err.strip()
+    assert rc != 0 and "--mmproj" in err and len(err.splitlines()) == 1, err
+
+
+def test_gemma3_270m_gguf_gives_the_image_tokens(families, tmp_path):
+    """The real Gemma 3 270M GGUF (a text-only vocabulary): its <start_of_image> and
+    <end_of_image> ids; the rows stand in at the start token's id, the vocabulary having no
+    soft token; a projector to its 640-wide embedding attaches, a 64-wide one does not."""
+    from pathlib import Path
+
+    from poot.models.loader import open_model
+    from poot.models.tokenizer import Tokenizer
+    from poot.models.vision.mmproj import open_mmproj
+
+    real = Path.home() / ".cache/poot/models/gemma-3-270m-q4_k_m.gguf"
+    if not real.is_file():
+        pytest.skip(f"{real} is not downloaded (scripts/setup.sh fetches it)")
+    ckpt, config = open_model(str(real))
+    tokenizer = Tokenizer.from_gguf_metadata(ckpt.metadata, str(real))
+    f = families["gemma3"]
+    with pytest.raises(CheckpointError, match="differs from the language model's embedding "
+                                              "length 640"):
+        open_mmproj(f.mmproj, config, tokenizer)
+    rng = np.random.default_rng(0)
+    proj = {**f.proj, "mm_input_projection_weight": rng.standard_normal(
+        (gemma3.VISION["hidden_size"], config.dim)).astype(np.float32)}
+    write_mmproj(tmp_path / "640.gguf", "gemma3", f.vis, proj,
+                 meta={V + "projection_dim": config.dim})
+    parts = open_mmproj(tmp_path / "640.gguf", config, tokenizer)
+    t = parts.tokens
+    assert (t.boi, t.eoi, t.soft, t.count) == (255999, 256000, 255999, 4)
+
