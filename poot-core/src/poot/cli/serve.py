@@ -68,6 +68,9 @@ def add_parser(sub):
     p.add_argument("--allow-image-urls", action="store_true",
                    help="a vision model's chat requests may give images as http(s) URLs, "
                         "which the server fetches (by default only base64 data URLs)")
+    p.add_argument("--mmproj", default=None, metavar="FILE",
+                   help="the vision projector GGUF of a GGUF language model (llama.cpp's "
+                        "mmproj: Gemma 3 or Idefics3 / SmolVLM): chat requests take images")
     p.add_argument("--access-log", action="store_true", help="log every HTTP request")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     add_precision_args(p)
@@ -77,7 +80,7 @@ def check(args) -> list:
     """Every flag, before anything loads; the parsed --lora adapters."""
     from pathlib import Path
 
-    from poot.cli import checks
+    from poot.cli import checks, images
     from poot.errors import RequestError
     from poot.models.lora import parse_named
     from poot.models.speculate import check_draft_tokens
@@ -95,6 +98,7 @@ def check(args) -> list:
     check_speculate(args.speculate)
     if args.draft_tokens is not None:
         check_draft_tokens(args.draft_tokens)
+    images.check_mmproj(args.mmproj)
     adapters = [parse_named(x) for x in args.lora]
     for (_, path), spec in zip(adapters, args.lora, strict=True):
         if not Path(path).is_dir():
@@ -158,6 +162,10 @@ def run(args) -> int:
                  prefill_tokens=args.prefill_chunk, progress=progress,
                  lora=adapters, expert_pool=args.expert_pool,
                  precision=args.precision, kv_dtype=args.kv_dtype)
+    if args.mmproj is not None:     # before the engine, which plans for the tower it finds
+        from poot.models.vision.mmproj import attach
+
+        attach(model, args.mmproj)
     name = args.name or (Path(args.model).stem if Path(args.model).exists() else args.model)
     engine = Engine(model, name=name, max_batch=args.max_batch, pool_tokens=args.kv_pool,
                     max_queue=args.max_queue, prefill_batch=args.prefill_batch,
