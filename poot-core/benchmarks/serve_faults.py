@@ -47,6 +47,7 @@ TIMEOUT = 120.0            # no client waits longer for any answer
 WARM_S = 600.0             # the longest the server may take to make its plans
 FILL_S = 30.0              # the longest the streams may take to fill the queue
 SLOW_RCVBUF = 2048         # a slow reader's receive buffer: the server's writes back up
+SLOW_READ = 256            # bytes a slow reader reads at a time
 MAX_BODY = 4 << 20         # poot.serve.app.MAX_BODY (not imported: a client needs no poot)
 RSS_GROWTH = 0.05
 REFUSED = re.compile(r"refused (\S+) (\S+): (\d{3}) ")
@@ -76,7 +77,6 @@ class Size:
 
 
 FULL = Size()
-SLOW_READ = 256
 
 
 @dataclass
@@ -96,6 +96,11 @@ class Tally:
         with self.lock:
             self.problems.append(text)
 
+    def refused(self, status: int) -> None:
+        """A request sent that the server must refuse with `status` (and log)."""
+        with self.lock:
+            self.refusals_sent[status] += 1
+
 
 def connect(url: str, rcvbuf: int | None = None) -> http.client.HTTPConnection:
     u = urlsplit(url)
@@ -109,12 +114,11 @@ def connect(url: str, rcvbuf: int | None = None) -> http.client.HTTPConnection:
     return conn
 
 
-def post(url: str, path: str, body: bytes, headers: dict | None = None):
+def post(url: str, path: str, body: bytes):
     """(status, headers, body) of one request."""
     conn = connect(url)
     try:
-        conn.request("POST", path, body=body,
-                     headers={"content-type": "application/json", **(headers or {})})
+        conn.request("POST", path, body=body, headers={"content-type": "application/json"})
         r = conn.getresponse()
         return r.status, dict(r.getheaders()), r.read()
     finally:
@@ -255,7 +259,7 @@ def busy(url: str, tally: Tally) -> None:
     status, headers, body = post(url, "/v1/completions", completion("hi", 1, stream=False))
     tally.saw("busy", status)
     if status == 429:
-        tally.refusals_sent[429] += 1
+        tally.refused(429)
         if not headers.get("retry-after", headers.get("Retry-After", "")).isdigit():
             tally.problem(f"a 429 without Retry-After: {headers}")
     else:
@@ -292,7 +296,7 @@ def leave_mid_body(url: str) -> None:
 
 def expect(tally: Tally, what: str, status: int | str, reply: bytes, want: int) -> None:
     tally.saw(what, status)
-    tally.refusals_sent[want] += 1
+    tally.refused(want)
     if status != want:
         tally.problem(f"{what}: got {status}, not {want}: {reply[:200]!r}")
     elif "error" not in json.loads(reply):
