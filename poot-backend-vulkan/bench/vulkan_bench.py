@@ -222,7 +222,7 @@ def dispatch_floor(dev, n: int = 400) -> None:
     from poot.codegen.expr import Load, f32
     from poot.codegen.program import Access, global_id
     from poot.dtypes import DType
-    from poot_vulkan.compiler import compile_glsl
+    from poot_vulkan.compiler import compile_kernel
     from poot_vulkan.glsl import GlslPrinter
     from poot_vulkan.memory import VulkanBuffer
     from poot_vulkan.pipeline import pipelines
@@ -232,8 +232,8 @@ def dispatch_floor(dev, n: int = 400) -> None:
     kb.buffer("y", DType.F32, Access.READ_WRITE, 64)
     kb.store("y", global_id(), Load("y", global_id(), DType.F32) + f32(1.0))
     k = kb.finish()
-    pipe = pipelines(dev).get(compile_glsl(GlslPrinter(dev.facts).source(k), k.name, dev.name),
-                              1, k.name)
+    pipe = pipelines(dev).get(compile_kernel(GlslPrinter(dev.facts).source(k), k.name,
+                                             dev.name), 1, k.name)
     bufs = [VulkanBuffer(dev, 256, f"floor{i}") for i in range(n)]
     for label, chained in (("a barrier between each", True), ("no barriers", False)):
         ops = [Dispatch(pipe, (Binding(bufs[0 if chained else i], 0, 256, True),), (1, 1, 1))

@@ -1,8 +1,9 @@
 """The `vulkan` Backend: probe, capability facts, the GLSL printer, glslang, the runtime.
 
 Everything else (check -> lower -> print -> compile -> wrap) is poot.kernel_backend's;
-`compile` turns the printed GLSL into SPIR-V (cached) and keeps the workgroup counts
-the kernel is dispatched with.
+`compile` turns the printed GLSL into SPIR-V (cached; its sizes lifted into
+specialization constants, poot_vulkan.specialize) and keeps the workgroup counts the
+kernel is dispatched with.
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from poot.errors import DeviceUnavailable
 from poot.kernel_backend import CompiledKernel, KernelBackend
 
 from poot_vulkan.capability import capability_table
-from poot_vulkan.compiler import compile_glsl
+from poot_vulkan.compiler import compile_kernel
 from poot_vulkan.device import BACKEND, open_device
 from poot_vulkan.glsl import GlslPrinter, dispatch_groups
 from poot_vulkan.probe import probe
@@ -45,8 +46,8 @@ class VulkanBackend(KernelBackend):
 
     def compile(self, kernel, source: str, device: Device) -> CompiledKernel:
         facts = self._device(device).facts
-        return CompiledKernel(kernel, source, binary=compile_glsl(source, kernel.name,
-                                                                  facts.name),
+        return CompiledKernel(kernel, source, binary=compile_kernel(source, kernel.name,
+                                                                    facts.name),
                               groups=dispatch_groups(kernel, facts))
 
     def runtime(self, device: Device):

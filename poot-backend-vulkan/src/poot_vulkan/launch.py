@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from poot.codegen.program import Kernel, check_arrays
 
-from poot_vulkan.compiler import compile_glsl
+from poot_vulkan.compiler import compile_kernel
 from poot_vulkan.context import VulkanDevice
 from poot_vulkan.device import DeviceFacts
 from poot_vulkan.glsl import GlslPrinter, dispatch_groups
@@ -33,8 +33,8 @@ def run_kernels(dev: VulkanDevice, kernels: Sequence[Kernel], arrays: Mapping[st
     ops = []
     facts = facts or dev.facts
     for k in kernels:
-        spirv = compile_glsl(GlslPrinter(facts).source(k), k.name, dev.name)
-        pipeline = pipelines(dev).get(spirv, len(k.buffers), k.name)
+        shader = compile_kernel(GlslPrinter(facts).source(k), k.name, dev.name)
+        pipeline = pipelines(dev).get(shader, len(k.buffers), k.name)
         ops.append(Dispatch(pipeline, tuple(Binding(bufs[b.name], 0, b.nbytes,
                                                     b.access.writable) for b in k.buffers),
                             dispatch_groups(k, facts)))

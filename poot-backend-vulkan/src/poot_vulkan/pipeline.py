@@ -1,9 +1,10 @@
-"""Compute pipelines: one per SPIR-V module and binding count, cached per device.
+"""Compute pipelines: one per SPIR-V module, specialization and binding count, cached
+per device; shader modules one per SPIR-V module.
 
-Every binding is a storage buffer in set 0, in the kernel's buffer order. Kernel
-programs carry no per-dispatch scalars (shapes are static and printed into the
-source; positions come from slot buffers), so the pipeline layouts declare no push
-constants and no specialization constants.
+Every binding is a storage buffer in set 0, in the kernel's buffer order. A kernel's
+sizes are specialization constants (poot_vulkan.specialize): kernels of one kind share a
+shader module, and each pipeline specializes it. Kernel programs carry no per-dispatch
+scalars (positions come from slot buffers), so the layouts declare no push constants.
 """
 from __future__ import annotations
 
@@ -13,21 +14,30 @@ from poot.errors import LoweringError
 
 from poot_vulkan.context import VulkanDevice
 from poot_vulkan.device import BACKEND
+from poot_vulkan.specialize import Shader
 
 
 class Pipeline:
-    def __init__(self, dev: VulkanDevice, spirv: bytes, n_bindings: int, name: str):
+    def __init__(self, dev: VulkanDevice, module, constants: tuple[int, ...], n_bindings: int,
+                 name: str):
         vk = dev.vk
         self.dev, self.name, self.n_bindings = dev, name, n_bindings
+        self.module, self.constants = module, constants
         self.set_layout = set_layout(dev, n_bindings)
         layouts = [self.set_layout]
         info = vk.VkPipelineLayoutCreateInfo(setLayoutCount=1, pSetLayouts=layouts)
         self.layout = vk.vkCreatePipelineLayout(dev.device, info, None)
-        module_info = vk.VkShaderModuleCreateInfo(codeSize=len(spirv), pCode=spirv)
+        # every struct below is kept in a variable until the create call returns
+        entries = [vk.VkSpecializationMapEntry(constantID=i, offset=4 * i, size=4)
+                   for i in range(len(constants))]
+        data = vk.ffi.new("int32_t[]", list(constants)) if constants else None
+        special = vk.VkSpecializationInfo(mapEntryCount=len(entries),
+                                          pMapEntries=entries or None,
+                                          dataSize=4 * len(constants), pData=data)
         try:
-            self.module = vk.vkCreateShaderModule(dev.device, module_info, None)
             stage = vk.VkPipelineShaderStageCreateInfo(
-                stage=vk.VK_SHADER_STAGE_COMPUTE_BIT, module=self.module, pName="main")
+                stage=vk.VK_SHADER_STAGE_COMPUTE_BIT, module=module, pName="main",
+                pSpecializationInfo=special if constants else None)
             create = vk.VkComputePipelineCreateInfo(stage=stage, layout=self.layout)
             self.handle = vk.vkCreateComputePipelines(dev.device, vk.VK_NULL_HANDLE, 1,
                                                       [create], None)[0]
@@ -51,17 +61,33 @@ def set_layout(dev: VulkanDevice, n: int):
 
 
 class PipelineCache:
-    """Pipelines by (SPIR-V digest, binding count) for one device."""
+    """Shader modules by SPIR-V digest, and pipelines by (SPIR-V digest, specialization,
+    binding count), for one device."""
 
     def __init__(self, dev: VulkanDevice):
         self.dev = dev
-        self._pipelines: dict[tuple[str, int], Pipeline] = {}
+        self.modules: dict[str, object] = {}
+        self._pipelines: dict[tuple[str, tuple[int, ...], int], Pipeline] = {}
 
-    def get(self, spirv: bytes, n_bindings: int, name: str) -> Pipeline:
-        key = (hashlib.sha256(spirv).hexdigest(), n_bindings)
+    def get(self, shader: Shader, n_bindings: int, name: str) -> Pipeline:
+        digest = hashlib.sha256(shader.spirv).hexdigest()
+        key = (digest, shader.constants, n_bindings)
         if key not in self._pipelines:
-            self._pipelines[key] = Pipeline(self.dev, spirv, n_bindings, name)
+            self._pipelines[key] = Pipeline(self.dev, self._module(digest, shader.spirv, name),
+                                            shader.constants, n_bindings, name)
         return self._pipelines[key]
+
+    def _module(self, digest: str, spirv: bytes, name: str):
+        if digest not in self.modules:
+            vk = self.dev.vk
+            info = vk.VkShaderModuleCreateInfo(codeSize=len(spirv), pCode=spirv)
+            try:
+                self.modules[digest] = vk.vkCreateShaderModule(self.dev.device, info, None)
+            except vk.VkError as e:
+                raise LoweringError(f"the Vulkan driver refused kernel {name!r}'s module "
+                                    f"({type(e).__name__})", op=name, backend=BACKEND,
+                                    device=self.dev.name) from e
+        return self.modules[digest]
 
     def __len__(self) -> int:
         return len(self._pipelines)
