@@ -56,10 +56,13 @@ def add_parser(sub):
     p.add_argument("--shutdown-grace", type=float, default=20.0, metavar="SECONDS",
                    help="on SIGTERM stop accepting, let running requests finish for up to "
                         "SECONDS, cancel the rest, then exit 0 (default 20)")
-    p.add_argument("--speculate", default=None, metavar="lookup",
-                   help="speculative decoding by prompt lookup: each sequence proposes the "
-                        "tokens that followed the last match of its text's final n-gram, "
-                        "and one step verifies every proposal of the batch (greedy text is "
+    p.add_argument("--speculate", default=None, metavar="lookup|draft:MODEL|self:N",
+                   help="speculative decoding: each sequence proposes tokens by prompt "
+                        "lookup (those that followed the last match of its text's final "
+                        "n-gram), by a draft model sharing the tokenizer (draft:MODEL, "
+                        "loaded beside this one, every row drafted in the same batched "
+                        "steps) or by this model's first N layers and head (self:N); one "
+                        "step verifies every proposal of the batch (greedy text is "
                         "unchanged; a request may send \"speculate\": false)")
     p.add_argument("--draft-tokens", type=int, default=None, metavar="K",
                    help="the most tokens a sequence proposes per step (default 7; each "
@@ -129,6 +132,14 @@ def bind_check(host: str, port: int) -> None:
                                   else "")) from None
 
 
+def how_speculating(engine) -> str:
+    """The startup line's words for the server's proposer."""
+    if engine.drafts is None:
+        return "by prompt lookup"
+    d = engine.drafts
+    return f"with the draft {d.stats()['draft_model']} ({d.model.config.layers} layers)"
+
+
 def _graceful_exit(signum, frame):
     raise SystemExit(0)
 
@@ -182,8 +193,8 @@ def run(args) -> int:
           f"{args.max_batch} (decode plans {s['decode_batches']}, prefill plans of "
           f"sequences x tokens {prefill}), KV pool {s['pool_slots']} "
           f"slots in {s['pool_blocks']} blocks, {s['max_seq']} positions per sequence, "
-          + (f"speculating by prompt lookup (up to {engine.draft_tokens} tokens a step), "
-             if engine.speculate else "")
+          + (f"speculating {how_speculating(engine)} (up to {engine.draft_tokens} tokens "
+             f"a step), " if engine.speculate else "")
           + ("taking images (one image request at a time), " if engine.images else "") +
           f"loaded in {time.perf_counter() - t0:.1f} s, at {url}; warming: "
           f"{s['plans_waiting']} plans to make (GET /ready answers 503 until they exist)",

@@ -298,7 +298,8 @@ class Model:
 
         draft = load(name, self.backend.name, max_seq=self.config.max_seq, kv=self.kv,
                      prefill_tokens=self.prefill_tokens, precision=self.precision)
-        check_shared_tokenizer(self.tokenizer, draft.tokenizer, name)
+        check_shared_tokenizer(self.tokenizer, draft.tokenizer, name,
+                               self.checkpoint.path.name)
         return draft
 
     def sample_mode(self, samplers) -> str | None:

@@ -122,8 +122,7 @@ class DraftModel:
         self.fed: list[int] = []
         #: what proposing a token costs, in target decode steps: the share of the
         #: target's weights the draft reads
-        self.cost = _weights(draft.config) / _weights(target_config) if target_config \
-            else 0.0
+        self.cost = proposal_cost(draft.config, target_config) if target_config else 0.0
 
     def start(self, prompt: Sequence[int]) -> None:
         """Open the draft's sequence and feed it the prompt but its last token (whose
@@ -154,14 +153,12 @@ class DraftModel:
             return [], None
         logits = self._feed(new)
         self.fed = self.fed[:same] + [int(t) for t in new]
-        draft = _draft_sampler(sampler)
         tokens, qs = [], []
         for i in range(k):
-            if sampler.greedy:
-                tokens.append(int(np.argmax(sampler.distribution(logits, self.fed))))
-            else:
-                qs.append(draft.distribution(logits, self.fed))
-                tokens.append(_draw(qs[-1], draft))
+            tok, q = draft_draw(logits, sampler, self.fed)
+            tokens.append(tok)
+            if q is not None:
+                qs.append(q)
             if i + 1 < k:
                 logits = self.session.decode({self.seq: tokens[-1]})[self.seq]
                 self.fed.append(tokens[-1])
@@ -174,6 +171,23 @@ class DraftModel:
         for t in new:
             logits = self.session.decode({self.seq: int(t)})[self.seq]
         return logits
+
+
+def draft_draw(logits: np.ndarray, sampler, history: Sequence[int]):
+    """A draft model's next proposed token after `history` from its `logits`, and the
+    distribution it was drawn from (None for a greedy target sampler: its argmax, one-hot):
+    the target's settings under a seed of the draft's own."""
+    if sampler.greedy:
+        return int(np.argmax(sampler.distribution(logits, history))), None
+    draft = _draft_sampler(sampler)
+    q = draft.distribution(logits, history)
+    return _draw(q, draft), q
+
+
+def proposal_cost(draft_config, target_config) -> float:
+    """What a draft model proposing a token costs, in target decode steps: the share of
+    the target's weights it reads."""
+    return _weights(draft_config) / _weights(target_config)
 
 
 def _weights(c) -> int:
@@ -203,12 +217,13 @@ def check_self_draft(config, layers: int) -> None:
                            f"the model's {config.layers} layers")
 
 
-def check_shared_tokenizer(target, draft, name: str) -> None:
-    """Refuse a draft model whose tokenizer is not the target's."""
+def check_shared_tokenizer(target, draft, name: str, target_name: str = "target") -> None:
+    """Refuse a draft model whose tokenizer is not the target's (`target_name`'s)."""
     probe = "The quick brown fox, 42 times: naïve café!"
     if target.vocab_size != draft.vocab_size or target.encode(probe) != draft.encode(probe):
         raise RequestError(f"draft model {name} does not share the target's tokenizer "
-                           f"({draft.vocab_size} and {target.vocab_size} tokens)")
+                           f"({name}: {draft.vocab_size} tokens, {target_name}: "
+                           f"{target.vocab_size})")
 
 
 def check_rollback(config, kv: str) -> None:

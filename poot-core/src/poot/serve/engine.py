@@ -41,6 +41,9 @@ With speculative decoding (`speculate`, or a request's `prediction`: poot.serve.
 a sequence may propose tokens at a turn instead of taking the decode step: one
 verification step scores every proposing sequence's proposal, each keeps what its sampler
 accepts and rolls the rest back (`_verify`); the others take the decode step as before.
+With a draft model (`draft:MODEL`, `self:N`), the proposals of every row proposing by it
+come from the same batched draft steps first (poot.serve.speculation.DraftBatch), and a
+sequence's draft blocks go back to the draft's pool when it leaves the batch.
 
 Greedy decode steps overlap the host with the device (`overlap`, on by default on a paged
 session without a stepper): a step of the argmax plan is launched without waiting, and
@@ -95,7 +98,7 @@ from poot.runtime.session import SCORE, batch_for, plan_key
 from poot.serve.logits import LogitRule
 from poot.serve.metrics import QUIET
 from poot.serve.protocol import Generation, Limits
-from poot.serve.speculation import Prediction, Speculation
+from poot.serve.speculation import DraftBatch, Prediction, Speculation
 from poot.models.text_stream import TextStream
 
 
@@ -192,7 +195,8 @@ class Engine:
         """`default_max_tokens`: the answer length of a request that names none, on both
         endpoints (None: poot.serve.protocol's defaults); `prefix_cache`: requests share
         the KV blocks of a common prompt prefix (item 2 above); `speculate`: "lookup" to
-        speculate by prompt lookup, proposing up to `draft_tokens` tokens a step (see
+        speculate by prompt lookup, "draft:MODEL" or "self:N" with a draft model (loaded
+        here, on the model's backend), proposing up to `draft_tokens` tokens a step (see
         `_verify`); `allow_image_urls`: a vision model's requests may name remote images
         (poot.serve.images)."""
         prefill_batch = max_batch if prefill_batch is None else prefill_batch
@@ -216,6 +220,9 @@ class Engine:
                                                                      max_batch)))
         self.blocks = self.session.blocks
         self.blocks.use_prefix_cache(prefix_cache)
+        #: the draft model's sequences (`--speculate draft:MODEL|self:N`), None without one
+        self.drafts = DraftBatch(model, parse(self.speculate), batch_sizes(max_batch)) \
+            if self.speculate and parse(self.speculate).kind != "lookup" else None
         #: what besides a prompt's tokens and adapter makes its KV rows (the cache's key)
         self.kv_key = f"kv={getattr(model, 'kv_dtype', 'f32')}"
         #: greedy steps launched without waiting, one in flight (see the module docstring)
@@ -273,15 +280,18 @@ class Engine:
         #: seconds of a step of the prefill plan of each batch size, the fastest seen
         self.prefill_cost: dict[int, float] = {}
         #: the plans still to make ((tokens, batch, sample) as Session.executor takes
-        #: them), in the order a batch growing from one row needs them
+        #: them, and the session: the draft's after the model's), in the order a batch
+        #: growing from one row needs them
         self._unplanned = sorted(
-            [(t, b, None) for b, t in self.prefill_widths.items()]
-            + [(1, b, mode) for mode in SAMPLE_MODES for b in s.decode_batches]
-            + [(w, b, SCORE) for w in (self.verify_widths if self.speculate else ())
-               for b in s.decode_batches],
-            key=lambda p: (p[1], p[2] == SCORE, p[0] == 1, p[2] or ""))
-        #: every plan of the configured batch, which `ready` waits for
-        self._plans = [plan_key(*p) for p in self._unplanned]
+            [(t, b, None, s) for b, t in self.prefill_widths.items()]
+            + [(1, b, mode, s) for mode in SAMPLE_MODES for b in s.decode_batches]
+            + [(w, b, SCORE, s) for w in (self.verify_widths if self.speculate else ())
+               for b in s.decode_batches]
+            + [(t, b, None, self.drafts.session) for t, b in
+               (self.drafts.plans() if self.drafts else ())],
+            key=lambda p: (p[1], p[3] is not s, p[2] == SCORE, p[0] == 1, p[2] or ""))
+        #: every plan of the configured batch (session, key), which `ready` waits for
+        self._plans = [(p[3], plan_key(*p[:3])) for p in self._unplanned]
         self._announced = False
         self._t0 = time.perf_counter()
         self.progress: Callable[[str], None] | None = None
@@ -301,8 +311,7 @@ class Engine:
     def ready(self) -> bool:
         """Every plan of the configured batch exists (GET /ready): until then the server
         answers, but a request may wait while the plan its step needs is made."""
-        done = self.session.executors
-        return all(k in done for k in self._plans)
+        return all(k in s.executors for s, k in self._plans)
 
     def _announce(self) -> None:
         """One progress line once every plan exists."""
@@ -315,23 +324,25 @@ class Engine:
     def _plan_next(self) -> bool:
         """Make the next plan not made yet (skipping those a turn made on demand); False
         when every one is made."""
-        done = self.session.executors
-        while self._unplanned and plan_key(*self._unplanned[0]) in done:
+        while self._unplanned and plan_key(*self._unplanned[0][:3]) in \
+                self._unplanned[0][3].executors:
             self._unplanned.pop(0)
         if not self._unplanned:
             self._announce()
             return False
-        tokens, batch, sample = self._unplanned.pop(0)
+        tokens, batch, sample, session = self._unplanned.pop(0)
         t0 = time.perf_counter()
-        self.session.rehearse(tokens, batch, sample)
+        session.rehearse(tokens, batch, sample)
         took = time.perf_counter() - t0
-        if sample is None:          # a prefill plan: its cost, once recorded (item 3 above)
+        if sample is None and session is self.session:
+            # a prefill plan: its cost, once recorded (item 3 above)
             t1 = time.perf_counter()
-            self.session.rehearse(tokens, batch, sample)
+            session.rehearse(tokens, batch, sample)
             self._prefill_timed(batch, time.perf_counter() - t1)
         self.times["planning_s"] += took
         if self.progress:
             how = f" ({sample})" if sample else ""
+            how += ", the draft's" if session is not self.session else ""
             self.progress(f"planned and ran the {tokens}-token x {batch} step{how} in "
                           f"{took:.1f} s; {len(self._unplanned)} plans to go")
         self._announce()
@@ -343,10 +354,14 @@ class Engine:
         collection then walks what is new since the last plan. (What a running request
         holds at that moment is frozen too: freed by reference counts as ever, never by the
         cycle collector; at most once per plan.)"""
-        if len(self.session.executors) != self._frozen:
+        if self._plans_made() != self._frozen:
             gc.collect()
             gc.freeze()
-            self._frozen = len(self.session.executors)
+            self._frozen = self._plans_made()
+
+    def _plans_made(self) -> int:
+        return len(self.session.executors) + \
+            (len(self.drafts.session.executors) if self.drafts else 0)
 
     def _gc_timed(self, phase: str, info: dict) -> None:
         """gc.callbacks: the process's collections while the engine runs, in /stats (any
@@ -433,7 +448,7 @@ class Engine:
                 (self.speculate is None and gen.prediction is None):
             return None
         proposer = Prediction(gen.prediction) if gen.prediction is not None else \
-            PromptLookup()
+            self.drafts or PromptLookup()
         # a sampled sequence's draws follow its proposal lengths: they must not follow the
         # step times (nor so its neighbours), or a seed would not repeat its text; its
         # AdaptiveK weighs the fixed cost model alone
@@ -484,8 +499,8 @@ class Engine:
             "decode_batches": list(self.session.decode_batches),
             "prefill_batches": list(self.session.prefill_batches),
             "prefill_widths": list(self.prefill_widths.values()),
-            "plans_made": len(self.session.executors),
-            "plans_waiting": sum(k not in self.session.executors for k in self._plans),
+            "plans_made": self._plans_made(),
+            "plans_waiting": sum(k not in s.executors for s, k in self._plans),
             "ready": self.ready,
             "prefix_cache": b.cache is not None,
             **(b.cache.stats() if b.cache is not None else {}),
@@ -499,7 +514,7 @@ class Engine:
         sp = dict(self.speculation)
         return {"mode": self.speculate, "draft_tokens": self.draft_tokens, **sp,
                 "acceptance": round(sp["accepted"] / sp["proposed"], 6) if sp["proposed"]
-                else None}
+                else None, **(self.drafts.stats() if self.drafts else {})}
 
     # -- the loop -------------------------------------------------------------------------
     def _loop(self) -> None:
@@ -622,6 +637,8 @@ class Engine:
                 dense.close(job.id)
         else:
             self.session.close(job.id, None if failed else job.history)
+        if self.drafts is not None:
+            self.drafts.close(job.id)
 
     def _image_session(self):
         """The dense session of image requests, sharing the paged session's weights."""
@@ -792,18 +809,33 @@ class Engine:
         rejected positions are rolled back, and the tokens go through `_advance` one at a
         time, so EOS, a stop string or max_tokens ends the job there and drops the rest. A
         job whose proposal is empty, or whose context has no room for the widest step,
-        has its k cleared and takes the plain step."""
+        has its k cleared and takes the plain step. The jobs proposing by the draft model
+        are drafted together first (DraftBatch.propose_rows), each with the draft's
+        distributions for the rejection rule."""
         s, clock = self.session, time.perf_counter
         drafts: dict[Job, list[int]] = {}
+        qs: dict[Job, list | None] = {}
+        by_draft: dict[Job, int] = {}
         widest = self.verify_widths[-1]
         for job in jobs:
             k = min(job.spec.k, job.gen.max_tokens - job.generated - 1)
             # room for the widest step, whatever the others propose: whether a job
             # speculates depends on it alone
             if k > 0 and s.length(job.id) + widest <= s.capacity:
+                if job.spec.proposer is self.drafts:
+                    if self.drafts.fits(len(job.history), k):
+                        by_draft[job] = k
+                    continue
                 found = job.spec.proposer.propose(job.history, k, job.sampler)[0]
                 if found:
                     drafts[job] = found
+        if by_draft:
+            t0 = clock()
+            got = self.drafts.propose_rows({j.id: (j.history, k, j.sampler)
+                                            for j, k in by_draft.items()})
+            self._step_clock.timed("propose", (clock() - t0) / max(by_draft.values()))
+            for job in by_draft:
+                drafts[job], qs[job] = got[job.id]
         width = next(w for w in self.verify_widths
                      if w > max(map(len, drafts.values()), default=0))
         for job in jobs:
@@ -819,7 +851,7 @@ class Engine:
         self._count_step(list(drafts), "verify")
         self.speculation["verify_steps"] += 1
         for (job, found), rows in zip(drafts.items(), logits, strict=True):
-            out = accept(rows, found, None, job.sampler, job.history)
+            out = accept(rows, found, qs.get(job), job.sampler, job.history)
             s.rollback(job.id, len(found) + 1 - len(out))
             job.spec.verified(len(found), len(out) - 1)
             self.speculation["proposed"] += len(found)
@@ -907,16 +939,9 @@ def prefill_choice(batches: list[int], widths: dict[int, int], cost: dict[int, f
 
 
 def check_speculate(mode: str | None) -> str | None:
-    """The server's speculation mode: None or "lookup"; a draft model is refused (its
-    decoding is one sequence per instance, not batched across requests)."""
-    if mode is None:
-        return None
-    spec = parse(mode)
-    if spec.kind != "lookup":
-        raise RequestError(f"--speculate {spec}: poot serve speculates by prompt lookup only "
-                           f"(a draft model decodes one sequence at a time, not batched "
-                           f"across requests); use --speculate lookup")
-    return spec.kind
+    """The server's speculation mode: None, "lookup", "draft:MODEL" or "self:N"
+    (poot.models.speculate.parse refuses anything else)."""
+    return None if mode is None else str(parse(mode))
 
 
 def deliver_here(events: list[tuple[Job, Event]]) -> None:
