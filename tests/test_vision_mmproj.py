@@ -1,11 +1,13 @@
 """A GGUF language model's vision tower from a separate projector GGUF (llama.cpp's mmproj):
 the tiny random Gemma 3 and Idefics3 folders of tests/test_vision_gemma3.py and
 tests/test_vision_idefics3.py written as the converter writes their mmproj (a `clip` GGUF,
-its names and layouts, Gemma 3's soft-embedding norm as 1 + w), attached to their text
-models (a text-only folder: the attaching reads only the language model's config and
-tokenizer), must give the folder path's image rows and logits; the f16 layout against
-tests/reference_siglip.py; bad files, flags and pairings are one typed line naming the file
-and key.
+its names and layouts, Gemma 3's soft-embedding norm as 1 + w) and their text models as
+GGUFs (Gemma 3's norms as 1 + w, Llama's q/k rows permuted, a gpt2 vocabulary). With the
+mmproj attached, a text model gives the folder path's image tokens, rows and logits (a
+text-only folder of the same text model: equal logits on reference and cpu; the GGUF:
+tests/reference_decoder.py's); the f16 layout against tests/reference_siglip.py; `poot run`
+and `poot serve` with --mmproj; bad files, flags and pairings are one typed line naming the
+file and key.
 """
 from __future__ import annotations
 
@@ -101,6 +103,86 @@ def text_folder(path, tensors: dict, config: dict, write_tokenizer):
     return path
 
 
+#: HF text name -> the converter's, per layer ("{}"); Gemma 3's post_attention_layernorm
+#: follows the attention and its pre_feedforward_layernorm is the FFN's
+_TEXT = {"self_attn.q_proj.weight": "attn_q.weight", "self_attn.k_proj.weight": "attn_k.weight",
+         "self_attn.v_proj.weight": "attn_v.weight",
+         "self_attn.o_proj.weight": "attn_output.weight", "mlp.gate_proj.weight":
+         "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
+         "mlp.down_proj.weight": "ffn_down.weight", "input_layernorm.weight": "attn_norm.weight",
+         "self_attn.q_norm.weight": "attn_q_norm.weight",
+         "self_attn.k_norm.weight": "attn_k_norm.weight"}
+_LLAMA_TEXT = {**_TEXT, "post_attention_layernorm.weight": "ffn_norm.weight"}
+_GEMMA3_TEXT = {**_TEXT, "post_attention_layernorm.weight": "post_attention_norm.weight",
+                "pre_feedforward_layernorm.weight": "ffn_norm.weight",
+                "post_feedforward_layernorm.weight": "post_ffw_norm.weight"}
+_TOP_TEXT = {"model.embed_tokens.weight": "token_embd.weight",
+             "model.norm.weight": "output_norm.weight", "lm_head.weight": "output.weight"}
+
+
+def write_language_gguf(path, arch: str, cfg: dict, tensors: dict, folder) -> None:
+    """The text model as llama.cpp's converter writes it: Gemma 3's norms as 1 + w, Llama's
+    q/k rows permuted to RoPE pairs; the folder's byte-level BPE as a gpt2 vocabulary
+    (padded to the embedding's rows, its added tokens control tokens) with its template."""
+    import json
+
+    import gguf
+
+    w = gguf.GGUFWriter(str(path), arch)
+    heads, kv, dim = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["hidden_size"]
+    hd = cfg.get("head_dim", dim // heads)
+    for key, value in (("context_length", cfg["max_position_embeddings"]),
+                       ("embedding_length", dim), ("block_count", cfg["num_hidden_layers"]),
+                       ("feed_forward_length", cfg["intermediate_size"]),
+                       ("attention.head_count", heads), ("attention.head_count_kv", kv),
+                       ("attention.key_length", hd), ("attention.value_length", hd)):
+        w.add_uint32(f"{arch}.{key}", value)
+    w.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", cfg["rms_norm_eps"])
+    w.add_float32(f"{arch}.rope.freq_base", cfg.get("rope_theta", 10000.0))
+    if arch == "gemma3":
+        w.add_uint32("gemma3.attention.sliding_window", cfg["sliding_window"])
+        w.add_uint32("gemma3.attention.sliding_window_pattern",
+                     cfg["layer_types"].index("full_attention") + 1)
+        w.add_float32("gemma3.rope.freq_base_swa", cfg["rope_local_base_freq"])
+    spec = json.loads((folder / "tokenizer.json").read_text())
+    extra = json.loads((folder / "tokenizer_config.json").read_text())
+    vocab = dict(spec["model"]["vocab"])
+    added = {t["content"]: t["id"] for t in spec["added_tokens"]}
+    vocab.update(added)
+    rows = tensors["model.embed_tokens.weight"].shape[0]
+    by_id = {i: t for t, i in vocab.items()}
+    tokens = [by_id.get(i, f"[PAD{i}]") for i in range(rows)]
+    types = [gguf.TokenType.CONTROL if t in added else gguf.TokenType.NORMAL if i in by_id
+             else gguf.TokenType.UNUSED for i, t in enumerate(tokens)]
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("gpt-2")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges([" ".join(m) if isinstance(m, list) else m
+                        for m in spec["model"]["merges"]])
+    w.add_bos_token_id(vocab[extra["bos_token"]])
+    w.add_eos_token_id(vocab[extra["eos_token"]])
+    w.add_add_bos_token(extra.get("add_bos_token", False))
+    w.add_chat_template(extra["chat_template"])
+    table = _GEMMA3_TEXT if arch == "gemma3" else _LLAMA_TEXT
+    for hf, array in tensors.items():
+        rest = ""
+        if hf in _TOP_TEXT:
+            name = _TOP_TEXT[hf]
+        else:
+            i, rest = hf[len("model.layers."):].split(".", 1)
+            name = f"blk.{i}.{table[rest]}"
+        array = np.asarray(array, np.float32)
+        if arch == "gemma3" and hf.endswith("norm.weight"):
+            array = array + np.float32(1.0)
+        if arch == "llama" and rest in ("self_attn.q_proj.weight", "self_attn.k_proj.weight"):
+            n = heads if "q_proj" in rest else kv
+            array = array.reshape(n, 2, array.shape[0] // n // 2, -1).swapaxes(1, 2) \
+                .reshape(array.shape)
+        w.add_tensor(name, array)
+    close_gguf(w)
+
+
 @pytest.fixture(scope="module")
 def families(tmp_path_factory):
     """Per family: (the vision-language folder, its text-only folder, its mmproj, images,
@@ -112,8 +194,15 @@ def families(tmp_path_factory):
         root = path.parent
         text_only = text_folder(root / "text", text, config, mod.write_tokenizer)
         write_mmproj(root / "mmproj.gguf", kind, vis, proj)
+        # Gemma 3's GGUF scales attention by head_dim (query_pre_attn_scalar is not kept)
+        gguf_config = {**mod.TEXT, "query_pre_attn_scalar": mod.TEXT["head_dim"]} \
+            if kind == "gemma3" else mod.TEXT
+        write_language_gguf(root / "lm.gguf", "gemma3" if kind == "gemma3" else "llama",
+                            gguf_config, text, text_only)
         out[kind] = SimpleNamespace(folder=path, text=text_only, mmproj=root / "mmproj.gguf",
-                                    images=images, vis=vis, proj=proj, root=root)
+                                    images=images, vis=vis, proj=proj, root=root,
+                                    text_tensors=text, gguf=root / "lm.gguf",
+                                    gguf_config=gguf_config)
     return out
 
 
@@ -168,6 +257,51 @@ def test_image_rows_and_logits_equal_the_folder(families, kind, backend):
 
 
 @pytest.mark.parametrize("kind", ["gemma3", "idefics3"])
+def test_a_gguf_language_model_with_its_mmproj(families, kind):
+    """A GGUF text model as the converter writes it, its mmproj beside it: the image prompt's
+    ids and rows are the vision-language folder's, its logits tests/reference_decoder.py's
+    over those rows."""
+    from reference_decoder import forward
+
+    from poot.models.vision.chat import ImageChat
+
+    f = families[kind]
+    model = loaded(f.gguf, "reference", f.mmproj)
+    assert model.checkpoint.kind == "gguf"
+    want_ids, want_rows, want_spans = ImageChat(loaded(f.folder, "reference")).prompt(
+        "What is this?", f.images)
+    ids, rows, spans = ImageChat(model).prompt("What is this?", f.images)
+    assert ids == want_ids and spans == want_spans and sorted(rows) == sorted(want_rows)
+    assert all(np.array_equal(rows[p], want_rows[p]) for p in rows)
+    want = forward(f.text_tensors, f.gguf_config, ids,
+                   {p: np.float64(r) for p, r in rows.items()}, spans)
+    assert rel_err(model.prefill_logits(ids, hosted=rows, spans=spans), want) < 1e-4
+
+
+def test_poot_serve_with_mmproj_answers_as_the_library(families):
+    """`poot serve MODEL.gguf --mmproj FILE`: a chat with a data-URL image answers what
+    ImageChat.generate does (greedy)."""
+    import base64
+
+    from serve_process import openai_client, serve
+
+    from poot.models.vision.chat import ImageChat
+
+    f = families["gemma3"]
+    image = f.images[0].read_bytes()
+    want = ImageChat(loaded(f.gguf, "reference", f.mmproj)).generate(
+        "Describe it.", [image], max_tokens=4, temperature=0.0)
+    url = f"data:image/png;base64,{base64.b64encode(image).decode()}"
+    with serve(f.gguf, "--max-seq", "128", "--mmproj", str(f.mmproj)) as server:
+        answer = openai_client(server).chat.completions.create(
+            model="smollm2", max_tokens=4, temperature=0, messages=[{"role": "user", "content": [
+                {"type": "image_url", "image_url": {"url": url}},
+                {"type": "text", "text": "Describe it."}]}])
+        assert want and answer.choices[0].message.content == want
+        assert server.stats()["images_encoded"] == 1
+
+
+@pytest.mark.parametrize("kind", ["gemma3", "idefics3"])
 def test_the_converters_f16_layout_against_numpy(families, kind, tmp_path):
     """Matrices f16, embeddings and vectors f32 (the converter's --outtype f16): the rows
     of one tile against tests/reference_siglip.py on the same f16 values."""
@@ -194,16 +328,19 @@ def test_the_converters_f16_layout_against_numpy(families, kind, tmp_path):
     assert rel_err(got, want) < 1e-4
 
 
-def test_poot_run_with_mmproj_prints_what_the_folder_does(families, capsys):
+def test_poot_run_with_mmproj_prints_what_the_library_gives(families, capsys):
+    """`poot run MODEL.gguf --mmproj FILE --image PATH` prints ImageChat.generate's text."""
     from poot.cli import main
+    from poot.models.vision.chat import ImageChat
 
-    f = families["gemma3"]
-    common = ["--backend", "reference", "--max-seq", "64", "--quiet", "--max-tokens", "3",
-              "--prompt", "Describe it.", "--image", str(f.images[0])]
-    assert main(["run", str(f.folder), *common]) == 0
-    want = capsys.readouterr().out
-    assert main(["run", str(f.text), "--mmproj", str(f.mmproj), *common]) == 0
-    assert capsys.readouterr().out == want
+    f = families["idefics3"]
+    want = ImageChat(loaded(f.gguf, "reference", f.mmproj)).generate(
+        "Describe it.", f.images[:1], max_tokens=3, temperature=0.0)
+    capsys.readouterr()
+    assert main(["run", str(f.gguf), "--mmproj", str(f.mmproj), "--backend", "reference",
+                 "--max-seq", "128", "--quiet", "--max-tokens", "3", "--prompt", "Describe it.",
+                 "--image", str(f.images[0])]) == 0
+    assert want and capsys.readouterr().out == want + "\n"
 
 
 V = "clip.vision."
