@@ -28,6 +28,7 @@ _LAYER = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
           "layer_norm1": "ln1", "layer_norm2": "ln2", "mlp.fc1": "ffn_up", "mlp.fc2": "ffn_down"}
 _TOP = {"embeddings.patch_embedding": "v.patch_embd",
         "embeddings.position_embedding": "v.position_embd", "post_layernorm": "v.post_ln"}
+V = "clip.vision."
 _PROJ = {"mm_soft_emb_norm.weight": "mm.soft_emb_norm.weight",
          "mm_input_projection_weight": "mm.input_projection.weight",
          "modality_projection.proj.weight": "mm.model.fc.weight"}
@@ -75,9 +76,10 @@ def write_mmproj(path, kind: str, vis: dict, proj: dict, *, f16: bool = False,
         keys["clip.vision.preproc_image_size"] = (w.add_uint32, 2 * idefics3.TILE)
     for key, value in (meta or {}).items():
         if value is None:
-            keys.pop(key)
+            keys.pop(key, None)
         else:
-            keys[key] = (keys[key][0] if key in keys else w.add_string, value)
+            keys[key] = (keys[key][0] if key in keys else
+                         w.add_bool if isinstance(value, bool) else w.add_string, value)
     for key, (add, value) in keys.items():
         add(key, value)
     held = {}
@@ -237,6 +239,25 @@ def test_the_mmproj_reads_as_the_folder(families, kind):
     assert set(got.tensors) == set(want.tensors)
 
 
+def test_scale_factors_the_converter_leaves_out(families, tmp_path):
+    """Without clip.vision.projector.scale_factor, Gemma 3 pools 4 x 4 patches (the
+    converter writes only other kernels) and Idefics3 shuffles 2 x 2; Idefics3 without
+    preproc_image_size resizes the longest edge to 4 tiles."""
+    from poot.models.loader import open_model
+    from poot.models.tokenizer import Tokenizer
+    from poot.models.vision.mmproj import open_mmproj
+
+    for kind, rows in (("gemma3", 1), ("idefics3", 4)):
+        f = families[kind]
+        path = tmp_path / f"{kind}.gguf"
+        write_mmproj(path, kind, f.vis, f.proj, meta={V + "projector.scale_factor": None,
+                                                      V + "preproc_image_size": None})
+        parts = open_mmproj(path, open_model(str(f.text))[1], Tokenizer.from_hf_folder(f.text))
+        assert parts.config.mm_tokens == rows and parts.tokens.count == rows
+        if kind == "idefics3":
+            assert parts.processing.longest == 4 * idefics3.TILE
+
+
 @pytest.mark.parametrize("kind,backend", [("gemma3", "reference"), ("gemma3", "cpu"),
                                           ("idefics3", "reference"), ("idefics3", "cpu")])
 def test_image_rows_and_logits_equal_the_folder(families, kind, backend):
@@ -343,8 +364,6 @@ def test_poot_run_with_mmproj_prints_what_the_library_gives(families, capsys):
     assert want and capsys.readouterr().out == want + "\n"
 
 
-V = "clip.vision."
-
 
 @pytest.mark.parametrize("kind,meta,drop,change,message", [
     ("gemma3", {"clip.projector_type": "qwen2vl_merger"}, (), None,
@@ -362,6 +381,9 @@ V = "clip.vision."
      "lacks 'clip.vision.embedding_length'"),
     ("idefics3", {V + "projector.scale_factor": 3}, (), None,
      "projector.scale_factor = 3 must divide the 4 patches per side"),
+    ("idefics3", {"clip.use_silu": True}, (), None, "clip.use_silu = True .another activation"),
+    ("gemma3", {V + "image_mean": [0.5, 0.5]}, (), None, "image_std = .* and image_mean must "
+                                                          "give 3 values"),
 ])
 def test_bad_mmproj_files_are_one_line_naming_file_and_key(families, tmp_path, kind, meta,
                                                            drop, change, message):

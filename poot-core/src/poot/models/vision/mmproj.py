@@ -88,9 +88,9 @@ def read_config(v: Values, kind: str, text_dim: int) -> VisionConfig:
     def size(key, hi=_MAX_DIM):
         return v.integer(_K + key, lo=1, hi=hi)
 
-    if v.flag("clip.use_silu", False) or not v.flag("clip.use_gelu", True):
-        v.fail("clip.use_gelu", v.values.get("clip.use_gelu"),
-               "(another activation): poot runs SigLIP with GELU (tanh)")
+    for key, gelu in (("clip.use_silu", False), ("clip.use_gelu", True)):
+        if v.flag(key, gelu) != gelu:
+            v.fail(key, not gelu, "(another activation): poot runs SigLIP with GELU (tanh)")
     c = VisionConfig(hidden=size("embedding_length"), layers=size("block_count", _MAX_LAYERS),
                      heads=size("attention.head_count"), ffn=size("feed_forward_length"),
                      image_size=size("image_size", _MAX_IMAGE), patch=size("patch_size"),
