@@ -41,7 +41,7 @@ _VISION_IGNORED = {"model_type", "torch_dtype", "dtype", "attention_dropout", "a
                    "vision_use_head"}   # Gemma 3 reads the last hidden state, not the head
 _VISION_ACTS = ("gelu_pytorch_tanh", "gelu_tanh")
 #: generous bounds for untrusted sizes
-_MAX_DIM, _MAX_LAYERS, _MAX_IMAGE = 1 << 14, 256, 1 << 13
+MAX_DIM, MAX_LAYERS, MAX_IMAGE = 1 << 14, 256, 1 << 13
 
 
 @dataclass(frozen=True)
@@ -125,7 +125,7 @@ def read_gemma3(cfg: dict, where: str) -> tuple[dict, VisionConfig, ImageTokens]
             text.setdefault(key, value)
     vision = _vision(Values(v.mapping("vision_config"), f"{where}/config.json vision_config"),
                      text["hidden_size"])
-    mm = v.integer("mm_tokens_per_image", 256, lo=1, hi=_MAX_IMAGE * _MAX_IMAGE)
+    mm = v.integer("mm_tokens_per_image", 256, lo=1, hi=MAX_IMAGE * MAX_IMAGE)
     vision = VisionConfig(**{**vision.__dict__, "mm_tokens": mm})
     side = vision.tokens_per_side
     if side * side != mm or vision.patches_per_side % side:
@@ -150,14 +150,14 @@ def _vision(v: Values, text_dim, defaults=_VISION_DEFAULTS, ignored=_VISION_IGNO
     d = {**defaults, **{k: x for k, x in v.values.items() if x is not None}}
     vd = Values(d, v.file)
 
-    def size(key, hi=_MAX_DIM):
+    def size(key, hi=MAX_DIM):
         return vd.integer(key, lo=1, hi=hi)
 
     if d["hidden_act"] not in _VISION_ACTS:
         v.fail("hidden_act", d["hidden_act"], f"poot runs SigLIP with {_VISION_ACTS[0]}")
-    c = VisionConfig(hidden=size("hidden_size"), layers=size("num_hidden_layers", _MAX_LAYERS),
+    c = VisionConfig(hidden=size("hidden_size"), layers=size("num_hidden_layers", MAX_LAYERS),
                      heads=size("num_attention_heads"), ffn=size("intermediate_size"),
-                     image_size=size("image_size", _MAX_IMAGE), patch=size("patch_size"),
+                     image_size=size("image_size", MAX_IMAGE), patch=size("patch_size"),
                      channels=size("num_channels", 4),
                      eps=vd.number("layer_norm_eps", positive=True, hi=1.0),
                      text_dim=int(text_dim))

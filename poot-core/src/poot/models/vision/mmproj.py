@@ -14,11 +14,12 @@ tokens come from the language model's tokenizer; the rows' width must be its emb
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from poot.checked import Values
 from poot.errors import CheckpointError, RequestError
-from poot.models.vision.config import VisionConfig
+from poot.models.vision.config import MAX_DIM, MAX_IMAGE, MAX_LAYERS, VisionConfig
 
 #: projector type -> the language model family (LlamaConfig.arch) it feeds
 FAMILIES = {"gemma3": "gemma3", "idefics3": "llama"}
@@ -30,12 +31,6 @@ _LAYER = [("attn_q", "self_attn.q_proj"), ("attn_k", "self_attn.k_proj"),
           ("attn_v", "self_attn.v_proj"), ("attn_out", "self_attn.out_proj"),
           ("ln1", "layer_norm1"), ("ln2", "layer_norm2"), ("ffn_up", "mlp.fc1"),
           ("ffn_down", "mlp.fc2")]
-_CONNECTOR = {"gemma3": [("mm.soft_emb_norm.weight", "projector.mm_soft_emb_norm.weight"),
-                         ("mm.input_projection.weight",
-                          "projector.mm_input_projection_weight")],
-              "idefics3": [("mm.model.fc.weight", "connector.modality_projection.proj.weight")]}
-#: generous bounds for untrusted sizes (as config.json's)
-_MAX_DIM, _MAX_LAYERS, _MAX_IMAGE = 1 << 14, 256, 1 << 13
 #: Idefics3's processor resamples with LANCZOS, Gemma 3's with BILINEAR (PIL's numbers)
 _LANCZOS, _BILINEAR = 1, 2
 _K = "clip.vision."
@@ -56,13 +51,12 @@ def names(c: VisionConfig, projector: str) -> dict[str, tuple[str, tuple[int, ..
             w, b = shapes.get(g, ((d,), (d,)) if g.startswith("ln") else ((d, d), (d,)))
             out[f"v.blk.{i}.{g}.weight"] = (f"vision.encoder.layers.{i}.{hf}.weight", w)
             out[f"v.blk.{i}.{g}.bias"] = (f"vision.encoder.layers.{i}.{hf}.bias", b)
-    conn = dict(_CONNECTOR[projector])
     if projector == "gemma3":
-        out["mm.soft_emb_norm.weight"] = (conn["mm.soft_emb_norm.weight"], (d,))
-        out["mm.input_projection.weight"] = (conn["mm.input_projection.weight"],
+        out["mm.soft_emb_norm.weight"] = ("projector.mm_soft_emb_norm.weight", (d,))
+        out["mm.input_projection.weight"] = ("projector.mm_input_projection_weight",
                                              (d, c.text_dim))
     else:
-        out["mm.model.fc.weight"] = (conn["mm.model.fc.weight"],
+        out["mm.model.fc.weight"] = ("connector.modality_projection.proj.weight",
                                      (c.text_dim, d * c.scale * c.scale))
     return out
 
@@ -85,22 +79,22 @@ def projector_type(v: Values) -> tuple[str, str]:
 def read_config(v: Values, kind: str, text_dim: int) -> VisionConfig:
     """The tower and connector of a clip GGUF's `clip.vision.*` keys, for a language model
     of width `text_dim`."""
-    def size(key, hi=_MAX_DIM):
+    def size(key, hi=MAX_DIM):
         return v.integer(_K + key, lo=1, hi=hi)
 
     for key, gelu in (("clip.use_silu", False), ("clip.use_gelu", True)):
         if v.flag(key, gelu) != gelu:
             v.fail(key, not gelu, "(another activation): poot runs SigLIP with GELU (tanh)")
-    c = VisionConfig(hidden=size("embedding_length"), layers=size("block_count", _MAX_LAYERS),
+    c = VisionConfig(hidden=size("embedding_length"), layers=size("block_count", MAX_LAYERS),
                      heads=size("attention.head_count"), ffn=size("feed_forward_length"),
-                     image_size=size("image_size", _MAX_IMAGE), patch=size("patch_size"),
+                     image_size=size("image_size", MAX_IMAGE), patch=size("patch_size"),
                      eps=v.number(_K + "attention.layer_norm_epsilon", positive=True, hi=1.0),
                      text_dim=int(text_dim), connector=kind)
     if c.hidden % c.heads:
         v.fail(_K + "attention.head_count", c.heads, f"must divide embedding_length {c.hidden}")
     if c.image_size % c.patch:
         v.fail(_K + "patch_size", c.patch, f"must divide image_size {c.image_size}")
-    dim = v.integer(_K + "projection_dim", text_dim, lo=1, hi=_MAX_DIM)
+    dim = v.integer(_K + "projection_dim", text_dim, lo=1, hi=MAX_DIM)
     if dim != text_dim:
         v.fail(_K + "projection_dim", dim, f"differs from the language model's embedding "
                                            f"length {text_dim}")
@@ -108,10 +102,8 @@ def read_config(v: Values, kind: str, text_dim: int) -> VisionConfig:
     scale = v.integer(_K + "projector.scale_factor", _SCALE_DEFAULTS[kind], lo=1, hi=side)
     if side % scale:
         v.fail(_K + "projector.scale_factor", scale, f"must divide the {side} patches per side")
-    rows = (side // scale) ** 2
-    if kind == "gemma3":
-        return VisionConfig(**{**c.__dict__, "mm_tokens": rows})
-    return VisionConfig(**{**c.__dict__, "mm_tokens": rows, "scale": scale})
+    # Gemma 3's kernel is VisionConfig.pool, read from the rows per side
+    return replace(c, mm_tokens=(side // scale) ** 2, scale=scale if kind == "idefics3" else 1)
 
 
 def read_processing(v: Values, c: VisionConfig):
