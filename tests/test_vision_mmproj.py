@@ -219,19 +219,25 @@ def loaded(path, backend: str, mmproj=None):
     return model
 
 
+def opened(path, f):
+    """The VisionParts of mmproj `path` for family `f`'s text model."""
+    from poot.models.loader import open_model
+    from poot.models.tokenizer import Tokenizer
+    from poot.models.vision.mmproj import open_mmproj
+
+    return open_mmproj(path, open_model(str(f.text))[1], Tokenizer.from_hf_folder(f.text))
+
+
 @pytest.mark.parametrize("kind", ["gemma3", "idefics3"])
 def test_the_mmproj_reads_as_the_folder(families, kind):
     """The same VisionConfig (the file's epsilon is a float32), image tokens, pixel
     preparation and tensor names as the folder's."""
     from poot.models.loader import open_model
-    from poot.models.tokenizer import Tokenizer
     from poot.models.vision.chat import read_image_processing
-    from poot.models.vision.mmproj import open_mmproj
 
     f = families[kind]
-    ckpt, config = open_model(str(f.folder))
-    want = ckpt.vision
-    got = open_mmproj(f.mmproj, config, Tokenizer.from_hf_folder(f.text))
+    want = open_model(str(f.folder))[0].vision
+    got = opened(f.mmproj, f)
     assert got.config.eps == pytest.approx(want.config.eps, rel=1e-7)
     assert got.config == type(want.config)(**{**want.config.__dict__, "eps": got.config.eps})
     assert got.tokens == want.tokens
@@ -243,16 +249,12 @@ def test_scale_factors_the_converter_leaves_out(families, tmp_path):
     """Without clip.vision.projector.scale_factor, Gemma 3 pools 4 x 4 patches (the
     converter writes only other kernels) and Idefics3 shuffles 2 x 2; Idefics3 without
     preproc_image_size resizes the longest edge to 4 tiles."""
-    from poot.models.loader import open_model
-    from poot.models.tokenizer import Tokenizer
-    from poot.models.vision.mmproj import open_mmproj
-
     for kind, rows in (("gemma3", 1), ("idefics3", 4)):
         f = families[kind]
         path = tmp_path / f"{kind}.gguf"
         write_mmproj(path, kind, f.vis, f.proj, meta={V + "projector.scale_factor": None,
                                                       V + "preproc_image_size": None})
-        parts = open_mmproj(path, open_model(str(f.text))[1], Tokenizer.from_hf_folder(f.text))
+        parts = opened(path, f)
         assert parts.config.mm_tokens == rows and parts.tokens.count == rows
         if kind == "idefics3":
             assert parts.processing.longest == 4 * idefics3.TILE
@@ -327,17 +329,12 @@ def test_the_converters_f16_layout_against_numpy(families, kind, tmp_path):
     """Matrices f16, embeddings and vectors f32 (the converter's --outtype f16): the rows
     of one tile against tests/reference_siglip.py on the same f16 values."""
     from poot import plugin
-    from poot.models.loader import open_model
     from poot.models.vision.encoder import VisionEncoder
-    from poot.models.vision.mmproj import open_mmproj
     from poot.models.vision.preprocess import ImageProcessing, pixels
 
     f = families[kind]
     held = write_mmproj(tmp_path / "f16.gguf", kind, f.vis, f.proj, f16=True)
-    config = open_model(str(f.text))[1]
-    from poot.models.tokenizer import Tokenizer
-
-    parts = open_mmproj(tmp_path / "f16.gguf", config, Tokenizer.from_hf_folder(f.text))
+    parts = opened(tmp_path / "f16.gguf", f)
     assert parts.tensors["vision.encoder.layers.0.mlp.fc1.weight"].dtype.value == "f16"
     x = pixels(f.images[0], ImageProcessing(16, 16))
     mod = gemma3 if kind == "gemma3" else idefics3
@@ -387,16 +384,11 @@ def test_poot_run_with_mmproj_prints_what_the_library_gives(families, capsys):
 ])
 def test_bad_mmproj_files_are_one_line_naming_file_and_key(families, tmp_path, kind, meta,
                                                            drop, change, message):
-    from poot.models.loader import open_model
-    from poot.models.tokenizer import Tokenizer
-    from poot.models.vision.mmproj import open_mmproj
-
     f = families[kind]
     bad = tmp_path / "bad.gguf"
     write_mmproj(bad, kind, f.vis, f.proj, meta=meta, drop=drop, change=change)
-    config = open_model(str(f.text))[1]
     with pytest.raises(CheckpointError, match=message) as exc:
-        open_mmproj(bad, config, Tokenizer.from_hf_folder(f.text))
+        opened(bad, f)
     assert str(bad) in str(exc.value) and "\n" not in str(exc.value)
 
 
