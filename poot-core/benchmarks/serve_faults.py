@@ -15,9 +15,9 @@ After the rounds: the server still answers; its resident memory (the metric
 process_resident_memory_bytes) grew by under 5% from its warm size (once GET /ready says
 every plan is made, one stream per batch row runs to the end of its context, so that the
 KV pool's pages are mapped, then a round 0 of faults; `warm_up`); no 5xx was sent, as the
-clients saw it
-and as poot_http_requests_total counts; the log has one "refused" line for every refusal
-sent, by status, and no traceback.
+clients saw it and as poot_http_requests_total counts; the log has one "refused" line for
+every refusal sent, by status, and no traceback; the process has no more open file
+descriptors than when warm (no connection's socket is kept).
 
     python poot-core/benchmarks/serve_faults.py                 # full size: 128 streams
     python poot-core/benchmarks/serve_faults.py --streams 16 --batch 4 --rounds 3
@@ -46,6 +46,7 @@ MODEL = "smollm2"          # the name tests/serve_process.py serves under
 TIMEOUT = 120.0            # no client waits longer for any answer
 WARM_S = 600.0             # the longest the server may take to make its plans
 FILL_S = 30.0              # the longest the streams may take to fill the queue
+KEEP_ALIVE_S = 10.0        # past uvicorn's keep-alive (5 s): every client's socket is closed
 SLOW_RCVBUF = 2048         # a slow reader's receive buffer: the server's writes back up
 SLOW_READ = 256            # bytes a slow reader reads at a time
 MAX_BODY = 4 << 20         # poot.serve.app.MAX_BODY (not imported: a client needs no poot)
@@ -406,7 +407,8 @@ def run(url: str, size: Size, log: list[str], say=partial(print, flush=True)) ->
         return {"failures": ["the server was not ready (GET /ready) within "
                              f"{WARM_S:.0f} s"]}
     base = warm_up(url, size, tally)
-    say(f"warm: RSS {base / 2**20:.1f} MiB")
+    fds = metrics(url)["process_open_fds"]
+    say(f"warm: RSS {base / 2**20:.1f} MiB, {fds:.0f} open fds")
     for k in range(size.rounds):
         t0 = time.perf_counter()
         one_round(url, size, tally, k + 1)
@@ -432,6 +434,11 @@ def run(url: str, size: Size, log: list[str], say=partial(print, flush=True)) ->
         if not r["idle"] or r["used"] != 0:
             failures.append(f"round {k + 1}: {r['used']:.0f} KV blocks not back in the "
                             f"pool")
+    deadline = time.monotonic() + KEEP_ALIVE_S   # idle connections' sockets close by then
+    while (left := metrics(url)["process_open_fds"]) > fds and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if left > fds:
+        failures.append(f"{left - fds:.0f} more open file descriptors than when warm")
     growth = rounds[-1]["rss"] / base - 1
     if growth >= RSS_GROWTH:
         failures.append(f"RSS grew by {growth:.1%} in {size.rounds} rounds")
@@ -447,7 +454,7 @@ def run(url: str, size: Size, log: list[str], say=partial(print, flush=True)) ->
     if logged != tally.refusals_sent:
         failures.append(f"refusals sent by status {dict(tally.refusals_sent)}, logged "
                         f"{dict(logged)}")
-    return {"rounds": rounds, "rss_warm": base, "rss_growth": growth, "statuses": dict(tally.statuses),
+    return {"rounds": rounds, "rss_warm": base, "rss_growth": growth, "open_fds": left, "statuses": dict(tally.statuses),
             "refusals": dict(tally.refusals_sent), "logged": dict(logged),
             "failures": failures}
 
