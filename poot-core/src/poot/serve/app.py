@@ -7,7 +7,8 @@ counters, for operators and tests). With an API key, every /v1 route wants
 `Authorization: Bearer KEY` and answers 401 without it; the probes, /metrics and /stats
 stay open (they name no prompt or answer). Every refusal is an OpenAI error object
 with its 4xx/5xx status, whatever the request held (an unexpected fault too: a 500 in the
-same shape, never a bare text page). Each request watches its connection: a client that
+same shape, never a bare text page), and one `refused` line in the log; a full queue is
+the client's to retry, a 429 with Retry-After. Each request watches its connection: a client that
 leaves, mid-stream or while waiting for a whole answer, cancels its sequence at once.
 
 Probes, as Kubernetes has them: /health is liveness (200 while the scheduler runs, its
