@@ -3,7 +3,10 @@ plan's recorded step and its profile raise no validation error or warning, so th
 barriers (placed by hazard, naming only the stages on either side) cover every read after
 write, write after read and host access, also where a value is read batches after the
 one that wrote it. The layer must be on when the process's instance is created, so this
-runs in a fresh process; skipped where it is not installed."""
+runs in a fresh process; skipped where it is not installed. Run on both memory paths:
+mapped device memory (slots written and outputs read in place) and staging (slots
+uploaded by the step's first copies, outputs copied to the host by its last), which
+`POOT_VULKAN_STAGING=1` forces where device memory is mapped."""
 import os
 import subprocess
 import sys
@@ -28,15 +31,19 @@ if not instance().layers:
 b = Builder("validated", compiler=True)
 x = b.slot(input_role(DType.F32), (5, 300), "x0")
 e = b.eqn(O.Unary(O.UnaryOp.Exp), b.eqn(O.Unary(O.UnaryOp.Exp), x))
-# x (a slot: uploaded by a copy) read again two barriers later, by a compute shader
+# x (a slot: uploaded by a copy where staged) read again two barriers later
 s = b.eqn(O.Reduce(O.ReduceOp.Sum, 1), b.eqn(O.Binary(O.BinaryOp.Add), e, x))
 b.result(s)
 ex = Executor(plan(b.finish(), target), {})
-a = np.random.default_rng(0).standard_normal((5, 300)).astype(np.float32)
-for _ in range(2):
+rng = np.random.default_rng(0)
+for _ in range(3):  # a new slot value every step
+    a = rng.standard_normal((5, 300)).astype(np.float32)
     got = ex.step({"x0": a}).result
-np.testing.assert_allclose(got, (np.exp(np.exp(a)) + a).sum(1), rtol=1e-5)
-assert ex.executable.step.barriers >= 3
+    np.testing.assert_allclose(got, (np.exp(np.exp(a)) + a).sum(1), rtol=1e-5)
+from poot.plan import ARENA
+step, staged = ex.executable.step, ex.buffers[ARENA].mapped is None
+assert len(step.uploads) == staged and step.barriers == 3 + 2 * staged, step.barriers
+print("STAGED", staged)
 from poot_vulkan.profile import profile
 print(profile(ex.executable.step, runs=2).table())  # the timestamp queries validated too
 for m in instance().validation_messages:
@@ -45,8 +52,9 @@ print("MESSAGES", len(instance().validation_messages))
 """
 
 
-def test_a_plan_runs_clean_under_the_validation_layer(vulkan_device):
-    env = dict(os.environ, POOT_VULKAN_VALIDATION="1",
+@pytest.mark.parametrize("staging", ["0", "1"])
+def test_a_plan_runs_clean_under_the_validation_layer(vulkan_device, staging):
+    env = dict(os.environ, POOT_VULKAN_VALIDATION="1", POOT_VULKAN_STAGING=staging,
                VK_LAYER_ENABLES="VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT")
     proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True,
                           text=True, timeout=300)
@@ -54,3 +62,5 @@ def test_a_plan_runs_clean_under_the_validation_layer(vulkan_device):
     if "NO-LAYER" in proc.stdout:
         pytest.skip("VK_LAYER_KHRONOS_validation is not installed")
     assert "MESSAGES 0" in proc.stdout, proc.stdout
+    if staging == "1":
+        assert "STAGED True" in proc.stdout, proc.stdout

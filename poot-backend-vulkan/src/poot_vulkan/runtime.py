@@ -12,7 +12,10 @@ copying the twins into the slot buffers. Until the next run the twin holds the n
 bytes, so a read in between returns them. The other way, the step ends by copying each
 plan output into a host-visible twin, so reading a step's result is a memcpy, not one
 more submit; a write to the output's buffer, or another step, makes the device copy
-the one read again.
+the one read again. Where device memory is mapped (host-visible and coherent: lavapipe,
+unified memory) neither copy is recorded: the host writes slots and reads outputs in
+place, between steps, and the step saves the batch before its first dispatch and the
+one after its last.
 """
 from __future__ import annotations
 
@@ -126,15 +129,18 @@ class VulkanRuntime:
                             c.dst.offset, c.src.nbytes))
         readbacks = {}
         for _, place in plan.outputs:
-            if place.strides is None and place.nbytes:
-                buf = buffers[place.region]
+            buf = buffers[place.region]
+            # an output in mapped device memory is read in place: a copy would add a batch
+            if place.strides is None and place.nbytes and buf.mapped is None:
                 twin = VulkanBuffer(self.dev, place.nbytes, f"readback:{place}", host=True)
                 self._scratch.append(twin)
                 ops.append(Copy(buf, place.offset, twin, 0, place.nbytes))
                 readbacks[(buf, place.offset, place.nbytes)] = twin
         ops = rename_war(ops, self._shadow)
         slots = [buffers[r.name] for r in plan.slot_regions()]
-        uploads = [Copy(self._twin(s), 0, s, 0, s.size) for s in slots]
+        # a slot in mapped device memory is written in place before the submit (which
+        # makes host writes visible): no upload, and no batch waiting for one
+        uploads = [Copy(self._twin(s), 0, s, 0, s.size) for s in slots if s.mapped is None]
         return VulkanExecutable(self, RecordedStep(self.dev, ops, uploads), slots, readbacks)
 
     def _shadow(self, nbytes: int) -> VulkanBuffer:
