@@ -45,10 +45,12 @@ def mmproj_name(hf: str) -> str:
 
 
 def write_mmproj(path, kind: str, vis: dict, proj: dict, *, f16: bool = False,
-                 meta: dict | None = None, drop: tuple = (), change: dict | None = None):
+                 meta: dict | None = None, drop: tuple = (), change: dict | None = None,
+                 q8: tuple = ()):
     """The converter's mmproj of a folder's tower (`vis`) and connector (`proj`), HF names:
     with `f16`, matrices f16 but the embeddings (as its --outtype f16); `meta` replaces key
-    values (None: leaves the key out), `drop` leaves tensors out, `change` replaces them.
+    values (None: leaves the key out), `drop` leaves tensors out, `change` replaces them,
+    `q8` names those written Q8_0.
     Returns the tensors as the file holds them, by HF name."""
     import gguf
 
@@ -89,7 +91,12 @@ def write_mmproj(path, kind: str, vis: dict, proj: dict, *, f16: bool = False,
             array = array + np.float32(1.0)
         if f16 and array.ndim > 1 and "embeddings." not in hf:
             array = array.astype(np.float16)
-        if mmproj_name(hf) not in drop:
+        if mmproj_name(hf) in q8:
+            from gguf.quants import quantize
+
+            w.add_tensor(mmproj_name(hf), quantize(array, gguf.GGMLQuantizationType.Q8_0),
+                         raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+        elif mmproj_name(hf) not in drop:
             w.add_tensor(mmproj_name(hf), array)
         held[hf] = array.astype(np.float64) - (hf == "mm_soft_emb_norm.weight")
     close_gguf(w)
@@ -390,6 +397,17 @@ def test_bad_mmproj_files_are_one_line_naming_file_and_key(families, tmp_path, k
     with pytest.raises(CheckpointError, match=message) as exc:
         opened(bad, f)
     assert str(bad) in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_a_quantized_tower_is_refused_naming_the_tensor(families, tmp_path):
+    """poot reads dense towers: a Q8_0 matrix (an mmproj quantized by llama-quantize) is
+    refused by name before anything is built."""
+    f = families["idefics3"]
+    bad = tmp_path / "q8.gguf"
+    write_mmproj(bad, "idefics3", f.vis, f.proj, q8=("mm.model.fc.weight",))
+    with pytest.raises(CheckpointError, match=r"tensor 'mm.model.fc.weight' is gguf:Q8_0\[64x"
+                                              r"128\]; poot reads f32, f16 and bf16"):
+        opened(bad, f)
 
 
 def test_refused_pairings_and_flags(families, tmp_path, capsys):
