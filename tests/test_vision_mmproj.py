@@ -412,8 +412,8 @@ def test_a_quantized_tower_is_refused_naming_the_tensor(families, tmp_path):
 
 def test_refused_pairings_and_flags(families, tmp_path, capsys):
     """A language model file as the mmproj, a family without images, a folder with its
-    own tower; --mmproj without --image, or naming no file: one line each, before any
-    model loads where the flags alone tell."""
+    own tower; --mmproj without --image, or naming no file (before any model loads); an
+    image for a GGUF without --mmproj: one line each."""
     from poot.cli import main
     from poot.errors import RequestError
     from poot.models.loader import open_model
@@ -435,13 +435,15 @@ def test_refused_pairings_and_flags(families, tmp_path, capsys):
         attach(other, g.mmproj)
     with pytest.raises(RequestError, match="has its own vision tower"):
         attach(loaded(g.folder, "reference"), g.mmproj)
-    for argv, message in (([], "--mmproj needs --image"),
-                          (["--image", str(g.images[0])], "no such file")):
-        mm = str(g.mmproj) if not argv else str(tmp_path / "missing.gguf")
-        rc = main(["run", str(g.text), "--backend", "reference", "--quiet", "--prompt", "Hi",
-                   "--mmproj", mm, *argv])
+    image = ["--image", str(g.images[0])]
+    for argv, message in ((["--mmproj", str(g.mmproj)], "--mmproj needs --image"),
+                          (["--mmproj", str(tmp_path / "missing.gguf"), *image], "no such file"),
+                          (image, "has no vision tower (")):
+        rc = main(["run", str(g.gguf), "--backend", "reference", "--quiet", "--prompt", "Hi",
+                   *argv])
         err = capsys.readouterr().err.strip()
         assert rc != 0 and message in err and len(err.splitlines()) == 1, err
+    assert "--mmproj" in err
     rc = main(["serve", str(g.text), "--mmproj", str(tmp_path / "missing.gguf")])
     err = capsys.readouterr().err.strip()
     assert rc != 0 and "--mmproj" in err and len(err.splitlines()) == 1, err

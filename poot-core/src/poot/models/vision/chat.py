@@ -175,7 +175,8 @@ class ImageChat:
         vision = getattr(model.checkpoint, "vision", None)
         if vision is None:
             raise RequestError(f"{model.checkpoint.path} has no vision tower (a Gemma 3 or "
-                               f"Idefics3 HF folder has vision_config in config.json)")
+                               f"Idefics3 HF folder has vision_config in config.json; a GGUF "
+                               f"takes its vision projector GGUF with --mmproj)")
         if model.kv != "dense" or model.tp is not None:
             raise RequestError("images are fed through a dense KV cache on one rank; drop "
                                "--kv paged and --tp")
