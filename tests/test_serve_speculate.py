@@ -287,6 +287,8 @@ def test_a_draft_model_keeps_every_requests_greedy_text(draft_server):
     s1 = draft_blocks_back(draft_server)
     assert s1["mode"].startswith("draft:") and s1["mode"].endswith("draft.gguf")
     assert s1["draft_model"] == "draft.gguf" and s1["draft_layers"] == 1
+    assert any("speculating with the draft draft.gguf (1 layer, up to 4 tokens a step)" in ln
+               for ln in draft_server.log)
     assert 0 < s1["accepted"] <= s1["proposed"] and s1["verify_steps"] > 0
     assert s1["draft_steps"] >= s1["verify_steps"]
     # a stream, and an answer that ends mid-proposal at max_tokens, as plain

@@ -134,10 +134,12 @@ def bind_check(host: str, port: int) -> None:
 
 def how_speculating(engine) -> str:
     """The startup line's words for the server's proposer."""
-    if engine.drafts is None:
-        return "by prompt lookup"
+    k = f"up to {engine.draft_tokens} tokens a step"
     d = engine.drafts
-    return f"with the draft {d.stats()['draft_model']} ({d.model.config.layers} layers)"
+    if d is None:
+        return f"by prompt lookup ({k})"
+    n = d.model.config.layers
+    return f"with the draft {d.stats()['draft_model']} ({n} layer{'s' * (n != 1)}, {k})"
 
 
 def _graceful_exit(signum, frame):
@@ -193,8 +195,7 @@ def run(args) -> int:
           f"{args.max_batch} (decode plans {s['decode_batches']}, prefill plans of "
           f"sequences x tokens {prefill}), KV pool {s['pool_slots']} "
           f"slots in {s['pool_blocks']} blocks, {s['max_seq']} positions per sequence, "
-          + (f"speculating {how_speculating(engine)} (up to {engine.draft_tokens} tokens "
-             f"a step), " if engine.speculate else "")
+          + (f"speculating {how_speculating(engine)}, " if engine.speculate else "")
           + ("taking images (one image request at a time), " if engine.images else "") +
           f"loaded in {time.perf_counter() - t0:.1f} s, at {url}; warming: "
           f"{s['plans_waiting']} plans to make (GET /ready answers 503 until they exist)",
