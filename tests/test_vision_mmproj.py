@@ -380,7 +380,8 @@ def test_poot_run_with_mmproj_prints_what_the_library_gives(families, capsys):
                                                   np.zeros((32, 96), np.float32)},
      r"tensor 'mm.input_projection.weight' is \[32, 96\], not \[32, 64\]"),
     ("idefics3", {}, ("v.blk.1.ffn_down.bias",), None, "lacks tensor 'v.blk.1.ffn_down.bias'"),
-    ("idefics3", {V + "block_count": 1}, (), None, r"tensor 'v\.blk\.1\.\w+\.\w+' is none of"),
+    ("idefics3", {V + "block_count": 1}, (), None, r"tensor 'v\.blk\.1\.\w+\.\w+' is not one "
+                                                   r"of the tower's or the connector's"),
     ("idefics3", {V + "embedding_length": None}, (), None,
      "lacks 'clip.vision.embedding_length'"),
     ("idefics3", {V + "projector.scale_factor": 3}, (), None,
@@ -417,6 +418,7 @@ def test_refused_pairings_and_flags(families, tmp_path, capsys):
     from poot.cli import main
     from poot.errors import RequestError
     from poot.models.loader import open_model
+    from poot.models.tokenizer import Tokenizer
     from poot.models.vision.mmproj import attach, open_mmproj
 
     g = families["gemma3"]
@@ -429,6 +431,11 @@ def test_refused_pairings_and_flags(families, tmp_path, capsys):
     config = open_model(str(g.text))[1]
     with pytest.raises(CheckpointError, match="general.architecture = 'llama' is not clip"):
         open_mmproj(lm, config, None)
+    i = families["idefics3"]
+    llama = open_model(str(i.text))[1]
+    with pytest.raises(CheckpointError, match="mmproj.gguf: the language model's tokenizer has "
+                                              "no <image> token"):
+        open_mmproj(i.mmproj, llama, Tokenizer.from_hf_folder(g.text))   # Gemma's vocabulary
     other = SimpleNamespace(checkpoint=SimpleNamespace(path=tmp_path / "q.gguf"),
                             config=SimpleNamespace(arch="qwen3"))
     with pytest.raises(RequestError, match="is a qwen3 model; poot runs images with gemma3"):

@@ -36,7 +36,7 @@ _LANCZOS, _BILINEAR = 1, 2
 _K = "clip.vision."
 
 
-def names(c: VisionConfig, projector: str) -> dict[str, tuple[str, tuple[int, ...]]]:
+def tensor_names(c: VisionConfig, projector: str) -> dict[str, tuple[str, tuple[int, ...]]]:
     """mmproj tensor name -> (poot's name, its shape in numpy order)."""
     d, f, p, n = c.hidden, c.ffn, c.patch, c.patches_per_side ** 2
     out = {"v.patch_embd.weight": ("vision.embeddings.patch_embedding.weight",
@@ -106,7 +106,7 @@ def read_config(v: Values, kind: str, text_dim: int) -> VisionConfig:
     return replace(c, mm_tokens=(side // scale) ** 2, scale=scale if kind == "idefics3" else 1)
 
 
-def read_processing(v: Values, c: VisionConfig):
+def pixel_processing(v: Values, c: VisionConfig):
     """How pixels are prepared: Gemma 3's resize to the tower's size, or Idefics3's tiling
     after a resize of the longest edge to `preproc_image_size`; rescaled by 1/255, then the
     file's mean and std."""
@@ -128,8 +128,8 @@ def check_tensors(tensors: dict, want: dict, where: str) -> dict:
 
     extra = sorted(set(tensors) - set(want))
     if extra:
-        raise CheckpointError(f"{where}: tensor {extra[0]!r} is none of the tower's or the "
-                              f"projector's this projector type has")
+        raise CheckpointError(f"{where}: tensor {extra[0]!r} is not one of the tower's or "
+                              f"the connector's (per clip.projector_type and clip.vision.*)")
     out = {}
     for name, (ours, shape) in want.items():
         info = tensors.get(name)
@@ -146,7 +146,7 @@ def check_tensors(tensors: dict, want: dict, where: str) -> dict:
     return out
 
 
-def image_tokens(tokenizer, c: VisionConfig, processing):
+def image_tokens(tokenizer, c: VisionConfig, processing, where: str):
     """The image tokens the language model's tokenizer spells (each one token)."""
     from poot.models.vision.config import ImageTokens, TileTokens
 
@@ -156,8 +156,8 @@ def image_tokens(tokenizer, c: VisionConfig, processing):
             return ids[0]
         if fallback is not None:
             return fallback
-        raise CheckpointError(f"the language model's tokenizer has no {text} token (a "
-                              f"{c.connector} projector's image prompt needs it)")
+        raise CheckpointError(f"{where}: the language model's tokenizer has no {text} token "
+                              f"(a {c.connector} projector's image prompt needs it)")
 
     if c.connector == "idefics3":
         return TileTokens(token("<image>"), c.mm_tokens, tiling=processing)
@@ -184,9 +184,9 @@ def open_mmproj(path: str | Path, config, tokenizer):
         v.fail(key, kind, f"feeds a {FAMILIES[kind]} language model; this one is "
                           f"{config.arch}")
     c = read_config(v, kind, config.dim)
-    processing = read_processing(v, c)
-    tensors = check_tensors(ckpt.tensors, names(c, kind), str(path))
-    return VisionParts(c, image_tokens(tokenizer, c, processing), tensors, path,
+    processing = pixel_processing(v, c)
+    tensors = check_tensors(ckpt.tensors, tensor_names(c, kind), str(path))
+    return VisionParts(c, image_tokens(tokenizer, c, processing, str(path)), tensors, path,
                        processing=processing, offset_norms=())
 
 
