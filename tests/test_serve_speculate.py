@@ -406,3 +406,26 @@ def test_a_draft_sequence_follows_its_text_through_rollbacks(pair):
         drafts.close(seq)
     stats = drafts.stats()
     assert stats["draft_free_blocks"] == stats["draft_pool_blocks"]
+
+
+def test_a_self_draft_binds_the_served_models_weights_once(pair):
+    """self:1 drafts with the served model's first layer and head: bound through the
+    served session's weight cache, its plans (of the shapes the served session has made)
+    upload nothing of their own."""
+    import poot
+    from poot.models.sampling import Sampler
+    from poot.models.speculate import Spec
+    from poot.serve.speculation import DraftBatch
+
+    target, _ = pair
+    model = poot.load(str(target), "reference", kv="paged", max_seq=256)
+    served = model.session("paged", batch=2, decode_batches=[1, 2], prefill_batches=[1, 2])
+    for shape in ((1, 1), (model.prefill_tokens, 1)):
+        served.rehearse(*shape)
+    uploads = served.weights.uploads
+    drafts = DraftBatch(model, Spec("self", 1), [1, 2])
+    drafts.share_weights(served)
+    got = drafts.propose_rows({"a": (model.tokenizer.encode("hello world"), 3, Sampler())})
+    assert len(got["a"][0]) == 3
+    assert drafts.session.weights is served.weights and served.weights.uploads == uploads
+    assert served.weights.hits > 0

@@ -331,6 +331,8 @@ class Engine:
             self._announce()
             return False
         tokens, batch, sample, session = self._unplanned.pop(0)
+        if session is not self.session:
+            self.drafts.share_weights(self.session)
         t0 = time.perf_counter()
         session.rehearse(tokens, batch, sample)
         took = time.perf_counter() - t0
@@ -830,6 +832,7 @@ class Engine:
                 if found:
                     drafts[job] = found
         if by_draft:
+            self.drafts.share_weights(s)
             t0 = clock()
             got = self.drafts.propose_rows({j.id: (j.history, k, j.sampler)
                                             for j, k in by_draft.items()})

@@ -82,6 +82,14 @@ class DraftBatch:
         #                           its last proposal's)
         self.counters = dict(draft_steps=0, draft_step_s=0.0)
 
+    def share_weights(self, served) -> None:
+        """Bind the draft's plans to the served session's weight cache, where the draft has
+        made no plan yet and the served session has one: the cache keys a weight by its
+        bytes, so what the draft shares with the served model (all of a self-draft's
+        layers and head) is on the device once."""
+        if self.session.weights is None and served.weights is not None:
+            self.session.weights = served.weights
+
     def plans(self) -> list[tuple[int, int]]:
         """The draft's (tokens, batch) plans: a decode step and a prefill chunk per batch
         size."""
