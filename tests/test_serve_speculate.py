@@ -281,9 +281,12 @@ def test_a_draft_model_keeps_every_requests_greedy_text(draft_server):
     plain = [complete(c, p, speculate=False).choices[0].text for p in PROMPTS]
     s0 = draft_server.stats()["speculation"]
     assert s0["verify_steps"] == 0 and s0["draft_steps"] == 0   # speculate: false
+    # and a prediction's proposals verified in the same steps as the draft's
     texts = concurrently(c, [((p,), {"speculate": False} if i == 0 else {})
-                             for i, p in enumerate(PROMPTS)])
-    assert texts == plain
+                             for i, p in enumerate(PROMPTS)]
+                         + [((PROMPTS[2],), {"prediction": {"type": "content",
+                                                            "content": plain[2]}})])
+    assert texts == plain + [plain[2]]
     s1 = draft_blocks_back(draft_server)
     assert s1["mode"].startswith("draft:") and s1["mode"].endswith("draft.gguf")
     assert s1["draft_model"] == "draft.gguf" and s1["draft_layers"] == 1
@@ -307,12 +310,14 @@ def test_a_drafted_seeded_sample_repeats_beside_others(draft_server):
     alone = [complete(c, "hello world", temperature=1.0, seed=s).choices[0].text
              for s in (3, 4)]
     assert alone[0] != alone[1]
+    quiet = complete(c, "xyz", 30, temperature=0.7, seed=9, speculate=False).choices[0].text
     before = draft_server.stats()["speculation"]["verify_steps"]
     beside = concurrently(c, [(("hello world",), {"temperature": 1.0, "seed": 3}),
-                              (("xyz", 30), {"temperature": 0.7, "seed": 9}),
+                              (("xyz", 30), {"temperature": 0.7, "seed": 9,
+                                             "speculate": False}),
                               (("hello world",), {"temperature": 1.0, "seed": 4}),
                               ((PROMPT,), {})])
-    assert beside[0::2] == alone
+    assert beside[0::2] == alone and beside[1] == quiet
     assert draft_server.stats()["speculation"]["verify_steps"] > before
     draft_blocks_back(draft_server)
 
