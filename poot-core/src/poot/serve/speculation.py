@@ -18,8 +18,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from poot.models.sampling import PENALTY_WINDOW
-from poot.models.speculate import (AdaptiveK, PromptLookup, Spec, check_rollback, draft_draw,
-                                   proposal_cost)
+from poot.models.speculate import AdaptiveK, PromptLookup, Spec, draft_draw, proposal_cost
 
 
 class Prediction:
@@ -71,7 +70,6 @@ class DraftBatch:
     def __init__(self, model, spec: Spec, batches: Sequence[int]):
         draft = model.self_draft(spec.arg) if spec.kind == "self" else \
             model.draft_model(spec.arg)
-        check_rollback(draft.config, "paged")
         self.spec, self.model = spec, draft
         #: what proposing a token costs, in target decode steps (AdaptiveK's fixed model)
         self.cost = proposal_cost(draft.config, model.config)
