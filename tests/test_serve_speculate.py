@@ -352,6 +352,21 @@ def test_self_speculation_by_the_first_layer_keeps_greedy_text(pair):
         assert spec["accepted"] > 0 and spec["draft_tokens"] == 3
 
 
+def test_a_draft_that_does_not_pay_gives_its_blocks_back_early(pair):
+    """The target as its own draft reads every weight it reads: a sequence's AdaptiveK
+    stops after its trial proposals (all accepted: the same model) and its draft
+    sequence closes then, before the request ends; the text is the plain one."""
+    target, _ = pair
+    with serve(target, "--max-batch", "2", "--max-seq", "256", "--speculate",
+               f"draft:{target}") as s:
+        c = openai_client(s)
+        plain = complete(c, "hello world", 60, speculate=False).choices[0].text
+        assert complete(c, "hello world", 60).choices[0].text == plain
+        spec = draft_blocks_back(s)
+        assert spec["accepted"] == spec["proposed"] == 4 and spec["verify_steps"] == 2
+        assert spec["draft_released"] == 1
+
+
 def other_vocabulary(folder: Path) -> Path:
     """The tiny Llama with one more token: a vocabulary the target does not share."""
     tokens, types, _ = seeds.byte_vocab()

@@ -560,6 +560,8 @@ class Engine:
             # the step in flight (it proposes after that step's token)
             proposing = [j for j in decoding if j.spec is not None and
                          j.spec.wants(j.gen.max_tokens - j.generated)]
+            if self.drafts is not None:
+                self._release_drafts(decoding)
             chain = not proposing and not imaging and self._chains(prefilling, decoding)
             if self._inflight is not None and not chain:
                 self._guarded(self._inflight[0], self._settle, None)
@@ -585,6 +587,14 @@ class Engine:
             for job in self._active:
                 self._close(job)
             self._active.clear()
+
+    def _release_drafts(self, jobs: list[Job]) -> None:
+        """The draft sequences of jobs whose AdaptiveK stopped proposing for good (a draft
+        that does not pay for itself) give their blocks back now, not at the job's end."""
+        for job in jobs:
+            if job.spec is not None and job.spec.proposer is self.drafts and \
+                    job.spec.k_of.off:
+                self.drafts.close(job.id, spent=True)
 
     def _drop_cancelled(self) -> None:
         for job in [j for j in self._queue if j.cancelled]:

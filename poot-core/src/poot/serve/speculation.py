@@ -53,7 +53,8 @@ class DraftBatch:
     """The draft model of `poot serve --speculate draft:MODEL|self:N`, loaded beside the
     served model on its backend, with a paged KV pool of its own (room for `batch` whole
     sequences, so a draft never waits for blocks) and one draft sequence per speculating
-    request, opened at its first proposal and closed with the request (`close`).
+    request, opened at its first proposal and closed with the request, or once its
+    AdaptiveK has stopped proposing for good (`close`).
 
     A draft sequence holds a prefix of its request's text and the proposal it last made.
     Before the next proposal (`propose_rows`) each is rolled back to where it agrees with
@@ -78,7 +79,9 @@ class DraftBatch:
         self.fed: dict = {}       # sequence -> the token ids in its draft KV
         self.known: dict = {}     # sequence -> how many of them are its text's (the rest:
         #                           its last proposal's)
-        self.counters = dict(draft_steps=0, draft_step_s=0.0)
+        #: draft_released: sequences closed before their request ended, their
+        #: speculation spent
+        self.counters = dict(draft_steps=0, draft_step_s=0.0, draft_released=0)
 
     def share_weights(self, served) -> None:
         """Bind the draft's plans to the served session's weight cache, where the draft has
@@ -99,11 +102,13 @@ class DraftBatch:
         context (it holds the text and all but the last proposed token)."""
         return length + k - 1 <= self.session.capacity
 
-    def close(self, seq) -> None:
-        """The request ended or left: its draft blocks go back to the pool."""
+    def close(self, seq, spent: bool = False) -> None:
+        """The request ended or left (or, `spent`, will propose no more): its draft blocks
+        go back to the pool."""
         if self.fed.pop(seq, None) is not None:
             self.known.pop(seq)
             self.session.close(seq)
+            self.counters["draft_released"] += spent
 
     def propose_rows(self, rows: Mapping) -> dict:
         """`rows`: sequence -> (its text so far, k, its sampler); each sequence's k proposed
