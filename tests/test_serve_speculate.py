@@ -411,8 +411,11 @@ def test_a_draft_sequence_follows_its_text_through_rollbacks(pair):
     texts = {"a": model.tokenizer.encode("hello world"), "b": [5, 6, 7]}
     for turn in range(12):
         ks = {seq: int(rng.integers(1, 5)) for seq in texts}
+        before = drafts.counters["draft_steps"]
         fresh = drafts.propose_rows({("fresh", seq): (list(t), ks[seq], greedy)
                                      for seq, t in texts.items()})
+        if turn == 0:   # batched: one prefill step feeds both prompts, a decode step a token
+            assert drafts.counters["draft_steps"] - before == 1 + max(ks.values())
         for seq in texts:
             drafts.close(("fresh", seq))
         got = drafts.propose_rows({seq: (t, ks[seq], greedy) for seq, t in texts.items()})
