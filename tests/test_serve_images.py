@@ -207,8 +207,8 @@ def test_bad_images_are_400_and_the_server_goes_on(server, images, urls, match):
 
 
 def test_refusals_without_a_server(images):
-    """A text-only model names itself; a remote URL needs --allow-image-urls; images take
-    one user message."""
+    """A text-only model names itself; a remote URL needs --allow-image-urls; a chat with
+    images takes system, user and assistant messages."""
     from poot.errors import RequestError
     from poot.models.vision.config import ImageTokens
     from poot.serve.protocol import Limits, parse_chat
@@ -223,6 +223,7 @@ def test_refusals_without_a_server(images):
     remote = {"model": "m", "messages": message(["http://127.0.0.1:1/a.png"])}
     with pytest.raises(RequestError, match="--allow-image-urls"):
         parse_chat(remote, Limits("m", 64, 64, 300, image_tokens=tokens), Tok())
-    two = {"model": "m", "messages": message([data_url(images[0])]) * 2}
-    with pytest.raises(RequestError, match="single user message"):
-        parse_chat(two, Limits("m", 64, 64, 300, image_tokens=tokens), Tok())
+    tool = {"model": "m", "messages": message([data_url(images[0])]) + [
+        {"role": "tool", "tool_call_id": "c1", "content": "42"}]}
+    with pytest.raises(RequestError, match="system, user and assistant messages"):
+        parse_chat(tool, Limits("m", 64, 64, 300, image_tokens=tokens), Tok())

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from poot.errors import ImageError, RequestError
+from poot.errors import CheckpointError, ImageError, RequestError
 
 #: the largest remote image fetched (bytes), and how long a fetch may take (seconds)
 MAX_FETCH_BYTES = 16 << 20
@@ -95,7 +95,8 @@ def grids(tokens, parts: list[ImagePart]) -> list[tuple[int, int]]:
     such a model takes no remote image, whose bytes come only once the request is queued."""
     from poot.models.vision.chat import image_grids
 
-    if getattr(tokens, "tiling", None) is not None:
+    tiling = getattr(tokens, "tiling", None)
+    if tiling is not None:
         remote = next((p for p in parts if p.data is None), None)
         if remote is not None:
             raise RequestError(f"{remote.name}: this model tiles its images, and its prompt "
@@ -115,6 +116,12 @@ class ServedImages:
         vision = model.checkpoint.vision
         self.model, self.vision = model, vision
         self.processing = read_image_processing(vision)
+        if getattr(self.processing, "pan_and_scan", None) is not None:
+            # the prompt's crops depend on the image's size, which the request parser
+            # (poot.serve.protocol) reads through the image tokens alone
+            raise CheckpointError(f"{vision.folder}: preprocessor_config.json sets "
+                                  f"do_pan_and_scan, which poot serve does not do yet (poot "
+                                  f"run does); set it to false to serve this model")
         self.encoder = VisionEncoder(vision.config, vision.weights(), model.backend,
                                      model.device)
         self.capacity = CACHED_IMAGES if cached is None else cached

@@ -382,23 +382,24 @@ def parse_chat(body, limits: Limits, tokenizer) -> Generation:
 
 def _image_chat_ids(messages: list[dict], images: list, f: dict, limits: Limits,
                     tokenizer) -> tuple[list[int], list[list[int]]]:
-    """(token ids, the positions of each image's rows) of a chat with images: one user
-    message (after an optional system message), its images placed before its text as the
-    family's processor places them (poot.models.vision.chat.image_chat_ids)."""
+    """(token ids, the positions of each image's rows) of a chat with images: system, user
+    and assistant messages, each image where its user message's content parts have it, as
+    the family's processor places them (poot.models.vision.chat.image_chat_ids)."""
     from poot.models.vision.chat import image_chat_ids
     from poot.serve.images import grids
 
-    roles = [m["role"] for m in messages]
-    if roles not in (["user"], ["system", "user"]):
-        raise RequestError("images are taken in a single user message (after an optional "
-                           "system message); this request has messages of roles "
-                           f"{roles}", param="messages")
+    for n, m in enumerate(messages):
+        if m["role"] not in ("system", "user", "assistant") or "tool_calls" in m:
+            raise RequestError(f"messages[{n}]: a chat with images takes system, user and "
+                               f"assistant messages without tool calls", param="messages")
     for name in ("tools", "n", "speculate", "prediction"):
         if f.get(name) not in (None, [], 1, False):
             raise RequestError(f"{name} cannot be combined with images", param=name)
-    system = messages[0]["content"] if len(messages) == 2 else None
-    return image_chat_ids(tokenizer, limits.image_tokens, messages[-1]["content"],
-                          grids(limits.image_tokens, images), system)
+    try:
+        return image_chat_ids(tokenizer, limits.image_tokens, messages,
+                              grids(limits.image_tokens, images))
+    except (ChatTemplateError, CheckpointError) as exc:
+        raise RequestError(str(exc), param="messages") from exc
 
 
 def _speculation(f: dict, limits: Limits, tokenizer) -> None:
@@ -573,23 +574,27 @@ def _no_control_text(value, tokenizer, param: str) -> None:
 
 
 def _content(content, where: str, images: list | None = None,
-             limits: Limits | None = None) -> str:
+             limits: Limits | None = None) -> str | list[dict]:
     """A message's text: a string, or a list of {"type": "text", "text": ...} parts; where
     `images` is given (a user message), also {"type": "image_url", ...} parts, appended
-    to it (poot.serve.images.ImagePart)."""
+    to it (poot.serve.images.ImagePart): such a message's content is then its parts in
+    order, {"type": "text", "text": ...} and {"type": "image"} (poot.models.vision.template)."""
     if isinstance(content, str):
         return _text(content, f"{where}.content")
-    texts = []
+    parts: list[dict] = []
     for k, p in enumerate(content if isinstance(content, list) else [None]):
         kind = p.get("type") if isinstance(p, Mapping) else None
         if kind == "text" and isinstance(p.get("text"), str):
-            texts.append(p["text"])
+            parts.append({"type": "text", "text": _text(p["text"], f"{where}.content[{k}]")})
         elif kind == "image_url" and images is not None:
             images.append(_image(p, f"{where}.content[{k}]", limits))
+            parts.append({"type": "image"})
         else:
             break
     else:
-        return _text("".join(texts), f"{where}.content")
+        if any(p["type"] == "image" for p in parts):
+            return parts
+        return "".join(p["text"] for p in parts)
     raise RequestError(f"{where}.content must be a string or a list of text parts"
                        + (" and image_url parts" if images is not None else ""),
                        param=f"{where}.content")

@@ -1,13 +1,15 @@
 """Images in a chat: the image tokens placed in the prompt, the encoder's rows written at
 their positions through the hosted embedding rows of the prefill steps.
 
-Gemma 3's processor puts each image where the message's content list has it and expands its
-<start_of_image> to "\\n\\n", <start_of_image>, `mm_tokens_per_image` image soft tokens,
-<end_of_image>, "\\n\\n"; the image comes first in the usual message, so here every image's
-block goes before the text of the user's message, in the order given. The soft tokens' ids
-are placeholders: the step reads the image's rows at their positions instead. As in Gemma 3,
-an image's soft tokens also see each other both ways (hosted spans): the whole prompt is
-prefilled in one step (its length rounded up to `PREFILL_ROUND`), so no image is cut.
+Gemma 3's processor puts each image where the conversation has it (among a message's
+texts, in any user turn) and expands its <start_of_image> to "\\n\\n", <start_of_image>,
+`mm_tokens_per_image` image soft tokens, <end_of_image>, "\\n\\n"; where its config asks for
+pan and scan, an image with crops becomes "Here is the original image " and that block, then
+" and here are some crops to help you see better " and one such block per crop, joined by
+spaces. The soft tokens' ids are placeholders: the step reads the image's rows (the whole
+image's, then each crop's) at their positions instead. As in Gemma 3, each block's soft
+tokens also see each other both ways (hosted spans): the whole prompt is prefilled in one
+step (its length rounded up to `PREFILL_ROUND`), so no block is cut.
 Idefics3 (SmolVLM) tiles its images and places their tokens as poot.models.vision.idefics3
 says; its attention stays causal, so its prompts prefill in the model's usual chunks.
 """
@@ -21,7 +23,7 @@ import numpy as np
 from poot.errors import BindError, RequestError
 from poot.models import hosted_rows
 from poot.models.vision.config import TileTokens
-from poot.models.vision.template import encode_parts, user_parts
+from poot.models.vision.template import IMAGE, image_segments, user_turn
 
 #: an image prompt's prefill step is its length rounded up to this (fewer plans to build)
 PREFILL_ROUND = 64
@@ -31,29 +33,64 @@ CACHED_IMAGES = 16
 
 #: the text around each image's tokens in Gemma 3's processor
 AROUND = "\n\n"
+#: the text Gemma 3's processor writes around an image with pan-and-scan crops
+ORIGINAL, CROPS = "Here is the original image ", " and here are some crops to help you see better "
+
+
+def gemma_texts(crops: int) -> list[str]:
+    """The text before, between and after the token blocks of a Gemma 3 image with
+    `crops` crops (crops + 1 blocks: the whole image, then each crop)."""
+    if not crops:
+        return [AROUND, AROUND]
+    between = [AROUND + CROPS + AROUND] + [AROUND + " " + AROUND] * (crops - 1)
+    return [ORIGINAL + AROUND, *between, AROUND]
+
+
+def gemma_ids(tokenizer, tokens, segments: Sequence, crops: Sequence[int]
+              ) -> tuple[list[int], list[list[int]]]:
+    """(the token ids of the segments (poot.models.vision.template) with each image's
+    blocks, the positions of each image's soft tokens in order). The text before and after
+    an image joins the segment beside it, as the processor's expanded prompt is tokenized
+    (one "\\n\\n\\n" token after "user\\n" in Gemma's vocabulary, not "\\n" and "\\n\\n")."""
+    from poot.models.vision.template import encode_segment
+
+    if sum(s is IMAGE for s in segments) != len(crops):
+        raise RequestError(f"the prompt holds {sum(s is IMAGE for s in segments)} images, "
+                           f"{len(crops)} given")
+    ids: list[int] = []
+    positions: list[list[int]] = []
+    owed = ""            # the text after the last image, joining the next segment
+    for j, seg in enumerate(segments):
+        if seg is not IMAGE:
+            text, is_content = seg
+            if j + 1 < len(segments) and segments[j + 1] is IMAGE:
+                text += gemma_texts(crops[len(positions)])[0]
+            ids += encode_segment(tokenizer, owed + text, is_content)
+            owed = ""
+            continue
+        texts = gemma_texts(crops[len(positions)])
+        if j == 0 or segments[j - 1] is IMAGE:
+            ids += tokenizer.encode(owed + texts[0], add_special=False)
+        where: list[int] = []
+        for b in range(len(texts) - 1):
+            if b:
+                ids += tokenizer.encode(texts[b], add_special=False)
+            ids.append(tokens.boi)
+            where += range(len(ids), len(ids) + tokens.count)
+            ids += [tokens.soft] * tokens.count + [tokens.eoi]
+        positions.append(where)
+        owed = texts[-1]
+    if owed:
+        ids += tokenizer.encode(owed, add_special=False)
+    return ids, positions
 
 
 def chat_ids(tokenizer, tokens, prompt: str, images: int, system: str | None = None
              ) -> tuple[list[int], list[int]]:
     """(the chat's token ids with `images` image blocks before the user's text, the
     position of each image's first soft token)."""
-    parts, user = user_parts(tokenizer, prompt, system)
-    # the text is tokenized as the processor's expanded prompt would be: the newlines
-    # around each image join the template text before and the message's text after (one
-    # "\n\n\n" token after "user\n" in Gemma's vocabulary, not "\n" and "\n\n")
-    head = parts[:user]
-    lead = head.pop()[0] if head and not head[-1][1] else ""   # the template text before
-    ids, starts = encode_parts(tokenizer, head), []
-    for _ in range(images):
-        ids += tokenizer.encode(lead + AROUND, add_special=False) + [tokens.boi]
-        starts.append(len(ids))
-        ids += [tokens.soft] * tokens.count + [tokens.eoi]
-        lead = AROUND
-    content = parts[user][0]
-    ids += tokenizer.encode_text(lead + content) if images else \
-        tokenizer.encode(lead, add_special=False) + tokenizer.encode_text(content)
-    ids += encode_parts(tokenizer, parts[user + 1:])
-    return ids, starts
+    ids, positions = image_chat_ids(tokenizer, tokens, prompt, [(0, 0)] * images, system)
+    return ids, [where[0] for where in positions]
 
 
 def read_image_processing(vision):
@@ -68,53 +105,64 @@ def read_image_processing(vision):
 
 
 def prepare(source, processing, name: str | None = None) -> tuple[np.ndarray, tuple[int, int]]:
-    """(the tower's inputs [T, C, H, W], the (rows, cols) of its tile grid: (0, 0) for one
-    tile) of an image (a path, or its file's bytes)."""
-    from poot.models.vision.preprocess import TileProcessing, pixels, tiles
+    """(the tower's inputs [T, C, H, W], the (rows, cols) of its tile or crop grid: (0, 0)
+    for the image alone) of an image (a path, or its file's bytes)."""
+    from poot.models.vision.preprocess import TileProcessing, frames, tiles
 
     if isinstance(processing, TileProcessing):
         return tiles(source, processing, name)
-    return pixels(source, processing, name)[None], (0, 0)
+    return frames(source, processing, name)
 
 
-def image_grids(tokens, images: Sequence[tuple[bytes, str]]) -> list[tuple[int, int]]:
-    """The tile grid of each image (its file's bytes, its name), from its header alone:
-    what the prompt's tokens depend on before the pixels are decoded."""
-    from poot.models.vision.preprocess import image_size, tile_grid
+def image_grids(tokens, images: Sequence[tuple[bytes, str]], processing=None
+                ) -> list[tuple[int, int]]:
+    """The tile or crop grid of each image (its file's bytes, its name) as `processing` cuts
+    it (None: as the image tokens' tiling does, Idefics3's; else the image alone), from its
+    header: what the prompt's tokens depend on before the pixels are decoded."""
+    from poot.models.vision.preprocess import image_grid, image_size
 
-    tiling = getattr(tokens, "tiling", None)
-    if tiling is None:
+    processing = processing or getattr(tokens, "tiling", None)
+    if processing is None:
         return [(0, 0)] * len(images)
     out = []
     for data, name in images:
         w, h = image_size(data, name)
-        out.append(tile_grid(h, w, tiling))
+        out.append(image_grid(h, w, processing))
     return out
 
 
-def image_chat_ids(tokenizer, tokens, prompt: str, grids, system: str | None = None
-                   ) -> tuple[list[int], list[list[int]]]:
-    """(the chat's token ids with an image per tile grid before the user's text, the
-    positions that take each image's rows, in order) as the processor of the family
-    whose image tokens `tokens` are places them."""
+def image_chat_ids(tokenizer, tokens, messages: str | Sequence[dict], grids,
+                   system: str | None = None) -> tuple[list[int], list[list[int]]]:
+    """(the conversation's token ids with each image's tokens where it stands, the
+    positions that take each image's rows, in order) as the processor of the family whose
+    image tokens `tokens` are places them; one tile or crop grid per image. `messages`:
+    their contents may list text and image parts (poot.models.vision.template), or a user
+    message's text with the images before it (after the optional `system` message)."""
+    if isinstance(messages, str):
+        messages = user_turn(messages, len(grids), system)
     if isinstance(tokens, TileTokens):
         from poot.models.vision import idefics3
 
-        return idefics3.chat_ids(tokenizer, tokens, prompt, grids, system)
-    ids, starts = chat_ids(tokenizer, tokens, prompt, len(grids), system)
-    return ids, [list(range(s, s + tokens.count)) for s in starts]
+        segments = image_segments(tokenizer, messages, tokens.image_text)
+        return idefics3.chat_ids(tokenizer, tokens, segments, grids)
+    segments = image_segments(tokenizer, messages, tokenizer.tokens[tokens.boi])
+    return gemma_ids(tokenizer, tokens, segments, [r * c for r, c in grids])
 
 
 def placed(tokens, positions, rows) -> tuple[dict[int, np.ndarray], dict[int, int]]:
-    """(position -> hosted row, position -> span id: the image's number from 1, where the
-    family's image tokens see each other both ways; else none)."""
+    """(position -> hosted row, position -> span id: one per run of consecutive image
+    positions from 1 (an image's block, each crop's), where the family's image tokens see
+    each other both ways; else none)."""
     hosted, spans = {}, {}
+    span = 0
     for k, (where, image) in enumerate(zip(positions, rows, strict=True)):
         if len(where) != len(image):
             raise BindError(f"image {k + 1} has {len(image)} rows for {len(where)} tokens")
         hosted.update(zip(where, image))
         if tokens.both_ways:
-            spans.update(dict.fromkeys(where, k + 1))
+            for p in where:
+                span += p - 1 not in spans
+                spans[p] = span
     return hosted, spans
 
 
@@ -228,10 +276,13 @@ class ImageChat:
             self.cache.popitem(last=False)
         return out
 
-    def prompt(self, prompt: str, images: Sequence, system: str | None = None
+    def prompt(self, prompt: str | Sequence[dict], images: Sequence,
+               system: str | None = None
                ) -> tuple[list[int], dict[int, np.ndarray], dict[int, int]]:
-        """(token ids, position -> hosted row, position -> span id: the image's number
-        from 1, Gemma 3 only) of a chat turn with `images`."""
+        """(token ids, position -> hosted row, position -> span id: one per image block,
+        Gemma 3 only) of a chat turn with `images` before the text `prompt`, or of a
+        conversation `prompt` (messages whose contents list text and image parts,
+        poot.models.vision.template) with `images` where its image parts stand."""
         if not images:
             raise RequestError("no image given")
         prepared = self._prepared(images)

@@ -5,18 +5,16 @@ and `count` image tokens per tile, a newline after each row; then a newline and
 `<fake_token_around_image><global-img>`, `count` image tokens for the whole image and
 `<fake_token_around_image>`. An image that is one tile (or is not split) is the last part
 alone. The image tokens' rows come from the encoder, tile by tile, the whole image last, in
-the order their tokens stand. The images come before the text of the user's message, in the
-order given (SmolVLM's usual message): where the chat template takes content lists (as
-SmolVLM's), it renders them as image parts and each `<image>` it writes is expanded; else
-the blocks go right before the message's text. Attention stays causal over the image
-tokens, as in Idefics3's Llama.
+the order their tokens stand. Each image's block goes where the conversation has it
+(poot.models.vision.template: a template taking content lists, as SmolVLM's, writes each
+image part as `<image>`, expanded here). Attention stays causal over the image tokens, as
+in Idefics3's Llama.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from poot.errors import CheckpointError
-from poot.models.vision.template import listed_parts, user_parts
+from poot.errors import CheckpointError, RequestError
 
 
 def image_text(grid: tuple[int, int], tokens) -> str:
@@ -44,35 +42,25 @@ def check_tokens(tokenizer, tokens, grid: tuple[int, int]) -> None:
                                   f"image_token_id {tokens.image}")
 
 
-def chat_ids(tokenizer, tokens, prompt: str, grids: Sequence[tuple[int, int]],
-             system: str | None = None) -> tuple[list[int], list[list[int]]]:
-    """(the chat's token ids with each image's block where the template places it, the
-    positions of each image's image tokens in order). A template written for content lists
-    (SmolVLM's) places each image part as `<image>`, expanded here as the processor
-    expands it; one written for string contents gets the images before the user's text."""
-    n, mark = len(grids), tokens.image_text
-    parts = listed_parts(tokenizer, prompt, system, n, mark)
-    if parts is None:
-        parts, user = user_parts(tokenizer, prompt, system)
-        parts = [*parts[:user], (mark * n, False), *parts[user:]]
+def chat_ids(tokenizer, tokens, segments: Sequence, grids: Sequence[tuple[int, int]]
+             ) -> tuple[list[int], list[list[int]]]:
+    """(the token ids of the segments (poot.models.vision.template) with each image's block
+    where it stands, expanded as the processor expands it, one tile grid per image; the
+    positions of each image's image tokens in order)."""
+    from poot.models.vision.template import IMAGE, encode_segment
+
+    n = sum(s is IMAGE for s in segments)
+    if n != len(grids):
+        raise RequestError(f"the prompt holds {n} images, {len(grids)} given")
     ids: list[int] = []
     positions: list[list[int]] = []
-    for text, is_content in parts:
-        if is_content:
-            ids += tokenizer.encode_text(text)
+    for seg in segments:
+        if seg is not IMAGE:
+            ids += encode_segment(tokenizer, *seg)
             continue
-        pieces = text.split(mark)
-        for k, piece in enumerate(pieces):
-            ids += tokenizer.encode(piece, add_special=False)
-            if k < len(pieces) - 1:
-                if len(positions) == n:
-                    raise CheckpointError(f"the chat template's own text holds {mark}")
-                grid = grids[len(positions)]
-                check_tokens(tokenizer, tokens, grid)
-                block = tokenizer.encode(image_text(grid, tokens), add_special=False)
-                positions.append([len(ids) + j for j, t in enumerate(block)
-                                  if t == tokens.image])
-                ids += block
-    if len(positions) != n:
-        raise CheckpointError(f"the chat template placed {len(positions)} of {n} images")
+        grid = grids[len(positions)]
+        check_tokens(tokenizer, tokens, grid)
+        block = tokenizer.encode(image_text(grid, tokens), add_special=False)
+        positions.append([len(ids) + j for j, t in enumerate(block) if t == tokens.image])
+        ids += block
     return ids, positions

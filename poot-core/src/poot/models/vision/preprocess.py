@@ -7,6 +7,12 @@ Idefics3's processor (SmolVLM) tiles: the longest edge resized to `size.longest_
 tile size, cut into tiles row by row and followed by the whole image resized to one tile;
 without splitting, the whole image resized to one tile.
 
+Gemma 3's processor pans and scans where its config sets `do_pan_and_scan`: an image whose
+aspect ratio reaches `pan_and_scan_min_ratio_to_activate` is also cut, along its long edge,
+into 2 to `pan_and_scan_max_num_crops` equal crops (as many as the ratio rounded, fewer
+where a crop would be narrower than `pan_and_scan_min_crop_size`, none where it still
+would), taken from the image as decoded; the whole image and then each crop are resized.
+
 Untrusted files: Pillow's decompression-bomb limit is set here explicitly and checked from
 the header before any pixel is decoded, and a file Pillow cannot identify, a truncated or
 corrupt one, or a mode that has no RGB form, is one ImageError line naming the file.
@@ -32,9 +38,7 @@ MAX_PIXELS = 64 * 1024 * 1024
 MAX_BYTES = 64 * 1024 * 1024
 #: preprocessor_config.json keys that do not change the pixels of a single image
 _IGNORED = {"image_processor_type", "processor_class", "image_seq_length",
-            "pan_and_scan_max_num_crops", "pan_and_scan_min_crop_size",
-            "pan_and_scan_min_ratio_to_activate", "do_pan_and_scan", "_processor_class",
-            "default_to_square", "data_format", "input_data_format"}
+            "_processor_class", "default_to_square", "data_format", "input_data_format"}
 #: the 8-bit modes taken (to RGB); 16-bit, 32-bit integer and float images are refused
 #: rather than clipped to 8 bits
 MODES = {"1", "L", "LA", "La", "P", "PA", "RGB", "RGBA", "RGBa", "RGBX", "CMYK", "YCbCr",
@@ -43,10 +47,24 @@ _READ = {"do_convert_rgb", "do_resize", "size", "resample", "do_rescale", "resca
          "do_normalize", "image_mean", "image_std"}
 
 
+#: Gemma 3's processor keys, beside the common ones
+_PAN_READ = {"do_pan_and_scan", "pan_and_scan_min_crop_size", "pan_and_scan_max_num_crops",
+             "pan_and_scan_min_ratio_to_activate"}
+#: the most crops an image may be cut into (each is another image's tokens)
+MAX_CROPS = 16
 #: Idefics3's processor keys, beside the common ones
 _TILING_READ = {"do_image_splitting", "max_image_size", "do_pad", "return_row_col_info"}
 #: the largest edge Idefics3's processor resizes to (its 4k cap)
 MAX_EDGE = 4096
+
+
+@dataclass(frozen=True)
+class PanAndScan:
+    """Gemma 3's pan and scan (the defaults: its processor's)."""
+
+    min_crop: int = 256               # the narrowest crop, in pixels of the decoded image
+    max_crops: int = 4
+    min_ratio: float = 1.2            # the aspect ratio from which an image is cropped
 
 
 @dataclass(frozen=True)
@@ -59,6 +77,7 @@ class ImageProcessing:
     rescale: float | None = 1 / 255
     mean: tuple[float, ...] | None = (0.5, 0.5, 0.5)
     std: tuple[float, ...] | None = (0.5, 0.5, 0.5)
+    pan_and_scan: PanAndScan | None = None
 
 
 @dataclass(frozen=True)
@@ -126,11 +145,9 @@ def read_tiling(folder: Path, image_size: int) -> TileProcessing:
 def read_processing(folder: Path, image_size: int) -> ImageProcessing:
     """The folder's preprocessor_config.json (absent: Gemma 3's processor at the tower's
     image size)."""
-    v = _config(folder, set())
+    v = _config(folder, _PAN_READ)
     if v is None:
         return ImageProcessing(image_size, image_size)
-    if v.flag("do_pan_and_scan", False):
-        v.fail("do_pan_and_scan", True, "(pan and scan crops) is not implemented")
     if not v.flag("do_resize", True):
         v.fail("do_resize", False, "is not implemented: the tower takes images of one size")
     size = Values(v.mapping("size", {}), f"{v.file} size")
@@ -140,7 +157,46 @@ def read_processing(folder: Path, image_size: int) -> ImageProcessing:
     if (h, w) != (image_size, image_size):
         v.fail("size", size.values, f"differs from the tower's image_size {image_size}")
     resample = v.integer("resample", 2, lo=0, hi=5)
-    return ImageProcessing(h, w, resample, *_scaling(v, [0.5] * 3))
+    return ImageProcessing(h, w, resample, *_scaling(v, [0.5] * 3), _pan_and_scan(v))
+
+
+def _pan_and_scan(v: Values) -> PanAndScan | None:
+    """The config's pan and scan (None: off), its settings within range whether on or not."""
+    d = PanAndScan()
+    pas = PanAndScan(v.integer("pan_and_scan_min_crop_size", d.min_crop, lo=1, hi=MAX_EDGE),
+                     v.integer("pan_and_scan_max_num_crops", d.max_crops, lo=2, hi=MAX_CROPS),
+                     v.number("pan_and_scan_min_ratio_to_activate", d.min_ratio, lo=1.0,
+                              hi=float(MAX_EDGE)))
+    return pas if v.flag("do_pan_and_scan", False) else None
+
+
+def crop_boxes(height: int, width: int, pas: PanAndScan | None
+               ) -> tuple[tuple[int, int], list[tuple[int, int, int, int]]]:
+    """((rows, cols) of the crops, each crop's (left, top, right, bottom) row by row) of an
+    image of that size, as Gemma 3's processor cuts it; ((0, 0), []) where it is not."""
+    if pas is None:
+        return (0, 0), []
+    wide = width >= height
+    long, short = (width, height) if wide else (height, width)
+    if long / short < pas.min_ratio:
+        return (0, 0), []
+    n = min(int(math.floor(long / short + 0.5)), long // pas.min_crop)
+    n = min(max(2, n), pas.max_crops)
+    cols, rows = (n, 1) if wide else (1, n)
+    cw, ch = -(-width // cols), -(-height // rows)
+    if min(cw, ch) < pas.min_crop:
+        return (0, 0), []
+    # a crop past the image's edge keeps what the image has (array slicing, no padding)
+    return (rows, cols), [(c * cw, r * ch, min((c + 1) * cw, width), min((r + 1) * ch, height))
+                          for r in range(rows) for c in range(cols)]
+
+
+def image_grid(height: int, width: int, processing) -> tuple[int, int]:
+    """The (rows, cols) of tiles (Idefics3) or crops (Gemma 3) an image of that size is
+    cut into ((0, 0): the image alone)."""
+    if isinstance(processing, TileProcessing):
+        return tile_grid(height, width, processing)
+    return crop_boxes(height, width, processing.pan_and_scan)[0]
 
 
 def read(source: str | Path | bytes, name: str | None = None) -> tuple[bytes, str]:
@@ -232,10 +288,18 @@ def pixels(source: str | Path | bytes, processing: ImageProcessing,
            name: str | None = None) -> np.ndarray:
     """The tower's input [3, H, W] float32 for the image (a path, or its file's bytes)."""
     p = processing
+    return _normalized(_resized(open_rgb(source, name), (p.height, p.width), p), p)
+
+
+def frames(source: str | Path | bytes, processing: ImageProcessing,
+           name: str | None = None) -> tuple[np.ndarray, tuple[int, int]]:
+    """(the tower's inputs [1 + crops, 3, H, W] float32: the whole image, then its pan and
+    scan crops row by row; (rows, cols) of the crops, (0, 0) for none) of the image."""
+    p = processing
     img = open_rgb(source, name)
-    if img.size != (p.width, p.height):
-        img = img.resize((p.width, p.height), resample=p.resample)
-    return _normalized(img, p)
+    grid, boxes = crop_boxes(img.height, img.width, p.pan_and_scan)
+    out = [img, *(img.crop(box) for box in boxes)]
+    return np.stack([_normalized(_resized(f, (p.height, p.width), p), p) for f in out]), grid
 
 
 def _normalized(img, p) -> np.ndarray:

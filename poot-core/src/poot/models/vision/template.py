@@ -1,85 +1,184 @@
-"""The chat template rendered for one image turn: a user message (after an optional system
-message) as (text, is_content) parts, and their token ids with the template's text taking
-its control tokens and the message's text staying text. Each family places its image tokens
-between them (poot.models.vision.chat, poot.models.vision.idefics3).
+"""The chat template rendered for a conversation with images: messages whose content is a
+string or a list of text and image parts ({"type": "text", "text": ...}, {"type":
+"image"}), as segments in order: (text, is_content) pieces, the template's text taking its
+control tokens and the messages' text staying text, and IMAGE where each image stands.
+Each family expands its images' tokens there (poot.models.vision.chat,
+poot.models.vision.idefics3).
+
+A template written for content lists (Gemma 3's and SmolVLM's own) renders each image part
+as its `placeholder`, where the images stand among the texts; one written for string
+contents gets each message's texts joined, with every image where its part was.
 """
 from __future__ import annotations
 
-from poot.errors import RequestError
+import re
+import secrets
+from collections.abc import Sequence
+
+from poot.errors import ChatTemplateError, CheckpointError, RequestError
+
+#: an image's place among the segments
+IMAGE = None
+#: the roles a conversation with images takes
+ROLES = ("system", "user", "assistant")
 
 
-def user_parts(tokenizer, prompt: str, system: str | None = None
-               ) -> tuple[list[tuple[str, bool]], int]:
-    """(the chat's rendered (text, is_content) parts for one user message after an optional
-    system message, the index of the user's content among them)."""
-    from poot.errors import ChatTemplateError
-    from poot.models.chat import render_chat_parts
-
+def user_turn(prompt: str, images: int, system: str | None = None) -> list[dict]:
+    """One user message of `images` images, then the text `prompt` (after an optional
+    system message): the usual message of `poot run --image`."""
     if not isinstance(prompt, str) or not prompt:
         raise RequestError("a prompt with images must be non-empty text")
-    msgs = ([{"role": "system", "content": system}] if system is not None else []) + \
-        [{"role": "user", "content": prompt}]
-    try:
-        parts = render_chat_parts(tokenizer.chat_template, msgs,
-                                  bos_token=tokenizer.bos_token, eos_token=tokenizer.eos_token,
-                                  add_generation_prompt=True)
-    except ChatTemplateError as exc:
-        raise RequestError(str(exc)) from exc
-    return parts, max(k for k, (_, is_content) in enumerate(parts) if is_content)
+    msgs = [{"role": "system", "content": system}] if system is not None else []
+    return msgs + [{"role": "user", "content": [{"type": "image"}] * images +
+                    [{"type": "text", "text": prompt}]}]
 
 
-def encode_parts(tokenizer, parts) -> list[int]:
-    """Template text with its control tokens, message contents as plain text."""
-    ids: list[int] = []
-    for text, is_content in parts:
-        ids += tokenizer.encode_text(text) if is_content else \
-            tokenizer.encode(text, add_special=False)
-    return ids
+def _pieces(messages: Sequence[dict]) -> list[list[str | None]]:
+    """Each message's content as its texts, None for each image, in order."""
+    out = []
+    for n, m in enumerate(messages):
+        if not isinstance(m, dict) or m.get("role") not in ROLES:
+            raise RequestError(f"message {n} must be an object whose role is one of {ROLES}")
+        content = m.get("content")
+        if isinstance(content, str):
+            out.append([content])
+            continue
+        pieces: list[str | None] = []
+        for p in content if isinstance(content, list) else [None]:
+            kind = p.get("type") if isinstance(p, dict) else None
+            if kind == "image":
+                pieces.append(IMAGE)
+            elif kind == "text" and isinstance(p.get("text"), str):
+                pieces.append(p["text"])
+            else:
+                raise RequestError(f"message {n}'s content must be a string or a list of "
+                                   f"text and image parts")
+        if not pieces:
+            raise RequestError(f"message {n}'s content is an empty list")
+        out.append(pieces)
+    return out
 
 
-def listed_parts(tokenizer, prompt: str, system: str | None, images: int,
-                 placeholder: str) -> list[tuple[str, bool]] | None:
-    """The chat rendered with each message's content as a list of parts (`images` image
-    parts, then the text, in the user's), as templates written for content lists take them
-    (SmolVLM's, which spells each image part `placeholder`): (text, is_content) parts as
-    user_parts gives; None where the template does not render content lists so (one
-    placeholder per image in its own text, the texts verbatim)."""
-    import re
-    import secrets
-
-    from poot.errors import ChatTemplateError, CheckpointError
-    from poot.models.chat import _compile
-
-    texts = [prompt] if system is None else [system, prompt]
+def image_segments(tokenizer, messages: Sequence[dict], placeholder: str) -> list:
+    """The rendered conversation (with the generation prompt) as segments: (text,
+    is_content) pairs and IMAGE, empty texts dropped."""
+    pieces = _pieces(messages)
     nonce = secrets.token_hex(8)
+    texts = [t for ps in pieces for t in ps if t is not None]
     while any(nonce in t for t in texts):
         nonce = secrets.token_hex(8)
+    segments = _listed(tokenizer, messages, pieces, placeholder, nonce)
+    if segments is None:
+        segments = _joined(tokenizer, messages, pieces, nonce)
+    return [s for s in segments if s is IMAGE or s[0]]
 
-    def render(contents):
-        msgs = [{"role": "user", "content": [{"type": "image"}] * images +
-                 [{"type": "text", "text": contents[-1]}]}]
-        if system is not None:
-            msgs.insert(0, {"role": "system", "content": [{"type": "text",
-                                                           "text": contents[0]}]})
+
+def _render(tokenizer, messages):
+    from poot.models.chat import _compile
+
+    return _compile(tokenizer.chat_template or "").render(
+        messages=messages, bos_token=tokenizer.bos_token, eos_token=tokenizer.eos_token,
+        add_generation_prompt=True)
+
+
+def _images_after(pieces: list) -> list[int]:
+    """How many message texts stand before each image (pieces: texts or segments)."""
+    out, texts = [], 0
+    for p in pieces:
+        if p is IMAGE:
+            out.append(texts)
+        else:
+            texts += isinstance(p, str) or p[1]
+    return out
+
+
+def _listed(tokenizer, messages, pieces, placeholder: str, nonce: str) -> list | None:
+    """The segments from the template rendering content lists, each image part as
+    `placeholder`; None where it does not render them so (it fails on lists, changes the
+    texts, or writes the placeholders elsewhere than the images stand)."""
+    texts = [t for ps in pieces for t in ps if t is not None]
+
+    def render(text_of):
+        msgs, k = [], 0
+        for m, ps in zip(messages, pieces):
+            content = []
+            for p in ps:
+                if p is IMAGE:
+                    content.append({"type": "image"})
+                else:
+                    content.append({"type": "text", "text": text_of(k)})
+                    k += 1
+            msgs.append({**m, "content": content})
         try:
-            return _compile(tokenizer.chat_template or "").render(
-                messages=msgs, bos_token=tokenizer.bos_token, eos_token=tokenizer.eos_token,
-                add_generation_prompt=True)
+            return _render(tokenizer, msgs)
         except (ChatTemplateError, CheckpointError):
             raise
         except Exception:  # a template written for string contents fails on lists
             return None
 
-    marked = render([f"\ue000{nonce}-{n}\ue001" for n in range(len(texts))])
+    marked = render(lambda k: f"\ue000{nonce}-{k}\ue001")
     if marked is None:
         return None
-    pieces = re.split(f"\ue000{nonce}-(\\d+)\ue001", marked)
-    if pieces[1::2] != [str(n) for n in range(len(texts))]:
+    split = re.split(f"\ue000{nonce}-(\\d+)\ue001", marked)
+    if split[1::2] != [str(k) for k in range(len(texts))]:
         return None
     parts = [(piece, False) if k % 2 == 0 else (texts[int(piece)], True)
-             for k, piece in enumerate(pieces)]
-    if "".join(t for t, _ in parts) != render(texts) or \
-            sum(t.count(placeholder) for t, c in parts if not c) != images or \
-            placeholder in parts[-1][0]:
+             for k, piece in enumerate(split)]
+    if "".join(t for t, _ in parts) != render(lambda k: texts[k]):
         return None
-    return [p for p in parts if p[0]]
+    segments: list = []
+    for text, is_content in parts:
+        if is_content:
+            segments.append((text, True))
+            continue
+        for j, piece in enumerate(text.split(placeholder)):
+            segments += [IMAGE] * (j > 0) + [(piece, False)]
+    flat = [p for ps in pieces for p in ps]
+    if _images_after(segments) != _images_after(flat):
+        return None
+    return segments
+
+
+def _joined(tokenizer, messages, pieces, nonce: str) -> list:
+    """The segments from the template rendering string contents: each message's texts
+    joined, a private-use mark where each image stands, the marks cut out of the contents
+    the template placed."""
+    from poot.models.chat import render_chat_parts
+
+    marks, msgs = 0, []
+    for m, ps in zip(messages, pieces):
+        content = ""
+        for p in ps:
+            if p is IMAGE:
+                content += f"\ue002{nonce}-{marks}\ue003"
+                marks += 1
+            else:
+                content += p
+        msgs.append({**m, "content": content})
+    try:
+        parts = render_chat_parts(tokenizer.chat_template, msgs, bos_token=tokenizer.bos_token,
+                                  eos_token=tokenizer.eos_token, add_generation_prompt=True)
+    except ChatTemplateError as exc:
+        raise RequestError(str(exc)) from exc
+    segments: list = []
+    seen: list[str] = []
+    for text, is_content in parts:
+        split = re.split(f"\ue002{nonce}-(\\d+)\ue003", text)
+        if len(split) > 1 and not is_content:
+            raise CheckpointError("the chat template moves an image out of its message")
+        for j, piece in enumerate(split):
+            if j % 2:
+                seen.append(piece)
+                segments.append(IMAGE)
+            else:
+                segments.append((piece, is_content))
+    if seen != [str(k) for k in range(marks)]:
+        raise CheckpointError(f"the chat template placed {len(seen)} of {marks} images, or "
+                              f"not in order")
+    return segments
+
+
+def encode_segment(tokenizer, text: str, is_content: bool) -> list[int]:
+    """Template text with its control tokens, message contents as plain text."""
+    return tokenizer.encode_text(text) if is_content else \
+        tokenizer.encode(text, add_special=False)
