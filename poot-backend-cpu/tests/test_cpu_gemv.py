@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from poot.formats import get_format
 from poot_cpu import compiler
-from poot_cpu.blocks import BLOCKS, block_of
+from poot_cpu.blocks import BLOCKS, Field, block_of
 from poot_cpu.gemv import I16, LOCAL_BYTES, PANEL_BYTES, PANEL_ROWS, Q8, kernel_source
 from poot_cpu.printer import HostCPrinter
 
@@ -139,16 +139,25 @@ def test_block_declarations_agree_with_their_formats():
     assert all(block_of(name) is BLOCKS[name] for name in BLOCKS)
 
 
-def test_a_wrong_declaration_is_not_used(monkeypatch):
+# a field, a scale kind or a scale's storage off by one place each
+WRONG = [("gguf:Q5_0", dict(centre=15)),
+         ("gguf:Q2_K", dict(sub_at=1)),
+         ("gguf:Q3_K", dict(sub_at=84)),
+         ("gguf:Q3_K", dict(high=Field("bytes", (0,) * 8, tuple(range(1, 9)), bits=1))),
+         ("gguf:MXFP4", dict(d_kind="f16"))]
+
+
+@pytest.mark.parametrize("fmt,change", WRONG, ids=[f"{f}-{next(iter(c))}" for f, c in WRONG])
+def test_a_wrong_declaration_is_not_used(monkeypatch, fmt, change):
     from dataclasses import replace
 
     from poot_cpu import blocks
 
-    wrong = replace(BLOCKS["gguf:Q5_0"], centre=15)
-    monkeypatch.setitem(blocks.BLOCKS, "gguf:Q5_0", wrong)
+    wrong = replace(BLOCKS[fmt], **change)
+    monkeypatch.setitem(blocks.BLOCKS, fmt, wrong)
     blocks.block_of.cache_clear()
     try:
-        assert blocks.block_of("gguf:Q5_0") is None
+        assert blocks.block_of(fmt) is None
     finally:
         monkeypatch.undo()
         blocks.block_of.cache_clear()

@@ -4,11 +4,11 @@ CPU contraction kernel shares (poot_cpu.gemv), with f32 or int8 activations alik
 A GGUF row is K/B blocks of `nbytes` bytes (B = 32 or 256); each block is B/32
 sub-blocks of 32 elements. Element t of sub-block s is
 
-    scale[s, g] * c[t] + offset[s]          g = t // (32 / groups)
+    scale[s, g] * c[t] + offset[s, h]       g = t // (32 / groups), h = t // (32 / offsets)
 
 with c a signed 8-bit code: the format's integer field u (low bits, optionally high bits
-above them) less a centre, or a table entry indexed by u (IQ4_NL), or the field's byte
-read as int8 (Q8_0). Formats whose integers are unsigned (a min or an offset of their
+above them) less a centre, or a table entry indexed by u (IQ4_NL, MXFP4), or the field's
+byte read as int8 (Q8_0). Formats whose integers are unsigned (a min or an offset of their
 own) are centred too and the centre's share moves into the offset, so every code is
 signed and one integer dot product (codes x activations) serves every format.
 
@@ -48,11 +48,17 @@ class Field:
 
 @dataclass(frozen=True)
 class Block:
-    """One format's block (see the module docstring). Scales: `d` is the f16 block scale;
-    `sub` names how sub-block scales are stored: None (d alone), "min6" (Q4_K/Q5_K: six-bit
-    scale and min per sub-block, 12 bytes at `sub_at`; offset -dmin * min with dmin the
-    f16 at `minimum`), "i8x16" (Q6_K: one int8 scale per 16 elements at `sub_at`). Without
-    `sub`, `minimum` is an f16 added to every element (Q4_1, Q5_1)."""
+    """One format's block (see the module docstring). Scales: `d` is the block scale at
+    byte `d`, stored as `d_kind`: "f16", or "e8m0" (MXFP4: a byte e, 2^(e - 128), ggml's
+    half of the OCP value, paired with doubled E2M1 integers); `sub` names how sub-block
+    scales are stored: None (d alone), "min6" (Q4_K/Q5_K: six-bit scale and min per
+    sub-block, 12 bytes at `sub_at`; offset -dmin * min with dmin the f16 at `minimum`),
+    "i8x16" (Q6_K: one int8 scale per 16 elements at `sub_at`), "s6x16" (Q3_K: one six-bit
+    scale less 32 per 16 elements, 12 bytes at `sub_at`: the low nibbles in bytes 0-7,
+    nibble i / 8 of byte i % 8, the top two bits in bytes 8-11, field i / 4 of byte i % 4),
+    "min4x16" (Q2_K: per 16 elements a byte at `sub_at`, its low nibble the scale and its
+    high nibble the min, offset -dmin * min). Without `sub`, `minimum` is an f16 added to
+    every element (Q4_1, Q5_1)."""
 
     elements: int
     nbytes: int
@@ -62,6 +68,7 @@ class Block:
     table: tuple[int, ...] | None = None
     signed: bool = False
     d: int = 0
+    d_kind: str = "f16"
     minimum: int | None = None
     sub: str | None = None
     sub_at: int = 0
@@ -73,7 +80,12 @@ class Block:
     @property
     def groups(self) -> int:
         """Scales per sub-block: 2 where each 16 elements have their own."""
-        return 2 if self.sub == "i8x16" else 1
+        return 2 if self.sub in ("i8x16", "s6x16", "min4x16") else 1
+
+    @property
+    def offsets(self) -> int:
+        """Offsets per sub-block: 2 where each 16 elements have their own min."""
+        return 2 if self.sub == "min4x16" else 1
 
     @property
     def has_offset(self) -> bool:
@@ -94,6 +106,15 @@ def _kquant_low(at: int) -> Field:
                  tuple(4 * (s % 2) for s in range(8)))
 
 
+def _two_bits(at: int) -> Field:
+    """Q2_K/Q3_K 2-bit fields: each 128 elements use 32 bytes, sub-block s in bits 2 (s % 4)."""
+    return Field("bytes", tuple(at + 32 * (s // 4) for s in range(8)),
+                 tuple(2 * (s % 4) for s in range(8)), bits=2)
+
+
+#: E2M1 values doubled (poot_quant.gguf_blocks.E2M1_DOUBLED: MXFP4's codes)
+E2M1_DOUBLED = (0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12)
+
 BLOCKS = {
     "gguf:Q4_0": Block(32, 18, _nib32(2), centre=8),
     "gguf:Q4_1": Block(32, 20, _nib32(4), centre=8, minimum=2),
@@ -113,6 +134,12 @@ BLOCKS = {
                        Field("bytes", tuple(128 + 32 * (s // 4) for s in range(8)),
                              tuple(2 * (s % 4) for s in range(8)), bits=2),
                        centre=32, d=208, sub="i8x16", sub_at=192),
+    "gguf:Q2_K": Block(256, 84, _two_bits(16), centre=2, d=80, minimum=82, sub="min4x16"),
+    # the high bit set means the code as stored, clear means 4 less: u = low | high << 2
+    "gguf:Q3_K": Block(256, 110, _two_bits(32),
+                       Field("bytes", (0,) * 8, tuple(range(8)), bits=1), centre=4, d=108,
+                       sub="s6x16", sub_at=96),
+    "gguf:MXFP4": Block(32, 17, _nib32(1), table=E2M1_DOUBLED, d_kind="e8m0"),
 }
 
 
@@ -132,12 +159,27 @@ def _f16(blocks: np.ndarray, at: int) -> np.ndarray:
     return blocks[:, at:at + 2].copy().view(np.float16).astype(np.float32)
 
 
+def _d_numpy(block: Block, blocks: np.ndarray) -> np.ndarray:
+    if block.d_kind == "e8m0":
+        e = blocks[:, block.d:block.d + 1].astype(np.int32)
+        return np.ldexp(np.float32(1), e - 128).astype(np.float32)
+    return _f16(blocks, block.d)
+
+
+def _s6x16(q: np.ndarray) -> np.ndarray:
+    """Q3_K's sixteen scales (less 32) from its 12 bytes q [n, 12], int32."""
+    i = np.arange(16)
+    low = (q[:, i % 8] >> (4 * (i // 8))) & 15
+    high = (q[:, 8 + i % 4] >> (2 * (i // 4))) & 3
+    return (low | (high << 4)) - 32
+
+
 def scales_numpy(block: Block, blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(scale [n, subblocks * groups], offset [n, subblocks]) of each block, f32, as the
-    printed `_scales` function computes them."""
-    d = _f16(blocks, block.d)
+    """(scale [n, subblocks * groups], offset [n, subblocks * offsets]) of each block, f32,
+    as the printed `_scales` function computes them."""
+    d = _d_numpy(block, blocks)
     n, sb = blocks.shape[0], block.subblocks
-    offset = np.zeros((n, sb), np.float32)
+    offset = np.zeros((n, sb * block.offsets), np.float32)
     if block.sub == "min6":
         q = blocks[:, block.sub_at:block.sub_at + 12].astype(np.int32)
         sc = np.empty((n, 8), np.int32)
@@ -151,6 +193,14 @@ def scales_numpy(block: Block, blocks: np.ndarray) -> tuple[np.ndarray, np.ndarr
     elif block.sub == "i8x16":
         sc = blocks[:, block.sub_at:block.sub_at + 16].view(np.int8).astype(np.float32)
         scale = d * sc
+    elif block.sub == "s6x16":
+        scale = d * _s6x16(blocks[:, block.sub_at:block.sub_at + 12].astype(np.int32)) \
+            .astype(np.float32)
+    elif block.sub == "min4x16":
+        q = blocks[:, block.sub_at:block.sub_at + 16].astype(np.int32)
+        scale = d * (q & 15).astype(np.float32)
+        offset = np.float32(block.centre) * scale \
+            - _f16(blocks, block.minimum) * (q >> 4).astype(np.float32)
     else:
         scale = d
         if block.minimum is not None:
@@ -181,7 +231,7 @@ def decode_numpy(block: Block, blocks: np.ndarray) -> np.ndarray:
     c = codes_numpy(block, blocks).astype(np.float64)
     per = 32 // block.groups
     s = np.repeat(scale.astype(np.float64), per, axis=1)
-    o = np.repeat(offset.astype(np.float64), 32, axis=1)
+    o = np.repeat(offset.astype(np.float64), 32 // block.offsets, axis=1)
     return s * c + o if block.has_offset else s * c
 
 
@@ -197,14 +247,17 @@ def block_of(format_name: str) -> Block | None:
         return None
     rng = np.random.default_rng(0)
     blocks = rng.integers(0, 256, (16, block.nbytes), dtype=np.uint8)
-    for at in (block.d, block.minimum):
+    f16 = (block.d, block.minimum) if block.d_kind == "f16" else (block.minimum,)
+    for at in f16:
         if at is not None:
             blocks[:, at:at + 2] = rng.uniform(-2, 2, (16, 1)).astype(np.float16).view(np.uint8)
+    if block.d_kind == "e8m0":      # 2^-28 .. 2^20: the elements stay finite in f32
+        blocks[:, block.d] = rng.integers(100, 148, 16)
     want = np.asarray(get_format(format_name).dequantize(
         [blocks], (16, block.elements)), np.float64)
     scale, offset = scales_numpy(block, blocks)
     bound = np.abs(np.repeat(scale, 32 // block.groups, axis=1)).astype(np.float64) * 256 \
-        + np.abs(np.repeat(offset, 32, axis=1))
+        + np.abs(np.repeat(offset, 32 // block.offsets, axis=1))
     ok = np.abs(decode_numpy(block, blocks) - want) <= 4 * np.finfo(np.float32).eps * bound
     return block if ok.all() else None
 
@@ -253,17 +306,26 @@ def _field_c(f: Field, tag: str) -> str:
     return f"((b[{f.at[0]} + (t >> 3)] >> (t & 7)) & 1)"
 
 
+def _d_c(block: Block) -> str:
+    """C statements declaring `d`, the block scale."""
+    if block.d_kind == "e8m0":
+        # 2^(e - 128) as f32 bits: a normal number from e = 2, else the subnormal 2^-127
+        # or 2^-128
+        return (f"  const unsigned int e = b[{block.d}], e_bits = e >= 2 ? (e - 1) << 23 "
+                ": 0x200000u << e;\n  float d;\n  memcpy(&d, &e_bits, 4);\n")
+    return f"  const float d = poot_h2f(b + {block.d});\n"
+
+
 def _scales_c(block: Block) -> str:
-    """The body of `_scales`: sc[s * groups + g] and, with offsets, of[s]. With AVX2 the
-    sub-block scales unpack eight at a time (the same products and differences, rounded
-    the same way, as the plain C loop)."""
-    d = f"poot_h2f(b + {block.d})"
+    """The body of `_scales`: sc[s * groups + g] and, with offsets, of[s * offsets + h].
+    With AVX2 the sub-block scales unpack eight at a time (the same products and
+    differences, rounded the same way, as the plain C loop)."""
     centre = f"{float(block.centre)}f"
+    q = block.sub_at
     if block.sub == "min6":
-        q = block.sub_at
         # scales 0-3 and mins 0-3: the low six bits of bytes 0-3 and 4-7; scales and mins
         # 4-7: the nibbles of bytes 8-11 below the top two bits of bytes 0-3 and 4-7
-        return (f"  const float d = {d}, dmin = poot_h2f(b + {block.minimum});\n"
+        return (_d_c(block) + f"  const float dmin = poot_h2f(b + {block.minimum});\n"
                 "#ifdef POOT_AVX2\n"
                 f"  unsigned int a, m, h;\n  memcpy(&a, b + {q}, 4);\n"
                 f"  memcpy(&m, b + {q + 4}, 4);\n  memcpy(&h, b + {q + 8}, 4);\n"
@@ -288,8 +350,7 @@ def _scales_c(block: Block) -> str:
                 f"    of[i] = {centre} * sc[i] - dmin * (float)m6;\n  }}\n"
                 "#endif\n")
     if block.sub == "i8x16":
-        return (f"  const float d = {d};\n"
-                "#ifdef POOT_AVX2\n"
+        return (_d_c(block) + "#ifdef POOT_AVX2\n"
                 f"  const __m128i v = _mm_loadu_si128((const __m128i*)(b + {block.sub_at}));\n"
                 "  _mm256_storeu_ps(sc, _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps("
                 "_mm256_cvtepi8_epi32(v))));\n"
@@ -299,9 +360,20 @@ def _scales_c(block: Block) -> str:
                 f"  for (int i = 0; i < 16; ++i) sc[i] = d * (float)(signed char)"
                 f"b[{block.sub_at} + i];\n"
                 "#endif\n")
+    if block.sub == "s6x16":
+        return (_d_c(block) + "  for (int i = 0; i < 16; ++i) {\n"
+                f"    const int s6 = ((b[{q} + (i & 7)] >> ((i >> 3) << 2)) & 15)"
+                f" | (((b[{q + 8} + (i & 3)] >> ((i >> 2) << 1)) & 3) << 4);\n"
+                "    sc[i] = d * (float)(s6 - 32);\n  }\n")
+    if block.sub == "min4x16":
+        return (_d_c(block) + f"  const float dmin = poot_h2f(b + {block.minimum});\n"
+                "  for (int i = 0; i < 16; ++i) {\n"
+                f"    sc[i] = d * (float)(b[{q} + i] & 15);\n"
+                f"    of[i] = {centre} * sc[i] - dmin * (float)(b[{q} + i] >> 4);\n  }}\n")
     if block.minimum is not None:
-        return f"  sc[0] = {d};\n  of[0] = poot_h2f(b + {block.minimum}) + {centre} * sc[0];\n"
-    return f"  sc[0] = {d};\n"
+        return (_d_c(block) + "  sc[0] = d;\n"
+                f"  of[0] = poot_h2f(b + {block.minimum}) + {centre} * sc[0];\n")
+    return _d_c(block) + "  sc[0] = d;\n"
 
 
 def _codes16_avx(block: Block) -> str:

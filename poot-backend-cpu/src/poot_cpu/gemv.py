@@ -73,10 +73,10 @@ class Coding:
     width: int          # bytes per code
 
     def scratch_bytes(self, m: int, k: int) -> int:
-        """The codes, then per block of 32 a scale and a sum (f32), and for q8 the two
-        halves' integer code sums."""
-        blocks = m * k // 32
-        return m * k * self.width + blocks * (8 if self.name == "i16" else 16)
+        """The codes, then per block of 32 a scale and a sum (f32), and the sums of its two
+        halves: for q8 the integer code sums, for i16 the f32 sums (formats with an offset
+        per 16 use them)."""
+        return m * k * self.width + m * k // 32 * 16
 
 
 I16 = Coding("i16", "short", 2)
@@ -229,7 +229,7 @@ TEMPLATE = """\
 static void {name}(const float* restrict x, const unsigned char* restrict w,
                    float* restrict y, unsigned char* restrict scratch{extra}) {{
   enum {{ M = {m}, N = {n}, K = {k}, NB = K / 32, NBLK = {nblk}, S = {sub}, TS = {ts}, G = {g},
-         MT = {mt}, NR = {nr}, PF = {pf} }};
+         OG = {og}, MT = {mt}, NR = {nr}, PF = {pf} }};
 {prologue}{quant_setup}
 {quantize}  #pragma omp for schedule(static) nowait
   for (int n0 = 0; n0 < N; n0 += NR) {{
@@ -245,7 +245,7 @@ static void {name}(const float* restrict x, const unsigned char* restrict w,
 #endif
       for (int bb = 0; bb < NBLK; ++bb) {{
         const unsigned char* blk[NR];
-        float sc[NR][S * G], of[NR][S];
+        float sc[NR][S * G], of[NR][S * OG];
         for (int r = 0; r < NR; ++r) {{
           blk[r] = w + ((size_t)(n0 + r) * NBLK + bb) * TS;
           {fn}_scales(blk[r], sc[r], of[r]);
@@ -333,7 +333,17 @@ ROW_DOT = {
                                           acc[r][i]);
 """,
 }
-ROW_OFFSET = "              off[r][i] += of[r][s] * xs[xi];\n"
+ROW_OFFSET = ("              for (int h = 0; h < OG; ++h) "
+              "off[r][i] += of[r][s * OG + h] * {osum};\n")
+
+
+def offset_sum(coding: Coding, offsets: int) -> str:
+    """The C expression of the activations' sum that offset h of block xi multiplies: the
+    block's (xs) with one offset per 32, else its half h's (q8: the integer code sum
+    scaled; i16: the f32 sum)."""
+    if offsets == 1:
+        return "xs[xi]"
+    return "dx[xi] * (float)qh[2 * xi + h]" if coding is Q8 else "xh[2 * xi + h]"
 
 
 # the prefill tile: a panel of NP = POOT_VL weight rows (16 with AVX-512, else 8) is
@@ -351,16 +361,17 @@ PANEL_TEMPLATE = """\
 static void {name}(const float* restrict x, const unsigned char* restrict w,
                    float* restrict y, unsigned char* restrict scratch{extra}) {{
   enum {{ M = {m}, N = {n}, K = {k}, NB = K / 32, NBLK = {nblk}, S = {sub}, TS = {ts}, G = {g},
-         NP = POOT_VL, MR = POOT_PANEL_MR, PER = {per} }};
+         OG = {og}, NP = POOT_VL, MR = POOT_PANEL_MR, PER = {per} }};
 {prologue}{quant_setup}
 {quantize}  #pragma omp for schedule(static) nowait
   for (int n0 = 0; n0 < N; n0 += NP) {{
     const int np = N - n0 < NP ? N - n0 : NP;
     {pt} wp[K / PER][NP][PER] __attribute__((aligned(64)));
-    float scl[NB * G][NP] __attribute__((aligned(64))), shift[NB][NP] __attribute__((aligned(64)));
+    float scl[NB * G][NP] __attribute__((aligned(64)));
+    float shift[NB * OG][NP] __attribute__((aligned(64)));
     for (int bb = 0; bb < NBLK; ++bb) {{
       for (int r = 0; r < NP; ++r) {{
-        float sc[S * G], of[S];
+        float sc[S * G], of[S * OG];
         if (r < np) {fn}_scales(w + ((size_t)(n0 + r) * NBLK + bb) * TS, sc, of);
         for (int e = 0; e < S * G; ++e) scl[bb * S * G + e][r] = r < np ? sc[e] : 0.0f;
 {panel_offsets}      }}
@@ -469,18 +480,20 @@ PANEL = {
 }
 
 PANEL_OFFSETS = """\
-        for (int e = 0; e < S; ++e) shift[bb * S + e][r] = r < np ? of[e] : 0.0f;
+        for (int e = 0; e < S * OG; ++e) shift[bb * S * OG + e][r] = r < np ? of[e] : 0.0f;
 """
 PANEL_OFF = """\
-      for (int b = 0; b < NB; ++b) {
-        const poot_vf sv = poot_vf_load(shift[b]);
-        for (int i = 0; i < MR; ++i) {
-          const int xi = row[i] * NB + b;
-          off[i] = poot_vf_add(off[i], poot_vf_mul(sv, poot_vf_set1(xs[xi])));
-        }
-      }
+      for (int b = 0; b < NB; ++b)
+        for (int h = 0; h < OG; ++h) {{
+          const poot_vf sv = poot_vf_load(shift[b * OG + h]);
+          for (int i = 0; i < MR; ++i) {{
+            const int xi = row[i] * NB + b;
+            off[i] = poot_vf_add(off[i], poot_vf_mul(sv, poot_vf_set1({osum})));
+          }}
+        }}
 """
-PANEL_OFF_C = "            off[r] += shift[b][r] * xs[xi];\n"
+PANEL_OFF_C = ("            for (int h = 0; h < OG; ++h) "
+               "off[r] += shift[b * OG + h][r] * {osum};\n")
 
 
 # each 32-block of activations to int16 (see the module docstring); with AVX2 the
@@ -524,6 +537,15 @@ QUANTIZE_I16 = """\
     const float inv = amax > 0.0f ? 32767.0f / amax : 0.0f;
     for (int j = 0; j < 32; ++j) xq[(size_t)i * 32 + j] = (short)lrintf(xb[j] * inv);
 #endif
+    if (OG == 2) {                /* the sums of each 16, for offsets per 16 */
+      float h0 = 0.0f, h1 = 0.0f;
+      for (int j = 0; j < 16; ++j) {
+        h0 += xb[j];
+        h1 += xb[16 + j];
+      }
+      xh[2 * i] = h0;
+      xh[2 * i + 1] = h1;
+    }
     dx[i] = isfinite(s) ? amax / 32767.0f : s;
     xs[i] = s;
   }
@@ -599,10 +621,12 @@ def _quant_setup(coding: Coding, local: bool) -> str:
         # a step's rows (up to LOCAL_BYTES of them) are quantized by every thread for
         # itself: a few microseconds that save the barrier a shared copy needs (a step has
         # hundreds of contractions, and under load a barrier waits for a descheduled thread)
-        extra = "  int qh[2 * M * NB];\n" if coding is Q8 else ""
+        extra = "  int qh[2 * M * NB];\n" if coding is Q8 else \
+            "  float xh[OG == 2 ? 2 * M * NB : 1];\n  (void)xh;\n"
         return (f"  {coding.ctype} xq[M * K] __attribute__((aligned(32)));\n"
                 f"  float dx[M * NB], xs[M * NB];\n{extra}  (void)scratch;")
-    extra = "  int* restrict qh = (int*)(xs + M * NB);\n" if coding is Q8 else ""
+    extra = "  int* restrict qh = (int*)(xs + M * NB);\n" if coding is Q8 else \
+        "  float* restrict xh = xs + M * NB;\n  (void)xh;\n"
     return (f"  {coding.ctype}* restrict xq = ({coding.ctype}*)scratch;\n"
             f"  float* restrict dx = (float*)(scratch + (size_t)M * K * {coding.width});\n"
             f"  float* restrict xs = dx + M * NB;\n{extra}"
@@ -639,8 +663,9 @@ def kernel_source(name: str, fmt: str, coding: Coding, m: int, n: int, k: int,
                   quant_setup=_quant_setup(coding, local), m=m, n=n, k=k,
                   quantize=QUANTIZE_Q8 if coding is Q8 else QUANTIZE_I16,
                   nblk=k // block.elements, sub=block.subblocks, ts=block.nbytes, g=g,
-                  xt=coding.ctype)
+                  og=block.offsets, xt=coding.ctype)
     offsets = block.has_offset
+    osum = offset_sum(coding, block.offsets)
     if m >= PANEL_FROM and PANEL_ROWS * k * coding.width <= PANEL_BYTES:
         p = PANEL[coding.name]
         source = PANEL_TEMPLATE.format(
@@ -648,14 +673,16 @@ def kernel_source(name: str, fmt: str, coding: Coding, m: int, n: int, k: int,
             panel_dot=p["panel_dot"], panel_bias=p["panel_bias"], store_c=p["store_c"],
             load_c=p["load_c"], panel_codes=p["panel_codes"].format(fn=fn),
             panel_offsets=PANEL_OFFSETS if offsets else "",
-            panel_off=PANEL_OFF if offsets else "", panel_off_c=PANEL_OFF_C if offsets else "")
+            panel_off=PANEL_OFF.format(osum=osum) if offsets else "",
+            panel_off_c=PANEL_OFF_C.format(osum=osum) if offsets else "")
     else:
         mt = M_TILES[m >= 8]
         source = TEMPLATE.format(
             **common, mt=mt, nr=weight_rows(block, coding, mt, n), after_tile=after_tile,
             pf=PREFETCH_BYTES,
             codes=ROW_CODES[coding.name].format(fn=fn), load=ROW_LOAD[coding.name],
-            dot=ROW_DOT[coding.name, g], offset=ROW_OFFSET if offsets else "")
+            dot=ROW_DOT[coding.name, g],
+            offset=ROW_OFFSET.format(osum=osum) if offsets else "")
     return block_functions(fmt) + source
 
 
