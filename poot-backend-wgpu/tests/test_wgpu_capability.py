@@ -26,6 +26,16 @@ def test_dtype_uses_follow_the_adapter(wgpu_device, table):
     assert table.uses(D.F16) == f16
 
 
+def test_the_table_says_how_reductions_use_the_subgroup_feature(limited):
+    dev = limited()
+    dev.features = dev.features | {"subgroup"}
+    with_feature = capability_table(dev, "wgpu:0", frozenset()).notes["subgroups"]
+    dev.features = dev.features - {"subgroup"}
+    without = capability_table(dev, "wgpu:0", frozenset()).notes["subgroups"]
+    assert "folds subgroup partials" in with_feature
+    assert "lacks the subgroup feature" in without
+
+
 def test_without_shader_f16_f16_is_refused_everywhere(limited):
     dev = limited()
     dev.features = frozenset(f for f in dev.features if f != "shader-f16")

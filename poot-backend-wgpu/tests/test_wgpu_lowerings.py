@@ -102,3 +102,35 @@ def test_select_lowering_refuses_16_bit_floats(wgpu_device, dtype):
     args = [np.ones(8, np.int32), np.ones(8, dtype.numpy), np.ones(8, dtype.numpy)]
     with pytest.raises(DtypeLowering, match="Select"):
         run_lowering(wgpu_device, lowering, args, np.empty(8, dtype.numpy))
+
+
+REDUCTIONS = [("sum-f32", O.Reduce(O.ReduceOp.Sum, -1, False), T((5, 700), D.F32), False),
+              ("max-i32", O.Reduce(O.ReduceOp.Max, -1, False), T((3, 900), D.I32), True),
+              ("max-f32", O.Reduce(O.ReduceOp.Max, -1, False), T((3, 900), D.F32), True)]
+
+
+@pytest.mark.parametrize("subgroup", [True, False], ids=["subgroup", "no-subgroup"])
+def test_whole_workgroup_reductions_use_subgroups_where_the_adapter_has_them(
+        wgpu_device, limited, subgroup):
+    """With the adapter's `subgroup` feature a Sum (and an integer Max) over the whole
+    workgroup folds subgroup partials; without it, or for an f32 Max (NaN rule), the tree."""
+    from poot_wgpu.wgsl import print_kernel
+
+    if subgroup and not wgpu_device.has("subgroup"):
+        pytest.skip(f"the adapter lacks subgroup: {sorted(wgpu_device.features)}")
+    dev = limited()
+    dev.features = wgpu_device.features - ({"subgroup"} if not subgroup else set())
+    rng = np.random.default_rng(11)
+    for name, op, t, exact in REDUCTIONS:
+        out_type = op.infer([t])
+        x = _random(t, rng, -10**6, 10**6)
+        lowering = lower(op, [t], out_type)
+        source = "".join(print_kernel(k, dev).source for k in lowering.kernels)
+        assert ("subgroupAdd" in source or "subgroupMax" in source) == \
+            (subgroup and name != "max-f32"), name
+        got = run_lowering(dev, lowering, [x], np.empty(out_type.shape, out_type.dtype.numpy))
+        want = apply(op, [x], [t], out_type)
+        if exact:
+            assert_bits_equal(got.reshape(-1), want.reshape(-1), name)
+        else:
+            assert_close(got.reshape(-1), want.reshape(-1), name, rtol=1e-4, atol=1e-4)

@@ -4,6 +4,8 @@ Declared, then proven by the tests on lavapipe (tests/test_wgpu_lowerings.py):
 * F32 always; I32/U32 with the bit ops; 8/16-bit integers in u32 words.
 * F16 (storage, conversion, arithmetic, dot) only with the adapter's `shader-f16`
   feature; without it F16 is refused everywhere (no silent emulation).
+* With the adapter's `subgroup` feature, reductions over a whole workgroup use subgroup
+  operations (the printer); without it they are trees, and nothing is refused.
 * BF16 is storage and conversion only: 16-bit halves of u32 words, widened exactly
   to f32 on load, rounded to nearest even on store. Ops that only move, convert, or
   accumulate in f32 (contractions, reductions) take it; Unary/Binary/Select refuse it.
@@ -53,6 +55,11 @@ def capability_table(dev: WgpuDevice, device_id: str, formats: frozenset[str]) \
     notes = dict(NOTES)
     if uses[D.F16] == Use.NONE:
         notes["f16"] = "refused: the adapter lacks the shader-f16 feature"
+    notes["subgroups"] = (
+        "a Sum or integer Max over a whole workgroup folds subgroup partials (the adapter's "
+        "subgroup feature); other reductions are workgroup-memory trees"
+        if dev.has("subgroup") else
+        "every reduction is a workgroup-memory tree: the adapter lacks the subgroup feature")
     limits = dict(dev.limits)
     limits["max_buffer_bytes"] = dev.limit("max-storage-buffer-binding-size")
     return kernel_table(BACKEND, device_id, uses, formats, no_select=SPIRV_SELECT,

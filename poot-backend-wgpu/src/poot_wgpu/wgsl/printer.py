@@ -20,7 +20,8 @@ spelling:
   spells the rule out, in WGSL (`helpers`).
 * A grid over the per-dimension workgroup limit is folded into x and y and unfolded
   from the linear workgroup id; a CoopReduce is a tree reduction over a workgroup
-  array of the printer's own. Device limits are checked first (kernel.check_limits).
+  array of the printer's own, except that one over the whole workgroup uses subgroup
+  operations where the adapter has the `subgroup` feature (`subgroup_reduce`). Device limits are checked first (kernel.check_limits).
 """
 from __future__ import annotations
 
@@ -101,6 +102,7 @@ class WgslPrinter(Printer):
     # -- per-kernel state ------------------------------------------------------------
     def unit(self, kernel: Kernel) -> str:
         self.helpers, self.uses_f16, self.reduce_types = Helpers(self), False, set()
+        self.uses_subgroups = False
         self._temps, self._tree = 0, None
         written = {s.array for s in kernel.statements() if isinstance(s, Store)}
         self.arrays: dict[str, tuple[str, DType, bool]] = {}   # name -> (wgsl, dtype, atomic)
@@ -144,9 +146,15 @@ class WgslPrinter(Printer):
         if self.uses_f16:
             head.insert(0, "enable f16;")
         wx, wy, wz = k.workgroup3()
+        # naga takes the subgroup builtins with the device's `subgroup` feature alone (no
+        # `enable subgroups;`)
+        subgroups = ["        @builtin(subgroup_invocation_id) poot_sg_lane: u32,",
+                     "        @builtin(subgroup_id) poot_sg_id: u32,",
+                     "        @builtin(num_subgroups) poot_sg_count: u32,"] \
+            if self.uses_subgroups else []
         entry = [f"@compute @workgroup_size({wx}, {wy}, {wz})",
                  "fn main(@builtin(local_invocation_id) poot_lid: vec3<u32>,",
-                 "        @builtin(local_invocation_index) poot_lidx: u32,",
+                 "        @builtin(local_invocation_index) poot_lidx: u32,", *subgroups,
                  "        @builtin(workgroup_id) poot_wid: vec3<u32>,",
                  "        @builtin(num_workgroups) poot_nwg: vec3<u32>) {", *body, "}"]
         parts = ["\n".join(head), "\n".join(decls), self.helpers.source(), "\n".join(entry)]
@@ -243,23 +251,59 @@ class WgslPrinter(Printer):
         typ = _REDUCE_TYPES[s.value.dtype]
         self.reduce_types.add(typ)
         arr, width = f"poot_red_{typ}", s.width or self.kernel.threads_per_group
+        if width == self.kernel.threads_per_group and self.subgroup_op(s.op, typ):
+            return self.subgroup_reduce(s, typ, pad)
         out = [f"{pad}{arr}[poot_lidx] = {self.expr(s.value)};", f"{pad}workgroupBarrier();"]
         half = width // 2
         while half:
             a, b = f"{arr}[poot_lidx]", f"{arr}[poot_lidx + {half}u]"
-            if s.op is ReduceOp.Sum:
-                combined = f"{a} + {b}"
-            elif typ == "f32":
-                combined = self.helpers.call("poot_fmax", a, b)
-            else:
-                combined = f"max({a}, {b})"
-            out += [f"{pad}if ((poot_lidx % {width}u) < {half}u) {{ {a} = {combined}; }}",
-                    f"{pad}workgroupBarrier();"]
+            out += [f"{pad}if ((poot_lidx % {width}u) < {half}u) {{ {a} = "
+                    f"{self.combine(s.op, typ, a, b)}; }}", f"{pad}workgroupBarrier();"]
             half //= 2
         name = self.variables[s.name] = _ident("v_", s.name)
         return out + [f"{pad}let {name}: {typ} = {arr}[poot_lidx - poot_lidx % {width}u];",
                       f"{pad}workgroupBarrier();  // the scratch array is free for the next "
                       f"reduction"]
+
+    def combine(self, op: ReduceOp, typ: str, a: str, b: str) -> str:
+        if op is ReduceOp.Sum:
+            return f"{a} + {b}"
+        return self.helpers.call("poot_fmax", a, b) if typ == "f32" else f"max({a}, {b})"
+
+    def subgroup_op(self, op: ReduceOp, typ: str) -> str | None:
+        """The subgroup builtin that reduces `op` over `typ`, where the adapter has the
+        `subgroup` feature: Sum, and Max of integers (an f32 Max keeps the NaN rule of
+        poot_fmax, which subgroupMax does not promise)."""
+        if not self.dev.has("subgroup"):
+            return None
+        if op is ReduceOp.Sum:
+            return "subgroupAdd"
+        return "subgroupMax" if typ != "f32" else None
+
+    def subgroup_reduce(self, s: CoopReduce, typ: str, pad: str) -> list[str]:
+        """A reduction over the whole workgroup with subgroup operations: each subgroup
+        reduces its lanes, its first lane stores the partial at the subgroup's id, and the
+        workgroup's first thread folds the partials in id order and shares the result (every
+        thread folding them was slower on lavapipe than the tree). Which invocations form a
+        subgroup does not matter here (only that each belongs to one), so WGSL's loose
+        promise suffices."""
+        self.uses_subgroups = True
+        arr, name = f"poot_red_{typ}", _ident("v_", s.name)
+        part, acc = f"{name}_part", f"{name}_acc"
+        self.variables[s.name] = name
+        return [f"{pad}let {part}: {typ} = {self.subgroup_op(s.op, typ)}({self.expr(s.value)});",
+                f"{pad}if (poot_sg_lane == 0u) {{ {arr}[poot_sg_id] = {part}; }}",
+                f"{pad}workgroupBarrier();",
+                f"{pad}if (poot_lidx == 0u) {{",
+                f"{pad}  var {acc}: {typ} = {arr}[0];",
+                f"{pad}  for (var poot_j = 1u; poot_j < poot_sg_count; poot_j++) {{ "
+                f"{acc} = {self.combine(s.op, typ, acc, f'{arr}[poot_j]')}; }}",
+                f"{pad}  {arr}[0] = {acc};",
+                f"{pad}}}",
+                f"{pad}workgroupBarrier();",
+                f"{pad}let {name}: {typ} = {arr}[0];",
+                f"{pad}workgroupBarrier();  // the scratch array is free for the next "
+                f"reduction"]
 
     # -- expressions: one tree at a time, shared nodes named ------------------------------
     def expr(self, e: Expr) -> str:
