@@ -232,8 +232,8 @@ def dispatch_floor(dev, n: int = 400) -> None:
     kb.buffer("y", DType.F32, Access.READ_WRITE, 64)
     kb.store("y", global_id(), Load("y", global_id(), DType.F32) + f32(1.0))
     k = kb.finish()
-    pipe = pipelines(dev).get(compile_kernel(GlslPrinter(dev.facts).source(k), k.name,
-                                             dev.name), 1, k.name)
+    pipe = pipelines(dev).get(compile_kernel(k, GlslPrinter(dev.facts).source(k),
+                                             dev.facts), 1, k.name)
     bufs = [VulkanBuffer(dev, 256, f"floor{i}") for i in range(n)]
     for label, chained in (("a barrier between each", True), ("no barriers", False)):
         ops = [Dispatch(pipe, (Binding(bufs[0 if chained else i], 0, 256, True),), (1, 1, 1))

@@ -64,3 +64,47 @@ def test_kernels_of_other_sizes_share_a_module_and_keep_their_values(vulkan_devi
     a, b = used
     assert a is not b and a.constants != b.constants  # one pipeline a size ...
     assert a.module == b.module                      # ... specializing one module
+
+
+def _row_sums(rows: int, width: int):
+    """out[r] = sum of x[r, :], a workgroup of `width` threads a row (a subgroup reduction
+    where width is whole subgroups)."""
+    from poot.codegen.program import group_id, local_id
+    from poot.ir.ops import ReduceOp
+
+    kb = KernelBuilder("row_sums", grid=(rows,), workgroup=(width,))
+    kb.buffer("x", F32, Access.READ, rows * width)
+    kb.buffer("out", F32, Access.WRITE, rows)
+    total = kb.reduce("total", ReduceOp.Sum, Load("x", group_id() * i32(width) + local_id(),
+                                                  F32))
+    with kb.if_(ge(i32(0), local_id())):
+        kb.store("out", group_id(), total)
+    return kb.finish()
+
+
+def test_a_subgroup_reduction_requires_its_subgroup_size_where_the_device_allows(
+        vulkan_device):
+    import dataclasses
+
+    from poot_vulkan.glsl import required_subgroup
+    from poot_vulkan.launch import run_kernels
+
+    facts = vulkan_device.facts
+    size = facts.subgroup_size
+    able = dataclasses.replace(facts, features=facts.features | {
+        "subgroupSizeControl", "computeFullSubgroups"}, limits={
+        **facts.limits, "minSubgroupSize": size, "maxSubgroupSize": size,
+        "maxComputeWorkgroupSubgroups": 8})
+    unable = dataclasses.replace(facts, features=facts.features - {"subgroupSizeControl"})
+    wide = _row_sums(3, 4 * size)
+    assert required_subgroup(wide, able) == (size, True)
+    assert required_subgroup(wide, unable) == (0, False)
+    assert required_subgroup(_scale_rows(3, 70), able) == (0, False)  # no reduction
+    assert required_subgroup(_row_sums(3, 16 * size), able) == (0, False)  # > 8 subgroups
+    # both paths run here where the device reports the feature (lavapipe does)
+    x = np.random.default_rng(4).standard_normal((3, 4 * size)).astype(np.float32)
+    for f in (facts, unable):
+        out, step = run_kernels(vulkan_device, [wide], {"x": x, "out": np.zeros(3, np.float32)},
+                                facts=f)
+        np.testing.assert_allclose(out["out"], x.sum(1), rtol=1e-5)
+        assert step.ops[0].pipeline.subgroup == (size if f.has("subgroupSizeControl") else 0)

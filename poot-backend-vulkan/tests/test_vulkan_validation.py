@@ -44,6 +44,10 @@ from poot.plan import ARENA
 step, staged = ex.executable.step, ex.buffers[ARENA].mapped is None
 assert len(step.uploads) == staged and step.barriers == 3 + 2 * staged, step.barriers
 print("STAGED", staged)
+from poot_vulkan.step import Dispatch
+# the row sum's subgroup reduction asks for its subgroup size where the device allows
+required = [op.pipeline.subgroup for op in step.ops if isinstance(op, Dispatch)]
+assert any(required) == ex.runtime.dev.facts.has("subgroupSizeControl"), required
 from poot_vulkan.profile import profile
 print(profile(ex.executable.step, runs=2).table())  # the timestamp queries validated too
 for m in instance().validation_messages:

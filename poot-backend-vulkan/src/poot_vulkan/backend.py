@@ -46,8 +46,7 @@ class VulkanBackend(KernelBackend):
 
     def compile(self, kernel, source: str, device: Device) -> CompiledKernel:
         facts = self._device(device).facts
-        return CompiledKernel(kernel, source, binary=compile_kernel(source, kernel.name,
-                                                                    facts.name),
+        return CompiledKernel(kernel, source, binary=compile_kernel(kernel, source, facts),
                               groups=dispatch_groups(kernel, facts))
 
     def runtime(self, device: Device):

@@ -23,6 +23,7 @@ from poot.optional import install_command
 from poot.paths import cache_dir
 
 from poot_vulkan.device import BACKEND
+from poot_vulkan.glsl import required_subgroup
 from poot_vulkan.specialize import Shader, lift
 
 TARGET = "vulkan1.2"  # SPIR-V 1.5, what the device module's API_VERSION guarantees
@@ -162,8 +163,10 @@ def compile_glsl(source: str, name: str = "kernel", device: str = "") -> bytes:
     return spirv
 
 
-def compile_kernel(source: str, name: str = "kernel", device: str = "") -> Shader:
+def compile_kernel(kernel, source: str, facts) -> Shader:
     """A printed kernel as a SPIR-V module shared by every kernel equal to it but for its
-    sizes (poot_vulkan.specialize), with this kernel's specialization constants."""
+    sizes (poot_vulkan.specialize), with this kernel's specialization constants and the
+    subgroup its pipeline asks for on the device of `facts`."""
     skeleton, constants = lift(source)
-    return Shader(compile_glsl(skeleton, name, device), constants)
+    return Shader(compile_glsl(skeleton, kernel.name, facts.name), constants,
+                  *required_subgroup(kernel, facts))

@@ -14,7 +14,7 @@ import os
 
 from poot.errors import CapacityError, DeviceUnavailable
 
-from poot_vulkan.device import BACKEND, DeviceFacts
+from poot_vulkan.device import BACKEND, SUBGROUP_SIZE_EXTENSION, DeviceFacts
 
 FENCE_TIMEOUT_NS = 600 * 10 ** 9  # a step that runs ten minutes is a hung device
 STAGING_VAR = "POOT_VULKAN_STAGING"
@@ -40,12 +40,18 @@ class VulkanDevice:
             pNext=v12, storageBuffer16BitAccess=has("storageBuffer16BitAccess"))
         base = vk.VkPhysicalDeviceFeatures(shaderInt16=has("shaderInt16"),
                                            shaderInt64=has("shaderInt64"))
-        features2 = vk.VkPhysicalDeviceFeatures2(pNext=v11, features=base)
+        chain = v11
+        extensions: list[str] = []
+        if has("subgroupSizeControl"):
+            chain = vk.VkPhysicalDeviceSubgroupSizeControlFeatures(
+                pNext=v11, subgroupSizeControl=True,
+                computeFullSubgroups=has("computeFullSubgroups"))
+            extensions.append(SUBGROUP_SIZE_EXTENSION)
+        features2 = vk.VkPhysicalDeviceFeatures2(pNext=chain, features=base)
         priorities = [1.0]
         queue_info = vk.VkDeviceQueueCreateInfo(queueFamilyIndex=self.family, queueCount=1,
                                                 pQueuePriorities=priorities)
         # no kernel uses cooperative matrices yet: the extension is reported, not enabled
-        extensions: list[str] = []
         info = vk.VkDeviceCreateInfo(pNext=features2, queueCreateInfoCount=1,
                                      pQueueCreateInfos=[queue_info],
                                      enabledExtensionCount=len(extensions),

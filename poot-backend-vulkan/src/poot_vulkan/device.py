@@ -37,6 +37,8 @@ SUBGROUP_OPS = {"basic": 0x1, "vote": 0x2, "arithmetic": 0x4, "ballot": 0x8, "sh
 #: device extensions that add what poot declares (enabled when present)
 BF16_EXTENSION = "VK_KHR_shader_bfloat16"
 COOPMAT_EXTENSION = "VK_KHR_cooperative_matrix"
+#: a pipeline may require its subgroup size (core in 1.3; poot's instance asks for 1.2)
+SUBGROUP_SIZE_EXTENSION = "VK_EXT_subgroup_size_control"
 
 
 @dataclass(frozen=True)
@@ -159,6 +161,7 @@ def read_facts(vk, pd, index: int) -> DeviceFacts:
     extensions = frozenset(e.extensionName for e in
                            vk.vkEnumerateDeviceExtensionProperties(pd, None))
     features: set[str] = set()
+    sizes: dict[str, int] = {}
     subgroup_size, ops = 1, frozenset()
     driver = ""
     if api[:2] >= API_VERSION:
@@ -180,6 +183,8 @@ def read_facts(vk, pd, index: int) -> DeviceFacts:
         p2 = vk.VkPhysicalDeviceProperties2(pNext=drv)
         vk.vkGetPhysicalDeviceProperties2(pd, p2)
         compute = bool(sub.supportedStages & vk.VK_SHADER_STAGE_COMPUTE_BIT)
+        if SUBGROUP_SIZE_EXTENSION in extensions:
+            features |= _subgroup_size_control(vk, pd, sizes)
         subgroup_size = int(sub.subgroupSize)
         ops = frozenset(k for k, bit in SUBGROUP_OPS.items()
                         if compute and sub.supportedOperations & bit)
@@ -207,6 +212,7 @@ def read_facts(vk, pd, index: int) -> DeviceFacts:
         "maxMemoryAllocationCount": int(lim.maxMemoryAllocationCount),
         "nonCoherentAtomSize": int(lim.nonCoherentAtomSize),
         "deviceLocalHeapBytes": int(device_heap),
+        **sizes,
     }
     return DeviceFacts(
         index=index, name=str(props.deviceName),
@@ -215,6 +221,27 @@ def read_facts(vk, pd, index: int) -> DeviceFacts:
         features=frozenset(features), subgroup_size=subgroup_size, subgroup_ops=ops,
         extensions=extensions, limits=limits,
         timestamp_period=float(lim.timestampPeriod) if lim.timestampComputeAndGraphics else 0.0)
+
+
+def _subgroup_size_control(vk, pd, sizes: dict) -> set[str]:
+    """subgroupSizeControl (where compute pipelines may require a subgroup size) and
+    computeFullSubgroups; the size range and maxComputeWorkgroupSubgroups into `sizes`."""
+    want = vk.VkPhysicalDeviceSubgroupSizeControlFeatures()
+    f2 = vk.VkPhysicalDeviceFeatures2(pNext=want)
+    vk.vkGetPhysicalDeviceFeatures2(pd, f2)
+    props = vk.VkPhysicalDeviceSubgroupSizeControlProperties()
+    p2 = vk.VkPhysicalDeviceProperties2(pNext=props)
+    vk.vkGetPhysicalDeviceProperties2(pd, p2)
+    sizes.update(minSubgroupSize=int(props.minSubgroupSize),
+                 maxSubgroupSize=int(props.maxSubgroupSize),
+                 maxComputeWorkgroupSubgroups=int(props.maxComputeWorkgroupSubgroups))
+    out = set()
+    if want.subgroupSizeControl and props.requiredSubgroupSizeStages & \
+            vk.VK_SHADER_STAGE_COMPUTE_BIT:
+        out.add("subgroupSizeControl")
+    if want.computeFullSubgroups:
+        out.add("computeFullSubgroups")
+    return out
 
 
 _lock = threading.RLock()

@@ -17,6 +17,9 @@ not whole subgroups, every thread publishes to shared memory and folds its group
 Subgroups are taken to be consecutive runs of gl_LocalInvocationIndex, which every
 Vulkan driver poot runs on does for one-dimensional workgroups.
 
+Where the device lets a pipeline require its subgroup size, a kernel with subgroup
+reductions asks for the size it was printed for (`required_subgroup`).
+
 Device limits (workgroup size and invocations, shared memory, storage buffers per
 stage, binding range) are checked here: a kernel that does not fit is refused with
 LimitExceeded when it is printed, before anything runs.
@@ -71,6 +74,21 @@ def dispatch_groups(kernel: Kernel, facts: DeviceFacts) -> tuple[int, int, int]:
         raise LimitExceeded(f"kernel {kernel.name}: {n} workgroups exceed {caps[0]} x "
                             f"{caps[1]}", op=kernel.name, backend=BACKEND, device=facts.name)
     return (-(-n // y), y, 1)
+
+
+def required_subgroup(kernel: Kernel, facts: DeviceFacts) -> tuple[int, bool]:
+    """(subgroup size, whole subgroups only) that `kernel`'s pipeline asks for, or (0,
+    False) for none. Its cooperative reductions are printed for the device's reported
+    subgroup size, in consecutive runs of gl_LocalInvocationIndex; a device whose compiler
+    picks among sizes (8 to 32 on Intel, 32 or 64 on AMD) keeps that only when the pipeline
+    requires it, which VK_EXT_subgroup_size_control lets it do."""
+    size, lim = facts.subgroup_size, facts.limits
+    if not (kernel.reductions() and facts.has("subgroupSizeControl")
+            and GlslPrinter(facts)._subgroups(kernel)
+            and lim["minSubgroupSize"] <= size <= lim["maxSubgroupSize"]
+            and kernel.threads_per_group // size <= lim["maxComputeWorkgroupSubgroups"]):
+        return 0, False
+    return size, facts.has("computeFullSubgroups") and kernel.workgroup3()[0] % size == 0
 
 
 def _ident(prefix: str, name: str) -> str:
@@ -284,4 +302,4 @@ class GlslPrinter(CPrinter):
                       f"{pad}{self.barrier()}", f"{pad}const {t} {name} = {v};"]
 
 
-__all__ = ["GlslPrinter", "dispatch_groups", "supported_dtypes"]
+__all__ = ["GlslPrinter", "dispatch_groups", "required_subgroup", "supported_dtypes"]

@@ -33,7 +33,7 @@ def run_kernels(dev: VulkanDevice, kernels: Sequence[Kernel], arrays: Mapping[st
     ops = []
     facts = facts or dev.facts
     for k in kernels:
-        shader = compile_kernel(GlslPrinter(facts).source(k), k.name, dev.name)
+        shader = compile_kernel(k, GlslPrinter(facts).source(k), facts)
         pipeline = pipelines(dev).get(shader, len(k.buffers), k.name)
         ops.append(Dispatch(pipeline, tuple(Binding(bufs[b.name], 0, b.nbytes,
                                                     b.access.writable) for b in k.buffers),

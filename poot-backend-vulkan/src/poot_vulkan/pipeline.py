@@ -3,7 +3,9 @@ per device; shader modules one per SPIR-V module.
 
 Every binding is a storage buffer in set 0, in the kernel's buffer order. A kernel's
 sizes are specialization constants (poot_vulkan.specialize): kernels of one kind share a
-shader module, and each pipeline specializes it. Kernel programs carry no per-dispatch
+shader module, and each pipeline specializes it. A kernel with subgroup reductions asks
+for the subgroup size it was printed for where the device allows
+(poot_vulkan.glsl.required_subgroup). Kernel programs carry no per-dispatch
 scalars (positions come from slot buffers), so the layouts declare no push constants.
 """
 from __future__ import annotations
@@ -16,13 +18,17 @@ from poot_vulkan.context import VulkanDevice
 from poot_vulkan.device import BACKEND
 from poot_vulkan.specialize import Shader
 
+#: VK_PIPELINE_SHADER_STAGE_CREATE_REQUIRE_FULL_SUBGROUPS_BIT (the binding lacks the name)
+REQUIRE_FULL_SUBGROUPS = 0x2
+
 
 class Pipeline:
-    def __init__(self, dev: VulkanDevice, module, constants: tuple[int, ...], n_bindings: int,
-                 name: str):
+    def __init__(self, dev: VulkanDevice, module, shader: Shader, n_bindings: int, name: str):
         vk = dev.vk
         self.dev, self.name, self.n_bindings = dev, name, n_bindings
-        self.module, self.constants = module, constants
+        self.module, self.constants = module, shader.constants
+        self.subgroup = shader.subgroup  # the size it requires (0: the driver's choice)
+        constants = shader.constants
         self.set_layout = set_layout(dev, n_bindings)
         layouts = [self.set_layout]
         info = vk.VkPipelineLayoutCreateInfo(setLayoutCount=1, pSetLayouts=layouts)
@@ -34,9 +40,12 @@ class Pipeline:
         special = vk.VkSpecializationInfo(mapEntryCount=len(entries),
                                           pMapEntries=entries or None,
                                           dataSize=4 * len(constants), pData=data)
+        required = vk.VkPipelineShaderStageRequiredSubgroupSizeCreateInfo(
+            requiredSubgroupSize=shader.subgroup) if shader.subgroup else None
         try:
             stage = vk.VkPipelineShaderStageCreateInfo(
                 stage=vk.VK_SHADER_STAGE_COMPUTE_BIT, module=module, pName="main",
+                pNext=required, flags=REQUIRE_FULL_SUBGROUPS if shader.full_subgroups else 0,
                 pSpecializationInfo=special if constants else None)
             create = vk.VkComputePipelineCreateInfo(stage=stage, layout=self.layout)
             self.handle = vk.vkCreateComputePipelines(dev.device, vk.VK_NULL_HANDLE, 1,
@@ -62,19 +71,19 @@ def set_layout(dev: VulkanDevice, n: int):
 
 class PipelineCache:
     """Shader modules by SPIR-V digest, and pipelines by (SPIR-V digest, specialization,
-    binding count), for one device."""
+    subgroup, binding count), for one device."""
 
     def __init__(self, dev: VulkanDevice):
         self.dev = dev
         self.modules: dict[str, object] = {}
-        self._pipelines: dict[tuple[str, tuple[int, ...], int], Pipeline] = {}
+        self._pipelines: dict[tuple, Pipeline] = {}
 
     def get(self, shader: Shader, n_bindings: int, name: str) -> Pipeline:
         digest = hashlib.sha256(shader.spirv).hexdigest()
-        key = (digest, shader.constants, n_bindings)
+        key = (digest, shader.constants, shader.subgroup, shader.full_subgroups, n_bindings)
         if key not in self._pipelines:
             self._pipelines[key] = Pipeline(self.dev, self._module(digest, shader.spirv, name),
-                                            shader.constants, n_bindings, name)
+                                            shader, n_bindings, name)
         return self._pipelines[key]
 
     def _module(self, digest: str, spirv: bytes, name: str):

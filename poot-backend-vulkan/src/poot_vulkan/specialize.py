@@ -28,11 +28,15 @@ MAIN = "void main() {"
 
 @dataclass(frozen=True)
 class Shader:
-    """A SPIR-V module and the values of its specialization constants (constant_id i
-    holds `constants[i]`, an int32)."""
+    """A SPIR-V module, the values of its specialization constants (constant_id i holds
+    `constants[i]`, an int32) and the subgroup its pipeline asks for."""
 
     spirv: bytes
     constants: tuple[int, ...] = ()
+    #: the subgroup size its pipeline requires (0: any) and whether whole subgroups only
+    #: (poot_vulkan.glsl.required_subgroup)
+    subgroup: int = 0
+    full_subgroups: bool = False
 
 
 def lift(source: str) -> tuple[str, tuple[int, ...]]:
