@@ -1,7 +1,8 @@
-"""The token mask inside the sampling step graph ("masked" mode): each row draws the host
-sampler's token from its logits with the ids its mask leaves out set to -inf, the oracle
-and every backend alike; a row whose mask allows every id draws what the unmasked
-sampler draws."""
+"""The token mask and the logit bias inside the sampling step graph ("masked" mode): each
+row draws the host sampler's token from its logits with its bias added and the ids its
+mask leaves out set to -inf (poot.serve.logits' order), the oracle and every backend alike;
+a row whose mask allows every id and that has no bias draws what the unmasked sampler
+draws."""
 from __future__ import annotations
 
 import sys
@@ -10,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from poot import ops, plugin
-from poot.models.sample_graph import ALL_ALLOWED, mask_words, masked_logits, slot_values
+from poot.models.sample_graph import (ALL_ALLOWED, BIAS_IDS, biased_logits, mask_words,
+                                      masked_logits, slot_values)
 from poot.models.sampling import Sampler
 from poot.tracer import trace
 
@@ -92,6 +94,84 @@ def test_masked_graph_draws_the_host_sampler_tokens_of_the_masked_logits(backend
         assert evaluate(graph, {"logits": logits, **again})[0].tolist() == want
 
 
+def _biased(logits: np.ndarray, bias) -> np.ndarray:
+    """The host's bias (poot.serve.logits.LogitRule.apply's step 1)."""
+    z = np.array(logits, np.float32)
+    ids, values = bias
+    z[ids] += values
+    return z
+
+
+def test_bias_adds_at_each_rows_ids_as_the_oracle_defines():
+    from poot.oracle import evaluate
+
+    plugin.manager()
+    rng = np.random.default_rng(3)
+    logits = rng.standard_normal((B, V)).astype(np.float32)
+    biases = [(rng.choice(V, 5, replace=False), rng.uniform(-100, 100, 5).astype(np.float32)),
+              None, (np.array([0, V - 1]), np.array([3.5, -2.25], np.float32)), None]
+    slots = slot_values([(Sampler(), [])] * B, B, "masked", vocab=V, biases=biases)
+    assert (slots["sampler.bias_ids"][1] == -1).all() and slots["sampler.bias_ids"].shape == \
+        (B, BIAS_IDS)
+
+    def f():
+        from poot.conformance import roles
+        from poot.dtypes import DType
+        from poot.ir.types import SlotKind
+
+        plugin.register(roles, name="poot.conformance.roles")
+        ids = ops.slot(SlotKind.get("sampler.bias_ids"), (B, BIAS_IDS), "sampler.bias_ids", V)
+        bias = ops.slot(SlotKind.get("sampler.bias"), (B, BIAS_IDS), "sampler.bias")
+        return biased_logits(ops.slot(roles.input_role(DType.F32), (B, V), "logits"), ids, bias)
+    got = evaluate(trace(f), {"logits": logits, "sampler.bias_ids": slots["sampler.bias_ids"],
+                              "sampler.bias": slots["sampler.bias"]})[0]
+    want = np.stack([_biased(logits[i], b) if b is not None else logits[i]
+                     for i, b in enumerate(biases)])
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("backend", ["reference", "cpu"])
+def test_biased_and_masked_rows_draw_the_host_sampler_tokens(backend):
+    """Rows with a bias alone, a bias and a mask (json_object with a bias), a mask alone and
+    neither: greedy and seeded settings, each step's token the host path's."""
+    from poot.oracle import evaluate
+
+    graph = _graph("masked")
+    ex = _executor(backend, graph)
+    rng = np.random.default_rng(4)
+    host = [Sampler(**s) for s in SETTINGS]
+    device = [Sampler(**s) for s in SETTINGS]
+    oracle = [Sampler(**s) for s in SETTINGS]
+    hist = [list(rng.integers(0, V, 10)) for _ in range(B)]
+    moved = 0
+    for step in range(6):
+        logits = (rng.standard_normal((B, V)) * 2).astype(np.float32)
+        # large enough to move the draw: a few ids pushed up, the argmax pushed down
+        favoured = rng.choice(V, 3, replace=False)
+        biases = [(np.concatenate([favoured, [int(np.argmax(logits[i]))]]),
+                   np.array([6.0, 5.0, 4.0, -100.0], np.float32)) if i in (0, 1, 3) else None
+                  for i in range(B)]
+        biases = [b if b is None or len(set(b[0].tolist())) == 4 else
+                  (b[0][:3], b[1][:3]) for b in biases]
+        allowed = {1: np.concatenate([favoured[1:], rng.choice(V, 20, replace=False)]),
+                   2: rng.choice(V, 30, replace=False)}
+        want = []
+        for i, h in enumerate(host):
+            z = _biased(logits[i], biases[i]) if biases[i] is not None else logits[i]
+            want.append(h.sample(_masked(z, allowed[i]) if i in allowed else z, hist[i]))
+        moved += want[3] != Sampler(**SETTINGS[3]).sample(logits[3], hist[3])   # greedy
+        masks = [Allowed(allowed[i]) if i in allowed else None for i in range(B)]
+        slots = slot_values([(s, hist[i]) for i, s in enumerate(device)], B, "masked",
+                            vocab=V, masks=masks, biases=biases)
+        got = ex.step({"logits": logits, **slots}).result
+        assert got.tolist() == want, f"step {step}"
+        assert got[1] in allowed[1] and got[2] in allowed[2]
+        again = slot_values([(s, hist[i]) for i, s in enumerate(oracle)], B, "masked",
+                            vocab=V, masks=masks, biases=biases)
+        assert evaluate(graph, {"logits": logits, **again})[0].tolist() == want
+    assert moved     # the bias changed the greedy row's tokens
+
+
 def test_a_row_allowing_every_id_draws_the_unmasked_token():
     masked, full = _executor("reference", _graph("masked")), _executor("reference",
                                                                         _graph("full"))
@@ -111,6 +191,12 @@ def test_slot_values_refuse_a_mask_where_it_has_no_place():
         slot_values([], B, "masked")
     with pytest.raises(ValueError, match="no token mask"):
         slot_values([(Sampler(), [])], B, "full", masks=[Allowed([1])])
+    with pytest.raises(ValueError, match="logit bias"):
+        slot_values([(Sampler(), [])], B, "full", biases=[([1], [2.0])])
+    many = np.arange(BIAS_IDS + 1)
+    with pytest.raises(ValueError, match=f"at most {BIAS_IDS}"):
+        slot_values([(Sampler(), [])], B, "masked", vocab=V * 2,
+                    biases=[(many, np.ones(many.size, np.float32))])
     assert "sampler.mask" not in slot_values([], B, "full", vocab=V)
 
 

@@ -20,13 +20,19 @@ loads this module as a built-in plugin); a graph can use them only once they are
 | sampler.seed | U32 | [B, 2] | the seed's low and high words |
 | sampler.counter | U32 | [B] | the draw number |
 | sampler.mask | U32 | [B, ceil(vocab / 32)] | the ids each row may draw ("masked" only) |
+| sampler.bias_ids | I32 | [B, BIAS_IDS] | token ids, -1 for none ("masked" only) |
+| sampler.bias | F32 | [B, BIAS_IDS] | what each id's logit gains ("masked" only) |
 
-A "masked" step also takes `sampler.mask`, a packed bitmask per row: id i may be drawn when
-bit i % 32 of word i // 32 is set (bits past the vocabulary are ignored). The logits of
-every id whose bit is clear become -inf before the sampler's first step, so a grammar's
-token mask (poot.serve.grammar) is applied on the device and only the token ids come back;
-a row without a constraint has every bit set. Steps of the other modes take no mask, so
-they cost what they did.
+A "masked" step shapes each row's logits as its request asks before the sampler's first
+step, in the order of poot.serve.logits: first each row's logit bias (`sampler.bias_ids`,
+distinct ids a row, with their `sampler.bias` added to those ids' logits), then its token
+mask (`sampler.mask`, a packed bitmask: id i may be drawn when bit i % 32 of word i // 32 is
+set, bits past the vocabulary ignored; the logits of every id whose bit is clear become
+-inf). So a grammar's token mask (poot.serve.grammar) and a `logit_bias` are applied on the
+device and only the token ids come back; a row without a constraint has every bit set, one
+without a bias every id -1. Steps of the other modes take neither, so they cost what they
+did. A bias of more than BIAS_IDS ids does not fit the slot: the host applies it
+(poot.serve.logits).
 """
 from __future__ import annotations
 
@@ -54,6 +60,8 @@ _RULES = {
     "sampler.seed": (U32, None, False),
     "sampler.counter": (U32, None, False),
     "sampler.mask": (U32, None, False),
+    "sampler.bias_ids": (I32, 0, True),
+    "sampler.bias": (F32, None, False),
 }
 SLOTS = tuple(_RULES)
 
@@ -76,12 +84,14 @@ def _slot(label: str, shape, bound: int | None = None):
 
 #: what a sampled step draws with: "argmax" (greedy without a penalty: no slots, one
 #: ArgTopK k=1), "full" (every setting, per row, through the slots above) or "masked"
-#: ("full" after each row's token mask)
+#: ("full" after each row's logit bias and token mask)
 MODES = ("argmax", "full", "masked")
 #: the ids one word of `sampler.mask` covers
 WORD_BITS = 32
 #: every id allowed: the mask word of a row without a constraint
 ALL_ALLOWED = np.uint32(0xFFFFFFFF)
+#: the most logit-bias ids a row of a "masked" step takes (`sampler.bias_ids`' width)
+BIAS_IDS = 128
 
 
 def mask_words(vocab: int) -> int:
@@ -91,7 +101,7 @@ def mask_words(vocab: int) -> int:
 
 def mode_for(samplers: Sequence[Sampler], masked: bool = False) -> str:
     """The cheapest mode that serves these samplers as they are (`masked`: some row draws
-    under a token mask)."""
+    under a token mask or a logit bias)."""
     if masked:
         return "masked"
     plain = all(s.greedy and s.repetition_penalty == 1 for s in samplers)
@@ -108,6 +118,8 @@ def sample_tokens(logits, mode: str = "full") -> ops.Tensor:
         return ops.reshape(ops.argtopk(logits, 1), (b,))
     logits = ops.cast(logits, F32)
     if mode == "masked":
+        logits = biased_logits(logits, _slot("sampler.bias_ids", (b, BIAS_IDS), bound=vocab),
+                               _slot("sampler.bias", (b, BIAS_IDS)))
         logits = masked_logits(logits, _slot("sampler.mask", (b, mask_words(vocab))))
     k = min(CANDIDATES, vocab)
     temp = ops.reshape(_slot("sampler.temperature", (b,)), (b, 1))
@@ -164,6 +176,30 @@ def masked_logits(logits, mask):
     return ops.slice_axis(out, 1, 0, vocab) if pad else out
 
 
+def biased_logits(logits, ids, bias):
+    """`logits` F32 [B, vocab] with bias F32 [B, W] added at each row's ids I32 [B, W]
+    (distinct in a row; -1 adds nothing)."""
+    flat, at, seen = _at_ids(logits, ids)
+    return _put(flat, ops.add(seen, ops.reshape(bias, at.shape)), at, logits.shape)
+
+
+def _at_ids(z, ids):
+    """z [B, vocab] flattened, each row's ids as flat indices [B*W] (-1 kept), and the
+    values there (z's first where -1)."""
+    b, vocab = z.shape
+    flat = ops.reshape(z, (b * vocab,))
+    at = ops.add(ids, ops.mul(ops.iota((b, 1), 0), vocab))
+    at = ops.reshape(ops.select(ops.ge(ids, 0), at, -1), (b * ids.shape[1],))
+    return flat, at, ops.gather(flat, ops.maximum(at, 0), 0)
+
+
+def _put(flat, values, at, shape):
+    """flat with values [N] written at the flat indices at [N] (-1: nowhere), as `shape`."""
+    out = ops.scatter_update(ops.reshape(flat, (flat.shape[0], 1)),
+                             ops.reshape(values, (at.shape[0], 1)), at)
+    return ops.reshape(out, shape)
+
+
 def _less(a, b):
     """The indicator of a < b."""
     return ops.sub(1, ops.ge(a, b))
@@ -171,16 +207,11 @@ def _less(a, b):
 
 def _penalize(z, history, penalty):
     """z with each row's history ids penalized (duplicates write the same value; -1 skips)."""
-    b, vocab = z.shape
-    w = history.shape[1]
-    flat = ops.reshape(z, (b * vocab,))
-    at = ops.add(history, ops.mul(ops.iota((b, 1), 0), vocab))
-    at = ops.reshape(ops.select(ops.ge(history, 0), at, -1), (b * w,))
-    seen = ops.gather(flat, ops.maximum(at, 0), 0)
+    b, w = history.shape
+    flat, at, seen = _at_ids(z, history)
     r = ops.reshape(ops.broadcast_to(ops.reshape(penalty, (b, 1)), (b, w)), (b * w,))
     hit = ops.select(ops.ge(0.0, seen), ops.mul(seen, r), ops.div(seen, r))
-    out = ops.scatter_update(ops.reshape(flat, (b * vocab, 1)), ops.reshape(hit, (b * w, 1)), at)
-    return ops.reshape(out, (b, vocab))
+    return _put(flat, hit, at, z.shape)
 
 
 class MaskWriter(Protocol):
@@ -192,17 +223,21 @@ class MaskWriter(Protocol):
 
 def slot_values(rows: Sequence[tuple[Sampler, Sequence[int]] | None], batch: int,
                 mode: str = "full", *, vocab: int | None = None,
-                masks: Sequence[MaskWriter | None] = ()) -> dict[str, np.ndarray]:
+                masks: Sequence[MaskWriter | None] = (),
+                biases: Sequence[tuple[np.ndarray, np.ndarray] | None] = ()
+                ) -> dict[str, np.ndarray]:
     """The sampler slots of a step of `batch` rows: row i samples with rows[i]'s sampler
     (its next draw, which this uses up) and history; rows past them, and None rows, are
     padding (greedy, nothing penalized). An "argmax" step has no slots; its samplers must
     be plain greedy ones. A "masked" step's mask has `vocab` ids a row (the logits' width;
     other modes ignore it); masks[i], where given and not None, writes row i's (the others
-    allow every id)."""
+    allow every id); biases[i], where given and not None, is row i's logit bias as (ids,
+    values), at most BIAS_IDS distinct ids (ids past `vocab` add nothing)."""
     if len(rows) > batch:
         raise ValueError(f"{len(rows)} sampled rows for a step of {batch}")
-    if len(masks) > len(rows):
-        raise ValueError(f"{len(masks)} token masks for {len(rows)} sampled rows")
+    if len(masks) > len(rows) or len(biases) > len(rows):
+        raise ValueError(f"{len(masks)} token masks and {len(biases)} logit biases for "
+                         f"{len(rows)} sampled rows")
     live = [r[0] for r in rows if r is not None]
     if mode == "argmax":
         if mode_for(live) != "argmax":
@@ -212,8 +247,8 @@ def slot_values(rows: Sequence[tuple[Sampler, Sequence[int]] | None], batch: int
         return {}
     if mode == "masked" and vocab is None:
         raise ValueError("a masked step's slots need the vocabulary's size")
-    if masks and mode != "masked":
-        raise ValueError(f"a {mode!r} step takes no token mask")
+    if (masks or biases) and mode != "masked":
+        raise ValueError(f"a {mode!r} step takes no token mask or logit bias")
     out = {
         "sampler.temperature": np.zeros(batch, np.float32),
         "sampler.top_k": np.zeros(batch, np.int32),
@@ -228,6 +263,11 @@ def slot_values(rows: Sequence[tuple[Sampler, Sequence[int]] | None], batch: int
         for i, writer in enumerate(masks):
             if writer is not None:
                 writer.write_mask(out["sampler.mask"][i])
+        out["sampler.bias_ids"] = np.full((batch, BIAS_IDS), -1, np.int32)
+        out["sampler.bias"] = np.zeros((batch, BIAS_IDS), np.float32)
+        for i, bias in enumerate(biases):
+            if bias is not None:
+                _write_bias(out, i, *bias, vocab)
     for i, row in enumerate(rows):
         if row is None:
             continue
@@ -241,3 +281,15 @@ def slot_values(rows: Sequence[tuple[Sampler, Sequence[int]] | None], batch: int
         out["sampler.seed"][i] = counter_rng.split_seed(s.seed)
         out["sampler.counter"][i] = s.next_draw()
     return out
+
+
+def _write_bias(out: dict, row: int, ids: np.ndarray, values: np.ndarray, vocab: int) -> None:
+    """Row `row` of the bias slots: its ids inside the vocabulary and their values."""
+    ids = np.asarray(ids, np.int64)
+    keep = (ids >= 0) & (ids < vocab)
+    ids, values = ids[keep], np.asarray(values, np.float32)[keep]
+    if ids.size > BIAS_IDS or np.unique(ids).size != ids.size:
+        raise ValueError(f"a row's logit bias takes at most {BIAS_IDS} distinct ids, got "
+                         f"{ids.size} ({np.unique(ids).size} distinct)")
+    out["sampler.bias_ids"][row, : ids.size] = ids
+    out["sampler.bias"][row, : ids.size] = values
