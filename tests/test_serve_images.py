@@ -227,3 +227,35 @@ def test_refusals_without_a_server(images):
         {"role": "tool", "tool_call_id": "c1", "content": "42"}]}
     with pytest.raises(RequestError, match="system, user and assistant messages"):
         parse_chat(tool, Limits("m", 64, 64, 300, image_tokens=tokens), Tok())
+
+
+def test_images_among_the_text_and_in_several_turns(server, images, library):
+    """Content parts text, image, text, image, text in one message, and images in two user
+    turns with an answer between: each prompt's length and greedy answer are the library's
+    for the same conversation (poot.models.vision.template places each image where its
+    part stands; tests/test_vision_interleaved.py checks the ids)."""
+    client = openai_client(server)
+    urls = [data_url(im) for im in images]
+
+    def part(x: str) -> dict:
+        return {"type": "image_url", "image_url": {"url": x}} if x.startswith("data:") \
+            else {"type": "text", "text": x}
+
+    interleaved = [{"role": "user", "content": [part("Compare "), part(urls[0]),
+                                                 part(" with"), part(urls[1]),
+                                                 part(" please.")]}]
+    turns = [{"role": "user", "content": [part(urls[0]), part("What is it?")]},
+             {"role": "assistant", "content": "A cat."},
+             {"role": "user", "content": [part("And this one:"), part(urls[1])]}]
+    lengths = set()
+    for messages in (interleaved, turns):
+        mine = [{**m, "content": m["content"] if isinstance(m["content"], str) else [
+            {"type": "image"} if p["type"] == "image_url" else p for p in m["content"]]}
+            for m in messages]
+        r = client.chat.completions.create(model="smollm2", messages=messages, max_tokens=6,
+                                           temperature=0)
+        assert r.usage.prompt_tokens == len(library.chat.prompt(mine, images)[0])
+        assert r.choices[0].message.content == library.chat.generate(
+            mine, images, max_tokens=6, temperature=0.0)
+        lengths.add(r.usage.prompt_tokens)
+    assert len(lengths) == 2

@@ -67,10 +67,19 @@ def image_segments(tokenizer, messages: Sequence[dict], placeholder: str) -> lis
     texts = [t for ps in pieces for t in ps if t is not None]
     while any(nonce in t for t in texts):
         nonce = secrets.token_hex(8)
-    segments = _listed(tokenizer, messages, pieces, placeholder, nonce)
-    if segments is None:
-        segments = _joined(tokenizer, messages, pieces, nonce)
+    try:
+        segments = _listed(tokenizer, messages, pieces, placeholder, nonce)
+        if segments is None:
+            segments = _joined(tokenizer, messages, pieces, nonce)
+    except ChatTemplateError as exc:   # the template's refusal of these messages
+        raise RequestError(str(exc)) from exc
     return [s for s in segments if s is IMAGE or s[0]]
+
+
+def _placed(text: str, whole: str, at: int, following: str) -> str | None:
+    from poot.models.chat import _placed
+
+    return _placed(text, whole, at, following)
 
 
 def _render(tokenizer, messages):
@@ -122,9 +131,18 @@ def _listed(tokenizer, messages, pieces, placeholder: str, nonce: str) -> list |
     split = re.split(f"\ue000{nonce}-(\\d+)\ue001", marked)
     if split[1::2] != [str(k) for k in range(len(texts))]:
         return None
-    parts = [(piece, False) if k % 2 == 0 else (texts[int(piece)], True)
-             for k, piece in enumerate(split)]
-    if "".join(t for t, _ in parts) != render(lambda k: texts[k]):
+    whole = render(lambda k: texts[k])
+    if whole is None:
+        return None
+    parts, at = [], 0
+    for k, piece in enumerate(split):
+        # each text as the template placed it: as it is or trimmed (jinja's trim filter)
+        shown = piece if k % 2 == 0 else _placed(texts[int(piece)], whole, at, split[k + 1])
+        if shown is None or not whole.startswith(shown, at):
+            return None
+        parts.append((shown, k % 2 == 1))
+        at += len(shown)
+    if at != len(whole):
         return None
     segments: list = []
     for text, is_content in parts:
@@ -155,11 +173,8 @@ def _joined(tokenizer, messages, pieces, nonce: str) -> list:
             else:
                 content += p
         msgs.append({**m, "content": content})
-    try:
-        parts = render_chat_parts(tokenizer.chat_template, msgs, bos_token=tokenizer.bos_token,
-                                  eos_token=tokenizer.eos_token, add_generation_prompt=True)
-    except ChatTemplateError as exc:
-        raise RequestError(str(exc)) from exc
+    parts = render_chat_parts(tokenizer.chat_template, msgs, bos_token=tokenizer.bos_token,
+                              eos_token=tokenizer.eos_token, add_generation_prompt=True)
     segments: list = []
     seen: list[str] = []
     for text, is_content in parts:
