@@ -361,15 +361,40 @@ def _scales_c(block: Block) -> str:
                 f"b[{block.sub_at} + i];\n"
                 "#endif\n")
     if block.sub == "s6x16":
-        return (_d_c(block) + "  for (int i = 0; i < 16; ++i) {\n"
+        # the sixteen scales' low nibbles: the low then the high nibbles of bytes 0-7; their
+        # top two bits: bit pair j of bytes 8-11 for scales 4j .. 4j + 3
+        return (_d_c(block) + "#ifdef POOT_AVX2\n"
+                f"  unsigned int h;\n  memcpy(&h, b + {q + 8}, 4);\n"
+                f"  const __m128i l = _mm_loadl_epi64((const __m128i*)(b + {q}));\n"
+                "  const __m128i v = _mm_sub_epi8(_mm_or_si128(_mm_and_si128(_mm_unpacklo_epi64("
+                "l, _mm_srli_epi16(l, 4)), _mm_set1_epi8(15)), _mm_slli_epi16(_mm_and_si128("
+                "_mm_setr_epi32((int)h, (int)(h >> 2), (int)(h >> 4), (int)(h >> 6)), "
+                "_mm_set1_epi8(3)), 4)), _mm_set1_epi8(32));\n"
+                + "".join(f"  _mm256_storeu_ps(sc + {8 * j}, _mm256_mul_ps(_mm256_set1_ps(d), "
+                          f"_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32({src}))));\n"
+                          for j, src in enumerate(("v", "_mm_unpackhi_epi64(v, v)")))
+                + "#else\n  for (int i = 0; i < 16; ++i) {\n"
                 f"    const int s6 = ((b[{q} + (i & 7)] >> ((i >> 3) << 2)) & 15)"
                 f" | (((b[{q + 8} + (i & 3)] >> ((i >> 2) << 1)) & 3) << 4);\n"
-                "    sc[i] = d * (float)(s6 - 32);\n  }\n")
+                "    sc[i] = d * (float)(s6 - 32);\n  }\n#endif\n")
     if block.sub == "min4x16":
         return (_d_c(block) + f"  const float dmin = poot_h2f(b + {block.minimum});\n"
-                "  for (int i = 0; i < 16; ++i) {\n"
+                "#ifdef POOT_AVX2\n"
+                f"  const __m128i v = _mm_loadu_si128((const __m128i*)(b + {q}));\n"
+                "  const __m128i lo = _mm_and_si128(v, _mm_set1_epi8(15)), "
+                "hi = _mm_and_si128(_mm_srli_epi16(v, 4), _mm_set1_epi8(15));\n"
+                "  for (int j = 0; j < 2; ++j) {\n"
+                "    const __m256 s = _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps("
+                "_mm256_cvtepu8_epi32(j ? _mm_unpackhi_epi64(lo, lo) : lo)));\n"
+                "    const __m256 m = _mm256_mul_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps("
+                "_mm256_cvtepu8_epi32(j ? _mm_unpackhi_epi64(hi, hi) : hi)));\n"
+                "    _mm256_storeu_ps(sc + 8 * j, s);\n"
+                f"    _mm256_storeu_ps(of + 8 * j, _mm256_sub_ps(_mm256_mul_ps("
+                f"_mm256_set1_ps({centre}), s), m));\n  }}\n"
+                "#else\n  for (int i = 0; i < 16; ++i) {\n"
                 f"    sc[i] = d * (float)(b[{q} + i] & 15);\n"
-                f"    of[i] = {centre} * sc[i] - dmin * (float)(b[{q} + i] >> 4);\n  }}\n")
+                f"    of[i] = {centre} * sc[i] - dmin * (float)(b[{q} + i] >> 4);\n  }}\n"
+                "#endif\n")
     if block.minimum is not None:
         return (_d_c(block) + "  sc[0] = d;\n"
                 f"  of[0] = poot_h2f(b + {block.minimum}) + {centre} * sc[0];\n")

@@ -333,8 +333,18 @@ ROW_DOT = {
                                           acc[r][i]);
 """,
 }
-ROW_OFFSET = ("              for (int h = 0; h < OG; ++h) "
-              "off[r][i] += of[r][s * OG + h] * {osum};\n")
+def row_offset(coding: Coding, offsets: int) -> str:
+    """The row tiles' offset term of sub-block s: one addition into off[r][i] per
+    sub-block (its chain of additions bounds a decode tile), two offsets per 16 summed
+    first."""
+    if offsets == 1:
+        term = "of[r][s] * xs[xi]"
+    elif coding is Q8:
+        term = ("(of[r][2 * s] * (float)qh[2 * xi] + of[r][2 * s + 1] * (float)qh[2 * xi + 1])"
+                " * dx[xi]")
+    else:
+        term = "of[r][2 * s] * xh[2 * xi] + of[r][2 * s + 1] * xh[2 * xi + 1]"
+    return f"              off[r][i] += {term};\n"
 
 
 def offset_sum(coding: Coding, offsets: int) -> str:
@@ -682,7 +692,7 @@ def kernel_source(name: str, fmt: str, coding: Coding, m: int, n: int, k: int,
             pf=PREFETCH_BYTES,
             codes=ROW_CODES[coding.name].format(fn=fn), load=ROW_LOAD[coding.name],
             dot=ROW_DOT[coding.name, g],
-            offset=ROW_OFFSET.format(osum=osum) if offsets else "")
+            offset=row_offset(coding, block.offsets) if offsets else "")
     return block_functions(fmt) + source
 
 
