@@ -169,3 +169,19 @@ def test_serve_refuses_pan_and_scan_at_load(pan_folder):
 
     with pytest.raises(CheckpointError, match="do_pan_and_scan"):
         ServedImages(poot.load(str(pan_folder[0]), "reference", max_seq=MAX_SEQ))
+
+
+def test_settings_nested_in_processor_config(tmp_path):
+    """transformers 5 saves the image processor inside processor_config.json."""
+    from poot.models.vision.preprocess import read_processing
+
+    (tmp_path / "processor_config.json").write_text(json.dumps(
+        {"image_processor": PAN, "image_seq_length": 4, "processor_class": "Gemma3Processor"}))
+    assert read_processing(tmp_path, 16).pan_and_scan == PanAndScan(8, 3, 1.2)
+    (tmp_path / "processor_config.json").write_text(json.dumps(
+        {"image_processor": {**PAN, "pan_and_scan_max_num_crops": 0}}))
+    with pytest.raises(ConfigError, match="processor_config.json image_processor: "
+                                          "pan_and_scan_max_num_crops = 0"):
+        read_processing(tmp_path, 16)
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps(PROCESSOR))
+    assert read_processing(tmp_path, 16).pan_and_scan is None   # the standalone file first

@@ -7,6 +7,9 @@ Idefics3's processor (SmolVLM) tiles: the longest edge resized to `size.longest_
 tile size, cut into tiles row by row and followed by the whole image resized to one tile;
 without splitting, the whole image resized to one tile.
 
+The settings come from preprocessor_config.json, or from the image_processor that
+transformers 5 nests in processor_config.json.
+
 Gemma 3's processor pans and scans where its config sets `do_pan_and_scan`: an image whose
 aspect ratio reaches `pan_and_scan_min_ratio_to_activate` is also cut, along its long edge,
 into 2 to `pan_and_scan_max_num_crops` equal crops (as many as the ratio rounded, fewer
@@ -94,11 +97,19 @@ class TileProcessing:
 
 
 def _config(folder: Path, read: set) -> Values | None:
-    """The folder's preprocessor_config.json (None: absent), its unknown keys refused."""
+    """The folder's image-processor settings (None: absent), its unknown keys refused:
+    preprocessor_config.json, or else the image_processor that transformers 5 nests in
+    processor_config.json."""
     file = Path(folder) / "preprocessor_config.json"
-    if not file.is_file():
-        return None
-    v = Values(load_json(file), file)
+    if file.is_file():
+        v = Values(load_json(file), file)
+    else:
+        file = Path(folder) / "processor_config.json"
+        nested = Values(load_json(file), file).mapping("image_processor", None) \
+            if file.is_file() else None
+        if nested is None:
+            return None
+        v = Values(nested, f"{file} image_processor")
     unknown = sorted(set(v.values) - _IGNORED - _READ - read)
     if unknown:
         v.fail(unknown[0], v.values[unknown[0]], "is an image-processor setting poot does "
