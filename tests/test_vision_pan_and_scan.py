@@ -4,7 +4,7 @@ whose preprocessor_config.json sets do_pan_and_scan (the random-weight folder of
 tests/test_vision_gemma3.py, copied) gets each crop encoded as an image, the prompt text
 Gemma3Processor writes for them, and the language model's logits of tests/reference_decoder.py
 over crops cut here with numpy slicing; `poot run --image` prints what ImageChat generates;
-out-of-range settings are ConfigErrors naming the key; poot serve refuses the folder at load.
+out-of-range settings are ConfigErrors naming the key; poot serve answers as the library.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from reference_decoder import forward
 from test_vision_gemma3 import folder  # noqa: F401 (the module's fixture, reused)
 from test_vision_gemma3 import BOI, EOI, MM_TOKENS, PROCESSOR, SOFT, TEXT, reference_rows, rel_err
 
-from poot.errors import CheckpointError, ConfigError
+from poot.errors import ConfigError
 from poot.models.vision.preprocess import PanAndScan, crop_boxes
 
 PAN = {**PROCESSOR, "do_pan_and_scan": True, "pan_and_scan_min_crop_size": 8,
@@ -163,12 +163,35 @@ def test_out_of_range_settings_are_refused_naming_the_key(tmp_path, key, value):
     assert exc.value.key == key
 
 
-def test_serve_refuses_pan_and_scan_at_load(pan_folder):
-    import poot
-    from poot.serve.images import ServedImages
+def test_poot_serve_with_pan_and_scan(pan_folder):
+    """The request's prompt counts each image's crops from its header: the greedy answer
+    and prompt length are the library's; a remote image (no header yet) is a 400."""
+    import base64
 
-    with pytest.raises(CheckpointError, match="do_pan_and_scan"):
-        ServedImages(poot.load(str(pan_folder[0]), "reference", max_seq=MAX_SEQ))
+    import openai
+    import poot
+    from serve_process import openai_client, serve
+
+    from poot.models.vision.chat import ImageChat
+
+    path, images = pan_folder
+    chat = ImageChat(poot.load(str(path), "reference", max_seq=MAX_SEQ))
+    ids = chat.prompt("Describe.", [images[0]])[0]
+    want = chat.generate("Describe.", [images[0]], max_tokens=4, temperature=0.0)
+    url = "data:image/png;base64," + base64.b64encode(images[0].read_bytes()).decode()
+
+    def ask(client, u):
+        return client.chat.completions.create(
+            model="smollm2", max_tokens=4, temperature=0, messages=[{"role": "user", "content": [
+                {"type": "image_url", "image_url": {"url": u}},
+                {"type": "text", "text": "Describe."}]}])
+
+    with serve(path, "--max-seq", str(MAX_SEQ), "--allow-image-urls") as server:
+        client = openai_client(server)
+        r = ask(client, url)
+        assert r.usage.prompt_tokens == len(ids) and r.choices[0].message.content == want
+        with pytest.raises(openai.BadRequestError, match="tiles or crops"):
+            ask(client, "http://127.0.0.1:1/a.png")
 
 
 def test_settings_nested_in_processor_config(tmp_path):

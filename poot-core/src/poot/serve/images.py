@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from poot.errors import CheckpointError, ImageError, RequestError
+from poot.errors import ImageError, RequestError
 
 #: the largest remote image fetched (bytes), and how long a fetch may take (seconds)
 MAX_FETCH_BYTES = 16 << 20
@@ -90,17 +90,19 @@ def fetch(url: str, where: str) -> bytes:
 
 
 def grids(tokens, parts: list[ImagePart]) -> list[tuple[int, int]]:
-    """Each image's tile grid (poot.models.vision.chat.image_grids), read from the header
-    of its bytes where the family tiles (Idefics3): its prompt's length depends on it, so
-    such a model takes no remote image, whose bytes come only once the request is queued."""
+    """Each image's tile or crop grid (poot.models.vision.chat.image_grids), read from the
+    header of its bytes where the model cuts its images (Idefics3's tiles, Gemma 3's pan and
+    scan): its prompt's length depends on it, so such a model takes no remote image, whose
+    bytes come only once the request is queued."""
     from poot.models.vision.chat import image_grids
 
     tiling = getattr(tokens, "tiling", None)
     if tiling is not None:
         remote = next((p for p in parts if p.data is None), None)
         if remote is not None:
-            raise RequestError(f"{remote.name}: this model tiles its images, and its prompt "
-                               f"depends on their sizes: send them as base64 data URLs",
+            raise RequestError(f"{remote.name}: this model cuts its images into tiles or "
+                               f"crops, and its prompt depends on their sizes: send them as "
+                               f"base64 data URLs",
                                param=remote.name)
     return image_grids(tokens, [(p.data, p.name) for p in parts])
 
@@ -116,12 +118,6 @@ class ServedImages:
         vision = model.checkpoint.vision
         self.model, self.vision = model, vision
         self.processing = read_image_processing(vision)
-        if getattr(self.processing, "pan_and_scan", None) is not None:
-            # the prompt's crops depend on the image's size, which the request parser
-            # (poot.serve.protocol) reads through the image tokens alone
-            raise CheckpointError(f"{vision.folder}: preprocessor_config.json sets "
-                                  f"do_pan_and_scan, which poot serve does not do yet (poot "
-                                  f"run does); set it to false to serve this model")
         self.encoder = VisionEncoder(vision.config, vision.weights(), model.backend,
                                      model.device)
         self.capacity = CACHED_IMAGES if cached is None else cached

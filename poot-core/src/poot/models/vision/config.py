@@ -83,12 +83,14 @@ class VisionConfig:
 @dataclass(frozen=True)
 class ImageTokens:
     """How the prompt marks an image: begin, `count` soft tokens (the rows), end; the soft
-    tokens see each other both ways."""
+    tokens see each other both ways. `tiling`: the folder's ImageProcessing where it pans
+    and scans (each crop another block of the image), else None."""
 
     boi: int
     eoi: int
     soft: int
     count: int
+    tiling: object = None
     both_ways: ClassVar[bool] = True
 
 

@@ -143,7 +143,14 @@ def open_vision(checkpoint, max_seq: int | None = None):
                                                     vision_cfg.image_size))
         text, vision = split(checkpoint.tensors, where, _IDEFICS3_PREFIXES, "Idefics3")
     else:
+        from dataclasses import replace
+
+        from poot.models.vision.preprocess import read_processing
+
         text_cfg, vision_cfg, tokens = read_gemma3(checkpoint.metadata, where)
+        processing = read_processing(Path(checkpoint.path), vision_cfg.image_size)
+        if processing.pan_and_scan is not None:   # the prompt depends on each image's size
+            tokens = replace(tokens, tiling=processing)
         text, vision = split(checkpoint.tensors, where)
     parts = VisionParts(vision_cfg, tokens, vision, Path(checkpoint.path))
     view = TextView(checkpoint, text_cfg, text, parts)
