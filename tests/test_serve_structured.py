@@ -6,13 +6,15 @@ does not hold up a plain one beside it; a schema llguidance cannot use is a 400 
 OpenAI's error shape. A constrained request draws in the step graph under its token mask
 (no decode step reads logits back) and gets the text the host path gives (the same request
 with logprobs, whose steps read the logits back and mask them on the host); the mask's
-words written into the slot allow what the host's mask allows. One server for the
-module."""
+words written into the slot allow what the host's mask allows. json_object with a
+logit_bias draws in the graph too. The extra plans are made in the background. One server
+for the module."""
 from __future__ import annotations
 
 import json
 import re
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -92,14 +94,36 @@ def test_answers_validate_against_their_schema(client, name):
     jsonschema.validate(json.loads(text), schema)
 
 
-def test_json_object_mode_answers_an_object(client):
+def test_json_object_mode_answers_an_object(server, client):
+    """json_object with a logit bias: bias and mask both in the step graph (no step reads
+    logits back), the host path's text (the same request with logprobs)."""
     # the bias makes this random model close its strings and objects soon
     closers = {str(seeds.byte_vocab()[0].index(ch)): 6 for ch in '"}'}
     for seed in range(3):
-        got = client.chat.completions.create(
-            model=MODEL, messages=ASK, max_tokens=200, temperature=1.0, seed=seed,
-            logit_bias=closers, response_format={"type": "json_object"})
+        def ask(**extra):
+            before = server.wait_idle()
+            got = client.chat.completions.create(
+                model=MODEL, messages=ASK, max_tokens=200, temperature=1.0, seed=seed,
+                logit_bias=closers, response_format={"type": "json_object"}, **extra)
+            after = server.wait_idle()
+            return got, {k: after[k] - before[k] for k in ("host_steps", "masked_steps")}
+        got, steps = ask()
         assert isinstance(json.loads(got.choices[0].message.content), dict)
+        assert steps == {"host_steps": 0, "masked_steps": got.usage.completion_tokens - 1}
+        host, steps = ask(logprobs=True)
+        assert steps["masked_steps"] == 0
+        assert host.choices[0].message.content == got.choices[0].message.content
+
+
+def test_the_extra_plans_are_made_in_the_background(server):
+    """/stats names the host-logits and masked decode plans made, every batch size's in
+    the end, whatever requests came."""
+    deadline = time.monotonic() + 120
+    while (s := server.stats())["extra_plans"] != {"host": s["decode_batches"],
+                                                   "masked": s["decode_batches"]} \
+            and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert s["ready"] and s["extra_plans"] == {"host": [1, 2, 4], "masked": [1, 2, 4]}
 
 
 def test_regex_extension_and_completions_endpoint(client):

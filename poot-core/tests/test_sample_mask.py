@@ -42,6 +42,16 @@ def _masked(logits: np.ndarray, ids) -> np.ndarray:
     return z
 
 
+def _drawing(backend: str, seed: int):
+    """The masked sampler graph, its executor on `backend`, a generator, three copies of
+    SETTINGS' samplers (the host's, the backend's, the oracle's) and each row's history."""
+    graph = _graph("masked")
+    rng = np.random.default_rng(seed)
+    samplers = tuple([Sampler(**s) for s in SETTINGS] for _ in range(3))
+    return graph, _executor(backend, graph), rng, samplers, \
+        [list(rng.integers(0, V, 10)) for _ in range(B)]
+
+
 @pytest.mark.parametrize("vocab", [V, 320, 5])    # a last word partly past it, none, most
 def test_mask_bits_spread_to_ids_as_the_oracle_defines(vocab):
     from poot.oracle import evaluate
@@ -69,13 +79,7 @@ def test_mask_bits_spread_to_ids_as_the_oracle_defines(vocab):
 def test_masked_graph_draws_the_host_sampler_tokens_of_the_masked_logits(backend):
     from poot.oracle import evaluate
 
-    graph = _graph("masked")
-    ex = _executor(backend, graph)
-    rng = np.random.default_rng(1)
-    host = [Sampler(**s) for s in SETTINGS]
-    device = [Sampler(**s) for s in SETTINGS]
-    oracle = [Sampler(**s) for s in SETTINGS]
-    hist = [list(rng.integers(0, V, 10)) for _ in range(B)]
+    graph, ex, rng, (host, device, oracle), hist = _drawing(backend, 1)
     for step in range(3 if backend in ("wgpu", "vulkan") else 10):   # lavapipe is slow
         logits = (rng.standard_normal((B, V)) * 2).astype(np.float32)
         # rows 0 and 2 constrained (row 2 to one id: a forced token); rows 1 and 3 free
@@ -136,13 +140,7 @@ def test_biased_and_masked_rows_draw_the_host_sampler_tokens(backend):
     neither: greedy and seeded settings, each step's token the host path's."""
     from poot.oracle import evaluate
 
-    graph = _graph("masked")
-    ex = _executor(backend, graph)
-    rng = np.random.default_rng(4)
-    host = [Sampler(**s) for s in SETTINGS]
-    device = [Sampler(**s) for s in SETTINGS]
-    oracle = [Sampler(**s) for s in SETTINGS]
-    hist = [list(rng.integers(0, V, 10)) for _ in range(B)]
+    graph, ex, rng, (host, device, oracle), hist = _drawing(backend, 4)
     moved = 0
     for step in range(6):
         logits = (rng.standard_normal((B, V)) * 2).astype(np.float32)

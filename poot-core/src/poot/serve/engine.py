@@ -25,16 +25,17 @@ Each turn of the loop:
    text at once (a prompt's first token is drawn on the host from the prefill's logits, by
    the same algorithm).
 
-A request with a grammar (structured outputs, forced tool calls) draws in the graph under
-its token mask: a step with such a row runs through the "masked" decode plan, whose
-`sampler.mask` slot takes each row's bitmask over the vocabulary (llguidance writes a
-constrained row's words straight into the slot's array; every other row allows every id),
-and reads back only the token ids; the grammar then takes the token drawn. A request whose
-logits the host must see (`logit_bias`, `logprobs`: module poot.serve.logits) makes its
-decode steps read the logits back: such a step runs through the plan without a sampler
-(one per batch size, made when first needed) and every row of it, the others' included,
-draws on the host by the same algorithm and seeded draws (a grammar's mask applied there
-on the host); the batch goes on together, at the cost of the logits' read-back for that
+A request with a grammar (structured outputs, forced tool calls) or a `logit_bias` draws in
+the graph under its token mask, after its bias: a step with such a row runs through the
+"masked" decode plan, whose `sampler.mask` slot takes each row's bitmask over the
+vocabulary (llguidance writes a constrained row's words straight into the slot's array;
+every other row allows every id) and whose `sampler.bias_ids` / `sampler.bias` slots each
+row's bias, and reads back only the token ids; the grammar then takes the token drawn. A
+request whose logits the host must see (`logprobs`, a bias too wide for the slot: module
+poot.serve.logits) makes its decode steps read the logits back: such a step runs through
+the plan without a sampler (the "host" plan, one per batch size) and every row of it, the
+others' included, draws on the host by the same algorithm and seeded draws (a bias and a
+grammar's mask applied there on the host); the batch goes on together, at the cost of the logits' read-back for that
 step.
 
 With speculative decoding (`speculate`, or a request's `prediction`: poot.serve.speculation),
@@ -63,9 +64,10 @@ one decode step per turn whose logits the host samples; it holds no paged blocks
 
 Plans are made on the loop's own thread: a turn that needs one not made yet plans it first,
 and an idle loop plans the rest in the background, smallest batch first (the order a growing
-batch needs them), so the server answers at once and a lone request waits only for the
-plans of one row (the cuda backend compiles each batch size's kernels; 12 decode and 3
-prefill plans up front took two minutes).
+batch needs them), then the extra plans only some requests need (`EXTRA_MODES`), so the
+server answers at once and a lone request waits only for the plans of one row (the cuda
+backend compiles each batch size's kernels; 12 decode and 3 prefill plans up front took
+two minutes).
 
 A sequence that ends (EOS, a stop string, max_tokens) or is cancelled leaves the batch in
 the same turn and frees its blocks before its client hears that it finished; its full
@@ -169,10 +171,15 @@ class Job:
 #: ArgTopK k=1 on the logits, no sampler slots) serves a step whose rows are all greedy
 #: without a penalty, and picks the same tokens at a fraction of the sampler's work
 SAMPLE_MODES = ("argmax", "full")
-#: the decode plans of steps with a constrained row ("full" after each row's token mask):
-#: made by the first step that needs one (a server without structured requests never
-#: makes them; `ready` does not wait for them)
+#: the decode plans of steps with a constrained or biased row ("full" after each row's
+#: logit bias and token mask): extra plans (`EXTRA_MODES`)
 MASKED = "masked"
+#: the decode plans only some requests need, by the /stats name of each: "host" (no
+#: sampler; its logits read back, for logprobs) and MASKED. The idle loop makes them after
+#: every plan `ready` waits for, smallest batch first, so `ready` does not wait for them
+#: and a first such request seldom does; a step that needs one not made yet makes it
+#: first (the loop's own thread makes every plan, so none is made twice)
+EXTRA_MODES = {"host": None, "masked": MASKED}
 #: the interpreter's thread switch interval while an engine runs (seconds)
 SWITCH_S = 0.0001
 #: the fewest prompt tokens a prefill plan gives each of its sequences (see item 3 above)
@@ -292,6 +299,13 @@ class Engine:
             key=lambda p: (p[1], p[3] is not s, p[2] == SCORE, p[0] == 1, p[2] or ""))
         #: every plan of the configured batch (session, key), which `ready` waits for
         self._plans = [(p[3], plan_key(*p[:3])) for p in self._unplanned]
+        #: the extra plans' keys by /stats name (those of a session that samples on the
+        #: host have no masked plans), made after the others
+        self._extra = {name: [plan_key(1, b, mode) for b in s.decode_batches]
+                       for name, mode in EXTRA_MODES.items()
+                       if mode is None or s.make_sampled is not None}
+        self._unplanned += sorted(((1, b, EXTRA_MODES[name], s) for name in self._extra
+                                   for b in s.decode_batches), key=lambda p: p[1])
         self._announced = False
         self._t0 = time.perf_counter()
         self.progress: Callable[[str], None] | None = None
@@ -301,10 +315,11 @@ class Engine:
     # -- the HTTP side --------------------------------------------------------------------
     def warm(self, progress=None, wait: bool = False) -> None:
         """Have the loop plan every prefill and decode plan while it is idle (with `wait`:
-        plan them all now), each run once on padding rows (a backend that records steps
-        records it there); `progress` hears one line per plan."""
+        plan those `ready` waits for now; the extra plans follow in the background), each
+        run once on padding rows (a backend that records steps records it there);
+        `progress` hears one line per plan."""
         self.progress = progress
-        while wait and self._plan_next():
+        while wait and not self.ready and self._plan_next():
             self._freeze()
 
     @property
@@ -316,7 +331,7 @@ class Engine:
     def _announce(self) -> None:
         """One progress line once every plan exists."""
         if self.progress and not self._announced and self.ready:
-            self._announced = True
+            self._announced = True     # (the extra plans come after: see EXTRA_MODES)
             self.progress(f"ready: all {len(self._plans)} plans made, "
                           f"{time.perf_counter() - self._t0:.1f} s after the engine started "
                           f"({self.times['planning_s']:.1f} s of planning)")
@@ -336,7 +351,8 @@ class Engine:
         t0 = time.perf_counter()
         session.rehearse(tokens, batch, sample)
         took = time.perf_counter() - t0
-        if sample is None and session is self.session:
+        if sample is None and session is self.session and \
+                self.prefill_widths.get(batch) == tokens:
             # a prefill plan: its cost, once recorded (item 3 above)
             t1 = time.perf_counter()
             session.rehearse(tokens, batch, sample)
@@ -501,8 +517,10 @@ class Engine:
             "decode_batches": list(self.session.decode_batches),
             "prefill_batches": list(self.session.prefill_batches),
             "prefill_widths": list(self.prefill_widths.values()),
-            "plans_made": self._plans_made(),
+            "plans_made": sum(k in s.executors for s, k in self._plans),
             "plans_waiting": sum(k not in s.executors for s, k in self._plans),
+            "extra_plans": {name: [k[1] for k in keys if k in self.session.executors]
+                            for name, keys in self._extra.items()},
             "ready": self.ready,
             "prefix_cache": b.cache is not None,
             **(b.cache.stats() if b.cache is not None else {}),
@@ -768,9 +786,9 @@ class Engine:
 
     def _decode(self, jobs: list[Job]) -> None:
         """One decode step for every generating job; each row samples in the graph with
-        its job's own settings (under its grammar's token mask, where it has one), and only
-        the token ids come back, unless a job's logits are wanted on the host (logprobs,
-        logit_bias: then every row draws there). A greedy step with
+        its job's own settings (after its logit bias and under its grammar's token mask,
+        where it has them), and only the token ids come back, unless a job's logits are
+        wanted on the host (logprobs: then every row draws there). A greedy step with
         `overlap` is launched and read at the next turn (see the module docstring). Jobs
         that propose tokens this turn are verified first (`_verify`); the rest, and those
         whose proposal came up empty, take this step."""
@@ -792,10 +810,13 @@ class Engine:
                 self._advance(job, row)
             return
         rows = [(j.sampler, j.history) for j in jobs]
-        # here a job's rule is its grammar alone: its row draws under the grammar's mask
+        # here a job's rule is its grammar and bias alone: its row draws after the bias,
+        # under the grammar's mask
         masks = [j.rule.constraint if j.rule is not None else None for j in jobs]
-        mode = mode_for([j.sampler for j in jobs], masked=any(masks))
-        masks = masks if mode == MASKED else []
+        biases = [j.rule.bias if j.rule is not None else None for j in jobs]
+        shaped = any(m is not None or b is not None for m, b in zip(masks, biases))
+        mode = mode_for([j.sampler for j in jobs], masked=shaped)
+        masks, biases = (masks, biases) if mode == MASKED else ([], [])
         if self.overlap and mode == "argmax":
             self._inflight = (jobs, self.session.decode_launch({j.id: j.last for j in jobs}))
             self.times["decode_step_s"] += time.perf_counter() - t0
@@ -804,7 +825,7 @@ class Engine:
         vocab = self.model.config.vocab
         ids = self.session.decode_sampled(
             {j.id: j.last for j in jobs}, mode,
-            lambda b: slot_values(rows, b, mode, vocab=vocab, masks=masks))
+            lambda b: slot_values(rows, b, mode, vocab=vocab, masks=masks, biases=biases))
         self.times["decode_step_s"] += time.perf_counter() - t0
         if mode != MASKED:     # a masked step's time holds the masks' (not AdaptiveK's)
             self._step_clock.timed("plain", time.perf_counter() - t0)
@@ -886,7 +907,7 @@ class Engine:
                 tok = job.sampler.sample(z, job.history)
                 entry = job.rule.chosen(z, tok)
         elif job.rule is not None:
-            job.rule.drawn(tok)     # drawn in the graph under its mask (a "masked" step)
+            job.rule.drawn(tok)     # drawn in the graph under its bias and mask ("masked")
         job.history.append(tok)
         job.generated += 1
         self.counters["generated_tokens"] += 1

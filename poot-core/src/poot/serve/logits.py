@@ -1,15 +1,16 @@
 """What a request does to its sequence's logits before the sampler draws.
 
-A request with `logit_bias` or `logprobs` needs its logits [vocab] on the host at each step
-(`LogitRule.host`): the engine runs such a step through the decode plan that reads the
-logits back (Session.decode_rows) and draws every row of it with poot.models.sampling's
-host sampler (the same algorithm and seeded draws as the step graph's). A request with a
-grammar alone (`response_format`, forced tool calls) does not: its decode steps draw in
-the graph under the grammar's token mask (the "masked" mode of poot.models.sample_graph),
-and the host only writes the mask and hands the matcher the token drawn (`drawn`). The
-host applies the mask itself where it has the logits anyway: a prompt's first token (from
-the prefill's logits), an image request's steps, and a step that reads the logits back for
-another row. Per sequence, in this order:
+A request with `logprobs` needs its logits [vocab] on the host at each step
+(`LogitRule.host`), as does a `logit_bias` of more than BIAS_IDS ids: the engine runs such a
+step through the decode plan that reads the logits back (Session.decode_rows) and draws
+every row of it with poot.models.sampling's host sampler (the same algorithm and seeded
+draws as the step graph's). A request with a grammar or a `logit_bias` (`response_format`,
+forced tool calls) and no log-probabilities does not: its decode steps draw in the graph
+after its bias and under the grammar's token mask (the "masked" mode of
+poot.models.sample_graph), and the host only fills the slots and hands the matcher the
+token drawn (`drawn`). The host applies the bias and the mask itself where it has the
+logits anyway: a prompt's first token (from the prefill's logits), an image request's
+steps, and a step that reads the logits back for another row. Per sequence, in this order:
 
 1. `logit_bias` is added to the named ids;
 2. the grammar's token mask (poot.serve.grammar) sets every id it does not allow to -inf;
@@ -22,6 +23,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import numpy as np
+
+from poot.models.sample_graph import BIAS_IDS
 
 
 class LogitRule:
@@ -51,14 +54,16 @@ class LogitRule:
 
     @property
     def host(self) -> bool:
-        """The rule needs the step's logits on the host (a bias or log-probabilities); a
-        grammar alone is applied in the graph."""
-        return self.bias is not None or self.top is not None
+        """The rule needs the step's logits on the host (log-probabilities, or a bias too
+        wide for the step graph's slot); a grammar and a bias are applied in the graph."""
+        return self.top is not None or (self.bias is not None and
+                                        self.bias[0].size > BIAS_IDS)
 
     def drawn(self, token: int) -> None:
-        """The step graph drew `token` under the grammar's mask: the grammar takes it."""
+        """The step graph drew `token` after the bias and under the grammar's mask: the
+        grammar takes it."""
         if self.host:
-            raise ValueError("a rule with a bias or log-probabilities draws on the host")
+            raise ValueError("a rule with log-probabilities or a wide bias draws on the host")
         if self.constraint is not None:
             self.constraint.accept(token)
 
