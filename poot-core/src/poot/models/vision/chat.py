@@ -194,7 +194,8 @@ class HostedPrompt:
             cut = {s for p, s in self.spans.items() if s in spans.values()
                    and not pos <= p < end}
             if cut:
-                raise BindError(f"image {min(cut)}'s tokens cross a prefill step's end")
+                raise BindError(f"image block {min(cut)}'s tokens cross a prefill step's "
+                                f"end")
             slots.update(hosted_rows.slot_values(here, t, self.dim))
             slots.update(hosted_rows.span_values(spans, t))
         elif here:
@@ -294,12 +295,14 @@ class ImageChat:
                                f"{self.model.config.max_seq} (load with a larger max_seq)")
         return (ids, *placed(self.vision.tokens, positions, self._rows(prepared)))
 
-    def generate(self, prompt: str, images: Sequence = (), *, system: str | None = None,
-                 stream: bool = False, **sampling) -> str | Iterator[str]:
+    def generate(self, prompt: str | Sequence[dict], images: Sequence = (), *,
+                 system: str | None = None, stream: bool = False,
+                 **sampling) -> str | Iterator[str]:
         """Model.generate for a user message `prompt` with `images` (paths, or image files'
-        bytes) before it,
-        through the chat template; no images: the message alone (the attached model's
-        prefill plans take hosted rows, so its text prompts go through here too)."""
+        bytes) before it, or a conversation with them where its image parts stand (as
+        `prompt` takes them), through the chat template; no images: the message alone (the
+        attached model's prefill plans take hosted rows, so its text prompts go through
+        here too)."""
         model = self.model
         if images:
             ids, hosted, spans = self.prompt(prompt, images, system)
