@@ -6,11 +6,11 @@ stream whole weight rows through SIMD registers.
 
 out[m, n] = sum_k x[m, k] * W[n, k] for every GGUF block type declared in
 poot_cpu.blocks: each sub-block of 32 weights is 32 signed 8-bit codes c, a scale per 32
-(or per 16) and an optional offset, decoded in the kernel from the packed bytes (nothing
-is decoded outside the loop). The activations are quantized once per call, per block of
-32, and a block's dot product is integer multiply-adds, scaled once by the weight's
-scale times the activations' scale; the offset multiplies the activations' block sum.
-Two activation codings, one loop:
+(or per 16) and an optional offset per 32 (or per 16), decoded in the kernel from the
+packed bytes (nothing is decoded outside the loop). The activations are quantized once per
+call, per block of 32, and a block's dot product is integer multiply-adds, scaled once by
+the weight's scale times the activations' scale; the offset multiplies the activations'
+block (or half-block) sum. Two activation codings, one loop:
 
 * "i16" (the exact mode, a plain PackedContraction): int16 codes, scale max|x| / 32767,
   round to nearest, with the block's exact F32 sum for the offset; codes widened to
@@ -73,10 +73,10 @@ class Coding:
     width: int          # bytes per code
 
     def scratch_bytes(self, m: int, k: int) -> int:
-        """The codes, then per block of 32 a scale and a sum (f32), and the sums of its two
-        halves: for q8 the integer code sums, for i16 the f32 sums (formats with an offset
-        per 16 use them)."""
-        return m * k * self.width + m * k // 32 * 16
+        """The codes, then per block of 32 a scale and a sum (f32), for q8 the two halves'
+        integer code sums, and the halves' sums in f32 (formats with an offset per 16 use
+        them)."""
+        return m * k * self.width + m * k // 32 * (16 if self.name == "i16" else 24)
 
 
 I16 = Coding("i16", "short", 2)
@@ -267,7 +267,7 @@ static void {name}(const float* restrict x, const unsigned char* restrict w,
 #ifdef POOT_AVX2
 {load}
             for (int r = 0; r < NR; ++r) {{
-{dot}{offset}            }}
+{dot}{offset_avx}            }}
 #else
             for (int r = 0; r < NR; ++r) {{
               for (int g = 0; g < G; ++g) {{
@@ -279,7 +279,7 @@ static void {name}(const float* restrict x, const unsigned char* restrict w,
 #endif
           }}
         }}
-      }}
+{block_offset}      }}
       for (int r = 0; r < NR; ++r)
         for (int i = 0; i < mt; ++i)
 #ifdef POOT_AVX2
@@ -333,27 +333,34 @@ ROW_DOT = {
                                           acc[r][i]);
 """,
 }
-def row_offset(coding: Coding, offsets: int) -> str:
-    """The row tiles' offset term of sub-block s: one addition into off[r][i] per
-    sub-block (its chain of additions bounds a decode tile), two offsets per 16 summed
-    first."""
-    if offsets == 1:
-        term = "of[r][s] * xs[xi]"
-    elif coding is Q8:
-        term = ("(of[r][2 * s] * (float)qh[2 * xi] + of[r][2 * s + 1] * (float)qh[2 * xi + 1])"
-                " * dx[xi]")
-    else:
-        term = "of[r][2 * s] * xh[2 * xi] + of[r][2 * s + 1] * xh[2 * xi + 1]"
+def row_offset(offsets: int) -> str:
+    """The row tiles' offset term of sub-block s, one addition into off[r][i] (two offsets
+    per 16 summed first: the chain of additions bounds a decode tile)."""
+    term = "of[r][s] * xs[xi]" if offsets == 1 else \
+        "of[r][2 * s] * xh[2 * xi] + of[r][2 * s + 1] * xh[2 * xi + 1]"
     return f"              off[r][i] += {term};\n"
 
 
-def offset_sum(coding: Coding, offsets: int) -> str:
+# with AVX2, a block whose offsets fill whole vectors (the K-quants') has them multiplied
+# by the activations' sums per block, into the dot products' lanes (summed at the end
+# anyway): a vector multiply-add per 8 offsets instead of a scalar chain of additions
+BLOCK_OFFSET = """\
+#ifdef POOT_AVX2
+        for (int r = 0; r < NR; ++r)
+          for (int i = 0; i < mt; ++i) {{
+            const float* h = {sums} + (size_t)((m0 + i) * NB + bb * S) * {og};
+            for (int e = 0; e < S * {og}; e += 8)
+              acc[r][i] = _mm256_fmadd_ps(_mm256_loadu_ps(of[r] + e), _mm256_loadu_ps(h + e),
+                                          acc[r][i]);
+          }}
+#endif
+"""
+
+
+def offset_sum(offsets: int) -> str:
     """The C expression of the activations' sum that offset h of block xi multiplies: the
-    block's (xs) with one offset per 32, else its half h's (q8: the integer code sum
-    scaled; i16: the f32 sum)."""
-    if offsets == 1:
-        return "xs[xi]"
-    return "dx[xi] * (float)qh[2 * xi + h]" if coding is Q8 else "xh[2 * xi + h]"
+    block's (xs) with one offset per 32, else its half h's (xh)."""
+    return "xs[xi]" if offsets == 1 else "xh[2 * xi + h]"
 
 
 # the prefill tile: a panel of NP = POOT_VL weight rows (16 with AVX-512, else 8) is
@@ -622,6 +629,10 @@ QUANTIZE_Q8 = """\
     xs[i] = dx[i] * (float)(h0 + h1);
     qh[2 * i] = h0;
     qh[2 * i + 1] = h1;
+    if (OG == 2) {                /* the sums of each 16, for offsets per 16 */
+      xh[2 * i] = dx[i] * (float)h0;
+      xh[2 * i + 1] = dx[i] * (float)h1;
+    }
   }
 """
 
@@ -631,12 +642,13 @@ def _quant_setup(coding: Coding, local: bool) -> str:
         # a step's rows (up to LOCAL_BYTES of them) are quantized by every thread for
         # itself: a few microseconds that save the barrier a shared copy needs (a step has
         # hundreds of contractions, and under load a barrier waits for a descheduled thread)
-        extra = "  int qh[2 * M * NB];\n" if coding is Q8 else \
+        extra = ("  int qh[2 * M * NB];\n" if coding is Q8 else "") + \
             "  float xh[OG == 2 ? 2 * M * NB : 1];\n  (void)xh;\n"
         return (f"  {coding.ctype} xq[M * K] __attribute__((aligned(32)));\n"
                 f"  float dx[M * NB], xs[M * NB];\n{extra}  (void)scratch;")
-    extra = "  int* restrict qh = (int*)(xs + M * NB);\n" if coding is Q8 else \
-        "  float* restrict xh = xs + M * NB;\n  (void)xh;\n"
+    extra = ("  int* restrict qh = (int*)(xs + M * NB);\n"
+             "  float* restrict xh = (float*)(qh + 2 * M * NB);\n" if coding is Q8 else
+             "  float* restrict xh = xs + M * NB;\n") + "  (void)xh;\n"
     return (f"  {coding.ctype}* restrict xq = ({coding.ctype}*)scratch;\n"
             f"  float* restrict dx = (float*)(scratch + (size_t)M * K * {coding.width});\n"
             f"  float* restrict xs = dx + M * NB;\n{extra}"
@@ -675,7 +687,8 @@ def kernel_source(name: str, fmt: str, coding: Coding, m: int, n: int, k: int,
                   nblk=k // block.elements, sub=block.subblocks, ts=block.nbytes, g=g,
                   og=block.offsets, xt=coding.ctype)
     offsets = block.has_offset
-    osum = offset_sum(coding, block.offsets)
+    vector_offsets = offsets and block.subblocks * block.offsets % 8 == 0
+    osum = offset_sum(block.offsets)
     if m >= PANEL_FROM and PANEL_ROWS * k * coding.width <= PANEL_BYTES:
         p = PANEL[coding.name]
         source = PANEL_TEMPLATE.format(
@@ -692,7 +705,10 @@ def kernel_source(name: str, fmt: str, coding: Coding, m: int, n: int, k: int,
             pf=PREFETCH_BYTES,
             codes=ROW_CODES[coding.name].format(fn=fn), load=ROW_LOAD[coding.name],
             dot=ROW_DOT[coding.name, g],
-            offset=row_offset(coding, block.offsets) if offsets else "")
+            offset=row_offset(block.offsets) if offsets else "",
+            offset_avx=row_offset(block.offsets) if offsets and not vector_offsets else "",
+            block_offset=BLOCK_OFFSET.format(sums="xs" if block.offsets == 1 else "xh",
+                                             og=block.offsets) if vector_offsets else "")
     return block_functions(fmt) + source
 
 
