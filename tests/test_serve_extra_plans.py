@@ -107,7 +107,9 @@ def test_extra_plans_are_made_after_ready_without_a_request(idle):
     # readiness came first: its plans, not the extra ones (those followed it)
     assert idle.extra_at_ready is not None and idle.extra_at_ready != made
     ready_at = next(i for i, line in enumerate(idle.lines) if line.startswith("ready:"))
-    assert any("(masked)" in line for line in idle.lines[ready_at:])
+    after = idle.lines[ready_at:]
+    assert any("(masked)" in line for line in after)
+    assert any("(host logits)" in line for line in after)
     assert s["plans_made"] == 2 * len(s["decode_batches"]) + len(s["prefill_batches"])
     assert len(idle.keys) == len(set(idle.keys)) == s["plans_made"] + 4
     assert {(1, 1), (1, 2), (1, 1, "masked"), (1, 2, "masked")} <= set(idle.keys)

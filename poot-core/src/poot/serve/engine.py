@@ -359,7 +359,9 @@ class Engine:
             self._prefill_timed(batch, time.perf_counter() - t1)
         self.times["planning_s"] += took
         if self.progress:
-            how = f" ({sample})" if sample else ""
+            extra = session is self.session and plan_key(tokens, batch, sample) in \
+                self._extra.get("host", ())
+            how = f" ({sample})" if sample else " (host logits)" if extra else ""
             how += ", the draft's" if session is not self.session else ""
             self.progress(f"planned and ran the {tokens}-token x {batch} step{how} in "
                           f"{took:.1f} s; {len(self._unplanned)} plans to go")
