@@ -30,6 +30,7 @@ shared float b_tile[2112];
 int poot_idiv(int a, int b) { return b == 0 ? 0 : a / b; }
 void main() {
   float b_acc[4];
+#pragma unroll 8
   const int v_i = int(gl_GlobalInvocationID.x) * 576 + 0;  // f32[576]
   const uint v_w = poot_ushr(uint(v_i), 5u) & 7864320u;
   const float v_f = 1.0f + 5.960464477539063e-08f * 16.0f + float(v_i % 31);
@@ -41,7 +42,7 @@ void main() {
     assert "//" not in skeleton and "b_tile[2112]" in skeleton and "b_acc[4];" in skeleton
     assert "local_size_x = 64" in skeleton and "7864320u" in skeleton and "5u" in skeleton
     assert "5.960464477539063e-08f" in skeleton and "16.0f" in skeleton
-    assert "b_x2[" in skeleton and "b_acc[1]" in skeleton and "+ 0;" in skeleton
+    assert "#pragma unroll 8" in skeleton and "b_x2[" in skeleton and "b_acc[1]" in skeleton and "+ 0;" in skeleton
     assert f"* {PREFIX}0 " in skeleton and f"% {PREFIX}1)" in skeleton
     assert f"layout(constant_id = 1) const int {PREFIX}1 = 1;" in skeleton
     # another size gives the same skeleton, other values

@@ -9,10 +9,11 @@ specialization constants before it optimizes, so the code it makes is the code t
 literals made: nothing is read per dispatch, unlike push constants.
 
 Lifted: a decimal `int` literal of at least 2 in the body of `main()` (no `u` suffix, not
-part of a name or a float literal), outside the size of a local array declaration. 0 and
-1 stay literals: they are the printer's truth values and identities, never a size worth
-sharing, and leaving them keeps the skeleton's constant folding. The declarations default
-to 1 (never 0: a divisor glslang folds in a specialization-constant expression).
+part of a name or a float literal), outside a local array's declared size and a
+preprocessor line. 0 and 1 stay literals: they are the printer's truth values and
+identities, never a size worth sharing, and leaving them keeps the skeleton's constant
+folding. The declarations default to 1 (never 0: a divisor glslang folds in a
+specialization-constant expression).
 """
 from __future__ import annotations
 
@@ -55,8 +56,8 @@ def lift(source: str) -> tuple[str, tuple[int, ...]]:
         values.append(value)
         return f"{PREFIX}{len(values) - 1}"
 
-    lines = [line if _LOCAL_ARRAY.match(line) else _LITERAL.sub(constant, line)
-             for line in body.split("\n")]
+    lines = [line if _LOCAL_ARRAY.match(line) or line.lstrip().startswith("#")
+             else _LITERAL.sub(constant, line) for line in body.split("\n")]
     decls = "".join(f"layout(constant_id = {i}) const int {PREFIX}{i} = 1;\n"
                     for i in range(len(values)))
     return head + decls + sep + "\n".join(lines), tuple(values)
