@@ -98,5 +98,6 @@ matrix_begin
 phase conformance conformance
 matrix_end
 # whole files to each worker (a module's fixtures are built once), in the order of the root
-# conftest.py (the files with whole-model tests first)
-phase pytest python3 -m pytest -q -n "$WORKERS" --dist loadfile --no-loadscope-reorder "$@"
+# conftest.py (the files with whole-model tests first); the 20 slowest tests are listed
+phase pytest python3 -m pytest -q -n "$WORKERS" --dist loadfile --no-loadscope-reorder \
+  --durations=20 "$@"
