@@ -45,6 +45,27 @@ def test_cache_key_follows_source_and_arch(tmp_path, monkeypatch):
     assert len(list((tmp_path / "cuda").glob("*.cubin"))) == 2
 
 
+def test_cache_key_follows_the_headers_not_their_path(tmp_path, monkeypatch):
+    """A fresh environment with the same headers elsewhere finds its kernels in the cache;
+    a changed header builds them again."""
+    import shutil
+
+    src = 'extern "C" __global__ void k() {}'
+    key = compiler.cache_key(src, "sm_90")
+    copy = tmp_path / "include"
+    shutil.copytree(compiler.include_dirs()[0], copy)
+    monkeypatch.setattr(compiler, "include_dirs", lambda: (str(copy),))
+    compiler.headers_digest.cache_clear()
+    try:
+        assert compiler.cache_key(src, "sm_90") == key
+        header = copy / "cuda_fp16.h"
+        header.write_bytes(header.read_bytes() + b"\n")
+        compiler.headers_digest.cache_clear()
+        assert compiler.cache_key(src, "sm_90") != key
+    finally:
+        compiler.headers_digest.cache_clear()
+
+
 def test_compile_error_carries_the_nvrtc_log():
     with pytest.raises(compiler.CompileError) as e:
         compiler.compile_cubin('extern "C" __global__ void broken() { nope; }', "broken")

@@ -69,9 +69,22 @@ def options(arch: str) -> list[str]:
             *(f"-I{d}" for d in include_dirs())]
 
 
-def cache_key(source: str, arch: str) -> str:
+@functools.cache
+def headers_digest() -> str:
+    """The bytes of the headers kernels compile against. The key holds these rather than
+    the -I paths: a fresh virtual environment or clone puts the same headers elsewhere, and
+    its kernels are the same build."""
     h = hashlib.sha256()
-    for part in (source, arch, repr(nvrtc_version()), repr(options(arch))):
+    for d in include_dirs():
+        for f in sorted(p for p in pathlib.Path(d).rglob("*") if p.is_file()):
+            h.update(f.relative_to(d).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def cache_key(source: str, arch: str) -> str:
+    flags = [o for o in options(arch) if not o.startswith("-I")]
+    h = hashlib.sha256()
+    for part in (source, arch, repr(nvrtc_version()), repr(flags), headers_digest()):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()
