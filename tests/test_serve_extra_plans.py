@@ -13,7 +13,6 @@ import jsonschema
 import pytest
 from serve_process import tiny_llama
 
-pytest.importorskip("llguidance")
 
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0,
                                                  "maximum": 999},

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 from serve_process import tiny_llama
 
-pytest.importorskip("llguidance")
 
 SCHEMA = {"type": "object", "properties": {
     "id": {"type": "integer", "minimum": 0, "maximum": 99},

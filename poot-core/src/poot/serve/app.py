@@ -355,12 +355,9 @@ def create_app(engine: Engine, api_key: str | None = None):
         return Response(body, headers={"Content-Type": content_type})
 
     async def refused(request, exc: RequestError):
-        if exc.code == "server_busy":    # the client's to retry: 429, not a server fault
-            status, headers = 429, {"Retry-After": str(RETRY_AFTER_S)}
-        else:
-            status, headers = exc.status, None
-        log_refusal(request.method, request.url.path, status, exc.code or exc.param, str(exc))
-        return JSONResponse(request_error_body(exc), status, headers=headers)
+        headers = {"Retry-After": str(RETRY_AFTER_S)} if exc.status == 429 else None
+        log_refusal(request.method, request.url.path, exc.status, exc.code or exc.param, str(exc))
+        return JSONResponse(request_error_body(exc), exc.status, headers=headers)
 
     async def http_error(request, exc: HTTPException):
         log_refusal(request.method, request.url.path, exc.status_code, None, str(exc.detail))

@@ -413,8 +413,8 @@ class Engine:
             gc.callbacks.remove(self._gc_timed)
 
     def submit(self, gen: Generation, emit: Callable[[Event], None]) -> Job:
-        """Queue a request, or refuse it with 503 when `max_queue` requests already wait
-        beyond the batch's free rows."""
+        """Queue a request, or refuse it with 429 (the client's to retry) when `max_queue`
+        requests already wait beyond the batch's free rows."""
         return self.submit_choices(gen, [emit])[0]
 
     def submit_choices(self, gen: Generation, emits: list[Callable[[Event], None]]) -> list[Job]:
@@ -429,7 +429,7 @@ class Engine:
                 self.counters["rejected"] += 1
                 raise RequestError(f"the server is busy: {len(self._active)} requests are "
                                    f"running and {len(self._queue)} are queued (the queue "
-                                   f"holds {self.max_queue}); retry later", status=503,
+                                   f"holds {self.max_queue}); retry later", status=429,
                                    type="server_error", code="server_busy")
             jobs: list[Job] = []
             for i, emit in enumerate(emits):
@@ -452,7 +452,7 @@ class Engine:
             if len(self._embeds) >= self.max_queue:
                 self.counters["rejected"] += 1
                 raise RequestError(f"the server is busy: {len(self._embeds)} embeddings "
-                                   f"requests are queued; retry later", status=503,
+                                   f"requests are queued; retry later", status=429,
                                    type="server_error", code="server_busy")
             job = EmbedJob(inputs, emit)
             self._embeds.append(job)
