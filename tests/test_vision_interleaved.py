@@ -16,7 +16,7 @@ import test_vision_idefics3 as i3
 from reference_decoder import forward
 from test_vision_gemma3 import folder  # noqa: F401 (the module's fixture, reused)
 
-from poot.models.chat import GEMMA_TEMPLATE, _compile
+from poot.models.chat import GEMMA_TEMPLATE, compile_template
 
 G3_FULL = "\n\n<start_of_image>" + "<image_soft_token>" * g3.MM_TOKENS + "<end_of_image>\n\n"
 #: Gemma 3's own template's way with content lists: each text part trimmed, each image
@@ -62,7 +62,7 @@ def processor_text(tok, messages, placeholder: str, blocks: list[str]) -> str:
         {**m, "content": m["content"] if isinstance(m["content"], str) else "".join(
             placeholder if p["type"] == "image" else p["text"] for p in m["content"])}
         for m in messages]
-    rendered = _compile(tok.chat_template).render(
+    rendered = compile_template(tok.chat_template).render(
         messages=msgs, bos_token=tok.bos_token, eos_token=tok.eos_token,
         add_generation_prompt=True)
     pieces = rendered.split(placeholder)

@@ -30,7 +30,7 @@ def render_chat(template: str | None, messages: Sequence[Mapping[str, Any]], *,
         raise CheckpointError(
             "this model has no chat template (tokenizer.chat_template); use a plain prompt")
     _check_messages(messages)
-    compiled = _compile(template)
+    compiled = compile_template(template)
     listed = _takes_content_lists(template)
     try:
         return compiled.render(
@@ -83,9 +83,15 @@ def chat_ids(tokenizer, messages: Sequence[Mapping[str, Any]], *,
             tokenizer.chat_template, messages, bos_token=tokenizer.bos_token,
             eos_token=tokenizer.eos_token, add_generation_prompt=add_generation_prompt,
             **variables):
-        ids += tokenizer.encode_text(text) if is_content else \
-            tokenizer.encode(text, add_special=False)
+        ids += encode_piece(tokenizer, text, is_content)
     return ids
+
+
+def encode_piece(tokenizer, text: str, is_content: bool) -> list[int]:
+    """A rendered piece's ids: a message's content as plain text, the template's own text
+    with its control tokens."""
+    return tokenizer.encode_text(text) if is_content else \
+        tokenizer.encode(text, add_special=False)
 
 
 def render_chat_parts(template: str | None, messages: Sequence[Mapping[str, Any]],
@@ -113,7 +119,7 @@ def render_chat_parts(template: str | None, messages: Sequence[Mapping[str, Any]
             at += len(piece)
             continue
         n, following = int(piece), pieces[k + 1]
-        content = _placed(contents[n], whole, at, following)
+        content = placed(contents[n], whole, at, following)
         if content is None:
             raise _apart_error(n)
         parts.append((content, True))
@@ -123,7 +129,7 @@ def render_chat_parts(template: str | None, messages: Sequence[Mapping[str, Any]
     return [(text, is_content) for text, is_content in parts if text]
 
 
-def _placed(content: str, whole: str, at: int, following: str) -> str | None:
+def placed(content: str, whole: str, at: int, following: str) -> str | None:
     """How the template placed `content` at `whole[at:]`, before the template text
     `following`: as it is or trimmed (jinja's trim filter)."""
     for shown in dict.fromkeys((content, content.strip(), content.lstrip(), content.rstrip())):
@@ -160,7 +166,7 @@ def _takes_content_lists(template: str) -> bool:
 
     def shows(message) -> bool:
         try:
-            return probe in _compile(template).render(messages=[message], bos_token="",
+            return probe in compile_template(template).render(messages=[message], bos_token="",
                                                       eos_token="", add_generation_prompt=True)
         except Exception:  # noqa: BLE001  (the real render reports the template's error)
             return False
@@ -184,7 +190,7 @@ def _tojson(value, indent=None, ensure_ascii=False, sort_keys=False):
 
 
 @lru_cache(maxsize=8)  # a server renders the same template for every request
-def _compile(template: str):
+def compile_template(template: str):
     TemplateError = require("jinja2").TemplateError
     sandbox = require("jinja2.sandbox")
     ImmutableSandboxedEnvironment = sandbox.ImmutableSandboxedEnvironment

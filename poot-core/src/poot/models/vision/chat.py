@@ -52,7 +52,7 @@ def gemma_ids(tokenizer, tokens, segments: Sequence, crops: Sequence[int]
     blocks, the positions of each image's soft tokens in order). The text before and after
     an image joins the segment beside it, as the processor's expanded prompt is tokenized
     (one "\\n\\n\\n" token after "user\\n" in Gemma's vocabulary, not "\\n" and "\\n\\n")."""
-    from poot.models.vision.template import encode_segment
+    from poot.models.chat import encode_piece
 
     if sum(s is IMAGE for s in segments) != len(crops):
         raise RequestError(f"the prompt holds {sum(s is IMAGE for s in segments)} images, "
@@ -65,7 +65,7 @@ def gemma_ids(tokenizer, tokens, segments: Sequence, crops: Sequence[int]
             text, is_content = seg
             if j + 1 < len(segments) and segments[j + 1] is IMAGE:
                 text += gemma_texts(crops[len(positions)])[0]
-            ids += encode_segment(tokenizer, owed + text, is_content)
+            ids += encode_piece(tokenizer, owed + text, is_content)
             owed = ""
             continue
         texts = gemma_texts(crops[len(positions)])

@@ -47,7 +47,8 @@ def chat_ids(tokenizer, tokens, segments: Sequence, grids: Sequence[tuple[int, i
     """(the token ids of the segments (poot.models.vision.template) with each image's block
     where it stands, expanded as the processor expands it, one tile grid per image; the
     positions of each image's image tokens in order)."""
-    from poot.models.vision.template import IMAGE, encode_segment
+    from poot.models.chat import encode_piece
+    from poot.models.vision.template import IMAGE
 
     n = sum(s is IMAGE for s in segments)
     if n != len(grids):
@@ -56,7 +57,7 @@ def chat_ids(tokenizer, tokens, segments: Sequence, grids: Sequence[tuple[int, i
     positions: list[list[int]] = []
     for seg in segments:
         if seg is not IMAGE:
-            ids += encode_segment(tokenizer, *seg)
+            ids += encode_piece(tokenizer, *seg)
             continue
         grid = grids[len(positions)]
         check_tokens(tokenizer, tokens, grid)

@@ -76,16 +76,10 @@ def image_segments(tokenizer, messages: Sequence[dict], placeholder: str) -> lis
     return [s for s in segments if s is IMAGE or s[0]]
 
 
-def _placed(text: str, whole: str, at: int, following: str) -> str | None:
-    from poot.models.chat import _placed
-
-    return _placed(text, whole, at, following)
-
-
 def _render(tokenizer, messages):
-    from poot.models.chat import _compile
+    from poot.models.chat import compile_template
 
-    return _compile(tokenizer.chat_template or "").render(
+    return compile_template(tokenizer.chat_template or "").render(
         messages=messages, bos_token=tokenizer.bos_token, eos_token=tokenizer.eos_token,
         add_generation_prompt=True)
 
@@ -105,6 +99,8 @@ def _listed(tokenizer, messages, pieces, placeholder: str, nonce: str) -> list |
     """The segments from the template rendering content lists, each image part as
     `placeholder`; None where it does not render them so (it fails on lists, changes the
     texts, or writes the placeholders elsewhere than the images stand)."""
+    from poot.models.chat import placed
+
     texts = [t for ps in pieces for t in ps if t is not None]
 
     def render(text_of):
@@ -137,7 +133,7 @@ def _listed(tokenizer, messages, pieces, placeholder: str, nonce: str) -> list |
     parts, at = [], 0
     for k, piece in enumerate(split):
         # each text as the template placed it: as it is or trimmed (jinja's trim filter)
-        shown = piece if k % 2 == 0 else _placed(texts[int(piece)], whole, at, split[k + 1])
+        shown = piece if k % 2 == 0 else placed(texts[int(piece)], whole, at, split[k + 1])
         if shown is None or not whole.startswith(shown, at):
             return None
         parts.append((shown, k % 2 == 1))
@@ -192,8 +188,3 @@ def _joined(tokenizer, messages, pieces, nonce: str) -> list:
                               f"not in order")
     return segments
 
-
-def encode_segment(tokenizer, text: str, is_content: bool) -> list[int]:
-    """Template text with its control tokens, message contents as plain text."""
-    return tokenizer.encode_text(text) if is_content else \
-        tokenizer.encode(text, add_special=False)
