@@ -115,7 +115,7 @@ def test_chat_template_without_jinja2(block):
 
     block("jinja2")
     with pytest.raises(MissingPackage, match=r"jinja2 is not installed.*pip install"):
-        chat._compile("{{ messages }}")
+        chat.compile_template("{{ messages }}")
 
 
 def test_tokenizer_without_tokenizers(block):
