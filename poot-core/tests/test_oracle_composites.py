@@ -173,6 +173,28 @@ def test_attention_reads_16_bit_keys_as_their_f32_widening(kv, rand, rng):
                                      smap, mp))
 
 
+def test_q8_kv_attention_is_the_f32_attention_over_its_dequantized_rows(rand, rng):
+    """Q8KVAttention over q8_0 codes and scales (a q8_0 KV cache read in place) is Attention
+    over f32(code) * scale, bit for bit; its operands are checked by name."""
+    q, mask = rand((4, 3, 64)), causal64(3, 3, 7, None)
+    codes = [rng.integers(-127, 128, (2, 7, 64)).astype(np.int8) for _ in range(2)]
+    scales = [(rng.random((2, 7, 2)) * 0.05).astype(np.float32) for _ in range(2)]
+    rows = [(c.astype(np.float32).reshape(2, 7, 2, 32) * d[..., None]).reshape(2, 7, 64)
+            for c, d in zip(codes, scales, strict=True)]
+    np.testing.assert_array_equal(
+        ev(O.Q8KVAttention(0.5), q, codes[0], scales[0], codes[1], scales[1], mask),
+        ev(O.Attention(0.5), q, *rows, mask))
+    op, c, d = O.Q8KVAttention(0.5), T((2, 7, 64), DType.I8), T((2, 7, 2))
+    with pytest.raises(ShapeError, match=r"k's scales must be \(2, 7, 2\)"):
+        op.infer([T((4, 3, 64)), c, T((2, 7, 1)), c, d, T((3, 7))])
+    with pytest.raises(DtypeError, match="v codes dtype f16"):
+        op.infer([T((4, 3, 64)), c, d, T((2, 7, 64), F16), d, T((3, 7))])
+    with pytest.raises(DtypeError, match="q dtype f16"):
+        op.infer([T((4, 3, 64), F16), c, d, c, d, T((3, 7), F16)])
+    with pytest.raises(ShapeError, match="not a multiple of the quantization block"):
+        op.infer([T((4, 3, 40)), T((2, 7, 40), DType.I8), d, c, d, T((3, 7))])
+
+
 def test_attention_refusals():
     a = O.Attention(1.0)
     why = "^Attention: k and v must share one dtype, q's or"

@@ -185,6 +185,32 @@ def test_widened_kv_folds_into_the_attention_where_declared(kv_dtype, paged, op)
     assert [e.op.name for e in out.eqns()].count("Cast") == 2
 
 
+def q8_graph():
+    """An f32 query over a q8_0 cache dequantized first, as the decoder reads it
+    (poot.ops.kv_decode): codes [Hkv, S, D] and scales [Hkv, S, D/32] for k and for v."""
+    def fn(q, kc, ks, vc, vs, mask):
+        k, v = ops.kv_decode([kc, ks], "q8_0"), ops.kv_decode([vc, vs], "q8_0")
+        return ops.attention_masked(q, k, v, mask, None)
+
+    return poot.trace(fn, poot.spec((4, 3, 64), name="q"),
+                      *(poot.spec(s, dt, name=f"{x}{n}") for x in "kv" for s, dt, n in (
+                          ((2, 12, 64), "i8", "c"), ((2, 12, 2), "f32", "s"))),
+                      poot.spec((3, 12), name="mask"))
+
+
+def test_q8_kv_reads_fold_into_q8_kv_attention_where_declared():
+    """The q8_0 dequantization of k and v folds into Q8KVAttention (no f32 copy of the
+    cache); a target without it keeps the dequantization and attends over f32."""
+    g = q8_graph()
+    out, rec = validated_pass(g, "attention", seed=5)
+    assert [e.op.name for e in out.eqns()] == ["Q8KVAttention"] and rec.rewrites == 1
+    ref = LimitedBackend(get_backend("reference"), {"Q8KVAttention"})
+    out, rec = validated_pass(g, "attention", (ref, None), seed=5)
+    names = [e.op.name for e in out.eqns()]
+    assert "Attention" in names and "Q8KVAttention" not in names and rec.rewrites == 1
+    assert names.count("Cast") == 2
+
+
 @pytest.mark.parametrize("kv,op,ring", [("dense", "Attention", False),
                                         ("dense", "Attention", True),
                                         ("paged", "PagedAttention", False)])
@@ -204,3 +230,20 @@ def test_the_f16_kv_decoder_attends_over_its_cache_in_place(kv, op, ring):
     widened = [e for e in g.eqns() if e.op.name == "Cast" and e.op.to is DType.F32
                and g.type_of(e.inputs[0].id).dtype is DType.F16]
     assert not widened
+
+
+@pytest.mark.parametrize("kv,ring", [("dense", False), ("dense", True), ("paged", False)])
+def test_the_q8_0_kv_decoder_attends_over_its_codes_in_place(kv, ring):
+    """build_decoder(kv_dtype="q8_0") compiled: every layer's attention reads the codes and
+    scales of its cache, sliding ring or gathered pool rows, and no step dequantizes a cache."""
+    from poot.models.llama import build_decoder, random_weights, tiny_config
+
+    cfg = tiny_config(dim=64, heads=2, kv_heads=1, head_dim=32, ffn=96, max_seq=24,
+                      **({"window": 8, "sliding": (True, False)} if ring else {}))
+    pool = {"pool_slots": 64} if kv == "paged" else {}
+    st = build_decoder(cfg, random_weights(cfg), kv=kv, kv_dtype="q8_0", **pool)
+    g = poot.compile(st.graph, "reference").graph
+    att = [e for e in g.eqns() if "Attention" in e.op.name]
+    assert {e.op.name for e in att} == {"Q8KVAttention"} and len(att) == cfg.layers
+    assert not [e for e in g.eqns() if e.op.name == "Cast" and
+                g.type_of(e.inputs[0].id).dtype is DType.I8]

@@ -523,6 +523,7 @@ def attention_cases() -> Iterator[Case]:
                 Arg(T((2, 11), I32), ("index", 16)), Arg(T((2, 1, 1, 3, 11), F32), "small")],
                one(O.PagedAttention(0.25)), exact=False, growth="compose")
     yield from widened_kv_cases()
+    yield from q8_kv_cases()
     yield case("BlockTopK-f32-2x3x8-s16-b4-k2", "BlockTopK", F32,
                [Arg(T((2, 3, 8), F32), "int"), Arg(T((2, 16, 8), F32), "int")],
                one(O.BlockTopK(4, 2)), exact=True)
@@ -583,6 +584,42 @@ def widened_kv_cases() -> Iterator[Case]:
         for c in found:
             c.tol = tight
             yield c
+
+
+def q8_kv_cases() -> Iterator[Case]:
+    """An f32 query reading q8_0 keys and values directly (Q8KVAttention: a q8_0 KV cache):
+    prefill with a causal mask, batched decode, decode over many keys, and a paged batch's
+    per-sequence mask over gathered rows. Codes span -127..127 with scales a cache's size;
+    the dequantization is exact in the definition's one rounding, so the result is held to
+    f32's threshold. The case's dtype is the codes' (the deciding one)."""
+    rng = np.random.default_rng(49)
+    tight = threshold("compose", F32)
+
+    def kv(shape):
+        return [Arg(T(shape, DType.I8)), Arg(T(shape[:-1] + (shape[-1] // 32,), F32))]
+
+    def scales(*shapes):
+        return {i: (rng.random(s[:-1] + (s[-1] // 32,)) * 0.03).astype(np.float32)
+                for i, s in shapes}
+
+    shapes = [
+        ("gqa4x2-t3-s11", T((4, 3, 64), F32), (2, 11, 64), Arg(T((3, 11), F32))),
+        ("decode-b2-gqa4x2-s37", T((2, 4, 1, 32), F32), (2, 2, 37, 32),
+         Arg(T((1, 37), F32), "small")),
+        ("decode-split-gqa2x1-s200", T((2, 1, 32), F32), (1, 200, 32),
+         Arg(T((1, 200), F32), "small")),
+        ("paged-b3-gqa4x2-s13", T((3, 4, 1, 32), F32), (3, 2, 13, 32),
+         Arg(T((3, 1, 1, 1, 13), F32), "small")),
+    ]
+    for name, q, rows, mask in shapes:
+        fixed = scales((2, rows), (4, rows))
+        if name.endswith("t3-s11"):
+            fixed[5] = causal_mask(3, 11, F32)
+        c = case(f"Q8KVAttention-f32q-i8kv-{name}", "Q8KVAttention", DType.I8,
+                 [Arg(q), *kv(rows), *kv(rows), mask], one(O.Q8KVAttention(0.25)),
+                 exact=False, growth="compose", fixed=fixed)
+        c.tol = tight
+        yield c
 
 
 # -- precision (docs/ir.md sections 10.8 and 15) ------------------------------------------------
@@ -658,7 +695,7 @@ def kv_cases() -> Iterator[Case]:
     """A decode step over a cache of f16 or q8_0 rows it writes first (build_decoder's
     kv_dtype): dense (DynamicUpdateSlice at pos, Attention) and paged (ScatterUpdate into
     a pool, Gather through a slot map, Attention)."""
-    from poot.ir.ops.quantize import q8_dequantize, q8_quantize
+    from poot.ir.ops.quantize import q8_quantize, q8_rows
 
     def encode(b, x, kv):
         if kv == "f16":
@@ -670,10 +707,7 @@ def kv_cases() -> Iterator[Case]:
     def decode(b, parts, kv):
         if kv == "f16":
             return b.eqn(O.Cast(F32), parts[0])
-        codes, scales = parts
-        lead, dim = codes.type.shape[:-1], codes.type.shape[-1]
-        return q8_dequantize(b, b.eqn(O.Reshape(lead + (dim // 32, 32)), codes),
-                             b.eqn(O.Reshape(lead + (dim // 32, 1)), scales))
+        return q8_rows(b, *parts)
 
     def cache(kv, shape):
         if kv == "f16":

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from poot.dtypes import DType
-from poot.ir.ops.quantize import Q8_BLOCK, q8_dequantize, q8_quantize
+from poot.ir.ops.quantize import Q8_BLOCK, q8_quantize, q8_rows
 from poot.ops.core import dynamic_update_slice, gather, scatter_update, state, transpose
 from poot.tracer import Tensor, builder, cast, reshape
 
@@ -55,12 +55,9 @@ def kv_encode(x: Tensor, kv_dtype: str) -> tuple[Tensor, ...]:
 
 def kv_decode(parts: Sequence[Tensor], kv_dtype: str) -> Tensor:
     """The f32 rows [..., D] of stored parts (kv_encode's, or rows read from kv_state's)."""
-    if kv_dtype == "q8_0":
+    if kv_dtype == "q8_0":      # the chain Q8KVAttention's definition reads
         codes, scales = parts
-        lead, d = codes.shape[:-1], codes.shape[-1]
-        q = reshape(codes, lead + (d // Q8_BLOCK, Q8_BLOCK))
-        return Tensor(q8_dequantize(builder(), q.ref, reshape(scales, lead + (
-            d // Q8_BLOCK, 1)).ref))
+        return Tensor(q8_rows(builder(), codes.ref, scales.ref))
     return cast(parts[0], DType.F32)
 
 

@@ -15,7 +15,10 @@ target declares it, and stays primitives elsewhere.
 Where k and v are each Cast(F32) of one 16-bit dtype (an f16 KV cache's read), the casts
 fold into the composite's operands (an f32 q with f16 or bf16 k and v, docs/ir.md) when the
 target declares that form (its table's entry for the keys' dtype), so no f32 copy of the
-cache is made; else the casts stay and the composite reads their f32 results.
+cache is made; else the casts stay and the composite reads their f32 results. Where k and v
+are each q8_dequantize of codes and scales (a q8_0 KV cache's read, poot.ops.kv_decode),
+the chain and both reads become Q8KVAttention(scale) [q, k codes, k scales, v codes,
+v scales, mask] where the target declares it; else the dequantizations stay.
 
 The policy decides (attention="never", shape limits) and the target must allow it.
 """
@@ -36,6 +39,7 @@ from poot.ir.ops import (
     Gather,
     MatMul,
     PagedAttention,
+    Q8KVAttention,
     Reshape,
     SinkAttention,
     Transpose,
@@ -88,13 +92,28 @@ def widened(view: GraphView, k, v) -> tuple:
     return tuple(srcs)
 
 
-def find(view: GraphView, pv, build, fold: bool = False):
+def dequantized(view: GraphView, k, v) -> tuple:
+    """((k codes, k scales), (v codes, v scales)) that q8_rows dequantizes k and v from, or
+    NoMatch (the definition match then proves each read, eqn for eqn)."""
+    out = []
+    for x, what in ((k, "k"), (v, "v")):
+        mul = view.defined_by(view.value(view.defined_by(x, Reshape, f"{what}'s rows"), 0),
+                              Binary, f"{what}: f32(codes) * scales")
+        cast = view.defined_by(mul.inputs[0], Cast, f"{what}: f32(codes)")
+        codes = view.defined_by(cast.inputs[0], Reshape, f"{what}'s code blocks")
+        scales = view.defined_by(mul.inputs[1], Reshape, f"{what}'s scale blocks")
+        out.append((view.value(codes, 0), view.value(scales, 0)))
+    return tuple(out)
+
+
+def find(view: GraphView, pv, build, read=None):
     """(op, args, root, chain) for the first reading of the chain at `pv` that is exactly
-    `build(scale, q, k, v, mask)`'s definition, with `fold` k and v the 16-bit sources of
-    their casts; NoMatch with the last reason otherwise."""
+    `build(scale, q, k, v, mask)`'s definition, with k and v as `read` gives them from the
+    chain's (the 16-bit sources of their casts, the q8 codes and scales of their
+    dequantization); NoMatch with the last reason otherwise."""
     scale, qs, k, v, masks = parts(view, pv)
-    if fold:
-        k, v = widened(view, k, v)
+    if read is not None:
+        k, v = read(view, k, v)
     user = view.single_user(pv.out)
     roots = ([user] if user is not None and isinstance(user.op, Reshape) else []) + [pv]
     why = NoMatch("no reading of the chain matched")
@@ -114,6 +133,11 @@ def find(view: GraphView, pv, build, fold: bool = False):
 
 def plain(view, scale, q, k, v, mask):
     return Attention(scale), [q, k, v, mask]
+
+
+def q8(view, scale, q, k, v, mask):
+    """Q8KVAttention, k and v each (codes, scales)."""
+    return Q8KVAttention(scale), [q, *k, *v, mask]
 
 
 def sinked(view, scale, q, k, v, mask, sinks):
@@ -175,16 +199,24 @@ def over_limit(policy, view: GraphView, q, keys: int) -> str | None:
     return None
 
 
-def accepted(view: GraphView, ctx, pv):
-    """(op, args, root, chain) of the first form the target takes (reading a 16-bit k and v
-    directly, then their f32 casts; PagedAttention, then Attention); None when none fits,
-    with the last form's reason recorded as kept."""
-    why = ""
+def forms(view: GraphView, pv) -> list[tuple]:
+    """(read, build) pairs in the order they are tried: a 16-bit k and v read directly,
+    q8_0 ones read directly (dense reads only), then the f32 values as they are;
+    PagedAttention before Attention."""
     sinks = sinks_of(view, pv)
-    builds = (paged, plain) if sinks is None else (partial(sinked, sinks=sinks),)
-    for fold, build in itertools.product((True, False), builds):
+    if sinks is not None:
+        return [(read, partial(sinked, sinks=sinks)) for read in (widened, None)]
+    return [(widened, paged), (widened, plain), (dequantized, q8), (None, paged),
+            (None, plain)]
+
+
+def accepted(view: GraphView, ctx, pv):
+    """(op, args, root, chain) of the first form the target takes (`forms`); None when none
+    fits, with the last form's reason recorded as kept."""
+    why = ""
+    for read, build in forms(view, pv):
         try:
-            op, args, root, chain = find(view, pv, build, fold)
+            op, args, root, chain = find(view, pv, build, read)
         except NoMatch as exc:
             why = str(exc)
             continue

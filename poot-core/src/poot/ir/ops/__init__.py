@@ -37,7 +37,13 @@ from poot.ir.ops.composite import (
 from poot.ir.ops.compute import IndexedMatMul, MatMul, PackedDequant, Scan
 from poot.ir.ops.data import ArgTopK, DynamicUpdateSlice, Gather, ScatterUpdate
 from poot.ir.ops.elementwise import Binary, BinaryOp, Cast, Iota, Select, Unary, UnaryOp
-from poot.ir.ops.quantize import Q8_BLOCK, Q8_MAX, Q8PackedContraction, QuantizeI8
+from poot.ir.ops.quantize import (
+    Q8_BLOCK,
+    Q8_MAX,
+    Q8KVAttention,
+    Q8PackedContraction,
+    QuantizeI8,
+)
 from poot.ir.ops.reduce import Reduce, ReduceOp
 from poot.ir.ops.shape import Broadcast, Concat, Reshape, Slice, Transpose
 

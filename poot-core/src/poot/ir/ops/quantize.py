@@ -11,7 +11,9 @@ backend runs them with the lowerings it already has and the oracle defines them:
 
 `Q8PackedContraction` is the composite compile forms where a packed contraction reads such
 rows (poot.compiler.passes.precision), so a kernel may multiply the codes with the weight's
-integers; its meaning is that chain, then `PackedContraction`.
+integers; its meaning is that chain, then `PackedContraction`. `Q8KVAttention` is the one
+the attention pass forms where attention reads a q8_0 KV cache: the dequantization of its
+keys and values, then `Attention`, so a kernel reads the codes and scales in place.
 """
 from __future__ import annotations
 
@@ -21,7 +23,13 @@ from typing import TYPE_CHECKING, ClassVar
 
 from poot.dtypes import DType
 from poot.ir.ops.base import OpKind, broadcast_shapes
-from poot.ir.ops.composite import Composite, PackedContraction, _reshape
+from poot.ir.ops.composite import (
+    Composite,
+    PackedContraction,
+    _attention_type,
+    _reshape,
+    attention_chain,
+)
 from poot.ir.ops.elementwise import Binary, BinaryOp, Cast, Unary, UnaryOp
 from poot.ir.ops.reduce import Reduce, ReduceOp
 from poot.ir.types import TensorType
@@ -109,5 +117,45 @@ class Q8PackedContraction(Composite):
         return b.eqn(PackedContraction(self.weight), q8_round(b, a), *src)
 
 
-__all__ = ["QuantizeI8", "Q8PackedContraction", "Q8_BLOCK", "Q8_MAX", "q8_quantize",
-           "q8_dequantize", "q8_round"]
+@dataclass(frozen=True, repr=False)
+class Q8KVAttention(Composite):
+    """Attention over keys and values held as q8_0 rows (a q8_0 KV cache read in place):
+    operands q [..., Hq, T, D] F32, k codes [..., Hkv, S, D] I8, k scales [..., Hkv, S,
+    D/32] F32, v codes [..., Hkv, S, Dv] I8, v scales [..., Hkv, S, Dv/32] F32, mask (as
+    Attention's); D and Dv multiples of 32. Defined as Attention(scale) over
+    q8_dequantize of each codes and scales pair (f32(code) * scale, one rounding: the
+    cache's read chain), so a kernel that dequantizes each element as it loads it gives
+    the bits of the f32 attention over the dequantized copy."""
+
+    scale: float
+    arity: ClassVar[int] = 6
+    deciding: ClassVar[str] = "kv"       # the codes' dtype, I8
+    needs: ClassVar[str] = "convert"
+
+    def infer(self, ins):
+        self.check_arity(ins)
+        q, kc, ks, vc, vs, mask = ins
+        self.need_dtype(q, (F32,), "q")
+        for codes, scales, what in ((kc, ks, "k"), (vc, vs, "v")):
+            self.need_dtype(codes, (I8,), f"{what} codes")
+            self.need_dtype(scales, (F32,), f"{what} scales")
+            blocks = _blocks(self.name, tuple(codes.shape), Q8_BLOCK)[:-1]
+            if tuple(scales.shape) != blocks:
+                self.fail(f"{what}'s scales must be {blocks}: one per {Q8_BLOCK} codes", ins)
+        return _attention_type(self, [q, kc.with_dtype(F32), vc.with_dtype(F32), mask])
+
+    def define(self, b, ins):
+        q, kc, ks, vc, vs, mask = ins
+        return attention_chain(b, q, q8_rows(b, kc, ks), q8_rows(b, vc, vs), mask, self.scale)
+
+
+def q8_rows(b, codes, scales):
+    """The f32 rows [..., D] of q8_0 codes [..., D] and their scales [..., D/32]: what a
+    q8_0 KV cache's read emits (poot.ops.kv_decode)."""
+    lead, d = tuple(codes.type.shape[:-1]), codes.type.shape[-1]
+    return q8_dequantize(b, _reshape(b, codes, lead + (d // Q8_BLOCK, Q8_BLOCK)),
+                         _reshape(b, scales, lead + (d // Q8_BLOCK, 1)))
+
+
+__all__ = ["QuantizeI8", "Q8KVAttention", "Q8PackedContraction", "Q8_BLOCK", "Q8_MAX",
+           "q8_quantize", "q8_dequantize", "q8_round", "q8_rows"]
