@@ -8,7 +8,7 @@ each call's wall time by kind: packed contractions by shape, attention, and the 
 kernels by op.
 
     python poot-backend-cpu/bench/step_profile.py [--step prefill|decode] [--repeat 3]
-        [--model smollm2|gemma3] [--precision exact|fast]
+        [--model smollm2|gemma3] [--precision exact|fast] [--kv-dtype f32|f16|q8_0]
 """
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ def kind(plan, fn: str, step: int) -> str:
             rows *= n
         epi = "+epilogue" if hasattr(op, "head") else ""
         return f"packed {w.format.split(':')[-1]} {rows}x{w.shape[0]}x{w.shape[1]}{epi}"
-    if fn.endswith("_rows") and type(op).__name__ == "Attention":
+    if fn.endswith("_rows") and type(op).__name__.endswith("Attention"):
         return "attention"
     return type(op).__name__
 
@@ -114,11 +114,13 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--model", choices=sorted(MODELS), default="smollm2")
     ap.add_argument("--precision", choices=("exact", "fast"), default="exact")
+    ap.add_argument("--kv-dtype", choices=("f32", "f16", "q8_0"), default=None)
     args = ap.parse_args()
     import poot
 
     model = poot.load(gguf_path(args.model), backend="cpu",
-                      max_seq=PROMPT_TOKENS + DECODE_TOKENS + 8, precision=args.precision)
+                      max_seq=PROMPT_TOKENS + DECODE_TOKENS + 8, precision=args.precision,
+                      kv_dtype=args.kv_dtype)
     ids = prompt_ids(model.tokenize)
     list(model.generate(ids[:8], max_tokens=2))
     session = next(iter(model._sessions.values()))

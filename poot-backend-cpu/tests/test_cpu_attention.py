@@ -1,6 +1,7 @@
 """The attention rows kernel against numpy at prefill shapes: tiles of query rows with a
 part tile, key counts that are no multiple of eight, masks with holes and a row with no
-live key, and the same bits from its AVX2 path as from the plain C loops."""
+live key, and the same bits from its AVX2 path as from the plain C loops; 16-bit and q8_0
+keys and values read in place give the bits of the kernel over their f32 values."""
 from __future__ import annotations
 
 import ctypes
@@ -8,7 +9,8 @@ import ctypes
 import numpy as np
 import pytest
 from poot.dtypes import DType
-from poot.ir.ops import Attention
+from poot.errors import UnsupportedOp
+from poot.ir.ops import Q8_BLOCK, Attention, Q8KVAttention
 from poot.ir.types import TensorType
 from poot_cpu import compiler
 from poot_cpu.attention import attention_program
@@ -18,17 +20,24 @@ F32 = DType.F32
 
 
 def _run(q, k, v, mask, scale, flags=compiler.FLAGS):
-    types = [TensorType(x.shape, DType.of(x)) for x in (q, k, v, mask)]
-    out = TensorType(q.shape[:-1] + (v.shape[-1],), F32)
-    compiled = attention_program(Attention(scale), types, out, HostCPrinter())
+    return _run_op(Attention(scale), [q, k, v, mask], flags)
+
+
+def _run_op(op, ins, flags=compiler.FLAGS):
+    """The kernel of `op` over arrays `ins` (its operands, in order)."""
+    types = [TensorType(x.shape, DType.of(x)) for x in ins]
+    out = op.infer(types)
+    compiled = attention_program(op, types, out, HostCPrinter())
     (kernel,) = compiled.kernels
+    n = len(ins) + 1
+    params = ", ".join(f"void* a{i}" for i in range(n))
+    args = ", ".join(f"a{i}" for i in range(n))
     src = HostCPrinter().prelude(simd=True) + kernel.source + (
-        "void run(const float* q, const void* k, const void* v, const float* m, float* o) {\n"
-        f"  #pragma omp parallel\n  {kernel.kernel.name}(q, k, v, m, o);\n}}\n")
+        f"void run({params}) {{\n  #pragma omp parallel\n  {kernel.kernel.name}({args});\n}}\n")
     fn = compiler.load(src, flags).run
-    fn.argtypes = [ctypes.c_void_p] * 5
+    fn.argtypes = [ctypes.c_void_p] * n
     o = np.zeros(out.shape, np.float32)
-    fn(*(x.ctypes.data for x in (q, k, v, mask, o)))
+    fn(*(np.ascontiguousarray(x).ctypes.data for x in ins), o.ctypes.data)
     return o
 
 
@@ -73,3 +82,57 @@ def test_16_bit_keys_give_the_bits_of_their_f32_widening(cpu_backend, kv, t, s):
     for flags in (compiler.FLAGS, compiler.FLAGS + ("-mno-avx2",)):
         assert np.array_equal(_run(q, k, v, mask, 0.125, flags),
                               _run(q, k32, v32, mask, 0.125, flags))
+
+
+def _q8(rng, shape):
+    """q8_0 codes [..., D] and scales [..., D/32] as a cache holds them, and their f32
+    dequantization (f32(code) * scale, the definition's one rounding)."""
+    codes = rng.integers(-127, 128, size=shape).astype(np.int8)
+    scales = (rng.random(shape[:-1] + (shape[-1] // Q8_BLOCK,)) * 0.03).astype(np.float32)
+    rows = codes.astype(np.float32).reshape(shape[:-1] + (-1, Q8_BLOCK)) * scales[..., None]
+    return codes, scales, rows.reshape(shape)
+
+
+@pytest.mark.parametrize("t, s, dv", [(5, 37, 64), (1, 20, 32)])
+def test_q8_0_keys_give_the_bits_of_their_f32_dequantization(cpu_backend, t, s, dv):
+    """Q8KVAttention dequantizes each code as it loads it: the same bits as the f32 kernel
+    over the dequantized copy, on the AVX2 path and the plain loops."""
+    rng = np.random.default_rng(t + s)
+    q = rng.standard_normal((1, 4, t, 64)).astype(np.float32)
+    (kc, ks, k32), (vc, vs, v32) = _q8(rng, (1, 2, s, 64)), _q8(rng, (1, 2, s, dv))
+    mask = np.where(rng.random((t, s)) < 0.3, -np.inf, 0.0).astype(np.float32)
+    mask[:, 0] = 0.0
+    for flags in (compiler.FLAGS, compiler.FLAGS + ("-mno-avx2",)):
+        assert np.array_equal(_run_op(Q8KVAttention(0.125), [q, kc, ks, vc, vs, mask], flags),
+                              _run(q, k32, v32, mask, 0.125, flags))
+
+
+def test_per_sequence_masks_and_long_q8_caches(cpu_backend):
+    """A paged batch's mask [B, 1, 1, T, S] (rows per sequence) is read per sequence; a q8_0
+    cache past MAX_S keys keeps its score row on the heap."""
+    from poot_cpu.attention import MAX_S
+
+    rng = np.random.default_rng(3)
+    q = rng.standard_normal((3, 4, 1, 32)).astype(np.float32)
+    k, v = (rng.standard_normal((3, 2, 13, 32)).astype(np.float32) for _ in range(2))
+    mask = np.where(rng.random((3, 1, 1, 1, 13)) < 0.4, -np.inf, 0.0).astype(np.float32)
+    mask[..., 0] = 0.0
+    want = _want(q, k, v, mask[:, :, 0], 0.25)
+    assert np.allclose(_run(q, k, v, mask, 0.25), want, rtol=1e-5, atol=1e-6)
+    s = MAX_S + 9
+    (kc, ks, k32), (vc, vs, v32) = _q8(rng, (1, s, 32)), _q8(rng, (1, s, 32))
+    q, mask = q[0, :2], np.zeros((1, s), np.float32)
+    got = _run_op(Q8KVAttention(0.25), [q, kc, ks, vc, vs, mask])
+    assert np.allclose(got, _want(q, k32, v32, mask, 0.25), rtol=1e-4, atol=1e-6)
+
+
+def test_q8_0_attention_the_kernel_cannot_read_is_refused_by_name(cpu_backend):
+    """Q8KVAttention has no shared lowering: a mask that differs by head is a typed
+    refusal naming the op, not a missing kernel."""
+    rng = np.random.default_rng(4)
+    (kc, ks, _), (vc, vs, _) = _q8(rng, (2, 7, 32)), _q8(rng, (2, 7, 32))
+    q, mask = np.zeros((4, 1, 32), np.float32), np.zeros((4, 1, 7), np.float32)
+    types = [TensorType(x.shape, DType.of(x)) for x in (q, kc, ks, vc, vs, mask)]
+    op = Q8KVAttention(0.25)
+    with pytest.raises(UnsupportedOp, match="Q8KVAttention.*mask"):
+        attention_program(op, types, op.infer(types), HostCPrinter())

@@ -14,9 +14,13 @@ NaN, as the definition gives (exp(-inf - -inf)).
 
 Taken: F32 q and mask; k and v both F32, F16 or BF16 (an f16 KV cache read in place,
 each element widened exactly as it is loaded, so the result is the f32 kernel's over the
-widened keys); mask broadcastable to [T, S] (any leading axes of size 1), k and v
-leading axes equal to q's or all 1, S at most MAX_S. Anything else takes the shared
-lowering.
+widened keys), or, for Q8KVAttention, q8_0 codes and scales (each element dequantized as it
+is loaded, f32(code) * scale as the definition's chain rounds it); a mask of [T, S] rows
+shared by every head (its leading axes 1, or a paged batch's per-sequence rows: its
+batch axes q's trailing leading axes); k and v leading axes equal to q's or all 1; S at
+most MAX_S (score rows on the stack; Q8KVAttention, which has no shared lowering, puts
+longer ones on the heap). Any other Attention takes the shared lowering; any other
+Q8KVAttention is refused at plan time.
 """
 from __future__ import annotations
 
@@ -25,88 +29,131 @@ import math
 from poot.codegen.lower.base import Sig
 from poot.codegen.program import OUT, Access, BufferParam, KernelProgram
 from poot.dtypes import DType
+from poot.errors import UnsupportedOp
 from poot.ir.graph import Lit
-from poot.ir.ops import Attention
+from poot.ir.ops import Q8_BLOCK, Attention, Q8KVAttention
 from poot.kernel_backend import CompiledProgram
 
 from poot_cpu.kernels import built_kernel
 
-F32, F16, BF16 = DType.F32, DType.F16, DType.BF16
+F32, F16, BF16, I8 = DType.F32, DType.F16, DType.BF16, DType.I8
 MAX_S = 16384      # the score row lives on the thread's stack
 LANES = 8
 QUERY_ROWS = 8     # query rows of one head sharing each pass over its keys and values
 SCORE_BYTES = 1 << 16   # ... while their score rows fit this on the stack
-#: the keys' and values' dtype -> (C element type, one element widened to float, eight
-#: elements at pointer p widened to an __m256 with AVX2/F16C)
+#: the keys' and values' dtype -> (C element type, element i of row r widened to float,
+#: elements i .. i+7 of row r as an __m256 with AVX2/F16C); s is the row's q8 scales
 KV_LOADS = {
-    F32: ("float", "(x)", "_mm256_loadu_ps(p)"),
-    F16: ("_Float16", "((float)(x))", "_mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(p)))"),
-    BF16: ("unsigned short", "poot_u2f((unsigned int)(x) << 16)",
+    F32: ("float", "((r)[i])", "_mm256_loadu_ps((r) + (i))"),
+    F16: ("_Float16", "((float)(r)[i])",
+          "_mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)((r) + (i))))"),
+    BF16: ("unsigned short", "poot_u2f((unsigned int)(r)[i] << 16)",
            "_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32("
-           "_mm_loadu_si128((const __m128i*)(p))), 16))"),
+           "_mm_loadu_si128((const __m128i*)((r) + (i)))), 16))"),
+    # q8_0: eight codes of one block share its scale
+    I8: ("signed char", f"((float)(r)[i] * (s)[(i) / {Q8_BLOCK}])",
+         "_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64("
+         f"(const __m128i*)((r) + (i))))), _mm256_set1_ps((s)[(i) / {Q8_BLOCK}]))"),
 }
 
 
 def attention_program(op, ins, out, printer) -> CompiledProgram | None:
-    if not isinstance(op, Attention) or any(isinstance(x, Lit) for x in ins):
+    if not isinstance(op, (Attention, Q8KVAttention)) or any(isinstance(x, Lit) for x in ins):
         return None
-    q, k, v, mask = ins
+    q8 = isinstance(op, Q8KVAttention)
+    q, k, ks, v, vs, mask = ins if q8 else (ins[0], ins[1], None, ins[2], None, ins[3])
     if q.dtype is not F32 or mask.dtype is not F32 or k.dtype is not v.dtype or \
-            k.dtype not in KV_LOADS:
+            k.dtype not in KV_LOADS or (k.dtype is I8) is not q8:
         return None
     *lead, hq, t, d = q.shape
     hkv, s, dv = k.shape[-3], k.shape[-2], v.shape[-1]
-    if s > MAX_S or mask.rank < 1 or any(n != 1 for n in mask.shape[:-2]):
-        return None
-    kv_lead = []
-    for x in (k, v):
-        xl = x.shape[:-3]
-        if tuple(xl) == tuple(lead):
-            kv_lead.append(True)
-        elif all(n == 1 for n in xl):
-            kv_lead.append(False)
-        else:
+    batches = mask_batches(mask, lead)
+    kv_lead = [lead_mode(x, lead) for x in (k, v)]
+    if (s > MAX_S and not q8) or batches is None or None in kv_lead:
+        if not q8:
             return None
+        raise UnsupportedOp(
+            f"Q8KVAttention: the cpu row kernel takes k, v leading axes {tuple(lead)} or 1 and "
+            f"a mask of [T, S] rows shared by the heads; got k {k}, v {v}, mask {mask}",
+            op="Q8KVAttention", dtype=str(I8), backend="cpu", device=printer.device)
     ms = (1,) * max(0, 2 - mask.rank) + tuple(mask.shape[-2:])
     mask_t = ms[1] if ms[0] > 1 else 0       # element strides of the mask's T and S axes
     mask_s = 1 if ms[1] > 1 else 0
+    heap = s > MAX_S
     rows = math.prod(lead) * hq * t
     name = Sig(op, tuple(ins), out).name + "_rows"
     kvt, widen, widen8 = KV_LOADS[k.dtype]
-    src = SOURCE.format(name=name, kvt=kvt, widen=widen, widen8=widen8, rows=rows, hq=hq, t=t, d=d, hkv=hkv, s=s, dv=dv,
+    scales = "const float* restrict {}s, " if q8 else ""
+    src = SOURCE.format(name=name, kvt=kvt, widen=widen, widen8=widen8,
+                        kscales=scales.format("k"), vscales=scales.format("v"),
+                        srow=f"((p) + (j) * ((n) / {Q8_BLOCK}))" if q8 else "((const float*)0)",
+                        rows=rows, hq=hq, t=t, d=d, hkv=hkv, s=s, dv=dv,
                         g=hq // hkv, klead=int(kv_lead[0]), vlead=int(kv_lead[1]),
-                        mt=mask_t, ms=mask_s, scale=repr(float(op.scale)) + "f",
+                        mt=mask_t, ms=mask_s, mbn=batches, mls=ms[0] * ms[1],
+                        scores="float (*sc)[S] = malloc(sizeof(float[QT][S]));" if heap else
+                        "float sc[QT][S];", free="free(sc);" if heap else "",
+                        scale=repr(float(op.scale)) + "f",
                         lanes=LANES, qt=max(1, min(QUERY_ROWS, t, SCORE_BYTES // (4 * s))))
-    bufs = (BufferParam("q", F32, Access.READ, q.size, 0),
-            BufferParam("k", k.dtype, Access.READ, k.size, 1),
-            BufferParam("v", v.dtype, Access.READ, v.size, 2),
-            BufferParam("mask", F32, Access.READ, mask.size, 3),
-            BufferParam("o", F32, Access.WRITE, out.size, OUT))
+    names = ("q", "k", "ks", "v", "vs", "mask") if q8 else ("q", "k", "v", "mask")
+    bufs = tuple(BufferParam(n, x.dtype, Access.READ, x.size, i)
+                 for i, (n, x) in enumerate(zip(names, ins, strict=True))) + (
+        BufferParam("o", F32, Access.WRITE, out.size, OUT),)
     kernel = built_kernel(name, src, bufs)
     return CompiledProgram(KernelProgram((kernel.kernel,)), (kernel,), printer.device)
 
 
+def lead_mode(x, lead) -> bool | None:
+    """Whether k or v `x` has a row block per leading index of q (True), one shared
+    (False), or neither (None)."""
+    xl = tuple(x.shape[:-3])
+    return True if xl == tuple(lead) else False if all(n == 1 for n in xl) else None
+
+
+def mask_batches(mask, lead) -> int | None:
+    """How many [T, S] row blocks the mask holds, cycling over q's flattened leading index
+    (1: one shared by all; n: its batch axes are q's last leading axes), or None when its
+    rows differ by head (or it has no [S] axis)."""
+    if mask.rank < 1:
+        return None
+    heads = 2 if mask.rank == len(lead) + 4 else 1   # the grouped form [..., Hkv, G, T, S]
+    ml = tuple(mask.shape[:-2])
+    if any(n != 1 for n in ml[max(0, len(ml) - heads):]):
+        return None
+    mb = ml[:max(0, len(ml) - heads)]
+    while mb and mb[0] == 1:
+        mb = mb[1:]
+    if mb and (len(mb) > len(lead) or mb != tuple(lead[len(lead) - len(mb):])):
+        return None
+    return math.prod(mb)
+
+
 SOURCE = """\
-#define KV(x) {widen}
-#define KV8(p) {widen8}
-static void {name}(const float* restrict q, const {kvt}* restrict k,
-                   const {kvt}* restrict v, const float* restrict mask,
+#define KV(r, s, i) {widen}
+#define KV8(r, s, i) {widen8}
+#define SROW(p, j, n) {srow}
+static void {name}(const float* restrict q, const {kvt}* restrict k, {kscales}
+                   const {kvt}* restrict v, {vscales}const float* restrict mask,
                    float* restrict o) {{
   enum {{ ROWS = {rows}, HQ = {hq}, T = {t}, D = {d}, HKV = {hkv}, S = {s}, DV = {dv},
           G = {g}, KLEAD = {klead}, VLEAD = {vlead}, MT = {mt}, MS = {ms}, L = {lanes},
+          MBN = {mbn}, MLS = {mls},
           QT = {qt}, TT = (T + QT - 1) / QT, TILES = ROWS / T * TT }};
   #pragma omp for schedule(static) nowait
   for (int tile = 0; tile < TILES; ++tile) {{
     const int t0 = tile % TT * QT, h = tile / TT % HQ, l = tile / (TT * HQ);
     const int nq = T - t0 < QT ? T - t0 : QT;
-    const {kvt}* kb = k + ((size_t)(KLEAD ? l : 0) * HKV + h / G) * S * D;
-    const {kvt}* vb = v + ((size_t)(VLEAD ? l : 0) * HKV + h / G) * S * DV;
+    const size_t kh = (size_t)(KLEAD ? l : 0) * HKV + h / G;
+    const size_t vh = (size_t)(VLEAD ? l : 0) * HKV + h / G;
+    const {kvt}* kb = k + kh * S * D;
+    const {kvt}* vb = v + vh * S * DV;
+    const float* ksb = SROW(ks, kh * S, D);     /* the heads' q8 scales (q8_0 only) */
+    const float* vsb = SROW(vs, vh * S, DV);
     const float* qr[QT];
     const float* mr[QT];
     for (int i = 0; i < QT; ++i) {{    /* rows past T repeat the last; they are not stored */
       const int t = t0 + (i < nq ? i : nq - 1);
       qr[i] = q + ((size_t)(l * HQ + h) * T + t) * D;
-      mr[i] = mask + (size_t)t * MT;
+      mr[i] = mask + (size_t)(l % MBN) * MLS + (size_t)t * MT;
     }}
     int lo = S, hi = 0;            /* the keys live in any row of the tile lie in [lo, hi) */
     for (int i = 0; i < nq; ++i) {{
@@ -118,7 +165,7 @@ static void {name}(const float* restrict q, const {kvt}* restrict k,
         hi = b > hi ? b : hi;
       }}
     }}
-    float sc[QT][S];
+    {scores}
     int j = lo;
 #ifdef POOT_AVX2
     /* eight keys at a time: each key's eight lane sums (part[u] of the row loop below) are
@@ -137,10 +184,11 @@ static void {name}(const float* restrict q, const {kvt}* restrict k,
         __m256 part[8], lane[8];
         for (int u = 0; u < 8; ++u) {{
           const {kvt}* kr = kb + (size_t)(j + u) * D;
+          const float* ksr = SROW(ksb, j + u, D);
           __m256 a = _mm256_setzero_ps();
           for (int e = 0; e < D; e += L)
             a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_loadu_ps(qr[i] + e),
-                                               KV8(kr + e)));
+                                               KV8(kr, ksr, e)));
           part[u] = a;
         }}
         poot_transpose8x32((const __m256i*)part, (__m256i*)lane, 1);
@@ -156,16 +204,17 @@ static void {name}(const float* restrict q, const {kvt}* restrict k,
 #endif
     for (; j < hi; ++j) {{
       const {kvt}* kr = kb + (size_t)j * D;
+      const float* ksr = SROW(ksb, j, D);
       for (int i = 0; i < nq; ++i) {{
         const float mk = mr[i][j * MS];
         if (mk == -INFINITY) {{ sc[i][j] = -INFINITY; continue; }}
         float part[L] = {{0}};
         int e = 0;
         for (; e + L <= D; e += L)
-          for (int u = 0; u < L; ++u) part[u] += qr[i][e + u] * KV(kr[e + u]);
+          for (int u = 0; u < L; ++u) part[u] += qr[i][e + u] * KV(kr, ksr, e + u);
         float dot = 0.0f;
         for (int u = 0; u < L; ++u) dot += part[u];
-        for (; e < D; ++e) dot += qr[i][e] * KV(kr[e]);
+        for (; e < D; ++e) dot += qr[i][e] * KV(kr, ksr, e);
         sc[i][j] = dot * {scale} + mk;
       }}
     }}
@@ -186,6 +235,7 @@ static void {name}(const float* restrict q, const {kvt}* restrict k,
     }}
     for (int j = lo; j < hi; ++j) {{
       const {kvt}* vr = vb + (size_t)j * DV;
+      const float* vsr = SROW(vsb, j, DV);
       for (int i = 0; i < nq; ++i) {{
         if (dead[i] || mr[i][j * MS] == -INFINITY) continue;
         const float p = sc[i][j] / den[i];
@@ -194,19 +244,21 @@ static void {name}(const float* restrict q, const {kvt}* restrict k,
         /* eight values widened at once (gcc does not vectorize a 16-bit widening here) */
         for (const __m256 pv = _mm256_set1_ps(p); e + 8 <= DV; e += 8)
           _mm256_storeu_ps(acc[i] + e, _mm256_add_ps(_mm256_loadu_ps(acc[i] + e),
-                                                     _mm256_mul_ps(pv, KV8(vr + e))));
+                                                     _mm256_mul_ps(pv, KV8(vr, vsr, e))));
 #endif
-        for (; e < DV; ++e) acc[i][e] += p * KV(vr[e]);
+        for (; e < DV; ++e) acc[i][e] += p * KV(vr, vsr, e);
       }}
     }}
     for (int i = 0; i < nq; ++i) {{
       float* orow = o + ((size_t)(l * HQ + h) * T + t0 + i) * DV;
       for (int e = 0; e < DV; ++e) orow[e] = dead[i] ? poot_u2f(0x7fc00000u) : acc[i][e];
     }}
+    {free}
   }}
 }}
 #undef KV
 #undef KV8
+#undef SROW
 """
 
 __all__ = ["attention_program"]
