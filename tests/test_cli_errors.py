@@ -175,6 +175,14 @@ def test_backends_marks_the_default_pick():
     chosen, dev = select_backend()
     assert len(marked) == 1 and marked[0].startswith(f"{chosen.name} ("), r.stdout
     assert f"default: {chosen.name} on {dev}" in r.stdout
+    # a higher-priority backend passed over says why (lavapipe's vulkan and wgpu in CI)
+    from poot.plugin import backends, probe
+
+    for b in backends().values():
+        for d in probe(b)[0]:
+            if d.is_software and b.language != "numpy":
+                assert f"device {d} (software: runs only when named, --backend {b.name})" \
+                    in r.stdout, r.stdout
 
 
 def test_doctor_checks_the_c_compiler_and_openmp(tmp_path):

@@ -25,7 +25,7 @@ def describe(backend, full: bool = False, plugin: str = "", package: str = "",
         return [head, f"  no device: {reason}"]
     lines = [head]
     for d in devices:
-        lines.append(f"  device {d}")
+        lines.append(f"  device {d}{software_note(backend, d)}")
         try:
             table = backend.capabilities(d)
         except Exception as exc:
@@ -34,6 +34,14 @@ def describe(backend, full: bool = False, plugin: str = "", package: str = "",
         text = table.to_markdown() if full else table.summary()
         lines += [f"    {line}" for line in text.splitlines()]
     return lines
+
+
+def software_note(backend, device) -> str:
+    """What a device line adds when the default pick passes the device over: a GPU API
+    emulated on the CPU (lavapipe) runs only when named (poot.plugin.select_backend)."""
+    if device.is_software and backend.language != "numpy":
+        return f" (software: runs only when named, --backend {backend.name})"
+    return ""
 
 
 def default_pick() -> tuple[str | None, str]:

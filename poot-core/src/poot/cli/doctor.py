@@ -87,6 +87,7 @@ def packages_section() -> list[str]:
 
 
 def backends_section() -> list[str]:
+    from poot.cli.backends import software_note
     from poot.plugin import manager, probe, select_backend
 
     m = manager()
@@ -98,9 +99,7 @@ def backends_section() -> list[str]:
         if not devices:
             out.append(f"    no device: {why}")
         for d in devices:
-            soft = (" (software: runs only when named, --backend " + b.name + ")"
-                    if d.is_software and b.language != "numpy" else "")
-            out.append(f"    device {d}{soft}")
+            out.append(f"    device {d}{software_note(b, d)}")
     for name, err in sorted(m.broken.items()):
         out.append(f"  plugin {name} failed to load: {err}")
     try:
