@@ -190,3 +190,68 @@ def test_a_run_that_fills_the_context_says_so(smollm2_gguf):
     assert r.returncode == 0, r.stderr
     assert ("[poot] note: stopped after 3 tokens at the end of the context: the prompt's 5 "
             "tokens and the answer fill --max-seq 8") in r.stderr, r.stderr
+
+
+# -- a model without a chat template ---------------------------------------------------------
+@pytest.fixture(scope="module")
+def untemplated(tmp_path_factory) -> Path:
+    kvs = [kv for kv in seeds.llama_kvs() if kv[0] != "tokenizer.chat_template"]
+    return seeds.tiny_llama_gguf(tmp_path_factory.mktemp("plain") / "plain.gguf", kvs=kvs)
+
+
+def test_a_model_without_a_chat_template_refuses_to_chat_before_planning(untemplated):
+    t = Terminal("run", str(untemplated), "--backend", "reference", "--max-seq",
+                 str(seeds.CTX))
+    try:
+        assert t.exit_code(timeout=300) == 2
+        said = t.seen.decode(errors="replace")
+    finally:
+        t.close()
+    assert ("poot: error: plain.gguf has no chat template (tokenizer.chat_template), so it "
+            "cannot chat: give --prompt") in said, said
+    assert "compiled" not in said and ">>> " not in said, said
+
+
+@pytest.mark.parametrize("flags, named", [(["--chat"], "--chat"),
+                                          (["--system", "be"], "--system")])
+def test_chat_flags_without_a_template_are_refused_by_name(untemplated, flags, named):
+    r = subprocess.run([sys.executable, "-m", "poot", "run", str(untemplated), "--backend",
+                        "reference", "--max-seq", str(seeds.CTX), "--prompt", "the", *flags],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "compiled" not in r.stderr, r.stderr
+    assert r.stderr.strip().endswith(f"has no chat template (tokenizer.chat_template): drop "
+                                      f"{named} for a plain completion of --prompt"), r.stderr
+
+
+# -- a plain prompt that an instruct model answers with nothing -----------------------------
+NOTE = "[poot] note: the model ended its answer before any text"
+
+
+@pytest.mark.slow
+def test_an_answer_that_ends_before_any_text_points_to_the_chat_template(smollm2_gguf):
+    r = subprocess.run([sys.executable, "-m", "poot", "run", str(smollm2_gguf), "--prompt",
+                        "Why is the sky blue?", "--max-seq", "64", "--quiet"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "Why is the sky blue?\n"       # SmolLM2-Instruct's first token: EOS
+    assert NOTE in r.stderr and "add --chat" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("text, chat, finish, template, noted", [
+    ("", False, "stop", "{{ x }}", True),
+    ("  \n", False, "stop", "{{ x }}", True),
+    ("Paris", False, "stop", "{{ x }}", False),     # there is an answer
+    ("", True, "stop", "{{ x }}", False),           # it went through the template already
+    ("", False, "length", "{{ x }}", False),        # cut, not ended
+    ("", False, "stop", None, False),               # a base model: nothing to point to
+])
+def test_the_empty_answer_note_only_where_the_template_would_help(capsys, text, chat,
+                                                                  finish, template, noted):
+    from types import SimpleNamespace
+
+    from poot.cli.generating import empty_answer_note
+
+    model = SimpleNamespace(stats=SimpleNamespace(finish_reason=finish),
+                            tokenizer=SimpleNamespace(chat_template=template))
+    empty_answer_note(model, text, chat)
+    assert (NOTE in capsys.readouterr().err) == noted

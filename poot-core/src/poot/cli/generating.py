@@ -1,5 +1,6 @@
 """What `poot run` and its chat (poot.cli.chat) share: Model.generate's arguments from the
-flags (sampling, stop strings, adapter, speculation), and the note when an answer stops at the end of the context."""
+flags (sampling, stop strings, adapter, speculation), the check that a chat has a template,
+and the notes when an answer stops at the end of the context or before it began."""
 from __future__ import annotations
 
 import sys
@@ -11,6 +12,36 @@ def sampling_kwargs(args) -> dict:
                 repetition_penalty=args.repetition_penalty, seed=args.seed, stop=args.stop,
                 adapter="lora" if args.lora else None, speculate=args.speculate,
                 draft_tokens=args.draft_tokens)
+
+
+def check_chat_template(model, args) -> None:
+    """A chat (no --prompt) or a prompt through the template (--chat, --system) needs the
+    model's chat template: refused once the tokenizer is read, before any plan is made."""
+    from poot.errors import RequestError
+
+    if model.tokenizer.chat_template or getattr(args, "image", None):
+        return          # a vision model's prompt is built by its family, not the template
+    name = model.checkpoint.path.name
+    if args.prompt is None:
+        raise RequestError(f"{name} has no chat template (tokenizer.chat_template), so it "
+                           f"cannot chat: give --prompt (or pipe a prompt on stdin) for a "
+                           f"plain completion")
+    if args.chat:
+        flags = "--system" if args.system is not None else "--chat"
+        raise RequestError(f"{name} has no chat template (tokenizer.chat_template): drop "
+                           f"{flags} for a plain completion of --prompt")
+
+
+def empty_answer_note(model, text: str, chat: bool) -> None:
+    """A line on stderr when a plain prompt's answer ended before any text (its first token
+    was end-of-sequence), as an instruct model often does to a question it is not asked in
+    its chat template (a note, printed even with --quiet: nothing else explains it)."""
+    s = model.stats
+    if chat or text.strip() or s.finish_reason != "stop" or not model.tokenizer.chat_template:
+        return
+    print("[poot] note: the model ended its answer before any text; an instruct model "
+          "answers a question through its chat template: add --chat (or leave out --prompt "
+          "to chat)", file=sys.stderr, flush=True)
 
 
 def context_note(model) -> None:

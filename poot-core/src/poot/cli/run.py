@@ -157,8 +157,10 @@ def run(args, rank: int = 0, group=None) -> int:
     progress(f"loaded {model.checkpoint.path.name} ({model.config.arch}, "
              f"{model.config.layers} layers) for {model.backend.name} on {model.device} "
              f"in {time.perf_counter() - t0:.1f} s")
+    from poot.cli.generating import check_chat_template
     from poot.models.sampling import Sampler
 
+    check_chat_template(model, args)
     vision = None
     if args.image:      # before the first plan: the prefill plans take the image rows
         from poot.cli import images
@@ -173,7 +175,7 @@ def run(args, rank: int = 0, group=None) -> int:
         from poot.cli.chat import chat
 
         return chat(model, args)
-    from poot.cli.generating import context_note, sampling_kwargs
+    from poot.cli.generating import context_note, empty_answer_note, sampling_kwargs
 
     if vision is not None:
         pieces = vision.generate(args.prompt, args.image, system=args.system, stream=True,
@@ -189,7 +191,9 @@ def run(args, rank: int = 0, group=None) -> int:
         return 0
     if not args.chat:
         sys.stdout.write(args.prompt)
+    text = ""
     for piece in pieces:
+        text += piece
         sys.stdout.write(piece)
         sys.stdout.flush()
     sys.stdout.write("\n")
@@ -200,6 +204,7 @@ def run(args, rank: int = 0, group=None) -> int:
           f"({model.backend.name})" + (f"; {s.speculation}" if args.speculate else ""),
           file=sys.stderr)
     context_note(model)
+    empty_answer_note(model, text, args.chat or vision is not None)
     pager = model.session().stepper
     if pager is not None:
         print(f"[poot] expert pool: {pager.counters}", file=sys.stderr)
