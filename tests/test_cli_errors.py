@@ -105,6 +105,7 @@ HI = ("--prompt", "hi")
     ("run", (*HI, "--top-k", "65"), "--top-k must be a whole number in 0..64"),
     ("run", (*HI, "--repetition-penalty", "0"), "--repetition-penalty must be a number in (0,"),
     ("run", (*HI, "--seed", "-5"), "--seed must be a whole number in [0, 2^64)"),
+    ("run", (*HI, "--stop", "x", "--stop", ""), "--stop must be a non-empty string"),
     ("run", (*HI, "--expert-pool", "0"), "--expert-pool must be a whole number of at least 1"),
     ("run", (*HI, "--lora", "/nonexistent/ad"), "--lora /nonexistent/ad: no such adapter"),
     ("serve", ("--max-batch", "0"), "--max-batch must be a whole number of at least 1, got 0"),

@@ -37,7 +37,8 @@ def number(flag: str, value: float, lo: float, hi: float = math.inf,
 
 
 def sampling(args) -> None:
-    """The sampler's flags of `poot run`, as poot.models.sampling.Sampler takes them."""
+    """The sampler's flags of `poot run`, as poot.models.sampling.Sampler takes them, and
+    its stop strings."""
     from poot.models.sampling import CANDIDATES
 
     number("--temperature", args.temperature, 0)
@@ -48,6 +49,8 @@ def sampling(args) -> None:
                            f"sampler ranks at most {CANDIDATES} candidates), got {args.top_k}")
     if args.seed is not None and not 0 <= args.seed < 2 ** 64:
         raise RequestError(f"--seed must be a whole number in [0, 2^64), got {args.seed}")
+    if "" in args.stop:
+        raise RequestError("--stop must be a non-empty string (an empty one matches nowhere)")
 
 
 def speculation(args) -> None:

@@ -56,7 +56,9 @@ def add_parser(sub):
     p.add_argument("--expert-pool", type=int, default=None, metavar="N",
                    help="keep N experts per MoE layer on the device, paging the rest in "
                         "as routing asks (default: every expert resident)")
-    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress lines on stderr (the closing tokens/s line and the notes "
+                        "stay)")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks (one per GPU)")
     add_speculate_args(p)
     add_precision_args(p)
