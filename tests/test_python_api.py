@@ -98,6 +98,8 @@ def test_why_an_answer_ended_is_in_the_stats(model):
     ([{"role": "user"}], {}, "needs a string 'content'"),
     ("hi", {"max_tokens": 0}, "max_tokens must be a whole number of at least 1"),
     ("hi", {"top_p": 2.0}, "top_p must lie in (0, 1]"),
+    ("hi", {"stop": ["a", 5]}, "stop must be a non-empty string or a list of them"),
+    ("hi", {"stop": [""]}, "stop must be a non-empty string or a list of them"),
 ])
 def test_bad_arguments_are_refused_before_anything_runs(model, prompt, kwargs, message):
     from poot.errors import PootError

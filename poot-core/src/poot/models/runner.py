@@ -457,8 +457,7 @@ class Model:
         if speculate is not None:
             spec.parse(str(speculate))
             draft_tokens = spec.check_draft_tokens(draft_tokens or spec.DRAFT_TOKENS)
-        if isinstance(stop, str):
-            stop = (stop,)
+        stop = checked_stops(stop)
         ids = self.prompt_ids(prompt, chat, system)
         room = self.config.max_seq - len(ids)
         if room <= 0:
@@ -583,6 +582,16 @@ def at_least_one(name: str, value) -> None:
     """Refuse a count (max_tokens, max_seq) below 1 with a RequestError."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise RequestError(f"{name} must be a whole number of at least 1, got {value!r}")
+
+
+def checked_stops(stop) -> tuple[str, ...]:
+    """Stop strings as `generate` takes them: one string or a sequence of non-empty ones
+    (an empty one would match nowhere); a RequestError otherwise."""
+    stops = (stop,) if isinstance(stop, str) else stop
+    if not isinstance(stops, Sequence) or not all(isinstance(s, str) and s for s in stops):
+        raise RequestError(f"stop must be a non-empty string or a list of them, got "
+                           f"{stop!r:.60}")
+    return tuple(stops)
 
 
 #: GGUF keys that only the tokenizer reads
