@@ -1,13 +1,14 @@
-"""SmolLM2-135M at the fast precision (f16 KV) on the cpu backend: the decode step with the
-f16 cache read in place by attention against the same step with the cache widened to f32
-first (the attention pass's fold of the two casts turned off), in one process, rounds
-alternating.
+"""SmolLM2-135M at the fast precision on the cpu backend: the decode step with the f16 (or
+q8_0) cache read in place by attention against the same step with the cache widened (or
+dequantized) to f32 first (the attention pass's fold of that read turned off), in one
+process, rounds alternating.
 
 Prints whether the greedy texts are the same, then per round the decode ms/step (wall) and
 the process CPU time of a 64-token generate (prefill of the prompt included; steadier than
 wall time on a shared machine when run with OMP_NUM_THREADS=1).
 
     OMP_NUM_THREADS=1 python poot-backend-cpu/bench/kv_read.py [--max-seq 1024] [--rounds 10]
+        [--kv-dtype f16|q8_0]
 """
 from __future__ import annotations
 
@@ -23,19 +24,25 @@ PROMPT = "The history of the city begins with a small settlement on the river, w
 TOKENS = 64
 
 
-def load(fold: bool, max_seq: int):
+#: the attention pass's reader of each cache dtype's read (what the fold needs)
+READERS = {"f16": "widened", "q8_0": "dequantized"}
+
+
+def load(fold: bool, max_seq: int, kv_dtype: str):
     """The model with both steps planned, with or without the fold."""
-    widened = attention.widened
+    name = READERS[kv_dtype]
+    reader = getattr(attention, name)
 
     def refuse(*args):
         raise NoMatch("the fold is off for this measurement")
 
-    attention.widened = widened if fold else refuse
+    setattr(attention, name, reader if fold else refuse)
     try:
-        model = poot.load("smollm2", backend="cpu", precision="fast", max_seq=max_seq)
+        model = poot.load("smollm2", backend="cpu", precision="fast", max_seq=max_seq,
+                          kv_dtype=kv_dtype)
         list(model.generate("Hello", max_tokens=2))
     finally:
-        attention.widened = widened
+        setattr(attention, name, reader)
     return model
 
 
@@ -43,8 +50,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--max-seq", type=int, default=1024)
     ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--kv-dtype", choices=sorted(READERS), default="f16")
     args = ap.parse_args()
-    models = {"f32 casts": load(False, args.max_seq), "f16 read": load(True, args.max_seq)}
+    models = {"f32 copy": load(False, args.max_seq, args.kv_dtype),
+              f"{args.kv_dtype} read": load(True, args.max_seq, args.kv_dtype)}
     texts = {n: "".join(m.generate(PROMPT, max_tokens=48)) for n, m in models.items()}
     print("greedy texts the same:", len(set(texts.values())) == 1)
     wall = {n: [] for n in models}
