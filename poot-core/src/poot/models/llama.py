@@ -34,6 +34,7 @@ from poot.errors import CheckpointError
 from poot.formats import PackedWeight
 from poot.ir.graph import Graph
 from poot.ir.types import SlotKind, TensorType, WeightRef
+from poot.models import mrope
 from poot.models.deepseek import LatentCache, Mla, Routing, mla_attention, route
 from poot.models.gpt_oss import gpt_oss_experts
 from poot.models.hosted_rows import embed_rows, span_mask, span_mask_ring, span_slot
@@ -91,6 +92,9 @@ class LlamaConfig:
     mla: Mla | None = None
     routing: Routing | None = None
     dense_layers: int = 0
+    #: M-RoPE (poot.models.mrope, Qwen2.5-VL): rotary pairs per temporal, height and width
+    #: section; None: one position per token
+    mrope: tuple[int, int, int] | None = None
 
     @property
     def kv_row(self) -> int:
@@ -246,6 +250,9 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
             wmap = ops.slot(SlotKind.WRITE_MAP, (n,), "write_map", bound=pool)
             smap = ops.slot(SlotKind.SLOT_MAP, (b, cap), "slot_map", bound=pool)
             rope_pos = ops.positions(pos, t)                       # [B, T]
+        if c.mrope is not None:
+            rope_pos = mrope.shifted(rope_pos, b)
+        pos3 = mrope.positions_slot(t, cap) if c.mrope is not None and hosted_rows else None
         rope = {k: ops.const(v.shape, DType.F32, k) for k, v in tables.items()}
         masks = {}
         span = span_slot(t) if spans else None
@@ -319,15 +326,20 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
             local = "rope_local" if sliding and "rope_local.cos" in tables else "rope"
             cos, sin = rope[local + ".cos"], rope[local + ".sin"]
             qpos = rope_pos if kv == "paged" else ops.reshape(rope_pos, (1, t))
+
+            def rotate(y):
+                if pos3 is not None:   # an image prompt's tokens: each section its own
+                    return mrope.rotate(y, rope, pos3, c.rot)
+                return ops.rope_partial(y, cos, sin, qpos, c.rot, tokens_first=True)
+
             if qk is not None and not c.qk_norm and kv == "dense":
                 # q and k are adjacent heads of one result: one rotation (one kernel) for
                 # both. Paged steps keep k's own, which RopeScatter writes to the pool.
-                qk = ops.rope_partial(qk, cos, sin, qpos, c.rot, tokens_first=True)
+                qk = rotate(qk)
                 q, k = ops.slice_axis(qk, 2, 0, c.heads), ops.slice_axis(qk, 2, c.heads,
                                                                          c.heads + hkv)
             else:
-                q = ops.rope_partial(q, cos, sin, qpos, c.rot, tokens_first=True)
-                k = ops.rope_partial(k, cos, sin, qpos, c.rot, tokens_first=True)
+                q, k = rotate(q), rotate(k)
             mask = mask_for(sliding)
             sinks = declare(p + "attn_sinks.weight") if c.attn_sinks else None
             if kv == "dense" and sliding:
@@ -519,6 +531,8 @@ def _rope_tables(c: LlamaConfig, weights: WeightSource) -> dict[str, np.ndarray]
         factors = np.asarray(weights.arrays[spec.ref.tensor], np.float64)
     cos, sin = rope.tables(c.max_seq, c.rot, c.rope_base, c.rope_scaling, factors)
     out = {"rope.cos": cos, "rope.sin": sin}
+    if c.mrope is not None:
+        out.update(mrope.section_tables(cos, sin, c.mrope))
     if any(c.sliding) and c.rope_base_local is not None:
         cos, sin = rope.tables(c.max_seq, c.rot, c.rope_base_local)
         out.update({"rope_local.cos": cos, "rope_local.sin": sin})

@@ -210,11 +210,16 @@ class Model:
         return self._sessions[key]
 
     def _fit_features(self, session) -> None:
-        """Give a new session the per-sequence adapter slot and the expert pager."""
+        """Give a new session the per-sequence adapter slot, M-RoPE's shift and the expert
+        pager."""
         if self.adapters is not None:
             from poot.models.lora import SLOT
 
             session.row_slots[SLOT] = {}
+        if self.config.mrope is not None:
+            from poot.models.mrope import SHIFT
+
+            session.row_slots[SHIFT] = {}
         if self.expert_pool is not None:
             from poot.models.expert_pool import ExpertPager
 
@@ -356,12 +361,14 @@ class Model:
 
     def prefill_logits(self, token_ids: Sequence[int], adapter: str | None = None,
                        hosted: Mapping[int, np.ndarray] | None = None,
-                       spans: Mapping[int, int] | None = None) -> np.ndarray:
+                       spans: Mapping[int, int] | None = None,
+                       positions: np.ndarray | None = None) -> np.ndarray:
         """Logits [T, vocab] (float32) of a prompt run from an empty cache in one step,
         through the loaded LoRA adapter `adapter` if given. `hosted` maps prompt positions
         to embedding rows [dim] that replace those positions' token embeddings
         (poot.models.hosted_rows); `spans` maps hosted positions to span ids (tokens of one
-        span, an image's, see each other both ways)."""
+        span, an image's, see each other both ways); `positions` [3, T] are an M-RoPE
+        model's positions of an image prompt (poot.models.mrope; None: the tokens' own)."""
         from poot.models import hosted_rows
         from poot.plan import plan
         from poot.runtime.executor import Executor
@@ -381,6 +388,13 @@ class Model:
         if hosted:
             slots.update(hosted_rows.slot_values(hosted, len(ids), self.config.dim))
             slots.update(hosted_rows.span_values(spans or {}, len(ids)))
+        if self.config.mrope is not None:
+            from poot.models import mrope
+
+            slots[mrope.SHIFT] = [0]
+            if hosted:
+                slots[mrope.POS] = np.broadcast_to(np.arange(len(ids)), (3, len(ids))) \
+                    if positions is None else positions
         return np.asarray(ex.step(slots).result, np.float32)
 
     def prompt_ids(self, prompt, chat: bool | None = None, system: str | None = None) -> list[int]:
