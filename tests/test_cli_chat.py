@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import pty
+import re
 import select
 import signal
 import subprocess
@@ -221,6 +222,32 @@ def test_chat_flags_without_a_template_are_refused_by_name(untemplated, flags, n
     assert r.returncode == 2 and "compiled" not in r.stderr, r.stderr
     assert r.stderr.strip().endswith(f"has no chat template (tokenizer.chat_template): drop "
                                       f"{named} for a plain completion of --prompt"), r.stderr
+
+
+# -- a prompt with no room left for an answer ------------------------------------------------
+def test_a_prompt_past_max_seq_is_refused_by_the_flag_before_planning(tiny):
+    r = subprocess.run([sys.executable, "-m", "poot", "run", str(tiny), "--backend",
+                        "reference", "--max-seq", "8", "--prompt", "the in " * 8],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "compiled" not in r.stderr, r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    n = int(re.fullmatch(r"poot: error: the prompt has (\d+) tokens, and --max-seq 8 leaves no "
+                         r"room for an answer: give --max-seq (\d+) or more", last)[1])
+    assert n >= 8 and last.endswith(f"--max-seq {n + 1} or more"), last
+
+
+def test_a_chat_message_past_max_seq_is_refused_and_the_chat_goes_on(tiny):
+    t = Terminal("run", str(tiny), "--backend", "reference", "--max-seq", "40",
+                 "--max-tokens", "2", "--quiet")
+    try:
+        t.until(PROMPT, timeout=300)
+        t.send("the " * 20 + "\n")
+        said = t.until(PROMPT)
+        assert "poot: error: the prompt has" in said and "--max-seq 40 leaves no room" in said
+        t.send("/bye\n")
+        assert t.exit_code() == 0
+    finally:
+        t.close()
 
 
 # -- a plain prompt that an instruct model answers with nothing -----------------------------

@@ -110,8 +110,9 @@ def chat(model, args, out=None) -> int:
 
 def _answer(model, msgs: list[dict], args, out) -> str | None:
     """Stream the answer to `msgs`; None when Ctrl-C stopped it (the turn is not kept)."""
-    from poot.cli.generating import sampling_kwargs
+    from poot.cli.generating import check_room, sampling_kwargs
 
+    check_room(model, len(model.prompt_ids(msgs)))
     room = model.config.max_seq
     pieces = model.generate(msgs, max_tokens=args.max_tokens or room, stream=True,
                             **sampling_kwargs(args))

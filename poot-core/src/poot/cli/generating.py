@@ -32,6 +32,17 @@ def check_chat_template(model, args) -> None:
                            f"{flags} for a plain completion of --prompt")
 
 
+def check_room(model, prompt_tokens: int) -> None:
+    """A prompt that leaves no position for an answer in --max-seq, refused naming the flag
+    (before any plan is made, for a --prompt)."""
+    from poot.errors import RequestError
+
+    if prompt_tokens >= model.config.max_seq:
+        raise RequestError(f"the prompt has {prompt_tokens} tokens, and --max-seq "
+                           f"{model.config.max_seq} leaves no room for an answer: give "
+                           f"--max-seq {prompt_tokens + 1} or more")
+
+
 def empty_answer_note(model, text: str, chat: bool) -> None:
     """A line on stderr when a plain prompt's answer ended before any text (its first token
     was end-of-sequence), as an instruct model often does to a question it is not asked in

@@ -159,10 +159,12 @@ def run(args, rank: int = 0, group=None) -> int:
     progress(f"loaded {model.checkpoint.path.name} ({model.config.arch}, "
              f"{model.config.layers} layers) for {model.backend.name} on {model.device} "
              f"in {time.perf_counter() - t0:.1f} s")
-    from poot.cli.generating import check_chat_template
+    from poot.cli.generating import check_chat_template, check_room
     from poot.models.sampling import Sampler
 
     check_chat_template(model, args)
+    if args.prompt is not None and not args.image:
+        check_room(model, len(model.prompt_ids(args.prompt, args.chat, args.system)))
     vision = None
     if args.image:      # before the first plan: the prefill plans take the image rows
         from poot.cli import images
