@@ -48,6 +48,10 @@ def attach(model, progress, mmproj=None):
         attach_mmproj(model, mmproj)
     chat = ImageChat(model, progress)
     c = chat.vision.config
+    if c.connector == "qwen25vl":     # planned per image grid, as each image comes
+        progress(f"vision tower: Qwen2.5-VL {c.layers} layers, {c.patch} px patches, "
+                 f"a row per {c.merge} x {c.merge} patches")
+        return chat
     each = "tile" if c.connector == "idefics3" else "image"
     progress(f"vision tower: SigLIP {c.layers} layers at {c.image_size} px, "
              f"{c.mm_tokens} rows per {each}; planned in {chat.encoder.setup_seconds:.1f} s")

@@ -48,6 +48,10 @@ def open_model(name_or_path: str, *, max_seq: int | None = None, pull_missing: b
         return ckpt, C.from_gguf(ckpt.metadata, ckpt.tensors, max_seq)
     from poot.models.vision.config import is_vision_config
 
+    if ckpt.metadata.get("model_type") == "qwen2_5_vl":
+        from poot.models.vision.qwen25vl_weights import open_qwen25vl
+
+        return open_qwen25vl(ckpt, max_seq)
     if is_vision_config(ckpt.metadata):   # the text model's view, the tower beside it
         from poot.models.vision.weights import open_vision
 

@@ -12,6 +12,8 @@ tokens also see each other both ways (hosted spans): the whole prompt is prefill
 step (its length rounded up to `PREFILL_ROUND`), so no block is cut.
 Idefics3 (SmolVLM) tiles its images and places their tokens as poot.models.vision.idefics3
 says; its attention stays causal, so its prompts prefill in the model's usual chunks.
+Qwen2.5-VL sizes each image's tokens by its own grid (poot.models.vision.qwen25vl_chat),
+and its text model turns them by their M-RoPE positions (poot.models.mrope).
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ import numpy as np
 from poot.errors import BindError, RequestError
 from poot.models import hosted_rows
 from poot.models.vision.config import TileTokens
+from poot.models.vision.qwen25vl_config import Qwen25Tokens
 from poot.models.vision.template import IMAGE, image_segments, user_turn
 
 #: an image prompt's prefill step is its length rounded up to this (fewer plans to build)
@@ -108,9 +111,12 @@ def prepare(source, processing, name: str | None = None) -> tuple[np.ndarray, tu
     """(the tower's inputs [T, C, H, W], the (rows, cols) of its tile or crop grid: (0, 0)
     for the image alone) of an image (a path, or its file's bytes)."""
     from poot.models.vision.preprocess import TileProcessing, frames, tiles
+    from poot.models.vision.qwen25vl_preprocess import Qwen25Processing, qwen25_patches
 
     if isinstance(processing, TileProcessing):
         return tiles(source, processing, name)
+    if isinstance(processing, Qwen25Processing):   # patch rows, the (rows, cols) of patches
+        return qwen25_patches(source, processing, name)
     return frames(source, processing, name)
 
 
@@ -121,6 +127,10 @@ def image_grids(tokens, images: Sequence[tuple[bytes, str]], processing=None
     header: what the prompt's tokens depend on before the pixels are decoded."""
     from poot.models.vision.preprocess import image_grid, image_size
 
+    if isinstance(tokens, Qwen25Tokens):      # the patch grid each image is resized to
+        from poot.models.vision.qwen25vl_preprocess import header_grid
+
+        return [header_grid(data, name, processing) for data, name in images]
     processing = processing or getattr(tokens, "tiling", None)
     if processing is None:
         return [(0, 0)] * len(images)
@@ -145,6 +155,11 @@ def image_chat_ids(tokenizer, tokens, messages: str | Sequence[dict], grids,
 
         segments = image_segments(tokenizer, messages, tokens.image_text)
         return idefics3.chat_ids(tokenizer, tokens, segments, grids)
+    if isinstance(tokens, Qwen25Tokens):
+        from poot.models.vision import qwen25vl_chat
+
+        segments = image_segments(tokenizer, messages, qwen25vl_chat.PLACEHOLDER)
+        return qwen25vl_chat.chat_ids(tokenizer, tokens, segments, grids)
     segments = image_segments(tokenizer, messages, tokenizer.tokens[tokens.boi])
     return gemma_ids(tokenizer, tokens, segments, [r * c for r, c in grids])
 
@@ -234,6 +249,8 @@ class ImageChat:
         model.hosted_prefill = True
         self.model, self.vision, self.progress = model, vision, progress
         self.processing = read_image_processing(vision)
+        if isinstance(vision.tokens, Qwen25Tokens):
+            from poot.models.vision.qwen25vl import Qwen25Encoder as VisionEncoder
         self.encoder = VisionEncoder(vision.config, vision.weights(), model.backend,
                                      model.device)
         #: seconds the encoder took per image it ran in the last call (a cached one: none)
@@ -263,9 +280,10 @@ class ImageChat:
     def _rows(self, prepared) -> list[np.ndarray]:
         self.image_seconds = []
         keys = [key for key, *_ in prepared]
-        for key, name, px, _ in prepared:
+        for key, name, px, grid in prepared:
             if px is not None and key not in self.cache:
-                self.cache[key] = self.encoder.encode(px)
+                self.cache[key] = self.encoder.encode(px, grid) if isinstance(
+                    self.vision.tokens, Qwen25Tokens) else self.encoder.encode(px)
                 self.image_seconds.append(self.encoder.seconds)
                 if self.progress:
                     self.progress(f"encoded {name} in {self.encoder.seconds:.2f} s")
@@ -284,16 +302,27 @@ class ImageChat:
         Gemma 3 only) of a chat turn with `images` before the text `prompt`, or of a
         conversation `prompt` (messages whose contents list text and image parts,
         poot.models.vision.template) with `images` where its image parts stand."""
+        return self._prompt(prompt, images, system)[:3]
+
+    def _prompt(self, prompt, images: Sequence, system: str | None):
+        """prompt's three, and the M-RoPE positions [3, T] and shift of an M-RoPE model's
+        prompt (else None, 0)."""
         if not images:
             raise RequestError("no image given")
         prepared = self._prepared(images)
+        grids = [grid for *_, grid in prepared]
         ids, positions = image_chat_ids(self.model.tokenizer, self.vision.tokens, prompt,
-                                        [grid for *_, grid in prepared], system)
+                                        grids, system)
         if len(ids) >= self.model.config.max_seq:
             raise RequestError(f"{len(images)} image(s) and the text take {len(ids)} tokens; "
                                f"this model was loaded with room for "
                                f"{self.model.config.max_seq} (load with a larger max_seq)")
-        return (ids, *placed(self.vision.tokens, positions, self._rows(prepared)))
+        rope = (None, 0)
+        if isinstance(self.vision.tokens, Qwen25Tokens):
+            from poot.models.vision.qwen25vl_chat import prompt_positions
+
+            rope = prompt_positions(len(ids), positions, grids, self.vision.tokens.merge)
+        return (ids, *placed(self.vision.tokens, positions, self._rows(prepared)), *rope)
 
     def generate(self, prompt: str | Sequence[dict], images: Sequence = (), *,
                  system: str | None = None, stream: bool = False,
@@ -304,9 +333,10 @@ class ImageChat:
         attached model's prefill plans take hosted rows, so its text prompts go through
         here too)."""
         model = self.model
+        rope = (None, 0)
         if images:
-            ids, hosted, spans = self.prompt(prompt, images, system)
-        elif isinstance(self.vision.tokens, TileTokens):
+            ids, hosted, spans, *rope = self._prompt(prompt, images, system)
+        elif isinstance(self.vision.tokens, (TileTokens, Qwen25Tokens)):
             # through the image prompt's rendering: SmolVLM's template takes content lists
             ids, hosted, spans = image_chat_ids(model.tokenizer, self.vision.tokens, prompt, [],
                                                 system)[0], {}, {}
@@ -319,10 +349,19 @@ class ImageChat:
             chunk = min(-(-len(ids) // PREFILL_ROUND) * PREFILL_ROUND, model.config.max_seq)
 
         def run():
+            turned = None
+            if model.config.mrope is not None:   # the prompt's M-RoPE positions, its shift
+                from poot.models.vision.qwen25vl_chat import MRopeStepper
+
+                where = rope[0] if rope[0] is not None else np.tile(np.arange(len(ids)),
+                                                                    (3, 1))
+                turned = MRopeStepper(session, where, rope[1])
             stepper = HostedPrompt(session, hosted, model.config.dim, len(ids), spans, chunk)
             try:
                 yield from pieces
             finally:
                 stepper.release()
+                if turned is not None:
+                    turned.release()
 
         return run() if stream else "".join(run())

@@ -10,25 +10,17 @@ import numpy as np
 from poot.errors import BindError
 from poot.ir.graph import Graph
 from poot.models.vision.connector import CONNECTORS
-from poot.models.vision.siglip import PIXELS, pixels_slot, tower
+from poot.models.vision.siglip import PIXELS, declarer, pixels_slot, tower
 
 
 def build_encoder(config, weights) -> Graph:
     """The traced graph of one image through the SigLIP tower and the config's connector;
     `weights` a WeightSource of the "vision."/"projector."/"connector." names (its `arrays`
     then holds every const the graph binds)."""
-    from poot import ops
     from poot.tracer import trace
 
     def encode():
-        seen: dict = {}
-
-        def declare(name):
-            if name not in seen:
-                s = weights.spec(name)
-                seen[name] = ops.const(s.type.shape, s.type.dtype, s.ref)
-            return seen[name]
-
+        declare = declarer(weights)
         connector = CONNECTORS[config.connector]
         return connector(config, declare, tower(config, declare, pixels_slot(config)))
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from poot.errors import CheckpointError, RequestError
+from poot.errors import CheckpointError
 
 
 def image_text(grid: tuple[int, int], tokens) -> str:
@@ -47,21 +47,10 @@ def chat_ids(tokenizer, tokens, segments: Sequence, grids: Sequence[tuple[int, i
     """(the token ids of the segments (poot.models.vision.template) with each image's block
     where it stands, expanded as the processor expands it, one tile grid per image; the
     positions of each image's image tokens in order)."""
-    from poot.models.chat import encode_piece
-    from poot.models.vision.template import IMAGE
+    from poot.models.vision.template import expand_images
 
-    n = sum(s is IMAGE for s in segments)
-    if n != len(grids):
-        raise RequestError(f"the prompt holds {n} images, {len(grids)} given")
-    ids: list[int] = []
-    positions: list[list[int]] = []
-    for seg in segments:
-        if seg is not IMAGE:
-            ids += encode_piece(tokenizer, *seg)
-            continue
-        grid = grids[len(positions)]
+    def block(grid):
         check_tokens(tokenizer, tokens, grid)
-        block = tokenizer.encode(image_text(grid, tokens), add_special=False)
-        positions.append([len(ids) + j for j, t in enumerate(block) if t == tokens.image])
-        ids += block
-    return ids, positions
+        return tokenizer.encode(image_text(grid, tokens), add_special=False)
+
+    return expand_images(tokenizer, segments, grids, block, tokens.image)

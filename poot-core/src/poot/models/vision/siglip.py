@@ -35,6 +35,19 @@ def pixels_slot(config):
     return ops.slot(SlotKind.get(PIXELS), (config.channels, s, s), PIXELS)
 
 
+def declarer(weights):
+    """`declare(name)`: the const of the WeightSource's tensor `name`, one per name in the
+    graph being traced."""
+    seen: dict = {}
+
+    def declare(name):
+        if name not in seen:
+            s = weights.spec(name)
+            seen[name] = ops.const(s.type.shape, s.type.dtype, s.ref)
+        return seen[name]
+    return declare
+
+
 def f32(x):
     return x if x.dtype is DType.F32 else ops.cast(x, DType.F32)
 

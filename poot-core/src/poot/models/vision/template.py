@@ -33,6 +33,27 @@ def user_turn(prompt: str, images: int, system: str | None = None) -> list[dict]
                     [{"type": "text", "text": prompt}]}]
 
 
+def expand_images(tokenizer, segments: Sequence, grids: Sequence, block, image: int
+                  ) -> tuple[list[int], list[list[int]]]:
+    """(the token ids of the segments with each image's `block(grid)` ids where it stands,
+    one grid per image; the positions of each image's tokens of id `image`, in order)."""
+    from poot.models.chat import encode_piece
+
+    n = sum(s is IMAGE for s in segments)
+    if n != len(grids):
+        raise RequestError(f"the prompt holds {n} images, {len(grids)} given")
+    ids: list[int] = []
+    positions: list[list[int]] = []
+    for seg in segments:
+        if seg is not IMAGE:
+            ids += encode_piece(tokenizer, *seg)
+            continue
+        b = block(grids[len(positions)])
+        positions.append([len(ids) + j for j, t in enumerate(b) if t == image])
+        ids += b
+    return ids, positions
+
+
 def _pieces(messages: Sequence[dict]) -> list[list[str | None]]:
     """Each message's content as its texts, None for each image, in order."""
     out = []
