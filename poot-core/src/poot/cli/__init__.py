@@ -14,6 +14,10 @@ COMMANDS = ["run", "serve", "perplexity", "pull", "list", "ps", "rm", "info", "g
             "compile", "plan", "backends", "conformance", "doctor"]
 
 
+#: the model argument's help, the same for every command that opens one
+MODEL_HELP = ("smollm2, gemma3-270m, a Hugging Face Hub repo (ORG/NAME[:QUANT]), a .gguf "
+              "file or an HF folder")
+
 #: subcommands whose module has another name: a submodule called `list` would become the
 #: package attribute `list`, hiding the builtin in this module
 MODULES = {"list": "listing"}

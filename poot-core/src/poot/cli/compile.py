@@ -5,9 +5,11 @@ from __future__ import annotations
 
 
 def add_parser(sub):
+    from poot.cli import MODEL_HELP
+
     p = sub.add_parser("compile", help="compile a decoder step for a target and explain the "
                        "rewrites (the composites found, and why each candidate was kept)")
-    p.add_argument("model", nargs="?", help="smollm2, a .gguf file or an HF folder")
+    p.add_argument("model", nargs="?", help=MODEL_HELP)
     p.add_argument("--demo", action="store_true",
                    help="a one-layer Llama step with random weights (GQA, SwiGLU, RoPE)")
     p.add_argument("--explain", action="store_true",

@@ -3,9 +3,11 @@ from __future__ import annotations
 
 
 def add_parser(sub):
+    from poot.cli import MODEL_HELP
+
     p = sub.add_parser("graph", help="print the IR of one layer of a model, before and after "
                        "compile (or the spec's decode attention layer with --demo)")
-    p.add_argument("model", nargs="?", help="smollm2, a .gguf file or an HF folder")
+    p.add_argument("model", nargs="?", help=MODEL_HELP)
     p.add_argument("--demo", action="store_true",
                    help="the spec's decode-step attention layer, as primitive eqns")
     p.add_argument("--tokens", type=int, default=1, help="tokens per step (1: decode)")

@@ -5,8 +5,10 @@ from collections import Counter
 
 
 def add_parser(sub):
+    from poot.cli import MODEL_HELP
+
     p = sub.add_parser("info", help="architecture, tensors by format and memory of a model")
-    p.add_argument("model", help="smollm2, a .gguf file or an HF folder")
+    p.add_argument("model", help=MODEL_HELP)
 
 
 def run(args) -> int:

@@ -11,9 +11,11 @@ from poot.cli.run import add_precision_args
 
 
 def add_parser(sub):
+    from poot.cli import MODEL_HELP
+
     p = sub.add_parser("perplexity", help="perplexity over a text, and the KL divergence "
                        "from a second configuration (precision, KV dtype or backend)")
-    p.add_argument("model", help="smollm2, a .gguf file or an HF folder")
+    p.add_argument("model", help=MODEL_HELP)
     p.add_argument("--text", required=True, metavar="FILE", help="a UTF-8 text file")
     p.add_argument("--backend", default=None, help="backend name (default: best available)")
     add_precision_args(p)

@@ -10,9 +10,11 @@ import time
 
 
 def add_parser(sub):
+    from poot.cli import MODEL_HELP
+
     p = sub.add_parser("plan", help="print the plan of a model's decode (or prefill) step: "
                        "kernels with their lowering, arena size against the sum of buffers")
-    p.add_argument("model", nargs="?", help="smollm2, a .gguf file or an HF folder")
+    p.add_argument("model", nargs="?", help=MODEL_HELP)
     p.add_argument("--demo", action="store_true", help="the tiny random-weight Llama decoder")
     p.add_argument("--layers", type=int, help="layers of the decoder (default: the model's)")
     p.add_argument("--tokens", type=int, default=1, help="tokens per step (1: decode)")

@@ -11,11 +11,13 @@ PROMPT_MAX_TOKENS = 64
 
 
 def add_parser(sub):
+    from poot.cli import MODEL_HELP
+
     p = sub.add_parser("run", help="generate text from a model, or chat with it (smollm2, a "
                        ".gguf, an HF folder)",
                        description="Generate from --prompt (or a prompt piped on stdin); "
                        "without one on a terminal, chat: type a message, /bye to leave.")
-    p.add_argument("model", help="smollm2, gemma3-270m, a .gguf file or an HF folder")
+    p.add_argument("model", help=MODEL_HELP)
     p.add_argument("--prompt", default=None,
                    help="the prompt text (default: read stdin when it is not a terminal, "
                         "else chat interactively)")

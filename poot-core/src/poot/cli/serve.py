@@ -8,10 +8,12 @@ import sys
 
 
 def add_parser(sub):
+    from poot.cli import MODEL_HELP
+
     from poot.cli.run import add_precision_args
 
     p = sub.add_parser("serve", help="serve a model over the OpenAI HTTP API")
-    p.add_argument("model", help="smollm2, a .gguf file or an HF folder")
+    p.add_argument("model", help=MODEL_HELP)
     p.add_argument("--backend", default=None,
                    help="backend name (default: the best available; `poot backends` marks it)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind")
