@@ -9,7 +9,8 @@ keyed by their SHA-256) and runs the request on a dense session of its own: the 
 prompt in one prefill step with the image rows in the hosted slots and each image's soft
 tokens seeing each other both ways (poot.models.vision.chat.HostedPrompt), then one decode
 step per turn beside the paged batch, its logits sampled on the host. The paged steps
-carry no hosted slots, so one image request runs at a time.
+carry no hosted slots, so one image request runs at a time. A Qwen2.5-VL prompt's tokens
+take their M-RoPE positions in that step, and its decode steps the prompt's shift.
 """
 from __future__ import annotations
 
@@ -118,6 +119,10 @@ class ServedImages:
         vision = model.checkpoint.vision
         self.model, self.vision = model, vision
         self.processing = read_image_processing(vision)
+        #: Qwen2.5-VL's tower runs per image grid
+        self.by_grid = vision.config.connector == "qwen25vl"
+        if self.by_grid:
+            from poot.models.vision.qwen25vl import Qwen25Encoder as VisionEncoder
         self.encoder = VisionEncoder(vision.config, vision.weights(), model.backend,
                                      model.device)
         self.capacity = CACHED_IMAGES if cached is None else cached
@@ -126,8 +131,8 @@ class ServedImages:
                              image_encode_s=0.0)
         self._session = None
 
-    def prepare(self, parts: list[ImagePart]) -> list[tuple[str, np.ndarray]]:
-        """Each image's (key, pixels): fetched where remote, then decoded (even an image
+    def prepare(self, parts: list[ImagePart]) -> list[tuple[str, tuple]]:
+        """Each image's (key, (pixels, grid)): fetched where remote, then decoded (even an image
         whose rows are cached: the bytes are checked whatever the cache holds, and its rows
         may be evicted before the request runs). Any thread; a bad image raises ImageError
         (a 400)."""
@@ -139,18 +144,19 @@ class ServedImages:
             data = part.data if part.url is None else fetch(part.url, part.name)
             data, name = read(data, part.name)
             key = hashlib.sha256(data).hexdigest()
-            out.append((key, prepare(data, self.processing, name)[0]))
+            out.append((key, prepare(data, self.processing, name)))
         return out
 
-    def rows(self, prepared: list[tuple[str, np.ndarray]]) -> list[np.ndarray]:
+    def rows(self, prepared: list[tuple[str, tuple]]) -> list[np.ndarray]:
         """The rows [tokens, dim] of each prepared image (the scheduler's thread)."""
         out = []
-        for key, px in prepared:
+        for key, (px, grid) in prepared:
             self.counters["images"] += 1
             if key in self.cache:
                 self.counters["image_cache_hits"] += 1
             else:
-                self.cache[key] = self.encoder.encode(px)
+                self.cache[key] = self.encoder.encode(px, grid) if self.by_grid else \
+                    self.encoder.encode(px)
                 self.counters["images_encoded"] += 1
                 self.counters["image_encode_s"] += self.encoder.seconds
             self.cache.move_to_end(key)
@@ -191,8 +197,20 @@ class ServedImages:
         s, ids = self._session, gen.prompt_ids
         hosted, spans = placed(self.vision.tokens, gen.image_positions, self.rows(gen.pixels))
         chunk = min(-(-len(ids) // PREFILL_ROUND) * PREFILL_ROUND, self.model.config.max_seq)
+        turned = None
+        if self.model.config.mrope is not None:   # the prompt's positions; decode's shift
+            from poot.models.mrope import SHIFT
+            from poot.models.vision.qwen25vl_chat import MRopeStepper, prompt_positions
+
+            where, shift = prompt_positions(len(ids), gen.image_positions,
+                                            [grid for _, (_, grid) in gen.pixels],
+                                            self.vision.tokens.merge)
+            s.row_slots[SHIFT][seq] = shift
+            turned = MRopeStepper(s, where, shift)
         stepper = HostedPrompt(s, hosted, self.model.config.dim, len(ids), spans, chunk)
         try:
             return s.prefill(seq, ids)
         finally:
             stepper.release()
+            if turned is not None:
+                turned.release()

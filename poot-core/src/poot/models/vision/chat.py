@@ -130,7 +130,8 @@ def image_grids(tokens, images: Sequence[tuple[bytes, str]], processing=None
     if isinstance(tokens, Qwen25Tokens):      # the patch grid each image is resized to
         from poot.models.vision.qwen25vl_preprocess import header_grid
 
-        return [header_grid(data, name, processing) for data, name in images]
+        return [header_grid(data, name, processing or tokens.tiling)
+                for data, name in images]
     processing = processing or getattr(tokens, "tiling", None)
     if processing is None:
         return [(0, 0)] * len(images)

@@ -97,7 +97,8 @@ class Qwen25VisionConfig:
 class Qwen25Tokens:
     """How the prompt marks an image: <|vision_start|>, one <|image_pad|> per merged row,
     <|vision_end|>; attention stays causal. `sections`: the text model's M-RoPE sections
-    (rotary pairs per temporal, height and width position)."""
+    (rotary pairs per temporal, height and width position); `tiling`: the folder's
+    Qwen25Processing, which sizes each image's grid."""
 
     image: int
     start: int

@@ -26,6 +26,8 @@ def open_qwen25vl(checkpoint, max_seq: int | None = None):
     text_cfg, vision_cfg, tokens = read_qwen25vl(checkpoint.metadata, where)
     text, vision = split(checkpoint.tensors, where, _PREFIXES, "Qwen2.5-VL")
     processing = read_qwen25_processing(Path(checkpoint.path), vision_cfg)
+    # each image's token count depends on its size, as where an image is tiled
+    tokens = replace(tokens, tiling=processing)
     parts = VisionParts(vision_cfg, tokens, vision, Path(checkpoint.path), processing,
                         offset_norms=())
     view = TextView(checkpoint, text_cfg, text, parts)
