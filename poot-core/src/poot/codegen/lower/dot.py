@@ -38,7 +38,7 @@ from poot.codegen.builder import KernelBuilder
 from poot.codegen.expr import Load, f32, i32, maximum
 from poot.codegen.lower import mma, planes, wgmma
 from poot.codegen.lower.gemm import gemm_kernel
-from poot.codegen.lower.gemv import gemv_kernel, gemv_slots, words
+from poot.codegen.lower.gemv import gemv_kernel, gemv_slots
 from poot.codegen.lower.int_gemv import int_parts, int_plan, k_parts
 from poot.codegen.lower.problem import Problem, Rows
 from poot.codegen.lower.quantize import quantize_i8
@@ -86,11 +86,12 @@ def contraction_program(p: Problem, sig, declare: Callable[[KernelBuilder], None
     if p.q8 and not _q8_inside(p, sig.features, s):
         return _q8_apart(p, sig, declare)
     parts = int_parts(p, sig.features, s)
-    if p.pair is not None and (parts > 1 or p.row_norm is not None or p.batch != 1
+    norm_apart = p.row_norm is not None and not (parts == 1 and _norm_inside(p, s))
+    if p.pair is not None and (parts > 1 or norm_apart or p.batch != 1
                                or p.w_per_row or p.m > GEMV_MAX_ROWS
                                or gemv_slots(p, sig.features, s) % 2):
         return _pair_apart(p, sig, declare, inputs)
-    if p.row_norm is not None and not (parts == 1 and _norm_inside(p, sig.features, s)):
+    if norm_apart:
         return _norm_apart(p, sig, declare)
     if planes.usable(p, sig.features):
         return planes.program(p, sig, declare, inputs)
@@ -189,13 +190,12 @@ def _q8_apart(p: Problem, sig, declare) -> KernelProgram:
     return KernelProgram((first, *rest.kernels), scratch=(rounded, *rest.scratch))
 
 
-def _norm_inside(p: Problem, features, s: DotSchedule) -> bool:
-    """Whether one GEMV kernel computes `p` and sees whole rows of the activation, so it
-    can take each row's sum of squares on the way (`s.norm_prologue`): the 16-bit GEMV (a
-    group walks all of K), or the integer GEMV with K not split (its workgroups quantize
-    whole rows)."""
-    return (s.norm_prologue and p.m <= GEMV_MAX_ROWS and not p.w_per_row and p.batch == 1
-            and (words(p) or int_plan(p, p.m, features, s) is not None))
+def _norm_inside(p: Problem, s: DotSchedule) -> bool:
+    """Whether one GEMV kernel computes `p`, so it can take each row's sum of squares
+    (`s.norm_prologue`): the 16-bit GEMV (a group walks all of K) and the integer GEMV
+    with K not split (its workgroups quantize whole rows) on the way, the other GEMVs by
+    a walk of the workgroup's own over the rows (`gemv.row_roots`)."""
+    return s.norm_prologue and p.m <= GEMV_MAX_ROWS and not p.w_per_row and p.batch == 1
 
 
 def _norm_apart(p: Problem, sig, declare) -> KernelProgram:

@@ -125,6 +125,8 @@ def gemv_kernel(p: Problem, kb_factory, declare, features: frozenset, s: DotSche
             with kb.if_(ok):
                 p.store(kb, b, kb.let("m", m), kb.let("n", ix.mod(col, p.n)), total)
         return kb.finish()
+    if p.row_norm is not None and dens is None:
+        dens = row_roots(kb, p, b, ms, LANES * plan.groups)
     if many_rows and lanes > LANES:
         totals = rows_gemv.split_sums(kb, p, accs, lanes, plan.groups)
     else:
@@ -240,6 +242,19 @@ class Activations:
             return None
         return [self.kb.let("den", self.norm.den(
             self.kb.reduce("ss", ReduceOp.Sum, ss, lanes), self.p.k)) for ss in self.ss]
+
+
+def row_roots(kb, p: Problem, b, ms, threads: int) -> list[Expr]:
+    """Each row's sqrt(sum x^2 / K + eps) for a GEMV whose walk takes no sums of squares
+    (packed runs, elements): the workgroup's `threads` stride over the rows' K once more
+    and reduce together. A row is K floats that every workgroup reads anyway, so this costs
+    a cached reread, not a kernel and a barrier of the norm's own."""
+    norm, sums = p.row_norm, [kb.var("ss", f32(0.0)) for _ in ms]
+    with kb.for_("j", local_index(), p.k, threads) as j:
+        for ss, m in zip(sums, ms, strict=True):
+            x = kb.let("x", norm.x(b, m, j))
+            kb.assign(ss, ss + x * x)
+    return [kb.let("den", norm.den(kb.reduce("ss", ReduceOp.Sum, ss), p.k)) for ss in sums]
 
 
 def _early_walk(kb, lane, stop: int, unroll: int, lanes: int, load, use, early: bool):
