@@ -39,6 +39,17 @@ def test_load_has_a_real_signature_and_names_the_default_backend():
         poot.load("smollm2", backend_name="cpu")
 
 
+def test_dir_lists_the_lazy_entry_points():
+    import subprocess
+
+    # a fresh interpreter: in this one the lazy names may already be module globals
+    r = subprocess.run([sys.executable, "-c", "import poot; print(sorted(dir(poot)))"],
+                       capture_output=True, text=True, timeout=60)
+    names = r.stdout
+    for name in ("'load'", "'Model'", "'trace'", "'models'", "'errors'", "'__version__'"):
+        assert name in names, names
+
+
 def test_an_unknown_backend_is_refused_before_the_model_is_opened():
     import poot
     from poot.errors import PootError

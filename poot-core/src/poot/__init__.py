@@ -35,3 +35,8 @@ def __getattr__(name: str):
         globals()[name] = value
         return value
     raise AttributeError(f"module 'poot' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    # the lazy names too, so that an interactive session completes `poot.load`
+    return sorted({*globals(), *_LAZY, *_SUBMODULES})
