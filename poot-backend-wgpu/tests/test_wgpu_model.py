@@ -65,3 +65,16 @@ def test_paged_batch_decode_matches_reference(wgpu_device):
                       "pos": np.full((2, 1), p, np.int32),
                       "write_map": np.array([p, 32 + p], np.int32), "slot_map": slot_map})
     _check(ref, dev, steps)
+
+
+def test_decode_takes_norms_and_swiglu_in(wgpu_device):
+    """The offered fusions the table elects: no RMSNorm (FusedRow) or SwiGLU (Fused) kernel
+    of its own in a decode step; each goes inside the contraction reading it (the dense
+    decode test above runs that step against the reference backend)."""
+    from collections import Counter
+
+    w = random_weights(CONFIG, seed=7, packed_format="gguf:Q4_1")
+    compiled = poot.compile(build_decoder(CONFIG, w).graph, "wgpu")
+    ops = Counter(e.op.name for e in compiled.graph.eqns())
+    assert "FusedRow" not in ops and ops["GatedContraction"] == CONFIG.layers
+    assert ops["NormedPackedContraction"] == CONFIG.layers + 1     # q|k|v and the head

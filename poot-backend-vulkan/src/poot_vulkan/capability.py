@@ -37,6 +37,11 @@ NOTES = {
                 "max, casts and Select keep it",
 }
 
+#: the offered fusions taken: a decode step here is a chain of dependent batches, each
+#: costing a barrier and a dispatch's latency, so the RMSNorm inside the contractions that
+#: read it and the SwiGLU inside the gate|up GEMV remove a batch each (docs/performance.md)
+ELECT = ("NormedPackedContraction", "NormedDenseContraction", "GatedContraction")
+
 
 def dtype_uses(facts: DeviceFacts) -> dict[DType, Use]:
     have = supported_dtypes(facts)
@@ -63,4 +68,4 @@ def capability_table(facts: DeviceFacts, device_id: str,
               "max_workgroup_invocations": facts.limit("maxComputeWorkGroupInvocations"),
               "subgroup_size": facts.subgroup_size}
     return kernel_table(BACKEND, device_id, uses, formats, refuse={"Select": SPIRV_SELECT},
-                        limits=limits, notes=notes)
+                        elect=ELECT, limits=limits, notes=notes)

@@ -39,6 +39,11 @@ NOTES = {
                 "them), and a*b+c may be fused",
 }
 
+#: the offered fusions taken: a step's dispatches that share a buffer wait for each other,
+#: and each costs its encoding, so the RMSNorm inside the contractions that read it and
+#: the SwiGLU inside the gate|up GEMV remove a dispatch each (docs/performance.md)
+ELECT = ("NormedPackedContraction", "NormedDenseContraction", "GatedContraction")
+
 
 def dtype_uses(dev: WgpuDevice) -> dict[DType, Use]:
     # u32 is a dot operand only as DenseContraction's weight words (two f16 values each)
@@ -63,4 +68,4 @@ def capability_table(dev: WgpuDevice, device_id: str, formats: frozenset[str]) \
     limits = dict(dev.limits)
     limits["max_buffer_bytes"] = dev.limit("max-storage-buffer-binding-size")
     return kernel_table(BACKEND, device_id, uses, formats, no_select=SPIRV_SELECT,
-                        limits=limits, notes=notes)
+                        elect=ELECT, limits=limits, notes=notes)

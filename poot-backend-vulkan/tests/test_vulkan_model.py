@@ -1,0 +1,42 @@
+"""A tiny random-weight Llama decode step on vulkan: the RMSNorms inside the contractions
+that read them and the SwiGLU inside the gate|up GEMV (the offered fusions the table
+elects), the reference backend's results, and fewer dependent batches than the same step
+compiled without those fusions."""
+from collections import Counter
+
+import numpy as np
+import poot
+import pytest
+from poot.compiler.policy import Policy
+from poot.models.llama import build_decoder, const_inputs, random_weights, tiny_config
+from poot.plan import plan
+from poot.runtime.executor import Executor
+
+CONFIG = tiny_config()
+#: the passes that move the norms and the SwiGLU into the contractions
+FUSIONS = frozenset({"norm_contraction", "gated"})
+
+
+@pytest.mark.parametrize("weights_kw", [{}, {"packed_format": "gguf:Q4_1"}],
+                         ids=["f32", "Q4_1"])
+def test_decode_takes_norms_and_swiglu_in_fewer_batches(vulkan_target, weights_kw):
+    w = random_weights(CONFIG, seed=7, **weights_kw)
+    step = build_decoder(CONFIG, w)
+    consts = const_inputs(step, w)
+    fused = poot.compile(step.graph, vulkan_target)
+    ops = Counter(e.op.name for e in fused.graph.eqns())
+    assert "FusedRow" not in ops and ops["GatedContraction"] == CONFIG.layers
+    apart = poot.compile(step.graph, vulkan_target, policy=Policy(disable=FUSIONS))
+    ref = Executor(plan(step.graph, "reference"), consts)
+    dev, before = (Executor(plan(c), consts) for c in (fused, apart))
+    for pos, token in enumerate([3, 17, 42]):
+        slots = {"tokens": np.array([token], np.int32), "pos": np.array([pos], np.int32)}
+        want = ref.step(slots).result
+        for ex in (dev, before):
+            got = ex.step(slots).result
+            np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4)
+            assert (got.argmax(-1) == want.argmax(-1)).all()
+    # a layer's two norms and its SwiGLU (with the slices of gate|up it read, where those
+    # were kernels), and the head's norm, are no batches of their own
+    saved = len(before.executable.step.batches) - len(dev.executable.step.batches)
+    assert saved >= 3 * CONFIG.layers + 1
