@@ -13,5 +13,7 @@ through the hosted embedding rows of its prefill (poot.models.hosted_rows).
   (preprocessor_config.json);
 - template: the chat template rendered for an image turn;
 - chat: the image tokens placed in the chat, and the rows fed at their positions;
-  idefics3: Idefics3's image prompt.
+  idefics3: Idefics3's image prompt;
+- qwen25vl (and its _config, _weights, _preprocess, _chat): Qwen2.5-VL's tower graph per
+  image grid, config, tensors, processor and image prompt with its M-RoPE positions.
 """
