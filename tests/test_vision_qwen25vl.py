@@ -287,7 +287,8 @@ def test_text_logits_with_images(folder, models, reference_images, backend, coun
 
 def test_text_only_is_plain_qwen2(folder, models, tmp_path):
     """Without images M-RoPE's three positions agree: the logits are those of the same
-    weights read as a Qwen2 folder, to the bit, and the reference's."""
+    weights read as a Qwen2 folder, to the bit, and the reference's; so are greedy texts,
+    on a dense cache and in a paged batch."""
     import poot
     from poot_quant.safetensors_dir import write_folder
 
@@ -303,6 +304,11 @@ def test_text_only_is_plain_qwen2(folder, models, tmp_path):
     assert np.array_equal(got, plain.prefill_logits(ids))
     assert rel_err(got, ref.forward(text, REF_TEXT, ids)) < 1e-4
     assert models("reference").generate(ids, max_tokens=5) == plain.generate(ids, max_tokens=5)
+    # a paged batch: each sequence's shift is its row slot's 0
+    paged = [poot.load(str(p), "reference", max_seq=96, kv="paged")
+             for p in (folder[0], tmp_path / "qwen2")]
+    texts = [m.generate_many(["hello there", "the cat"], max_tokens=5) for m in paged]
+    assert texts[0] == texts[1]
 
 
 def test_generate_and_poot_run_with_two_images(folder, capsys):
