@@ -1,7 +1,7 @@
 """Images in, for Qwen2.5-VL: a random-weight HF folder built here (the vision tower with
 window and full-attention blocks and the patch merger, a two-layer Qwen2 text model with
 M-RoPE, a processor config with small min/max pixels, a byte-level tokenizer with Qwen's
-image tokens and a chat template for content lists) against tests/reference_qwen25vl.py.
+image tokens and the form of its chat template) against tests/reference_qwen25vl.py.
 
 The images' sizes give grids whose windows are cut short at the edges, and two images of
 different grids in one prompt. The tower runs as one poot graph per grid on the oracle and
@@ -48,13 +48,23 @@ PROCESSOR = {"do_convert_rgb": True, "do_normalize": True, "do_rescale": True,
              "image_processor_type": "Qwen2VLImageProcessor", "merge_size": 2, "patch_size": 14,
              "processor_class": "Qwen2_5_VLProcessor", "resample": 3, "rescale_factor": 1 / 255,
              "temporal_patch_size": 2, "min_pixels": LO, "max_pixels": HI}
-#: Qwen's turns; each image part as the three tokens, one <|image_pad|>
-TEMPLATE = ("{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
-            "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
-            "{% for part in message['content'] %}{% if part['type'] == 'image' %}"
-            "<|vision_start|><|image_pad|><|vision_end|>{% elif part['type'] == 'text' %}"
-            "{{ part['text'] }}{% endif %}{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
-            "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+#: Qwen2.5-VL's template's form: a default system turn, counters in namespaces, each
+#: image part (by type or key) as the three tokens with one <|image_pad|>
+TEMPLATE = (
+    "{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}"
+    "{% for message in messages %}{% if loop.first and message['role'] != 'system' %}"
+    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n{% endif %}"
+    "<|im_start|>{{ message['role'] }}\n{% if message['content'] is string %}"
+    "{{ message['content'] }}<|im_end|>\n{% else %}{% for content in message['content'] %}"
+    "{% if content['type'] == 'image' or 'image' in content or 'image_url' in content %}"
+    "{% set image_count.value = image_count.value + 1 %}"
+    "{% if add_vision_id %}Picture {{ image_count.value }}: {% endif %}"
+    "<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif content['type'] == 'video' or 'video' in content %}"
+    "{% set video_count.value = video_count.value + 1 %}"
+    "<|vision_start|><|video_pad|><|vision_end|>"
+    "{% elif 'text' in content %}{{ content['text'] }}{% endif %}{% endfor %}<|im_end|>\n"
+    "{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 #: (width, height): grids (4, 6) and (10, 8) patches, 6 and 20 tokens
 SIZES = [(90, 60), (100, 150)]
 GRIDS = [(4, 6), (10, 8)]
@@ -138,7 +148,7 @@ def models(folder):
 
     def get(backend):
         if backend not in loaded:
-            loaded[backend] = poot.load(str(folder[0]), backend, max_seq=96, prefill_tokens=16)
+            loaded[backend] = poot.load(str(folder[0]), backend, max_seq=160, prefill_tokens=16)
         return loaded[backend]
     return get
 
@@ -269,7 +279,8 @@ def test_text_logits_with_images(folder, models, reference_images, backend, coun
     # the processor's text: the template's, each image's <|image_pad|> repeated
     blocks = "".join(f"<|vision_start|>{'<|image_pad|>' * (h * w // 4)}<|vision_end|>"
                      for h, w in grids)
-    want_text = f"<|im_start|>user\n{blocks}What is this?<|im_end|>\n<|im_start|>assistant\n"
+    want_text = ("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
+                 f"<|im_start|>user\n{blocks}What is this?<|im_end|>\n<|im_start|>assistant\n")
     assert ids == model.tokenizer.encode(want_text, add_special=False)
     assert [len(p) for p in positions] == [6, 20][:count]
     assert [i for i, t in enumerate(ids) if t == IMAGE] == sum(positions, [])
@@ -298,14 +309,14 @@ def test_text_only_is_plain_qwen2(folder, models, tmp_path):
              "model_type": "qwen2", "rope_theta": 10000.0, "tie_word_embeddings": False}
     write_folder(tmp_path / "qwen2", text, qwen2, 1, None)
     write_tokenizer(tmp_path / "qwen2")
-    plain = poot.load(str(tmp_path / "qwen2"), "reference", max_seq=96)
+    plain = poot.load(str(tmp_path / "qwen2"), "reference", max_seq=160)
     ids = list(range(3, 40))
     got = models("reference").prefill_logits(ids)
     assert np.array_equal(got, plain.prefill_logits(ids))
     assert rel_err(got, ref.forward(text, REF_TEXT, ids)) < 1e-4
     assert models("reference").generate(ids, max_tokens=5) == plain.generate(ids, max_tokens=5)
     # a paged batch: each sequence's shift is its row slot's 0
-    paged = [poot.load(str(p), "reference", max_seq=96, kv="paged")
+    paged = [poot.load(str(p), "reference", max_seq=160, kv="paged")
              for p in (folder[0], tmp_path / "qwen2")]
     texts = [m.generate_many(["hello there", "the cat"], max_tokens=5) for m in paged]
     assert texts[0] == texts[1]
@@ -321,7 +332,7 @@ def test_generate_and_poot_run_with_two_images(folder, capsys):
     from poot.models.vision.chat import ImageChat
 
     path, _, _, images = folder
-    m = poot.load(str(path), "reference", max_seq=96, prefill_tokens=16)
+    m = poot.load(str(path), "reference", max_seq=160, prefill_tokens=16)
     chat = ImageChat(m)
     ids, hosted, spans, pos3, shift = chat._prompt("Describe both.", images, None)
     assert spans == {} and len(hosted) == 26 and shift < 0
@@ -337,7 +348,7 @@ def test_generate_and_poot_run_with_two_images(folder, capsys):
     assert m.stats.prompt_tokens == len(ids)
     assert text == m.tokenizer.decode(answer[:stop])
     capsys.readouterr()
-    rc = main(["run", str(path), "--backend", "reference", "--max-seq", "96", "--quiet",
+    rc = main(["run", str(path), "--backend", "reference", "--max-seq", "160", "--quiet",
                "--max-tokens", "4", "--prompt", "Describe both.",
                "--image", str(images[0]), "--image", str(images[1])])
     assert rc == 0

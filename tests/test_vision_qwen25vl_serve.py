@@ -11,7 +11,7 @@ import pytest
 from serve_process import openai_client, serve
 from test_vision_qwen25vl import folder  # noqa: F401 (the module's fixture, reused)
 
-MAX_SEQ = 96
+MAX_SEQ = 160
 
 
 def test_served_images_answer_as_the_library(folder):  # noqa: F811
