@@ -53,6 +53,18 @@ def sampling(args) -> None:
         raise RequestError("--stop must be a non-empty string (an empty one matches nowhere)")
 
 
+def precision(args) -> None:
+    """--precision and --kv-dtype among the known names (whether the backend runs them is
+    poot.load's check, once the backend is picked)."""
+    from poot.compiler.policy import PRECISIONS
+    from poot.ops.kv import KV_DTYPES
+
+    for flag, value, known in (("--precision", args.precision, PRECISIONS),
+                               ("--kv-dtype", args.kv_dtype, KV_DTYPES)):
+        if value is not None and value not in known:
+            raise RequestError(f"{flag} must be one of {', '.join(known)}, got {value!r}")
+
+
 def speculation(args) -> None:
     """--speculate and --draft-tokens: the mode's form, K's range, a draft that is a
     known name or an existing path, one rank."""

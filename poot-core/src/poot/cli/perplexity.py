@@ -51,6 +51,7 @@ def run(args) -> int:
     checks.count("--window", args.window, lo=4)
     checks.count("--chunk", args.chunk)
     checks.count("--max-tokens", args.max_tokens)
+    checks.precision(args)
     try:
         text = Path(args.text).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:

@@ -113,6 +113,7 @@ def check(args) -> None:
     checks.count("--tp", args.tp)
     checks.count("--expert-pool", args.expert_pool)
     checks.sampling(args)
+    checks.precision(args)
     checks.speculation(args)
     if args.lora is not None and not Path(args.lora).is_dir():
         raise RequestError(f"--lora {args.lora}: no such adapter folder")

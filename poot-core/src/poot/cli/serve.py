@@ -95,6 +95,7 @@ def check(args) -> list:
                  "--prefill-batch", "--expert-pool", "--default-max-tokens"):
         checks.count(flag, getattr(args, flag[2:].replace("-", "_")))
     checks.count("--max-queue", args.max_queue, lo=0)
+    checks.precision(args)
     if not 0 <= args.shutdown_grace <= 3600:
         raise RequestError(f"--shutdown-grace must be in 0..3600 seconds, got "
                            f"{args.shutdown_grace}")
