@@ -65,9 +65,10 @@ TEMPLATE = (
     "<|vision_start|><|video_pad|><|vision_end|>"
     "{% elif 'text' in content %}{{ content['text'] }}{% endif %}{% endfor %}<|im_end|>\n"
     "{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-#: (width, height): grids (4, 6) and (10, 8) patches, 6 and 20 tokens
-SIZES = [(90, 60), (100, 150)]
-GRIDS = [(4, 6), (10, 8)]
+#: (width, height): grids (4, 6) and (10, 6) patches, 6 and 15 tokens; the second's 60
+#: patches run in a graph of 64 (one merged block of padding)
+SIZES = [(90, 60), (84, 140)]
+GRIDS = [(4, 6), (10, 6)]
 #: the text model as transformers' Qwen2 reads it (tests/reference_qwen25vl.forward)
 REF_TEXT = {**TEXT, "rope_theta": 10000.0, "mrope_section": SECTIONS}
 
@@ -234,10 +235,10 @@ def test_preprocessing_as_the_processor(folder, reference_images):
 @pytest.mark.parametrize("backend", ["reference", "cpu"])
 def test_tower_matches_numpy(folder, reference_images, backend):
     """The tower's merged rows, windows cut short at the grids' edges, on the oracle and
-    cpu, one compiled graph per grid."""
+    cpu, one compiled graph per grid, the second's patches padded."""
     from poot import plugin
     from poot.models.loader import open_model
-    from poot.models.vision.qwen25vl import Qwen25Encoder
+    from poot.models.vision.qwen25vl import Qwen25Encoder, padded
 
     parts = open_model(str(folder[0]))[0].vision
     b = plugin.get_backend(backend)
@@ -247,6 +248,7 @@ def test_tower_matches_numpy(folder, reference_images, backend):
         assert got.shape == (grid[0] * grid[1] // 4, BASE["hidden_size"])
         assert rel_err(got, want) < 1e-4
     assert sorted(enc.executors) == sorted(GRIDS)
+    assert [padded(h * w, 4) for h, w in GRIDS] == [24, 64]
 
 
 def test_prompt_positions():
@@ -254,7 +256,7 @@ def test_prompt_positions():
     text after it from the largest before plus one; the shift of what follows."""
     from poot.models.mrope import positions
 
-    ids = [1, 2, START] + [IMAGE] * 6 + [END, 3, START] + [IMAGE] * 20 + [END, 4, 5]
+    ids = [1, 2, START] + [IMAGE] * 6 + [END, 3, START] + [IMAGE] * 15 + [END, 4, 5]
     starts = [3, 3 + 6 + 3]
     got, shift = positions(len(ids), list(zip(starts, GRIDS)), 2)
     want = ref.rope_index(ids, IMAGE, GRIDS)
@@ -282,7 +284,7 @@ def test_text_logits_with_images(folder, models, reference_images, backend, coun
     want_text = ("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
                  f"<|im_start|>user\n{blocks}What is this?<|im_end|>\n<|im_start|>assistant\n")
     assert ids == model.tokenizer.encode(want_text, add_special=False)
-    assert [len(p) for p in positions] == [6, 20][:count]
+    assert [len(p) for p in positions] == [6, 15][:count]
     assert [i for i, t in enumerate(ids) if t == IMAGE] == sum(positions, [])
     rows = [r for _, _, r in reference_images[:count]]
     pos3, _ = prompt_positions(len(ids), positions, grids, 2)
@@ -335,7 +337,7 @@ def test_generate_and_poot_run_with_two_images(folder, capsys):
     m = poot.load(str(path), "reference", max_seq=160, prefill_tokens=16)
     chat = ImageChat(m)
     ids, hosted, spans, pos3, shift = chat._prompt("Describe both.", images, None)
-    assert spans == {} and len(hosted) == 26 and shift < 0
+    assert spans == {} and len(hosted) == 21 and shift < 0
     answer: list[int] = []
     for k in range(4):
         after = np.tile(np.arange(len(ids), len(ids) + k) + shift, (3, 1))

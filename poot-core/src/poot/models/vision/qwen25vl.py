@@ -9,6 +9,12 @@ of `window_units` units a side (the last row and column of windows cut short), a
 transformers reorders them; the host permutes the patches' rows into that order before the
 graph and the merged rows back after it (`window_order`), both cheap row copies.
 
+A graph's kernels are compiled for its patch count, so the count is padded up to one of a
+few sizes per octave (`padded`): grids of one padded count share their kernels, their
+window and rotary tables being consts of each grid's graph. The padding patches (zeros)
+form a window of their own and see only each other, so the image's patches never see them
+and their rows, dropped at the end, stay finite.
+
 Each block: RMSNorm, attention with one q|k|v projection (biases) and 2-D rotary positions
 (the first half of each rotated pair turns by the patch's row, the second by its column,
 over head_dim/4 frequencies each), non-causal within a window (or, in `full_blocks`, over
@@ -31,6 +37,20 @@ from poot.models.vision.siglip import PIXELS, declarer, f32
 
 #: compiled tower graphs an encoder keeps, one per image grid
 CACHED_GRIDS = 8
+#: padded patch counts: 2^k times one of these (up to a quarter of the compute wasted)
+STEPS = (4, 5, 6, 7)
+
+
+def padded(n: int, unit: int) -> int:
+    """The patch count a graph of n patches is built for: the least 2^k x STEPS[i] / 4 at
+    or above n that `unit` (merge x merge) divides."""
+    size = unit
+    while True:
+        for step in STEPS:
+            m = -(-size * step // 4 // unit) * unit
+            if m >= n:
+                return m
+        size *= 2
 
 
 def window_order(grid_h: int, grid_w: int, merge: int, units: int) -> tuple[np.ndarray, np.ndarray]:
@@ -68,17 +88,22 @@ def rotary_angles(config, grid_h: int, grid_w: int) -> np.ndarray:
 
 
 def tables(config, grid_h: int, grid_w: int) -> dict[str, np.ndarray]:
-    """The host arrays a grid's graph binds, in window order: rope.cos / rope.sin
-    [N, head_dim/2] and window [N] (each patch's window id); and the row orders `patches`
-    [N] (patch rows into window order) and `merged` [N/merge^2] (the graph's merged rows
-    back into the image's order)."""
+    """The host arrays a grid's graph binds, in window order and padded to P patches:
+    rope.cos / rope.sin [P, head_dim/2] (the padding's angle 0), window [P] (each patch's
+    window id, the padding's one more) and image [P] (0, the padding's 1); and the row
+    orders `patches` [N] (patch rows into window order) and `merged` [N/merge^2] (the
+    graph's first merged rows back into the image's order)."""
     units, window = window_order(grid_h, grid_w, config.merge, config.window_units)
     rows = patch_rows(grid_h, grid_w, config.merge, units)
-    angles = rotary_angles(config, grid_h, grid_w)[rows]
     k = config.merge * config.merge
+    n = len(rows)
+    pad = padded(n, k) - n
+    angles = np.pad(rotary_angles(config, grid_h, grid_w)[rows], ((0, pad), (0, 0)))
+    ids = np.repeat(window, k)
     return {"rope.cos": np.cos(angles).astype(np.float32),
             "rope.sin": np.sin(angles).astype(np.float32),
-            "window": np.repeat(window, k).astype(np.int32),
+            "window": np.pad(ids, (0, pad), constant_values=ids.max() + 1).astype(np.int32),
+            "image": np.pad(np.zeros(n, np.int32), (0, pad), constant_values=1),
             "patches": rows, "merged": np.argsort(units)}
 
 
@@ -88,18 +113,20 @@ def _label(grid_h: int, grid_w: int, name: str) -> str:
 
 def build_tower(config, weights, grid_h: int, grid_w: int) -> Graph:
     """The traced graph of one image of grid_h x grid_w patches, its patch rows in window
-    order [N, patch_values] through slot `vision.pixels`, to its merged rows in window order
-    [N/merge^2, text_dim]; `weights` a WeightSource of the "vision." names."""
+    order padded to P (`padded`) [P, patch_values] through slot `vision.pixels`, to its
+    merged rows in window order, the padding's last [P/merge^2, text_dim]; `weights` a
+    WeightSource of the "vision." names."""
     from poot import ops
     from poot.ir.types import SlotKind
     from poot.plugin import manager
     from poot.tracer import trace
 
     c = config
-    n, d, hd, heads = grid_h * grid_w, c.hidden, c.head_dim, c.heads
-    if grid_h % c.merge or grid_w % c.merge or not n:
+    d, hd, heads = c.hidden, c.head_dim, c.heads
+    if grid_h % c.merge or grid_w % c.merge or not grid_h * grid_w:
         raise BindError(f"an image grid of {grid_h} x {grid_w} patches does not divide into "
                         f"{c.merge} x {c.merge} merged blocks")
+    n = padded(grid_h * grid_w, c.merge * c.merge)
 
     def encode():
         declare = declarer(weights)
@@ -118,12 +145,15 @@ def build_tower(config, weights, grid_h: int, grid_w: int) -> Graph:
         cos, sin = (ops.const((n, hd // 2), DType.F32, _label(grid_h, grid_w, k))
                     for k in ("rope.cos", "rope.sin"))
         where = ops.iota((n,), 0)
-        ids = ops.const((n,), DType.I32, _label(grid_h, grid_w, "window"))
-        same = ops.mul(ops.ge(ops.reshape(ids, (n, 1)), ops.reshape(ids, (1, n))),
-                       ops.ge(ops.reshape(ids, (1, n)), ops.reshape(ids, (n, 1))))
-        windowed = ops.select(same, 0.0, float("-inf"), dtype=DType.F32)           # [N, N]
-        whole = ops.select(ops.ge(ops.iota((1, n), 1), 0), 0.0, float("-inf"),
-                           dtype=DType.F32)                                        # [1, N]
+
+        def same(name):
+            """Additive mask [P, P]: 0 where two patches have one id, -inf elsewhere."""
+            ids = ops.const((n,), DType.I32, _label(grid_h, grid_w, name))
+            q, k = ops.reshape(ids, (n, 1)), ops.reshape(ids, (1, n))
+            return ops.select(ops.mul(ops.ge(q, k), ops.ge(k, q)), 0.0, float("-inf"),
+                              dtype=DType.F32)
+
+        windowed, whole = same("window"), same("image")
 
         def rotated(y):
             return ops.transpose(ops.rope_partial(y, cos, sin, where, tokens_first=True),
@@ -172,8 +202,8 @@ class Qwen25Encoder:
         t0 = time.perf_counter()
         graph = build_tower(self.config, self.weights, *grid)
         host = tables(self.config, *grid)
-        consts = {**self.weights.arrays,
-                  **{_label(*grid, k): host[k] for k in ("rope.cos", "rope.sin", "window")}}
+        consts = {**self.weights.arrays, **{_label(*grid, k): host[k] for k in
+                                            ("rope.cos", "rope.sin", "window", "image")}}
         ex = Executor(plan(poot.compile(graph, self.target), self.target), consts)
         self.executors[grid] = ex
         self.orders[grid] = {k: host[k] for k in ("patches", "merged")}
@@ -194,7 +224,9 @@ class Qwen25Encoder:
                             f"{list(patches.shape)}")
         ex = self._executor((gh, gw))
         order = self.orders[(gh, gw)]
+        rows = np.zeros((padded(gh * gw, c.merge * c.merge), c.patch_values), np.float32)
+        rows[:gh * gw] = patches[order["patches"]]
         t0 = time.perf_counter()
-        out = ex.step({PIXELS: np.ascontiguousarray(patches[order["patches"]])}).result
+        out = ex.step({PIXELS: rows}).result
         self.seconds = time.perf_counter() - t0
         return np.asarray(out, np.float32)[order["merged"]]
