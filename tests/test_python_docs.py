@@ -35,6 +35,7 @@ def test_every_example_runs(smollm2_gguf):
                 raise AssertionError(f"example {n + 1} failed:\n{code}") from exc
     printed = out.getvalue()
     assert "Paris" in printed and "Berlin" in printed, printed
+    assert "\n''\n" in printed, printed        # the raw question's empty answer
     assert printed.count("PromptError") + printed.count("RequestError") + \
         printed.count("SamplingError") == 3, printed
 
