@@ -65,8 +65,8 @@ TEMPLATE = (
     "<|vision_start|><|video_pad|><|vision_end|>"
     "{% elif 'text' in content %}{{ content['text'] }}{% endif %}{% endfor %}<|im_end|>\n"
     "{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-#: (width, height): grids (4, 6) and (10, 6) patches, 6 and 15 tokens; the second's 60
-#: patches run in a graph of 64 (one merged block of padding)
+#: (width, height): grids (4, 6) and (10, 6) patches, 6 and 15 tokens: 2 and 6 windows of
+#: 2 x 2 merged blocks, 3 of them cut short
 SIZES = [(90, 60), (84, 140)]
 GRIDS = [(4, 6), (10, 6)]
 #: the text model as transformers' Qwen2 reads it (tests/reference_qwen25vl.forward)
@@ -235,10 +235,11 @@ def test_preprocessing_as_the_processor(folder, reference_images):
 @pytest.mark.parametrize("backend", ["reference", "cpu"])
 def test_tower_matches_numpy(folder, reference_images, backend):
     """The tower's merged rows, windows cut short at the grids' edges, on the oracle and
-    cpu, one compiled graph per grid, the second's patches padded."""
+    cpu, one compiled graph per grid: windows cut short padded to their 16 patches, and
+    the count of windows to a quarter octave (a window all padding)."""
     from poot import plugin
     from poot.models.loader import open_model
-    from poot.models.vision.qwen25vl import Qwen25Encoder, padded
+    from poot.models.vision.qwen25vl import Qwen25Encoder, layout, padded
 
     parts = open_model(str(folder[0]))[0].vision
     b = plugin.get_backend(backend)
@@ -248,7 +249,12 @@ def test_tower_matches_numpy(folder, reference_images, backend):
         assert got.shape == (grid[0] * grid[1] // 4, BASE["hidden_size"])
         assert rel_err(got, want) < 1e-4
     assert sorted(enc.executors) == sorted(GRIDS)
-    assert [padded(h * w, 4) for h, w in GRIDS] == [24, 64]
+    assert [len(layout(parts.config, *g)["image"]) for g in GRIDS] == [32, 96]
+    assert [padded(n) for n in (1, 2, 3, 5, 6, 9, 11, 15)] == [1, 2, 3, 5, 6, 10, 12, 16]
+    # 9 windows (6 x 6 blocks) run in a graph of 10, the last all padding
+    x = np.random.default_rng(1).standard_normal((12 * 12, 1176)).astype(np.float32)
+    assert len(layout(parts.config, 12, 12)["image"]) == 10 * 16
+    assert rel_err(enc.encode(x, (12, 12)), ref.tower(folder[2], VISION, x, (12, 12))) < 1e-4
 
 
 def test_prompt_positions():

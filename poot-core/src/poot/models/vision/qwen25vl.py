@@ -4,16 +4,18 @@ An image of grid_h x grid_w patches comes in as the processor flattens it
 (poot.models.vision.qwen25vl_preprocess): one row of channels x frames x patch x patch
 values per patch, each merge x merge block of patches consecutive. The patch embedding (a
 Conv3d whose stride is its kernel) is one contraction with the kernel read as a matrix.
-The blocks see the patches in window order: the blocks of merged units grouped by windows
-of `window_units` units a side (the last row and column of windows cut short), as
-transformers reorders them; the host permutes the patches' rows into that order before the
-graph and the merged rows back after it (`window_order`), both cheap row copies.
 
-A graph's kernels are compiled for its patch count, so the count is padded up to one of a
-few sizes per octave (`padded`): grids of one padded count share their kernels, their
-window and rotary tables being consts of each grid's graph. The padding patches (zeros)
-form a window of their own and see only each other, so the image's patches never see them
-and their rows, dropped at the end, stay finite.
+The blocks see the patches window by window, as transformers reorders them: the merged
+blocks grouped by windows of `window_units` blocks a side (the last row and column of
+windows cut short). Here every window has room for its whole `window_units`^2 blocks (a
+window cut short is padded), and the count of windows is padded up to one of a few sizes
+per octave (`padded`), so the windowed blocks attend window by window in one batched
+attention over [windows, heads, window patches], and grids of one padded window count
+share their compiled kernels (their rotary and layout tables are each graph's consts). The
+host lays the patches' rows out so before the graph and takes the merged rows of the image
+back in its order after it (`layout`): row copies. Padding patches are zeros that see only
+padding (within a window, and in the full-attention blocks), so the image's patches never
+see them and their rows, dropped at the end, stay finite.
 
 Each block: RMSNorm, attention with one q|k|v projection (biases) and 2-D rotary positions
 (the first half of each rotated pair turns by the patch's row, the second by its column,
@@ -37,23 +39,24 @@ from poot.models.vision.siglip import PIXELS, declarer, f32
 
 #: compiled tower graphs an encoder keeps, one per image grid
 CACHED_GRIDS = 8
-#: padded patch counts: 2^k times one of these (up to a quarter of the compute wasted)
+#: padded window counts: 2^k times one of these quarters (up to a quarter more work)
 STEPS = (4, 5, 6, 7)
 
 
-def padded(n: int, unit: int) -> int:
-    """The patch count a graph of n patches is built for: the least 2^k x STEPS[i] / 4 at
-    or above n that `unit` (merge x merge) divides."""
-    size = unit
+def padded(n: int) -> int:
+    """The window count a graph of n windows is built for: the least 2^k x STEPS[i] / 4
+    at or above n."""
+    size = 1
     while True:
         for step in STEPS:
-            m = -(-size * step // 4 // unit) * unit
+            m = -(-size * step // 4)
             if m >= n:
                 return m
         size *= 2
 
 
-def window_order(grid_h: int, grid_w: int, merge: int, units: int) -> tuple[np.ndarray, np.ndarray]:
+def window_order(grid_h: int, grid_w: int, merge: int, units: int
+                 ) -> tuple[np.ndarray, np.ndarray]:
     """(merged units in window order, each one's window id): windows of `units` x `units`
     merged units row by row, the units of each row by row; a grid that does not divide
     ends in narrower windows."""
@@ -68,13 +71,6 @@ def window_order(grid_h: int, grid_w: int, merge: int, units: int) -> tuple[np.n
     return np.asarray(order, np.int64), np.asarray(window, np.int64)
 
 
-def patch_rows(grid_h: int, grid_w: int, merge: int, units: np.ndarray) -> np.ndarray:
-    """The patch rows (in the processor's order: merge x merge blocks consecutive) of the
-    merged units `units`, each unit's patches in order."""
-    k = merge * merge
-    return (np.asarray(units)[:, None] * k + np.arange(k)).reshape(-1)
-
-
 def rotary_angles(config, grid_h: int, grid_w: int) -> np.ndarray:
     """Angles [grid_h*grid_w, head_dim/2] (float64) of each patch in the processor's order:
     its row's over the first head_dim/4 frequencies, its column's over the rest."""
@@ -87,24 +83,29 @@ def rotary_angles(config, grid_h: int, grid_w: int) -> np.ndarray:
     return np.concatenate([np.outer(rows.reshape(-1), inv), np.outer(cols.reshape(-1), inv)], 1)
 
 
-def tables(config, grid_h: int, grid_w: int) -> dict[str, np.ndarray]:
-    """The host arrays a grid's graph binds, in window order and padded to P patches:
-    rope.cos / rope.sin [P, head_dim/2] (the padding's angle 0), window [P] (each patch's
-    window id, the padding's one more) and image [P] (0, the padding's 1); and the row
-    orders `patches` [N] (patch rows into window order) and `merged` [N/merge^2] (the
-    graph's first merged rows back into the image's order)."""
+def layout(config, grid_h: int, grid_w: int) -> dict[str, np.ndarray]:
+    """The host arrays of a grid's graph, in the padded window layout of P = windows x
+    window patches: rope.cos / rope.sin [P, head_dim/2] (the padding's angle 0) and image
+    [P] (1 on the padding, 0 on the image's patches); `to` [N] (where each patch row of
+    the processor's order goes) and `merged` [N/merge^2] (the graph's merged row of each
+    of the image's blocks, in its order)."""
     units, window = window_order(grid_h, grid_w, config.merge, config.window_units)
-    rows = patch_rows(grid_h, grid_w, config.merge, units)
-    k = config.merge * config.merge
-    n = len(rows)
-    pad = padded(n, k) - n
-    angles = np.pad(rotary_angles(config, grid_h, grid_w)[rows], ((0, pad), (0, 0)))
-    ids = np.repeat(window, k)
+    k, per = config.merge * config.merge, config.window_units ** 2
+    first = np.searchsorted(window, window)                 # each window's first block
+    slot = window * per + np.arange(len(units)) - first     # each block's place
+    size = padded(int(window.max()) + 1) * per * k
+    to = np.empty(len(units) * k, np.int64)
+    to[(units[:, None] * k + np.arange(k)).reshape(-1)] = \
+        (slot[:, None] * k + np.arange(k)).reshape(-1)
+    angles = np.zeros((size, config.head_dim // 2))
+    angles[to] = rotary_angles(config, grid_h, grid_w)
+    image = np.ones(size, np.int32)
+    image[to] = 0
+    merged = np.empty(len(units), np.int64)
+    merged[units] = slot
     return {"rope.cos": np.cos(angles).astype(np.float32),
             "rope.sin": np.sin(angles).astype(np.float32),
-            "window": np.pad(ids, (0, pad), constant_values=ids.max() + 1).astype(np.int32),
-            "image": np.pad(np.zeros(n, np.int32), (0, pad), constant_values=1),
-            "patches": rows, "merged": np.argsort(units)}
+            "image": image, "to": to, "merged": merged}
 
 
 def _label(grid_h: int, grid_w: int, name: str) -> str:
@@ -112,10 +113,10 @@ def _label(grid_h: int, grid_w: int, name: str) -> str:
 
 
 def build_tower(config, weights, grid_h: int, grid_w: int) -> Graph:
-    """The traced graph of one image of grid_h x grid_w patches, its patch rows in window
-    order padded to P (`padded`) [P, patch_values] through slot `vision.pixels`, to its
-    merged rows in window order, the padding's last [P/merge^2, text_dim]; `weights` a
-    WeightSource of the "vision." names."""
+    """The traced graph of one image of grid_h x grid_w patches, its patch rows in the
+    padded window layout (`layout`) [P, patch_values] through slot `vision.pixels`, to the
+    merged rows of that layout [P/merge^2, text_dim]; `weights` a WeightSource of the
+    "vision." names."""
     from poot import ops
     from poot.ir.types import SlotKind
     from poot.plugin import manager
@@ -126,7 +127,10 @@ def build_tower(config, weights, grid_h: int, grid_w: int) -> Graph:
     if grid_h % c.merge or grid_w % c.merge or not grid_h * grid_w:
         raise BindError(f"an image grid of {grid_h} x {grid_w} patches does not divide into "
                         f"{c.merge} x {c.merge} merged blocks")
-    n = padded(grid_h * grid_w, c.merge * c.merge)
+    _, window = window_order(grid_h, grid_w, c.merge, c.window_units)
+    per = c.window_units ** 2 * c.merge * c.merge           # patches a window
+    w = padded(int(window.max()) + 1)
+    n = w * per
 
     def encode():
         declare = declarer(weights)
@@ -145,30 +149,40 @@ def build_tower(config, weights, grid_h: int, grid_w: int) -> Graph:
         cos, sin = (ops.const((n, hd // 2), DType.F32, _label(grid_h, grid_w, k))
                     for k in ("rope.cos", "rope.sin"))
         where = ops.iota((n,), 0)
+        image = ops.const((n,), DType.I32, _label(grid_h, grid_w, "image"))
 
-        def same(name):
-            """Additive mask [P, P]: 0 where two patches have one id, -inf elsewhere."""
-            ids = ops.const((n,), DType.I32, _label(grid_h, grid_w, name))
-            q, k = ops.reshape(ids, (n, 1)), ops.reshape(ids, (1, n))
+        def same(ids, lead):
+            """Additive mask lead + [1, S, S] of ids lead + [S]: 0 where the query and
+            the key are both the image's or both padding, -inf elsewhere."""
+            m = ids.shape[-1]
+            q, k = ops.reshape(ids, lead + (1, m, 1)), ops.reshape(ids, lead + (1, 1, m))
             return ops.select(ops.mul(ops.ge(q, k), ops.ge(k, q)), 0.0, float("-inf"),
                               dtype=DType.F32)
 
-        windowed, whole = same("window"), same("image")
+        whole = ops.reshape(same(image, ()), (n, n))                        # [P, P]
+        windowed = same(ops.reshape(image, (w, per)), (w,))                 # [W, 1, S, S]
 
-        def rotated(y):
-            return ops.transpose(ops.rope_partial(y, cos, sin, where, tokens_first=True),
-                                 (1, 0, 2))                                        # [H, N, hd]
+        def heads_first(y, full):
+            """[P, H, hd] -> [H, P, hd] (full) or [W, H, S, hd]."""
+            if full:
+                return ops.transpose(y, (1, 0, 2))
+            return ops.transpose(ops.reshape(y, (w, per, heads, hd)), (0, 2, 1, 3))
+
+        def rows(o, full):
+            """heads_first's inverse, flattened to [P, hidden]."""
+            o = ops.transpose(o, (1, 0, 2) if full else (0, 2, 1, 3))
+            return ops.reshape(o, (n, d))
 
         for i in range(c.layers):
             p = f"vision.blocks.{i}."
+            full = i in c.full_blocks
             qkv = ops.reshape(linear(norm(x, p + "norm1"), p + "attn.qkv"), (n, 3, heads, hd))
             q, k, v = (ops.reshape(ops.slice_axis(qkv, 1, j, j + 1), (n, heads, hd))
                        for j in range(3))
-            mask = whole if i in c.full_blocks else windowed
-            o = ops.attention_masked(rotated(q), rotated(k), ops.transpose(v, (1, 0, 2)),
-                                     mask, hd ** -0.5)                              # [H, N, hd]
-            x = ops.add(x, linear(ops.reshape(ops.transpose(o, (1, 0, 2)), (n, d)),
-                                  p + "attn.proj"))
+            q, k = (ops.rope_partial(y, cos, sin, where, tokens_first=True) for y in (q, k))
+            o = ops.attention_masked(*(heads_first(y, full) for y in (q, k, v)),
+                                     whole if full else windowed, hd ** -0.5)
+            x = ops.add(x, linear(rows(o, full), p + "attn.proj"))
             h = norm(x, p + "norm2")
             x = ops.add(x, linear(ops.swiglu(linear(h, p + "mlp.gate_proj"),
                                              linear(h, p + "mlp.up_proj")), p + "mlp.down_proj"))
@@ -201,12 +215,12 @@ class Qwen25Encoder:
             return self.executors[grid]
         t0 = time.perf_counter()
         graph = build_tower(self.config, self.weights, *grid)
-        host = tables(self.config, *grid)
+        host = layout(self.config, *grid)
         consts = {**self.weights.arrays, **{_label(*grid, k): host[k] for k in
-                                            ("rope.cos", "rope.sin", "window", "image")}}
+                                            ("rope.cos", "rope.sin", "image")}}
         ex = Executor(plan(poot.compile(graph, self.target), self.target), consts)
         self.executors[grid] = ex
-        self.orders[grid] = {k: host[k] for k in ("patches", "merged")}
+        self.orders[grid] = {k: host[k] for k in ("to", "merged", "image")}
         while len(self.executors) > CACHED_GRIDS:
             old, _ = self.executors.popitem(last=False)
             self.orders.pop(old, None)
@@ -224,8 +238,8 @@ class Qwen25Encoder:
                             f"{list(patches.shape)}")
         ex = self._executor((gh, gw))
         order = self.orders[(gh, gw)]
-        rows = np.zeros((padded(gh * gw, c.merge * c.merge), c.patch_values), np.float32)
-        rows[:gh * gw] = patches[order["patches"]]
+        rows = np.zeros((len(order["image"]), c.patch_values), np.float32)
+        rows[order["to"]] = patches
         t0 = time.perf_counter()
         out = ex.step({PIXELS: rows}).result
         self.seconds = time.perf_counter() - t0
