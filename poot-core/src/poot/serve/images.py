@@ -91,9 +91,9 @@ def fetch(url: str, where: str) -> bytes:
 
 
 def grids(tokens, parts: list[ImagePart]) -> list[tuple[int, int]]:
-    """Each image's tile or crop grid (poot.models.vision.chat.image_grids), read from the
-    header of its bytes where the model cuts its images (Idefics3's tiles, Gemma 3's pan and
-    scan): its prompt's length depends on it, so such a model takes no remote image, whose
+    """Each image's tile, crop or patch grid (poot.models.vision.chat.image_grids), read from
+    the header of its bytes where the model cuts or sizes its images (Idefics3's tiles,
+    Gemma 3's pan and scan, Qwen2.5-VL's grids): its prompt's length depends on it, so such a model takes no remote image, whose
     bytes come only once the request is queued."""
     from poot.models.vision.chat import image_grids
 
@@ -102,8 +102,8 @@ def grids(tokens, parts: list[ImagePart]) -> list[tuple[int, int]]:
         remote = next((p for p in parts if p.data is None), None)
         if remote is not None:
             raise RequestError(f"{remote.name}: this model cuts its images into tiles or "
-                               f"crops, and its prompt depends on their sizes: send them as "
-                               f"base64 data URLs",
+                               f"crops, or sizes their grids, and its prompt depends on their "
+                               f"sizes: send them as base64 data URLs",
                                param=remote.name)
     return image_grids(tokens, [(p.data, p.name) for p in parts])
 

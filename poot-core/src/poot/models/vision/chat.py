@@ -239,9 +239,10 @@ class ImageChat:
 
         vision = getattr(model.checkpoint, "vision", None)
         if vision is None:
-            raise RequestError(f"{model.checkpoint.path} has no vision tower (a Gemma 3 or "
-                               f"Idefics3 HF folder has vision_config in config.json; a GGUF "
-                               f"takes its vision projector GGUF with --mmproj)")
+            raise RequestError(f"{model.checkpoint.path} has no vision tower (a Gemma 3, "
+                               f"Idefics3 or Qwen2.5-VL HF folder has vision_config in "
+                               f"config.json; a GGUF takes its vision projector GGUF with "
+                               f"--mmproj)")
         if model.kv != "dense" or model.tp is not None:
             raise RequestError("images are fed through a dense KV cache on one rank; drop "
                                "--kv paged and --tp")
