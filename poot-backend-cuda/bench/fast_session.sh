@@ -115,7 +115,8 @@ for part in $PARTS; do
       grep -E 'Error|error' "$OUT/decode.log" | cut -c1-200 | tail -6 ;;
     prefill)
       timeout -k 5 "$lim" bash -c "cd $B && python3 llama_gpu.py --shapes 8b \
-        --formats $FORMATS --precision exact,fast --prefill $PREFILL --check-layers 0" \
+        --formats $FORMATS --precision exact,fast --prefill $PREFILL --check-layers 0 \
+        --profile none" \
         >"$OUT/prefill.log" 2>&1
       rc=$?
       grep -E 'Error|error' "$OUT/prefill.log" | cut -c1-200 | tail -6 ;;

@@ -130,14 +130,15 @@ def tuning(variant: dict, features) -> tuple:
 
 
 def homes_of(variant: dict) -> dict:
-    """The module of each schedule constant of `variant` (none of the contraction
-    schedule's fields, `tuning`): poot.codegen.lower.reduce, attention or planes
-    (ROW_HELD, KEYS, PLANE_MIN_ROWS, ...)."""
-    from poot.codegen.lower import attention, planes, reduce
+    """The modules holding each schedule constant of `variant` (none of the contraction
+    schedule's fields, `tuning`): poot.codegen.lower.reduce, attention, planes, wgmma or
+    mma (ROW_HELD, KEYS, PLANE_MIN_ROWS, MIN_ROWS, ...); a name that several import
+    (MIN_ROWS: mma's, read by wgmma too) is set in each."""
+    from poot.codegen.lower import attention, mma, planes, reduce, wgmma
 
-    homes = {k: next((m for m in (reduce, attention, planes) if hasattr(m, k)), None)
+    homes = {k: [m for m in (reduce, attention, planes, wgmma, mma) if hasattr(m, k)]
              for k in variant}
-    unknown = [k for k, m in homes.items() if m is None]
+    unknown = [k for k, m in homes.items() if not m]
     if unknown:
         raise SystemExit(f"unknown schedule constants {unknown}")
     return homes
@@ -151,15 +152,16 @@ def planned(compiled, backend, device, variant: dict | None = None):
     t0 = time.perf_counter()
     schedule, rest = tuning(variant or {}, backend.features(device))
     homes = homes_of(rest)
-    defaults = {k: getattr(homes[k], k) for k in rest}
+    defaults = {(k, m): getattr(m, k) for k in rest for m in homes[k]}
     try:
         for k, v in rest.items():
-            setattr(homes[k], k, v)
+            for m in homes[k]:
+                setattr(m, k, v)
         with scheduled(backend, schedule):  # lowerings shared by signature: made anew
             p = plan(compiled, (backend, device))
     finally:
-        for k, v in defaults.items():
-            setattr(homes[k], k, v)
+        for (k, m), v in defaults.items():
+            setattr(m, k, v)
     print(f"  planned: {len(p.steps)} steps in {time.perf_counter() - t0:.1f} s", flush=True)
     return p
 
@@ -250,10 +252,10 @@ def bench_shape(shape: str, fmt: str, variants, runtime, backend, device, timer,
 
 
 def bench_prefill(shape: str, fmt: str, tokens: list[int], variants, runtime, backend,
-                  device, timer, precisions=("exact",)) -> list[tuple]:
+                  device, timer, precisions=("exact",), do_profile=False) -> list[tuple]:
     """Prefill steps of each of `tokens` tokens (from position 0, the head on the last):
     tok/s of the replayed step at each precision and under each schedule variant, over
-    the same weights."""
+    the same weights; `do_profile`: each step's launches timed alone, by kind."""
     config = shape_config(shape)
     rows = []
     for (stack, off), group in stacked_groups(variants):
@@ -277,6 +279,8 @@ def bench_prefill(shape: str, fmt: str, tokens: list[int], variants, runtime, ba
                              f"{kernels} kernels", ""))
                 summary(label, f"{t / ms * 1e3:.1f} tok/s ({ms:.2f} ms a step, "
                         f"{kernels} kernels)")
+                if do_profile and variant is group[0]:
+                    rows += profile(ex, timer, ms, label)
                 exe._graph = None
                 del ex
     return rows
@@ -413,7 +417,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default="8b,1b")
     ap.add_argument("--formats", default="bf16,Q4_0,Q4_K")
-    ap.add_argument("--profile", default="8b", help="shapes whose step is profiled")
+    ap.add_argument("--profile", default="8b",
+                    help="shapes whose step (decode, or each --prefill step) is profiled")
     ap.add_argument("--check-layers", type=int, default=2,
                     help="layers of the reduced 8B shape checked against the reference (0: no)")
     ap.add_argument("--variants", default="",
@@ -463,7 +468,8 @@ def main() -> int:
         for fmt in formats:
             try:
                 rows += bench_prefill(shape, fmt, prefill, variants, runtime, backend, device,
-                                      timer, precisions) if prefill else \
+                                      timer, precisions, shape in args.profile.split(",")) \
+                    if prefill else \
                     bench_shape(shape, fmt, variants, runtime, backend, device, timer,
                                 copy_gbs, shape in args.profile.split(","), precisions)
             except Exception as e:  # noqa: BLE001 - one broken variant must not hide others

@@ -69,12 +69,14 @@ extern "C" __global__ void poot_bench_fill(unsigned char* __restrict__ dst,
 
 
 def shape_config(name: str, layers: int | None = None, max_seq: int = 1024) -> LlamaConfig:
-    """The Llama-3-8B or Llama-3.2-1B shape (`layers` overrides the depth)."""
+    """The Llama-3-8B, Llama-3.2-1B or SmolLM2-135M shape (`layers` overrides the depth)."""
     shapes = {
         "8b": dict(vocab=128256, dim=4096, layers=32, heads=32, kv_heads=8, head_dim=128,
                    ffn=14336, tied=False),
         "1b": dict(vocab=128256, dim=2048, layers=16, heads=32, kv_heads=8, head_dim=64,
                    ffn=8192, tied=True),
+        "smollm2": dict(vocab=49152, dim=576, layers=30, heads=9, kv_heads=3, head_dim=64,
+                        ffn=1536, tied=True),
     }
     kw = dict(shapes[name])
     if layers is not None:
