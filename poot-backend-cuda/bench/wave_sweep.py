@@ -125,11 +125,12 @@ def main():
     summary("copy ceiling", f"{copy_gbs:.0f} GB/s, {sms} SMs")
     variants = parse_variants(args.variants)
     homes = homes_of({name: 0 for v in variants for name in tuning(v, FEATURES)[1]})
-    defaults = {name: getattr(homes[name], name) for name in homes}
+    defaults = {name: getattr(homes[name][0], name) for name in homes}
     for variant in variants:
         schedule, rest = tuning(variant, FEATURES)
         for name, value in {**defaults, **rest}.items():
-            setattr(homes[name], name, value)
+            for module in homes[name]:
+                setattr(module, name, value)
         tag = f" {variant_label(variant)}" if variant else ""
         for shape in args.shapes.split(","):
             fmt, nk = shape.split(":")
