@@ -1,8 +1,9 @@
 """SmolLM2-135M decoding four sequences at once from one paged KV pool on the cpu backend:
 ms per batched decode step with the tree's attention ("now") against the attention before
-the rows kernel read per-sequence masks and q8_0 caches ("before": a paged batch's
-attention on the shared lowering, a q8_0 cache dequantized to f32 first). One mode per
-process (a process keeps the lowering of each signature it made first).
+the rows kernel read pools, per-sequence masks and q8_0 caches ("before": the pool rows
+gathered and transposed into f32 or f16 copies, attention over them on the shared lowering,
+a q8_0 cache dequantized to f32 first). One mode per process (a process keeps the lowering
+of each signature it made first).
 
 Prints the median and min wall ms of the steps after the first five, the median process
 CPU ms (steadier on a shared machine, with OMP_NUM_THREADS=1), and a digest of the greedy
@@ -14,12 +15,14 @@ tokens.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import statistics
 import time
 
 import poot
 import poot_cpu.attention as rows_kernel
+import poot_cpu.backend
 from poot.compiler.passes import attention
 from poot.compiler.view import NoMatch
 
@@ -28,9 +31,16 @@ BATCH = 4
 
 
 def as_before() -> None:
-    """The cpu's attention as it was: no per-sequence mask in the rows kernel, no fold of a
-    q8_0 cache's dequantization."""
-    taken = rows_kernel.mask_batches
+    """The cpu's attention as it was: no PagedAttention, no per-sequence mask in the rows
+    kernel, no fold of a q8_0 cache's dequantization."""
+    taken, table = rows_kernel.mask_batches, poot_cpu.backend.table
+
+    def without_paged(device, formats):
+        t = table(device, formats)
+        return dataclasses.replace(t, ops={k: v for k, v in t.ops.items()
+                                           if k != "PagedAttention"})
+
+    poot_cpu.backend.table = without_paged
 
     def off(*args):
         raise NoMatch("the fold is off for this measurement")

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from poot.dtypes import DType
 from poot.errors import UnsupportedOp
-from poot.ir.ops import Q8_BLOCK, Attention, Q8KVAttention
+from poot.ir.ops import Q8_BLOCK, Attention, PagedAttention, Q8KVAttention
 from poot.ir.types import TensorType
 from poot_cpu import compiler
 from poot_cpu.attention import attention_program
@@ -37,7 +37,8 @@ def _run_op(op, ins, flags=compiler.FLAGS):
     fn = compiler.load(src, flags).run
     fn.argtypes = [ctypes.c_void_p] * n
     o = np.zeros(out.shape, np.float32)
-    fn(*(np.ascontiguousarray(x).ctypes.data for x in ins), o.ctypes.data)
+    held = [np.ascontiguousarray(x) for x in ins]      # alive through the call
+    fn(*(x.ctypes.data for x in held), o.ctypes.data)
     return o
 
 
@@ -136,3 +137,21 @@ def test_q8_0_attention_the_kernel_cannot_read_is_refused_by_name(cpu_backend):
     op = Q8KVAttention(0.25)
     with pytest.raises(UnsupportedOp, match="Q8KVAttention.*mask"):
         attention_program(op, types, op.infer(types), HostCPrinter())
+
+
+@pytest.mark.parametrize("kv", [DType.F32, DType.F16])
+def test_pool_rows_read_through_the_slot_map_give_the_gathered_bits(cpu_backend, kv):
+    """PagedAttention reads each sequence's pool rows through its slot map: the bits of the
+    kernel over the gathered [B, Hkv, S, D] copy, on the AVX2 path and the plain loops."""
+    rng = np.random.default_rng(11)
+    b, s = 3, 21
+    q = rng.standard_normal((b, 4, 2, 64)).astype(np.float32)
+    k, v = (rng.standard_normal((40, 2, 64)).astype(kv.numpy) for _ in range(2))
+    smap = rng.integers(0, 40, (b, s)).astype(np.int32)
+    mask = np.where(rng.random((b, 1, 1, 2, s)) < 0.3, -np.inf, 0.0).astype(np.float32)
+    mask[..., 0] = 0.0
+    mask[1, ..., 9:] = -np.inf                  # a shorter sequence
+    kg, vg = (x[smap].transpose(0, 2, 1, 3) for x in (k, v))
+    for flags in (compiler.FLAGS, compiler.FLAGS + ("-mno-avx2",)):
+        assert np.array_equal(_run_op(PagedAttention(0.125), [q, k, v, smap, mask], flags),
+                              _run(q, kg, vg, mask, 0.125, flags))

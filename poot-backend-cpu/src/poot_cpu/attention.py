@@ -17,9 +17,11 @@ each element widened exactly as it is loaded, so the result is the f32 kernel's 
 widened keys), or, for Q8KVAttention, q8_0 codes and scales (each element dequantized as it
 is loaded, f32(code) * scale as the definition's chain rounds it); a mask of [T, S] rows
 shared by every head (its leading axes 1, or a paged batch's per-sequence rows: its
-batch axes q's trailing leading axes); k and v leading axes equal to q's or all 1; S at
-most MAX_S (score rows on the stack; Q8KVAttention, which has no shared lowering, puts
-longer ones on the heap). Any other Attention takes the shared lowering; any other
+batch axes q's trailing leading axes); k and v leading axes equal to q's or all 1, or, for
+PagedAttention, pools [P, Hkv, D] whose rows each sequence reads through its slot map (no
+gathered copy: only the live range of a sequence's slots is touched); S at most MAX_S
+(score rows on the stack; Q8KVAttention, which has no shared lowering, puts longer ones on
+the heap). Any other Attention or PagedAttention takes the shared lowering; any other
 Q8KVAttention is refused at plan time.
 """
 from __future__ import annotations
@@ -31,7 +33,7 @@ from poot.codegen.program import OUT, Access, BufferParam, KernelProgram
 from poot.dtypes import DType
 from poot.errors import UnsupportedOp
 from poot.ir.graph import Lit
-from poot.ir.ops import Q8_BLOCK, Attention, Q8KVAttention
+from poot.ir.ops import Q8_BLOCK, Attention, PagedAttention, Q8KVAttention
 from poot.kernel_backend import CompiledProgram
 
 from poot_cpu.kernels import built_kernel
@@ -57,18 +59,44 @@ KV_LOADS = {
 }
 
 
+#: each op's operand names, in order (the C function's parameters, then its output o)
+OPERANDS = {Attention: ("q", "k", "v", "mask"),
+            PagedAttention: ("q", "k", "v", "smap", "mask"),
+            Q8KVAttention: ("q", "k", "ks", "v", "vs", "mask")}
+#: where row j of the keys (values alike) and of their q8 scales lie: a dense block per
+#: (leading index, kv head), or a pool row named by the sequence's slot map
+DENSE_ROWS = """\
+#define KROW(j) (k + (kh * S + (size_t)(j)) * D)
+#define VROW(j) (v + (vh * S + (size_t)(j)) * DV)
+#define KSROW(j) SROW(ks, kh * S + (size_t)(j), D)
+#define VSROW(j) SROW(vs, vh * S + (size_t)(j), DV)
+"""
+POOL_ROWS = """\
+#define KROW(j) (k + ((size_t)sm[j] * HKV + kh) * D)
+#define VROW(j) (v + ((size_t)sm[j] * HKV + vh) * DV)
+#define KSROW(j) SROW(ks, (size_t)sm[j] * HKV + kh, D)
+#define VSROW(j) SROW(vs, (size_t)sm[j] * HKV + vh, DV)
+"""
+
+
 def attention_program(op, ins, out, printer) -> CompiledProgram | None:
-    if not isinstance(op, (Attention, Q8KVAttention)) or any(isinstance(x, Lit) for x in ins):
+    names = OPERANDS.get(type(op))
+    if names is None or any(isinstance(x, Lit) for x in ins):
         return None
-    q8 = isinstance(op, Q8KVAttention)
-    q, k, ks, v, vs, mask = ins if q8 else (ins[0], ins[1], None, ins[2], None, ins[3])
+    x = dict(zip(names, ins, strict=True))
+    q, k, v, mask = x["q"], x["k"], x["v"], x["mask"]
+    q8, paged = isinstance(op, Q8KVAttention), isinstance(op, PagedAttention)
     if q.dtype is not F32 or mask.dtype is not F32 or k.dtype is not v.dtype or \
             k.dtype not in KV_LOADS or (k.dtype is I8) is not q8:
         return None
     *lead, hq, t, d = q.shape
-    hkv, s, dv = k.shape[-3], k.shape[-2], v.shape[-1]
+    if paged:       # pools [P, Hkv, D]: each sequence reads its rows through its slot map
+        hkv, s, dv = k.shape[1], x["smap"].shape[1], v.shape[2]
+        kv_lead = [True, True]
+    else:
+        hkv, s, dv = k.shape[-3], k.shape[-2], v.shape[-1]
+        kv_lead = [lead_mode(rows, lead) for rows in (k, v)]
     batches = mask_batches(mask, lead)
-    kv_lead = [lead_mode(x, lead) for x in (k, v)]
     if (s > MAX_S and not q8) or batches is None or None in kv_lead:
         if not q8:
             return None
@@ -83,20 +111,23 @@ def attention_program(op, ins, out, printer) -> CompiledProgram | None:
     rows = math.prod(lead) * hq * t
     name = Sig(op, tuple(ins), out).name + "_rows"
     kvt, widen, widen8 = KV_LOADS[k.dtype]
-    scales = "const float* restrict {}s, " if q8 else ""
-    src = SOURCE.format(name=name, kvt=kvt, widen=widen, widen8=widen8,
-                        kscales=scales.format("k"), vscales=scales.format("v"),
+    params = ", ".join(
+        f"const {kvt if n in ('k', 'v') else 'int' if n == 'smap' else 'float'}* restrict {n}"
+        for n in names)
+    src = SOURCE.format(name=name, widen=widen, widen8=widen8, params=params,
+                        rowdefs=POOL_ROWS if paged else DENSE_ROWS,
+                        slot_rows="const int* restrict sm = smap + (size_t)l * S;" if paged
+                        else "", kvt=kvt,
                         srow=f"((p) + (j) * ((n) / {Q8_BLOCK}))" if q8 else "((const float*)0)",
                         rows=rows, hq=hq, t=t, d=d, hkv=hkv, s=s, dv=dv,
                         g=hq // hkv, klead=int(kv_lead[0]), vlead=int(kv_lead[1]),
                         mt=mask_t, ms=mask_s, mbn=batches, mls=ms[0] * ms[1],
                         scores="float (*sc)[S] = malloc(sizeof(float[QT][S]));" if heap else
                         "float sc[QT][S];", free="free(sc);" if heap else "",
-                        scale=repr(float(op.scale)) + "f",
+                        dense=int(not paged), scale=repr(float(op.scale)) + "f",
                         lanes=LANES, qt=max(1, min(QUERY_ROWS, t, SCORE_BYTES // (4 * s))))
-    names = ("q", "k", "ks", "v", "vs", "mask") if q8 else ("q", "k", "v", "mask")
-    bufs = tuple(BufferParam(n, x.dtype, Access.READ, x.size, i)
-                 for i, (n, x) in enumerate(zip(names, ins, strict=True))) + (
+    bufs = tuple(BufferParam(n, a.dtype, Access.READ, a.size, i)
+                 for i, (n, a) in enumerate(zip(names, ins, strict=True))) + (
         BufferParam("o", F32, Access.WRITE, out.size, OUT),)
     kernel = built_kernel(name, src, bufs)
     return CompiledProgram(KernelProgram((kernel.kernel,)), (kernel,), printer.device)
@@ -131,8 +162,7 @@ SOURCE = """\
 #define KV(r, s, i) {widen}
 #define KV8(r, s, i) {widen8}
 #define SROW(p, j, n) {srow}
-static void {name}(const float* restrict q, const {kvt}* restrict k, {kscales}
-                   const {kvt}* restrict v, {vscales}const float* restrict mask,
+{rowdefs}static void {name}({params},
                    float* restrict o) {{
   enum {{ ROWS = {rows}, HQ = {hq}, T = {t}, D = {d}, HKV = {hkv}, S = {s}, DV = {dv},
           G = {g}, KLEAD = {klead}, VLEAD = {vlead}, MT = {mt}, MS = {ms}, L = {lanes},
@@ -142,12 +172,10 @@ static void {name}(const float* restrict q, const {kvt}* restrict k, {kscales}
   for (int tile = 0; tile < TILES; ++tile) {{
     const int t0 = tile % TT * QT, h = tile / TT % HQ, l = tile / (TT * HQ);
     const int nq = T - t0 < QT ? T - t0 : QT;
-    const size_t kh = (size_t)(KLEAD ? l : 0) * HKV + h / G;
-    const size_t vh = (size_t)(VLEAD ? l : 0) * HKV + h / G;
-    const {kvt}* kb = k + kh * S * D;
-    const {kvt}* vb = v + vh * S * DV;
-    const float* ksb = SROW(ks, kh * S, D);     /* the heads' q8 scales (q8_0 only) */
-    const float* vsb = SROW(vs, vh * S, DV);
+    /* the kv head's row block (dense), or its row within each pool slot (paged) */
+    const size_t kh = (size_t)(KLEAD ? l : 0) * HKV * {dense} + h / G;
+    const size_t vh = (size_t)(VLEAD ? l : 0) * HKV * {dense} + h / G;
+    {slot_rows}
     const float* qr[QT];
     const float* mr[QT];
     for (int i = 0; i < QT; ++i) {{    /* rows past T repeat the last; they are not stored */
@@ -183,8 +211,8 @@ static void {name}(const float* restrict q, const {kvt}* restrict k, {kscales}
       for (int i = 0; i < nq; ++i) {{
         __m256 part[8], lane[8];
         for (int u = 0; u < 8; ++u) {{
-          const {kvt}* kr = kb + (size_t)(j + u) * D;
-          const float* ksr = SROW(ksb, j + u, D);
+          const {kvt}* kr = KROW(j + u);
+          const float* ksr = KSROW(j + u);
           __m256 a = _mm256_setzero_ps();
           for (int e = 0; e < D; e += L)
             a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_loadu_ps(qr[i] + e),
@@ -203,8 +231,8 @@ static void {name}(const float* restrict q, const {kvt}* restrict k, {kscales}
     }}
 #endif
     for (; j < hi; ++j) {{
-      const {kvt}* kr = kb + (size_t)j * D;
-      const float* ksr = SROW(ksb, j, D);
+      const {kvt}* kr = KROW(j);
+      const float* ksr = KSROW(j);
       for (int i = 0; i < nq; ++i) {{
         const float mk = mr[i][j * MS];
         if (mk == -INFINITY) {{ sc[i][j] = -INFINITY; continue; }}
@@ -234,8 +262,8 @@ static void {name}(const float* restrict q, const {kvt}* restrict k, {kscales}
       for (int e = 0; e < DV; ++e) acc[i][e] = 0.0f;
     }}
     for (int j = lo; j < hi; ++j) {{
-      const {kvt}* vr = vb + (size_t)j * DV;
-      const float* vsr = SROW(vsb, j, DV);
+      const {kvt}* vr = VROW(j);
+      const float* vsr = VSROW(j);
       for (int i = 0; i < nq; ++i) {{
         if (dead[i] || mr[i][j * MS] == -INFINITY) continue;
         const float p = sc[i][j] / den[i];
@@ -259,6 +287,10 @@ static void {name}(const float* restrict q, const {kvt}* restrict k, {kscales}
 #undef KV
 #undef KV8
 #undef SROW
+#undef KROW
+#undef VROW
+#undef KSROW
+#undef VSROW
 """
 
 __all__ = ["attention_program"]

@@ -28,10 +28,6 @@ NOTES = {
                 "subnormals kept",
 }
 
-#: composites the cpu leaves to the ops they stand for, and why
-WITHOUT = {"PagedAttention": "attention runs poot_cpu.attention's row builder, which reads "
-                             "dense K and V: paged steps gather the pool rows first"}
-
 
 def dtype_uses() -> dict[DType, Use]:
     return device_uses(full=(D.F32, D.I32, D.U32, D.F16), held=(D.BF16,), narrow=NARROW_INTS,
@@ -44,5 +40,5 @@ def table(device: str, formats: frozenset) -> CapabilityTable:
     # the contraction of q8 rows runs poot_cpu.gemv's byte dot products, attention over a
     # q8_0 cache poot_cpu.attention's row builder (program_for)
     own = {"Q8PackedContraction": q8_formats(formats), "Q8KVAttention": {D.I8}}
-    return kernel_table("cpu", device, dtype_uses(), formats, without=WITHOUT, own=own,
+    return kernel_table("cpu", device, dtype_uses(), formats, own=own,
                         notes=NOTES)
