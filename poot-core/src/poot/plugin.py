@@ -26,13 +26,15 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: the plugins poot-core ships: entry point name -> module (the reference backend, and the
 #: owners of slot roles: the LoRA adapter index, the expert map, the in-graph sampler,
-#: hosted embedding rows, a vision tower's pixels, M-RoPE's positions)
+#: hosted embedding rows, a vision tower's pixels, M-RoPE's positions, Qwen2.5-VL's tower's
+#: rotary tables and padding)
 BUILTIN = {"poot.reference-backend": "poot.backends.reference",
            "poot.lora": "poot.models.lora", "poot.expert-pool": "poot.models.expert_pool",
            "poot.sampler": "poot.models.sample_graph",
            "poot.hosted-rows": "poot.models.hosted_rows",
            "poot.vision-pixels": "poot.models.vision.siglip",
-           "poot.mrope": "poot.models.mrope"}
+           "poot.mrope": "poot.models.mrope",
+           "poot.qwen25vl-tower": "poot.models.vision.qwen25vl"}
 #: what each list-returning hook's items must be, for the broken-plugin report
 _ITEM = {"poot_backends": (Backend, "a Backend"), "poot_slot_roles": (SlotKind, "a SlotKind")}
 

@@ -1,4 +1,4 @@
-"""Qwen2.5-VL's vision tower traced through poot.ops, one graph per image grid.
+"""Qwen2.5-VL's vision tower traced through poot.ops, one graph per padded window count.
 
 An image of grid_h x grid_w patches comes in as the processor flattens it
 (poot.models.vision.qwen25vl_preprocess): one row of channels x frames x patch x patch
@@ -10,12 +10,15 @@ blocks grouped by windows of `window_units` blocks a side (the last row and colu
 windows cut short). Here every window has room for its whole `window_units`^2 blocks (a
 window cut short is padded), and the count of windows is padded up to one of a few sizes
 per octave (`padded`), so the windowed blocks attend window by window in one batched
-attention over [windows, heads, window patches], and grids of one padded window count
-share their compiled kernels (their rotary and layout tables are each graph's consts). The
-host lays the patches' rows out so before the graph and takes the merged rows of the image
-back in its order after it (`layout`): row copies. Padding patches are zeros that see only
-padding (within a window, and in the full-attention blocks), so the image's patches never
-see them and their rows, dropped at the end, stay finite.
+attention over [windows, heads, window patches], and every grid of one padded window count
+runs the same graph: what depends on the grid comes in through slots, its rotary cos/sin
+per patch (`vision.rope`) and which patches are padding (`vision.padding`), roles this
+module owns and declares through the `poot_slot_roles` hook. The host lays the patches'
+rows out so before the graph and takes the merged rows of the image back in its order
+after it (`layout`): row copies. Padding patches are zeros that see only padding (within a
+window, and in the full-attention blocks), so the image's patches never see them and their
+rows, dropped at the end, stay finite. The graphs share one weight cache: the weights are
+uploaded once.
 
 Each block: RMSNorm, attention with one q|k|v projection (biases) and 2-D rotary positions
 (the first half of each rotated pair turns by the patch's row, the second by its column,
@@ -35,10 +38,27 @@ import numpy as np
 from poot.dtypes import DType
 from poot.errors import BindError
 from poot.ir.graph import Graph
+from poot.ir.types import SlotKind
 from poot.models.vision.siglip import PIXELS, declarer, f32
+from poot.plugin import hookimpl
 
-#: compiled tower graphs an encoder keeps, one per image grid
-CACHED_GRIDS = 8
+OWNER = "poot.models.vision.qwen25vl"
+#: slots: the rotary cos and sin of each patch [P, head_dim/2], and 1 for each padding
+#: patch (0 for the image's) [P]
+ROPE, PADDING = "vision.rope", "vision.padding"
+COS, SIN = "vision.rope_cos", "vision.rope_sin"
+#: compiled tower graphs an encoder keeps, one per padded window count
+CACHED_GRAPHS = 8
+
+
+def roles() -> list[SlotKind]:
+    return [SlotKind(ROPE, DType.F32, None, None, owner=OWNER),
+            SlotKind(PADDING, DType.I32, 0, 2, owner=OWNER)]
+
+
+@hookimpl
+def poot_slot_roles():
+    return roles()
 #: padded window counts: 2^k times one of these quarters (up to a quarter more work)
 STEPS = (4, 5, 6, 7)
 
@@ -83,17 +103,24 @@ def rotary_angles(config, grid_h: int, grid_w: int) -> np.ndarray:
     return np.concatenate([np.outer(rows.reshape(-1), inv), np.outer(cols.reshape(-1), inv)], 1)
 
 
+def windows(config, grid_h: int, grid_w: int) -> int:
+    """The padded window count of the graph a grid runs in."""
+    mh, mw = grid_h // config.merge, grid_w // config.merge
+    u = config.window_units
+    return padded(-(-mh // u) * -(-mw // u))
+
+
 def layout(config, grid_h: int, grid_w: int) -> dict[str, np.ndarray]:
-    """The host arrays of a grid's graph, in the padded window layout of P = windows x
-    window patches: rope.cos / rope.sin [P, head_dim/2] (the padding's angle 0) and image
-    [P] (1 on the padding, 0 on the image's patches); `to` [N] (where each patch row of
-    the processor's order goes) and `merged` [N/merge^2] (the graph's merged row of each
-    of the image's blocks, in its order)."""
+    """A grid's slots and orders in the padded window layout of P = windows x window
+    patches: COS / SIN [P, head_dim/2] (the padding's angle 0) and PADDING [P] (1 on the
+    padding, 0 on the image's patches); `to` [N] (where each patch row of the processor's
+    order goes) and `merged` [N/merge^2] (the graph's merged row of each of the image's
+    blocks, in its order)."""
     units, window = window_order(grid_h, grid_w, config.merge, config.window_units)
     k, per = config.merge * config.merge, config.window_units ** 2
     first = np.searchsorted(window, window)                 # each window's first block
     slot = window * per + np.arange(len(units)) - first     # each block's place
-    size = padded(int(window.max()) + 1) * per * k
+    size = windows(config, grid_h, grid_w) * per * k
     to = np.empty(len(units) * k, np.int64)
     to[(units[:, None] * k + np.arange(k)).reshape(-1)] = \
         (slot[:, None] * k + np.arange(k)).reshape(-1)
@@ -103,33 +130,22 @@ def layout(config, grid_h: int, grid_w: int) -> dict[str, np.ndarray]:
     image[to] = 0
     merged = np.empty(len(units), np.int64)
     merged[units] = slot
-    return {"rope.cos": np.cos(angles).astype(np.float32),
-            "rope.sin": np.sin(angles).astype(np.float32),
-            "image": image, "to": to, "merged": merged}
+    return {COS: np.cos(angles).astype(np.float32), SIN: np.sin(angles).astype(np.float32),
+            PADDING: image, "to": to, "merged": merged}
 
 
-def _label(grid_h: int, grid_w: int, name: str) -> str:
-    return f"qwen25vl.{grid_h}x{grid_w}.{name}"
-
-
-def build_tower(config, weights, grid_h: int, grid_w: int) -> Graph:
-    """The traced graph of one image of grid_h x grid_w patches, its patch rows in the
-    padded window layout (`layout`) [P, patch_values] through slot `vision.pixels`, to the
-    merged rows of that layout [P/merge^2, text_dim]; `weights` a WeightSource of the
-    "vision." names."""
+def build_tower(config, weights, w: int) -> Graph:
+    """The traced graph of an image laid out in `w` windows (`layout`): its patch rows
+    [P, patch_values] through slot `vision.pixels`, its rotary cos and sin and padding
+    through COS, SIN and PADDING, to the merged rows of the layout [P/merge^2, text_dim];
+    `weights` a WeightSource of the "vision." names."""
     from poot import ops
-    from poot.ir.types import SlotKind
     from poot.plugin import manager
     from poot.tracer import trace
 
     c = config
     d, hd, heads = c.hidden, c.head_dim, c.heads
-    if grid_h % c.merge or grid_w % c.merge or not grid_h * grid_w:
-        raise BindError(f"an image grid of {grid_h} x {grid_w} patches does not divide into "
-                        f"{c.merge} x {c.merge} merged blocks")
-    _, window = window_order(grid_h, grid_w, c.merge, c.window_units)
     per = c.window_units ** 2 * c.merge * c.merge           # patches a window
-    w = padded(int(window.max()) + 1)
     n = w * per
 
     def encode():
@@ -142,14 +158,13 @@ def build_tower(config, weights, grid_h: int, grid_w: int) -> Graph:
         def norm(x, name):
             return ops.rms_norm(x, declare(name + ".weight"), c.eps)
 
-        manager()  # loads the plugins, which declare the pixels' role
+        manager()  # loads the plugins, this one included, which declare the roles
         x = ops.slot(SlotKind.get(PIXELS), (n, c.patch_values), PIXELS)
         kernel = ops.reshape(declare("vision.patch_embed.proj.weight"), (d, c.patch_values))
         x = ops.linear(x, kernel)
-        cos, sin = (ops.const((n, hd // 2), DType.F32, _label(grid_h, grid_w, k))
-                    for k in ("rope.cos", "rope.sin"))
+        cos, sin = (ops.slot(SlotKind.get(ROPE), (n, hd // 2), name) for name in (COS, SIN))
         where = ops.iota((n,), 0)
-        image = ops.const((n,), DType.I32, _label(grid_h, grid_w, "image"))
+        image = ops.slot(SlotKind.get(PADDING), (n,), PADDING)
 
         def same(ids, lead):
             """Additive mask lead + [1, S, S] of ids lead + [S]: 0 where the query and
@@ -190,40 +205,38 @@ def build_tower(config, weights, grid_h: int, grid_w: int) -> Graph:
         y = ops.reshape(norm(x, "vision.merger.ln_q"), (n // k2, k2 * d))
         return linear(ops.gelu_erf(linear(y, "vision.merger.mlp.0")), "vision.merger.mlp.2")
 
-    return trace(encode, name=f"qwen25vl_{grid_h}x{grid_w}_{c.layers}l")
+    return trace(encode, name=f"qwen25vl_{w}windows_{c.layers}l")
 
 
 class Qwen25Encoder:
-    """The tower compiled for (backend, device) per image grid (the last CACHED_GRIDS
-    kept); `encode(patches, grid)` runs one image."""
+    """The tower compiled for (backend, device) per padded window count (the last
+    CACHED_GRAPHS kept, sharing one weight cache); `encode(patches, grid)` runs one
+    image."""
 
     def __init__(self, config, weights, backend, device):
         self.config, self.weights, self.target = config, weights, (backend, device)
-        self.executors: OrderedDict[tuple[int, int], object] = OrderedDict()
-        self.orders: dict[tuple[int, int], dict] = {}
-        #: seconds of the last image's run (its grid's setup apart), and of that setup
+        self.executors: OrderedDict[int, object] = OrderedDict()
+        self.cache = None                  # the weights, bound once for every graph
+        #: seconds of the last image's run (its graph's setup apart), and of that setup
         self.seconds = 0.0
         self.setup_seconds = 0.0
 
-    def _executor(self, grid: tuple[int, int]):
+    def _executor(self, w: int):
         import poot
         from poot.plan import plan
         from poot.runtime.executor import Executor
 
-        if grid in self.executors:
-            self.executors.move_to_end(grid)
-            return self.executors[grid]
+        if w in self.executors:
+            self.executors.move_to_end(w)
+            return self.executors[w]
         t0 = time.perf_counter()
-        graph = build_tower(self.config, self.weights, *grid)
-        host = layout(self.config, *grid)
-        consts = {**self.weights.arrays, **{_label(*grid, k): host[k] for k in
-                                            ("rope.cos", "rope.sin", "image")}}
-        ex = Executor(plan(poot.compile(graph, self.target), self.target), consts)
-        self.executors[grid] = ex
-        self.orders[grid] = {k: host[k] for k in ("to", "merged", "image")}
-        while len(self.executors) > CACHED_GRIDS:
-            old, _ = self.executors.popitem(last=False)
-            self.orders.pop(old, None)
+        graph = build_tower(self.config, self.weights, w)
+        ex = Executor(plan(poot.compile(graph, self.target), self.target),
+                      self.weights.arrays, weights=self.cache)
+        self.cache = ex.weights
+        self.executors[w] = ex
+        while len(self.executors) > CACHED_GRAPHS:
+            self.executors.popitem(last=False)
         self.setup_seconds = time.perf_counter() - t0
         return ex
 
@@ -232,15 +245,18 @@ class Qwen25Encoder:
         [grid_h*grid_w, patch_values] (the processor's order), in the image's order."""
         c, (gh, gw) = self.config, grid
         patches = np.asarray(patches, np.float32)
+        if gh % c.merge or gw % c.merge or not gh * gw:
+            raise BindError(f"an image grid of {gh} x {gw} patches does not divide into "
+                            f"{c.merge} x {c.merge} merged blocks")
         if patches.shape != (gh * gw, c.patch_values):
             raise BindError(f"the vision tower takes {gh * gw} patch rows of "
                             f"{c.patch_values} values for a {gh} x {gw} grid, got "
                             f"{list(patches.shape)}")
-        ex = self._executor((gh, gw))
-        order = self.orders[(gh, gw)]
-        rows = np.zeros((len(order["image"]), c.patch_values), np.float32)
-        rows[order["to"]] = patches
+        ex = self._executor(windows(c, gh, gw))
+        slots = layout(c, gh, gw)
+        rows = np.zeros((len(slots[PADDING]), c.patch_values), np.float32)
+        rows[slots["to"]] = patches
         t0 = time.perf_counter()
-        out = ex.step({PIXELS: rows}).result
+        out = ex.step({PIXELS: rows, **{k: slots[k] for k in (COS, SIN, PADDING)}}).result
         self.seconds = time.perf_counter() - t0
-        return np.asarray(out, np.float32)[order["merged"]]
+        return np.asarray(out, np.float32)[slots["merged"]]
