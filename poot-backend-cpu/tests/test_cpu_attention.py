@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from poot.dtypes import DType
 from poot.errors import UnsupportedOp
-from poot.ir.ops import Q8_BLOCK, Attention, PagedAttention, Q8KVAttention
+from poot.ir.ops import Q8_BLOCK, Attention, PagedAttention, PagedQ8KVAttention, Q8KVAttention
 from poot.ir.types import TensorType
 from poot_cpu import compiler
 from poot_cpu.attention import attention_program
@@ -155,3 +155,9 @@ def test_pool_rows_read_through_the_slot_map_give_the_gathered_bits(cpu_backend,
     for flags in (compiler.FLAGS, compiler.FLAGS + ("-mno-avx2",)):
         assert np.array_equal(_run_op(PagedAttention(0.125), [q, k, v, smap, mask], flags),
                               _run(q, kg, vg, mask, 0.125, flags))
+    if kv is DType.F32:          # q8_0 pools: codes and scales read through the slot map
+        (kc, ks, _), (vc, vs, _) = _q8(rng, (40, 2, 64)), _q8(rng, (40, 2, 64))
+        rows = [x[smap].transpose(0, 2, 1, 3) for x in (kc, ks, vc, vs)]
+        assert np.array_equal(
+            _run_op(PagedQ8KVAttention(0.125), [q, kc, ks, vc, vs, smap, mask]),
+            _run_op(Q8KVAttention(0.125), [q, *rows, mask]))

@@ -175,7 +175,8 @@ def test_attention_reads_16_bit_keys_as_their_f32_widening(kv, rand, rng):
 
 def test_q8_kv_attention_is_the_f32_attention_over_its_dequantized_rows(rand, rng):
     """Q8KVAttention over q8_0 codes and scales (a q8_0 KV cache read in place) is Attention
-    over f32(code) * scale, bit for bit; its operands are checked by name."""
+    over f32(code) * scale, bit for bit, and PagedQ8KVAttention is it over the pools' rows
+    gathered through the slot map; the operands are checked by name."""
     q, mask = rand((4, 3, 64)), causal64(3, 3, 7, None)
     codes = [rng.integers(-127, 128, (2, 7, 64)).astype(np.int8) for _ in range(2)]
     scales = [(rng.random((2, 7, 2)) * 0.05).astype(np.float32) for _ in range(2)]
@@ -184,6 +185,14 @@ def test_q8_kv_attention_is_the_f32_attention_over_its_dequantized_rows(rand, rn
     np.testing.assert_array_equal(
         ev(O.Q8KVAttention(0.5), q, codes[0], scales[0], codes[1], scales[1], mask),
         ev(O.Attention(0.5), q, *rows, mask))
+    pools = [rng.integers(-127, 128, (9, 2, 64)).astype(np.int8),
+             (rng.random((9, 2, 2)) * 0.05).astype(np.float32)]
+    smap, qp, mp = rng.integers(0, 9, (2, 7)).astype(np.int32), rand((2, 4, 1, 64)), \
+        np.zeros((2, 1, 1, 1, 7), np.float32)
+    gathered = [np.ascontiguousarray(x[smap].transpose(0, 2, 1, 3)) for x in pools]
+    np.testing.assert_array_equal(
+        ev(O.PagedQ8KVAttention(0.5), qp, *pools, *pools, smap, mp),
+        ev(O.Q8KVAttention(0.5), qp, *gathered, *gathered, mp))
     op, c, d = O.Q8KVAttention(0.5), T((2, 7, 64), DType.I8), T((2, 7, 2))
     with pytest.raises(ShapeError, match=r"k's scales must be \(2, 7, 2\)"):
         op.infer([T((4, 3, 64)), c, T((2, 7, 1)), c, d, T((3, 7))])

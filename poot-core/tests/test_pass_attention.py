@@ -232,18 +232,24 @@ def test_the_f16_kv_decoder_attends_over_its_cache_in_place(kv, op, ring):
     assert not widened
 
 
-@pytest.mark.parametrize("kv,ring", [("dense", False), ("dense", True), ("paged", False)])
-def test_the_q8_0_kv_decoder_attends_over_its_codes_in_place(kv, ring):
+@pytest.mark.parametrize("kv,ring,op", [("dense", False, "Q8KVAttention"),
+                                        ("dense", True, "Q8KVAttention"),
+                                        ("paged", False, "PagedQ8KVAttention")])
+def test_the_q8_0_kv_decoder_attends_over_its_codes_in_place(kv, ring, op):
     """build_decoder(kv_dtype="q8_0") compiled: every layer's attention reads the codes and
-    scales of its cache, sliding ring or gathered pool rows, and no step dequantizes a cache."""
+    scales of its cache, sliding ring or pools, and no step dequantizes a cache; without the
+    paged form, the gathered pool rows."""
     from poot.models.llama import build_decoder, random_weights, tiny_config
 
     cfg = tiny_config(dim=64, heads=2, kv_heads=1, head_dim=32, ffn=96, max_seq=24,
                       **({"window": 8, "sliding": (True, False)} if ring else {}))
     pool = {"pool_slots": 64} if kv == "paged" else {}
     st = build_decoder(cfg, random_weights(cfg), kv=kv, kv_dtype="q8_0", **pool)
-    g = poot.compile(st.graph, "reference").graph
-    att = [e for e in g.eqns() if "Attention" in e.op.name]
-    assert {e.op.name for e in att} == {"Q8KVAttention"} and len(att) == cfg.layers
-    assert not [e for e in g.eqns() if e.op.name == "Cast" and
-                g.type_of(e.inputs[0].id).dtype is DType.I8]
+    ref = get_backend("reference")
+    for target, want in ((ref, op), (LimitedBackend(ref, {"PagedQ8KVAttention"}),
+                                     "Q8KVAttention")):
+        g = poot.compile(st.graph, target).graph
+        att = [e for e in g.eqns() if "Attention" in e.op.name]
+        assert {e.op.name for e in att} == {want} and len(att) == cfg.layers
+        assert not [e for e in g.eqns() if e.op.name == "Cast" and
+                    g.type_of(e.inputs[0].id).dtype is DType.I8]

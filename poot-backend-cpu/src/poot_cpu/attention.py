@@ -14,15 +14,15 @@ NaN, as the definition gives (exp(-inf - -inf)).
 
 Taken: F32 q and mask; k and v both F32, F16 or BF16 (an f16 KV cache read in place,
 each element widened exactly as it is loaded, so the result is the f32 kernel's over the
-widened keys), or, for Q8KVAttention, q8_0 codes and scales (each element dequantized as it
-is loaded, f32(code) * scale as the definition's chain rounds it); a mask of [T, S] rows
+widened keys), or, for Q8KVAttention and PagedQ8KVAttention, q8_0 codes and scales (each
+element dequantized as it is loaded, f32(code) * scale as the definition's chain rounds it); a mask of [T, S] rows
 shared by every head (its leading axes 1, or a paged batch's per-sequence rows: its
 batch axes q's trailing leading axes); k and v leading axes equal to q's or all 1, or, for
-PagedAttention, pools [P, Hkv, D] whose rows each sequence reads through its slot map (no
+the paged ops, pools [P, Hkv, D] whose rows each sequence reads through its slot map (no
 gathered copy: only the live range of a sequence's slots is touched); S at most MAX_S
-(score rows on the stack; Q8KVAttention, which has no shared lowering, puts longer ones on
-the heap). Any other Attention or PagedAttention takes the shared lowering; any other
-Q8KVAttention is refused at plan time.
+(score rows on the stack; the q8 ops, which have no shared lowering, put longer ones on
+the heap). Any other Attention or PagedAttention takes the shared lowering; any other q8
+op is refused at plan time.
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ from poot.codegen.program import OUT, Access, BufferParam, KernelProgram
 from poot.dtypes import DType
 from poot.errors import UnsupportedOp
 from poot.ir.graph import Lit
-from poot.ir.ops import Q8_BLOCK, Attention, PagedAttention, Q8KVAttention
+from poot.ir.ops import Q8_BLOCK, Attention, PagedAttention, PagedQ8KVAttention, Q8KVAttention
 from poot.kernel_backend import CompiledProgram
 
 from poot_cpu.kernels import built_kernel
@@ -62,7 +62,8 @@ KV_LOADS = {
 #: each op's operand names, in order (the C function's parameters, then its output o)
 OPERANDS = {Attention: ("q", "k", "v", "mask"),
             PagedAttention: ("q", "k", "v", "smap", "mask"),
-            Q8KVAttention: ("q", "k", "ks", "v", "vs", "mask")}
+            Q8KVAttention: ("q", "k", "ks", "v", "vs", "mask"),
+            PagedQ8KVAttention: ("q", "k", "ks", "v", "vs", "smap", "mask")}
 #: where row j of the keys (values alike) and of their q8 scales lie: a dense block per
 #: (leading index, kv head), or a pool row named by the sequence's slot map
 DENSE_ROWS = """\
@@ -85,7 +86,8 @@ def attention_program(op, ins, out, printer) -> CompiledProgram | None:
         return None
     x = dict(zip(names, ins, strict=True))
     q, k, v, mask = x["q"], x["k"], x["v"], x["mask"]
-    q8, paged = isinstance(op, Q8KVAttention), isinstance(op, PagedAttention)
+    q8 = isinstance(op, (Q8KVAttention, PagedQ8KVAttention))
+    paged = isinstance(op, (PagedAttention, PagedQ8KVAttention))
     if q.dtype is not F32 or mask.dtype is not F32 or k.dtype is not v.dtype or \
             k.dtype not in KV_LOADS or (k.dtype is I8) is not q8:
         return None
@@ -101,9 +103,9 @@ def attention_program(op, ins, out, printer) -> CompiledProgram | None:
         if not q8:
             return None
         raise UnsupportedOp(
-            f"Q8KVAttention: the cpu row kernel takes k, v leading axes {tuple(lead)} or 1 and "
+            f"{op.name}: the cpu row kernel takes k, v leading axes {tuple(lead)} or 1 and "
             f"a mask of [T, S] rows shared by the heads; got k {k}, v {v}, mask {mask}",
-            op="Q8KVAttention", dtype=str(I8), backend="cpu", device=printer.device)
+            op=op.name, dtype=str(I8), backend="cpu", device=printer.device)
     ms = (1,) * max(0, 2 - mask.rank) + tuple(mask.shape[-2:])
     mask_t = ms[1] if ms[0] > 1 else 0       # element strides of the mask's T and S axes
     mask_s = 1 if ms[1] > 1 else 0

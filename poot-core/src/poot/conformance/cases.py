@@ -589,7 +589,8 @@ def widened_kv_cases() -> Iterator[Case]:
 def q8_kv_cases() -> Iterator[Case]:
     """An f32 query reading q8_0 keys and values directly (Q8KVAttention: a q8_0 KV cache):
     prefill with a causal mask, batched decode, decode over many keys, and a paged batch's
-    per-sequence mask over gathered rows. Codes span -127..127 with scales a cache's size;
+    per-sequence mask over gathered rows; and through slot maps from pools
+    (PagedQ8KVAttention), decode and prefill. Codes span -127..127 with scales a cache's size;
     the dequantization is exact in the definition's one rounding, so the result is held to
     f32's threshold. The case's dtype is the codes' (the deciding one)."""
     rng = np.random.default_rng(49)
@@ -618,6 +619,19 @@ def q8_kv_cases() -> Iterator[Case]:
         c = case(f"Q8KVAttention-f32q-i8kv-{name}", "Q8KVAttention", DType.I8,
                  [Arg(q), *kv(rows), *kv(rows), mask], one(O.Q8KVAttention(0.25)),
                  exact=False, growth="compose", fixed=fixed)
+        c.tol = tight
+        yield c
+    # pools of 20 slots read through slot maps: a decode batch of 3, a prefill batch of 2
+    pool = (20, 2, 32)
+    for name, q, smap, mask in (
+            ("decode-b3-gqa4x2-s13-p20", T((3, 4, 1, 32), F32), T((3, 13), I32),
+             T((3, 1, 1, 1, 13), F32)),
+            ("prefill-b2-gqa4x2-t3-s11-p20", T((2, 4, 3, 32), F32), T((2, 11), I32),
+             T((2, 1, 1, 3, 11), F32))):
+        c = case(f"PagedQ8KVAttention-f32q-i8kv-{name}", "PagedQ8KVAttention", DType.I8,
+                 [Arg(q), *kv(pool), *kv(pool), Arg(smap, ("index", 20)), Arg(mask, "small")],
+                 one(O.PagedQ8KVAttention(0.25)), exact=False, growth="compose",
+                 fixed=scales((2, pool), (4, pool)))
         c.tol = tight
         yield c
 

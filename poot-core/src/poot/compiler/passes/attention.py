@@ -18,7 +18,9 @@ target declares that form (its table's entry for the keys' dtype), so no f32 cop
 cache is made; else the casts stay and the composite reads their f32 results. Where k and v
 are each q8_dequantize of codes and scales (a q8_0 KV cache's read, poot.ops.kv_decode),
 the chain and both reads become Q8KVAttention(scale) [q, k codes, k scales, v codes,
-v scales, mask] where the target declares it; else the dequantizations stay.
+v scales, mask] where the target declares it (PagedQ8KVAttention [q, the four pools,
+slot_map, mask] where all four are pool rows read through one slot map); else the
+dequantizations stay.
 
 The policy decides (attention="never", shape limits) and the target must allow it.
 """
@@ -39,6 +41,7 @@ from poot.ir.ops import (
     Gather,
     MatMul,
     PagedAttention,
+    PagedQ8KVAttention,
     Q8KVAttention,
     Reshape,
     SinkAttention,
@@ -156,21 +159,36 @@ def sinks_of(view: GraphView, pv):
     return skip_reshape(view, view.value(top, 1)) if top.op.op is BinaryOp.Max else None
 
 
-def paged(view, scale, q, k, v, mask):
-    """PagedAttention when k and v are pool rows gathered through one slot map."""
-    reads = []
-    for x, what in ((k, "k"), (v, "v")):
+def pool_reads(view: GraphView, named) -> tuple[list, object]:
+    """(pools, slot map) of values each Transpose(Gather(pool, slot_map), (0, 2, 1, 3)) (a
+    paged read) through one slot map; `named` is (value, what) pairs; NoMatch otherwise."""
+    pools, maps = [], set()
+    for x, what in named:
         tr = view.defined_by(x, Transpose, f"{what} (a transposed paged read)")
         if tr.op.perm != (0, 2, 1, 3):
             raise NoMatch(f"{what} is transposed by {tr.op.perm}, not (0, 2, 1, 3)")
         ga = view.defined_by(view.value(tr, 0), Gather, f"{what}'s paged read")
         if ga.op.axis != 0:
             raise NoMatch(f"{what} is gathered on axis {ga.op.axis}, not 0")
-        reads.append((view.value(ga, 0), view.value(ga, 1)))
-    (kpool, kmap), (vpool, vmap) = reads
-    if kmap != vmap:
+        pools.append(view.value(ga, 0))
+        maps.add(view.value(ga, 1))
+    if len(maps) != 1:
         raise NoMatch("k and v are read through different slot maps")
-    return PagedAttention(scale), [q, kpool, vpool, kmap, mask]
+    return pools, maps.pop()
+
+
+def paged(view, scale, q, k, v, mask):
+    """PagedAttention when k and v are pool rows gathered through one slot map."""
+    (kpool, vpool), smap = pool_reads(view, ((k, "k"), (v, "v")))
+    return PagedAttention(scale), [q, kpool, vpool, smap, mask]
+
+
+def q8_paged(view, scale, q, k, v, mask):
+    """PagedQ8KVAttention when k's and v's codes and scales are all pool rows gathered
+    through one slot map."""
+    pools, smap = pool_reads(view, ((k[0], "k codes"), (k[1], "k scales"),
+                                    (v[0], "v codes"), (v[1], "v scales")))
+    return PagedQ8KVAttention(scale), [q, *pools, smap, mask]
 
 
 def candidates(view: GraphView):
@@ -184,8 +202,8 @@ def candidates(view: GraphView):
 
 def key_count(view: GraphView, op, args) -> int:
     """S: the keys each query row attends over (a paged read's slot map width)."""
-    if isinstance(op, PagedAttention):
-        return view.type_of(args[3]).shape[-1]
+    if isinstance(op, (PagedAttention, PagedQ8KVAttention)):
+        return view.type_of(args[-2]).shape[-1]
     return view.type_of(args[1]).shape[-2]
 
 
@@ -201,13 +219,13 @@ def over_limit(policy, view: GraphView, q, keys: int) -> str | None:
 
 def forms(view: GraphView, pv) -> list[tuple]:
     """(read, build) pairs in the order they are tried: a 16-bit k and v read directly,
-    q8_0 ones read directly (dense reads only), then the f32 values as they are;
-    PagedAttention before Attention."""
+    q8_0 ones read directly, then the f32 values as they are; each paged form before the
+    dense one."""
     sinks = sinks_of(view, pv)
     if sinks is not None:
         return [(read, partial(sinked, sinks=sinks)) for read in (widened, None)]
-    return [(widened, paged), (widened, plain), (dequantized, q8), (None, paged),
-            (None, plain)]
+    return [(widened, paged), (widened, plain), (dequantized, q8_paged), (dequantized, q8),
+            (None, paged), (None, plain)]
 
 
 def accepted(view: GraphView, ctx, pv):
@@ -243,7 +261,8 @@ def run(graph, ctx):
             continue
         rw.replace(root, op, args, chain)
         q = view.type_of(args[0]).shape
-        hkv = view.type_of(args[1]).shape[-2 if isinstance(op, PagedAttention) else -3]
+        paged_op = isinstance(op, (PagedAttention, PagedQ8KVAttention))
+        hkv = view.type_of(args[1]).shape[-2 if paged_op else -3]
         ctx.record.rewrote("Attention", root.out, f"{len(chain)} eqns -> {op.name} "
                            f"(T={q[-2]}, S={key_count(view, op, args)}, Hq={q[-3]}, "
                            f"Hkv={hkv})")

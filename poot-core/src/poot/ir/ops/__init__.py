@@ -39,6 +39,7 @@ from poot.ir.ops.data import ArgTopK, DynamicUpdateSlice, Gather, ScatterUpdate
 from poot.ir.ops.elementwise import Binary, BinaryOp, Cast, Iota, Select, Unary, UnaryOp
 from poot.ir.ops.quantize import (
     Q8_BLOCK,
+    PagedQ8KVAttention,
     Q8_MAX,
     Q8KVAttention,
     Q8PackedContraction,

@@ -30,8 +30,10 @@ from poot.ir.ops.composite import (
     _reshape,
     attention_chain,
 )
+from poot.ir.ops.data import Gather
 from poot.ir.ops.elementwise import Binary, BinaryOp, Cast, Unary, UnaryOp
 from poot.ir.ops.reduce import Reduce, ReduceOp
+from poot.ir.ops.shape import Transpose
 from poot.ir.types import TensorType
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -149,6 +151,37 @@ class Q8KVAttention(Composite):
         return attention_chain(b, q, q8_rows(b, kc, ks), q8_rows(b, vc, vs), mask, self.scale)
 
 
+@dataclass(frozen=True, repr=False)
+class PagedQ8KVAttention(Composite):
+    """Q8KVAttention over q8_0 pools read through each sequence's slot map (a paged q8_0 KV
+    cache read in place): operands q [B, Hq, T, D] F32, k codes [P, Hkv, D] I8, k scales
+    [P, Hkv, D/32] F32, v codes [P, Hkv, Dv] I8, v scales [P, Hkv, Dv/32] F32, slot_map
+    [B, S] I32, mask. Defined as Q8KVAttention over Transpose(Gather(x, slot_map), (0, 2,
+    1, 3)) of each of the four pools, as PagedAttention reads its pools."""
+
+    scale: float
+    arity: ClassVar[int] = 7
+    deciding: ClassVar[str] = "kv"       # the codes' dtype, I8
+    needs: ClassVar[str] = "convert"
+
+    def infer(self, ins):
+        self.check_arity(ins)
+        q, *pools, smap, mask = ins
+        self.need_dtype(smap, (DType.I32,), "slot_map")
+        if q.rank != 4 or smap.rank != 2 or smap.shape[0] != q.shape[0] or any(
+                p.rank != 3 or p.shape[:2] != pools[0].shape[:2] for p in pools):
+            self.fail("expected q [B, Hq, T, D], pools [P, Hkv, ...], slot_map [B, S]", ins)
+        (bsz, s), hkv = smap.shape, pools[0].shape[1]
+        rows = [TensorType((bsz, hkv, s, p.shape[2]), p.dtype) for p in pools]
+        return Q8KVAttention(self.scale).infer([q, *rows, mask])
+
+    def define(self, b, ins):
+        q, *pools, smap, mask = ins
+        kc, ks, vc, vs = (b.eqn(Transpose((0, 2, 1, 3)), b.eqn(Gather(0), p, smap))
+                          for p in pools)
+        return attention_chain(b, q, q8_rows(b, kc, ks), q8_rows(b, vc, vs), mask, self.scale)
+
+
 def q8_rows(b, codes, scales):
     """The f32 rows [..., D] of q8_0 codes [..., D] and their scales [..., D/32]: what a
     q8_0 KV cache's read emits (poot.ops.kv_decode)."""
@@ -157,5 +190,5 @@ def q8_rows(b, codes, scales):
                          _reshape(b, scales, lead + (d // Q8_BLOCK, 1)))
 
 
-__all__ = ["QuantizeI8", "Q8KVAttention", "Q8PackedContraction", "Q8_BLOCK", "Q8_MAX",
+__all__ = ["PagedQ8KVAttention", "QuantizeI8", "Q8KVAttention", "Q8PackedContraction", "Q8_BLOCK", "Q8_MAX",
            "q8_quantize", "q8_dequantize", "q8_round", "q8_rows"]
