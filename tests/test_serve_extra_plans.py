@@ -129,3 +129,62 @@ def test_a_constrained_request_before_the_extra_plans_is_answered_alike(checkpoi
         early.engine.close()
     idle.all_extra_made()
     assert ask(idle.engine) == answers       # the same answers once every plan exists
+
+
+def test_progress_counts_the_ready_and_the_extra_plans_apart(idle):
+    """Each line counts down its own kind to 0: the plans `ready` waits for, then the
+    extra ones (the startup line's `plans_waiting` and `extra_plans_waiting`)."""
+    idle.all_extra_made()
+    ready = [int(line.split("; ")[-1].split()[0]) for line in idle.lines
+             if line.endswith("plans to go before ready")]
+    extra = [int(line.split("; ")[-1].split()[0]) for line in idle.lines
+             if line.endswith("extra plans to go")]
+    s = idle.engine.stats()
+    assert ready == list(range(s["plans_made"] - 1, -1, -1))
+    assert extra == [3, 2, 1, 0] and s["extra_plans_waiting"] == 0
+
+
+def test_a_plain_request_is_answered_while_the_extra_plans_are_held(checkpoint):
+    """The helper's preparation of the extra plans is held inside the first one (its
+    `prepare` hook blocks): a plain request is answered meanwhile, none of them made, and
+    they follow once the helper goes on."""
+    from poot.models.runner import load
+    from poot.serve.engine import Engine
+    from poot.serve.protocol import Generation
+
+    model = load(checkpoint, "cpu", kv="paged", max_seq=128, prefill_tokens=16)
+    e = Engine(model, name="m", max_batch=2, max_queue=4, prefill_batch=1)
+    inside, go = threading.Event(), threading.Event()
+    prepare = e.extras.prepare
+
+    def held(*key):
+        inside.set()
+        assert go.wait(120)
+        return prepare(*key)
+    e.extras.prepare = held
+    e.warm(wait=True)
+    e.start()
+    try:
+        assert inside.wait(60)
+        assert e.stats()["extra_plans_waiting"] == 4
+        text, end, done = [], [], threading.Event()
+
+        def emit(event):
+            (text if event.kind == "text" else end).append(event)
+            if event.kind != "text":
+                done.set()
+        e.submit(Generation("completion", "m", e.tokenizer.encode_text("Hello"), 6), emit)
+        assert done.wait(60)
+        assert end[0].kind == "done" and end[0].completion_tokens == 6
+        s = e.stats()
+        assert s["extra_plans"] == {"host": [], "masked": []}
+        assert s["extra_plans_waiting"] == 4
+    finally:
+        go.set()
+    deadline = time.monotonic() + 60
+    while e.stats()["extra_plans_waiting"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        assert e.stats()["extra_plans"] == {"host": [1, 2], "masked": [1, 2]}
+    finally:
+        e.close()

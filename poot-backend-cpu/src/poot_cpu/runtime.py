@@ -195,6 +195,11 @@ class CpuRuntime:
     def read(self, buf: CpuBuffer, offset: int, nbytes: int) -> np.ndarray:
         return buf.array[offset:offset + nbytes].copy()
 
+    def prepare(self, plan) -> None:
+        """Build the plan's library into the kernel cache, so that its `load` only loads
+        it; it touches no buffer (Session.prepare calls it, on any thread)."""
+        compiler.build(build_step(plan).source)
+
     def load(self, plan, buffers: Mapping[str, CpuBuffer]) -> CpuExecutable:
         return CpuExecutable(self, build_step(plan), buffers)
 

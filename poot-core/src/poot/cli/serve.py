@@ -201,7 +201,9 @@ def run(args) -> int:
           + (f"speculating {how_speculating(engine)}, " if engine.speculate else "")
           + ("taking images (one image request at a time), " if engine.images else "") +
           f"loaded in {time.perf_counter() - t0:.1f} s, at {url}; warming: "
-          f"{s['plans_waiting']} plans to make (GET /ready answers 503 until they exist)",
+          f"{s['plans_waiting']} plans to make (GET /ready answers 503 until they exist), "
+          f"then {s['extra_plans_waiting']} extra ones in the background (the "
+          f"{' and '.join(s['extra_plans'])} decode plans some requests need)",
           file=sys.stderr, flush=True)
     local = "127.0.0.1" if args.host in ("0.0.0.0", "::", "") else args.host
     record = Record(model=name, file=str(model.checkpoint.path), backend=model.backend.name,

@@ -129,26 +129,46 @@ class Session:
         """The executor of the (tokens, batch) plan, planned and bound on first use; with
         `sample` ("argmax" or "full"), of the decode plan that samples in the graph; with
         SCORE, of the step whose head runs on every token (make_scoring)."""
-        key = plan_key(tokens, batch, sample)
-        ex = self.executors.get(key)
+        ex = self.executors.get(plan_key(tokens, batch, sample))
         if ex is None:
             t0 = time.perf_counter()
-            if sample is None:
-                made = self.make_graph(tokens, batch)
-            elif sample == SCORE:
-                made = (self.make_scoring or self.make_graph)(tokens, batch)
-            elif self.make_sampled is None or tokens != 1:
-                raise BindError(f"this session samples on the host: it has no {tokens}-token "
-                                f"step that samples in the graph")
-            else:
-                made = self.make_sampled(batch, sample)
-            ex = Executor(plan(self._plannable(made), self.target),
-                          self.consts, weights=self.weights, state=self.state,
-                          runtime=self.runtime if self.weights is None else None)
-            self.weights, self.state = ex.weights, ex.state
-            self.executors[key] = ex
-            if self.planned is not None:
-                self.planned(key, time.perf_counter() - t0)
+            made = self.prepare(tokens, batch, sample)
+            ex = self.bind(plan_key(tokens, batch, sample), made, time.perf_counter() - t0)
+        return ex
+
+    def prepare(self, tokens: int, batch: int, sample: str | None = None):
+        """The plan `executor` binds, made but not bound: graph built, compiled and
+        planned, and where the runtime has a `prepare` (the cpu's: the plan's library
+        built into the kernel cache) that done too. It changes nothing of the session, so
+        another thread may prepare a plan while this one steps."""
+        if sample is None:
+            made = self.make_graph(tokens, batch)
+        elif sample == SCORE:
+            made = (self.make_scoring or self.make_graph)(tokens, batch)
+        elif self.make_sampled is None or tokens != 1:
+            raise BindError(f"this session samples on the host: it has no {tokens}-token "
+                            f"step that samples in the graph")
+        else:
+            made = self.make_sampled(batch, sample)
+        planned = plan(self._plannable(made), self.target)
+        runtime = self.weights.runtime if self.weights is not None else None
+        if getattr(runtime, "prepare", None) is not None:
+            runtime.prepare(planned)
+        return planned
+
+    def bind(self, key: tuple, planned, seconds: float = 0.0) -> Executor:
+        """The executor of a `prepare`d plan under `key` (plan_key), its buffers bound
+        (the session's weights and state shared); `seconds` its preparation's, for
+        `planned`. A key already bound keeps its executor."""
+        if key in self.executors:
+            return self.executors[key]
+        t0 = time.perf_counter()
+        ex = Executor(planned, self.consts, weights=self.weights, state=self.state,
+                      runtime=self.runtime if self.weights is None else None)
+        self.weights, self.state = ex.weights, ex.state
+        self.executors[key] = ex
+        if self.planned is not None:
+            self.planned(key, seconds + time.perf_counter() - t0)
         return ex
 
     def _plannable(self, made):

@@ -62,12 +62,14 @@ A vision model's image request (poot.serve.images) runs beside the batch on a de
 of its own, one at a time: its whole prompt in one prefill step with the images' rows, then
 one decode step per turn whose logits the host samples; it holds no paged blocks.
 
-Plans are made on the loop's own thread: a turn that needs one not made yet plans it first,
-and an idle loop plans the rest in the background, smallest batch first (the order a growing
-batch needs them), then the extra plans only some requests need (`EXTRA_MODES`), so the
-server answers at once and a lone request waits only for the plans of one row (the cuda
-backend compiles each batch size's kernels; 12 decode and 3 prefill plans up front took
-two minutes).
+The plans `ready` waits for are made on the loop's own thread: a turn that needs one not
+made yet plans it first, and an idle loop plans the rest in the background, smallest batch
+first (the order a growing batch needs them), so the server answers at once and a lone
+request waits only for the plans of one row (the cuda backend compiles each batch size's
+kernels; 12 decode and 3 prefill plans up front took two minutes). The extra plans only
+some requests need (`EXTRA_MODES`) are prepared on a thread of their own once those exist
+and bound by the idle loop (poot.serve.extra_plans), so a plain request never waits for
+one.
 
 A sequence that ends (EOS, a stop string, max_tokens) or is cancelled leaves the batch in
 the same turn and frees its blocks before its client hears that it finished; its full
@@ -97,6 +99,7 @@ from poot.models.speculate import (DRAFT_TOKENS, AdaptiveK, PromptLookup, accept
 from poot.models.sample_graph import mode_for, slot_values
 from poot.models.sampling import Sampler
 from poot.runtime.session import SCORE, batch_for, plan_key
+from poot.serve.extra_plans import ExtraPlans
 from poot.serve.logits import LogitRule
 from poot.serve.metrics import QUIET
 from poot.serve.protocol import Generation, Limits
@@ -175,10 +178,10 @@ SAMPLE_MODES = ("argmax", "full")
 #: logit bias and token mask): extra plans (`EXTRA_MODES`)
 MASKED = "masked"
 #: the decode plans only some requests need, by the /stats name of each: "host" (no
-#: sampler; its logits read back, for logprobs) and MASKED. The idle loop makes them after
-#: every plan `ready` waits for, smallest batch first, so `ready` does not wait for them
-#: and a first such request seldom does; a step that needs one not made yet makes it
-#: first (the loop's own thread makes every plan, so none is made twice)
+#: sampler; its logits read back, for logprobs) and MASKED. A helper thread prepares them
+#: after every plan `ready` waits for, smallest batch first, and the idle loop binds them
+#: (poot.serve.extra_plans), so neither `ready` nor a plain request waits for them and a
+#: first such request seldom does; a step that needs one not bound yet takes it first
 EXTRA_MODES = {"host": None, "masked": MASKED}
 #: the interpreter's thread switch interval while an engine runs (seconds)
 SWITCH_S = 0.0001
@@ -304,8 +307,10 @@ class Engine:
         self._extra = {name: [plan_key(1, b, mode) for b in s.decode_batches]
                        for name, mode in EXTRA_MODES.items()
                        if mode is None or s.make_sampled is not None}
-        self._unplanned += sorted(((1, b, EXTRA_MODES[name], s) for name in self._extra
-                                   for b in s.decode_batches), key=lambda p: p[1])
+        #: their preparation beside the loop (its `prepare` is the hook tests slow down)
+        self.extras = ExtraPlans(s, sorted(((1, b, EXTRA_MODES[name]) for name in self._extra
+                                            for b in s.decode_batches), key=lambda p: p[1]),
+                                 self._cv)
         self._announced = False
         self._t0 = time.perf_counter()
         self.progress: Callable[[str], None] | None = None
@@ -317,7 +322,7 @@ class Engine:
         """Have the loop plan every prefill and decode plan while it is idle (with `wait`:
         plan those `ready` waits for now; the extra plans follow in the background), each
         run once on padding rows (a backend that records steps records it there);
-        `progress` hears one line per plan."""
+        `progress` hears one line per plan, the extra ones' once bound."""
         self.progress = progress
         while wait and not self.ready and self._plan_next():
             self._freeze()
@@ -330,8 +335,10 @@ class Engine:
 
     def _announce(self) -> None:
         """One progress line once every plan exists."""
+        if self.ready:
+            self.extras.start()        # the extra plans come after (EXTRA_MODES)
         if self.progress and not self._announced and self.ready:
-            self._announced = True     # (the extra plans come after: see EXTRA_MODES)
+            self._announced = True
             self.progress(f"ready: all {len(self._plans)} plans made, "
                           f"{time.perf_counter() - self._t0:.1f} s after the engine started "
                           f"({self.times['planning_s']:.1f} s of planning)")
@@ -359,14 +366,31 @@ class Engine:
             self._prefill_timed(batch, time.perf_counter() - t1)
         self.times["planning_s"] += took
         if self.progress:
-            extra = session is self.session and plan_key(tokens, batch, sample) in \
-                self._extra.get("host", ())
-            how = f" ({sample})" if sample else " (host logits)" if extra else ""
+            how = f" ({sample})" if sample else ""
             how += ", the draft's" if session is not self.session else ""
             self.progress(f"planned and ran the {tokens}-token x {batch} step{how} in "
-                          f"{took:.1f} s; {len(self._unplanned)} plans to go")
+                          f"{took:.1f} s; {self._waiting()} plans to go before ready")
         self._announce()
         return True
+
+    def _waiting(self) -> int:
+        """Plans `ready` waits for that are not made yet."""
+        return sum(k not in s.executors for s, k in self._plans)
+
+    def _bind_extra(self) -> None:
+        """Bind an extra plan the helper prepared and run it once on padding rows (as
+        `_plan_next` does)."""
+        bound = self.extras.bind_one()
+        if bound is None:
+            return
+        key, took = bound
+        self.session.rehearse(*key)
+        if self.progress:
+            tokens, batch, sample = key
+            how = "host logits" if sample is None else sample
+            self.progress(f"made the {tokens}-token x {batch} step ({how}), an extra plan, "
+                          f"in {took:.1f} s beside the scheduler; {self.extras.waiting} "
+                          f"extra plans to go")
 
     def _freeze(self) -> None:
         """After a new plan: collect once, then set aside everything left (the plans live
@@ -409,6 +433,7 @@ class Engine:
             self._cv.notify()
         if self._thread is not None:
             self._thread.join()
+        self.extras.close()
         if self._gc_timed in gc.callbacks:
             gc.callbacks.remove(self._gc_timed)
 
@@ -520,7 +545,8 @@ class Engine:
             "prefill_batches": list(self.session.prefill_batches),
             "prefill_widths": list(self.prefill_widths.values()),
             "plans_made": sum(k in s.executors for s, k in self._plans),
-            "plans_waiting": sum(k not in s.executors for s, k in self._plans),
+            "plans_waiting": self._waiting(),
+            "extra_plans_waiting": self.extras.waiting,
             "extra_plans": {name: [k[1] for k in keys if k in self.session.executors]
                             for name, keys in self._extra.items()},
             "ready": self.ready,
@@ -557,14 +583,15 @@ class Engine:
         while True:
             with self._cv:
                 while not (self._stopping or self._queue or self._active or self._unplanned
-                           or self._inflight or self._embeds):
+                           or self._inflight or self._embeds or self.extras.prepared):
                     self._cv.wait()
                 if self._stopping:
                     break
                 idle = not self._queue and not self._active and not self._inflight \
                     and not self._embeds
             if idle:          # nothing to serve: make the next plan (outside the lock)
-                self._plan_next()
+                if not self._plan_next():
+                    self._bind_extra()
                 self._freeze()
                 continue
             with self._cv:
@@ -804,6 +831,7 @@ class Engine:
         if any(j.rule is not None and j.rule.host for j in jobs):
             # a row's logits are wanted on the host (module logits): the step reads them
             # back, and every row of it draws on the host
+            self.extras.need((1, batch_for(self.session.decode_batches, len(jobs)), None))
             logits = self.session.decode_rows({j.id: j.last for j in jobs})
             self.times["decode_step_s"] += time.perf_counter() - t0
             self._count_step(jobs, "host")
@@ -825,6 +853,8 @@ class Engine:
             self._count_step(jobs, mode)
             return
         vocab = self.model.config.vocab
+        if mode == MASKED:
+            self.extras.need((1, batch_for(self.session.decode_batches, len(jobs)), mode))
         ids = self.session.decode_sampled(
             {j.id: j.last for j in jobs}, mode,
             lambda b: slot_values(rows, b, mode, vocab=vocab, masks=masks, biases=biases))
