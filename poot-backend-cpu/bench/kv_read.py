@@ -1,4 +1,4 @@
-"""SmolLM2-135M at the fast precision on the cpu backend: the decode step with the f16 (or
+"""SmolLM2-135M (or Gemma 3 270M) at the fast precision on the cpu backend: the decode step with the f16 (or
 q8_0) cache read in place by attention against the same step with the cache widened (or
 dequantized) to f32 first (the attention pass's fold of that read turned off), in one
 process, rounds alternating.
@@ -8,7 +8,7 @@ the process CPU time of a 64-token generate (prefill of the prompt included; ste
 wall time on a shared machine when run with OMP_NUM_THREADS=1).
 
     OMP_NUM_THREADS=1 python poot-backend-cpu/bench/kv_read.py [--max-seq 1024] [--rounds 10]
-        [--kv-dtype f16|q8_0]
+        [--kv-dtype f16|q8_0] [--model smollm2|gemma3-270m]
 """
 from __future__ import annotations
 
@@ -28,21 +28,21 @@ TOKENS = 64
 READERS = {"f16": "widened", "q8_0": "dequantized"}
 
 
-def load(fold: bool, max_seq: int, kv_dtype: str):
+def load(fold: bool, max_seq: int, kv_dtype: str, name: str):
     """The model with both steps planned, with or without the fold."""
-    name = READERS[kv_dtype]
-    reader = getattr(attention, name)
+    reader_name = READERS[kv_dtype]
+    reader = getattr(attention, reader_name)
 
     def refuse(*args):
         raise NoMatch("the fold is off for this measurement")
 
-    setattr(attention, name, reader if fold else refuse)
+    setattr(attention, reader_name, reader if fold else refuse)
     try:
-        model = poot.load("smollm2", backend="cpu", precision="fast", max_seq=max_seq,
+        model = poot.load(name, backend="cpu", precision="fast", max_seq=max_seq,
                           kv_dtype=kv_dtype)
         list(model.generate("Hello", max_tokens=2))
     finally:
-        setattr(attention, name, reader)
+        setattr(attention, reader_name, reader)
     return model
 
 
@@ -51,9 +51,10 @@ def main() -> None:
     ap.add_argument("--max-seq", type=int, default=1024)
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--kv-dtype", choices=sorted(READERS), default="f16")
+    ap.add_argument("--model", choices=("smollm2", "gemma3-270m"), default="smollm2")
     args = ap.parse_args()
-    models = {"f32 copy": load(False, args.max_seq, args.kv_dtype),
-              f"{args.kv_dtype} read": load(True, args.max_seq, args.kv_dtype)}
+    models = {"f32 copy": load(False, args.max_seq, args.kv_dtype, args.model),
+              f"{args.kv_dtype} read": load(True, args.max_seq, args.kv_dtype, args.model)}
     texts = {n: "".join(m.generate(PROMPT, max_tokens=48)) for n, m in models.items()}
     print("greedy texts the same:", len(set(texts.values())) == 1)
     wall = {n: [] for n in models}
