@@ -160,6 +160,8 @@ class CpuRuntime:
     def __init__(self, device):
         self.device = device
         self.arena = WeightArena()
+        #: id(plan) -> (plan, its StepSource) printed by `prepare`, taken by `load`
+        self._prepared: dict[int, tuple] = {}
 
     def alloc(self, nbytes: int, label: str) -> CpuBuffer:
         return CpuBuffer(nbytes, label, _aligned(nbytes))
@@ -198,10 +200,15 @@ class CpuRuntime:
     def prepare(self, plan) -> None:
         """Build the plan's library into the kernel cache, so that its `load` only loads
         it; it touches no buffer (Session.prepare calls it, on any thread)."""
-        compiler.build(build_step(plan).source)
+        step = build_step(plan)
+        compiler.build(step.source)
+        self._prepared[id(plan)] = (plan, step)
 
     def load(self, plan, buffers: Mapping[str, CpuBuffer]) -> CpuExecutable:
-        return CpuExecutable(self, build_step(plan), buffers)
+        prepared = self._prepared.pop(id(plan), None)
+        step = prepared[1] if prepared is not None and prepared[0] is plan else \
+            build_step(plan)
+        return CpuExecutable(self, step, buffers)
 
 
 class CpuExecutable:
