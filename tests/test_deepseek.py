@@ -560,6 +560,33 @@ def test_gguf_on_cpu(gguf_files):
     assert rel_err(gguf_model(path, "cpu").prefill_logits(IDS[:12]), want[:12]) < 1e-4
 
 
+@pytest.fixture(scope="module")
+def gguf_greedy(gguf_files) -> list[int]:
+    """The numpy forward's 8 greedy tokens after IDS[:10], of the Q8_0 file with kv_b split
+    (as it decodes)."""
+    path, cfg, tensors, want = gguf_files["v3-split-q8_0"]
+    out: list[int] = []
+    for _ in range(8):
+        out.append(int(np.argmax(forward(tensors, cfg, IDS[:10] + out)[-1])))
+    assert len(set(out)) > 2, out
+    return out
+
+
+@pytest.mark.parametrize("backend", ["wgpu", "vulkan"])
+def test_gguf_greedy_tokens_on_gpu_apis(gguf_files, gguf_greedy, backend):
+    """The deepseek2 file's absorbed layout (attn_k_b / attn_v_b as Q8_0 packed stacks, the
+    experts' Q8_0 stacks) on GPU APIs (lavapipe here): the numpy forward's greedy tokens."""
+    from poot.errors import PootError
+    from poot.plugin import select_backend
+
+    try:
+        select_backend(backend)
+    except PootError as exc:
+        pytest.skip(f"no {backend} device: {exc}")
+    model = gguf_model(gguf_files["v3-split-q8_0"][0], backend)
+    assert greedy_ids(model, IDS[:10], 8) == gguf_greedy
+
+
 @pytest.mark.parametrize("drop, meta, change, message", [
     (("attention.kv_lora_rank",), None, None, "lacks 'deepseek2.attention.kv_lora_rank'"),
     (("rope.scaling.yarn_log_multiplier",), None, None,
