@@ -255,18 +255,14 @@ def test_cpu_logits_and_greedy_tokens(folders, greedy):
         assert greedy_ids(model, IDS[:10], 8) == greedy, backend
 
 
-def test_greedy_tokens_on_wgpu(folders, greedy):
-    """SinkAttention's kernels, YaRN tables and the clamped experts on a GPU API (lavapipe
+@pytest.mark.parametrize("backend", ["wgpu", "vulkan"])
+def test_greedy_tokens_on_gpu_apis(folders, greedy, backend):
+    """SinkAttention's kernels, YaRN tables and the clamped experts on GPU APIs (lavapipe
     here)."""
     import poot
-    from poot.errors import PootError
-    from poot.plugin import select_backend
 
-    try:
-        select_backend("wgpu")
-    except PootError as exc:
-        pytest.skip(f"no wgpu device: {exc}")
-    model = poot.load(str(folders[4, "bf16"][0]), backend="wgpu", max_seq=32,
+    skip_without(backend)
+    model = poot.load(str(folders[4, "bf16"][0]), backend=backend, max_seq=32,
                       prefill_tokens=6)
     assert greedy_ids(model, IDS[:10], 8) == greedy
 
@@ -382,17 +378,54 @@ def write_gguf(path) -> tuple[dict, dict]:
     return cfg, out
 
 
-def test_gguf_matches_numpy_reference(tmp_path):
-    """llama.cpp's layout reads as the folder does and gives the numpy forward's logits."""
+def skip_without(backend: str) -> None:
+    from poot.errors import PootError
+    from poot.plugin import select_backend
+
+    try:
+        select_backend(backend)
+    except PootError as exc:
+        pytest.skip(f"no {backend} device: {exc}")
+
+
+@pytest.fixture(scope="module")
+def gguf_file(tmp_path_factory):
+    """(path, HF config, tensors as the file decodes them, the numpy forward's 8 greedy
+    tokens after IDS[:10])."""
+    path = tmp_path_factory.mktemp("gpt-oss-gguf") / "gpt-oss.gguf"
+    cfg, tensors = write_gguf(path)
+    out: list[int] = []
+    for _ in range(8):
+        out.append(int(np.argmax(forward(tensors, cfg, IDS[:10] + out)[-1])))
+    assert len(set(out)) > 2, out
+    return path, cfg, tensors, out
+
+
+def gguf_model(path, backend: str):
     from poot.models.loader import open_model
     from poot.models.runner import Model
     from poot.plugin import select_backend
 
-    path = tmp_path / "gpt-oss.gguf"
-    cfg, tensors = write_gguf(path)
     ckpt, c = open_model(str(path), max_seq=32)
+    b, dev = select_backend(backend)
+    return Model(ckpt, c, None, b, dev, prefill_tokens=6)
+
+
+def test_gguf_matches_numpy_reference(tmp_path, gguf_file):
+    """llama.cpp's layout reads as the folder does and gives the numpy forward's logits."""
+    from poot.models.loader import open_model
+
+    path, cfg, tensors, _ = gguf_file
+    c = open_model(str(path), max_seq=32)[1]
     hf = open_model(str(make_folder(tmp_path, 5)[0]), max_seq=32)[1]
     assert c.rot == hf.rot and abs(c.norm_eps - hf.norm_eps) < 1e-9   # f32 in the file
     assert c == replace(hf, arch="gpt-oss", rope_dim=c.rope_dim, norm_eps=c.norm_eps)
-    b, dev = select_backend(BACKEND)
-    check_logits(Model(ckpt, c, None, b, dev, prefill_tokens=6), forward(tensors, cfg, IDS))
+    check_logits(gguf_model(path, BACKEND), forward(tensors, cfg, IDS))
+
+
+@pytest.mark.parametrize("backend", ["cpu", "wgpu", "vulkan"])
+def test_gguf_greedy_tokens_on_backends(gguf_file, backend):
+    """The file's MXFP4 expert stacks, gate and up apart, and its sinks on cpu and GPU APIs
+    (lavapipe here): the numpy forward's greedy tokens."""
+    skip_without(backend)
+    assert greedy_ids(gguf_model(gguf_file[0], backend), IDS[:10], 8) == gguf_file[3]
