@@ -255,6 +255,37 @@ def test_gguf_matches_numpy_reference(tmp_path, case):
     assert rel_err(model.prefill_logits(IDS), want) < 1e-4
 
 
+@pytest.fixture(scope="module")
+def gguf_greedy(tmp_path_factory):
+    """(path, the numpy forward's 8 greedy tokens after IDS[:10]) of phi3-longrope's GGUF
+    (its long factors: max_seq 32 is past the original 16)."""
+    path = tmp_path_factory.mktemp("phi3-gguf") / "phi3-longrope.gguf"
+    cfg, hf = write_gguf(path, "phi3-longrope")
+    out: list[int] = []
+    for _ in range(8):
+        out.append(int(np.argmax(forward(hf, cfg, IDS[:10] + out, 32)[-1])))
+    assert len(set(out)) > 2, out
+    return path, out
+
+
+@pytest.mark.parametrize("backend", ["cpu", "wgpu", "vulkan"])
+def test_gguf_greedy_tokens_on_backends(gguf_greedy, backend):
+    """The Q8_0 attn_qkv and gate|up ffn_up (read as row ranges) with LongRoPE's factor
+    tensors on cpu and GPU APIs (lavapipe here): the numpy forward's greedy tokens."""
+    from poot.errors import PootError
+    from poot.models.loader import open_model
+    from poot.models.runner import Model
+    from poot.plugin import select_backend
+
+    try:
+        b, dev = select_backend(backend)
+    except PootError as exc:
+        pytest.skip(f"no {backend} device: {exc}")
+    path, want = gguf_greedy
+    ckpt, c = open_model(str(path), max_seq=32)
+    assert greedy_ids(Model(ckpt, c, None, b, dev, prefill_tokens=6), IDS[:10], 8) == want
+
+
 def test_poot_info_shows_what_was_read(tmp_path):
     folder, _, _ = make_folder(tmp_path, "phi4-mini", 5)
     out = subprocess.run([sys.executable, "-m", "poot", "info", str(folder)],
