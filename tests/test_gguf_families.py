@@ -1,4 +1,5 @@
-"""Qwen3 and Qwen3-MoE / Qwen2-MoE from GGUF files written here with `gguf`'s own writer
+"""Qwen3, Qwen3-MoE / Qwen2-MoE and Mixtral (llama.cpp writes it as arch llama with experts,
+q/k rows permuted into adjacent pairs) from GGUF files written here with `gguf`'s own writer
 (Q8_0 matrices, GGUF's stacked expert tensors ffn_*_exps), against the numpy forward of
 tests/reference_decoder.py on the same tensors dequantized by `gguf.quants`."""
 from __future__ import annotations
@@ -11,6 +12,7 @@ from test_families import BACKEND  # POOT_FAMILY_BACKEND (scripts/h200_models.sh
 VOCAB, DIM, HEADS, KV, HEAD_DIM, FFN, EXPERTS = 128, 64, 4, 2, 32, 96, 4
 
 CASES = {
+    "llama": {"model_type": "mixtral", "num_local_experts": EXPERTS, "num_experts_per_tok": 2},
     "qwen3": {"model_type": "qwen3"},
     "qwen3moe": {"model_type": "qwen3_moe", "num_experts": EXPERTS, "num_experts_per_tok": 2,
                  "moe_intermediate_size": 64, "norm_topk_prob": True},
@@ -30,7 +32,7 @@ def write_gguf(path, arch: str, seed: int = 0):
            "num_key_value_heads": KV, "head_dim": HEAD_DIM, "rms_norm_eps": 1e-6,
            "rope_theta": 1e6, "vocab_size": VOCAB, "max_position_embeddings": 64,
            **CASES[arch]}
-    moe = "num_experts" in cfg
+    moe = "num_experts" in cfg or "num_local_experts" in cfg
     w = gguf.GGUFWriter(str(path), arch)
     w.add_context_length(64)
     w.add_embedding_length(DIM)
@@ -48,12 +50,17 @@ def write_gguf(path, arch: str, seed: int = 0):
         w.add_expert_feed_forward_length(64)
     hf: dict[str, np.ndarray] = {}
 
-    def add(name, hf_name, array, quantized=True):
+    def add(name, hf_name, array, quantized=True, heads=0):
+        """heads: the rows as llama.cpp's converter writes llama's q/k, each head's two
+        halves interleaved into adjacent pairs (Q8_0 blocks lie within rows, so the values
+        read back are the HF rows quantized)."""
         array = array.astype(np.float32)
+        rows = pairs(array, heads) if heads else array
         if quantized:
-            q = quantize(array, gguf.GGMLQuantizationType.Q8_0)
+            q = quantize(rows, gguf.GGMLQuantizationType.Q8_0)
             w.add_tensor(name, q, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
-            array = dequantize(q, gguf.GGMLQuantizationType.Q8_0).reshape(array.shape)
+            array = dequantize(quantize(array, gguf.GGMLQuantizationType.Q8_0),
+                               gguf.GGMLQuantizationType.Q8_0).reshape(array.shape)
         else:
             w.add_tensor(name, array)
         if array.ndim == 3:  # a stack of experts
@@ -76,23 +83,28 @@ def write_gguf(path, arch: str, seed: int = 0):
         g, h = f"blk.{i}.", f"model.layers.{i}."
         add(g + "attn_norm.weight", h + "input_layernorm.weight", norm(DIM), False)
         add(g + "ffn_norm.weight", h + "post_attention_layernorm.weight", norm(DIM), False)
-        for n, name, rows, cols in (("q", "q_proj", q, DIM), ("k", "k_proj", kv, DIM),
-                                    ("v", "v_proj", kv, DIM)):
-            add(f"{g}attn_{n}.weight", f"{h}self_attn.{name}.weight", mat(rows, cols))
+        for n, name, rows, heads in (("q", "q_proj", q, HEADS), ("k", "k_proj", kv, KV),
+                                     ("v", "v_proj", kv, 0)):
+            add(f"{g}attn_{n}.weight", f"{h}self_attn.{name}.weight", mat(rows, DIM),
+                heads=heads if arch == "llama" else 0)
             if arch == "qwen2moe":
                 add(f"{g}attn_{n}.bias", f"{h}self_attn.{name}.bias",
                     0.1 * rng.standard_normal(rows), False)
         add(g + "attn_output.weight", h + "self_attn.o_proj.weight", mat(DIM, q))
-        if arch != "qwen2moe":
+        if arch.startswith("qwen3"):
             add(g + "attn_q_norm.weight", h + "self_attn.q_norm.weight", norm(HEAD_DIM), False)
             add(g + "attn_k_norm.weight", h + "self_attn.k_norm.weight", norm(HEAD_DIM), False)
         if not moe:
             for n, rows, cols in (("gate", FFN, DIM), ("up", FFN, DIM), ("down", DIM, FFN)):
                 add(f"{g}ffn_{n}.weight", f"{h}mlp.{n}_proj.weight", mat(rows, cols))
             continue
-        add(g + "ffn_gate_inp.weight", h + "mlp.gate.weight", mat(EXPERTS, DIM) * 8, False)
-        for n, rows, cols in (("gate", 64, DIM), ("up", 64, DIM), ("down", DIM, 64)):
-            add(f"{g}ffn_{n}_exps.weight", h + "mlp.experts.{}." + f"{n}_proj.weight",
+        mixtral = cfg["model_type"] == "mixtral"
+        pre = h + ("block_sparse_moe." if mixtral else "mlp.")
+        add(g + "ffn_gate_inp.weight", pre + "gate.weight", mat(EXPERTS, DIM) * 8, False)
+        for n, hf_n, rows, cols in (("gate", "w1", 64, DIM), ("up", "w3", 64, DIM),
+                                    ("down", "w2", DIM, 64)):
+            add(f"{g}ffn_{n}_exps.weight",
+                pre + "experts.{}." + (hf_n if mixtral else f"{n}_proj") + ".weight",
                 mat(EXPERTS, rows, cols))
         if arch == "qwen2moe":
             for n, rows, cols in (("gate", 96, DIM), ("up", 96, DIM), ("down", DIM, 96)):
@@ -102,6 +114,13 @@ def write_gguf(path, arch: str, seed: int = 0):
                 mat(1, DIM), False)
     close_gguf(w)
     return cfg, hf
+
+
+def pairs(rows: np.ndarray, heads: int) -> np.ndarray:
+    """llama.cpp's converter's order of llama's q/k rows: within each head, row i of the
+    first half and row i of the second half side by side (RoPE on adjacent pairs)."""
+    half = rows.shape[0] // heads // 2
+    return rows.reshape(heads, 2, half, -1).swapaxes(1, 2).reshape(rows.shape)
 
 
 def close_gguf(writer) -> None:
@@ -136,15 +155,17 @@ def check(tmp_path, arch: str, backend: str) -> None:
 
     cfg, hf = write_gguf(tmp_path / f"{arch}.gguf", arch)
     ckpt, config = open_model(str(tmp_path / f"{arch}.gguf"), max_seq=32)
-    assert config.arch == arch and config.rope_layout == "half"
-    if "num_experts" in cfg:
+    assert config.arch == arch
+    assert config.rope_layout == ("pairs" if arch == "llama" else "half")
+    moe = config.experts > 0
+    if moe:
         assert (config.experts, config.experts_used, config.expert_ffn) == (EXPERTS, 2, 64)
-        assert config.norm_topk == (arch == "qwen3moe")
+        assert config.norm_topk == (arch != "qwen2moe")
         assert config.shared_ffn == (96 if arch == "qwen2moe" else 0)
         assert ckpt.tensors["blk.0.ffn_up_exps.weight"].packed.format == "gguf:Q8_0"
     b, dev = select_backend(backend)
     model = Model(ckpt, config, None, b, dev, prefill_tokens=4)
-    if "num_experts" in cfg:  # experts read through the packed indexed contraction
+    if moe:  # experts read through the packed indexed contraction
         ops = {type(e.op).__name__ for e in model.step_graph(1).eqns()}
         assert "IndexedPackedContraction" in ops, ops
     ids = [int(i) for i in np.random.default_rng(1).integers(0, VOCAB, 11)]
