@@ -151,6 +151,22 @@ def test_adaptive_k_follows_the_acceptance_rate_and_turns_off():
     assert not any(costly.k() for _ in range(300))                   # off for good
 
 
+def test_adaptive_k_costs_verification_against_the_fastest_plain_step():
+    from poot.models.speculate import AdaptiveK
+
+    k = AdaptiveK(7)
+    for _ in range(AdaptiveK.TRIALS):
+        k.k()
+    for _ in range(10):
+        k.update(7, 5)                  # ~70% accepted: worth speculating at cost ~1.5
+    k.timed("plain", 0.6e-3)            # a long run of queued-ahead plain steps
+    for _ in range(5):
+        k.timed("plain", 2.5e-3)        # one-step runs right after a verification
+        k.timed(8, 4.7e-3)              # a verification step of width 8
+    assert k.step_cost(7) > 7           # against the 0.6 ms step, not the 2.5 ms ones
+    assert k.k() == 0
+
+
 @pytest.mark.parametrize("text,ok", [("lookup", True), ("self:3", True), ("draft:x.gguf", True),
                                      ("self:0", False), ("draft:", False), ("nope", False)])
 def test_the_speculate_spec_is_parsed(text, ok):

@@ -249,8 +249,9 @@ class AdaptiveK:
     With acceptance rate a per token, a step proposing k yields (1 - a^(k+1)) / (1 - a)
     tokens on average and costs c(k) plain decode steps; k is the best ratio, 0 where none
     beats a plain step. c(k) is measured as the steps run (`timed`: the verification step
-    of k's width and the proposer's time per token, over a plain step's time); until both
-    are, it is 1 + (ROW_COST + cost) * k (`cost`: the proposer's per token). The first
+    of k's width and the proposer's time per token, over the fastest plain step's time; a
+    width not yet measured is interpolated from those that are); until both are, it is
+    1 + (ROW_COST + cost) * k (`cost`: the proposer's per token). The first
     TRIALS steps propose at least 2 tokens, to measure a. A free proposer (prompt lookup)
     probes with k = 1 after a run of k = 0, each failed probe doubling the run; a costly
     one (a draft model, whose probe would also feed it every token of the run it skipped)
@@ -298,7 +299,15 @@ class AdaptiveK:
         return min(n, left)
 
     def timed(self, what, seconds: float) -> None:
-        """A measured step: "plain", "propose" (per token) or a verification width."""
+        """A measured step: "plain", "propose" (per token) or a verification width.
+
+        A plain step is costed at the fastest per-token time measured: a short run of
+        plain steps between verifications waits for the verification before it (and a
+        device that queues steps ahead cannot run ahead of it), so its smoothed time would
+        flatter every verification width against the plain decoding it replaces."""
+        if what == "plain":
+            self.seconds[what] = min(self.seconds.get(what, seconds), seconds)
+            return
         old = self.seconds.get(what)
         self.seconds[what] = seconds if old is None else old + self.smoothing * (seconds - old)
 
@@ -309,9 +318,23 @@ class AdaptiveK:
         t = self.seconds
         plain = t.get("plain")
         width = next(w for w in self.sizes if w > k)
-        verify = t[width] / plain if plain and width in t else 1 + ROW_COST * k
         propose = t["propose"] / plain if plain and "propose" in t else self.cost
-        return verify + propose * k
+        return self._verify_cost(width, k) + propose * k
+
+    def _verify_cost(self, width: int, k: int) -> float:
+        """A verification step of `width`, in plain steps: measured, else interpolated
+        between the measured widths around it (a plain step being width 1), else the prior
+        1 + ROW_COST * k, never below the widest measured width under it."""
+        plain = self.seconds.get("plain")
+        known = {w: self.seconds[w] / plain for w in self.sizes if plain and w in self.seconds}
+        if width in known:
+            return known[width]
+        lo = max((w for w in known if w < width), default=1)
+        lo_cost = known.get(lo, 1.0)
+        hi = min((w for w in known if w > width), default=None)
+        if hi is None:
+            return max(lo_cost, 1 + ROW_COST * k)
+        return lo_cost + (known[hi] - lo_cost) * (width - lo) / (hi - lo)
 
     def _best(self) -> int:
         a = min(self.rate, 0.999)
