@@ -136,6 +136,11 @@ def test_gguf_family_matches_numpy_reference(tmp_path, arch):
     check(tmp_path, arch, BACKEND)
 
 
+@pytest.mark.parametrize("arch", sorted(CASES))
+def test_gguf_family_on_cpu(tmp_path, arch):
+    check(tmp_path, arch, "cpu")
+
+
 def test_packed_moe_on_wgpu(tmp_path):
     """Qwen3-MoE's Q8_0 expert stacks as indexed packed contractions on wgpu (lavapipe)."""
     from poot.errors import PootError
