@@ -640,19 +640,49 @@ def fused_experts(tensors: dict) -> dict:
     return out
 
 
-def test_transformers_5_stacked_experts(tmp_path, folders):
-    """A folder holding the experts stacked as transformers 5 does gives the per-expert
-    folder's logits (and the numpy forward's)."""
-    import poot
+@pytest.fixture(scope="module")
+def stacked(tmp_path_factory, folders):
+    """(folder with the experts stacked, the numpy forward's logits of IDS, its 8 greedy
+    tokens after IDS[:10]) of the 5.x-spelled V3 folder's weights."""
     from poot_quant.safetensors_dir import write_folder
 
     folder, cfg, tensors, want = folders[5, Q_RANK, 3]
-    out = tmp_path / "stacked"
+    out = tmp_path_factory.mktemp("deepseek-stacked") / "stacked"
     write_folder(out, fused_experts(tensors), cfg, 1, None)
     write_tokenizer(out)
+    greedy: list[int] = []
+    for _ in range(8):
+        greedy.append(int(np.argmax(forward(tensors, cfg, IDS[:10] + greedy)[-1])))
+    assert len(set(greedy)) > 2, greedy
+    return out, want, greedy
+
+
+def test_transformers_5_stacked_experts(stacked):
+    """A folder holding the experts stacked as transformers 5 does gives the per-expert
+    folder's logits (and the numpy forward's)."""
+    import poot
+
+    out, want, _ = stacked
     model = poot.load(str(out), backend=BACKEND, max_seq=32, prefill_tokens=6)
     assert rel_err(model.prefill_logits(IDS[:12]), want[:12]) < 1e-4
     assert rel_err(session_logits(model, IDS[:14], 11), want[10:14]) < 1e-4
+
+
+@pytest.mark.parametrize("backend", ["cpu", "wgpu", "vulkan"])
+def test_stacked_experts_greedy_tokens_on_backends(stacked, backend):
+    """The stacked experts (served as GGUF's expert stacks, gate|up split by rows) on cpu
+    and GPU APIs (lavapipe here): the numpy forward's greedy tokens."""
+    import poot
+    from poot.errors import PootError
+    from poot.plugin import select_backend
+
+    try:
+        select_backend(backend)
+    except PootError as exc:
+        pytest.skip(f"no {backend} device: {exc}")
+    out, _, greedy = stacked
+    model = poot.load(str(out), backend=backend, max_seq=32, prefill_tokens=6)
+    assert greedy_ids(model, IDS[:10], 8) == greedy
 
 
 def test_stacked_experts_of_the_wrong_shape_are_refused(tmp_path, folders):
