@@ -10,7 +10,14 @@ import numpy as np
 import pytest
 from poot.dtypes import DType
 from poot.errors import UnsupportedOp
-from poot.ir.ops import Q8_BLOCK, Attention, PagedAttention, PagedQ8KVAttention, Q8KVAttention
+from poot.ir.ops import (
+    Q8_BLOCK,
+    Attention,
+    PagedAttention,
+    PagedQ8KVAttention,
+    Q8KVAttention,
+    SinkAttention,
+)
 from poot.ir.types import TensorType
 from poot_cpu import compiler
 from poot_cpu.attention import attention_program
@@ -42,13 +49,16 @@ def _run_op(op, ins, flags=compiler.FLAGS):
     return o
 
 
-def _want(q, k, v, mask, scale):
+def _want(q, k, v, mask, scale, sinks=None):
+    """The definition in float64; `sinks` [Hq] join each row's max and denominator."""
     g = q.shape[-3] // k.shape[-3]
     k, v = (np.repeat(x.astype(np.float64), g, axis=-3) for x in (k, v))
     s = q.astype(np.float64) @ np.swapaxes(k, -1, -2) * scale + mask
+    sink = -np.inf if sinks is None else sinks.astype(np.float64)[:, None, None]
     with np.errstate(invalid="ignore"):
-        p = np.exp(s - s.max(-1, keepdims=True))
-        return p / p.sum(-1, keepdims=True) @ v
+        m = np.maximum(s.max(-1, keepdims=True), sink)
+        p = np.exp(s - m)
+        return p / (p.sum(-1, keepdims=True) + np.exp(sink - m)) @ v
 
 
 @pytest.mark.parametrize("t, s", [(13, 45), (32, 328), (1, 20)])
@@ -161,3 +171,30 @@ def test_pool_rows_read_through_the_slot_map_give_the_gathered_bits(cpu_backend,
         assert np.array_equal(
             _run_op(PagedQ8KVAttention(0.125), [q, kc, ks, vc, vs, smap, mask]),
             _run_op(Q8KVAttention(0.125), [q, *rows, mask]))
+
+
+@pytest.mark.parametrize("t, s", [(13, 45), (1, 20)])
+def test_sink_logits_join_the_max_and_the_denominator(cpu_backend, t, s):
+    """SinkAttention (gpt-oss) against its definition in float64, a row with no live key
+    included (0 there: the sink alone takes the softmax), the AVX2 path's bits the plain
+    loops'; f16 keys and values give the bits of their f32 widening."""
+    rng = np.random.default_rng(t)
+    q = rng.standard_normal((1, 4, t, 64)).astype(np.float32)
+    k, v = (rng.standard_normal((1, 2, s, 64)).astype(np.float32) for _ in range(2))
+    sinks = (rng.standard_normal(4) * 2).astype(np.float32)
+    mask = np.where(rng.random((t, s)) < 0.3, -np.inf, 0.0).astype(np.float32)
+    mask[:, s - 5:] = -np.inf
+    if t > 1:
+        mask[1] = -np.inf
+    op = SinkAttention(0.125)
+    got = _run_op(op, [q, k, v, mask, sinks])
+    assert np.allclose(got, _want(q, k, v, mask, 0.125, sinks), rtol=1e-5, atol=1e-6)
+    if t > 1:
+        assert not got[:, :, 1].any()
+    assert not np.allclose(got, _run(q, k, v, mask, 0.125), equal_nan=True)
+    plain = _run_op(op, [q, k, v, mask, sinks], compiler.FLAGS + ("-mno-avx2",))
+    assert np.array_equal(got, plain)
+    k16, v16 = k.astype(np.float16), v.astype(np.float16)
+    assert np.array_equal(_run_op(op, [q, k16, v16, mask, sinks]),
+                          _run_op(op, [q, k16.astype(np.float32), v16.astype(np.float32),
+                                       mask, sinks]))

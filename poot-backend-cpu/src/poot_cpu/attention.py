@@ -12,7 +12,11 @@ of keys only: their probability is exactly 0 (no expf is called for a score of -
 is finite or +inf there, so expf(-inf - m) is exactly 0). A row with no live position is
 NaN, as the definition gives (exp(-inf - -inf)).
 
-Taken: F32 q and mask; k and v both F32, F16 or BF16 (an f16 KV cache read in place,
+SinkAttention's sink logit (one per query head) joins each row's max, and its exp the
+denominator after the scores' sum, as the definition orders them; it weights no value, so
+a row with no live key is 0 rather than NaN there.
+
+Taken: F32 q and mask (and sinks); k and v both F32, F16 or BF16 (an f16 KV cache read in place,
 each element widened exactly as it is loaded, so the result is the f32 kernel's over the
 widened keys), or, for Q8KVAttention and PagedQ8KVAttention, q8_0 codes and scales (each
 element dequantized as it is loaded, f32(code) * scale as the definition's chain rounds it); a mask of [T, S] rows
@@ -22,7 +26,8 @@ the paged ops, pools [P, Hkv, D] whose rows each sequence reads through its slot
 gathered copy: only the live range of a sequence's slots is touched); S at most MAX_S
 (score rows on the stack; the q8 ops, which have no shared lowering, put longer ones on
 the heap). Any other Attention or PagedAttention takes the shared lowering; any other q8
-op is refused at plan time.
+op is refused at plan time. SinkAttention takes the dense forms only (no paged or q8 one
+exists).
 """
 from __future__ import annotations
 
@@ -33,7 +38,14 @@ from poot.codegen.program import OUT, Access, BufferParam, KernelProgram
 from poot.dtypes import DType
 from poot.errors import UnsupportedOp
 from poot.ir.graph import Lit
-from poot.ir.ops import Q8_BLOCK, Attention, PagedAttention, PagedQ8KVAttention, Q8KVAttention
+from poot.ir.ops import (
+    Q8_BLOCK,
+    Attention,
+    PagedAttention,
+    PagedQ8KVAttention,
+    Q8KVAttention,
+    SinkAttention,
+)
 from poot.kernel_backend import CompiledProgram
 
 from poot_cpu.kernels import built_kernel
@@ -63,7 +75,8 @@ KV_LOADS = {
 OPERANDS = {Attention: ("q", "k", "v", "mask"),
             PagedAttention: ("q", "k", "v", "smap", "mask"),
             Q8KVAttention: ("q", "k", "ks", "v", "vs", "mask"),
-            PagedQ8KVAttention: ("q", "k", "ks", "v", "vs", "smap", "mask")}
+            PagedQ8KVAttention: ("q", "k", "ks", "v", "vs", "smap", "mask"),
+            SinkAttention: ("q", "k", "v", "mask", "sinks")}
 #: where row j of the keys (values alike) and of their q8 scales lie: a dense block per
 #: (leading index, kv head), or a pool row named by the sequence's slot map
 DENSE_ROWS = """\
@@ -88,6 +101,7 @@ def attention_program(op, ins, out, printer) -> CompiledProgram | None:
     q, k, v, mask = x["q"], x["k"], x["v"], x["mask"]
     q8 = isinstance(op, (Q8KVAttention, PagedQ8KVAttention))
     paged = isinstance(op, (PagedAttention, PagedQ8KVAttention))
+    sink = isinstance(op, SinkAttention)
     if q.dtype is not F32 or mask.dtype is not F32 or k.dtype is not v.dtype or \
             k.dtype not in KV_LOADS or (k.dtype is I8) is not q8:
         return None
@@ -126,6 +140,8 @@ def attention_program(op, ins, out, printer) -> CompiledProgram | None:
                         mt=mask_t, ms=mask_s, mbn=batches, mls=ms[0] * ms[1],
                         scores="float (*sc)[S] = malloc(sizeof(float[QT][S]));" if heap else
                         "float sc[QT][S];", free="free(sc);" if heap else "",
+                        sink_max="m = poot_fmax(m, sinks[h]);" if sink else "",
+                        sink_den="dsum += expf(sinks[h] - m);" if sink else "",
                         dense=int(not paged), scale=repr(float(op.scale)) + "f",
                         lanes=LANES, qt=max(1, min(QUERY_ROWS, t, SCORE_BYTES // (4 * s))))
     bufs = tuple(BufferParam(n, a.dtype, Access.READ, a.size, i)
@@ -253,6 +269,7 @@ SOURCE = """\
     for (int i = 0; i < nq; ++i) {{
       float m = -INFINITY;
       for (int j = lo; j < hi; ++j) m = poot_fmax(m, sc[i][j]);   /* -inf: as if skipped */
+      {sink_max}
       dead[i] = m == -INFINITY;
       if (dead[i]) continue;
       float dsum = 0.0f;
@@ -260,6 +277,7 @@ SOURCE = """\
         sc[i][j] = sc[i][j] == -INFINITY ? 0.0f : expf(sc[i][j] - m);   /* what expf gives it */
         dsum += sc[i][j];
       }}
+      {sink_den}
       den[i] = dsum;
       for (int e = 0; e < DV; ++e) acc[i][e] = 0.0f;
     }}
