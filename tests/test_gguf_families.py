@@ -141,8 +141,10 @@ def test_gguf_family_on_cpu(tmp_path, arch):
     check(tmp_path, arch, "cpu")
 
 
-def test_packed_moe_on_wgpu(tmp_path):
-    """Qwen3-MoE's Q8_0 expert stacks as indexed packed contractions on wgpu (lavapipe)."""
+@pytest.mark.parametrize("arch", ["qwen3moe", "llama"])
+def test_packed_moe_on_wgpu(tmp_path, arch):
+    """Qwen3-MoE's and Mixtral's Q8_0 expert stacks as indexed packed contractions on wgpu
+    (lavapipe), Mixtral's q/k rows in pairs. (Mixtral after Qwen3-MoE reuses its shaders.)"""
     from poot.errors import PootError
     from poot.plugin import select_backend
 
@@ -150,7 +152,7 @@ def test_packed_moe_on_wgpu(tmp_path):
         select_backend("wgpu")
     except PootError as exc:
         pytest.skip(f"no wgpu device: {exc}")
-    check(tmp_path, "qwen3moe", "wgpu")
+    check(tmp_path, arch, "wgpu")
 
 
 def check(tmp_path, arch: str, backend: str) -> None:
