@@ -16,6 +16,7 @@ from poot.ir.ops import (
     PagedAttention,
     PagedQ8KVAttention,
     Q8KVAttention,
+    Q8KVSinkAttention,
     SinkAttention,
 )
 from poot.ir.types import TensorType
@@ -177,7 +178,8 @@ def test_pool_rows_read_through_the_slot_map_give_the_gathered_bits(cpu_backend,
 def test_sink_logits_join_the_max_and_the_denominator(cpu_backend, t, s):
     """SinkAttention (gpt-oss) against its definition in float64, a row with no live key
     included (0 there: the sink alone takes the softmax), the AVX2 path's bits the plain
-    loops'; f16 keys and values give the bits of their f32 widening."""
+    loops'; f16 keys and values give the bits of their f32 widening, q8_0 ones
+    (Q8KVSinkAttention) those of their f32 dequantization."""
     rng = np.random.default_rng(t)
     q = rng.standard_normal((1, 4, t, 64)).astype(np.float32)
     k, v = (rng.standard_normal((1, 2, s, 64)).astype(np.float32) for _ in range(2))
@@ -198,3 +200,8 @@ def test_sink_logits_join_the_max_and_the_denominator(cpu_backend, t, s):
     assert np.array_equal(_run_op(op, [q, k16, v16, mask, sinks]),
                           _run_op(op, [q, k16.astype(np.float32), v16.astype(np.float32),
                                        mask, sinks]))
+    (kc, ks, k32), (vc, vs, v32) = _q8(rng, (1, 2, s, 64)), _q8(rng, (1, 2, s, 64))
+    for flags in (compiler.FLAGS, compiler.FLAGS + ("-mno-avx2",)):
+        assert np.array_equal(
+            _run_op(Q8KVSinkAttention(0.125), [q, kc, ks, vc, vs, mask, sinks], flags),
+            _run_op(op, [q, k32, v32, mask, sinks], flags))

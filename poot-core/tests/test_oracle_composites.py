@@ -204,6 +204,23 @@ def test_q8_kv_attention_is_the_f32_attention_over_its_dequantized_rows(rand, rn
         op.infer([T((4, 3, 40)), T((2, 7, 40), DType.I8), d, c, d, T((3, 7))])
 
 
+def test_q8_kv_sink_attention_is_sink_attention_over_its_dequantized_rows(rand, rng):
+    """Q8KVSinkAttention (gpt-oss over a q8_0 cache) is SinkAttention over f32(code) *
+    scale, bit for bit; its sinks are checked as SinkAttention's."""
+    q, mask, sinks = rand((4, 3, 64)), causal64(3, 3, 7, None), rand((4,))
+    codes = [rng.integers(-127, 128, (2, 7, 64)).astype(np.int8) for _ in range(2)]
+    scales = [(rng.random((2, 7, 2)) * 0.05).astype(np.float32) for _ in range(2)]
+    rows = [(c.astype(np.float32).reshape(2, 7, 2, 32) * d[..., None]).reshape(2, 7, 64)
+            for c, d in zip(codes, scales, strict=True)]
+    got = ev(O.Q8KVSinkAttention(0.5), q, codes[0], scales[0], codes[1], scales[1], mask,
+             sinks)
+    np.testing.assert_array_equal(got, ev(O.SinkAttention(0.5), q, *rows, mask, sinks))
+    assert not np.allclose(got, ev(O.Attention(0.5), q, *rows, mask))
+    c, d = T((2, 7, 64), DType.I8), T((2, 7, 2))
+    with pytest.raises(ShapeError, match=r"sinks must be \[Hq=4\]"):
+        O.Q8KVSinkAttention(0.5).infer([T((4, 3, 64)), c, d, c, d, T((3, 7)), T((2,))])
+
+
 def test_attention_refusals():
     a = O.Attention(1.0)
     why = "^Attention: k and v must share one dtype, q's or"

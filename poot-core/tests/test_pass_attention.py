@@ -185,17 +185,19 @@ def test_widened_kv_folds_into_the_attention_where_declared(kv_dtype, paged, op)
     assert [e.op.name for e in out.eqns()].count("Cast") == 2
 
 
-def q8_graph():
+def q8_graph(sinks=False):
     """An f32 query over a q8_0 cache dequantized first, as the decoder reads it
-    (poot.ops.kv_decode): codes [Hkv, S, D] and scales [Hkv, S, D/32] for k and for v."""
-    def fn(q, kc, ks, vc, vs, mask):
+    (poot.ops.kv_decode): codes [Hkv, S, D] and scales [Hkv, S, D/32] for k and for v;
+    with `sinks`, gpt-oss's sink logit per head in the softmax."""
+    def fn(q, kc, ks, vc, vs, mask, *sink):
         k, v = ops.kv_decode([kc, ks], "q8_0"), ops.kv_decode([vc, vs], "q8_0")
-        return ops.attention_masked(q, k, v, mask, None)
+        return ops.attention_masked(q, k, v, mask, None, *sink)
 
     return poot.trace(fn, poot.spec((4, 3, 64), name="q"),
                       *(poot.spec(s, dt, name=f"{x}{n}") for x in "kv" for s, dt, n in (
                           ((2, 12, 64), "i8", "c"), ((2, 12, 2), "f32", "s"))),
-                      poot.spec((3, 12), name="mask"))
+                      poot.spec((3, 12), name="mask"),
+                      *([poot.spec((4,), name="sinks")] if sinks else []))
 
 
 def test_q8_kv_reads_fold_into_q8_kv_attention_where_declared():
@@ -208,6 +210,20 @@ def test_q8_kv_reads_fold_into_q8_kv_attention_where_declared():
     out, rec = validated_pass(g, "attention", (ref, None), seed=5)
     names = [e.op.name for e in out.eqns()]
     assert "Attention" in names and "Q8KVAttention" not in names and rec.rewrites == 1
+    assert names.count("Cast") == 2
+
+
+def test_q8_kv_reads_fold_into_the_sink_attention_where_declared():
+    """gpt-oss over a q8_0 cache: the dequantization folds into Q8KVSinkAttention (never a
+    plain Q8KVAttention); a target without it keeps the dequantization before
+    SinkAttention."""
+    g = q8_graph(sinks=True)
+    out, rec = validated_pass(g, "attention", seed=5)
+    assert [e.op.name for e in out.eqns()] == ["Q8KVSinkAttention"] and rec.rewrites == 1
+    ref = LimitedBackend(get_backend("reference"), {"Q8KVSinkAttention"})
+    out, rec = validated_pass(g, "attention", (ref, None), seed=5)
+    names = [e.op.name for e in out.eqns()]
+    assert "SinkAttention" in names and "Q8KVAttention" not in names and rec.rewrites == 1
     assert names.count("Cast") == 2
 
 

@@ -16,18 +16,17 @@ SinkAttention's sink logit (one per query head) joins each row's max, and its ex
 denominator after the scores' sum, as the definition orders them; it weights no value, so
 a row with no live key is 0 rather than NaN there.
 
-Taken: F32 q and mask (and sinks); k and v both F32, F16 or BF16 (an f16 KV cache read in place,
-each element widened exactly as it is loaded, so the result is the f32 kernel's over the
-widened keys), or, for Q8KVAttention and PagedQ8KVAttention, q8_0 codes and scales (each
-element dequantized as it is loaded, f32(code) * scale as the definition's chain rounds it); a mask of [T, S] rows
-shared by every head (its leading axes 1, or a paged batch's per-sequence rows: its
-batch axes q's trailing leading axes); k and v leading axes equal to q's or all 1, or, for
+Taken: F32 q and mask (and sinks); k and v both F32, F16 or BF16 (an f16 KV cache read in
+place, each element widened exactly as it is loaded, so the result is the f32 kernel's over
+the widened keys), or, for Q8KVAttention, PagedQ8KVAttention and Q8KVSinkAttention, q8_0
+codes and scales (each element dequantized as it is loaded, f32(code) * scale as the
+definition's chain rounds it); a mask of [T, S] rows shared by every head (its leading
+axes 1, or a paged batch's per-sequence rows: its batch axes q's trailing leading axes); k and v leading axes equal to q's or all 1, or, for
 the paged ops, pools [P, Hkv, D] whose rows each sequence reads through its slot map (no
 gathered copy: only the live range of a sequence's slots is touched); S at most MAX_S
 (score rows on the stack; the q8 ops, which have no shared lowering, put longer ones on
 the heap). Any other Attention or PagedAttention takes the shared lowering; any other q8
-op is refused at plan time. SinkAttention takes the dense forms only (no paged or q8 one
-exists).
+op is refused at plan time. The sink ops take the dense forms only (no paged one exists).
 """
 from __future__ import annotations
 
@@ -44,6 +43,7 @@ from poot.ir.ops import (
     PagedAttention,
     PagedQ8KVAttention,
     Q8KVAttention,
+    Q8KVSinkAttention,
     SinkAttention,
 )
 from poot.kernel_backend import CompiledProgram
@@ -76,7 +76,8 @@ OPERANDS = {Attention: ("q", "k", "v", "mask"),
             PagedAttention: ("q", "k", "v", "smap", "mask"),
             Q8KVAttention: ("q", "k", "ks", "v", "vs", "mask"),
             PagedQ8KVAttention: ("q", "k", "ks", "v", "vs", "smap", "mask"),
-            SinkAttention: ("q", "k", "v", "mask", "sinks")}
+            SinkAttention: ("q", "k", "v", "mask", "sinks"),
+            Q8KVSinkAttention: ("q", "k", "ks", "v", "vs", "mask", "sinks")}
 #: where row j of the keys (values alike) and of their q8 scales lie: a dense block per
 #: (leading index, kv head), or a pool row named by the sequence's slot map
 DENSE_ROWS = """\
@@ -99,9 +100,9 @@ def attention_program(op, ins, out, printer) -> CompiledProgram | None:
         return None
     x = dict(zip(names, ins, strict=True))
     q, k, v, mask = x["q"], x["k"], x["v"], x["mask"]
-    q8 = isinstance(op, (Q8KVAttention, PagedQ8KVAttention))
+    q8 = isinstance(op, (Q8KVAttention, PagedQ8KVAttention, Q8KVSinkAttention))
     paged = isinstance(op, (PagedAttention, PagedQ8KVAttention))
-    sink = isinstance(op, SinkAttention)
+    sink = isinstance(op, (SinkAttention, Q8KVSinkAttention))
     if q.dtype is not F32 or mask.dtype is not F32 or k.dtype is not v.dtype or \
             k.dtype not in KV_LOADS or (k.dtype is I8) is not q8:
         return None

@@ -40,6 +40,6 @@ def table(device: str, formats: frozenset) -> CapabilityTable:
     # the contraction of q8 rows runs poot_cpu.gemv's byte dot products, attention over a
     # q8_0 cache (dense or paged) poot_cpu.attention's row builder (program_for)
     own = {"Q8PackedContraction": q8_formats(formats), "Q8KVAttention": {D.I8},
-           "PagedQ8KVAttention": {D.I8}}
+           "PagedQ8KVAttention": {D.I8}, "Q8KVSinkAttention": {D.I8}}
     return kernel_table("cpu", device, dtype_uses(), formats, own=own,
                         notes=NOTES)

@@ -589,10 +589,11 @@ def widened_kv_cases() -> Iterator[Case]:
 def q8_kv_cases() -> Iterator[Case]:
     """An f32 query reading q8_0 keys and values directly (Q8KVAttention: a q8_0 KV cache):
     prefill with a causal mask, batched decode, decode over many keys, and a paged batch's
-    per-sequence mask over gathered rows; and through slot maps from pools
-    (PagedQ8KVAttention), decode and prefill. Codes span -127..127 with scales a cache's size;
-    the dequantization is exact in the definition's one rounding, so the result is held to
-    f32's threshold. The case's dtype is the codes' (the deciding one)."""
+    per-sequence mask over gathered rows, each also with gpt-oss's sinks (Q8KVSinkAttention);
+    and through slot maps from pools (PagedQ8KVAttention), decode and prefill. Codes span
+    -127..127 with scales a cache's size; the dequantization is exact in the definition's
+    one rounding, so the result is held to f32's threshold. The case's dtype is the codes'
+    (the deciding one)."""
     rng = np.random.default_rng(49)
     tight = threshold("compose", F32)
 
@@ -619,6 +620,13 @@ def q8_kv_cases() -> Iterator[Case]:
         c = case(f"Q8KVAttention-f32q-i8kv-{name}", "Q8KVAttention", DType.I8,
                  [Arg(q), *kv(rows), *kv(rows), mask], one(O.Q8KVAttention(0.25)),
                  exact=False, growth="compose", fixed=fixed)
+        c.tol = tight
+        yield c
+        # gpt-oss's sink logit per head over the same rows (Q8KVSinkAttention)
+        c = case(f"Q8KVSinkAttention-f32q-i8kv-{name}", "Q8KVSinkAttention", DType.I8,
+                 [Arg(q), *kv(rows), *kv(rows), mask, Arg(T((q.shape[-3],), F32))],
+                 one(O.Q8KVSinkAttention(0.25)), exact=False, growth="compose",
+                 fixed=dict(fixed))
         c.tol = tight
         yield c
     # pools of 20 slots read through slot maps: a decode batch of 3, a prefill batch of 2

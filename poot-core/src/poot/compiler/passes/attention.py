@@ -10,7 +10,9 @@ gathered copies.
 
 A chain whose softmax also takes a sink logit per head (gpt-oss: its max and its
 denominator include it) becomes SinkAttention(scale) [q, k, v, mask, sinks] where the
-target declares it, and stays primitives elsewhere.
+target declares it, and stays primitives elsewhere; over a q8_0 cache's read,
+Q8KVSinkAttention(scale) [q, k codes, k scales, v codes, v scales, mask, sinks] where
+declared (there is no paged sink form).
 
 Where k and v are each Cast(F32) of one 16-bit dtype (an f16 KV cache's read), the casts
 fold into the composite's operands (an f32 q with f16 or bf16 k and v, docs/ir.md) when the
@@ -43,6 +45,7 @@ from poot.ir.ops import (
     PagedAttention,
     PagedQ8KVAttention,
     Q8KVAttention,
+    Q8KVSinkAttention,
     Reshape,
     SinkAttention,
     Transpose,
@@ -147,6 +150,11 @@ def sinked(view, scale, q, k, v, mask, sinks):
     return SinkAttention(scale), [q, k, v, mask, sinks]
 
 
+def q8_sinked(view, scale, q, k, v, mask, sinks):
+    """Q8KVSinkAttention, k and v each (codes, scales)."""
+    return Q8KVSinkAttention(scale), [q, *k, *v, mask, sinks]
+
+
 def sinks_of(view: GraphView, pv):
     """The sinks [Hq] of a chain whose max also takes them (SinkAttention's form), or None."""
     try:
@@ -223,7 +231,9 @@ def forms(view: GraphView, pv) -> list[tuple]:
     dense one."""
     sinks = sinks_of(view, pv)
     if sinks is not None:
-        return [(read, partial(sinked, sinks=sinks)) for read in (widened, None)]
+        return [(widened, partial(sinked, sinks=sinks)),
+                (dequantized, partial(q8_sinked, sinks=sinks)),
+                (None, partial(sinked, sinks=sinks))]
     return [(widened, paged), (widened, plain), (dequantized, q8_paged), (dequantized, q8),
             (None, paged), (None, plain)]
 

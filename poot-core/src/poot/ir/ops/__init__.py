@@ -42,6 +42,7 @@ from poot.ir.ops.quantize import (
     PagedQ8KVAttention,
     Q8_MAX,
     Q8KVAttention,
+    Q8KVSinkAttention,
     Q8PackedContraction,
     QuantizeI8,
 )

@@ -13,7 +13,8 @@ backend runs them with the lowerings it already has and the oracle defines them:
 rows (poot.compiler.passes.precision), so a kernel may multiply the codes with the weight's
 integers; its meaning is that chain, then `PackedContraction`. `Q8KVAttention` is the one
 the attention pass forms where attention reads a q8_0 KV cache: the dequantization of its
-keys and values, then `Attention`, so a kernel reads the codes and scales in place.
+keys and values, then `Attention`, so a kernel reads the codes and scales in place;
+`Q8KVSinkAttention` is its `SinkAttention` (gpt-oss).
 """
 from __future__ import annotations
 
@@ -152,6 +153,32 @@ class Q8KVAttention(Composite):
 
 
 @dataclass(frozen=True, repr=False)
+class Q8KVSinkAttention(Composite):
+    """SinkAttention over keys and values held as q8_0 rows (gpt-oss with a q8_0 KV cache):
+    operands as Q8KVAttention's, then sinks [Hq] F32. Defined as SinkAttention(scale) over
+    q8_dequantize of each codes and scales pair, so a kernel that dequantizes each element
+    as it loads it gives the bits of the f32 sink attention over the dequantized copy."""
+
+    scale: float
+    arity: ClassVar[int] = 7
+    deciding: ClassVar[str] = "kv"       # the codes' dtype, I8
+    needs: ClassVar[str] = "convert"
+
+    def infer(self, ins):
+        self.check_arity(ins)
+        out = Q8KVAttention(self.scale).infer(ins[:6])
+        q, sinks = ins[0], ins[6]
+        if sinks.shape != (q.shape[-3],) or sinks.dtype != q.dtype:
+            self.fail(f"sinks must be [Hq={q.shape[-3]}] of q's dtype", ins)
+        return out
+
+    def define(self, b, ins):
+        q, kc, ks, vc, vs, mask, sinks = ins
+        return attention_chain(b, q, q8_rows(b, kc, ks), q8_rows(b, vc, vs), mask, self.scale,
+                               sinks)
+
+
+@dataclass(frozen=True, repr=False)
 class PagedQ8KVAttention(Composite):
     """Q8KVAttention over q8_0 pools read through each sequence's slot map (a paged q8_0 KV
     cache read in place): operands q [B, Hq, T, D] F32, k codes [P, Hkv, D] I8, k scales
@@ -190,5 +217,6 @@ def q8_rows(b, codes, scales):
                          _reshape(b, scales, lead + (d // Q8_BLOCK, 1)))
 
 
-__all__ = ["PagedQ8KVAttention", "QuantizeI8", "Q8KVAttention", "Q8PackedContraction", "Q8_BLOCK", "Q8_MAX",
+__all__ = ["PagedQ8KVAttention", "QuantizeI8", "Q8KVAttention", "Q8KVSinkAttention",
+           "Q8PackedContraction", "Q8_BLOCK", "Q8_MAX",
            "q8_quantize", "q8_dequantize", "q8_round", "q8_rows"]
