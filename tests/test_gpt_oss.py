@@ -267,6 +267,22 @@ def test_greedy_tokens_on_gpu_apis(folders, greedy, backend):
     assert greedy_ids(model, IDS[:10], 8) == greedy
 
 
+@pytest.mark.parametrize("backend", ["cpu", "wgpu", "vulkan"])
+def test_mxfp4_folder_greedy_tokens_on_backends(folders, backend):
+    """The folder's MXFP4 experts (`*_blocks`, `*_scales`) on cpu and GPU APIs (lavapipe
+    here): the numpy forward's greedy tokens of the values they decode to."""
+    import poot
+
+    skip_without(backend)
+    folder, cfg, tensors, _ = folders[4, "mxfp4"]
+    want: list[int] = []
+    for _ in range(8):
+        want.append(int(np.argmax(forward(tensors, cfg, IDS[:10] + want)[-1])))
+    assert len(set(want)) > 2, want
+    model = poot.load(str(folder), backend=backend, max_seq=32, prefill_tokens=6)
+    assert greedy_ids(model, IDS[:10], 8) == want
+
+
 def test_harmony_chat_from_the_folder(folders):
     """The folder's chat_template.jinja renders harmony turns; its control tokens are ids of
     their own, the same spelling inside a message stays text."""
