@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from reference_deepseek import forward
 from test_families import BACKEND, IDS, check_logits, rel_err, write_tokenizer
-from test_phi3 import greedy_ids
+from test_phi3 import greedy_ids, numpy_greedy
 
 VOCAB, DIM, HEADS, LAYERS, FFN = 300, 64, 4, 3, 96
 Q_RANK, KV_RANK, NOPE, ROPE, V_DIM = 20, 24, 16, 8, 12
@@ -172,11 +172,7 @@ def test_config_in_both_spellings(folders):
 def greedy(folders) -> list[int]:
     """The numpy forward's 8 greedy tokens after IDS[:10]."""
     folder, cfg, tensors, want = folders[KEYS[0]]
-    out: list[int] = []
-    for _ in range(8):
-        out.append(int(np.argmax(forward(tensors, cfg, IDS[:10] + out)[-1])))
-    assert len(set(out)) > 2, out
-    return out
+    return numpy_greedy(lambda ids: forward(tensors, cfg, ids), IDS[:10], 8)
 
 
 def session_logits(model, ids, prefill: int) -> np.ndarray:
@@ -565,11 +561,7 @@ def gguf_greedy(gguf_files) -> list[int]:
     """The numpy forward's 8 greedy tokens after IDS[:10], of the Q8_0 file with kv_b split
     (as it decodes)."""
     path, cfg, tensors, want = gguf_files["v3-split-q8_0"]
-    out: list[int] = []
-    for _ in range(8):
-        out.append(int(np.argmax(forward(tensors, cfg, IDS[:10] + out)[-1])))
-    assert len(set(out)) > 2, out
-    return out
+    return numpy_greedy(lambda ids: forward(tensors, cfg, ids), IDS[:10], 8)
 
 
 @pytest.mark.parametrize("backend", ["wgpu", "vulkan"])
@@ -650,10 +642,7 @@ def stacked(tmp_path_factory, folders):
     out = tmp_path_factory.mktemp("deepseek-stacked") / "stacked"
     write_folder(out, fused_experts(tensors), cfg, 1, None)
     write_tokenizer(out)
-    greedy: list[int] = []
-    for _ in range(8):
-        greedy.append(int(np.argmax(forward(tensors, cfg, IDS[:10] + greedy)[-1])))
-    assert len(set(greedy)) > 2, greedy
+    greedy = numpy_greedy(lambda ids: forward(tensors, cfg, ids), IDS[:10], 8)
     return out, want, greedy
 
 

@@ -140,6 +140,16 @@ def test_fused_parts_read_one_by_one(tmp_path):
     assert spec.type.shape == (2 * HEAD_DIM, DIM) and "qkv_proj" in spec.ref.tensor
 
 
+def numpy_greedy(logits_of, prompt: list[int], n: int) -> list[int]:
+    """n greedy tokens after the prompt from logits_of(ids) -> [T, vocab] (a numpy forward);
+    more than two distinct ones, so that a wrong model cannot match them by chance."""
+    out: list[int] = []
+    for _ in range(n):
+        out.append(int(np.argmax(logits_of(prompt + out)[-1])))
+    assert len(set(out)) > 2, out
+    return out
+
+
 def greedy_ids(model, prompt: list[int], n: int) -> list[int]:
     """n greedy tokens after the prompt through the session (chunked prefill, decode)."""
     session = model.session()
@@ -161,10 +171,7 @@ def test_greedy_text_is_equal_across_backends(tmp_path):
     from poot.plugin import select_backend
 
     folder, cfg, tensors = make_folder(tmp_path, "phi4-mini", tie_word_embeddings=False)
-    want = []
-    for _ in range(10):
-        want.append(int(np.argmax(forward(tensors, cfg, IDS[:10] + want, 32)[-1])))
-    assert len(set(want)) > 2, want
+    want = numpy_greedy(lambda ids: forward(tensors, cfg, ids, 32), IDS[:10], 10)
     texts = {}
     for backend in ("reference", "cpu", "wgpu", "vulkan", "cuda"):
         try:
@@ -261,10 +268,7 @@ def gguf_greedy(tmp_path_factory):
     (its long factors: max_seq 32 is past the original 16)."""
     path = tmp_path_factory.mktemp("phi3-gguf") / "phi3-longrope.gguf"
     cfg, hf = write_gguf(path, "phi3-longrope")
-    out: list[int] = []
-    for _ in range(8):
-        out.append(int(np.argmax(forward(hf, cfg, IDS[:10] + out, 32)[-1])))
-    assert len(set(out)) > 2, out
+    out = numpy_greedy(lambda ids: forward(hf, cfg, ids, 32), IDS[:10], 8)
     return path, out
 
 
