@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from reference_deepseek import forward
-from test_families import BACKEND, IDS, check_logits, rel_err, write_tokenizer
+from test_families import (BACKEND, IDS, check_logits, rel_err, skip_without,
+                           write_tokenizer)
 from test_phi3 import greedy_ids, numpy_greedy
 
 VOCAB, DIM, HEADS, LAYERS, FFN = 300, 64, 4, 3, 96
@@ -297,13 +298,8 @@ def test_greedy_tokens_on_gpu_apis(folders, greedy, backend):
     """The latent attention (keys and values of different widths, one KV head), the
     group-limited router and YaRN tables on GPU APIs (lavapipe here)."""
     import poot
-    from poot.errors import PootError
-    from poot.plugin import select_backend
 
-    try:
-        select_backend(backend)
-    except PootError as exc:
-        pytest.skip(f"no {backend} device: {exc}")
+    skip_without(backend)
     model = poot.load(str(folders[KEYS[0]][0]), backend=backend, max_seq=32,
                       prefill_tokens=6)
     assert greedy_ids(model, IDS[:10], 8) == greedy
@@ -568,13 +564,7 @@ def gguf_greedy(gguf_files) -> list[int]:
 def test_gguf_greedy_tokens_on_gpu_apis(gguf_files, gguf_greedy, backend):
     """The deepseek2 file's absorbed layout (attn_k_b / attn_v_b as Q8_0 packed stacks, the
     experts' Q8_0 stacks) on GPU APIs (lavapipe here): the numpy forward's greedy tokens."""
-    from poot.errors import PootError
-    from poot.plugin import select_backend
-
-    try:
-        select_backend(backend)
-    except PootError as exc:
-        pytest.skip(f"no {backend} device: {exc}")
+    skip_without(backend)
     model = gguf_model(gguf_files["v3-split-q8_0"][0], backend)
     assert greedy_ids(model, IDS[:10], 8) == gguf_greedy
 
@@ -662,13 +652,8 @@ def test_stacked_experts_greedy_tokens_on_backends(stacked, backend):
     """The stacked experts (served as GGUF's expert stacks, gate|up split by rows) on cpu
     and GPU APIs (lavapipe here): the numpy forward's greedy tokens."""
     import poot
-    from poot.errors import PootError
-    from poot.plugin import select_backend
 
-    try:
-        select_backend(backend)
-    except PootError as exc:
-        pytest.skip(f"no {backend} device: {exc}")
+    skip_without(backend)
     out, _, greedy = stacked
     model = poot.load(str(out), backend=backend, max_seq=32, prefill_tokens=6)
     assert greedy_ids(model, IDS[:10], 8) == greedy

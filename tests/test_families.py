@@ -183,13 +183,7 @@ ON_GPU_API = {"gemma3": "wgpu", "qwen2-yarn": "wgpu", "qwen2-moe": "wgpu",
 def test_family_on_backend(tmp_path, family, backend):
     """The same on cpu and a GPU API (lavapipe here): q/k norms, GeGLU, rings, RoPE tables
     and the routers."""
-    from poot.errors import PootError
-    from poot.plugin import select_backend
-
-    try:
-        select_backend(backend)
-    except PootError as exc:
-        pytest.skip(f"no {backend} device: {exc}")
+    skip_without(backend)
     check_family(tmp_path, family, backend)
 
 
@@ -208,6 +202,17 @@ def test_transformers5_folder_matches_numpy_reference(tmp_path, family):
     """The folders issue 52 found refused (Qwen2-MoE and Qwen3-MoE saved by transformers 5),
     and Gemma 3's per-layer-type rope_parameters, run."""
     check_family(tmp_path, family, BACKEND, spelling=5)
+
+
+def skip_without(backend: str) -> None:
+    """Skips the test where this machine has no device of the backend."""
+    from poot.errors import PootError
+    from poot.plugin import select_backend
+
+    try:
+        select_backend(backend)
+    except PootError as exc:
+        pytest.skip(f"no {backend} device: {exc}")
 
 
 def check_family(tmp_path, family: str, backend: str, spelling: int = 4) -> None:

@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from reference_decoder import forward
-from test_families import BACKEND  # POOT_FAMILY_BACKEND (scripts/h200_models.sh: cuda)
+# BACKEND: POOT_FAMILY_BACKEND (scripts/h200_models.sh: cuda)
+from test_families import BACKEND, skip_without
 
 VOCAB, DIM, HEADS, KV, HEAD_DIM, FFN, EXPERTS = 128, 64, 4, 2, 32, 96, 4
 
@@ -145,13 +146,7 @@ def test_gguf_family_on_cpu(tmp_path, arch):
 def test_packed_moe_on_wgpu(tmp_path, arch):
     """Qwen3-MoE's and Mixtral's Q8_0 expert stacks as indexed packed contractions on wgpu
     (lavapipe), Mixtral's q/k rows in pairs. (Mixtral after Qwen3-MoE reuses its shaders.)"""
-    from poot.errors import PootError
-    from poot.plugin import select_backend
-
-    try:
-        select_backend("wgpu")
-    except PootError as exc:
-        pytest.skip(f"no wgpu device: {exc}")
+    skip_without("wgpu")
     check(tmp_path, arch, "wgpu")
 
 

@@ -13,7 +13,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 from reference_gpt_oss import forward
-from test_families import BACKEND, IDS, check_logits, rel_err, write_tokenizer
+from test_families import (BACKEND, IDS, check_logits, rel_err, skip_without,
+                           write_tokenizer)
 from test_phi3 import greedy_ids, numpy_greedy
 
 VOCAB, DIM, HEADS, KV, HEAD_DIM, LAYERS = 300, 64, 4, 2, 16, 3
@@ -385,16 +386,6 @@ def write_gguf(path) -> tuple[dict, dict]:
         w.add_tensor(g, out[name])
     close_gguf(w)
     return cfg, out
-
-
-def skip_without(backend: str) -> None:
-    from poot.errors import PootError
-    from poot.plugin import select_backend
-
-    try:
-        select_backend(backend)
-    except PootError as exc:
-        pytest.skip(f"no {backend} device: {exc}")
 
 
 @pytest.fixture(scope="module")

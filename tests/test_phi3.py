@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 from reference_phi3 import forward
 from test_gguf_families import close_gguf
-from test_families import BACKEND, IDS, check_logits, rel_err, write_tokenizer
+from test_families import (BACKEND, IDS, check_logits, rel_err, skip_without,
+                           write_tokenizer)
 
 VOCAB, DIM, HEADS, FFN, LAYERS, ORIGINAL, CONTEXT = 300, 64, 4, 96, 2, 16, 64
 HEAD_DIM = DIM // HEADS
@@ -276,15 +277,12 @@ def gguf_greedy(tmp_path_factory):
 def test_gguf_greedy_tokens_on_backends(gguf_greedy, backend):
     """The Q8_0 attn_qkv and gate|up ffn_up (read as row ranges) with LongRoPE's factor
     tensors on cpu and GPU APIs (lavapipe here): the numpy forward's greedy tokens."""
-    from poot.errors import PootError
     from poot.models.loader import open_model
     from poot.models.runner import Model
     from poot.plugin import select_backend
 
-    try:
-        b, dev = select_backend(backend)
-    except PootError as exc:
-        pytest.skip(f"no {backend} device: {exc}")
+    skip_without(backend)
+    b, dev = select_backend(backend)
     path, want = gguf_greedy
     ckpt, c = open_model(str(path), max_seq=32)
     assert greedy_ids(Model(ckpt, c, None, b, dev, prefill_tokens=6), IDS[:10], 8) == want
