@@ -305,6 +305,19 @@ def test_greedy_tokens_on_gpu_apis(folders, greedy, backend):
     assert greedy_ids(model, IDS[:10], 8) == greedy
 
 
+@pytest.mark.parametrize("backend", ["cpu", "wgpu", "vulkan"])
+def test_v2_greedy_tokens_on_backends(folders, backend):
+    """V2's softmax router, group-limited by each group's best score, with q through q_proj,
+    on cpu and GPU APIs (lavapipe here): the numpy forward's greedy tokens."""
+    import poot
+
+    skip_without(backend)
+    folder, cfg, tensors, _ = folders[KEYS[3]]
+    want = numpy_greedy(lambda ids: forward(tensors, cfg, ids), IDS[:10], 8)
+    model = poot.load(str(folder), backend=backend, max_seq=32, prefill_tokens=6)
+    assert greedy_ids(model, IDS[:10], 8) == want
+
+
 def test_steps_fuse_the_latent_attention(folders):
     """compile forms one Attention per layer from the latent chain (one KV head, keys
     kv_rank + rope wide, values kv_rank), on reference and cpu, dense and paged."""
