@@ -202,6 +202,17 @@ def test_f32_folder_generates_what_the_gguf_generates(f32_model, gguf_two_layers
     assert got == want and "".join(got).strip(), (got, want)
 
 
+def test_f32_folder_generates_the_reference_text_on_cpu(f32_folder, f32_model):
+    """The real weights' folder on cpu: the reference backend's greedy text. (Not on
+    lavapipe: its first compile of this width's shaders outlasts a CI test.)"""
+    import poot
+
+    model = poot.load(str(f32_folder), backend="cpu", max_seq=64)
+    ids = f32_model.tokenize(PROMPT)
+    want = "".join(f32_model.generate(ids, max_tokens=12))
+    assert "".join(model.generate(ids, max_tokens=12)) == want and want.strip()
+
+
 def test_transformers5_rope_parameters(f32_model):
     """transformers 5 writes rope_theta inside rope_parameters, not at the top level."""
     from poot.models.config import from_hf
