@@ -41,9 +41,6 @@ NOTES = {
 #: costing a barrier and a dispatch's latency, so the RMSNorm inside the contractions that
 #: read it and the SwiGLU inside the gate|up GEMV remove a batch each (docs/performance.md)
 ELECT = ("NormedPackedContraction", "NormedDenseContraction", "GatedContraction")
-#: ... and on a software device (lavapipe) only the SwiGLU: there the normed GEMV's extra
-#: workgroup reduction costs more than the batch it saves (docs/performance.md)
-SOFTWARE_ELECT = ("GatedContraction",)
 
 
 def dtype_uses(facts: DeviceFacts) -> dict[DType, Use]:
@@ -71,5 +68,4 @@ def capability_table(facts: DeviceFacts, device_id: str,
               "max_workgroup_invocations": facts.limit("maxComputeWorkGroupInvocations"),
               "subgroup_size": facts.subgroup_size}
     return kernel_table(BACKEND, device_id, uses, formats, refuse={"Select": SPIRV_SELECT},
-                        elect=SOFTWARE_ELECT if facts.is_software else ELECT, limits=limits,
-                        notes=notes)
+                        elect=ELECT, limits=limits, notes=notes)

@@ -43,9 +43,6 @@ NOTES = {
 #: and each costs its encoding, so the RMSNorm inside the contractions that read it and
 #: the SwiGLU inside the gate|up GEMV remove a dispatch each (docs/performance.md)
 ELECT = ("NormedPackedContraction", "NormedDenseContraction", "GatedContraction")
-#: ... and on a software device (lavapipe) only the SwiGLU: there the normed GEMV's extra
-#: workgroup reduction costs more than the batch it saves (docs/performance.md)
-SOFTWARE_ELECT = ("GatedContraction",)
 
 
 def dtype_uses(dev: WgpuDevice) -> dict[DType, Use]:
@@ -71,5 +68,4 @@ def capability_table(dev: WgpuDevice, device_id: str, formats: frozenset[str]) \
     limits = dict(dev.limits)
     limits["max_buffer_bytes"] = dev.limit("max-storage-buffer-binding-size")
     return kernel_table(BACKEND, device_id, uses, formats, no_select=SPIRV_SELECT,
-                        elect=SOFTWARE_ELECT if dev.is_software else ELECT, limits=limits,
-                        notes=notes)
+                        elect=ELECT, limits=limits, notes=notes)

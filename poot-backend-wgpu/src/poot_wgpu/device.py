@@ -63,11 +63,6 @@ class WgpuDevice:
     def name(self) -> str:
         return self.info.name
 
-    @property
-    def is_software(self) -> bool:
-        """A CPU adapter (Mesa llvmpipe/lavapipe)."""
-        return self.info.adapter_type.upper() == "CPU"
-
     def has(self, feature: str) -> bool:
         return feature in self.features
 
