@@ -17,10 +17,9 @@
 #   serve     `poot serve smollm2 --backend cuda`: seconds to /health and /ready, then
 #             serve_bench.py with 1 and 32 streaming clients
 set -u -o pipefail
-export PYTHONUNBUFFERED=1 POOT_CACHE=/tmp/poot-cache
-OUT=${OUT:-/tmp/out}
+source scripts/h200_lib.sh
 M=$POOT_CACHE/models
-mkdir -p "$OUT" "$M" /root/stash
+mkdir -p /root/stash
 PARTS=${PARTS:-ttft peer speculate profile serve}
 START=$SECONDS
 cp .stage/s01 /root/stash/ 2>/dev/null
@@ -28,14 +27,9 @@ cat /root/stash/s00 /root/stash/s01 >"$M/SmolLM2-135M-Instruct.Q4_1.gguf"
 (cd "$M" && sha256sum -c - <<'SUMS') || { echo "SmolLM2 GGUF incomplete"; exit 1; }
 b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  SmolLM2-135M-Instruct.Q4_1.gguf
 SUMS
-{
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl
-  python3 -m pip install -q --no-deps --no-build-isolation --no-index \
-    -e poot-core -e poot-quant -e poot-backend-cuda
-} >"$OUT/setup.log" 2>&1 || { echo "SETUP FAILED"; tail "$OUT/setup.log"; }
-export PYTHONPATH=/tmp/site POOT_SMOLLM2_GGUF=$M/SmolLM2-135M-Instruct.Q4_1.gguf
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+h200_wheels .whl/*.whl || exit 1
+h200_editable poot-core poot-quant poot-backend-cuda
+export POOT_SMOLLM2_GGUF=$M/SmolLM2-135M-Instruct.Q4_1.gguf
 echo "set up in $((SECONDS - START)) s"
 
 part() {   # part NAME SECONDS COMMAND...: run, log to $OUT/NAME.log, say how it ended
@@ -49,13 +43,11 @@ part() {   # part NAME SECONDS COMMAND...: run, log to $OUT/NAME.log, say how it
     tail -22 "$OUT/$name.log" | cut -c1-220
   fi
 }
-serve() {
-  local t=$SECONDS
-  python3 -m poot serve smollm2 --backend cuda --host 127.0.0.1 --port 8000 --max-batch 32 \
-    --max-seq 512 >"$OUT/server.log" 2>&1 &
-  local pid=$! health="" ready=""
+serve() {   # seconds to /health and to /ready, then serve_bench.py (h200_lib's server)
+  local t=$SECONDS health="" ready=""
+  serve_start cuda
   for _ in $(seq 400); do
-    kill -0 $pid 2>/dev/null || { tail -20 "$OUT/server.log"; return 1; }
+    kill -0 "$SERVER" 2>/dev/null || { tail -20 "$OUT/server.log"; return 1; }
     [ -z "$health" ] && python3 -c "import urllib.request as u
 u.urlopen('http://127.0.0.1:8000/health', timeout=2)" 2>/dev/null && health=$((SECONDS - t))
     python3 -c "import urllib.request as u
@@ -66,8 +58,7 @@ u.urlopen('http://127.0.0.1:8000/ready', timeout=2)" 2>/dev/null && { ready=$((S
   grep -m4 -iE "serving|planned|ready" "$OUT/server.log" | cut -c1-200
   timeout 150 python3 poot-core/benchmarks/serve_bench.py --url http://127.0.0.1:8000 \
     --clients 1,32 --max-tokens 128 --no-serial
-  kill $pid
-  wait $pid 2>/dev/null
+  serve_down
 }
 B=poot-backend-cuda/bench
 for p in $PARTS; do
