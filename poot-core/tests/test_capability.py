@@ -141,6 +141,26 @@ def test_contraction_epilogue_head_is_checked():
     assert isinstance(err, UnsupportedOp) and err.op == "MatMul" and "inside" in str(err)
 
 
+def test_declared_is_not_elected():
+    """An unelected key lowers (allowed, listed in the matrix), but compile is told of it,
+    also as an epilogue's head, unless the policy asks for it."""
+    from dataclasses import replace
+
+    t = replace(spirv_table(), unelected=frozenset({"MatMul"}))
+    a, w, h, bias = (TensorType(s, F32) for s in ((3, 8), (8, 4), (3, 4), (4,)))
+    op = O.ContractionEpilogue(O.MatMul(), 2, region([h, bias], lambda b, h, c: b.eqn(ADD, h, c)))
+    assert t.allows(op, [a, w, bias], h) and t.allows(O.MatMul(), [a, w], h)
+    assert t.unelected_key(op, [a, w, bias]) == t.unelected_key(O.MatMul(), [a, w]) == "MatMul"
+    assert t.unelected_key(op, [a, w, bias], asked={"MatMul"}) is None
+    assert t.unelected_key(EXP, [h]) is None
+    assert "declared, not elected: MatMul" in t.summary()
+    assert "Declared but not elected (compile forms them only where the policy asks" \
+        in t.to_markdown()
+    with pytest.raises(PootError, match="unelected but not declared"):
+        CapabilityTable.declare("x", "x:0", {F32: Use.all()}, {"MatMul": [F32]},
+                                unelected={"Attention"})
+
+
 def test_packed_formats_are_declared_by_name():
     t = spirv_table()
     ok = PackedWeight("dense:f16words", (4, 8))

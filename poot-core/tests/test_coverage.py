@@ -92,10 +92,16 @@ def test_a_backends_own_kernels_declare_what_no_lowering_covers():
         kernel_table("k", "k:0", USES, (), own={"Attention": {D.F32}})
 
 
-def test_offered_composites_are_declared_only_when_elected():
+def test_offered_composites_are_declared_only_when_declared_or_elected():
     t = kernel_table("k", "k:0", USES, (), elect=("GatedContraction",))
     assert t.lowers("GatedContraction") == t.lowers("ContractionEpilogue")
-    with pytest.raises(PootError, match="MatMul"):
-        kernel_table("k", "k:0", USES, (), elect=("MatMul",))
+    assert "NormedDenseContraction" not in t.ops and not t.unelected
+    t = kernel_table("k", "k:0", USES, (), elect=("GatedContraction",),
+                     declare=("NormedDenseContraction", "GatedContraction"))
+    assert t.lowers("NormedDenseContraction") == t.lowers("DenseContraction")
+    assert t.unelected == {"NormedDenseContraction"}      # declared, not elected
+    for bad in ({"elect": ("MatMul",)}, {"declare": ("MatMul",)}):
+        with pytest.raises(PootError, match="MatMul"):
+            kernel_table("k", "k:0", USES, (), **bad)
     with pytest.raises(PootError, match="Nonsense"):
         kernel_table("k", "k:0", USES, (), without={"Nonsense": "typo"})

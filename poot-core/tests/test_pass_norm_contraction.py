@@ -81,6 +81,42 @@ def test_a_target_that_does_not_declare_it_keeps_the_norm():
     assert "target refuses" in compiled.explain()
 
 
+class _NormsUnelected(LimitedBackend):
+    """The reference backend with the normed contractions declared but not elected."""
+
+    def capabilities(self, device):
+        from dataclasses import replace
+
+        return replace(super().capabilities(device), unelected=NORMS)
+
+
+NORMS = frozenset({"NormedPackedContraction", "NormedDenseContraction"})
+
+
+@pytest.mark.parametrize("stack_ffn", [True, False], ids=["gate_up", "up_as_epilogue_head"])
+def test_an_unelected_norm_is_formed_only_where_the_policy_asks(stack_ffn):
+    target = (_NormsUnelected(get_backend("reference"), ()), None)
+    _, _, plain = compiled_step(target=target, stack_ffn=stack_ffn)
+    ops = Counter(e.op.name for e in plain.graph.eqns())
+    assert ops["FusedRow"] == 3 and not NORMS & set(ops)
+    assert "NormedPackedContraction is declared but not elected" in plain.explain()
+    step, weights, asked = compiled_step(target=target, stack_ffn=stack_ffn,
+                                         policy=Policy(fuse=NORMS))
+    ops = Counter(e.op.name for e in asked.graph.eqns())
+    heads = Counter(e.op.head.name for e in asked.graph.eqns()
+                    if e.op.name == "ContractionEpilogue")
+    assert "FusedRow" not in ops and ops["NormedPackedContraction"] == 3
+    assert heads["NormedPackedContraction"] == (not stack_ffn)
+    validate(step.graph, asked.graph, seed=1, trials=2, given=const_inputs(step, weights))
+
+
+def test_a_policy_cannot_ask_for_an_unknown_op():
+    from poot.compiler import PolicyError
+
+    with pytest.raises(PolicyError, match="Nonsense"):
+        Policy(fuse={"NormedPackedContraction", "Nonsense"})
+
+
 def test_the_op_refuses_operands_it_cannot_type():
     from poot.dtypes import DType
     from poot.errors import ShapeError

@@ -25,6 +25,12 @@ Build a table with `CapabilityTable.declare(...)`, which checks the keys:
         ops={k: {DType.F32} for k in op_keys("Unary", "Binary", "Reduce")},
         notes={"Select:f16": "OpSelect has no 16-bit float form here"})
 
+Declared is not elected. Every declared key lowers: conformance runs its cases and the
+support matrix lists it. `unelected` names the declared composites compile does not rewrite
+graphs into by default on this device (a fusion that measured slower there); a pass forms
+one only where the compile policy asks for it (`Policy.fuse`). Every other declared key is
+elected: compile forms it wherever it matches.
+
 A backend that prints poot's kernel programs declares no op list of its own: its table is
 the shared lowerings' declaration on its device facts (`poot.codegen.coverage.kernel_table`).
 """
@@ -98,7 +104,8 @@ class CapabilityTable:
 
     `limits` may hold "max_buffer_bytes" (the largest tensor one binding may hold);
     `notes` maps "<op key>:<dtype>", "<op key>" or "<dtype>" to the reason a refusal
-    gives ("OpSelect has no 16-bit float form in SPIR-V").
+    gives ("OpSelect has no 16-bit float form in SPIR-V"). `unelected`: declared keys
+    compile forms only where the policy asks (module docstring).
     """
 
     backend: str
@@ -107,20 +114,26 @@ class CapabilityTable:
     ops: dict[str, frozenset]
     limits: dict[str, int] = field(default_factory=dict)
     notes: dict[str, str] = field(default_factory=dict)
+    unelected: frozenset[str] = frozenset()
 
     @classmethod
     def declare(cls, backend: str, device: str, dtypes: Mapping[DType, Use],
                 ops: Mapping[str, Iterable], limits: Mapping[str, int] | None = None,
-                notes: Mapping[str, str] | None = None) -> CapabilityTable:
+                notes: Mapping[str, str] | None = None,
+                unelected: Iterable[str] = ()) -> CapabilityTable:
         """A table from plain mappings, with every op key checked (a typo is a PootError,
-        not a silently undeclared op)."""
+        not a silently undeclared op; an unelected key must be declared)."""
         known = set(every_op_key())
         bad = sorted(k for k in ops if k not in known)
         if bad:
             raise PootError(f"{backend}: unknown op keys {bad}; see poot.capability.every_op_key()")
+        unelected = frozenset(unelected)
+        if not unelected <= set(ops):
+            raise PootError(f"{backend}: {sorted(unelected - set(ops))} are unelected but not "
+                            f"declared (only a key it lowers can be left unelected)")
         return cls(backend, device, {DType.parse(d): u for d, u in dtypes.items()},
                    {k: frozenset(map(_entry, v)) for k, v in ops.items()},
-                   dict(limits or {}), dict(notes or {}))
+                   dict(limits or {}), dict(notes or {}), unelected)
 
     def with_communicator(self, communicator) -> CapabilityTable:
         """This table with AllReduce and AllGather declared over the communicator's group
@@ -191,6 +204,20 @@ class CapabilityTable:
                                  **where)
         return None
 
+    def unelected_key(self, op: O.OpKind, ins: Sequence[TensorType],
+                      asked: Iterable[str] = ()) -> str | None:
+        """The key of a declared but unelected composite that `op` is or lowers with it (a
+        ContractionEpilogue's or GatedContraction's normed head), unless `asked` names it;
+        None when compile may form `op` by default."""
+        key = op_key(op)
+        if key in self.unelected and key not in asked:
+            return key
+        for inner, r_ins, _ in region_eqns(op, ins):
+            got = self.unelected_key(inner, r_ins, asked)
+            if got is not None:
+                return got
+        return None
+
     def allows(self, op: O.OpKind, ins: Sequence[TensorType], out: TensorType) -> bool:
         return self.refusal(op, ins, out) is None
 
@@ -227,6 +254,8 @@ class CapabilityTable:
                  f"ops ({len(self.ops)} of {len(every_op_key())} keys): {', '.join(parts)}"]
         if fmts:
             lines.append(f"packed formats: {', '.join(fmts)}")
+        if self.unelected:
+            lines.append(f"declared, not elected: {', '.join(sorted(self.unelected))}")
         return "\n".join(lines)
 
     def to_markdown(self) -> str:
@@ -242,6 +271,9 @@ class CapabilityTable:
             lines += _matrix(PACKED_KEYS, fmts, self.lowers)
         lines += ["", "| dtype | uses |", "|---|---|"]
         lines += [f"| {d} | {_uses(self.uses(d))} |" for d in DType]
+        if self.unelected:
+            lines += ["", "Declared but not elected (compile forms them only where the policy "
+                      "asks, `Policy(fuse=...)`): " + ", ".join(sorted(self.unelected))]
         if self.limits:
             lines += ["", "Limits:"] + [f"- {k}: {v}" for k, v in sorted(self.limits.items())]
         if self.notes:

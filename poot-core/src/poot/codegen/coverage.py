@@ -12,8 +12,12 @@ poot's kernel programs (cpu, cuda, rocm, vulkan, wgpu) derives its table with
                (SPIR-V targets: Select on F16 and BF16)
     no_select  dtypes its printer cannot select in: every op whose kernels select in
                the element dtype (`Cover.selects`) is refused on them
-    elect      the offered composites it takes (`Cover.offered`: fusions that are a
-               schedule choice, measured per target)
+    declare    the offered composites it lowers (`Cover.offered`: fusions that are a
+               schedule choice, measured per target): declared, so conformance runs
+               their cases, but formed by compile only where the policy asks
+               (`CapabilityTable.unelected`, `Policy.fuse`)
+    elect      the offered composites compile forms by default on this device (declared
+               too); a key in both is elected
     without    op keys it leaves out, each with the reason a refusal gives
     own        op keys no shared lowering covers that kernels of its own take
                (`KernelBackend.program_for`), with their dtypes or formats
@@ -107,8 +111,8 @@ FORMATS = Dtypes("formats", lambda c: frozenset(c.formats))      # every registe
 @dataclass(frozen=True)
 class Cover:
     """One op key's shared lowering: the dtypes it takes; `selects`: its kernels select
-    in the element dtype; `offered`: lowered, but declared only by a backend that elects it
-    (a fusion whose gain is a schedule's, measured per target)."""
+    in the element dtype; `offered`: lowered, but declared only by a backend that declares
+    or elects it (a fusion whose gain is a schedule's, measured per target)."""
 
     dtypes: Dtypes
     selects: bool = False
@@ -171,23 +175,25 @@ NOTES = {"AllReduce": "collectives are cuts between stages (a runtime's communic
 
 def kernel_ops(uses: Mapping[DType, Use], formats: Iterable[str], *,
                refuse: Mapping[str, Mapping[DType, str]] | None = None,
-               no_select: Mapping[DType, str] | None = None, elect: Iterable[str] = (),
-               without: Mapping[str, str] | None = None,
-               own: Mapping[str, Iterable] | None = None) -> tuple[dict, dict]:
-    """(op key -> dtypes, notes) of a device with these facts (`kernel_table`'s)."""
+               no_select: Mapping[DType, str] | None = None, declare: Iterable[str] = (),
+               elect: Iterable[str] = (), without: Mapping[str, str] | None = None,
+               own: Mapping[str, Iterable] | None = None) -> tuple[dict, dict, frozenset]:
+    """(op key -> dtypes, notes, unelected keys) of a device with these facts
+    (`kernel_table`'s)."""
     refuse, no_select, without = dict(refuse or {}), dict(no_select or {}), dict(without or {})
     elect, own = set(elect), dict(own or {})
-    unknown = sorted((set(refuse) | set(without) | elect) - set(COVERAGE))
-    if unknown or any(not COVERAGE[k].offered for k in elect):
+    offered = set(declare) | elect
+    unknown = sorted((set(refuse) | set(without) | offered) - set(COVERAGE))
+    if unknown or any(not COVERAGE[k].offered for k in offered):
         raise PootError(f"facts name op keys the lowerings do not offer: "
-                        f"{unknown or sorted(k for k in elect if not COVERAGE[k].offered)}")
+                        f"{unknown or sorted(k for k in offered if not COVERAGE[k].offered)}")
     if set(own) & set(COVERAGE):
         raise PootError(f"{sorted(set(own) & set(COVERAGE))}: the shared lowerings declare "
                         f"these already (a backend's own kernels for them need no entry)")
     classes = DeviceClasses(dict(uses), frozenset(formats))
     ops, notes = {}, dict(NOTES)
     for key, cover in COVERAGE.items():
-        if key in without or (cover.offered and key not in elect):
+        if key in without or (cover.offered and key not in offered):
             continue
         refused = dict(refuse.get(key, {}))
         if cover.selects:
@@ -198,19 +204,21 @@ def kernel_ops(uses: Mapping[DType, Use], formats: Iterable[str], *,
     notes.update(without)
     notes.update({str(d): PACKED_SOURCE_NOTE for d in BYTE_FLOATS if uses.get(d) == PACKED})
     ops.update({k: frozenset(v) for k, v in own.items()})
-    return ops, notes
+    return ops, notes, frozenset(k for k in offered - elect if k in ops)
 
 
 def kernel_table(backend: str, device: str, uses: Mapping[DType, Use], formats, *,
-                 refuse=None, no_select=None, elect: Iterable[str] = (), without=None,
-                 own=None, limits: Mapping[str, int] | None = None,
+                 refuse=None, no_select=None, declare: Iterable[str] = (),
+                 elect: Iterable[str] = (), without=None, own=None,
+                 limits: Mapping[str, int] | None = None,
                  notes: Mapping[str, str] | None = None) -> CapabilityTable:
     """The capability table of a kernel backend's device: `COVERAGE` on its facts (see the
     module docstring); `notes` (the device's own: its dtypes, its numerics) come last."""
-    ops, derived = kernel_ops(uses, formats, refuse=refuse, no_select=no_select,
-                              elect=elect, without=without, own=own)
+    ops, derived, unelected = kernel_ops(uses, formats, refuse=refuse, no_select=no_select,
+                                         declare=declare, elect=elect, without=without,
+                                         own=own)
     return CapabilityTable.declare(backend, device, uses, ops, limits,
-                                   {**derived, **(notes or {})})
+                                   {**derived, **(notes or {})}, unelected)
 
 
 __all__ = ["ARITH", "BYTE_FLOATS", "COVERAGE", "Cover", "DOT", "DOT_FLOATS", "DeviceClasses",

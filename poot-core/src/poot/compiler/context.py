@@ -19,8 +19,9 @@ class PassContext:
     record: PassRecord
 
     def refusal(self, op: OpKind, inputs: list[Operand], out: Eqn, view: GraphView) -> str | None:
-        """Why `op(inputs)` cannot stand in for `out` here (its type differs, or the target
-        cannot lower it), or None when it can."""
+        """Why `op(inputs)` cannot stand in for `out` here (its type differs, the target
+        cannot lower it, or lowers it without electing it and the policy does not ask for
+        it), or None when it can."""
         types = [x.type if isinstance(x, Lit) else
                  view.type_of(x.id if isinstance(x, Value) else x) for x in inputs]
         want = view.type_of(out.out)
@@ -31,4 +32,8 @@ class PassContext:
         if got != want:
             return f"{op.name} would give {got}, not {want}"
         err = self.table.refusal(op, types, want)
-        return None if err is None else str(err)
+        if err is not None:
+            return str(err)
+        key = self.table.unelected_key(op, types, self.policy.fuse)
+        return None if key is None else \
+            f"{key} is declared but not elected on {self.table.device} (Policy(fuse=...))"
