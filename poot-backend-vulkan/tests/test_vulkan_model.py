@@ -1,7 +1,8 @@
 """A tiny random-weight Llama decode step on vulkan: the RMSNorms inside the contractions
 that read them and the SwiGLU inside the gate|up GEMV (the offered fusions the table
-elects), the reference backend's results, and fewer dependent batches than the same step
-compiled without those fusions."""
+declares; asked for through the policy, since a software device such as lavapipe elects
+only the SwiGLU), the reference backend's results, and fewer dependent batches than the
+same step compiled without those fusions; and what a plain compile forms on this device."""
 from collections import Counter
 
 import numpy as np
@@ -11,6 +12,7 @@ from poot.compiler.policy import Policy
 from poot.models.llama import build_decoder, const_inputs, random_weights, tiny_config
 from poot.plan import plan
 from poot.runtime.executor import Executor
+from poot_vulkan.capability import OFFERED
 
 CONFIG = tiny_config()
 #: the passes that move the norms and the SwiGLU into the contractions
@@ -23,7 +25,7 @@ def test_decode_takes_norms_and_swiglu_in_fewer_batches(vulkan_target, weights_k
     w = random_weights(CONFIG, seed=7, **weights_kw)
     step = build_decoder(CONFIG, w)
     consts = const_inputs(step, w)
-    fused = poot.compile(step.graph, vulkan_target)
+    fused = poot.compile(step.graph, vulkan_target, policy=Policy(fuse=OFFERED))
     ops = Counter(e.op.name for e in fused.graph.eqns())
     assert "FusedRow" not in ops and ops["GatedContraction"] == CONFIG.layers
     apart = poot.compile(step.graph, vulkan_target, policy=Policy(disable=FUSIONS))
@@ -40,3 +42,17 @@ def test_decode_takes_norms_and_swiglu_in_fewer_batches(vulkan_target, weights_k
     # were kernels), and the head's norm, are no batches of their own
     saved = len(before.executable.step.batches) - len(dev.executable.step.batches)
     assert saved >= 3 * CONFIG.layers + 1
+
+
+def test_a_plain_compile_forms_the_fusions_the_device_elects(vulkan_target):
+    """Every device declares the normed contractions; a software device (lavapipe, where
+    the normed GEMV measured slower) keeps the norms apart unless the policy asks."""
+    w = random_weights(CONFIG, seed=7, packed_format="gguf:Q4_1")
+    compiled = poot.compile(build_decoder(CONFIG, w).graph, vulkan_target)
+    ops = Counter(e.op.name for e in compiled.graph.eqns())
+    assert set(OFFERED) <= set(compiled.table.ops) and ops["GatedContraction"] == CONFIG.layers
+    if vulkan_target[1].is_software:
+        assert ops["FusedRow"] == 2 * CONFIG.layers + 1 and "NormedPackedContraction" not in ops
+        assert "NormedPackedContraction is declared but not elected" in compiled.explain()
+    else:
+        assert "FusedRow" not in ops and ops["NormedPackedContraction"] == CONFIG.layers + 1

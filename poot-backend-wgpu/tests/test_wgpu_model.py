@@ -1,22 +1,28 @@
 """A whole (tiny, random-weight) Llama step through compile, plan and Executor on wgpu,
 compared with the reference backend step after step: dense and paged KV, prefill, f32, bf16
-and packed GGUF weights decoded in the kernels."""
+and packed GGUF weights decoded in the kernels. The dense decode steps ask for every fusion
+the table declares (a CPU adapter such as lavapipe elects only the SwiGLU), so the normed
+contractions run wherever the suite does; the other steps compile as the adapter elects."""
 import numpy as np
 import poot
 import pytest
+from poot.compiler.policy import Policy
 from poot.models.llama import build_decoder, const_inputs, random_weights, tiny_config
 from poot.plan import plan
 from poot.runtime.executor import Executor
+from poot_wgpu.capability import OFFERED
 
 CONFIG = tiny_config()
+#: every offered fusion the table declares, elected here or not
+FUSED = Policy(fuse=OFFERED)
 
 
-def _executors(weights_kw, **build_kw):
+def _executors(weights_kw, policy=None, **build_kw):
     w = random_weights(CONFIG, seed=7, **weights_kw)
     step = build_decoder(CONFIG, w, **build_kw)
     consts = const_inputs(step, w)
     ref = Executor(plan(step.graph, "reference"), consts)
-    compiled = poot.compile(step.graph, "wgpu")
+    compiled = poot.compile(step.graph, "wgpu", policy=policy)
     return ref, Executor(plan(compiled), consts)
 
 
@@ -37,7 +43,7 @@ def _decode_slots(tokens):
                                         {"packed_format": "gguf:Q8_0"}],
                          ids=["f32", "bf16", "Q4_1", "Q8_0"])
 def test_dense_decode_matches_reference(wgpu_device, weights_kw):
-    ref, dev = _executors(weights_kw)
+    ref, dev = _executors(weights_kw, FUSED)
     _check(ref, dev, _decode_slots([3, 17, 42, 5]))
     assert dev.executable.recorded  # later steps replayed the recorded dispatch list
     step = dev.executable.step
@@ -68,13 +74,25 @@ def test_paged_batch_decode_matches_reference(wgpu_device):
 
 
 def test_decode_takes_norms_and_swiglu_in(wgpu_device):
-    """The offered fusions the table elects: no RMSNorm (FusedRow) or SwiGLU (Fused) kernel
-    of its own in a decode step; each goes inside the contraction reading it (the dense
-    decode test above runs that step against the reference backend)."""
+    """The offered fusions the table declares: no RMSNorm (FusedRow) or SwiGLU (Fused)
+    kernel of its own in a decode step; each goes inside the contraction reading it (the
+    dense decode test above runs that step against the reference backend). A plain compile
+    does so on a GPU; a CPU adapter (lavapipe, where the normed GEMV measured slower)
+    elects only the SwiGLU and keeps the norms apart."""
     from collections import Counter
 
     w = random_weights(CONFIG, seed=7, packed_format="gguf:Q4_1")
-    compiled = poot.compile(build_decoder(CONFIG, w).graph, "wgpu")
-    ops = Counter(e.op.name for e in compiled.graph.eqns())
+
+    def compiled(policy=None):
+        return poot.compile(build_decoder(CONFIG, w).graph, "wgpu", policy=policy)
+    ops = Counter(e.op.name for e in compiled(FUSED).graph.eqns())
     assert "FusedRow" not in ops and ops["GatedContraction"] == CONFIG.layers
     assert ops["NormedPackedContraction"] == CONFIG.layers + 1     # q|k|v and the head
+    plain = compiled()
+    own = Counter(e.op.name for e in plain.graph.eqns())
+    assert own["GatedContraction"] == CONFIG.layers
+    if wgpu_device.is_software:
+        assert own["FusedRow"] == 2 * CONFIG.layers + 1 and "NormedPackedContraction" not in own
+        assert "NormedPackedContraction is declared but not elected" in plain.explain()
+    else:
+        assert own == ops

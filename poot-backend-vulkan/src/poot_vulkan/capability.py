@@ -37,10 +37,17 @@ NOTES = {
                 "max, casts and Select keep it",
 }
 
-#: the offered fusions taken: a decode step here is a chain of dependent batches, each
-#: costing a barrier and a dispatch's latency, so the RMSNorm inside the contractions that
-#: read it and the SwiGLU inside the gate|up GEMV remove a batch each (docs/performance.md)
-ELECT = ("NormedPackedContraction", "NormedDenseContraction", "GatedContraction")
+#: the offered fusions it lowers on every device (declared: conformance runs their cases)
+OFFERED = ("NormedPackedContraction", "NormedDenseContraction", "GatedContraction")
+#: those compile forms by default on a GPU: a decode step there is a chain of dependent
+#: batches, each costing a barrier and a dispatch's latency, so the RMSNorm inside the
+#: contractions that read it and the SwiGLU inside the gate|up GEMV remove a batch each
+#: (docs/performance.md)
+ELECT = OFFERED
+#: on a software device (lavapipe) only the SwiGLU: there the normed GEMV's extra workgroup
+#: reduction costs more than the batch it saves (docs/performance.md). The norms stay
+#: declared; a test forms them with `Policy(fuse=OFFERED)`
+SOFTWARE_ELECT = ("GatedContraction",)
 
 
 def dtype_uses(facts: DeviceFacts) -> dict[DType, Use]:
@@ -68,4 +75,5 @@ def capability_table(facts: DeviceFacts, device_id: str,
               "max_workgroup_invocations": facts.limit("maxComputeWorkGroupInvocations"),
               "subgroup_size": facts.subgroup_size}
     return kernel_table(BACKEND, device_id, uses, formats, refuse={"Select": SPIRV_SELECT},
-                        elect=ELECT, limits=limits, notes=notes)
+                        declare=OFFERED, elect=SOFTWARE_ELECT if facts.is_software else ELECT,
+                        limits=limits, notes=notes)

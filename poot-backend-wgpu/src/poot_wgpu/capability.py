@@ -39,10 +39,17 @@ NOTES = {
                 "them), and a*b+c may be fused",
 }
 
-#: the offered fusions taken: a step's dispatches that share a buffer wait for each other,
-#: and each costs its encoding, so the RMSNorm inside the contractions that read it and
-#: the SwiGLU inside the gate|up GEMV remove a dispatch each (docs/performance.md)
-ELECT = ("NormedPackedContraction", "NormedDenseContraction", "GatedContraction")
+#: the offered fusions it lowers on every adapter (declared: conformance runs their cases)
+OFFERED = ("NormedPackedContraction", "NormedDenseContraction", "GatedContraction")
+#: those compile forms by default on a GPU: a step's dispatches that share a buffer wait
+#: for each other, and each costs its encoding, so the RMSNorm inside the contractions that
+#: read it and the SwiGLU inside the gate|up GEMV remove a dispatch each
+#: (docs/performance.md)
+ELECT = OFFERED
+#: on a CPU adapter (lavapipe) only the SwiGLU: there the normed GEMV's extra workgroup
+#: reduction costs more than the dispatch it saves (docs/performance.md). The norms stay
+#: declared; a test forms them with `Policy(fuse=OFFERED)`
+SOFTWARE_ELECT = ("GatedContraction",)
 
 
 def dtype_uses(dev: WgpuDevice) -> dict[DType, Use]:
@@ -68,4 +75,5 @@ def capability_table(dev: WgpuDevice, device_id: str, formats: frozenset[str]) \
     limits = dict(dev.limits)
     limits["max_buffer_bytes"] = dev.limit("max-storage-buffer-binding-size")
     return kernel_table(BACKEND, device_id, uses, formats, no_select=SPIRV_SELECT,
-                        elect=ELECT, limits=limits, notes=notes)
+                        declare=OFFERED, elect=SOFTWARE_ELECT if dev.is_software else ELECT,
+                        limits=limits, notes=notes)

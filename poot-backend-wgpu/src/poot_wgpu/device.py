@@ -63,6 +63,11 @@ class WgpuDevice:
     def name(self) -> str:
         return self.info.name
 
+    @property
+    def is_software(self) -> bool:
+        """A CPU adapter (Mesa llvmpipe/lavapipe), as `poot.contract.Device.is_software`."""
+        return self.info.adapter_type.lower() == "cpu"
+
     def has(self, feature: str) -> bool:
         return feature in self.features
 
