@@ -1,9 +1,11 @@
-"""SmolLM2's decode step with and without the fusions vulkan and wgpu elect (the RMSNorm
+"""SmolLM2's decode step with and without the fusions vulkan and wgpu declare (the RMSNorm
 inside the contractions that read it, the SwiGLU inside the gate|up GEMV), in one process:
-both plans are loaded, fed the same prompt, then stepped in turn, so machine load falls on
-both alike. Per backend: dispatches, dependent batches (vulkan), the median and fastest
-step, and on vulkan the GPU profile by kernel kind of each plan (timestamps after every
-operation, poot_vulkan.profile).
+"fused" asks for all of them (`Policy(fuse=OFFERED)`), "elected" is a plain compile (what
+the device elects: all of them on a GPU, the SwiGLU alone on lavapipe), "apart" runs
+without them. The plans are loaded, fed the same prompt, then stepped in turn, so machine
+load falls on all alike. Per backend: dispatches, dependent batches (vulkan), the median
+and fastest step, and on vulkan the GPU profile by kernel kind of each plan (timestamps
+after every operation, poot_vulkan.profile).
 
     python3 poot-backend-vulkan/bench/fusions_ab.py [--backends vulkan,wgpu] [--steps 12]
         [--random]
@@ -14,6 +16,7 @@ SmolLM2's shape. Lines starting with "SUMMARY " are the results.
 from __future__ import annotations
 
 import argparse
+import importlib
 import statistics
 import time
 
@@ -31,8 +34,11 @@ def executors(backend: str, step, weights) -> dict:
     from poot.runtime.executor import Executor
 
     consts = const_inputs(step, weights)
+    offered = importlib.import_module(f"poot_{backend}.capability").OFFERED
+    policies = (("fused", Policy(fuse=offered)), ("elected", None),
+                ("apart", Policy(disable=FUSIONS)))
     return {name: Executor(plan(poot.compile(step.graph, backend, policy=policy)), consts)
-            for name, policy in (("fused", None), ("apart", Policy(disable=FUSIONS)))}
+            for name, policy in policies}
 
 
 def run(ex, pos: int, token: int) -> int:
