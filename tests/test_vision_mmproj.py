@@ -120,7 +120,9 @@ _TEXT = {"self_attn.q_proj.weight": "attn_q.weight", "self_attn.k_proj.weight": 
          "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
          "mlp.down_proj.weight": "ffn_down.weight", "input_layernorm.weight": "attn_norm.weight",
          "self_attn.q_norm.weight": "attn_q_norm.weight",
-         "self_attn.k_norm.weight": "attn_k_norm.weight"}
+         "self_attn.k_norm.weight": "attn_k_norm.weight", "self_attn.q_proj.bias":
+         "attn_q.bias", "self_attn.k_proj.bias": "attn_k.bias",
+         "self_attn.v_proj.bias": "attn_v.bias"}
 _LLAMA_TEXT = {**_TEXT, "post_attention_layernorm.weight": "ffn_norm.weight"}
 _GEMMA3_TEXT = {**_TEXT, "post_attention_layernorm.weight": "post_attention_norm.weight",
                 "pre_feedforward_layernorm.weight": "ffn_norm.weight",
@@ -131,8 +133,9 @@ _TOP_TEXT = {"model.embed_tokens.weight": "token_embd.weight",
 
 def write_language_gguf(path, arch: str, cfg: dict, tensors: dict, folder) -> None:
     """The text model as llama.cpp's converter writes it: Gemma 3's norms as 1 + w, Llama's
-    q/k rows permuted to RoPE pairs; the folder's byte-level BPE as a gpt2 vocabulary
-    (padded to the embedding's rows, its added tokens control tokens) with its template."""
+    q/k rows permuted to RoPE pairs, Qwen2-VL's M-RoPE sections padded to four; the folder's
+    byte-level BPE as a gpt2 vocabulary (padded to the embedding's rows, its added tokens
+    control tokens) with its template."""
     import json
 
     import gguf
@@ -153,6 +156,8 @@ def write_language_gguf(path, arch: str, cfg: dict, tensors: dict, folder) -> No
         w.add_uint32("gemma3.attention.sliding_window_pattern",
                      cfg["layer_types"].index("full_attention") + 1)
         w.add_float32("gemma3.rope.freq_base_swa", cfg["rope_local_base_freq"])
+    if cfg.get("mrope_section") is not None:
+        w.add_rope_dimension_sections([*cfg["mrope_section"], 0])
     spec = json.loads((folder / "tokenizer.json").read_text())
     extra = json.loads((folder / "tokenizer_config.json").read_text())
     vocab = dict(spec["model"]["vocab"])
@@ -169,7 +174,8 @@ def write_language_gguf(path, arch: str, cfg: dict, tensors: dict, folder) -> No
     w.add_token_types(types)
     w.add_token_merges([" ".join(m) if isinstance(m, list) else m
                         for m in spec["model"]["merges"]])
-    w.add_bos_token_id(vocab[extra["bos_token"]])
+    if extra["bos_token"] is not None:
+        w.add_bos_token_id(vocab[extra["bos_token"]])
     w.add_eos_token_id(vocab[extra["eos_token"]])
     w.add_add_bos_token(extra.get("add_bos_token", False))
     w.add_chat_template(extra["chat_template"])

@@ -43,7 +43,8 @@ def from_gguf(meta: dict[str, Any], tensors: dict, max_seq: int | None = None) -
         raise CheckpointError(f"unsupported architecture {arch!r}: poot runs "
                               f"{', '.join(sorted(FAMILIES))} GGUF files")
     fam = FAMILIES[arch]
-    read = _GGUF_KEYS | (deepseek_config.GGUF_KEYS if fam.moe == "deepseek" else set())
+    read = _GGUF_KEYS | (deepseek_config.GGUF_KEYS if fam.moe == "deepseek" else set()) \
+        | ({"rope.dimension_sections"} if fam.mrope else set())
     unknown = sorted(k for k in meta if k.startswith(f"{arch}.")
                      and k[len(arch) + 1:] not in read)
     if unknown:
@@ -105,6 +106,8 @@ def from_gguf(meta: dict[str, Any], tensors: dict, max_seq: int | None = None) -
         config = replace(config, attn_sinks=True, swiglu_limit=7.0,
                          out_bias="blk.0.attn_output.bias" in tensors,
                          rope_scaling=replace(config.rope_scaling, truncate=False))
+    if fam.mrope:
+        config = replace(config, mrope=_gguf_mrope(v, arch, config.rot))
     if fam.moe == "deepseek":
         config = deepseek_config.from_gguf(config, v, arch, tensors)
         deepseek_config.check_gguf_tensors(config, tensors, v.file)
@@ -119,6 +122,18 @@ def from_gguf(meta: dict[str, Any], tensors: dict, max_seq: int | None = None) -
 def _traits(fam: Family, dim: int) -> dict:
     return dict(qk_norm=fam.qk_norm, sandwich_norms=fam.sandwich_norms, act=fam.act,
                 embed_scale=math.sqrt(dim) if fam.embed_scale else 1.0)
+
+
+def _gguf_mrope(v: Values, arch: str, rot: int) -> tuple[int, int, int]:
+    """M-RoPE's sections (rotary pairs per temporal, height and width position) as
+    llama.cpp's converter writes them: four counts, the fourth 0 for Qwen2-VL and
+    Qwen2.5-VL."""
+    key = f"{arch}.rope.dimension_sections"
+    sections = v.int_list(key, lo=0, hi=LIMITS["head_dim"], max_len=4)
+    if len(sections) != 4 or sections[3] or 2 * sum(sections) != rot:
+        v.fail(key, sections, f"must give three counts of rotary pairs and a 0, summing "
+                              f"to half the rotary dim {rot}")
+    return tuple(sections[:3])
 
 
 def _gguf_rope_scaling(v: Values, arch: str, tensors: dict, has_freqs: bool) -> RopeScaling:

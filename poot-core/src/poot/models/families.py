@@ -37,12 +37,16 @@ class Family:
     #: HF: attention sinks and q/k/v/o biases (per attention_bias, default on), layers that
     #: alternate sliding and full from the first (gpt-oss)
     sinks: bool = False
+    #: GGUF: M-RoPE (poot.models.mrope), its sections in `<arch>.rope.dimension_sections`
+    mrope: bool = False
 
 
 FAMILIES: dict[str, Family] = {
     "llama": Family(gguf_rows="pairs"),
     "mistral": Family(gguf_rows="pairs"),
     "qwen2": Family(qkv_bias=True),
+    # llama.cpp's Qwen2-VL / Qwen2.5-VL text model: Qwen2 whose rotary pairs turn by M-RoPE
+    "qwen2vl": Family(qkv_bias=True, mrope=True),
     "qwen3": Family(qk_norm=True),
     "gemma3": Family(qk_norm=True, sandwich_norms=True, act="gelu_tanh", embed_scale=True,
                      sliding_period=6, rope_base_local=10000.0,

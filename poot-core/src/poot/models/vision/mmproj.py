@@ -4,7 +4,8 @@ VisionConfig, the same tensor names under "vision."/"projector."/"connector.", s
 encoder graph runs it.
 
 The file is a `clip` GGUF: `clip.projector_type` (or `clip.vision.projector_type`) gemma3
-or idefics3, the tower's sizes under `clip.vision.*`, the pixels' mean and std, the
+or idefics3 (qwen2.5vl_merger: poot.models.vision.qwen25vl_mmproj), the tower's sizes under
+`clip.vision.*`, the pixels' mean and std, the
 connector's scale factor (Gemma 3: patches per side over rows per side, 4 where absent;
 Idefics3: the pixel shuffle's, 2 where absent) and Idefics3's longest edge before tiling
 (`clip.vision.preproc_image_size`). Tensors keep HF's layouts in numpy order (the kernel
@@ -20,9 +21,11 @@ from pathlib import Path
 from poot.checked import Values
 from poot.errors import CheckpointError, RequestError
 from poot.models.vision.config import MAX_DIM, MAX_IMAGE, MAX_LAYERS, VisionConfig
+from poot.models.vision.mmproj_tensors import check_tensors
 
-#: projector type -> the language model family (LlamaConfig.arch) it feeds
-FAMILIES = {"gemma3": "gemma3", "idefics3": "llama"}
+#: projector type -> the language model family (LlamaConfig.arch) it feeds (Qwen2.5-VL's:
+#: poot.models.vision.qwen25vl_mmproj)
+FAMILIES = {"gemma3": "gemma3", "idefics3": "llama", "qwen2.5vl_merger": "qwen2vl"}
 #: the connector's scale factor where the file writes none (the converter omits Gemma 3's
 #: default)
 _SCALE_DEFAULTS = {"gemma3": 4, "idefics3": 2}
@@ -72,7 +75,7 @@ def projector_type(v: Values) -> tuple[str, str]:
     kind = v.text(key)
     if kind not in FAMILIES:
         v.fail(key, kind, f"is a projector poot does not run (it runs "
-                          f"{' and '.join(sorted(FAMILIES))})")
+                          f"{', '.join(sorted(FAMILIES))})")
     return key, kind
 
 
@@ -122,30 +125,6 @@ def pixel_processing(v: Values, c: VisionConfig):
     return TileProcessing(longest, c.image_size, True, _LANCZOS, 1 / 255, mean, std)
 
 
-def check_tensors(tensors: dict, want: dict, where: str) -> dict:
-    """The file's tensors under poot's names, each present, dense and of its shape."""
-    from poot.dtypes import DType
-
-    extra = sorted(set(tensors) - set(want))
-    if extra:
-        raise CheckpointError(f"{where}: tensor {extra[0]!r} is not one of the tower's or "
-                              f"the connector's (per clip.projector_type and clip.vision.*)")
-    out = {}
-    for name, (ours, shape) in want.items():
-        info = tensors.get(name)
-        if info is None:
-            raise CheckpointError(f"{where}: lacks tensor {name!r} (shape {list(shape)})")
-        if tuple(info.shape) != shape:
-            raise CheckpointError(f"{where}: tensor {name!r} is {list(info.shape)}, not "
-                                  f"{list(shape)} (per its clip.vision keys and the language "
-                                  f"model)")
-        if info.dtype not in (DType.F32, DType.F16, DType.BF16):
-            raise CheckpointError(f"{where}: tensor {name!r} is {info.storage}; poot reads "
-                                  f"f32, f16 and bf16 vision towers")
-        out[ours] = info
-    return out
-
-
 def image_tokens(tokenizer, c: VisionConfig, processing, where: str):
     """The image tokens the language model's tokenizer spells (each one token)."""
     from poot.models.vision.config import ImageTokens, TileTokens
@@ -183,6 +162,10 @@ def open_mmproj(path: str | Path, config, tokenizer):
     if config.arch != FAMILIES[kind]:
         v.fail(key, kind, f"feeds a {FAMILIES[kind]} language model; this one is "
                           f"{config.arch}")
+    if kind == "qwen2.5vl_merger":
+        from poot.models.vision.qwen25vl_mmproj import open_parts
+
+        return open_parts(ckpt, v, config, tokenizer, path)
     c = read_config(v, kind, config.dim)
     processing = pixel_processing(v, c)
     tensors = check_tensors(ckpt.tensors, tensor_names(c, kind), str(path))
@@ -200,6 +183,7 @@ def attach(model, path: str | Path) -> None:
     if model.config.arch not in FAMILIES.values():
         raise RequestError(f"--mmproj {path}: {model.checkpoint.path} is a "
                            f"{model.config.arch} model; poot runs images with gemma3 "
-                           f"(Gemma 3) and llama (Idefics3 / SmolVLM) language models")
+                           f"(Gemma 3), llama (Idefics3 / SmolVLM) and qwen2vl "
+                           f"(Qwen2.5-VL) language models")
     model.checkpoint.vision = open_mmproj(path, model.config, model.tokenizer)
 
