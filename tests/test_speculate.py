@@ -193,7 +193,8 @@ def test_greedy_text_is_the_same_with_every_proposer(models, files, kv):
         if spec == "lookup":
             assert 0 < m.stats.acceptance < 1
         if spec.startswith("draft"):        # the twin proposes the target's own tokens
-            assert m.stats.acceptance == 1 and m.stats.verified < 12
+            # (how many per step follows the measured step times: AdaptiveK's own tests)
+            assert m.stats.acceptance == 1
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="the cpu backend needs gcc")

@@ -70,10 +70,10 @@ def main() -> None:
                 tps.setdefault(key, []).append(s.decode_tps)
                 ratios.setdefault(key, []).append(s.decode_tps / tps["plain"][-1])
                 seen[key] = (text, s.generated_tokens, s.acceptance, s.verified,
-                             s.accepted)
+                             s.accepted, dict(s.step_seconds))
         plain_text = seen["plain"][0]
         for key in ["plain", *modes]:
-            text, n, rate, steps, acc = seen[key]
+            text, n, rate, steps, acc, seconds = seen[key]
             per = (acc + steps) / steps if steps else 0.0
             line = (f"{name:5s} {key:10s} {n:4d} tokens {median(tps[key]):7.1f} tok/s "
                     f"x{median(ratios[key]):.2f} (rounds: "
@@ -82,6 +82,9 @@ def main() -> None:
                     f"{per:4.2f} tok/verify  same text: {text == plain_text}")
             print(line, flush=True)
             lines.append(line)
+            if seconds:       # what AdaptiveK measured in the last round
+                print("      step ms: " + ", ".join(f"{w}: {1e3 * t:.3f}"
+                                                   for w, t in seconds.items()), flush=True)
         print(f"      answer: {plain_text[:160]!r}...", flush=True)
     print(f"load {os.getloadavg()[0]:.1f} at the end", flush=True)
     out = os.environ.get("OUT")

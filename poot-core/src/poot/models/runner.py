@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -32,6 +32,9 @@ class Stats:
     proposed: int = 0
     accepted: int = 0
     verified: int = 0
+    #: the step times speculation chose its proposal lengths by (AdaptiveK.seconds:
+    #: "plain", "propose" per token, and each verification width), seconds
+    step_seconds: dict = field(default_factory=dict)
 
     @property
     def acceptance(self) -> float:

@@ -46,6 +46,9 @@ DRAFT_TOKENS = 7
 #: the verification step's cost per proposed token, in plain decode steps (AdaptiveK's
 #: model of a step: reading the weights once dominates, each extra row adds this)
 ROW_COST = 0.1
+#: plain steps a sequence starts with (`tokens`), timed as one run, queued ahead where the
+#: session can, as a long run of plain decoding would be
+CALIBRATION = 3
 
 
 @dataclass(frozen=True)
@@ -299,17 +302,13 @@ class AdaptiveK:
         return min(n, left)
 
     def timed(self, what, seconds: float) -> None:
-        """A measured step: "plain", "propose" (per token) or a verification width.
-
-        A plain step is costed at the fastest per-token time measured: a short run of
-        plain steps between verifications waits for the verification before it (and a
-        device that queues steps ahead cannot run ahead of it), so its smoothed time would
-        flatter every verification width against the plain decoding it replaces."""
-        if what == "plain":
-            self.seconds[what] = min(self.seconds.get(what, seconds), seconds)
-            return
-        old = self.seconds.get(what)
-        self.seconds[what] = seconds if old is None else old + self.smoothing * (seconds - old)
+        """A measured step: "plain", "propose" (per token) or a verification width, each
+        costed at the fastest time measured. A short run of plain steps between
+        verifications waits for the verification before it (a device that queues steps
+        ahead cannot run ahead of it), so a typical plain time would flatter every width
+        against the plain decoding it replaces; and a shared machine's load only ever adds
+        time, so the fastest of each is what compares alike."""
+        self.seconds[what] = min(self.seconds.get(what, seconds), seconds)
 
     def step_cost(self, k: int) -> float:
         """c(k): a step proposing k tokens, in plain decode steps."""
@@ -407,17 +406,24 @@ def tokens(model, session, seq, tok: int, sampler, history: list, mode: str | No
     the caller extends `history` by each token before asking for the next), verifying
     proposals of up to `most` tokens from `propose` (a PromptLookup or DraftModel, started
     on the prompt); `stats` (poot.models.runner.Stats) counts the proposed and accepted
-    tokens."""
+    tokens. A greedy sequence's first CALIBRATION tokens are plain steps: AdaptiveK weighs
+    every verification width against their time, and has no other measure of a plain step
+    while it keeps proposing."""
     sizes = widths(most)
     k_of = AdaptiveK(most, propose.cost)
+    stats.step_seconds = k_of.seconds
+    # a sampled sequence's draws follow its proposal lengths, which must not follow the step
+    # times, or a seed would not repeat its text: it weighs the fixed cost model alone
+    timing = sampler.greedy
     left = count
     while left > 0:
         room = session.capacity - session.length(seq)
-        k = min(k_of.k(), left - 1, sizes[-1] - 1)
+        calibrating = timing and "plain" not in k_of.seconds
+        k = 0 if calibrating else min(k_of.k(), left - 1, sizes[-1] - 1)
         while k and next(w for w in sizes if w > k) > room:
             k -= 1
         if k == 0:      # a run of plain steps, one queued ahead where the session can
-            n = k_of.plain_run(left)
+            n = min(CALIBRATION, left) if calibrating else k_of.plain_run(left)
             t0 = time.perf_counter()
             with closing(model._following(session, seq, tok, sampler, history, mode,
                                           n)) as run:
@@ -425,7 +431,8 @@ def tokens(model, session, seq, tok: int, sampler, history: list, mode: str | No
                     left -= 1
                     tok = t
                     yield t
-            k_of.timed("plain", (time.perf_counter() - t0) / n)
+            if timing:
+                k_of.timed("plain", (time.perf_counter() - t0) / n)
             continue
         t0 = time.perf_counter()
         drafts, qs = propose.propose(history, k, sampler)
@@ -438,8 +445,9 @@ def tokens(model, session, seq, tok: int, sampler, history: list, mode: str | No
             logits = session.verify(seq, [tok, *drafts], width)
             out = accept(logits, drafts, qs, sampler, history)
             session.rollback(seq, len(drafts) + 1 - len(out))
-            k_of.timed("propose", (t1 - t0) / len(drafts))
-            k_of.timed(width, time.perf_counter() - t1)
+            if timing:
+                k_of.timed("propose", (t1 - t0) / len(drafts))
+                k_of.timed(width, time.perf_counter() - t1)
             k_of.update(len(drafts), len(out) - 1)
             stats.proposed += len(drafts)
             stats.accepted += len(out) - 1
