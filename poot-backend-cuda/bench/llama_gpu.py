@@ -181,8 +181,9 @@ def executor(step, p, source, runtime, cache=None):
 
 
 def slots(pos: int, token: int = 1234, tokens: int = 1) -> dict:
-    """A step's slots: `tokens` token ids from `token` on, the first at position `pos`."""
-    ids = (token + 7919 * np.arange(tokens)) % 128000
+    """A step's slots: `tokens` token ids from `token` on, the first at position `pos`;
+    ids wrap below the smallest vocabulary of the synthetic shapes (SmolLM2's)."""
+    ids = (token + 7919 * np.arange(tokens)) % 49152
     return {"tokens": ids.astype(np.int32), "pos": np.array([pos], np.int32)}
 
 
