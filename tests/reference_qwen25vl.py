@@ -12,8 +12,10 @@ the tower embeds each patch with the Conv3d kernel, reorders the blocks window b
 skipped), attends within each window (over the whole image in the full-attention blocks)
 with 2-D rotary positions (row over the first half of the frequencies, column over the
 second), RMSNorm and SwiGLU, then merges each block (RMSNorm, Linear, GELU, Linear) and
-undoes the window order. The text model turns rotary pair i by the temporal, height or
-width position as mrope_section assigns pair i.
+undoes the window order. Qwen2-VL's tower (its norms with biases, fc1 and fc2 in its MLP)
+takes LayerNorms and QuickGELU instead, every block listed as full attention. The text
+model turns rotary pair i by the temporal, height or width position as mrope_section
+assigns pair i.
 """
 from __future__ import annotations
 
@@ -31,6 +33,15 @@ def rms_norm(x, w, eps):
 
 def silu(x):
     return x / (1.0 + np.exp(-x))
+
+
+def norm(x, w: dict, name: str, eps: float = 1e-6):
+    """Qwen2.5-VL's RMSNorm, or Qwen2-VL's LayerNorm where `name` has a bias."""
+    if name + ".bias" not in w:
+        return rms_norm(x, w[name + ".weight"], eps)
+    xc = x - x.mean(-1, keepdims=True)
+    return xc / np.sqrt(np.mean(xc * xc, -1, keepdims=True) + eps) * w[name + ".weight"] \
+        + w[name + ".bias"]
 
 
 def gelu(x):
@@ -112,7 +123,7 @@ def tower(w: dict, cfg: dict, x: np.ndarray, grid: tuple[int, int]) -> np.ndarra
     n = len(h)
     for i in range(cfg["depth"]):
         p = f"blocks.{i}."
-        y = rms_norm(h, w[p + "norm1.weight"], 1e-6)
+        y = norm(h, w, p + "norm1")
         qkv = (y @ w[p + "attn.qkv.weight"].T + w[p + "attn.qkv.bias"]).reshape(n, 3, heads, hd)
         q, kk, v = turn(qkv[:, 0]), turn(qkv[:, 1]), qkv[:, 2]
         spans = [n] if i in cfg["fullatt_block_indexes"] else [s * k for s in sizes]
@@ -123,13 +134,17 @@ def tower(w: dict, cfg: dict, x: np.ndarray, grid: tuple[int, int]) -> np.ndarra
             o[sl] = np.einsum("hqk,khd->qhd", a, v[sl])
             at += s
         h = h + o.reshape(n, d) @ w[p + "attn.proj.weight"].T + w[p + "attn.proj.bias"]
-        y = rms_norm(h, w[p + "norm2.weight"], 1e-6)
+        y = norm(h, w, p + "norm2")
 
         def lin(z, name, p=p):
             return z @ w[f"{p}mlp.{name}.weight"].T + w[f"{p}mlp.{name}.bias"]
 
-        h = h + lin(silu(lin(y, "gate_proj")) * lin(y, "up_proj"), "down_proj")
-    y = rms_norm(h, w["merger.ln_q.weight"], 1e-6).reshape(n // k, k * d)
+        if p + "mlp.fc1.weight" in w:                     # Qwen2-VL: QuickGELU
+            z = lin(y, "fc1")
+            h = h + lin(z / (1.0 + np.exp(-1.702 * z)), "fc2")
+        else:
+            h = h + lin(silu(lin(y, "gate_proj")) * lin(y, "up_proj"), "down_proj")
+    y = norm(h, w, "merger.ln_q").reshape(n // k, k * d)
     y = gelu(y @ w["merger.mlp.0.weight"].T + w["merger.mlp.0.bias"])
     y = y @ w["merger.mlp.2.weight"].T + w["merger.mlp.2.bias"]
     return y[np.argsort(order)]

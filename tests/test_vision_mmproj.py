@@ -376,8 +376,8 @@ def test_poot_run_with_mmproj_prints_what_the_library_gives(families, capsys):
 
 
 @pytest.mark.parametrize("kind,meta,drop,change,message", [
-    ("gemma3", {"clip.projector_type": "qwen2vl_merger"}, (), None,
-     "clip.projector_type = 'qwen2vl_merger' is a projector poot does not run"),
+    ("gemma3", {"clip.projector_type": "pixtral"}, (), None,
+     "clip.projector_type = 'pixtral' is a projector poot does not run"),
     ("gemma3", {"clip.projector_type": "idefics3"}, (), None,
      "clip.projector_type = 'idefics3' feeds a llama language model; this one is gemma3"),
     ("gemma3", {V + "projection_dim": 96}, (), None,

@@ -6,6 +6,8 @@ frame, each block's qkv split into q, k and v, the merger's norm as v.post_ln, i
 as mm.0 and mm.2, full-attention blocks as n_wa_pattern). With the mmproj attached, the
 GGUF gives the folder's image tokens, rows and logits (reference and cpu); `poot run
 --mmproj` prints what the library gives; bad files are one typed line naming file and key.
+Qwen2-VL (no folder of it: a random tower in HF's names, LayerNorms, QuickGELU, every block
+full attention) as a `qwen2vl_merger` mmproj against tests/reference_qwen25vl.py.
 """
 from __future__ import annotations
 
@@ -23,13 +25,18 @@ from poot.errors import CheckpointError
 
 PROMPT = "What is this?"
 #: the folder's tower name -> the converter's (per block, "{}")
-_BLOCK = {"norm1.weight": "ln1.weight", "norm2.weight": "ln2.weight",
-          "attn.proj.weight": "attn_out.weight", "attn.proj.bias": "attn_out.bias",
-          **{f"mlp.{hf}_proj.{k}": f"ffn_{hf}.{k}" for hf in ("gate", "up", "down")
-             for k in ("weight", "bias")}}
-_TOP = {"merger.ln_q.weight": "v.post_ln.weight", "merger.mlp.0.weight": "mm.0.weight",
-        "merger.mlp.0.bias": "mm.0.bias", "merger.mlp.2.weight": "mm.2.weight",
-        "merger.mlp.2.bias": "mm.2.bias"}
+_BLOCK = {**{f"{hf}.{k}": f"{gg}.{k}" for hf, gg in (
+    ("norm1", "ln1"), ("norm2", "ln2"), ("attn.proj", "attn_out"), ("mlp.gate_proj", "ffn_gate"),
+    ("mlp.up_proj", "ffn_up"), ("mlp.down_proj", "ffn_down"), ("mlp.fc1", "ffn_up"),
+    ("mlp.fc2", "ffn_down")) for k in ("weight", "bias")}}
+_TOP = {f"{hf}.{k}": f"{gg}.{k}" for hf, gg in (
+    ("merger.ln_q", "v.post_ln"), ("merger.mlp.0", "mm.0"), ("merger.mlp.2", "mm.2"))
+    for k in ("weight", "bias")}
+#: Qwen2-VL's tower: its MLP's width other than the text width the converter writes as
+#: feed_forward_length; every block full attention (for the reference)
+QWEN2_FFN = 48
+QWEN2_VISION = {**qwen.VISION, "intermediate_size": QWEN2_FFN,
+                "fullatt_block_indexes": list(range(qwen.VISION["depth"]))}
 
 
 def converted(vis: dict) -> dict[str, np.ndarray]:
@@ -51,17 +58,36 @@ def converted(vis: dict) -> dict[str, np.ndarray]:
     return out
 
 
+def qwen2_vision_tensors(rng) -> dict[str, np.ndarray]:
+    """A random Qwen2-VL tower in HF's names: LayerNorms with biases, fc1 and fc2."""
+    d, f = qwen.VISION["hidden_size"], QWEN2_FFN
+    w = {k: v for k, v in qwen.vision_tensors(rng).items() if ".mlp." not in k or
+         k.startswith("merger.")}
+    for name, n in [("merger.ln_q", d)] + [(f"blocks.{i}.norm{j}", d) for j in (1, 2)
+                                           for i in range(qwen.VISION["depth"])]:
+        w[name + ".weight"] = (1.0 + 0.2 * rng.standard_normal(n)).astype(np.float32)
+        w[name + ".bias"] = (0.2 * rng.standard_normal(n)).astype(np.float32)
+    for i in range(qwen.VISION["depth"]):
+        for name, n, m in (("fc1", f, d), ("fc2", d, f)):
+            w[f"blocks.{i}.mlp.{name}.weight"] = (rng.standard_normal((n, m)) * m ** -0.5
+                                                  ).astype(np.float32)
+            w[f"blocks.{i}.mlp.{name}.bias"] = (0.2 * rng.standard_normal(n)).astype(np.float32)
+    return w
+
+
 def write_mmproj(path, vis: dict, *, meta: dict | None = None, drop: tuple = (),
-                 f16: bool = False) -> None:
-    """The converter's mmproj of the folder's tower: `meta` replaces key values (None:
-    leaves the key out), `drop` leaves tensors out; with `f16`, matrices f16."""
+                 f16: bool = False, qwen2: bool = False) -> None:
+    """The converter's mmproj of the folder's tower (with `qwen2`, a Qwen2-VL tower):
+    `meta` replaces key values (None: leaves the key out), `drop` leaves tensors out; with
+    `f16`, matrices f16."""
     import gguf
 
     v = qwen.VISION
     w = gguf.GGUFWriter(str(path), "clip")
     w.add_type(gguf.GGUFType.MMPROJ)
     keys = {"clip.has_vision_encoder": (w.add_bool, True),
-            "clip.projector_type": (w.add_string, "qwen2.5vl_merger"),
+            "clip.projector_type": (w.add_string, "qwen2vl_merger" if qwen2 else
+                                    "qwen2.5vl_merger"),
             "clip.use_silu": (w.add_bool, True),
             V + "projection_dim": (w.add_uint32, v["out_hidden_size"]),
             V + "image_size": (w.add_uint32, 560),          # the converter's default
@@ -78,11 +104,17 @@ def write_mmproj(path, vis: dict, *, meta: dict | None = None, drop: tuple = (),
             V + "image_std": (w.add_array, list(qwen.PROCESSOR["image_std"])),
             V + "image_min_pixels": (w.add_uint32, qwen.LO),
             V + "image_max_pixels": (w.add_uint32, qwen.HI)}
+    if qwen2:   # QuickGELU (llama.cpp's default), no windows; the text width as the ffn's
+        for key in ("clip.use_silu", V + "n_wa_pattern", V + "window_size"):
+            del keys[key]
+        keys[V + "feed_forward_length"] = (w.add_uint32, v["out_hidden_size"])
     for key, value in (meta or {}).items():
         if value is None:
             keys.pop(key, None)
         else:
-            keys[key] = (keys[key][0] if key in keys else w.add_string, value)
+            keys[key] = (keys[key][0] if key in keys else w.add_bool if isinstance(
+                value, bool) else w.add_uint32 if isinstance(value, int) else w.add_string,
+                value)
     for key, (add, value) in keys.items():
         add(key, value)
     for name, array in converted(vis).items():
@@ -203,8 +235,8 @@ def test_poot_run_with_mmproj_prints_what_the_library_gives(files, capsys):
     ({}, ("v.patch_embd.weight.1",), "lacks tensor 'v.patch_embd.weight.1'"),
     ({}, ("v.blk.2.attn_k.bias",), "lacks tensor 'v.blk.2.attn_k.bias'"),
     ({V + "block_count": 2}, (), r"tensor 'v\.blk\.2\.\w+\.\w+' is not one of the tower's"),
-    ({"clip.projector_type": "qwen2vl_merger"}, (),
-     "clip.projector_type = 'qwen2vl_merger' is a projector poot does not run"),
+    ({"clip.projector_type": "pixtral"}, (),
+     "clip.projector_type = 'pixtral' is a projector poot does not run"),
 ])
 def test_bad_mmproj_files_are_one_line_naming_file_and_key(files, tmp_path, meta, drop,
                                                            message):
@@ -234,3 +266,34 @@ def test_bad_language_files_and_pairings(files, tmp_path):
     with pytest.raises(CheckpointError, match="'qwen2.5vl_merger' feeds a qwen2vl language "
                                               "model; this one is llama"):
         open_mmproj(files.mmproj, llama, None)
+
+
+def test_qwen2_vl_mmproj_against_numpy(files, tmp_path):
+    """A Qwen2-VL mmproj (`qwen2vl_merger`): its MLP's width read from ffn_up (the file's
+    feed_forward_length is the text width), every block full attention; the merged rows of
+    one image against tests/reference_qwen25vl.py's tower, and the GGUF's logits over them
+    against its text model, on the reference backend. Qwen2.5-VL's keys in it are
+    refused."""
+    import reference_qwen25vl as ref
+
+    from poot.models.vision.chat import ImageChat
+
+    vis = qwen2_vision_tensors(np.random.default_rng(2))
+    write_mmproj(tmp_path / "qwen2.gguf", vis, qwen2=True)
+    c = opened(tmp_path / "qwen2.gguf", files).config
+    assert c.qwen2_vl and c.ffn == QWEN2_FFN and c.full_blocks == (0, 1, 2)
+    model = loaded(files.gguf, "reference", tmp_path / "qwen2.gguf")
+    ids, rows, _, pos, _ = ImageChat(model)._prompt(PROMPT, files.images[:1], None)
+    x, grid = ref.patches(files.images[0], qwen.LO, qwen.HI)
+    want = ref.tower(vis, QWEN2_VISION, x, grid)
+    got = np.stack([rows[p] for p in sorted(rows)])
+    assert rel_err(got, want) < 1e-4
+    want_logits = ref.forward(files.text, qwen.REF_TEXT, ids, rows, pos)
+    assert rel_err(model.prefill_logits(ids, hosted=rows, positions=pos), want_logits) < 1e-4
+    for meta, message in (({"clip.use_silu": True}, "clip.use_silu = True must be unset"),
+                          ({V + "n_wa_pattern": 2}, "n_wa_pattern = 2 is set, but")):
+        bad = tmp_path / "bad.gguf"
+        write_mmproj(bad, vis, qwen2=True, meta=meta)
+        with pytest.raises(CheckpointError, match=message) as exc:
+            opened(bad, files)
+        assert str(bad) in str(exc.value)

@@ -4,8 +4,8 @@ VisionConfig, the same tensor names under "vision."/"projector."/"connector.", s
 encoder graph runs it.
 
 The file is a `clip` GGUF: `clip.projector_type` (or `clip.vision.projector_type`) gemma3
-or idefics3 (qwen2.5vl_merger: poot.models.vision.qwen25vl_mmproj), the tower's sizes under
-`clip.vision.*`, the pixels' mean and std, the
+or idefics3 (qwen2.5vl_merger, qwen2vl_merger: poot.models.vision.qwen25vl_mmproj), the
+tower's sizes under `clip.vision.*`, the pixels' mean and std, the
 connector's scale factor (Gemma 3: patches per side over rows per side, 4 where absent;
 Idefics3: the pixel shuffle's, 2 where absent) and Idefics3's longest edge before tiling
 (`clip.vision.preproc_image_size`). Tensors keep HF's layouts in numpy order (the kernel
@@ -23,9 +23,10 @@ from poot.errors import CheckpointError, RequestError
 from poot.models.vision.config import MAX_DIM, MAX_IMAGE, MAX_LAYERS, VisionConfig
 from poot.models.vision.mmproj_tensors import check_tensors
 
-#: projector type -> the language model family (LlamaConfig.arch) it feeds (Qwen2.5-VL's:
-#: poot.models.vision.qwen25vl_mmproj)
-FAMILIES = {"gemma3": "gemma3", "idefics3": "llama", "qwen2.5vl_merger": "qwen2vl"}
+#: projector type -> the language model family (LlamaConfig.arch) it feeds (Qwen2.5-VL's
+#: and Qwen2-VL's: poot.models.vision.qwen25vl_mmproj)
+FAMILIES = {"gemma3": "gemma3", "idefics3": "llama", "qwen2.5vl_merger": "qwen2vl",
+            "qwen2vl_merger": "qwen2vl"}
 #: the connector's scale factor where the file writes none (the converter omits Gemma 3's
 #: default)
 _SCALE_DEFAULTS = {"gemma3": 4, "idefics3": 2}
@@ -162,10 +163,10 @@ def open_mmproj(path: str | Path, config, tokenizer):
     if config.arch != FAMILIES[kind]:
         v.fail(key, kind, f"feeds a {FAMILIES[kind]} language model; this one is "
                           f"{config.arch}")
-    if kind == "qwen2.5vl_merger":
+    if FAMILIES[kind] == "qwen2vl":
         from poot.models.vision.qwen25vl_mmproj import open_parts
 
-        return open_parts(ckpt, v, config, tokenizer, path)
+        return open_parts(ckpt, v, kind, config, tokenizer, path)
     c = read_config(v, kind, config.dim)
     processing = pixel_processing(v, c)
     tensors = check_tensors(ckpt.tensors, tensor_names(c, kind), str(path))
@@ -184,6 +185,6 @@ def attach(model, path: str | Path) -> None:
         raise RequestError(f"--mmproj {path}: {model.checkpoint.path} is a "
                            f"{model.config.arch} model; poot runs images with gemma3 "
                            f"(Gemma 3), llama (Idefics3 / SmolVLM) and qwen2vl "
-                           f"(Qwen2.5-VL) language models")
+                           f"(Qwen2-VL, Qwen2.5-VL) language models")
     model.checkpoint.vision = open_mmproj(path, model.config, model.tokenizer)
 

@@ -26,7 +26,9 @@ over head_dim/4 frequencies each), non-causal within a window (or, in `full_bloc
 the whole image), the output projection, residual; RMSNorm, SwiGLU MLP with biases,
 residual. The merger: RMSNorm, each merge x merge block of patches as one row, Linear, GELU
 (erf), Linear to the language model's width. Tensor names are HF's under "vision."
-(poot.models.vision.weights).
+(poot.models.vision.weights). Qwen2-VL's tower (`config.qwen2_vl`, every block full
+attention) is the same but for LayerNorms with biases in place of the RMSNorms and an MLP
+of fc1, QuickGELU and fc2 in place of the SwiGLU.
 """
 from __future__ import annotations
 
@@ -39,7 +41,7 @@ from poot.dtypes import DType
 from poot.errors import BindError
 from poot.ir.graph import Graph
 from poot.ir.types import SlotKind
-from poot.models.vision.siglip import PIXELS, declarer, f32
+from poot.models.vision.siglip import PIXELS, declarer, f32, layer_norm
 from poot.plugin import hookimpl
 
 OWNER = "poot.models.vision.qwen25vl"
@@ -49,6 +51,8 @@ ROPE, PADDING = "vision.rope", "vision.padding"
 COS, SIN = "vision.rope_cos", "vision.rope_sin"
 #: compiled tower graphs an encoder keeps, one per padded window count
 CACHED_GRAPHS = 8
+#: QuickGELU's gain (Qwen2-VL): x * sigmoid(1.702 x), which is silu(1.702 x) / 1.702
+QUICK_GELU = 1.702
 
 
 def roles() -> list[SlotKind]:
@@ -156,7 +160,16 @@ def build_tower(config, weights, w: int) -> Graph:
                               f32(declare(name + ".bias")) if bias else None)
 
         def norm(x, name):
+            if c.qwen2_vl:
+                return layer_norm(x, declare(name + ".weight"), declare(name + ".bias"), c.eps)
             return ops.rms_norm(x, declare(name + ".weight"), c.eps)
+
+        def mlp(h, p):
+            if c.qwen2_vl:
+                y = ops.silu(ops.mul(linear(h, p + "mlp.fc1"), QUICK_GELU))
+                return linear(ops.mul(y, 1.0 / QUICK_GELU), p + "mlp.fc2")
+            return linear(ops.swiglu(linear(h, p + "mlp.gate_proj"),
+                                     linear(h, p + "mlp.up_proj")), p + "mlp.down_proj")
 
         manager()  # loads the plugins, this one included, which declare the roles
         x = ops.slot(SlotKind.get(PIXELS), (n, c.patch_values), PIXELS)
@@ -198,14 +211,13 @@ def build_tower(config, weights, w: int) -> Graph:
             o = ops.attention_masked(*(heads_first(y, full) for y in (q, k, v)),
                                      whole if full else windowed, hd ** -0.5)
             x = ops.add(x, linear(rows(o, full), p + "attn.proj"))
-            h = norm(x, p + "norm2")
-            x = ops.add(x, linear(ops.swiglu(linear(h, p + "mlp.gate_proj"),
-                                             linear(h, p + "mlp.up_proj")), p + "mlp.down_proj"))
+            x = ops.add(x, mlp(norm(x, p + "norm2"), p))
         k2 = c.merge * c.merge
         y = ops.reshape(norm(x, "vision.merger.ln_q"), (n // k2, k2 * d))
         return linear(ops.gelu_erf(linear(y, "vision.merger.mlp.0")), "vision.merger.mlp.2")
 
-    return trace(encode, name=f"qwen25vl_{w}windows_{c.layers}l")
+    kind = "qwen2vl" if c.qwen2_vl else "qwen25vl"
+    return trace(encode, name=f"{kind}_{w}windows_{c.layers}l")
 
 
 class Qwen25Encoder:

@@ -71,6 +71,9 @@ class Qwen25VisionConfig:
     channels: int = 3
     rope_base: float = 10000.0
     eps: float = VISION_EPS
+    #: Qwen2-VL's tower (from its mmproj): LayerNorms with biases (blocks and merger) and an
+    #: MLP of fc1, QuickGELU, fc2; else Qwen2.5-VL's RMSNorms and SiLU-gated MLP
+    qwen2_vl: bool = False
     connector: ClassVar[str] = "qwen25vl"
 
     @property
