@@ -30,7 +30,8 @@ def add_parser(sub):
                         "(repeatable; implies --chat)")
     p.add_argument("--mmproj", default=None, metavar="FILE",
                    help="the vision projector GGUF of a GGUF language model (llama.cpp's "
-                        "mmproj: Gemma 3, Idefics3 / SmolVLM or Qwen2.5-VL), for --image")
+                        "mmproj: Gemma 3, Idefics3 / SmolVLM, Qwen2-VL or Qwen2.5-VL), for "
+                        "--image")
     p.add_argument("--backend", default=None,
                    help="backend name (default: the best available; `poot backends` marks it)")
     p.add_argument("--max-tokens", type=int, default=None,

@@ -75,8 +75,8 @@ def add_parser(sub):
                         "which the server fetches (by default only base64 data URLs)")
     p.add_argument("--mmproj", default=None, metavar="FILE",
                    help="the vision projector GGUF of a GGUF language model (llama.cpp's "
-                        "mmproj: Gemma 3, Idefics3 / SmolVLM or Qwen2.5-VL): chat requests take "
-                        "images")
+                        "mmproj: Gemma 3, Idefics3 / SmolVLM, Qwen2-VL or Qwen2.5-VL): chat "
+                        "requests take images")
     p.add_argument("--access-log", action="store_true", help="log every HTTP request")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     add_precision_args(p)
