@@ -50,7 +50,8 @@ PROMPTS = [
 
 
 def stream_one(url: str, model: str, prompt: str, max_tokens: int) -> dict:
-    """One streaming completion; the times of its send, first token and end, its tokens."""
+    """One streaming completion; the times of its send, each text chunk ("times"), first
+    token and end, its tokens (prompt tokens too)."""
     u = urlsplit(url)
     conn = http.client.HTTPConnection(u.hostname, u.port, timeout=600)
     body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
@@ -61,7 +62,7 @@ def stream_one(url: str, model: str, prompt: str, max_tokens: int) -> dict:
     r = conn.getresponse()
     if r.status != 200:
         raise RuntimeError(f"HTTP {r.status}: {r.read().decode()}")
-    first, tokens, text = None, 0, []
+    first, tokens, prompt_tokens, text, times = None, 0, 0, [], []
     for line in r:
         if not line.startswith(b"data: ") or line.strip() == b"data: [DONE]":
             continue
@@ -70,13 +71,15 @@ def stream_one(url: str, model: str, prompt: str, max_tokens: int) -> dict:
             raise RuntimeError(chunk["error"]["message"])
         if chunk.get("usage"):
             tokens = chunk["usage"]["completion_tokens"]
+            prompt_tokens = chunk["usage"]["prompt_tokens"]
         elif chunk["choices"] and chunk["choices"][0]["text"]:
             text.append(chunk["choices"][0]["text"])
-            first = first or time.perf_counter()
+            times.append(time.perf_counter())
+            first = first or times[-1]
     end = time.perf_counter()
     conn.close()
     return {"start": t0, "first": first or end, "end": end, "tokens": tokens,
-            "text": "".join(text)}
+            "prompt_tokens": prompt_tokens, "times": times, "text": "".join(text)}
 
 
 def together(url, model, prompts, max_tokens) -> list[dict]:

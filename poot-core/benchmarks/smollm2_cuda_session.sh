@@ -19,7 +19,9 @@
 #   warmstart the same server again on the kernel cache serve left: seconds from launch to
 #             /health and to the first completion's answer (the 15 s target)
 #   prefix    two servers, with and without the prefix cache: serve_bench.py
-#             --shared-prefix (a ~1,000-token system text) with 32 clients
+#             --shared-prefix (a ~1,000-token system text) with 32 clients, then
+#             serve_load.py (200 requests, Poisson arrivals at 16 a second, half of them
+#             opening with one 400-word system text)
 set -u -o pipefail
 source scripts/h200_lib.sh
 M=$POOT_CACHE/models
@@ -105,6 +107,9 @@ u.urlopen('http://127.0.0.1:$port/ready', timeout=2)" 2>/dev/null && break
   timeout 200 python3 poot-core/benchmarks/serve_bench.py \
     --url http://127.0.0.1:8000,http://127.0.0.1:8001 --shared-prefix ${PREFIX_WORDS:-950} --clients 32 \
     --max-tokens 16
+  timeout 120 python3 poot-core/benchmarks/serve_load.py \
+    --url http://127.0.0.1:8000,http://127.0.0.1:8001 --requests 200 --rate 16 \
+    --input-words 100 --output-tokens 64 --prefix-share 0.5 --prefix-words 400
   kill $other; wait $other 2>/dev/null
   serve_down
 }
