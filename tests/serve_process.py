@@ -1,6 +1,7 @@
 """`poot serve` as a subprocess on a free loopback port, for the server's tests."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import socket
 import subprocess
@@ -10,6 +11,16 @@ import time
 import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
+
+
+def benchmark(name: str):
+    """poot-core/benchmarks/NAME.py, imported as a module (its drivers are tested here)."""
+    path = Path(__file__).parents[1] / "poot-core" / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module        # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
 
 
 def tiny_llama(folder: Path, context: int) -> Path:

@@ -6,28 +6,15 @@ by under 5%, every KV block is back in the pool, no 5xx was sent and its log nam
 refusal. The driver is poot-core/benchmarks/serve_faults.py (128 streams as a script)."""
 from __future__ import annotations
 
-import importlib.util
 import shutil
-import sys
-from pathlib import Path
 
 import pytest
-from serve_process import serve, tiny_llama
-
-DRIVER = Path(__file__).parents[1] / "poot-core" / "benchmarks" / "serve_faults.py"
-
-
-def driver():
-    spec = importlib.util.spec_from_file_location("serve_faults", DRIVER)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module        # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+from serve_process import benchmark, serve, tiny_llama
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="the cpu backend needs gcc")
 def test_ten_rounds_of_faults_leave_the_server_as_it_was(tmp_path):
-    faults = driver()
+    faults = benchmark("serve_faults")
     size = faults.Size(streams=16, batch=4)
     tiny = tiny_llama(tmp_path, size.max_seq)
     with serve(tiny, "--backend", "cpu", *size.server_args()) as server:

@@ -1,28 +1,16 @@
 """The open-loop load benchmark (poot-core/benchmarks/serve_load.py) against a live
-`poot serve` (the reference backend: no plans to compile), at a size that runs in seconds: every request answers,
-the shared system text is found in the prefix cache, the latency figures are ordered."""
+`poot serve` (the reference backend: no plans to compile), at a size that runs in seconds:
+every request answers, the shared system text is found in the prefix cache, the latency
+figures are ordered."""
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
-from serve_process import serve, tiny_llama
-
-DRIVER = Path(__file__).parents[1] / "poot-core" / "benchmarks" / "serve_load.py"
-
-
-def driver():
-    spec = importlib.util.spec_from_file_location("serve_load", DRIVER)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module        # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+from serve_process import benchmark, serve, tiny_llama
 
 
 def test_the_schedule_is_seeded_poisson_and_shares_the_prefix():
-    load = driver()
+    load = benchmark("serve_load")
     w = load.Workload(requests=400, rate=20.0, input_words=10, output_tokens=8,
                       prefix_share=0.25, prefix_words=30)
     plan = w.schedule()
@@ -36,7 +24,7 @@ def test_the_schedule_is_seeded_poisson_and_shares_the_prefix():
 
 
 def test_a_load_run_answers_every_request_and_hits_the_prefix_cache(tmp_path):
-    load = driver()
+    load = benchmark("serve_load")
     w = load.Workload(requests=10, rate=40.0, input_words=6, output_tokens=6,
                       prefix_share=0.6, prefix_words=40, max_concurrency=4)
     with serve(tiny_llama(tmp_path, 512), "--max-batch", "4",
