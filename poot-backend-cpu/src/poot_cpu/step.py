@@ -35,6 +35,7 @@ BARRIER = "    poot_barrier(&poot_bar);"
 # OpenMP's barrier.
 BARRIER_SOURCE = """\
 #include <omp.h>
+#define NOINLINE __attribute__((noinline))
 #if defined(__linux__)
 #include <limits.h>
 #include <stdatomic.h>
@@ -55,6 +56,7 @@ static inline void poot_pause(void) {
   __asm__ volatile("yield");
 #endif
 }
+NOINLINE
 static void poot_barrier(poot_bar_t* b) {
   const int n = omp_get_num_threads();
   if (n == 1) return;
@@ -87,6 +89,16 @@ typedef struct { int unused; } poot_bar_t;
 #define poot_barrier(b) _Pragma("omp barrier")
 #endif
 """
+
+
+def called(source: str, name: str) -> str:
+    """A kernel's source with its function `name` kept out of line: poot_step calls each
+    kernel (and the barrier) where the C compiler would otherwise inline hundreds of calls
+    into the one parallel region, and compiling that single function is what set the
+    compiler's peak memory, above the Python process's own on a cold kernel cache. A call
+    costs nothing beside a kernel's work, and the kernels' own helpers stay inline."""
+    head = f"static void {name}("
+    return source.replace(head, f"NOINLINE\n{head}", 1)
 
 
 @dataclass
@@ -185,7 +197,7 @@ def build_step(plan) -> StepSource:
                 hazards.clear()
             if fn.name not in seen:
                 seen.add(fn.name)
-                defs.append(fn.source)
+                defs.append(called(fn.source, fn.name))
             args = []
             for b in fn.buffers:
                 t = printer.type_name(b.dtype)
