@@ -235,6 +235,16 @@ def decode_numpy(block: Block, blocks: np.ndarray) -> np.ndarray:
     return s * c + o if block.has_offset else s * c
 
 
+def _noise(n: int) -> np.ndarray:
+    """`n` pseudo-random 64-bit words, the same on every run (splitmix64 of a counter):
+    block_of's test blocks without numpy.random, whose extension modules would stay
+    resident in every process that plans for this backend."""
+    z = np.arange(1, n + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
 @functools.cache
 def block_of(format_name: str) -> Block | None:
     """The declaration of a format, if there is one and it agrees with the format's own
@@ -245,14 +255,16 @@ def block_of(format_name: str) -> Block | None:
     block = BLOCKS.get(format_name)
     if block is None:
         return None
-    rng = np.random.default_rng(0)
-    blocks = rng.integers(0, 256, (16, block.nbytes), dtype=np.uint8)
+    noise = _noise(16 * block.nbytes + 48)
+    blocks = (noise[:16 * block.nbytes] & np.uint64(255)).astype(np.uint8).reshape(16, -1)
+    spare = iter(noise[16 * block.nbytes:].reshape(3, 16, 1))
     f16 = (block.d, block.minimum) if block.d_kind == "f16" else (block.minimum,)
     for at in f16:
-        if at is not None:
-            blocks[:, at:at + 2] = rng.uniform(-2, 2, (16, 1)).astype(np.float16).view(np.uint8)
+        if at is not None:          # -2 .. 2
+            u = (next(spare) >> np.uint64(40)).astype(np.float64) / 2.0**24
+            blocks[:, at:at + 2] = (u * 4 - 2).astype(np.float16).view(np.uint8)
     if block.d_kind == "e8m0":      # 2^-28 .. 2^20: the elements stay finite in f32
-        blocks[:, block.d] = rng.integers(100, 148, 16)
+        blocks[:, block.d] = 100 + next(spare)[:, 0] % np.uint64(48)
     want = np.asarray(get_format(format_name).dequantize(
         [blocks], (16, block.elements)), np.float64)
     scale, offset = scales_numpy(block, blocks)
