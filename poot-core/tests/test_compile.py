@@ -44,11 +44,12 @@ def test_decoder_step_keeps_the_oracle(tokens, kv, dtype, fmt):
     ops = Counter(e.op.name for e in compiled.graph.eqns())
     # a paged step reads its KV pool through the slot map inside the attention kernel, and
     # writes its rotated keys straight to the pool
-    # a dense one-token step rotates its q and k heads (adjacent rows of one result) at once
+    # a dense one-token step rotates its q and k heads (adjacent rows of one result) at once,
+    # and writes k's rows rotated straight to the cache (read before the rotation)
     one = tokens == 1 and kv == "dense"
     assert ops["PagedAttention" if kv == "paged" else "Attention"] == 2
-    assert (ops["Rope"], ops["RopeScatter"]) == ((2, 2) if kv == "paged" else
-                                                 (2, 0) if one else (4, 0))
+    assert (ops["Rope"], ops["RopeScatter"], ops["RopeUpdateSlice"]) == (
+        (2, 2, 0) if kv == "paged" else (2, 0, 2) if one else (4, 0, 0))
     assert not {"MatMul", "Reduce", "Concat", "PackedDequant"} & set(ops)
     contraction = "PackedContraction" if fmt and fmt.startswith("gguf") else "DenseContraction"
     normed = "Normed" + contraction
@@ -85,9 +86,10 @@ def layer_counts(layers: int) -> tuple[int, Counter]:
 def test_decoder_layer_counted():
     """One Llama layer: each RMSNorm inside the contraction that reads it, softmax into
     Attention, rotate-half -> one Rope over the q|k heads, q|k|v -> one contraction over
-    the stacked weight (its rows Slices: q|k and v, then q and k of the rotated q|k),
-    gate|up likewise (Slices gate and up, whose SwiGLU down computes in its prologue), o
-    and down -> one contraction each with the residual adds in their epilogues."""
+    the stacked weight (its rows Slices: q|k and v, then q of the rotated q|k and k of the
+    q|k before it, which RopeUpdateSlice rotates into the cache), gate|up likewise (Slices
+    gate and up, whose SwiGLU down computes in its prologue), o and down -> one contraction
+    each with the residual adds in their epilogues."""
     (n1, ops1), (n2, ops2) = layer_counts(1), layer_counts(2)
     per_layer = ops2 - ops1
     print(f"\ncompiled decode step: 1 layer {n1} eqns, 2 layers {n2} eqns; one layer adds "
@@ -97,13 +99,15 @@ def test_decoder_layer_counted():
     assert per_layer["NormedDenseContraction"] == 2  # attn_norm -> q|k|v, ffn_norm -> gate|up
     assert per_layer["Slice"] == 6                  # q|k, v; q, k; gate, up
     assert per_layer["ContractionEpilogue"] == 2    # o + residual, SwiGLU -> down + residual
-    assert per_layer["DynamicUpdateSlice"] == 2
+    assert per_layer["DynamicUpdateSlice"] == 1     # v; k's is RopeUpdateSlice's
+    assert per_layer["RopeUpdateSlice"] == 1
     assert not {"MatMul", "Reduce", "Unary", "Concat", "Cast", "Gather"} & set(per_layer)
-    # one token: the four head Transposes move only unit axes, so they are Reshapes
-    assert per_layer == Counter({"Reshape": 9}) + Counter(
-        Attention=1, Rope=1, NormedDenseContraction=2, Slice=6,
-        ContractionEpilogue=2, DynamicUpdateSlice=2)  # the RoPE rows are gathered once (cse)
-    assert n2 - n1 == 23 and n1 == 32
+    # one token: the four head Transposes move only unit axes, so they are Reshapes (k's
+    # two go inside RopeUpdateSlice)
+    assert per_layer == Counter({"Reshape": 7}) + Counter(
+        Attention=1, Rope=1, NormedDenseContraction=2, Slice=6, ContractionEpilogue=2,
+        DynamicUpdateSlice=1, RopeUpdateSlice=1)  # the RoPE rows are gathered once (cse)
+    assert n2 - n1 == 21 and n1 == 30
 
 
 def test_epilogue_bodies_hold_the_residual_and_the_gate():

@@ -41,5 +41,7 @@ def table(device: str, formats: frozenset) -> CapabilityTable:
     # q8_0 cache (dense or paged) poot_cpu.attention's row builder (program_for)
     own = {"Q8PackedContraction": q8_formats(formats), "Q8KVAttention": {D.I8},
            "PagedQ8KVAttention": {D.I8}, "Q8KVSinkAttention": {D.I8}}
+    # RopeUpdateSlice lowers through the shared kernels: declared so conformance covers it,
+    # not elected (a CPU step has no batches for it to save)
     return kernel_table("cpu", device, dtype_uses(), formats, own=own,
-                        notes=NOTES)
+                        declare=("RopeUpdateSlice",), notes=NOTES)

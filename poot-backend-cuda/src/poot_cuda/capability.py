@@ -62,5 +62,7 @@ def table(device: str, major: int, minor: int, formats) -> CapabilityTable:
     from poot_cuda.q8 import q8_formats
 
     own = {"Q8PackedContraction": q8_formats(formats)}
+    # RopeUpdateSlice (the rotated keys written straight to the dense cache) is declared
+    # so conformance covers it; a measurement on the GPU decides whether compile forms it
     return kernel_table("cuda", device, dtypes, formats, elect=("GatedContraction",),
-                        own=own)
+                        declare=("RopeUpdateSlice",), own=own)

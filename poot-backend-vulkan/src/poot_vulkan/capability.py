@@ -38,16 +38,19 @@ NOTES = {
 }
 
 #: the offered fusions it lowers on every device (declared: conformance runs their cases)
-OFFERED = ("NormedPackedContraction", "NormedDenseContraction", "GatedContraction")
+OFFERED = ("NormedPackedContraction", "NormedDenseContraction", "GatedContraction",
+           "RopeUpdateSlice")
 #: those compile forms by default on a GPU: a decode step there is a chain of dependent
 #: batches, each costing a barrier and a dispatch's latency, so the RMSNorm inside the
-#: contractions that read it and the SwiGLU inside the gate|up GEMV remove a batch each
-#: (docs/performance.md)
+#: contractions that read it and the SwiGLU inside the gate|up GEMV remove a batch each,
+#: and the rotated keys written straight to the dense cache leave the KV writes in the
+#: batch of q's rotation (docs/performance.md)
 ELECT = OFFERED
-#: on a software device (lavapipe) only the SwiGLU: there the normed GEMV's extra workgroup
-#: reduction costs more than the batch it saves (docs/performance.md). The norms stay
-#: declared; a test forms them with `Policy(fuse=OFFERED)`
-SOFTWARE_ELECT = ("GatedContraction",)
+#: on a software device (lavapipe) the SwiGLU and the KV write (as many kernels, one batch
+#: fewer a layer), not the norms: there the normed GEMV's extra workgroup reduction costs
+#: more than the batch it saves (docs/performance.md). The norms stay declared; a test
+#: forms them with `Policy(fuse=OFFERED)`
+SOFTWARE_ELECT = ("GatedContraction", "RopeUpdateSlice")
 
 
 def dtype_uses(facts: DeviceFacts) -> dict[DType, Use]:

@@ -40,16 +40,19 @@ NOTES = {
 }
 
 #: the offered fusions it lowers on every adapter (declared: conformance runs their cases)
-OFFERED = ("NormedPackedContraction", "NormedDenseContraction", "GatedContraction")
+OFFERED = ("NormedPackedContraction", "NormedDenseContraction", "GatedContraction",
+           "RopeUpdateSlice")
 #: those compile forms by default on a GPU: a step's dispatches that share a buffer wait
 #: for each other, and each costs its encoding, so the RMSNorm inside the contractions that
-#: read it and the SwiGLU inside the gate|up GEMV remove a dispatch each
+#: read it and the SwiGLU inside the gate|up GEMV remove a dispatch each, and the rotated
+#: keys written straight to the dense cache no longer wait for q's rotation
 #: (docs/performance.md)
 ELECT = OFFERED
-#: on a CPU adapter (lavapipe) only the SwiGLU: there the normed GEMV's extra workgroup
-#: reduction costs more than the dispatch it saves (docs/performance.md). The norms stay
-#: declared; a test forms them with `Policy(fuse=OFFERED)`
-SOFTWARE_ELECT = ("GatedContraction",)
+#: on a CPU adapter (lavapipe) the SwiGLU and the KV write (as many dispatches), not the
+#: norms: there the normed GEMV's extra workgroup reduction costs more than the dispatch it
+#: saves (docs/performance.md). The norms stay declared; a test forms them with
+#: `Policy(fuse=OFFERED)`
+SOFTWARE_ELECT = ("GatedContraction", "RopeUpdateSlice")
 
 
 def dtype_uses(dev: WgpuDevice) -> dict[DType, Use]:

@@ -52,6 +52,7 @@ from poot.ir.ops import (
     Reshape,
     Rope,
     RopeScatter,
+    RopeUpdateSlice,
     Scan,
     ScatterUpdate,
     Select,
@@ -348,6 +349,10 @@ def rope_cases() -> list[Case]:
                     lambda rng: [normal(pool)(rng), normal(x)(rng), normal(cs)(rng),
                                  normal(cs)(rng), np.array([7, -1, 2, 7], np.int32)],
                     _tol(F32)))
+    cache, k, ck = T((3, 9, 10), F32), T((1, 1, 3, 10), F32), T((1, 1, 1, 4), F32)
+    out.append(Case("rope-update-slice", RopeUpdateSlice(8, 1), (cache, k, ck, ck, T((1,), I32)),
+                    lambda rng: [normal(cache)(rng), normal(k)(rng), normal(ck)(rng),
+                                 normal(ck)(rng), np.array([6], np.int32)], _tol(F32)))
     return out
 
 

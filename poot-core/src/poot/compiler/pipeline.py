@@ -44,6 +44,7 @@ PASSES = [
     ("attention", attention.run),
     ("rope_fusion", rope.run),
     ("rope_scatter", rope.scatter_run),
+    ("rope_update", rope.update_run),
     ("iota_fold", iota_fold.run),
     ("dense_contraction", contraction_dense.run),
     ("packed_contraction", contraction_packed.run),

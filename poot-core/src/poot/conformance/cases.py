@@ -490,6 +490,14 @@ def attention_cases() -> Iterator[Case]:
                    [Arg(T((11, 2, 16), d)), Arg(T((2, 3, 2, 16), d)), Arg(T((2, 3, 1, 6), d)),
                     Arg(T((2, 3, 1, 6), d)), Arg(T((6,), I32), ("slots", 11))],
                    one(O.RopeScatter(12)), exact=False, growth="basic")
+        # one token's keys at 5; two rows past the end, the index clamped as DUS's
+        for t, where, idx in ((1, "5", 5), (2, "clamped", 12)):
+            yield case(f"RopeUpdateSlice-{d}-3x10x16-{t}x1x3x16-rot12-at-{where}",
+                       "RopeUpdateSlice", d,
+                       [Arg(T((3, 10, 16), d)), Arg(T((t, 1, 3, 16), d)),
+                        Arg(T((t, 1, 1, 6), d)), Arg(T((t, 1, 1, 6), d)), Arg(T((1,), I32))],
+                       one(O.RopeUpdateSlice(12, 1)), exact=False, growth="basic",
+                       fixed={4: np.array([idx], np.int32)})
     for d in WIDE_FLOATS:   # gpt-oss's sinks: prefill with GQA and a causal mask, decode
         q, k, sinks = T((4, 3, 16), d), T((2, 11, 16), d), T((4,), d)
         yield case(f"SinkAttention-{d}-gqa4x2-t3-s11", "SinkAttention", d,

@@ -45,6 +45,8 @@ def domains(op: O.OpKind, ins: list[TensorType]) -> list:
         return ["any"] * 4 + [("slots", ins[0].shape[0])]
     if isinstance(op, O.DynamicUpdateSlice):
         return ["any", "any", ("index", ins[0].shape[op.axis % ins[0].rank])]
+    if isinstance(op, O.RopeUpdateSlice):
+        return ["any"] * 4 + [("index", ins[0].shape[op.axis % ins[0].rank])]
     if isinstance(op, O.IndexedMatMul):
         return ["any", "any", ("index", ins[1].shape[0])]
     if isinstance(op, O.DenseRowGather):

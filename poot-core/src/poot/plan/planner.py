@@ -9,9 +9,9 @@ The walk over the eqns decides, for each value, where it lives:
   dispatch, unless the slice reaches an output;
 - Transpose or Slice whose every reader accepts strided operands: a strided view, no
   dispatch;
-- DynamicUpdateSlice / ScatterUpdate / RopeScatter producing a state_out from its own
-  state_in binder, with no later reader of state_in: in place in the state buffer
-  (donation);
+- DynamicUpdateSlice / ScatterUpdate / RopeScatter / RopeUpdateSlice producing a state_out
+  from its own state_in binder, with no later reader of state_in: in place in the state
+  buffer (donation);
 - anything else: an arena block, live from its eqn to its last reader.
 On a backend that `inlines_composites` (the reference), composites are first checked
 against its table and then replaced by their primitive definitions (poot.plan.inline), so
@@ -31,7 +31,7 @@ from poot.plan.arena import Interval, assign_offsets
 from poot.plan.inline import has_composites, inline_composites
 from poot.plugin import get_backend, select_backend
 
-_IN_PLACE_OPS = (O.DynamicUpdateSlice, O.ScatterUpdate, O.RopeScatter)
+_IN_PLACE_OPS = (O.DynamicUpdateSlice, O.ScatterUpdate, O.RopeScatter, O.RopeUpdateSlice)
 
 
 def collective_lowering(eqn) -> Lowering:

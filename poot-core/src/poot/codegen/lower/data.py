@@ -10,6 +10,7 @@ from poot.codegen.program import SCRATCH, Access, BufferParam, KernelProgram, lo
 from poot.dtypes import DType
 from poot.ir.ops import ArgTopK, DynamicUpdateSlice, Gather, ScatterUpdate
 from poot.ir.ops.reduce import ReduceOp
+from poot.ir.types import TensorType
 
 F32, I32, U32 = DType.F32, DType.I32, DType.U32
 
@@ -68,16 +69,23 @@ def scatter_rows(sig: Sig, slots: int, value) -> KernelProgram:
 
 @lowers(DynamicUpdateSlice)
 def lower_dynamic_update_slice(sig: Sig) -> KernelProgram:
-    """In place on the donated operand: only the update's elements are written."""
-    op_t, upd = sig.type(0), sig.type(1)
+    upd = sig.type(1)
+    return update_block(sig, upd, 2, lambda kb, i: Load("in1", i, upd.dtype))
+
+
+def update_block(sig: Sig, upd: TensorType, index: int, value) -> KernelProgram:
+    """In place on the donated base (operand 0): only the block `upd` is written, at
+    in{index} along the op's axis (clamped so the block stays inside); `value(kb, i)` is
+    the block's flat element i."""
+    op_t = sig.type(0)
     a = sig.op.norm_axis(sig.op.axis, op_t.rank)
     kb, i = _update_kernel(sig, upd.size, "")
     with kb.if_(ix.lt(i, i32(upd.size))):
-        start = kb.let("start", ix.clamp(Load("in2", i32(0), sig.type(2).dtype), 0,
+        start = kb.let("start", ix.clamp(Load(f"in{index}", i32(0), sig.type(index).dtype), 0,
                                          op_t.shape[a] - upd.shape[a]))
         c = ix.unravel(i, upd.shape)
         c[a] = ix.add(c[a], start)
-        kb.store("out", ix.ravel(c, op_t.shape), Load("in1", i, upd.dtype))
+        kb.store("out", ix.ravel(c, op_t.shape), value(kb, i))
     return KernelProgram((kb.finish(),), alias=0)
 
 

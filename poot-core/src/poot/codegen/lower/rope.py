@@ -1,14 +1,15 @@
 """Rope: rotate-half RoPE on the first `rot` features, one thread per output element;
-RopeScatter: the same elements written to the KV pool rows a ScatterUpdate would."""
+RopeScatter: the same elements written to the KV pool rows a ScatterUpdate would;
+RopeUpdateSlice: written to the dense cache block a DynamicUpdateSlice would."""
 from __future__ import annotations
 
 from poot.codegen import index as ix
 from poot.codegen.expr import Load, Sel, i32
 from poot.codegen.lower.base import Sig, lowers
-from poot.codegen.lower.data import scatter_rows
+from poot.codegen.lower.data import scatter_rows, update_block
 from poot.codegen.lower.pointwise import pointwise_kernel
 from poot.codegen.program import KernelProgram
-from poot.ir.ops import Rope, RopeScatter
+from poot.ir.ops import Rope, RopeScatter, RopeUpdateSlice
 
 
 def rotated(kb, sig: Sig, rot: int, first: int, c):
@@ -43,3 +44,10 @@ def lower_rope_scatter(sig: Sig) -> KernelProgram:
     x = sig.type(1)
     return scatter_rows(sig, 4, lambda kb, i: rotated(kb, sig, sig.op.rot, 1,
                                                       ix.unravel(i, x.shape)))
+
+
+@lowers(RopeUpdateSlice)
+def lower_rope_update_slice(sig: Sig) -> KernelProgram:
+    base, x = sig.type(0), sig.type(1)
+    return update_block(sig, sig.op.update_type(base, x), 4, lambda kb, i: rotated(
+        kb, sig, sig.op.rot, 1, ix.unravel(i, x.shape)))

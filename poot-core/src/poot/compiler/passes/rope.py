@@ -6,15 +6,34 @@ Rope{rot} with operands [x, cos, sin]:
 
 rope_scatter (`scatter_run`, after it): a ScatterUpdate of a Rope's rows (a KV write of
 rotated keys) becomes one RopeScatter.
+
+rope_update (`update_run`): a DynamicUpdateSlice of a Rope's rows (a dense KV write of
+rotated keys) becomes one RopeUpdateSlice, so the write no longer waits for the rotation.
 """
 from __future__ import annotations
 
 from poot.compiler.match import match_definition
-from poot.compiler.rewrite import rewrite_each
+from poot.compiler.passes.relabel import moves_only_unit_axes
+from poot.compiler.rewrite import Rewriter, rewrite_each
 from poot.compiler.view import GraphView, NoMatch
 from poot.errors import ShapeError
 from poot.ir.graph import Value
-from poot.ir.ops import Binary, BinaryOp, Concat, Reshape, Rope, RopeScatter, ScatterUpdate, Slice
+from poot.ir.ops import (
+    Binary,
+    BinaryOp,
+    Concat,
+    DynamicUpdateSlice,
+    Reshape,
+    Rope,
+    RopeScatter,
+    RopeUpdateSlice,
+    ScatterUpdate,
+    Slice,
+    Transpose,
+)
+
+#: the eqns a RopeUpdateSlice's block is read through, from the Rope to the write
+BLOCK_LINKS = (Rope, Reshape, Transpose, Slice)
 
 
 def guess(view: GraphView, root) -> tuple[Rope, list]:
@@ -68,3 +87,78 @@ def _rope_rows(view: GraphView, scatter):
     except ShapeError as why:
         raise NoMatch(str(why)) from None
     return op, args, chain
+
+
+def update_run(graph, ctx):
+    """rope_update: a DynamicUpdateSlice whose block is a Rope's result (through Reshapes),
+    read by nothing else, becomes one RopeUpdateSlice{rot, axis} with operands [base, x, cos,
+    sin, index]. Where the block is a Slice of a Rope that others read too (a step's q and k
+    heads rotated as one result), the Slice cuts the Rope's operand instead: on an axis cos
+    and sin do not vary along, slicing commutes with Rope, so the rotated k rows go straight
+    to the cache, in the same batch as the rotation of q."""
+    view, rw = GraphView(graph), Rewriter(graph)
+    for e in view.eqns:
+        if not isinstance(e.op, DynamicUpdateSlice):
+            continue
+        try:
+            op, args, chain, cut = _rope_block(view, e)
+        except NoMatch as why:
+            ctx.record.kept("RopeUpdateSlice", e.out, str(why))
+            continue
+        refused = ctx.refusal(op, args, e, view)
+        if refused:
+            ctx.record.kept("RopeUpdateSlice", e.out, f"target refuses: {refused}")
+            continue
+        if cut is not None:
+            rope = view.producer(view.value(cut, 0))
+            rw.replace(cut, cut.op, [rope.inputs[0]])
+        rw.replace(e, op, args, chain)
+        ctx.record.rewrote("RopeUpdateSlice", e.out, f"Rope(rot={op.rot}) + DynamicUpdateSlice"
+                           + (" (its rows cut before the rotation)" if cut else ""))
+    return rw.commit()
+
+
+def _rope_block(view: GraphView, update):
+    """(RopeUpdateSlice, its operands, the eqns it removes, the Slice to move before the
+    rotation or None) for a DynamicUpdateSlice of [Rope or Slice of Rope, Reshape*] whose
+    links feed nothing else."""
+    links = []
+    e = view.defined_by(update.inputs[1], BLOCK_LINKS, "the written block")
+    while _relabels(view, e):
+        links.insert(0, e)
+        e = view.defined_by(e.inputs[0], BLOCK_LINKS, "the reshaped block")
+    cut = None
+    if isinstance(e.op, Slice):
+        cut = e
+        e = view.defined_by(e.inputs[0], Rope, "the sliced block")
+        _check_commutes(view, cut, e)
+    links.insert(0, cut or e)
+    for link, user in zip(links, links[1:] + [update], strict=True):
+        if view.single_user(link.out) is not user:
+            raise NoMatch(f"{link.op.name} at {link.out!r} is read elsewhere too")
+    x = Value(cut.out) if cut else e.inputs[0]
+    args = [update.inputs[0], x, *e.inputs[1:], update.inputs[2]]
+    return RopeUpdateSlice(e.op.rot, update.op.axis), args, links[1:] if cut else links, cut
+
+
+def _relabels(view: GraphView, e) -> bool:
+    """A Reshape, or a Transpose that moves only unit axes (the elements keep their order:
+    relabel makes it a Reshape later); any other Transpose is NoMatch."""
+    if isinstance(e.op, Transpose):
+        if not moves_only_unit_axes(e.op.perm, view.type_of(view.value(e, 0)).shape):
+            raise NoMatch(f"the Transpose at {e.out!r} reorders the rows")
+        return True
+    return isinstance(e.op, Reshape)
+
+
+def _check_commutes(view: GraphView, cut, rope) -> None:
+    """Slice(Rope(x, cos, sin)) is Rope(Slice(x), cos, sin) when the slice keeps every
+    rotated feature and cos and sin are the same all along its axis."""
+    r = view.type_of(cut.out).rank
+    a = cut.op.axis % r
+    if a == r - 1:
+        raise NoMatch("the Slice cuts the rotated features")
+    for t in (view.type_of(x.id) if isinstance(x, Value) else x.type for x in rope.inputs[1:]):
+        k = a - (r - t.rank)
+        if k >= 0 and t.shape[k] != 1:
+            raise NoMatch(f"cos and sin vary along the sliced axis {a}")

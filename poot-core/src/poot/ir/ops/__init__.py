@@ -30,6 +30,7 @@ from poot.ir.ops.composite import (
     PagedAttention,
     Rope,
     RopeScatter,
+    RopeUpdateSlice,
     SelectedAttention,
     SinkAttention,
     attention_chain,

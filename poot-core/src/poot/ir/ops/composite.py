@@ -13,7 +13,7 @@ from poot.dtypes import DType
 from poot.errors import DtypeError
 from poot.ir.ops.base import FLOATS, OpKind
 from poot.ir.ops.compute import IndexedMatMul, MatMul, PackedDequant, check_sources, matmul_type
-from poot.ir.ops.data import ArgTopK, Gather, ScatterUpdate
+from poot.ir.ops.data import ArgTopK, DynamicUpdateSlice, Gather, ScatterUpdate
 from poot.ir.ops.elementwise import Binary, BinaryOp, Cast, Iota, Select, Unary, UnaryOp
 from poot.ir.ops.reduce import Reduce, ReduceOp
 from poot.ir.ops.shape import Broadcast, Concat, Reshape, Slice, Transpose
@@ -407,6 +407,42 @@ class RopeScatter(Composite):
         y = b.eqn(Rope(self.rot), x, cos, sin)
         n = x.type.size // max(1, math.prod(row))
         return b.eqn(ScatterUpdate(), base, _reshape(b, y, (n,) + row), slots)
+
+
+@dataclass(frozen=True, repr=False)
+class RopeUpdateSlice(Composite):
+    """A dense KV write of rotated keys: DynamicUpdateSlice{axis}(base, Reshape(Rope{rot}(x,
+    cos, sin)), index), x's elements in order filling the update block (base's shape with
+    `axis` holding x.size / base's other extents). Operands base, x [..., D], cos, sin (as
+    Rope's), index (I32, one element; clamped as DynamicUpdateSlice's). In place on the
+    donated base, as DynamicUpdateSlice."""
+
+    rot: int
+    axis: int
+    arity: ClassVar[int] = 5
+    deciding: ClassVar[str] = "operand"
+    needs: ClassVar[str] = "arith"
+
+    def infer(self, ins):
+        self.check_arity(ins)
+        base, x, cos, sin, index = ins
+        Rope(self.rot).infer([x, cos, sin])
+        return DynamicUpdateSlice(self.axis).infer([base, self.update_type(base, x), index])
+
+    def update_type(self, base: TensorType, x: TensorType) -> TensorType:
+        """The block x fills: base's shape with `axis` sized to hold x's elements."""
+        a = self.norm_axis(self.axis, base.rank, [base, x])
+        other = math.prod(base.shape[:a] + base.shape[a + 1:])
+        if not other or x.size % other:
+            self.fail(f"x's {x.size} elements are no whole number of base's slices along "
+                      f"axis {a}", [base, x])
+        return TensorType(base.shape[:a] + (x.size // other,) + base.shape[a + 1:], x.dtype)
+
+    def define(self, b, ins):
+        base, x, cos, sin, index = ins
+        y = b.eqn(Rope(self.rot), x, cos, sin)
+        upd = self.update_type(base.type, x.type).shape
+        return b.eqn(DynamicUpdateSlice(self.axis), base, _reshape(b, y, upd), index)
 
 
 @dataclass(frozen=True, repr=False)

@@ -1,0 +1,123 @@
+"""rope_update: the rotated keys a step writes to its dense cache become one RopeUpdateSlice;
+near misses stay, with the reason; the fused kernel writes the bytes Rope then
+DynamicUpdateSlice write."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import poot
+import pytest
+from poot.compiler.policy import Policy
+from poot.compiler.validate import validated_pass
+from poot.conformance.roles import input_role
+from poot.dtypes import DType
+from poot.ir.builder import Builder
+from poot.ir.ops import DynamicUpdateSlice, Reshape, Rope, Slice, Transpose
+from poot.ir.types import SlotKind, TensorType
+
+F32 = DType.F32
+CACHE = (2, 8, 16)   # [Hkv, S, D]
+
+
+def qk_graph(tokens=1, table_heads=1, read_k=False, cut=(2, 3, 5)):
+    """A step's q (3 heads) and k (2 heads) rotated as one result [1, T, 5, 16]; k's rows
+    cut from it (`cut`: the Slice's axis, start, end), made [Hkv, T, D] and written to the
+    cache at pos; q is the result. `table_heads`: cos and sin per head (5) or shared (1);
+    `read_k`: the cut rows are also a witness."""
+    b = Builder("qk", compiler=True)
+    cache = b.state(TensorType(CACHE, F32), "k_cache")
+    x = b.slot(input_role(F32), (1, tokens, 5, 16), "x")
+    cos, sin = (b.slot(input_role(F32), (1, tokens, table_heads, 6), n) for n in ("cos", "sin"))
+    pos = b.slot(SlotKind.POS, (1,), "pos", bound=CACHE[1] - tokens + 1)
+    r = b.eqn(Rope(12), x, cos, sin)
+    k = b.eqn(Slice(*cut), r)
+    if read_k:
+        b.witness(k, "k")
+    rows = b.eqn(Transpose((1, 0, 2)), b.eqn(Reshape((tokens, 2, 16)), k))
+    b.state_next(cache, b.eqn(DynamicUpdateSlice(1), cache, rows, pos))
+    b.result(b.eqn(Slice(2, 0, 3), r))
+    return b.finish()
+
+
+def validated(g, seed: int):
+    """rope_update alone, checked against the oracle (float slots drawn here: the validator
+    draws slots as integer positions)."""
+    rng = np.random.default_rng(seed)
+    floats = {g.meta(v).identity.label: rng.standard_normal(g.type_of(v).shape).astype(
+        np.float32) for v in g.inputs() if g.type_of(v).dtype is F32}
+    return validated_pass(g, "rope_update", seed=seed, given=floats)
+
+
+def test_rotated_keys_written_to_the_cache_become_one_rope_update_slice():
+    out, rec = validated(qk_graph(), 4)
+    names = [e.op.name for e in out.eqns()]
+    assert rec.rewrites == 1 and names.count("RopeUpdateSlice") == 1
+    assert "DynamicUpdateSlice" not in names and "Transpose" not in names
+    # q still reads the rotation; the write reads k's rows before it, not after
+    fused = next(e for e in out.eqns() if e.op.name == "RopeUpdateSlice")
+    assert (fused.op.rot, fused.op.axis) == (12, 1)
+    rows = out.producer(fused.inputs[1].id)
+    assert rows.op == Slice(2, 3, 5) and out.producer(rows.inputs[0].id) is None
+
+
+@pytest.mark.parametrize("kw,why", [
+    (dict(read_k=True), "read elsewhere"),
+    (dict(table_heads=5), "vary along the sliced axis"),
+    (dict(tokens=2), "reorders the rows"),
+    (dict(cut=(3, 0, 16)), "cuts the rotated features"),
+])
+def test_near_misses_stay_apart(kw, why):
+    g = qk_graph(**kw) if "cut" not in kw else _feature_cut()
+    out, rec = validated(g, 5)
+    assert rec.rewrites == 0 and "RopeUpdateSlice" not in {e.op.name for e in out.eqns()}
+    assert why in rec.decisions[0].reason
+
+
+def _feature_cut():
+    """k's rows cut on the feature axis (the first 16 features of each of 5 heads of 32)."""
+    b = Builder("cut", compiler=True)
+    cache = b.state(TensorType((5, 8, 16), F32), "k_cache")
+    x = b.slot(input_role(F32), (5, 1, 32), "x")
+    cos, sin = (b.slot(input_role(F32), (1, 1, 6), n) for n in ("cos", "sin"))
+    pos = b.slot(SlotKind.POS, (1,), "pos", bound=8)
+    r = b.eqn(Rope(12), x, cos, sin)
+    b.state_next(cache, b.eqn(DynamicUpdateSlice(1), cache, b.eqn(Slice(2, 0, 16), r), pos))
+    b.result(r)
+    return b.finish()
+
+
+def _executor(backend: str, policy: Policy):
+    from poot.plan import plan
+    from poot.runtime.executor import Executor
+
+    sys.path.insert(0, str(Path(__file__).parent))   # the helpers beside this file
+    from test_runtime_support import backend_target
+
+    target = backend_target(backend)
+    compiled = poot.compile(qk_graph(), target, policy=policy)
+    return Executor(plan(compiled, target), {}), compiled
+
+
+@pytest.mark.parametrize("backend", ["cpu", "vulkan", "wgpu"])
+def test_the_fused_write_is_bit_identical_to_rope_then_update(backend):
+    rng = np.random.default_rng(11)
+    cache = rng.standard_normal(CACHE).astype(np.float32)
+    slots = {"x": rng.standard_normal((1, 1, 5, 16)).astype(np.float32),
+             "cos": rng.standard_normal((1, 1, 1, 6)).astype(np.float32),
+             "sin": rng.standard_normal((1, 1, 1, 6)).astype(np.float32),
+             "pos": np.array([5], np.int32)}
+    got = {}
+    for name, policy in (("fused", Policy(fuse={"RopeUpdateSlice"})),
+                         ("apart", Policy(disable={"rope_update"}))):
+        ex, compiled = _executor(backend, policy)
+        ops = {e.op.name for e in compiled.graph.eqns()}
+        assert ("RopeUpdateSlice" in ops) == (name == "fused"), ops
+        ex.write_state("k_cache", cache)
+        q = ex.step(slots).result.copy()
+        got[name] = (q, ex.read_state("k_cache").copy())
+    (q, kc), (q0, kc0) = got["fused"], got["apart"]
+    assert q.tobytes() == q0.tobytes() and kc.tobytes() == kc0.tobytes()
+    assert not np.array_equal(kc, cache)          # the rows at pos were written
+    assert np.array_equal(np.delete(kc, 5, axis=1), np.delete(cache, 5, axis=1))
