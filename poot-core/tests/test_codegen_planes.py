@@ -100,3 +100,16 @@ def test_the_split_or_fma_schedules_where_the_planes_do_not_apply(case, monkeypa
     lowering = lower(op, ins, op.infer(ins), features)
     assert not any(s.name.endswith("planes") for s in lowering.scratch)
 
+
+
+@pytest.mark.parametrize("m", [planes.IN_PLACE_MIN_ROWS - 1, planes.IN_PLACE_MIN_ROWS])
+def test_a_weight_read_in_place_takes_the_planes_from_fewer_rows(m):
+    """A bf16 weight the GEMM reads where it lies takes the planes from IN_PLACE_MIN_ROWS
+    rows; a packed one, written to planes every step, only from PLANE_MIN_ROWS."""
+    ins = [TensorType((m, 256), F32), TensorType((64, 256), BF16)]
+    lowering = lower(DenseContraction(), ins, DenseContraction().infer(ins), FEATURES)
+    assert [s.name for s in lowering.scratch if s.name.endswith("planes")] == \
+        (["a_planes"] if m >= planes.IN_PLACE_MIN_ROWS else [])
+    op, ins, _, _ = packed("gguf:Q4_0", m, 64, 256, 2)
+    assert not any(s.name.endswith("planes") for s in lower(op, ins, op.infer(ins),
+                                                                FEATURES).scratch)

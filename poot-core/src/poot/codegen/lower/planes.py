@@ -56,9 +56,11 @@ from poot.ir.ops import ReduceOp
 
 BF16, F32, I32 = DType.BF16, DType.F32, DType.I32
 #: rows from which the planes replace the split schedule; fewer stay on the rows GEMV
-#: and the split schedule (planes from 16 rows did not speed up an 8B prefill step of 32
-#: tokens: docs/performance.md)
+#: and the split schedule. A weight read in place (`in_place`) pays from fewer rows than
+#: one written to planes each step: an 8B bf16 prefill step of 32 tokens runs 1.65x faster
+#: exact and 2.7x fast on the planes (docs/performance.md)
 PLANE_MIN_ROWS = 64
+IN_PLACE_MIN_ROWS = 32
 MAX_UNIT = 64          # the longest decode unit a thread holds (else pairs)
 PLANE_MAX_BYTES = 1 << 30   # the most scratch the planes may take (else the split schedule)
 THREADS = 256
@@ -68,10 +70,11 @@ PLANES = 3
 def usable(p, features) -> bool:
     """Whether `p` takes the planes: a target with the warpgroup GEMM, F32 accumulation
     of one batch, operands it cannot copy as they are but can split (`split_unit`), at
-    least PLANE_MIN_ROWS rows, N and K in whole 16-byte chunks, planes within
-    PLANE_MAX_BYTES."""
+    least PLANE_MIN_ROWS rows (IN_PLACE_MIN_ROWS for a weight read in place), N and K in
+    whole 16-byte chunks, planes within PLANE_MAX_BYTES."""
+    rows = IN_PLACE_MIN_ROWS if in_place(p) else PLANE_MIN_ROWS
     return (WGMMA in features and TMA in features and p.tiles is None and p.batch == 1
-            and p.parts == 1 and not p.w_per_row and p.acc is F32 and p.m >= PLANE_MIN_ROWS
+            and p.parts == 1 and not p.w_per_row and p.acc is F32 and p.m >= rows
             and p.n % CHUNK == 0 and p.k % CHUNK == 0 and split_unit(p) is not None
             and 2 * PLANES * p.k * (p.m + p.n) <= PLANE_MAX_BYTES)
 
