@@ -85,17 +85,18 @@ def layer_counts(layers: int) -> tuple[int, Counter]:
 
 def test_decoder_layer_counted():
     """One Llama layer: each RMSNorm inside the contraction that reads it, softmax into
-    Attention, rotate-half -> one Rope over the q|k heads, q|k|v -> one contraction over
-    the stacked weight (its rows Slices: q|k and v, then q of the rotated q|k and k of the
-    q|k before it, which RopeUpdateSlice rotates into the cache), gate|up likewise (Slices
-    gate and up, whose SwiGLU down computes in its prologue), o and down -> one contraction
-    each with the residual adds in their epilogues."""
+    Attention, rotate-half -> one Rope over the q|k heads, then k's rows cut before it and
+    rotated into the cache by RopeUpdateSlice (the Rope keeps q's), q|k|v -> one
+    contraction over the stacked weight (its rows Slices: q|k and v, then q and k of the
+    q|k), gate|up likewise (Slices gate and up, whose SwiGLU down computes in its
+    prologue), o and down -> one contraction each with the residual adds in their
+    epilogues."""
     (n1, ops1), (n2, ops2) = layer_counts(1), layer_counts(2)
     per_layer = ops2 - ops1
     print(f"\ncompiled decode step: 1 layer {n1} eqns, 2 layers {n2} eqns; one layer adds "
           f"{n2 - n1}: {dict(sorted(per_layer.items()))}")
     assert per_layer["Attention"] == 1
-    assert per_layer["Rope"] == 1                   # q and k together
+    assert per_layer["Rope"] == 1                   # q's
     assert per_layer["NormedDenseContraction"] == 2  # attn_norm -> q|k|v, ffn_norm -> gate|up
     assert per_layer["Slice"] == 6                  # q|k, v; q, k; gate, up
     assert per_layer["ContractionEpilogue"] == 2    # o + residual, SwiGLU -> down + residual

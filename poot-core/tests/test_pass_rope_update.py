@@ -53,13 +53,15 @@ def validated(g, seed: int):
 def test_rotated_keys_written_to_the_cache_become_one_rope_update_slice():
     out, rec = validated(qk_graph(), 4)
     names = [e.op.name for e in out.eqns()]
-    assert rec.rewrites == 1 and names.count("RopeUpdateSlice") == 1
+    assert rec.rewrites == 2 and names.count("RopeUpdateSlice") == 1   # and q's Rope
     assert "DynamicUpdateSlice" not in names and "Transpose" not in names
-    # q still reads the rotation; the write reads k's rows before it, not after
+    # the write reads k's rows before the rotation, not after; q's are rotated alone
     fused = next(e for e in out.eqns() if e.op.name == "RopeUpdateSlice")
     assert (fused.op.rot, fused.op.axis) == (12, 1)
     rows = out.producer(fused.inputs[1].id)
     assert rows.op == Slice(2, 3, 5) and out.producer(rows.inputs[0].id) is None
+    (rope,) = [e for e in out.eqns() if e.op.name == "Rope"]
+    assert rope.out == out.result() and out.producer(rope.inputs[0].id).op == Slice(2, 0, 3)
 
 
 @pytest.mark.parametrize("kw,why", [

@@ -21,6 +21,7 @@ class Rewriter:
         self.replaced: dict[ValueId, Eqn] = {}
         self.removed: set[ValueId] = set()
         self.subst: dict[ValueId, ValueId] = {}
+        self.added: dict[ValueId, list[Eqn]] = {}
 
     def claimed(self, vids: Iterable[ValueId]) -> bool:
         """Whether any of these eqn results is already part of another rewrite."""
@@ -36,6 +37,13 @@ class Rewriter:
                 self.removed.add(e.out)
         return new
 
+    def add(self, before: Eqn, op: OpKind, inputs: Iterable[Operand | ValueId]) -> ValueId:
+        """A new eqn `op(inputs)` placed just before `before`; returns its fresh result."""
+        new = self.draft.new_eqn(op, [Value(x) if isinstance(x, ValueId) else x
+                                      for x in inputs])
+        self.added.setdefault(before.out, []).append(new)
+        return new.out
+
     def remove(self, e: Eqn) -> None:
         self.removed.add(e.out)
 
@@ -48,7 +56,7 @@ class Rewriter:
 
     @property
     def changed(self) -> bool:
-        return bool(self.replaced or self.removed or self.subst or
+        return bool(self.replaced or self.removed or self.subst or self.added or
                     len(self.draft.inputs) != len(self.graph.inputs()))
 
     def commit(self) -> Graph:
@@ -56,7 +64,7 @@ class Rewriter:
             return self.graph
         d, sub = self.draft, self.subst
         eqns = []
-        for e in d.eqns:
+        for e in [x for e in d.eqns for x in (*self.added.get(e.out, ()), e)]:
             if e.out in self.removed:
                 continue
             e = self.replaced.get(e.out, e)

@@ -95,8 +95,10 @@ def update_run(graph, ctx):
     sin, index]. Where the block is a Slice of a Rope that others read too (a step's q and k
     heads rotated as one result), the Slice cuts the Rope's operand instead: on an axis cos
     and sin do not vary along, slicing commutes with Rope, so the rotated k rows go straight
-    to the cache, in the same batch as the rotation of q."""
+    to the cache, in the same batch as the rotation of q; the Rope then rotates only the
+    rows still read from it (`_narrow`), so none is rotated twice."""
     view, rw = GraphView(graph), Rewriter(graph)
+    cut_ropes, moved = {}, set()
     for e in view.eqns:
         if not isinstance(e.op, DynamicUpdateSlice):
             continue
@@ -112,10 +114,31 @@ def update_run(graph, ctx):
         if cut is not None:
             rope = view.producer(view.value(cut, 0))
             rw.replace(cut, cut.op, [rope.inputs[0]])
+            cut_ropes[rope.out], moved = rope, moved | {cut.out}
         rw.replace(e, op, args, chain)
         ctx.record.rewrote("RopeUpdateSlice", e.out, f"Rope(rot={op.rot}) + DynamicUpdateSlice"
                            + (" (its rows cut before the rotation)" if cut else ""))
+    for rope in cut_ropes.values():
+        _narrow(view, rw, ctx, rope, moved)
     return rw.commit()
+
+
+def _narrow(view: GraphView, rw: Rewriter, ctx, rope, moved: set) -> None:
+    """Where the one reader a Rope has left (its `moved` Slices now cut its operand) is a
+    Slice that commutes with it, that Slice becomes Rope(Slice(x)): only the rows read are
+    rotated."""
+    rest = [u for u in view.users.get(rope.out, ()) if u.out not in moved]
+    if view.is_output(rope.out) or len(rest) != 1 or not isinstance(rest[0].op, Slice):
+        return
+    try:
+        _check_commutes(view, rest[0], rope)
+    except NoMatch:
+        return
+    rows = rw.add(rest[0], rest[0].op, [rope.inputs[0]])
+    rw.replace(rest[0], rope.op, [rows, *rope.inputs[1:]])
+    rw.remove(rope)
+    ctx.record.rewrote("Rope", rest[0].out, "rotates only the rows read after the rest moved "
+                       "into RopeUpdateSlice")
 
 
 def _rope_block(view: GraphView, update):
