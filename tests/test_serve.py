@@ -1,6 +1,9 @@
-"""`poot serve` with the real SmolLM2 on the reference backend, through the openai client:
+"""`poot serve` with the real SmolLM2 on the compiled cpu backend, through the openai client:
 completions and chat, whole and streamed; 16 concurrent greedy requests answer exactly what
-each answers alone, and the KV pool is whole again afterwards."""
+each answers alone, and the KV pool is whole again afterwards. (The server's scheduling is
+the same on every backend; the reference backend serves in tests/test_serve_refusals.py and
+the tiny-model server tests, and agrees with cpu on SmolLM2's text in
+poot-core/tests/test_precision_models.py.)"""
 from __future__ import annotations
 
 import time
@@ -26,8 +29,8 @@ PROMPTS = [
 
 @pytest.fixture(scope="module")
 def server(smollm2_gguf):
-    with serve(smollm2_gguf, "--max-batch", "16", "--max-seq", "128", "--max-queue", "32",
-               "--prefill-chunk", "16") as s:
+    with serve(smollm2_gguf, "--backend", "cpu", "--max-batch", "16", "--max-seq", "128",
+               "--max-queue", "32", "--prefill-chunk", "16") as s:
         yield s
 
 
