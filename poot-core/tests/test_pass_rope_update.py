@@ -14,20 +14,21 @@ from poot.compiler.validate import validated_pass
 from poot.conformance.roles import input_role
 from poot.dtypes import DType
 from poot.ir.builder import Builder
-from poot.ir.ops import DynamicUpdateSlice, Reshape, Rope, Slice, Transpose
+from poot.ir.ops import Cast, DynamicUpdateSlice, Reshape, Rope, Slice, Transpose
 from poot.ir.types import SlotKind, TensorType
 
-F32 = DType.F32
+F32, F16 = DType.F32, DType.F16
 CACHE = (2, 8, 16)   # [Hkv, S, D]
 
 
-def qk_graph(tokens=1, table_heads=1, read_k=False, cut=(2, 3, 5)):
+def qk_graph(tokens=1, table_heads=1, read_k=False, cut=(2, 3, 5), casts=()):
     """A step's q (3 heads) and k (2 heads) rotated as one result [1, T, 5, 16]; k's rows
-    cut from it (`cut`: the Slice's axis, start, end), made [Hkv, T, D] and written to the
-    cache at pos; q is the result. `table_heads`: cos and sin per head (5) or shared (1);
-    `read_k`: the cut rows are also a witness."""
+    cut from it (`cut`: the Slice's axis, start, end), made [Hkv, T, D], cast to each of
+    `casts` (the last is the cache's dtype) and written to the cache at pos; q is the
+    result. `table_heads`: cos and sin per head (5) or shared (1); `read_k`: the cut rows
+    are also a witness."""
     b = Builder("qk", compiler=True)
-    cache = b.state(TensorType(CACHE, F32), "k_cache")
+    cache = b.state(TensorType(CACHE, casts[-1] if casts else F32), "k_cache")
     x = b.slot(input_role(F32), (1, tokens, 5, 16), "x")
     cos, sin = (b.slot(input_role(F32), (1, tokens, table_heads, 6), n) for n in ("cos", "sin"))
     pos = b.slot(SlotKind.POS, (1,), "pos", bound=CACHE[1] - tokens + 1)
@@ -36,6 +37,8 @@ def qk_graph(tokens=1, table_heads=1, read_k=False, cut=(2, 3, 5)):
     if read_k:
         b.witness(k, "k")
     rows = b.eqn(Transpose((1, 0, 2)), b.eqn(Reshape((tokens, 2, 16)), k))
+    for dtype in casts:
+        rows = b.eqn(Cast(dtype), rows)
     b.state_next(cache, b.eqn(DynamicUpdateSlice(1), cache, rows, pos))
     b.result(b.eqn(Slice(2, 0, 3), r))
     return b.finish()
@@ -50,11 +53,12 @@ def validated(g, seed: int):
     return validated_pass(g, "rope_update", seed=seed, given=floats)
 
 
-def test_rotated_keys_written_to_the_cache_become_one_rope_update_slice():
-    out, rec = validated(qk_graph(), 4)
+@pytest.mark.parametrize("casts", [(), (F16,)], ids=["f32-cache", "f16-cache"])
+def test_rotated_keys_written_to_the_cache_become_one_rope_update_slice(casts):
+    out, rec = validated(qk_graph(casts=casts), 4)
     names = [e.op.name for e in out.eqns()]
     assert rec.rewrites == 2 and names.count("RopeUpdateSlice") == 1   # and q's Rope
-    assert "DynamicUpdateSlice" not in names and "Transpose" not in names
+    assert not {"DynamicUpdateSlice", "Transpose", "Cast"} & set(names)
     # the write reads k's rows before the rotation, not after; q's are rotated alone
     fused = next(e for e in out.eqns() if e.op.name == "RopeUpdateSlice")
     assert (fused.op.rot, fused.op.axis) == (12, 1)
@@ -69,6 +73,7 @@ def test_rotated_keys_written_to_the_cache_become_one_rope_update_slice():
     (dict(table_heads=5), "vary along the sliced axis"),
     (dict(tokens=2), "reorders the rows"),
     (dict(cut=(3, 0, 16)), "cuts the rotated features"),
+    (dict(casts=(F16, F32)), "rounded more than once"),
 ])
 def test_near_misses_stay_apart(kw, why):
     g = qk_graph(**kw) if "cut" not in kw else _feature_cut()
@@ -90,7 +95,7 @@ def _feature_cut():
     return b.finish()
 
 
-def _executor(backend: str, policy: Policy):
+def _executor(backend: str, policy: Policy, casts):
     from poot.plan import plan
     from poot.runtime.executor import Executor
 
@@ -98,14 +103,17 @@ def _executor(backend: str, policy: Policy):
     from test_runtime_support import backend_target
 
     target = backend_target(backend)
-    compiled = poot.compile(qk_graph(), target, policy=policy)
+    compiled = poot.compile(qk_graph(casts=casts), target, policy=policy)
     return Executor(plan(compiled, target), {}), compiled
 
 
-@pytest.mark.parametrize("backend", ["cpu", "vulkan", "wgpu"])
-def test_the_fused_write_is_bit_identical_to_rope_then_update(backend):
+# wgpu has no f16 select (Rope's kernels select in the cache's dtype): it refuses that one
+@pytest.mark.parametrize("backend,casts", [("cpu", ()), ("vulkan", ()), ("wgpu", ()),
+                                           ("cpu", (F16,)), ("vulkan", (F16,))],
+                         ids=["cpu", "vulkan", "wgpu", "cpu-f16-cache", "vulkan-f16-cache"])
+def test_the_fused_write_is_bit_identical_to_rope_then_update(backend, casts):
     rng = np.random.default_rng(11)
-    cache = rng.standard_normal(CACHE).astype(np.float32)
+    cache = rng.standard_normal(CACHE).astype(casts[-1].numpy if casts else np.float32)
     slots = {"x": rng.standard_normal((1, 1, 5, 16)).astype(np.float32),
              "cos": rng.standard_normal((1, 1, 1, 6)).astype(np.float32),
              "sin": rng.standard_normal((1, 1, 1, 6)).astype(np.float32),
@@ -113,7 +121,7 @@ def test_the_fused_write_is_bit_identical_to_rope_then_update(backend):
     got = {}
     for name, policy in (("fused", Policy(fuse={"RopeUpdateSlice"})),
                          ("apart", Policy(disable={"rope_update"}))):
-        ex, compiled = _executor(backend, policy)
+        ex, compiled = _executor(backend, policy, casts)
         ops = {e.op.name for e in compiled.graph.eqns()}
         assert ("RopeUpdateSlice" in ops) == (name == "fused"), ops
         ex.write_state("k_cache", cache)

@@ -350,9 +350,12 @@ def rope_cases() -> list[Case]:
                                  normal(cs)(rng), np.array([7, -1, 2, 7], np.int32)],
                     _tol(F32)))
     cache, k, ck = T((3, 9, 10), F32), T((1, 1, 3, 10), F32), T((1, 1, 1, 4), F32)
-    out.append(Case("rope-update-slice", RopeUpdateSlice(8, 1), (cache, k, ck, ck, T((1,), I32)),
-                    lambda rng: [normal(cache)(rng), normal(k)(rng), normal(ck)(rng),
-                                 normal(ck)(rng), np.array([6], np.int32)], _tol(F32)))
+    for c in (cache, T(cache.shape, F16)):    # an f16 cache rounds the f32 rotated keys
+        out.append(Case(f"rope-update-slice-{c.dtype}-cache", RopeUpdateSlice(8, 1),
+                        (c, k, ck, ck, T((1,), I32)),
+                        lambda rng, c=c: [normal(c)(rng), normal(k)(rng), normal(ck)(rng),
+                                          normal(ck)(rng), np.array([6], np.int32)],
+                        _tol(c.dtype)))
     return out
 
 

@@ -498,6 +498,12 @@ def attention_cases() -> Iterator[Case]:
                         Arg(T((t, 1, 1, 6), d)), Arg(T((t, 1, 1, 6), d)), Arg(T((1,), I32))],
                        one(O.RopeUpdateSlice(12, 1)), exact=False, growth="basic",
                        fixed={4: np.array([idx], np.int32)})
+    # f32 keys rounded into an f16 cache (its dtype decides)
+    yield case("RopeUpdateSlice-f16-3x10x16-f32-1x1x3x16-rot12", "RopeUpdateSlice", F16,
+               [Arg(T((3, 10, 16), F16)), Arg(T((1, 1, 3, 16), F32)), Arg(T((1, 1, 1, 6), F32)),
+                Arg(T((1, 1, 1, 6), F32)), Arg(T((1,), I32))],
+               one(O.RopeUpdateSlice(12, 1)), exact=False, growth="basic",
+               fixed={4: np.array([4], np.int32)})
     for d in WIDE_FLOATS:   # gpt-oss's sinks: prefill with GQA and a causal mask, decode
         q, k, sinks = T((4, 3, 16), d), T((2, 11, 16), d), T((4,), d)
         yield case(f"SinkAttention-{d}-gqa4x2-t3-s11", "SinkAttention", d,

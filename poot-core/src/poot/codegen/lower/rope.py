@@ -49,5 +49,8 @@ def lower_rope_scatter(sig: Sig) -> KernelProgram:
 @lowers(RopeUpdateSlice)
 def lower_rope_update_slice(sig: Sig) -> KernelProgram:
     base, x = sig.type(0), sig.type(1)
-    return update_block(sig, sig.op.update_type(base, x), 4, lambda kb, i: rotated(
-        kb, sig, sig.op.rot, 1, ix.unravel(i, x.shape)))
+
+    def value(kb, i):
+        y = rotated(kb, sig, sig.op.rot, 1, ix.unravel(i, x.shape))
+        return y if x.dtype == base.dtype else y.cast(base.dtype)
+    return update_block(sig, sig.op.update_type(base, x), 4, value)

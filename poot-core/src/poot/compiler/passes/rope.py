@@ -21,6 +21,7 @@ from poot.ir.graph import Value
 from poot.ir.ops import (
     Binary,
     BinaryOp,
+    Cast,
     Concat,
     DynamicUpdateSlice,
     Reshape,
@@ -33,7 +34,7 @@ from poot.ir.ops import (
 )
 
 #: the eqns a RopeUpdateSlice's block is read through, from the Rope to the write
-BLOCK_LINKS = (Rope, Reshape, Transpose, Slice)
+BLOCK_LINKS = (Rope, Reshape, Transpose, Cast, Slice)
 
 
 def guess(view: GraphView, root) -> tuple[Rope, list]:
@@ -143,13 +144,15 @@ def _narrow(view: GraphView, rw: Rewriter, ctx, rope, moved: set) -> None:
 
 def _rope_block(view: GraphView, update):
     """(RopeUpdateSlice, its operands, the eqns it removes, the Slice to move before the
-    rotation or None) for a DynamicUpdateSlice of [Rope or Slice of Rope, Reshape*] whose
-    links feed nothing else."""
+    rotation or None) for a DynamicUpdateSlice of [Rope or Slice of Rope, Reshape* with at
+    most one float Cast among them] whose links feed nothing else."""
     links = []
     e = view.defined_by(update.inputs[1], BLOCK_LINKS, "the written block")
     while _relabels(view, e):
         links.insert(0, e)
         e = view.defined_by(e.inputs[0], BLOCK_LINKS, "the reshaped block")
+    if sum(isinstance(link.op, Cast) for link in links) > 1:
+        raise NoMatch("the rows are rounded more than once on their way to the cache")
     cut = None
     if isinstance(e.op, Slice):
         cut = e
@@ -165,11 +168,16 @@ def _rope_block(view: GraphView, update):
 
 
 def _relabels(view: GraphView, e) -> bool:
-    """A Reshape, or a Transpose that moves only unit axes (the elements keep their order:
-    relabel makes it a Reshape later); any other Transpose is NoMatch."""
+    """A Reshape, a Transpose that moves only unit axes (the elements keep their order:
+    relabel makes it a Reshape later) or a Cast between floats (elementwise: it commutes
+    with both); any other Transpose or Cast is NoMatch."""
     if isinstance(e.op, Transpose):
         if not moves_only_unit_axes(e.op.perm, view.type_of(view.value(e, 0)).shape):
             raise NoMatch(f"the Transpose at {e.out!r} reorders the rows")
+        return True
+    if isinstance(e.op, Cast):
+        if not (e.op.to.is_float and view.type_of(view.value(e, 0)).dtype.is_float):
+            raise NoMatch(f"the Cast at {e.out!r} is not between floats")
         return True
     return isinstance(e.op, Reshape)
 

@@ -413,8 +413,9 @@ class RopeScatter(Composite):
 class RopeUpdateSlice(Composite):
     """A dense KV write of rotated keys: DynamicUpdateSlice{axis}(base, Reshape(Rope{rot}(x,
     cos, sin)), index), x's elements in order filling the update block (base's shape with
-    `axis` holding x.size / base's other extents). Operands base, x [..., D], cos, sin (as
-    Rope's), index (I32, one element; clamped as DynamicUpdateSlice's). In place on the
+    `axis` holding x.size / base's other extents); rounded to base's float dtype first
+    (Cast) where x's differs (an f16 cache of f32 keys). Operands base, x [..., D], cos, sin
+    (as Rope's), index (I32, one element; clamped as DynamicUpdateSlice's). In place on the
     donated base, as DynamicUpdateSlice."""
 
     rot: int
@@ -427,20 +428,25 @@ class RopeUpdateSlice(Composite):
         self.check_arity(ins)
         base, x, cos, sin, index = ins
         Rope(self.rot).infer([x, cos, sin])
+        if x.dtype != base.dtype and not (x.dtype.is_float and base.dtype.is_float):
+            self.fail("x and base must share a dtype or both be floats", ins, DtypeError)
         return DynamicUpdateSlice(self.axis).infer([base, self.update_type(base, x), index])
 
     def update_type(self, base: TensorType, x: TensorType) -> TensorType:
-        """The block x fills: base's shape with `axis` sized to hold x's elements."""
+        """The block x fills, in base's dtype: base's shape with `axis` sized to hold x's
+        elements."""
         a = self.norm_axis(self.axis, base.rank, [base, x])
         other = math.prod(base.shape[:a] + base.shape[a + 1:])
         if not other or x.size % other:
             self.fail(f"x's {x.size} elements are no whole number of base's slices along "
                       f"axis {a}", [base, x])
-        return TensorType(base.shape[:a] + (x.size // other,) + base.shape[a + 1:], x.dtype)
+        return TensorType(base.shape[:a] + (x.size // other,) + base.shape[a + 1:], base.dtype)
 
     def define(self, b, ins):
         base, x, cos, sin, index = ins
         y = b.eqn(Rope(self.rot), x, cos, sin)
+        if x.type.dtype != base.type.dtype:
+            y = b.eqn(Cast(base.type.dtype), y)
         upd = self.update_type(base.type, x.type).shape
         return b.eqn(DynamicUpdateSlice(self.axis), base, _reshape(b, y, upd), index)
 
