@@ -3,7 +3,8 @@
 Logits against tests/reference_gemma3.py (an independent numpy forward from the file's own
 tensors) for a prompt longer than the 512-position sliding window, in one step and through
 the session's ring caches; tokenization against SentencePiece's rules as llama.cpp applies
-them to the GGUF vocabulary, on a few thousand texts; `poot run` streaming a continuation.
+them to the GGUF vocabulary, on a few thousand texts; `poot run` streaming a continuation
+(on the compiled cpu backend: the reference backend's steps are checked above, in process).
 """
 from __future__ import annotations
 
@@ -108,7 +109,7 @@ def test_poot_run_streams_the_reference_greedy_continuation(gemma3_gguf, tokeniz
     want = PROMPT + tokenizer.decode(ids[-5:])
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     run = subprocess.run([sys.executable, "-m", "poot", "run", "gemma3-270m", "--prompt", PROMPT,
-                          "--backend", "reference", "--max-tokens", "5", "--max-seq", "64"],
+                          "--backend", "cpu", "--max-tokens", "5", "--max-seq", "64"],
                          capture_output=True, text=True, timeout=900, env=env)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == want.strip(), (run.stdout, want)
