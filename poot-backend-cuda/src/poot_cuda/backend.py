@@ -51,20 +51,9 @@ class CudaBackend(SimtBackend):
     def program_for(self, op, operands, out, device: Device):
         """Q8PackedContraction, which the table declares as the backend's own
         (poot_cuda.q8); every other op through poot.codegen.lower."""
-        from poot.errors import LoweringError
-        from poot.ir.ops import Q8PackedContraction
+        from poot.codegen.lower.q8 import q8_program_for
 
-        if not isinstance(op, Q8PackedContraction):
-            return None
-        from poot_cuda.q8 import q8_program
-
-        try:
-            program = q8_program(op, operands, out, self.features(device),
-                                 self.schedule(device))
-        except LoweringError as exc:
-            table = self.capabilities(device)
-            raise exc.on(table.backend, table.device) from None
-        return self.build(program, device)
+        return q8_program_for(self, op, operands, out, device)
 
     def printer(self, device: Device) -> CudaPrinter:
         return CudaPrinter(self._info(device)["arch"])

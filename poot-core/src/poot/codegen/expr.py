@@ -154,13 +154,16 @@ class Dot2(Expr):
 class Dot4(Expr):
     """An integer dot product of two quads: c + sum_i a[i] * b[i] over i = 0..3, where a
     (I32) holds four signed bytes and b (U32) four unsigned bytes (byte 0 the lowest), c
-    I32; exact in I32. Printed as one instruction where Dot2 is (PTX dp4a, sm_61+), else,
-    and in the interpreter, as `lower_dot2`'s plain integer multiply-adds."""
+    I32; exact in I32. Printed as one instruction where the target has it (target.DOT4),
+    else, and in the interpreter, as `lower_dot2`'s plain integer multiply-adds.
+    `b_bits`: b's bytes are below 2^b_bits (a target whose instruction takes signed bytes
+    only, WGSL's dot4I8Packed, needs no second product for b_bits <= 7)."""
 
     a: Expr
     b: Expr
     c: Expr
     dtype: DType = I32
+    b_bits: int = 8
 
     def __post_init__(self):
         if (self.a.dtype, self.b.dtype, self.c.dtype) != (I32, U32, I32):

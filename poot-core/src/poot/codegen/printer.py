@@ -85,11 +85,19 @@ class Printer:
     #: sees the program
     native_dot2 = False
 
+    @property
+    def native_dot4(self) -> bool:
+        """Whether the dialect prints expr.Dot4 itself (`dot4`) where it rewrites Dot2: a
+        target of DOT4 alone (target.DOT4); DOT2's instruction set has both."""
+        return self.native_dot2
+
     # -- the translation unit ------------------------------------------------------
     def source(self, kernel: Kernel) -> str:
         kernel.validate()
-        if not self.native_dot2:
-            kernel = without_dot2(kernel)
+        kept = tuple(t for t, native in ((Dot2, self.native_dot2), (Dot4, self.native_dot4))
+                     if native)
+        if len(kept) < 2:
+            kernel = without_dot2(kernel, kept)
         kernel = self.rewrite(kernel)
         self.check_dtypes(kernel)
         self._kernel = kernel
@@ -239,7 +247,7 @@ class Printer:
         raise self.unsupported("Dot2")
 
     def dot4(self, e: Dot4) -> str:
-        """The integer quad dot product, for dialects that declare `native_dot2`."""
+        """The integer quad dot product, for dialects that declare `native_dot4`."""
         raise self.unsupported("Dot4")
 
     def var(self, e: Var) -> str:
@@ -274,9 +282,10 @@ class Printer:
         raise NotImplementedError
 
 
-def without_dot2(kernel: Kernel) -> Kernel:
-    """`kernel` with every Dot2 and Dot4 replaced by `lower_dot2` (shared subtrees stay
-    shared)."""
+def without_dot2(kernel: Kernel, kept: tuple = ()) -> Kernel:
+    """`kernel` with every Dot2 and Dot4 (but those of the types `kept`) replaced by
+    `lower_dot2` (shared subtrees stay shared)."""
+    lowered = tuple(t for t in (Dot2, Dot4) if t not in kept)
     memo: dict[int, tuple[Expr, Expr]] = {}     # id -> (node kept alive, its rewrite)
 
     def expr(e: Expr) -> Expr:
@@ -287,7 +296,7 @@ def without_dot2(kernel: Kernel) -> Kernel:
                 dataclasses.replace(e, **{f.name: swap[id(getattr(e, f.name))]
                                           for f in dataclasses.fields(e)
                                           if isinstance(getattr(e, f.name), Expr)})
-            memo[id(e)] = (e, expr(lower_dot2(out)) if isinstance(out, (Dot2, Dot4)) else out)
+            memo[id(e)] = (e, expr(lower_dot2(out)) if isinstance(out, lowered) else out)
         return memo[id(e)][1]
 
     def block(body: tuple) -> tuple:

@@ -13,7 +13,11 @@ instruction. A backend tells the lowerings what its target has through
   dp2a and dp4a, sm_61+; Dot4 for activations quantized to int8 rows) and gives
   a workgroup 48 KiB of shared memory, so packed GEMVs take the integer schedule
   (activations quantized to int16 in shared memory). Every printer can print Dot2 (as
-  plain multiply-adds); the feature says only that it is worth it.
+  plain multiply-adds); the feature says only that it is worth it. It implies DOT4.
+* `DOT4`: the target prints `expr.Dot4` as one instruction (SPIR-V's SUDot of
+  VK_KHR_shader_integer_dot_product, WGSL's dot4I8Packed), so a GEMV over int8
+  activation rows (Q8PackedContraction) takes the integer schedule. Dot2 stays plain
+  multiply-adds there, so other packed GEMVs keep the f32 schedules.
 * `REDUCE_SCATTER`: the target prints `CoopReduceScatter` within its subgroup (xor
   shuffles), so a warp's many dot products finish in V - 1 shuffles, not V log2(32).
 * `WIDE_LOADS`: the target prints `LoadWide` and `StoreWide` (2, 4 or 8 elements in one
@@ -66,13 +70,14 @@ MATRIX_UNITS = {u.feature: u for u in (MMA_M16N8K16,)}
 COPY_ASYNC = "copy.async"
 WIDE_WORKGROUPS = "workgroup.1024"
 DOT2 = "dot2.i16.u8"
+DOT4 = "dot4.i8.u8"
 REDUCE_SCATTER = "coop.reduce_scatter"
 WGMMA = "wgmma.m64k16"
 TMA = "tma.tile.2d"
 WIDE_LOADS = "load.wide.128"
 #: every feature name a target may declare
-FEATURES = frozenset({*MATRIX_UNITS, COPY_ASYNC, WIDE_WORKGROUPS, DOT2, REDUCE_SCATTER, WGMMA,
-                      TMA, WIDE_LOADS})
+FEATURES = frozenset({*MATRIX_UNITS, COPY_ASYNC, WIDE_WORKGROUPS, DOT2, DOT4, REDUCE_SCATTER,
+                      WGMMA, TMA, WIDE_LOADS})
 
 
 def matrix_unit(features: Iterable[str]) -> MatrixUnit | None:
@@ -80,5 +85,6 @@ def matrix_unit(features: Iterable[str]) -> MatrixUnit | None:
     return next((MATRIX_UNITS[f] for f in sorted(features) if f in MATRIX_UNITS), None)
 
 
-__all__ = ["COPY_ASYNC", "DOT2", "FEATURES", "MATRIX_UNITS", "MMA_M16N8K16", "REDUCE_SCATTER",
-           "TMA", "WGMMA", "WIDE_LOADS", "WIDE_WORKGROUPS", "MatrixUnit", "matrix_unit"]
+__all__ = ["COPY_ASYNC", "DOT2", "DOT4", "FEATURES", "MATRIX_UNITS", "MMA_M16N8K16",
+           "REDUCE_SCATTER", "TMA", "WGMMA", "WIDE_LOADS", "WIDE_WORKGROUPS", "MatrixUnit",
+           "matrix_unit"]

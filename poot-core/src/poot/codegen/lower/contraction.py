@@ -169,7 +169,7 @@ def q8_problem(sig: Sig, epilogue) -> Problem:
     """Q8PackedContraction: PackedContraction's problem over int8 rows (`Problem.q8`).
     Registered as a contraction head only (a ContractionEpilogue's or GatedContraction's);
     the op alone is a backend's own lowering where its table declares it
-    (`KernelBackend.program_for`, e.g. poot_cuda.q8)."""
+    (`KernelBackend.program_for`: poot.codegen.lower.q8)."""
     return replace(packed_problem(sig, epilogue), q8=True)
 
 

@@ -1,5 +1,5 @@
 """The integer GEMV: packed weights whose runs are integer bytes (`Problem.w_int`) on a
-target that declares DOT2.
+target that declares DOT2 (int8 rows also on one that declares only DOT4).
 
 The workgroup first quantizes its activation rows to int16 per block of 32 in shared
 memory (scale max|x| / 32767, round to nearest; the block's integer sum and exact f32 sum
@@ -16,9 +16,9 @@ parts and applies the store (and epilogue; `dot.contraction_program`).
 
 A problem of int8 rows (`Problem.q8`, Q8PackedContraction) quantizes each block by the
 composite's own rule instead (d = max|x| / 127, QuantizeI8's codes, four to a word,
-multiplied with the weight's bytes by `Dot4`: dp4a), so the integer sums are those of its
-definition exactly; the block's sum that meets the weight's offset is then d * sum_q, the
-sum of the rounded activations.
+multiplied with the weight's bytes by `Dot4`: dp4a, SPIR-V SUDot, WGSL dot4I8Packed), so
+the integer sums are those of its definition exactly; the block's sum that meets the
+weight's offset is then d * sum_q, the sum of the rounded activations.
 """
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ from poot.codegen.lower.runs import (
 )
 from poot.codegen.lower.schedule import GEMV_MAX_ROWS, LANES, DotSchedule
 from poot.codegen.program import local_index
-from poot.codegen.target import DOT2, WIDE_LOADS
+from poot.codegen.target import DOT2, DOT4, WIDE_LOADS
 from poot.dtypes import DType
 from poot.ir.ops import Q8_MAX, ReduceOp
 
@@ -106,14 +106,15 @@ def _wants_split(p: Problem, plan: RunPlan, s: DotSchedule) -> bool:
 
 
 def int_plan(p: Problem, rows: int, features, s: DotSchedule) -> RunPlan | None:
-    """The integer GEMV where the target declares DOT2 and the weight's runs are whole
-    integer groups of 32 (None otherwise: the f32 schedules, e.g. Q5_x, Q2_K, Q3_K, Q6_K,
-    IQ4_NL, MXFP4 and every non-GGUF format): its quantized activations and, where the
-    weight's words lie in K order over whole trips, a weight tile of the staged schedule
-    (`runs.weight_tile`) within `s.int_shared_bytes`; else each lane loads its runs'
-    words."""
+    """The integer GEMV where the target declares DOT2 (DOT4 for int8 rows: Dot4 only)
+    and the weight's runs are whole integer groups of 32 (None otherwise: the f32
+    schedules, e.g. Q5_x, Q2_K, Q3_K, Q6_K, IQ4_NL, MXFP4 and every non-GGUF format):
+    its quantized activations and, where the weight's words lie in K order over whole
+    trips, a weight tile of the staged schedule (`runs.weight_tile`) within
+    `s.int_shared_bytes`; else each lane loads its runs' words."""
     # every K takes it by default: the shapes where it loses are in docs/performance.md
-    if (DOT2 not in features or p.w_int is None or p.w_per_row or p.batch != p.parts
+    dots = DOT2 in features or (p.q8 and DOT4 in features)
+    if (not dots or p.w_int is None or p.w_per_row or p.batch != p.parts
             or p.run % INT_BLOCK or p.k % p.run or p.k >= s.int_max_k):
         return None
     if p.w_int(0, i32(0), i32(0)) is None:
@@ -186,11 +187,11 @@ def gemv_int(kb, p: Problem, plan: RunPlan, lane, b, ns, ms, accs, s: DotSchedul
                     sx = None if not sums else kb.let(
                         "sx", dx * sq.cast(DType.F32) if p.q8 else act[3][at_blk])
                     for t, column in enumerate(accs):
-                        quads, scale, offset, c = groups[t * len(slots) + u][gi]
+                        quads, scale, offset, c, bits = groups[t * len(slots) + u][gi]
                         dot = i32(0)
                         for i, quad in enumerate(quads):     # byte b: element 4i + b
                             if per == 4:
-                                dot = Dot4(xs[i], quad, dot)
+                                dot = Dot4(xs[i], quad, dot, b_bits=bits)
                             else:
                                 dot = Dot2(xs[2 * i], quad, dot)
                                 dot = Dot2(xs[2 * i + 1], quad, dot, high=True)
@@ -206,7 +207,7 @@ def gemv_int(kb, p: Problem, plan: RunPlan, lane, b, ns, ms, accs, s: DotSchedul
 
 def _int_groups(kb, ns, slots, decode, centre):
     """Each column's and slot's integer groups, their words and scales bound now (the
-    loads issue here): [(quads, scale, offset', centre)] per (column, slot)."""
+    loads issue here): [(quads, scale, offset', centre, bits)] per (column, slot)."""
     decoded = [decode(t, n, k0) for t, n in enumerate(ns) for k0, _, _ in slots]
     flat = [x for gs in decoded for g in gs
             for x in (*g.quads, g.scale, g.offset) if x is not None]
@@ -222,7 +223,7 @@ def _int_groups(kb, ns, slots, decode, centre):
             if c != g.bias:
                 shift = scale * f32(float(c - g.bias))
                 offset = shift if offset is None else offset + shift
-            groups[-1].append((quads, scale, offset, c))
+            groups[-1].append((quads, scale, offset, c, g.bits))
     return groups
 
 

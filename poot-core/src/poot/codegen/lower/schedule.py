@@ -17,9 +17,9 @@ schedules' design: `LANES` and `GEMV_MAX_ROWS` below.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from poot.codegen.target import REDUCE_SCATTER
+from poot.codegen.target import DOT2, DOT4, REDUCE_SCATTER
 
 #: threads that share one dot product in the GEMV schedules: the width of the cooperative
 #: reduction every target gives (a warp, or a subgroup of 32)
@@ -99,8 +99,9 @@ class DotSchedule:
     #: the narrow rows GEMV's layout (`dot_schedule` picks it by REDUCE_SCATTER)
     rows: RowsRule = field(default=ROWS_FOLDED)
 
-    # -- the integer GEMV (packed weights on a DOT2 target) -------------------------------
-    #: a DOT2 target's workgroup shared memory (target.DOT2)
+    # -- the integer GEMV (packed weights on a DOT2 target, int8 rows on a DOT4 one) -----
+    #: shared memory the integer GEMV's arrays may take (a DOT2 target's workgroup has 48
+    #: KiB; `int_schedule` bounds it by a device's own limit)
     int_shared_bytes: int = 48 * 1024
     #: columns from which the integer GEMV takes `run_columns` a group
     int_wide_n: int = 4096
@@ -129,5 +130,21 @@ def dot_schedule(features: frozenset) -> DotSchedule:
     return DotSchedule()
 
 
+#: shared memory left besides the integer GEMV's arrays for its reductions' scratch (a word
+#: per thread of the widest workgroup)
+REDUCTION_SHARED = 4 * 1024
+
+
+def int_schedule(features: frozenset, shared_bytes: int) -> DotSchedule | None:
+    """The schedule of a target of `features` whose workgroups have `shared_bytes` of
+    shared memory (a device's limit): the default with the integer GEMV's arrays within
+    it, or None where the default's fit or the target has no integer GEMV."""
+    s = dot_schedule(frozenset(features))
+    room = shared_bytes - REDUCTION_SHARED
+    if not {DOT2, DOT4} & set(features) or s.int_shared_bytes <= room:
+        return None
+    return replace(s, int_shared_bytes=room)
+
+
 __all__ = ["GEMV_MAX_ROWS", "LANES", "ROWS_FOLDED", "ROWS_SCATTERED", "DotSchedule", "RowsRule",
-           "dot_schedule"]
+           "REDUCTION_SHARED", "dot_schedule", "int_schedule"]
