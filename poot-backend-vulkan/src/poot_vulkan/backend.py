@@ -7,6 +7,8 @@ kernel is dispatched with.
 """
 from __future__ import annotations
 
+from poot.codegen.lower.q8 import q8_program_for
+from poot.codegen.lower.schedule import int_schedule
 from poot.contract import Device
 from poot.errors import DeviceUnavailable
 from poot.kernel_backend import CompiledKernel, KernelBackend
@@ -14,7 +16,7 @@ from poot.kernel_backend import CompiledKernel, KernelBackend
 from poot_vulkan.capability import capability_table
 from poot_vulkan.compiler import compile_kernel
 from poot_vulkan.device import BACKEND, open_device
-from poot_vulkan.glsl import GlslPrinter, dispatch_groups
+from poot_vulkan.glsl import GlslPrinter, dispatch_groups, target_features
 from poot_vulkan.probe import probe
 
 
@@ -40,6 +42,17 @@ class VulkanBackend(KernelBackend):
 
     def capability_table(self, device: Device, formats: frozenset[str]):
         return capability_table(self._device(device).facts, device.id, formats)
+
+    def features(self, device: Device) -> frozenset:
+        return target_features(self._device(device).facts)
+
+    def schedule(self, device: Device):
+        return int_schedule(self.features(device),
+                            self._device(device).facts.limit("maxComputeSharedMemorySize"))
+
+    def program_for(self, op, operands, out, device: Device):
+        """Q8PackedContraction, the backend's own where the table declares it."""
+        return q8_program_for(self, op, operands, out, device)
 
     def printer(self, device: Device) -> GlslPrinter:
         return GlslPrinter(self._device(device).facts)

@@ -11,6 +11,10 @@
   for SPIR-V targets.
 * 8- and 4-bit floats are storage only: packed weights' source bytes, read as u32
   words by their format's decode program.
+* Q8PackedContraction (the `fast` graph's packed contraction of int8 rows) is the
+  backend's own (poot.codegen.lower.q8) for formats of integer codes where the device
+  has shaderIntegerDotProduct (target.DOT4); elsewhere it is refused and `fast` keeps
+  the rounded rows' PackedContraction.
 The ops are the shared lowerings' (poot.codegen.coverage); limits (binding range,
 shared memory, workgroup size) come from the device and are checked when a kernel is
 printed (poot_vulkan.glsl).
@@ -19,10 +23,12 @@ from __future__ import annotations
 
 from poot.capability import CapabilityTable, Use
 from poot.codegen.coverage import BYTE_FLOATS, NARROW_INTS, SPIRV_SELECT, device_uses, kernel_table
+from poot.codegen.lower.q8 import q8_formats
+from poot.codegen.target import DOT4
 from poot.dtypes import DType
 
 from poot_vulkan.device import BACKEND, DeviceFacts
-from poot_vulkan.glsl import supported_dtypes
+from poot_vulkan.glsl import supported_dtypes, target_features
 
 D = DType
 
@@ -77,6 +83,9 @@ def capability_table(facts: DeviceFacts, device_id: str,
               "max_shared_bytes": facts.limit("maxComputeSharedMemorySize"),
               "max_workgroup_invocations": facts.limit("maxComputeWorkGroupInvocations"),
               "subgroup_size": facts.subgroup_size}
+    # the contraction of int8 rows is the backend's own where Dot4 is one instruction
+    own = {"Q8PackedContraction": q8_formats(formats)} if DOT4 in target_features(facts) \
+        else None
     return kernel_table(BACKEND, device_id, uses, formats, refuse={"Select": SPIRV_SELECT},
                         declare=OFFERED, elect=SOFTWARE_ELECT if facts.is_software else ELECT,
-                        limits=limits, notes=notes)
+                        own=own, limits=limits, notes=notes)

@@ -1,7 +1,8 @@
 """A logical Vulkan device: its queue, command pool, memory types and one-shot submits.
 
 Features are enabled exactly as the device reports them (16-bit and 8-bit storage,
-float16/int8/int16 arithmetic, timeline semaphores); the printer only uses what is on.
+float16/int8/int16 arithmetic, timeline semaphores, integer dot products); the printer
+only uses what is on.
 Memory: buffers live in the device-local type of the largest device-local heap; host
 transfers go through host-visible staging memory (coherent where the device offers it,
 else flushed and invalidated explicitly). Where the device-local type is itself
@@ -14,7 +15,12 @@ import os
 
 from poot.errors import CapacityError, DeviceUnavailable
 
-from poot_vulkan.device import BACKEND, SUBGROUP_SIZE_EXTENSION, DeviceFacts
+from poot_vulkan.device import (
+    BACKEND,
+    INTEGER_DOT_EXTENSION,
+    SUBGROUP_SIZE_EXTENSION,
+    DeviceFacts,
+)
 
 FENCE_TIMEOUT_NS = 600 * 10 ** 9  # a step that runs ten minutes is a hung device
 STAGING_VAR = "POOT_VULKAN_STAGING"
@@ -47,6 +53,10 @@ class VulkanDevice:
                 pNext=v11, subgroupSizeControl=True,
                 computeFullSubgroups=has("computeFullSubgroups"))
             extensions.append(SUBGROUP_SIZE_EXTENSION)
+        if has("shaderIntegerDotProduct"):
+            chain = vk.VkPhysicalDeviceShaderIntegerDotProductFeatures(
+                pNext=chain, shaderIntegerDotProduct=True)
+            extensions.append(INTEGER_DOT_EXTENSION)
         features2 = vk.VkPhysicalDeviceFeatures2(pNext=chain, features=base)
         priorities = [1.0]
         queue_info = vk.VkDeviceQueueCreateInfo(queueFamilyIndex=self.family, queueCount=1,

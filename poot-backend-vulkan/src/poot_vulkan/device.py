@@ -39,6 +39,8 @@ BF16_EXTENSION = "VK_KHR_shader_bfloat16"
 COOPMAT_EXTENSION = "VK_KHR_cooperative_matrix"
 #: a pipeline may require its subgroup size (core in 1.3; poot's instance asks for 1.2)
 SUBGROUP_SIZE_EXTENSION = "VK_EXT_subgroup_size_control"
+#: packed 4 x 8-bit integer dot products (SPIR-V SUDot; core in 1.3, an extension to 1.2)
+INTEGER_DOT_EXTENSION = "VK_KHR_shader_integer_dot_product"
 
 
 @dataclass(frozen=True)
@@ -185,6 +187,11 @@ def read_facts(vk, pd, index: int) -> DeviceFacts:
         compute = bool(sub.supportedStages & vk.VK_SHADER_STAGE_COMPUTE_BIT)
         if SUBGROUP_SIZE_EXTENSION in extensions:
             features |= _subgroup_size_control(vk, pd, sizes)
+        if INTEGER_DOT_EXTENSION in extensions:
+            dot = vk.VkPhysicalDeviceShaderIntegerDotProductFeatures()
+            vk.vkGetPhysicalDeviceFeatures2(pd, vk.VkPhysicalDeviceFeatures2(pNext=dot))
+            if dot.shaderIntegerDotProduct:
+                features.add("shaderIntegerDotProduct")
         subgroup_size = int(sub.subgroupSize)
         ops = frozenset(k for k, bit in SUBGROUP_OPS.items()
                         if compute and sub.supportedOperations & bit)

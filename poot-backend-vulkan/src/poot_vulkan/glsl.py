@@ -17,6 +17,9 @@ not whole subgroups, every thread publishes to shared memory and folds its group
 Subgroups are taken to be consecutive runs of gl_LocalInvocationIndex, which every
 Vulkan driver poot runs on does for one-dimensional workgroups.
 
+Dot4 (target.DOT4, where the device has shaderIntegerDotProduct) is SPIR-V's OpSUDot,
+declared through GL_EXT_spirv_intrinsics in the kernels that use it.
+
 Where the device lets a pipeline require its subgroup size, a kernel with subgroup
 reductions asks for the size it was printed for (`required_subgroup`).
 
@@ -29,8 +32,9 @@ from __future__ import annotations
 import re
 
 from poot.codegen.cstyle import CPrinter
-from poot.codegen.expr import Load
+from poot.codegen.expr import Dot4, Load
 from poot.codegen.program import CoopReduce, For, Kernel, Store
+from poot.codegen.target import DOT4
 from poot.dtypes import DType
 from poot.errors import LimitExceeded
 from poot.ir.ops import ReduceOp
@@ -48,6 +52,18 @@ EXTENSIONS = ("GL_EXT_shader_explicit_arithmetic_types", "GL_EXT_shader_16bit_st
               "GL_KHR_shader_subgroup_basic", "GL_KHR_shader_subgroup_arithmetic",
               "GL_KHR_shader_subgroup_shuffle")
 
+#: Dot4 as SPIR-V's OpSUDot over packed 4 x 8-bit words (signed a, unsigned b): glslang
+#: 13 has no GL_EXT_integer_dot_product, so the instruction is declared through
+#: GL_EXT_spirv_intrinsics (opcode 4452; capabilities DotProduct 6019 and
+#: DotProductInput4x8BitPacked 6018; the last operand PackedVectorFormat4x8Bit = 0)
+SUDOT = "poot_sudot"
+SUDOT_EXTENSION = "#extension GL_EXT_spirv_intrinsics : require"
+SUDOT_DECLARATION = (
+    'spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], '
+    "capabilities = [6019, 6018], id = 4452)",
+    f"int {SUDOT}(int a, uint b, spirv_literal int packed_format);")
+
+
 def supported_dtypes(facts: DeviceFacts) -> frozenset[DType]:
     """Dtypes the device can both store in buffers and compute with in a shader."""
     out = {F32, I32, U32}
@@ -59,6 +75,12 @@ def supported_dtypes(facts: DeviceFacts) -> frozenset[DType]:
     if facts.has("storageBuffer8BitAccess") and facts.has("shaderInt8"):
         out |= {I8, U8}
     return frozenset(out)
+
+
+def target_features(facts: DeviceFacts) -> frozenset[str]:
+    """The optional statement families (poot.codegen.target) printed for the device:
+    DOT4 where it has shaderIntegerDotProduct (VK_KHR_shader_integer_dot_product)."""
+    return frozenset({DOT4} if facts.has("shaderIntegerDotProduct") else ())
 
 
 def dispatch_groups(kernel: Kernel, facts: DeviceFacts) -> tuple[int, int, int]:
@@ -127,6 +149,13 @@ class GlslPrinter(CPrinter):
         return [f"{self.pad(depth)}{self.array(s.array)}[{self.expr(s.index)}] = "
                 f"{self.expr(s.value)};"]
 
+    @property
+    def native_dot4(self) -> bool:
+        return DOT4 in target_features(self.facts)
+
+    def dot4(self, e: Dot4) -> str:
+        return f"({SUDOT}({self.expr(e.a)}, {self.expr(e.b)}, 0) + {self.expr(e.c)})"
+
     def convert(self, dtype: DType, text: str) -> str:
         return f"{self.type_name(dtype)}({text})"
 
@@ -160,6 +189,9 @@ class GlslPrinter(CPrinter):
             if self.needs_scratch(s, kernel):
                 lines.append(self.reduction_scratch_decl(s, i))
         lines.append(self.scalar_helpers())
+        if any(f"{SUDOT}(" in line for line in body):
+            lines.insert(1, SUDOT_EXTENSION)
+            lines += SUDOT_DECLARATION
         lines += ["void main() {", *body, "}"]
         return "\n".join(lines) + "\n"
 
