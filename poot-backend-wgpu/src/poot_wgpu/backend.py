@@ -6,12 +6,14 @@ printed source with the workgroup counts it is dispatched with.
 """
 from __future__ import annotations
 
+from poot.codegen.lower.q8 import q8_program_for
+from poot.codegen.lower.schedule import int_schedule
 from poot.contract import Device
 from poot.errors import DeviceUnavailable
 from poot.kernel_backend import CompiledKernel, KernelBackend
 
 from poot_wgpu.capability import capability_table
-from poot_wgpu.device import open_device
+from poot_wgpu.device import open_device, target_features
 from poot_wgpu.kernel import dispatch_groups
 from poot_wgpu.probe import probe
 from poot_wgpu.wgsl import WgslPrinter
@@ -41,6 +43,17 @@ class WgpuBackend(KernelBackend):
 
     def capability_table(self, device: Device, formats: frozenset[str]):
         return capability_table(self._device(device), device.id, formats)
+
+    def features(self, device: Device) -> frozenset:
+        return target_features(self._device(device))
+
+    def schedule(self, device: Device):
+        return int_schedule(self.features(device), self._device(device).limit(
+            "max-compute-workgroup-storage-size"))
+
+    def program_for(self, op, operands, out, device: Device):
+        """Q8PackedContraction, the backend's own where the table declares it."""
+        return q8_program_for(self, op, operands, out, device)
 
     def printer(self, device: Device) -> WgslPrinter:
         return WgslPrinter(self._device(device))

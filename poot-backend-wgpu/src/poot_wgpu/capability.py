@@ -14,15 +14,21 @@ Declared, then proven by the tests on lavapipe (tests/test_wgpu_lowerings.py):
   refused (DtypeLowering).
 * 8- and 4-bit floats are storage only, as packed weights' sources: the format's decode
   program reads their bytes as u32 words; no op computes with or moves them.
+* Q8PackedContraction (the `fast` graph's packed contraction of int8 rows) is the
+  backend's own (poot.codegen.lower.q8) for formats of integer codes where WGSL has
+  dot4I8Packed (target.DOT4, poot_wgpu.device.language_features); elsewhere it is
+  refused and `fast` keeps the rounded rows' PackedContraction.
 The ops are the shared lowerings' (poot.codegen.coverage), derived from these facts.
 """
 from __future__ import annotations
 
 from poot.capability import CapabilityTable, Use
 from poot.codegen.coverage import BYTE_FLOATS, NARROW_INTS, SPIRV_SELECT, device_uses, kernel_table
+from poot.codegen.lower.q8 import q8_formats
+from poot.codegen.target import DOT4
 from poot.dtypes import DType
 
-from poot_wgpu.device import WgpuDevice
+from poot_wgpu.device import WgpuDevice, target_features
 from poot_wgpu.wgsl.types import BACKEND
 
 D = DType
@@ -77,6 +83,9 @@ def capability_table(dev: WgpuDevice, device_id: str, formats: frozenset[str]) \
         "every reduction is a workgroup-memory tree: the adapter lacks the subgroup feature")
     limits = dict(dev.limits)
     limits["max_buffer_bytes"] = dev.limit("max-storage-buffer-binding-size")
+    # the contraction of int8 rows is the backend's own where Dot4 is one instruction
+    own = {"Q8PackedContraction": q8_formats(formats)} if DOT4 in target_features(dev) \
+        else None
     return kernel_table(BACKEND, device_id, uses, formats, no_select=SPIRV_SELECT,
                         declare=OFFERED, elect=SOFTWARE_ELECT if dev.is_software else ELECT,
-                        limits=limits, notes=notes)
+                        own=own, limits=limits, notes=notes)

@@ -11,6 +11,7 @@ import functools
 import threading
 from dataclasses import dataclass, field
 
+from poot.codegen.target import DOT4
 from poot.errors import DeviceUnavailable, MissingPackage
 from poot.optional import require
 
@@ -18,6 +19,13 @@ from poot_wgpu import env
 
 #: optional features the kernels use when the adapter has them
 WANTED_FEATURES = ("shader-f16", "subgroup")
+
+#: WGSL language features the kernels use where the implementation has them
+DOT4_LANGUAGE_FEATURE = "packed_4x8_integer_dot_product"
+#: a module only an implementation with that feature compiles (wgpu-native reports no
+#: language features, so where the list lacks it the device is asked to compile this)
+DOT4_PROBE = ("@compute @workgroup_size(1) fn main() "
+              "{ _ = dot4I8Packed(0x01020304u, 0x05060708u); }")
 
 #: the limits the planner and the printer check; requested at the adapter's maximum
 LIMIT_NAMES = (
@@ -58,6 +66,7 @@ class WgpuDevice:
         self.adapter, self.device, self.queue, self.info = adapter, device, device.queue, info
         self.features = frozenset(str(f) for f in device.features)
         self.limits = {name: int(device.limits[name]) for name in LIMIT_NAMES}
+        self.language_features = language_features(device)
 
     @property
     def name(self) -> str:
@@ -76,6 +85,27 @@ class WgpuDevice:
 
     def __repr__(self) -> str:
         return f"WgpuDevice({self.info.describe()})"
+
+
+def target_features(dev: WgpuDevice) -> frozenset[str]:
+    """The optional statement families (poot.codegen.target) printed for `dev`: DOT4
+    where the implementation has WGSL's packed 4 x 8-bit dot products."""
+    return frozenset({DOT4} if DOT4_LANGUAGE_FEATURE in dev.language_features else ())
+
+
+def language_features(device) -> frozenset[str]:
+    """The WGSL language features of the implementation behind `device` that poot uses:
+    those it reports, and dot4I8Packed where it compiles the probe."""
+    import wgpu
+
+    reported = frozenset(str(f) for f in getattr(wgpu.gpu, "wgsl_language_features", ()))
+    if DOT4_LANGUAGE_FEATURE in reported:
+        return reported
+    try:
+        device.create_shader_module(code=DOT4_PROBE)
+    except Exception:  # wgpu raises its validation errors as several exception types
+        return reported
+    return reported | {DOT4_LANGUAGE_FEATURE}
 
 
 _lock = threading.Lock()

@@ -22,6 +22,8 @@ spelling:
   from the linear workgroup id; a CoopReduce is a tree reduction over a workgroup
   array of the printer's own, except that one over the whole workgroup uses subgroup
   operations where the adapter has the `subgroup` feature (`subgroup_reduce`). Device limits are checked first (kernel.check_limits).
+* Dot4 (target.DOT4) is dot4I8Packed, which takes both words' bytes as signed: a
+  second product adds the top bits of the unsigned operand's bytes where they may be set.
 """
 from __future__ import annotations
 
@@ -30,17 +32,18 @@ import re
 from collections import Counter
 
 import numpy as np
-from poot.codegen.expr import Bin, Const, Expr, Load, Sel, Un, Var, children
+from poot.codegen.expr import Bin, Const, Dot4, Expr, Load, Sel, Un, Var, children
 from poot.codegen.printer import Printer
 from poot.codegen.program import Barrier, CoopReduce, For, Kernel, Let, Store
 from poot.codegen.scalar import BINARY, HELPERS, INT_RANGES, UNARY, word_class
+from poot.codegen.target import DOT4
 from poot.dtypes import DType
 from poot.errors import DtypeLowering, UnsupportedOp
 from poot.ir.ops.elementwise import BinaryOp, UnaryOp
 from poot.ir.ops.reduce import ReduceOp
 from poot.kernel_backend import CompiledKernel
 
-from poot_wgpu.device import WgpuDevice
+from poot_wgpu.device import WgpuDevice, target_features
 from poot_wgpu.kernel import check_limits, dispatch_groups
 from poot_wgpu.wgsl.helpers import Helpers
 from poot_wgpu.wgsl.rewrite import rewrite_expr, rewrite_kernel
@@ -92,6 +95,10 @@ class WgslPrinter(Printer):
 
     def __init__(self, dev: WgpuDevice):
         self.dev, self.device = dev, dev.name
+
+    @property
+    def native_dot4(self) -> bool:
+        return DOT4 in target_features(self.dev)
 
     def rewrite(self, kernel: Kernel) -> Kernel:
         return rewrite_kernel(kernel)
@@ -437,6 +444,15 @@ class WgslPrinter(Printer):
         cond = self.expr(n.cond)
         return f"select({self.expr(n.f)}, {self.expr(n.t)}, " \
                f"{self.bools.get(id(n.cond)) or f'({cond} != 0i)'})"
+
+    def dot4(self, n: Dot4) -> str:
+        """dot4I8Packed takes both words' bytes as signed: b's bytes from 128 on add their
+        top bit's product separately (where they may reach it)."""
+        a, b, c = f"bitcast<u32>({self.expr(n.a)})", self.expr(n.b), self.expr(n.c)
+        if n.b_bits <= 7:
+            return f"(dot4I8Packed({a}, {b}) + {c})"
+        return (f"(dot4I8Packed({a}, {b} & 0x7f7f7f7fu) + "
+                f"128i * dot4I8Packed({a}, ({b} >> 7u) & 0x01010101u) + {c})")
 
     def bitcast(self, src: DType, dst: DType, text: str) -> str:
         for d in (src, dst):

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from poot.codegen.expr import Bin, Cast, Const, Expr, Load, Un, Var, children, evaluate
+from poot.codegen.expr import Bin, Cast, Const, Dot4, Expr, Load, Un, Var, children, evaluate
 from poot.codegen.program import (
     Assign,
     CoopReduce,
@@ -86,7 +86,8 @@ def rewrite_expr(e: Expr) -> Expr:
 def _rebuild(n: Expr, kids: list[Expr]) -> Expr:
     if not kids or all(k is c for k, c in zip(kids, children(n), strict=True)):
         return n
-    fields = {Un: ("x",), Cast: ("x",), Bin: ("a", "b"), Load: ("index",)}
+    fields = {Un: ("x",), Cast: ("x",), Bin: ("a", "b"), Load: ("index",),
+              Dot4: ("a", "b", "c")}
     names = fields.get(type(n)) or (("cond", "t", "f") if len(kids) == 3 else ("x",))
     return replace(n, **dict(zip(names, kids, strict=True)))
 
