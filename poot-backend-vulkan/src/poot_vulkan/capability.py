@@ -27,7 +27,7 @@ from poot.codegen.lower.q8 import q8_formats
 from poot.codegen.target import DOT4
 from poot.dtypes import DType
 
-from poot_vulkan.device import BACKEND, DeviceFacts
+from poot_vulkan.device import BACKEND, SUDOT_ACCELERATED, DeviceFacts
 from poot_vulkan.glsl import supported_dtypes, target_features
 
 D = DType
@@ -77,6 +77,10 @@ def capability_table(facts: DeviceFacts, device_id: str,
                    (D.I8, "shaderInt8 and storageBuffer8BitAccess")):
         if uses[d] == Use.NONE:
             notes[str(d)] = f"refused: the device lacks {why}"
+    if facts.has("shaderIntegerDotProduct"):
+        notes["dot4"] = ("int8 rows x packed integer codes by SPIR-V SUDot (shaderIntegerDotProduct"
+                         + ("; the driver accelerates it)" if facts.has(SUDOT_ACCELERATED) else
+                            "; the driver reports it unaccelerated)"))
     if facts.has("shaderBFloat16"):
         notes["bf16"] += " (the device's VK_KHR_shader_bfloat16 is not used yet)"
     limits = {"max_buffer_bytes": facts.limit("maxStorageBufferRange"),

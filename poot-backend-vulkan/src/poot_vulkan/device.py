@@ -41,6 +41,8 @@ COOPMAT_EXTENSION = "VK_KHR_cooperative_matrix"
 SUBGROUP_SIZE_EXTENSION = "VK_EXT_subgroup_size_control"
 #: packed 4 x 8-bit integer dot products (SPIR-V SUDot; core in 1.3, an extension to 1.2)
 INTEGER_DOT_EXTENSION = "VK_KHR_shader_integer_dot_product"
+#: the driver runs SUDot on packed words as fast as (or faster than) its plain arithmetic
+SUDOT_ACCELERATED = "integerDotProduct4x8BitPackedMixedSignednessAccelerated"
 
 
 @dataclass(frozen=True)
@@ -192,6 +194,10 @@ def read_facts(vk, pd, index: int) -> DeviceFacts:
             vk.vkGetPhysicalDeviceFeatures2(pd, vk.VkPhysicalDeviceFeatures2(pNext=dot))
             if dot.shaderIntegerDotProduct:
                 features.add("shaderIntegerDotProduct")
+                speed = vk.VkPhysicalDeviceShaderIntegerDotProductProperties()
+                vk.vkGetPhysicalDeviceProperties2(pd, vk.VkPhysicalDeviceProperties2(pNext=speed))
+                if speed.integerDotProduct4x8BitPackedMixedSignednessAccelerated:
+                    features.add(SUDOT_ACCELERATED)
         subgroup_size = int(sub.subgroupSize)
         ops = frozenset(k for k, bit in SUBGROUP_OPS.items()
                         if compute and sub.supportedOperations & bit)
