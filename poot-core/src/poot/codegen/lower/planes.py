@@ -57,10 +57,10 @@ from poot.ir.ops import ReduceOp
 BF16, F32, I32 = DType.BF16, DType.F32, DType.I32
 #: rows from which the planes replace the split schedule; fewer stay on the rows GEMV
 #: and the split schedule. A weight read in place (`in_place`) pays from fewer rows than
-#: one written to planes each step: an 8B bf16 prefill step of 32 tokens runs 1.65x faster
-#: exact and 2.7x fast on the planes (docs/performance.md)
+#: one written to planes each step: an 8B bf16 prefill step of 8 tokens runs as fast exact
+#: and 1.8x faster fast on the planes, of 16 and 32 tokens faster in both (docs/performance.md)
 PLANE_MIN_ROWS = 64
-IN_PLACE_MIN_ROWS = 32
+IN_PLACE_MIN_ROWS = 8
 MAX_UNIT = 64          # the longest decode unit a thread holds (else pairs)
 PLANE_MAX_BYTES = 1 << 30   # the most scratch the planes may take (else the split schedule)
 THREADS = 256
