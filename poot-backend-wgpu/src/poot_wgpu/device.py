@@ -96,8 +96,7 @@ def target_features(dev: WgpuDevice) -> frozenset[str]:
 def language_features(device) -> frozenset[str]:
     """The WGSL language features of the implementation behind `device` that poot uses:
     those it reports, and dot4I8Packed where it compiles the probe."""
-    import wgpu
-
+    wgpu = require("wgpu")
     reported = frozenset(str(f) for f in getattr(wgpu.gpu, "wgsl_language_features", ()))
     if DOT4_LANGUAGE_FEATURE in reported:
         return reported
