@@ -167,6 +167,24 @@ def test_adaptive_k_costs_verification_against_the_fastest_plain_step():
     assert k.k() == 0
 
 
+def test_adaptive_k_stops_trials_and_probes_rarely_where_verification_is_dear():
+    """The H100's SmolLM2 times (2026-12-07): a plain step 0.5 ms, verifications of width 2
+    and 4 1.66 and 1.98 ms. Once one trial has timed its width and found little accepted,
+    no second trial runs, and probes come after runs as long as their cost in plain steps."""
+    from poot.models.speculate import AdaptiveK
+
+    k = AdaptiveK(7)
+    k.timed("plain", 0.5e-3)
+    assert k.k() >= 2                   # the first trial: nothing verified yet
+    k.timed(2, 1.66e-3)
+    k.timed(4, 1.98e-3)
+    k.update(2, 0)
+    assert k.k() == 0 and k.trials == 0
+    run = k.plain_run(1000)
+    assert run >= 2 * 1.66 / 0.5 - 1    # the first run of k = 0 before the probe
+    assert k.k() == 1                   # the probe
+
+
 @pytest.mark.parametrize("text,ok", [("lookup", True), ("self:3", True), ("draft:x.gguf", True),
                                      ("self:0", False), ("draft:", False), ("nope", False)])
 def test_the_speculate_spec_is_parsed(text, ok):

@@ -32,6 +32,7 @@ decode step, so a sequence whose proposals fail stops paying for them.
 """
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import closing
@@ -255,10 +256,13 @@ class AdaptiveK:
     of k's width and the proposer's time per token, over the fastest plain step's time; a
     width not yet measured is interpolated from those that are); until both are, it is
     1 + (ROW_COST + cost) * k (`cost`: the proposer's per token). The first
-    TRIALS steps propose at least 2 tokens, to measure a. A free proposer (prompt lookup)
-    probes with k = 1 after a run of k = 0, each failed probe doubling the run; a costly
-    one (a draft model, whose probe would also feed it every token of the run it skipped)
-    stays off for the rest of the sequence. So a sequence that gains nothing stops paying."""
+    TRIALS steps propose at least 2 tokens, to measure a, unless the costs measured by
+    then leave no k worth proposing. A free proposer (prompt lookup) probes with k = 1
+    after a run of k = 0 as long as `backoff` probes cost (so where a verification costs
+    several plain steps, probes come as much rarer), each failed probe doubling the run; a
+    costly one (a draft model, whose probe would also feed it every token of the run it
+    skipped) stays off for the rest of the sequence. So a sequence that gains nothing
+    stops paying."""
 
     TRIALS = 2
 
@@ -277,7 +281,10 @@ class AdaptiveK:
     def k(self) -> int:
         if self.trials:
             self.trials -= 1
-            return max(self._best(), min(2, self.most))
+            best = self._best()
+            if best or not self._measured():
+                return max(best, min(2, self.most))
+            self.trials = 0
         if self.off:
             return 0
         if self.idle:
@@ -288,9 +295,13 @@ class AdaptiveK:
             self.backoff = 2
             return k
         self.off = not self.free
-        self.idle = self.backoff
+        self.idle = math.ceil(self.backoff * max(1.0, self.step_cost(1)))
         self.backoff = min(self.backoff * 2, 256)
         return 0
+
+    def _measured(self) -> bool:
+        """Whether a plain step and some verification width have been timed."""
+        return "plain" in self.seconds and any(w in self.seconds for w in self.sizes)
 
     def plain_run(self, left: int) -> int:
         """After k() gave 0: how many plain steps to take now (of `left` tokens to go), the
