@@ -215,6 +215,18 @@ def test_greedy_text_is_the_same_with_every_proposer(models, files, kv):
             assert m.stats.acceptance == 1
 
 
+def test_later_greedy_sequences_start_from_the_step_times_measured(models):
+    """A proposer keeps AdaptiveK's measured times: the second sequence weighs the first's
+    (its plain step is timed already, so it needs no calibration run of its own); a
+    sampled sequence weighs none."""
+    m = models["dense"]
+    clock = m.proposer("lookup").step_seconds
+    m.generate(PROMPT, max_tokens=12, speculate="lookup")
+    assert m.stats.step_seconds is clock and "plain" in clock
+    m.generate(PROMPT, max_tokens=12, speculate="lookup", temperature=0.8, seed=1)
+    assert m.stats.step_seconds is not clock
+
+
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="the cpu backend needs gcc")
 def test_greedy_text_is_the_same_on_the_cpu_backend(files):
     import poot

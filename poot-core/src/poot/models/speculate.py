@@ -91,6 +91,9 @@ class PromptLookup:
 
     def __init__(self, ngram: int = 3):
         self.ngram = ngram
+        #: AdaptiveK's measured step times with this proposer (`tokens`), kept for the
+        #: sequences after: a later one starts from what earlier ones measured
+        self.step_seconds: dict = {}
 
     def start(self, prompt: Sequence[int]) -> None:
         pass
@@ -123,6 +126,8 @@ class DraftModel:
         self.model = draft
         self.session = draft.session()
         self.seq = None
+        #: as PromptLookup's
+        self.step_seconds: dict = {}
         self.fed: list[int] = []
         #: what proposing a token costs, in target decode steps: the share of the
         #: target's weights the draft reads
@@ -417,15 +422,18 @@ def tokens(model, session, seq, tok: int, sampler, history: list, mode: str | No
     the caller extends `history` by each token before asking for the next), verifying
     proposals of up to `most` tokens from `propose` (a PromptLookup or DraftModel, started
     on the prompt); `stats` (poot.models.runner.Stats) counts the proposed and accepted
-    tokens. A greedy sequence's first CALIBRATION tokens are plain steps: AdaptiveK weighs
-    every verification width against their time, and has no other measure of a plain step
-    while it keeps proposing."""
+    tokens. A greedy sequence weighs the step times the proposer's earlier sequences
+    measured (`step_seconds`), and the first one's first CALIBRATION tokens are plain
+    steps: AdaptiveK weighs every verification width against their time, and has no other
+    measure of a plain step while it keeps proposing."""
     sizes = widths(most)
     k_of = AdaptiveK(most, propose.cost)
-    stats.step_seconds = k_of.seconds
     # a sampled sequence's draws follow its proposal lengths, which must not follow the step
     # times, or a seed would not repeat its text: it weighs the fixed cost model alone
     timing = sampler.greedy
+    if timing:
+        k_of.seconds = propose.step_seconds
+    stats.step_seconds = k_of.seconds
     left = count
     while left > 0:
         room = session.capacity - session.length(seq)
