@@ -200,30 +200,19 @@ def q8_graph(sinks=False):
                       *([poot.spec((4,), name="sinks")] if sinks else []))
 
 
-def test_q8_kv_reads_fold_into_q8_kv_attention_where_declared():
-    """The q8_0 dequantization of k and v folds into Q8KVAttention (no f32 copy of the
-    cache); a target without it keeps the dequantization and attends over f32."""
-    g = q8_graph()
+@pytest.mark.parametrize("sinks,fused,plain", [(False, "Q8KVAttention", "Attention"),
+                                               (True, "Q8KVSinkAttention", "SinkAttention")])
+def test_q8_kv_reads_fold_into_the_q8_attention_where_declared(sinks, fused, plain):
+    """The q8_0 dequantization of k and v folds into Q8KVAttention, or for gpt-oss's sinks
+    into Q8KVSinkAttention (never a plain Q8KVAttention): no f32 copy of the cache; a
+    target without it keeps the dequantization and attends over f32."""
+    g = q8_graph(sinks=sinks)
     out, rec = validated_pass(g, "attention", seed=5)
-    assert [e.op.name for e in out.eqns()] == ["Q8KVAttention"] and rec.rewrites == 1
-    ref = LimitedBackend(get_backend("reference"), {"Q8KVAttention"})
+    assert [e.op.name for e in out.eqns()] == [fused] and rec.rewrites == 1
+    ref = LimitedBackend(get_backend("reference"), {fused})
     out, rec = validated_pass(g, "attention", (ref, None), seed=5)
     names = [e.op.name for e in out.eqns()]
-    assert "Attention" in names and "Q8KVAttention" not in names and rec.rewrites == 1
-    assert names.count("Cast") == 2
-
-
-def test_q8_kv_reads_fold_into_the_sink_attention_where_declared():
-    """gpt-oss over a q8_0 cache: the dequantization folds into Q8KVSinkAttention (never a
-    plain Q8KVAttention); a target without it keeps the dequantization before
-    SinkAttention."""
-    g = q8_graph(sinks=True)
-    out, rec = validated_pass(g, "attention", seed=5)
-    assert [e.op.name for e in out.eqns()] == ["Q8KVSinkAttention"] and rec.rewrites == 1
-    ref = LimitedBackend(get_backend("reference"), {"Q8KVSinkAttention"})
-    out, rec = validated_pass(g, "attention", (ref, None), seed=5)
-    names = [e.op.name for e in out.eqns()]
-    assert "SinkAttention" in names and "Q8KVAttention" not in names and rec.rewrites == 1
+    assert plain in names and "Q8KVAttention" not in names and rec.rewrites == 1
     assert names.count("Cast") == 2
 
 
