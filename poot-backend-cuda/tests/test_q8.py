@@ -1,4 +1,4 @@
-"""Q8PackedContraction on CUDA without a GPU (poot_cuda.q8): the backend declares it for
+"""Q8PackedContraction on CUDA without a GPU (poot.codegen.lower.q8): the backend declares it for
 the formats with integer codes, the kernels it lowers to run in the kernel interpreter
 against the oracle of the composite at the conformance suite's own inputs and threshold
 (rows of decode: the integer GEMV quantizing by QuantizeI8's rule, four codes a word
@@ -15,7 +15,7 @@ from poot.conformance.inputs import draw_all
 from poot.ir.ops import Q8PackedContraction
 from poot.oracle import apply
 from poot_cuda.capability import kernel_features
-from poot_cuda.q8 import q8_program
+from poot.codegen.lower.q8 import q8_program
 
 FEATURES = kernel_features(9, 0, "sm_90a")
 #: the formats the issue asks for first, at decode and past the GEMV's rows

@@ -49,8 +49,9 @@ class CudaBackend(SimtBackend):
         return kernel_features(info["major"], info["minor"], info["arch"])
 
     def program_for(self, op, operands, out, device: Device):
-        """Q8PackedContraction, which the table declares as the backend's own
-        (poot_cuda.q8); every other op through poot.codegen.lower."""
+        """Q8PackedContraction, which the table declares as the backend's own (the shared
+        integer GEMV of poot.codegen.lower.q8, by dp4a: target.DOT2); every other op
+        through poot.codegen.lower."""
         from poot.codegen.lower.q8 import q8_program_for
 
         return q8_program_for(self, op, operands, out, device)

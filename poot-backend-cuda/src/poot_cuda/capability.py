@@ -58,8 +58,8 @@ def table(device: str, major: int, minor: int, formats) -> CapabilityTable:
     # fusions (NormedPackedContraction, NormedDenseContraction, ContractionPrologue)
     # made their GEMVs slower than the norm's or the SwiGLU's own small kernel at the 8B
     # shape (docs/performance.md), so compile keeps those. The contraction of int8 rows
-    # is the backend's own (poot_cuda.q8: the integer GEMV over QuantizeI8's codes)
-    from poot_cuda.q8 import q8_formats
+    # is the backend's own (poot.codegen.lower.q8: the integer GEMV over QuantizeI8's codes)
+    from poot.codegen.lower.q8 import q8_formats
 
     own = {"Q8PackedContraction": q8_formats(formats)}
     # RopeUpdateSlice (the rotated keys written straight to the dense cache) is declared
