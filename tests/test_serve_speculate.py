@@ -73,6 +73,27 @@ def test_greedy_text_is_the_same_with_and_without_speculation(client, server, pr
     assert "".join(c.choices[0].text for c in streamed) == plain
 
 
+def test_greedy_verification_reads_back_argmax_ids_once_that_plan_is_made(client, server):
+    """Once the extra plans are made, a greedy request's verification steps read back ids
+    (argmax_verify_steps), and its text is still the plain one; a sampled one's do not."""
+    import time
+
+    deadline = time.monotonic() + 120
+    while server.stats()["extra_plans_waiting"] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert server.stats()["extra_plans_waiting"] == 0
+    plain = complete(client, speculate=False).choices[0].text
+    s0 = server.stats()["speculation"]
+    assert complete(client).choices[0].text == plain
+    s1 = server.stats()["speculation"]
+    assert s1["argmax_verify_steps"] - s0["argmax_verify_steps"] == \
+        s1["verify_steps"] - s0["verify_steps"] > 0
+    complete(client, temperature=0.9, seed=4)
+    s2 = server.stats()["speculation"]
+    assert s2["argmax_verify_steps"] == s1["argmax_verify_steps"]
+    assert s2["verify_steps"] > s1["verify_steps"]
+
+
 def test_a_prediction_of_the_answer_is_accepted_and_counted(client, server):
     plain = complete(client, speculate=False).choices[0].text
     s0 = server.stats()["speculation"]

@@ -101,6 +101,61 @@ def test_one_step_verifies_several_paged_sequences(models):
     s.close("c")
 
 
+def _argmax_verification_matches(m, s, batch: int) -> None:
+    """On open session `s` of model `m`: verify_rows (or verify, for one sequence) with
+    sample="argmax" gives each row's argmax of the logits the same step gives."""
+    ids = m.tokenize(PROMPT)
+    rows = {"a": [5, 9, 7, 11], "b": [4, 30]}
+    rows = dict(list(rows.items())[:batch])
+    for seq in rows:
+        s.open(seq)
+        s.prefill(seq, ids)
+    if batch == 1:
+        logits = [s.verify("a", rows["a"], 4)]
+        s.rollback("a", 4)
+        got = [s.verify("a", rows["a"], 4, sample="argmax")]
+    else:
+        logits = s.verify_rows(rows, 4)
+        for seq, toks in rows.items():
+            s.rollback(seq, len(toks))
+        got = s.verify_rows(rows, 4, sample="argmax")
+    for seq in rows:
+        s.close(seq)
+    for row, want, toks in zip(got, logits, rows.values(), strict=True):
+        assert row.shape == (len(toks),)
+        np.testing.assert_array_equal(row, np.argmax(want, axis=-1))
+
+
+@pytest.mark.parametrize("kv", ["dense", "paged"])
+def test_argmax_verification_gives_the_argmax_of_the_logits(models, kv):
+    m = models[kv]
+    _argmax_verification_matches(m, m.session(), 1)
+    if kv == "paged":
+        _argmax_verification_matches(m, m.session("paged", batch=2), 2)
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="the cpu backend needs gcc")
+def test_argmax_verification_on_the_cpu_backend(files):
+    import poot
+
+    m = poot.load(files[0], "cpu", max_seq=seeds.CTX, kv="paged")
+    _argmax_verification_matches(m, m.session(), 1)
+
+
+def test_greedy_acceptance_from_ids_is_accept_on_one_hot_logits():
+    """accept_ids keeps what accept keeps for a greedy sampler given the same argmaxes."""
+    from poot.models.sampling import Sampler
+    from poot.models.speculate import accept, accept_ids
+
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        k = int(rng.integers(1, 6))
+        logits = rng.normal(size=(k + 1, 8)).astype(np.float32)
+        top = np.argmax(logits, axis=-1)
+        drafts = [int(t) if rng.random() < 0.7 else int(rng.integers(8)) for t in top[:k]]
+        assert accept_ids(top, drafts) == accept(logits, drafts, None, Sampler(), [1, 2])
+
+
 def test_a_paged_rollback_frees_blocks_and_keeps_cached_ones():
     from poot.errors import CapacityError
     from poot.runtime.kv import BlockAllocator

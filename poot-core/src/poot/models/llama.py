@@ -170,7 +170,9 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
     update to the projections it adapts; `expert_pool` (poot.models.expert_pool.ExpertPool)
     reads the experts from its pool through slot `expert_map`.
     sample ("argmax" or "full", decode steps only): the step draws each sequence's next
-    token itself (poot.models.sample_graph) and its result is the token ids [B] I32.
+    token itself (poot.models.sample_graph) and its result is the token ids [B] I32;
+    "argmax" also takes a wider step with logits "all", whose result is every token's
+    argmax [B*T] (a greedy verification of proposed tokens).
     hosted_rows: the step takes embedding rows from the host for chosen positions
     (poot.models.hosted_rows: slots `hosted.rows` [B*T, dim] and `hosted.use` [B*T]).
     spans (dense KV): slot `hosted.span` [T]; tokens of one span also see each other
@@ -207,9 +209,10 @@ def build_decoder(config: LlamaConfig, weights: WeightSource, *, tokens: int = 1
         raise CheckpointError(f"{c.arch}: multi-head latent attention takes no spans")
     if logits not in ("all", "last", "rows", "hidden"):
         raise ValueError(f"logits must be 'all', 'last', 'rows' or 'hidden', not {logits!r}")
-    if sample is not None and tokens != 1:
-        raise ValueError("a step samples in the graph only when it decodes one token per "
-                         f"sequence, not {tokens}")
+    if sample is not None and tokens != 1 and (sample, logits) != ("argmax", "all"):
+        raise ValueError(f"a step of {tokens} tokens per sequence takes in the graph only "
+                         f"the argmax of every row's logits (logits='all'), not {sample!r} "
+                         f"samples of {logits!r} logits")
     b, t, n = batch, tokens, batch * tokens
     cap = c.max_seq
     pool = pool_slots or cap * b

@@ -204,7 +204,7 @@ class Model:
                 make_sampled=lambda b, mode: self._timed_graph(1, b, kv, pool, mode),
                 padding_draws=lambda b, mode: slot_values([], b, mode,
                                                           vocab=self.config.vocab),
-                make_scoring=lambda t, b: self._timed_graph(t, b, kv, pool, SCORE))
+                make_scoring=lambda t, b, mode=SCORE: self._timed_graph(t, b, kv, pool, mode))
             if self.progress:
                 session.progress = BindingBar()
                 session.planned = self._planned
@@ -256,14 +256,15 @@ class Model:
         generate's), the verification steps and the draft model's steps too."""
         if prompt_tokens > 1:
             session.executor(self.prefill_tokens, 1)
-        session.executor(1, session.batch, sample if self.device_sampling else None)
+        mode = sample if self.device_sampling else None
+        session.executor(1, session.batch, mode)
         if speculate is None:
             return
         from poot.models import speculate as spec
-        from poot.runtime.session import SCORE
+        from poot.runtime.session import scoring
 
         for w in spec.widths(draft_tokens or spec.DRAFT_TOKENS):
-            session.executor(w, 1, SCORE)
+            session.executor(w, 1, scoring(spec.verify_sample(mode)))
         draft = getattr(self.proposer(speculate), "model", None)
         if draft is not None:
             draft.prepare(draft.session(), prompt_tokens)
@@ -324,8 +325,9 @@ class Model:
         from poot.runtime.session import SCORE
 
         # a session reads one row of a prefill chunk: the head runs on that row only (a
-        # rank's graph keeps every row: the sharding pass knows no gathered activations)
-        logits = "rows" if tokens > 1 and self.tp is None and sample != SCORE else "all"
+        # rank's graph keeps every row: the sharding pass knows no gathered activations);
+        # a verification step (SCORE, or its argmax) runs it on every row
+        logits = "rows" if tokens > 1 and self.tp is None and sample is None else "all"
         g = self.step_graph(tokens, batch, kv, pool=pool, logits=logits,
                             sample=None if sample == SCORE else sample,
                             hosted_rows=self.hosted_prefill and tokens > 1 and sample is None)
@@ -340,6 +342,7 @@ class Model:
 
         tokens, batch, sample = (*key, None)[:3]
         how = ", every row's logits" if sample == SCORE else \
+            ", every row's argmax" if sample and tokens > 1 else \
             f", sampling ({sample})" if sample else ""
         eqns = self._eqns.get((tokens, batch, sample))
         size = f" ({eqns} eqns)" if eqns is not None else ""

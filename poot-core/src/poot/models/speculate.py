@@ -416,6 +416,27 @@ def accept(logits: np.ndarray, drafts: Sequence[int], qs, sampler,
     return out
 
 
+def verify_sample(mode: str | None) -> str | None:
+    """What a verification step of a sequence decoding in `mode` (its sampling mode in the
+    graph, None on the host) reads back: "argmax", each row's next token id, for a greedy
+    sequence without a penalty, whose accepted tokens are exactly those argmaxes
+    (`accept_ids`); else None, every row's logits, for the rejection rule (`accept`)."""
+    return "argmax" if mode == "argmax" else None
+
+
+def accept_ids(ids: Sequence[int], drafts: Sequence[int]) -> list[int]:
+    """`accept` for a greedy sampler without a penalty, from each row's argmax `ids`
+    [len(drafts) + 1]: the drafts up to the first its row does not pick, and that row's
+    pick (or the last row's, all accepted)."""
+    out: list[int] = []
+    for d, t in zip(drafts, ids):
+        out.append(int(t))
+        if int(t) != d:
+            return out
+    out.append(int(ids[len(drafts)]))
+    return out
+
+
 def tokens(model, session, seq, tok: int, sampler, history: list, mode: str | None,
            count: int, propose, most: int, stats) -> Iterator[int]:
     """The `count` tokens after `tok` of one open sequence (Model._following's contract:
@@ -431,6 +452,7 @@ def tokens(model, session, seq, tok: int, sampler, history: list, mode: str | No
     # a sampled sequence's draws follow its proposal lengths, which must not follow the step
     # times, or a seed would not repeat its text: it weighs the fixed cost model alone
     timing = sampler.greedy
+    by_ids = verify_sample(mode)
     if timing:
         k_of.seconds = propose.step_seconds
     stats.step_seconds = k_of.seconds
@@ -461,8 +483,11 @@ def tokens(model, session, seq, tok: int, sampler, history: list, mode: str | No
                                       mode)[seq]]
         else:
             width = next(w for w in sizes if w > len(drafts))
-            logits = session.verify(seq, [tok, *drafts], width)
-            out = accept(logits, drafts, qs, sampler, history)
+            if by_ids:
+                out = accept_ids(session.verify(seq, [tok, *drafts], width, by_ids), drafts)
+            else:
+                out = accept(session.verify(seq, [tok, *drafts], width), drafts, qs, sampler,
+                             history)
             session.rollback(seq, len(drafts) + 1 - len(out))
             if timing:
                 k_of.timed("propose", (t1 - t0) / len(drafts))
@@ -477,5 +502,5 @@ def tokens(model, session, seq, tok: int, sampler, history: list, mode: str | No
         tok = out[-1]
 
 
-__all__ = ["AdaptiveK", "DraftModel", "PromptLookup", "Spec", "accept", "parse", "tokens",
-           "widths"]
+__all__ = ["AdaptiveK", "DraftModel", "PromptLookup", "Spec", "accept", "accept_ids", "parse",
+           "tokens", "verify_sample", "widths"]

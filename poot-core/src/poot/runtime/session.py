@@ -29,7 +29,10 @@ An "argmax" step samples greedily and takes no sampler slot.
 Speculative decoding scores several proposed tokens of one sequence in one step (`verify`,
 through a plan of `make_scoring(tokens, batch)`, whose head runs on every token: the
 prefill step with logits for all rows) and drops the positions of the rejected ones
-(`rollback`: the dense length, or the paged sequence's last blocks).
+(`rollback`: the dense length, or the paged sequence's last blocks). A greedy verification
+(`sample="argmax"`) runs the scoring plan with the argmax in the graph (`make_scoring(tokens,
+batch, "argmax")`, keyed (tokens, batch, "argmax") as a decode step that samples is) and
+reads back each row's next token id, not its logits.
 Dense KV holds one sequence; paged KV holds as many as its pool has blocks for. With the
 allocator's prefix cache on (`blocks.use_prefix_cache`), `reuse` starts a paged sequence
 with the cached blocks of its prompt, and each paged step registers the full blocks it
@@ -89,7 +92,8 @@ class Session:
         #: padding rows (poot.models.sample_graph.slot_values([], batch, mode))
         self.padding_draws = padding_draws
         #: `make_scoring(tokens, batch)`: a step whose head runs on every token, logits
-        #: [B*T, vocab] (None: make_graph's steps already do)
+        #: [B*T, vocab] (None: make_graph's steps already do); `make_scoring(tokens, batch,
+        #: "argmax")`: the same step taking each row's argmax in the graph, ids [B*T]
         self.make_scoring = make_scoring
         self.compile = compile
         self.capacity, self.batch, self.prefill_tokens = capacity, batch, prefill_tokens
@@ -128,7 +132,8 @@ class Session:
     def executor(self, tokens: int, batch: int, sample: str | None = None) -> Executor:
         """The executor of the (tokens, batch) plan, planned and bound on first use; with
         `sample` ("argmax" or "full"), of the decode plan that samples in the graph; with
-        SCORE, of the step whose head runs on every token (make_scoring)."""
+        SCORE, of the step whose head runs on every token (make_scoring); with "argmax" and
+        more than one token, of that step taking every row's argmax in the graph."""
         ex = self.executors.get(plan_key(tokens, batch, sample))
         if ex is None:
             t0 = time.perf_counter()
@@ -145,6 +150,8 @@ class Session:
             made = self.make_graph(tokens, batch)
         elif sample == SCORE:
             made = (self.make_scoring or self.make_graph)(tokens, batch)
+        elif tokens > 1 and sample == "argmax" and self.make_scoring is not None:
+            made = self.make_scoring(tokens, batch, sample)
         elif self.make_sampled is None or tokens != 1:
             raise BindError(f"this session samples on the host: it has no {tokens}-token "
                             f"step that samples in the graph")
@@ -291,10 +298,11 @@ class Session:
         return self._paged_step({s: [tok] for s, tok in tokens.items()}, 1,
                                 self.decode_batches, sample, draws)
 
-    def verify(self, seq, tokens, width: int) -> np.ndarray:
+    def verify(self, seq, tokens, width: int, sample: str | None = None) -> np.ndarray:
         """Feed 1 to `width` tokens to an open sequence in one step of the (width, 1)
-        scoring plan (padded); returns the logits after each of them [len(tokens), vocab].
-        The positions stay claimed until `rollback` drops the rejected ones; a paged step
+        scoring plan (padded); returns the logits after each of them [len(tokens), vocab],
+        or with sample="argmax" the argmax of each, taken in the graph [len(tokens)] (the
+        step reads back nothing else). The positions stay claimed until `rollback` drops the rejected ones; a paged step
         registers no block with the prefix cache before then."""
         tokens = np.asarray(tokens, np.int64).reshape(-1)
         n = len(tokens)
@@ -302,9 +310,9 @@ class Session:
             raise CapacityError(f"sequence {seq!r} at {self.length(seq)} of {self.capacity} "
                                 f"positions cannot take {n} tokens in a step of {width}")
         if self.kv == "paged":
-            return self.verify_rows({seq: tokens}, width)[0]
+            return self.verify_rows({seq: tokens}, width, sample)[0]
         self._dense_check(seq)
-        ex = self.executor(width, 1, SCORE)
+        ex = self.executor(width, 1, scoring(sample))
         if "end" in ex.slots:
             raise BindError("a dense KV cache with sliding-window layers writes a ring, "
                             "whose overwritten rows a rejected token cannot give back; use "
@@ -315,10 +323,12 @@ class Session:
                         np.arange(width) < n)
         return out.result[:n]
 
-    def verify_rows(self, rows: Mapping, width: int) -> list[np.ndarray]:
+    def verify_rows(self, rows: Mapping, width: int,
+                    sample: str | None = None) -> list[np.ndarray]:
         """verify for several paged sequences in one step of the (width, b) scoring plan
         (b: the smallest of decode_batches that holds them), each fed 1 to `width` tokens;
-        each one's logits [its tokens, vocab], in the order of rows."""
+        each one's logits [its tokens, vocab] (sample="argmax": its ids [its tokens]), in
+        the order of rows."""
         if self.kv != "paged" or not 0 < len(rows) <= self.batch:
             raise BindError(f"verify_rows takes 1 to {self.batch} paged sequences, got "
                             f"{len(rows)} ({self.kv} KV)")
@@ -329,7 +339,7 @@ class Session:
                                     f"tokens in a step of {width}")
         rows = {s: np.asarray(t, np.int64).reshape(-1) for s, t in rows.items()}
         ex, slots, real, row_seqs = self._paged_slots(rows, width, self.decode_batches,
-                                                      SCORE, None)
+                                                      scoring(sample), None)
         out = self._run(ex, slots, row_seqs, real).result
         return [out[r * width: r * width + len(t)] for r, t in enumerate(rows.values())]
 
@@ -551,6 +561,14 @@ class PendingDecode:
         return self.pending.result()[: len(self.seqs)]
 
 
+def scoring(sample: str | None) -> str:
+    """The plan variant of a verification step: every row's logits, or its argmax."""
+    if sample not in (None, "argmax"):
+        raise BindError(f"a verification step reads back logits or argmax ids, not "
+                        f"{sample!r} samples (the host applies the rejection rule)")
+    return SCORE if sample is None else sample
+
+
 def _cache_key(rows: Mapping | None, key: str) -> str:
     """A paged sequence's prefix-cache key: the caller's and its per-sequence slot values
     (a LoRA adapter's index changes its KV rows)."""
@@ -566,4 +584,4 @@ def _dense_slots(ex: Executor, tokens, pos: int, n: int) -> dict:
     return slots
 
 
-__all__ = ["Session"]
+__all__ = ["Session", "scoring"]

@@ -95,7 +95,7 @@ import numpy as np
 
 from poot.errors import BindError, RequestError
 from poot.models.speculate import (DRAFT_TOKENS, AdaptiveK, PromptLookup, accept,
-                                   check_draft_tokens, parse, widths)
+                                   accept_ids, check_draft_tokens, parse, widths)
 from poot.models.sample_graph import mode_for, slot_values
 from poot.models.sampling import Sampler
 from poot.runtime.session import SCORE, batch_for, plan_key
@@ -221,7 +221,8 @@ class Engine:
         #: the engine's step costs AdaptiveK weighs (its `seconds`, shared by every
         #: speculating sequence): a plain decode step and each width's verification step
         self._step_clock = AdaptiveK(self.draft_tokens)
-        self.speculation = dict(proposed=0, accepted=0, verify_steps=0)
+        #: argmax_verify_steps: the verification steps that read back only argmax ids
+        self.speculation = dict(proposed=0, accepted=0, verify_steps=0, argmax_verify_steps=0)
         self.model, self.tokenizer = model, model.tokenizer
         self.max_batch, self.max_queue = max_batch, max_queue
         self.session = model.session("paged", batch=max_batch, pool=pool_tokens,
@@ -307,10 +308,15 @@ class Engine:
         self._extra = {name: [plan_key(1, b, mode) for b in s.decode_batches]
                        for name, mode in EXTRA_MODES.items()
                        if mode is None or s.make_sampled is not None}
+        #: the verification plans that take each row's argmax in the graph, made as extra
+        #: plans: a greedy verification step runs one once it is bound, else the logits'
+        self._verify_argmax = [(w, b, "argmax") for b in s.decode_batches
+                               for w in self.verify_widths] \
+            if self.speculate and s.make_sampled is not None else []
         #: their preparation beside the loop (its `prepare` is the hook tests slow down)
         self.extras = ExtraPlans(s, sorted(((1, b, EXTRA_MODES[name]) for name in self._extra
-                                            for b in s.decode_batches), key=lambda p: p[1]),
-                                 self._cv)
+                                            for b in s.decode_batches), key=lambda p: p[1])
+                                 + self._verify_argmax, self._cv)
         self._announced = False
         self._t0 = time.perf_counter()
         self.progress: Callable[[str], None] | None = None
@@ -870,7 +876,8 @@ class Engine:
         """One verification step for the jobs proposing tokens this turn (Session.
         verify_rows, in the smallest of `verify_widths` that holds the longest proposal):
         each keeps the longest prefix its own sampler accepts and one more token
-        (poot.models.speculate.accept: greedy keeps exactly its argmax's tokens), the
+        (poot.models.speculate.accept: greedy keeps exactly its argmax's tokens; a step
+        whose rows are all greedy reads back only those, accept_ids), the
         rejected positions are rolled back, and the tokens go through `_advance` one at a
         time, so EOS, a stop string or max_tokens ends the job there and drops the rest. A
         job whose proposal is empty, or whose context has no room for the widest step,
@@ -909,15 +916,20 @@ class Engine:
                 job.spec.k = 0
         if not drafts:
             return
+        # a step of greedy rows reads back their argmax ids, where that plan is bound
+        sample = "argmax" if mode_for([j.sampler for j in drafts]) == "argmax" and plan_key(
+            width, batch_for(s.decode_batches, len(drafts)), "argmax") in s.executors else None
         t0 = clock()
-        logits = s.verify_rows({j.id: [j.last, *d] for j, d in drafts.items()}, width)
+        rows = s.verify_rows({j.id: [j.last, *d] for j, d in drafts.items()}, width, sample)
         took = clock() - t0
         self.times["verify_step_s"] += took
         self._step_clock.timed(width, took)
         self._count_step(list(drafts), "verify")
         self.speculation["verify_steps"] += 1
-        for (job, found), rows in zip(drafts.items(), logits, strict=True):
-            out = accept(rows, found, qs.get(job), job.sampler, job.history)
+        self.speculation["argmax_verify_steps"] += sample is not None
+        for (job, found), got in zip(drafts.items(), rows, strict=True):
+            out = accept_ids(got, found) if sample else \
+                accept(got, found, qs.get(job), job.sampler, job.history)
             s.rollback(job.id, len(found) + 1 - len(out))
             job.spec.verified(len(found), len(out) - 1)
             self.speculation["proposed"] += len(found)
