@@ -36,7 +36,8 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 #: (layer, the top-level modules and packages of poot in it), lowest first
 LAYERS = (
-    ("foundation", {"poot", "errors", "dtypes", "optional", "paths", "versions", "checked"}),
+    ("foundation", {"poot", "errors", "dtypes", "optional", "paths", "versions", "checked",
+                    "digest"}),
     ("ir", {"ir"}),
     ("seam", {"contract", "plugin"}),
     ("meaning", {"oracle", "capability"}),

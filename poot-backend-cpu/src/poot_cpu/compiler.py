@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
 import os
 import pathlib
 import shutil
@@ -19,6 +18,7 @@ import subprocess
 import tempfile
 import threading
 
+from poot.digest import hexdigest
 from poot.errors import DeviceUnavailable, LoweringError
 
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=gnu11",
@@ -72,11 +72,8 @@ def cache_dir() -> pathlib.Path:
 
 
 def library_key(source: str, flags=FLAGS) -> str:
-    h = hashlib.sha256()
-    for part in (compiler_version(), " ".join(flags), " ".join(sorted(cpu_flags())), source):
-        h.update(part.encode())
-        h.update(b"\0")
-    return h.hexdigest()[:32]
+    return hexdigest(compiler_version(), " ".join(flags), " ".join(sorted(cpu_flags())),
+                     source)
 
 
 def build(source: str, flags=FLAGS) -> pathlib.Path:

@@ -11,7 +11,6 @@ $POOT_CACHE or ~/.cache/poot; models live in <cache>/models/.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import subprocess
 import sys
@@ -207,6 +206,8 @@ def _check_gguf_magic(path: Path, requirement: str) -> None:
 
 
 def _sha256(path: Path) -> str:
+    import hashlib  # here: the one hash of a model run that needs OpenSSL
+
     digest = hashlib.sha256()
     with path.open("rb") as f:
         while block := f.read(1 << 22):

@@ -590,9 +590,9 @@ class ArrayWeights:
 
 
 def _payload(a: np.ndarray) -> str:
-    import hashlib
+    from poot.digest import blake2b
 
-    return hashlib.blake2b(np.ascontiguousarray(a).view(np.uint8), digest_size=16).hexdigest()
+    return blake2b(np.ascontiguousarray(a).view(np.uint8), digest_size=16).hexdigest()
 
 
 def random_weights(config: LlamaConfig, seed: int = 0, dtype: str = "f32",

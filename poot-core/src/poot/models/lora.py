@@ -28,7 +28,6 @@ x W^T), and tensors whose rank or shape does not fit.
 """
 from __future__ import annotations
 
-import hashlib
 import math
 import re
 from dataclasses import dataclass
@@ -39,6 +38,7 @@ import numpy as np
 from poot import ops
 from poot.checked import Values, load_json
 from poot.contract import hookimpl
+from poot.digest import blake2b
 from poot.dtypes import DType
 from poot.errors import CheckpointError, ConfigError, IRError
 from poot.ir.types import SlotKind, WeightRef
@@ -283,7 +283,7 @@ class Adapters:
         refs = []
         for half, arr in (("a", at), ("b", bt)):
             label = f"lora:{target}:{half}"
-            digest = hashlib.blake2b(arr.view(np.uint8), digest_size=16).hexdigest()
+            digest = blake2b(arr.view(np.uint8), digest_size=16).hexdigest()
             self.arrays[label] = arr
             refs.append(WeightRef("lora", label, payload=digest, format="float32"))
         return refs[0], refs[1]

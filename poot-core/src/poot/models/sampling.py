@@ -29,7 +29,7 @@ token of a sequence uses draw n - 1 whichever backend or batch drew it.
 from __future__ import annotations
 
 import math
-import secrets
+import os
 from collections.abc import Sequence
 
 import numpy as np
@@ -65,7 +65,7 @@ class Sampler:
         self.temperature, self.top_k, self.top_p = temperature, top_k, top_p
         self.repetition_penalty = repetition_penalty
         #: the generator's seed (a random one when none is given)
-        self.seed = seed if seed is not None else secrets.randbits(64)
+        self.seed = seed if seed is not None else int.from_bytes(os.urandom(8), "little")
         #: draws made so far: the counter of the next draw
         self.draws = 0
 

@@ -292,8 +292,7 @@ class CheckpointWeights:
 
     def _stack(self, name: str) -> DenseSpec:
         """An HF folder's per-expert matrices as one f32 stack [E, N, K], built once."""
-        import hashlib
-
+        from poot.digest import blake2b
         from poot.dtypes import DType
         from poot.ir.types import TensorType, WeightRef
 
@@ -308,7 +307,7 @@ class CheckpointWeights:
         label = f"{name}~stack"
         if label not in self.arrays:
             self.arrays[label] = np.stack([np.asarray(i.sources[0], np.float32) for i in infos])
-        payload = hashlib.blake2b("|".join(str(i.ref.payload) for i in infos).encode(),
+        payload = blake2b("|".join(str(i.ref.payload) for i in infos).encode(),
                                   digest_size=16).hexdigest()
         ref = WeightRef(infos[0].ref.checkpoint, label, payload, "f32")
         return DenseSpec(TensorType(self.arrays[label].shape, DType.F32), ref)

@@ -12,11 +12,12 @@ owns the blocks; this keeps which of them are registered, their references and t
 """
 from __future__ import annotations
 
-import hashlib
 from collections import OrderedDict
 from collections.abc import Sequence
 
 import numpy as np
+
+from poot.digest import blake2b
 
 #: bytes of a block digest
 DIGEST = 16
@@ -24,12 +25,12 @@ DIGEST = 16
 
 def root(key: str) -> bytes:
     """The digest a sequence's first block chains from: its key alone."""
-    return hashlib.blake2b(key.encode(), digest_size=DIGEST).digest()
+    return blake2b(key.encode(), digest_size=DIGEST).digest()
 
 
 def chain(parent: bytes, tokens: Sequence[int]) -> bytes:
     """The digest of the block holding `tokens` after the prefix named by `parent`."""
-    h = hashlib.blake2b(parent, digest_size=DIGEST)
+    h = blake2b(parent, digest_size=DIGEST)
     h.update(np.asarray(tokens, np.int64).tobytes())
     return h.digest()
 

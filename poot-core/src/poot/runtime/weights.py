@@ -11,12 +11,12 @@ and the device. Different bytes never reuse a cached weight; the same bytes boun
 """
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 
 import numpy as np
 
 from poot.contract import DeviceBuffer, Runtime, WeightSpec
+from poot.digest import blake2b
 from poot.ir.graph import Lit
 
 Key = tuple
@@ -24,7 +24,7 @@ Key = tuple
 
 def bytes_key(array: np.ndarray) -> str:
     data = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
-    return "blake2b:" + hashlib.blake2b(data, digest_size=16).hexdigest()
+    return "blake2b:" + blake2b(data, digest_size=16).hexdigest()
 
 
 class WeightCache:

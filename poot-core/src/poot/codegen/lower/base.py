@@ -1,7 +1,6 @@
 """The registry of lowerings and the planned-eqn signature they read."""
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -11,6 +10,7 @@ from poot.codegen.expr import Const, Expr, Load
 from poot.codegen.lower.schedule import DotSchedule, dot_schedule
 from poot.codegen.program import OUT, Access, KernelProgram
 from poot.codegen.target import FEATURES
+from poot.digest import hexdigest
 from poot.dtypes import DType
 from poot.errors import LimitExceeded, UnsupportedOp
 from poot.ir.graph import Lit
@@ -63,7 +63,7 @@ class Sig:
             key += repr(self.schedule)
         if hasattr(self.op, "body"):
             key += str(self.op.body)
-        digest = hashlib.sha1(key.encode()).hexdigest()[:10]
+        digest = hexdigest(key, size=5)
         return f"poot_{self.op.name.lower()}_{digest}"
 
     def type(self, i: int) -> TensorType:
