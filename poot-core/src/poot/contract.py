@@ -5,9 +5,11 @@ each class and hook below is documented once, here. The pieces, in the order a b
 meets them:
 
 1. **Hooks** (`PootHookSpecs`): the functions a plugin marks `@hookimpl` and poot calls.
-   A plugin is found through the `poot` entry point group of an installed package::
+   A plugin is found through the `poot` entry point group of an installed package, or,
+   for a backend's plugin, the `poot.backends` group, named by the backend it registers
+   and imported only when that backend is asked for (or every backend is listed)::
 
-       [project.entry-points.poot]
+       [project.entry-points."poot.backends"]
        mine = "poot_mine.plugin"        # a module with @hookimpl functions
 
    or registered explicitly with `poot.plugin.register(obj)` (tests, scripts).

@@ -3,7 +3,10 @@ and keeps the registries they fill (backends, packed weight formats, slot roles)
 
 Plugins come from the `poot` entry point group of installed packages, from the
 plugins poot-core ships (`BUILTIN`, loaded by module name exactly like an entry
-point), and from `register(obj)` (tests, scripts). A plugin that fails to import,
+point), and from `register(obj)` (tests, scripts). A backend's plugin may instead be
+in the `poot.backends` group (`BACKEND_GROUP`), named by the backend it registers: it is
+imported when that backend is asked for by name, or when every backend is listed, so
+that a run on one backend holds none of the others' code. A plugin that fails to import,
 misspells a hook, or whose hook raises, returns a wrong type or re-registers a name
 is recorded in `broken` (shown by `poot backends`) and hides no other plugin.
 """
@@ -35,6 +38,10 @@ BUILTIN = {"poot.reference-backend": "poot.backends.reference",
            "poot.vision-pixels": "poot.models.vision.siglip",
            "poot.mrope": "poot.models.mrope",
            "poot.qwen25vl-tower": "poot.models.vision.qwen25vl"}
+#: entry point group of backend plugins, each named by the backend it registers, imported
+#: on demand: its other hooks (formats, slot roles, checkpoints) count only once it is, so
+#: a plugin that owns any of those belongs in the `poot` group, which is loaded at once
+BACKEND_GROUP = f"{PROJECT}.backends"
 #: what each list-returning hook's items must be, for the broken-plugin report
 _ITEM = {"poot_backends": (Backend, "a Backend"), "poot_slot_roles": (SlotKind, "a SlotKind")}
 
@@ -53,6 +60,8 @@ class PluginManager:
         self.broken: dict[str, str] = {}
         #: plugin name -> "distribution version" it was installed from
         self.distributions: dict[str, str] = {}
+        #: BACKEND_GROUP entry points not imported yet: backend name -> its loader
+        self._lazy: dict[str, object] = {}
         for name, module in BUILTIN.items():
             self.distributions[name] = f"poot-core {versions.core_version()}"
             self._load(name, lambda m=module: importlib.import_module(m))
@@ -70,12 +79,31 @@ class PluginManager:
         except ImportError:  # pragma: no cover - images without the backport
             from importlib.metadata import entry_points
 
+        seen = set(BUILTIN)
         for ep in entry_points(group=PROJECT):
             if self.pm.get_plugin(ep.name) is None:
-                dist = getattr(ep, "dist", None)
-                if dist is not None:
-                    self.distributions[ep.name] = f"{dist.metadata['Name']} {dist.version}"
-                self._load(ep.name, lambda ep=ep, dist=dist: self._checked_load(ep, dist))
+                self._load(ep.name, self._entry_loader(ep))
+            seen.add(ep.name)
+        for ep in entry_points(group=BACKEND_GROUP):
+            if ep.name not in seen:
+                self._lazy[ep.name] = self._entry_loader(ep)
+                seen.add(ep.name)
+
+    def _entry_loader(self, ep):
+        """Record `ep`'s distribution; a loader that imports it after the version check."""
+        dist = getattr(ep, "dist", None)
+        if dist is not None:
+            self.distributions[ep.name] = f"{dist.metadata['Name']} {dist.version}"
+        return lambda: self._checked_load(ep, dist)
+
+    def _load_lazy(self, names) -> None:
+        """Import and register the BACKEND_GROUP plugins `names` (those not loaded yet)."""
+        loaded = [n for n in names if n in self._lazy]
+        for name in loaded:
+            self._load(name, self._lazy.pop(name))
+        if loaded:
+            self._backends = self._formats = self._roles = None
+            self.slot_roles()
 
     @staticmethod
     def _checked_load(ep, dist):
@@ -162,8 +190,21 @@ class PluginManager:
         self._backends = self._formats = self._roles = None
 
     def backends(self) -> dict[str, Backend]:
-        """Every registered backend by name. A name two plugins register stays with the
-        first registered; the second is recorded broken."""
+        """Every registered backend by name (every BACKEND_GROUP plugin imported). A name
+        two plugins register stays with the first registered; the second is recorded
+        broken."""
+        self._load_lazy(list(self._lazy))
+        return self._registered()
+
+    def backend(self, name: str) -> Backend | None:
+        """The backend `name`, importing only its own BACKEND_GROUP plugin where one is
+        named so (every plugin where none registers it), or None."""
+        self._load_lazy([name])
+        found = self._registered().get(name)
+        return found if found is not None else self.backends().get(name)
+
+    def _registered(self) -> dict[str, Backend]:
+        """The backends of the plugins registered so far."""
         if self._backends is None:
             out: dict[str, Backend] = {}
             owner: dict[str, str] = {}
@@ -252,6 +293,9 @@ def backends() -> dict[str, Backend]:
 def get_backend(name: str) -> Backend:
     """The installed backend `name`; UnknownBackend lists the installed ones and says
     when a plugin of that name failed to load, and why."""
+    found = manager().backend(name)
+    if found is not None:
+        return found
     table = backends()
     if name not in table:
         why = manager().failure(name)
