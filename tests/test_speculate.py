@@ -185,6 +185,17 @@ def test_prompt_lookup_proposes_what_followed_the_latest_match():
     assert look.propose(hist, 2, None) == ([8, 2], None)        # "2 3": the latest match
     assert look.propose([4, 5, 6], 2, None) == ([], None)
     assert look.propose([4, 5, 4], 5, None) == ([5, 4], None)   # runs to the end
+    assert look.propose([4], 2, None) == ([], None)
+    rng = np.random.default_rng(5)          # against the rule itself, n-gram by n-gram
+    for _ in range(200):
+        h = [int(t) for t in rng.integers(0, 4, int(rng.integers(1, 30)))]
+        want: list[int] = []
+        for n in range(min(3, len(h) - 1), 0, -1):
+            starts = [s for s in range(len(h) - n) if h[s: s + n] == h[len(h) - n:]]
+            if starts:
+                want = h[starts[-1] + n: starts[-1] + n + 4]
+                break
+        assert look.propose(h, 4, None) == (want, None), h
 
 
 def test_adaptive_k_follows_the_acceptance_rate_and_turns_off():
@@ -258,8 +269,14 @@ def test_the_speculate_spec_is_parsed(text, ok):
 def test_greedy_text_is_the_same_with_every_proposer(models, files, kv):
     m = models[kv]
     plain = m.generate(PROMPT, max_tokens=40)
+    from poot.models.speculate import widths
+
     for spec in ("lookup", "self:1", f"draft:{files[1]}"):
         m.proposer(spec).cost = 0.0         # costless drafts: every step proposes
+        # and every step as dear as a plain one (AdaptiveK keeps the fastest time
+        # measured): each proposes the most, whatever this machine's timings
+        m.proposer(spec).step_seconds.update({"plain": 1e-9, "propose": 0.0,
+                                              **dict.fromkeys(widths(5), 1e-9)})
         assert m.generate(PROMPT, max_tokens=40, speculate=spec, draft_tokens=5) == plain, spec
         assert m.stats.verified > 0 and m.stats.generated_tokens == 40
         assert "speculation:" in str(m.stats)

@@ -104,13 +104,16 @@ class PromptLookup:
     def propose(self, history: Sequence[int], k: int, sampler) -> tuple[list[int], None]:
         """Up to k tokens (none where no n-gram recurs); q None: a point mass at each."""
         h = np.asarray(history, np.int64)
-        for n in range(min(self.ngram, len(h) - 1), 0, -1):
-            tail = h[len(h) - n:]
-            # windows ending before the tail's own start, latest first
-            windows = np.lib.stride_tricks.sliding_window_view(h[:-1], n)
-            hits = np.flatnonzero((windows == tail).all(axis=1))
+        last = len(h) - 1
+        # where an earlier token is the last one: the ends of the candidate matches, which
+        # each longer n-gram only narrows (one pass over the text, not one per n)
+        ends = np.flatnonzero(h[:-1] == h[-1]) if last > 0 else np.empty(0, np.int64)
+        for n in range(min(self.ngram, last), 0, -1):
+            hits = ends[ends >= n - 1]
+            for j in range(1, n):
+                hits = hits[h[hits - j] == h[last - j]]
             if hits.size:
-                start = int(hits[-1]) + n
+                start = int(hits[-1]) + 1
                 return [int(t) for t in h[start: start + k]], None
         return [], None
 
@@ -326,22 +329,27 @@ class AdaptiveK:
         time, so the fastest of each is what compares alike."""
         self.seconds[what] = min(self.seconds.get(what, seconds), seconds)
 
-    def step_cost(self, k: int) -> float:
-        """c(k): a step proposing k tokens, in plain decode steps."""
+    def step_cost(self, k: int, known: dict | None = None) -> float:
+        """c(k): a step proposing k tokens, in plain decode steps (`known`: _known()'s,
+        where the caller costs several k)."""
         if k == 0:
             return 1.0
         t = self.seconds
         plain = t.get("plain")
         width = next(w for w in self.sizes if w > k)
         propose = t["propose"] / plain if plain and "propose" in t else self.cost
-        return self._verify_cost(width, k) + propose * k
+        return self._verify_cost(width, k, self._known() if known is None else known) + \
+            propose * k
 
-    def _verify_cost(self, width: int, k: int) -> float:
-        """A verification step of `width`, in plain steps: measured, else interpolated
-        between the measured widths around it (a plain step being width 1), else the prior
-        1 + ROW_COST * k, never below the widest measured width under it."""
+    def _known(self) -> dict:
+        """The measured verification widths' costs, in plain steps."""
         plain = self.seconds.get("plain")
-        known = {w: self.seconds[w] / plain for w in self.sizes if plain and w in self.seconds}
+        return {w: self.seconds[w] / plain for w in self.sizes if plain and w in self.seconds}
+
+    def _verify_cost(self, width: int, k: int, known: dict) -> float:
+        """A verification step of `width`, in plain steps: measured (`known`), else
+        interpolated between the measured widths around it (a plain step being width 1),
+        else the prior 1 + ROW_COST * k, never below the widest measured width under it."""
         if width in known:
             return known[width]
         lo = max((w for w in known if w < width), default=1)
@@ -353,7 +361,8 @@ class AdaptiveK:
 
     def _best(self) -> int:
         a = min(self.rate, 0.999)
-        gain = [(1 - a ** (k + 1)) / (1 - a) / self.step_cost(k)
+        known = self._known()
+        gain = [(1 - a ** (k + 1)) / (1 - a) / self.step_cost(k, known)
                 for k in range(self.most + 1)]
         best = max(range(self.most + 1), key=lambda k: (gain[k], -k))
         return best if gain[best] > 1.02 else 0
