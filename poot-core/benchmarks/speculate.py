@@ -1,8 +1,8 @@
 """Speculative decoding on a real checkpoint: tokens/s with and without it, in one run.
 
     python poot-core/benchmarks/speculate.py [--backend cpu|cuda|...] [--model smollm2]
-        [--speculate lookup --speculate self:8 ...] [--draft-tokens 7] [--max-tokens 160]
-        [--repeat 2]
+        [--speculate lookup --speculate lookup/logits --speculate self:8 ...]
+        [--draft-tokens 7] [--max-tokens 160] [--repeat 2]
 
 Two workloads, greedy, through Model.generate: "edit" (the chat template asks the model to
 fix one typo in a paragraph, so its answer repeats most of its input: where prompt lookup
@@ -11,8 +11,13 @@ it runs plain decoding and each --speculate mode, interleaved, `--repeat` times,
 prints each one's median decode tokens/s, the median of its ratios to the plain run of
 the same round (a shared machine's load changes between rounds more than within one),
 the acceptance rate, tokens per verification step, and whether the text is the plain
-run's (it must be: greedy speculation is exact). Plans are compiled before the first
-timed run. Writes the table to $OUT/speculate.txt when OUT is set.
+run's (it must be: greedy speculation is exact), and the step times AdaptiveK measured
+("step ms": a plain step, proposing one token, each verification width). A greedy
+verification reads back each row's argmax id; a mode written MODE/logits runs MODE with
+verification reading back every row's logits instead (the path before argmax
+verification), with step times of its own, so one run compares the two. Plans are
+compiled before the first timed run. Writes the table to $OUT/speculate.txt when OUT is
+set.
 """
 from __future__ import annotations
 
@@ -20,6 +25,7 @@ import argparse
 import os
 import platform
 import time
+from contextlib import contextmanager
 from statistics import median
 
 EDIT = ("Fix the spelling mistake in this paragraph and repeat it otherwise unchanged:\n\n"
@@ -30,6 +36,26 @@ EDIT = ("Fix the spelling mistake in this paragraph and repeat it otherwise unch
         "promissed that the library would remain open during the repairs.")
 FREE = "Write a short story about a robot who learns to paint."
 WORKLOADS = {"edit": EDIT, "free": FREE}
+#: the suffix of a mode whose greedy verification reads back every row's logits
+LOGITS = "/logits"
+
+
+@contextmanager
+def verifying(mode: str | None):
+    """Run `mode` as it is, or, for MODE/logits, with greedy verification reading back
+    every row's logits (speculate.verify_sample answering None); yields the mode
+    Model.generate takes."""
+    from poot.models import speculate as spec
+
+    if mode is None or not mode.endswith(LOGITS):
+        yield mode
+        return
+    saved = spec.verify_sample
+    spec.verify_sample = lambda sample: None
+    try:
+        yield mode.removesuffix(LOGITS)
+    finally:
+        spec.verify_sample = saved
 
 
 def main() -> None:
@@ -39,32 +65,40 @@ def main() -> None:
     ap.add_argument("--backend", default="cpu")
     ap.add_argument("--model", default="smollm2")
     ap.add_argument("--speculate", action="append", default=None,
-                    help="a mode to compare (repeatable; default: lookup and self:8)")
+                    help="a mode to compare, MODE/logits for MODE verifying by logits "
+                    "(repeatable; default: lookup, lookup/logits and self:8)")
     ap.add_argument("--draft-tokens", type=int, default=7)
     ap.add_argument("--max-tokens", type=int, default=160)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--workload", action="append", choices=sorted(WORKLOADS), default=None)
     ap.add_argument("--max-seq", type=int, default=512)
     args = ap.parse_args()
-    modes = args.speculate or ["lookup", "self:8"]
+    modes = args.speculate or ["lookup", "lookup" + LOGITS, "self:8"]
     t0 = time.perf_counter()
     model = poot.load(args.model, args.backend, max_seq=args.max_seq)
     print(f"{model.checkpoint.path.name} on {model.backend.name} ({model.device}), "
           f"{platform.processor() or platform.machine()}, {os.cpu_count()} cpus, load "
           f"{os.getloadavg()[0]:.1f}; loaded in {time.perf_counter() - t0:.1f} s", flush=True)
     lines = []
+    #: each mode's AdaptiveK step times (a proposer keeps them for its next sequence;
+    #: MODE/logits shares MODE's proposer but not its times)
+    clocks: dict[str, dict] = {}
     for name in args.workload or ["edit", "free"]:
         prompt = WORKLOADS[name]
         tps: dict[str, list[float]] = {}
         ratios: dict[str, list[float]] = {}
         seen: dict[str, tuple] = {}
         for mode in [None, *modes]:          # compile every plan before timing
-            model.prepare(model.session(), len(model.prompt_ids(prompt, True)), "argmax",
-                          mode, args.draft_tokens)
+            with verifying(mode) as run:
+                model.prepare(model.session(), len(model.prompt_ids(prompt, True)),
+                              "argmax", run, args.draft_tokens)
         for _ in range(args.repeat):
             for mode in [None, *modes]:
-                text = model.generate(prompt, chat=True, max_tokens=args.max_tokens,
-                                      speculate=mode, draft_tokens=args.draft_tokens)
+                with verifying(mode) as run:
+                    if run is not None:
+                        model.proposer(run).step_seconds = clocks.setdefault(mode, {})
+                    text = model.generate(prompt, chat=True, max_tokens=args.max_tokens,
+                                          speculate=run, draft_tokens=args.draft_tokens)
                 s = model.stats
                 key = mode or "plain"
                 tps.setdefault(key, []).append(s.decode_tps)
@@ -75,7 +109,7 @@ def main() -> None:
         for key in ["plain", *modes]:
             text, n, rate, steps, acc, seconds = seen[key]
             per = (acc + steps) / steps if steps else 0.0
-            line = (f"{name:5s} {key:10s} {n:4d} tokens {median(tps[key]):7.1f} tok/s "
+            line = (f"{name:5s} {key:13s} {n:4d} tokens {median(tps[key]):7.1f} tok/s "
                     f"x{median(ratios[key]):.2f} (rounds: "
                     f"{' '.join(f'{r:.2f}' for r in ratios[key])})  acceptance "
                     f"{100 * rate:5.1f}%  "
@@ -83,8 +117,10 @@ def main() -> None:
             print(line, flush=True)
             lines.append(line)
             if seconds:       # what AdaptiveK measured in the last round
-                print("      step ms: " + ", ".join(f"{w}: {1e3 * t:.3f}"
-                                                   for w, t in seconds.items()), flush=True)
+                line = "      step ms: " + ", ".join(f"{w}: {1e3 * t:.3f}"
+                                                     for w, t in seconds.items())
+                print(line, flush=True)
+                lines.append(line)
         print(f"      answer: {plain_text[:160]!r}...", flush=True)
     print(f"load {os.getloadavg()[0]:.1f} at the end", flush=True)
     out = os.environ.get("OUT")
