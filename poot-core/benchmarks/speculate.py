@@ -15,9 +15,13 @@ run's (it must be: greedy speculation is exact), and the step times AdaptiveK me
 ("step ms": a plain step, proposing one token, each verification width). A greedy
 verification reads back each row's argmax id; a mode written MODE/logits runs MODE with
 verification reading back every row's logits instead (the path before argmax
-verification), with step times of its own, so one run compares the two. Plans are
-compiled before the first timed run. Writes the table to $OUT/speculate.txt when OUT is
-set.
+verification), with step times of its own, so one run compares the two. Last, where one
+greedy verification step's time goes, each width reading back logits and argmax ids, and
+a plain argmax decode step: the median of `--calls` steps (verify, acceptance and
+rollback), of the backend's executable.run() within them (the step's launch and its wait
+for the device) and of the rest (the host's: slot values and their upload, the read-back,
+acceptance, rollback). Plans are compiled before the first timed run. Writes the table to
+$OUT/speculate.txt when OUT is set.
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ import platform
 import time
 from contextlib import contextmanager
 from statistics import median
+from time import perf_counter
 
 EDIT = ("Fix the spelling mistake in this paragraph and repeat it otherwise unchanged:\n\n"
         "The city council met on Tuesday evening to discuss the new budget for the public "
@@ -58,6 +63,70 @@ def verifying(mode: str | None):
         spec.verify_sample = saved
 
 
+def step_breakdown(model, prompt: str, widths: list[int], calls: int) -> list[str]:
+    """Lines of where a greedy verification step's time goes (see the module docstring):
+    each width reading back logits, then argmax ids, and a plain argmax decode step."""
+    from poot.models import speculate as spec
+    from poot.models.sampling import Sampler
+    from poot.runtime.session import scoring
+
+    s = model.session()
+    ids = model.prompt_ids(prompt, True)
+    seq = object()
+    s.open(seq)
+    lines = []
+    try:
+        s.prefill(seq, ids)
+        history = list(ids)
+
+        def verify(width: int, sample: str | None):
+            drafts = [int(t) for t in ids[1:width]]
+            got = s.verify(seq, [ids[-1], *drafts], width, sample)
+            if sample is None:
+                spec.accept(got, drafts, None, Sampler(), history)
+            else:
+                spec.accept_ids(got, drafts)
+            s.rollback(seq, width)
+
+        def plain(width: int, sample: str):
+            s.decode_sampled({seq: ids[-1]}, sample, lambda b: {})
+            s.rollback(seq, 1)
+
+        cases = [(w, how, verify) for w in widths for how in (None, "argmax")]
+        for width, how, step in [*cases, (1, "argmax", plain)]:
+            exe = s.executor(width, 1, how if step is plain else scoring(how)).executable
+            inside: list[float] = []
+            run = exe.run
+
+            def timed_run(run=run, inside=inside):
+                t0 = perf_counter()
+                run()
+                inside.append(perf_counter() - t0)
+
+            exe.run = timed_run
+            total = []
+            try:
+                for i in range(calls + 3):        # 3 first: a device may record the step
+                    del inside[:]
+                    t0 = perf_counter()
+                    step(width, how)
+                    if i >= 3:
+                        total.append((perf_counter() - t0, sum(inside)))
+            finally:
+                del exe.run
+            whole = median(t for t, _ in total)
+            dev = median(r for _, r in total)
+            host = median(t - r for t, r in total)
+            what = "plain argmax decode step" if step is plain else \
+                f"verify width {width}, {'argmax ids' if how else 'logits'}"
+            lines.append(f"      {what:30s}: step {1e3 * whole:7.3f} ms, executable.run "
+                         f"{1e3 * dev:7.3f} ms, host {1e3 * host:7.3f} ms "
+                         f"(median of {calls})")
+    finally:
+        s.close(seq)
+    return lines
+
+
 def main() -> None:
     import poot
 
@@ -72,6 +141,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--workload", action="append", choices=sorted(WORKLOADS), default=None)
     ap.add_argument("--max-seq", type=int, default=512)
+    ap.add_argument("--calls", type=int, default=20,
+                    help="steps timed per line of the step breakdown (0: none)")
     args = ap.parse_args()
     modes = args.speculate or ["lookup", "lookup" + LOGITS, "self:8"]
     t0 = time.perf_counter()
@@ -122,6 +193,13 @@ def main() -> None:
                 print(line, flush=True)
                 lines.append(line)
         print(f"      answer: {plain_text[:160]!r}...", flush=True)
+    if args.calls:
+        print("where a greedy step's time goes (the edit prompt):", flush=True)
+        from poot.models.speculate import widths
+
+        for line in step_breakdown(model, EDIT, widths(args.draft_tokens), args.calls):
+            print(line, flush=True)
+            lines.append(line)
     print(f"load {os.getloadavg()[0]:.1f} at the end", flush=True)
     out = os.environ.get("OUT")
     if out:
