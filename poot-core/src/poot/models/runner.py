@@ -266,9 +266,9 @@ class Model:
         for w in spec.widths(draft_tokens or spec.DRAFT_TOKENS):
             session.executor(w, 1, scoring(spec.verify_sample(mode)))
         draft = getattr(self.proposer(speculate), "model", None)
-        if draft is not None:
-            draft.prepare(draft.session(), prompt_tokens)
-            draft.session().executor(1, 1)      # the draft reads its logits on the host
+        if draft is not None:       # a greedy draft decodes with the argmax in the graph
+            draft.prepare(draft.session(), prompt_tokens, mode)
+            draft.session().executor(1, 1)      # else it reads its logits on the host
 
     def proposer(self, speculate):
         """The proposer of speculative decoding `speculate` names ("lookup", "draft:MODEL",

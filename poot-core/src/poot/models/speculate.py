@@ -152,7 +152,9 @@ class DraftModel:
 
     def propose(self, history: Sequence[int], k: int, sampler):
         """k tokens drawn by the draft after `history`, and the distribution each was
-        drawn from (None for a greedy sampler: one-hot)."""
+        drawn from (None for a greedy sampler: one-hot). A greedy sampler without a
+        penalty decodes them with the argmax in the graph, each step queued ahead where
+        the draft's session can (Model._following): only the ids come back."""
         same = 0
         limit = min(len(self.fed), len(history) - 1)   # the last token's logits are needed
         while same < limit and self.fed[same] == history[same]:
@@ -163,6 +165,15 @@ class DraftModel:
         if len(new) + k > room:
             self.fed = self.fed[:same]
             return [], None
+        mode = self.model.sample_mode([sampler])
+        if mode == "argmax":
+            if len(new) > 1:
+                self._feed(new[:-1])
+            with closing(self.model._following(self.session, self.seq, int(new[-1]), sampler,
+                                               [], mode, k)) as run:
+                tokens = [int(t) for t in run]
+            self.fed = self.fed[:same] + [int(t) for t in new] + tokens[:-1]
+            return tokens, None
         logits = self._feed(new)
         self.fed = self.fed[:same] + [int(t) for t in new]
         tokens, qs = [], []
