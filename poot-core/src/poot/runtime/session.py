@@ -302,8 +302,9 @@ class Session:
         """Feed 1 to `width` tokens to an open sequence in one step of the (width, 1)
         scoring plan (padded); returns the logits after each of them [len(tokens), vocab],
         or with sample="argmax" the argmax of each, taken in the graph [len(tokens)] (the
-        step reads back nothing else). The positions stay claimed until `rollback` drops the rejected ones; a paged step
-        registers no block with the prefix cache before then."""
+        step reads back nothing else). The positions stay claimed until `rollback` drops
+        the rejected ones; a paged step registers no block with the prefix cache before
+        then."""
         tokens = np.asarray(tokens, np.int64).reshape(-1)
         n = len(tokens)
         if not 0 < n <= width or self.length(seq) + width > self.capacity:
