@@ -109,7 +109,7 @@ def write_folder(folder: Path, tensors: dict[str, np.ndarray], tokenizer_dir: Pa
 
 
 @pytest.fixture(scope="module")
-def tokenizer_dir(tmp_path_factory, smollm2_gguf) -> Path:
+def tokenizer_dir(tmp_path_factory, smollm2_gguf, hf_byte_level) -> Path:
     """tokenizer.json exported from the GGUF's tokenizer, with a tokenizer_config.json."""
     from poot.models.gguf_meta import read_gguf_metadata
     from poot.models.tokenizer import Tokenizer
@@ -117,7 +117,7 @@ def tokenizer_dir(tmp_path_factory, smollm2_gguf) -> Path:
     meta = read_gguf_metadata(smollm2_gguf)
     tok = Tokenizer.from_gguf_metadata(meta)
     d = tmp_path_factory.mktemp("tokenizer")
-    tok.backend.save(str(d / "tokenizer.json"))
+    hf_byte_level(meta).save(str(d / "tokenizer.json"))
     (d / "tokenizer_config.json").write_text(json.dumps({
         "bos_token": tok.bos_token, "eos_token": tok.eos_token, "add_bos_token": False,
         "chat_template": meta["tokenizer.chat_template"]}))

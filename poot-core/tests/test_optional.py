@@ -118,21 +118,21 @@ def test_chat_template_without_jinja2(block):
         chat.compile_template("{{ messages }}")
 
 
-def test_tokenizer_without_tokenizers(block):
+def test_tokenizer_without_tokenizers(block, tmp_path):
     from poot.models import tokenizer
 
     block("tokenizers")
     with pytest.raises(MissingPackage, match=r"tokenizers is not installed.*pip install"):
-        tokenizer._gpt2_split()
+        tokenizer.Tokenizer.from_hf_folder(tmp_path)
 
 
-def test_poot_run_without_tokenizers_is_one_line(block, smollm2_gguf, capsys):
+def test_poot_run_without_regex_is_one_line(block, smollm2_gguf, capsys):
     from poot.cli import main
 
-    block("tokenizers")
+    block("regex")   # the byte-level BPE's pre-tokenizer (poot.models.bpe)
     assert main(["run", str(smollm2_gguf), "--prompt", "hi", "--max-tokens", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("poot: error: the Python package tokenizers "
+    assert len(err) == 1 and err[0].startswith("poot: error: the Python package regex "
                                                "is not installed"), err
     assert "pip install" in err[0]
 

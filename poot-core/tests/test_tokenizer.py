@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import unicodedata
 from itertools import pairwise
 
 import numpy as np
@@ -31,12 +32,15 @@ def stream_pieces(tokenizer, ids, **options) -> list[str]:
     return list(tokenizer.stream(**options).feed(ids))
 
 
-def assert_round_trips(tokenizer, seed: int, count: int = 20) -> None:
-    """decode, the stream and HF's own decoder all give back random texts exactly."""
+def assert_round_trips(tokenizer, seed: int, reference, count: int = 20) -> None:
+    """decode, the stream and the HF `tokenizers` reference's own decoder all give back
+    random texts exactly, and the reference encodes them alike."""
     for text in random_texts(seed, count):
         ids = tokenizer.encode(text)
         assert tokenizer.decode(ids) == text
-        assert tokenizer.backend.decode(ids, skip_special_tokens=True) == text
+        assert reference.decode(ids, skip_special_tokens=True) == text
+        assert reference.encode(text, add_special_tokens=False).ids == \
+            tokenizer.encode(text, add_special=False)
         pieces = stream_pieces(tokenizer, ids, at_text_start=True)
         assert "".join(pieces) == text and not any("\ufffd" in p for p in pieces)
 
@@ -87,8 +91,8 @@ def test_byte_level_stream_holds_back_partial_characters(byte_level):
     assert decoder.flush() == ""
 
 
-def test_byte_level_round_trip_random_text(byte_level):
-    assert_round_trips(byte_level, seed=1)
+def test_byte_level_round_trip_random_text(byte_level, hf_byte_level):
+    assert_round_trips(byte_level, seed=1, reference=hf_byte_level(byte_level_meta()))
 
 
 def test_stream_flush_marks_a_truncated_character(byte_level):
@@ -165,7 +169,7 @@ def test_spm_byte_fallback_and_streaming(spm):
 
 def test_spm_round_trip_random_text(spm):
     assert all(spm.tokens[spm.encode(text)[0]] == "<s>" for text in random_texts(seed=2))
-    assert_round_trips(spm, seed=2)
+    assert_round_trips(spm, seed=2, reference=spm.backend)
 
 
 def random_spm_meta(seed: int) -> dict:
@@ -219,8 +223,8 @@ def test_spm_without_space_prefix():
 
 
 # -- an HF folder ----------------------------------------------------------------------------
-def test_from_hf_folder(tmp_path, byte_level):
-    byte_level.backend.save(str(tmp_path / "tokenizer.json"))
+def test_from_hf_folder(tmp_path, byte_level, hf_byte_level):
+    hf_byte_level(byte_level_meta()).save(str(tmp_path / "tokenizer.json"))
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({
         "bos_token": "<|endoftext|>", "eos_token": {"content": "<tool>"},
         "add_bos_token": True, "chat_template": "{{ messages[0]['content'] }}"}))
@@ -229,14 +233,14 @@ def test_from_hf_folder(tmp_path, byte_level):
     assert (tok.bos_id, tok.eos_id, tok.stop_ids) == (0, 1, {0, 1})
     assert tok.encode(" the") == [0, byte_level.tokens.index("Ġthe")]
     assert tok.chat_template == "{{ messages[0]['content'] }}"
-    assert_round_trips(tok, seed=3, count=5)
+    assert_round_trips(tok, seed=3, reference=tok.backend, count=5)
 
 
-def test_from_hf_folder_reads_bos_from_the_post_processor(tmp_path, byte_level):
-    from tokenizers import Tokenizer as HFTokenizer
+def test_from_hf_folder_reads_bos_from_the_post_processor(tmp_path, byte_level,
+                                                          hf_byte_level):
     from tokenizers import processors
 
-    backend = HFTokenizer.from_str(byte_level.backend.to_str())  # a copy to change
+    backend = hf_byte_level(byte_level_meta())
     backend.post_processor = processors.TemplateProcessing(
         single="<|endoftext|> $A", special_tokens=[("<|endoftext|>", 0)])
     backend.save(str(tmp_path / "tokenizer.json"))
@@ -269,5 +273,60 @@ def test_smollm2_special_ids(smollm2):
     assert smollm2.eos_token == "<|im_end|>" and smollm2.stop_ids == {0, 2}
 
 
-def test_smollm2_round_trip_and_stream(smollm2):
-    assert_round_trips(smollm2, seed=4)
+def test_smollm2_round_trip_and_stream(smollm2, smollm2_gguf, hf_byte_level):
+    from poot.models.gguf_meta import read_gguf_metadata
+
+    assert_round_trips(smollm2, seed=4, reference=hf_byte_level(read_gguf_metadata(smollm2_gguf)))
+
+
+#: code points of every Unicode category (but unassigned ones, which Unicode versions
+#: assign differently) and surrogates
+CODE_POINTS = np.array([c for c in range(0x20000)
+                        if unicodedata.category(chr(c)) not in ("Cn", "Cs")])
+PLAIN = list("abcXYZ 0123456789 \n\t\r.,'!?-'s're've  ")
+
+
+def mixed_texts(seed: int, count: int) -> list[str]:
+    """Texts of ASCII words, digits and spaces mixed with characters from all over Unicode,
+    and SmolLM2's control tokens."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for k in range(count):
+        n = int(rng.integers(1, 120))
+        wide, plain = rng.choice(CODE_POINTS, n), rng.choice(PLAIN, n)
+        chars = [chr(int(c)) if rng.random() < 0.3 else str(x)
+                 for c, x in zip(wide, plain, strict=True)]
+        for token in ("<|im_start|>", "<|im_end|>")[:k % 3]:
+            chars.insert(int(rng.integers(0, n)), token)
+        out.append("".join(chars))
+    return out
+
+
+@pytest.mark.parametrize("pre", ["smollm", "gpt-2", "llama3", "qwen2"])
+def test_byte_level_encodes_as_tokenizers_on_the_smollm2_vocabulary(smollm2_gguf, pre,
+                                                                    hf_byte_level):
+    from poot.models.gguf_meta import read_gguf_metadata
+
+    meta = {**read_gguf_metadata(smollm2_gguf), "tokenizer.ggml.pre": pre}
+    ours, hf = Tokenizer.from_gguf_metadata(meta), hf_byte_level(meta)
+    for text in mixed_texts(seed=len(pre), count=60):
+        assert ours.encode(text, add_special=False) == \
+            hf.encode(text, add_special_tokens=False).ids, text
+        hf.encode_special_tokens = True
+        assert ours.encode_text(text) == hf.encode(text, add_special_tokens=False).ids, text
+        hf.encode_special_tokens = False
+
+
+def test_byte_level_merge_order_and_duplicates(hf_byte_level):
+    """The lowest rank merges first, the leftmost on a tie; a merge listed twice keeps its
+    last rank; a token spelled twice keeps its first id (as tokenizers)."""
+    meta = byte_level_meta()
+    meta["tokenizer.ggml.tokens"] = [*meta["tokenizer.ggml.tokens"], "aa", "aaa", "Ġt"]
+    meta["tokenizer.ggml.token_type"] = [*meta["tokenizer.ggml.token_type"], NORMAL, NORMAL,
+                                         NORMAL]
+    meta["tokenizer.ggml.merges"] = ["a a", "aa a", "h e", "Ġ t", "Ġt he", "1 2", "h e"]
+    ours, hf = Tokenizer.from_gguf_metadata(meta), hf_byte_level(meta)
+    for text in ["aaaa", "aaaaa", " the", "the he", "1212 aa"]:
+        assert ours.encode(text, add_special=False) == \
+            hf.encode(text, add_special_tokens=False).ids, text
+    assert [ours.tokens[i] for i in ours.encode("aaaaa")] == ["aa", "aaa"]

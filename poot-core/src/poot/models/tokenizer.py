@@ -1,10 +1,12 @@
-"""Tokenizers built with HF `tokenizers` from a GGUF's own vocabulary or an HF tokenizer.json.
+"""Tokenizers from a GGUF's own vocabulary or an HF tokenizer.json.
 
 Two GGUF vocabulary kinds (`tokenizer.ggml.model`):
-- "gpt2": byte-level BPE. Tokens spell bytes with GPT-2's byte-to-unicode alphabet ("Ġ" = space);
-  the merges come from `tokenizer.ggml.merges`; the pre-tokenizer regex follows
-  `tokenizer.ggml.pre` (see PRE_TOKENIZERS).
-- "llama": SentencePiece-style BPE. "▁" marks a space, unknown characters fall back to the
+- "gpt2": byte-level BPE, encoded by poot.models.bpe (what HF `tokenizers` computes, in a
+  fraction of its memory). Tokens spell bytes with GPT-2's byte-to-unicode alphabet
+  ("Ġ" = space); the merges come from `tokenizer.ggml.merges`; the pre-tokenizer regex
+  follows `tokenizer.ggml.pre` (see PRE_TOKENIZERS).
+- "llama": SentencePiece-style BPE, built with HF `tokenizers`, as is an HF folder's
+  tokenizer.json. "▁" marks a space, unknown characters fall back to the
   <0xXX> byte tokens, and merge priority is the merged piece's score (`tokenizer.ggml.scores`).
 
 Special tokens (token_type 3 = control, 4 = user-defined) are matched in text as whole tokens.
@@ -23,6 +25,7 @@ import numpy as np
 
 from poot.checked import Values, load_json, read_text
 from poot.errors import CheckpointError, TokenizerError
+from poot.models.bpe import GPT2_REGEX, ByteLevelBPE, PreTokenizerRule, byte_alphabet
 from poot.optional import require
 
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
@@ -49,9 +52,8 @@ def end_names(arch: str | None) -> frozenset[str]:
 # -- pre-tokenizers by GGUF `tokenizer.ggml.pre` ---------------------------------------------
 # The regexes are the ones llama.cpp applies for each `pre` value (llama-vocab.cpp).
 # "smollm" (SmolLM/SmolLM2) is llama.cpp's STARCODER family: first "\p{N}" isolates every digit,
-# then the GPT-2 regex 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)
-# splits words. In `tokenizers` that is Digits(individual_digits=True) then ByteLevel's own
-# regex, which is the GPT-2 one -- the same pair SmolLM2's HF tokenizer.json declares.
+# then the GPT-2 regex splits words -- the pair SmolLM2's HF tokenizer.json declares
+# (Digits(individual_digits=True), then ByteLevel's own regex).
 _LLAMA3_REGEX = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
     r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
@@ -61,42 +63,10 @@ _QWEN2_REGEX = (
     r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 
-
-def _gpt2_split():
-    pre_tokenizers = require("tokenizers").pre_tokenizers
-
-    return pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-
-
-def _digits_then_gpt2_split():
-    pre_tokenizers = require("tokenizers").pre_tokenizers
-
-    return pre_tokenizers.Sequence(
-        [pre_tokenizers.Digits(individual_digits=True), _gpt2_split()])
-
-
-def _regex_split(pattern: str):
-    def build():
-        tk = require("tokenizers")
-        Regex, pre_tokenizers = tk.Regex, tk.pre_tokenizers
-
-        return pre_tokenizers.Sequence([
-            pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ])
-    return build
-
-
-@dataclass(frozen=True)
-class PreTokenizerRule:
-    build: Any  # () -> tokenizers PreTokenizer
-    ignore_merges: bool = False  # a word found whole in the vocab is one token (llama3 style)
-
-
-_GPT2 = PreTokenizerRule(_gpt2_split)
-_DIGITS_GPT2 = PreTokenizerRule(_digits_then_gpt2_split)
-_LLAMA3 = PreTokenizerRule(_regex_split(_LLAMA3_REGEX), ignore_merges=True)
-_QWEN2 = PreTokenizerRule(_regex_split(_QWEN2_REGEX))
+_GPT2 = PreTokenizerRule(GPT2_REGEX)
+_DIGITS_GPT2 = PreTokenizerRule(GPT2_REGEX, digits=True)
+_LLAMA3 = PreTokenizerRule(_LLAMA3_REGEX, ignore_merges=True)
+_QWEN2 = PreTokenizerRule(_QWEN2_REGEX)
 PRE_TOKENIZERS: dict[str, PreTokenizerRule] = {
     **dict.fromkeys(["gpt-2", "mpt", "olmo", "jais"], _GPT2),
     **dict.fromkeys(["smollm", "starcoder", "refact", "command-r", "codeshell", "exaone",
@@ -108,14 +78,8 @@ PRE_TOKENIZERS: dict[str, PreTokenizerRule] = {
 
 # -- bytes of each token ---------------------------------------------------------------------
 def gpt2_unicode_to_byte() -> dict[str, int]:
-    """GPT-2's byte-level alphabet, inverted: printable Latin-1 bytes stand for themselves,
-    every other byte b is written as chr(256 + n) with n counting those bytes in order."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAC + 1), *range(0xAE, 0xFF + 1)]
-    mapping = {chr(b): b for b in printable}
-    shifted = (b for b in range(256) if b not in set(printable))
-    for n, b in enumerate(shifted):
-        mapping[chr(256 + n)] = b
-    return mapping
+    """GPT-2's byte-level alphabet (poot.models.bpe.byte_alphabet), inverted."""
+    return {c: b for b, c in enumerate(byte_alphabet())}
 
 
 def _byte_level_bytes(token: str, table: dict[str, int]) -> bytes:
@@ -165,8 +129,10 @@ class Tokenizer:
                  bos_id: int | None, eos_id: int | None, pad_id: int | None = None,
                  add_bos: bool = False, add_eos: bool = False, stop_ids: Iterable[int] = (),
                  strip_leading_space: bool = False, chat_template: str | None = None):
-        self.backend = backend  # a tokenizers.Tokenizer
-        self.tokens = Spellings(tokens)
+        # a ByteLevelBPE or a tokenizers.Tokenizer: encode(text, add_special_tokens).ids
+        # and the encode_special_tokens flag
+        self.backend = backend
+        self.tokens = tokens if isinstance(tokens, Spellings) else Spellings(tokens)
         self.token_bytes = Spellings(token_bytes, text=False)
         if len(self.tokens) != len(self.token_bytes):
             raise CheckpointError(
@@ -263,23 +229,24 @@ class Tokenizer:
         def token_id(key):
             return v.integer(f"tokenizer.ggml.{key}", None, lo=0, hi=n - 1)
 
+        spellings = Spellings(tokens)
         if kind == "gpt2":
-            backend, token_bytes = _byte_level_backend(v, tokens, types)
+            backend, token_bytes = _byte_level_backend(v, spellings, tokens, types)
             strip = False
         elif kind == "llama":
             backend, token_bytes, strip = _sentencepiece_backend(v, tokens, types,
                                                                  token_id("unknown_token_id"))
+            _add_special_tokens(backend, tokens, types)
         else:
             raise CheckpointError(f"{file}: GGUF tokenizer model {kind!r} is not supported; "
                                   "poot reads 'gpt2' (byte-level BPE) and 'llama' "
                                   "(SentencePiece BPE)")
         special = [i for i, t in enumerate(types) if t == CONTROL]
-        _add_special_tokens(backend, tokens, types)
         stop = [token_id(f"{k}_token_id") for k in ("eot", "eom")]
         ends = end_names(v.text("general.architecture", None))
         stop += [i for i in special if tokens[i] in ends]
         return cls(
-            backend, tokens=tokens, token_bytes=token_bytes, special_ids=special,
+            backend, tokens=spellings, token_bytes=token_bytes, special_ids=special,
             bos_id=token_id("bos_token_id"), eos_id=token_id("eos_token_id"),
             pad_id=token_id("padding_token_id"),
             add_bos=v.flag("tokenizer.ggml.add_bos_token", kind == "llama"),
@@ -410,22 +377,17 @@ def _first_id_vocab(tokens: Sequence[str]) -> dict[str, int]:
     return vocab
 
 
-def _byte_level_backend(v: Values, tokens: list[str], types: list[int]):
-    tk = require("tokenizers")
-    HFTokenizer, decoders = tk.Tokenizer, tk.decoders
-
+def _byte_level_backend(v: Values, spellings: Spellings, tokens: list[str], types: list[int]):
     pre = v.text("tokenizer.ggml.pre", "default")
     rule = PRE_TOKENIZERS.get(pre)
     if rule is None:
         raise CheckpointError(
             f"{v.file}: GGUF pre-tokenizer {pre!r} is not supported; poot knows "
             f"{', '.join(sorted(PRE_TOKENIZERS))}")
-    merges = [_split_merge(m, v.file) for m in v.text_list("tokenizer.ggml.merges", [])]
-    options = {"ignore_merges": True} if rule.ignore_merges else {}
-    model = _bpe(v.file, _first_id_vocab(tokens), merges, fuse_unk=False, **options)
-    backend = HFTokenizer(model)
-    backend.pre_tokenizer = rule.build()
-    backend.decoder = decoders.ByteLevel()
+    added = [(t, kind == CONTROL) for t, kind in zip(tokens, types, strict=True)
+             if kind in (CONTROL, USER_DEFINED)]
+    backend = ByteLevelBPE(tokens, v.text_list("tokenizer.ggml.merges", []), added, rule,
+                           str(v.file), spellings=spellings)
     table = gpt2_unicode_to_byte()
     token_bytes = [
         tok.encode("utf-8") if kind in (CONTROL, USER_DEFINED) else _byte_level_bytes(tok, table)
@@ -444,14 +406,6 @@ def _bpe(file: str, vocab: dict[str, int], merges: list[tuple[str, str]], **opti
     except Exception as exc:
         raise CheckpointError(f"{file}: the GGUF vocabulary and merges do not form a BPE "
                               f"tokenizer ({exc})") from exc
-
-
-def _split_merge(merge: str, file: str) -> tuple[str, str]:
-    left, sep, right = merge.partition(" ")
-    if not sep or not left or not right:
-        raise CheckpointError(f"{file}: GGUF merge {merge!r} is not two tokens separated by "
-                              "a space")
-    return left, right
 
 
 def _sentencepiece_backend(v: Values, tokens: list[str], types: list[int], unk_id: int | None):
