@@ -298,7 +298,7 @@ class Engine:
             + [(1, b, mode, s) for mode in SAMPLE_MODES for b in s.decode_batches]
             + [(w, b, SCORE, s) for w in (self.verify_widths if self.speculate else ())
                for b in s.decode_batches]
-            + [(t, b, None, self.drafts.session) for t, b in
+            + [(t, b, m, self.drafts.session) for t, b, m in
                (self.drafts.plans() if self.drafts else ())],
             key=lambda p: (p[1], p[3] is not s, p[2] == SCORE, p[0] == 1, p[2] or ""))
         #: every plan of the configured batch (session, key), which `ready` waits for

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from poot.models.sample_graph import mode_for
 from poot.models.sampling import PENALTY_WINDOW
 from poot.models.speculate import AdaptiveK, PromptLookup, Spec, draft_draw, proposal_cost
 
@@ -64,7 +65,8 @@ class DraftBatch:
     position draws the next token of every row still proposing, all rows at once, and the
     host draws each row's token from its logits (poot.models.speculate.draft_draw: the
     target's argmax rule when greedy, else its settings under the draft's seed, with the
-    distribution the rejection rule needs). The draft's pool keeps no prefix cache: its
+    distribution the rejection rule needs); a step whose rows are all greedy without a
+    penalty takes the argmax in the graph and reads back only the ids. The draft's pool keeps no prefix cache: its
     steps write positions that a verification may reject, and a cached block cannot be
     rolled back."""
 
@@ -91,11 +93,13 @@ class DraftBatch:
         if self.session.weights is None and served.weights is not None:
             self.session.weights = served.weights
 
-    def plans(self) -> list[tuple[int, int]]:
-        """The draft's (tokens, batch) plans: a decode step and a prefill chunk per batch
-        size."""
+    def plans(self) -> list[tuple[int, int, str | None]]:
+        """The draft's (tokens, batch, sample) plans: a decode step, its argmax variant
+        (greedy rows' steps) and a prefill chunk per batch size."""
         s = self.session
-        return [(t, b) for b in s.decode_batches for t in (1, s.prefill_tokens)]
+        argmax = ("argmax",) if s.make_sampled is not None else ()
+        return [(t, b, None) for b in s.decode_batches for t in (1, s.prefill_tokens)] + \
+            [(1, b, m) for b in s.decode_batches for m in argmax]
 
     def fits(self, length: int, k: int) -> bool:
         """Whether a text of `length` tokens has room for a proposal of k in the draft's
@@ -133,14 +137,22 @@ class DraftBatch:
         tokens = {seq: [] for seq in rows}
         dists = {seq: [] for seq in rows}
         feed = {seq: unseen[seq][0] for seq in rows}
+        # every row greedy without a penalty: the draft's steps read back only argmax ids
+        argmax = s.make_sampled is not None and \
+            mode_for([sampler for _, _, sampler in rows.values()]) == "argmax"
         for i in range(max(k for _, k, _ in rows.values())):
             live = [seq for seq, (_, k, _) in rows.items() if k > i]
-            logits = s.decode_rows({seq: feed[seq] for seq in live})
+            step = {seq: feed[seq] for seq in live}
+            if argmax:
+                out = s.decode_sampled(step, "argmax", lambda b: {})
+            else:
+                out = s.decode_rows(step)
             self.counters["draft_steps"] += 1
-            for seq, row in zip(live, logits, strict=True):
+            for seq, row in zip(live, out, strict=True):
                 history, _, sampler = rows[seq]
                 self.fed[seq].append(feed[seq])
-                tok, q = draft_draw(row, sampler, [*history[-PENALTY_WINDOW:], *tokens[seq]])
+                tok, q = (int(row), None) if argmax else \
+                    draft_draw(row, sampler, [*history[-PENALTY_WINDOW:], *tokens[seq]])
                 tokens[seq].append(tok)
                 if q is not None:
                     dists[seq].append(q)
