@@ -287,10 +287,10 @@ BATCH_FORMATS = ("gguf:Q4_1", "gguf:Q8_0", "gguf:Q4_K")
 
 
 def decode_batch_cases() -> Iterator[Case]:
-    """Contractions of a decode batch (12 rows: the rows GEMV) and of prefill chunks (40
-    and 80 rows: tensor cores on cuda), with K past whole loop trips (a tail) where the
-    weight allows, and N odd (one column per group) and even; K = 1200 long enough for
-    the rows GEMV to split a row tile's K over 4 warps (with a tail)."""
+    """Contractions of a decode batch (12 rows: the rows GEMV, gated too) and of prefill
+    chunks (40 and 80 rows: tensor cores on cuda), with K past whole loop trips (a tail)
+    where the weight allows, and N odd (one column per group) and even; K = 1200 long
+    enough for the rows GEMV to split a row tile's K over 4 warps (with a tail)."""
     from poot.formats import PackedWeight, formats
 
     for rows in (12, 40):
@@ -309,6 +309,8 @@ def decode_batch_cases() -> Iterator[Case]:
             yield case(f"PackedContraction-{name}-batch-{rows}x{k}", "PackedContraction",
                        name, [Arg(T((rows, k), F32))] + srcs, one(O.PackedContraction(w)),
                        exact=False, growth="compose", flops=2 * rows * k * 8)
+        # a speculative verification's gate|up: the rows GEMV joins each pair of columns
+        yield _gated_case(O.PackedContraction(w), name, 12, srcs, 8, k)
 
 
 def _normed_case(w, rows: int, srcs) -> Case | None:

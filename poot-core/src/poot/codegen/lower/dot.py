@@ -23,9 +23,9 @@ them by the composite's rule; where it does not apply (many rows, a target witho
 a format without integer runs) a kernel first writes the rows rounded so (`_q8_apart`),
 and the contraction of those rows takes any schedule above.
 
-A gated contraction (`Problem.pair`) joins its column pairs in the GEMV's workgroup
-(`gemv`); where the GEMV does not apply, the contraction writes [M, N] and a kernel joins
-the pairs (`_pair_apart`). A row norm (`Problem.row_norm`) rides in the GEMV where one
+A gated contraction (`Problem.pair`) joins its column pairs in the workgroup of the GEMV
+or the rows GEMV (`gemv`); where neither applies, the contraction writes [M, N] and a
+kernel joins the pairs (`_pair_apart`). A row norm (`Problem.row_norm`) rides in the GEMV where one
 kernel sees whole rows, else a kernel of its own runs first (`_norm_apart`).
 """
 from __future__ import annotations
@@ -87,9 +87,7 @@ def contraction_program(p: Problem, sig, declare: Callable[[KernelBuilder], None
         return _q8_apart(p, sig, declare)
     parts = int_parts(p, sig.features, s)
     norm_apart = p.row_norm is not None and not (parts == 1 and _norm_inside(p, s))
-    if p.pair is not None and (parts > 1 or norm_apart or p.batch != 1
-                               or p.w_per_row or p.m > GEMV_MAX_ROWS
-                               or gemv_slots(p, sig.features, s) % 2):
+    if p.pair is not None and (parts > 1 or norm_apart or not _pairs_inside(p, sig)):
         return _pair_apart(p, sig, declare, inputs)
     if norm_apart:
         return _norm_apart(p, sig, declare)
@@ -121,6 +119,28 @@ def contraction_program(p: Problem, sig, declare: Callable[[KernelBuilder], None
         p.store(kb, i32(0), kb.let("m", ix.div(i, p.n)), kb.let("n", ix.mod(i, p.n)),
                 kb.let("dot", total))
     return KernelProgram((first, kb.finish()), scratch=(scratch,))
+
+
+def _pairs_inside(p: Problem, sig) -> bool:
+    """Whether a GEMV computes gated `p` in one kernel whose workgroups hold whole pairs
+    of columns for every row: the GEMV, or the rows GEMV where its row tiles of a set of
+    columns lie in one workgroup."""
+    if p.batch != 1 or p.w_per_row:
+        return False
+    many = p.m > GEMV_MAX_ROWS
+    if many and not _rows_gemv_takes(p, sig):
+        return False
+    slots = gemv_slots(p, sig.features, sig.dot_schedule, many)
+    return slots > 0 and slots % 2 == 0
+
+
+def _rows_gemv_takes(p: Problem, sig) -> bool:
+    """Whether `p`, of more rows than the GEMV's, takes the rows GEMV: up to its batch,
+    where no tensor-core schedule (nor the planes) applies."""
+    f = sig.features
+    return (GEMV_MAX_ROWS < p.m <= sig.dot_schedule.batch_rows and not p.w_per_row
+            and not planes.usable(p, f) and not wgmma.usable(p, f) and not mma.usable(p, f)
+            and mma.decode_schedule(p, f) is None)
 
 
 def _pair_apart(p: Problem, sig, declare, inputs) -> KernelProgram:
@@ -240,6 +260,8 @@ def contraction_kernel(p: Problem, sig, declare: Callable[[KernelBuilder], None]
     kb_factory, s = sig.builder, sig.dot_schedule
     if p.w_per_row or p.m <= GEMV_MAX_ROWS:
         return gemv_kernel(p, kb_factory, declare, sig.features, s)
+    if _rows_gemv_takes(p, sig):
+        return gemv_kernel(p, kb_factory, declare, sig.features, s, many_rows=True)
     wide = WIDE_LOADS in sig.features
     if wgmma.usable(p, sig.features):
         return wgmma.wgmma_gemm_kernel(p, kb_factory, declare, wide=wide)
@@ -248,6 +270,4 @@ def contraction_kernel(p: Problem, sig, declare: Callable[[KernelBuilder], None]
     split = mma.decode_schedule(p, sig.features)
     if split is not None:
         return mma.mma_gemm_kernel(p, kb_factory, declare, split, split=True, wide=wide)
-    if p.m <= s.batch_rows:
-        return gemv_kernel(p, kb_factory, declare, sig.features, s, many_rows=True)
     return gemm_kernel(p, kb_factory, declare)

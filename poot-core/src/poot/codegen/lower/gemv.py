@@ -48,10 +48,19 @@ def _plan(p: Problem, many_rows: bool, features, s: DotSchedule) -> tuple[RunPla
     return plan, _words_split(p, columns, s) if words(p, many_rows) else plan.split
 
 
-def gemv_slots(p: Problem, features, s: DotSchedule) -> int:
-    """Columns one workgroup of `gemv_kernel` computes."""
-    plan, split = _plan(p, False, features, s)
-    return plan.width * plan.groups // split
+def _tiles(p: Problem, plan: RunPlan) -> tuple[int, int]:
+    """(rows per group, groups sharing one set of columns: one per tile of rows)."""
+    rows = p.m if not p.w_per_row else 1
+    tile = min(plan.rows or rows, rows)
+    return tile, -(-rows // tile)
+
+
+def gemv_slots(p: Problem, features, s: DotSchedule, many_rows: bool = False) -> int:
+    """Columns one workgroup of `gemv_kernel` computes for every row; 0 where its groups'
+    row tiles do not make whole columns in one workgroup."""
+    plan, split = _plan(p, many_rows, features, s)
+    groups, (_, chunks) = plan.groups // split, _tiles(p, plan)
+    return plan.width * groups // chunks if groups % chunks == 0 else 0
 
 
 def words(p: Problem, many_rows: bool = False) -> bool:
@@ -67,12 +76,11 @@ def gemv_kernel(p: Problem, kb_factory, declare, features: frozenset, s: DotSche
     columns = p.batch * p.n * (p.m if p.w_per_row else 1)
     scatter = many_rows and REDUCE_SCATTER in features
     plan, split = _plan(p, many_rows, features, s)
+    tile, chunks = _tiles(p, plan)              # rows per group, groups per column set
     if p.q8 and not plan.integer:     # dot.contraction_program rounds such rows first
         raise UnsupportedOp("int8 rows reach the GEMV only where it quantizes them (the "
                             "integer GEMV)", op="Q8PackedContraction")
     width = plan.width                          # columns per group
-    tile = min(plan.rows or rows, rows)         # rows per group
-    chunks = -(-rows // tile)                   # groups sharing one set of columns
     wordwise = words(p, many_rows)
     lanes, groups = LANES * split, plan.groups // split    # threads per dot product
     grid, blk = ix.launch_groups(-(-(-(-columns // width) * chunks) // groups))
@@ -114,6 +122,7 @@ def gemv_kernel(p: Problem, kb_factory, declare, features: frozenset, s: DotSche
         gemv_runs(kb, p, plan, lane, b, ns, ms, accs, s)
     else:
         gemv_elements(kb, p, lane, b, ns[0], ms, accs[0], 0, s.unroll)
+    pairs = None if p.pair is None else _Pairs(kb, p, blk, groups // chunks * width)
     if scatter:
         flat = [accs[t][j] for j in range(len(ms)) for t in range(len(cols))]
         for i, total, holds in rows_gemv.scattered_sums(kb, p, flat, lanes, plan.groups):
@@ -123,7 +132,12 @@ def gemv_kernel(p: Problem, kb_factory, declare, features: frozenset, s: DotSche
             m = ix.add(first, j) if chunks > 1 else j
             ok = ix.both(holds, ix.both(ix.lt(col, i32(columns)), ix.lt(m, i32(rows))))
             with kb.if_(ok):
-                p.store(kb, b, kb.let("m", m), kb.let("n", ix.mod(col, p.n)), total)
+                if pairs is not None:
+                    pairs.put(col, m, total)
+                else:
+                    p.store(kb, b, kb.let("m", m), kb.let("n", ix.mod(col, p.n)), total)
+        if pairs is not None:
+            pairs.join(LANES * plan.groups)
         return kb.finish()
     if p.row_norm is not None and dens is None:
         dens = row_roots(kb, p, b, ms, LANES * plan.groups)
@@ -132,8 +146,17 @@ def gemv_kernel(p: Problem, kb_factory, declare, features: frozenset, s: DotSche
     else:
         totals = [[kb.reduce("dot", ReduceOp.Sum, acc, lanes) for acc in column]
                   for column in accs]
-    if p.pair is not None:
-        _join_pairs(kb, p, blk, groups * width, lane, cols, totals, dens, LANES * plan.groups)
+    if pairs is not None:
+        for col, sums in zip(cols, totals, strict=True):
+            with kb.if_(ix.both(ix.eq(lane, i32(0)), ix.lt(col, i32(columns)))):
+                for j, total in enumerate(sums):
+                    value = total if dens is None else total / dens[j]
+                    if chunks * tile > rows and j:      # the last tile's spare rows
+                        with kb.if_(ix.lt(ix.add(first, j), i32(rows))):
+                            pairs.put(col, ix.add(first, j), value)
+                    else:
+                        pairs.put(col, ix.add(first, j) if chunks > 1 else i32(j), value)
+        pairs.join(LANES * plan.groups)
         return kb.finish()
     for col, n, sums in zip(cols, ns, totals, strict=True):
         with kb.if_(ix.both(ix.eq(lane, i32(0)), ix.lt(col, i32(columns)))):
@@ -148,25 +171,30 @@ def gemv_kernel(p: Problem, kb_factory, declare, features: frozenset, s: DotSche
     return kb.finish()
 
 
-def _join_pairs(kb, p: Problem, blk, slots: int, lane, cols, totals, dens, threads: int):
+class _Pairs:
     """A gated contraction's outputs: the workgroup's `slots` columns (2i, 2i + 1: the
-    pairs i, N/2 + i) meet in shared memory, then one thread per output joins a pair."""
-    rows = p.m
-    sums = kb.shared("pair_sums", p.acc, slots * rows)
-    first = kb.let("s0", ix.mul(blk, slots))
-    for col, column in zip(cols, totals, strict=True):
-        with kb.if_(ix.both(ix.eq(lane, i32(0)), ix.lt(col, i32(p.n)))):
-            slot = ix.sub(col, first)
-            for j, total in enumerate(column):
-                value = total if dens is None else total / dens[j]
-                kb.store(sums, ix.add(ix.mul(slot, rows), j), value)
-    kb.barrier()
-    with kb.for_("e", local_index(), slots // 2 * rows, threads) as e:
-        pair, m = kb.let("pr", ix.div(e, rows)), kb.let("m", ix.mod(e, rows))
-        i = kb.let("i", ix.add(ix.div(first, 2), pair))
-        with kb.if_(ix.lt(i, i32(p.n // 2))):
-            at = ix.add(ix.mul(pair, 2 * rows), m)
-            p.pair(kb, m, i, kb.let("lo", sums[at]), kb.let("hi", sums[ix.add(at, rows)]))
+    pairs i, N/2 + i) of every row meet in shared memory (`put`), then one thread per
+    output joins a pair (`join`)."""
+
+    def __init__(self, kb, p: Problem, blk, slots: int):
+        self.kb, self.p, self.slots = kb, p, slots
+        self.sums = kb.shared("pair_sums", p.acc, slots * p.m)
+        self.first = kb.let("s0", ix.mul(blk, slots))
+
+    def put(self, col, m, total) -> None:
+        at = ix.add(ix.mul(ix.sub(col, self.first), self.p.m), m)
+        self.kb.store(self.sums, at, total)
+
+    def join(self, threads: int) -> None:
+        kb, p, rows = self.kb, self.p, self.p.m
+        kb.barrier()
+        with kb.for_("e", local_index(), self.slots // 2 * rows, threads) as e:
+            pair, m = kb.let("pr", ix.div(e, rows)), kb.let("m", ix.mod(e, rows))
+            i = kb.let("i", ix.add(ix.div(self.first, 2), pair))
+            with kb.if_(ix.lt(i, i32(p.n // 2))):
+                at = ix.add(ix.mul(pair, 2 * rows), m)
+                p.pair(kb, m, i, kb.let("lo", self.sums[at]),
+                       kb.let("hi", self.sums[ix.add(at, rows)]))
 
 
 def _words_split(p: Problem, columns: int, s: DotSchedule) -> int:
