@@ -70,11 +70,14 @@ def test_decoder_step_keeps_the_oracle(tokens, kv, dtype, fmt):
     # time: q|k and v, then q and k of the rotated q|k; gate and up, whose SwiGLU the
     # down projection computes as its prologue), a wider step each over its rows of the
     # weight (five Slices of them); o and down (and a wider step's gate) inside epilogues,
-    # the head alone
-    if one or tokens * (2 if kv == "paged" else 1) > 4:
-        assert ops[contraction] == 2 * (2 if one else 4) + 1
-    assert ops["Slice"] == 2 * (6 if one else 5)
-    assert ops["ContractionEpilogue"] == 2 * (2 if one else 3)
+    # the head alone. Past 4 rows (the norms apart) gate and up are one GatedContraction
+    # over the whole stack again (stacked_gate): three Slices, the SwiGLU in it.
+    wide = not one and tokens * (2 if kv == "paged" else 1) > 4
+    if one or wide:
+        assert ops[contraction] == 2 * (2 if one else 3) + 1
+    assert ops["GatedContraction"] == (2 if wide else 0)
+    assert ops["Slice"] == 2 * (6 if one else 3 if wide else 5)
+    assert ops["ContractionEpilogue"] == 2 * (2 if one or wide else 3)
     assert ops["Fused"] == 1                           # the mask
 
 

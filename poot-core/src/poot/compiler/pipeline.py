@@ -25,6 +25,7 @@ from poot.compiler.passes import (
     relabel,
     rope,
     selection,
+    stacked_gate,
 )
 from poot.compiler.policy import Policy, PolicyError
 from poot.compiler.report import CompileReport, PassRecord
@@ -34,7 +35,8 @@ from poot.ir.graph import Graph
 #: says (before anything reads the contractions), clean up (dce, cse), find the chains
 #: (selection before attention, which it contains), then contractions, epilogues, regions, norms
 #: into the packed contractions that read them, pointwise regions into the contractions
-#: that read them (prologue), or whose two halves they join (gated).
+#: that read them (prologue), or whose two halves they join (gated; stacked_gate where
+#: the halves are two contractions over one stacked weight's rows).
 PASSES = [
     ("collectives", collectives.run),
     ("precision", precision.run),
@@ -54,6 +56,7 @@ PASSES = [
     ("norm_contraction", norm_contraction.run),
     ("prologue", prologue.run),
     ("gated", epilogue.gated_run),
+    ("stacked_gate", stacked_gate.run),
     ("relabel", relabel.run),
     ("dce_final", dce.run),
 ]
