@@ -8,7 +8,8 @@
    SmolLM2's exact shape with random Q4_1 weights.
    With --profile, vulkan's decode step is then profiled: GPU timestamps after every
    operation of the recorded step, summed per kernel kind, next to the host's wall time
-   per submit; the same operations recorded with the widest barrier between batches,
+   per submit; the same operations recorded with each barrier form between batches
+   (poot_vulkan.barrier: narrow, sync2, wide; POOT_VULKAN_BARRIER sets the session's),
    with none (a race, timed only) and with a sleeping fence wait, each timed; and the
    floor a dispatch costs on the device (a chain of one-workgroup dispatches with and
    without a barrier between them).
@@ -162,6 +163,7 @@ class SubmitWatch:
 def profile_decode(model, ids: list[int], session_ms: float) -> None:
     """The decode step's GPU profile, its submit time and its variants (module doc)."""
     from poot_vulkan import step as poot_step
+    from poot_vulkan.barrier import FORMS
     from poot_vulkan.profile import profile
     from poot_vulkan.step import RecordedStep
 
@@ -179,7 +181,8 @@ def profile_decode(model, ids: list[int], session_ms: float) -> None:
         submit_ms = timed(step.submit, 20) * 1e3
         prof = profile(step, runs=5)
         print(f"[vulkan] decode step profile ({len(step.ops)} operations, "
-              f"{step.barriers} barriers between batches):\n{prof.table()}", flush=True)
+              f"{step.barriers} {step.barrier} barriers between batches):\n{prof.table()}",
+              flush=True)
         kernels = sum(op.ns for op in prof.ops if op.kind not in ("copy", "upload"))
         summary("vulkan decode step, GPU span (timestamps)",
                 f"{prof.span_ns / 1e3:.1f} us over {len(prof.ops)} operations, "
@@ -190,9 +193,15 @@ def profile_decode(model, ids: list[int], session_ms: float) -> None:
             summary(f"vulkan profile {kind.kind}",
                     f"{kind.count} x {kind.ns / kind.count / 1e3:.2f} us = "
                     f"{kind.ns / 1e3:.1f} us ({kind.barriers} after a barrier)")
-        wide = RecordedStep(dev, step.ops, step.uploads, narrow=False)
-        summary("vulkan decode step, widest barriers", f"{timed(wide.submit, 20) * 1e6:.1f} us")
-        wide.destroy()
+        # the same operations and batches under every barrier form, timed in turn
+        for form in FORMS:
+            if form == "sync2" and dev.barrier2 is None:
+                summary("vulkan decode step, sync2 barriers", "SKIPPED: no synchronization2")
+                continue
+            other = RecordedStep(dev, step.ops, step.uploads, barrier=form)
+            summary(f"vulkan decode step, {form} barriers",
+                    f"{timed(other.submit, 20) * 1e6:.1f} us")
+            other.destroy()
         # what the barriers cost at most: every operation in one batch (a race: wrong
         # results, timed only; the session is not used after it)
         cut = poot_step.batches

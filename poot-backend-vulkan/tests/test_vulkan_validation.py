@@ -38,6 +38,7 @@ from poot.plan import ARENA
 step, staged = ex.executable.step, ex.buffers[ARENA].mapped is None
 assert len(step.uploads) == staged and step.barriers == 3 + 2 * staged, step.barriers
 print("STAGED", staged)
+print("BARRIER", step.barrier)
 from poot_vulkan.step import Dispatch
 # the row sum's subgroup reduction asks for its subgroup size where the device allows
 required = [op.pipeline.subgroup for op in step.ops if isinstance(op, Dispatch)]
@@ -47,9 +48,17 @@ print(profile(ex.executable.step, runs=2).table())  # the timestamp queries vali
 """
 
 
-@pytest.mark.parametrize("staging", ["0", "1"])
-def test_a_plan_runs_clean_under_the_validation_layer(vulkan_device, staging, run_validated):
-    out = run_validated(SCRIPT, POOT_VULKAN_STAGING=staging, VK_LAYER_ENABLES=(
-        "VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT"))
+@pytest.mark.parametrize("staging,barrier", [("0", "narrow"), ("1", "narrow"),
+                                             ("1", "sync2"), ("1", "wide")])
+def test_a_plan_runs_clean_under_the_validation_layer(vulkan_device, staging, barrier,
+                                                      run_validated):
+    """Every barrier form (POOT_VULKAN_BARRIER) covers the step's hazards; sync2 where
+    the device has VK_KHR_synchronization2."""
+    if barrier == "sync2" and vulkan_device.barrier2 is None:
+        pytest.skip("the device lacks VK_KHR_synchronization2")
+    out = run_validated(SCRIPT, POOT_VULKAN_STAGING=staging, POOT_VULKAN_BARRIER=barrier,
+                        VK_LAYER_ENABLES=(
+                            "VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT"))
     if staging == "1":
         assert "STAGED True" in out, out
+    assert f"BARRIER {barrier}" in out, out

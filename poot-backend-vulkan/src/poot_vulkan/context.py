@@ -1,8 +1,8 @@
 """A logical Vulkan device: its queue, command pool, memory types and one-shot submits.
 
 Features are enabled exactly as the device reports them (16-bit and 8-bit storage,
-float16/int8/int16 arithmetic, timeline semaphores, integer dot products); the printer
-only uses what is on.
+float16/int8/int16 arithmetic, timeline semaphores, integer dot products, synchronization2);
+the printer only uses what is on.
 Memory: buffers live in the device-local type of the largest device-local heap; host
 transfers go through host-visible staging memory (coherent where the device offers it,
 else flushed and invalidated explicitly). Where the device-local type is itself
@@ -19,6 +19,7 @@ from poot_vulkan.device import (
     BACKEND,
     INTEGER_DOT_EXTENSION,
     SUBGROUP_SIZE_EXTENSION,
+    SYNC2_EXTENSION,
     DeviceFacts,
 )
 
@@ -57,6 +58,10 @@ class VulkanDevice:
             chain = vk.VkPhysicalDeviceShaderIntegerDotProductFeatures(
                 pNext=chain, shaderIntegerDotProduct=True)
             extensions.append(INTEGER_DOT_EXTENSION)
+        if has("synchronization2"):
+            chain = vk.VkPhysicalDeviceSynchronization2Features(
+                pNext=chain, synchronization2=True)
+            extensions.append(SYNC2_EXTENSION)
         features2 = vk.VkPhysicalDeviceFeatures2(pNext=chain, features=base)
         priorities = [1.0]
         queue_info = vk.VkDeviceQueueCreateInfo(queueFamilyIndex=self.family, queueCount=1,
@@ -74,6 +79,9 @@ class VulkanDevice:
             raise DeviceUnavailable(f"Vulkan device {facts.name} refused a logical device "
                                     f"({type(e).__name__}: {e})") from e
         self.queue = vk.vkGetDeviceQueue(self.device, self.family, 0)
+        #: vkCmdPipelineBarrier2KHR where synchronization2 is on, else None
+        self.barrier2 = vk.vkGetDeviceProcAddr(self.device, "vkCmdPipelineBarrier2KHR") \
+            if has("synchronization2") else None
         pool_info = vk.VkCommandPoolCreateInfo(
             queueFamilyIndex=self.family,
             flags=vk.VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT)

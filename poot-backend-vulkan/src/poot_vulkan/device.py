@@ -43,6 +43,8 @@ SUBGROUP_SIZE_EXTENSION = "VK_EXT_subgroup_size_control"
 INTEGER_DOT_EXTENSION = "VK_KHR_shader_integer_dot_product"
 #: the driver runs SUDot on packed words as fast as (or faster than) its plain arithmetic
 SUDOT_ACCELERATED = "integerDotProduct4x8BitPackedMixedSignednessAccelerated"
+#: vkCmdPipelineBarrier2 (core in 1.3): a barrier form to compare (poot_vulkan.barrier)
+SYNC2_EXTENSION = "VK_KHR_synchronization2"
 
 
 @dataclass(frozen=True)
@@ -198,6 +200,11 @@ def read_facts(vk, pd, index: int) -> DeviceFacts:
                 vk.vkGetPhysicalDeviceProperties2(pd, vk.VkPhysicalDeviceProperties2(pNext=speed))
                 if speed.integerDotProduct4x8BitPackedMixedSignednessAccelerated:
                     features.add(SUDOT_ACCELERATED)
+        if SYNC2_EXTENSION in extensions:
+            sync2 = vk.VkPhysicalDeviceSynchronization2Features()
+            vk.vkGetPhysicalDeviceFeatures2(pd, vk.VkPhysicalDeviceFeatures2(pNext=sync2))
+            if sync2.synchronization2:
+                features.add("synchronization2")
         subgroup_size = int(sub.subgroupSize)
         ops = frozenset(k for k, bit in SUBGROUP_OPS.items()
                         if compute and sub.supportedOperations & bit)

@@ -10,17 +10,15 @@ Barriers between operations are placed by hazard: the operations are cut into ba
 a new batch starting where an operation reads or writes a byte range an operation of
 the current batch wrote, or writes a range one of them read. Independent dispatches of
 one batch run without a barrier, so the driver may overlap them. The barrier between two
-batches names only the stages and accesses of those two (compute shader writes to
-compute shader reads, say, with transfer added only beside a copy): an earlier batch's
-writes were made available by the barrier after it, and each barrier's visibility
-operation covers every available write, so nothing wider is needed. `submit()` is one
-vkQueueSubmit through prebuilt cffi structs and one fence wait.
+batches names only the stages and accesses of those two, in the form poot_vulkan.barrier
+chooses. `submit()` is one vkQueueSubmit through prebuilt cffi structs and one fence wait.
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
 
+from poot_vulkan.barrier import check_form, chosen_form, record_barrier
 from poot_vulkan.context import FENCE_TIMEOUT_NS, VulkanDevice
 from poot_vulkan.memory import VulkanBuffer, copy, full_barrier, to_host_barrier
 from poot_vulkan.pipeline import Pipeline
@@ -77,37 +75,15 @@ def batches(ops) -> list[list]:
     return out
 
 
-def barrier_between(vk, cmd, before: list, after: list) -> None:
-    """The barrier from batch `before` (its writes, at its stages) to batch `after`."""
-    src_stage = dst_stage = src_access = dst_access = 0
-    for op in before:
-        if isinstance(op, Copy):
-            src_stage |= vk.VK_PIPELINE_STAGE_TRANSFER_BIT
-            src_access |= vk.VK_ACCESS_TRANSFER_WRITE_BIT
-        else:
-            src_stage |= vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT
-            src_access |= vk.VK_ACCESS_SHADER_WRITE_BIT
-    for op in after:
-        if isinstance(op, Copy):
-            dst_stage |= vk.VK_PIPELINE_STAGE_TRANSFER_BIT
-            dst_access |= vk.VK_ACCESS_TRANSFER_READ_BIT | vk.VK_ACCESS_TRANSFER_WRITE_BIT
-        else:
-            dst_stage |= vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT
-            dst_access |= vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT
-    barrier = vk.VkMemoryBarrier(srcAccessMask=src_access, dstAccessMask=dst_access)
-    vk.vkCmdPipelineBarrier(cmd, src_stage, dst_stage, 0, 1, [barrier], 0, None, 0, None)
-
-
 class RecordedStep:
-    """`ops` (Dispatch and Copy) recorded once after `uploads`; `narrow=False` puts the
-    widest barrier (every stage and access, host included) between batches instead, for
-    comparing the two in a profile."""
+    """`ops` (Dispatch and Copy) recorded once after `uploads`, with barriers of `barrier`
+    form between batches (poot_vulkan.barrier.FORMS; POOT_VULKAN_BARRIER's when None)."""
 
     def __init__(self, dev: VulkanDevice, ops: list, uploads: list[Copy] = (),
-                 label: str = "poot-step", narrow: bool = True):
+                 label: str = "poot-step", barrier: str | None = None):
         vk = self.vk = dev.vk
         self.dev, self.label, self.ops, self.uploads = dev, label, list(ops), list(uploads)
-        self.narrow = narrow
+        self.barrier = check_form(dev, barrier or chosen_form())
         dispatches = [op for op in self.ops if isinstance(op, Dispatch)]
         self.pool, self.sets = None, []
         if dispatches:
@@ -167,10 +143,7 @@ class RecordedStep:
         bound = None
         for i, batch in enumerate(self.batches):
             if i:
-                if self.narrow:
-                    barrier_between(vk, cmd, self.batches[i - 1], batch)
-                else:
-                    full_barrier(vk, cmd)
+                record_barrier(self.dev, cmd, self.barrier, self.batches[i - 1], batch, Copy)
             for op in batch:
                 if isinstance(op, Copy):
                     copy(vk, cmd, op.src.handle, op.src_offset, op.dst.handle, op.dst_offset,
