@@ -8,25 +8,20 @@ output into a shadow buffer of its own: the writer and every later reader of tho
 bytes bind the shadow, up to the operation that writes them all anew, and the two
 dispatches share a batch.
 
-Only what is provably the same is renamed: the writer is the only dispatch of a step
-that defines its output anew (`Dispatch.out`, `Dispatch.sole`: not in place, not an
-update of an aliased buffer), so it writes every byte of it; every later access of the
-range is a dispatch's read inside it, up to the first write of another step's new
-output there (the planner only places a value on dead bytes, so readers after that
-want the new value); and that write comes before the end of the step (a value alive at
-the end may be read by the host or the next step: never renamed).
+Only what is provably the same is renamed, by the rule every backend shares
+(poot.runtime.renaming): the writer is the only dispatch of a step that defines its output
+anew, every later access of the range is a dispatch's read inside it up to the first
+write of another step's new output there, and that write comes before the end of the step.
 """
 from __future__ import annotations
 
 import dataclasses
 
+from poot.runtime.renaming import Access, Op, followers
+
 from poot_vulkan.step import Binding, Dispatch
 
 ALIGN = 256  # every shadow range starts on a storage-offset boundary
-
-
-def _overlaps(b: Binding, buf, start: int, end: int) -> bool:
-    return b.buffer is buf and b.offset < end and start < b.offset + b.size
 
 
 def _clashes(accesses, pending) -> tuple[bool, bool]:
@@ -40,36 +35,11 @@ def _clashes(accesses, pending) -> tuple[bool, bool]:
     return clash, war_only
 
 
-def _plan_rename(ops: list, i: int):
-    """The (op, binding) places to move with op i's defined output, or None where it
-    cannot be renamed."""
-    op = ops[i]
-    out = op.bindings[op.out]
-    buf, start, end = out.buffer, out.offset, out.offset + out.size
-    if any(_overlaps(b, buf, start, end) for k, b in enumerate(op.bindings) if k != op.out):
-        return None
-    moves = [(i, op.out)]
-    for j in range(i + 1, len(ops)):
-        later = ops[j]
-        if not isinstance(later, Dispatch):
-            if any(bb is buf and s < end and start < e for bb, s, e, _ in later.accesses()):
-                return None
-            continue
-        redefined = False
-        for k, b in enumerate(later.bindings):
-            if not _overlaps(b, buf, start, end):
-                continue
-            if b.writable:
-                if k != later.out:
-                    return None
-                redefined = True
-                continue
-            if b.offset < start or b.offset + b.size > end or (b.offset - start) % ALIGN:
-                return None
-            moves.append((j, k))
-        if redefined:
-            return moves
-    return None
+def _as_op(op) -> Op:
+    accesses = tuple(Access(*a) for a in op.accesses())
+    if isinstance(op, Dispatch):
+        return Op(accesses, op.out, op.sole)
+    return Op(accesses, opaque=True)
 
 
 class _Shadow:
@@ -88,7 +58,8 @@ def rename_war(ops: list, shadow_alloc) -> list:
         clash, war_only = _clashes(op.accesses(), pending)
         if clash and war_only and isinstance(op, Dispatch) and op.out is not None and op.sole:
             others = [a for k, a in enumerate(op.accesses()) if k != op.out]
-            moves = None if _clashes(others, pending)[0] else _plan_rename(ops, i)
+            moves = None if _clashes(others, pending)[0] else \
+                followers([_as_op(o) for o in ops], i, ALIGN)
             if moves is not None:
                 out = op.bindings[op.out]
                 for j, k in moves:
