@@ -122,8 +122,9 @@ def gemv_kernel(p: Problem, kb_factory, declare, features: frozenset, s: DotSche
         gemv_runs(kb, p, plan, lane, b, ns, ms, accs, s)
     else:
         gemv_elements(kb, p, lane, b, ns[0], ms, accs[0], 0, s.unroll)
-    pairs = None if p.pair is None else _Pairs(kb, p, blk, groups // chunks * width)
+    slots = groups // chunks * width            # a gated contraction's, in a workgroup
     if scatter:
+        pairs = None if p.pair is None else _Pairs(kb, p, blk, slots)
         flat = [accs[t][j] for j in range(len(ms)) for t in range(len(cols))]
         for i, total, holds in rows_gemv.scattered_sums(kb, p, flat, lanes, plan.groups):
             t, j = ix.mod(i, len(cols)), ix.div(i, len(cols))
@@ -146,7 +147,8 @@ def gemv_kernel(p: Problem, kb_factory, declare, features: frozenset, s: DotSche
     else:
         totals = [[kb.reduce("dot", ReduceOp.Sum, acc, lanes) for acc in column]
                   for column in accs]
-    if pairs is not None:
+    if p.pair is not None:
+        pairs = _Pairs(kb, p, blk, slots)
         for col, sums in zip(cols, totals, strict=True):
             with kb.if_(ix.both(ix.eq(lane, i32(0)), ix.lt(col, i32(columns)))):
                 for j, total in enumerate(sums):
