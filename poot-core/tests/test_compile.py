@@ -45,11 +45,12 @@ def test_decoder_step_keeps_the_oracle(tokens, kv, dtype, fmt):
     # a paged step reads its KV pool through the slot map inside the attention kernel, and
     # writes its rotated keys straight to the pool
     # a dense one-token step rotates its q and k heads (adjacent rows of one result) at once,
-    # and writes k's rows rotated straight to the cache (read before the rotation)
+    # and writes k's rows rotated straight to the cache (read before the rotation); a wider
+    # one rotates q and k apart and writes k's rows straight to the cache, head by head
     one = tokens == 1 and kv == "dense"
     assert ops["PagedAttention" if kv == "paged" else "Attention"] == 2
     assert (ops["Rope"], ops["RopeScatter"], ops["RopeUpdateSlice"]) == (
-        (2, 2, 0) if kv == "paged" else (2, 0, 2) if one else (4, 0, 0))
+        (2, 2, 0) if kv == "paged" else (2, 0, 2))
     assert not {"MatMul", "Reduce", "Concat", "PackedDequant"} & set(ops)
     contraction = "PackedContraction" if fmt and fmt.startswith("gguf") else "DenseContraction"
     normed = "Normed" + contraction

@@ -21,12 +21,14 @@ F32, F16 = DType.F32, DType.F16
 CACHE = (2, 8, 16)   # [Hkv, S, D]
 
 
-def qk_graph(tokens=1, table_heads=1, read_k=False, cut=(2, 3, 5), casts=()):
+def qk_graph(tokens=1, table_heads=1, read_k=False, cut=(2, 3, 5), casts=(),
+             reshape_after=False):
     """A step's q (3 heads) and k (2 heads) rotated as one result [1, T, 5, 16]; k's rows
     cut from it (`cut`: the Slice's axis, start, end), made [Hkv, T, D], cast to each of
     `casts` (the last is the cache's dtype) and written to the cache at pos; q is the
     result. `table_heads`: cos and sin per head (5) or shared (1); `read_k`: the cut rows
-    are also a witness."""
+    are also a witness; `reshape_after`: [Hkv, T, D] reshaped (to itself) after the
+    Transpose."""
     b = Builder("qk", compiler=True)
     cache = b.state(TensorType(CACHE, casts[-1] if casts else F32), "k_cache")
     x = b.slot(input_role(F32), (1, tokens, 5, 16), "x")
@@ -37,6 +39,8 @@ def qk_graph(tokens=1, table_heads=1, read_k=False, cut=(2, 3, 5), casts=()):
     if read_k:
         b.witness(k, "k")
     rows = b.eqn(Transpose((1, 0, 2)), b.eqn(Reshape((tokens, 2, 16)), k))
+    if reshape_after:
+        rows = b.eqn(Reshape((2, tokens, 16)), rows)
     for dtype in casts:
         rows = b.eqn(Cast(dtype), rows)
     b.state_next(cache, b.eqn(DynamicUpdateSlice(1), cache, rows, pos))
@@ -53,15 +57,18 @@ def validated(g, seed: int):
     return validated_pass(g, "rope_update", seed=seed, given=floats)
 
 
-@pytest.mark.parametrize("casts", [(), (F16,)], ids=["f32-cache", "f16-cache"])
-def test_rotated_keys_written_to_the_cache_become_one_rope_update_slice(casts):
-    out, rec = validated(qk_graph(casts=casts), 4)
+@pytest.mark.parametrize("casts, tokens", [((), 1), ((F16,), 1), ((), 3), ((F16,), 3)],
+                         ids=["f32-cache", "f16-cache", "f32-cache-3-tokens",
+                              "f16-cache-3-tokens"])
+def test_rotated_keys_written_to_the_cache_become_one_rope_update_slice(casts, tokens):
+    out, rec = validated(qk_graph(tokens=tokens, casts=casts), 4)
     names = [e.op.name for e in out.eqns()]
     assert rec.rewrites == 2 and names.count("RopeUpdateSlice") == 1   # and q's Rope
     assert not {"DynamicUpdateSlice", "Transpose", "Cast"} & set(names)
-    # the write reads k's rows before the rotation, not after; q's are rotated alone
+    # the write reads k's rows before the rotation, not after; q's are rotated alone;
+    # several tokens' rows [T, Hkv, D] go to the cache head by head
     fused = next(e for e in out.eqns() if e.op.name == "RopeUpdateSlice")
-    assert (fused.op.rot, fused.op.axis) == (12, 1)
+    assert (fused.op.rot, fused.op.axis, fused.op.tokens_first) == (12, 1, tokens > 1)
     rows = out.producer(fused.inputs[1].id)
     assert rows.op == Slice(2, 3, 5) and out.producer(rows.inputs[0].id) is None
     (rope,) = [e for e in out.eqns() if e.op.name == "Rope"]
@@ -71,7 +78,7 @@ def test_rotated_keys_written_to_the_cache_become_one_rope_update_slice(casts):
 @pytest.mark.parametrize("kw,why", [
     (dict(read_k=True), "read elsewhere"),
     (dict(table_heads=5), "vary along the sliced axis"),
-    (dict(tokens=2), "reorders the rows"),
+    (dict(tokens=2, reshape_after=True), "reshaped after the Transpose"),
     (dict(cut=(3, 0, 16)), "cuts the rotated features"),
     (dict(casts=(F16, F32)), "rounded more than once"),
 ])

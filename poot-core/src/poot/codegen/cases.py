@@ -356,6 +356,12 @@ def rope_cases() -> list[Case]:
                         lambda rng, c=c: [normal(c)(rng), normal(k)(rng), normal(ck)(rng),
                                           normal(ck)(rng), np.array([6], np.int32)],
                         _tol(c.dtype)))
+    # three tokens' keys [T, Hkv, D] written head by head into the cache [Hkv, S, D]
+    k3, ck3 = T((1, 3, 3, 10), F32), T((1, 3, 1, 4), F32)
+    out.append(Case("rope-update-slice-tokens-first", RopeUpdateSlice(8, 1, True),
+                    (cache, k3, ck3, ck3, T((1,), I32)),
+                    lambda rng: [normal(cache)(rng), normal(k3)(rng), normal(ck3)(rng),
+                                 normal(ck3)(rng), np.array([5], np.int32)], _tol(F32)))
     return out
 
 

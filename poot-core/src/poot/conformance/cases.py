@@ -500,6 +500,14 @@ def attention_cases() -> Iterator[Case]:
                         Arg(T((t, 1, 1, 6), d)), Arg(T((t, 1, 1, 6), d)), Arg(T((1,), I32))],
                        one(O.RopeUpdateSlice(12, 1)), exact=False, growth="basic",
                        fixed={4: np.array([idx], np.int32)})
+    # a step of 4 tokens' keys [T, Hkv, D] written head by head into the cache [Hkv, S, D]
+    for d in WIDE_FLOATS:
+        yield case(f"RopeUpdateSlice-{d}-3x10x16-1x4x3x16-rot12-tokens-first",
+                   "RopeUpdateSlice", d,
+                   [Arg(T((3, 10, 16), d)), Arg(T((1, 4, 3, 16), d)),
+                    Arg(T((1, 4, 1, 6), d)), Arg(T((1, 4, 1, 6), d)), Arg(T((1,), I32))],
+                   one(O.RopeUpdateSlice(12, 1, True)), exact=False, growth="basic",
+                   fixed={4: np.array([5], np.int32)})
     # f32 keys rounded into an f16 cache (its dtype decides)
     yield case("RopeUpdateSlice-f16-3x10x16-f32-1x1x3x16-rot12", "RopeUpdateSlice", F16,
                [Arg(T((3, 10, 16), F16)), Arg(T((1, 1, 3, 16), F32)), Arg(T((1, 1, 1, 6), F32)),

@@ -48,9 +48,17 @@ def lower_rope_scatter(sig: Sig) -> KernelProgram:
 
 @lowers(RopeUpdateSlice)
 def lower_rope_update_slice(sig: Sig) -> KernelProgram:
+    """Each block element rotated from x's element at the same place in x's order of the
+    block's axes (`RopeUpdateSlice.token_order`)."""
     base, x = sig.type(0), sig.type(1)
+    upd = sig.op.update_type(base, x)
+    order = sig.op.token_order(upd.shape)
 
     def value(kb, i):
-        y = rotated(kb, sig, sig.op.rot, 1, ix.unravel(i, x.shape))
+        flat = i
+        if order != tuple(range(upd.rank)):
+            c = ix.unravel(i, upd.shape)
+            flat = kb.let("xi", ix.ravel([c[a] for a in order], [upd.shape[a] for a in order]))
+        y = rotated(kb, sig, sig.op.rot, 1, ix.unravel(flat, x.shape))
         return y if x.dtype == base.dtype else y.cast(base.dtype)
-    return update_block(sig, sig.op.update_type(base, x), 4, value)
+    return update_block(sig, upd, 4, value)

@@ -8,7 +8,9 @@ rope_scatter (`scatter_run`, after it): a ScatterUpdate of a Rope's rows (a KV w
 rotated keys) becomes one RopeScatter.
 
 rope_update (`update_run`): a DynamicUpdateSlice of a Rope's rows (a dense KV write of
-rotated keys) becomes one RopeUpdateSlice, so the write no longer waits for the rotation.
+rotated keys) becomes one RopeUpdateSlice, so the write no longer waits for the rotation;
+the rows of a step of several tokens, transposed head by head into the cache, too
+(`RopeUpdateSlice.tokens_first`).
 """
 from __future__ import annotations
 
@@ -146,9 +148,15 @@ def _rope_block(view: GraphView, update):
     """(RopeUpdateSlice, its operands, the eqns it removes, the Slice to move before the
     rotation or None) for a DynamicUpdateSlice of [Rope or Slice of Rope, Reshape* with at
     most one float Cast among them] whose links feed nothing else."""
-    links = []
+    links, tokens_first = [], False
     e = view.defined_by(update.inputs[1], BLOCK_LINKS, "the written block")
-    while _relabels(view, e):
+    while True:
+        if _tokens_first(view, e, update, links):
+            if tokens_first:
+                raise NoMatch(f"the Transpose at {e.out!r} reorders the rows a second time")
+            tokens_first = True
+        elif not _relabels(view, e):
+            break
         links.insert(0, e)
         e = view.defined_by(e.inputs[0], BLOCK_LINKS, "the reshaped block")
     if sum(isinstance(link.op, Cast) for link in links) > 1:
@@ -164,7 +172,25 @@ def _rope_block(view: GraphView, update):
             raise NoMatch(f"{link.op.name} at {link.out!r} is read elsewhere too")
     x = Value(cut.out) if cut else e.inputs[0]
     args = [update.inputs[0], x, *e.inputs[1:], update.inputs[2]]
-    return RopeUpdateSlice(e.op.rot, update.op.axis), args, links[1:] if cut else links, cut
+    return (RopeUpdateSlice(e.op.rot, update.op.axis, tokens_first), args,
+            links[1:] if cut else links, cut)
+
+
+def _tokens_first(view: GraphView, e, update, later: list) -> bool:
+    """Whether `e` is the Transpose of a step's rows token by token into the cache's
+    order (its first axis moved to the update's axis: [T, Hkv, D] -> [Hkv, T, D]), with at
+    most Casts after it (`later`); False for any other eqn."""
+    if not isinstance(e.op, Transpose) or \
+            moves_only_unit_axes(e.op.perm, view.type_of(view.value(e, 0)).shape):
+        return False
+    rank = len(e.op.perm)
+    a = update.op.norm_axis(update.op.axis, rank)
+    if e.op.perm != tuple(range(1, a + 1)) + (0,) + tuple(range(a + 1, rank)):
+        raise NoMatch(f"the Transpose at {e.out!r} reorders the rows other than token by "
+                      f"token into the cache")
+    if not all(isinstance(link.op, Cast) for link in later):
+        raise NoMatch(f"the rows are reshaped after the Transpose at {e.out!r}")
+    return True
 
 
 def _relabels(view: GraphView, e) -> bool:

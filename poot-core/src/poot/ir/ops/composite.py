@@ -416,10 +416,13 @@ class RopeUpdateSlice(Composite):
     `axis` holding x.size / base's other extents); rounded to base's float dtype first
     (Cast) where x's differs (an f16 cache of f32 keys). Operands base, x [..., D], cos, sin
     (as Rope's), index (I32, one element; clamped as DynamicUpdateSlice's). In place on the
-    donated base, as DynamicUpdateSlice."""
+    donated base, as DynamicUpdateSlice. `tokens_first`: x's elements are the block's
+    with `axis` first (a step's keys token by token, [T, Hkv, D], into a cache [Hkv, S, D]):
+    Reshape to that order, then the Transpose moving its first axis to `axis`."""
 
     rot: int
     axis: int
+    tokens_first: bool = False
     arity: ClassVar[int] = 5
     deciding: ClassVar[str] = "operand"
     needs: ClassVar[str] = "arith"
@@ -448,7 +451,18 @@ class RopeUpdateSlice(Composite):
         if x.type.dtype != base.type.dtype:
             y = b.eqn(Cast(base.type.dtype), y)
         upd = self.update_type(base.type, x.type).shape
-        return b.eqn(DynamicUpdateSlice(self.axis), base, _reshape(b, y, upd), index)
+        order = self.token_order(upd)
+        y = _reshape(b, y, tuple(upd[i] for i in order))
+        if order != tuple(range(len(upd))):
+            y = b.eqn(Transpose(tuple(order.index(i) for i in range(len(upd)))), y)
+        return b.eqn(DynamicUpdateSlice(self.axis), base, y, index)
+
+    def token_order(self, upd: Sequence[int]) -> tuple[int, ...]:
+        """The update block's axes in the order x holds its elements (`tokens_first`:
+        `axis` first, else as they are)."""
+        a = self.norm_axis(self.axis, len(upd))
+        return ((a,) + tuple(i for i in range(len(upd)) if i != a)) if self.tokens_first \
+            else tuple(range(len(upd)))
 
 
 @dataclass(frozen=True, repr=False)
