@@ -62,7 +62,8 @@ def table(device: str, major: int, minor: int, formats) -> CapabilityTable:
     from poot.codegen.lower.q8 import q8_formats
 
     own = {"Q8PackedContraction": q8_formats(formats)}
-    # RopeUpdateSlice (the rotated keys written straight to the dense cache) is declared
-    # so conformance covers it; a measurement on the GPU decides whether compile forms it
-    return kernel_table("cuda", device, dtypes, formats, elect=("GatedContraction",),
-                        declare=("RopeUpdateSlice",), own=own)
+    # RopeUpdateSlice writes the rotated keys straight to the dense cache: a step of several
+    # tokens loses k's Rope and its Transpose into the cache's order (two kernels a layer);
+    # a decode step keeps its count (q's Rope, k's write, v's)
+    return kernel_table("cuda", device, dtypes, formats,
+                        elect=("GatedContraction", "RopeUpdateSlice"), own=own)
