@@ -11,6 +11,7 @@ from poot.models.llama import build_decoder, const_inputs, random_weights, tiny_
 from poot.plan import plan
 from poot.runtime.executor import Executor
 from poot_wgpu.capability import OFFERED
+from poot_wgpu.step import implicit_barriers
 
 CONFIG = tiny_config()
 #: every offered fusion the table declares, elected here or not
@@ -50,6 +51,9 @@ def test_dense_decode_matches_reference(wgpu_device, weights_kw):
     assert step._next is not None   # and each encoded the next one ahead of its submit
     for d in step.dispatches:       # what plan readers (the step profile) see of a dispatch
         assert len(d.resources) == len(d.writes) == d.kernel.n_bindings and any(d.writes)
+    # read-only bindings and banked outputs: a layer's rotation of q no longer orders the
+    # writes of its K and V rows (everything bound read_write to one arena would)
+    assert implicit_barriers(step.dispatches) <= len(step.dispatches) - 1 - 2 * CONFIG.layers
 
 
 def test_prefill_then_decode_share_state(wgpu_device):

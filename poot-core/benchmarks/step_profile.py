@@ -15,10 +15,10 @@ dense KV, one token, the argmax sampled in the graph):
 - wgpu: the recorded step (`poot_wgpu.step.RecordedStep`): its dispatch list, encoded
   into a new command buffer every step (WebGPU command buffers are single-use); the
   encode and the submit are timed on their own. WebGPU puts no barriers in the API: wgpu
-  tracks each buffer's use per dispatch as a whole, and every binding is a read_write
-  storage range, so a dispatch that binds a buffer the one before bound waits for it;
-  "barriers" counts those dispatches, "dependent batches" the batches the vulkan
-  backend's byte-range hazard rule would cut them into.
+  tracks each buffer's use per dispatch as a whole, so a dispatch that binds a buffer an
+  earlier one bound waits unless both bound it read-only; "barriers" counts those
+  dispatches (poot_wgpu.step.implicit_barriers), "dependent batches" the batches the
+  vulkan backend's byte-range hazard rule would cut them into.
 - cuda: the step's queued actions (`poot.runtime.stream.StreamExecutable`): one stream, so
   each waits for the one before (on sm_90 a launch may start early and wait inside the
   kernel); replayed as one CUDA graph, whose launch is timed. Only where a CUDA device is
@@ -100,11 +100,9 @@ def profile_wgpu(ex, repeat: int) -> dict:
     accesses = [[(r["buffer"], r["offset"], r["offset"] + r["size"], w)
                  for r, w in zip(d.resources, d.writes, strict=True)]
                 for d in step.dispatches]
-    synced, before = 0, set()
-    for acc in accesses:          # wgpu: a storage buffer bound by consecutive dispatches
-        now = {id(a[0]) for a in acc}
-        synced += bool(now & before)
-        before = now
+    from poot_wgpu.step import implicit_barriers
+
+    synced = implicit_barriers(step.dispatches)
     encodes, submits = [], []
     for _ in range(repeat):
         t0 = time.perf_counter()

@@ -1,10 +1,14 @@
 """Compiled WGSL kernels and the dispatches that bind them to a plan's regions.
 
 A kernel is a shader module and compute pipeline, cached per device by its source
-(naga compiles on the first use of a source only). Every binding is a
-`var<storage, read_write>`: regions of one arena buffer are bound side by side, and
-wgpu tracks usage per buffer, where read-only next to read-write bindings of the same
-buffer in one dispatch is a usage conflict.
+(naga compiles on the first use of a source only). The printer declares every binding
+`var<storage, read_write>`; a dispatch binds read-only (`var<storage, read>`, a
+read-only-storage layout entry) each buffer the kernel only reads there. wgpu tracks
+usage per buffer, per dispatch: a dispatch waits for the last one that bound a buffer it
+binds unless both bound it read-only, so a weight, a slot or a value that several
+dispatches read does not order them. A buffer the dispatch also writes through another
+binding stays read_write (read-only beside read_write of one buffer in one dispatch is a
+usage conflict).
 """
 from __future__ import annotations
 
@@ -17,11 +21,34 @@ from poot_wgpu.device import WgpuDevice
 from poot_wgpu.memory import BACKEND
 
 
+def read_only(resources, writes) -> tuple[bool, ...]:
+    """Per binding of a dispatch: whether it can be bound read-only (the kernel does not
+    write it, nor any range of its buffer through another binding)."""
+    written = {id(r["buffer"]) for r, w in zip(resources, writes, strict=True) if w}
+    return tuple(not w and id(r["buffer"]) not in written
+                 for r, w in zip(resources, writes, strict=True))
+
+
+def with_read_only(source: str, readonly: tuple[bool, ...], label: str) -> str:
+    """`source` with the bindings `readonly` marks declared `var<storage, read>`."""
+    for i, ro in enumerate(readonly):
+        if not ro:
+            continue
+        decl = f"@group(0) @binding({i}) var<storage, read_write> "
+        if source.count(decl) != 1:
+            raise LoweringError(f"kernel {label!r}: binding {i} is not declared as "
+                                f"{decl.strip()!r}; cannot bind it read-only",
+                                backend=BACKEND)
+        source = source.replace(decl, f"@group(0) @binding({i}) var<storage, read> ")
+    return source
+
+
 class Kernel:
-    """One compiled WGSL entry point with `n_bindings` storage bindings in group 0."""
+    """One compiled WGSL entry point with `n_bindings` storage bindings in group 0, those
+    `readonly` marks bound read-only."""
 
     def __init__(self, dev: WgpuDevice, source: str, n_bindings: int, entry: str = "main",
-                 label: str = "kernel"):
+                 label: str = "kernel", readonly: tuple[bool, ...] = ()):
         wgpu = require("wgpu")
 
         limit = dev.limit("max-storage-buffers-per-shader-stage")
@@ -30,12 +57,15 @@ class Kernel:
                 f"kernel {label!r} binds {n_bindings} buffers, over the adapter's "
                 f"max-storage-buffers-per-shader-stage {limit}", backend=BACKEND,
                 device=dev.name)
+        readonly = readonly or (False,) * n_bindings
+        source = with_read_only(source, readonly, label)
         self.dev, self.source, self.label, self.n_bindings = dev, source, label, n_bindings
+        self.readonly = readonly
+        kinds = (wgpu.BufferBindingType.storage, wgpu.BufferBindingType.read_only_storage)
         try:
             module = dev.device.create_shader_module(label=label, code=source)
             entries = [{"binding": i, "visibility": wgpu.ShaderStage.COMPUTE,
-                        "buffer": {"type": wgpu.BufferBindingType.storage}}
-                       for i in range(n_bindings)]
+                        "buffer": {"type": kinds[ro]}} for i, ro in enumerate(readonly)]
             self.layout = dev.device.create_bind_group_layout(entries=entries)
             pipeline_layout = dev.device.create_pipeline_layout(
                 bind_group_layouts=[self.layout])
@@ -58,17 +88,18 @@ class Kernel:
 
 
 class KernelCache:
-    """Kernels by (source, bindings, entry), per device; the key is the printed source."""
+    """Kernels by (source, bindings, entry, read-only bindings), per device; the key is
+    the printed source."""
 
     def __init__(self, dev: WgpuDevice):
         self.dev = dev
-        self._kernels: dict[tuple[str, int, str], Kernel] = {}
+        self._kernels: dict[tuple, Kernel] = {}
 
     def get(self, source: str, n_bindings: int, entry: str = "main",
-            label: str = "kernel") -> Kernel:
-        key = (source, n_bindings, entry)
+            label: str = "kernel", readonly: tuple[bool, ...] = ()) -> Kernel:
+        key = (source, n_bindings, entry, readonly if any(readonly) else ())
         if key not in self._kernels:
-            self._kernels[key] = Kernel(self.dev, source, n_bindings, entry, label)
+            self._kernels[key] = Kernel(self.dev, source, n_bindings, entry, label, key[3])
         return self._kernels[key]
 
     def __len__(self) -> int:
@@ -78,20 +109,25 @@ class KernelCache:
 def dispatches_for(cache: KernelCache, printed, resolve) -> list[Dispatch]:
     """Compile (or reuse) each printed kernel and bind its buffers; `resolve(BufferParam)` gives
     the bind-group resource of one of the kernel's buffer parameters."""
-    out = []
-    for p in printed:
-        kernel = cache.get(p.source, len(p.buffers), label=p.name)
-        resources = tuple(resolve(b) for b in p.buffers)
-        writes = tuple(b.access.writable for b in p.buffers)
-        out.append(Dispatch(kernel, kernel.bind(list(resources)), p.groups, resources, writes))
-    return out
+    return [bind(cache, p, [resolve(b) for b in p.buffers],
+                 tuple(b.access.writable for b in p.buffers)) for p in printed]
+
+
+def bind(cache: KernelCache, printed, resources: list[dict], writes: tuple[bool, ...]):
+    """The dispatch of printed kernel `printed` over `resources` (one per buffer parameter),
+    of which it writes those `writes` marks; the others are bound read-only where
+    `read_only` allows."""
+    kernel = cache.get(printed.source, len(printed.buffers), label=printed.name,
+                       readonly=read_only(resources, writes))
+    return Dispatch(kernel, kernel.bind(list(resources)), printed.groups, tuple(resources),
+                    writes)
 
 
 @dataclass(frozen=True)
 class Dispatch:
     """One recorded dispatch: pipeline, bind group and workgroup counts (x, y, z); for
     readers of the plan, the bound ranges ({buffer, offset, size} per binding) and which
-    of them the kernel writes (every binding is read_write to wgpu)."""
+    of them the kernel writes (the others are bound read-only where `read_only` allows)."""
 
     kernel: Kernel
     bind_group: object

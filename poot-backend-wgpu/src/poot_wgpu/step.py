@@ -5,8 +5,9 @@ wgpu-py has no compute bundles), so what is recorded once is everything that cos
 pipelines, bind groups, workgroup counts, copy ranges. Each replay encodes the list
 into one command encoder (one compute pass, then the end-of-step copies) and submits
 it once; that is a few Python calls per dispatch and no new wgpu objects but the
-encoder, and a replayed step encodes its next buffer while the device runs the last. WebGPU orders the dispatches of a pass and makes each one's storage writes
-visible to the next, so no barriers are recorded here.
+encoder, and a replayed step encodes its next buffer while the device runs the last.
+WebGPU orders the dispatches of a pass and makes each one's storage writes visible to the
+next, so no barriers are recorded here: wgpu places them (`implicit_barriers` counts them).
 """
 from __future__ import annotations
 
@@ -123,3 +124,20 @@ def _native_calls(dispatches: list[Dispatch]) -> list[tuple]:
         calls.append((pipeline, d.bind_group._internal, *d.groups))
         current = d.kernel
     return calls
+
+
+def implicit_barriers(dispatches: list[Dispatch]) -> int:
+    """How many of `dispatches`, encoded in one compute pass, wgpu makes wait for earlier
+    work: each dispatch is a usage scope, and wgpu tracks each buffer's last usage, placing
+    a barrier before a dispatch that binds a buffer an earlier one bound unless both
+    bound it read-only (the one usage that orders itself)."""
+    last: dict[int, bool] = {}  # buffer -> read-only at its last dispatch
+    waits = 0
+    for d in dispatches:
+        now: dict[int, bool] = {}
+        for r, ro in zip(d.resources, d.kernel.readonly, strict=True):
+            key = id(r["buffer"])
+            now[key] = now.get(key, True) and ro
+        waits += any(k in last and not (last[k] and ro) for k, ro in now.items())
+        last.update(now)
+    return waits

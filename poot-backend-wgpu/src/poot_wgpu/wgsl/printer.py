@@ -9,8 +9,8 @@ spelling:
 * Buffers are `@group(0) @binding(i)` storage arrays in the kernel's buffer order;
   8/16-bit dtypes live in u32 words (`types.LAYOUTS`), written ones as atomic words so
   two threads storing neighbouring fields of one word cannot lose each other's bits.
-  Every binding is read_write: regions of one arena buffer are bound side by side, and
-  wgpu tracks usage per buffer.
+  Every binding is declared read_write; a dispatch that only reads a buffer declares it
+  read-only when it binds it (poot_wgpu.kernel.with_read_only).
 * Comparisons are bools; the program's I32 indicators are `select(0i, 1i, b)`, and an
   indicator feeding a condition or And/Or uses the bool itself.
 * A node a tree uses more than once is bound to a `let` before its statement, so
