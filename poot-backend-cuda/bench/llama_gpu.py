@@ -75,8 +75,9 @@ def parse_variants(text: str) -> list[dict]:
     (RUN_COLUMNS=1 sets DotSchedule.run_columns) and other schedule constants (`tuning`)
     per variant ("" -> one variant, the defaults); STACK_QKV=0 /
     STACK_FFN=0: the model traced with q, k and v (gate and up) as separate weights
-    (build_decoder's stack_qkv / stack_ffn); PROLOGUE=0 / NORM=0 / GATED=0: compiled
-    without the prologue / norm_contraction / gated pass."""
+    (build_decoder's stack_qkv / stack_ffn); PROLOGUE=0 / NORM=0 / GATED=0 /
+    STACKED_GATE=0 / ROPE_UPDATE=0: compiled without the prologue / norm_contraction /
+    gated / stacked_gate / rope_update pass."""
     out = []
     for part in text.split(";") if text else [""]:
         kv = dict(x.split("=") for x in part.split(",") if x)
@@ -97,7 +98,8 @@ def precision_label(precision: str) -> str:
 #: variant keys that change the traced or compiled graph (default 1 each): the stacks the
 #: model is traced with, then compile passes
 STACKS = ("STACK_QKV", "STACK_FFN")
-PASSES = {"PROLOGUE": "prologue", "NORM": "norm_contraction", "GATED": "gated"}
+PASSES = {"PROLOGUE": "prologue", "NORM": "norm_contraction", "GATED": "gated",
+          "STACKED_GATE": "stacked_gate", "ROPE_UPDATE": "rope_update"}
 
 
 def stacked_groups(variants: list[dict]) -> list[tuple[tuple, list[dict]]]:
@@ -256,9 +258,11 @@ def bench_prefill(shape: str, fmt: str, tokens: list[int], variants, runtime, ba
                   device, timer, precisions=("exact",), do_profile=False) -> list[tuple]:
     """Prefill steps of each of `tokens` tokens (from position 0, the head on the last):
     tok/s of the replayed step at each precision and under each schedule variant, over
-    the same weights; `do_profile`: each step's launches timed alone, by kind."""
+    the same weights; `do_profile`: each step's launches timed alone, by kind. Every
+    variant after the first over the same stacks (passes off, another schedule) also
+    gives its logits' relative difference from the first's."""
     config = shape_config(shape)
-    rows = []
+    rows, first = [], {}
     for (stack, off), group in stacked_groups(variants):
         source, cache = source_for(fmt, config, stack=stack), None
         for t, precision in ((t, x) for t in tokens for x in precisions):
@@ -267,6 +271,7 @@ def bench_prefill(shape: str, fmt: str, tokens: list[int], variants, runtime, ba
             for variant in group:
                 label = (f"{shape} {fmt}{precision_label(precision)} prefill {t} "
                          f"{variant_label(variant)}").rstrip()
+                label += f" without {','.join(sorted(off))}" if off else ""
                 p = planned(compiled, backend, device, variant)
                 ex, cache = executor(step, p, source, runtime, cache)
                 exe, s = ex.executable, slots(0, tokens=t)
@@ -274,6 +279,11 @@ def bench_prefill(shape: str, fmt: str, tokens: list[int], variants, runtime, ba
                 out = ex.step(s).result
                 if not np.isfinite(out.astype(np.float32)).all():
                     raise AssertionError(f"{label}: non-finite logits")
+                got = out.astype(np.float64)
+                want = first.setdefault((stack, t, precision), got)
+                if want is not got:
+                    summary(f"{label} logits vs the first variant", "rel. difference "
+                            f"{np.linalg.norm(got - want) / np.linalg.norm(want):.2e}")
                 ms = timer.call_ms(exe._graph.launch, reps=5, trials=3)
                 kernels = sum(1 for a in exe._actions if a[0] == "launch")
                 rows.append((label, f"{ms * 1e3:9.1f} us", f"{t / ms * 1e3:8.1f} tok/s",
