@@ -24,9 +24,8 @@ from poot.optional import require
 
 from poot_quant import exprs
 from poot_quant.base import Format, f16_to_f32, spec
+from poot_quant.ggml_types import GGML_QUANT_SIZES, GGMLQuantizationType
 
-_gguf = require("gguf")
-GGML_QUANT_SIZES, GGMLQuantizationType = _gguf.GGML_QUANT_SIZES, _gguf.GGMLQuantizationType
 
 #: values decoded per numpy pass (a chunk of whole blocks)
 DECODE_CHUNK_VALUES = 1 << 18

@@ -5,9 +5,10 @@ every length and offset checked against the file before it is used, so a truncat
 file gives a CheckpointError naming the file and the field or tensor, never an
 out-of-bounds read or a runaway loop. (gguf.GGUFReader would do the same walk
 without those checks, and keeps ~200k numpy views of the vocabulary alive: on
-SmolLM2 it took 2.2 s and a 200 MB peak here, this walk 0.28 s and 47 MB. The `gguf`
-package still supplies the type ids, block geometry and quantization code,
-and tests check this reader against GGUFReader on real files.)
+SmolLM2 it took 2.2 s and a 200 MB peak here, this walk 0.28 s and 47 MB. The type ids
+and block geometry are poot_quant.ggml_types', checked against the `gguf` package's,
+which still supplies the quantization code; tests check this reader against GGUFReader
+on real files.)
 
 A model split by llama.cpp's gguf-split (or the converter's --split-max-tensors) is several
 files named <prefix>-00001-of-0000N.gguf: each a whole GGUF with its own header and data,
@@ -26,14 +27,11 @@ from poot.errors import CheckpointError
 from poot.formats import PackedWeight
 from poot.ir.types import WeightRef
 from poot.models.gguf_meta import MAGIC, GGUFHeader, map_file
-from poot.optional import require
 
 from poot_quant.checkpoint import Checkpoint, TensorInfo, payload_key
+from poot_quant.ggml_types import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGMLQuantizationType
 from poot_quant.registry import formats
 
-_gguf = require("gguf")
-GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT = _gguf.GGML_QUANT_SIZES, _gguf.GGUF_DEFAULT_ALIGNMENT
-GGMLQuantizationType = _gguf.GGMLQuantizationType
 
 MAX_DIMS = 4  # GGML_MAX_DIMS
 
