@@ -293,7 +293,7 @@ def test_info_shows_what_was_read(folders, capsys):
     assert "scaling yarn x4, original context 16" in out
 
 
-@pytest.mark.parametrize("backend", ["wgpu", "vulkan"])
+@pytest.mark.parametrize("backend", ["wgpu", "vulkan", "cuda"])
 def test_greedy_tokens_on_gpu_apis(folders, greedy, backend):
     """The latent attention (keys and values of different widths, one KV head), the
     group-limited router and YaRN tables on GPU APIs (lavapipe here)."""
@@ -305,7 +305,7 @@ def test_greedy_tokens_on_gpu_apis(folders, greedy, backend):
     assert greedy_ids(model, IDS[:10], 8) == greedy
 
 
-@pytest.mark.parametrize("backend", ["cpu", "wgpu", "vulkan"])
+@pytest.mark.parametrize("backend", ["cpu", "wgpu", "vulkan", "cuda"])
 def test_v2_greedy_tokens_on_backends(folders, backend):
     """V2's softmax router, group-limited by each group's best score, with q through q_proj,
     on cpu and GPU APIs (lavapipe here): the numpy forward's greedy tokens."""
@@ -573,7 +573,7 @@ def gguf_greedy(gguf_files) -> list[int]:
     return numpy_greedy(lambda ids: forward(tensors, cfg, ids), IDS[:10], 8)
 
 
-@pytest.mark.parametrize("backend", ["wgpu", "vulkan"])
+@pytest.mark.parametrize("backend", ["wgpu", "vulkan", "cuda"])
 def test_gguf_greedy_tokens_on_gpu_apis(gguf_files, gguf_greedy, backend):
     """The deepseek2 file's absorbed layout (attn_k_b / attn_v_b as Q8_0 packed stacks, the
     experts' Q8_0 stacks) on GPU APIs (lavapipe here): the numpy forward's greedy tokens."""
@@ -660,7 +660,7 @@ def test_transformers_5_stacked_experts(stacked):
     assert rel_err(session_logits(model, IDS[:14], 11), want[10:14]) < 1e-4
 
 
-@pytest.mark.parametrize("backend", ["cpu", "wgpu", "vulkan"])
+@pytest.mark.parametrize("backend", ["cpu", "wgpu", "vulkan", "cuda"])
 def test_stacked_experts_greedy_tokens_on_backends(stacked, backend):
     """The stacked experts (served as GGUF's expert stacks, gate|up split by rows) on cpu
     and GPU APIs (lavapipe here): the numpy forward's greedy tokens."""

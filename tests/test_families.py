@@ -171,18 +171,19 @@ def test_family_matches_numpy_reference(tmp_path, family):
 
 
 #: each row of docs/models.md's table (plain llama is llama3-rope without its scaling) on
-#: cpu and on one GPU API: both APIs run shaders of their own, but lavapipe compiles each
-#: new one slowly, so a row takes the API that adds the fewest to CI
+#: cpu, on cuda where a CUDA device is (scripts/h200_families.sh), and on one GPU API: both
+#: APIs run shaders of their own, but lavapipe compiles each new one slowly, so a row takes
+#: the API that adds the fewest to CI
 ON_GPU_API = {"gemma3": "wgpu", "qwen2-yarn": "wgpu", "qwen2-moe": "wgpu",
               "linear-rope": "vulkan", "llama3-rope": "vulkan", "mistral-window": "vulkan",
               "mixtral": "vulkan", "qwen3": "vulkan", "qwen3-moe": "vulkan"}
 
 
 @pytest.mark.parametrize("family, backend", [
-    (f, b) for f, api in sorted(ON_GPU_API.items()) for b in ("cpu", api)])
+    (f, b) for f, api in sorted(ON_GPU_API.items()) for b in ("cpu", api, "cuda")])
 def test_family_on_backend(tmp_path, family, backend):
-    """The same on cpu and a GPU API (lavapipe here): q/k norms, GeGLU, rings, RoPE tables
-    and the routers."""
+    """The same on cpu, a GPU API (lavapipe here) and cuda: q/k norms, GeGLU, rings, RoPE
+    tables and the routers."""
     skip_without(backend)
     check_family(tmp_path, family, backend)
 

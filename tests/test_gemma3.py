@@ -4,7 +4,8 @@ Logits against tests/reference_gemma3.py (an independent numpy forward from the 
 tensors) for a prompt longer than the 512-position sliding window, in one step and through
 the session's ring caches; tokenization against SentencePiece's rules as llama.cpp applies
 them to the GGUF vocabulary, on a few thousand texts; `poot run` streaming a continuation
-(on the compiled cpu backend: the reference backend's steps are checked above, in process).
+(on the compiled cpu backend, and cuda where a device is: the reference backend's steps are
+checked above, in process).
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import sys
 
 import numpy as np
 import pytest
+from test_families import skip_without
 
 pytestmark = pytest.mark.slow
 
@@ -100,16 +102,24 @@ def test_long_prompt_through_ring_caches_and_decode(model, long_ids, reference_l
     assert states["blk.0.k_ring"] == (512, 1, 256) and states["blk.5.k_cache"] == (1, 576, 256)
 
 
-def test_poot_run_streams_the_reference_greedy_continuation(gemma3_gguf, tokenizer):
+@pytest.fixture(scope="module")
+def greedy_continuation(gemma3_gguf, tokenizer) -> str:
+    """PROMPT and the numpy forward's 5 greedy tokens after it."""
     from reference_gemma3 import prefill_logits
 
     ids = tokenizer.encode(PROMPT)
     for _ in range(5):
         ids.append(int(np.argmax(prefill_logits(str(gemma3_gguf), ids)[-1])))
-    want = PROMPT + tokenizer.decode(ids[-5:])
+    return PROMPT + tokenizer.decode(ids[-5:])
+
+
+@pytest.mark.parametrize("backend", ["cpu", "cuda"])
+def test_poot_run_streams_the_reference_greedy_continuation(greedy_continuation, backend):
+    skip_without(backend)
+    want = greedy_continuation
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     run = subprocess.run([sys.executable, "-m", "poot", "run", "gemma3-270m", "--prompt", PROMPT,
-                          "--backend", "cpu", "--max-tokens", "5", "--max-seq", "64"],
+                          "--backend", backend, "--max-tokens", "5", "--max-seq", "64"],
                          capture_output=True, text=True, timeout=900, env=env)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == want.strip(), (run.stdout, want)

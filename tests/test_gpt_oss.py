@@ -252,7 +252,7 @@ def test_cpu_logits_and_greedy_tokens(folders, greedy):
         assert greedy_ids(model, IDS[:10], 8) == greedy, backend
 
 
-@pytest.mark.parametrize("backend", ["wgpu", "vulkan"])
+@pytest.mark.parametrize("backend", ["wgpu", "vulkan", "cuda"])
 def test_greedy_tokens_on_gpu_apis(folders, greedy, backend):
     """SinkAttention's kernels, YaRN tables and the clamped experts on GPU APIs (lavapipe
     here)."""
@@ -264,7 +264,7 @@ def test_greedy_tokens_on_gpu_apis(folders, greedy, backend):
     assert greedy_ids(model, IDS[:10], 8) == greedy
 
 
-@pytest.mark.parametrize("backend", ["cpu", "wgpu", "vulkan"])
+@pytest.mark.parametrize("backend", ["cpu", "wgpu", "vulkan", "cuda"])
 def test_mxfp4_folder_greedy_tokens_on_backends(folders, backend):
     """The folder's MXFP4 experts (`*_blocks`, `*_scales`) on cpu and GPU APIs (lavapipe
     here): the numpy forward's greedy tokens of the values they decode to."""
@@ -420,7 +420,7 @@ def test_gguf_matches_numpy_reference(tmp_path, gguf_file):
     check_logits(gguf_model(path, BACKEND), forward(tensors, cfg, IDS))
 
 
-@pytest.mark.parametrize("backend", ["cpu", "wgpu", "vulkan"])
+@pytest.mark.parametrize("backend", ["cpu", "wgpu", "vulkan", "cuda"])
 def test_gguf_greedy_tokens_on_backends(gguf_file, backend):
     """The file's MXFP4 expert stacks, gate and up apart, and its sinks on cpu and GPU APIs
     (lavapipe here): the numpy forward's greedy tokens."""

@@ -20,6 +20,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 from poot_quant.safetensors_dir import write_folder as save_folder
+from test_families import skip_without
 
 LAYERS = 2
 PROMPT = "The capital of France is"
@@ -202,12 +203,14 @@ def test_f32_folder_generates_what_the_gguf_generates(f32_model, gguf_two_layers
     assert got == want and "".join(got).strip(), (got, want)
 
 
-def test_f32_folder_generates_the_reference_text_on_cpu(f32_folder, f32_model):
-    """The real weights' folder on cpu: the reference backend's greedy text. (Not on
-    lavapipe: its first compile of this width's shaders outlasts a CI test.)"""
+@pytest.mark.parametrize("backend", ["cpu", "cuda"])
+def test_f32_folder_generates_the_reference_text_on(f32_folder, f32_model, backend):
+    """The real weights' folder on cpu and cuda: the reference backend's greedy text. (Not
+    on lavapipe: its first compile of this width's shaders outlasts a CI test.)"""
     import poot
 
-    model = poot.load(str(f32_folder), backend="cpu", max_seq=64)
+    skip_without(backend)
+    model = poot.load(str(f32_folder), backend=backend, max_seq=64)
     ids = f32_model.tokenize(PROMPT)
     want = "".join(f32_model.generate(ids, max_tokens=12))
     assert "".join(model.generate(ids, max_tokens=12)) == want and want.strip()

@@ -8,6 +8,7 @@ import sys
 
 import numpy as np
 import pytest
+from test_families import skip_without
 
 pytestmark = pytest.mark.slow
 
@@ -80,6 +81,18 @@ def test_dense_and_paged_kv_give_the_same_32_greedy_tokens(cpu_model):
     assert len(ids) < 2 * session.blocks.block < len(ids) + len(paged)
     assert dense == paged
     assert model.tokenizer.decode(dense).startswith(" Paris")
+
+
+def test_greedy_text_on_cuda_equals_the_reference_backends(model, smollm2_gguf):
+    """Prefill, then 12 greedy tokens on cuda (scripts/h200_families.sh runs it on the
+    device; cpu, wgpu and vulkan run theirs in their packages' tests): the reference
+    backend's text."""
+    import poot
+
+    skip_without("cuda")
+    want = "".join(model.generate(PROMPT, max_tokens=12))
+    cuda = poot.load(str(smollm2_gguf), backend="cuda", max_seq=128)
+    assert "".join(cuda.generate(PROMPT, max_tokens=12)) == want and want.startswith(" Paris")
 
 
 def test_two_prompts_share_one_paged_pool(model):

@@ -238,7 +238,7 @@ def test_tower_and_projector_match_numpy_on_the_oracle(parts, pixels_and_rows):
     assert rel_err(got, want) < 1e-5
 
 
-@pytest.mark.parametrize("backend", ["cpu", "wgpu", "vulkan"])
+@pytest.mark.parametrize("backend", ["cpu", "wgpu", "vulkan", "cuda"])
 def test_tower_and_projector_match_numpy_on(backend, parts, pixels_and_rows):
     from poot import plugin
     from poot.models.vision.encoder import VisionEncoder

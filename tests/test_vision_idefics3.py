@@ -227,7 +227,7 @@ def tiles_and_rows(folder):
     return x, want
 
 
-@pytest.mark.parametrize("backend", ["reference", "cpu", "vulkan"])
+@pytest.mark.parametrize("backend", ["reference", "cpu", "vulkan", "cuda"])
 def test_tower_and_connector_match_numpy(backend, parts, tiles_and_rows):
     """Each tile through the encoder's graph, its rows one tile after another."""
     from poot import plugin

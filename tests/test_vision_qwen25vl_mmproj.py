@@ -4,10 +4,12 @@ the M-RoPE sections padded to four under rope.dimension_sections, a gpt2 vocabul
 its tower as a `qwen2.5vl_merger` mmproj (the Conv3d kernel split into one kernel per
 frame, each block's qkv split into q, k and v, the merger's norm as v.post_ln, its linears
 as mm.0 and mm.2, full-attention blocks as n_wa_pattern). With the mmproj attached, the
-GGUF gives the folder's image tokens, rows and logits (reference and cpu); `poot run
---mmproj` prints what the library gives; bad files are one typed line naming file and key.
+GGUF gives the folder's image tokens, rows and logits (reference and cpu; cuda where a
+device is); `poot run --mmproj` prints what the library gives; bad files are one typed line
+naming file and key.
 Qwen2-VL (no folder of it: a random tower in HF's names, LayerNorms, QuickGELU, every block
-full attention) as a `qwen2vl_merger` mmproj against tests/reference_qwen25vl.py.
+full attention) as a `qwen2vl_merger` mmproj against tests/reference_qwen25vl.py (the same
+backends).
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import test_vision_qwen25vl as qwen
+from test_families import skip_without
 from test_gguf_families import close_gguf
 from test_vision_gemma3 import rel_err
 from test_vision_mmproj import V, loaded, write_language_gguf
@@ -170,12 +173,13 @@ def test_the_files_read_as_the_folder(files):
         assert np.array_equal(info.sources[0], ckpt.vision.tensors[name].sources[0]), name
 
 
-@pytest.mark.parametrize("backend", ["reference", "cpu"])
+@pytest.mark.parametrize("backend", ["reference", "cpu", "cuda"])
 def test_image_rows_and_logits_equal_the_folder(files, backend):
     """The GGUF with the mmproj attached places the image's tokens, rows and M-RoPE
     positions as the folder does, and its logits over them are the folder's."""
     from poot.models.vision.chat import ImageChat
 
+    skip_without(backend)
     want_model = loaded(files.folder, backend)
     model = loaded(files.gguf, backend, files.mmproj)
     assert model.checkpoint.kind == "gguf"
@@ -268,28 +272,44 @@ def test_bad_language_files_and_pairings(files, tmp_path):
         open_mmproj(files.mmproj, llama, None)
 
 
-def test_qwen2_vl_mmproj_against_numpy(files, tmp_path):
+@pytest.fixture(scope="module")
+def qwen2_vl(files, tmp_path_factory):
+    """A random Qwen2-VL tower in HF's names, its mmproj, and the numpy tower's merged rows
+    of the first image."""
+    import reference_qwen25vl as ref
+
+    vis = qwen2_vision_tensors(np.random.default_rng(2))
+    path = tmp_path_factory.mktemp("qwen2-vl") / "qwen2.gguf"
+    write_mmproj(path, vis, qwen2=True)
+    x, grid = ref.patches(files.images[0], qwen.LO, qwen.HI)
+    return path, vis, ref.tower(vis, QWEN2_VISION, x, grid)
+
+
+@pytest.mark.parametrize("backend", ["reference", "cpu", "cuda"])
+def test_qwen2_vl_mmproj_against_numpy(files, qwen2_vl, backend):
     """A Qwen2-VL mmproj (`qwen2vl_merger`): its MLP's width read from ffn_up (the file's
     feed_forward_length is the text width), every block full attention; the merged rows of
     one image against tests/reference_qwen25vl.py's tower, and the GGUF's logits over them
-    against its text model, on the reference backend. Qwen2.5-VL's keys in it are
-    refused."""
+    against its text model."""
     import reference_qwen25vl as ref
 
     from poot.models.vision.chat import ImageChat
 
-    vis = qwen2_vision_tensors(np.random.default_rng(2))
-    write_mmproj(tmp_path / "qwen2.gguf", vis, qwen2=True)
-    c = opened(tmp_path / "qwen2.gguf", files).config
+    skip_without(backend)
+    path, _, want = qwen2_vl
+    c = opened(path, files).config
     assert c.qwen2_vl and c.ffn == QWEN2_FFN and c.full_blocks == (0, 1, 2)
-    model = loaded(files.gguf, "reference", tmp_path / "qwen2.gguf")
+    model = loaded(files.gguf, backend, path)
     ids, rows, _, pos, _ = ImageChat(model)._prompt(PROMPT, files.images[:1], None)
-    x, grid = ref.patches(files.images[0], qwen.LO, qwen.HI)
-    want = ref.tower(vis, QWEN2_VISION, x, grid)
     got = np.stack([rows[p] for p in sorted(rows)])
     assert rel_err(got, want) < 1e-4
     want_logits = ref.forward(files.text, qwen.REF_TEXT, ids, rows, pos)
     assert rel_err(model.prefill_logits(ids, hosted=rows, positions=pos), want_logits) < 1e-4
+
+
+def test_qwen2_vl_mmproj_refuses_qwen25_keys(files, qwen2_vl, tmp_path):
+    """Qwen2.5-VL's keys in a Qwen2-VL mmproj are refused naming the file."""
+    vis = qwen2_vl[1]
     for meta, message in (({"clip.use_silu": True}, "clip.use_silu = True must be unset"),
                           ({V + "n_wa_pattern": 2}, "n_wa_pattern = 2 is set, but")):
         bad = tmp_path / "bad.gguf"
