@@ -34,6 +34,9 @@ MAPPED_ALIGN = 32      # the least alignment of a GGUF tensor; what an adopted m
 HUGE = 2 << 20         # the huge page size (x86-64 and arm64 with 4 KiB base pages)
 ARENA_BYTES = 32 << 20  # the WeightArena maps this much at a time (more for a larger weight)
 CHUNK = 4 << 20        # a mapped weight is copied this many bytes at a time
+#: the span a file page fault maps around the faulting page (Linux's fault_around_bytes
+#: default, aligned to it): reading a small weight maps its neighbours' pages too
+FAULT_AROUND = 64 << 10
 MADV_HUGEPAGE, MADV_COLLAPSE = 14, 25
 
 
@@ -72,14 +75,14 @@ def mapping_of(array: np.ndarray) -> mmap.mmap | None:
     return base if isinstance(base, mmap.mmap) and memoryview(base).readonly else None
 
 
-def drop_pages(mapping: mmap.mmap, array: np.ndarray) -> None:
+def drop_pages(mapping: mmap.mmap, array: np.ndarray, around: int = mmap.PAGESIZE) -> None:
     """Unmap the pages that hold `array` (a view of the read-only file `mapping`) from this
-    process, the pages it shares with its neighbours too: the bytes stay the file's, and a
-    later read of any of them faults it in from the page cache again."""
-    page = mmap.PAGESIZE
+    process, the pages it shares with its neighbours too, widened to whole `around`-aligned
+    spans: the bytes stay the file's, and a later read of any of them faults it in from the
+    page cache again."""
     start = array.ctypes.data - np.frombuffer(mapping, np.uint8).ctypes.data
-    first = start // page * page
-    last = min(-(-(start + array.nbytes) // page) * page, len(mapping))
+    first = start // around * around
+    last = min(-(-(start + array.nbytes) // around) * around, len(mapping))
     if last > first and hasattr(mapping, "madvise"):
         mapping.madvise(mmap.MADV_DONTNEED, first, last - first)
 
@@ -189,7 +192,7 @@ class CpuRuntime:
             for at in range(0, src.size, CHUNK):
                 buf.array[at:at + CHUNK] = src[at:at + CHUNK]
                 drop_pages(mapping, src[at:at + CHUNK])
-            drop_pages(mapping, src)     # what the kernel's fault-around mapped again
+            drop_pages(mapping, src, FAULT_AROUND)  # and what fault-around mapped with it
             return
         data = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
         buf.array[offset:offset + data.size] = data
