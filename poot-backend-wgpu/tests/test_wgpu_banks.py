@@ -66,6 +66,15 @@ def test_an_output_batch_mates_would_wait_on_moves_to_a_bank_with_its_readers():
     assert waits(ops) == 2                     # rotation | attention | reuse
 
 
+def test_a_bank_reuses_the_bytes_of_a_value_with_no_reader_left():
+    arena, k, v = Buf("arena"), Buf("k"), Buf("v")
+    ops = layer(arena, k, v) + layer(arena, Buf("k1"), Buf("v1"))
+    (bank,) = banks(ops)
+    assert bank.size == 256                    # both layers' rotated q, one after the other
+    assert ops[5].resources[1]["buffer"] is ops[8].resources[0]["buffer"] is bank.gpu
+    assert waits(ops) == 2 * 2 + 1             # and the second layer waits as the first
+
+
 def test_nothing_moves_where_it_would_not_be_the_same():
     arena, k, v = Buf("arena"), Buf("k"), Buf("v")
     cases = {

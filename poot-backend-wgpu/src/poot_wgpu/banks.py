@@ -8,8 +8,9 @@ the q|k|v product) still wait for each other. Cut by byte ranges (the hazard rul
 vulkan backend places its barriers by), those dispatches form one batch; where a
 dispatch joins a batch whose earlier dispatch wrote a buffer it binds, or writes a
 buffer a batch-mate bound, the writer's output moves, with every later reader, to a bank:
-a buffer of its own where no batch-mate binds anything, each moved output packed at the
-next aligned offset. What moves, and how far its readers follow it, is the rule every
+a buffer of its own where no batch-mate binds anything, each moved output at an aligned
+offset whose last value has no reader left (so a bank holds a few layers' worth, not
+every layer's). What moves, and how far its readers follow it, is the rule every
 backend shares (poot.runtime.renaming), so the step computes exactly what it did.
 """
 from __future__ import annotations
@@ -45,10 +46,22 @@ class Pending:
 
 
 class _Bank:
-    """Stands for a bank buffer until its size is known."""
+    """Stands for a bank buffer until its size is known; its slots are reused once the
+    value in them has no reader left (wgpu orders the new write after the old reads)."""
 
     def __init__(self):
         self.top = 0
+        self.slots: list[list[int]] = []  # [offset, bytes, the op reading it last]
+
+    def place(self, nbytes: int, first: int, last: int) -> int:
+        """The offset of `nbytes` for a value written by op `first`, read up to op `last`."""
+        for slot in self.slots:
+            if slot[2] < first and slot[1] >= nbytes:
+                slot[2] = last
+                return slot[0]
+        self.slots.append([self.top, nbytes, last])
+        self.top += nbytes
+        return self.slots[-1][0]
 
 
 def _clash(accesses, pending) -> bool:
@@ -99,10 +112,10 @@ def _move(ops: list[Pending], i: int, mates: list[int], banks: list[_Bank], alig
         bank = _Bank()
         banks.append(bank)
     out = ops[i].resources[ops[i].out]
+    at = bank.place(-(-out["size"] // align) * align, i, max(j for j, _ in moves))
     for j, k in moves:
         r = ops[j].resources[k]
-        ops[j].resources[k] = dict(r, buffer=bank, offset=bank.top + r["offset"] - out["offset"])
-    bank.top += -(-out["size"] // align) * align
+        ops[j].resources[k] = dict(r, buffer=bank, offset=at + r["offset"] - out["offset"])
 
 
 __all__ = ["Pending", "bank_outputs"]
