@@ -60,6 +60,7 @@ from poot.ir.ops import (
     SinkAttention,
     Slice,
     Transpose,
+    TransposedUpdateSlice,
     Unary,
     UnaryOp,
 )
@@ -362,6 +363,12 @@ def rope_cases() -> list[Case]:
                     (cache, k3, ck3, ck3, T((1,), I32)),
                     lambda rng: [normal(cache)(rng), normal(k3)(rng), normal(ck3)(rng),
                                  normal(ck3)(rng), np.array([5], np.int32)], _tol(F32)))
+    v3 = T((3, 3, 10), F32)      # and their values, not rotated, into an f16 cache
+    c16 = T(cache.shape, F16)
+    out.append(Case("transposed-update-slice-f16-cache", TransposedUpdateSlice(1),
+                    (c16, v3, T((1,), I32)),
+                    lambda rng: [normal(c16)(rng), normal(v3)(rng), np.array([5], np.int32)],
+                    _tol(F16)))
     return out
 
 

@@ -145,6 +145,7 @@ COVERAGE: dict[str, Cover] = {
              "SelectedAttention"), Cover(DOT_FLOATS)),
     **_each(("Rope", "RopeScatter"), Cover(FLOATS, selects=True)),
     "RopeUpdateSlice": Cover(FLOATS, selects=True, offered=True),
+    "TransposedUpdateSlice": Cover(MOVED, offered=True),
     "DenseContraction": Cover(DOT - I32),           # u32: f16 weights two to a word
     "NormedDenseContraction": Cover(DOT - I32, offered=True),
     **_each(("GroupedDenseContraction", "DenseRowGather"), Cover(DOT & BF16)),

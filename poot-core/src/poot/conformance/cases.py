@@ -508,6 +508,12 @@ def attention_cases() -> Iterator[Case]:
                     Arg(T((1, 4, 1, 6), d)), Arg(T((1, 4, 1, 6), d)), Arg(T((1,), I32))],
                    one(O.RopeUpdateSlice(12, 1, True)), exact=False, growth="basic",
                    fixed={4: np.array([5], np.int32)})
+    # and their values [T, Hkv, D] as they are, the last with an f32 step into an f16 cache
+    for d, x in ((F32, F32), (F16, F16), (BF16, BF16), (F16, F32)):
+        yield case(f"TransposedUpdateSlice-{d}-3x10x16-{x}-4x3x16", "TransposedUpdateSlice", d,
+                   [Arg(T((3, 10, 16), d)), Arg(T((4, 3, 16), x)), Arg(T((1,), I32))],
+                   one(O.TransposedUpdateSlice(1)), exact=x == d, growth="basic",
+                   fixed={2: np.array([5], np.int32)})
     # f32 keys rounded into an f16 cache (its dtype decides)
     yield case("RopeUpdateSlice-f16-3x10x16-f32-1x1x3x16-rot12", "RopeUpdateSlice", F16,
                [Arg(T((3, 10, 16), F16)), Arg(T((1, 1, 3, 16), F32)), Arg(T((1, 1, 1, 6), F32)),

@@ -9,7 +9,8 @@ The walk over the eqns decides, for each value, where it lives:
   dispatch, unless the slice reaches an output;
 - Transpose or Slice whose every reader accepts strided operands: a strided view, no
   dispatch;
-- DynamicUpdateSlice / ScatterUpdate / RopeScatter / RopeUpdateSlice producing a state_out
+- DynamicUpdateSlice / ScatterUpdate / RopeScatter / RopeUpdateSlice / TransposedUpdateSlice
+  producing a state_out
   from its own state_in binder, with no later reader of state_in: in place in the state
   buffer (donation);
 - anything else: an arena block, live from its eqn to its last reader.
@@ -31,7 +32,8 @@ from poot.plan.arena import Interval, assign_offsets
 from poot.plan.inline import has_composites, inline_composites
 from poot.plugin import get_backend, select_backend
 
-_IN_PLACE_OPS = (O.DynamicUpdateSlice, O.ScatterUpdate, O.RopeScatter, O.RopeUpdateSlice)
+_IN_PLACE_OPS = (O.DynamicUpdateSlice, O.ScatterUpdate, O.RopeScatter, O.RopeUpdateSlice,
+                 O.TransposedUpdateSlice)
 
 
 def collective_lowering(eqn) -> Lowering:

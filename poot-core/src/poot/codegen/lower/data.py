@@ -1,4 +1,5 @@
-"""Data lowerings: Gather, ScatterUpdate, DynamicUpdateSlice, ArgTopK."""
+"""Data lowerings: Gather, ScatterUpdate, DynamicUpdateSlice (and TransposedUpdateSlice, its
+block read from values holding the update axis first), ArgTopK."""
 from __future__ import annotations
 
 from poot.codegen import index as ix
@@ -8,7 +9,13 @@ from poot.codegen.lower.pointwise import WORKGROUP, pointwise_kernel
 from poot.codegen.lower.reduce import row_workgroups
 from poot.codegen.program import SCRATCH, Access, BufferParam, KernelProgram, local_index
 from poot.dtypes import DType
-from poot.ir.ops import ArgTopK, DynamicUpdateSlice, Gather, ScatterUpdate
+from poot.ir.ops import (
+    ArgTopK,
+    DynamicUpdateSlice,
+    Gather,
+    ScatterUpdate,
+    TransposedUpdateSlice,
+)
 from poot.ir.ops.reduce import ReduceOp
 from poot.ir.types import TensorType
 
@@ -71,6 +78,27 @@ def scatter_rows(sig: Sig, slots: int, value) -> KernelProgram:
 def lower_dynamic_update_slice(sig: Sig) -> KernelProgram:
     upd = sig.type(1)
     return update_block(sig, upd, 2, lambda kb, i: Load("in1", i, upd.dtype))
+
+
+def in_order(kb, i, upd: TensorType, order: tuple[int, ...]):
+    """Where block element i (flat, row-major in `upd`) lies among the elements of an
+    operand holding the block's axes in `order` (i itself where that is the block's)."""
+    if order == tuple(range(upd.rank)):
+        return i
+    c = ix.unravel(i, upd.shape)
+    return kb.let("xi", ix.ravel([c[a] for a in order], [upd.shape[a] for a in order]))
+
+
+@lowers(TransposedUpdateSlice)
+def lower_transposed_update_slice(sig: Sig) -> KernelProgram:
+    base, x = sig.type(0), sig.type(1)
+    upd = sig.op.update_type(base, x)
+    order = sig.op.token_order(upd.shape)
+
+    def value(kb, i):
+        y = Load("in1", in_order(kb, i, upd, order), x.dtype)
+        return y if x.dtype == base.dtype else y.cast(base.dtype)
+    return update_block(sig, upd, 2, value)
 
 
 def update_block(sig: Sig, upd: TensorType, index: int, value) -> KernelProgram:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from poot.codegen import index as ix
 from poot.codegen.expr import Load, Sel, i32
 from poot.codegen.lower.base import Sig, lowers
-from poot.codegen.lower.data import scatter_rows, update_block
+from poot.codegen.lower.data import in_order, scatter_rows, update_block
 from poot.codegen.lower.pointwise import pointwise_kernel
 from poot.codegen.program import KernelProgram
 from poot.ir.ops import Rope, RopeScatter, RopeUpdateSlice
@@ -55,10 +55,6 @@ def lower_rope_update_slice(sig: Sig) -> KernelProgram:
     order = sig.op.token_order(upd.shape)
 
     def value(kb, i):
-        flat = i
-        if order != tuple(range(upd.rank)):
-            c = ix.unravel(i, upd.shape)
-            flat = kb.let("xi", ix.ravel([c[a] for a in order], [upd.shape[a] for a in order]))
-        y = rotated(kb, sig, sig.op.rot, 1, ix.unravel(flat, x.shape))
+        y = rotated(kb, sig, sig.op.rot, 1, ix.unravel(in_order(kb, i, upd, order), x.shape))
         return y if x.dtype == base.dtype else y.cast(base.dtype)
     return update_block(sig, upd, 4, value)

@@ -15,6 +15,7 @@ the rows of a step of several tokens, transposed head by head into the cache, to
 from __future__ import annotations
 
 from poot.compiler.match import match_definition
+from poot.compiler.passes.kv_write import token_transpose
 from poot.compiler.passes.relabel import moves_only_unit_axes
 from poot.compiler.rewrite import Rewriter, rewrite_each
 from poot.compiler.view import GraphView, NoMatch
@@ -151,7 +152,7 @@ def _rope_block(view: GraphView, update):
     links, tokens_first = [], False
     e = view.defined_by(update.inputs[1], BLOCK_LINKS, "the written block")
     while True:
-        if _tokens_first(view, e, update, links):
+        if token_transpose(view, e, update, links):
             if tokens_first:
                 raise NoMatch(f"the Transpose at {e.out!r} reorders the rows a second time")
             tokens_first = True
@@ -174,23 +175,6 @@ def _rope_block(view: GraphView, update):
     args = [update.inputs[0], x, *e.inputs[1:], update.inputs[2]]
     return (RopeUpdateSlice(e.op.rot, update.op.axis, tokens_first), args,
             links[1:] if cut else links, cut)
-
-
-def _tokens_first(view: GraphView, e, update, later: list) -> bool:
-    """Whether `e` is the Transpose of a step's rows token by token into the cache's
-    order (its first axis moved to the update's axis: [T, Hkv, D] -> [Hkv, T, D]), with at
-    most Casts after it (`later`); False for any other eqn."""
-    if not isinstance(e.op, Transpose) or \
-            moves_only_unit_axes(e.op.perm, view.type_of(view.value(e, 0)).shape):
-        return False
-    rank = len(e.op.perm)
-    a = update.op.norm_axis(update.op.axis, rank)
-    if e.op.perm != tuple(range(1, a + 1)) + (0,) + tuple(range(a + 1, rank)):
-        raise NoMatch(f"the Transpose at {e.out!r} reorders the rows other than token by "
-                      f"token into the cache")
-    if not all(isinstance(link.op, Cast) for link in later):
-        raise NoMatch(f"the rows are reshaped after the Transpose at {e.out!r}")
-    return True
 
 
 def _relabels(view: GraphView, e) -> bool:

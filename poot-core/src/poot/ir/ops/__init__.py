@@ -33,6 +33,7 @@ from poot.ir.ops.composite import (
     RopeUpdateSlice,
     SelectedAttention,
     SinkAttention,
+    TransposedUpdateSlice,
     attention_chain,
 )
 from poot.ir.ops.compute import IndexedMatMul, MatMul, PackedDequant, Scan

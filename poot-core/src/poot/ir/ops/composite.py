@@ -436,14 +436,7 @@ class RopeUpdateSlice(Composite):
         return DynamicUpdateSlice(self.axis).infer([base, self.update_type(base, x), index])
 
     def update_type(self, base: TensorType, x: TensorType) -> TensorType:
-        """The block x fills, in base's dtype: base's shape with `axis` sized to hold x's
-        elements."""
-        a = self.norm_axis(self.axis, base.rank, [base, x])
-        other = math.prod(base.shape[:a] + base.shape[a + 1:])
-        if not other or x.size % other:
-            self.fail(f"x's {x.size} elements are no whole number of base's slices along "
-                      f"axis {a}", [base, x])
-        return TensorType(base.shape[:a] + (x.size // other,) + base.shape[a + 1:], base.dtype)
+        return _update_type(self, base, x)
 
     def define(self, b, ins):
         base, x, cos, sin, index = ins
@@ -451,18 +444,75 @@ class RopeUpdateSlice(Composite):
         if x.type.dtype != base.type.dtype:
             y = b.eqn(Cast(base.type.dtype), y)
         upd = self.update_type(base.type, x.type).shape
-        order = self.token_order(upd)
-        y = _reshape(b, y, tuple(upd[i] for i in order))
-        if order != tuple(range(len(upd))):
-            y = b.eqn(Transpose(tuple(order.index(i) for i in range(len(upd)))), y)
-        return b.eqn(DynamicUpdateSlice(self.axis), base, y, index)
+        return b.eqn(DynamicUpdateSlice(self.axis), base,
+                     _from_order(b, y, upd, self.token_order(upd)), index)
 
     def token_order(self, upd: Sequence[int]) -> tuple[int, ...]:
         """The update block's axes in the order x holds its elements (`tokens_first`:
         `axis` first, else as they are)."""
         a = self.norm_axis(self.axis, len(upd))
-        return ((a,) + tuple(i for i in range(len(upd)) if i != a)) if self.tokens_first \
-            else tuple(range(len(upd)))
+        return axis_first(a, len(upd)) if self.tokens_first else tuple(range(len(upd)))
+
+
+def _update_type(op, base: TensorType, x: TensorType) -> TensorType:
+    """The block x fills, in base's dtype: base's shape with `op.axis` sized to hold x's
+    elements."""
+    a = op.norm_axis(op.axis, base.rank, [base, x])
+    other = math.prod(base.shape[:a] + base.shape[a + 1:])
+    if not other or x.size % other:
+        op.fail(f"x's {x.size} elements are no whole number of base's slices along axis {a}",
+                [base, x])
+    return TensorType(base.shape[:a] + (x.size // other,) + base.shape[a + 1:], base.dtype)
+
+
+def axis_first(a: int, rank: int) -> tuple[int, ...]:
+    """Axes 0..rank-1 with `a` moved first."""
+    return (a,) + tuple(i for i in range(rank) if i != a)
+
+
+def _from_order(b, y, upd: Sequence[int], order: tuple[int, ...]):
+    """y's elements, in the block's axes taken in `order`, as the block `upd`: Reshape to
+    that order, then the Transpose putting each axis back (none where the order is the
+    block's)."""
+    y = _reshape(b, y, tuple(upd[i] for i in order))
+    if order == tuple(range(len(upd))):
+        return y
+    return b.eqn(Transpose(tuple(order.index(i) for i in range(len(upd)))), y)
+
+
+@dataclass(frozen=True, repr=False)
+class TransposedUpdateSlice(Composite):
+    """A dense KV write of a step's rows token by token: DynamicUpdateSlice{axis}(base,
+    Transpose(Reshape(x)), index), x's elements being the update block's with `axis` first
+    (values [T, Hkv, D] into a cache [Hkv, S, D]; the block is base's shape with `axis`
+    holding x.size / base's other extents); rounded to base's float dtype first (Cast)
+    where x's differs. Operands base, x, index (I32, one element; clamped as
+    DynamicUpdateSlice's). In place on the donated base, as DynamicUpdateSlice."""
+
+    axis: int
+    arity: ClassVar[int] = 3
+    deciding: ClassVar[str] = "operand"
+
+    def infer(self, ins):
+        self.check_arity(ins)
+        base, x, index = ins
+        if x.dtype != base.dtype and not (x.dtype.is_float and base.dtype.is_float):
+            self.fail("x and base must share a dtype or both be floats", ins, DtypeError)
+        return DynamicUpdateSlice(self.axis).infer([base, self.update_type(base, x), index])
+
+    def define(self, b, ins):
+        base, x, index = ins
+        y = x if x.type.dtype == base.type.dtype else b.eqn(Cast(base.type.dtype), x)
+        upd = self.update_type(base.type, x.type).shape
+        return b.eqn(DynamicUpdateSlice(self.axis), base,
+                     _from_order(b, y, upd, self.token_order(upd)), index)
+
+    def update_type(self, base: TensorType, x: TensorType) -> TensorType:
+        return _update_type(self, base, x)
+
+    def token_order(self, upd: Sequence[int]) -> tuple[int, ...]:
+        """The update block's axes in the order x holds its elements: `axis` first."""
+        return axis_first(self.norm_axis(self.axis, len(upd)), len(upd))
 
 
 @dataclass(frozen=True, repr=False)
