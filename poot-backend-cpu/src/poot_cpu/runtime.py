@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import gc
 import mmap
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -249,7 +250,10 @@ def release_freed_heap() -> None:
     """Give the heap that planning freed back to the OS before a plan first runs: the
     tracer, planner and printer leave megabytes of freed small blocks that the C heap
     keeps, and the weights' pages are added to the resident set only after that, on the
-    first run, so what is freed here lowers the process's peak."""
+    first run, so what is freed here lowers the process's peak. The cyclic garbage that
+    tracing and planning leave (graphs and their values refer to each other) is collected
+    first, or its blocks would stay until the collector's next full pass."""
+    gc.collect()
     trim = _malloc_trim()
     if trim is not None:
         trim(0)
