@@ -76,8 +76,8 @@ def parse_variants(text: str) -> list[dict]:
     per variant ("" -> one variant, the defaults); STACK_QKV=0 /
     STACK_FFN=0: the model traced with q, k and v (gate and up) as separate weights
     (build_decoder's stack_qkv / stack_ffn); PROLOGUE=0 / NORM=0 / GATED=0 /
-    STACKED_GATE=0 / ROPE_UPDATE=0: compiled without the prologue / norm_contraction /
-    gated / stacked_gate / rope_update pass."""
+    STACKED_GATE=0 / ROPE_UPDATE=0 / KV_WRITE=0: compiled without the prologue /
+    norm_contraction / gated / stacked_gate / rope_update / kv_write pass."""
     out = []
     for part in text.split(";") if text else [""]:
         kv = dict(x.split("=") for x in part.split(",") if x)
@@ -99,7 +99,7 @@ def precision_label(precision: str) -> str:
 #: model is traced with, then compile passes
 STACKS = ("STACK_QKV", "STACK_FFN")
 PASSES = {"PROLOGUE": "prologue", "NORM": "norm_contraction", "GATED": "gated",
-          "STACKED_GATE": "stacked_gate", "ROPE_UPDATE": "rope_update"}
+          "STACKED_GATE": "stacked_gate", "ROPE_UPDATE": "rope_update", "KV_WRITE": "kv_write"}
 
 
 def stacked_groups(variants: list[dict]) -> list[tuple[tuple, list[dict]]]:
