@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import sys
 
+import numpy as np
 import pytest
 from poot import optional
 from poot.errors import MissingPackage, PootError
@@ -126,21 +127,24 @@ def test_tokenizer_without_tokenizers(block, tmp_path):
         tokenizer.Tokenizer.from_hf_folder(tmp_path)
 
 
-def test_poot_run_without_regex_is_one_line(block, smollm2_gguf, capsys):
+def test_poot_run_without_tokenizers_is_one_line(block, gemma3_gguf, capsys):
     from poot.cli import main
 
-    block("regex")   # the byte-level BPE's pre-tokenizer (poot.models.bpe)
-    assert main(["run", str(smollm2_gguf), "--prompt", "hi", "--max-tokens", "1"]) == 2
+    block("tokenizers")   # a SentencePiece vocabulary's (a byte-level one needs none)
+    assert main(["run", str(gemma3_gguf), "--prompt", "hi", "--max-tokens", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("poot: error: the Python package regex "
+    assert len(err) == 1 and err[0].startswith("poot: error: the Python package tokenizers "
                                                "is not installed"), err
     assert "pip install" in err[0]
 
 
-def test_poot_quant_without_gguf_names_it(block):
+def test_poot_quant_without_gguf_reads_a_gguf_and_names_it_to_quantize(block, smollm2_gguf):
     block("gguf", reimport=("poot_quant",))
+    plugin = importlib.import_module("poot_quant.plugin")  # reading needs only its own tables
+    assert plugin.poot_open_checkpoint(path=str(smollm2_gguf), format_hint=None) is not None
+    q4_0 = importlib.import_module("poot_quant.gguf_blocks").Q4_0()
     with pytest.raises(MissingPackage, match=r"gguf is not installed .*pip install"):
-        importlib.import_module("poot_quant.plugin")
+        q4_0.quantize_blocks(np.zeros((1, 32), np.float32))
 
 
 def test_loader_says_why_poot_quant_did_not_load(monkeypatch, smollm2_gguf):

@@ -283,7 +283,8 @@ def test_smollm2_round_trip_and_stream(smollm2, smollm2_gguf, hf_byte_level):
 #: assign differently) and surrogates
 CODE_POINTS = np.array([c for c in range(0x20000)
                         if unicodedata.category(chr(c)) not in ("Cn", "Cs")])
-PLAIN = list("abcXYZ 0123456789 \n\t\r.,'!?-'s're've  ")
+PLAIN = [*"abcXYZ 0123456789 \n\t\r.,'!?-'s're've  _", "\x1c", "\x85", "\xa0", "\u2009", "\u3000",
+         "\u2028", "²", "Ⅻ"]
 
 
 def mixed_texts(seed: int, count: int) -> list[str]:

@@ -1,4 +1,4 @@
-"""Byte-level BPE encoding of a GGUF "gpt2" vocabulary, held in a few flat arrays.
+r"""Byte-level BPE encoding of a GGUF "gpt2" vocabulary, held in a few flat arrays.
 
 It computes what HF `tokenizers` computes for the same vocabulary (a BPE model with the
 byte-level pre-tokenizer, its added tokens matched first), which the tests check on the
@@ -12,11 +12,16 @@ merge rank first, the leftmost on a tie, exactly as `tokenizers`' merge queue do
 for the life of a model. Here the merges are one sorted array of (left id, right id)
 keys with their ranks and results; the token spellings stay in the Tokenizer's packed
 `Spellings`; a hash index of the spellings exists only for a rule that looks whole words
-up (llama3's ignore_merges).
+up (llama3's ignore_merges). The pre-tokenizer regexes, written with `\p{L}`/`\p{N}` as
+llama.cpp gives them, run on the standard library's `re` (see `re_pattern`) rather than
+the `regex` package, another MiB resident; so letters and numbers are those of this
+Python's Unicode database (a character it does not know yet is neither).
 """
 from __future__ import annotations
 
+import functools
 import heapq
+import re
 from array import array
 from bisect import bisect_left
 from collections.abc import Sequence
@@ -25,7 +30,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from poot.errors import CheckpointError
-from poot.optional import require
 
 #: GPT-2's pre-tokenizer regex (HF tokenizers' ByteLevel(use_regex=True) uses this one)
 GPT2_REGEX = (r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+"
@@ -73,19 +77,18 @@ class ByteLevelBPE:
     def __init__(self, tokens: Sequence[str], merges: Sequence[str],
                  added: Sequence[tuple[str, bool]], rule: PreTokenizerRule, file: str, *,
                  spellings: Sequence[str] | None = None):
-        regex = require("regex")
         first: dict[str, int] = {}
         for i, token in enumerate(tokens):
             first.setdefault(token, i)
         self.rule = rule
         self.encode_special_tokens = False
-        self._split = regex.compile(rule.pattern)
-        self._numbers = regex.compile(r"\p{N}") if rule.digits else None
+        self._split = re.compile(re_pattern(rule.pattern))
+        self._numbers = re.compile(re_pattern(r"\p{N}")) if rule.digits else None
         # each byte's single-character token (-1: none, the byte is dropped, as there)
         self._byte_ids = [first.get(c, -1) for c in byte_alphabet()]
         self._spell = str.maketrans({b: c for b, c in enumerate(byte_alphabet())})
         self._keys, self._merged = _merge_table(first, merges, file)
-        self._added, self._added_re = _added_tokens(first, added, regex)
+        self._added, self._added_re = _added_tokens(first, added)
         self._whole = _SpellingIndex(tokens, spellings if spellings is not None else tokens) \
             if rule.ignore_merges else None
         self._cache: dict[str, tuple[int, ...]] = {}
@@ -186,6 +189,49 @@ class ByteLevelBPE:
         return tuple(s for s, keep in zip(symbols, alive, strict=True) if keep)
 
 
+#: Unicode's White_Space characters: what `\s` matches in tokenizers' (Oniguruma's)
+#: regexes (`re`'s `\s` adds U+001C..U+001F)
+WHITE_SPACE = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+
+
+def re_pattern(pattern: str) -> str:
+    r"""`pattern`, written with the `regex` syntax of the pre-tokenizer rules (`\p{L}`,
+    `\p{N}`, `\s`, and classes `[^\s\p{L}\p{N}]`, `[^\r\n\p{L}\p{N}]`), in `re`'s
+    syntax. `re` knows no `\p{..}`, but its `\w` is exactly letters, numbers and "_", and
+    `\d` the decimal digits; the other numbers come from `_other_numbers`."""
+    others = _other_numbers()
+    letter = rf"(?:(?![{others}])[^\W\d_])"
+    number = rf"(?:\d|[{others}])"
+    out = pattern.replace(r"[^\s\p{L}\p{N}]", rf"(?:[^{WHITE_SPACE}\w]|_)")
+    out = out.replace(r"[^\r\n\p{L}\p{N}]", r"(?:[^\r\n\w]|_)")
+    out = out.replace(r"\p{L}", letter).replace(r"\p{N}", number)
+    out = out.replace(r"\s", f"[{WHITE_SPACE}]").replace(r"\S", f"[^{WHITE_SPACE}]")
+    if r"\p{" in out:
+        raise ValueError(f"pre-tokenizer regex {pattern!r} uses a Unicode class that "
+                         "poot.models.bpe.re_pattern does not translate")
+    return out
+
+
+@functools.cache
+def _other_numbers() -> str:
+    r"""A `re` class body of the numbers that are not decimal digits (Unicode's Nl and No)
+    as this Python's Unicode database has them: the characters `[^\W\d_]` matches that
+    are not letters, found in one pass over every code point."""
+    points = np.arange(0x110000, dtype=np.uint32)
+    points[0xD800:0xE000] = 0x20                      # surrogates are no characters
+    every = points.tobytes().decode("utf-32-le")
+    found = [c for m in re.finditer(r"[^\W\d_]+", every) if not m.group().isalpha()
+             for c in m.group() if not c.isalpha()]
+    spans: list[list[int]] = []
+    for c in map(ord, found):
+        if spans and c == spans[-1][1] + 1:
+            spans[-1][1] = c
+        else:
+            spans.append([c, c])
+    return "".join(re.escape(chr(a)) if a == b else f"{re.escape(chr(a))}-{re.escape(chr(b))}"
+                   for a, b in spans)
+
+
 def _isolate(pattern, text: str) -> list[str]:
     """`text` split into each match of `pattern` and each stretch between (tokenizers'
     "isolated" split behaviour)."""
@@ -228,7 +274,7 @@ def _merge_table(first: dict[str, int], merges: Sequence[str],
     return array("q", keys[keep].tobytes()), array("q", values[keep].tobytes())
 
 
-def _added_tokens(first: dict[str, int], added: Sequence[tuple[str, bool]], regex):
+def _added_tokens(first: dict[str, int], added: Sequence[tuple[str, bool]]):
     """({spelling: (id, special)}, the pattern finding them leftmost-longest) or
     ({}, None) where there are none."""
     table: dict[str, tuple[int, bool]] = {}
@@ -238,7 +284,7 @@ def _added_tokens(first: dict[str, int], added: Sequence[tuple[str, bool]], rege
     if not table:
         return table, None
     alternatives = sorted(table, key=len, reverse=True)
-    return table, regex.compile("|".join(regex.escape(s) for s in alternatives))
+    return table, re.compile("|".join(re.escape(s) for s in alternatives))
 
 
 class _SpellingIndex:
