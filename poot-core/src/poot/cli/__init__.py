@@ -48,7 +48,9 @@ class _SubcommandParser(argparse.ArgumentParser):
         super().__init__(**kwargs)
 
 
-def build_parser() -> tuple[argparse.ArgumentParser, dict]:
+def build_parser(only: str | None = None) -> tuple[argparse.ArgumentParser, dict]:
+    """The parser and each subcommand's handler; with `only`, that subcommand's alone (its
+    module imported, the others' not: a run holds no other command's code)."""
     parser = argparse.ArgumentParser(prog="poot", description="poot: one Graph IR, many GPU "
                                      "backends. Run a model, inspect graphs and plans, list "
                                      "backends, check a backend against the oracle.")
@@ -57,7 +59,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict]:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND",
                                 parser_class=_SubcommandParser)
     handlers = {}
-    for name in COMMANDS:
+    for name in [only] if only in COMMANDS else COMMANDS:
         mod = _load(name)
         mod.add_parser(sub)
         handlers[name] = mod.run
@@ -67,8 +69,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict]:
 def main(argv: list[str] | None = None) -> int:
     from poot.errors import PootError
 
-    parser, handlers = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
+    parser, handlers = build_parser(argv[0] if argv else None)
     # everything after "--" goes to a command's `pytest_args` untouched (argparse would
     # refuse it after an option: `poot conformance NAME -k CASE -- -v`)
     tail = argv[argv.index("--") + 1:] if "--" in argv else []
