@@ -48,7 +48,9 @@ def test_decoder_step_keeps_the_oracle(tokens, kv, dtype, fmt):
     # and writes k's rows rotated straight to the cache (read before the rotation); a wider
     # one rotates q and k apart and writes k's rows straight to the cache, head by head
     one = tokens == 1 and kv == "dense"
-    assert ops["PagedAttention" if kv == "paged" else "Attention"] == 2
+    # (a dense step of several tokens over its query rows as they are: TokenMajorAttention)
+    assert ops["PagedAttention" if kv == "paged" else "Attention" if one
+               else "TokenMajorAttention"] == 2
     assert (ops["Rope"], ops["RopeScatter"], ops["RopeUpdateSlice"]) == (
         (2, 2, 0) if kv == "paged" else (2, 0, 2))
     assert not {"MatMul", "Reduce", "Concat", "PackedDequant"} & set(ops)

@@ -59,6 +59,7 @@ from poot.ir.ops import (
     SelectedAttention,
     SinkAttention,
     Slice,
+    TokenMajorAttention,
     Transpose,
     TransposedUpdateSlice,
     Unary,
@@ -384,13 +385,18 @@ def attention_mask(m: TensorType, live: int | None = None):
     return f
 
 
-def _attention(hq, hkv, t, s, d, dv, lead=(), mshape=None, dt=F32, live=None):
-    """`live`: keys past it are masked out, as in a KV cache sized past the position."""
-    q, k, v = T(lead + (hq, t, d), dt), T(lead + (hkv, s, d), dt), T(lead + (hkv, s, dv), dt)
+def _attention(hq, hkv, t, s, d, dv, lead=(), mshape=None, dt=F32, live=None,
+               tokens_first=False):
+    """`live`: keys past it are masked out, as in a KV cache sized past the position;
+    `tokens_first`: TokenMajorAttention, q [..., T, Hq, D]."""
+    rows = (t, hq) if tokens_first else (hq, t)
+    q, k, v = T(lead + rows + (d,), dt), T(lead + (hkv, s, d), dt), T(lead + (hkv, s, dv), dt)
     m = T(mshape or (t, s), dt)
     mask = attention_mask(m, live)
-    name = f"attention-{hq}x{hkv}-t{t}-s{s}-d{d}-{dt}" + (f"-live{live}" if live else "")
-    return Case(name, Attention(float(d) ** -0.5),
+    name = f"attention-{hq}x{hkv}-t{t}-s{s}-d{d}-{dt}" + (f"-live{live}" if live else "") + \
+        ("-tokens-first" if tokens_first else "")
+    op = TokenMajorAttention if tokens_first else Attention
+    return Case(name, op(float(d) ** -0.5),
                 (q, k, v, m), makers(normal(q), normal(k), normal(v), mask),
                 1e-10 if dt is F32 else 1e-3)
 
@@ -437,6 +443,8 @@ def attention_cases() -> list[Case]:
         _attention(6, 2, 3, 45, 72, 40),                     # prefill GQA, ragged block/tile
         _attention(3, 1, 4, 200, 16, 16, live=50),           # prefill, keys past 50 unread
         _attention(2, 2, 2, 9, 256, 256, dt=BF16),           # prefill, wide heads: small tiles
+        _attention(6, 2, 3, 45, 72, 40, tokens_first=True),  # rows token by token
+        _attention(4, 2, 1, 300, 64, 64, tokens_first=True),  # decode: either order
     ]
 
 

@@ -143,6 +143,7 @@ COVERAGE: dict[str, Cover] = {
     **_each(("MatMul", "IndexedMatMul"), Cover(DOT - U32)),
     **_each(("Attention", "PagedAttention", "SinkAttention", "BlockTopK",
              "SelectedAttention"), Cover(DOT_FLOATS)),
+    "TokenMajorAttention": Cover(DOT_FLOATS, offered=True),
     **_each(("Rope", "RopeScatter"), Cover(FLOATS, selects=True)),
     "RopeUpdateSlice": Cover(FLOATS, selects=True, offered=True),
     "TransposedUpdateSlice": Cover(MOVED, offered=True),

@@ -11,6 +11,7 @@ from poot.compiler.context import PassContext
 from poot.contract import Backend, Device
 from poot.compiler.passes import (
     attention,
+    attention_rows,
     collectives,
     contraction_dense,
     contraction_packed,
@@ -49,6 +50,7 @@ PASSES = [
     ("rope_scatter", rope.scatter_run),
     ("rope_update", rope.update_run),
     ("kv_write", kv_write.run),
+    ("attention_rows", attention_rows.run),
     ("iota_fold", iota_fold.run),
     ("dense_contraction", contraction_dense.run),
     ("packed_contraction", contraction_packed.run),

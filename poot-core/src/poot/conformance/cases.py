@@ -485,6 +485,11 @@ def attention_cases() -> Iterator[Case]:
         yield case(f"Attention-{d}-causal-inf-mask-t3-s11", "Attention", d,
                    [Arg(q), Arg(k), Arg(k), Arg(T((3, 11), d))], one(O.Attention(0.25)),
                    exact=False, growth="compose", fixed={3: causal_mask(3, 11, d)})
+        # a step's rows token by token [T, Hq, D], causal over a cache of 11
+        yield case(f"TokenMajorAttention-{d}-gqa4x2-t3-s11", "TokenMajorAttention", d,
+                   [Arg(T((3, 4, 16), d)), Arg(k), Arg(k), Arg(T((3, 11), d))],
+                   one(O.TokenMajorAttention(0.25)), exact=False, growth="compose",
+                   fixed={3: causal_mask(3, 11, d)}, flops=4 * 4 * 3 * 11 * 16)
         yield case(f"Rope-{d}-3x4x16-rot12", "Rope", d,
                    [Arg(T((3, 4, 16), d)), Arg(T((3, 1, 6), d)), Arg(T((3, 1, 6), d))],
                    one(O.Rope(12)), exact=False, growth="basic")

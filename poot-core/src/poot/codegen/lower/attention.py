@@ -17,10 +17,12 @@ softmax).
   32 keys are staged once in shared memory and consumed by every row of
   the block, so K/V are read from memory once per block, not once per row.
 
-PagedAttention runs the same kernels with one change: a key's K and V rows are read from
-the pool at the slot its sequence's slot map names (`Keys`), instead of from a gathered
-[B, Hkv, S, D] copy. SinkAttention runs them too: its head's sink joins the softmax where
-the output is written (`Shape.divide`), once per row after every key (and split) is merged.
+TokenMajorAttention runs them with its query and output rows token by token
+(`Shape.row_start`). PagedAttention runs the same kernels with one change: a key's K and
+V rows are read from the pool at the slot its sequence's slot map names (`Keys`),
+instead of from a gathered [B, Hkv, S, D] copy. SinkAttention runs them too: its head's
+sink joins the softmax where the output is written (`Shape.divide`), once per row after
+every key (and split) is merged.
 """
 from __future__ import annotations
 
@@ -33,7 +35,14 @@ from poot.codegen.lower.base import Sig, lowers
 from poot.codegen.program import SCRATCH, Access, BufferParam, KernelProgram, local_index
 from poot.dtypes import DType
 from poot.errors import LimitExceeded
-from poot.ir.ops import Attention, PagedAttention, ReduceOp, SinkAttention, UnaryOp
+from poot.ir.ops import (
+    Attention,
+    PagedAttention,
+    ReduceOp,
+    SinkAttention,
+    TokenMajorAttention,
+    UnaryOp,
+)
 
 F32 = DType.F32
 LANES = 32
@@ -77,13 +86,13 @@ def choose_splits(rows: int, keys: int, per_split: int) -> int:
     return max(1, min(math.ceil(keys / per_split), SPLIT_GROUPS // max(rows, 1)))
 
 
-@lowers(Attention, PagedAttention, SinkAttention)
+@lowers(Attention, PagedAttention, SinkAttention, TokenMajorAttention)
 def lower_attention(sig: Sig) -> KernelProgram:
     from poot.codegen.target import WIDE_WORKGROUPS
 
     q = sig.type(0)
     s = Shape(sig).s
-    if q.shape[-2] > 1:
+    if Shape(sig).t > 1:
         return KernelProgram((_block_kernel(sig),))
     rows = math.prod(q.shape[:-1])
     wide = WIDE_WORKGROUPS in sig.features    # narrow workgroups split at one trip each
@@ -118,7 +127,12 @@ class Shape:
         q, k, v, mask_t = (sig.type(i) for i in (0, 1, 2, mask))
         self.q, self.k, self.v, self.mask = q, k, v, mask_t
         self.mask_name = f"in{mask}"
-        *lead, self.hq, self.t, self.d = q.shape
+        #: TokenMajorAttention's q and result are [..., T, Hq, D]: rows token by token
+        self.tokens_first = isinstance(sig.op, TokenMajorAttention)
+        if self.tokens_first:
+            *lead, self.t, self.hq, self.d = q.shape
+        else:
+            *lead, self.hq, self.t, self.d = q.shape
         self.lead = tuple(lead)
         if self.paged:     # k_pool [P, Hkv, D], slot_map [B, S]
             self.hkv, self.s, self.dv = k.shape[1], sig.type(3).shape[1], v.shape[-1]
@@ -129,6 +143,13 @@ class Shape:
         self.scale = sig.op.scale
         #: SinkAttention's sinks [Hq] (operand 4), else None
         self.sinks = sig.type(4) if isinstance(sig.op, SinkAttention) else None
+
+    def row_start(self, li, h, ti, width: int) -> Expr:
+        """Where query (or output) row (li, h, ti) starts in q (or the result), rows of
+        `width` elements."""
+        if self.tokens_first:
+            return ix.mul(ix.add(ix.mul(ix.add(ix.mul(li, self.t), ti), self.hq), h), width)
+        return ix.mul(ix.add(ix.mul(ix.add(ix.mul(li, self.hq), h), self.t), ti), width)
 
     def divide(self, acc: Expr, lsum: Expr, base: Expr, h) -> Expr:
         """A row's output element: acc / lsum, both relative to exp(base) (the finite
@@ -172,7 +193,7 @@ class Row:
         self.kb, self.a, self.lane, self.row_ok = kb, a, lane, row_ok
         self.qreg = kb.local("qreg", F32, a.dj)
         self.acc = kb.local("acc", F32, a.vj)
-        qbase = ix.mul(ix.add(ix.mul(ix.add(ix.mul(li, a.hq), h), a.t), ti), a.d)
+        qbase = a.row_start(li, h, ti, a.d)
         with kb.for_("jq", 0, a.dj) as j:
             dd = ix.add(lane, ix.mul(j, LANES))
             val = Load("in0", ix.add(qbase, ix.minimum(dd, i32(a.d - 1))), a.q.dtype).cast(F32)
@@ -274,7 +295,7 @@ def _block_kernel(sig: Sig):
                         lambda i, dvj: sv[ix.add(ix.mul(rel[i], a.dv), dvj)])
             kb.barrier()
         with kb.if_(row_ok):
-            obase = ix.mul(ix.add(ix.mul(ix.add(ix.mul(li, a.hq), h), a.t), ti), a.dv)
+            obase = a.row_start(li, h, ti, a.dv)
             with kb.for_("jo", 0, a.vj) as j:
                 dd = kb.let("dd", ix.add(lane, ix.mul(j, LANES)))
                 with kb.if_(ix.lt(dd, i32(a.dv))):

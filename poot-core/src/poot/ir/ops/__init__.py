@@ -33,6 +33,7 @@ from poot.ir.ops.composite import (
     RopeUpdateSlice,
     SelectedAttention,
     SinkAttention,
+    TokenMajorAttention,
     TransposedUpdateSlice,
     attention_chain,
 )

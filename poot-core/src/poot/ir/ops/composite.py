@@ -281,6 +281,39 @@ class Attention(Composite):
         return attention_chain(b, *ins, self.scale)
 
 
+def _token_major(t: TensorType) -> TensorType:
+    """t [..., A, B, D] as [..., B, A, D] (token-major rows <-> head-major)."""
+    return TensorType(t.shape[:-3] + (t.shape[-2], t.shape[-3], t.shape[-1]), t.dtype)
+
+
+def _swap_rows(b, x):
+    r = x.type.rank
+    return b.eqn(Transpose(tuple(range(r - 3)) + (r - 2, r - 3, r - 1)), x)
+
+
+@dataclass(frozen=True, repr=False)
+class TokenMajorAttention(Composite):
+    """Attention over token-major rows: q [..., T, Hq, D], k, v and mask as Attention's,
+    result [..., T, Hq, Dv]: Transpose(Attention(Transpose(q))), each swapping the head and
+    token axes. A step of several tokens reads its query rows and writes its output where
+    they are, with no Transpose kernels around the attention."""
+
+    scale: float
+    arity: ClassVar[int] = 4
+    deciding: ClassVar[str] = "kv"
+    needs: ClassVar[str] = "dot"
+
+    def infer(self, ins):
+        self.check_arity(ins)
+        if ins[0].rank < 3:
+            self.fail("q must be [..., T, Hq, D]", ins)
+        return _token_major(_attention_type(self, [_token_major(ins[0]), *ins[1:]]))
+
+    def define(self, b, ins):
+        q, k, v, mask = ins
+        return _swap_rows(b, attention_chain(b, _swap_rows(b, q), k, v, mask, self.scale))
+
+
 @dataclass(frozen=True, repr=False)
 class SinkAttention(Composite):
     """Attention with a learned logit per query head in each softmax's denominator (gpt-oss's
