@@ -64,7 +64,8 @@ def table(device: str, major: int, minor: int, formats) -> CapabilityTable:
     own = {"Q8PackedContraction": q8_formats(formats)}
     # RopeUpdateSlice writes the rotated keys straight to the dense cache: a step of several
     # tokens loses k's Rope and its Transpose into the cache's order (two kernels a layer),
-    # and TransposedUpdateSlice v's Transpose; a decode step keeps its count (q's Rope,
-    # k's write, v's)
+    # TransposedUpdateSlice v's Transpose and TokenMajorAttention the two of q and the
+    # attention's result; a decode step keeps its count (q's Rope, k's write, v's)
     return kernel_table("cuda", device, dtypes, formats, own=own,
-                        elect=("GatedContraction", "RopeUpdateSlice", "TransposedUpdateSlice"))
+                        elect=("GatedContraction", "RopeUpdateSlice", "TransposedUpdateSlice",
+                               "TokenMajorAttention"))
