@@ -76,8 +76,9 @@ def parse_variants(text: str) -> list[dict]:
     per variant ("" -> one variant, the defaults); STACK_QKV=0 /
     STACK_FFN=0: the model traced with q, k and v (gate and up) as separate weights
     (build_decoder's stack_qkv / stack_ffn); PROLOGUE=0 / NORM=0 / GATED=0 /
-    STACKED_GATE=0 / ROPE_UPDATE=0 / KV_WRITE=0: compiled without the prologue /
-    norm_contraction / gated / stacked_gate / rope_update / kv_write pass."""
+    STACKED_GATE=0 / ROPE_UPDATE=0 / KV_WRITE=0 / ATTENTION_ROWS=0: compiled without the
+    prologue / norm_contraction / gated / stacked_gate / rope_update / kv_write /
+    attention_rows pass."""
     out = []
     for part in text.split(";") if text else [""]:
         kv = dict(x.split("=") for x in part.split(",") if x)
@@ -99,7 +100,8 @@ def precision_label(precision: str) -> str:
 #: model is traced with, then compile passes
 STACKS = ("STACK_QKV", "STACK_FFN")
 PASSES = {"PROLOGUE": "prologue", "NORM": "norm_contraction", "GATED": "gated",
-          "STACKED_GATE": "stacked_gate", "ROPE_UPDATE": "rope_update", "KV_WRITE": "kv_write"}
+          "STACKED_GATE": "stacked_gate", "ROPE_UPDATE": "rope_update", "KV_WRITE": "kv_write",
+          "ATTENTION_ROWS": "attention_rows"}
 
 
 def stacked_groups(variants: list[dict]) -> list[tuple[tuple, list[dict]]]:
