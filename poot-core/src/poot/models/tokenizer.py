@@ -78,8 +78,9 @@ PRE_TOKENIZERS: dict[str, PreTokenizerRule] = {
 
 # -- bytes of each token ---------------------------------------------------------------------
 def gpt2_unicode_to_byte() -> dict[str, int]:
-    """GPT-2's byte-level alphabet (poot.models.bpe.byte_alphabet), inverted."""
-    return {c: b for b, c in enumerate(byte_alphabet())}
+    """GPT-2's byte-level alphabet (poot.models.bpe.byte_alphabet), inverted, in GPT-2's
+    order (the printable bytes, then the others): vocabularies are built from it."""
+    return {c: b for b, c in sorted(enumerate(byte_alphabet()), key=lambda bc: bc[1])}
 
 
 def _byte_level_bytes(token: str, table: dict[str, int]) -> bytes:
