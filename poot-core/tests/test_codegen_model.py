@@ -41,8 +41,10 @@ def test_every_eqn_of_a_llama_step(tokens, kv, dtype, fmt):
         if problem:
             failures.append(f"{case.id}: {problem}")
     assert not failures, "\n".join(failures)
-    # a paged step reads its KV pool through the slot map inside the attention kernel
-    attention = "PagedAttention" if kv == "paged" else "Attention"
+    # a paged step reads its KV pool through the slot map inside the attention kernel; a
+    # dense one of several tokens its query rows as they are
+    attention = "PagedAttention" if kv == "paged" else "Attention" if tokens == 1 else \
+        "TokenMajorAttention"
     # a one-token step's norms go into the contractions that read them
     norm = "FusedRow" if tokens > 1 else "NormedPackedContraction" if fmt else \
         "NormedDenseContraction"
