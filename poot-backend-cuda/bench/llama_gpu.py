@@ -135,13 +135,25 @@ def tuning(variant: dict, features) -> tuple:
 
 def homes_of(variant: dict) -> dict:
     """The modules holding each schedule constant of `variant` (none of the contraction
-    schedule's fields, `tuning`): poot.codegen.lower.reduce, attention, planes, wgmma or
-    mma (ROW_HELD, KEYS, PLANE_MIN_ROWS, MIN_ROWS, ...); a name that several import
-    (MIN_ROWS: mma's, read by wgmma too) is set in each."""
-    from poot.codegen.lower import attention, mma, planes, reduce, wgmma
+    schedule's fields, `tuning`): poot.codegen.lower.reduce, attention, planes, wgmma,
+    mma, schedule or the modules reading its constants (ROW_HELD, KEYS, PLANE_MIN_ROWS,
+    MIN_ROWS, GEMV_MAX_ROWS, ...); a name that several import (MIN_ROWS: mma's, read by
+    wgmma too; GEMV_MAX_ROWS: schedule's, read by dot, int_gemv and contraction) is set in
+    each."""
+    from poot.codegen.lower import (
+        attention,
+        contraction,
+        dot,
+        int_gemv,
+        mma,
+        planes,
+        reduce,
+        schedule,
+        wgmma,
+    )
 
-    homes = {k: [m for m in (reduce, attention, planes, wgmma, mma) if hasattr(m, k)]
-             for k in variant}
+    modules = (reduce, attention, planes, wgmma, mma, schedule, dot, int_gemv, contraction)
+    homes = {k: [m for m in modules if hasattr(m, k)] for k in variant}
     unknown = [k for k, m in homes.items() if not m]
     if unknown:
         raise SystemExit(f"unknown schedule constants {unknown}")

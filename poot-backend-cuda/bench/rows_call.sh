@@ -4,7 +4,9 @@
 # one GatedContraction joined in the rows GEMV, k's rotated rows and v's rows written
 # straight to the cache, attention over the query rows as they are) and as before
 # (stacked_gate, rope_update, kv_write and attention_rows off), over the same weights in
-# one run. From the repository root with .whl carried:
+# one run; and the new plan with the GEMV (not the rows GEMV) up to 8 rows
+# (GEMV_MAX_ROWS=8: one kernel a contraction either way). From the repository root with
+# .whl carried:
 #
 #   bash poot-backend-cuda/bench/rows_call.sh
 #
@@ -20,7 +22,7 @@ h200_wheels .whl/*.whl || exit 1
 h200_editable poot-core poot-quant poot-backend-cuda
 echo "set up in $((SECONDS - START)) s"
 S=$OUT/summary.txt
-timeout -k 5 "${T_CONF:-60}" python3 -m pytest -q -p no:cacheprovider -n 8 --pyargs \
+timeout -k 5 "${T_CONF:-55}" python3 -m pytest -q -p no:cacheprovider -n 8 --pyargs \
   poot.conformance --poot-backend cuda -k "GatedContraction or UpdateSlice or TokenMajor or batch" \
   -W ignore::pytest.PytestAssertRewriteWarning >"$OUT/conformance_cuda.log" 2>&1
 echo "cuda conformance (rc $?): $(grep -E '[0-9]+ (passed|failed)' \
@@ -29,9 +31,10 @@ echo "cuda conformance (rc $?): $(grep -E '[0-9]+ (passed|failed)' \
 grep -E '^(FAILED|ERROR)' "$OUT/conformance_cuda.log" | cut -c1-200 | head -8 | tee -a "$S"
 echo "at $((SECONDS - START)) s" | tee -a "$S"
 cd poot-backend-cuda/bench || exit 1
-PYTHONPATH=/tmp/site:. timeout -k 5 "${T_BENCH:-115}" python3 llama_gpu.py --shapes smollm2 \
+PYTHONPATH=/tmp/site:. timeout -k 5 "${T_BENCH:-125}" python3 llama_gpu.py --shapes smollm2 \
   --formats Q4_0 --precision exact --prefill "${TOKENS:-8,32}" --check-layers 0 \
-  --profile smollm2 --variants ";STACKED_GATE=0,ROPE_UPDATE=0,KV_WRITE=0,ATTENTION_ROWS=0" \
+  --profile smollm2 \
+  --variants ";GEMV_MAX_ROWS=8;STACKED_GATE=0,ROPE_UPDATE=0,KV_WRITE=0,ATTENTION_ROWS=0" \
   >"$OUT/rows.log" 2>&1
 echo "llama_gpu.py rc $?" | tee -a "$S"
 grep -E "SUMMARY|Error|FAIL" "$OUT/rows.log" | grep -v "profile " | cut -c1-200 | tee -a "$S"
