@@ -142,7 +142,7 @@ def test_gguf_family_matches_numpy_reference(tmp_path, arch):
 #: pairs (Mixtral after Qwen3-MoE reuses its shaders). Qwen3 and Qwen2-MoE pass on wgpu too,
 #: but lavapipe's first compile of their shaders outlasts a CI test (docs/models.md).
 ON_BACKEND = [(a, b) for a in sorted(CASES) for b in ("cpu", "cuda")] + [
-    (a, "wgpu") for a in ("qwen3moe", "llama")]
+    (a, "wgpu") for a in ("qwen3moe", "llama", "qwen3")]
 
 
 @pytest.mark.parametrize("arch, backend", ON_BACKEND)

@@ -285,7 +285,7 @@ def qwen2_vl(files, tmp_path_factory):
     return path, vis, ref.tower(vis, QWEN2_VISION, x, grid)
 
 
-@pytest.mark.parametrize("backend", ["reference", "cpu", "cuda"])
+@pytest.mark.parametrize("backend", ["reference", "cpu", "wgpu", "cuda"])
 def test_qwen2_vl_mmproj_against_numpy(files, qwen2_vl, backend):
     """A Qwen2-VL mmproj (`qwen2vl_merger`): its MLP's width read from ffn_up (the file's
     feed_forward_length is the text width), every block full attention; the merged rows of
