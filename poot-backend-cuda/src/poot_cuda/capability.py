@@ -48,10 +48,12 @@ def parse_arch(arch: str) -> tuple[int, int]:
 def table(device: str, major: int, minor: int, formats) -> CapabilityTable:
     """sm_80+ computes with F32, F16 and BF16 (16-bit floats compute in F32 and round
     per op, the IR's rule); sm_70/75 lack BF16 arithmetic. FP8 is storage only (packed
-    FP8 formats decode with integer ops), on sm_89+."""
+    FP8 formats decode with integer ops), on sm_89+. MXFP4's E8M0 scales and E2M1 codes
+    are storage only on every device: their decode is integer ops and a bitcast."""
     floats = (F32, F16, BF16) if (major, minor) >= (8, 0) else (F32, F16)
     fp8 = (DType.F8E4M3, DType.F8E5M2) if (major, minor) >= (8, 9) else ()
-    dtypes = device_uses(full=floats + (I32, U32), narrow=NARROW_INTS, packed=fp8)
+    dtypes = device_uses(full=floats + (I32, U32), narrow=NARROW_INTS,
+                         packed=fp8 + (DType.F8E8M0, DType.F4E2M1))
     if (major, minor) < (8, 0):
         dtypes[BF16] = Use.STORAGE
     # GatedContraction's decode GEMV (lower.dot) is measured here. The other offered
