@@ -277,6 +277,26 @@ def test_mxfp4_folder_greedy_tokens_on_backends(folders, backend):
     assert greedy_ids(model, IDS[:10], 8) == want
 
 
+@pytest.mark.parametrize("tokens", [1, 6])
+def test_mxfp4_folder_steps_compile_for_cuda(folders, tokens):
+    """Without a GPU: the MXFP4 folder's decode and prefill steps planned for a compile-only
+    sm_90a device, the experts' IndexedPackedContraction decoding E8M0 scales and E2M1
+    codes through the shared lowering, every kernel an NVRTC CUBIN."""
+    import poot
+    from poot.conformance.compile_only import model_step_graph
+    from poot.plan import plan
+
+    backend = pytest.importorskip("poot_cuda.backend").CudaBackend()
+    device = backend.compile_only_device("sm_90a")
+    traced, _ = model_step_graph(folders[4, "mxfp4"][0], backend, device, tokens,
+                                 prefill_tokens=6)
+    p = plan(poot.compile(traced, (backend, device)), (backend, device))
+    experts = [s for s in p.steps if "IndexedPackedContraction{weight=mxfp4" in str(s.eqn.op)]
+    assert len(experts) == 2 * LAYERS, [str(s.eqn.op) for s in p.steps]
+    kernels = [ck for s in p.steps for ck in s.lowering.program.kernels]
+    assert kernels and all(ck.binary[:4] == b"\x7fELF" for ck in kernels)
+
+
 def test_harmony_chat_from_the_folder(folders):
     """The folder's chat_template.jinja renders harmony turns; its control tokens are ids of
     their own, the same spelling inside a message stays text."""
