@@ -111,6 +111,9 @@ class Executor:
                 progress(i + 1, len(regions), region.name)
         self.executable = runtime.load(plan, self.buffers)
         self._outputs = [(o, place) for o, place in plan.outputs]
+        # what each step's slot check reads, looked up once
+        self._slot_labels = {vid: label for label, (vid, _) in self.slots.items()}
+        self._slot_types = {label: g.type_of(vid) for label, (vid, _) in self.slots.items()}
         self.steps = 0
 
     def _allocate(self, region: Region) -> DeviceBuffer:
@@ -184,10 +187,9 @@ class Executor:
              have.size * have.dtype.itemsize)
 
     def _checked_slots(self, values: Mapping, fed: Mapping = ()) -> dict[str, np.ndarray]:
-        by_id = {vid: label for label, (vid, _) in self.slots.items()}
         given: dict[str, object] = {}
         for k, v in values.items():
-            label = by_id.get(k) if isinstance(k, ValueId) else k
+            label = self._slot_labels.get(k) if isinstance(k, ValueId) else k
             if label not in self.slots:
                 raise BindError(f"{self.graph.name} has no slot {k!r}; slots: "
                                 f"{', '.join(self.slots)}")
@@ -199,7 +201,7 @@ class Executor:
         for label, v in given.items():
             vid = self.slots[label][0]
             what = f"slot {label}"
-            a = coerce_input(vid, self.graph.type_of(vid), v, what)
+            a = coerce_input(vid, self._slot_types[label], v, what)
             check_slot(self.graph, vid, a, what)
             out[label] = a
         return out
