@@ -207,6 +207,7 @@ class CpuRuntime:
         step = build_step(plan)
         compiler.build(step.source)
         self._prepared[id(plan)] = (plan, step)
+        release_freed_heap()   # planning's garbage, before this plan's weights are written
 
     def load(self, plan, buffers: Mapping[str, CpuBuffer]) -> CpuExecutable:
         prepared = self._prepared.pop(id(plan), None)

@@ -40,7 +40,14 @@ from poot.models.gpt_oss import gpt_oss_experts
 from poot.models.hosted_rows import embed_rows, span_mask, span_mask_ring, span_slot
 from poot.models.rope import RopeScaling
 from poot.models.sample_graph import sample_tokens
-from poot.models.weights import DenseSpec, PackedSpec, RowLayout, WeightSource, stacked
+from poot.models.weights import (
+    DenseSpec,
+    PackedSpec,
+    RowLayout,
+    WeightSource,
+    frozen_stack,
+    stacked,
+)
 
 
 @dataclass(frozen=True)
@@ -539,7 +546,8 @@ def _rope_tables(c: LlamaConfig, weights: WeightSource) -> dict[str, np.ndarray]
     if any(c.sliding) and c.rope_base_local is not None:
         cos, sin = rope.tables(c.max_seq, c.rot, c.rope_base_local)
         out.update({"rope_local.cos": cos, "rope_local.sin": sin})
-    return out
+    # frozen: a host runtime adopts them rather than holding a second copy
+    return {name: frozen_stack([table], [None]) for name, table in out.items()}
 
 
 def ops_trace(fn, name: str) -> Graph:

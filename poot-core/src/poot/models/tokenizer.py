@@ -122,6 +122,36 @@ class Spellings(Sequence):
         return raw.decode("utf-8") if self.text else raw
 
 
+class ByteLevelBytes(Sequence):
+    """The bytes of each token of a byte-level vocabulary, read from its packed spellings
+    rather than held a second time: a token spelled in GPT-2's byte alphabet stands for
+    those bytes; an added token (control, user-defined), or one with a character outside
+    the alphabet, for its text in UTF-8. Indexing gives a new bytes."""
+
+    def __init__(self, tokens: Spellings, added: Iterable[int]):
+        self.tokens, self.added = tokens, frozenset(added)
+        alphabet = gpt2_unicode_to_byte()
+        # alphabet characters to the Latin-1 character of their byte; the Latin-1
+        # characters outside the alphabet to one that Latin-1 cannot encode
+        self._to_latin1 = {**{c: "\uffff" for c in range(256)},
+                           **{ord(c): chr(b) for c, b in alphabet.items()}}
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        i = range(len(self))[i]
+        token = self.tokens[i]
+        if i not in self.added:
+            try:
+                return token.translate(self._to_latin1).encode("latin-1")
+            except UnicodeEncodeError:
+                pass
+        return token.encode("utf-8")
+
+
 class Tokenizer:
     """Text <-> token ids, with the BOS/EOS policy and special tokens of one model."""
 
@@ -134,7 +164,9 @@ class Tokenizer:
         # and the encode_special_tokens flag
         self.backend = backend
         self.tokens = tokens if isinstance(tokens, Spellings) else Spellings(tokens)
-        self.token_bytes = Spellings(token_bytes, text=False)
+        # a list is packed; a packed sequence (ByteLevelBytes) is kept as it is
+        self.token_bytes = Spellings(token_bytes, text=False) \
+            if isinstance(token_bytes, list) else token_bytes
         if len(self.tokens) != len(self.token_bytes):
             raise CheckpointError(
                 f"{len(self.tokens)} tokens but {len(self.token_bytes)} byte spellings")
@@ -389,12 +421,8 @@ def _byte_level_backend(v: Values, spellings: Spellings, tokens: list[str], type
              if kind in (CONTROL, USER_DEFINED)]
     backend = ByteLevelBPE(tokens, v.text_list("tokenizer.ggml.merges", []), added, rule,
                            str(v.file), spellings=spellings)
-    table = gpt2_unicode_to_byte()
-    token_bytes = [
-        tok.encode("utf-8") if kind in (CONTROL, USER_DEFINED) else _byte_level_bytes(tok, table)
-        for tok, kind in zip(tokens, types, strict=True)
-    ]
-    return backend, token_bytes
+    return backend, ByteLevelBytes(spellings, [i for i, kind in enumerate(types)
+                                               if kind in (CONTROL, USER_DEFINED)])
 
 
 def _bpe(file: str, vocab: dict[str, int], merges: list[tuple[str, str]], **options):
