@@ -331,3 +331,19 @@ def test_byte_level_merge_order_and_duplicates(hf_byte_level):
         assert ours.encode(text, add_special=False) == \
             hf.encode(text, add_special_tokens=False).ids, text
     assert [ours.tokens[i] for i in ours.encode("aaaaa")] == ["aa", "aaa"]
+
+
+def test_byte_level_token_bytes_follow_the_spellings(smollm2, smollm2_gguf):
+    """Each token's bytes, derived from its packed spelling: the byte alphabet's bytes, or
+    UTF-8 for an added token and a spelling outside the alphabet."""
+    from poot.models.gguf_meta import read_gguf_metadata
+    from poot.models.tokenizer import ByteLevelBytes, Spellings, _byte_level_bytes
+
+    meta = read_gguf_metadata(smollm2_gguf)
+    table = gpt2_unicode_to_byte()
+    want = [t.encode() if kind in (CONTROL, USER_DEFINED) else _byte_level_bytes(t, table)
+            for t, kind in zip(meta["tokenizer.ggml.tokens"], meta["tokenizer.ggml.token_type"],
+                               strict=True)]
+    assert list(smollm2.token_bytes) == want
+    odd = ByteLevelBytes(Spellings(["a b", "é", "Ġx", "\x01", "日本", "<s>"]), added=[5])
+    assert list(odd) == [b"a b", b"\xe9", b" x", b"\x01", "日本".encode(), b"<s>"]
