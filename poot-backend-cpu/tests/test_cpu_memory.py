@@ -3,7 +3,8 @@ the step's kernels stay out of line (inlining them all into poot_step made the C
 compiler's own peak the run's, on a cold kernel cache), planning for the backend
 leaves numpy.random unloaded (its extension modules stay resident once imported), and
 `poot run` on SmolLM2 imports no other backend, no other subcommand, no package it does
-not use (tokenizers, regex, gguf) and not OpenSSL (hashlib's _hashlib)."""
+not use (tokenizers, regex, gguf; packaging, for plain version ranges) and not OpenSSL
+(hashlib's _hashlib)."""
 from __future__ import annotations
 
 import re
@@ -42,7 +43,8 @@ def test_planning_leaves_numpy_random_unloaded(cpu_backend):
 
 #: what a cpu run of a byte-level GGUF must leave unimported (top-level names, or modules)
 UNWANTED = {"poot_cuda", "poot_rocm", "poot_vulkan", "poot_wgpu", "poot_stride", "poot_toy",
-            "tokenizers", "regex", "gguf", "_hashlib", "poot.cli.serve", "poot.cli.doctor"}
+            "tokenizers", "regex", "gguf", "packaging", "_hashlib", "poot.cli.serve",
+            "poot.cli.doctor"}
 
 
 def test_a_cpu_run_imports_only_what_it_uses(smollm2_gguf):

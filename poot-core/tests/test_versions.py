@@ -96,3 +96,29 @@ def test_doctor_reports_each_part(capsys, tmp_path, monkeypatch):
     assert "device reference:0" in out and "`poot run` picks: " in out
     assert f"\ncache {tmp_path}: " in out       # probing may add its own folders
     assert re.search(r"\n  models +3\.0 KiB\n", out)
+
+
+RANGES = [">=0.1.0,<0.2", "<1,>=0.1.0", "==0.1.0", "==0.1", "!=0.1.0", ">0.1", "<=0.1",
+          ">=0.1.0, <0.2", " (>=0.1.0,<0.2)", ">=0.10,<0.11", ">1.0.0", "<2"]
+
+
+@pytest.mark.parametrize("version", ["0.1.0", "0.1", "0.2", "0.0.9", "0.1.1", "0.10.0",
+                                     "1.0", "1.0.1", "9.0"])
+def test_plain_ranges_are_decided_as_packaging_decides(version):
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+    for spec in RANGES:
+        for name in ("poot-core", "poot_core", "Poot.Core"):
+            lines = ["numpy>=1.26", f"{name}{spec}", 'pytest>=8; extra == "test"']
+            want = Version(version) in SpecifierSet(spec.strip(" ()"), prereleases=True)
+            assert versions.plain_fit(lines, version) is want, (name, spec, version)
+
+
+def test_other_ranges_are_left_to_packaging():
+    for line in ["poot-core~=0.1", "poot-core==0.1.*", "poot-core>=0.1.0rc1",
+                 "poot-core[models]>=0.1", "poot-core===0.1.0"]:
+        assert versions.plain_fit([line], "0.1.0") is None, line
+    assert versions.plain_fit(["poot-core>=0.1"], "0.2.0.dev1") is None
+    # a conditional requirement, or none at all, leaves every version in
+    assert versions.plain_fit(['poot-core>=9; extra == "x"', "numpy"], "0.1.0") is True

@@ -9,6 +9,8 @@ refuses one built for another poot-core with a message instead of crashing in it
 """
 from __future__ import annotations
 
+import re
+
 import poot
 from poot.errors import IncompatiblePlugin
 from poot.optional import is_poot
@@ -48,13 +50,57 @@ def core_range(dist) -> str | None:
     return None
 
 
+#: a release version: numbers and dots, no pre-, post- or dev-release, no local part
+_RELEASE = re.compile(r"\d+(?:\.\d+)*")
+#: a requirement's name, and a poot-core requirement whose range is comparisons with
+#: release versions only
+_NAME = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
+_PLAIN_RANGE = re.compile(r"\s*\(?((?:\s*(?:>=|<=|==|!=|<|>)\s*\d+(?:\.\d+)*\s*,?)+)\s*\)?\s*")
+_CLAUSE = re.compile(r"(>=|<=|==|!=|<|>)\s*(\d+(?:\.\d+)*)")
+_COMPARE = {">=": tuple.__ge__, "<=": tuple.__le__, "==": tuple.__eq__, "!=": tuple.__ne__,
+            "<": tuple.__lt__, ">": tuple.__gt__}
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """A release version as integers without trailing zeros (1.0 == 1.0.0 in PEP 440)."""
+    parts = [int(x) for x in version.split(".")]
+    while len(parts) > 1 and parts[-1] == 0:
+        parts.pop()
+    return tuple(parts)
+
+
+def plain_fit(requires, version: str) -> bool | None:
+    """Whether release `version` is in the range of the first unconditional poot-core
+    requirement of `requires`, where that range compares with release versions only (then
+    PEP 440 is integer tuples, and packaging's specifier machinery, a MiB resident for the
+    life of a run, is not imported); True where there is none; None where the range is of
+    another form (wildcards, ~=, pre-releases, extras), for packaging to decide."""
+    if not _RELEASE.fullmatch(version):
+        return None
+    for line in requires or ():
+        name = _NAME.match(line)
+        if ";" in line or name is None or \
+                re.sub(r"[-_.]+", "-", name.group(1)).lower() != "poot-core":
+            continue
+        plain = _PLAIN_RANGE.fullmatch(line[name.end():])
+        if plain is None:
+            return None
+        have = _release(version)
+        return all(_COMPARE[op](have, _release(v)) for op, v in _CLAUSE.findall(plain[1]))
+    return True
+
+
 def check_compatible(dist) -> None:
     """IncompatiblePlugin when the running poot-core is outside `dist`'s declared range."""
-    from packaging.specifiers import SpecifierSet
+    fits = plain_fit(dist.requires, core_version())
+    if fits is None:
+        from packaging.specifiers import SpecifierSet
 
-    wanted = core_range(dist)
-    if wanted is None or SpecifierSet(wanted).contains(core_version(), prereleases=True):
+        wanted = core_range(dist)
+        fits = wanted is None or SpecifierSet(wanted).contains(core_version(), prereleases=True)
+    if fits:
         return
+    wanted = core_range(dist)
     name = dist.metadata["Name"]
     raise IncompatiblePlugin(
         f"{name} {dist.version} is built for poot-core{wanted} but poot-core "
@@ -62,4 +108,4 @@ def check_compatible(dist) -> None:
         f"'poot-core{wanted}', or a {name} release built for poot-core {core_version()}")
 
 
-__all__ = ["core_version", "installed", "core_range", "check_compatible"]
+__all__ = ["core_version", "installed", "core_range", "plain_fit", "check_compatible"]
