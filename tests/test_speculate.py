@@ -299,6 +299,25 @@ def test_later_greedy_sequences_start_from_the_step_times_measured(models):
     assert m.stats.step_seconds is not clock
 
 
+def test_a_plans_first_run_is_not_timed(files, monkeypatch):
+    """A backend may record a plan on its first run (a CUDA graph), so AdaptiveK is given
+    the time of each verification width's later runs only (Session.ran)."""
+    import poot
+    from poot.models import speculate as spec
+    from poot.runtime.session import SCORE
+
+    m = poot.load(files[0], "reference", max_seq=seeds.CTX, kv="dense")
+    timed, keep = [], spec.AdaptiveK.timed
+    monkeypatch.setattr(spec.AdaptiveK, "timed",
+                        lambda self, what, s: (timed.append(what), keep(self, what, s)))
+    m.generate(PROMPT, max_tokens=40, speculate="lookup")
+    runs = {key[0]: ex.steps for key, ex in m.session().executors.items()
+            if key[0] > 1 and key[2:] and key[2] in ("argmax", SCORE)}
+    assert runs and max(runs.values()) > 1, runs      # some width ran more than once
+    for width, n in runs.items():
+        assert timed.count(width) == max(n - 1, 0), (width, n, timed)
+
+
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="the cpu backend needs gcc")
 def test_greedy_text_is_the_same_on_the_cpu_backend(files):
     import poot

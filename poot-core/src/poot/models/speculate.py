@@ -466,7 +466,10 @@ def tokens(model, session, seq, tok: int, sampler, history: list, mode: str | No
     tokens. A greedy sequence weighs the step times the proposer's earlier sequences
     measured (`step_seconds`), and the first one's first CALIBRATION tokens are plain
     steps: AdaptiveK weighs every verification width against their time, and has no other
-    measure of a plain step while it keeps proposing."""
+    measure of a plain step while it keeps proposing. A step whose plan had not run before
+    is not timed (Session.ran)."""
+    from poot.runtime.session import scoring
+
     sizes = widths(most)
     k_of = AdaptiveK(most, propose.cost)
     # a sampled sequence's draws follow its proposal lengths, which must not follow the step
@@ -485,6 +488,7 @@ def tokens(model, session, seq, tok: int, sampler, history: list, mode: str | No
             k -= 1
         if k == 0:      # a run of plain steps, one queued ahead where the session can
             n = min(CALIBRATION, left) if calibrating else k_of.plain_run(left)
+            warm = session.ran(1, 1, mode)
             t0 = time.perf_counter()
             with closing(model._following(session, seq, tok, sampler, history, mode,
                                           n)) as run:
@@ -492,7 +496,7 @@ def tokens(model, session, seq, tok: int, sampler, history: list, mode: str | No
                     left -= 1
                     tok = t
                     yield t
-            if timing:
+            if timing and warm:
                 k_of.timed("plain", (time.perf_counter() - t0) / n)
             continue
         t0 = time.perf_counter()
@@ -503,6 +507,7 @@ def tokens(model, session, seq, tok: int, sampler, history: list, mode: str | No
                                       mode)[seq]]
         else:
             width = next(w for w in sizes if w > len(drafts))
+            warm = session.ran(width, 1, scoring(by_ids))
             if by_ids:
                 out = accept_ids(session.verify(seq, [tok, *drafts], width, by_ids), drafts)
             else:
@@ -511,7 +516,8 @@ def tokens(model, session, seq, tok: int, sampler, history: list, mode: str | No
             session.rollback(seq, len(drafts) + 1 - len(out))
             if timing:
                 k_of.timed("propose", (t1 - t0) / len(drafts))
-                k_of.timed(width, time.perf_counter() - t1)
+                if warm:    # a first run may record the plan: not the step's time
+                    k_of.timed(width, time.perf_counter() - t1)
             k_of.update(len(drafts), len(out) - 1)
             stats.proposed += len(drafts)
             stats.accepted += len(out) - 1

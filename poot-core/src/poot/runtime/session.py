@@ -372,6 +372,15 @@ class Session:
                                 f"{len(chunk)} tokens (1 to {t}, and {t} must fit)")
         return self._paged_step(chunks, t, self.prefill_batches)
 
+    def ran(self, tokens: int, rows: int, sample: str | None = None) -> bool:
+        """Whether the plan a step of `rows` sequences of `tokens` tokens takes (keyed as
+        `executor`'s; a paged step at the smallest of decode_batches that holds the rows)
+        has run before. A backend may record or compile a plan on its first run, so only a
+        later run's time is the step's."""
+        b = batch_for(self.decode_batches, rows) if self.kv == "paged" else 1
+        ex = self.executors.get(plan_key(tokens, b, sample))
+        return ex is not None and ex.steps > 0
+
     def rehearse(self, tokens: int, batch: int, sample: str | None = None) -> None:
         """Plan the paged (tokens, batch) step (with `sample`, the decode step that samples
         in the graph) and run it once on padding rows (every WriteMap entry -1: no KV slot
