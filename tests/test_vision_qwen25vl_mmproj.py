@@ -4,8 +4,8 @@ the M-RoPE sections padded to four under rope.dimension_sections, a gpt2 vocabul
 its tower as a `qwen2.5vl_merger` mmproj (the Conv3d kernel split into one kernel per
 frame, each block's qkv split into q, k and v, the merger's norm as v.post_ln, its linears
 as mm.0 and mm.2, full-attention blocks as n_wa_pattern). With the mmproj attached, the
-GGUF gives the folder's image tokens, rows and logits (reference and cpu; cuda where a
-device is); `poot run --mmproj` prints what the library gives; bad files are one typed line
+GGUF gives the folder's image tokens, rows and logits (reference, cpu and wgpu; cuda where
+a device is); `poot run --mmproj` prints what the library gives; bad files are one typed line
 naming file and key.
 Qwen2-VL (no folder of it: a random tower in HF's names, LayerNorms, QuickGELU, every block
 full attention) as a `qwen2vl_merger` mmproj against tests/reference_qwen25vl.py (the same
@@ -173,7 +173,7 @@ def test_the_files_read_as_the_folder(files):
         assert np.array_equal(info.sources[0], ckpt.vision.tensors[name].sources[0]), name
 
 
-@pytest.mark.parametrize("backend", ["reference", "cpu", "cuda"])
+@pytest.mark.parametrize("backend", ["reference", "cpu", "wgpu", "cuda"])
 def test_image_rows_and_logits_equal_the_folder(files, backend):
     """The GGUF with the mmproj attached places the image's tokens, rows and M-RoPE
     positions as the folder does, and its logits over them are the folder's."""
@@ -183,7 +183,9 @@ def test_image_rows_and_logits_equal_the_folder(files, backend):
     want_model = loaded(files.folder, backend)
     model = loaded(files.gguf, backend, files.mmproj)
     assert model.checkpoint.kind == "gguf"
-    images = files.images[:1]
+    # the wider image: windows cut at its edges, and its tower's rows past the rows GEMV's,
+    # whose unrolled shaders lavapipe compiles slowly
+    images = files.images[1:]
     want_ids, want_rows, _, want_pos, want_shift = ImageChat(want_model)._prompt(
         PROMPT, images, None)
     ids, rows, spans, pos, shift = ImageChat(model)._prompt(PROMPT, images, None)
