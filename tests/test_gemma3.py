@@ -126,6 +126,31 @@ def test_poot_run_streams_the_reference_greedy_continuation(greedy_continuation,
     assert "decode: 5 tokens" in run.stderr
 
 
+@pytest.mark.parametrize("backend", ["wgpu", "vulkan"])
+def test_a_gpu_api_runs_gemma3_or_refuses_its_embedding_by_the_binding_limit(
+        greedy_continuation, backend):
+    """Where the device binds less than the Q8_0 token embedding u8[262144, 680] (lavapipe:
+    128 MiB), `poot run` refuses it in one typed line before anything runs; elsewhere it
+    streams the reference continuation."""
+    skip_without(backend)
+    from poot.plugin import get_backend
+
+    b = get_backend(backend)
+    limit = b.capabilities(b.default_device()).limits.get("max_buffer_bytes")
+    run = subprocess.run([sys.executable, "-m", "poot", "run", "gemma3-270m", "--prompt", PROMPT,
+                          "--backend", backend, "--max-tokens", "5", "--max-seq", "64"],
+                         capture_output=True, text=True, timeout=900,
+                         env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    if limit is not None and limit < 262144 * 680:
+        assert run.returncode == 2 and run.stdout == "", (run.returncode, run.stdout)
+        err = [line for line in run.stderr.splitlines() if "error" in line]
+        assert len(err) == 1 and "PackedDequant" in err[0] and \
+            f"exceeds the {limit}-byte binding limit" in err[0], run.stderr
+    else:
+        assert run.returncode == 0, run.stderr
+        assert run.stdout.strip() == greedy_continuation.strip()
+
+
 # -- the tokenizer -----------------------------------------------------------------------------
 def spm_reference(text: str, meta: dict) -> list[int]:
     """SentencePiece BPE as llama.cpp applies it to a GGUF vocabulary: split out control and
