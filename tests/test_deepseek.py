@@ -12,6 +12,7 @@ import pytest
 from reference_deepseek import forward
 from test_families import (BACKEND, IDS, check_logits, rel_err, skip_without,
                            write_tokenizer)
+from test_moe_stacked_experts import stacked_experts
 from test_phi3 import greedy_ids, numpy_greedy
 
 VOCAB, DIM, HEADS, LAYERS, FFN = 300, 64, 4, 3, 96
@@ -620,21 +621,6 @@ def test_gguf_missing_tensor_is_refused_by_name(tmp_path):
 
 
 # -- transformers 5's stacked experts ----------------------------------------------------------
-def fused_experts(tensors: dict) -> dict:
-    """The per-expert tensors as transformers 5 holds DeepSeek-V3's experts: per MoE layer
-    mlp.experts.gate_up_proj [E, 2I, H] (each expert's gate rows, then its up rows) and
-    mlp.experts.down_proj [E, H, I]."""
-    out = {n: a for n, a in tensors.items() if ".mlp.experts." not in n}
-    for i in range(1, LAYERS):
-        p = f"model.layers.{i}.mlp.experts."
-        out[p + "gate_up_proj"] = np.stack([np.concatenate(
-            [tensors[f"{p}{j}.gate_proj.weight"], tensors[f"{p}{j}.up_proj.weight"]])
-            for j in range(EXPERTS)])
-        out[p + "down_proj"] = np.stack([tensors[f"{p}{j}.down_proj.weight"]
-                                         for j in range(EXPERTS)])
-    return out
-
-
 @pytest.fixture(scope="module")
 def stacked(tmp_path_factory, folders):
     """(folder with the experts stacked, the numpy forward's logits of IDS, its 8 greedy
@@ -643,7 +629,7 @@ def stacked(tmp_path_factory, folders):
 
     folder, cfg, tensors, want = folders[5, Q_RANK, 3]
     out = tmp_path_factory.mktemp("deepseek-stacked") / "stacked"
-    write_folder(out, fused_experts(tensors), cfg, 1, None)
+    write_folder(out, stacked_experts(tensors), cfg, 1, None)
     write_tokenizer(out)
     greedy = numpy_greedy(lambda ids: forward(tensors, cfg, ids), IDS[:10], 8)
     return out, want, greedy
@@ -678,7 +664,7 @@ def test_stacked_experts_of_the_wrong_shape_are_refused(tmp_path, folders):
     from poot_quant.safetensors_dir import write_folder
 
     folder, cfg, tensors, want = folders[5, Q_RANK, 3]
-    stacked = fused_experts(tensors)
+    stacked = stacked_experts(tensors)
     name = "model.layers.2.mlp.experts.gate_up_proj"
     stacked[name] = np.ascontiguousarray(np.swapaxes(stacked[name], 1, 2))
     out = tmp_path / "transposed"

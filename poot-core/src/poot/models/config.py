@@ -15,6 +15,7 @@ from poot.errors import CheckpointError
 from poot.models import deepseek_config
 from poot.models.families import FAMILIES, HF_FAMILIES, HF_TYPES, Family
 from poot.models.fused import GATE_UP, QKV, check_fused, gguf_fused_name
+from poot.models.hf_experts import check_hf_experts
 from poot.models.llama import LlamaConfig
 from poot.models.rope import RopeScaling
 from poot.models.shapes import LIMITS, check_config
@@ -406,9 +407,12 @@ def from_hf(cfg: dict[str, Any], tensors: dict, max_seq: int | None = None) -> L
     if fam.moe == "deepseek":
         config = deepseek_config.deepseek_config(config, cfg, v, where, model_type)
         tensors = deepseek_config.without_mtp(tensors, cfg, layers)
-        deepseek_config.check_hf_experts(config, tensors, where)
+        check_hf_experts(config, tensors, where)
     elif fam.moe:
         config = replace(config, **_hf_moe(cfg, v, fam, where, key))
+        if fam.moe != "gpt_oss":    # gpt-oss stacks [E, K, N] (and MXFP4 blocks) apart
+            check_hf_experts(config, tensors, where, "block_sparse_moe.experts.0.w1"
+                             if fam.moe == "mixtral" else "mlp.experts.0.gate_proj")
     elif any(cfg.get(k) for k in ("num_local_experts", "num_experts")):
         refuse("num_experts" if cfg.get("num_experts") else "num_local_experts",
                f"experts in a {model_type} model")

@@ -101,31 +101,6 @@ def deepseek_config(config, cfg: dict, v: Values, where: str, model_type: str):
                    shared_ffn=moe_ffn * size("n_shared_experts", "experts", 0, lo=0))
 
 
-def check_hf_experts(c, tensors: dict, where: str) -> None:
-    """Each MoE layer's routed experts are there, one tensor per expert (transformers 4.x,
-    and 5.x's save_pretrained, which reverts its fusion) or stacked as transformers 5 holds
-    them (mlp.experts.gate_up_proj [E, 2I, H]: gate's rows, then up's; down_proj
-    [E, H, I]), with the shapes the config implies."""
-    e, f, d = c.experts, c.expert_ffn, c.dim
-    for i in range(c.dense_layers, c.layers):
-        p = f"model.layers.{i}.mlp.experts."
-        stacks = {p + "gate_up_proj": (e, 2 * f, d), p + "down_proj": (e, d, f)}
-        if not any(n in tensors for n in stacks):
-            if p + "0.gate_proj.weight" not in tensors:
-                raise CheckpointError(f"{where}: the safetensors files lack layer {i}'s "
-                                      f"experts ({p}0.gate_proj.weight, or {p}gate_up_proj)")
-            continue
-        for name, want in stacks.items():
-            info = tensors.get(name)
-            if info is None:
-                raise CheckpointError(f"{where}: the safetensors files lack tensor {name!r} "
-                                      f"(the other half of layer {i}'s stacked experts)")
-            if tuple(info.shape) != want:
-                raise ConfigError(f"{where}: tensor {name!r} is {list(info.shape)}, but the "
-                                  f"config implies {list(want)}", file=where, key=name,
-                                  value=tuple(info.shape))
-
-
 def without_mtp(tensors: dict, cfg: dict, layers: int) -> dict:
     """The tensors less the multi-token-prediction layers DeepSeek-V3 checkpoints append
     after the decoder (num_nextn_predict_layers of them, numbered from num_hidden_layers):
