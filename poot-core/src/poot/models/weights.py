@@ -147,8 +147,8 @@ def hf_name(gguf: str, sandwich: bool = False) -> str:
 #: expert stacks a dense HF folder stores [E, K, N] (gpt-oss's gate_up_proj and down_proj;
 #: its MXFP4 blocks are [E, N, K/32, 16]): served as GGUF's [E, N, K], transposed once
 _KN_STACKS = re.compile(r"blk\.\d+\.ffn_(gate_up|down)_exps\.weight")
-#: transformers 5's stacked experts of the other families (DeepSeek): gate_up_proj
-#: [E, 2I, H] holding gate's rows then up's, down_proj [E, H, I], as GGUF orders them;
+#: transformers 5's stacked experts of the other families (DeepSeek, Mixtral, Qwen-MoE):
+#: gate_up_proj [E, 2I, H] holding gate's rows then up's, down_proj [E, H, I], as GGUF orders them;
 #: llama.cpp's deepseek2 files may fuse them so too (ffn_gate_up_exps)
 _GATE_UP_STACK = re.compile(r"(blk\.\d+\.)ffn_gate_up_exps\.weight")
 #: llama.cpp's gpt-oss names the FFN's pre-norm post_attention_norm (its ffn_norm)
