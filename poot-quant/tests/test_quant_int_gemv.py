@@ -195,11 +195,13 @@ def test_normed_gemv_matches_oracle(name, shape, rows, kernels, apart, inside):
 @pytest.mark.parametrize("shape, rows, kernels", [
     ((32, 2048), 1, 1),      # the integer GEMV joins each pair in its workgroup
     ((64, 14336), 1, 3),     # K split into parts: their two kernels, then the joining one
-    ((32, 2048), 6, 2),      # more rows than a GEMV: the contraction, then the joining one
+    ((32, 2048), 6, 1),      # the rows GEMV joins each pair itself
+    ((32, 2048), 33, 2),     # more rows than the rows GEMV: the contraction, then the join
 ])
 def test_gated_contraction_joins_its_halves(shape, rows, kernels):
     """GatedContraction over an integer-GEMV head: silu(a) * b of the result's halves,
-    in one kernel where the GEMV applies, after the contraction's kernels elsewhere."""
+    in one kernel where a GEMV (or the rows GEMV) applies, after the contraction's kernels
+    elsewhere."""
     from poot.codegen.cases import GATED_TOL, silu_mul
     from poot.ir import region
     from poot.ir.ops import GatedContraction
