@@ -2,8 +2,8 @@
 one's block geometry: part of the file format, like the header poot_quant.gguf_file walks.
 
 Written out here so that opening and running a GGUF does not import the `gguf` package,
-whose `__init__` imports its reader, writer, vocabulary and YAML metadata code (about
-3 MiB resident for the life of a model run) for these two tables. The `gguf` package
+whose `__init__` imports its reader, writer, vocabulary and YAML metadata code (resident
+for the life of a model run; docs/performance.md) for these two tables. The `gguf` package
 stays what quantizes (poot_quant.gguf_blocks, gguf_quantize), and the tests check every
 entry here against its own tables.
 """

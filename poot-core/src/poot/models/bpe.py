@@ -8,13 +8,13 @@ the rule says so), each piece spelled in GPT-2's byte alphabet and merged by the
 merge rank first, the leftmost on a tie, exactly as `tokenizers`' merge queue does.
 
 `tokenizers` holds a vocabulary twice as hash maps of owned strings (token -> id and id
--> token) beside the merge table: ~8 MiB for a 49k vocabulary, plus its 4 MiB library,
-for the life of a model. Here the merges are one sorted array of (left id, right id)
+-> token) beside the merge table, plus its library, for the life of a model (the
+resident cost: docs/performance.md, issue 49's memory section). Here the merges are one sorted array of (left id, right id)
 keys with their ranks and results; the token spellings stay in the Tokenizer's packed
 `Spellings`; a hash index of the spellings exists only for a rule that looks whole words
 up (llama3's ignore_merges). The pre-tokenizer regexes, written with `\p{L}`/`\p{N}` as
 llama.cpp gives them, run on the standard library's `re` (see `re_pattern`) rather than
-the `regex` package, another MiB resident; so letters and numbers are those of this
+the `regex` package, another resident library; so letters and numbers are those of this
 Python's Unicode database (a character it does not know yet is neither).
 """
 from __future__ import annotations
