@@ -54,11 +54,14 @@ h200_bench_setup() {
   h200_editable poot-core poot-quant poot-backend-cuda
 }
 
-# conformance BACKEND WORKERS SECONDS: the suite on one backend, its support matrix and log
-# in $OUT, the exit status as the log's last line.
+# conformance BACKEND WORKERS SECONDS [FILTER]: the suite on one backend (the cases pytest's
+# -k FILTER selects, where given), its support matrix and log in $OUT, the exit status as the
+# log's last line.
 conformance() {
+  local only=()
+  [ -n "${4:-}" ] && only=(-k "$4")
   timeout -k 10 "$3" python3 -m pytest -q -p no:cacheprovider -n "$2" --pyargs poot.conformance \
-    --poot-backend "$1" --poot-support "$OUT/support_$1_h200.md" -rf \
+    --poot-backend "$1" --poot-support "$OUT/support_$1_h200.md" -rf ${only[@]+"${only[@]}"} \
     -W ignore::pytest.PytestAssertRewriteWarning >"$OUT/conformance_$1.log" 2>&1
   echo "rc=$?" >>"$OUT/conformance_$1.log"
 }

@@ -22,13 +22,8 @@ h200_wheels .whl/*.whl || exit 1
 h200_editable poot-core poot-quant poot-backend-cuda
 echo "set up in $((SECONDS - START)) s"
 S=$OUT/summary.txt
-timeout -k 5 "${T_CONF:-55}" python3 -m pytest -q -p no:cacheprovider -n 8 --pyargs \
-  poot.conformance --poot-backend cuda -k "GatedContraction or UpdateSlice or TokenMajor or batch" \
-  -W ignore::pytest.PytestAssertRewriteWarning >"$OUT/conformance_cuda.log" 2>&1
-echo "cuda conformance (rc $?): $(grep -E '[0-9]+ (passed|failed)' \
-  "$OUT/conformance_cuda.log" | tail -1); $(grep -h 'declared cases' \
-  "$OUT/conformance_cuda.log" | tail -1)" | tee -a "$S"
-grep -E '^(FAILED|ERROR)' "$OUT/conformance_cuda.log" | cut -c1-200 | head -8 | tee -a "$S"
+conformance cuda 8 "${T_CONF:-55}" "GatedContraction or UpdateSlice or TokenMajor or batch"
+conformance_summary cuda | tee -a "$S"
 echo "at $((SECONDS - START)) s" | tee -a "$S"
 cd poot-backend-cuda/bench || exit 1
 PYTHONPATH=/tmp/site:. timeout -k 5 "${T_BENCH:-125}" python3 llama_gpu.py --shapes smollm2 \

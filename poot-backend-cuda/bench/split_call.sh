@@ -21,13 +21,8 @@ for i in $(seq 0 $((${WARM:-6} - 1))); do
     python3 split_sweep.py "${ARGS[@]}" --warm "$i/${WARM:-6}" >"/tmp/warm$i.log" 2>&1) &
   warm+=($!)
 done
-timeout -k 5 "${T_CONF:-120}" python3 -m pytest -q -p no:cacheprovider -n "${CONF_N:-8}" \
-  --pyargs poot.conformance --poot-backend cuda ${CONF_K:+-k "$CONF_K"} \
-  -W ignore::pytest.PytestAssertRewriteWarning >"$OUT/conformance_cuda.log" 2>&1
-echo "cuda conformance (rc $?): $(grep -E '[0-9]+ (passed|failed)' \
-  "$OUT/conformance_cuda.log" | tail -1); $(grep -h 'declared cases' \
-  "$OUT/conformance_cuda.log" | tail -1)" | tee -a "$S"
-grep -E '^(FAILED|ERROR)' "$OUT/conformance_cuda.log" | cut -c1-200 | head -8 | tee -a "$S"
+conformance cuda "${CONF_N:-8}" "${T_CONF:-120}" "${CONF_K:-}"
+conformance_summary cuda | tee -a "$S"
 echo "at $((SECONDS - START)) s" | tee -a "$S"
 for p in "${warm[@]}"; do wait "$p"; done
 echo "warmers done at $((SECONDS - START)) s; $(cat /tmp/warm*.log | grep -c Error) errors" \

@@ -29,21 +29,11 @@ h200_wheels .whl/gguf-*.whl .whl2/*.whl || exit 1
 h200_editable poot-core poot-quant poot-backend-cuda poot-backend-vulkan poot-backend-wgpu
 echo "set up in $((SECONDS - START)) s" | tee -a "$S"
 
-subset() {   # BACKEND: the touched conformance cases, log in $OUT
-  timeout -k 5 "${T_CONF:-40}" python3 -m pytest -q -p no:cacheprovider -n 4 --pyargs \
-    poot.conformance --poot-backend "$1" -k "Normed or Gated or RopeUpdate" \
-    -W ignore::pytest.PytestAssertRewriteWarning >"$OUT/conformance_$1.log" 2>&1
-  echo "rc=$?" >>"$OUT/conformance_$1.log"
-}
-subset vulkan &
-subset wgpu
+TOUCHED="Normed or Gated or RopeUpdate"     # the conformance cases the change touches
+conformance vulkan 4 "${T_CONF:-40}" "$TOUCHED" &
+conformance wgpu 4 "${T_CONF:-40}" "$TOUCHED"
 wait
-for b in vulkan wgpu; do
-  log=$OUT/conformance_$b.log
-  echo "$b conformance ($(tail -1 "$log")): $(grep -E '[0-9]+ (passed|failed)' "$log" \
-    | tail -1); $(grep -h 'declared cases' "$log" | tail -1)" | tee -a "$S"
-  grep -E '^(FAILED|ERROR)' "$log" | cut -c1-200 | head -6 | tee -a "$S"
-done
+for b in vulkan wgpu; do conformance_summary "$b" | tee -a "$S"; done
 echo "at $((SECONDS - START)) s" | tee -a "$S"
 
 B=poot-backend-vulkan/bench
