@@ -1,4 +1,5 @@
-"""Shared fixtures of poot-core's tests: a seeded rng per test and random array helpers.
+"""Shared fixtures of poot-core's tests: a seeded rng per test and random array helpers,
+and `site`, a folder on sys.path to install fake plugin distributions in.
 
 Every test gets fresh inputs drawn from a seed derived from its node id and POOT_SEED
 (default 0), so a failure reproduces and a different POOT_SEED draws different inputs.
@@ -8,6 +9,7 @@ random integers avoid zero unless asked.
 from __future__ import annotations
 
 import os
+import sys
 import zlib
 
 import numpy as np
@@ -74,3 +76,33 @@ def bits(a: np.ndarray) -> np.ndarray:
 @pytest.fixture
 def as_bits():
     return bits
+
+
+class Site:
+    """A folder on sys.path that fake installed distributions are written to."""
+
+    def __init__(self, root):
+        self.root = root
+
+    def distribution(self, name: str, module: str, body: str, *, group: str = "poot",
+                     entry: str | None = None, core: str = ">=0.1.0,<1",
+                     extra: str = "") -> None:
+        """Distribution `name` 0.1.0, requiring poot-core`core` (plus `extra` METADATA
+        lines), whose entry point `entry` (default: `module`) of `group` is `module`, a
+        module of source `body`."""
+        info = self.root / f"{name.replace('-', '_')}-0.1.0.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1.0\n"
+                                       f"Requires-Dist: poot-core{core}\n{extra}")
+        (info / "entry_points.txt").write_text(f"[{group}]\n{entry or module} = {module}\n")
+        (self.root / f"{module}.py").write_text(body)
+
+
+@pytest.fixture
+def site(tmp_path, monkeypatch):
+    """A Site on sys.path; the modules imported from it are forgotten afterwards."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield Site(tmp_path)
+    for name, module in list(sys.modules.items()):
+        if str(getattr(module, "__file__", "") or "").startswith(str(tmp_path)):
+            del sys.modules[name]

@@ -33,27 +33,14 @@ def poot_backends():
 '''
 
 
-def backend_distribution(root, name: str, body: str | None = None) -> str:
+def backend_distribution(site, name: str, body: str | None = None) -> str:
     """An installed distribution whose BACKEND_GROUP entry point `name` is module
     poot_lazy_<name> (registering a backend `name`, or running `body`)."""
     module = f"poot_lazy_{name}"
-    info = root / f"poot_backend_lazy_{name}-0.1.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: poot-backend-lazy-{name}\n"
-                                   "Version: 0.1.0\nRequires-Dist: poot-core>=0.1.0,<1\n")
-    (info / "entry_points.txt").write_text(f"[{BACKEND_GROUP}]\n{name} = {module}\n")
-    (root / f"{module}.py").write_text(body if body is not None else PLUGIN.format(name=name))
+    site.distribution(f"poot-backend-lazy-{name}", module,
+                      body if body is not None else PLUGIN.format(name=name),
+                      group=BACKEND_GROUP, entry=name)
     return module
-
-
-@pytest.fixture
-def site(tmp_path, monkeypatch):
-    monkeypatch.syspath_prepend(str(tmp_path))
-    before = set(sys.modules)
-    yield tmp_path
-    for name in set(sys.modules) - before:
-        if name.startswith("poot_lazy_"):
-            del sys.modules[name]
 
 
 def test_naming_a_backend_imports_its_plugin_alone(site):

@@ -20,24 +20,11 @@ def poot_backends():
 '''
 
 
-def plugin_distribution(root, name: str, module: str, core: str):
+def plugin_distribution(site, name: str, module: str, core: str):
     """An installed distribution `name` whose `poot` entry point is `module`, declaring
-    `poot-core{core}` (a dist-info folder and the module, on sys.path)."""
-    info = root / f"{name.replace('-', '_')}-0.1.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1.0\n"
-                                   f"Requires-Dist: poot-core{core}\n"
-                                   f"Requires-Dist: numpy>=1.26; extra == 'test'\n")
-    (info / "entry_points.txt").write_text(f"[poot]\n{module} = {module}\n")
-    (root / f"{module}.py").write_text(PLUGIN)
-
-
-@pytest.fixture
-def site(tmp_path, monkeypatch):
-    monkeypatch.syspath_prepend(str(tmp_path))
-    yield tmp_path
-    for name in ("poot_future", "poot_current"):
-        sys.modules.pop(name, None)
+    `poot-core{core}`."""
+    site.distribution(name, module, PLUGIN, core=core,
+                      extra="Requires-Dist: numpy>=1.26; extra == 'test'\n")
 
 
 def test_plugin_for_another_core_is_refused_unimported(site):
