@@ -25,6 +25,9 @@ BACKEND = "vulkan"
 API_VERSION = (1, 2)  # Vulkan12Features/Vulkan11Features and SPIR-V 1.5
 VALIDATION_LAYER = "VK_LAYER_KHRONOS_validation"
 VALIDATION_VAR = "POOT_VULKAN_VALIDATION"
+#: "off" compiles as before issue 56's level cuts (wide workgroups, attention over the
+#: fresh keys): the A/B switch of the device benches
+LEVEL_CUTS_VAR = "POOT_LEVEL_CUTS"
 
 #: device types by preference (VkPhysicalDeviceType values)
 TYPE_NAMES = {2: "discrete", 1: "integrated", 3: "virtual", 4: "cpu", 0: "other"}
@@ -93,6 +96,11 @@ def import_vulkan():
                                 f"({type(e).__name__}: {e}); on Debian install "
                                 f"libvulkan1 and a driver (mesa-vulkan-drivers)") from e
     return vk
+
+
+def level_cuts() -> bool:
+    """Whether the level cuts are on (POOT_LEVEL_CUTS is not "off")."""
+    return os.environ.get(LEVEL_CUTS_VAR, "") != "off"
 
 
 def validation_wanted(vk) -> bool:

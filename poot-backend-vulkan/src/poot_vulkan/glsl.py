@@ -34,12 +34,12 @@ import re
 from poot.codegen.cstyle import CPrinter
 from poot.codegen.expr import Dot4, Load
 from poot.codegen.program import CoopReduce, For, Kernel, Store
-from poot.codegen.target import DOT4
+from poot.codegen.target import DOT4, WIDE_WORKGROUPS
 from poot.dtypes import DType
 from poot.errors import LimitExceeded
 from poot.ir.ops import ReduceOp
 
-from poot_vulkan.device import BACKEND, DeviceFacts
+from poot_vulkan.device import BACKEND, DeviceFacts, level_cuts
 
 F32, F16, BF16, I32, U32 = DType.F32, DType.F16, DType.BF16, DType.I32, DType.U32
 I16, U16, I8, U8 = DType.I16, DType.U16, DType.I8, DType.U8
@@ -79,8 +79,22 @@ def supported_dtypes(facts: DeviceFacts) -> frozenset[DType]:
 
 def target_features(facts: DeviceFacts) -> frozenset[str]:
     """The optional statement families (poot.codegen.target) printed for the device:
-    DOT4 where it has shaderIntegerDotProduct (VK_KHR_shader_integer_dot_product)."""
-    return frozenset({DOT4} if facts.has("shaderIntegerDotProduct") else ())
+    DOT4 where it has shaderIntegerDotProduct (VK_KHR_shader_integer_dot_product);
+    WIDE_WORKGROUPS where a GPU launches 1024 invocations (`wide_workgroups`)."""
+    dot4 = {DOT4} if facts.has("shaderIntegerDotProduct") else set()
+    wide = {WIDE_WORKGROUPS} if wide_workgroups(facts) else set()
+    return frozenset(dot4 | wide)
+
+
+def wide_workgroups(facts: DeviceFacts) -> bool:
+    """A GPU whose workgroups take 1024 invocations: decode attention then walks a cache of
+    up to 1024 keys in one kernel, where narrow workgroups split it and merge the splits
+    in a second kernel, one dependent batch more a layer. Not on a software device, whose
+    workgroup barriers cost by the invocation (docs/performance.md), nor with
+    POOT_LEVEL_CUTS=off (the A/B of issue 56's level cuts, `level_cuts`)."""
+    return (not facts.is_software and level_cuts()
+            and facts.limit("maxComputeWorkGroupInvocations") >= 1024
+            and facts.limit("maxComputeWorkGroupSize.x") >= 1024)
 
 
 def dispatch_groups(kernel: Kernel, facts: DeviceFacts) -> tuple[int, int, int]:

@@ -11,7 +11,7 @@ import functools
 import threading
 from dataclasses import dataclass, field
 
-from poot.codegen.target import DOT4
+from poot.codegen.target import DOT4, WIDE_WORKGROUPS
 from poot.errors import DeviceUnavailable, MissingPackage
 from poot.optional import require
 
@@ -89,8 +89,20 @@ class WgpuDevice:
 
 def target_features(dev: WgpuDevice) -> frozenset[str]:
     """The optional statement families (poot.codegen.target) printed for `dev`: DOT4
-    where the implementation has WGSL's packed 4 x 8-bit dot products."""
-    return frozenset({DOT4} if DOT4_LANGUAGE_FEATURE in dev.language_features else ())
+    where the implementation has WGSL's packed 4 x 8-bit dot products; WIDE_WORKGROUPS
+    where a GPU adapter launches 1024 invocations (`wide_workgroups`)."""
+    dot4 = {DOT4} if DOT4_LANGUAGE_FEATURE in dev.language_features else set()
+    return frozenset(dot4 | ({WIDE_WORKGROUPS} if wide_workgroups(dev) else set()))
+
+
+def wide_workgroups(dev: WgpuDevice) -> bool:
+    """A GPU adapter whose workgroups take 1024 invocations: decode attention then walks a
+    cache of up to 1024 keys in one dispatch instead of splits and a merge dispatch that
+    waits for them. Not on a CPU adapter (its workgroup barriers cost by the invocation),
+    nor with POOT_LEVEL_CUTS=off (`poot_wgpu.env.level_cuts`)."""
+    return (not dev.is_software and env.level_cuts()
+            and dev.limit("max-compute-invocations-per-workgroup") >= 1024
+            and dev.limit("max-compute-workgroup-size-x") >= 1024)
 
 
 def language_features(device) -> frozenset[str]:

@@ -14,6 +14,14 @@ BACKEND_VAR = "WGPU_BACKEND_TYPE"
 DEFAULT_BACKEND = "Vulkan"
 #: backends with real compute shaders; OpenGL (GLES compute through ANGLE/EGL) is refused
 ACCEPTED_BACKENDS = ("Vulkan", "Metal", "D3D12")
+#: "off" compiles as before issue 56's level cuts (wide workgroups, attention over the
+#: fresh keys): the A/B switch of the device benches, read as poot_vulkan reads it
+LEVEL_CUTS_VAR = "POOT_LEVEL_CUTS"
+
+
+def level_cuts() -> bool:
+    """Whether the level cuts are on (POOT_LEVEL_CUTS is not "off")."""
+    return os.environ.get(LEVEL_CUTS_VAR, "") != "off"
 
 
 def configure() -> str:
