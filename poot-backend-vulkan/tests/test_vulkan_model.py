@@ -16,9 +16,9 @@ from poot.runtime.executor import Executor
 from poot_vulkan.capability import OFFERED
 
 CONFIG = tiny_config()
-#: the passes that move the norms and the SwiGLU into the contractions and the rotation of
-#: the keys into their cache write
-FUSIONS = frozenset({"norm_contraction", "gated", "rope_update"})
+#: the passes that move the norms and the SwiGLU into the contractions, the rotation of
+#: the keys into their cache write, and the attention onto the step's own rows
+FUSIONS = frozenset({"norm_contraction", "gated", "rope_update", "fresh_kv"})
 
 
 @pytest.mark.parametrize("weights_kw", [{}, {"packed_format": "gguf:Q4_1"}],
@@ -30,7 +30,8 @@ def test_decode_takes_norms_and_swiglu_in_fewer_batches(vulkan_target, weights_k
     fused = poot.compile(step.graph, vulkan_target, policy=Policy(fuse=OFFERED))
     ops = Counter(e.op.name for e in fused.graph.eqns())
     assert "FusedRow" not in ops and ops["GatedContraction"] == CONFIG.layers
-    assert ops["RopeUpdateSlice"] == CONFIG.layers
+    assert ops["RopeUpdateSlice"] == ops["FreshKVAttention"] == CONFIG.layers
+    assert "Attention" not in ops and "Rope" not in ops     # q rotated as attention reads it
     apart = poot.compile(step.graph, vulkan_target, policy=Policy(disable=FUSIONS))
     ref = Executor(plan(step.graph, "reference"), consts)
     dev, before = (Executor(plan(c), consts) for c in (fused, apart))
@@ -43,9 +44,10 @@ def test_decode_takes_norms_and_swiglu_in_fewer_batches(vulkan_target, weights_k
             assert (got.argmax(-1) == want.argmax(-1)).all()
     # a layer's two norms and its SwiGLU (with the slices of gate|up it read, where those
     # were kernels), and the head's norm, are no batches of their own; nor is its KV write,
-    # which no longer waits for the rotation of q
+    # which no longer waits for the rotation of q, nor the rotation (the attention reads
+    # the step's rows, not the cache they are written to)
     saved = len(before.executable.step.batches) - len(dev.executable.step.batches)
-    assert saved >= 4 * CONFIG.layers + 1
+    assert saved >= 5 * CONFIG.layers + 1
 
 
 def test_a_plain_compile_forms_the_fusions_the_device_elects(vulkan_target):
@@ -57,6 +59,7 @@ def test_a_plain_compile_forms_the_fusions_the_device_elects(vulkan_target):
     ops = Counter(e.op.name for e in compiled.graph.eqns())
     assert set(OFFERED) <= set(compiled.table.ops) and ops["GatedContraction"] == CONFIG.layers
     assert ops["RopeUpdateSlice"] == CONFIG.layers and ops["DynamicUpdateSlice"] == CONFIG.layers
+    assert ops["FreshKVAttention"] == CONFIG.layers and "Attention" not in ops
     if vulkan_target[1].is_software:
         assert ops["FusedRow"] == 2 * CONFIG.layers + 1 and "NormedPackedContraction" not in ops
         assert "NormedPackedContraction is declared but not elected" in compiled.explain()

@@ -27,7 +27,7 @@ from poot.codegen.lower.q8 import q8_formats
 from poot.codegen.target import DOT4
 from poot.dtypes import DType
 
-from poot_vulkan.device import BACKEND, SUDOT_ACCELERATED, DeviceFacts
+from poot_vulkan.device import BACKEND, SUDOT_ACCELERATED, DeviceFacts, level_cuts
 from poot_vulkan.glsl import supported_dtypes, target_features
 
 D = DType
@@ -45,7 +45,7 @@ NOTES = {
 
 #: the offered fusions it lowers on every device (declared: conformance runs their cases)
 OFFERED = ("NormedPackedContraction", "NormedDenseContraction", "GatedContraction",
-           "RopeUpdateSlice")
+           "RopeUpdateSlice", "FreshKVAttention")
 #: those compile forms by default on a GPU: a decode step there is a chain of dependent
 #: batches, each costing a barrier and a dispatch's latency, so the RMSNorm inside the
 #: contractions that read it and the SwiGLU inside the gate|up GEMV remove a batch each,
@@ -56,7 +56,15 @@ ELECT = OFFERED
 #: fewer a layer), not the norms: there the normed GEMV's extra workgroup reduction costs
 #: more than the batch it saves (docs/performance.md). The norms stay declared; a test
 #: forms them with `Policy(fuse=OFFERED)`
-SOFTWARE_ELECT = ("GatedContraction", "RopeUpdateSlice")
+SOFTWARE_ELECT = ("GatedContraction", "RopeUpdateSlice", "FreshKVAttention")
+#: elected only while the level cuts are on (POOT_LEVEL_CUTS=off: the A/B's before)
+LEVEL_CUTS = ("FreshKVAttention",)
+
+
+def elected(software: bool) -> tuple[str, ...]:
+    """The fusions compile forms unasked on this kind of device."""
+    elect = SOFTWARE_ELECT if software else ELECT
+    return elect if level_cuts() else tuple(k for k in elect if k not in LEVEL_CUTS)
 
 
 def dtype_uses(facts: DeviceFacts) -> dict[DType, Use]:
@@ -91,5 +99,5 @@ def capability_table(facts: DeviceFacts, device_id: str,
     own = {"Q8PackedContraction": q8_formats(formats)} if DOT4 in target_features(facts) \
         else None
     return kernel_table(BACKEND, device_id, uses, formats, refuse={"Select": SPIRV_SELECT},
-                        declare=OFFERED, elect=SOFTWARE_ELECT if facts.is_software else ELECT,
+                        declare=OFFERED, elect=elected(facts.is_software),
                         own=own, limits=limits, notes=notes)

@@ -29,6 +29,7 @@ from poot.codegen.target import DOT4
 from poot.dtypes import DType
 
 from poot_wgpu.device import WgpuDevice, target_features
+from poot_wgpu.env import level_cuts
 from poot_wgpu.wgsl.types import BACKEND
 
 D = DType
@@ -47,7 +48,7 @@ NOTES = {
 
 #: the offered fusions it lowers on every adapter (declared: conformance runs their cases)
 OFFERED = ("NormedPackedContraction", "NormedDenseContraction", "GatedContraction",
-           "RopeUpdateSlice")
+           "RopeUpdateSlice", "FreshKVAttention")
 #: those compile forms by default on a GPU: a step's dispatches that share a buffer wait
 #: for each other, and each costs its encoding, so the RMSNorm inside the contractions that
 #: read it and the SwiGLU inside the gate|up GEMV remove a dispatch each, and the rotated
@@ -58,7 +59,15 @@ ELECT = OFFERED
 #: norms: there the normed GEMV's extra workgroup reduction costs more than the dispatch it
 #: saves (docs/performance.md). The norms stay declared; a test forms them with
 #: `Policy(fuse=OFFERED)`
-SOFTWARE_ELECT = ("GatedContraction", "RopeUpdateSlice")
+SOFTWARE_ELECT = ("GatedContraction", "RopeUpdateSlice", "FreshKVAttention")
+#: elected only while the level cuts are on (POOT_LEVEL_CUTS=off: the A/B's before)
+LEVEL_CUTS = ("FreshKVAttention",)
+
+
+def elected(software: bool) -> tuple[str, ...]:
+    """The fusions compile forms unasked on this kind of device."""
+    elect = SOFTWARE_ELECT if software else ELECT
+    return elect if level_cuts() else tuple(k for k in elect if k not in LEVEL_CUTS)
 
 
 def dtype_uses(dev: WgpuDevice) -> dict[DType, Use]:
@@ -87,5 +96,5 @@ def capability_table(dev: WgpuDevice, device_id: str, formats: frozenset[str]) \
     own = {"Q8PackedContraction": q8_formats(formats)} if DOT4 in target_features(dev) \
         else None
     return kernel_table(BACKEND, device_id, uses, formats, no_select=SPIRV_SELECT,
-                        declare=OFFERED, elect=SOFTWARE_ELECT if dev.is_software else ELECT,
+                        declare=OFFERED, elect=elected(dev.is_software),
                         own=own, limits=limits, notes=notes)

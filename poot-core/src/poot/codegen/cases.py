@@ -30,6 +30,7 @@ from poot.ir.ops import (
     DenseContraction,
     DenseRowGather,
     DynamicUpdateSlice,
+    FreshKVAttention,
     Fused,
     FusedRow,
     GatedContraction,
@@ -424,8 +425,26 @@ def _sinks(hq, hkv, t, s, d, dt=F32, live=None):
                 1e-10 if dt is F32 else 1e-3)
 
 
+def _fresh(hq, hkv, t, s, d, at, rot=None, live=None, cache=F32):
+    """FreshKVAttention: this step's t rows (f32; rotated by `rot` features) written in at
+    `at` (clamped), read where they are; `cache`: the caches' dtype."""
+    q, kc, new = T((hq, t, d), F32), T((hkv, s, d), cache), T((hkv, t, d), F32)
+    tab, m = T((t, (rot or d) // 2), F32), T((t, s), F32)
+    name = f"fresh-kv-attention-{hq}x{hkv}-t{t}-s{s}-d{d}-at{at}-{cache}" + \
+        (f"-live{live}" if live else "")
+    return Case(name, FreshKVAttention(float(d) ** -0.5, rot or d),
+                (q, kc, kc, m, new, new, tab, tab, T((1,), I32)),
+                makers(normal(q), normal(kc), normal(kc), attention_mask(m, live), normal(new),
+                       normal(new), normal(tab), normal(tab),
+                       lambda rng: np.array([at], np.int32)),
+                1e-10 if cache is F32 else 1e-3)
+
+
 def attention_cases() -> list[Case]:
     return [
+        _fresh(4, 2, 1, 300, 64, 169, live=170),    # decode, split-KV: the row in one split
+        _fresh(3, 1, 1, 20, 32, 7, rot=16, cache=F16),   # partial rotation, f16 cache
+        _fresh(4, 2, 3, 40, 16, 39),                 # prefill tiles, index clamped to 37
         _sinks(4, 2, 1, 300, 64, live=170),                 # decode, split-KV, merged sinks
         _sinks(4, 2, 5, 40, 16),                             # prefill tiles
         _sinks(2, 1, 1, 20, 32, dt=BF16),

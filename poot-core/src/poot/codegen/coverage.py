@@ -144,6 +144,7 @@ COVERAGE: dict[str, Cover] = {
     **_each(("Attention", "PagedAttention", "SinkAttention", "BlockTopK",
              "SelectedAttention"), Cover(DOT_FLOATS)),
     "TokenMajorAttention": Cover(DOT_FLOATS, offered=True),
+    "FreshKVAttention": Cover(DOT_FLOATS, selects=True, offered=True),
     **_each(("Rope", "RopeScatter"), Cover(FLOATS, selects=True)),
     "RopeUpdateSlice": Cover(FLOATS, selects=True, offered=True),
     "TransposedUpdateSlice": Cover(MOVED, offered=True),

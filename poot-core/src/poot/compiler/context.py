@@ -18,12 +18,14 @@ class PassContext:
     policy: Policy
     record: PassRecord
 
-    def refusal(self, op: OpKind, inputs: list[Operand], out: Eqn, view: GraphView) -> str | None:
+    def refusal(self, op: OpKind, inputs: list[Operand], out: Eqn, view: GraphView,
+                types: list | None = None) -> str | None:
         """Why `op(inputs)` cannot stand in for `out` here (its type differs, the target
         cannot lower it, or lowers it without electing it and the policy does not ask for
-        it), or None when it can."""
-        types = [x.type if isinstance(x, Lit) else
-                 view.type_of(x.id if isinstance(x, Value) else x) for x in inputs]
+        it), or None when it can. `types`: the operands' types, where some are not in the
+        graph yet (added by the rewrite)."""
+        types = types or [x.type if isinstance(x, Lit) else
+                          view.type_of(x.id if isinstance(x, Value) else x) for x in inputs]
         want = view.type_of(out.out)
         try:
             got = op.infer(types)

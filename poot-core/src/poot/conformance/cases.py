@@ -525,6 +525,31 @@ def attention_cases() -> Iterator[Case]:
                 Arg(T((1, 1, 1, 6), F32)), Arg(T((1,), I32))],
                one(O.RopeUpdateSlice(12, 1)), exact=False, growth="basic",
                fixed={4: np.array([4], np.int32)})
+    # attention over a cache with this step's rows written in, read from where they are:
+    # one token's at 5; three tokens' past the end (the index clamped as DUS's), causal
+    for d in WIDE_FLOATS:
+        kc = T((2, 11, 16), d)
+        yield case(f"FreshKVAttention-{d}-decode-gqa4x2-s11-rot12-at-5", "FreshKVAttention",
+                   d, [Arg(T((4, 1, 16), d)), Arg(kc), Arg(kc), Arg(T((1, 11), d), "small"),
+                       Arg(T((2, 1, 16), d)), Arg(T((2, 1, 16), d)), Arg(T((1, 6), d)),
+                       Arg(T((1, 6), d)), Arg(T((1,), I32))],
+                   one(O.FreshKVAttention(0.25, 12)), exact=False, growth="compose",
+                   fixed={8: np.array([5], np.int32)}, flops=4 * 11 * 16 * 4)
+        yield case(f"FreshKVAttention-{d}-gqa4x2-t3-s11-rot12-clamped", "FreshKVAttention",
+                   d, [Arg(T((4, 3, 16), d)), Arg(kc), Arg(kc), Arg(T((3, 11), d)),
+                       Arg(T((2, 3, 16), d)), Arg(T((2, 3, 16), d)), Arg(T((3, 6), d)),
+                       Arg(T((3, 6), d)), Arg(T((1,), I32))],
+                   one(O.FreshKVAttention(0.25, 12)), exact=False, growth="compose",
+                   fixed={3: causal_mask(3, 11, d), 8: np.array([10], np.int32)},
+                   flops=4 * 4 * 3 * 11 * 16)
+    # f32 rows rounded into an f16 cache (its dtype decides)
+    kc = T((2, 11, 16), F16)
+    yield case("FreshKVAttention-f16-f32-rows-decode-s11-rot12", "FreshKVAttention", F16,
+               [Arg(T((4, 1, 16), F32)), Arg(kc), Arg(kc), Arg(T((1, 11), F32), "small"),
+                Arg(T((2, 1, 16), F32)), Arg(T((2, 1, 16), F32)), Arg(T((1, 6), F32)),
+                Arg(T((1, 6), F32)), Arg(T((1,), I32))],
+               one(O.FreshKVAttention(0.25, 12)), exact=False, growth="compose",
+               fixed={8: np.array([3], np.int32)}, flops=4 * 11 * 16 * 4)
     for d in WIDE_FLOATS:   # gpt-oss's sinks: prefill with GQA and a causal mask, decode
         q, k, sinks = T((4, 3, 16), d), T((2, 11, 16), d), T((4,), d)
         yield case(f"SinkAttention-{d}-gqa4x2-t3-s11", "SinkAttention", d,

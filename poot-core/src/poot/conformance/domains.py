@@ -47,6 +47,8 @@ def domains(op: O.OpKind, ins: list[TensorType]) -> list:
         return ["any", "any", ("index", ins[0].shape[op.axis % ins[0].rank])]
     if isinstance(op, O.RopeUpdateSlice):
         return ["any"] * 4 + [("index", ins[0].shape[op.axis % ins[0].rank])]
+    if isinstance(op, O.FreshKVAttention):
+        return ["any"] * 8 + [("index", ins[1].shape[-2])]
     if isinstance(op, O.TransposedUpdateSlice):
         return ["any", "any", ("index", ins[0].shape[op.axis % ins[0].rank])]
     if isinstance(op, O.IndexedMatMul):

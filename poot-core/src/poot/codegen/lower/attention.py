@@ -30,13 +30,15 @@ import contextlib
 import math
 
 from poot.codegen import index as ix
-from poot.codegen.expr import Const, Expr, Load, Un, f32, i32, maximum
+from poot.codegen.expr import Const, Expr, Load, Sel, Un, f32, i32, maximum
 from poot.codegen.lower.base import Sig, lowers
+from poot.codegen.lower.rope import rotated
 from poot.codegen.program import SCRATCH, Access, BufferParam, KernelProgram, local_index
 from poot.dtypes import DType
 from poot.errors import LimitExceeded
 from poot.ir.ops import (
     Attention,
+    FreshKVAttention,
     PagedAttention,
     ReduceOp,
     SinkAttention,
@@ -45,6 +47,9 @@ from poot.ir.ops import (
 )
 
 F32 = DType.F32
+I32 = DType.I32
+#: FreshKVAttention's operands: the new key and value rows, cos and sin, the write index
+FRESH_K, FRESH_V, FRESH_TABLES, FRESH_INDEX = 4, 5, (6, 7), 8
 LANES = 32
 WARPS = 4
 KEYS = 8          # keys one 32-lane group scores per loop trip (independent chains in flight)
@@ -86,7 +91,7 @@ def choose_splits(rows: int, keys: int, per_split: int) -> int:
     return max(1, min(math.ceil(keys / per_split), SPLIT_GROUPS // max(rows, 1)))
 
 
-@lowers(Attention, PagedAttention, SinkAttention, TokenMajorAttention)
+@lowers(Attention, FreshKVAttention, PagedAttention, SinkAttention, TokenMajorAttention)
 def lower_attention(sig: Sig) -> KernelProgram:
     from poot.codegen.target import WIDE_WORKGROUPS
 
@@ -143,6 +148,9 @@ class Shape:
         self.scale = sig.op.scale
         #: SinkAttention's sinks [Hq] (operand 4), else None
         self.sinks = sig.type(4) if isinstance(sig.op, SinkAttention) else None
+        #: FreshKVAttention: q rotated as it is read, the keys at the write index read from
+        #: this step's rows (`Keys.load`)
+        self.sig, self.fresh = sig, isinstance(sig.op, FreshKVAttention)
 
     def row_start(self, li, h, ti, width: int) -> Expr:
         """Where query (or output) row (li, h, ti) starts in q (or the result), rows of
@@ -166,14 +174,54 @@ class Shape:
 class Keys:
     """Where key `key` (in range) of sequence `li`, KV head `kvh`, starts in the K and V
     buffers: a row of the gathered [..., Hkv, S, D] operands, or the pool row at the slot
-    the slot map (in3) names."""
+    the slot map (in3) names. FreshKVAttention's keys from the write index on are this
+    step's rows instead (`load`)."""
 
     def __init__(self, kb, a: Shape, li, kvh):
         self.kb, self.a, self.li, self.kvh = kb, a, li, kvh
+        self.staged = None
         if not a.paged:
             kvrow = ix.add(ix.mul(li, a.hkv), kvh)
             self.kbase = kb.let("kbase", ix.mul(kvrow, a.s * a.d))
             self.vbase = kb.let("vbase", ix.mul(kvrow, a.s * a.dv))
+        if a.fresh:   # clamped as DynamicUpdateSlice's index
+            self.index = kb.let("fresh_at", ix.clamp(Load(f"in{FRESH_INDEX}", i32(0), I32),
+                                                     0, a.s - a.t))
+
+    def load(self, side: int, start, key, dim) -> Expr:
+        """Key `key`'s K (side 0) or V (side 1) element `dim` as f32, its row at `start`."""
+        a = self.a
+        name, t = ("in1", a.k) if side == 0 else ("in2", a.v)
+        cached = Load(name, ix.add(start, dim), t.dtype).cast(F32)
+        if not a.fresh:
+            return cached
+        rel = ix.sub(key, self.index)
+        inside = ix.both(ix.ge(rel, i32(0)), ix.lt(rel, i32(a.t)))
+        fresh = self.staged[side][dim] if self.staged else \
+            self.fresh_row(side, ix.clamp(rel, 0, a.t - 1), dim)
+        return Sel(inside, fresh, cached)
+
+    def fresh_row(self, side: int, row, dim) -> Expr:
+        """Element `dim` of this step's row `row` as the cache would hold it: the key
+        rotated, both rounded to the cache's dtype, as f32."""
+        a, sig = self.a, self.a.sig
+        coords = list(ix.unravel(self.li, a.lead)) + [self.kvh, row, dim]
+        if side == 0:
+            y = rotated(self.kb, sig, sig.op.rot, FRESH_K, coords, FRESH_TABLES)
+        else:
+            new = sig.type(FRESH_V)
+            y = Load(f"in{FRESH_V}", ix.ravel(coords, new.shape), new.dtype)
+        return y.cast((a.k if side == 0 else a.v).dtype).cast(F32)
+
+    def stage(self, wg: int) -> None:
+        """Decode (one new row): that row's K and V, computed once into shared memory by
+        the workgroup, which `load` then reads (the caller places the barrier)."""
+        kb, a = self.kb, self.a
+        rows = (kb.shared("s_fk", F32, a.d), kb.shared("s_fv", F32, a.dv))
+        for side, (tile, width) in enumerate(zip(rows, (a.d, a.dv), strict=True)):
+            with kb.for_("fe", local_index(), width, wg) as e:
+                kb.store(tile, e, self.fresh_row(side, i32(0), e))
+        self.staged = rows
 
     def rows(self, key):
         """(K row start, V row start) of `key`, as let-bound values."""
@@ -196,7 +244,13 @@ class Row:
         qbase = a.row_start(li, h, ti, a.d)
         with kb.for_("jq", 0, a.dj) as j:
             dd = ix.add(lane, ix.mul(j, LANES))
-            val = Load("in0", ix.add(qbase, ix.minimum(dd, i32(a.d - 1))), a.q.dtype).cast(F32)
+            dc = ix.minimum(dd, i32(a.d - 1))
+            if a.fresh:
+                val = rotated(kb, a.sig, a.sig.op.rot, 0,
+                              list(ix.unravel(li, a.lead)) + [h, ti, dc], FRESH_TABLES)
+            else:
+                val = Load("in0", ix.add(qbase, dc), a.q.dtype)
+            val = val.cast(F32)
             kb.store(self.qreg, j, ix.Sel(ix.both(ix.lt(dd, i32(a.d)), row_ok), val, f32(0.0)))
         with kb.for_("ja", 0, a.vj) as j:
             kb.store(self.acc, j, f32(0.0))
@@ -277,14 +331,12 @@ def _block_kernel(sig: Sig):
         at = Keys(kb, a, li, kvh)
         with kb.for_("kt", 0, _block_reach(kb, a, row, lane) if REACH else a.s,
                      tile_keys) as kt:
-            for tile, side, width, name in ((sk, 0, a.d, "in1"), (sv, 1, a.dv, "in2")):
-                dtype = sig.type(1 if name == "in1" else 2).dtype
+            for tile, side, width in ((sk, 0, a.d), (sv, 1, a.dv)):
                 with kb.for_("e", local_index(), tile_keys * width, wg) as e:
                     key = kb.let("key", ix.add(kt, ix.div(e, width)))
-                    start = at.rows(ix.minimum(key, i32(a.s - 1)))[side]
-                    src = ix.add(start, ix.mod(e, width))
-                    kb.store(tile, e, ix.Sel(ix.lt(key, i32(a.s)),
-                                             Load(name, src, dtype).cast(F32), f32(0.0)))
+                    kc = ix.minimum(key, i32(a.s - 1))
+                    value = at.load(side, at.rows(kc)[side], kc, ix.mod(e, width))
+                    kb.store(tile, e, ix.Sel(ix.lt(key, i32(a.s)), value, f32(0.0)))
             kb.barrier()
             with kb.for_("run", 0, tile_keys, KEYS) as run:
                 rel = [ix.add(run, i) for i in range(KEYS)]
@@ -343,6 +395,9 @@ def _partial_kernel(sig: Sig, rows: int, splits: int, chunk: int, warps: int):
         li = kb.let("l", ix.div(rowi, a.t * a.hq))
         at = Keys(kb, a, li, ix.div(h, a.group))
         row = Row(kb, a, lane, li, h, ti, i32(1))
+        if a.fresh:
+            at.stage(wg)
+            kb.barrier()
         start = kb.let("start", ix.mul(split, chunk))
         end = kb.let("end", ix.minimum(ix.add(start, chunk), i32(a.s)))
         # Walk the split only up to its last live key (mask not -inf): decode KV caches are
@@ -370,8 +425,8 @@ def _partial_kernel(sig: Sig, rows: int, splits: int, chunk: int, warps: int):
             keys = [kb.let("kc", ix.minimum(x, i32(a.s - 1))) for x in raw]
             starts = [at.rows(key) for key in keys]
             row.run(keys, [ix.lt(x, end) for x in raw],
-                    lambda i, dk: Load("in1", ix.add(starts[i][0], dk), a.k.dtype).cast(F32),
-                    lambda i, dvj: Load("in2", ix.add(starts[i][1], dvj), a.v.dtype).cast(F32))
+                    lambda i, dk: at.load(0, starts[i][0], keys[i], dk),
+                    lambda i, dvj: at.load(1, starts[i][1], keys[i], dvj))
         with kb.if_(ix.eq(lane, i32(0))):
             kb.store(sm, warp, row.m)
             kb.store(sl, warp, row.lsum)

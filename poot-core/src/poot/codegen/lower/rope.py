@@ -12,10 +12,12 @@ from poot.codegen.program import KernelProgram
 from poot.ir.ops import Rope, RopeScatter, RopeUpdateSlice
 
 
-def rotated(kb, sig: Sig, rot: int, first: int, c):
-    """Element `c` of Rope{rot}(x, cos, sin), operands first, first + 1, first + 2 of sig."""
-    x, cos, sin = (sig.type(first + j) for j in range(3))
-    xs, cs, ss = (f"in{first + j}" for j in range(3))
+def rotated(kb, sig: Sig, rot: int, first: int, c, tables: tuple[int, int] | None = None):
+    """Element `c` of Rope{rot}(x, cos, sin), operands first, first + 1, first + 2 of sig
+    (cos and sin the operands `tables` where given)."""
+    where = (first, *(tables or (first + 1, first + 2)))
+    x, cos, sin = (sig.type(j) for j in where)
+    xs, cs, ss = (f"in{j}" for j in where)
     h = rot // 2
 
     def table(name, t, coords):

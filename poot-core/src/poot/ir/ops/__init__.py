@@ -18,6 +18,7 @@ from poot.ir.ops.composite import (
     ContractionPrologue,
     DenseContraction,
     DenseRowGather,
+    FreshKVAttention,
     Fused,
     FusedRow,
     GatedContraction,

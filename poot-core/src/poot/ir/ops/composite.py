@@ -487,6 +487,54 @@ class RopeUpdateSlice(Composite):
         return axis_first(a, len(upd)) if self.tokens_first else tuple(range(len(upd)))
 
 
+@dataclass(frozen=True, repr=False)
+class FreshKVAttention(Composite):
+    """Attention over a dense KV cache with this step's keys and values written in, read
+    from where the projection left them instead of after the write:
+    Attention(Rope{rot}(q, cos, sin), DynamicUpdateSlice{-2}(k_cache, Rope{rot}(k_new, cos,
+    sin), index), DynamicUpdateSlice{-2}(v_cache, v_new, index), mask), the new rows rounded
+    to the cache's dtype first (Cast) where theirs differs. Operands q [..., Hq, T, D]
+    (not rotated), k_cache [..., Hkv, S, D], v_cache [..., Hkv, S, Dv], mask (as
+    Attention's), k_new [..., Hkv, T, D] (not rotated), v_new [..., Hkv, T, Dv], cos, sin
+    (broadcastable to q's and k_new's [..., rot/2]), index (I32, one element; clamped as
+    DynamicUpdateSlice's). The cache is only read: the writes stay their own ops and may
+    run beside the attention's readers, so a layer's step waits for the rotation and the
+    writes no more."""
+
+    scale: float
+    rot: int
+    arity: ClassVar[int] = 9
+    deciding: ClassVar[str] = "kv"
+    needs: ClassVar[str] = "dot"
+
+    def infer(self, ins):
+        self.check_arity(ins)
+        q, kc, vc, mask, kn, vn, cos, sin, index = ins
+        Rope(self.rot).infer([q, cos, sin])
+        Rope(self.rot).infer([kn, cos, sin])
+        for new, cache in ((kn, kc), (vn, vc)):
+            if new.rank != cache.rank or new.shape[:-2] != cache.shape[:-2] or \
+                    new.shape[-1] != cache.shape[-1] or new.shape[-2] != q.shape[-2]:
+                self.fail("k_new and v_new must be the caches' [..., Hkv, T, D] with q's T",
+                          ins)
+            if new.dtype != cache.dtype and not (new.dtype.is_float and cache.dtype.is_float):
+                self.fail("new rows and their cache must share a dtype or both be floats",
+                          ins, DtypeError)
+        if index.dtype != DType.I32 or index.size != 1:
+            self.fail("index must be one I32 element", ins, DtypeError)
+        return _attention_type(self, [q, kc, vc, mask])
+
+    def define(self, b, ins):
+        q, kc, vc, mask, kn, vn, cos, sin, index = ins
+        rows = []
+        for new, cache, rotate in ((kn, kc, True), (vn, vc, False)):
+            y = b.eqn(Rope(self.rot), new, cos, sin) if rotate else new
+            if new.type.dtype != cache.type.dtype:
+                y = b.eqn(Cast(cache.type.dtype), y)
+            rows.append(b.eqn(DynamicUpdateSlice(cache.type.rank - 2), cache, y, index))
+        return attention_chain(b, b.eqn(Rope(self.rot), q, cos, sin), *rows, mask, self.scale)
+
+
 def _update_type(op, base: TensorType, x: TensorType) -> TensorType:
     """The block x fills, in base's dtype: base's shape with `op.axis` sized to hold x's
     elements."""
