@@ -539,3 +539,19 @@ def test_evaluate_by_value_id_and_sequence(rand):
     by_seq = poot.evaluate(g, vals)
     by_id = poot.evaluate(g, dict(zip(g.inputs(), vals, strict=True)))
     np.testing.assert_array_equal(by_seq[0], by_id[0])
+
+
+@pytest.mark.parametrize("view", [lambda w: w.T, lambda w: w[:, 3:].T,
+                                  lambda w: np.broadcast_to(w, (2, *w.shape)).transpose(0, 2, 1)],
+                         ids=["transposed", "sliced", "broadcast"])
+def test_a_large_strided_operand_is_copied_as_it_is(rand, view):
+    """The block-wise copy of a large transposed operand (a tied head's weight) is the
+    operand, C-contiguous, so a contraction over it sums as over numpy's own copy."""
+    from poot.oracle.rules import contiguous
+
+    x = view(rand((1100, 1000)))
+    got = contiguous(x)
+    assert got.flags.c_contiguous and got.dtype == x.dtype and x.size >= 1 << 20
+    np.testing.assert_array_equal(got, x)
+    a = rand((3, x.shape[-2]))
+    np.testing.assert_array_equal(np.matmul(a, got), np.matmul(a, np.ascontiguousarray(x)))

@@ -145,11 +145,29 @@ def _reduce(op, args, ins, out):
     return np.asarray(r).astype(dtype.numpy)
 
 
+#: elements of an operand whose last axis is strided above which `contiguous` copies it a
+#: block of columns at a time, and the columns of a block (its source rows stay in cache)
+_BLOCKED_COPY, _BLOCK_COLUMNS = 1 << 20, 256
+
+
+def contiguous(x: np.ndarray, dtype=None) -> np.ndarray:
+    """`np.ascontiguousarray(x, dtype)`. A large operand whose last axis is strided (a
+    transposed weight) is copied a block of columns at a time: numpy's copy in the result's
+    order misses the cache on nearly every read of it."""
+    if dtype is not None and np.dtype(dtype) != x.dtype or x.ndim < 2 or \
+            x.size < _BLOCKED_COPY or x.strides[-1] == x.itemsize or x.flags.c_contiguous:
+        return np.ascontiguousarray(x, dtype)
+    out = np.empty(x.shape, x.dtype)
+    for i in range(0, x.shape[-1], _BLOCK_COLUMNS):
+        out[..., i: i + _BLOCK_COLUMNS] = x[..., i: i + _BLOCK_COLUMNS]
+    return out
+
+
 def _contract(a: np.ndarray, b: np.ndarray, dtype: DType, sub: str | None = None) -> np.ndarray:
     """On C-contiguous copies: numpy sums a product in an order that depends on its
     operands' strides, and the meaning must not depend on where a planner put them."""
     acc = np.float32 if dtype.is_float else np.int64
-    a, b = np.ascontiguousarray(a, acc), np.ascontiguousarray(b, acc)
+    a, b = contiguous(a, acc), contiguous(b, acc)
     r = np.einsum(sub, a, b) if sub else np.matmul(a, b)
     return np.asarray(r).astype(dtype.numpy)
 

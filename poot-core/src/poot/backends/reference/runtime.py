@@ -20,6 +20,7 @@ from poot.ir import ops as O
 from poot.ir.graph import Lit
 from poot.oracle import apply
 from poot.oracle import scalar as S
+from poot.oracle.rules import contiguous
 from poot.runtime.blas import single_thread
 
 Kernel = Callable[[], None]
@@ -157,8 +158,8 @@ def _fast_kernel(op, args, in_types, out) -> Kernel | None:
         # on contiguous operands, as the oracle's rule (rules._contract): the same sums
         # whatever layout the plan gave them
         if out.flags.c_contiguous:
-            return lambda: np.matmul(np.ascontiguousarray(a), np.ascontiguousarray(b), out=out)
-        return lambda: np.copyto(out, np.matmul(np.ascontiguousarray(a), np.ascontiguousarray(b)))
+            return lambda: np.matmul(contiguous(a), contiguous(b), out=out)
+        return lambda: np.copyto(out, np.matmul(contiguous(a), contiguous(b)))
     if isinstance(op, O.Reduce) and f32:
         (x,) = args
         axis, keep = op.axis, op.keepdim
