@@ -72,9 +72,11 @@ def child(backend: str, plan: str, max_seq: int, tokens: int, random: bool,
         as_gpu(backend)
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                                     "poot-backend-cuda", "bench"))
+    from poot.models.hub import smollm2_path
     from poot.models.sampling import Sampler
     from smollm2_gpu import PROMPT_IDS, greedy, load
 
+    random = random or smollm2_path() is None
     model = load(backend, max_seq, random)
     session = model.session()
     mode = model.sample_mode([Sampler()])

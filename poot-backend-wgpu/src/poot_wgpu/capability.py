@@ -52,14 +52,17 @@ OFFERED = ("NormedPackedContraction", "NormedDenseContraction", "GatedContractio
 #: those compile forms by default on a GPU: a step's dispatches that share a buffer wait
 #: for each other, and each costs its encoding, so the RMSNorm inside the contractions that
 #: read it and the SwiGLU inside the gate|up GEMV remove a dispatch each, and the rotated
-#: keys written straight to the dense cache no longer wait for q's rotation
+#: keys written straight to the dense cache no longer wait for q's rotation; the attention
+#: over the step's own rows drops q's rotation (a dispatch; its waits stay as many: the
+#: two cache writes after the attention each wait for it, wgpu ordering by whole buffer)
 #: (docs/performance.md)
 ELECT = OFFERED
 #: on a CPU adapter (lavapipe) the SwiGLU and the KV write (as many dispatches), not the
 #: norms: there the normed GEMV's extra workgroup reduction costs more than the dispatch it
-#: saves (docs/performance.md). The norms stay declared; a test forms them with
-#: `Policy(fuse=OFFERED)`
-SOFTWARE_ELECT = ("GatedContraction", "RopeUpdateSlice", "FreshKVAttention")
+#: saves (docs/performance.md); nor the attention over the step's own rows: after the split
+#: attention's merge there each cache write adds a wait. The norms stay declared; a test
+#: forms them with `Policy(fuse=OFFERED)`
+SOFTWARE_ELECT = ("GatedContraction", "RopeUpdateSlice")
 #: elected only while the level cuts are on (POOT_LEVEL_CUTS=off: the A/B's before)
 LEVEL_CUTS = ("FreshKVAttention",)
 
