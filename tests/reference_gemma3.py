@@ -20,8 +20,8 @@ import functools
 from pathlib import Path
 
 import numpy as np
-from gguf import GGUFReader
 from gguf.quants import dequantize
+from gguf_file import PlainGGUFReader
 
 LOCAL_BASE = 10000.0  # RoPE base of the sliding layers (Gemma 3's rope_local_base_freq)
 PATTERN = 6           # every sixth layer is global
@@ -29,7 +29,7 @@ PATTERN = 6           # every sixth layer is global
 
 @functools.lru_cache(maxsize=1)
 def load(gguf_path: str) -> tuple[dict, dict[str, np.ndarray]]:
-    reader = GGUFReader(gguf_path, "r")
+    reader = PlainGGUFReader(gguf_path, "r")
 
     def value(key):
         return reader.fields[key].contents()
@@ -42,7 +42,8 @@ def load(gguf_path: str) -> tuple[dict, dict[str, np.ndarray]]:
     weights = {}
     for t in reader.tensors:
         w = dequantize(t.data, t.tensor_type)
-        weights[t.name] = w.astype(np.float32 if t.name == "token_embd.weight" else np.float64)
+        weights[t.name] = w.astype(np.float32 if t.name == "token_embd.weight" else np.float64,
+                                   copy=False)
     return cfg, weights
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 from gguf import GGUFReader
 from gguf.quants import dequantize
+from gguf_file import PlainGGUFReader
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,7 @@ def _tensor_index(reader: GGUFReader, name: str) -> int:
 @functools.lru_cache(maxsize=1)
 def load_weights(gguf_path: str) -> tuple[LlamaConfig, dict[str, np.ndarray]]:
     """Config and every tensor dequantized to float64, numpy shape [out, in] for matrices."""
-    reader = GGUFReader(gguf_path, "r")
+    reader = PlainGGUFReader(gguf_path, "r")
     weights = {
         t.name: dequantize(t.data, t.tensor_type).astype(np.float64) for t in reader.tensors
     }
