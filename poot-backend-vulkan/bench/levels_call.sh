@@ -9,13 +9,14 @@
 #   bash poot-backend-vulkan/bench/levels_call.sh
 #
 # 1. the conformance cases the change touches (FreshKVAttention, every attention and RoPE
-#    case) on vulkan and on wgpu, side by side;
+#    case, and the row reductions wide workgroups change) on vulkan and on wgpu, side by side;
 # 2. levels.py on the device's own tables: dispatches, dependency levels and barriers of the
 #    decode step with the cuts off and on, per backend (no tokens: counts only);
 # 3. vulkan_bench.py with POOT_LEVEL_CUTS=off, then on (with the vulkan step's GPU profile):
 #    decode tok/s on vulkan, cuda and wgpu, the same ids compared within each run and
 #    across the two.
-# Summary in $OUT/summary.txt. About 200 s warm.
+# Summary in $OUT/summary.txt. About 250 s warm (the bound of each part: T_CONF, T_LEVELS,
+# T_BENCH).
 set -u
 source scripts/h200_lib.sh
 export WGPU_BACKEND_TYPE=Vulkan
@@ -30,15 +31,16 @@ h200_wheels .whl/gguf-*.whl .whl2/*.whl || exit 1
 h200_editable poot-core poot-quant poot-backend-cuda poot-backend-vulkan poot-backend-wgpu
 echo "set up in $((SECONDS - START)) s" | tee -a "$S"
 
-TOUCHED="FreshKV or Attention or Rope"     # the conformance cases the change touches
-conformance vulkan 4 "${T_CONF:-40}" "$TOUCHED" &
-conformance wgpu 4 "${T_CONF:-40}" "$TOUCHED"
+# the conformance cases the change touches (about 200 on each backend)
+TOUCHED="FreshKV or Attention or Rope or FusedRow or Reduce or ArgTopK"
+conformance vulkan 6 "${T_CONF:-60}" "$TOUCHED" &
+conformance wgpu 6 "${T_CONF:-60}" "$TOUCHED"
 wait
 for b in vulkan wgpu; do conformance_summary "$b" | tee -a "$S"; done
 echo "at $((SECONDS - START)) s" | tee -a "$S"
 
 B=poot-backend-vulkan/bench
-timeout -k 5 "${T_LEVELS:-80}" python3 $B/levels.py --backends vulkan,wgpu --plans elected \
+timeout -k 5 "${T_LEVELS:-120}" python3 $B/levels.py --backends vulkan,wgpu --plans elected \
   --tokens 0 >"$OUT/levels.log" 2>&1
 echo "levels rc $? at $((SECONDS - START)) s" | tee -a "$S"
 grep -h "^SUMMARY \|level [0-9]" "$OUT/levels.log" | sed 's/^SUMMARY /  /' | cut -c1-220 \
