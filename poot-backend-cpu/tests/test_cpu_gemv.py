@@ -13,7 +13,15 @@ import pytest
 from poot.formats import get_format
 from poot_cpu import compiler
 from poot_cpu.blocks import BLOCKS, Field, block_of
-from poot_cpu.gemv import I16, LOCAL_BYTES, PANEL_BYTES, PANEL_ROWS, Q8, kernel_source
+from poot_cpu.gemv import (
+    I16,
+    LOCAL_BYTES,
+    PANEL_BYTES,
+    PANEL_ROWS,
+    Q8,
+    amx_panel,
+    kernel_source,
+)
 from poot_cpu.printer import HostCPrinter
 
 FORMATS = sorted(BLOCKS)
@@ -26,16 +34,18 @@ SHAPES = [(1, 36), (5, 37), (13, 37)]
 # the paths of the dot products, each compiled by turning the host's wider features off
 # (-march=native is the host's cpuid; the compiler may target less than the host has), with
 # the CPU flags a host needs to run it
+NO_AMX = ("-mno-amx-tile", "-mno-amx-int8", "-mno-amx-bf16")
 ISAS = {
-    "avx512-vnni": ((), {"avx512bw", "avx512vl", "avx512_vnni"}),
-    "avx512": (("-mno-avx512vnni", "-mno-avxvnni"), {"avx512bw", "avx512vl"}),
-    "avx-vnni": (("-mno-avx512f",), {"avx_vnni", "avx2", "fma", "f16c"}),
-    "avx2": (("-mno-avx512f", "-mno-avxvnni"), {"avx2", "fma", "f16c"}),
-    "scalar": (("-mno-avx2",), set()),
+    "amx": ((), {"avx512bw", "avx512vl", "avx512_vnni", "amx_tile", "amx_int8"}),
+    "avx512-vnni": (NO_AMX, {"avx512bw", "avx512vl", "avx512_vnni"}),
+    "avx512": (("-mno-avx512vnni", "-mno-avxvnni", *NO_AMX), {"avx512bw", "avx512vl"}),
+    "avx-vnni": (("-mno-avx512f", *NO_AMX), {"avx_vnni", "avx2", "fma", "f16c"}),
+    "avx2": (("-mno-avx512f", "-mno-avxvnni", *NO_AMX), {"avx2", "fma", "f16c"}),
+    "scalar": (("-mno-avx2", *NO_AMX), set()),
 }
-# what each path defines: (POOT_VL, POOT_DOT8_BIAS), None without AVX2
-PROBE = {"avx512-vnni": (16, 128), "avx512": (16, 0), "avx-vnni": (8, 128), "avx2": (8, 0),
-         "scalar": None}
+# what each path defines: (POOT_VL, POOT_DOT8_BIAS, POOT_AMX), None without AVX2
+PROBE = {"amx": (16, 128, 1), "avx512-vnni": (16, 128, 0), "avx512": (16, 0, 0),
+         "avx-vnni": (8, 128, 0), "avx2": (8, 0, 0), "scalar": None}
 
 
 def _flags(isa: str):
@@ -46,8 +56,24 @@ def _flags(isa: str):
     return compiler.FLAGS + extra
 
 
+#: the formats whose q8 prefill panel has an AMX path (the others compile to the VNNI one)
+AMX_FORMATS = tuple(f for f in FORMATS if amx_panel(block_of(f), Q8))
+
+
+def _runs(isa: str) -> bool:
+    return ISAS[isa][1] <= compiler.cpu_flags()
+
+
+def _widest(coding: str = "q8", fmt: str = AMX_FORMATS[0]) -> str | None:
+    """The widest path this CPU runs for `fmt`, which every other SIMD path must match bit
+    for bit."""
+    if coding == "q8" and fmt in AMX_FORMATS and _runs("amx"):
+        return "amx"
+    return "avx512-vnni" if _runs("avx512-vnni") else None
+
+
 def _native() -> str:
-    return "avx512-vnni" if "avx512_vnni" in compiler.cpu_flags() else "avx2"
+    return _widest() or "avx2"
 
 
 def q8_round(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -79,17 +105,18 @@ def _activations(m: int, seed: int) -> np.ndarray:
 
 
 @functools.cache
-def _library(isa: str, coding: str, shapes: tuple) -> ctypes.CDLL:
+def _library(isa: str, coding: str, shapes: tuple, formats: tuple = tuple(FORMATS)) -> ctypes.CDLL:
     """One library of kernels g_<format>_<m>_<n> for every format and shape, compiled for
     `isa`."""
     src = [HostCPrinter().prelude(simd=True)]
-    for fmt in FORMATS:
+    for fmt in formats:
         for m, n in shapes:
             name = f"g_{fmt.split(':')[1].lower()}_{m}_{n}"
             src.append(kernel_source(name, fmt, CODINGS[coding], m, n, K))
             src.append(f"void run_{name}(const float* x, const unsigned char* w, float* y, "
                        f"unsigned char* s) {{\n  #pragma omp parallel\n  {name}(x, w, y, s);\n}}\n")
-    src.append("int probe(void) {\n#ifdef POOT_AVX2\n  return POOT_VL * 1000 + POOT_DOT8_BIAS;\n"
+    src.append("int probe(void) {\n#ifdef POOT_AVX2\n  return POOT_VL * 1000 + POOT_DOT8_BIAS"
+               "\n#ifdef POOT_AMX\n    + 100000 * poot_amx_ready()\n#endif\n  ;\n"
                "#else\n  return -1;\n#endif\n}\n")
     return compiler.load("".join(src), _flags(isa))
 
@@ -175,22 +202,28 @@ def test_kernels_match_their_definition_at_each_shape(cpu_backend, fmt, coding):
             _check_codes(x, scratch)
 
 
-@pytest.mark.parametrize("coding", sorted(CODINGS))
-@pytest.mark.parametrize("isa", sorted(ISAS))
+# AMX runs q8 rows only: its i16 build would be the avx512-vnni one
+PATHS = [(isa, c) for isa in sorted(ISAS) for c in sorted(CODINGS) if (isa, c) != ("amx", "i16")]
+
+
+@pytest.mark.parametrize("isa,coding", PATHS, ids=[f"{i}-{c}" for i, c in PATHS])
 def test_every_instruction_set_path(cpu_backend, isa, coding):
-    """Each path compiles to what it names (its vector width and byte dot product), meets
-    the definition for every format, and the SIMD paths give the bits of the widest one:
-    the same integer sums and float operations per output (the plain C loops round the
-    scale's product and sum apart where the vectors fuse them)."""
-    shapes = ((1, 36), (13, 37))
-    lib = _library(isa, coding, shapes)
+    """Each path compiles to what it names (its vector width and byte dot product; AMX
+    granted by the kernel where compiled), meets the definition for every format (AMX: those
+    it runs), and the SIMD paths give the bits of the widest one: the same integer sums and
+    float operations per output (the plain C loops round the scale's product and sum apart
+    where the vectors fuse them)."""
+    shapes = ((1, 36), (21, 37))   # the panel: two blocks of 16 rows for AMX, a part one
+    formats = AMX_FORMATS if isa == "amx" else tuple(FORMATS)
+    lib = _library(isa, coding, shapes, formats)
     lib.probe.restype = ctypes.c_int
     want = PROBE[isa]
-    assert lib.probe() == (-1 if want is None else want[0] * 1000 + want[1])
-    widest = None
-    if "avx512_vnni" in compiler.cpu_flags():
-        widest = _library("avx512-vnni", coding, shapes)
-    for fmt in FORMATS:
+    assert lib.probe() == (-1 if want is None else
+                           want[0] * 1000 + want[1] + 100000 * want[2])
+    for fmt in formats:
+        wide = _widest(coding, fmt)
+        widest = None if wide is None else _library(
+            wide, coding, shapes, AMX_FORMATS if wide == "amx" else tuple(FORMATS))
         for seed, (m, n) in enumerate(shapes):
             x, w = _activations(m, seed), _weights(fmt, n, seed)
             y, scratch = _call(lib, fmt, CODINGS[coding], x, w, n)

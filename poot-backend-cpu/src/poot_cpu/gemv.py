@@ -24,7 +24,11 @@ block (or half-block) sum. Two activation codings, one loop:
 
 The instruction set is the one the compiler targets (`-march=native`: the host's cpuid
 when the plan is built); every narrower one compiles from the same source (the tests
-build each). Without AVX2 the same integer arithmetic runs as plain C loops.
+build each). Without AVX2 the same integer arithmetic runs as plain C loops. Where AMX is
+compiled in and Linux grants the tile state, a q8 prefill panel takes its integer sums
+from tile products (AMX_PANEL) and scales them as the VNNI loop does: the same bits.
+Panels (and attention's tiles) are dealt out dynamically: on a shared machine a thread
+that is descheduled or slow to wake leaves its share to the one running.
 
 A ContractionEpilogue over such a head becomes this kernel into a scratch buffer and
 the shared pointwise lowering of its epilogue body.
@@ -76,7 +80,9 @@ class Coding:
         """The codes, then per block of 32 a scale and a sum (f32), for q8 the two halves'
         integer code sums, and the halves' sums in f32 (formats with an offset per 16 use
         them)."""
-        return m * k * self.width + m * k // 32 * (16 if self.name == "i16" else 24)
+        base = m * k * self.width + m * k // 32 * (16 if self.name == "i16" else 24)
+        return amx_at(m, k) + amx_bytes(m, k) if self.name == "q8" and m >= PANEL_FROM \
+            else base
 
 
 I16 = Coding("i16", "short", 2)
@@ -379,8 +385,8 @@ static void {name}(const float* restrict x, const unsigned char* restrict w,
                    float* restrict y, unsigned char* restrict scratch{extra}) {{
   enum {{ M = {m}, N = {n}, K = {k}, NB = K / 32, NBLK = {nblk}, S = {sub}, TS = {ts}, G = {g},
          OG = {og}, NP = POOT_VL, MR = POOT_PANEL_MR, PER = {per} }};
-{prologue}{quant_setup}
-{quantize}  #pragma omp for schedule(static) nowait
+{prologue}{amx_setup}{quant_setup}
+{quantize}{amx}  #pragma omp for schedule(dynamic, 1) nowait
   for (int n0 = 0; n0 < N; n0 += NP) {{
     const int np = N - n0 < NP ? N - n0 : NP;
     {pt} wp[K / PER][NP][PER] __attribute__((aligned(64)));
@@ -461,7 +467,7 @@ static void {name}(const float* restrict x, const unsigned char* restrict w,
         for (int r = 0; r < np; ++r) y[(size_t)(m0 + i) * N + n0 + r] = out[i][r];
 {after_panel}    }}
   }}
-{tail}}}
+{amx_end}{tail}}}
 """
 
 PANEL = {
@@ -495,6 +501,121 @@ PANEL = {
         for (int g = 0; g < NP / 8; ++g)
           poot_transpose8x32(cv + 8 * g, (__m256i*)wp[b * 8] + g, NP / 8);"""),
 }
+
+# the prefill panel of q8 rows on AMX (formats with one scale and at most one offset per
+# 32): a panel of 16 weight rows is decoded once per call as bytes c ^ 0x80, a block of
+# 32 codes per row (tile 1, no transpose); the quantize loop has also laid each block of 16
+# activation rows out as tile 2 (AMX_QUANTIZE). One tile product per block gives the 16 x
+# 16 integer sums, which are then scaled exactly as the VNNI panel scales them (the bias
+# taken off as an integer, the same products, multiply-adds and offset sums in the same
+# order), so both give the same bits; AVX-512 vectors run across the 16 activation rows.
+AMX_SETUP = """\
+#if POOT_AMX
+  enum { MP = (M + 15) / 16 * 16 };
+  unsigned char* restrict at = scratch + {amx_at};
+  float* restrict adx = (float*)(at + (size_t)MP * K);
+  float* restrict axs = adx + MP * NB;
+  int* restrict abias = (int*)(axs + MP * NB);
+#endif
+"""
+AMX_QUANTIZE = """\
+#if POOT_AMX
+    {                             /* block b of row m into tile (m / 16, b), column m % 16 */
+      const int m = i / NB, b = i % NB, l = m % 16;
+      const size_t t = (size_t)(m / 16) * NB + b;
+      for (int q = 0; q < 8; ++q) memcpy(at + t * 512 + q * 64 + l * 4, qb + 4 * q, 4);
+      adx[t * 16 + l] = dx[i];
+      axs[t * 16 + l] = xs[i];
+      abias[t * 16 + l] = POOT_DOT8_BIAS * (h0 + h1);
+    }
+#endif
+"""
+AMX_PANEL = """\
+#if POOT_AMX
+  if (poot_amx_ready()) {{
+    poot_amx_config();
+    #pragma omp for schedule(dynamic, 1) nowait
+    for (int n0 = 0; n0 < N; n0 += 16) {{
+      const int np = N - n0 < 16 ? N - n0 : 16;
+      unsigned char wa[NB][16][32] __attribute__((aligned(64)));
+      float scl[NB][16] __attribute__((aligned(64)));
+      float shift[NB][16] __attribute__((aligned(64)));
+      (void)shift;
+      for (int bb = 0; bb < NBLK; ++bb) {{
+        for (int r = 0; r < 16; ++r) {{
+          float sc[S], of[S * OG];
+          if (r < np) {fn}_scales(w + ((size_t)(n0 + r) * NBLK + bb) * TS, sc, of);
+          for (int e = 0; e < S; ++e) scl[bb * S + e][r] = r < np ? sc[e] : 0.0f;
+{amx_offsets}        }}
+        for (int s = 0; s < S; ++s)
+          for (int r = 0; r < 16; ++r)
+            _mm256_store_si256((__m256i*)wa[bb * S + s][r], _mm256_xor_si256(
+                r < np ? {fn}_codes(w + ((size_t)(n0 + r) * NBLK + bb) * TS, s)
+                       : _mm256_setzero_si256(), _mm256_set1_epi8(-128)));
+      }}
+      for (int m0 = 0; m0 < M; m0 += 16) {{
+        const int mr = M - m0 < 16 ? M - m0 : 16;
+        const size_t t0 = (size_t)(m0 / 16) * NB;
+        __m512 acc[16], off[16];
+        int cb[4][16][16] __attribute__((aligned(64)));
+        for (int r = 0; r < 16; ++r) acc[r] = off[r] = _mm512_setzero_ps();
+        /* four blocks' products in flight while the previous four are scaled */
+        POOT_AMX_PRODUCTS(wa, at + t0 * 512, NB < 4 ? NB : 4);
+        for (int b0 = 0; b0 < NB; b0 += 4) {{
+          const int nb = NB - b0 < 4 ? NB - b0 : 4, nx = NB - b0 - 4 < 4 ? NB - b0 - 4 : 4;
+          POOT_AMX_STORE(cb, nb);
+          if (nx > 0) POOT_AMX_PRODUCTS(wa + b0 + 4, at + (t0 + b0 + 4) * 512, nx);
+          for (int j = 0; j < nb; ++j) {{
+            const int b = b0 + j;
+            const __m512 dv = _mm512_loadu_ps(adx + (t0 + b) * 16);
+            const __m512i bias = _mm512_loadu_si512(abias + (t0 + b) * 16);
+            for (int r = 0; r < 16; ++r) {{
+              const __m512i sum = _mm512_sub_epi32(_mm512_load_si512(cb[j][r]), bias);
+              acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum),
+                                       _mm512_mul_ps(_mm512_set1_ps(scl[b][r]), dv), acc[r]);
+            }}
+          }}
+        }}
+{amx_off}        float out[16][16] __attribute__((aligned(64)));
+        for (int r = 0; r < 16; ++r) _mm512_store_ps(out[r], _mm512_add_ps(acc[r], off[r]));
+        for (int i = 0; i < mr; ++i)
+          for (int r = 0; r < np; ++r) y[(size_t)(m0 + i) * N + n0 + r] = out[r][i];
+{after_panel}      }}
+    }}
+    _tile_release();
+  }} else
+#endif
+  {{
+"""
+AMX_OFFSETS = """\
+          for (int e = 0; e < S; ++e) shift[bb * S + e][r] = r < np ? of[e] : 0.0f;
+"""
+AMX_OFF = """\
+        for (int b = 0; b < NB; ++b) {
+          const __m512 sv = _mm512_loadu_ps(axs + (t0 + b) * 16);
+          for (int r = 0; r < 16; ++r)
+            off[r] = _mm512_add_ps(off[r], _mm512_mul_ps(_mm512_set1_ps(shift[b][r]), sv));
+        }
+"""
+
+
+def amx_at(m: int, k: int) -> int:
+    """Where the AMX tiles of the activations start in a q8 panel's scratch: after the
+    codes and per-block sums, on a cache line."""
+    return (m * k + m * k // 32 * 24 + 63) // 64 * 64
+
+
+def amx_bytes(m: int, k: int) -> int:
+    """The AMX part of a q8 panel's scratch: the activation tiles of rows padded to 16,
+    then per block and row its scale, its sum and its bias."""
+    mp = -(-m // 16) * 16
+    return mp * k + mp * k // 32 * 12
+
+
+def amx_panel(block: Block, coding: Coding) -> bool:
+    """Whether the panel kernel has an AMX path: q8 rows, one scale and offset per 32."""
+    return coding is Q8 and block.groups == 1 and block.offsets == 1
+
 
 PANEL_OFFSETS = """\
         for (int e = 0; e < S * OG; ++e) shift[bb * S * OG + e][r] = r < np ? of[e] : 0.0f;
@@ -691,8 +812,18 @@ def kernel_source(name: str, fmt: str, coding: Coding, m: int, n: int, k: int,
     osum = offset_sum(block.offsets)
     if m >= PANEL_FROM and PANEL_ROWS * k * coding.width <= PANEL_BYTES:
         p = PANEL[coding.name]
+        amx = amx_panel(block, coding)
+        if amx:
+            assert QUANTIZE_Q8.endswith("  }\n")
+            common["quantize"] = QUANTIZE_Q8[:-4] + AMX_QUANTIZE + "  }\n"
         source = PANEL_TEMPLATE.format(
             **common, after_panel=after_panel, pt=p["pt"], per=p["per"],
+            amx_setup=AMX_SETUP.replace("{amx_at}", str(amx_at(m, k))) if amx else "",
+            amx=AMX_PANEL.format(
+                fn=fn, after_panel=after_panel,
+                amx_offsets=AMX_OFFSETS if offsets else "",
+                amx_off=AMX_OFF if offsets else "") if amx else "",
+            amx_end="  }\n" if amx else "",
             panel_dot=p["panel_dot"], panel_bias=p["panel_bias"], store_c=p["store_c"],
             load_c=p["load_c"], panel_codes=p["panel_codes"].format(fn=fn),
             panel_offsets=PANEL_OFFSETS if offsets else "",

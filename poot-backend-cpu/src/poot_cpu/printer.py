@@ -173,6 +173,56 @@ static inline float poot_hsum8(__m256 v) {
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
 }
+/* AMX (the prefill panel of q8 rows, poot_cpu.gemv): the tiles' byte products need the
+   process's permission, asked of Linux once (refused, e.g. where a signal stack is too small
+   for the tile state, the kernels take their VNNI loops); each thread loads the tile shapes
+   for a call and releases them after it */
+#if defined(__AMX_TILE__) && defined(__AMX_INT8__) && defined(__AVX512VNNI__) && \
+    defined(__AVX512BW__) && defined(__linux__)
+#define POOT_AMX 1
+#include <unistd.h>
+#include <sys/syscall.h>
+static int poot_amx_state;          /* 0: not asked yet, 1: granted, -1: refused */
+static inline int poot_amx_ready(void) {
+  int s = __atomic_load_n(&poot_amx_state, __ATOMIC_RELAXED);
+  if (s == 0) {
+    s = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0
+        ? 1 : -1;
+    __atomic_store_n(&poot_amx_state, s, __ATOMIC_RELAXED);
+  }
+  return s > 0;
+}
+/* tiles 0-3: 16 x 16 int32 sums of four blocks in flight; tiles 4, 5: 16 weight rows x 32
+   codes; tiles 6, 7: a block's 32 activations of 16 rows, four bytes of a row per 32-bit
+   column (8 x 64 bytes) */
+static inline void poot_amx_config(void) {
+  struct { unsigned char palette, start, pad[14]; unsigned short colsb[16];
+           unsigned char rows[16]; } c;
+  memset(&c, 0, sizeof c);
+  c.palette = 1;
+  for (int t = 0; t < 4; ++t) { c.colsb[t] = 64; c.rows[t] = 16; }
+  for (int t = 4; t < 6; ++t) { c.colsb[t] = 32; c.rows[t] = 16; }
+  for (int t = 6; t < 8; ++t) { c.colsb[t] = 64; c.rows[t] = 8; }
+  _tile_loadconfig(&c);
+}
+/* the sums of block j (< nb) of four into tile j: tiles are named by immediates */
+#define POOT_AMX_PRODUCTS(wa, xt, nb) do { \
+    _tile_zero(0); _tile_loadd(4, (wa)[0], 32); _tile_loadd(6, (xt), 64); \
+    _tile_dpbusd(0, 4, 6); \
+    if ((nb) > 1) { _tile_zero(1); _tile_loadd(5, (wa)[1], 32); \
+                    _tile_loadd(7, (xt) + 512, 64); _tile_dpbusd(1, 5, 7); } \
+    if ((nb) > 2) { _tile_zero(2); _tile_loadd(4, (wa)[2], 32); \
+                    _tile_loadd(6, (xt) + 1024, 64); _tile_dpbusd(2, 4, 6); } \
+    if ((nb) > 3) { _tile_zero(3); _tile_loadd(5, (wa)[3], 32); \
+                    _tile_loadd(7, (xt) + 1536, 64); _tile_dpbusd(3, 5, 7); } \
+  } while (0)
+#define POOT_AMX_STORE(cb, nb) do { \
+    _tile_stored(0, (cb)[0], 64); \
+    if ((nb) > 1) _tile_stored(1, (cb)[1], 64); \
+    if ((nb) > 2) _tile_stored(2, (cb)[2], 64); \
+    if ((nb) > 3) _tile_stored(3, (cb)[3], 64); \
+  } while (0)
+#endif
 #endif
 #ifndef POOT_VL
 #define POOT_VL 8
