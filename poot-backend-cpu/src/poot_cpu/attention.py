@@ -187,7 +187,7 @@ SOURCE = """\
           G = {g}, KLEAD = {klead}, VLEAD = {vlead}, MT = {mt}, MS = {ms}, L = {lanes},
           MBN = {mbn}, MLS = {mls},
           QT = {qt}, TT = (T + QT - 1) / QT, TILES = ROWS / T * TT }};
-  #pragma omp for schedule(static) nowait
+  #pragma omp for schedule(dynamic, 1) nowait
   for (int tile = 0; tile < TILES; ++tile) {{
     const int t0 = tile % TT * QT, h = tile / TT % HQ, l = tile / (TT * HQ);
     const int nq = T - t0 < QT ? T - t0 : QT;
@@ -227,18 +227,22 @@ SOURCE = """\
           for (int u = 0; u < 8; ++u) sc[i][j + u] = -INFINITY;
         continue;
       }}
-      for (int i = 0; i < nq; ++i) {{
-        __m256 part[8], lane[8];
-        for (int u = 0; u < 8; ++u) {{
-          const {kvt}* kr = KROW(j + u);
-          const float* ksr = KSROW(j + u);
+      __m256 part[QT][8];
+      for (int u = 0; u < 8; ++u) {{     /* each key row widened once for the tile's rows */
+        const {kvt}* kr = KROW(j + u);
+        const float* ksr = KSROW(j + u);
+        __m256 kv[D / L + 1];
+        for (int e = 0; e < D; e += L) kv[e / L] = KV8(kr, ksr, e);
+        for (int i = 0; i < nq; ++i) {{
           __m256 a = _mm256_setzero_ps();
           for (int e = 0; e < D; e += L)
-            a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_loadu_ps(qr[i] + e),
-                                               KV8(kr, ksr, e)));
-          part[u] = a;
+            a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_loadu_ps(qr[i] + e), kv[e / L]));
+          part[i][u] = a;
         }}
-        poot_transpose8x32((const __m256i*)part, (__m256i*)lane, 1);
+      }}
+      for (int i = 0; i < nq; ++i) {{
+        __m256 lane[8];
+        poot_transpose8x32((const __m256i*)part[i], (__m256i*)lane, 1);
         __m256 dot = _mm256_setzero_ps();
         for (int u = 0; u < 8; ++u) dot = _mm256_add_ps(dot, lane[u]);
         const __m256 mk = MS ? _mm256_loadu_ps(mr[i] + j) : _mm256_set1_ps(mr[i][0]);
@@ -285,15 +289,20 @@ SOURCE = """\
     for (int j = lo; j < hi; ++j) {{
       const {kvt}* vr = VROW(j);
       const float* vsr = VSROW(j);
+#ifdef POOT_AVX2
+      /* the value row widened once for the tile's rows, eight values at a time (gcc does
+         not vectorize a 16-bit widening here) */
+      __m256 vv[DV / 8 + 1];
+      for (int e = 0; e + 8 <= DV; e += 8) vv[e / 8] = KV8(vr, vsr, e);
+#endif
       for (int i = 0; i < nq; ++i) {{
         if (dead[i] || mr[i][j * MS] == -INFINITY) continue;
         const float p = sc[i][j] / den[i];
         int e = 0;
 #ifdef POOT_AVX2
-        /* eight values widened at once (gcc does not vectorize a 16-bit widening here) */
         for (const __m256 pv = _mm256_set1_ps(p); e + 8 <= DV; e += 8)
           _mm256_storeu_ps(acc[i] + e, _mm256_add_ps(_mm256_loadu_ps(acc[i] + e),
-                                                     _mm256_mul_ps(pv, KV8(vr, vsr, e))));
+                                                     _mm256_mul_ps(pv, vv[e / 8])));
 #endif
         for (; e < DV; ++e) acc[i][e] += p * KV(vr, vsr, e);
       }}
