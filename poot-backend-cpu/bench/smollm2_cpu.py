@@ -24,15 +24,14 @@ set for the run (poot's threads sleep by default): under load the spinning colla
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import platform
 import resource
-import statistics
-import subprocess
 import sys
 import time
+
+# an engine's process imports only what it measures with (its peak RSS is the figure):
+# argparse, platform, statistics and subprocess are the parent's
 
 PROMPT_TOKENS = 256
 DECODE_TOKENS = 64
@@ -121,6 +120,8 @@ def child(engine: str, threads: int, model_name: str) -> None:
 
 def measure(engine: str, threads: int, model_name: str, env: dict) -> dict | str:
     """One engine's figures from a child process, or why it gave none."""
+    import subprocess
+
     proc = subprocess.run([sys.executable, __file__, "--child", engine, "--threads",
                            str(threads), "--models", model_name], env=env,
                           capture_output=True, text=True)
@@ -135,16 +136,16 @@ def load() -> str:
 
 
 def main() -> None:
+    import argparse
+    import platform
+    import statistics
+
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--models", default="smollm2,gemma3")
     ap.add_argument("--engines", default="cpu,cpu/fast,llama.cpp,reference")
-    ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if args.child:
-        child(args.child, args.threads, args.models)
-        return
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     engines = args.engines.split(",")
     models = args.models.split(",")
@@ -189,5 +190,14 @@ def main() -> None:
             print(f"{mine} peak RSS / GGUF size: {rows[mine]['rss_mib'] / size:.2f}x")
 
 
+def child_main(argv: list[str]) -> None:
+    """`--child ENGINE --threads N --models MODEL`, as measure() passes them."""
+    opts = dict(zip(argv[::2], argv[1::2], strict=True))
+    child(opts["--child"], int(opts["--threads"]), opts["--models"])
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--child"]:
+        child_main(sys.argv[1:])
+    else:
+        main()
