@@ -172,3 +172,21 @@ def test_weight_cache_keys_on_device():
     p = plan(g, "reference")
     cache = WeightCache(p.backend.runtime(p.device))
     assert cache.device.startswith("reference:0")
+
+
+def test_a_kept_weight_copy_follows_host_writes():
+    """A decode step's C-contiguous copies of its transposed weights are kept with their
+    buffers; a host write of a weight (an expert pool swapping rows in) is seen by the
+    next step, and writing the bytes back gives the first result bit for bit."""
+    c, step, consts = decoder(layers=1, kv="dense")
+    ex = Executor(plan(step.graph, "reference"), consts)
+    slots = {"tokens": [3], "pos": [0]}
+    first = ex.step(slots).result
+    kept = [b for b in ex.buffers.values() if getattr(b, "copies", None)]
+    assert kept, "a decode step keeps its strided weights' copies"
+    for buf in kept:
+        saved = ex.runtime.read(buf, 0, buf.nbytes)
+        ex.runtime.write(buf, 0, np.zeros(buf.nbytes, np.uint8))
+        assert not np.array_equal(ex.step(slots).result, first), buf.label
+        ex.runtime.write(buf, 0, saved)
+        np.testing.assert_array_equal(ex.step(slots).result, first)

@@ -9,7 +9,7 @@ into the planned place (`out=`); every other op goes through `apply` itself.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -25,6 +25,10 @@ from poot.runtime.blas import single_thread
 
 Kernel = Callable[[], None]
 
+#: rows of a MatMul (multiply-adds per element of its strided weight) up to which the weight's
+#: C-contiguous copy is kept rather than made each step
+KEEP_ROWS = 16
+
 
 @dataclass(eq=False)
 class HostBuffer:
@@ -33,6 +37,10 @@ class HostBuffer:
     data: np.ndarray
     nbytes: int
     label: str
+    #: host writes so far (ReferenceRuntime.write), and C-contiguous copies of strided
+    #: views of a weight's bytes, by (offset, shape, strides): (writes when copied, copy)
+    writes: int = 0
+    copies: dict = field(default_factory=dict)
 
 
 class ReferenceExecutable:
@@ -74,12 +82,13 @@ class ReferenceRuntime:
     def write(self, buf: HostBuffer, offset: int, array: np.ndarray) -> None:
         src = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
         buf.data[offset: offset + src.size] = src
+        buf.writes += 1
 
     def read(self, buf: HostBuffer, offset: int, nbytes: int) -> np.ndarray:
         return buf.data[offset: offset + nbytes].copy()
 
     def load(self, plan: Plan, buffers: Mapping[str, HostBuffer]) -> ReferenceExecutable:
-        view = _Views(buffers)
+        view = _Views(buffers, {name: r.kind for name, r in plan.regions.items()})
         kernels = [self._collective(step, view) if step.lowering.extra.get("collective")
                    else _kernel(step, view) for step in plan.steps]
         kernels += [_copy(view(c.src), view(c.dst)) for c in plan.copies]
@@ -104,8 +113,9 @@ class ReferenceRuntime:
 class _Views:
     """numpy views of planned places, made once at load."""
 
-    def __init__(self, buffers: Mapping[str, HostBuffer]):
+    def __init__(self, buffers: Mapping[str, HostBuffer], kinds: Mapping[str, str]):
         self.buffers = buffers
+        self.kinds = kinds
 
     def __call__(self, place: Place) -> np.ndarray:
         t = place.type
@@ -113,6 +123,24 @@ class _Views:
         strides = None if place.strides is None else tuple(s * dt.itemsize for s in place.strides)
         return np.ndarray(t.shape, dtype=dt, buffer=self.buffers[place.region].data,
                           offset=place.offset, strides=strides)
+
+    def contiguous(self, place: Place, keep: bool) -> Callable[[], np.ndarray]:
+        """A getter of the value at `place` as a C-contiguous array. With `keep`, a strided
+        view of a weight (a transposed matrix) is copied once and the copy kept with the
+        weight's buffer until the host writes that buffer again."""
+        x = self(place)
+        if x.flags.c_contiguous:
+            return lambda: x
+        if not keep or self.kinds.get(place.region) != "weight":
+            return lambda: contiguous(x)
+        buf, key = self.buffers[place.region], (place.offset, x.shape, x.strides)
+
+        def kept():
+            got = buf.copies.get(key)
+            if got is None or got[0] != buf.writes:
+                got = buf.copies[key] = (buf.writes, contiguous(x))
+            return got[1]
+        return kept
 
 
 def _copy(src: np.ndarray, dst: np.ndarray) -> Kernel:
@@ -128,7 +156,15 @@ def _kernel(step: Step, view: _Views) -> Kernel:
         return (_dus_in_place if isinstance(op, O.DynamicUpdateSlice) else _scatter_in_place)(
             op, args, out)
     in_types = [x.type for x in step.inputs]
-    fast = _fast_kernel(op, args, in_types, out)
+    dense = None
+    if isinstance(op, O.MatMul):
+        # a product of few rows (a decode step) costs less than copying its strided weight:
+        # that copy is kept; a long prefill's products dwarf the copy, made each step
+        work = out.size * args[0].shape[-1]
+        dense = [(lambda a=a: a) if isinstance(x, Lit) else
+                 view.contiguous(x, keep=work <= KEEP_ROWS * a.size)
+                 for x, a in zip(step.inputs, args, strict=True)]
+    fast = _fast_kernel(op, args, in_types, out, dense)
     if fast is not None:
         return fast
     out_type = step.out.type
@@ -142,9 +178,10 @@ _F32_UNARY = {O.UnaryOp.Exp: np.exp, O.UnaryOp.Sqrt: np.sqrt, O.UnaryOp.Neg: np.
               O.UnaryOp.Log: np.log, O.UnaryOp.Tanh: np.tanh}
 
 
-def _fast_kernel(op, args, in_types, out) -> Kernel | None:
+def _fast_kernel(op, args, in_types, out, dense=None) -> Kernel | None:
     """The oracle's own numpy routine written into `out`, for the ops a decoder spends its
-    time in. Only F32, where the oracle's rule computes in the operand dtype directly."""
+    time in. Only F32, where the oracle's rule computes in the operand dtype directly.
+    `dense`: a MatMul's getters of its operands as C-contiguous arrays (_Views.contiguous)."""
     f32 = all(t.dtype is DType.F32 for t in in_types) and out.dtype == np.float32
     if isinstance(op, O.Binary) and f32 and op.op in S.FLOAT_BINARY:
         fn, (a, b) = S.FLOAT_BINARY[op.op], args
@@ -153,13 +190,13 @@ def _fast_kernel(op, args, in_types, out) -> Kernel | None:
         fn, (a,) = _F32_UNARY[op.op], args
         return lambda: fn(a, out=out)
     if isinstance(op, O.MatMul) and f32:
-        a, b = args
+        a, b = dense
 
         # on contiguous operands, as the oracle's rule (rules._contract): the same sums
         # whatever layout the plan gave them
         if out.flags.c_contiguous:
-            return lambda: np.matmul(contiguous(a), contiguous(b), out=out)
-        return lambda: np.copyto(out, np.matmul(contiguous(a), contiguous(b)))
+            return lambda: np.matmul(a(), b(), out=out)
+        return lambda: np.copyto(out, np.matmul(a(), b()))
     if isinstance(op, O.Reduce) and f32:
         (x,) = args
         axis, keep = op.axis, op.keepdim
