@@ -15,7 +15,7 @@
 # 3. vulkan_bench.py with POOT_LEVEL_CUTS=off, then on (with the vulkan step's GPU profile):
 #    decode tok/s on vulkan, cuda and wgpu, the same ids compared within each run and
 #    across the two.
-# Summary in $OUT/summary.txt. About 250 s warm (the bound of each part: T_CONF, T_LEVELS,
+# Summary in $OUT/summary.txt. About 250 s warm, at most about 400 (the bound of each part: T_CONF, T_LEVELS,
 # T_BENCH).
 set -u
 source scripts/h200_lib.sh
@@ -49,7 +49,7 @@ grep -h "^SUMMARY \|level [0-9]" "$OUT/levels.log" | sed 's/^SUMMARY /  /' | cut
 for cuts in off on; do
   extra=()
   [ "$cuts" = on ] && extra=(--profile)
-  POOT_LEVEL_CUTS=$cuts timeout -k 5 "${T_BENCH:-70}" python3 $B/vulkan_bench.py \
+  POOT_LEVEL_CUTS=$cuts timeout -k 5 "${T_BENCH:-90}" python3 $B/vulkan_bench.py \
     --backends vulkan,cuda,wgpu --tokens 64 --skip-gemv ${extra[@]+"${extra[@]}"} \
     >"$OUT/bench_$cuts.log" 2>&1
   echo "vulkan_bench POOT_LEVEL_CUTS=$cuts rc $? at $((SECONDS - START)) s" | tee -a "$S"
