@@ -46,7 +46,10 @@ _models: dict = {}
 
 @pytest.fixture(scope="module")
 def paths(smollm2_gguf, gemma3_gguf):
-    return {"smollm2": str(smollm2_gguf), "gemma3": str(gemma3_gguf)}
+    yield {"smollm2": str(smollm2_gguf), "gemma3": str(gemma3_gguf)}
+    # the loaded configurations hold gigabytes: free them for the worker's next files
+    _models.clear()
+    _gate.clear()
 
 
 def loaded(path: str, backend: str, window: int, precision: str = "exact",
