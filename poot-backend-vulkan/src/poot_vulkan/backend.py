@@ -8,7 +8,7 @@ kernel is dispatched with.
 from __future__ import annotations
 
 from poot.codegen.lower.q8 import q8_program_for
-from poot.codegen.lower.schedule import int_schedule
+from poot.codegen.lower.schedule import device_schedule
 from poot.contract import Device
 from poot.errors import DeviceUnavailable
 from poot.kernel_backend import CompiledKernel, KernelBackend
@@ -47,8 +47,9 @@ class VulkanBackend(KernelBackend):
         return target_features(self._device(device).facts)
 
     def schedule(self, device: Device):
-        return int_schedule(self.features(device),
-                            self._device(device).facts.limit("maxComputeSharedMemorySize"))
+        facts = self._device(device).facts
+        return device_schedule(self.features(device),
+                               facts.limit("maxComputeSharedMemorySize"), facts.is_software)
 
     def program_for(self, op, operands, out, device: Device):
         """Q8PackedContraction, the backend's own where the table declares it."""

@@ -7,7 +7,7 @@ printed source with the workgroup counts it is dispatched with.
 from __future__ import annotations
 
 from poot.codegen.lower.q8 import q8_program_for
-from poot.codegen.lower.schedule import int_schedule
+from poot.codegen.lower.schedule import device_schedule
 from poot.contract import Device
 from poot.errors import DeviceUnavailable
 from poot.kernel_backend import CompiledKernel, KernelBackend
@@ -48,8 +48,9 @@ class WgpuBackend(KernelBackend):
         return target_features(self._device(device))
 
     def schedule(self, device: Device):
-        return int_schedule(self.features(device), self._device(device).limit(
-            "max-compute-workgroup-storage-size"))
+        dev = self._device(device)
+        return device_schedule(self.features(device),
+                               dev.limit("max-compute-workgroup-storage-size"), dev.is_software)
 
     def program_for(self, op, operands, out, device: Device):
         """Q8PackedContraction, the backend's own where the table declares it."""

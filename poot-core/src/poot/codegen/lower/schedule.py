@@ -47,6 +47,14 @@ class RowsRule:
 
 #: targets that finish each dot product by its own butterfly (CoopReduce)
 ROWS_FOLDED = RowsRule(tile=8, columns=4, split=4, warps=4096, min_trip=9)
+#: a CPU device (Mesa's lavapipe) on a target of ROWS_FOLDED: its compiler (LLVM, cold in
+#: CI) takes seconds for every product a thread holds (each one's unrolled multiply-adds and
+#: reduction) and for every unrolled trip, while a workgroup runs on one core, so the tall
+#: tiles, K split over warps and long trips that keep a GPU's warps busy buy it little:
+#: few products a thread, K in one warp, and SOFTWARE_ROWS_UNROLL elements a trip
+#: (docs/performance.md)
+ROWS_SOFTWARE = RowsRule(tile=4, columns=1, split=1, warps=4096, min_trip=9)
+SOFTWARE_ROWS_UNROLL = 2
 #: targets with REDUCE_SCATTER, whose products cost little to finish, so the best tiles
 #: are taller and K splits further (the rows sweep in docs/performance.md)
 ROWS_SCATTERED = RowsRule(tile=16, columns=4, split=8, warps=8192, min_trip=2, accs=128,
@@ -146,5 +154,17 @@ def int_schedule(features: frozenset, shared_bytes: int) -> DotSchedule | None:
     return replace(s, int_shared_bytes=room)
 
 
-__all__ = ["GEMV_MAX_ROWS", "LANES", "ROWS_FOLDED", "ROWS_SCATTERED", "DotSchedule", "RowsRule",
-           "REDUCTION_SHARED", "dot_schedule", "int_schedule"]
+def device_schedule(features, shared_bytes: int, software: bool) -> DotSchedule | None:
+    """The schedule of a target of `features` on one device whose workgroups have
+    `shared_bytes` of shared memory: `int_schedule`'s, with the rows GEMV of a CPU device
+    (`software`) laid out by ROWS_SOFTWARE; None where that is the target's default."""
+    s = int_schedule(features, shared_bytes)
+    base = s or dot_schedule(frozenset(features))
+    if not software or base.rows != ROWS_FOLDED:
+        return s
+    return replace(base, rows=ROWS_SOFTWARE, rows_unroll=SOFTWARE_ROWS_UNROLL)
+
+
+__all__ = ["GEMV_MAX_ROWS", "LANES", "ROWS_FOLDED", "ROWS_SCATTERED", "ROWS_SOFTWARE",
+           "SOFTWARE_ROWS_UNROLL", "DotSchedule", "RowsRule", "REDUCTION_SHARED", "device_schedule",
+           "dot_schedule", "int_schedule"]
