@@ -132,6 +132,19 @@ class WeightArena:
     def __init__(self):
         self._space = np.empty(0, np.uint8)
 
+    def release_unused(self) -> None:
+        """Give back the pages of the space not handed out yet that weights' copies made
+        resident: the rest of the huge page the last weight ends in (a later `take` faults
+        them in again, zeroed)."""
+        space = self._space
+        if not space.size:
+            return
+        madvise = _madvise()
+        start = -(-space.ctypes.data // mmap.PAGESIZE) * mmap.PAGESIZE
+        stop = space.ctypes.data + space.size
+        if madvise is not None and stop > start:
+            madvise(start, stop - start, mmap.MADV_DONTNEED)
+
     def take(self, nbytes: int) -> np.ndarray:
         """`nbytes` bytes, ALIGN-aligned, for the life of the runtime."""
         need = -(-max(nbytes, 1) // ALIGN) * ALIGN
@@ -143,6 +156,7 @@ class WeightArena:
             except OSError:
                 raise CapacityError(f"cpu: cannot map {size} bytes of host memory for "
                                     "weights") from None
+            self.release_unused()   # the old mapping's rest is never handed out
             raw = np.frombuffer(mm, np.uint8)
             start = -raw.ctypes.data % HUGE
             self._space = raw[start:start + size]
@@ -225,6 +239,7 @@ class CpuExecutable:
         self._fn = self.library.poot_step
         self._fn.argtypes = [ctypes.c_void_p]
         self._fn.restype = None
+        self._arena = rt.arena
         bufs = [buffers[name] for name in step.regions]
         if step.scratch_bytes:
             bufs.append(rt.alloc(step.scratch_bytes, "scratch"))
@@ -232,8 +247,9 @@ class CpuExecutable:
         self._ptrs = (ctypes.c_void_p * max(1, len(bufs)))(*[b.ptr for b in bufs])
 
     def run(self) -> None:
-        if not self.recorded:
+        if not self.recorded:     # the plan's weights are written by now
             release_freed_heap()
+            self._arena.release_unused()
         self._fn(self._ptrs)
         self.recorded = True   # the compiled step is the recording: every run replays it
 
