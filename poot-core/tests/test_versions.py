@@ -59,6 +59,22 @@ def test_core_range_reads_only_the_unconditional_requirement(site):
     assert versions.core_range(distribution("poot-backend-current")) == "<1,>=0.1.0"
 
 
+def test_headers_read_as_the_email_parser_reads_them(site):
+    """The plain reading of METADATA that plugin loading uses (the `email` parser stays
+    unimported) gives the parser's fields: folded lines joined, the body not read."""
+    from importlib.metadata import distribution
+
+    plugin_distribution(site, "poot-backend-current", "poot_current", ">=0.1.0,<1")
+    info = site.root / "poot_backend_current-0.1.0.dist-info" / "METADATA"
+    info.write_text(info.read_text() + "Summary: a plugin\n  over two lines\n\n"
+                    "Requires-Dist: not-a-field (the description)\n")
+    dist = distribution("poot-backend-current")
+    fields = versions.headers(dist)
+    assert fields["requires-dist"] == dist.requires
+    assert fields["summary"] == [" ".join(dist.metadata["Summary"].split())]
+    assert versions.label(dist) == "poot-backend-current 0.1.0"
+
+
 def test_version_lists_installed_packages(capsys):
     from poot.cli import main
 

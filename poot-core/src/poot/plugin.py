@@ -93,7 +93,7 @@ class PluginManager:
         """Record `ep`'s distribution; a loader that imports it after the version check."""
         dist = getattr(ep, "dist", None)
         if dist is not None:
-            self.distributions[ep.name] = f"{dist.metadata['Name']} {dist.version}"
+            self.distributions[ep.name] = versions.label(dist)
         return lambda: self._checked_load(ep, dist)
 
     def _load_lazy(self, names) -> None:

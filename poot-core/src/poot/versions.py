@@ -34,6 +34,36 @@ def installed() -> dict[str, str]:
     return dict(sorted(found.items(), key=lambda kv: (kv[0] != "poot-core", kv[0])))
 
 
+def headers(dist) -> dict[str, list[str]] | None:
+    """The core metadata fields of `dist` (a .dist-info's METADATA: name -> its values in
+    order), read as plain `Name: value` lines: `dist.metadata` would import and keep the
+    `email` package's parser for the life of a run; None where there is no METADATA
+    file (an .egg-info: ask `dist` itself)."""
+    text = dist.read_text("METADATA")
+    if text is None:
+        return None
+    fields: dict[str, list[str]] = {}
+    last = None
+    for line in text.splitlines():
+        if not line:
+            break                      # the description (the message body) follows
+        if line[0] in " \t" and last is not None:
+            last[-1] += " " + line.strip()
+            continue
+        name, _, value = line.partition(":")
+        last = fields.setdefault(name.strip().lower(), [])
+        last.append(value.strip())
+    return fields
+
+
+def label(dist) -> str:
+    """`dist`'s "name version", for listings."""
+    fields = headers(dist)
+    if fields is None:
+        return f"{dist.metadata['Name']} {dist.version}"
+    return f"{(fields.get('name') or [''])[0]} {(fields.get('version') or [''])[0]}"
+
+
 def core_range(dist) -> str | None:
     """The poot-core version range that distribution `dist` declares (its unconditional
     requirement; None where it declares none or no range)."""
@@ -92,7 +122,9 @@ def plain_fit(requires, version: str) -> bool | None:
 
 def check_compatible(dist) -> None:
     """IncompatiblePlugin when the running poot-core is outside `dist`'s declared range."""
-    fits = plain_fit(dist.requires, core_version())
+    fields = headers(dist)
+    fits = plain_fit(dist.requires if fields is None else fields.get("requires-dist", []),
+                     core_version())
     if fits is None:
         from packaging.specifiers import SpecifierSet
 
@@ -108,4 +140,5 @@ def check_compatible(dist) -> None:
         f"'poot-core{wanted}', or a {name} release built for poot-core {core_version()}")
 
 
-__all__ = ["core_version", "installed", "core_range", "plain_fit", "check_compatible"]
+__all__ = ["core_version", "installed", "headers", "label", "core_range", "plain_fit",
+           "check_compatible"]
