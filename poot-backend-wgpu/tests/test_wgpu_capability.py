@@ -1,5 +1,5 @@
 """The capability table's dtype rules and refusals (every declared (op, dtype) is run on the
-device by test_wgpu_conformance.py)."""
+device by `poot conformance wgpu`, which scripts/test.sh runs)."""
 import pytest
 from poot.capability import Use
 from poot.dtypes import DType
