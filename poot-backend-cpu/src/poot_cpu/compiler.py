@@ -14,7 +14,6 @@ import functools
 import os
 import pathlib
 import shutil
-import subprocess
 import tempfile
 import threading
 
@@ -42,13 +41,38 @@ def compiler_version(cc: str | None = None) -> str:
     path = shutil.which(cc)
     if path is None:
         raise DeviceUnavailable(f"no C compiler: {cc!r} is not on PATH (apt-get install gcc)")
+    memo = _version_memo(path)
+    try:
+        return memo.read_text()
+    except OSError:
+        pass
+    import subprocess  # only here and for a compile: a warm run keeps none of its imports
+
     try:
         out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as e:
         raise DeviceUnavailable(f"C compiler {cc!r} does not run: {e}") from None
     if out.returncode != 0:
         raise DeviceUnavailable(f"C compiler {cc!r} --version failed: {out.stderr.strip()}")
-    return out.stdout.splitlines()[0].strip()
+    line = out.stdout.splitlines()[0].strip()
+    try:
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        tmp = memo.with_name(f".{memo.name}.{os.getpid()}")
+        tmp.write_text(line)
+        os.replace(tmp, memo)      # atomic: concurrent runs write the same line
+    except OSError:
+        pass                       # a read-only cache: ask the compiler each run
+    return line
+
+
+def _version_memo(path: str) -> pathlib.Path:
+    """Where the version line of the compiler binary at `path` is kept, named by the
+    binary's identity (resolved path, inode, size, modification time): a reinstalled or
+    upgraded compiler is asked again."""
+    real = os.path.realpath(path)
+    st = os.stat(real)
+    return cache_dir() / "compilers" / \
+        f"{hexdigest(real, str(st.st_ino), str(st.st_size), str(st.st_mtime_ns))}.txt"
 
 
 @functools.cache
@@ -89,6 +113,8 @@ def build(source: str, flags=FLAGS) -> pathlib.Path:
         src.write_text(source)
         tmp_lib = pathlib.Path(tmp) / f"{key}.so"
         cmd = [compiler(), *flags, str(src), "-o", str(tmp_lib), "-lm"]
+        import subprocess
+
         try:
             res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         except subprocess.TimeoutExpired:
