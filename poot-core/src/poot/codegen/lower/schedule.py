@@ -55,6 +55,12 @@ ROWS_FOLDED = RowsRule(tile=8, columns=4, split=4, warps=4096, min_trip=9)
 #: (docs/performance.md)
 ROWS_SOFTWARE = RowsRule(tile=4, columns=1, split=1, warps=4096, min_trip=9)
 SOFTWARE_ROWS_UNROLL = 2
+#: the GEMV of a CPU device, unstaged: the staged GEMV's loop over K's trips has constant
+#: bounds, which the printers unroll when short (a copy of the staged trip, its barriers
+#: and phases, per trip), so its kernel grows with K and LLVM's compile time faster still;
+#: unstaged, each lane walks K from its own start, a loop no printer unrolls, and a
+#: workgroup on one core gains nothing from coalesced loads
+SOFTWARE_GEMV = {"shared_bytes": 0}
 #: targets with REDUCE_SCATTER, whose products cost little to finish, so the best tiles
 #: are taller and K splits further (the rows sweep in docs/performance.md)
 ROWS_SCATTERED = RowsRule(tile=16, columns=4, split=8, warps=8192, min_trip=2, accs=128,
@@ -156,15 +162,18 @@ def int_schedule(features: frozenset, shared_bytes: int) -> DotSchedule | None:
 
 def device_schedule(features, shared_bytes: int, software: bool) -> DotSchedule | None:
     """The schedule of a target of `features` on one device whose workgroups have
-    `shared_bytes` of shared memory: `int_schedule`'s, with the rows GEMV of a CPU device
-    (`software`) laid out by ROWS_SOFTWARE; None where that is the target's default."""
+    `shared_bytes` of shared memory: `int_schedule`'s (None where that is the target's
+    default), but on a CPU device (`software`) with SOFTWARE_GEMV's fields and the rows
+    GEMV laid out by ROWS_SOFTWARE where the target folds its products."""
     s = int_schedule(features, shared_bytes)
-    base = s or dot_schedule(frozenset(features))
-    if not software or base.rows != ROWS_FOLDED:
+    if not software:
         return s
+    base = replace(s or dot_schedule(frozenset(features)), **SOFTWARE_GEMV)
+    if base.rows != ROWS_FOLDED:
+        return base
     return replace(base, rows=ROWS_SOFTWARE, rows_unroll=SOFTWARE_ROWS_UNROLL)
 
 
 __all__ = ["GEMV_MAX_ROWS", "LANES", "ROWS_FOLDED", "ROWS_SCATTERED", "ROWS_SOFTWARE",
-           "SOFTWARE_ROWS_UNROLL", "DotSchedule", "RowsRule", "REDUCTION_SHARED", "device_schedule",
-           "dot_schedule", "int_schedule"]
+           "SOFTWARE_GEMV", "SOFTWARE_ROWS_UNROLL", "DotSchedule", "RowsRule",
+           "REDUCTION_SHARED", "device_schedule", "dot_schedule", "int_schedule"]
