@@ -54,6 +54,20 @@ h200_bench_setup() {
   h200_editable poot-core poot-quant poot-backend-cuda
 }
 
+# h200_gpu_apis_setup: a call comparing the GPU APIs (vulkan, wgpu, cuda), from the
+# repository root carrying .whl, .whl2 and .gl: the staged real models where the stash has
+# them (a failed unstage leaves none, so the bench falls back to random weights), the
+# Vulkan loaders, the wheels, the five packages editable.
+h200_gpu_apis_setup() {
+  if [ -s /root/stash/c00 ]; then
+    h200_unstage >>"$OUT/setup.log" 2>&1 ||
+      { echo "no staged model"; rm -f "$POOT_CACHE"/models/*.gguf; }
+  fi
+  { for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig; } >>"$OUT/setup.log" 2>&1
+  h200_wheels .whl/gguf-*.whl .whl2/*.whl || return 1
+  h200_editable poot-core poot-quant poot-backend-cuda poot-backend-vulkan poot-backend-wgpu
+}
+
 # conformance BACKEND WORKERS SECONDS [FILTER]: the suite on one backend (the cases pytest's
 # -k FILTER selects, where given), its support matrix and log in $OUT, the exit status as the
 # log's last line.

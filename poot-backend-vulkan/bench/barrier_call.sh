@@ -20,13 +20,7 @@ source scripts/h200_lib.sh
 export WGPU_BACKEND_TYPE=Vulkan
 START=$SECONDS
 S=$OUT/summary.txt
-if [ -s /root/stash/c00 ]; then   # the real GGUF; a failed unstage leaves no partial model
-  h200_unstage >>"$OUT/setup.log" 2>&1 ||
-    { echo "no staged model"; rm -f "$POOT_CACHE"/models/*.gguf; }
-fi
-{ for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig; } >>"$OUT/setup.log" 2>&1
-h200_wheels .whl/gguf-*.whl .whl2/*.whl || exit 1
-h200_editable poot-core poot-quant poot-backend-cuda poot-backend-vulkan poot-backend-wgpu
+h200_gpu_apis_setup || exit 1
 echo "set up in $((SECONDS - START)) s" | tee -a "$S"
 
 TOUCHED="Normed or Gated or RopeUpdate"     # the conformance cases the change touches
