@@ -48,13 +48,11 @@ def test_decoder_step_keeps_the_oracle(tokens, kv, dtype, fmt):
     # and writes k's rows rotated straight to the cache (read before the rotation); a wider
     # one rotates q and k apart and writes k's rows straight to the cache, head by head
     one = tokens == 1 and kv == "dense"
-    # (a dense step of several tokens over its query rows as they are: TokenMajorAttention);
-    # a one-token step's attention rotates q and reads k and v where the projection left
-    # them (FreshKVAttention), so only the write rotates k
-    assert ops["PagedAttention" if kv == "paged" else "FreshKVAttention" if one
+    # (a dense step of several tokens over its query rows as they are: TokenMajorAttention)
+    assert ops["PagedAttention" if kv == "paged" else "Attention" if one
                else "TokenMajorAttention"] == 2
     assert (ops["Rope"], ops["RopeScatter"], ops["RopeUpdateSlice"]) == (
-        (2, 2, 0) if kv == "paged" else (0, 0, 2) if one else (2, 0, 2))
+        (2, 2, 0) if kv == "paged" else (2, 0, 2))
     assert not {"MatMul", "Reduce", "Concat", "PackedDequant"} & set(ops)
     contraction = "PackedContraction" if fmt and fmt.startswith("gguf") else "DenseContraction"
     normed = "Normed" + contraction
@@ -94,8 +92,7 @@ def layer_counts(layers: int) -> tuple[int, Counter]:
 def test_decoder_layer_counted():
     """One Llama layer: each RMSNorm inside the contraction that reads it, softmax into
     Attention, rotate-half -> one Rope over the q|k heads, then k's rows cut before it and
-    rotated into the cache by RopeUpdateSlice (the Rope keeps q's), the attention over the
-    step's own rows with q's rotation (FreshKVAttention: the Rope goes), q|k|v -> one
+    rotated into the cache by RopeUpdateSlice (the Rope keeps q's), q|k|v -> one
     contraction over the stacked weight (its rows Slices: q|k and v, then q and k of the
     q|k), gate|up likewise (Slices gate and up, whose SwiGLU down computes in its
     prologue), o and down -> one contraction each with the residual adds in their
@@ -104,7 +101,8 @@ def test_decoder_layer_counted():
     per_layer = ops2 - ops1
     print(f"\ncompiled decode step: 1 layer {n1} eqns, 2 layers {n2} eqns; one layer adds "
           f"{n2 - n1}: {dict(sorted(per_layer.items()))}")
-    assert per_layer["FreshKVAttention"] == 1 and per_layer["Rope"] == 0
+    assert per_layer["Attention"] == 1
+    assert per_layer["Rope"] == 1                   # q's
     assert per_layer["NormedDenseContraction"] == 2  # attn_norm -> q|k|v, ffn_norm -> gate|up
     assert per_layer["Slice"] == 6                  # q|k, v; q, k; gate, up
     assert per_layer["ContractionEpilogue"] == 2    # o + residual, SwiGLU -> down + residual
@@ -112,12 +110,11 @@ def test_decoder_layer_counted():
     assert per_layer["RopeUpdateSlice"] == 1
     assert not {"MatMul", "Reduce", "Unary", "Concat", "Cast", "Gather"} & set(per_layer)
     # one token: the four head Transposes move only unit axes, so they are Reshapes (k's
-    # two go inside RopeUpdateSlice); FreshKVAttention reads q, k's rows and the one row of
-    # RoPE tables through Reshapes of its own
-    assert per_layer == Counter({"Reshape": 9}) + Counter(
-        FreshKVAttention=1, NormedDenseContraction=2, Slice=6, ContractionEpilogue=2,
+    # two go inside RopeUpdateSlice)
+    assert per_layer == Counter({"Reshape": 7}) + Counter(
+        Attention=1, Rope=1, NormedDenseContraction=2, Slice=6, ContractionEpilogue=2,
         DynamicUpdateSlice=1, RopeUpdateSlice=1)  # the RoPE rows are gathered once (cse)
-    assert n2 - n1 == 22 and n1 == 31
+    assert n2 - n1 == 21 and n1 == 30
 
 
 def test_epilogue_bodies_hold_the_residual_and_the_gate():

@@ -36,7 +36,6 @@ def test_smollm2_two_layers(smollm2_step):
     assert ops["NormedPackedContraction"] == 2 * 2 + 1 and ops["PackedRowGather"] == 1
     assert not {"PackedContraction", "FusedRow"} & set(ops)
     assert ops["Slice"] == 2 * 6
-    # (the attention rotates q and reads k and v where q|k|v left them: no Rope apart)
-    assert ops["FreshKVAttention"] == 2 and ops["Rope"] == 0 and ops["ContractionEpilogue"] == 4
+    assert ops["Attention"] == 2 and ops["Rope"] == 2 and ops["ContractionEpilogue"] == 4
     assert not {"MatMul", "PackedDequant", "Reduce"} & set(ops)
     validate(step.graph, compiled.graph, seed=5, trials=1, given=consts)

@@ -230,10 +230,7 @@ def test_the_f16_kv_decoder_attends_over_its_cache_in_place(kv, op, ring):
     st = build_decoder(cfg, random_weights(cfg), kv=kv, kv_dtype="f16", **pool)
     g = poot.compile(st.graph, "reference").graph
     att = [e for e in g.eqns() if "Attention" in e.op.name]
-    # a dense layer's attention over its own step's rows is FreshKVAttention (not the ring's)
-    names = {e.op.name for e in att}
-    assert names == {op} or (kv == "dense" and names <= {op, "FreshKVAttention"})
-    assert len(att) == cfg.layers
+    assert {e.op.name for e in att} == {op} and len(att) == cfg.layers
     assert all(str(g.type_of(x.id).dtype) == "f16" for e in att for x in e.inputs[1:3])
     widened = [e for e in g.eqns() if e.op.name == "Cast" and e.op.to is DType.F32
                and g.type_of(e.inputs[0].id).dtype is DType.F16]

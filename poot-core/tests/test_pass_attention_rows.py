@@ -38,8 +38,7 @@ def test_a_wider_step_attends_over_its_rows_where_they_are(tokens):
 def test_one_token_keeps_attention():
     _, _, c = compiled(1)
     ops = Counter(e.op.name for e in c.graph.eqns())
-    # (over the step's own k and v rows: fresh_kv)
-    assert ops["FreshKVAttention"] == LAYERS and not ops["TokenMajorAttention"]
+    assert ops["Attention"] == LAYERS and not ops["TokenMajorAttention"]
 
 
 def test_targets_without_it_keep_the_transposes():

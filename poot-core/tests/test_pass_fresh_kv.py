@@ -15,6 +15,9 @@ from poot.plan import plan
 from poot.runtime.executor import Executor
 
 CONFIG = tiny_config(layers=2)
+#: the reference backend declares FreshKVAttention without electing it (inlined, its
+#: definition copies the caches), so these tests ask for it
+ASK = Policy(fuse={"FreshKVAttention"})
 
 
 def _step(tokens=1, kv="dense", config=CONFIG, **kw):
@@ -24,7 +27,7 @@ def _step(tokens=1, kv="dense", config=CONFIG, **kw):
 
 def test_the_attention_reads_the_step_rows_and_the_writes_follow_it():
     step, w = _step()
-    c = poot.compile(step.graph, "reference")
+    c = poot.compile(step.graph, "reference", policy=ASK)
     eqns = c.graph.eqns()
     ops = Counter(e.op.name for e in eqns)
     assert ops["FreshKVAttention"] == CONFIG.layers and not ops["Attention"]
@@ -46,7 +49,7 @@ def test_three_steps_match_the_step_compiled_without_it():
     step, w = _step()
     consts = const_inputs(step, w)
     exs = [Executor(plan(poot.compile(step.graph, "reference", policy=p)), consts)
-           for p in (None, Policy(disable={"fresh_kv"}))]
+           for p in (ASK, Policy(disable={"fresh_kv"}))]
     for pos, token in enumerate([5, 9, 2]):
         slots = {"tokens": np.array([token], np.int32), "pos": np.array([pos], np.int32)}
         got, want = (ex.step(slots).result for ex in exs)
@@ -59,7 +62,16 @@ def test_near_misses_stay_apart():
     for step, why in ((_step(tokens=2)[0], "positions axis"),
                       (_step(config=tiny_config(layers=2, window=4, sliding=(True, False)))[0],
                        "not RopeUpdateSlice")):     # the sliding layer's ring
-        c = poot.compile(step.graph, "reference")
+        c = poot.compile(step.graph, "reference", policy=ASK)
         assert why in c.explain(), c.explain()
-    paged = poot.compile(_step(kv="paged", batch=1, pool_slots=32)[0].graph, "reference")
+    paged = poot.compile(_step(kv="paged", batch=1, pool_slots=32)[0].graph, "reference",
+                         policy=ASK)
     assert "FreshKVAttention" not in {e.op.name for e in paged.graph.eqns()}
+
+
+def test_the_reference_backend_keeps_it_apart_unless_asked():
+    """Its plan would copy both caches of every layer each step (the definition's writes):
+    the reference backend forms the op only when a policy asks for it."""
+    c = poot.compile(_step()[0].graph, "reference")
+    assert "FreshKVAttention" not in {e.op.name for e in c.graph.eqns()}
+    assert "declared but not elected" in c.explain()

@@ -14,6 +14,12 @@ from poot.dtypes import DType
 from poot.formats import formats
 
 
+#: declared (their conformance cases run here) but not formed by compile: FreshKVAttention
+#: exists to shorten a GPU's chain of dependent kernels, and its definition reads each cache
+#: as a written copy, so inlined here it would copy both caches of every layer each step
+NOT_ELECTED = frozenset({"FreshKVAttention"})
+
+
 class ReferenceBackend(Backend):
     name = "reference"
     priority = 0
@@ -39,7 +45,8 @@ class ReferenceBackend(Backend):
                 dtypes={d: Use.all() for d in DType},
                 ops={k: packed if k in PACKED_KEYS else dtypes for k in every_op_key()},
                 notes={"all": "the oracle evaluates every op; composites through their "
-                                "definition"})
+                                "definition"},
+                unelected=NOT_ELECTED)
         return table
 
     def runtime(self, device):
