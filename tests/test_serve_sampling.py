@@ -159,7 +159,12 @@ def test_chat_logprobs_in_whole_and_streamed_answers(client):
     chunks = list(client.chat.completions.create(**kw, stream=True))
     streamed = [e for ch in chunks if ch.choices and ch.choices[0].logprobs
                 for e in ch.choices[0].logprobs.content]
-    assert [(e.token, e.logprob) for e in streamed] == [(e.token, e.logprob) for e in content]
+    # the second request finds its prompt in the prefix cache, so its prefill multiplies
+    # fewer rows: BLAS may sum them in another order (it does on AMD Zen), which moves a
+    # logprob by f32 rounding and nothing more
+    assert [e.token for e in streamed] == [e.token for e in content]
+    assert [e.logprob for e in streamed] == pytest.approx([e.logprob for e in content],
+                                                         rel=1e-6, abs=1e-6)
     without = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=2)
     assert without.choices[0].logprobs is None
 
