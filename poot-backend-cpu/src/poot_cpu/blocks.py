@@ -433,6 +433,12 @@ def _codes16_avx(block: Block) -> str:
             "  *w1 = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(c, 1));\n")
 
 
+def unsigned_codes(block: Block) -> bool:
+    """Whether the codes are an unsigned field less a centre (no table, not int8): u = c +
+    centre < 64, whose products with int8 activations maddubs takes without saturating."""
+    return block.table is None and not block.signed and block.centre > 0 and block.bits <= 6
+
+
 def c_name(format_name: str) -> str:
     return "poot_blk_" + format_name.split(":")[-1].lower()
 
@@ -458,6 +464,13 @@ def c_source(format_name: str) -> str:
     else:
         code = f"_mm256_sub_epi8({u}, _mm256_set1_epi8({block.centre}))"
     avx = "".join(dict.fromkeys(tables)) + body + f"  return {code};\n"
+    # AVX2 without VNNI (POOT_U8DOT, printer.SIMD_HEADER): the unsigned field values u =
+    # c + centre themselves, for maddubs' unsigned operand (poot_cpu.gemv takes the
+    # centre's share off again as an integer)
+    ucodes = "" if not unsigned_codes(block) else (
+        "#if POOT_U8DOT\n"
+        f"static inline __m256i {name}_ucodes(const unsigned char* restrict b, int s) {{\n"
+        f"  (void)s;\n{''.join(dict.fromkeys(tables))}{body}  return {u};\n}}\n#endif\n")
     expr = _field_c(block.low, "lo")
     if block.high is not None:
         expr = f"({expr} | ({_field_c(block.high, 'hi')} << {block.low.bits}))"
@@ -476,7 +489,7 @@ def c_source(format_name: str) -> str:
             f"float* restrict sc, {offsets}) {{\n{unused}{_scales_c(block)}}}\n"
             "#ifdef POOT_AVX2\n"
             f"static inline __m256i {name}_codes(const unsigned char* restrict b, int s) {{\n"
-            f"  (void)s;\n{avx}}}\n"
+            f"  (void)s;\n{avx}}}\n{ucodes}"
             f"static inline void {name}_codes16(const unsigned char* restrict b, int s, "
             f"__m256i* w0, __m256i* w1) {{\n{avx16.format(name=name)}}}\n"
             "#endif\n"
@@ -486,4 +499,4 @@ def c_source(format_name: str) -> str:
 
 
 __all__ = ["BLOCKS", "Block", "Field", "block_of", "c_name", "c_source", "codes_numpy",
-           "decode_numpy", "scales_numpy"]
+           "decode_numpy", "scales_numpy", "unsigned_codes"]

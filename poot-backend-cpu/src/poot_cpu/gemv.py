@@ -52,7 +52,7 @@ from poot.ir.graph import Lit
 from poot.ir.ops import ContractionEpilogue, PackedContraction, Q8PackedContraction
 from poot.kernel_backend import CompiledProgram
 
-from poot_cpu.blocks import Block, block_of, c_name, c_source
+from poot_cpu.blocks import Block, block_of, c_name, c_source, unsigned_codes
 from poot_cpu.kernels import built_kernel
 
 F32, U8 = DType.F32, DType.U8
@@ -339,6 +339,19 @@ ROW_DOT = {
                                           acc[r][i]);
 """,
 }
+# AVX2 without VNNI, codes u - centre (blocks.unsigned_codes): the row tile holds u and
+# takes the centre x the activations' pair sums off before widening (printer.poot_dot_u8)
+ROW_XC = "\n            const __m256i xc = _mm256_maddubs_epi16(_mm256_set1_epi8({centre}), xv);"
+
+
+def u8_row(u8: bool, old: str, new: str) -> str:
+    """A row tile piece: `new` where POOT_U8DOT is compiled in and the format's codes are
+    unsigned fields (`u8`), else `old`."""
+    if not u8:
+        return old
+    return f"#if POOT_U8DOT\n{new.rstrip(chr(10))}\n#else\n{old.rstrip(chr(10))}\n#endif\n"
+
+
 def row_offset(offsets: int) -> str:
     """The row tiles' offset term of sub-block s, one addition into off[r][i] (two offsets
     per 16 summed first: the chain of additions bounds a decode tile)."""
@@ -384,7 +397,7 @@ PANEL_TEMPLATE = """\
 static void {name}(const float* restrict x, const unsigned char* restrict w,
                    float* restrict y, unsigned char* restrict scratch{extra}) {{
   enum {{ M = {m}, N = {n}, K = {k}, NB = K / 32, NBLK = {nblk}, S = {sub}, TS = {ts}, G = {g},
-         OG = {og}, NP = POOT_VL, MR = POOT_PANEL_MR, PER = {per} }};
+         OG = {og}, NP = POOT_VL, MR = {mr}, PER = {per} }};
 {prologue}{amx_setup}{quant_setup}
 {quantize}{amx}  #pragma omp for schedule(dynamic, 1) nowait
   for (int n0 = 0; n0 < N; n0 += NP) {{
@@ -426,17 +439,7 @@ static void {name}(const float* restrict x, const unsigned char* restrict w,
       for (int b = 0; b < NB; ++b) {{
         for (int g = 0; g < G; ++g) {{
           poot_vi s[MR];
-          for (int i = 0; i < MR; ++i) s[i] = poot_vi_zero();
-          POOT_UNROLL(POOT_PANEL_UNROLL)
-          for (int j = g * (32 / PER / G); j < (g + 1) * (32 / PER / G); ++j) {{
-            const poot_vi wv = poot_vi_load(wp[b * (32 / PER) + j]);
-            for (int i = 0; i < MR; ++i) {{
-              int pack;
-              memcpy(&pack, xr[i] + b * 32 + PER * j, 4);
-              s[i] = {panel_dot}(s[i], wv, poot_vi_set1(pack));
-            }}
-          }}
-{panel_bias}          const poot_vf dv = poot_vf_load(scl[b * G + g]);
+{panel_sums}          const poot_vf dv = poot_vf_load(scl[b * G + g]);
           for (int i = 0; i < MR; ++i) {{
             const int xi = row[i] * NB + b;
             acc[i] = poot_vf_fmadd(poot_vf_cvt(s[i]), poot_vf_mul(dv, poot_vf_set1(dx[xi])),
@@ -470,6 +473,56 @@ static void {name}(const float* restrict x, const unsigned char* restrict w,
 {amx_end}{tail}}}
 """
 
+PANEL_SUMS = """\
+          for (int i = 0; i < MR; ++i) s[i] = poot_vi_zero();
+          POOT_UNROLL(POOT_PANEL_UNROLL)
+          for (int j = g * (32 / PER / G); j < (g + 1) * (32 / PER / G); ++j) {{
+            const poot_vi wv = poot_vi_load(wp[b * (32 / PER) + j]);
+            for (int i = 0; i < MR; ++i) {{
+              int pack;
+              memcpy(&pack, xr[i] + b * 32 + PER * j, 4);
+              s[i] = {panel_dot}(s[i], wv, poot_vi_set1(pack));
+            }}
+          }}
+{panel_bias}"""
+
+# AVX2 without VNNI, codes u - centre with u < 64 (blocks.unsigned_codes): the panel holds
+# u itself and maddubs multiplies it by the activations' quads; a 4-bit u's pair sums
+# (<= 2 x 15 x 127) add up exactly in int16 over a whole group of eight quads (<= 30480)
+# and widen once, wider codes widen every quad; the centre x the group's activation sum
+# then comes off as an integer: the same int32 sums as the other paths
+PANEL_SUMS_U8 = """\
+#if POOT_U8DOT
+          {{
+            __m256i h[MR];
+            for (int i = 0; i < MR; ++i) {{
+              s[i] = _mm256_setzero_si256();
+              h[i] = _mm256_setzero_si256();
+            }}
+            POOT_UNROLL(POOT_PANEL_UNROLL)
+            for (int j = g * (8 / G); j < (g + 1) * (8 / G); ++j) {{
+              const __m256i wv = _mm256_load_si256((const __m256i*)wp[b * 8 + j]);
+              for (int i = 0; i < MR; ++i) {{
+                int pack;
+                memcpy(&pack, xr[i] + b * 32 + 4 * j, 4);
+                const __m256i p = _mm256_maddubs_epi16(wv, _mm256_set1_epi32(pack));
+{u8_step}              }}
+            }}
+            for (int i = 0; i < MR; ++i) {{
+              const int xi = row[i] * NB + b;
+              const int qs = G == 1 ? qh[2 * xi] + qh[2 * xi + 1] : qh[2 * xi + g];
+              s[i] = _mm256_sub_epi32({u8_wide}, _mm256_set1_epi32({centre} * qs));
+            }}
+          }}
+#else
+{old}#endif
+"""
+U8_STEP = {True: "                h[i] = _mm256_add_epi16(h[i], p);\n",
+           False: "                s[i] = _mm256_add_epi32(s[i], "
+                  "_mm256_madd_epi16(p, _mm256_set1_epi16(1)));\n"}
+U8_WIDE = {True: "_mm256_add_epi32(s[i], _mm256_madd_epi16(h[i], _mm256_set1_epi16(1)))",
+           False: "s[i]"}
+
 PANEL = {
     "i16": dict(pt="short", per=2, panel_dot="poot_vi_dot16", panel_bias="",
                 store_c="c[j]", load_c="wp[b * 16 + j / 2][r][j % 2]", panel_codes="""\
@@ -501,6 +554,18 @@ PANEL = {
         for (int g = 0; g < NP / 8; ++g)
           poot_transpose8x32(cv + 8 * g, (__m256i*)wp[b * 8] + g, NP / 8);"""),
 }
+# the q8 panel's codes as u (PANEL_SUMS_U8) where the format's codes are unsigned fields
+PANEL_CODES_U8 = """\
+#if POOT_U8DOT
+        __m256i cv[NP];           /* row r's 32 field values u: eight quads */
+        for (int r = 0; r < NP; ++r)
+          cv[r] = r < np ? {fn}_ucodes(w + ((size_t)(n0 + r) * NBLK + bb) * TS, s)
+                         : _mm256_setzero_si256();
+        for (int g = 0; g < NP / 8; ++g)
+          poot_transpose8x32(cv + 8 * g, (__m256i*)wp[b * 8] + g, NP / 8);
+#else
+{old}
+#endif"""
 
 # the prefill panel of q8 rows on AMX (formats with one scale and at most one offset per
 # 32): a panel of 16 weight rows is decoded once per call as bytes c ^ 0x80, a block of
@@ -810,12 +875,20 @@ def kernel_source(name: str, fmt: str, coding: Coding, m: int, n: int, k: int,
     offsets = block.has_offset
     vector_offsets = offsets and block.subblocks * block.offsets % 8 == 0
     osum = offset_sum(block.offsets)
+    u8 = coding is Q8 and unsigned_codes(block)    # AVX2 alone: POOT_U8DOT's loops
     if m >= PANEL_FROM and PANEL_ROWS * k * coding.width <= PANEL_BYTES:
         p = PANEL[coding.name]
         amx = amx_panel(block, coding)
         if amx:
             assert QUANTIZE_Q8.endswith("  }\n")
             common["quantize"] = QUANTIZE_Q8[:-4] + AMX_QUANTIZE + "  }\n"
+        panel_sums = PANEL_SUMS.format(panel_dot=p["panel_dot"], panel_bias=p["panel_bias"])
+        panel_codes = p["panel_codes"].format(fn=fn)
+        if u8:
+            four = block.bits <= 4
+            panel_sums = PANEL_SUMS_U8.format(u8_step=U8_STEP[four], u8_wide=U8_WIDE[four],
+                                              centre=block.centre, old=panel_sums)
+            panel_codes = PANEL_CODES_U8.format(fn=fn, old=panel_codes)
         source = PANEL_TEMPLATE.format(
             **common, after_panel=after_panel, pt=p["pt"], per=p["per"],
             amx_setup=AMX_SETUP.replace("{amx_at}", str(amx_at(m, k))) if amx else "",
@@ -824,8 +897,9 @@ def kernel_source(name: str, fmt: str, coding: Coding, m: int, n: int, k: int,
                 amx_offsets=AMX_OFFSETS if offsets else "",
                 amx_off=AMX_OFF if offsets else "") if amx else "",
             amx_end="  }\n" if amx else "",
-            panel_dot=p["panel_dot"], panel_bias=p["panel_bias"], store_c=p["store_c"],
-            load_c=p["load_c"], panel_codes=p["panel_codes"].format(fn=fn),
+            panel_sums=panel_sums, store_c=p["store_c"],
+            mr="POOT_PANEL_MR_U8" if u8 else "POOT_PANEL_MR",
+            load_c=p["load_c"], panel_codes=panel_codes,
             panel_offsets=PANEL_OFFSETS if offsets else "",
             panel_off=PANEL_OFF.format(osum=osum) if offsets else "",
             panel_off_c=PANEL_OFF_C.format(osum=osum) if offsets else "")
@@ -834,8 +908,12 @@ def kernel_source(name: str, fmt: str, coding: Coding, m: int, n: int, k: int,
         source = TEMPLATE.format(
             **common, mt=mt, nr=weight_rows(block, coding, mt, n), after_tile=after_tile,
             pf=PREFETCH_BYTES,
-            codes=ROW_CODES[coding.name].format(fn=fn), load=ROW_LOAD[coding.name],
-            dot=ROW_DOT[coding.name, g],
+            codes=u8_row(u8, ROW_CODES[coding.name].format(fn=fn),
+                         ROW_CODES[coding.name].format(fn=fn).replace("_codes(", "_ucodes(")),
+            load=u8_row(u8, ROW_LOAD[coding.name], ROW_LOAD[coding.name] + ROW_XC.format(
+                centre=block.centre)),
+            dot=u8_row(u8, ROW_DOT[coding.name, g], ROW_DOT[coding.name, g].replace(
+                "poot_dot_i8(c[r], xv)", "poot_dot_u8(c[r], xv, xc)")),
             offset=row_offset(block.offsets) if offsets else "",
             offset_avx=row_offset(block.offsets) if offsets and not vector_offsets else "",
             block_offset=BLOCK_OFFSET.format(sums="xs" if block.offsets == 1 else "xh",

@@ -130,6 +130,11 @@ typedef __m256 poot_vf;
 #define poot_vi_dot8(acc, u, x) _mm256_add_epi32(acc, poot_dot_i8(_mm256_xor_si256( \
     u, _mm256_set1_epi8(-128)), x))
 #define POOT_DOT8_BIAS 0
+/* AVX2 alone: formats whose codes are an unsigned field u less a centre multiply u itself
+   (maddubs' unsigned operand, no sign juggling) and take the centre's share off as an
+   integer (poot_cpu.gemv): the same integer sums */
+#define POOT_U8DOT 1
+#define POOT_PANEL_MR_U8 8   /* their panel's activation rows per pass (fewer registers) */
 #ifndef POOT_PANEL_MR
 #define POOT_PANEL_MR 4
 #define POOT_PANEL_UNROLL 2
@@ -148,6 +153,14 @@ static inline __m256i poot_dot_i8(__m256i c, __m256i x) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(a, sx), _mm256_set1_epi16(1));
 #endif
 }
+#if POOT_U8DOT
+/* poot_dot_u8(u, x, xc): poot_dot_i8(u - centre, x) for u < 64, given xc = the pairwise
+   sums of centre x x (maddubs(centre, x)): every 16-bit pair sum stays exact */
+static inline __m256i poot_dot_u8(__m256i u, __m256i x, __m256i xc) {
+  return _mm256_madd_epi16(_mm256_sub_epi16(_mm256_maddubs_epi16(u, x), xc),
+                           _mm256_set1_epi16(1));
+}
+#endif
 /* out[j * stride] = lane j of in[0..7] (an 8 x 8 transpose of 32-bit lanes) */
 static inline void poot_transpose8x32(const __m256i* in, __m256i* out, int stride) {
   __m256i t[8], u[8];
@@ -227,6 +240,9 @@ static inline void poot_amx_config(void) {
 #ifndef POOT_VL
 #define POOT_VL 8
 #define POOT_PANEL_MR 4
+#endif
+#ifndef POOT_PANEL_MR_U8
+#define POOT_PANEL_MR_U8 POOT_PANEL_MR
 #endif
 #define POOT_DO_PRAGMA(x) _Pragma(#x)
 #define POOT_UNROLL(n) POOT_DO_PRAGMA(GCC unroll n)
