@@ -4,6 +4,12 @@ The cache key is the printed source, the architecture, the NVRTC version and
 the options, so a changed kernel, device or compiler never reuses a stale
 binary. CUBIN (not PTX) is the product: it runs ptxas inside NVRTC, which is
 also the strongest check available on a machine without a GPU.
+
+Every kernel starts with the same two fp16/bf16 headers, so NVRTC 12.8+ compiles
+with its automatic precompiled header (`-pch`): the first compile of a process
+parses them once into a PCH (a temporary file NVRTC removes at exit), later ones
+load it, about 22 ms less a kernel (of ~165 ms). A PCH changes no output (the
+CUBINs are the same bytes), so these flags stay out of the cache key.
 """
 from __future__ import annotations
 
@@ -70,6 +76,13 @@ def options(arch: str) -> list[str]:
 
 
 @functools.cache
+def speed_options() -> tuple[str, ...]:
+    """Flags that make NVRTC faster without changing what it builds: the automatic
+    precompiled header (NVRTC 12.8+), without its "creating/using" lines in the log."""
+    return ("-pch", "--pch-messages=false") if nvrtc_version() >= (12, 8) else ()
+
+
+@functools.cache
 def headers_digest() -> str:
     """The bytes of the headers kernels compile against. The key holds these rather than
     the -I paths: a fresh virtual environment or clone puts the same headers elsewhere, and
@@ -109,7 +122,7 @@ def _nvrtc(source: str, name: str, arch: str) -> bytes:
     prog = _check(nvrtc.nvrtcCreateProgram(source.encode(), f"{name}.cu".encode(), 0, [], []),
                   "nvrtcCreateProgram")
     try:
-        opts = [o.encode() for o in options(arch)]
+        opts = [o.encode() for o in (*options(arch), *speed_options())]
         (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
         if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             size = _check(nvrtc.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
