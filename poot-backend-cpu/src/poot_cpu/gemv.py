@@ -841,13 +841,26 @@ def _quant_setup(coding: Coding, local: bool) -> str:
             "  #pragma omp for schedule(static)")
 
 
-def weight_rows(block: Block, coding: Coding, mt: int, n: int) -> int:
+def weight_rows(block: Block, coding: Coding, mt: int, n: int, k: int = 0) -> int:
     """Weight rows sharing one load of the activations (two independent sums per activation
     row): two in decode steps for 4-bit codes, and for every format's byte codes; one
     where the registers would not hold them (the prefill tile) and for wider codes
-    widened to int16, whose two rows measured slower."""
+    widened to int16, whose two rows measured slower. On a host whose byte dot product is
+    AVX2's (no VNNI), a weight of byte codes far past the caches (an LM head) streams
+    faster one row at a time (docs/performance.md, 2026-12-07 22 UTC)."""
     pair = block.bits == 4 or coding is Q8
+    if coding is Q8 and block.bits == 8 and n * k >= STREAM_ONE_ROW and not _host_vnni():
+        pair = False
     return 2 if pair and mt < 8 and n % 2 == 0 else 1
+
+
+STREAM_ONE_ROW = 1 << 24    # weight elements from which weight_rows streams one row (AVX2)
+
+
+def _host_vnni() -> bool:
+    from poot_cpu.compiler import cpu_flags
+
+    return bool({"avx512_vnni", "avx_vnni"} & cpu_flags())
 
 
 def block_functions(fmt: str) -> str:
@@ -906,7 +919,7 @@ def kernel_source(name: str, fmt: str, coding: Coding, m: int, n: int, k: int,
     else:
         mt = M_TILES[m >= 8]
         source = TEMPLATE.format(
-            **common, mt=mt, nr=weight_rows(block, coding, mt, n), after_tile=after_tile,
+            **common, mt=mt, nr=weight_rows(block, coding, mt, n, k), after_tile=after_tile,
             pf=PREFETCH_BYTES,
             codes=u8_row(u8, ROW_CODES[coding.name].format(fn=fn),
                          ROW_CODES[coding.name].format(fn=fn).replace("_codes(", "_ucodes(")),
