@@ -96,13 +96,16 @@ class Bin(Expr):
     b: Expr
 
     def __post_init__(self):
-        if self.a.dtype is not self.b.dtype:
-            raise TypeError(f"{self.op.name}: operand dtypes differ ({self.a.dtype} vs "
+        a = self.a.dtype
+        if a is not self.b.dtype:
+            raise TypeError(f"{self.op.name}: operand dtypes differ ({a} vs "
                             f"{self.b.dtype}); cast explicitly")
+        # kept, not recomputed: a chain of n Bins would otherwise ask n deep at every node
+        object.__setattr__(self, "_dtype", I32 if self.op.compare else a)
 
     @property
     def dtype(self) -> DType:
-        return I32 if self.op.compare else self.a.dtype
+        return self._dtype
 
 
 @dataclass(frozen=True, eq=False)

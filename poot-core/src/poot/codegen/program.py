@@ -564,8 +564,12 @@ class Kernel:
             yield from _exprs_of(s)
 
     def validate(self) -> Kernel:
-        """Check names, scopes, access and dtypes; an IRError names the first fault."""
-        _Checker(self).run()
+        """Check names, scopes, access and dtypes; an IRError names the first fault. A
+        kernel is immutable, so one that passed is not checked again (the builder checks
+        what it finishes, the printer what it prints)."""
+        if not self.__dict__.get("_valid"):
+            _Checker(self).run()
+            object.__setattr__(self, "_valid", True)
         return self
 
 
