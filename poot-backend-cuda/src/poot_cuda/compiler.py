@@ -8,7 +8,7 @@ also the strongest check available on a machine without a GPU.
 Every kernel starts with the same two fp16/bf16 headers, so NVRTC 12.8+ compiles
 with its automatic precompiled header (`-pch`): the first compile of a process
 parses them once into a PCH (a temporary file NVRTC removes at exit), later ones
-load it, about 22 ms less a kernel (of ~165 ms). A PCH changes no output (the
+load it (docs/performance.md). A PCH changes no output (the
 CUBINs are the same bytes), so these flags stay out of the cache key.
 """
 from __future__ import annotations

@@ -33,7 +33,7 @@ import re
 
 from poot.codegen.cstyle import CPrinter
 from poot.codegen.expr import Dot4, Load
-from poot.codegen.program import Barrier, CoopReduce, For, If, Kernel, Store
+from poot.codegen.program import Barrier, CoopReduce, For, Kernel, Store, statements_in
 from poot.codegen.target import DOT4, WIDE_WORKGROUPS
 from poot.dtypes import DType
 from poot.errors import LimitExceeded
@@ -125,11 +125,6 @@ def required_subgroup(kernel: Kernel, facts: DeviceFacts) -> tuple[int, bool]:
             and kernel.threads_per_group // size <= lim["maxComputeWorkgroupSubgroups"]):
         return 0, False
     return size, facts.has("computeFullSubgroups") and kernel.workgroup3()[0] % size == 0
-
-
-def _holds_barrier(body) -> bool:
-    return any(isinstance(s, Barrier) or isinstance(s, For) and _holds_barrier(s.body)
-               or isinstance(s, If) and _holds_barrier(s.then + s.orelse) for s in body)
 
 
 def _ident(prefix: str, name: str) -> str:
@@ -279,7 +274,8 @@ class GlslPrinter(CPrinter):
         # is a whole phase of the workgroup (the tiled GEMM's K loop, its operands'
         # decoding staged), which Mesa's LLVM takes minutes to compile and a CPU core
         # runs no faster unrolled (docs/performance.md)
-        if self.facts.is_software and _holds_barrier(s.body):
+        if self.facts.is_software and any(isinstance(x, Barrier)
+                                          for x in statements_in(s.body)):
             return []
         return [f"{pad}[[unroll]]" if x.endswith("#pragma unroll") else x
                 for x in super().loop_pragma(s, pad)]

@@ -538,7 +538,7 @@ class Kernel:
 
     def statements(self) -> Iterator[Stmt]:
         """Every statement, depth first in program order."""
-        return _stmts(self.body)
+        return statements_in(self.body)
 
     def early_reads(self) -> frozenset[int] | None:
         """The operand indices loaded before the kernel's AwaitInputs, or None without
@@ -585,21 +585,22 @@ def check_arrays(kernels: Sequence[Kernel], arrays: Mapping[str, object]) -> Non
                                 f"{None if a is None else (a.shape, a.dtype)}")
 
 
-def _stmts(body: Sequence[Stmt]) -> Iterator[Stmt]:
+def statements_in(body: Sequence[Stmt]) -> Iterator[Stmt]:
+    """Every statement of `body`, depth first in program order (loops' and ifs' too)."""
     for s in body:
         yield s
         if isinstance(s, For):
-            yield from _stmts(s.body)
+            yield from statements_in(s.body)
         elif isinstance(s, If):
-            yield from _stmts(s.then)
-            yield from _stmts(s.orelse)
+            yield from statements_in(s.then)
+            yield from statements_in(s.orelse)
 
 
 def _read_names(body: Sequence[Stmt]) -> set[str]:
     """Arrays the statements load from (expressions and async copies)."""
-    names = {n.buffer for s in _stmts(body) for e in _exprs_of(s) for n in walk(e)
+    names = {n.buffer for s in statements_in(body) for e in _exprs_of(s) for n in walk(e)
              if isinstance(n, Load)}
-    return names | {s.src for s in _stmts(body) if isinstance(s, CopyAsync)}
+    return names | {s.src for s in statements_in(body) if isinstance(s, CopyAsync)}
 
 
 def _exprs_of(s: Stmt) -> tuple[Expr, ...]:
@@ -675,7 +676,7 @@ class _Checker:
             self.fail("AwaitInputs inside a loop or branch; it belongs in the top-level body")
         if len(waits) > 1:
             self.fail(f"{len(waits)} AwaitInputs; a kernel waits once")
-        for s in _stmts(k.body[:waits[0]] if waits else ()):
+        for s in statements_in(k.body[:waits[0]] if waits else ()):
             if isinstance(s, (Store, StoreWide)) and s.array in {b.name for b in k.buffers}:
                 self.fail(f"store to buffer {s.array!r} before AwaitInputs; before the wait "
                           f"a kernel only loads")
