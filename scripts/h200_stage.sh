@@ -27,5 +27,5 @@ tar cf /tmp/whlgl.tar .whl .gl
 echo "tar $(stat -c %s /tmp/whlgl.tar) smollm2 $(stat -c %s "$models/SmolLM2-135M-Instruct.Q4_1.gguf")"
 rm -f .stage/c*
 cat /tmp/whlgl.tar "$models/SmolLM2-135M-Instruct.Q4_1.gguf" \
-  "$models/gemma-3-270m-q4_k_m.gguf" | split -b 57M -d - .stage/c
+  "$models/gemma-3-270m-q4_k_m.gguf" | split -b 50M -d - .stage/c
 ls -l .stage
