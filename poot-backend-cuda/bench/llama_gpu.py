@@ -17,6 +17,11 @@ distinct), batch-1 decode through the Executor with CUDA graph replay. Prints, f
 - `--precision exact,fast`: each step compiled at each precision level (docs/ir.md section
   15: `fast` rounds the activations of 16-bit weights to bf16 and those of packed weights
   to int8 rows), over the same weights in one run; fast rows are labelled "fast".
+- `--gguf PATH`: the weights of a GGUF file (random_gguf.py writes one of a real shape)
+  instead of synthetic ones, its shape and format from the file, rows labelled "gguf
+  FORMAT": the file llama.cpp's llama-bench times (llamacpp_peer.sh); `--smoke BACKEND`:
+  no timing, one decode and one prefill step of the file on any backend, logits checked
+  finite (the same loading and binding, for a machine without a GPU).
 Lines starting with "SUMMARY " are collected by the session script.
 
     python llama_gpu.py --shapes 8b,1b --formats bf16,Q4_0,Q4_K --profile 8b --check-layers 2
@@ -24,6 +29,8 @@ Lines starting with "SUMMARY " are collected by the session script.
     python llama_gpu.py --plan --shapes 8b      # no GPU: trace, compile and plan only
     python llama_gpu.py --plan --shapes 8b --formats bf16 --prefill 512 --precision fast
     python llama_gpu.py --shapes 8b --formats Q4_K --prefill 128,512   # prefill steps
+    python llama_gpu.py --gguf /tmp/llama8b-q4_0.gguf --prefill 512 --precision exact,fast
+    python llama_gpu.py --gguf /tmp/tiny.gguf --smoke cpu --prefill 16
 """
 from __future__ import annotations
 
@@ -42,6 +49,64 @@ POS = 100          # the decode position timed (attention over 101 keys of max_s
 
 def summary(key: str, value) -> None:
     print(f"SUMMARY {key} | {value}", flush=True)
+
+
+class FileWeights:
+    """The weights of a GGUF file as the benches read synthetic ones: a WeightSource (the
+    checkpoint's, q/k rows reordered and stacked by build_decoder's RowLayout) with the
+    stacks it is traced with and the bytes a decode step reads. Uploaded by an ordinary
+    WeightCache from the file's memory map (`arrays`, filled as tracing asks)."""
+
+    def __init__(self, path: str, max_seq: int = 1024, stack=(True, True)):
+        from poot.models.loader import open_model
+        from poot.models.weights import CheckpointWeights
+
+        t0 = time.perf_counter()
+        self.checkpoint, self.config = open_model(path, max_seq=max_seq, pull_missing=False)
+        self.inner = CheckpointWeights(self.checkpoint, self.config)
+        self.arrays = self.inner.arrays
+        self.stack, self.stack_ffn = stack
+        formats = {str(i.packed.format if i.packed is not None else i.dtype)
+                   for n, i in self.checkpoint.tensors.items() if len(i.shape) == 2}
+        #: the matrices' format ("Q4_0"), or all of them joined where they differ
+        self.format = "+".join(sorted(f.removeprefix("gguf:") for f in formats))
+        print(f"  opened {path}: {self.config.layers} layers, dim {self.config.dim}, "
+              f"{self.format}, in {time.perf_counter() - t0:.1f} s", flush=True)
+
+    def has(self, name: str) -> bool:
+        return self.inner.has(name)
+
+    def spec(self, name: str):
+        return self.inner.spec(name)
+
+    def bytes_per_token(self, config) -> int:
+        """As SyntheticWeights': every tensor once, the embedding's one row unless tied."""
+        sizes = {n: sum(s.nbytes for s in i.sources)
+                 for n, i in self.checkpoint.tensors.items()}
+        total = sum(sizes.values())
+        if not config.tied and "token_embd.weight" in sizes:
+            emb = sizes["token_embd.weight"]
+            total -= emb - emb // config.vocab
+        return total
+
+
+#: FileWeights by (path, stacks): one open file (and one set of stacks) per run
+_FILES: dict[tuple, FileWeights] = {}
+
+
+def weights_for(shape: str, fmt: str, stack=(True, True), layers: int | None = None):
+    """(config, WeightSource) of a shape: "gguf:PATH" a file's, else synthetic in `fmt`."""
+    if shape.startswith("gguf:"):
+        key = (shape[5:], tuple(stack))
+        if key not in _FILES:
+            _FILES[key] = FileWeights(shape[5:], stack=stack)
+        return _FILES[key].config, _FILES[key]
+    config = shape_config(shape, layers)
+    return config, source_for(fmt, config, stack=stack)
+
+
+def shape_label(shape: str) -> str:
+    return "gguf" if shape.startswith("gguf:") else shape
 
 
 def source_for(fmt: str, config, seed: int = 0, stack=(True, True)) -> SyntheticWeights:
@@ -184,22 +249,30 @@ def planned(compiled, backend, device, variant: dict | None = None):
 
 def executor(step, p, source, runtime, cache=None):
     from poot.runtime.executor import Executor
+    from poot.runtime.weights import WeightCache
 
     t0 = time.perf_counter()
     if cache is None:
-        cache = DeviceFilledWeights(runtime, source, p.graph)
+        cache = DeviceFilledWeights(runtime, source, p.graph) \
+            if isinstance(source, SyntheticWeights) else WeightCache(runtime)
     cache.graph = p.graph       # its tensors are found by label in the plan's own graph
-    ex = Executor(p, dict(step.consts), runtime=runtime, weights=cache)
-    runtime.ctx.sync()
-    print(f"  bound: {cache.filled} tensors filled on the device ({cache.bytes() / 1e9:.2f} GB)"
-          f" in {time.perf_counter() - t0:.1f} s", flush=True)
+    # a file's tensors (source.arrays) under the step's materialized stacks
+    ex = Executor(p, {**getattr(source, "arrays", {}), **step.consts}, runtime=runtime,
+                  weights=cache)
+    if hasattr(runtime, "ctx"):
+        runtime.ctx.sync()
+    made = getattr(cache, "filled", None)
+    print(f"  bound: {cache.uploads if made is None else made} tensors "
+          f"{'uploaded' if made is None else 'filled'} on the device "
+          f"({cache.bytes() / 1e9:.2f} GB) in {time.perf_counter() - t0:.1f} s", flush=True)
     return ex, cache
 
 
-def slots(pos: int, token: int = 1234, tokens: int = 1) -> dict:
+def slots(pos: int, token: int = 1234, tokens: int = 1, vocab: int = 49152) -> dict:
     """A step's slots: `tokens` token ids from `token` on, the first at position `pos`;
-    ids wrap below the smallest vocabulary of the synthetic shapes (SmolLM2's)."""
-    ids = (token + 7919 * np.arange(tokens)) % 49152
+    ids wrap below the smallest vocabulary of the synthetic shapes (SmolLM2's), or
+    `vocab` where smaller (a small file's)."""
+    ids = (token + 7919 * np.arange(tokens)) % min(vocab, 49152)
     return {"tokens": ids.astype(np.int32), "pos": np.array([pos], np.int32)}
 
 
@@ -246,18 +319,20 @@ def bench_shape(shape: str, fmt: str, variants, runtime, backend, device, timer,
                 copy_gbs: float, do_profile: bool, precisions=("exact",)) -> list[tuple]:
     """One shape and format, planned once per precision and schedule variant over the
     same weights."""
-    config = shape_config(shape)
+    config, _ = weights_for(shape, fmt)
     print(f"== {shape} {fmt}: {config.layers} layers, dim {config.dim}, ffn {config.ffn}, "
           f"vocab {config.vocab}, {'tied' if config.tied else 'untied'} head", flush=True)
     rows = []
     for (stack, off), group in stacked_groups(variants):
-        source, cache = source_for(fmt, config, stack=stack), None
+        config, source = weights_for(shape, fmt, stack)
+        cache = None
         for precision, variant in ((x, v) for x in precisions for v in group):
             if variant is group[0]:
                 step, compiled = traced(config, source, backend, device, off,
                                         precision=precision)
             apart = [what for what, on in zip(("q,k,v", "gate,up"), stack) if not on]
-            label = f"{shape} {fmt}{precision_label(precision)} {variant_label(variant)}" + (
+            label = f"{shape_label(shape)} {fmt}{precision_label(precision)} " \
+                f"{variant_label(variant)}" + (
                 f" {' and '.join(apart)} apart" if apart else "") + "".join(
                 f" no {name}" for name in sorted(off))
             p = planned(compiled, backend, device, variant)
@@ -275,20 +350,20 @@ def bench_prefill(shape: str, fmt: str, tokens: list[int], variants, runtime, ba
     the same weights; `do_profile`: each step's launches timed alone, by kind. Every
     variant after the first over the same stacks (passes off, another schedule) also
     gives its logits' relative difference from the first's."""
-    config = shape_config(shape)
     rows, first = [], {}
     for (stack, off), group in stacked_groups(variants):
-        source, cache = source_for(fmt, config, stack=stack), None
+        config, source = weights_for(shape, fmt, stack)
+        cache = None
         for t, precision in ((t, x) for t in tokens for x in precisions):
             step, compiled = traced(config, source, backend, device, off, tokens=t,
                                     precision=precision)
             for variant in group:
-                label = (f"{shape} {fmt}{precision_label(precision)} prefill {t} "
+                label = (f"{shape_label(shape)} {fmt}{precision_label(precision)} prefill {t} "
                          f"{variant_label(variant)}").rstrip()
                 label += f" without {','.join(sorted(off))}" if off else ""
                 p = planned(compiled, backend, device, variant)
                 ex, cache = executor(step, p, source, runtime, cache)
-                exe, s = ex.executable, slots(0, tokens=t)
+                exe, s = ex.executable, slots(0, tokens=t, vocab=config.vocab)
                 exe.replay = True
                 out = ex.step(s).result
                 if not np.isfinite(out.astype(np.float32)).all():
@@ -315,7 +390,7 @@ def bench_variant(label: str, config, source, ex, timer, copy_gbs: float,
                   do_profile: bool) -> list[tuple]:
     exe = ex.executable
     kernels = sum(1 for a in exe._actions if a[0] == "launch")
-    s = slots(POS)
+    s = slots(POS, vocab=config.vocab)
     exe.replay = True
     out = ex.step(s).result                                  # records the graph
     if not np.isfinite(out.astype(np.float32)).all():
@@ -391,7 +466,7 @@ def compare(got, want, layers: int, what: str, t0: float) -> bool:
     return good
 
 
-def plan_only(shapes, formats, variants, check_layers: int, prefill=(),
+def plan_only(pairs, variants, check_layers: int, prefill=(),
               precisions=("exact",), layers: int | None = None) -> None:
     """Trace, compile and plan (NVRTC fills its disk cache) for a compile-only device of
     the architecture a 9.0 GPU's kernels are built for (sm_90a): the decode step, or the
@@ -403,15 +478,14 @@ def plan_only(shapes, formats, variants, check_layers: int, prefill=(),
 
     backend = CudaBackend()
     device = backend.compile_only_device(ARCH)
-    todo = [(shape, layers, fmt, variants) for shape in shapes for fmt in formats]
+    todo = [(shape, layers, fmt, variants) for shape, fmt in pairs]
     if check_layers:
         todo.insert(0, ("8b", check_layers, "bf16", [{}]))
     for shape, layers, fmt, values in todo:
         print(f"== {shape} {fmt}" + (f" ({layers} layers)" if layers else ""), flush=True)
-        config = shape_config(shape, layers)
         steps = [(t, x) for t in prefill or [1] for x in precisions]
         for (stack, off), group in stacked_groups(values):
-            source = source_for(fmt, config, stack=stack)
+            config, source = weights_for(shape, fmt, stack, layers)
             for tokens, precision in steps:
                 print(f"-- {tokens} token{'s' if tokens > 1 else ''}, {precision}", flush=True)
                 _, compiled = traced(config, source, backend, device, off, tokens=tokens,
@@ -438,6 +512,33 @@ def contraction_kernels(p) -> None:
             for k in kernels), flush=True)
 
 
+def smoke(shape: str, backend_name: str, prefill, precisions) -> bool:
+    """A file's decode step (at POS) and prefill steps of `prefill` tokens at each of
+    `precisions` on `backend_name`, through the timed path's loading and binding (no
+    timing): each step's logits finite."""
+    from poot.plan import plan
+    from poot.plugin import get_backend
+
+    backend = get_backend(backend_name)
+    device = backend.default_device()
+    runtime = backend.runtime(device)
+    config, source = weights_for(shape, "")
+    ok, cache = True, None
+    for t, precision in ((t, x) for t in [1, *prefill] for x in precisions):
+        step, compiled = traced(config, source, backend, device, tokens=t,
+                                precision=precision)
+        ex, cache = executor(step, plan(compiled, (backend, device)), source, runtime, cache)
+        out = ex.step(slots(POS if t == 1 else 0, tokens=t, vocab=config.vocab)).result
+        out = np.asarray(out, np.float64)
+        good = bool(np.isfinite(out).all())
+        ok &= good
+        summary(f"gguf {source.format}{precision_label(precision)} "
+                f"{'decode' if t == 1 else f'prefill {t}'} on {backend_name}",
+                f"logits {out.shape} {'finite' if good else 'NOT FINITE'}, std "
+                f"{out.std():.3g}, argmax {int(out.reshape(-1, out.shape[-1])[-1].argmax())}")
+    return ok
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default="8b,1b")
@@ -452,6 +553,8 @@ def main() -> int:
     ap.add_argument("--prefill", default="",
                     help="token counts of prefill steps timed instead of decode, e.g. "
                          "'128,512'")
+    ap.add_argument("--decode", action="store_true",
+                    help="with --prefill: the decode step too (one process, one load)")
     ap.add_argument("--check-prefill", type=int, default=0,
                     help="the reduced check also checks a prefill step of this many tokens")
     ap.add_argument("--precision", default="exact",
@@ -459,14 +562,28 @@ def main() -> int:
     ap.add_argument("--layers", type=int, default=None,
                     help="with --plan: the shapes cut to this many layers")
     ap.add_argument("--plan", action="store_true", help="no GPU: trace, compile, plan only")
+    ap.add_argument("--gguf", default="",
+                    help="GGUF files whose weights are timed instead of synthetic ones "
+                         "(their shape and format; replaces --shapes and --formats)")
+    ap.add_argument("--smoke", default="",
+                    help="with --gguf: no timing, each step once on this backend (cpu, "
+                         "reference), logits checked finite")
     args = ap.parse_args()
     prefill = [int(t) for t in args.prefill.split(",") if t]
     shapes, formats = args.shapes.split(","), args.formats.split(",")
+    if args.gguf:
+        files = [f"gguf:{path}" for path in args.gguf.split(",")]
+        if args.smoke:
+            ok = all([smoke(f, args.smoke, prefill, tuple(args.precision.split(",")))
+                      for f in files])
+            return 0 if ok else 1
+    # (shape, format) pairs timed: every shape in every format, or each file in its own
+    pairs = [(f, weights_for(f, "")[1].format) for f in files] if args.gguf else \
+        [(shape, fmt) for shape in shapes for fmt in formats]
     variants = parse_variants(args.variants)
     precisions = tuple(args.precision.split(","))
     if args.plan:
-        plan_only(shapes, formats, variants, args.check_layers, prefill, precisions,
-                  args.layers)
+        plan_only(pairs, variants, args.check_layers, prefill, precisions, args.layers)
         return 0
     from bench_gpu import Timer, copy_bandwidths, print_rows
     from poot_cuda.backend import CudaBackend
@@ -489,20 +606,20 @@ def main() -> int:
             traceback.print_exc()
             failed = True
             summary("8b-shape reduced logits check", "FAILED (see log)")
-    for shape in shapes:
-        for fmt in formats:
-            try:
+    for shape, fmt in pairs:
+        try:
+            if prefill:
                 rows += bench_prefill(shape, fmt, prefill, variants, runtime, backend, device,
-                                      timer, precisions, shape in args.profile.split(",")) \
-                    if prefill else \
-                    bench_shape(shape, fmt, variants, runtime, backend, device, timer,
-                                copy_gbs, shape in args.profile.split(","), precisions)
-            except Exception as e:  # noqa: BLE001 - one broken variant must not hide others
-                traceback.print_exc()
-                failed = True
-                rows.append((f"{shape} {fmt}", "FAILED", f"{type(e).__name__}: {e}"[:160],
-                             "", ""))
-                summary(f"{shape} {fmt} decode", "FAILED")
+                                      timer, precisions, shape in args.profile.split(","))
+            if not prefill or args.decode:
+                rows += bench_shape(shape, fmt, variants, runtime, backend, device, timer,
+                                    copy_gbs, shape in args.profile.split(","), precisions)
+        except Exception as e:  # noqa: BLE001 - one broken variant must not hide others
+            traceback.print_exc()
+            failed = True
+            label = f"{shape_label(shape)} {fmt}"
+            rows.append((label, "FAILED", f"{type(e).__name__}: {e}"[:160], "", ""))
+            summary(f"{label} {'prefill' if prefill else 'decode'}", "FAILED")
     print_rows(rows)
     return 1 if failed else 0
 
