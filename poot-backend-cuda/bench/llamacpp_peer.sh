@@ -21,6 +21,8 @@
 #            is free by then: poot is done)
 # Everything is bounded so the call ends by $BUDGET seconds (default 570; the limit is 600).
 # $GGUF_ARGS goes to random_gguf.py ("--shape tiny": a dry run's few-MB files).
+# A second call on the still-warm machine resumes: ninja rebuilds nothing it finished, the
+# files already written are kept (their .done marks), POOT=0 skips poot's step.
 set -u -o pipefail
 source scripts/h200_lib.sh                 # OUT, POOT_CACHE, h200_wheels, h200_editable
 B=poot-backend-cuda/bench
@@ -76,12 +78,15 @@ h200_editable poot-core poot-quant poot-backend-cuda
 # -- the files, then poot on them (the GPU is poot's alone until the build is done) -----
 files=()
 for f in $FORMATS; do
-  step "gguf_$f" 150 python3 $B/random_gguf.py "/tmp/llama8b-$f.gguf" --type "$f" \
-    ${GGUF_ARGS:-} &&
-    files+=("/tmp/llama8b-$f.gguf")
-  ls -l "/tmp/llama8b-$f.gguf" 2>/dev/null
+  path=/tmp/llama8b-$f.gguf
+  if [ -e "$path.done" ] || step "gguf_$f" 150 python3 $B/random_gguf.py "$path" \
+    --type "$f" ${GGUF_ARGS:-}; then
+    touch "$path.done"
+    files+=("$path")
+  fi
+  ls -l "$path" 2>/dev/null
 done
-if ((${#files[@]})); then
+if ((${#files[@]})) && ((${POOT:-1})); then
   list=$(IFS=,; echo "${files[*]}")
   step poot "$T_POOT" python3 $B/llama_gpu.py --gguf "$list" --prefill 512 --decode \
     --precision exact,fast --check-layers 0 --profile none
