@@ -5,8 +5,10 @@ Each case of the conformance suite (its op cases and its model cases) is planned
 compile-only sm_90 device, exactly as the suite plans it on a GPU: a case the device
 declares must plan with every kernel compiled to CUBIN; an undeclared one must be refused
 at plan time with the typed LoweringError (a capability refusal, not an NVRTC failure).
-Then the real SmolLM2-135M decode step (1 token) and its 32-token prefill step are
-compiled by poot.compile and planned the same way.
+Plans are made inside one `compiler.batch()`, so the kernels compile in a few large NVRTC
+programs; each kernel's CUBIN must then hold its entry. Then the real SmolLM2-135M decode
+step (1 token) and its 32-token prefill step are compiled by poot.compile and planned the
+same way.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import poot
 import pytest
 from poot.conformance.compile_only import model_step_graph, plan_cases
 from poot.plan import plan
+from poot_cuda import compiler
 from poot_cuda.backend import CudaBackend
 from poot_cuda.compiler import CompileError
 from poot_cuda.kernels import CompiledProgram
@@ -41,7 +44,7 @@ def brief(exc: CompileError, lines: int = 12) -> str:
 
 def compiled_kernels(p) -> list:
     """Every CompiledKernel of a plan, after checking that each step's program is a
-    CUBIN for ARCH with one kernel per kernel of its lowering."""
+    CUBIN for ARCH with one kernel per kernel of its lowering, each an entry of it."""
     out = []
     for s in p.steps:
         prog = s.lowering.program
@@ -49,7 +52,10 @@ def compiled_kernels(p) -> list:
         assert prog.target == ARCH
         assert len(prog.kernels) == len(prog.program.kernels) == s.lowering.dispatches
         for ck in prog.kernels:
-            assert ck.binary[:4] == ELF, f"{ck.kernel.name}: NVRTC gave no ELF CUBIN"
+            cubin = ck.binary.load() if isinstance(ck.binary, compiler.UnitRef) else ck.binary
+            assert cubin[:4] == ELF, f"{ck.kernel.name}: NVRTC gave no ELF CUBIN"
+            assert f".text.{ck.kernel.name}\0".encode() in cubin, \
+                f"{ck.kernel.name}: not in the CUBIN it was compiled to"
             assert f"{ck.kernel.name}(" in ck.source
         out += prog.kernels
     return out
@@ -58,7 +64,9 @@ def compiled_kernels(p) -> list:
 def test_every_conformance_case_compiles_or_is_refused(target):
     backend, device = target
     t0 = time.perf_counter()
-    out = plan_cases(backend, device, CompileError, brief)
+    with compiler.batch():
+        out = plan_cases(backend, device, CompileError, brief)
+        planned = time.perf_counter() - t0
     problems, sources = out.problems, set()
     for case_id, p in out.plans:
         try:
@@ -67,7 +75,8 @@ def test_every_conformance_case_compiles_or_is_refused(target):
             problems.append(f"{case_id}: {exc}")
     seconds = time.perf_counter() - t0
     print(f"\nconformance on {device}: {out.cases} cases, {len(out.plans)} compiled, "
-          f"{out.refused} refused, {len(sources)} distinct kernels, {seconds:.1f} s")
+          f"{out.refused} refused, {len(sources)} distinct kernels; planned in {planned:.1f} s, "
+          f"{seconds:.1f} s in all")
     assert not problems, f"{len(problems)} of {out.cases} cases:\n" + "\n".join(problems)
     assert len(out.plans) + out.refused == out.cases
     assert out.plans and sources, "no case compiled: the check checked nothing"
@@ -78,8 +87,9 @@ def test_smollm2_step_compiles_to_cubin(target, smollm2_gguf, tokens):
     backend, device = target
     t0 = time.perf_counter()
     traced, config = model_step_graph(smollm2_gguf, backend, device, tokens)
-    compiled = poot.compile(traced, (backend, device))
-    p = plan(compiled, (backend, device))
+    with compiler.batch():
+        compiled = poot.compile(traced, (backend, device))
+        p = plan(compiled, (backend, device))
     kernels = compiled_kernels(p)
     names = {s.eqn.op.name for s in p.steps}
     seconds = time.perf_counter() - t0

@@ -66,6 +66,37 @@ def test_cache_key_follows_the_headers_not_their_path(tmp_path, monkeypatch):
         compiler.headers_digest.cache_clear()
 
 
+def test_a_batch_compiles_kernels_in_one_program_cached_apart(tmp_path, monkeypatch):
+    """Inside compiler.batch() kernels of one header share an NVRTC program, cached under
+    its own key: the kernel's own key still names only the CUBIN of the kernel alone."""
+    monkeypatch.setenv("POOT_CACHE", str(tmp_path))
+    t = TensorType((5,), F32)
+    kernels = [lower(Binary(op), [t, t], t).kernels[0] for op in (BinaryOp.Mul, BinaryOp.Sub)]
+    sources = [CudaPrinter().source(k) for k in kernels]
+    with compiler.batch():
+        refs = [compiler.defer(src, k.name, "sm_90") for src, k in zip(sources, kernels)]
+        assert not list((tmp_path / "cuda").glob("*"))      # nothing built yet
+    unit = refs[0].load()
+    assert refs[1].load() == unit
+    assert all(f".text.{k.name}\0".encode() in unit for k in kernels)
+    assert [p.name.startswith("unit-") for p in (tmp_path / "cuda").glob("*.cubin")] == [True]
+    alone = compiler.compile_cubin(sources[0], kernels[0].name, "sm_90")
+    assert alone != unit and refs[0].load() == alone     # the kernel's own build, once made
+
+
+def test_a_batch_names_the_kernel_nvrtc_rejects(tmp_path, monkeypatch):
+    monkeypatch.setenv("POOT_CACHE", str(tmp_path))
+    t = TensorType((5,), F32)
+    kernel = lower(Binary(BinaryOp.Mul), [t, t], t).kernels[0]
+    good = CudaPrinter().source(kernel)
+    broken = compiler.split(good)[0] + 'extern "C" __global__ void broken() { nope; }\n'
+    with pytest.raises(compiler.CompileError) as e:
+        with compiler.batch():
+            compiler.defer(good, kernel.name, "sm_90")
+            compiler.defer(broken, "broken", "sm_90")
+    assert "kernel broken" in str(e.value) and "nope" in str(e.value)
+
+
 def test_compile_error_carries_the_nvrtc_log():
     with pytest.raises(compiler.CompileError) as e:
         compiler.compile_cubin('extern "C" __global__ void broken() { nope; }', "broken")

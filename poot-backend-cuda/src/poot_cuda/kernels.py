@@ -12,16 +12,18 @@ from poot.codegen.program import Kernel, KernelProgram
 from poot.kernel_backend import CompiledKernel, CompiledProgram
 from poot.simt_backend import ModuleCache, bound_kernels
 
-from poot_cuda.compiler import compile_cubin
+from poot_cuda import compiler
 from poot_cuda.driver import Launch
 from poot_cuda.printer import CudaPrinter, dynamic_shared_bytes
 from poot_cuda.tensor_map import encode
 
 
 def compile_kernel(kernel: Kernel, source: str, arch: str) -> CompiledKernel:
-    """One printed kernel as CUBIN, with the dynamic shared memory it launches with."""
-    return CompiledKernel(kernel, source, compile_cubin(source, kernel.name, arch),
-                          dynamic_shared=dynamic_shared_bytes(kernel))
+    """One printed kernel as CUBIN, with the dynamic shared memory it launches with (inside
+    a `compiler.batch()`, a `compiler.UnitRef` to it: compile-only checks)."""
+    binary = (compiler.defer(source, kernel.name, arch) if compiler.batching() else
+              compiler.compile_cubin(source, kernel.name, arch))
+    return CompiledKernel(kernel, source, binary, dynamic_shared=dynamic_shared_bytes(kernel))
 
 
 def compile_program(program: KernelProgram, printer: CudaPrinter) -> CompiledProgram:
