@@ -26,15 +26,9 @@ from poot_rocm.kernels import CompiledProgram
 TARGETS = ["gfx90a", "gfx1030"]
 
 
-@pytest.fixture(scope="module")
-def backend():
-    """One backend for both targets: they share features and schedule, so each signature
-    is lowered once (KernelBackend._program) and printed for each."""
-    return RocmBackend()
-
-
 @pytest.fixture(scope="module", params=TARGETS)
-def target(request, backend):
+def target(request):
+    backend = RocmBackend()
     return backend, backend.compile_only_device(request.param)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from poot.codegen.program import KernelProgram
 from poot.contract import Device
-from poot.kernel_backend import CompiledProgram
+from poot.kernel_backend import SHARED_LOWERINGS, CompiledProgram, _op_key
 from poot.simt_backend import SimtBackend
 
 from poot_rocm.archs import Target, target
@@ -18,6 +18,8 @@ from poot_rocm.capability import facts, table
 from poot_rocm.kernels import compile_program
 from poot_rocm.printer import HipPrinter
 from poot_rocm.probe import probe
+
+_PROGRAMS: dict = {}     # lowered kernel programs by signature, features and schedule
 
 
 class RocmBackend(SimtBackend):
@@ -49,6 +51,26 @@ class RocmBackend(SimtBackend):
 
     def facts(self, device: Device) -> dict:
         return facts(self.target(device))
+
+    def _program(self, op, operands, out, device: Device) -> KernelProgram:
+        """The lowering of a signature is the same on every target of equal features and
+        schedule (only the printer knows the wavefront): made once per process for them
+        all (CI's check plans every case for two targets)."""
+        key = (_op_key(op), operands, out, self.features(device), self.schedule(device))
+        try:
+            return _PROGRAMS[key]
+        except TypeError:          # an op holding unhashable parameters: never shared
+            return super()._program(op, operands, out, device)
+        except KeyError:
+            pass
+        if len(_PROGRAMS) >= 4 * SHARED_LOWERINGS:
+            _PROGRAMS.clear()
+        program = _PROGRAMS[key] = super()._program(op, operands, out, device)
+        return program
+
+    def forget_lowerings(self) -> None:
+        super().forget_lowerings()
+        _PROGRAMS.clear()
 
     def printer(self, device: Device) -> HipPrinter:
         return HipPrinter(self.target(device))

@@ -162,9 +162,8 @@ class KernelBackend(Backend):
         return done[key]
 
     def forget_lowerings(self) -> None:
-        """Drop the shared lowerings and programs (after changing a schedule's parameters)."""
+        """Drop the shared lowerings (after changing a schedule's parameters)."""
         self.__dict__.pop("_lowerings", None)
-        self.__dict__.pop("_programs", None)
 
     def _lowering(self, op, operands, out, device: Device) -> Lowering:
         compiled = self.program_for(op, list(operands), out, device)
@@ -175,31 +174,14 @@ class KernelBackend(Backend):
                         extra={"alias": compiled.program.alias})
 
     def _program(self, op, operands, out, device: Device) -> KernelProgram:
-        """The kernel program of a signature, which depends on the device only through its
-        features and schedule: devices equal in both (targets the printer alone tells
-        apart, as CI's compile checks plan for two) share it."""
         from poot.codegen.lower import lower
         from poot.errors import LoweringError
 
-        features, schedule = self.features(device), self.schedule(device)
-        key = (_op_key(op), operands, out, features, schedule)
-        programs = self.__dict__.setdefault("_programs", {})
-        try:
-            return programs[key]
-        except TypeError:            # unhashable parameters: never shared
-            key = None
-        except KeyError:
-            pass
         try:   # a kernel lowering's own refusal (a limit, a body it cannot hold)
-            program = lower(op, list(operands), out, features, schedule)
+            return lower(op, list(operands), out, self.features(device), self.schedule(device))
         except LoweringError as exc:
             table = self.capabilities(device)
             raise exc.on(table.backend, table.device) from None
-        if key is not None:
-            if len(programs) >= SHARED_LOWERINGS:
-                programs.clear()
-            programs[key] = program
-        return program
 
     def build(self, program: KernelProgram, device: Device) -> CompiledProgram:
         """Print and compile every kernel of `program` for `device`."""
